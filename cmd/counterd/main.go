@@ -1,0 +1,41 @@
+// Command counterd runs a counterd node. With no flags it serves the HTTP API
+// on 127.0.0.1:8080 and the Redis protocol on 127.0.0.1:6380, keeping its
+// state in ./data. See ../../README.md and docs/.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/counterd/counterd/internal/server"
+)
+
+func main() {
+	cfg := server.DefaultConfig()
+	fs := flag.NewFlagSet("counterd", flag.ExitOnError)
+	cfg.BindFlags(fs)
+	version := fs.Bool("version", false, "print the version and exit")
+	fs.Parse(os.Args[1:])
+	if *version {
+		fmt.Println("counterd", server.Version)
+		return
+	}
+	if err := cfg.EnvErr(); err != nil {
+		fmt.Fprintln(os.Stderr, "counterd:", err)
+		os.Exit(2)
+	}
+	if err := cfg.Validate(); err != nil {
+		fmt.Fprintln(os.Stderr, "counterd:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := server.Run(ctx, cfg, server.NewLogger(&cfg)); err != nil {
+		fmt.Fprintln(os.Stderr, "counterd:", err)
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,249 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"time"
+	"unicode/utf8"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// Sentinel errors. Front ends map them to their own wire errors with errors.Is;
+// every error the engine returns wraps exactly one of these.
+var (
+	ErrInvalidID        = errors.New("engine: invalid id")
+	ErrInvalidArgument  = errors.New("engine: invalid argument")
+	ErrWrongKind        = errors.New("engine: operation against a counter of the wrong kind")
+	ErrOverflow         = errors.New("engine: increment or decrement would overflow")
+	ErrVersionConflict  = errors.New("engine: version conflict")
+	ErrNotFound         = errors.New("engine: no such counter")
+	ErrBatchTooLarge    = errors.New("engine: batch too large")
+	ErrIdempotencyReuse = errors.New("engine: idempotency key reused with a different request")
+	ErrClosed           = errors.New("engine: closed")
+)
+
+// MaxIDLen is the longest counter id accepted, in bytes.
+const MaxIDLen = 255
+
+// ValidateID reports whether id is a valid counter id: 1..255 bytes of
+// printable UTF-8 (no control characters). The error wraps ErrInvalidID.
+func ValidateID(id string) error {
+	if len(id) == 0 {
+		return fmt.Errorf("%w: empty", ErrInvalidID)
+	}
+	if len(id) > MaxIDLen {
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrInvalidID, len(id), MaxIDLen)
+	}
+	for i := 0; i < len(id); i++ {
+		if c := id[i]; c < 0x20 || c == 0x7f {
+			return fmt.Errorf("%w: byte %d is a control character", ErrInvalidID, i)
+		} else if c >= 0x80 {
+			return validateUTF8ID(id, i)
+		}
+	}
+	return nil
+}
+
+func validateUTF8ID(id string, from int) error {
+	for i, r := range id[from:] {
+		if r == utf8.RuneError || r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			// RuneError also catches invalid UTF-8.
+			return fmt.Errorf("%w: byte %d is not printable UTF-8", ErrInvalidID, from+i)
+		}
+	}
+	return nil
+}
+
+// Kind is the kind of a counter, fixed by its first write.
+type Kind uint8
+
+const (
+	KindNone    Kind = iota // no such counter
+	KindCounter             // exact int64 with version and TTL
+	KindSharded             // N sub-counters summed on read
+	KindPN                  // PN-counter CRDT
+	KindHLL                 // HyperLogLog unique count
+	KindWindow              // time buckets over a sliding or fixed window
+	KindHash                // named int64 fields
+)
+
+var kindNames = [...]string{"none", "counter", "sharded", "pn", "hll", "window", "hash"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return fmt.Sprintf("kind(%d)", k)
+}
+
+// ParseKind parses a kind name as printed by Kind.String. "" parses as KindNone.
+func ParseKind(s string) (Kind, error) {
+	if s == "" {
+		return KindNone, nil
+	}
+	for i, n := range kindNames {
+		if n == s {
+			return Kind(i), nil
+		}
+	}
+	return KindNone, fmt.Errorf("%w: unknown kind %q", ErrInvalidArgument, s)
+}
+
+// Additive reports whether Add applies to counters of this kind.
+func (k Kind) Additive() bool {
+	return k == KindCounter || k == KindSharded || k == KindPN || k == KindWindow
+}
+
+// Durability says when a mutation is acknowledged.
+type Durability uint8
+
+const (
+	DurabilityDefault Durability = iota // the engine's configured default
+	Async                               // from memory; durable within the flush interval
+	Sync                                // after the write is fsynced (group commit)
+)
+
+func (d Durability) String() string {
+	switch d {
+	case Async:
+		return "async"
+	case Sync:
+		return "sync"
+	}
+	return "default"
+}
+
+// ParseDurability parses "sync", "async" or "" (default).
+func ParseDurability(s string) (Durability, error) {
+	switch s {
+	case "":
+		return DurabilityDefault, nil
+	case "async":
+		return Async, nil
+	case "sync":
+		return Sync, nil
+	}
+	return DurabilityDefault, fmt.Errorf("%w: durability must be sync or async, not %q", ErrInvalidArgument, s)
+}
+
+// OpType names a mutation.
+type OpType uint8
+
+const (
+	OpAdd     OpType = iota + 1 // Delta to an additive counter (Kind picks or auto-detects)
+	OpSet                       // counter: Value, optional ExpectedVersion, optional TTL
+	OpDelete                    // any kind
+	OpExpire                    // any kind: TTL > 0 sets a time to live, TTL == 0 removes it
+	OpPFAdd                     // hll: Items
+	OpPFMerge                   // hll: union of Sources into ID
+	OpHAdd                      // hash: add Fields atomically
+	OpHDel                      // hash: delete Names
+)
+
+var opNames = [...]string{"", "add", "set", "delete", "expire", "pfadd", "pfmerge", "hadd", "hdel"}
+
+func (t OpType) String() string {
+	if int(t) < len(opNames) && t != 0 {
+		return opNames[t]
+	}
+	return fmt.Sprintf("op(%d)", t)
+}
+
+// Op is one mutation. Only the fields its Type uses are read.
+type Op struct {
+	Type OpType
+	ID   string
+
+	// Kind, for OpAdd: KindNone adds to whatever additive kind the counter
+	// already has and creates a KindCounter if it does not exist. Any other
+	// additive kind creates that kind or requires the existing one to match.
+	Kind Kind
+
+	Delta int64 // OpAdd
+
+	Value int64 // OpSet
+	// ExpectedVersion, for OpSet when CheckVersion is set: the write applies
+	// only if the counter's version equals it (0 = must not exist).
+	ExpectedVersion uint64
+	CheckVersion    bool
+	// SetMode, for OpSet: SetAlways, SetIfAbsent (Redis NX) or SetIfExists (XX).
+	SetMode SetMode
+	// KeepTTL, for OpSet: keep an existing TTL instead of clearing it.
+	KeepTTL bool
+
+	TTL time.Duration // OpExpire; OpSet when > 0
+
+	Items        [][]byte             // OpPFAdd
+	Sources      []string             // OpPFMerge (ID is the destination, and is included in the union)
+	Fields       []counter.FieldDelta // OpHAdd
+	Names        []string             // OpHDel
+	Window       counter.WindowSpec   // OpAdd creating a KindWindow (zero: engine default)
+	Shards       int                  // OpAdd creating a KindSharded (0: engine default)
+	Shard        int                  // OpAdd on KindSharded: shard index, or -1 for any
+	HLLPrecision uint8                // OpPFAdd/OpPFMerge creating a KindHLL (0: engine default)
+}
+
+// SetMode qualifies OpSet like Redis SET NX/XX.
+type SetMode uint8
+
+const (
+	SetAlways   SetMode = iota
+	SetIfAbsent         // NX
+	SetIfExists         // XX
+)
+
+// Result is what a mutation returns. It is also what an idempotent retry
+// returns, so it is a plain value that encodes losslessly as JSON.
+type Result struct {
+	ID   string `json:"id"`
+	Kind Kind   `json:"kind"`
+	// Value is the new value: the sum for sharded, pn and window counters,
+	// the number of fields removed for OpHDel, the estimate after OpPFMerge.
+	// OpPFAdd does not estimate (that is costly on a dense sketch): read the
+	// count with PFCount.
+	Value   int64  `json:"value"`
+	Version uint64 `json:"version"` // new version
+	// Changed reports whether the op changed state: false for SET NX/XX that
+	// did not apply, DEL of a missing counter, PFADD that altered no register.
+	Changed bool            `json:"changed"`
+	Fields  []counter.Field `json:"fields,omitempty"` // OpHAdd: the new values of the fields it touched
+	// Replayed is set when the result came from the idempotency table
+	// instead of applying the op again.
+	Replayed bool `json:"-"`
+}
+
+// WriteOptions apply to one mutation or batch.
+type WriteOptions struct {
+	Durability Durability
+	// IdempotencyKey, when not empty, makes the mutation idempotent: a retry
+	// with the same key within the retention returns the first Result (with
+	// Replayed set) and does not apply again, also after a restart.
+	IdempotencyKey string
+}
+
+// View is a consistent read of one counter.
+type View struct {
+	ID        string
+	Kind      Kind // KindNone when the counter does not exist
+	Exists    bool
+	Value     int64 // value, sum, merged pn value, hll estimate or window sum; 0 for hash
+	Version   uint64
+	UpdatedAt time.Time
+	ExpiresAt time.Time // zero without a TTL
+
+	Shards    []int64          // sharded
+	Replicas  []counter.PNSlot // pn
+	StdError  float64          // hll: relative standard error of Value
+	Precision uint8            // hll
+	Fields    []counter.Field  // hash, sorted by name
+	Window    counter.WindowSpec
+	Buckets   []counter.Bucket // window: buckets inside the window, oldest first
+}
+
+// Aggregate is the sum over counters whose id starts with a prefix.
+type Aggregate struct {
+	Prefix string
+	Value  int64 // sum of Value of additive counters
+	Count  int   // number of counters summed
+}

@@ -1,0 +1,592 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// MaxItems bounds the items of one PFADD, the fields of one HADD/HDEL and the
+// sources of one PFMERGE.
+const MaxItems = 10000
+
+// maxFieldLen bounds a hash field name.
+const maxFieldLen = 1024
+
+// Add adds delta to the additive counter id (creating a KindCounter).
+func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOptions) (Result, error) {
+	return e.Apply(ctx, Op{Type: OpAdd, ID: id, Delta: delta}, wo)
+}
+
+// Apply applies one mutation.
+func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, error) {
+	if err := e.checkOpen(); err != nil {
+		return Result{}, err
+	}
+	if err := e.validate(&op); err != nil {
+		return Result{}, err
+	}
+	if wo.IdempotencyKey != "" {
+		res, err := e.applyIdempotent(ctx, []Op{op}, wo)
+		if err != nil {
+			return Result{}, err
+		}
+		return res[0], nil
+	}
+	var res Result
+	var err error
+	if op.Type == OpPFMerge {
+		out := []Result{{}}
+		err = e.applyMulti([]Op{op}, out)
+		res = out[0]
+	} else {
+		err = e.applySingle(&op, &res)
+	}
+	if err != nil {
+		return Result{}, err
+	}
+	if e.durability(wo) == Sync {
+		if err := e.waitDurable(ctx); err != nil {
+			return Result{}, err
+		}
+	}
+	return res, nil
+}
+
+// ApplyBatch applies ops atomically: either every op applies or none does
+// (the error names the failing op's index). Locks on every counter involved
+// are held together, so no reader sees half a batch.
+func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error) {
+	if err := e.checkOpen(); err != nil {
+		return nil, err
+	}
+	if len(ops) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", ErrInvalidArgument)
+	}
+	if len(ops) > e.cfg.MaxBatch {
+		return nil, fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), e.cfg.MaxBatch)
+	}
+	for i := range ops {
+		if err := e.validate(&ops[i]); err != nil {
+			return nil, &BatchError{Index: i, Err: err}
+		}
+	}
+	if wo.IdempotencyKey != "" {
+		return e.applyIdempotent(ctx, ops, wo)
+	}
+	res := make([]Result, len(ops))
+	if err := e.applyMulti(ops, res); err != nil {
+		return nil, err
+	}
+	if e.durability(wo) == Sync {
+		if err := e.waitDurable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// BatchError is the error of a batch whose op Index failed; nothing in the
+// batch was applied. It unwraps to the op's error.
+type BatchError struct {
+	Index int
+	Err   error
+}
+
+func (b *BatchError) Error() string { return fmt.Sprintf("batch op %d: %v", b.Index, b.Err) }
+func (b *BatchError) Unwrap() error { return b.Err }
+
+// validate checks what can be checked without state.
+func (e *Engine) validate(op *Op) error {
+	if err := ValidateID(op.ID); err != nil {
+		return err
+	}
+	switch op.Type {
+	case OpAdd:
+		if op.Kind != KindNone && !op.Kind.Additive() {
+			return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
+		}
+		if op.Kind == KindWindow && op.Window != (counter.WindowSpec{}) {
+			if err := op.Window.Validate(); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			}
+		}
+		if op.Shards < 0 || op.Shards > e.cfg.MaxShards {
+			return fmt.Errorf("%w: shards must be in 1..%d", ErrInvalidArgument, e.cfg.MaxShards)
+		}
+		if op.Shard < 0 {
+			return fmt.Errorf("%w: negative shard", ErrInvalidArgument)
+		}
+	case OpSet, OpDelete:
+		if op.TTL < 0 {
+			return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+		}
+	case OpExpire:
+	case OpPFAdd:
+		if len(op.Items) > MaxItems {
+			return fmt.Errorf("%w: %d items, at most %d", ErrInvalidArgument, len(op.Items), MaxItems)
+		}
+	case OpPFMerge:
+		if len(op.Sources) > MaxItems {
+			return fmt.Errorf("%w: %d sources, at most %d", ErrInvalidArgument, len(op.Sources), MaxItems)
+		}
+		for _, s := range op.Sources {
+			if err := ValidateID(s); err != nil {
+				return err
+			}
+		}
+	case OpHAdd, OpHDel:
+		n := len(op.Fields) + len(op.Names)
+		if n == 0 {
+			return fmt.Errorf("%w: no fields", ErrInvalidArgument)
+		}
+		if n > MaxItems {
+			return fmt.Errorf("%w: %d fields, at most %d", ErrInvalidArgument, n, MaxItems)
+		}
+		for _, f := range op.Fields {
+			if len(f.Name) > maxFieldLen {
+				return fmt.Errorf("%w: field name longer than %d bytes", ErrInvalidArgument, maxFieldLen)
+			}
+		}
+	default:
+		return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
+	}
+	if op.HLLPrecision != 0 {
+		if err := counter.ValidatePrecision(op.HLLPrecision); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}
+	return nil
+}
+
+// creates reports whether op may create its counter.
+func creates(op *Op) bool {
+	switch op.Type {
+	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd:
+		return true
+	}
+	return false
+}
+
+// applySingle applies an op that touches one counter.
+func (e *Engine) applySingle(op *Op, res *Result) error {
+	r, ok, err := e.acquire(op.ID, creates(op))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		*res = Result{ID: op.ID}
+		return nil
+	}
+	err = e.applyLocked(&r, op, nil, e.nowNano(), res)
+	e.stripes[r.stripe].mu.Unlock()
+	return err
+}
+
+// applyMulti applies ops atomically under the locks of every id involved.
+func (e *Engine) applyMulti(ops []Op, res []Result) error {
+	ids := make([]string, 0, len(ops))
+	pos := make([]int, len(ops)) // index in ids of ops[i].ID
+	for i := range ops {
+		pos[i] = len(ids)
+		ids = append(ids, ops[i].ID)
+		ids = append(ids, ops[i].Sources...)
+	}
+	create := false
+	for i := range ops {
+		create = create || creates(&ops[i])
+	}
+	refs, stripes, err := e.acquireAll(ids, create)
+	if err != nil {
+		return err
+	}
+	defer e.unlockAll(stripes)
+	// Undo log: a copy of every entry involved, restored if an op fails.
+	saved := make([]savedEntry, len(refs))
+	for i := range refs {
+		if refs[i].e != nil {
+			saved[i] = save(refs[i].e)
+		}
+	}
+	now := e.nowNano()
+	for i := range ops {
+		r := &refs[pos[i]]
+		var srcs []ref
+		if n := len(ops[i].Sources); n > 0 {
+			srcs = refs[pos[i]+1 : pos[i]+1+n]
+		}
+		if r.e == nil { // missing and not created: delete/expire/hdel of nothing
+			res[i] = Result{ID: ops[i].ID}
+			continue
+		}
+		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i]); err != nil {
+			for j := range refs {
+				if refs[j].e != nil {
+					e.restore(&refs[j], saved[j])
+				}
+			}
+			if len(ops) == 1 {
+				return err
+			}
+			return &BatchError{Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+// savedEntry is an undo record: the entry and a deep copy of its state.
+type savedEntry struct {
+	en    entry
+	state any
+	exp   int64
+}
+
+func save(en *entry) savedEntry {
+	s := savedEntry{en: *en}
+	if en.ext != nil {
+		s.exp = en.ext.expires
+		s.state = cloneState(en.ext.state)
+	}
+	return s
+}
+
+func (e *Engine) restore(r *ref, s savedEntry) {
+	en := r.e
+	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
+	flags := en.flags // keep the dirty mark: the entry is on the dirty list
+	*en = s.en
+	en.flags = flags | s.en.flags
+	if s.en.ext != nil {
+		en.ext = &ext{expires: s.exp, state: s.state}
+	}
+	isLive, isTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
+	e.keys.Add(b2i(isLive) - b2i(wasLive))
+	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
+}
+
+func b2i(b bool) int64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func cloneState(s any) any {
+	switch v := s.(type) {
+	case *counter.Sharded:
+		b, _ := v.MarshalBinary()
+		c := counter.NewSharded(1)
+		_ = c.UnmarshalBinary(b)
+		return c
+	case *counter.PN:
+		return v.Clone()
+	case *counter.HLL:
+		return v.Clone()
+	case *counter.Window:
+		b, _ := v.MarshalBinary()
+		c := &counter.Window{}
+		_ = c.UnmarshalBinary(b)
+		return c
+	case *counter.Hash:
+		b, _ := v.MarshalBinary()
+		c := counter.NewHash()
+		_ = c.UnmarshalBinary(b)
+		return c
+	}
+	return s
+}
+
+func wrongKind(id string, have Kind, op OpType) error {
+	return fmt.Errorf("%w: %q is a %s counter, %s needs another kind", ErrWrongKind, id, have, op)
+}
+
+func overflow(id string) error {
+	return fmt.Errorf("%w: %q", ErrOverflow, id)
+}
+
+// mapErr turns a counter package error into the engine's sentinel.
+func mapErr(id string, err error) error {
+	switch {
+	case errors.Is(err, counter.ErrOverflow):
+		return overflow(id)
+	case errors.Is(err, counter.ErrPrecision), errors.Is(err, counter.ErrInvalid):
+		return fmt.Errorf("%w: %q: %v", ErrInvalidArgument, id, err)
+	}
+	return err
+}
+
+// create makes the none entry r a counter of kind k. Caller holds the stripe
+// lock and has validated everything the new state needs.
+func (e *Engine) create(r *ref, k Kind, op *Op) error {
+	en := r.e
+	var st any
+	switch k {
+	case KindSharded:
+		n := op.Shards
+		if n == 0 {
+			n = e.cfg.DefaultShards
+		}
+		st = counter.NewSharded(n)
+	case KindPN:
+		st = counter.NewPN()
+	case KindWindow:
+		spec := op.Window
+		if spec == (counter.WindowSpec{}) {
+			spec = e.cfg.DefaultWindow
+		}
+		w, err := counter.NewWindow(spec)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		st = w
+	case KindHLL:
+		p := op.HLLPrecision
+		if p == 0 {
+			p = e.cfg.HLLPrecision
+		}
+		h, err := counter.NewHLL(p)
+		if err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		st = h
+	case KindHash:
+		st = counter.NewHash()
+	}
+	en.kind, en.value, en.version = k, 0, 0
+	if st != nil {
+		en.ext = &ext{state: st}
+	}
+	e.keys.Add(1)
+	return nil
+}
+
+// applyLocked applies op to r (and, for PFMERGE, reads srcs). On error the
+// entry is unchanged. Caller holds every involved stripe lock.
+func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result) error {
+	en := r.e
+	live := e.liveLocked(r, now)
+	*res = Result{ID: op.ID}
+	switch op.Type {
+	case OpAdd:
+		k := op.Kind
+		if live {
+			if !en.kind.Additive() || (k != KindNone && k != en.kind) {
+				return wrongKind(op.ID, en.kind, op.Type)
+			}
+			k = en.kind
+		} else {
+			if k == KindNone {
+				k = KindCounter
+			}
+			if err := e.create(r, k, op); err != nil {
+				return err
+			}
+		}
+		if err := e.addLocked(r, op, now); err != nil {
+			if !live {
+				e.clearLocked(r)
+			}
+			return err
+		}
+	case OpSet:
+		if live && en.kind != KindCounter {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+		if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
+			have := uint64(0)
+			if live {
+				have = en.version
+			}
+			return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, op.ID, have, op.ExpectedVersion)
+		}
+		if (op.SetMode == SetIfAbsent && live) || (op.SetMode == SetIfExists && !live) {
+			if live {
+				res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+			}
+			return nil
+		}
+		if !live {
+			e.create(r, KindCounter, op)
+		}
+		en.value = op.Value
+		switch {
+		case op.TTL > 0:
+			e.setExpiresLocked(r, now+int64(op.TTL))
+		case !op.KeepTTL:
+			e.setExpiresLocked(r, 0)
+		}
+	case OpDelete:
+		if !live {
+			return nil
+		}
+		e.clearLocked(r)
+		res.Changed = true
+		return nil
+	case OpExpire:
+		if !live {
+			return nil
+		}
+		switch {
+		case op.TTL < 0:
+			e.clearLocked(r)
+			res.Changed = true
+			return nil
+		case op.TTL == 0:
+			if en.ext == nil || en.ext.expires == 0 {
+				res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+				return nil
+			}
+			e.setExpiresLocked(r, 0)
+		default:
+			e.setExpiresLocked(r, now+int64(op.TTL))
+		}
+	case OpPFAdd:
+		if live && en.kind != KindHLL {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+		if !live {
+			if err := e.create(r, KindHLL, op); err != nil {
+				return err
+			}
+			res.Changed = true // like Redis: creating the key counts as a change
+		}
+		h := en.ext.state.(*counter.HLL)
+		for _, it := range op.Items {
+			if h.Add(it) {
+				res.Changed = true
+			}
+		}
+		if !res.Changed {
+			res.Kind, res.Version = en.kind, en.version
+			return nil
+		}
+	case OpPFMerge:
+		if live && en.kind != KindHLL {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+		var hs []*counter.HLL
+		for i := range srcs {
+			s := &srcs[i]
+			if s.e == nil || s.e == en || !e.liveLocked(s, now) {
+				continue
+			}
+			if s.e.kind != KindHLL {
+				return wrongKind(op.Sources[i], s.e.kind, op.Type)
+			}
+			hs = append(hs, s.e.ext.state.(*counter.HLL))
+		}
+		var dst *counter.HLL
+		if live {
+			dst = en.ext.state.(*counter.HLL).Clone()
+		} else {
+			p := op.HLLPrecision
+			if p == 0 && len(hs) > 0 {
+				p = hs[0].Precision()
+			}
+			if p == 0 {
+				p = e.cfg.HLLPrecision
+			}
+			var err error
+			if dst, err = counter.NewHLL(p); err != nil {
+				return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			}
+		}
+		for _, h := range hs {
+			if err := dst.Merge(h); err != nil {
+				return mapErr(op.ID, err)
+			}
+		}
+		if !live {
+			e.create(r, KindHLL, op)
+		}
+		en.ext.state = dst
+		res.Changed = true
+	case OpHAdd:
+		if live && en.kind != KindHash {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+		if !live {
+			e.create(r, KindHash, op)
+		}
+		fs, err := en.ext.state.(*counter.Hash).Add(op.Fields)
+		if err != nil {
+			if !live {
+				e.clearLocked(r)
+			}
+			return mapErr(op.ID, err)
+		}
+		res.Fields = fs
+		res.Changed = true
+	case OpHDel:
+		if !live {
+			return nil
+		}
+		if en.kind != KindHash {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+		h := en.ext.state.(*counter.Hash)
+		n := h.Del(op.Names...)
+		res.Value = int64(n)
+		if n == 0 {
+			res.Kind, res.Version = en.kind, en.version
+			return nil
+		}
+		res.Changed = true
+		if h.Len() == 0 { // like Redis: a hash without fields does not exist
+			e.clearLocked(r)
+			res.Kind = KindHash
+			return nil
+		}
+	}
+	e.touch(r, now)
+	res.Kind, res.Version = en.kind, en.version
+	res.Changed = res.Changed || op.Type == OpAdd || op.Type == OpSet || op.Type == OpExpire
+	switch op.Type {
+	case OpAdd, OpSet:
+		res.Value = en.value
+		if en.kind == KindWindow {
+			res.Value = en.ext.state.(*counter.Window).Sum(time.Unix(0, now))
+		}
+	case OpPFMerge:
+		res.Value = int64(en.ext.state.(*counter.HLL).Count())
+	}
+	return nil
+}
+
+// addLocked adds op.Delta to the additive counter r. On error nothing changes.
+func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
+	en := r.e
+	switch en.kind {
+	case KindCounter:
+		v, err := counter.AddInt64(en.value, op.Delta)
+		if err != nil {
+			return overflow(op.ID)
+		}
+		en.value = v
+	case KindSharded:
+		s := en.ext.state.(*counter.Sharded)
+		i := op.Shard - 1
+		if op.Shard == 0 {
+			i = rand.IntN(s.Len())
+		}
+		if err := s.Add(i, op.Delta); err != nil {
+			return mapErr(op.ID, err)
+		}
+		en.value = s.Value()
+	case KindPN:
+		p := en.ext.state.(*counter.PN)
+		if err := p.Add(e.cfg.NodeID, op.Delta); err != nil {
+			return mapErr(op.ID, err)
+		}
+		en.value = p.Value()
+	case KindWindow:
+		if err := en.ext.state.(*counter.Window).Add(time.Unix(0, now), op.Delta); err != nil {
+			return mapErr(op.ID, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,90 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// Config configures an Engine. The zero value is not valid; start from
+// DefaultConfig.
+type Config struct {
+	Dir      string // Pebble directory (default "./data")
+	InMemory bool   // keep Pebble in memory (tests); nothing survives Close
+	// FS, when set, is the filesystem Pebble uses under Dir (tests inject
+	// vfs.NewStrictMem to simulate a crash). Default: the OS filesystem.
+	FS     vfs.FS
+	NodeID string // this node's replica name in pn counters (default "local")
+
+	Durability    Durability    // default acknowledgement mode (default Async)
+	FlushInterval time.Duration // async flush period (default 1s)
+
+	IdempotencyRetention time.Duration // how long retries are recognised (default 24h)
+	IdempotencyMemory    int           // records kept in memory; older ones are read from disk (default 100000)
+
+	MaxBatch      int                // ops per batch (default 1000)
+	DefaultShards int                // shards of a new sharded counter (default 16)
+	MaxShards     int                // upper bound on shards (default 1024)
+	DefaultWindow counter.WindowSpec // window of a new window counter (default 60 x 60s)
+	HLLPrecision  uint8              // precision of a new hll (default 14)
+
+	// Clock, when set, is called for every timestamp (tests inject one).
+	// When nil (the default) the engine reads a coarse clock updated every
+	// millisecond, which keeps time.Now off the hot path.
+	Clock  func() time.Time
+	Logger *slog.Logger // default slog.Default()
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Dir:                  "./data",
+		NodeID:               "local",
+		Durability:           Async,
+		FlushInterval:        time.Second,
+		IdempotencyRetention: 24 * time.Hour,
+		IdempotencyMemory:    100000,
+		MaxBatch:             1000,
+		DefaultShards:        16,
+		MaxShards:            1024,
+		DefaultWindow:        counter.WindowSpec{Granularity: time.Minute, Span: time.Hour},
+		HLLPrecision:         14,
+		Logger:               slog.Default(),
+	}
+}
+
+// Validate reports the first invalid field.
+func (c *Config) Validate() error {
+	switch {
+	case c.Dir == "" && !c.InMemory:
+		return errors.New("engine: config: Dir is empty")
+	case c.NodeID == "":
+		return errors.New("engine: config: NodeID is empty")
+	case c.Durability != Async && c.Durability != Sync:
+		return errors.New("engine: config: Durability must be Async or Sync")
+	case c.FlushInterval <= 0:
+		return errors.New("engine: config: FlushInterval must be positive")
+	case c.IdempotencyRetention <= 0:
+		return errors.New("engine: config: IdempotencyRetention must be positive")
+	case c.IdempotencyMemory <= 0:
+		return errors.New("engine: config: IdempotencyMemory must be positive")
+	case c.MaxBatch <= 0:
+		return errors.New("engine: config: MaxBatch must be positive")
+	case c.DefaultShards <= 0 || c.DefaultShards > c.MaxShards:
+		return errors.New("engine: config: DefaultShards must be in 1..MaxShards")
+	case c.Logger == nil:
+		return errors.New("engine: config: Logger must be set")
+	}
+	if err := c.DefaultWindow.Validate(); err != nil {
+		return fmt.Errorf("engine: config: DefaultWindow: %w", err)
+	}
+	if err := counter.ValidatePrecision(c.HLLPrecision); err != nil {
+		return fmt.Errorf("engine: config: %w", err)
+	}
+	return nil
+}

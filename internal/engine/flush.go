@@ -1,0 +1,289 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+)
+
+// flusher writes changed counters to Pebble: on a timer (async durability)
+// and as soon as a sync writer waits (group commit). A writer that applied
+// its change and then joined cycle c is covered by c, because the flusher
+// swaps the cycle out before it copies any state.
+type flusher struct {
+	mu  sync.Mutex
+	cur *cycle // next flush to start; nil until someone waits, guarded by mu
+
+	kick chan struct{} // a sync writer is waiting
+
+	flushes   atomic.Uint64
+	lastFlush atomic.Int64 // unix ns
+	lastErr   atomic.Pointer[error]
+}
+
+// cycle is one flush; done is closed when it is on disk (or failed).
+type cycle struct {
+	done chan struct{}
+	err  error
+}
+
+func (f *flusher) init() {
+	f.kick = make(chan struct{}, 1)
+}
+
+// waitDurable blocks until every change applied before the call is on disk.
+func (e *Engine) waitDurable(ctx context.Context) error {
+	f := &e.fl
+	f.mu.Lock()
+	c := f.cur
+	if c == nil {
+		c = &cycle{done: make(chan struct{})}
+		f.cur = c
+	}
+	f.mu.Unlock()
+	select {
+	case f.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-e.stop:
+		// Close runs a final flush after the loop ends, which covers c
+		// unless c was created after it.
+		select {
+		case <-c.done:
+			return c.err
+		case <-e.done:
+			select {
+			case <-c.done:
+				return c.err
+			default:
+				return ErrClosed
+			}
+		}
+	}
+}
+
+func (e *Engine) flushLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		case <-e.fl.kick:
+		}
+		if err := e.flushOnce(); err != nil {
+			e.cfg.Logger.Error("flush failed", "err", err)
+		}
+	}
+}
+
+// flushOnce writes every dirty counter and pending idempotency record in one
+// Pebble batch with fsync, then frees the slots of deleted counters. Only
+// the flush loop and Close call it.
+func (e *Engine) flushOnce() error {
+	f := &e.fl
+	f.mu.Lock()
+	c := f.cur
+	f.cur = nil
+	f.mu.Unlock()
+
+	b := e.db.NewBatch()
+	var reap []reapItem
+	var buf []byte
+
+	e.gate.Lock()
+	for no := range e.shards {
+		sh := &e.shards[no]
+		sh.dirtyMu.Lock()
+		list := sh.dirty
+		sh.dirty = nil
+		sh.dirtyMu.Unlock()
+		if len(list) == 0 {
+			continue
+		}
+		sh.mu.RLock()
+		for _, i := range list {
+			en := sh.entryLocked(i)
+			lk := &e.stripes[stripeIndex(no, i)].mu
+			lk.Lock()
+			en.flags &^= flagDirty
+			key := append(buf[:0], prefixCounter)
+			key = append(key, sh.idBytesLocked(en)...)
+			if en.kind == KindNone {
+				b.Delete(key, nil)
+				reap = append(reap, reapItem{no, i, en.gen})
+			} else {
+				val, err := encodeEntry(nil, en)
+				if err != nil {
+					lk.Unlock()
+					sh.mu.RUnlock()
+					e.gate.Unlock()
+					b.Close()
+					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", sh.idLocked(en), err))
+				}
+				b.Set(key, val, nil)
+			}
+			lk.Unlock()
+			buf = key
+		}
+		sh.mu.RUnlock()
+	}
+	recs := e.idem.takePending()
+	e.gate.Unlock()
+
+	for _, r := range recs {
+		b.Set(idemKey(r.key), r.encode(), nil)
+	}
+	var err error
+	if !b.Empty() {
+		err = b.Commit(pebble.Sync)
+	}
+	b.Close()
+	if err != nil {
+		// We no longer know what reached disk: write everything next time.
+		e.markAllDirty()
+		e.idem.requeue(recs)
+		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
+	}
+	e.idem.markFlushed(recs)
+	f.flushes.Add(1)
+	f.lastFlush.Store(time.Now().UnixNano())
+	f.lastErr.Store(nil)
+	if c != nil {
+		close(c.done)
+	}
+	e.reap(reap)
+	return nil
+}
+
+func (e *Engine) failCycle(c *cycle, err error) error {
+	e.fl.lastErr.Store(&err)
+	if c != nil {
+		c.err = err
+		close(c.done)
+	}
+	return err
+}
+
+type reapItem struct {
+	shard int
+	idx   uint32
+	gen   uint32
+}
+
+// reap frees the slots of counters whose deletion is on disk, unless they
+// were written again since.
+func (e *Engine) reap(items []reapItem) {
+	for _, it := range items {
+		sh := &e.shards[it.shard]
+		sh.mu.Lock()
+		en := sh.entryLocked(it.idx)
+		lk := &e.stripes[stripeIndex(it.shard, it.idx)].mu
+		lk.Lock()
+		if en.gen == it.gen && en.kind == KindNone && en.flags&flagDirty == 0 {
+			sh.removeLocked(it.idx, hashID(sh.idLocked(en)))
+		}
+		lk.Unlock()
+		sh.mu.Unlock()
+	}
+}
+
+// markAllDirty puts every entry on the dirty list, so the next flush writes
+// the whole state (after a failed flush, when we no longer know what reached
+// disk).
+func (e *Engine) markAllDirty() {
+	for no := range e.shards {
+		sh := &e.shards[no]
+		sh.mu.RLock()
+		for i := 0; i < sh.nslab; i++ {
+			en := sh.entryLocked(uint32(i))
+			lk := &e.stripes[stripeIndex(no, uint32(i))].mu
+			lk.Lock()
+			if en.idLen > 0 && en.flags&flagDirty == 0 {
+				en.flags |= flagDirty
+				sh.markDirty(uint32(i))
+			}
+			lk.Unlock()
+		}
+		sh.mu.RUnlock()
+	}
+}
+
+// janitorLoop expires counters whose TTL passed and purges old idempotency
+// records.
+func (e *Engine) janitorLoop() {
+	defer e.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	purgeEvery := e.cfg.IdempotencyRetention / 24
+	if purgeEvery < time.Minute {
+		purgeEvery = time.Minute
+	}
+	lastPurge := time.Now()
+	for {
+		select {
+		case <-e.stop:
+			return
+		case <-t.C:
+		}
+		e.expireDue()
+		if time.Since(lastPurge) >= purgeEvery {
+			lastPurge = time.Now()
+			if err := e.purgeIdempotency(); err != nil {
+				e.cfg.Logger.Warn("idempotency purge failed", "err", err)
+			}
+		}
+	}
+}
+
+// expireDue deletes counters whose TTL has passed.
+func (e *Engine) expireDue() {
+	now := e.nowNano()
+	for no := range e.shards {
+		sh := &e.shards[no]
+		sh.ttlMu.Lock()
+		if len(sh.ttl) == 0 {
+			sh.ttlMu.Unlock()
+			continue
+		}
+		idx := make([]uint32, 0, len(sh.ttl))
+		for i := range sh.ttl {
+			idx = append(idx, i)
+		}
+		sh.ttlMu.Unlock()
+		var drop []uint32
+		sh.mu.RLock()
+		for _, i := range idx {
+			if int(i) >= sh.nslab {
+				drop = append(drop, i)
+				continue
+			}
+			r := ref{sh: sh, shardNo: no, idx: i, e: sh.entryLocked(i), stripe: stripeIndex(no, i)}
+			lk := &e.stripes[r.stripe].mu
+			lk.Lock()
+			if !e.liveLocked(&r, now) || r.e.ext == nil || r.e.ext.expires == 0 {
+				drop = append(drop, i)
+			}
+			lk.Unlock()
+		}
+		sh.mu.RUnlock()
+		if len(drop) > 0 {
+			sh.ttlMu.Lock()
+			for _, i := range drop {
+				delete(sh.ttl, i)
+			}
+			sh.ttlMu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,326 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/cockroachdb/pebble"
+)
+
+// Idempotency: a mutation with a key records its results. The record is
+// written to Pebble in the same batch as the state it produced (see
+// Engine.gate), held in memory while recent (bounded by
+// Config.IdempotencyMemory, oldest flushed records evicted first) and read
+// back from Pebble after that, until Config.IdempotencyRetention passes.
+
+// MaxIdempotencyKeyLen bounds an idempotency key.
+const MaxIdempotencyKeyLen = 255
+
+type idemRec struct {
+	key     string
+	fp      uint64
+	created int64 // unix ns
+	results []Result
+	flushed bool // on disk; guarded by idemTable.mu
+}
+
+type idemCall struct{ done chan struct{} }
+
+type idemTable struct {
+	mu       sync.Mutex
+	max      int
+	recs     map[string]*idemRec  // guarded by mu
+	order    []*idemRec           // insertion order for eviction, guarded by mu
+	inflight map[string]*idemCall // keys being applied now, guarded by mu
+	pending  []*idemRec           // not yet on disk, guarded by mu
+}
+
+func (t *idemTable) init(max int) {
+	t.max = max
+	t.recs = make(map[string]*idemRec)
+	t.inflight = make(map[string]*idemCall)
+}
+
+func idemKey(k string) []byte { return append([]byte{prefixIdem}, k...) }
+
+type idemDisk struct {
+	FP      uint64   `json:"fp"`
+	Created int64    `json:"created"`
+	Results []Result `json:"results"`
+}
+
+func (r *idemRec) encode() []byte {
+	b, err := json.Marshal(idemDisk{r.fp, r.created, r.results})
+	if err != nil {
+		panic(fmt.Sprintf("engine: idempotency record does not encode: %v", err))
+	}
+	return b
+}
+
+func decodeIdem(key string, b []byte) (*idemRec, error) {
+	var d idemDisk
+	if err := json.Unmarshal(b, &d); err != nil {
+		return nil, fmt.Errorf("%w: idempotency record %q: %v", ErrCorrupt, key, err)
+	}
+	return &idemRec{key: key, fp: d.FP, created: d.Created, results: d.Results, flushed: true}, nil
+}
+
+// addLocked remembers r and evicts the oldest flushed records over the bound.
+func (t *idemTable) addLocked(r *idemRec) {
+	t.recs[r.key] = r
+	t.order = append(t.order, r)
+	t.evictLocked()
+}
+
+func (t *idemTable) evictLocked() {
+	n := 0
+	for len(t.recs) > t.max && n < len(t.order) && t.order[n].flushed {
+		if t.recs[t.order[n].key] == t.order[n] {
+			delete(t.recs, t.order[n].key)
+		}
+		n++
+	}
+	if n > 0 {
+		t.order = append(t.order[:0], t.order[n:]...)
+	}
+}
+
+func (t *idemTable) takePending() []*idemRec {
+	t.mu.Lock()
+	p := t.pending
+	t.pending = nil
+	t.mu.Unlock()
+	return p
+}
+
+func (t *idemTable) requeue(recs []*idemRec) {
+	t.mu.Lock()
+	t.pending = append(recs, t.pending...)
+	t.mu.Unlock()
+}
+
+func (t *idemTable) markFlushed(recs []*idemRec) {
+	if len(recs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	for _, r := range recs {
+		r.flushed = true
+	}
+	t.evictLocked()
+	t.mu.Unlock()
+}
+
+func (t *idemTable) size() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.recs)
+}
+
+// ValidateIdempotencyKey checks a key: 1..255 printable bytes.
+func ValidateIdempotencyKey(k string) error {
+	if k == "" || len(k) > MaxIdempotencyKeyLen {
+		return fmt.Errorf("%w: idempotency key must be 1..%d bytes", ErrInvalidArgument, MaxIdempotencyKeyLen)
+	}
+	for i := 0; i < len(k); i++ {
+		if k[i] < 0x20 || k[i] == 0x7f {
+			return fmt.Errorf("%w: idempotency key has a control byte", ErrInvalidArgument)
+		}
+	}
+	return nil
+}
+
+// applyIdempotent applies ops once per key. Ops are validated.
+func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error) {
+	key := wo.IdempotencyKey
+	if err := ValidateIdempotencyKey(key); err != nil {
+		return nil, err
+	}
+	fp := fingerprint(ops)
+	t := &e.idem
+	var call *idemCall
+	for call == nil {
+		t.mu.Lock()
+		if r := t.recs[key]; r != nil {
+			t.mu.Unlock()
+			if !e.idemExpired(r) {
+				return e.replay(ctx, r, fp, wo)
+			}
+			t.mu.Lock()
+			if t.recs[key] == r {
+				delete(t.recs, key)
+			}
+		}
+		if c := t.inflight[key]; c != nil {
+			t.mu.Unlock()
+			select {
+			case <-c.done:
+				continue
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
+		}
+		call = &idemCall{done: make(chan struct{})}
+		t.inflight[key] = call
+		t.mu.Unlock()
+	}
+	defer func() {
+		t.mu.Lock()
+		delete(t.inflight, key)
+		t.mu.Unlock()
+		close(call.done)
+	}()
+
+	if r, err := e.readIdem(key); err != nil {
+		return nil, err
+	} else if r != nil && !e.idemExpired(r) {
+		t.mu.Lock()
+		t.addLocked(r)
+		t.mu.Unlock()
+		return e.replay(ctx, r, fp, wo)
+	}
+
+	res := make([]Result, len(ops))
+	var err error
+	e.gate.RLock()
+	if len(ops) == 1 && ops[0].Type != OpPFMerge {
+		err = e.applySingle(&ops[0], &res[0])
+	} else {
+		err = e.applyMulti(ops, res)
+	}
+	if err == nil {
+		r := &idemRec{key: key, fp: fp, created: e.nowNano(), results: res}
+		t.mu.Lock()
+		t.addLocked(r)
+		t.pending = append(t.pending, r)
+		t.mu.Unlock()
+	}
+	e.gate.RUnlock()
+	if err != nil {
+		return nil, err
+	}
+	if e.durability(wo) == Sync {
+		if err := e.waitDurable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+func (e *Engine) idemExpired(r *idemRec) bool {
+	return e.nowNano()-r.created > int64(e.cfg.IdempotencyRetention)
+}
+
+func (e *Engine) replay(ctx context.Context, r *idemRec, fp uint64, wo WriteOptions) ([]Result, error) {
+	if r.fp != fp {
+		return nil, fmt.Errorf("%w: %q", ErrIdempotencyReuse, r.key)
+	}
+	if e.durability(wo) == Sync {
+		// The first attempt may have been async and not yet on disk.
+		if err := e.waitDurable(ctx); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]Result, len(r.results))
+	copy(out, r.results)
+	for i := range out {
+		out[i].Replayed = true
+	}
+	return out, nil
+}
+
+func (e *Engine) readIdem(key string) (*idemRec, error) {
+	v, closer, err := e.db.Get(idemKey(key))
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("engine: read idempotency record: %w", err)
+	}
+	defer closer.Close()
+	return decodeIdem(key, v)
+}
+
+// purgeIdempotency deletes records older than the retention from disk and
+// memory.
+func (e *Engine) purgeIdempotency() error {
+	cutoff := e.nowNano() - int64(e.cfg.IdempotencyRetention)
+	t := &e.idem
+	t.mu.Lock()
+	for k, r := range t.recs {
+		if r.created < cutoff && r.flushed {
+			delete(t.recs, k)
+		}
+	}
+	t.mu.Unlock()
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixIdem}, UpperBound: []byte{prefixIdem + 1}})
+	if err != nil {
+		return err
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	for it.First(); it.Valid(); it.Next() {
+		r, err := decodeIdem(string(it.Key()[1:]), it.Value())
+		if err != nil || r.created < cutoff {
+			b.Delete(it.Key(), nil)
+		}
+	}
+	if err := it.Close(); err != nil {
+		return err
+	}
+	if b.Empty() {
+		return nil
+	}
+	return b.Commit(pebble.NoSync)
+}
+
+// fingerprint identifies a request, so a key reused for another request is
+// refused instead of answered with the wrong result.
+func fingerprint(ops []Op) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b []byte
+	str := func(s string) {
+		b = binary.AppendUvarint(b, uint64(len(s)))
+		b = append(b, s...)
+	}
+	for i := range ops {
+		op := &ops[i]
+		b = append(b[:0], byte(op.Type), byte(op.Kind), byte(op.SetMode), b2u8(op.CheckVersion), b2u8(op.KeepTTL), op.HLLPrecision, b2u8(op.Window.Fixed))
+		for _, v := range []int64{op.Delta, op.Value, int64(op.ExpectedVersion), int64(op.TTL), int64(op.Window.Granularity), int64(op.Window.Span), int64(op.Shards), int64(op.Shard)} {
+			b = binary.AppendVarint(b, v)
+		}
+		str(op.ID)
+		b = binary.AppendUvarint(b, uint64(len(op.Items)))
+		for _, it := range op.Items {
+			str(string(it))
+		}
+		b = binary.AppendUvarint(b, uint64(len(op.Sources)))
+		for _, s := range op.Sources {
+			str(s)
+		}
+		b = binary.AppendUvarint(b, uint64(len(op.Fields)))
+		for _, f := range op.Fields {
+			str(f.Name)
+			b = binary.AppendVarint(b, f.Delta)
+		}
+		b = binary.AppendUvarint(b, uint64(len(op.Names)))
+		for _, n := range op.Names {
+			str(n)
+		}
+		d.Write(b)
+	}
+	return d.Sum64()
+}
+
+func b2u8(v bool) byte {
+	if v {
+		return 1
+	}
+	return 0
+}

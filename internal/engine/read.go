@@ -1,0 +1,292 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// Get reads one counter. A missing counter is not an error: it reads as a
+// View with Exists false and Value 0.
+func (e *Engine) Get(id string) (View, error) {
+	if err := ValidateID(id); err != nil {
+		return View{}, err
+	}
+	v := View{ID: id}
+	r, ok, _ := e.acquire(id, false)
+	if !ok {
+		return v, nil
+	}
+	defer e.stripes[r.stripe].mu.Unlock()
+	now := e.nowNano()
+	if !e.liveLocked(&r, now) {
+		return v, nil
+	}
+	e.viewLocked(&r, now, &v)
+	return v, nil
+}
+
+// viewLocked fills v from the live entry r. Caller holds r's stripe lock.
+func (e *Engine) viewLocked(r *ref, now int64, v *View) {
+	en := r.e
+	v.Kind, v.Exists, v.Value, v.Version = en.kind, true, en.value, en.version
+	v.UpdatedAt = time.Unix(0, en.updated).UTC()
+	if en.ext == nil {
+		return
+	}
+	if en.ext.expires != 0 {
+		v.ExpiresAt = time.Unix(0, en.ext.expires).UTC()
+	}
+	switch s := en.ext.state.(type) {
+	case *counter.Sharded:
+		v.Shards = s.Shards()
+	case *counter.PN:
+		v.Replicas = s.Slots()
+	case *counter.HLL:
+		v.Value, v.StdError, v.Precision = int64(s.Count()), s.StdError(), s.Precision()
+	case *counter.Hash:
+		v.Value, v.Fields = 0, s.All()
+	case *counter.Window:
+		t := time.Unix(0, now)
+		v.Value, v.Window, v.Buckets = s.Sum(t), s.Spec(), s.Buckets(t)
+	}
+}
+
+// HGet reads one field of a hash counter.
+func (e *Engine) HGet(id, field string) (int64, bool, error) {
+	if err := ValidateID(id); err != nil {
+		return 0, false, err
+	}
+	r, ok, _ := e.acquire(id, false)
+	if !ok {
+		return 0, false, nil
+	}
+	defer e.stripes[r.stripe].mu.Unlock()
+	if !e.liveLocked(&r, e.nowNano()) {
+		return 0, false, nil
+	}
+	if r.e.kind != KindHash {
+		return 0, false, wrongKind(id, r.e.kind, OpHAdd)
+	}
+	v, ok := r.e.ext.state.(*counter.Hash).Get(field)
+	return v, ok, nil
+}
+
+// PFCount estimates the number of distinct items in the union of the hll
+// counters ids (missing ones count as empty). It returns the estimate and
+// its relative standard error.
+func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
+	if len(ids) == 0 {
+		return 0, 0, fmt.Errorf("%w: no ids", ErrInvalidArgument)
+	}
+	if len(ids) > MaxItems {
+		return 0, 0, fmt.Errorf("%w: %d ids, at most %d", ErrInvalidArgument, len(ids), MaxItems)
+	}
+	for _, id := range ids {
+		if err := ValidateID(id); err != nil {
+			return 0, 0, err
+		}
+	}
+	var union *counter.HLL
+	for _, id := range ids {
+		r, ok, _ := e.acquire(id, false)
+		if !ok {
+			continue
+		}
+		var err error
+		if e.liveLocked(&r, e.nowNano()) {
+			if r.e.kind != KindHLL {
+				err = wrongKind(id, r.e.kind, OpPFAdd)
+			} else if h := r.e.ext.state.(*counter.HLL); union == nil {
+				union = h.Clone()
+			} else {
+				err = mapErr(id, union.Merge(h))
+			}
+		}
+		e.stripes[r.stripe].mu.Unlock()
+		if err != nil {
+			return 0, 0, err
+		}
+	}
+	if union == nil {
+		h, _ := counter.NewHLL(e.cfg.HLLPrecision)
+		return 0, h.StdError(), nil
+	}
+	return union.Count(), union.StdError(), nil
+}
+
+// TTL reports a counter's remaining time to live.
+func (e *Engine) TTL(id string) (ttl time.Duration, hasTTL, exists bool) {
+	if ValidateID(id) != nil {
+		return 0, false, false
+	}
+	r, ok, _ := e.acquire(id, false)
+	if !ok {
+		return 0, false, false
+	}
+	defer e.stripes[r.stripe].mu.Unlock()
+	now := e.nowNano()
+	if !e.liveLocked(&r, now) {
+		return 0, false, false
+	}
+	if x := r.e.ext; x != nil && x.expires != 0 {
+		return time.Duration(x.expires - now), true, true
+	}
+	return 0, false, true
+}
+
+// each calls fn for every live counter in shard no from slab index start
+// until fn returns false; it returns the next slab index to visit, or -1 at
+// the end of the shard. fn runs with the entry's stripe lock held and must
+// not call back into the engine.
+func (e *Engine) each(no int, start int, fn func(id []byte, r *ref, now int64) bool) int {
+	sh := &e.shards[no]
+	now := e.nowNano()
+	sh.mu.RLock()
+	defer sh.mu.RUnlock()
+	for i := start; i < sh.nslab; i++ {
+		en := sh.entryLocked(uint32(i))
+		if en.idLen == 0 {
+			continue
+		}
+		r := ref{sh: sh, shardNo: no, idx: uint32(i), e: en, stripe: stripeIndex(no, uint32(i))}
+		lk := &e.stripes[r.stripe].mu
+		lk.Lock()
+		cont := true
+		if e.liveLocked(&r, now) {
+			cont = fn(sh.idBytesLocked(en), &r, now)
+		}
+		lk.Unlock()
+		if !cont {
+			return i + 1
+		}
+	}
+	return -1
+}
+
+// Scan iterates over counter ids like Redis SCAN: start with cursor 0 and
+// call again with the returned cursor until it is 0. Every counter that
+// exists for the whole iteration is returned exactly once. match is a Redis
+// glob ("" matches everything); count is a hint for the page size.
+func (e *Engine) Scan(cursor uint64, match string, count int) ([]string, uint64) {
+	if count <= 0 {
+		count = 10
+	}
+	no, start := int(cursor>>32), int(cursor&0xFFFFFFFF)
+	var ids []string
+	visited := 0
+	for ; no < numShards; no, start = no+1, 0 {
+		next := e.each(no, start, func(id []byte, _ *ref, _ int64) bool {
+			visited++
+			if match == "" || Glob(match, id) {
+				ids = append(ids, string(id))
+			}
+			return visited < count
+		})
+		if next >= 0 {
+			return ids, uint64(no)<<32 | uint64(next)
+		}
+	}
+	return ids, 0
+}
+
+// Aggregate sums the values of the additive counters whose id starts with
+// prefix.
+func (e *Engine) Aggregate(prefix string) (Aggregate, error) {
+	if len(prefix) > MaxIDLen {
+		return Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", ErrInvalidID, MaxIDLen)
+	}
+	a := Aggregate{Prefix: prefix}
+	var err error
+	for no := 0; no < numShards && err == nil; no++ {
+		e.each(no, 0, func(id []byte, r *ref, now int64) bool {
+			if !strings.HasPrefix(string(id), prefix) || !r.e.kind.Additive() {
+				return true
+			}
+			v := r.e.value
+			if r.e.kind == KindWindow {
+				v = r.e.ext.state.(*counter.Window).Sum(time.Unix(0, now))
+			}
+			if a.Value, err = counter.AddInt64(a.Value, v); err != nil {
+				err = fmt.Errorf("%w: sum of %q*", ErrOverflow, prefix)
+				return false
+			}
+			a.Count++
+			return true
+		})
+	}
+	return a, err
+}
+
+// Len returns the number of live counters (counters whose TTL passed may be
+// counted until they are expired).
+func (e *Engine) Len() int { return int(e.keys.Load()) }
+
+// FlushAll deletes every counter.
+func (e *Engine) FlushAll(ctx context.Context, wo WriteOptions) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	e.gate.RLock()
+	for no := 0; no < numShards; no++ {
+		e.each(no, 0, func(_ []byte, r *ref, _ int64) bool {
+			e.clearLocked(r)
+			return true
+		})
+	}
+	e.gate.RUnlock()
+	if e.durability(wo) == Sync {
+		return e.waitDurable(ctx)
+	}
+	return nil
+}
+
+// Stats returns counters for INFO and metrics.
+func (e *Engine) Stats() Stats {
+	s := Stats{
+		Keys:        e.Len(),
+		Expires:     int(e.expires.Load()),
+		Flushes:     e.fl.flushes.Load(),
+		IdemRecords: e.idem.size(),
+	}
+	if t := e.fl.lastFlush.Load(); t != 0 {
+		s.LastFlush = time.Unix(0, t)
+	}
+	for i := range e.stripes {
+		e.stripes[i].mu.Lock()
+		s.Ops += e.stripes[i].ops
+		e.stripes[i].mu.Unlock()
+	}
+	for i := range e.shards {
+		e.shards[i].dirtyMu.Lock()
+		s.DirtyKeys += len(e.shards[i].dirty)
+		e.shards[i].dirtyMu.Unlock()
+	}
+	return s
+}
+
+// Stats are counters for INFO and metrics.
+type Stats struct {
+	Keys        int    // live counters
+	Expires     int    // live counters with a TTL
+	Ops         uint64 // mutations applied since Open
+	Flushes     uint64 // durable flushes since Open
+	LastFlush   time.Time
+	DirtyKeys   int // counters changed since the last flush
+	IdemRecords int // idempotency records held in memory
+}
+
+// Ready returns nil while the engine serves requests and its last flush
+// succeeded.
+func (e *Engine) Ready() error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if p := e.fl.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}

@@ -1,0 +1,184 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/cockroachdb/pebble"
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// On-disk layout in Pebble:
+//
+//	'c' + id  -> entry (format byte, kind, version, updated, expires, value or state)
+//	'i' + key -> idempotency record
+const (
+	prefixCounter byte = 'c'
+	prefixIdem    byte = 'i'
+	entryFormat   byte = 1
+)
+
+// ErrCorrupt marks a stored value that cannot be decoded.
+var ErrCorrupt = errors.New("engine: corrupt stored value")
+
+func openPebble(cfg Config) (*pebble.DB, error) {
+	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}}
+	dir := cfg.Dir
+	switch {
+	case cfg.FS != nil:
+		opts.FS = cfg.FS
+	case cfg.InMemory:
+		opts.FS = vfs.NewMem()
+		dir = ""
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, fmt.Errorf("engine: open %s: %w", cfg.Dir, err)
+	}
+	return db, nil
+}
+
+// encodeEntry appends en's durable form to buf. Caller holds en's stripe lock.
+func encodeEntry(buf []byte, en *entry) ([]byte, error) {
+	buf = append(buf, entryFormat, byte(en.kind))
+	buf = binary.AppendUvarint(buf, en.version)
+	buf = binary.AppendVarint(buf, en.updated)
+	var exp int64
+	if en.ext != nil {
+		exp = en.ext.expires
+	}
+	buf = binary.AppendVarint(buf, exp)
+	if en.kind == KindCounter {
+		return binary.AppendVarint(buf, en.value), nil
+	}
+	if en.ext == nil || en.ext.state == nil {
+		return nil, fmt.Errorf("engine: %s counter without state", en.kind)
+	}
+	m, ok := en.ext.state.(interface{ MarshalBinary() ([]byte, error) })
+	if !ok {
+		return nil, fmt.Errorf("engine: state %T cannot be encoded", en.ext.state)
+	}
+	b, err := m.MarshalBinary()
+	if err != nil {
+		return nil, err
+	}
+	return append(buf, b...), nil
+}
+
+// decodeEntry fills en (kind, version, updated, value, ext) from b.
+func decodeEntry(b []byte, en *entry) error {
+	if len(b) < 2 || b[0] != entryFormat {
+		return fmt.Errorf("%w: bad header", ErrCorrupt)
+	}
+	k := Kind(b[1])
+	b = b[2:]
+	ver, n := binary.Uvarint(b)
+	if n <= 0 {
+		return fmt.Errorf("%w: version", ErrCorrupt)
+	}
+	b = b[n:]
+	upd, n := binary.Varint(b)
+	if n <= 0 {
+		return fmt.Errorf("%w: updated", ErrCorrupt)
+	}
+	b = b[n:]
+	exp, n := binary.Varint(b)
+	if n <= 0 {
+		return fmt.Errorf("%w: expires", ErrCorrupt)
+	}
+	b = b[n:]
+	en.kind, en.version, en.updated, en.ext = k, ver, upd, nil
+	var st any
+	switch k {
+	case KindCounter:
+		v, n := binary.Varint(b)
+		if n <= 0 || n != len(b) {
+			return fmt.Errorf("%w: value", ErrCorrupt)
+		}
+		en.value = v
+	case KindSharded:
+		s := counter.NewSharded(1)
+		if err := s.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		en.value, st = s.Value(), s
+	case KindPN:
+		p := counter.NewPN()
+		if err := p.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		en.value, st = p.Value(), p
+	case KindHLL:
+		h, _ := counter.NewHLL(14)
+		if err := h.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		st = h
+	case KindWindow:
+		w := &counter.Window{}
+		if err := w.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		st = w
+	case KindHash:
+		h := counter.NewHash()
+		if err := h.UnmarshalBinary(b); err != nil {
+			return err
+		}
+		st = h
+	default:
+		return fmt.Errorf("%w: kind %d", ErrCorrupt, k)
+	}
+	if st != nil || exp != 0 {
+		en.ext = &ext{expires: exp, state: st}
+	}
+	return nil
+}
+
+// load reads every counter into memory. Counters that expired while the
+// node was down are dropped on first access or by the janitor.
+func (e *Engine) load() error {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixCounter}, UpperBound: []byte{prefixCounter + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: load: %w", err)
+	}
+	defer it.Close()
+	for it.First(); it.Valid(); it.Next() {
+		id := string(it.Key()[1:])
+		h := hashID(id)
+		no := shardOf(h)
+		sh := &e.shards[no]
+		i, ok := sh.insertLocked(id, h)
+		if !ok {
+			return fmt.Errorf("engine: load: shard %d full", no)
+		}
+		en := sh.entryLocked(i)
+		if err := decodeEntry(it.Value(), en); err != nil {
+			return fmt.Errorf("engine: load %q: %w", id, err)
+		}
+		e.keys.Add(1)
+		if en.ext != nil && en.ext.expires != 0 {
+			e.expires.Add(1)
+			sh.trackTTL(i)
+		}
+	}
+	return it.Error()
+}
+
+// pebbleLogger sends Pebble's log lines to slog.
+type pebbleLogger struct{ l *slog.Logger }
+
+func (p pebbleLogger) Infof(format string, args ...any) {
+	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Errorf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+}
+func (p pebbleLogger) Fatalf(format string, args ...any) {
+	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
+	panic(fmt.Sprintf("pebble: "+format, args...))
+}

@@ -1,0 +1,139 @@
+// Package server runs one counterd node: it opens the engine and serves the
+// HTTP and Redis-protocol front ends until its context is cancelled, then
+// shuts down gracefully (drains requests, flushes every change to disk).
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Version is reported by INFO and logs; set at build time with
+// -ldflags "-X github.com/counterd/counterd/internal/server.Version=..."
+var Version = "0.1.0-dev"
+
+// NewLogger builds the process logger from the config.
+func NewLogger(cfg *Config) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(cfg.LogLevel))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+// Run serves until ctx is done, then shuts down: it stops accepting, waits
+// up to cfg.ShutdownTimeout for in-flight requests, and closes the engine,
+// which flushes every acknowledged write to disk.
+func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	dur, _ := engine.ParseDurability(cfg.Durability)
+	ecfg := engine.DefaultConfig()
+	ecfg.Dir = cfg.Data
+	ecfg.NodeID = cfg.NodeID
+	ecfg.Durability = dur
+	ecfg.FlushInterval = cfg.FlushInterval
+	ecfg.IdempotencyRetention = cfg.IdempotencyRetention
+	ecfg.IdempotencyMemory = cfg.IdempotencyMemory
+	ecfg.MaxBatch = cfg.MaxBatch
+	ecfg.Logger = log
+	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+		return fmt.Errorf("server: data directory: %w", err)
+	}
+	start := time.Now()
+	eng, err := engine.Open(ecfg)
+	if err != nil {
+		return err
+	}
+	log.Info("engine open", "data", cfg.Data, "counters", eng.Len(), "durability", dur.String(), "took", time.Since(start).Round(time.Millisecond))
+	defer func() {
+		if err := eng.Close(); err != nil {
+			log.Error("engine close", "err", err)
+		} else {
+			log.Info("engine flushed and closed")
+		}
+	}()
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	api := httpapi.New(eng, httpapi.Options{
+		MaxBodyBytes: cfg.MaxBodyBytes,
+		MaxBatch:     cfg.MaxBatch,
+		Registerer:   reg,
+		Gatherer:     reg,
+		Logger:       log,
+	})
+	var handler http.Handler = api
+	if cfg.Pprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", api)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = mux
+	}
+	hln, err := net.Listen("tcp", cfg.HTTP)
+	if err != nil {
+		return fmt.Errorf("server: --http: %w", err)
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 2)
+	go func() {
+		if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("server: http: %w", err)
+		}
+	}()
+	log.Info("http listening", "addr", hln.Addr().String())
+
+	var rs *resp.Server
+	if cfg.RESP != "" {
+		rln, err := net.Listen("tcp", cfg.RESP)
+		if err != nil {
+			hs.Close()
+			return fmt.Errorf("server: --resp: %w", err)
+		}
+		rs = resp.New(eng, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version})
+		go func() {
+			if err := rs.Serve(rln); err != nil {
+				errc <- fmt.Errorf("server: resp: %w", err)
+			}
+		}()
+		log.Info("resp listening", "addr", rln.Addr().String())
+	}
+
+	select {
+	case <-ctx.Done():
+		log.Info("shutting down")
+	case err = <-errc:
+		log.Error("listener failed, shutting down", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	if rs != nil {
+		rs.Close()
+	}
+	if serr := hs.Shutdown(sctx); serr != nil {
+		log.Warn("http shutdown", "err", serr)
+	}
+	return err
+}
