@@ -183,7 +183,7 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 		return nil
 	}
 	err = e.applyLocked(&r, op, nil, e.nowNano(), res)
-	e.stripes[r.stripe].mu.Unlock()
+	r.e.unlock()
 	return err
 }
 
@@ -200,11 +200,11 @@ func (e *Engine) applyMulti(ops []Op, res []Result) error {
 	for i := range ops {
 		create = create || creates(&ops[i])
 	}
-	refs, stripes, err := e.acquireAll(ids, create)
+	refs, locked, err := e.acquireAll(ids, create)
 	if err != nil {
 		return err
 	}
-	defer e.unlockAll(stripes)
+	defer unlockAll(locked)
 	// Undo log: a copy of every entry involved, restored if an op fails.
 	saved := make([]savedEntry, len(refs))
 	for i := range refs {
@@ -238,29 +238,31 @@ func (e *Engine) applyMulti(ops []Op, res []Result) error {
 	return nil
 }
 
-// savedEntry is an undo record: the entry and a deep copy of its state.
+// savedEntry is an undo record: an entry's fields and a deep copy of its
+// state.
 type savedEntry struct {
-	en    entry
-	state any
-	exp   int64
+	value, updated int64
+	version        uint64
+	kind           Kind
+	hasExt         bool
+	exp            int64
+	state          any
 }
 
 func save(en *entry) savedEntry {
-	s := savedEntry{en: *en}
+	s := savedEntry{value: en.value, updated: en.updated, version: en.version, kind: en.kind}
 	if en.ext != nil {
-		s.exp = en.ext.expires
-		s.state = cloneState(en.ext.state)
+		s.hasExt, s.exp, s.state = true, en.ext.expires, cloneState(en.ext.state)
 	}
 	return s
 }
 
+// restore puts back s. The dirty mark stays: the entry is on the dirty list.
 func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
 	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
-	flags := en.flags // keep the dirty mark: the entry is on the dirty list
-	*en = s.en
-	en.flags = flags | s.en.flags
-	if s.en.ext != nil {
+	en.value, en.updated, en.version, en.kind, en.ext = s.value, s.updated, s.version, s.kind, nil
+	if s.hasExt {
 		en.ext = &ext{expires: s.exp, state: s.state}
 	}
 	isLive, isTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
@@ -365,7 +367,7 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 }
 
 // applyLocked applies op to r (and, for PFMERGE, reads srcs). On error the
-// entry is unchanged. Caller holds every involved stripe lock.
+// entry is unchanged. Caller holds every involved lock.
 func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result) error {
 	en := r.e
 	live := e.liveLocked(r, now)

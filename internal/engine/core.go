@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math/rand/v2"
 	"fmt"
 	"sort"
 	"sync"
@@ -11,18 +12,23 @@ import (
 	"github.com/cockroachdb/pebble"
 )
 
-const numStripes = 4096
-
-// stripe is one of the locks that guard entries. Padded to a cache line so
-// two hot counters on different stripes do not share one.
-type stripe struct {
-	mu  sync.Mutex
-	ops uint64 // mutations applied under this stripe, guarded by mu
-	_   [48]byte
+// opsCounter counts mutations without a shared hot cache line: each add
+// goes to one of 64 padded cells picked at random.
+type opsCounter struct {
+	cells [64]struct {
+		n atomic.Uint64
+		_ [56]byte
+	}
 }
 
-func stripeIndex(shardNo int, i uint32) uint32 {
-	return (uint32(shardNo)<<24 | i) * 0x9E3779B1 >> 20 // top 12 bits: 0..4095
+func (c *opsCounter) inc() { c.cells[rand.Uint32()&63].n.Add(1) }
+
+func (c *opsCounter) load() uint64 {
+	var n uint64
+	for i := range c.cells {
+		n += c.cells[i].n.Load()
+	}
+	return n
 }
 
 // Engine is one node's counter state: every counter in memory, made durable
@@ -35,10 +41,10 @@ func stripeIndex(shardNo int, i uint32) uint32 {
 type Engine struct {
 	cfg     Config
 	db      *pebble.DB
-	shards  [numShards]shard
-	stripes [numStripes]stripe
-	now     atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
-	closed  atomic.Bool
+	shards [numShards]shard
+	ops    opsCounter
+	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
+	closed atomic.Bool
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
 	// that record an idempotency result hold it shared, the flusher holds it
@@ -132,15 +138,16 @@ func (e *Engine) durability(wo WriteOptions) Durability {
 	return wo.Durability
 }
 
-// ref is a resolved, possibly locked, entry.
+// ref is a resolved entry, locked or not.
 type ref struct {
 	sh      *shard
 	shardNo int
 	idx     uint32
 	gen     uint32
 	e       *entry
-	stripe  uint32
 }
+
+func (r *ref) order() uint32 { return uint32(r.shardNo)<<24 | r.idx }
 
 // lookup finds id without locking its entry. With create it inserts a new
 // KindNone entry (put on the dirty list, so the flusher reaps it if nothing
@@ -148,39 +155,30 @@ type ref struct {
 func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 	no := shardOf(h)
 	sh := &e.shards[no]
-	sh.mu.RLock()
-	i, ok := sh.findLocked(id, h)
-	if ok {
-		r := ref{sh: sh, shardNo: no, idx: i, e: sh.entryLocked(i), stripe: stripeIndex(no, i)}
-		r.gen = r.e.gen
-		sh.mu.RUnlock()
-		return r, true, nil
+	if i, en, ok := sh.find(id, h); ok {
+		return ref{sh: sh, shardNo: no, idx: i, e: en, gen: en.gen()}, true, nil
 	}
-	sh.mu.RUnlock()
-	if !create {
-		return ref{}, false, nil
-	}
+	// A lock-free miss can be spurious while the shard is reorganised.
 	sh.mu.Lock()
-	i, ok = sh.findLocked(id, h)
+	defer sh.mu.Unlock()
+	i, en, ok := sh.findLocked(id, h)
 	if !ok {
-		i, ok = sh.insertLocked(id, h)
-		if !ok {
-			sh.mu.Unlock()
+		if !create {
+			return ref{}, false, nil
+		}
+		if i, en, ok = sh.insertLocked(id, h); !ok {
 			return ref{}, false, fmt.Errorf("%w: shard full", ErrInvalidArgument)
 		}
-		en := sh.entryLocked(i)
+		en.lock()
 		en.flags |= flagDirty
 		sh.markDirty(i)
+		en.unlock()
 	}
-	r := ref{sh: sh, shardNo: no, idx: i, e: sh.entryLocked(i), stripe: stripeIndex(no, i)}
-	r.gen = r.e.gen
-	sh.mu.Unlock()
-	return r, true, nil
+	return ref{sh: sh, shardNo: no, idx: i, e: en, gen: en.gen()}, true, nil
 }
 
-// acquire resolves id and locks its stripe. The caller unlocks
-// e.stripes[r.stripe].mu. ok is false if the id does not exist and create
-// is false.
+// acquire resolves id and locks its entry; the caller calls r.e.unlock().
+// ok is false if the id does not exist and create is false.
 func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 	h := hashID(id)
 	for {
@@ -188,79 +186,68 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 		if !ok || err != nil {
 			return r, ok, err
 		}
-		e.stripes[r.stripe].mu.Lock()
-		if r.e.gen == r.gen {
+		if r.e.lockGen(r.gen) {
 			return r, true, nil
 		}
 		// Freed by the flusher between lookup and lock: look again.
-		e.stripes[r.stripe].mu.Unlock()
 	}
 }
 
 // acquireAll resolves ids (creating them when create) and locks their
-// stripes in a global order. It returns one ref per id (zero ref for a
-// missing id when !create) and the sorted stripes to unlock.
-func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []uint32, error) {
+// entries in a global order. It returns one ref per id (zero ref for a
+// missing id when !create) and the distinct locked refs, for unlockAll.
+func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) {
 	refs := make([]ref, len(ids))
 	for {
-		stripes := make([]uint32, 0, len(ids))
+		order := make([]*ref, 0, len(ids))
 		for i, id := range ids {
 			r, ok, err := e.lookup(id, hashID(id), create)
 			if err != nil {
 				return nil, nil, err
 			}
+			refs[i] = ref{}
 			if ok {
 				refs[i] = r
-				stripes = append(stripes, r.stripe)
-			} else {
-				refs[i] = ref{}
+				order = append(order, &refs[i])
 			}
 		}
-		sort.Slice(stripes, func(a, b int) bool { return stripes[a] < stripes[b] })
-		stripes = dedupe(stripes)
-		for _, s := range stripes {
-			e.stripes[s].mu.Lock()
-		}
+		sort.Slice(order, func(a, b int) bool { return order[a].order() < order[b].order() })
+		locked := make([]*entry, 0, len(order))
 		valid := true
-		for _, r := range refs {
-			if r.e != nil && r.e.gen != r.gen {
+		for i, r := range order {
+			if i > 0 && order[i-1].e == r.e {
+				if order[i-1].gen != r.gen {
+					valid = false
+					break
+				}
+				continue
+			}
+			if !r.e.lockGen(r.gen) {
 				valid = false
 				break
 			}
+			locked = append(locked, r.e)
 		}
 		if valid {
-			return refs, stripes, nil
+			return refs, locked, nil
 		}
-		e.unlockAll(stripes)
+		unlockAll(locked)
 	}
 }
 
-func (e *Engine) unlockAll(stripes []uint32) {
-	for i := len(stripes) - 1; i >= 0; i-- {
-		e.stripes[stripes[i]].mu.Unlock()
+func unlockAll(locked []*entry) {
+	for i := len(locked) - 1; i >= 0; i-- {
+		locked[i].unlock()
 	}
-}
-
-func dedupe(s []uint32) []uint32 {
-	if len(s) < 2 {
-		return s
-	}
-	out := s[:1]
-	for _, v := range s[1:] {
-		if v != out[len(out)-1] {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // touch records a mutation of r: new version and time, and the dirty mark.
-// Caller holds r's stripe lock.
+// Caller holds r's lock.
 func (e *Engine) touch(r *ref, now int64) {
 	en := r.e
 	en.version++
 	en.updated = now
-	e.stripes[r.stripe].ops++
+	e.ops.inc()
 	if en.flags&flagDirty == 0 {
 		en.flags |= flagDirty
 		r.sh.markDirty(r.idx)
@@ -268,7 +255,7 @@ func (e *Engine) touch(r *ref, now int64) {
 }
 
 // liveLocked reports whether r holds a counter, expiring it first if its TTL
-// has passed. Caller holds r's stripe lock.
+// has passed. Caller holds r's lock.
 func (e *Engine) liveLocked(r *ref, now int64) bool {
 	en := r.e
 	if en == nil || en.kind == KindNone {
@@ -282,7 +269,7 @@ func (e *Engine) liveLocked(r *ref, now int64) bool {
 }
 
 // clearLocked deletes r's counter (the flusher deletes it on disk and frees
-// the slot). Caller holds r's stripe lock.
+// the slot). Caller holds r's lock.
 func (e *Engine) clearLocked(r *ref) {
 	en := r.e
 	if en.kind != KindNone {
@@ -300,7 +287,7 @@ func (e *Engine) clearLocked(r *ref) {
 }
 
 // setExpiresLocked sets (or with 0 clears) r's expiry. Caller holds r's
-// stripe lock and r is live.
+// lock and r is live.
 func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	en := r.e
 	had := en.ext != nil && en.ext.expires != 0

@@ -112,32 +112,33 @@ func (e *Engine) flushOnce() error {
 		if len(list) == 0 {
 			continue
 		}
-		sh.mu.RLock()
+		sh.mu.Lock()
+		a := sh.ar.Load()
 		for _, i := range list {
-			en := sh.entryLocked(i)
-			lk := &e.stripes[stripeIndex(no, i)].mu
-			lk.Lock()
+			en := sh.entryAt(i)
+			en.lock()
+			id, _ := idOf(a, en)
 			en.flags &^= flagDirty
 			key := append(buf[:0], prefixCounter)
-			key = append(key, sh.idBytesLocked(en)...)
+			key = append(key, id...)
 			if en.kind == KindNone {
 				b.Delete(key, nil)
-				reap = append(reap, reapItem{no, i, en.gen})
+				reap = append(reap, reapItem{no, i, en.gen()})
 			} else {
 				val, err := encodeEntry(nil, en)
 				if err != nil {
-					lk.Unlock()
-					sh.mu.RUnlock()
+					en.unlock()
+					sh.mu.Unlock()
 					e.gate.Unlock()
 					b.Close()
-					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", sh.idLocked(en), err))
+					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				b.Set(key, val, nil)
 			}
-			lk.Unlock()
+			en.unlock()
 			buf = key
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 	recs := e.idem.takePending()
 	e.gate.Unlock()
@@ -188,13 +189,14 @@ func (e *Engine) reap(items []reapItem) {
 	for _, it := range items {
 		sh := &e.shards[it.shard]
 		sh.mu.Lock()
-		en := sh.entryLocked(it.idx)
-		lk := &e.stripes[stripeIndex(it.shard, it.idx)].mu
-		lk.Lock()
-		if en.gen == it.gen && en.kind == KindNone && en.flags&flagDirty == 0 {
-			sh.removeLocked(it.idx, hashID(sh.idLocked(en)))
+		en := sh.entryAt(it.idx)
+		if en.lockGen(it.gen) {
+			if en.kind == KindNone && en.flags&flagDirty == 0 {
+				sh.removeLocked(it.idx, hashID(sh.idLocked(en))) // unlocks
+			} else {
+				en.unlock()
+			}
 		}
-		lk.Unlock()
 		sh.mu.Unlock()
 	}
 }
@@ -205,18 +207,17 @@ func (e *Engine) reap(items []reapItem) {
 func (e *Engine) markAllDirty() {
 	for no := range e.shards {
 		sh := &e.shards[no]
-		sh.mu.RLock()
+		sh.mu.Lock()
 		for i := 0; i < sh.nslab; i++ {
-			en := sh.entryLocked(uint32(i))
-			lk := &e.stripes[stripeIndex(no, uint32(i))].mu
-			lk.Lock()
-			if en.idLen > 0 && en.flags&flagDirty == 0 {
+			en := sh.entryAt(uint32(i))
+			en.lock()
+			if en.idRef.Load() != 0 && en.flags&flagDirty == 0 {
 				en.flags |= flagDirty
 				sh.markDirty(uint32(i))
 			}
-			lk.Unlock()
+			en.unlock()
 		}
-		sh.mu.RUnlock()
+		sh.mu.Unlock()
 	}
 }
 
@@ -263,21 +264,19 @@ func (e *Engine) expireDue() {
 		}
 		sh.ttlMu.Unlock()
 		var drop []uint32
-		sh.mu.RLock()
 		for _, i := range idx {
-			if int(i) >= sh.nslab {
+			en := sh.entryAt(i)
+			if en == nil {
 				drop = append(drop, i)
 				continue
 			}
-			r := ref{sh: sh, shardNo: no, idx: i, e: sh.entryLocked(i), stripe: stripeIndex(no, i)}
-			lk := &e.stripes[r.stripe].mu
-			lk.Lock()
-			if !e.liveLocked(&r, now) || r.e.ext == nil || r.e.ext.expires == 0 {
+			r := ref{sh: sh, shardNo: no, idx: i, e: en}
+			en.lock()
+			if !e.liveLocked(&r, now) || en.ext == nil || en.ext.expires == 0 {
 				drop = append(drop, i)
 			}
-			lk.Unlock()
+			en.unlock()
 		}
-		sh.mu.RUnlock()
 		if len(drop) > 0 {
 			sh.ttlMu.Lock()
 			for _, i := range drop {

@@ -1,7 +1,9 @@
 package engine
 
 import (
+	"runtime"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 )
@@ -12,41 +14,50 @@ import (
 //   - a slab of entries in fixed chunks, so *entry pointers never move;
 //   - the id bytes in an arena of fixed chunks (no per-id allocation);
 //   - an open-addressing table of uint32 slots: 8 bits of hash tag and the
-//     entry's slab index + 1 (0 = empty, tombstone = tagged 0).
+//     entry's slab index + 1 (0 = empty, tombstone = tag 0xFF, index 0).
 //
-// This keeps an idle counter near 80 bytes of heap (entry, id bytes, slots)
-// instead of the ~150 a map[string]*struct would cost.
+// An idle counter costs about 80 bytes of heap (entry, id bytes, slots)
+// instead of the ~150 a map[string]*struct would.
 //
-// Locking: shard.mu guards the table, the slab's chunk list, the arena and
-// the free list. An entry's fields are guarded by its stripe lock
-// (Engine.stripe); an entry is only freed by the flusher while holding both
-// shard.mu and the stripe lock, and freeing bumps entry.gen, so a lookup that
-// dropped shard.mu before taking the stripe lock re-checks gen.
+// Concurrency: lookups take no lock. Writers to the index (insert, remove,
+// resize, arena compaction) hold shard.mu and publish with atomic stores:
+// slots are stored atomically, the table, chunk list and arena are
+// published through atomic pointers, and an entry's idRef (arena epoch,
+// offset, length) is stored atomically after its bytes are written. A
+// reader that finds anything inconsistent (an arena from another epoch, an
+// index past the chunk list) falls back to a lookup under shard.mu.
+//
+// Each entry carries its own lock word: bit 0 is the lock, the other bits
+// the entry's generation, bumped when the slot is freed. Locking with the
+// generation seen at lookup therefore also checks that the entry still
+// holds the id that was looked up. All other entry fields are guarded by
+// that lock.
 
 const (
 	numShards     = 256
-	slabChunk     = 256       // entries per slab chunk
-	arenaChunk    = 16 << 10  // bytes per arena chunk
-	maxShardEntry = 1<<24 - 2 // slab index must fit in 24 bits (minus the +1 bias)
+	slabChunk     = 256      // entries per slab chunk
+	arenaChunk    = 16 << 10 // bytes per arena chunk
+	arenaOffBits  = 14       // log2(arenaChunk)
+	arenaOffMask  = arenaChunk - 1
+	maxShardEntry = 1<<24 - 2 // slab index + 1 must fit in 24 bits
 	slotEmpty     = 0
 	slotTombstone = 0xFF << 24
 	slotIndexMask = 1<<24 - 1
 	minTableSize  = 16
-	arenaOffBits  = 14 // log2(arenaChunk)
-	arenaOffMask  = arenaChunk - 1
 )
 
-// entry is one counter. 48 bytes.
+// entry is one counter: 48 bytes.
 type entry struct {
 	value   int64 // counter value (KindCounter) or cached value of the state
 	version uint64
 	updated int64 // unix nanoseconds
 	ext     *ext  // nil for a plain counter without TTL
-	idOff   uint32
-	gen     uint32 // bumped when the slot is freed
-	kind    Kind
-	flags   uint8
-	idLen   uint8
+	// idRef locates the id in the shard's arena: epoch<<40 | len<<32 | off.
+	// 0 when the slot is free. Written under shard.mu, read atomically.
+	idRef atomic.Uint64
+	lk    atomic.Uint32 // gen<<1 | locked
+	kind  Kind
+	flags uint8
 }
 
 const (
@@ -59,17 +70,58 @@ type ext struct {
 	state   any   // *counter.Sharded, *counter.PN, *counter.HLL, *counter.Window or *counter.Hash
 }
 
+// lockGen locks en if its generation is still gen; false means the slot
+// was freed (and maybe reused) since gen was read.
+func (en *entry) lockGen(gen uint32) bool {
+	for spin := 0; ; spin++ {
+		w := en.lk.Load()
+		if w>>1 != gen {
+			return false
+		}
+		if w&1 == 0 && en.lk.CompareAndSwap(w, w|1) {
+			return true
+		}
+		if spin > 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// lock locks en whatever its generation.
+func (en *entry) lock() {
+	for spin := 0; ; spin++ {
+		w := en.lk.Load()
+		if w&1 == 0 && en.lk.CompareAndSwap(w, w|1) {
+			return
+		}
+		if spin > 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+func (en *entry) unlock() { en.lk.Store(en.lk.Load() &^ 1) }
+
+func (en *entry) gen() uint32 { return en.lk.Load() >> 1 }
+
+type table struct{ slots []uint32 } // slots are read and written atomically
+
+type arena struct {
+	epoch  uint64
+	chunks []*[arenaChunk]byte
+	used   int // bytes used in the last chunk, guarded by shard.mu
+}
+
 type shard struct {
-	mu      sync.RWMutex
-	table   []uint32  // guarded by mu
-	used    int       // live slots, guarded by mu
-	tombs   int       // tombstones, guarded by mu
-	chunks  [][]entry // guarded by mu (append); entries guarded by stripes
-	nslab   int       // slab entries handed out, guarded by mu
-	free    []uint32  // freed slab indexes, guarded by mu
-	arena   [][]byte  // guarded by mu
-	garbage int       // arena bytes of freed ids, guarded by mu
-	live    int       // entries in the table, guarded by mu
+	mu      sync.Mutex                    // serializes writers of the fields below
+	tab     atomic.Pointer[table]         //
+	chunks  atomic.Pointer[[]*[slabChunk]entry] //
+	ar      atomic.Pointer[arena]         //
+	used    int                           // live slots, guarded by mu
+	tombs   int                           // tombstones, guarded by mu
+	nslab   int                           // slab entries handed out, guarded by mu
+	free    []uint32                      // freed slab indexes, guarded by mu
+	garbage int                           // arena bytes of freed ids, guarded by mu
 
 	dirtyMu sync.Mutex
 	dirty   []uint32 // slab indexes with flagDirty set, guarded by dirtyMu
@@ -84,55 +136,84 @@ func shardOf(h uint64) int { return int(h >> 56) }
 
 func tagOf(h uint64) uint32 {
 	t := uint32(h>>48) & 0xFF
-	if t == 0 {
-		t = 1 // tag 0 is reserved for tombstones
+	if t == 0 || t == 0xFF {
+		t = 1 // 0xFF tags tombstones
 	}
 	return t
 }
 
-// entryLocked returns the entry at slab index i. Caller holds mu (read or write).
-func (s *shard) entryLocked(i uint32) *entry {
-	return &s.chunks[i/slabChunk][i%slabChunk]
-}
-
-// idLocked returns the id bytes of e as a string that aliases the arena.
-// Caller holds mu; the string is valid until mu is released.
-func (s *shard) idBytesLocked(e *entry) []byte {
-	c := s.arena[e.idOff>>arenaOffBits]
-	o := e.idOff & arenaOffMask
-	return c[o : o+uint32(e.idLen)]
-}
-
-// idLocked returns a copy of the id of e. Caller holds mu.
-func (s *shard) idLocked(e *entry) string { return string(s.idBytesLocked(e)) }
-
-// findLocked returns the slab index of id, or false. Caller holds mu.
-func (s *shard) findLocked(id string, h uint64) (uint32, bool) {
-	if len(s.table) == 0 {
-		return 0, false
+// entryAt returns the entry at slab index i, or nil if the chunk list seen
+// does not reach it.
+func (s *shard) entryAt(i uint32) *entry {
+	cp := s.chunks.Load()
+	if cp == nil || int(i/slabChunk) >= len(*cp) {
+		return nil
 	}
-	mask := uint64(len(s.table) - 1)
+	return &(*cp)[i/slabChunk][i%slabChunk]
+}
+
+// idOf returns the bytes of en's id in arena a, or false if en's id is not
+// in a (freed, or a was replaced by a compaction).
+func idOf(a *arena, en *entry) ([]byte, bool) {
+	ref := en.idRef.Load()
+	if ref == 0 || ref>>40 != a.epoch {
+		return nil, false
+	}
+	n, off := uint32(ref>>32)&0xFF, uint32(ref)
+	c := int(off >> arenaOffBits)
+	if c >= len(a.chunks) {
+		return nil, false
+	}
+	o := off & arenaOffMask
+	return a.chunks[c][o : o+n], true
+}
+
+// idLocked returns a copy of en's id. Caller holds mu.
+func (s *shard) idLocked(en *entry) string {
+	b, _ := idOf(s.ar.Load(), en)
+	return string(b)
+}
+
+// find returns the slab index and entry of id without locking. A miss may
+// be spurious while a writer reorganises the shard; callers that must know
+// call findLocked.
+func (s *shard) find(id string, h uint64) (uint32, *entry, bool) {
+	t := s.tab.Load()
+	if t == nil {
+		return 0, nil, false
+	}
+	a := s.ar.Load()
+	mask := uint64(len(t.slots) - 1)
 	tag := tagOf(h)
-	for p := h & mask; ; p = (p + 1) & mask {
-		v := s.table[p]
+	for p, n := h&mask, 0; n < len(t.slots); p, n = (p+1)&mask, n+1 {
+		v := atomic.LoadUint32(&t.slots[p])
 		if v == slotEmpty {
-			return 0, false
+			return 0, nil, false
 		}
-		if v>>24 == tag && v&slotIndexMask != 0 {
-			i := v&slotIndexMask - 1
-			e := s.entryLocked(i)
-			if int(e.idLen) == len(id) && string(s.idBytesLocked(e)) == id {
-				return i, true
-			}
+		if v>>24 != tag || v&slotIndexMask == 0 {
+			continue
+		}
+		i := v&slotIndexMask - 1
+		en := s.entryAt(i)
+		if en == nil {
+			return 0, nil, false
+		}
+		if b, ok := idOf(a, en); ok && string(b) == id {
+			return i, en, true
 		}
 	}
+	return 0, nil, false
 }
+
+// findLocked is find under mu, where it cannot miss spuriously.
+func (s *shard) findLocked(id string, h uint64) (uint32, *entry, bool) { return s.find(id, h) }
 
 // insertLocked adds id, which must not be present, and returns its new
-// entry's slab index. The entry starts as KindNone. Caller holds mu for write.
-func (s *shard) insertLocked(id string, h uint64) (uint32, bool) {
-	if (s.used+s.tombs+1)*4 >= len(s.table)*3 {
-		s.resizeLocked()
+// entry (KindNone, unlocked). Caller holds mu.
+func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, bool) {
+	t := s.tab.Load()
+	if t == nil || (s.used+s.tombs+1)*4 >= len(t.slots)*3 {
+		t = s.resizeLocked()
 	}
 	var i uint32
 	if n := len(s.free); n > 0 {
@@ -140,121 +221,148 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, bool) {
 		s.free = s.free[:n-1]
 	} else {
 		if s.nslab >= maxShardEntry {
-			return 0, false
+			return 0, nil, false
 		}
 		if s.nslab%slabChunk == 0 {
-			s.chunks = append(s.chunks, make([]entry, slabChunk))
+			var old []*[slabChunk]entry
+			if cp := s.chunks.Load(); cp != nil {
+				old = *cp
+			}
+			nc := append(old[:len(old):len(old)], new([slabChunk]entry))
+			s.chunks.Store(&nc)
 		}
 		i = uint32(s.nslab)
 		s.nslab++
 	}
-	// Set every field but gen: a stale lookup may be reading gen under the
-	// stripe lock to learn that its entry was freed.
-	e := s.entryLocked(i)
-	e.value, e.version, e.updated, e.ext = 0, 0, 0, nil
-	e.kind, e.flags = KindNone, 0
-	e.idLen, e.idOff = uint8(len(id)), s.appendIDLocked(id)
-	s.placeLocked(h, tagOf(h)<<24|(i+1))
+	en := s.entryAt(i)
+	// Lock it: scans (Scan, the janitor) lock entries by slab index.
+	en.lock()
+	en.value, en.version, en.updated, en.ext = 0, 0, 0, nil
+	en.kind, en.flags = KindNone, 0
+	en.idRef.Store(s.appendIDLocked(id))
+	en.unlock()
+	s.placeLocked(t, h, tagOf(h)<<24|(i+1))
 	s.used++
-	s.live++
-	return i, true
+	return i, en, true
 }
 
-func (s *shard) placeLocked(h uint64, v uint32) {
-	mask := uint64(len(s.table) - 1)
+func (s *shard) placeLocked(t *table, h uint64, v uint32) {
+	mask := uint64(len(t.slots) - 1)
 	for p := h & mask; ; p = (p + 1) & mask {
-		switch s.table[p] {
+		switch atomic.LoadUint32(&t.slots[p]) {
 		case slotEmpty:
-			s.table[p] = v
+			atomic.StoreUint32(&t.slots[p], v)
 			return
 		case slotTombstone:
-			s.table[p] = v
+			atomic.StoreUint32(&t.slots[p], v)
 			s.tombs--
 			return
 		}
 	}
 }
 
-// resizeLocked rebuilds the table without tombstones, doubling it if it is
-// more than half full.
-func (s *shard) resizeLocked() {
-	n := len(s.table)
-	if n == 0 {
-		n = minTableSize
-	} else if s.used*2 >= n {
-		n *= 2
-	}
-	old := s.table
-	s.table = make([]uint32, n)
-	s.tombs = 0
-	for _, v := range old {
-		if v == slotEmpty || v == slotTombstone {
-			continue
+// resizeLocked publishes a new table without tombstones, doubled if it is
+// more than half full. Readers of the old table still find every live id.
+func (s *shard) resizeLocked() *table {
+	n := minTableSize
+	old := s.tab.Load()
+	if old != nil {
+		n = len(old.slots)
+		if s.used*2 >= n {
+			n *= 2
 		}
-		e := s.entryLocked(v&slotIndexMask - 1)
-		s.placeLocked(xxhash.Sum64(s.idBytesLocked(e)), v)
 	}
+	t := &table{slots: make([]uint32, n)}
+	s.tombs = 0
+	if old != nil {
+		a := s.ar.Load()
+		for _, v := range old.slots {
+			if v == slotEmpty || v == slotTombstone {
+				continue
+			}
+			b, _ := idOf(a, s.entryAt(v&slotIndexMask-1))
+			s.placeLocked(t, xxhash.Sum64(b), v)
+		}
+	}
+	s.tab.Store(t)
+	return t
 }
 
-func (s *shard) appendIDLocked(id string) uint32 {
-	n := len(s.arena)
-	if n == 0 || len(s.arena[n-1])+len(id) > arenaChunk {
-		s.arena = append(s.arena, make([]byte, 0, arenaChunk))
-		n++
+// appendIDLocked copies id into the arena and returns its idRef.
+func (s *shard) appendIDLocked(id string) uint64 {
+	a := s.ar.Load()
+	if a == nil {
+		a = &arena{epoch: 1}
+		s.ar.Store(a)
 	}
-	c := s.arena[n-1]
-	off := uint32(n-1)<<arenaOffBits | uint32(len(c))
-	s.arena[n-1] = append(c, id...)
-	return off
+	if len(a.chunks) == 0 || a.used+len(id) > arenaChunk {
+		// Publish a new arena value (same epoch, one more chunk): readers
+		// may be reading the old value's chunk list.
+		chunks := append(a.chunks[:len(a.chunks):len(a.chunks)], new([arenaChunk]byte))
+		a = &arena{epoch: a.epoch, chunks: chunks}
+		s.ar.Store(a)
+	}
+	c := len(a.chunks) - 1
+	copy(a.chunks[c][a.used:], id)
+	ref := a.epoch<<40 | uint64(len(id))<<32 | uint64(c)<<arenaOffBits | uint64(a.used)
+	a.used += len(id)
+	return ref
 }
 
-// removeLocked frees slab index i (holding id with hash h). Caller holds mu
-// for write and the entry's stripe lock.
+// removeLocked frees slab index i, whose entry is locked by the caller, and
+// unlocks it with a new generation. Caller holds mu.
 func (s *shard) removeLocked(i uint32, h uint64) {
-	mask := uint64(len(s.table) - 1)
+	t := s.tab.Load()
+	mask := uint64(len(t.slots) - 1)
 	want := i + 1
 	for p := h & mask; ; p = (p + 1) & mask {
-		v := s.table[p]
+		v := atomic.LoadUint32(&t.slots[p])
 		if v == slotEmpty {
 			panic("engine: index invariant broken: removing an entry that is not in the table")
 		}
 		if v != slotTombstone && v&slotIndexMask == want {
-			s.table[p] = slotTombstone
+			atomic.StoreUint32(&t.slots[p], slotTombstone)
 			break
 		}
 	}
-	e := s.entryLocked(i)
-	s.garbage += int(e.idLen)
-	*e = entry{gen: e.gen + 1}
-	// The slot is reused by insertLocked, which resets the other fields.
+	en := s.entryAt(i)
+	s.garbage += int(en.idRef.Load()>>32) & 0xFF
+	en.idRef.Store(0)
+	en.value, en.version, en.updated, en.ext, en.kind, en.flags = 0, 0, 0, nil, KindNone, 0
+	en.lk.Store((en.lk.Load()>>1 + 1) << 1) // new generation, unlocked
 	s.free = append(s.free, i)
 	s.used--
 	s.tombs++
-	s.live--
-	if s.garbage > arenaChunk*4 && s.garbage*2 > len(s.arena)*arenaChunk {
+	if a := s.ar.Load(); s.garbage > arenaChunk*4 && s.garbage*2 > len(a.chunks)*arenaChunk {
 		s.compactArenaLocked()
 	}
 }
 
-// compactArenaLocked copies live ids into a fresh arena. Entries' idOff
-// change, which is why readers resolve ids only while holding mu.
+// compactArenaLocked copies live ids into an arena of the next epoch.
+// Readers holding an idRef of the old epoch see it does not match and look
+// again under mu.
 func (s *shard) compactArenaLocked() {
-	old := s.arena
-	s.arena = nil
-	s.garbage = 0
-	for _, v := range s.table {
+	old := s.ar.Load()
+	na := &arena{epoch: old.epoch + 1}
+	refs := make(map[*entry]uint64)
+	s.ar.Store(na)
+	t := s.tab.Load()
+	for _, v := range t.slots {
 		if v == slotEmpty || v == slotTombstone {
 			continue
 		}
-		e := s.entryLocked(v&slotIndexMask - 1)
-		c := old[e.idOff>>arenaOffBits]
-		o := e.idOff & arenaOffMask
-		e.idOff = s.appendIDLocked(string(c[o : o+uint32(e.idLen)]))
+		en := s.entryAt(v&slotIndexMask - 1)
+		b, _ := idOf(old, en)
+		refs[en] = s.appendIDLocked(string(b))
 	}
+	for en, ref := range refs {
+		en.idRef.Store(ref)
+	}
+	s.garbage = 0
 }
 
 // markDirty puts slab index i on the dirty list. Caller holds the entry's
-// stripe lock and has just set flagDirty.
+// lock and has just set flagDirty.
 func (s *shard) markDirty(i uint32) {
 	s.dirtyMu.Lock()
 	s.dirty = append(s.dirty, i)

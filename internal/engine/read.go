@@ -20,7 +20,7 @@ func (e *Engine) Get(id string) (View, error) {
 	if !ok {
 		return v, nil
 	}
-	defer e.stripes[r.stripe].mu.Unlock()
+	defer r.e.unlock()
 	now := e.nowNano()
 	if !e.liveLocked(&r, now) {
 		return v, nil
@@ -29,7 +29,7 @@ func (e *Engine) Get(id string) (View, error) {
 	return v, nil
 }
 
-// viewLocked fills v from the live entry r. Caller holds r's stripe lock.
+// viewLocked fills v from the live entry r. Caller holds r's lock.
 func (e *Engine) viewLocked(r *ref, now int64, v *View) {
 	en := r.e
 	v.Kind, v.Exists, v.Value, v.Version = en.kind, true, en.value, en.version
@@ -64,7 +64,7 @@ func (e *Engine) HGet(id, field string) (int64, bool, error) {
 	if !ok {
 		return 0, false, nil
 	}
-	defer e.stripes[r.stripe].mu.Unlock()
+	defer r.e.unlock()
 	if !e.liveLocked(&r, e.nowNano()) {
 		return 0, false, nil
 	}
@@ -106,7 +106,7 @@ func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
 				err = mapErr(id, union.Merge(h))
 			}
 		}
-		e.stripes[r.stripe].mu.Unlock()
+		r.e.unlock()
 		if err != nil {
 			return 0, 0, err
 		}
@@ -127,7 +127,7 @@ func (e *Engine) TTL(id string) (ttl time.Duration, hasTTL, exists bool) {
 	if !ok {
 		return 0, false, false
 	}
-	defer e.stripes[r.stripe].mu.Unlock()
+	defer r.e.unlock()
 	now := e.nowNano()
 	if !e.liveLocked(&r, now) {
 		return 0, false, false
@@ -140,26 +140,27 @@ func (e *Engine) TTL(id string) (ttl time.Duration, hasTTL, exists bool) {
 
 // each calls fn for every live counter in shard no from slab index start
 // until fn returns false; it returns the next slab index to visit, or -1 at
-// the end of the shard. fn runs with the entry's stripe lock held and must
+// the end of the shard. fn runs with the entry locked and must
 // not call back into the engine.
 func (e *Engine) each(no int, start int, fn func(id []byte, r *ref, now int64) bool) int {
 	sh := &e.shards[no]
 	now := e.nowNano()
-	sh.mu.RLock()
-	defer sh.mu.RUnlock()
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	a := sh.ar.Load()
 	for i := start; i < sh.nslab; i++ {
-		en := sh.entryLocked(uint32(i))
-		if en.idLen == 0 {
+		en := sh.entryAt(uint32(i))
+		id, ok := idOf(a, en)
+		if !ok {
 			continue
 		}
-		r := ref{sh: sh, shardNo: no, idx: uint32(i), e: en, stripe: stripeIndex(no, uint32(i))}
-		lk := &e.stripes[r.stripe].mu
-		lk.Lock()
+		r := ref{sh: sh, shardNo: no, idx: uint32(i), e: en}
+		en.lock()
 		cont := true
 		if e.liveLocked(&r, now) {
-			cont = fn(sh.idBytesLocked(en), &r, now)
+			cont = fn(id, &r, now)
 		}
-		lk.Unlock()
+		en.unlock()
 		if !cont {
 			return i + 1
 		}
@@ -255,11 +256,7 @@ func (e *Engine) Stats() Stats {
 	if t := e.fl.lastFlush.Load(); t != 0 {
 		s.LastFlush = time.Unix(0, t)
 	}
-	for i := range e.stripes {
-		e.stripes[i].mu.Lock()
-		s.Ops += e.stripes[i].ops
-		e.stripes[i].mu.Unlock()
-	}
+	s.Ops = e.ops.load()
 	for i := range e.shards {
 		e.shards[i].dirtyMu.Lock()
 		s.DirtyKeys += len(e.shards[i].dirty)

@@ -42,7 +42,7 @@ func openPebble(cfg Config) (*pebble.DB, error) {
 	return db, nil
 }
 
-// encodeEntry appends en's durable form to buf. Caller holds en's stripe lock.
+// encodeEntry appends en's durable form to buf. Caller holds en's lock.
 func encodeEntry(buf []byte, en *entry) ([]byte, error) {
 	buf = append(buf, entryFormat, byte(en.kind))
 	buf = binary.AppendUvarint(buf, en.version)
@@ -152,11 +152,10 @@ func (e *Engine) load() error {
 		h := hashID(id)
 		no := shardOf(h)
 		sh := &e.shards[no]
-		i, ok := sh.insertLocked(id, h)
+		i, en, ok := sh.insertLocked(id, h)
 		if !ok {
 			return fmt.Errorf("engine: load: shard %d full", no)
 		}
-		en := sh.entryLocked(i)
 		if err := decodeEntry(it.Value(), en); err != nil {
 			return fmt.Errorf("engine: load %q: %w", id, err)
 		}

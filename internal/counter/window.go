@@ -1,0 +1,455 @@
+package counter
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+)
+
+// Window spec limits.
+const (
+	MinGranularity   = time.Millisecond
+	MaxWindowBuckets = 100000
+)
+
+// WindowSpec describes a time-bucketed counter: buckets of Granularity,
+// aligned to multiples of Granularity since the Unix epoch (UTC), over a
+// window of Span. Sliding windows end at the current bucket; fixed windows
+// are aligned to multiples of Span and reset at their boundaries.
+type WindowSpec struct {
+	Granularity, Span time.Duration
+	Fixed             bool
+}
+
+// Validate returns an error wrapping ErrInvalid unless Granularity is at
+// least MinGranularity and Span is a positive multiple of Granularity of at
+// most MaxWindowBuckets buckets.
+func (s WindowSpec) Validate() error {
+	switch {
+	case s.Granularity < MinGranularity:
+		return fmt.Errorf("%w: window granularity %v is below %v", ErrInvalid, s.Granularity, MinGranularity)
+	case s.Span <= 0 || s.Span%s.Granularity != 0:
+		return fmt.Errorf("%w: window span %v is not a positive multiple of the granularity %v", ErrInvalid, s.Span, s.Granularity)
+	case s.Span/s.Granularity > MaxWindowBuckets:
+		return fmt.Errorf("%w: window of %v at %v has %d buckets, at most %d", ErrInvalid, s.Span, s.Granularity, s.Span/s.Granularity, MaxWindowBuckets)
+	}
+	return nil
+}
+
+// Buckets returns Span/Granularity, the number of buckets in a window, or 0
+// when Granularity is not positive.
+func (s WindowSpec) Buckets() int {
+	if s.Granularity <= 0 {
+		return 0
+	}
+	return int(s.Span / s.Granularity)
+}
+
+// Bucket is one time bucket of a Window: the hits counted in
+// [Start, Start+Granularity).
+type Bucket struct {
+	Start time.Time `json:"start"`
+	Count int64     `json:"count"`
+}
+
+// Window counts hits in time buckets over a sliding or a fixed window. Time
+// is always passed in; a Window never reads a clock.
+//
+// Buckets are numbered floor(t/Granularity) from the Unix epoch, so bucket b
+// covers [b*G, (b+1)*G) in UTC. Let c be the bucket of now and n the number
+// of buckets (Span/Granularity):
+//
+//   - Sliding: Sum(now) counts buckets c-n+1 .. c, that is the buckets whose
+//     start is after now-Span. With G = 1s and Span = 300s, hits at whole
+//     seconds t' are counted by Sum(t) iff t-300 < t' <= t.
+//   - Fixed: Sum(now) counts the buckets of the fixed window that contains
+//     now, [k*Span, (k+1)*Span) with k = floor(now/Span), up to c. The count
+//     drops to zero at each boundary, so a client can get up to twice the
+//     per-window budget through in one Span that straddles a boundary (a
+//     burst at the end of a window and another at the start of the next);
+//     use a sliding window when that matters.
+//
+// Buckets later than now are not counted (a reader whose clock is behind the
+// newest write sees only what happened up to its now).
+//
+// The Window remembers the newest bucket it was given (the head). An Add at
+// an older time (late or out of order) goes to its bucket if that bucket is
+// still in the head's window, and is dropped otherwise (Add returns nil;
+// TryAdd reports it). Moving the head past the window, for example after a
+// gap longer than Span, leaves every older bucket out of the window, so the
+// sum restarts from zero.
+//
+// Memory: a ring of n slots of two int64s (a bucket number and a count),
+// allocated on the first Add; Add never allocates after that. Sum and Buckets
+// walk at most the buckets that changed since the head, at most n.
+//
+// Every bucket stays inside the int64 range. A sliding sum can leave it when
+// negative buckets slide out; Sum then saturates, and Add refuses to take the
+// sum further from zero (ErrOverflow). Times must be representable as int64
+// nanoseconds since the epoch (years 1678 to 2262); Add rejects others with
+// ErrInvalid and Sum treats them as an empty window.
+//
+// Create Windows with NewWindow (the zero value rejects Add). A Window is not
+// safe for concurrent use: the caller serialises access. Sum, Buckets, Spec,
+// Clone and MarshalBinary do not modify the receiver, so concurrent readers
+// are fine under a read lock.
+type Window struct {
+	spec    WindowSpec
+	g, n    int64 // granularity in ns, buckets per window
+	minB    int64 // lowest and highest bucket numbers whose start time fits
+	maxB    int64
+	ring    []wslot // n slots, bucket b in slot b mod n; nil until first used
+	started bool    // head is set
+	head    int64   // newest bucket seen
+	total   i128    // sum of the slots in [lo(head), head]
+}
+
+type wslot struct{ num, count int64 }
+
+// NewWindow returns an empty window, or an error wrapping ErrInvalid if
+// spec.Validate rejects spec.
+func NewWindow(spec WindowSpec) (*Window, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	return newWindow(spec), nil
+}
+
+func newWindow(spec WindowSpec) *Window {
+	g := int64(spec.Granularity)
+	return &Window{
+		spec: spec,
+		g:    g,
+		n:    int64(spec.Span / spec.Granularity),
+		minB: -(math.MaxInt64 / g),
+		maxB: math.MaxInt64 / g,
+	}
+}
+
+// Spec returns the window's spec.
+func (w *Window) Spec() WindowSpec { return w.spec }
+
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// bucketOf returns the number of the bucket holding t, and false if t is
+// outside the representable range (or w is a zero Window).
+func (w *Window) bucketOf(t time.Time) (int64, bool) {
+	if w.g == 0 || t.Before(minTime) || t.After(maxTime) {
+		return 0, false
+	}
+	ns := t.UnixNano()
+	b := ns / w.g
+	if ns%w.g < 0 {
+		b--
+	}
+	if b < w.minB || b > w.maxB {
+		return 0, false
+	}
+	return b, true
+}
+
+// lo returns the first bucket of the window whose last bucket is c.
+func (w *Window) lo(c int64) int64 {
+	if w.spec.Fixed {
+		k := c / w.n
+		if c%w.n < 0 {
+			k--
+		}
+		return k * w.n
+	}
+	return c - w.n + 1
+}
+
+func (w *Window) slotIndex(b int64) int64 {
+	i := b % w.n
+	if i < 0 {
+		i += w.n
+	}
+	return i
+}
+
+// sumRange returns the sum of the slots holding buckets in [a, b], which
+// must lie within [lo(head), head].
+func (w *Window) sumRange(a, b int64) i128 {
+	var s i128
+	if w.ring == nil || a > b {
+		return s
+	}
+	i := w.slotIndex(a)
+	for x := a; x <= b; x++ {
+		if sl := &w.ring[i]; sl.num == x {
+			s = s.addInt64(sl.count)
+		}
+		if i++; i == w.n {
+			i = 0
+		}
+	}
+	return s
+}
+
+// Add adds delta to the bucket of time now; see Window for late and old
+// times. It returns an error wrapping ErrOverflow when the bucket or the
+// window sum would overflow, and one wrapping ErrInvalid for a time outside
+// the representable range or a zero Window. On error nothing changes.
+func (w *Window) Add(now time.Time, delta int64) error {
+	_, err := w.TryAdd(now, delta)
+	return err
+}
+
+// TryAdd is Add that also reports whether the hit was recorded: false, with
+// a nil error, when t is older than the window of the newest bucket seen.
+func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
+	b, ok := w.bucketOf(t)
+	if !ok {
+		if w.g == 0 {
+			return false, fmt.Errorf("%w: zero Window, use NewWindow", ErrInvalid)
+		}
+		return false, fmt.Errorf("%w: time %v is outside the representable range", ErrInvalid, t)
+	}
+	switch {
+	case !w.started || b > w.head:
+		// A new head: buckets before lo(b) leave the window.
+		var kept i128
+		if w.started {
+			newLo, oldLo := w.lo(b), w.lo(w.head)
+			switch {
+			case newLo > w.head:
+				// Everything left the window.
+			case newLo-oldLo <= w.head-newLo:
+				kept = w.total.sub(w.sumRange(oldLo, newLo-1))
+			default:
+				kept = w.sumRange(newLo, w.head)
+			}
+		}
+		total := kept.addInt64(delta)
+		if !sumMoveOK(kept, total) {
+			return false, fmt.Errorf("%w: window sum", ErrOverflow)
+		}
+		if w.ring == nil {
+			w.ring = make([]wslot, w.n)
+		}
+		w.ring[w.slotIndex(b)] = wslot{num: b, count: delta}
+		w.started, w.head, w.total = true, b, total
+		return true, nil
+	case b < w.lo(w.head):
+		return false, nil
+	default:
+		if w.ring == nil { // decoded with no buckets
+			w.ring = make([]wslot, w.n)
+		}
+		sl := &w.ring[w.slotIndex(b)]
+		cur := int64(0)
+		if sl.num == b {
+			cur = sl.count
+		}
+		v, err := AddInt64(cur, delta)
+		if err != nil {
+			return false, fmt.Errorf("%w: window bucket", ErrOverflow)
+		}
+		total := w.total.addInt64(delta)
+		if !sumMoveOK(w.total, total) {
+			return false, fmt.Errorf("%w: window sum", ErrOverflow)
+		}
+		*sl = wslot{num: b, count: v}
+		w.total = total
+		return true, nil
+	}
+}
+
+// visible returns the buckets [a, b] of the window of now that the ring
+// holds, and false if there are none.
+func (w *Window) visible(now time.Time) (a, b int64, ok bool) {
+	c, ok := w.bucketOf(now)
+	if !ok || !w.started {
+		return 0, 0, false
+	}
+	a, b = max(w.lo(c), w.lo(w.head)), min(c, w.head)
+	return a, b, a <= b
+}
+
+// Sum returns the sum of the buckets in the window of now (see Window),
+// saturated to the int64 range.
+func (w *Window) Sum(now time.Time) int64 {
+	a, b, ok := w.visible(now)
+	if !ok {
+		return 0
+	}
+	lh := w.lo(w.head)
+	if a == lh && b == w.head {
+		return w.total.clamp() // the usual case: now is in the head's bucket
+	}
+	// Walk the shorter of [a, b] and its complement in [lh, head].
+	if b-a+1 <= (w.head-lh+1)/2 {
+		return w.sumRange(a, b).clamp()
+	}
+	return w.total.sub(w.sumRange(lh, a-1)).sub(w.sumRange(b+1, w.head)).clamp()
+}
+
+// Buckets returns the buckets of the window of now that have a non-zero
+// count, oldest first (buckets without hits, or whose hits cancel out, are
+// left out).
+func (w *Window) Buckets(now time.Time) []Bucket {
+	a, b, ok := w.visible(now)
+	if !ok || w.ring == nil {
+		return nil
+	}
+	var out []Bucket
+	for x := a; x <= b; x++ {
+		if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
+			out = append(out, Bucket{Start: time.Unix(0, x*w.g).UTC(), Count: sl.count})
+		}
+	}
+	return out
+}
+
+// Clone returns a deep copy of w.
+func (w *Window) Clone() *Window {
+	c := *w
+	c.ring = slices.Clone(w.ring)
+	return &c
+}
+
+const (
+	windowFixed   byte = 1 << 0
+	windowStarted byte = 1 << 1
+)
+
+// MarshalBinary encodes w as: format byte 0x41, flags (bit 0 fixed, bit 1
+// head set), uvarint granularity and span in nanoseconds, and when the head
+// is set: zigzag varint head bucket, uvarint count of non-zero buckets in
+// the head's window, and per bucket, oldest first, the uvarint distance
+// head-bucket and the zigzag varint count. Windows with the same spec, head
+// and buckets have equal encodings.
+func (w *Window) MarshalBinary() ([]byte, error) {
+	if w.g == 0 {
+		return nil, fmt.Errorf("%w: zero Window, use NewWindow", ErrInvalid)
+	}
+	var flags byte
+	if w.spec.Fixed {
+		flags |= windowFixed
+	}
+	if w.started {
+		flags |= windowStarted
+	}
+	b := make([]byte, 0, 64)
+	b = append(b, formatWindow, flags)
+	b = binary.AppendUvarint(b, uint64(w.spec.Granularity))
+	b = binary.AppendUvarint(b, uint64(w.spec.Span))
+	if !w.started {
+		return b, nil
+	}
+	b = binary.AppendVarint(b, w.head)
+	lh := w.lo(w.head)
+	n := 0
+	if w.ring != nil {
+		for x := lh; x <= w.head; x++ {
+			if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
+				n++
+			}
+		}
+	}
+	b = binary.AppendUvarint(b, uint64(n))
+	if n == 0 {
+		return b, nil
+	}
+	for x := lh; x <= w.head; x++ {
+		if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
+			b = binary.AppendUvarint(b, uint64(w.head-x))
+			b = binary.AppendVarint(b, sl.count)
+		}
+	}
+	return b, nil
+}
+
+// UnmarshalBinary replaces w with the decoded window. Input that is not a
+// valid encoding (unknown flags, an invalid spec, a head outside the
+// representable range, buckets outside the head's window or out of order,
+// zero counts, trailing bytes, ...) returns an error wrapping ErrCorrupt and
+// leaves w unchanged. Besides what the input length allows, it allocates the
+// ring of the encoded spec, at most 16 * MaxWindowBuckets bytes.
+func (w *Window) UnmarshalBinary(data []byte) error {
+	d, err := newDecoder("window", data, formatWindow)
+	if err != nil {
+		return err
+	}
+	flags, err := d.byte()
+	if err != nil {
+		return err
+	}
+	if flags&^(windowFixed|windowStarted) != 0 {
+		return d.errorf("unknown flags %#02x", flags)
+	}
+	g, err := d.uvarint()
+	if err != nil {
+		return err
+	}
+	span, err := d.uvarint()
+	if err != nil {
+		return err
+	}
+	if g > math.MaxInt64 || span > math.MaxInt64 {
+		return d.errorf("duration overflows int64")
+	}
+	spec := WindowSpec{Granularity: time.Duration(g), Span: time.Duration(span), Fixed: flags&windowFixed != 0}
+	if err := spec.Validate(); err != nil {
+		return d.errorf("%v", err)
+	}
+	out := newWindow(spec)
+	if flags&windowStarted != 0 {
+		if out.head, err = d.varint(); err != nil {
+			return err
+		}
+		if out.head < out.minB || out.head > out.maxB {
+			return d.errorf("head bucket %d outside the representable range", out.head)
+		}
+		out.started = true
+		n, err := d.count("buckets", 2)
+		if err != nil {
+			return err
+		}
+		width := uint64(out.head - out.lo(out.head)) // head - first bucket of its window
+		if uint64(n) > width+1 {
+			return d.errorf("%d buckets in a window of %d", n, width+1)
+		}
+		if n > 0 {
+			out.ring = make([]wslot, out.n)
+		}
+		prev := uint64(0)
+		for k := range n {
+			dist, err := d.uvarint()
+			if err != nil {
+				return err
+			}
+			if dist > width {
+				return d.errorf("bucket %d before the head is outside its window", dist)
+			}
+			if k > 0 && dist >= prev {
+				return d.errorf("buckets are not oldest first")
+			}
+			prev = dist
+			count, err := d.varint()
+			if err != nil {
+				return err
+			}
+			if count == 0 {
+				return d.errorf("bucket with a zero count")
+			}
+			x := out.head - int64(dist)
+			if x < out.minB {
+				return d.errorf("bucket %d outside the representable range", x)
+			}
+			out.ring[out.slotIndex(x)] = wslot{num: x, count: count}
+			out.total = out.total.addInt64(count)
+		}
+	}
+	if err := d.end(); err != nil {
+		return err
+	}
+	*w = *out
+	return nil
+}
