@@ -182,6 +182,9 @@ type Op struct {
 	Shards       int                  // OpAdd creating a KindSharded (0: engine default)
 	Shard        int                  // OpAdd on KindSharded: shard index, or -1 for any
 	HLLPrecision uint8                // OpPFAdd/OpPFMerge creating a KindHLL (0: engine default)
+	// Estimate, for OpPFAdd: also set Result.Value to the estimate after the
+	// add (costs a pass over the registers, so RESP PFADD does not ask).
+	Estimate bool
 }
 
 // SetMode qualifies OpSet like Redis SET NX/XX.
@@ -200,8 +203,7 @@ type Result struct {
 	Kind Kind   `json:"kind"`
 	// Value is the new value: the sum for sharded, pn and window counters,
 	// the number of fields removed for OpHDel, the estimate after OpPFMerge.
-	// OpPFAdd does not estimate (that is costly on a dense sketch): read the
-	// count with PFCount.
+	// OpPFAdd estimates only when Op.Estimate is set.
 	Value   int64  `json:"value"`
 	Version uint64 `json:"version"` // new version
 	// Changed reports whether the op changed state: false for SET NX/XX that

@@ -49,6 +49,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 	if err != nil {
 		return Result{}, err
 	}
+	e.ops.inc()
 	if e.durability(wo) == Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return Result{}, err
@@ -82,6 +83,7 @@ func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]R
 	if err := e.applyMulti(ops, res); err != nil {
 		return nil, err
 	}
+	e.ops.add(len(ops))
 	if e.durability(wo) == Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err
@@ -154,6 +156,9 @@ func (e *Engine) validate(op *Op) error {
 		}
 	default:
 		return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
+	}
+	if op.TTL > MaxTTL {
+		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, MaxTTL)
 	}
 	if op.HLLPrecision != 0 {
 		if err := counter.ValidatePrecision(op.HLLPrecision); err != nil {
@@ -417,7 +422,7 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		en.value = op.Value
 		switch {
 		case op.TTL > 0:
-			e.setExpiresLocked(r, now+int64(op.TTL))
+			e.setExpiresLocked(r, expiry(now, op.TTL))
 		case !op.KeepTTL:
 			e.setExpiresLocked(r, 0)
 		}
@@ -444,7 +449,7 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 			}
 			e.setExpiresLocked(r, 0)
 		default:
-			e.setExpiresLocked(r, now+int64(op.TTL))
+			e.setExpiresLocked(r, expiry(now, op.TTL))
 		}
 	case OpPFAdd:
 		if live && en.kind != KindHLL {
@@ -461,6 +466,9 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 			if h.Add(it) {
 				res.Changed = true
 			}
+		}
+		if op.Estimate {
+			res.Value = int64(h.Count())
 		}
 		if !res.Changed {
 			res.Kind, res.Version = en.kind, en.version
@@ -558,6 +566,12 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 	}
 	return nil
 }
+
+// MaxTTL is the longest time to live: longer ones are refused.
+const MaxTTL = 100 * 365 * 24 * time.Hour
+
+// expiry is now+ttl; validate bounds ttl by MaxTTL so it cannot overflow.
+func expiry(now int64, ttl time.Duration) int64 { return now + int64(ttl) }
 
 // addLocked adds op.Delta to the additive counter r. On error nothing changes.
 func (e *Engine) addLocked(r *ref, op *Op, now int64) error {

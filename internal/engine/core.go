@@ -2,8 +2,8 @@ package engine
 
 import (
 	"context"
-	"math/rand/v2"
 	"fmt"
+	"math/rand/v2"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -23,6 +23,8 @@ type opsCounter struct {
 
 func (c *opsCounter) inc() { c.cells[rand.Uint32()&63].n.Add(1) }
 
+func (c *opsCounter) add(n int) { c.cells[rand.Uint32()&63].n.Add(uint64(n)) }
+
 func (c *opsCounter) load() uint64 {
 	var n uint64
 	for i := range c.cells {
@@ -39,8 +41,8 @@ func (c *opsCounter) load() uint64 {
 // Engine is safe for concurrent use. Call Close once when done; Close flushes
 // everything to disk.
 type Engine struct {
-	cfg     Config
-	db      *pebble.DB
+	cfg    Config
+	db     *pebble.DB
 	shards [numShards]shard
 	ops    opsCounter
 	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
@@ -247,7 +249,6 @@ func (e *Engine) touch(r *ref, now int64) {
 	en := r.e
 	en.version++
 	en.updated = now
-	e.ops.inc()
 	if en.flags&flagDirty == 0 {
 		en.flags |= flagDirty
 		r.sh.markDirty(r.idx)

@@ -204,6 +204,7 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions)
 	if err != nil {
 		return nil, err
 	}
+	e.ops.add(len(ops))
 	if e.durability(wo) == Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err

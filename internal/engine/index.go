@@ -113,15 +113,15 @@ type arena struct {
 }
 
 type shard struct {
-	mu      sync.Mutex                    // serializes writers of the fields below
-	tab     atomic.Pointer[table]         //
+	mu      sync.Mutex                          // serializes writers of the fields below
+	tab     atomic.Pointer[table]               //
 	chunks  atomic.Pointer[[]*[slabChunk]entry] //
-	ar      atomic.Pointer[arena]         //
-	used    int                           // live slots, guarded by mu
-	tombs   int                           // tombstones, guarded by mu
-	nslab   int                           // slab entries handed out, guarded by mu
-	free    []uint32                      // freed slab indexes, guarded by mu
-	garbage int                           // arena bytes of freed ids, guarded by mu
+	ar      atomic.Pointer[arena]               //
+	used    int                                 // live slots, guarded by mu
+	tombs   int                                 // tombstones, guarded by mu
+	nslab   int                                 // slab entries handed out, guarded by mu
+	free    []uint32                            // freed slab indexes, guarded by mu
+	garbage int                                 // arena bytes of freed ids, guarded by mu
 
 	dirtyMu sync.Mutex
 	dirty   []uint32 // slab indexes with flagDirty set, guarded by dirtyMu

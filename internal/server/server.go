@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -83,14 +84,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	})
 	var handler http.Handler = api
 	if cfg.Pprof {
-		mux := http.NewServeMux()
-		mux.Handle("/", api)
-		mux.HandleFunc("/debug/pprof/", pprof.Index)
-		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		handler = mux
+		// Route by prefix rather than through another ServeMux, which would
+		// clean and redirect API paths before the API sees them.
+		prof := http.NewServeMux()
+		prof.HandleFunc("/debug/pprof/", pprof.Index)
+		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
+				prof.ServeHTTP(w, r)
+				return
+			}
+			api.ServeHTTP(w, r)
+		})
 	}
 	hln, err := net.Listen("tcp", cfg.HTTP)
 	if err != nil {

@@ -1,0 +1,46 @@
+# counterd — run `make help` for the targets.
+GO ?= go
+PKGS ?= ./...
+
+.PHONY: help build test test-short bench bench-smoke fuzz vet fmt lint deps run clean
+
+help: ## list the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+build: ## build bin/counterd and bin/counterctl
+	$(GO) build -o bin/counterd ./cmd/counterd
+	$(GO) build -o bin/counterctl ./cmd/counterctl
+
+run: ## run counterd on its embedded default (./data, :8080 HTTP, :6380 RESP)
+	$(GO) run ./cmd/counterd
+
+test: ## run every test with the race detector (what CI runs)
+	$(GO) test -race -count=1 $(PKGS)
+
+test-short: ## quick tests without the race detector or subprocess tests
+	$(GO) test -short -count=1 $(PKGS)
+
+vet: ## go vet
+	$(GO) vet $(PKGS)
+
+fmt: ## gofmt every file
+	gofmt -w $$(git ls-files '*.go')
+
+bench: ## run the benchmarks quoted in BENCHMARKS.md
+	$(GO) test -run '^$$' -bench . -benchtime=2s -count=3 ./internal/engine/ ./internal/counter/
+
+bench-smoke: ## run every benchmark once, so they keep compiling and running
+	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
+
+fuzz: ## run each fuzz target for FUZZTIME (default 20s)
+	@for pkg in $$($(GO) list $(PKGS)); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$pkg || exit 1; \
+	  done; \
+	done
+
+deps: ## install the system packages tests use (redis-tools, redis-server)
+	./scripts/install-deps.sh
+
+clean: ## remove build output and the default data directory
+	rm -rf bin data

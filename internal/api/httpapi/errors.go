@@ -1,0 +1,122 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Errors of the HTTP layer itself; engine errors are used as they are.
+var (
+	errInvalidJSON      = errors.New("invalid JSON")
+	errBodyTooLarge     = errors.New("request body too large")
+	errRouteNotFound    = errors.New("not found")
+	errMethodNotAllowed = errors.New("method not allowed")
+)
+
+// Wire error codes (docs/http-api.md, "Errors").
+const (
+	codeInvalidID        = "invalid_id"
+	codeInvalidJSON      = "invalid_json"
+	codeInvalidArgument  = "invalid_argument"
+	codeWrongKind        = "wrong_kind"
+	codeVersionConflict  = "version_conflict"
+	codeOverflow         = "overflow"
+	codeIdempotencyReuse = "idempotency_key_reused"
+	codeNotFound         = "not_found"
+	codeMethodNotAllowed = "method_not_allowed"
+	codeBodyTooLarge     = "body_too_large"
+	codeBatchTooLarge    = "batch_too_large"
+	codeUnavailable      = "unavailable"
+	codeInternal         = "internal"
+)
+
+// errorTable maps errors to wire codes and statuses. It is the only place
+// where engine sentinel errors become HTTP answers; the first entry that
+// errors.Is matches wins.
+var errorTable = []struct {
+	err    error
+	code   string
+	status int
+}{
+	{engine.ErrInvalidID, codeInvalidID, http.StatusBadRequest},
+	{errInvalidJSON, codeInvalidJSON, http.StatusBadRequest},
+	{engine.ErrInvalidArgument, codeInvalidArgument, http.StatusBadRequest},
+	{engine.ErrWrongKind, codeWrongKind, http.StatusConflict},
+	{engine.ErrVersionConflict, codeVersionConflict, http.StatusConflict},
+	{engine.ErrOverflow, codeOverflow, http.StatusUnprocessableEntity},
+	{engine.ErrIdempotencyReuse, codeIdempotencyReuse, http.StatusUnprocessableEntity},
+	{engine.ErrNotFound, codeNotFound, http.StatusNotFound},
+	{errRouteNotFound, codeNotFound, http.StatusNotFound},
+	{errMethodNotAllowed, codeMethodNotAllowed, http.StatusMethodNotAllowed},
+	{errBodyTooLarge, codeBodyTooLarge, http.StatusRequestEntityTooLarge},
+	{engine.ErrBatchTooLarge, codeBatchTooLarge, http.StatusRequestEntityTooLarge},
+	{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
+	{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
+	{context.Canceled, codeUnavailable, http.StatusServiceUnavailable},
+}
+
+// classify returns the wire code and HTTP status of err.
+func classify(err error) (code string, status int) {
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return e.code, e.status
+		}
+	}
+	return codeInternal, http.StatusInternalServerError
+}
+
+// errorBody is the JSON of every error answer.
+type errorBody struct {
+	Status string      `json:"status"` // "error"
+	Error  errorDetail `json:"error"`
+	// Index is the failing op of a batch (also in Error.Index).
+	Index *int `json:"index,omitempty"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Index   *int   `json:"index,omitempty"`
+}
+
+// indexError marks the error of op Index of a batch.
+type indexError struct {
+	Index int
+	Err   error
+}
+
+func (e *indexError) Error() string { return fmt.Sprintf("op %d: %v", e.Index, e.Err) }
+func (e *indexError) Unwrap() error { return e.Err }
+
+// writeError writes err as the JSON error answer.
+func (h *Handler) writeError(w http.ResponseWriter, err error) {
+	code, status := classify(err)
+	if sw, ok := w.(*statusWriter); ok {
+		sw.err = err
+	}
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error" // details go to the log only
+	}
+	body := errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}}
+	var ie *indexError
+	var be *engine.BatchError
+	switch {
+	case errors.As(err, &ie):
+		i := ie.Index
+		body.Index, body.Error.Index = &i, &i
+	case errors.As(err, &be):
+		i := be.Index
+		body.Index, body.Error.Index = &i, &i
+	}
+	writeJSON(w, status, body)
+}
+
+// invalidArgf returns an error wrapping engine.ErrInvalidArgument.
+func invalidArgf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", engine.ErrInvalidArgument, fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,383 @@
+package httpapi
+
+import (
+	_ "embed"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// mutate runs a single-op mutation route: validate the path id and write
+// options, decode the body into req (nil: no body), build the op, apply it
+// and answer with the encoding of the op named name.
+func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, req any, build func(id string) (engine.Op, error)) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	wo, err := writeOptions(r)
+	if err != nil {
+		return err
+	}
+	if req != nil {
+		if err := h.decodeBody(w, r, req); err != nil {
+			return err
+		}
+	}
+	op, err := build(id)
+	if err != nil {
+		return err
+	}
+	res, err := h.eng.Apply(r.Context(), op, wo)
+	if err != nil {
+		return err
+	}
+	if res.Replayed {
+		w.Header().Set("Idempotency-Replayed", "true")
+	}
+	writeJSON(w, http.StatusOK, resultBody(name, res))
+	return nil
+}
+
+func (h *Handler) increment(w http.ResponseWriter, r *http.Request) error {
+	var q incrRequest
+	return h.mutate(w, r, "increment", &q, func(id string) (engine.Op, error) { return q.op(id, false) })
+}
+
+func (h *Handler) decrement(w http.ResponseWriter, r *http.Request) error {
+	var q incrRequest
+	return h.mutate(w, r, "decrement", &q, func(id string) (engine.Op, error) { return q.op(id, true) })
+}
+
+func (h *Handler) set(w http.ResponseWriter, r *http.Request) error {
+	var q setRequest
+	return h.mutate(w, r, "set", &q, q.op)
+}
+
+func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
+	return h.mutate(w, r, "delete", nil, func(id string) (engine.Op, error) {
+		return engine.Op{Type: engine.OpDelete, ID: id}, nil
+	})
+}
+
+func (h *Handler) expire(w http.ResponseWriter, r *http.Request) error {
+	var q ttlRequest
+	return h.mutate(w, r, "expire", &q, func(id string) (engine.Op, error) { return q.op(id, 1) })
+}
+
+func (h *Handler) persist(w http.ResponseWriter, r *http.Request) error {
+	return h.mutate(w, r, "persist", nil, func(id string) (engine.Op, error) {
+		return engine.Op{Type: engine.OpExpire, ID: id, TTL: 0}, nil
+	})
+}
+
+func (h *Handler) pfadd(w http.ResponseWriter, r *http.Request) error {
+	var q pfaddRequest
+	return h.mutate(w, r, "pfadd", &q, q.op)
+}
+
+func (h *Handler) pfmerge(w http.ResponseWriter, r *http.Request) error {
+	var q pfmergeRequest
+	return h.mutate(w, r, "pfmerge", &q, q.op)
+}
+
+func (h *Handler) hincr(w http.ResponseWriter, r *http.Request) error {
+	var q hincrRequest
+	return h.mutate(w, r, "hincr", &q, q.op)
+}
+
+func (h *Handler) hdel(w http.ResponseWriter, r *http.Request) error {
+	field := r.PathValue("field")
+	return h.mutate(w, r, "hdel", nil, func(id string) (engine.Op, error) {
+		q := hdelRequest{Field: &field}
+		return q.op(id)
+	})
+}
+
+func (h *Handler) batch(w http.ResponseWriter, r *http.Request) error {
+	wo, err := writeOptions(r)
+	if err != nil {
+		return err
+	}
+	var q batchRequest
+	if err := h.decodeBody(w, r, &q); err != nil {
+		return err
+	}
+	if q.Ops == nil {
+		return invalidArgf("ops: missing")
+	}
+	raws := *q.Ops
+	if len(raws) > h.opts.MaxBatch {
+		return fmt.Errorf("%w: %d ops, at most %d", engine.ErrBatchTooLarge, len(raws), h.opts.MaxBatch)
+	}
+	ops := make([]engine.Op, len(raws))
+	names := make([]string, len(raws))
+	for i, raw := range raws {
+		ops[i], names[i], err = decodeBatchOp(raw)
+		if err != nil {
+			return &indexError{Index: i, Err: err}
+		}
+	}
+	results, err := h.eng.ApplyBatch(r.Context(), ops, wo)
+	if err != nil {
+		return err
+	}
+	out := batchAnswer{Results: make([]any, 0, len(results)), Status: "ok"}
+	for i, res := range results {
+		if res.Replayed {
+			w.Header().Set("Idempotency-Replayed", "true")
+		}
+		name := "increment"
+		if i < len(names) {
+			name = names[i]
+		}
+		out.Results = append(out.Results, resultBody(name, res))
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := h.eng.Get(id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, viewBody(id, v))
+	return nil
+}
+
+func (h *Handler) ttl(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	ttl, hasTTL, exists := h.eng.TTL(id)
+	ms := ttl.Milliseconds()
+	switch {
+	case !exists:
+		ms = -2
+	case !hasTTL:
+		ms = -1
+	case ms < 0:
+		ms = 0
+	}
+	writeJSON(w, http.StatusOK, ttlAnswer{ID: id, TTLMs: ms})
+	return nil
+}
+
+func (h *Handler) pfcount(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	n, stdErr, err := h.eng.PFCount(id)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, pfcountAnswer{ID: id, Value: n, StdError: stdErr})
+	return nil
+}
+
+// pfcountRequest is the body of POST /pfcount.
+type pfcountRequest struct {
+	IDs *[]string `json:"ids"`
+}
+
+func (h *Handler) pfcountUnion(w http.ResponseWriter, r *http.Request) error {
+	var q pfcountRequest
+	if err := h.decodeBody(w, r, &q); err != nil {
+		return err
+	}
+	if q.IDs == nil || len(*q.IDs) == 0 {
+		return invalidArgf("ids: missing or empty")
+	}
+	if len(*q.IDs) > h.opts.MaxBatch {
+		return fmt.Errorf("%w: %d ids, at most %d", engine.ErrBatchTooLarge, len(*q.IDs), h.opts.MaxBatch)
+	}
+	for i, id := range *q.IDs {
+		if err := engine.ValidateID(id); err != nil {
+			return fmt.Errorf("ids[%d]: %w", i, err)
+		}
+	}
+	n, stdErr, err := h.eng.PFCount(*q.IDs...)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, pfcountAnswer{Value: n, StdError: stdErr})
+	return nil
+}
+
+func (h *Handler) fields(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := h.eng.Get(id)
+	if err != nil {
+		return err
+	}
+	if v.Exists && v.Kind != engine.KindHash {
+		return fmt.Errorf("%w: %q is a %s, not a hash", engine.ErrWrongKind, id, v.Kind)
+	}
+	writeJSON(w, http.StatusOK, fieldsAnswer{ID: id, Fields: fieldMap(v.Fields)})
+	return nil
+}
+
+func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	field := r.PathValue("field")
+	if field == "" {
+		return invalidArgf("field: empty name")
+	}
+	val, ok, err := h.eng.HGet(id, field)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, hgetAnswer{ID: id, Field: field, Value: val, Exists: ok})
+	return nil
+}
+
+func (h *Handler) window(w http.ResponseWriter, r *http.Request) error {
+	id, err := pathID(r)
+	if err != nil {
+		return err
+	}
+	v, err := h.eng.Get(id)
+	if err != nil {
+		return err
+	}
+	if v.Exists && v.Kind != engine.KindWindow {
+		return fmt.Errorf("%w: %q is a %s, not a window", engine.ErrWrongKind, id, v.Kind)
+	}
+	writeJSON(w, http.StatusOK, windowBody(id, v))
+	return nil
+}
+
+func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
+	seg := r.PathValue("id")
+	prefix, ok := strings.CutSuffix(seg, "*")
+	if !ok {
+		return invalidArgf("aggregate: the id segment must end with *, got %q", truncate(seg, 64))
+	}
+	if prefix != "" {
+		if err := engine.ValidateID(prefix); err != nil {
+			return err
+		}
+	}
+	a, err := h.eng.Aggregate(prefix)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, aggregateAnswer{Prefix: prefix, Value: a.Value, Count: a.Count})
+	return nil
+}
+
+// Listing limits of GET /counters.
+const (
+	defaultListLimit = 100
+	maxListLimit     = 10000
+)
+
+func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return invalidArgf("query: %v", err)
+	}
+	prefix, match := q.Get("prefix"), q.Get("match")
+	var cursor uint64
+	if s := q.Get("cursor"); s != "" {
+		if cursor, err = strconv.ParseUint(s, 10, 64); err != nil {
+			return invalidArgf("cursor: %q is not an unsigned integer", truncate(s, 40))
+		}
+	}
+	limit := defaultListLimit
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > maxListLimit {
+			return invalidArgf("limit: %q is not in 1..%d", truncate(s, 40), maxListLimit)
+		}
+		limit = n
+	}
+	// The engine matches Redis globs: a prefix alone becomes the pattern
+	// "prefix*" (escaped); with a match as well, the prefix filters here.
+	pattern, filter := match, ""
+	if prefix != "" {
+		if match == "" {
+			pattern = globEscape(prefix) + "*"
+		} else {
+			filter = prefix
+		}
+	}
+	ids, next := h.eng.Scan(cursor, pattern, limit)
+	out := listAnswer{IDs: make([]string, 0, len(ids)), Cursor: next}
+	for _, id := range ids {
+		if strings.HasPrefix(id, filter) {
+			out.IDs = append(out.IDs, id)
+		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, statusAnswer{Status: "ok"})
+	return nil
+}
+
+func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
+	if err := h.ready(); err != nil {
+		if sw, ok := w.(*statusWriter); ok {
+			sw.err = err
+		}
+		writeJSON(w, http.StatusServiceUnavailable, errorBody{
+			Status: "error",
+			Error:  errorDetail{Code: codeUnavailable, Message: err.Error()},
+		})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, statusAnswer{Status: "ok"})
+	return nil
+}
+
+func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
+	h.metrics.http.ServeHTTP(w, r)
+	return nil
+}
+
+//go:embed openapi.json
+var openapiJSON []byte
+
+func (h *Handler) openapi(w http.ResponseWriter, r *http.Request) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := w.Write(openapiJSON)
+	if err != nil {
+		h.log.Debug("writing openapi.json", slog.Any("err", err))
+	}
+	return nil
+}
+
+// globEscape escapes the Redis glob metacharacters of s.
+func globEscape(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
