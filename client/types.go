@@ -1,0 +1,281 @@
+package client
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Kind is the kind of a counter, fixed by its first write.
+type Kind string
+
+// The kinds of counters.
+const (
+	KindNone    Kind = "none"    // the counter does not exist
+	KindCounter Kind = "counter" // exact int64 with version and TTL
+	KindSharded Kind = "sharded" // N sub-counters summed on read
+	KindPN      Kind = "pn"      // PN-counter CRDT
+	KindHLL     Kind = "hll"     // HyperLogLog unique count
+	KindWindow  Kind = "window"  // time buckets over a sliding or fixed window
+	KindHash    Kind = "hash"    // named int64 fields
+)
+
+// Result is the answer to a mutation.
+type Result struct {
+	ID      string `json:"id"`
+	Kind    Kind   `json:"kind,omitempty"`
+	Value   int64  `json:"value"`   // new value; the estimate for hll
+	Version uint64 `json:"version"` // new version
+	// Changed reports whether the mutation changed state: false for a
+	// Delete of a missing counter or a PFAdd that altered no register.
+	Changed bool `json:"changed"`
+	// Fields holds, for HIncr, the new values of the fields it touched.
+	Fields map[string]int64 `json:"fields,omitempty"`
+	// Replayed is set when the server answered from its idempotency table:
+	// an earlier attempt with the same key had already been applied.
+	Replayed bool `json:"replayed,omitempty"`
+}
+
+// Counter is a consistent read of one counter. Which of the kind-specific
+// fields are set depends on Kind.
+type Counter struct {
+	ID        string    `json:"id"`
+	Kind      Kind      `json:"kind"`
+	Exists    bool      `json:"exists"`
+	Value     int64     `json:"value"` // value, sum, estimate or window sum; 0 for hash
+	Version   uint64    `json:"version"`
+	UpdatedAt time.Time `json:"updated_at"` // zero when the counter does not exist
+	ExpiresAt time.Time `json:"expires_at"` // zero without a TTL
+
+	Shards    []int64          `json:"shards,omitempty"`    // sharded
+	Replicas  []Replica        `json:"replicas,omitempty"`  // pn
+	StdError  float64          `json:"std_error,omitempty"` // hll: relative standard error of Value
+	Precision int              `json:"precision,omitempty"` // hll
+	Fields    map[string]int64 `json:"fields,omitempty"`    // hash
+	Window    *WindowSpec      `json:"window,omitempty"`    // window
+	Buckets   []Bucket         `json:"buckets,omitempty"`   // window: oldest first
+}
+
+// Replica is one replica's slots of a pn counter.
+type Replica struct {
+	Replica string `json:"replica"`
+	P       uint64 `json:"p"` // sum of increments
+	N       uint64 `json:"n"` // sum of decrements
+}
+
+// WindowSpec describes a window counter: buckets of Granularity covering the
+// last Window (sliding), or a Window that restarts at every multiple of
+// Window (Fixed).
+type WindowSpec struct {
+	Granularity time.Duration `json:"granularity"`
+	Window      time.Duration `json:"window"`
+	Fixed       bool          `json:"fixed"`
+}
+
+// Bucket is one time bucket of a window counter.
+type Bucket struct {
+	Start time.Time `json:"start"`
+	Count int64     `json:"count"`
+}
+
+// Window is the state of a window counter.
+type Window struct {
+	ID     string `json:"id"`
+	Exists bool   `json:"exists"`
+	Value  int64  `json:"value"` // sum of the buckets inside the window
+	WindowSpec
+	Buckets []Bucket `json:"buckets"` // oldest first
+}
+
+// Estimate is a HyperLogLog count.
+type Estimate struct {
+	Value    int64   `json:"value"`
+	StdError float64 `json:"std_error"` // relative standard error of Value
+}
+
+// Aggregate is the sum over the counters whose id starts with Prefix.
+type Aggregate struct {
+	Prefix string `json:"prefix"`
+	Value  int64  `json:"value"` // sum of the additive counters
+	Count  int    `json:"count"` // number of counters summed
+}
+
+// NoTTL and NoCounter are what TTL returns for a counter without a time to
+// live and for a missing counter (like Redis TTL's -1 and -2).
+const (
+	NoTTL     time.Duration = -1
+	NoCounter time.Duration = -2
+)
+
+// Wire formats. They decode leniently (durations as "1s" or milliseconds,
+// times as RFC 3339 or Unix milliseconds) so that small differences between
+// server versions do not break the client.
+
+type wireResult struct {
+	ID      string           `json:"id"`
+	Kind    string           `json:"kind"`
+	Value   int64            `json:"value"`
+	Version uint64           `json:"version"`
+	Changed *bool            `json:"changed"`
+	Deleted *bool            `json:"deleted"`
+	Fields  map[string]int64 `json:"fields"`
+}
+
+func (w *wireResult) result() Result {
+	r := Result{
+		ID:      w.ID,
+		Kind:    Kind(w.Kind),
+		Value:   w.Value,
+		Version: w.Version,
+		Fields:  w.Fields,
+	}
+	switch {
+	case w.Changed != nil:
+		r.Changed = *w.Changed
+	case w.Deleted != nil:
+		r.Changed = *w.Deleted
+	default:
+		r.Changed = true // increment, set, hincr: always a change
+	}
+	return r
+}
+
+type wireCounter struct {
+	ID          string           `json:"id"`
+	Kind        string           `json:"kind"`
+	Exists      bool             `json:"exists"`
+	Value       int64            `json:"value"`
+	Version     uint64           `json:"version"`
+	UpdatedAt   wireTime         `json:"updated_at"`
+	ExpiresAt   wireTime         `json:"expires_at"`
+	Shards      []int64          `json:"shards"`
+	Replicas    []Replica        `json:"replicas"`
+	StdError    float64          `json:"std_error"`
+	Precision   int              `json:"precision"`
+	Fields      map[string]int64 `json:"fields"`
+	Granularity wireDuration     `json:"granularity"`
+	Window      wireDuration     `json:"window"`
+	Fixed       bool             `json:"fixed"`
+	Buckets     []wireBucket     `json:"buckets"`
+}
+
+func (w *wireCounter) counter() Counter {
+	c := Counter{
+		ID:        w.ID,
+		Kind:      Kind(w.Kind),
+		Exists:    w.Exists,
+		Value:     w.Value,
+		Version:   w.Version,
+		UpdatedAt: time.Time(w.UpdatedAt),
+		ExpiresAt: time.Time(w.ExpiresAt),
+		Shards:    w.Shards,
+		Replicas:  w.Replicas,
+		StdError:  w.StdError,
+		Precision: w.Precision,
+		Fields:    w.Fields,
+		Buckets:   buckets(w.Buckets),
+	}
+	if c.Kind == "" && !c.Exists {
+		c.Kind = KindNone
+	}
+	if w.Granularity != 0 || w.Window != 0 {
+		c.Window = &WindowSpec{
+			Granularity: time.Duration(w.Granularity),
+			Window:      time.Duration(w.Window),
+			Fixed:       w.Fixed,
+		}
+	}
+	if c.Kind == KindHash && c.Fields == nil {
+		c.Fields = map[string]int64{}
+	}
+	return c
+}
+
+type wireWindow struct {
+	ID          string       `json:"id"`
+	Exists      *bool        `json:"exists"`
+	Value       int64        `json:"value"`
+	Granularity wireDuration `json:"granularity"`
+	Window      wireDuration `json:"window"`
+	Fixed       bool         `json:"fixed"`
+	Buckets     []wireBucket `json:"buckets"`
+}
+
+type wireBucket struct {
+	Start wireTime `json:"start"`
+	Count int64    `json:"count"`
+}
+
+func buckets(ws []wireBucket) []Bucket {
+	if ws == nil {
+		return nil
+	}
+	bs := make([]Bucket, len(ws))
+	for i, b := range ws {
+		bs[i] = Bucket{Start: time.Time(b.Start), Count: b.Count}
+	}
+	return bs
+}
+
+// wireDuration is a Go duration string ("1s") or a number of milliseconds.
+type wireDuration time.Duration
+
+func (d *wireDuration) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		if s == "" {
+			*d = 0
+			return nil
+		}
+		v, err := time.ParseDuration(s)
+		if err != nil {
+			return err
+		}
+		*d = wireDuration(v)
+		return nil
+	}
+	ms, err := strconv.ParseFloat(string(b), 64)
+	if err != nil {
+		return fmt.Errorf("duration %s: %w", b, err)
+	}
+	*d = wireDuration(ms * float64(time.Millisecond))
+	return nil
+}
+
+// wireTime is an RFC 3339 time, null, or a number of Unix milliseconds.
+type wireTime time.Time
+
+func (t *wireTime) UnmarshalJSON(b []byte) error {
+	if bytes.Equal(b, []byte("null")) {
+		return nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		if s == "" {
+			return nil
+		}
+		v, err := time.Parse(time.RFC3339Nano, s)
+		if err != nil {
+			return err
+		}
+		*t = wireTime(v)
+		return nil
+	}
+	ms, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return fmt.Errorf("time %s: %w", b, err)
+	}
+	*t = wireTime(time.UnixMilli(ms).UTC())
+	return nil
+}

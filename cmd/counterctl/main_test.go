@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http/httptest"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// startServer starts the real HTTP API over an in-memory engine and
+// returns its URL.
+func startServer(t *testing.T) string {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	cfg.Logger = slog.New(slog.DiscardHandler)
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(httpapi.New(eng, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
+	t.Cleanup(func() {
+		srv.Close()
+		eng.Close()
+	})
+	return srv.URL
+}
+
+// ctl runs counterctl in-process with --addr addr and returns its exit
+// status, stdout and stderr.
+func ctl(t *testing.T, addr string, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), append([]string{"--addr", addr}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+// ok runs counterctl and fails the test unless it exits 0; it returns stdout.
+func ok(t *testing.T, addr string, args ...string) string {
+	t.Helper()
+	code, out, errOut := ctl(t, addr, args...)
+	if code != 0 {
+		t.Fatalf("counterctl %s: exit %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+	}
+	return out
+}
+
+func wantOut(t *testing.T, got, want string) {
+	t.Helper()
+	if got != want {
+		t.Fatalf("output %q, want %q", got, want)
+	}
+}
+
+func wantMatch(t *testing.T, got, pattern string) {
+	t.Helper()
+	if !regexp.MustCompile(pattern).MatchString(got) {
+		t.Fatalf("output %q does not match %s", got, pattern)
+	}
+}
+
+func TestCounterCommands(t *testing.T) {
+	addr := startServer(t)
+	wantOut(t, ok(t, addr, "incr", "page:1"), "1\n")
+	wantOut(t, ok(t, addr, "incr", "page:1", "5"), "6\n")
+	wantOut(t, ok(t, addr, "incr", "page:1", "-2"), "4\n")
+	wantOut(t, ok(t, addr, "decr", "page:1"), "3\n")
+	wantOut(t, ok(t, addr, "decr", "page:1", "3"), "0\n")
+	wantMatch(t, ok(t, addr, "get", "page:1"),
+		`^page:1  0  \(version \d+, updated \d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z\)\n$`)
+	wantOut(t, ok(t, addr, "get", "nothing"), "nothing  0  (not found)\n")
+
+	wantMatch(t, ok(t, addr, "set", "s", "10"), `^10  \(version \d+\)\n$`)
+	out := ok(t, addr, "--json", "get", "s")
+	var v struct {
+		Value   int64  `json:"value"`
+		Version uint64 `json:"version"`
+	}
+	if err := json.Unmarshal([]byte(out), &v); err != nil || v.Value != 10 {
+		t.Fatalf("get --json: %q %v", out, err)
+	}
+	code, _, errOut := ctl(t, addr, "set", "s", "11", "--expected-version", "999")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: version_conflict: ") {
+		t.Fatalf("set with a wrong version: exit %d, stderr %q", code, errOut)
+	}
+	ok(t, addr, "set", "s", "11", "--expected-version", jsonNum(v.Version), "--ttl", "10s")
+	wantMatch(t, ok(t, addr, "ttl", "s"), `^(10s|9\.\d+s)\n$`)
+	wantMatch(t, ok(t, addr, "get", "s"), `expires `)
+	wantOut(t, ok(t, addr, "persist", "s"), "OK\n")
+	wantOut(t, ok(t, addr, "ttl", "s"), "no TTL\n")
+	wantOut(t, ok(t, addr, "expire", "s", "1m"), "OK\n")
+	wantOut(t, ok(t, addr, "expire", "missing", "1m"), "not found\n")
+	wantOut(t, ok(t, addr, "del", "s"), "deleted\n")
+	wantOut(t, ok(t, addr, "del", "s"), "not found\n")
+	wantOut(t, ok(t, addr, "ttl", "s"), "not found\n")
+
+	// Flags after the arguments, and the id "-" style numbers.
+	wantOut(t, ok(t, addr, "incr", "neg", "-7", "--json=false"), "-7\n")
+	out = ok(t, addr, "incr", "neg", "2", "--json")
+	var r struct {
+		ID    string `json:"id"`
+		Value int64  `json:"value"`
+	}
+	if err := json.Unmarshal([]byte(out), &r); err != nil || r.ID != "neg" || r.Value != -5 {
+		t.Fatalf("incr --json: %q %v", out, err)
+	}
+	ok(t, addr, "--durability", "sync", "incr", "dur")
+	wantOut(t, ok(t, addr, "incr", "dur", "--durability", "async"), "2\n")
+}
+
+func jsonNum(n uint64) string {
+	b, _ := json.Marshal(n)
+	return string(b)
+}
+
+func TestErrors(t *testing.T) {
+	addr := startServer(t)
+	ok(t, addr, "set", "big", "9223372036854775807")
+	code, out, errOut := ctl(t, addr, "incr", "big")
+	if code != 1 || out != "" || !strings.HasPrefix(errOut, "counterctl: overflow: ") {
+		t.Fatalf("overflow: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+	code, _, errOut = ctl(t, addr, "pfadd", "big", "x")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: wrong_kind: ") {
+		t.Fatalf("wrong kind: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = ctl(t, addr, "incr", "bad\x01id")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: invalid_id: ") {
+		t.Fatalf("invalid id: exit %d, stderr %q", code, errOut)
+	}
+	// No server: an error, not a usage error.
+	srv := httptest.NewServer(nil)
+	dead := srv.URL
+	srv.Close()
+	code, _, errOut = ctl(t, dead, "--timeout", "1s", "get", "x")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: ") {
+		t.Fatalf("dead server: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestUsage(t *testing.T) {
+	addr := startServer(t)
+	for _, args := range [][]string{
+		{},
+		{"frobnicate"},
+		{"incr"},
+		{"incr", "a", "1", "2"},
+		{"incr", "a", "one"},
+		{"get"},
+		{"get", "a", "b"},
+		{"set", "a"},
+		{"set", "a", "1", "--expected-version", "x"},
+		{"set", "a", "1", "--bogus"},
+		{"expire", "a", "soon"},
+		{"expire", "a", "-1s"},
+		{"pfadd", "a"},
+		{"hincr", "a"},
+		{"hincr", "a", "f=x"},
+		{"hincr", "a", "f", "1", "2"},
+		{"bench", "--op", "delete", "--requests", "1"},
+		{"bench", "--concurrency", "0", "--requests", "1"},
+		{"bench", "extra"},
+		{"--durability", "eventually", "incr", "a"},
+		{"--nope"},
+		{"help", "nope"},
+	} {
+		code, out, errOut := ctl(t, addr, args...)
+		if code != 2 {
+			t.Errorf("counterctl %q: exit %d, want 2 (stdout %q, stderr %q)", args, code, out, errOut)
+		}
+		if errOut == "" {
+			t.Errorf("counterctl %q: nothing on stderr", args)
+		}
+	}
+	// Usage errors do not reach the server.
+	if out := ok(t, addr, "get", "a"); !strings.Contains(out, "not found") {
+		t.Fatalf("a usage error wrote: %q", out)
+	}
+
+	out := ok(t, addr, "help")
+	for _, cmd := range []string{"incr", "get", "set", "del", "pfadd", "pfcount", "hincr", "window", "bench", "--addr"} {
+		if !strings.Contains(out, cmd) {
+			t.Errorf("help does not mention %s:\n%s", cmd, out)
+		}
+	}
+	out = ok(t, addr, "set", "-h")
+	if !strings.Contains(out, "usage: counterctl set ID VALUE") || !strings.Contains(out, "--expected-version") {
+		t.Errorf("set -h:\n%s", out)
+	}
+	out = ok(t, addr, "help", "bench")
+	if !strings.Contains(out, "--concurrency") || !strings.Contains(out, "--no-progress") {
+		t.Errorf("help bench:\n%s", out)
+	}
+}
+
+func TestHyperLogLogCommands(t *testing.T) {
+	addr := startServer(t)
+	wantOut(t, ok(t, addr, "pfadd", "u:1", "a", "b", "c"), "3  (changed)\n")
+	wantOut(t, ok(t, addr, "pfadd", "u:1", "a"), "3  (unchanged)\n")
+	ok(t, addr, "pfadd", "u:2", "c", "d")
+	wantOut(t, ok(t, addr, "pfcount", "u:1"), "3  (std error 0.81%)\n")
+	wantOut(t, ok(t, addr, "pfcount", "u:1", "u:2"), "4  (std error 0.81%)\n")
+	wantOut(t, ok(t, addr, "pfmerge", "u:all", "u:1", "u:2"), "4\n")
+	out := ok(t, addr, "--json", "pfcount", "u:all")
+	var e struct {
+		Value    int64   `json:"value"`
+		StdError float64 `json:"std_error"`
+	}
+	if err := json.Unmarshal([]byte(out), &e); err != nil || e.Value != 4 || e.StdError == 0 {
+		t.Fatalf("pfcount --json: %q %v", out, err)
+	}
+}
+
+func TestHashCommands(t *testing.T) {
+	addr := startServer(t)
+	wantOut(t, ok(t, addr, "hincr", "post:1", "views"), "views  1\n")
+	wantOut(t, ok(t, addr, "hincr", "post:1", "views", "4"), "views  5\n")
+	wantOut(t, ok(t, addr, "hincr", "post:1", "likes=2", "views=-1"), "likes  2\nviews  4\n")
+	wantOut(t, ok(t, addr, "hget", "post:1", "views"), "4\n")
+	wantOut(t, ok(t, addr, "hget", "post:1", "nope"), "0\n")
+	wantOut(t, ok(t, addr, "hgetall", "post:1"), "likes  2\nviews  4\n")
+	wantMatch(t, ok(t, addr, "get", "post:1"), `^post:1  0  \(hash, version \d+, updated [^)]+\)\n  likes  2\n  views  4\n$`)
+	out := ok(t, addr, "hgetall", "post:1", "--json")
+	var h struct {
+		Fields map[string]int64 `json:"fields"`
+	}
+	if err := json.Unmarshal([]byte(out), &h); err != nil || h.Fields["views"] != 4 || len(h.Fields) != 2 {
+		t.Fatalf("hgetall --json: %q %v", out, err)
+	}
+	wantOut(t, ok(t, addr, "hdel", "post:1", "likes"), "deleted\n")
+	wantOut(t, ok(t, addr, "hgetall", "post:1"), "views  4\n")
+}
+
+func TestWindowCommand(t *testing.T) {
+	addr := startServer(t)
+	// --kind window takes the server's default window (1m x 60).
+	ok(t, addr, "incr", "hits", "3", "--kind", "window")
+	ok(t, addr, "incr", "hits", "2")
+	out := ok(t, addr, "window", "hits")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) < 3 {
+		t.Fatalf("window output:\n%s", out)
+	}
+	wantMatch(t, lines[0], `^hits  sum 5  \(granularity 1m0s, window 1h0m0s, sliding\)$`)
+	wantMatch(t, lines[1], `^\s*START\s+COUNT$`)
+	var sum int
+	for _, l := range lines[2:] {
+		wantMatch(t, l, `^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:00Z\s+\d+$`)
+		f := strings.Fields(l)
+		n, _ := json.Number(f[1]).Int64()
+		sum += int(n)
+	}
+	if sum != 5 {
+		t.Fatalf("buckets sum to %d:\n%s", sum, out)
+	}
+	out = ok(t, addr, "window", "hits", "--json")
+	var w struct {
+		Value       int64  `json:"value"`
+		Granularity string `json:"granularity"`
+		Buckets     []struct {
+			Start string `json:"start"`
+			Count int64  `json:"count"`
+		} `json:"buckets"`
+	}
+	if err := json.Unmarshal([]byte(out), &w); err != nil || w.Value != 5 || w.Granularity != "1m0s" || len(w.Buckets) == 0 {
+		t.Fatalf("window --json: %q %v", out, err)
+	}
+
+	wantOut(t, ok(t, addr, "incr", "fast", "4", "--granularity", "1s", "--window", "5m"), "4\n")
+	wantOut(t, ok(t, addr, "decr", "fast", "1", "--granularity", "1s", "--window", "5m"), "3\n")
+	wantMatch(t, ok(t, addr, "window", "fast"), `^fast  sum 3  \(granularity 1s, window 5m0s, sliding\)\n`)
+	if code, _, _ := ctl(t, addr, "incr", "fast", "--granularity", "1s"); code != 2 {
+		t.Fatalf("--granularity without --window: exit %d", code)
+	}
+}
+
+func TestAggregateAndList(t *testing.T) {
+	addr := startServer(t)
+	ok(t, addr, "incr", "agg:a", "2")
+	ok(t, addr, "incr", "agg:b", "3")
+	ok(t, addr, "incr", "zzz", "9")
+	wantOut(t, ok(t, addr, "aggregate", "agg:"), "5  (2 counters)\n")
+	wantOut(t, ok(t, addr, "aggregate", "agg:*"), "5  (2 counters)\n")
+	out := ok(t, addr, "list", "agg:")
+	ids := strings.Fields(out)
+	if len(ids) != 2 || !strings.Contains(out, "agg:a\n") || !strings.Contains(out, "agg:b\n") {
+		t.Fatalf("list agg: = %q", out)
+	}
+	if ids := strings.Fields(ok(t, addr, "list")); len(ids) != 3 {
+		t.Fatalf("list = %q", ids)
+	}
+	if ids := strings.Fields(ok(t, addr, "list", "--limit", "1")); len(ids) != 1 {
+		t.Fatalf("list --limit 1 = %q", ids)
+	}
+	var l struct {
+		IDs []string `json:"ids"`
+	}
+	if err := json.Unmarshal([]byte(ok(t, addr, "--json", "list", "zz")), &l); err != nil || len(l.IDs) != 1 {
+		t.Fatalf("list --json: %v %v", l, err)
+	}
+}
+
+func TestBench(t *testing.T) {
+	addr := startServer(t)
+	out := ok(t, addr, "bench", "--requests", "200", "--concurrency", "4", "--no-progress")
+	for _, pat := range []string{
+		`(?m)^op:\s+incr \(concurrency 4, keys 1\)$`,
+		`(?m)^ops:\s+200$`,
+		`(?m)^errors:\s+0$`,
+		`(?m)^ops/s:\s+\d+\.\d$`,
+		`(?m)^p50:\s+\S+s$`,
+		`(?m)^p90:\s+\S+s$`,
+		`(?m)^p99:\s+\S+s$`,
+		`(?m)^max:\s+\S+s$`,
+	} {
+		wantMatch(t, out, pat)
+	}
+	wantMatch(t, ok(t, addr, "get", "bench:0"), `^bench:0  200  `)
+
+	out = ok(t, addr, "--json", "bench", "--requests", "100", "--concurrency", "3", "--keys", "5",
+		"--op", "hincr", "--prefix", "h:", "--idempotent", "--durability", "sync", "--no-progress")
+	var s struct {
+		Op        string  `json:"op"`
+		Ops       int64   `json:"ops"`
+		Errors    int64   `json:"errors"`
+		OpsPerSec float64 `json:"ops_per_sec"`
+		P50       float64 `json:"p50_ms"`
+		P99       float64 `json:"p99_ms"`
+		Max       float64 `json:"max_ms"`
+	}
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("bench --json: %q %v", out, err)
+	}
+	if s.Op != "hincr" || s.Ops != 100 || s.Errors != 0 || s.OpsPerSec <= 0 || s.P50 <= 0 || s.P99 < s.P50 || s.Max < s.P99 {
+		t.Fatalf("bench --json: %+v", s)
+	}
+	var sum int64
+	for i := range 5 {
+		out := ok(t, addr, "--json", "hgetall", fmt.Sprintf("h:%d", i))
+		var h struct {
+			Fields map[string]int64 `json:"fields"`
+		}
+		json.Unmarshal([]byte(out), &h)
+		for _, v := range h.Fields {
+			sum += v
+		}
+	}
+	if sum != 100 {
+		t.Fatalf("hincr bench added %d, want 100", sum)
+	}
+
+	for _, op := range []string{"get", "pfadd"} {
+		out := ok(t, addr, "bench", "--op", op, "--requests", "20", "--concurrency", "2", "--keys", "2", "--prefix", op+":", "--no-progress")
+		wantMatch(t, out, `(?m)^ops:\s+20$`)
+		wantMatch(t, out, `(?m)^errors:\s+0$`)
+	}
+	// A duration run.
+	out = ok(t, addr, "bench", "--duration", "200ms", "--concurrency", "2", "--prefix", "dur:", "--no-progress")
+	wantMatch(t, out, `(?m)^errors:\s+0$`)
+
+	// Errors are counted, not fatal: pfadd against a plain counter.
+	out = ok(t, addr, "bench", "--op", "pfadd", "--requests", "10", "--concurrency", "2", "--no-progress")
+	wantMatch(t, out, `(?m)^errors:\s+10$`)
+	wantMatch(t, out, `(?m)^first error:\s+counterd: wrong_kind`)
+}
+
+func TestEnvAddr(t *testing.T) {
+	addr := startServer(t)
+	t.Setenv("COUNTERD_ADDR", addr)
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"incr", "env"}, &stdout, &stderr); code != 0 || stdout.String() != "1\n" {
+		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
