@@ -187,8 +187,22 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 		*res = Result{ID: op.ID}
 		return nil
 	}
+	en := r.e
+	if op.Type == OpAdd && en.kind == KindCounter && en.ext == nil && (op.Kind == KindNone || op.Kind == KindCounter) {
+		// Fast path for the hottest operation: a plain counter without TTL.
+		v, ok := addInt64(en.value, op.Delta)
+		if !ok {
+			en.unlock()
+			return overflow(op.ID)
+		}
+		en.value = v
+		e.touch(&r, e.nowNano())
+		*res = Result{ID: op.ID, Kind: KindCounter, Value: v, Version: en.version, Changed: true}
+		en.unlock()
+		return nil
+	}
 	err = e.applyLocked(&r, op, nil, e.nowNano(), res)
-	r.e.unlock()
+	en.unlock()
 	return err
 }
 
@@ -605,4 +619,10 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 		}
 	}
 	return nil
+}
+
+// addInt64 is a+b and whether it did not overflow.
+func addInt64(a, b int64) (int64, bool) {
+	c := a + b
+	return c, (c > a) == (b > 0)
 }

@@ -140,13 +140,25 @@ func (e *Engine) durability(wo WriteOptions) Durability {
 	return wo.Durability
 }
 
-// ref is a resolved entry, locked or not.
+// ref is a resolved entry, locked or not. idRef is the id reference the
+// lookup matched; it must still be there once the entry is locked.
 type ref struct {
 	sh      *shard
 	shardNo int
 	idx     uint32
-	gen     uint32
+	idRef   uint64
 	e       *entry
+}
+
+// lock locks r's entry and reports whether it still holds r's id; if not,
+// the entry is left unlocked and the caller looks the id up again.
+func (r *ref) lock() bool {
+	r.e.lock()
+	if r.sh.refOf(r.idx) == r.idRef {
+		return true
+	}
+	r.e.unlock()
+	return false
 }
 
 func (r *ref) order() uint32 { return uint32(r.shardNo)<<24 | r.idx }
@@ -157,18 +169,18 @@ func (r *ref) order() uint32 { return uint32(r.shardNo)<<24 | r.idx }
 func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 	no := shardOf(h)
 	sh := &e.shards[no]
-	if i, en, ok := sh.find(id, h); ok {
-		return ref{sh: sh, shardNo: no, idx: i, e: en, gen: en.gen()}, true, nil
+	if i, en, idRef, ok := sh.find(id, h); ok {
+		return ref{sh: sh, shardNo: no, idx: i, e: en, idRef: idRef}, true, nil
 	}
 	// A lock-free miss can be spurious while the shard is reorganised.
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, en, ok := sh.findLocked(id, h)
+	i, en, idRef, ok := sh.findLocked(id, h)
 	if !ok {
 		if !create {
 			return ref{}, false, nil
 		}
-		if i, en, ok = sh.insertLocked(id, h); !ok {
+		if i, en, idRef, ok = sh.insertLocked(id, h); !ok {
 			return ref{}, false, fmt.Errorf("%w: shard full", ErrInvalidArgument)
 		}
 		en.lock()
@@ -176,7 +188,7 @@ func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 		sh.markDirty(i)
 		en.unlock()
 	}
-	return ref{sh: sh, shardNo: no, idx: i, e: en, gen: en.gen()}, true, nil
+	return ref{sh: sh, shardNo: no, idx: i, e: en, idRef: idRef}, true, nil
 }
 
 // acquire resolves id and locks its entry; the caller calls r.e.unlock().
@@ -188,7 +200,7 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 		if !ok || err != nil {
 			return r, ok, err
 		}
-		if r.e.lockGen(r.gen) {
+		if r.lock() {
 			return r, true, nil
 		}
 		// Freed by the flusher between lookup and lock: look again.
@@ -218,13 +230,13 @@ func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) 
 		valid := true
 		for i, r := range order {
 			if i > 0 && order[i-1].e == r.e {
-				if order[i-1].gen != r.gen {
+				if order[i-1].idRef != r.idRef {
 					valid = false
 					break
 				}
 				continue
 			}
-			if !r.e.lockGen(r.gen) {
+			if !r.lock() {
 				valid = false
 				break
 			}

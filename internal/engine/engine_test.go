@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/cockroachdb/pebble/vfs"
 
@@ -521,4 +522,22 @@ func TestCrashKeepsSyncWrites(t *testing.T) {
 	if st.Flushes > 0 {
 		t.Logf("flushes after reopen: %d", st.Flushes)
 	}
+}
+
+func FuzzValidateID(f *testing.F) {
+	for _, s := range []string{"page_views:article_123", "", "a\x00", "ünïcødé:ok", "\x7f", "abcdefgh\x1fabc", "\xc2\x80", "abcdefghijklmnop~", "\uFFFD", "x\xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, id string) {
+		// Reference: the plain definition, rune by rune.
+		want := len(id) > 0 && len(id) <= MaxIDLen && utf8.ValidString(id)
+		for _, r := range id {
+			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+				want = false
+			}
+		}
+		if got := ValidateID(id) == nil; got != want {
+			t.Fatalf("ValidateID(%q) ok=%v, want %v", id, got, want)
+		}
+	})
 }

@@ -115,15 +115,16 @@ func (e *Engine) flushOnce() error {
 		sh.mu.Lock()
 		a := sh.ar.Load()
 		for _, i := range list {
-			en := sh.entryAt(i)
+			en, rp := sh.at(i)
 			en.lock()
-			id, _ := idOf(a, en)
+			idRef := rp.Load()
+			id, _ := idOf(a, idRef)
 			en.flags &^= flagDirty
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
 			if en.kind == KindNone {
 				b.Delete(key, nil)
-				reap = append(reap, reapItem{no, i, en.gen()})
+				reap = append(reap, reapItem{no, i, idRef})
 			} else {
 				val, err := encodeEntry(nil, en)
 				if err != nil {
@@ -180,7 +181,7 @@ func (e *Engine) failCycle(c *cycle, err error) error {
 type reapItem struct {
 	shard int
 	idx   uint32
-	gen   uint32
+	idRef uint64
 }
 
 // reap frees the slots of counters whose deletion is on disk, unless they
@@ -189,12 +190,12 @@ func (e *Engine) reap(items []reapItem) {
 	for _, it := range items {
 		sh := &e.shards[it.shard]
 		sh.mu.Lock()
-		en := sh.entryAt(it.idx)
-		if en.lockGen(it.gen) {
-			if en.kind == KindNone && en.flags&flagDirty == 0 {
-				sh.removeLocked(it.idx, hashID(sh.idLocked(en))) // unlocks
+		r := ref{sh: sh, shardNo: it.shard, idx: it.idx, idRef: it.idRef, e: sh.entryAt(it.idx)}
+		if r.lock() {
+			if r.e.kind == KindNone && r.e.flags&flagDirty == 0 {
+				sh.removeLocked(it.idx, hashID(sh.idLocked(it.idx))) // unlocks
 			} else {
-				en.unlock()
+				r.e.unlock()
 			}
 		}
 		sh.mu.Unlock()
@@ -211,7 +212,7 @@ func (e *Engine) markAllDirty() {
 		for i := 0; i < sh.nslab; i++ {
 			en := sh.entryAt(uint32(i))
 			en.lock()
-			if en.idRef.Load() != 0 && en.flags&flagDirty == 0 {
+			if sh.refOf(uint32(i)) != 0 && en.flags&flagDirty == 0 {
 				en.flags |= flagDirty
 				sh.markDirty(uint32(i))
 			}

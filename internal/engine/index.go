@@ -27,11 +27,13 @@ import (
 // reader that finds anything inconsistent (an arena from another epoch, an
 // index past the chunk list) falls back to a lookup under shard.mu.
 //
-// Each entry carries its own lock word: bit 0 is the lock, the other bits
-// the entry's generation, bumped when the slot is freed. Locking with the
-// generation seen at lookup therefore also checks that the entry still
-// holds the id that was looked up. All other entry fields are guarded by
-// that lock.
+// Each entry carries its own lock word. The id reference of slot i lives in
+// a separate array (chunk.refs), so lookups read only cold, read-mostly
+// cache lines and a hot counter's own line moves between cores once per
+// operation. A reference is never reused for another id (arena offsets only
+// grow within an epoch), so "lock the entry, then check refs[i] still holds
+// the reference the lookup matched" proves the slot still holds that id.
+// All entry fields are guarded by the entry's lock.
 
 const (
 	numShards     = 256
@@ -46,18 +48,23 @@ const (
 	minTableSize  = 16
 )
 
-// entry is one counter: 48 bytes.
+// entry is one counter: 40 bytes, plus 8 for its id reference in chunk.refs.
 type entry struct {
 	value   int64 // counter value (KindCounter) or cached value of the state
 	version uint64
 	updated int64 // unix nanoseconds
 	ext     *ext  // nil for a plain counter without TTL
-	// idRef locates the id in the shard's arena: epoch<<40 | len<<32 | off.
-	// 0 when the slot is free. Written under shard.mu, read atomically.
-	idRef atomic.Uint64
-	lk    atomic.Uint32 // gen<<1 | locked
-	kind  Kind
-	flags uint8
+	lk      atomic.Uint32
+	kind    Kind
+	flags   uint8
+}
+
+// chunk is a slab chunk. refs[i] locates entry i's id in the shard's arena
+// (epoch<<40 | len<<32 | offset; 0 when the slot is free); it is written
+// under shard.mu and read atomically.
+type chunk struct {
+	e    [slabChunk]entry
+	refs [slabChunk]atomic.Uint64
 }
 
 const (
@@ -70,39 +77,26 @@ type ext struct {
 	state   any   // *counter.Sharded, *counter.PN, *counter.HLL, *counter.Window or *counter.Hash
 }
 
-// lockGen locks en if its generation is still gen; false means the slot
-// was freed (and maybe reused) since gen was read.
-func (en *entry) lockGen(gen uint32) bool {
-	for spin := 0; ; spin++ {
-		w := en.lk.Load()
-		if w>>1 != gen {
-			return false
-		}
-		if w&1 == 0 && en.lk.CompareAndSwap(w, w|1) {
-			return true
-		}
-		if spin > 16 {
-			runtime.Gosched()
-		}
-	}
-}
-
-// lock locks en whatever its generation.
+// lock spins until it holds en's lock: critical sections are a few dozen
+// instructions. It waits on plain loads (so waiting cores share the cache
+// line instead of stealing it from the holder) and yields the processor
+// after a while, in case the holder was descheduled.
 func (en *entry) lock() {
+	if en.lk.CompareAndSwap(0, 1) {
+		return
+	}
 	for spin := 0; ; spin++ {
-		w := en.lk.Load()
-		if w&1 == 0 && en.lk.CompareAndSwap(w, w|1) {
+		if en.lk.Load() == 0 && en.lk.CompareAndSwap(0, 1) {
 			return
 		}
-		if spin > 16 {
+		if spin >= 100 {
 			runtime.Gosched()
+			spin = 0
 		}
 	}
 }
 
-func (en *entry) unlock() { en.lk.Store(en.lk.Load() &^ 1) }
-
-func (en *entry) gen() uint32 { return en.lk.Load() >> 1 }
+func (en *entry) unlock() { en.lk.Store(0) }
 
 type table struct{ slots []uint32 } // slots are read and written atomically
 
@@ -113,15 +107,15 @@ type arena struct {
 }
 
 type shard struct {
-	mu      sync.Mutex                          // serializes writers of the fields below
-	tab     atomic.Pointer[table]               //
-	chunks  atomic.Pointer[[]*[slabChunk]entry] //
-	ar      atomic.Pointer[arena]               //
-	used    int                                 // live slots, guarded by mu
-	tombs   int                                 // tombstones, guarded by mu
-	nslab   int                                 // slab entries handed out, guarded by mu
-	free    []uint32                            // freed slab indexes, guarded by mu
-	garbage int                                 // arena bytes of freed ids, guarded by mu
+	mu      sync.Mutex               // serializes writers of the fields below
+	tab     atomic.Pointer[table]    //
+	chunks  atomic.Pointer[[]*chunk] //
+	ar      atomic.Pointer[arena]    //
+	used    int                      // live slots, guarded by mu
+	tombs   int                      // tombstones, guarded by mu
+	nslab   int                      // slab entries handed out, guarded by mu
+	free    []uint32                 // freed slab indexes, guarded by mu
+	garbage int                      // arena bytes of freed ids, guarded by mu
 
 	dirtyMu sync.Mutex
 	dirty   []uint32 // slab indexes with flagDirty set, guarded by dirtyMu
@@ -142,21 +136,28 @@ func tagOf(h uint64) uint32 {
 	return t
 }
 
-// entryAt returns the entry at slab index i, or nil if the chunk list seen
-// does not reach it.
-func (s *shard) entryAt(i uint32) *entry {
+// at returns the entry at slab index i and its id reference, or nil if the
+// chunk list seen does not reach it.
+func (s *shard) at(i uint32) (*entry, *atomic.Uint64) {
 	cp := s.chunks.Load()
 	if cp == nil || int(i/slabChunk) >= len(*cp) {
-		return nil
+		return nil, nil
 	}
-	return &(*cp)[i/slabChunk][i%slabChunk]
+	c := (*cp)[i/slabChunk]
+	return &c.e[i%slabChunk], &c.refs[i%slabChunk]
 }
 
-// idOf returns the bytes of en's id in arena a, or false if en's id is not
-// in a (freed, or a was replaced by a compaction).
-func idOf(a *arena, en *entry) ([]byte, bool) {
-	ref := en.idRef.Load()
-	if ref == 0 || ref>>40 != a.epoch {
+func (s *shard) entryAt(i uint32) *entry { en, _ := s.at(i); return en }
+
+func (s *shard) refOf(i uint32) uint64 {
+	_, r := s.at(i)
+	return r.Load()
+}
+
+// idOf returns the bytes of the id that ref locates in arena a, or false if
+// it is not in a (freed, or a was replaced by a compaction).
+func idOf(a *arena, ref uint64) ([]byte, bool) {
+	if ref == 0 || a == nil || ref>>40 != a.epoch {
 		return nil, false
 	}
 	n, off := uint32(ref>>32)&0xFF, uint32(ref)
@@ -168,19 +169,19 @@ func idOf(a *arena, en *entry) ([]byte, bool) {
 	return a.chunks[c][o : o+n], true
 }
 
-// idLocked returns a copy of en's id. Caller holds mu.
-func (s *shard) idLocked(en *entry) string {
-	b, _ := idOf(s.ar.Load(), en)
+// idLocked returns a copy of the id of slab index i. Caller holds mu.
+func (s *shard) idLocked(i uint32) string {
+	b, _ := idOf(s.ar.Load(), s.refOf(i))
 	return string(b)
 }
 
-// find returns the slab index and entry of id without locking. A miss may
-// be spurious while a writer reorganises the shard; callers that must know
-// call findLocked.
-func (s *shard) find(id string, h uint64) (uint32, *entry, bool) {
+// find returns the slab index, entry and id reference of id without
+// locking. A miss may be spurious while a writer reorganises the shard;
+// callers that must know call findLocked.
+func (s *shard) find(id string, h uint64) (uint32, *entry, uint64, bool) {
 	t := s.tab.Load()
 	if t == nil {
-		return 0, nil, false
+		return 0, nil, 0, false
 	}
 	a := s.ar.Load()
 	mask := uint64(len(t.slots) - 1)
@@ -188,29 +189,32 @@ func (s *shard) find(id string, h uint64) (uint32, *entry, bool) {
 	for p, n := h&mask, 0; n < len(t.slots); p, n = (p+1)&mask, n+1 {
 		v := atomic.LoadUint32(&t.slots[p])
 		if v == slotEmpty {
-			return 0, nil, false
+			return 0, nil, 0, false
 		}
 		if v>>24 != tag || v&slotIndexMask == 0 {
 			continue
 		}
 		i := v&slotIndexMask - 1
-		en := s.entryAt(i)
+		en, rp := s.at(i)
 		if en == nil {
-			return 0, nil, false
+			return 0, nil, 0, false
 		}
-		if b, ok := idOf(a, en); ok && string(b) == id {
-			return i, en, true
+		ref := rp.Load()
+		if b, ok := idOf(a, ref); ok && string(b) == id {
+			return i, en, ref, true
 		}
 	}
-	return 0, nil, false
+	return 0, nil, 0, false
 }
 
 // findLocked is find under mu, where it cannot miss spuriously.
-func (s *shard) findLocked(id string, h uint64) (uint32, *entry, bool) { return s.find(id, h) }
+func (s *shard) findLocked(id string, h uint64) (uint32, *entry, uint64, bool) {
+	return s.find(id, h)
+}
 
 // insertLocked adds id, which must not be present, and returns its new
-// entry (KindNone, unlocked). Caller holds mu.
-func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, bool) {
+// entry (KindNone, unlocked) and id reference. Caller holds mu.
+func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint64, bool) {
 	t := s.tab.Load()
 	if t == nil || (s.used+s.tombs+1)*4 >= len(t.slots)*3 {
 		t = s.resizeLocked()
@@ -221,29 +225,30 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, bool) {
 		s.free = s.free[:n-1]
 	} else {
 		if s.nslab >= maxShardEntry {
-			return 0, nil, false
+			return 0, nil, 0, false
 		}
 		if s.nslab%slabChunk == 0 {
-			var old []*[slabChunk]entry
+			var old []*chunk
 			if cp := s.chunks.Load(); cp != nil {
 				old = *cp
 			}
-			nc := append(old[:len(old):len(old)], new([slabChunk]entry))
+			nc := append(old[:len(old):len(old)], new(chunk))
 			s.chunks.Store(&nc)
 		}
 		i = uint32(s.nslab)
 		s.nslab++
 	}
-	en := s.entryAt(i)
+	en, rp := s.at(i)
 	// Lock it: scans (Scan, the janitor) lock entries by slab index.
 	en.lock()
 	en.value, en.version, en.updated, en.ext = 0, 0, 0, nil
 	en.kind, en.flags = KindNone, 0
-	en.idRef.Store(s.appendIDLocked(id))
+	ref := s.appendIDLocked(id)
+	rp.Store(ref)
 	en.unlock()
 	s.placeLocked(t, h, tagOf(h)<<24|(i+1))
 	s.used++
-	return i, en, true
+	return i, en, ref, true
 }
 
 func (s *shard) placeLocked(t *table, h uint64, v uint32) {
@@ -280,7 +285,7 @@ func (s *shard) resizeLocked() *table {
 			if v == slotEmpty || v == slotTombstone {
 				continue
 			}
-			b, _ := idOf(a, s.entryAt(v&slotIndexMask-1))
+			b, _ := idOf(a, s.refOf(v&slotIndexMask-1))
 			s.placeLocked(t, xxhash.Sum64(b), v)
 		}
 	}
@@ -310,7 +315,7 @@ func (s *shard) appendIDLocked(id string) uint64 {
 }
 
 // removeLocked frees slab index i, whose entry is locked by the caller, and
-// unlocks it with a new generation. Caller holds mu.
+// unlocks it. Caller holds mu.
 func (s *shard) removeLocked(i uint32, h uint64) {
 	t := s.tab.Load()
 	mask := uint64(len(t.slots) - 1)
@@ -325,11 +330,11 @@ func (s *shard) removeLocked(i uint32, h uint64) {
 			break
 		}
 	}
-	en := s.entryAt(i)
-	s.garbage += int(en.idRef.Load()>>32) & 0xFF
-	en.idRef.Store(0)
+	en, rp := s.at(i)
+	s.garbage += int(rp.Load()>>32) & 0xFF
+	rp.Store(0)
 	en.value, en.version, en.updated, en.ext, en.kind, en.flags = 0, 0, 0, nil, KindNone, 0
-	en.lk.Store((en.lk.Load()>>1 + 1) << 1) // new generation, unlocked
+	en.unlock()
 	s.free = append(s.free, i)
 	s.used--
 	s.tombs++
@@ -344,19 +349,19 @@ func (s *shard) removeLocked(i uint32, h uint64) {
 func (s *shard) compactArenaLocked() {
 	old := s.ar.Load()
 	na := &arena{epoch: old.epoch + 1}
-	refs := make(map[*entry]uint64)
+	refs := make(map[*atomic.Uint64]uint64)
 	s.ar.Store(na)
 	t := s.tab.Load()
 	for _, v := range t.slots {
 		if v == slotEmpty || v == slotTombstone {
 			continue
 		}
-		en := s.entryAt(v&slotIndexMask - 1)
-		b, _ := idOf(old, en)
-		refs[en] = s.appendIDLocked(string(b))
+		_, rp := s.at(v&slotIndexMask - 1)
+		b, _ := idOf(old, rp.Load())
+		refs[rp] = s.appendIDLocked(string(b))
 	}
-	for en, ref := range refs {
-		en.idRef.Store(ref)
+	for rp, ref := range refs {
+		rp.Store(ref)
 	}
 	s.garbage = 0
 }

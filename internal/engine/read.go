@@ -149,8 +149,8 @@ func (e *Engine) each(no int, start int, fn func(id []byte, r *ref, now int64) b
 	defer sh.mu.Unlock()
 	a := sh.ar.Load()
 	for i := start; i < sh.nslab; i++ {
-		en := sh.entryAt(uint32(i))
-		id, ok := idOf(a, en)
+		en, rp := sh.at(uint32(i))
+		id, ok := idOf(a, rp.Load())
 		if !ok {
 			continue
 		}

@@ -152,7 +152,7 @@ func (e *Engine) load() error {
 		h := hashID(id)
 		no := shardOf(h)
 		sh := &e.shards[no]
-		i, en, ok := sh.insertLocked(id, h)
+		i, en, _, ok := sh.insertLocked(id, h)
 		if !ok {
 			return fmt.Errorf("engine: load: shard %d full", no)
 		}
