@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 )
@@ -29,6 +30,21 @@ func BenchmarkRawAtomicAdd(b *testing.B) {
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			v.Add(1)
+		}
+	})
+}
+
+// BenchmarkKeyedAtomicAdd is a second floor: find the counter by id in a
+// sync.Map, then one atomic add — the least any keyed counter store does,
+// with no validation, overflow check, version or durability.
+func BenchmarkKeyedAtomicAdd(b *testing.B) {
+	var m sync.Map
+	m.Store("page_views:article_123", new(atomic.Int64))
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			v, _ := m.Load("page_views:article_123")
+			v.(*atomic.Int64).Add(1)
 		}
 	})
 }

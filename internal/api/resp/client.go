@@ -1,0 +1,303 @@
+package resp
+
+import (
+	"fmt"
+	"net"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Buffer sizes of a connection.
+const (
+	minReadBuf   = 4 << 10  // first read buffer
+	maxReadBuf   = 64 << 10 // read buffers grow to this under load (bigger only for one big command)
+	flushAt      = 64 << 10 // flush replies mid-batch beyond this
+	maxKeptReply = 1 << 20  // a reply buffer bigger than this is dropped after a flush
+)
+
+// client is one connection and its state. It is used only by the
+// connection's goroutine, except the fields under mu (read by CLIENT LIST)
+// and nc (closed by Server.Close).
+type client struct {
+	s       *Server
+	nc      net.Conn
+	id      int64
+	addr    string
+	laddr   string
+	created time.Time
+
+	// Input: in[r:w] is read but not yet consumed. in is write-once: bytes
+	// are never overwritten once read (a full buffer is replaced, not
+	// reused), so argument slices and the strings made from them without
+	// copying (see str) stay valid however long something holds them.
+	in    []byte
+	r, w  int
+	lastN int // bytes of the last read
+	p     parser
+
+	out []byte // replies not yet written
+
+	proto   int  // 2 or 3
+	closing bool // QUIT or a panic: stop after flushing the replies
+
+	tstart time.Time // metrics: when the current command started
+	ncmds  uint64    // commands run in this batch, for INFO
+
+	// MULTI state.
+	multi    bool
+	multiErr bool // a command failed to queue: EXEC answers EXECABORT
+	queue    []queued
+	watched  []watch
+
+	opBuf []engine.Op      // scratch ops for writes
+	spans []opSpan         // scratch for EXEC
+	res1  [1]engine.Result // scratch result of a single op
+
+	lower   [24]byte // command name lowered for lookup
+	scratch []byte   // number formatting
+
+	mu      sync.Mutex // guards the fields below
+	name    string
+	libName string
+	libVer  string
+}
+
+type queued struct {
+	cmd  *command
+	args [][]byte
+}
+
+func newClient(s *Server, nc net.Conn) *client {
+	c := &client{
+		s:       s,
+		nc:      nc,
+		id:      s.nextID.Add(1),
+		created: time.Now(),
+		proto:   2,
+		scratch: make([]byte, 0, 32),
+		in:      make([]byte, minReadBuf),
+		p: parser{
+			maxArgs: s.opts.MaxArgs,
+			maxBulk: s.opts.MaxBulkLen,
+			maxCmd:  s.opts.MaxCommandBytes,
+		},
+	}
+	if a := nc.RemoteAddr(); a != nil {
+		c.addr = a.String()
+	}
+	if a := nc.LocalAddr(); a != nil {
+		c.laddr = a.String()
+	}
+	return c
+}
+
+// serveConn is the connection's goroutine: it runs every complete command
+// in the read buffer, writes all their replies at once (so a pipeline
+// costs one write), and reads more.
+func (s *Server) serveConn(c *client) {
+	var err error
+	defer func() {
+		if r := recover(); r != nil { // never let one connection take the server down
+			s.log.Error("resp: panic serving connection", "client", c.id, "addr", c.addr, "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", r)
+		}
+		s.connDone(c, err)
+	}()
+	for {
+		if s.m != nil {
+			c.tstart = time.Now()
+		}
+		for c.r < c.w {
+			n, args, perr := c.p.parse(c.in[c.r:c.w])
+			if perr != "" {
+				s.protoErrors.Add(1)
+				if s.m != nil {
+					s.m.protoErrs.Inc()
+				}
+				s.log.Debug("resp: protocol error, closing connection", "client", c.id, "addr", c.addr, "err", perr)
+				c.writeError("ERR Protocol error: " + perr)
+				c.flush()
+				return
+			}
+			if n == 0 {
+				break // incomplete
+			}
+			c.r += n
+			if args != nil {
+				s.exec(c, args)
+				if c.closing {
+					c.flush()
+					return
+				}
+				if len(c.out) >= flushAt {
+					if err = c.flush(); err != nil {
+						return
+					}
+				}
+			}
+		}
+		if c.ncmds > 0 { // one shared atomic add per batch, not per command
+			s.totalCmds.Add(c.ncmds)
+			c.ncmds = 0
+		}
+		if len(c.out) > 0 {
+			if err = c.flush(); err != nil {
+				return
+			}
+		}
+		if err = c.fill(); err != nil {
+			return
+		}
+	}
+}
+
+// fill reads more input, replacing the buffer when it is full.
+func (c *client) fill() error {
+	if c.w == len(c.in) {
+		rest := c.w - c.r
+		size := min(2*len(c.in), maxReadBuf)
+		if rest == 0 && c.lastN < minReadBuf {
+			size = minReadBuf // small reads: an interactive client
+		}
+		size = max(size, rest+minReadBuf, c.p.need+minReadBuf)
+		nb := make([]byte, size)
+		copy(nb, c.in[c.r:c.w])
+		c.in, c.r, c.w = nb, 0, rest
+	}
+	if t := c.s.opts.IdleTimeout; t > 0 {
+		c.nc.SetReadDeadline(time.Now().Add(t))
+	}
+	n, err := c.nc.Read(c.in[c.w:])
+	c.w += n
+	c.lastN = n
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// flush writes the pending replies.
+func (c *client) flush() error {
+	if len(c.out) == 0 {
+		return nil
+	}
+	_, err := c.nc.Write(c.out)
+	if cap(c.out) > maxKeptReply {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	return err
+}
+
+// Reply writers: they append to c.out.
+
+func (c *client) writeError(msg string) {
+	c.out = append(c.out, '-')
+	c.out = appendLine(c.out, msg)
+}
+
+// writeStatus writes a simple string.
+func (c *client) writeStatus(s string) {
+	c.out = append(c.out, '+')
+	c.out = appendLine(c.out, s)
+}
+
+// appendLine appends s with CR and LF replaced by spaces, then CRLF.
+func appendLine(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		ch := s[i]
+		if ch == '\r' || ch == '\n' {
+			ch = ' '
+		}
+		b = append(b, ch)
+	}
+	return append(b, '\r', '\n')
+}
+
+func (c *client) writeOK() { c.out = append(c.out, "+OK\r\n"...) }
+
+func (c *client) writeInt(n int64) {
+	c.out = append(c.out, ':')
+	c.out = strconv.AppendInt(c.out, n, 10)
+	c.out = append(c.out, '\r', '\n')
+}
+
+func (c *client) writeHeader(t byte, n int) {
+	c.out = append(c.out, t)
+	c.out = strconv.AppendInt(c.out, int64(n), 10)
+	c.out = append(c.out, '\r', '\n')
+}
+
+func (c *client) writeBulk(b []byte) {
+	c.writeHeader('$', len(b))
+	c.out = append(c.out, b...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+func (c *client) writeBulkString(s string) {
+	c.writeHeader('$', len(s))
+	c.out = append(c.out, s...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+// writeBulkInt writes n as a bulk string.
+func (c *client) writeBulkInt(n int64) {
+	c.scratch = strconv.AppendInt(c.scratch[:0], n, 10)
+	c.writeBulk(c.scratch)
+}
+
+// writeNull writes a null bulk string in RESP2 and a null in RESP3.
+func (c *client) writeNull() {
+	if c.proto == 3 {
+		c.out = append(c.out, "_\r\n"...)
+		return
+	}
+	c.out = append(c.out, "$-1\r\n"...)
+}
+
+// writeNullArray writes a null array (EXEC after a failed WATCH).
+func (c *client) writeNullArray() {
+	if c.proto == 3 {
+		c.out = append(c.out, "_\r\n"...)
+		return
+	}
+	c.out = append(c.out, "*-1\r\n"...)
+}
+
+func (c *client) writeArray(n int) { c.writeHeader('*', n) }
+
+// writeMap writes a map header of n pairs: a RESP3 map, or an array of 2n
+// elements in RESP2.
+func (c *client) writeMap(n int) {
+	if c.proto == 3 {
+		c.writeHeader('%', n)
+		return
+	}
+	c.writeHeader('*', 2*n)
+}
+
+// writeSet writes a set header: a RESP3 set, or an array in RESP2.
+func (c *client) writeSet(n int) {
+	if c.proto == 3 {
+		c.writeHeader('~', n)
+		return
+	}
+	c.writeHeader('*', n)
+}
+
+func (c *client) setName(name string) {
+	c.mu.Lock()
+	c.name = name
+	c.mu.Unlock()
+}
+
+func (c *client) getName() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.name
+}

@@ -1,0 +1,481 @@
+// Package resp is counterd's Redis protocol (RESP2 and RESP3) front end.
+//
+// It lets redis-cli, Redis client libraries and redis-benchmark talk to the
+// counter engine unchanged. Every command is applied through the same
+// engine as the HTTP API. See doc.go for the command list, the places where
+// counterd deliberately differs from Redis, and why the protocol is
+// implemented here rather than with a library.
+package resp
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Defaults applied by New to zero Options fields.
+const (
+	DefaultMaxConns        = 10000
+	DefaultMaxBulkLen      = 8 << 20  // 8 MiB
+	DefaultMaxArgs         = 1 << 20  // 1048576
+	DefaultMaxCommandBytes = 64 << 20 // 64 MiB
+	// MaxInlineLen is the longest inline (telnet style) command line, as in
+	// Redis (PROTO_INLINE_MAX_SIZE).
+	MaxInlineLen = 64 << 10
+)
+
+// RedisVersion is the Redis version counterd reports in HELLO's "version"
+// field and INFO's redis_version. Clients gate features on it (rueidis, for
+// one, reads the major version), so it is the version whose command
+// semantics counterd follows, not counterd's own version, which is reported
+// separately (Options.Version).
+const RedisVersion = "7.2.0"
+
+// Options configure a Server. The zero value is valid: every field has a
+// documented default.
+type Options struct {
+	// AllowFlush allows FLUSHALL and FLUSHDB. Default false: both are
+	// refused with an error, so a stray redis-cli FLUSHALL cannot wipe
+	// every counter.
+	AllowFlush bool
+
+	// MaxConns is the most client connections served at once; one more is
+	// answered "-ERR max number of clients reached" and closed, like Redis.
+	// Default 10000 (DefaultMaxConns).
+	MaxConns int
+
+	// MaxBulkLen is the longest bulk string (one argument) accepted, in
+	// bytes; Redis's proto-max-bulk-len. Default 8 MiB (DefaultMaxBulkLen).
+	// A longer one is answered "-ERR Protocol error: invalid bulk length"
+	// and the connection is closed, as Redis does.
+	MaxBulkLen int
+
+	// MaxArgs is the most arguments (multibulk length) of one command.
+	// Default 1048576 (DefaultMaxArgs). More is answered "-ERR Protocol
+	// error: invalid multibulk length" and the connection is closed.
+	MaxArgs int
+
+	// MaxCommandBytes bounds the size on the wire of one command, headers
+	// included, and so the memory one connection buffers; Redis's
+	// client-query-buffer-limit. Default 64 MiB (DefaultMaxCommandBytes).
+	// More is answered "-ERR Protocol error: too big request" and the
+	// connection is closed. Inline commands are limited to 64 KiB
+	// (MaxInlineLen) like in Redis.
+	MaxCommandBytes int
+
+	// IdleTimeout closes a connection that sent nothing for this long.
+	// Default 0: never, like Redis's "timeout 0". Idle connections cost
+	// one parked goroutine and never slow down others.
+	IdleTimeout time.Duration
+
+	// Registerer receives the metrics. Default nil: no metrics. Otherwise
+	// it gets counterd_resp_commands_total{cmd},
+	// counterd_resp_command_duration_seconds{cmd} (histogram),
+	// counterd_resp_connections (gauge),
+	// counterd_resp_connections_total, counterd_resp_rejected_connections_total
+	// and counterd_resp_protocol_errors_total. cmd is the lower-case command
+	// name, or "unknown".
+	Registerer prometheus.Registerer
+
+	// Logger receives connection and error logs. Default slog.Default().
+	Logger *slog.Logger
+
+	// Version is counterd's version, reported as counterd_version by INFO
+	// and HELLO. Default "dev".
+	Version string
+}
+
+// Server serves the Redis protocol on top of an engine.
+type Server struct {
+	eng  *engine.Engine
+	opts Options
+	log  *slog.Logger
+
+	ctx    context.Context // canceled by Close; used for engine calls
+	cancel context.CancelFunc
+
+	mu        sync.Mutex
+	ln        net.Listener // the listener being served, nil before Serve
+	closed    bool
+	serveDone chan struct{} // closed when Serve returns; nil if never served
+	clients   map[*client]struct{}
+
+	conns   sync.WaitGroup // live connection goroutines
+	nconns  atomic.Int64   // live connections
+	nextID  atomic.Int64   // client ids
+	started time.Time
+
+	totalConns    atomic.Uint64
+	rejectedConns atomic.Uint64
+	totalCmds     atomic.Uint64
+	protoErrors   atomic.Uint64
+
+	cmds    map[string]*command // by lower-case name
+	unknown *command            // metrics for unknown commands
+	m       *metrics            // nil without a Registerer
+
+	closeOnce sync.Once
+}
+
+// New returns a server for eng. Call Serve to accept connections.
+func New(eng *engine.Engine, opts Options) *Server {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = DefaultMaxConns
+	}
+	if opts.MaxBulkLen <= 0 {
+		opts.MaxBulkLen = DefaultMaxBulkLen
+	}
+	if opts.MaxArgs <= 0 {
+		opts.MaxArgs = DefaultMaxArgs
+	}
+	if opts.MaxCommandBytes <= 0 {
+		opts.MaxCommandBytes = DefaultMaxCommandBytes
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Version == "" {
+		opts.Version = "dev"
+	}
+	s := &Server{
+		eng:     eng,
+		opts:    opts,
+		log:     opts.Logger,
+		clients: make(map[*client]struct{}),
+		started: time.Now(),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.cmds = buildCommands()
+	s.unknown = &command{name: "unknown"}
+	if opts.Registerer != nil {
+		s.m = newMetrics(opts.Registerer, s.log)
+		for _, c := range s.cmds {
+			c.calls = s.m.calls.WithLabelValues(c.name)
+			c.dur = s.m.dur.WithLabelValues(c.name)
+		}
+		s.unknown.calls = s.m.calls.WithLabelValues("unknown")
+		s.unknown.dur = s.m.dur.WithLabelValues("unknown")
+	}
+	return s
+}
+
+// Serve accepts connections on ln until Close. It returns nil after Close,
+// the listener's error if it fails otherwise, and an error if the server
+// was already serving.
+func (s *Server) Serve(ln net.Listener) error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	if s.ln != nil {
+		s.mu.Unlock()
+		return errors.New("resp: Serve called twice")
+	}
+	s.ln = ln
+	s.serveDone = make(chan struct{})
+	done := s.serveDone
+	s.mu.Unlock()
+	defer close(done)
+
+	err := s.acceptLoop(ln)
+	ln.Close()
+	// Close every connection and wait for their goroutines, so that Serve
+	// (and Close) return with nothing left behind.
+	s.mu.Lock()
+	for c := range s.clients {
+		c.nc.Close()
+	}
+	s.mu.Unlock()
+	s.conns.Wait()
+	return err
+}
+
+func (s *Server) acceptLoop(ln net.Listener) error {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closed := s.closed
+			s.mu.Unlock()
+			if closed {
+				return nil
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return err
+			}
+			// EMFILE and the like: back off instead of spinning.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.log.Warn("resp: accept failed", "err", err, "retry_in", backoff)
+			t := time.NewTimer(backoff)
+			select {
+			case <-t.C:
+			case <-s.ctx.Done():
+				t.Stop()
+			}
+			continue
+		}
+		backoff = 0
+		if s.nconns.Load() >= int64(s.opts.MaxConns) {
+			s.rejectedConns.Add(1)
+			if s.m != nil {
+				s.m.rejected.Inc()
+			}
+			// Like Redis: tell the client why, then close.
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			nc.Write([]byte("-" + errMaxClients + "\r\n"))
+			nc.Close()
+			continue
+		}
+		c := newClient(s, nc)
+		s.mu.Lock()
+		if s.closed {
+			s.mu.Unlock()
+			nc.Close()
+			return nil
+		}
+		s.clients[c] = struct{}{}
+		s.conns.Add(1)
+		s.mu.Unlock()
+		s.nconns.Add(1)
+		s.totalConns.Add(1)
+		if s.m != nil {
+			s.m.conns.Inc()
+			s.m.connsTotal.Inc()
+		}
+		go s.serveConn(c)
+	}
+}
+
+// Close stops accepting, closes every connection and waits for their
+// goroutines. It is idempotent and safe to call before or without Serve.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		ln := s.ln
+		s.mu.Unlock()
+		s.cancel()
+		if ln != nil {
+			ln.Close()
+		}
+	})
+	s.mu.Lock()
+	done := s.serveDone
+	s.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+	return nil
+}
+
+// Addr returns the listener's address, or nil before Serve.
+func (s *Server) Addr() net.Addr {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ln == nil {
+		return nil
+	}
+	return s.ln.Addr()
+}
+
+const errMaxClients = "ERR max number of clients reached"
+
+// connDone unregisters a connection whose goroutine is ending.
+func (s *Server) connDone(c *client, err error) {
+	c.nc.Close()
+	s.totalCmds.Add(c.ncmds)
+	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
+		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
+	}
+	s.mu.Lock()
+	delete(s.clients, c)
+	s.mu.Unlock()
+	s.nconns.Add(-1)
+	if s.m != nil {
+		s.m.conns.Dec()
+	}
+	s.conns.Done()
+}
+
+// exec runs one command, recovering from a panic in it: the client gets
+// an error and is disconnected, the server keeps running.
+func (s *Server) exec(c *client, args [][]byte) {
+	defer func() {
+		if r := recover(); r != nil {
+			s.log.Error("resp: panic in command handler", "client", c.id, "cmd", string(truncate(args[0], 64)), "panic", r, "stack", string(debug.Stack()))
+			c.writeError("ERR internal error")
+			c.closing = true
+		}
+	}()
+	s.dispatch(c, args)
+}
+
+// dispatch looks the command up and runs it, or queues it inside MULTI.
+func (s *Server) dispatch(c *client, args [][]byte) {
+	c.ncmds++
+	cmd := s.lookup(c, args[0])
+	if cmd == nil {
+		if s.m != nil {
+			s.unknown.calls.Inc()
+		}
+		if c.multi {
+			c.multiErr = true
+		}
+		c.writeError(unknownCommandError(args))
+		return
+	}
+	if cmd.arity > 0 && len(args) != cmd.arity || cmd.arity < 0 && len(args) < -cmd.arity {
+		if s.m != nil {
+			cmd.calls.Inc()
+		}
+		if c.multi {
+			c.multiErr = true
+		}
+		c.writeError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if c.multi && cmd.flags&flagTxControl == 0 {
+		// The argument slices alias the connection's write-once read
+		// buffer and stay valid; only the slice of them is reused.
+		c.queue = append(c.queue, queued{cmd: cmd, args: append([][]byte(nil), args...)})
+		c.writeStatus("QUEUED")
+		return
+	}
+	s.run(c, cmd, args)
+}
+
+// run executes a command and records its metrics. To read the clock once
+// per command, a command's start is the previous one's end (c.tstart),
+// reset when a read batch begins.
+func (s *Server) run(c *client, cmd *command, args [][]byte) {
+	if s.m == nil {
+		cmd.fn(s, c, args)
+		return
+	}
+	start := c.tstart
+	cmd.fn(s, c, args)
+	end := time.Now()
+	cmd.dur.Observe(end.Sub(start).Seconds())
+	cmd.calls.Inc()
+	c.tstart = end
+}
+
+// lookup finds a command by name without allocating: the name is lowered
+// into a per-connection buffer and looked up with a string conversion the
+// compiler does not copy.
+func (s *Server) lookup(c *client, name []byte) *command {
+	if len(name) > len(c.lower) {
+		return nil
+	}
+	b := c.lower[:len(name)]
+	for i, ch := range name {
+		if 'A' <= ch && ch <= 'Z' {
+			ch += 'a' - 'A'
+		}
+		b[i] = ch
+	}
+	return s.cmds[string(b)]
+}
+
+// unknownCommandError words the error like Redis 7.
+func unknownCommandError(args [][]byte) string {
+	b := make([]byte, 0, 96)
+	b = append(b, "ERR unknown command '"...)
+	b = append(b, truncate(args[0], 128)...)
+	b = append(b, "', with args beginning with: "...)
+	start := len(b)
+	for _, a := range args[1:] {
+		if len(b)-start >= 128 {
+			break
+		}
+		b = append(b, '\'')
+		b = append(b, truncate(a, 128-(len(b)-start-1))...)
+		b = append(b, '\'', ' ')
+	}
+	return string(b)
+}
+
+func truncate(b []byte, n int) []byte {
+	if n < 0 {
+		n = 0
+	}
+	if len(b) > n {
+		return b[:n]
+	}
+	return b
+}
+
+// metrics are the Prometheus collectors.
+type metrics struct {
+	calls      *prometheus.CounterVec
+	dur        *prometheus.HistogramVec
+	conns      prometheus.Gauge
+	connsTotal prometheus.Counter
+	rejected   prometheus.Counter
+	protoErrs  prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, log *slog.Logger) *metrics {
+	m := &metrics{
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "counterd_resp_commands_total",
+			Help: "Redis protocol commands processed, by command.",
+		}, []string{"cmd"}),
+		dur: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "counterd_resp_command_duration_seconds",
+			Help:    "Time to execute a Redis protocol command (excluding network I/O), by command.",
+			Buckets: []float64{5e-6, 1e-5, 2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 1e-2, 5e-2, 0.25, 1},
+		}, []string{"cmd"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "counterd_resp_connections",
+			Help: "Open Redis protocol client connections.",
+		}),
+		connsTotal: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_resp_connections_total",
+			Help: "Redis protocol client connections accepted.",
+		}),
+		rejected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_resp_rejected_connections_total",
+			Help: "Redis protocol connections refused because MaxConns was reached.",
+		}),
+		protoErrs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_resp_protocol_errors_total",
+			Help: "Redis protocol connections closed for malformed or oversized input.",
+		}),
+	}
+	m.calls = register(reg, log, m.calls)
+	m.dur = register(reg, log, m.dur)
+	m.conns = register(reg, log, m.conns)
+	m.connsTotal = register(reg, log, m.connsTotal)
+	m.rejected = register(reg, log, m.rejected)
+	m.protoErrs = register(reg, log, m.protoErrs)
+	return m
+}
+
+// register registers c, or returns the collector already registered under
+// the same description (a second Server on the same registry shares it).
+func register[T prometheus.Collector](reg prometheus.Registerer, log *slog.Logger, c T) T {
+	if err := reg.Register(c); err != nil {
+		var are prometheus.AlreadyRegisteredError
+		if errors.As(err, &are) {
+			if existing, ok := are.ExistingCollector.(T); ok {
+				return existing
+			}
+		}
+		log.Warn("resp: metrics not registered", "err", err)
+	}
+	return c
+}
