@@ -10,11 +10,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -254,4 +256,68 @@ func TestGracefulShutdownFlushes(t *testing.T) {
 	if v := getValue(t, p.addr, "views"); v != 200 {
 		t.Fatalf("after SIGTERM views = %d, want 200", v)
 	}
+}
+
+// TestREADMEExamples runs every curl, redis-cli and counterctl line of the
+// README's sh blocks against a fresh counterd (ports rewritten to the test's
+// own) and fails if one exits non-zero or answers an error.
+func TestREADMEExamples(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	respPort := freePort(t)
+	p := start(t, t.TempDir(), "--resp", "127.0.0.1:"+respPort)
+	httpHostPort := strings.TrimPrefix(p.addr, "http://")
+	ctl := filepath.Join(filepath.Dir(counterdBin(t)), "counterctl")
+	if out, err := exec.Command("go", "build", "-o", ctl, "../counterctl").CombinedOutput(); err != nil {
+		t.Fatalf("build counterctl: %v\n%s", err, out)
+	}
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	ran := 0
+	for _, b := range blocks {
+		for _, line := range strings.Split(b[1], "\n") {
+			line = strings.TrimSpace(line)
+			switch {
+			case line == "" || strings.HasPrefix(line, "#"), line == "make test", strings.HasPrefix(line, "go run ./cmd/counterd"):
+				continue
+			case strings.HasPrefix(line, "redis-cli"):
+				if _, err := exec.LookPath("redis-cli"); err != nil {
+					if os.Getenv("COUNTERD_REQUIRE_SERVICES") == "1" {
+						t.Fatal("redis-cli not installed (scripts/install-deps.sh installs it)")
+					}
+					t.Logf("skip (no redis-cli): %s", line)
+					continue
+				}
+			}
+			cmdline := strings.ReplaceAll(line, "localhost:8080", httpHostPort)
+			cmdline = strings.ReplaceAll(cmdline, "-p 6380", "-p "+respPort)
+			cmdline = strings.ReplaceAll(cmdline, "go run ./cmd/counterctl", ctl+" --addr "+p.addr)
+			if strings.Contains(cmdline, " bench ") {
+				cmdline = strings.ReplaceAll(cmdline, "--duration 5s", "--duration 1s --no-progress")
+			}
+			out, err := exec.Command("sh", "-c", cmdline).CombinedOutput()
+			if err != nil || strings.Contains(string(out), `"status":"error"`) || strings.HasPrefix(string(out), "(error)") || strings.HasPrefix(string(out), "ERR") {
+				t.Errorf("README line failed: %s\n%v\n%s", line, err, out)
+			}
+			ran++
+		}
+	}
+	if ran < 20 {
+		t.Fatalf("ran only %d README lines: did the README lose its examples?", ran)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	_, port, _ := net.SplitHostPort(l.Addr().String())
+	return port
 }
