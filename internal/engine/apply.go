@@ -7,7 +7,10 @@ import (
 	"math/rand/v2"
 	"time"
 
+	"github.com/cespare/xxhash/v2"
+
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // MaxItems bounds the items of one PFADD, the fields of one HADD/HDEL and the
@@ -263,15 +266,20 @@ type savedEntry struct {
 	value, updated int64
 	version        uint64
 	kind           Kind
+	flags          uint8
 	hasExt         bool
 	exp            int64
 	state          any
+	roll           *rollup.State
 }
 
 func save(en *entry) savedEntry {
-	s := savedEntry{value: en.value, updated: en.updated, version: en.version, kind: en.kind}
+	s := savedEntry{value: en.value, updated: en.updated, version: en.version, kind: en.kind, flags: en.flags}
 	if en.ext != nil {
 		s.hasExt, s.exp, s.state = true, en.ext.expires, cloneState(en.ext.state)
+		if en.ext.roll != nil {
+			s.roll = en.ext.roll.Clone()
+		}
 	}
 	return s
 }
@@ -281,8 +289,9 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
 	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
 	en.value, en.updated, en.version, en.kind, en.ext = s.value, s.updated, s.version, s.kind, nil
+	en.flags = en.flags&flagDirty | s.flags&^flagDirty
 	if s.hasExt {
-		en.ext = &ext{expires: s.exp, state: s.state}
+		en.ext = &ext{expires: s.exp, state: s.state, roll: s.roll}
 	}
 	isLive, isTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
 	e.keys.Add(b2i(isLive) - b2i(wasLive))
@@ -381,6 +390,7 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 	if st != nil {
 		en.ext = &ext{state: st}
 	}
+	e.attachRollLocked(r, op.ID, k)
 	e.keys.Add(1)
 	return nil
 }
@@ -412,6 +422,9 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 				e.clearLocked(r)
 			}
 			return err
+		}
+		if x := en.ext; x != nil && x.roll != nil {
+			x.roll.Add(now, op.Delta)
 		}
 	case OpSet:
 		if live && en.kind != KindCounter {
@@ -476,15 +489,31 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 			res.Changed = true // like Redis: creating the key counts as a change
 		}
 		h := en.ext.state.(*counter.HLL)
-		for _, it := range op.Items {
-			if h.Add(it) {
-				res.Changed = true
+		rollChanged := false
+		if roll := en.ext.roll; roll == nil {
+			for _, it := range op.Items {
+				if h.Add(it) {
+					res.Changed = true
+				}
+			}
+		} else {
+			for _, it := range op.Items {
+				x := xxhash.Sum64(it) // what h.Add hashes
+				if h.AddHash(x) {
+					res.Changed = true
+				}
+				if roll.AddHash(now, x) {
+					rollChanged = true
+				}
 			}
 		}
 		if op.Estimate {
 			res.Value = int64(h.Count())
 		}
 		if !res.Changed {
+			if rollChanged { // today's sketch changed, the counter did not
+				e.markDirtyLocked(r)
+			}
 			res.Kind, res.Version = en.kind, en.version
 			return nil
 		}
@@ -528,6 +557,13 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 			e.create(r, KindHLL, op)
 		}
 		en.ext.state = dst
+		if roll := en.ext.roll; roll != nil {
+			for _, h := range hs {
+				if err := roll.MergeSketch(now, h); err != nil {
+					return mapErr(op.ID, err)
+				}
+			}
+		}
 		res.Changed = true
 	case OpHAdd:
 		if live && en.kind != KindHash {

@@ -56,6 +56,7 @@ type Engine struct {
 
 	idem idemTable
 	fl   flusher
+	roll rollups
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL
@@ -291,6 +292,9 @@ func (e *Engine) clearLocked(r *ref) {
 	if en.ext != nil && en.ext.expires != 0 {
 		e.expires.Add(-1)
 	}
+	if en.ext != nil && en.ext.roll != nil {
+		en.flags |= flagRollReset // a deleted counter has no history
+	}
 	en.kind, en.value, en.ext = KindNone, 0, nil
 	en.version = 0
 	if en.flags&flagDirty == 0 {
@@ -308,7 +312,7 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	case at == 0 && had:
 		en.ext.expires = 0
 		e.expires.Add(-1)
-		if en.ext.state == nil {
+		if en.ext.state == nil && en.ext.roll == nil {
 			en.ext = nil
 		}
 	case at != 0:

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // Config configures an Engine. The zero value is not valid; start from
@@ -33,6 +34,16 @@ type Config struct {
 	DefaultWindow counter.WindowSpec // window of a new window counter (default 60 x 60s)
 	HLLPrecision  uint8              // precision of a new hll (default 14)
 
+	// Rollups gives counters minute/hour/day/month buckets of their
+	// increments (and hll counters per-hour and per-day sketches), by key:
+	// a namespace (the id up to its first ':') or an id, which overrides
+	// its namespace. Specs set with Engine.SetRollup override these.
+	// Default: none.
+	Rollups map[string]rollup.Spec
+	// RollupPurgeInterval is how often rollups past their retention are
+	// deleted (default 10m; 0 means the default).
+	RollupPurgeInterval time.Duration
+
 	// Clock, when set, is called for every timestamp (tests inject one).
 	// When nil (the default) the engine reads a coarse clock updated every
 	// millisecond, which keeps time.Now off the hot path.
@@ -54,6 +65,7 @@ func DefaultConfig() Config {
 		MaxShards:            1024,
 		DefaultWindow:        counter.WindowSpec{Granularity: time.Minute, Span: time.Hour},
 		HLLPrecision:         14,
+		RollupPurgeInterval:  10 * time.Minute,
 		Logger:               slog.Default(),
 	}
 }
@@ -85,6 +97,17 @@ func (c *Config) Validate() error {
 	}
 	if err := counter.ValidatePrecision(c.HLLPrecision); err != nil {
 		return fmt.Errorf("engine: config: %w", err)
+	}
+	for key, s := range c.Rollups {
+		if err := ValidateRollupKey(key); err != nil {
+			return fmt.Errorf("engine: config: Rollups: %w", err)
+		}
+		if err := s.Validate(); err != nil {
+			return fmt.Errorf("engine: config: Rollups[%q]: %w", key, err)
+		}
+	}
+	if c.RollupPurgeInterval < 0 {
+		return errors.New("engine: config: RollupPurgeInterval is negative")
 	}
 	return nil
 }

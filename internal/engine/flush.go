@@ -101,6 +101,9 @@ func (e *Engine) flushOnce() error {
 	b := e.db.NewBatch()
 	var reap []reapItem
 	var buf []byte
+	var rfs []rollFlush // rollups to write, taken with their entries
+	e.roll.gen++
+	gen := e.roll.gen
 
 	e.gate.Lock()
 	for no := range e.shards {
@@ -132,9 +135,22 @@ func (e *Engine) flushOnce() error {
 					sh.mu.Unlock()
 					e.gate.Unlock()
 					b.Close()
+					e.rollupsFailed(rfs)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				b.Set(key, val, nil)
+			}
+			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
+				rfs = append(rfs, rf)
+				if err != nil {
+					en.unlock()
+					sh.mu.Unlock()
+					e.gate.Unlock()
+					b.Close()
+					e.markAllDirty()
+					e.rollupsFailed(rfs)
+					return e.failCycle(c, fmt.Errorf("engine: encode rollups of %q: %w", id, err))
+				}
 			}
 			en.unlock()
 			buf = key
@@ -147,8 +163,8 @@ func (e *Engine) flushOnce() error {
 	for _, r := range recs {
 		b.Set(idemKey(r.key), r.encode(), nil)
 	}
-	var err error
-	if !b.Empty() {
+	err := e.writeRollups(b, rfs)
+	if err == nil && !b.Empty() {
 		err = b.Commit(pebble.Sync)
 	}
 	b.Close()
@@ -156,8 +172,10 @@ func (e *Engine) flushOnce() error {
 		// We no longer know what reached disk: write everything next time.
 		e.markAllDirty()
 		e.idem.requeue(recs)
+		e.rollupsFailed(rfs)
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}
+	e.rollupsCommitted(rfs, gen)
 	e.idem.markFlushed(recs)
 	f.flushes.Add(1)
 	f.lastFlush.Store(time.Now().UnixNano())
@@ -233,6 +251,11 @@ func (e *Engine) janitorLoop() {
 		purgeEvery = time.Minute
 	}
 	lastPurge := time.Now()
+	rollEvery := e.cfg.RollupPurgeInterval
+	if rollEvery <= 0 {
+		rollEvery = 10 * time.Minute
+	}
+	lastRollPurge := time.Now()
 	for {
 		select {
 		case <-e.stop:
@@ -240,6 +263,12 @@ func (e *Engine) janitorLoop() {
 		case <-t.C:
 		}
 		e.expireDue()
+		if time.Since(lastRollPurge) >= rollEvery {
+			lastRollPurge = time.Now()
+			if err := e.purgeRollups(); err != nil {
+				e.cfg.Logger.Warn("rollup purge failed", "err", err)
+			}
+		}
 		if time.Since(lastPurge) >= purgeEvery {
 			lastPurge = time.Now()
 			if err := e.purgeIdempotency(); err != nil {

@@ -29,6 +29,11 @@ func Glob(pattern string, s []byte) bool {
 					i++
 					continue
 				}
+				if p+1 == len(pattern) && s[i] == '\\' { // a trailing \ is literal
+					p++
+					i++
+					continue
+				}
 			default:
 				if pattern[p] == s[i] {
 					p++

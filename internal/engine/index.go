@@ -6,6 +6,8 @@ import (
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
+
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // The in-memory index: ids are split over numShards shards by the top byte of
@@ -68,13 +70,16 @@ type chunk struct {
 }
 
 const (
-	flagDirty uint8 = 1 << iota // changed since the last flush; on the shard's dirty list
+	flagDirty         uint8 = 1 << iota // changed since the last flush; on the shard's dirty list
+	flagRollReset                       // stored rollups of this id must be deleted (rollup.go)
+	flagRollResetting                   // that deletion is in the flush being written
 )
 
 // ext holds what most counters do not need.
 type ext struct {
-	expires int64 // unix nanoseconds, 0 = none
-	state   any   // *counter.Sharded, *counter.PN, *counter.HLL, *counter.Window or *counter.Hash
+	expires int64         // unix nanoseconds, 0 = none
+	state   any           // *counter.Sharded, *counter.PN, *counter.HLL, *counter.Window or *counter.Hash
+	roll    *rollup.State // rollups, when a spec covers the counter (rollup.go)
 }
 
 // lock spins until it holds en's lock: critical sections are a few dozen

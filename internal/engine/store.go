@@ -16,6 +16,7 @@ import (
 //
 //	'c' + id  -> entry (format byte, kind, version, updated, expires, value or state)
 //	'i' + key -> idempotency record
+//	'h', 's', 'u', 'R' -> rollups (see rollup.go)
 const (
 	prefixCounter byte = 'c'
 	prefixIdem    byte = 'i'
@@ -142,6 +143,9 @@ func decodeEntry(b []byte, en *entry) error {
 // load reads every counter into memory. Counters that expired while the
 // node was down are dropped on first access or by the janitor.
 func (e *Engine) load() error {
+	if err := e.loadRollupSpecs(); err != nil {
+		return err
+	}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixCounter}, UpperBound: []byte{prefixCounter + 1}})
 	if err != nil {
 		return fmt.Errorf("engine: load: %w", err)
@@ -165,7 +169,10 @@ func (e *Engine) load() error {
 			sh.trackTTL(i)
 		}
 	}
-	return it.Error()
+	if err := it.Error(); err != nil {
+		return err
+	}
+	return e.loadRollupHeads()
 }
 
 // pebbleLogger sends Pebble's log lines to slog.

@@ -1,0 +1,271 @@
+package rollup
+
+import (
+	"math"
+	"slices"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// State is one counter's rollups in memory: the open chunk of each kept
+// granularity (count buckets) or the open sketch of each kept unit
+// (unique counts), and what was closed but is not yet known to be stored.
+//
+// Memory: a count State holds at most the buckets of one hour of minutes,
+// one day of hours, one month of days and one year of months, 8 bytes each
+// (1016 bytes), plus chunks closed since the last flush. A sketch State
+// holds the sketches of the current hour and day (sparse while small: 4
+// bytes per non-zero register; dense: 2^p bytes each, 16 KiB at p = 14),
+// plus sketches closed since the last flush.
+//
+// A State is not safe for concurrent use; see the package comment.
+type State struct {
+	spec     *Spec
+	counts   [numGranularities]*openChunk // nil: granularity not kept
+	sketches [2]*openSketch               // [0] hours, [1] days; nil: not kept
+	closed   []closedItem                 // closed, not yet known to be stored
+	noStore  bool                         // stored data belongs to an older life of the counter
+	purged   []int64                      // horizons PurgeRanges returned last; nil: none yet
+}
+
+type openChunk struct {
+	g       Granularity
+	started bool
+	idx     int64   // chunk index
+	vals    []int64 // vals[i]: bucket chunkFirst(idx)+i; len grows with time
+	lo, hi  int64   // [lo, hi) unix ns of the bucket at off: the fast path
+	off     int
+}
+
+type openSketch struct {
+	unit       Granularity // Hour or Day
+	started    bool
+	idx        int64 // hour or day number of h
+	lo, hi     int64 // [lo, hi) unix ns of idx
+	h          *counter.HLL
+	hasClosed  bool
+	lastClosed int64 // the unit closed most recently
+	hasFlushed bool
+	flushed    int64 // every closed unit <= flushed is stored with its unions
+}
+
+// closedItem is a closed chunk or sketch. Its data is immutable: views and
+// clones share it.
+type closedItem struct {
+	g       Granularity // chunk granularity, or sketch unit
+	sketch  bool
+	idx     int64
+	vals    []int64
+	h       *counter.HLL
+	hasPrev bool
+	prev    int64  // sketches: the unit closed before this one
+	gen     uint64 // flush generation that last wrote it; 0: none yet
+}
+
+func sketchSlot(unit Granularity) int {
+	if unit == Day {
+		return 1
+	}
+	return 0
+}
+
+// NewState returns an empty State keeping what spec says: count buckets
+// when sketches is false, sketches when it is true. It returns nil when
+// spec keeps nothing of that sort. spec must be valid and is not copied.
+func NewState(spec *Spec, sketches bool) *State {
+	s := &State{}
+	if !s.setSpec(spec, sketches) {
+		return nil
+	}
+	return s
+}
+
+// Sketches reports whether s keeps sketches (rather than count buckets).
+func (s *State) Sketches() bool { return s.sketches[0] != nil || s.sketches[1] != nil }
+
+// Spec returns the spec s follows.
+func (s *State) Spec() *Spec { return s.spec }
+
+// SetSpec switches s to spec. Granularities or units that spec no longer
+// keeps are dropped from memory (their stored data is left to the engine's
+// purge); newly kept ones start empty. It reports false when spec keeps
+// nothing for s, in which case s must be discarded.
+func (s *State) SetSpec(spec *Spec) bool { return s.setSpec(spec, s.Sketches()) }
+
+func (s *State) setSpec(spec *Spec, sketches bool) bool {
+	s.spec = spec
+	any := false
+	for g := Minute; g < numGranularities; g++ {
+		keep := !sketches && spec.Retention(g) > 0
+		switch {
+		case keep && s.counts[g] == nil:
+			s.counts[g] = &openChunk{g: g}
+		case !keep:
+			s.counts[g] = nil
+		}
+		any = any || keep
+	}
+	for i, unit := range [2]Granularity{Hour, Day} {
+		keep := sketches && spec.SketchRetention(unit) > 0
+		switch {
+		case keep && s.sketches[i] == nil:
+			s.sketches[i] = &openSketch{unit: unit}
+		case !keep:
+			s.sketches[i] = nil
+		}
+		any = any || keep
+	}
+	return any
+}
+
+// SetNoStore makes reads ignore stored data (the engine sets it while the
+// stored rollups of a deleted counter of the same id are being removed).
+func (s *State) SetNoStore(v bool) { s.noStore = v }
+
+// NoStore reports what SetNoStore set.
+func (s *State) NoStore() bool { return s.noStore }
+
+// satAdd adds without leaving the int64 range: buckets saturate.
+func satAdd(a, b int64) int64 {
+	c := a + b
+	if (a >= 0) == (b >= 0) && (c >= 0) != (a >= 0) {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return c
+}
+
+// Add adds delta to the bucket of time now (unix ns) of every kept
+// granularity. Buckets saturate at the int64 limits. A time before the open
+// chunk (the clock went back) counts in the newest bucket. Add does not
+// allocate while now stays in the current buckets.
+func (s *State) Add(now, delta int64) {
+	for _, c := range &s.counts {
+		if c == nil {
+			continue
+		}
+		if now >= c.lo && now < c.hi {
+			c.vals[c.off] = satAdd(c.vals[c.off], delta)
+			continue
+		}
+		s.addSlow(c, now, delta)
+	}
+}
+
+func (s *State) addSlow(c *openChunk, now, delta int64) {
+	b := c.g.Bucket(now)
+	ci, off := c.g.chunkOf(b)
+	switch {
+	case !c.started:
+		c.started, c.idx = true, ci
+	case ci > c.idx:
+		s.closeChunk(c)
+		c.idx = ci
+	case ci < c.idx:
+		if len(c.vals) == 0 {
+			c.grow(0, 1)
+		}
+		c.vals[len(c.vals)-1] = satAdd(c.vals[len(c.vals)-1], delta)
+		return
+	}
+	if off >= len(c.vals) {
+		c.grow(off, c.g.chunkLen(ci))
+	}
+	c.vals[off] = satAdd(c.vals[off], delta)
+	c.off, c.lo, c.hi = off, c.g.Start(b), c.g.Start(b+1)
+}
+
+// grow extends c.vals to hold offset off, doubling its capacity but never
+// beyond the chunk's length n.
+func (c *openChunk) grow(off, n int) {
+	if off < cap(c.vals) {
+		c.vals = c.vals[:off+1]
+		return
+	}
+	v := make([]int64, off+1, max(off+1, min(n, 2*cap(c.vals))))
+	copy(v, c.vals)
+	c.vals = v
+}
+
+func (s *State) closeChunk(c *openChunk) {
+	if slices.ContainsFunc(c.vals, func(v int64) bool { return v != 0 }) {
+		s.closed = append(s.closed, closedItem{g: c.g, idx: c.idx, vals: c.vals})
+	}
+	c.vals, c.lo, c.hi, c.off = nil, 0, 0, 0
+}
+
+// roll makes k's open sketch the one of time now and returns it. A time
+// before the open unit (the clock went back) counts in the open unit.
+func (s *State) roll(k *openSketch, now int64) *counter.HLL {
+	if now >= k.lo && now < k.hi {
+		return k.h
+	}
+	u := k.unit.Bucket(now)
+	switch {
+	case !k.started:
+	case u > k.idx:
+		if k.h.Count() > 0 {
+			s.closed = append(s.closed, closedItem{g: k.unit, sketch: true, idx: k.idx, h: k.h, hasPrev: k.hasClosed, prev: k.lastClosed})
+			k.hasClosed, k.lastClosed = true, k.idx
+		}
+	default:
+		return k.h
+	}
+	k.started, k.idx, k.h = true, u, s.spec.newSketch()
+	k.lo, k.hi = k.unit.Start(u), k.unit.Start(u+1)
+	return k.h
+}
+
+// AddHash adds an item, by its 64-bit hash (xxhash64 of the item, as
+// counter.HLL.Add uses), to the open sketch of each kept unit, and reports
+// whether a register changed.
+func (s *State) AddHash(now int64, x uint64) bool {
+	changed := false
+	for _, k := range &s.sketches {
+		if k != nil && s.roll(k, now).AddHash(x) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// MergeSketch merges h (not modified) into the open sketch of each kept
+// unit, as if h's items had been added at time now. A sketch of lower
+// precision lowers the open sketch's precision (see counter.HLL.Merge).
+func (s *State) MergeSketch(now int64, h *counter.HLL) error {
+	for _, k := range &s.sketches {
+		if k != nil {
+			if err := s.roll(k, now).Merge(h); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Clone returns a deep copy of s (closed data is immutable and shared).
+func (s *State) Clone() *State {
+	c := &State{spec: s.spec, noStore: s.noStore, closed: slices.Clone(s.closed), purged: slices.Clone(s.purged)}
+	for i, o := range s.counts {
+		if o != nil {
+			x := *o
+			x.vals = slices.Clone(o.vals)
+			c.counts[i] = &x
+		}
+	}
+	for i, k := range s.sketches {
+		if k != nil {
+			x := *k
+			if k.h != nil {
+				x.h = k.h.Clone()
+			}
+			c.sketches[i] = &x
+		}
+	}
+	return c
+}
+
+// Closed reports how many closed chunks and sketches wait to be stored.
+func (s *State) Closed() int { return len(s.closed) }
