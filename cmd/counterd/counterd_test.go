@@ -61,7 +61,7 @@ var listenRE = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
 // start runs counterd on dataDir with its HTTP API on a free port.
 func start(t *testing.T, dataDir string, args ...string) *proc {
 	t.Helper()
-	args = append([]string{"--data", dataDir, "--http", "127.0.0.1:0", "--resp", ""}, args...)
+	args = append([]string{"--data", dataDir, "--http", "127.0.0.1:0", "--resp", "", "--grpc", ""}, args...)
 	cmd := exec.Command(counterdBin(t), args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

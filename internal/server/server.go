@@ -17,11 +17,29 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
+
+// newLimiter opens the rate limiter with the policies in path ("" = none).
+func newLimiter(path string) (*ratelimit.Limiter, error) {
+	var cfg ratelimit.Config
+	if path != "" {
+		f, err := os.Open(path)
+		if err != nil {
+			return nil, fmt.Errorf("server: --ratelimit-policies: %w", err)
+		}
+		defer f.Close()
+		if cfg.Policies, err = ratelimit.LoadPolicies(f); err != nil {
+			return nil, fmt.Errorf("server: --ratelimit-policies %s: %w", path, err)
+		}
+	}
+	return ratelimit.New(cfg)
+}
 
 // Version is reported by INFO and logs; set at build time with
 // -ldflags "-X github.com/counterd/counterd/internal/server.Version=..."
@@ -72,6 +90,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 
+	lim, err := newLimiter(cfg.RateLimitPolicies)
+	if err != nil {
+		return err
+	}
+	defer lim.Close()
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -82,22 +106,30 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Gatherer:     reg,
 		Logger:       log,
 	})
-	var handler http.Handler = api
+	rl := ratelimit.NewHTTPHandler(lim, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
+	// Route by prefix rather than through another ServeMux, which would
+	// clean and redirect API paths before the API sees them.
+	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
+			rl.ServeHTTP(w, r)
+			return
+		}
+		api.ServeHTTP(w, r)
+	})
 	if cfg.Pprof {
-		// Route by prefix rather than through another ServeMux, which would
-		// clean and redirect API paths before the API sees them.
 		prof := http.NewServeMux()
 		prof.HandleFunc("/debug/pprof/", pprof.Index)
 		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		next := handler
 		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
 				prof.ServeHTTP(w, r)
 				return
 			}
-			api.ServeHTTP(w, r)
+			next.ServeHTTP(w, r)
 		})
 	}
 	hln, err := net.Listen("tcp", cfg.HTTP)
@@ -120,13 +152,33 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			hs.Close()
 			return fmt.Errorf("server: --resp: %w", err)
 		}
-		rs = resp.New(eng, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version})
+		rs = resp.New(eng, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: lim})
 		go func() {
 			if err := rs.Serve(rln); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
 			}
 		}()
 		log.Info("resp listening", "addr", rln.Addr().String())
+	}
+
+	var gs *grpc.Server
+	if cfg.GRPC != "" {
+		gln, err := net.Listen("tcp", cfg.GRPC)
+		if err != nil {
+			hs.Close()
+			if rs != nil {
+				rs.Close()
+			}
+			return fmt.Errorf("server: --grpc: %w", err)
+		}
+		gs = grpc.NewServer()
+		ratelimit.RegisterEnvoy(gs, lim, ratelimit.EnvoyOptions{})
+		go func() {
+			if err := gs.Serve(gln); err != nil {
+				errc <- fmt.Errorf("server: grpc: %w", err)
+			}
+		}()
+		log.Info("grpc listening", "addr", gln.Addr().String(), "services", "envoy.service.ratelimit.v3")
 	}
 
 	select {
@@ -139,6 +191,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer cancel()
 	if rs != nil {
 		rs.Close()
+	}
+	if gs != nil {
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-sctx.Done():
+			gs.Stop()
+		}
 	}
 	if serr := hs.Shutdown(sctx); serr != nil {
 		log.Warn("http shutdown", "err", serr)

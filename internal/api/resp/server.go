@@ -10,6 +10,7 @@ package resp
 import (
 	"context"
 	"errors"
+	"github.com/counterd/counterd/internal/ratelimit"
 	"io"
 	"log/slog"
 	"net"
@@ -72,6 +73,10 @@ type Options struct {
 	// connection is closed. Inline commands are limited to 64 KiB
 	// (MaxInlineLen) like in Redis.
 	MaxCommandBytes int
+
+	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md). Default
+	// nil: RL.CHECK is an unknown command.
+	RateLimiter *ratelimit.Limiter
 
 	// IdleTimeout closes a connection that sent nothing for this long.
 	// Default 0: never, like Redis's "timeout 0". Idle connections cost
@@ -156,6 +161,9 @@ func New(eng *engine.Engine, opts Options) *Server {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cmds = buildCommands()
+	if opts.RateLimiter != nil {
+		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
+	}
 	s.unknown = &command{name: "unknown"}
 	if opts.Registerer != nil {
 		s.m = newMetrics(opts.Registerer, s.log)

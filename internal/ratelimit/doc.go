@@ -1,0 +1,33 @@
+// Package ratelimit decides whether a hit on a key is within its limits.
+//
+// A Limiter holds, for every (key, Limit) pair that has state, one 48-byte
+// entry in a sharded in-memory table: 256 shards, each a slab of entries in
+// chunks of 256 (pointers never move) and an open-addressing index of
+// uint32 slots. Keys are not stored: an entry is identified by a 96-bit
+// fingerprint of the key and the limit (xxhash and a seeded maphash), so
+// the memory per active key does not depend on the key's length. Lookups
+// take no shard lock; each entry has its own spin lock, so unrelated keys
+// never contend. A check of several limits (CheckMulti) resolves every
+// entry first, locks them in a global order (shard, slot), evaluates all
+// and commits only if all allow, so a multi-limit check is all-or-nothing
+// and deadlock-free. A janitor goroutine frees entries whose state has
+// returned to "fresh" (the algorithm's expiry time has passed).
+//
+// Algorithms (see docs/ratelimit.md for the exact semantics):
+//
+//   - FixedWindow: a count per window aligned to the Unix epoch.
+//   - SlidingWindow: the two-bucket weighted sliding window counter.
+//   - SlidingLog: the exact sliding window, one timestamp per hit.
+//   - TokenBucket: GCRA (a token bucket refilled continuously).
+//   - LeakyBucket: GCRA as a queue: admitted hits carry the delay after
+//     which they leave the queue (shaping instead of policing).
+//
+// Policies (Policy, LoadPolicies, Limiter.SetPolicy) attach limits to keys
+// by glob or namespace. Front ends: NewHTTPHandler (POST /ratelimit/check,
+// /ratelimit/policies), Middleware for net/http, Limiter.CheckArgs for the
+// RESP command RL.CHECK, and RegisterEnvoy for Envoy's rate limit service
+// (envoy.service.ratelimit.v3) over gRPC.
+//
+// Decisions are exact while one process owns a key; there is no cluster
+// mode yet (see docs/ratelimit.md).
+package ratelimit

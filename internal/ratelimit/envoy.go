@@ -1,0 +1,227 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"math"
+	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+)
+
+// EnvoyOptions configure RegisterEnvoy. The zero value is valid.
+type EnvoyOptions struct {
+	// OverrideAlgorithm is the algorithm of limits a descriptor carries
+	// itself (RateLimitDescriptor.limit). Default FixedWindow, which is
+	// how Envoy's reference rate limit service counts.
+	OverrideAlgorithm Algorithm
+	// NoHeaders leaves response_headers_to_add empty. Default false: the
+	// answer asks Envoy to add the RateLimit, RateLimit-Policy,
+	// X-RateLimit-* (and, over the limit, Retry-After) headers.
+	NoHeaders bool
+}
+
+// RegisterEnvoy registers Envoy's rate limit service v3
+// (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on s,
+// deciding with l. Each descriptor of a request is a key,
+// DescriptorKey(domain, entries), checked against the limit the
+// descriptor carries or else the policies matching the key (none: the
+// descriptor is not limited, code OK). All descriptors of one request
+// are checked atomically: if one is over its limit, none is charged.
+// Hits are the descriptor's hits_addend, else the request's, else 1.
+func RegisterEnvoy(s grpc.ServiceRegistrar, l *Limiter, opts EnvoyOptions) {
+	if opts.OverrideAlgorithm == 0 {
+		opts.OverrideAlgorithm = FixedWindow
+	}
+	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{l: l, opts: opts})
+}
+
+// DescriptorKey is the key of a descriptor: the domain, ':', then the
+// entries as key=value joined by '/', such as
+// "edge:remote_address=10.0.0.1/path=/api". Policies match it with globs
+// such as "edge:remote_address=*" or by namespace (the domain).
+func DescriptorKey(domain string, entries []*rlcommonv3.RateLimitDescriptor_Entry) string {
+	var b strings.Builder
+	n := len(domain) + 1
+	for _, e := range entries {
+		n += len(e.GetKey()) + len(e.GetValue()) + 2
+	}
+	b.Grow(n)
+	b.WriteString(domain)
+	b.WriteByte(':')
+	for i, e := range entries {
+		if i > 0 {
+			b.WriteByte('/')
+		}
+		b.WriteString(e.GetKey())
+		b.WriteByte('=')
+		b.WriteString(e.GetValue())
+	}
+	return b.String()
+}
+
+type envoyServer struct {
+	rlsv3.UnimplementedRateLimitServiceServer
+	l    *Limiter
+	opts EnvoyOptions
+}
+
+func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+	domain := req.GetDomain()
+	descs := req.GetDescriptors()
+	if domain == "" || len(descs) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "ratelimit: domain and at least one descriptor are required")
+	}
+	addend := max(1, int64(req.GetHitsAddend()))
+	hits := make([]Hit, 0, len(descs))
+	spans := make([][2]int, len(descs))
+	tooBig := make([]bool, len(descs)) // a hit above the limit's capacity can never pass
+	anyTooBig := false
+	for i, d := range descs {
+		key := DescriptorKey(domain, d.GetEntries())
+		cost := addend
+		if h := d.GetHitsAddend(); h != nil {
+			cost = int64(min(h.GetValue(), MaxLimit+1))
+		}
+		start := len(hits)
+		if o := d.GetLimit(); o != nil {
+			lim := Limit{Name: "override", Algorithm: s.opts.OverrideAlgorithm, Limit: int64(o.GetRequestsPerUnit()), Period: unitPeriod(o.GetUnit())}
+			if err := lim.Validate(); err != nil {
+				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
+			}
+			hits = append(hits, Hit{Key: key, Limit: lim, Cost: cost})
+		} else {
+			var err error
+			hits, err = s.l.AppendPolicyHits(hits, key, nil, cost)
+			if err != nil && !errors.Is(err, ErrNoPolicy) {
+				return nil, grpcError(err)
+			}
+		}
+		for j := start; j < len(hits); j++ {
+			if hits[j].Cost > hits[j].Limit.Capacity() {
+				tooBig[i], anyTooBig = true, true
+			}
+		}
+		spans[i] = [2]int{start, len(hits)}
+	}
+	if len(hits) > MaxHits {
+		return nil, status.Errorf(codes.InvalidArgument, "ratelimit: %d limits in one request, at most %d", len(hits), MaxHits)
+	}
+	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	for i := range resp.Statuses {
+		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+	}
+	if len(hits) == 0 {
+		return resp, nil
+	}
+	if anyTooBig {
+		for i := range hits {
+			hits[i].Cost = 0 // nothing may be charged: report the state only
+		}
+	}
+	sts := make([]Status, len(hits))
+	agg, err := s.l.CheckMulti(hits, sts)
+	if err != nil {
+		return nil, grpcError(err)
+	}
+	over := !agg.Allowed || anyTooBig
+	for i, sp := range spans {
+		if sp[0] == sp[1] {
+			continue
+		}
+		var b binder
+		for j := sp[0]; j < sp[1]; j++ {
+			b.add(sts[j])
+		}
+		st := b.result()
+		ds := resp.Statuses[i]
+		lim := hits[sp[0]].Limit
+		for j := sp[0]; j < sp[1]; j++ {
+			if sts[j] == st {
+				lim = hits[j].Limit
+				break
+			}
+		}
+		ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: lim.DisplayName(), RequestsPerUnit: uint32(min(lim.Limit, math.MaxUint32)), Unit: periodUnit(lim.Period)}
+		ds.LimitRemaining = uint32(min(st.Remaining, math.MaxUint32))
+		ds.DurationUntilReset = durationpb.New(window(st))
+		if !st.Allowed || tooBig[i] {
+			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			if tooBig[i] {
+				ds.LimitRemaining = 0
+			}
+		}
+	}
+	if over {
+		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		agg.Allowed = false
+		if agg.RetryAfter == 0 {
+			agg.RetryAfter = agg.Reset
+		}
+	}
+	if !s.opts.NoHeaders {
+		appendHeaders(func(k, v string) {
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
+		}, s.l.Now(), hits, sts, agg)
+	}
+	return resp, nil
+}
+
+func grpcError(err error) error {
+	switch {
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidCost),
+		errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrTooManyLimits):
+		return status.Error(codes.InvalidArgument, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// unitPeriod is the period of an Envoy rate limit unit (month: 30 days,
+// year: 365 days); 0 for an unknown unit, which fails validation.
+func unitPeriod(u typev3.RateLimitUnit) time.Duration {
+	switch u {
+	case typev3.RateLimitUnit_SECOND:
+		return time.Second
+	case typev3.RateLimitUnit_MINUTE:
+		return time.Minute
+	case typev3.RateLimitUnit_HOUR:
+		return time.Hour
+	case typev3.RateLimitUnit_DAY:
+		return 24 * time.Hour
+	case typev3.RateLimitUnit_MONTH:
+		return 30 * 24 * time.Hour
+	case typev3.RateLimitUnit_YEAR:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+func periodUnit(d time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+	switch d {
+	case time.Second:
+		return rlsv3.RateLimitResponse_RateLimit_SECOND
+	case time.Minute:
+		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+	case time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_HOUR
+	case 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_DAY
+	case 7 * 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_WEEK
+	case 30 * 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_MONTH
+	case 365 * 24 * time.Hour:
+		return rlsv3.RateLimitResponse_RateLimit_YEAR
+	}
+	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+}

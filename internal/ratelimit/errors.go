@@ -1,0 +1,25 @@
+package ratelimit
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinel errors. Every error the package returns wraps exactly one of
+// them; front ends map them with errors.Is.
+var (
+	ErrClosed         = errors.New("ratelimit: closed")
+	ErrInvalidKey     = errors.New("ratelimit: invalid key")
+	ErrInvalidLimit   = errors.New("ratelimit: invalid limit")
+	ErrInvalidCost    = errors.New("ratelimit: invalid cost")
+	ErrInvalidPolicy  = errors.New("ratelimit: invalid policy")
+	ErrInvalidRequest = errors.New("ratelimit: invalid request")
+	ErrUnknownPolicy  = errors.New("ratelimit: no such policy")
+	ErrNoPolicy       = errors.New("ratelimit: no policy matches the key")
+	ErrTooManyLimits  = errors.New("ratelimit: too many limits in one check")
+	ErrFull           = errors.New("ratelimit: too many keys")
+)
+
+func errorf(sentinel error, format string, args ...any) error {
+	return fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))
+}

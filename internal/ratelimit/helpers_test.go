@@ -1,0 +1,56 @@
+package ratelimit
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeClock is a settable clock for Config.Clock.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock {
+	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func (c *fakeClock) Set(t time.Time) {
+	c.mu.Lock()
+	c.t = t
+	c.mu.Unlock()
+}
+
+// newLimiter returns a Limiter on clock (nil: the default clock) without
+// a janitor, closed when the test ends.
+func newLimiter(t testing.TB, clock func() time.Time, ps ...Policy) *Limiter {
+	t.Helper()
+	l, err := New(Config{Clock: clock, EvictInterval: -1, Policies: ps})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func mustCheck(t testing.TB, l *Limiter, key string, lim Limit, cost int64) Status {
+	t.Helper()
+	s, err := l.Check(key, lim, cost)
+	if err != nil {
+		t.Fatalf("Check(%q, %v, %d): %v", key, lim, cost, err)
+	}
+	return s
+}

@@ -1,0 +1,485 @@
+package ratelimit
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// HTTPOptions configure NewHTTPHandler. The zero value is valid.
+type HTTPOptions struct {
+	// MaxBodyBytes bounds request bodies. Default 1 MiB.
+	MaxBodyBytes int64
+	// ReadOnlyPolicies answers 405 to PUT and DELETE on
+	// /ratelimit/policies. Default false: policies are writable.
+	ReadOnlyPolicies bool
+}
+
+// NewHTTPHandler returns the HTTP API of l (docs/ratelimit.md):
+//
+//	POST   /ratelimit/check            check a key (200 allowed, 429 denied)
+//	GET    /ratelimit/policies         list the policies
+//	PUT    /ratelimit/policies         replace all policies (JSON, or YAML with a yaml Content-Type)
+//	GET    /ratelimit/policies/{name}  one policy
+//	PUT    /ratelimit/policies/{name}  add or replace one policy
+//	DELETE /ratelimit/policies/{name}  remove one policy
+//
+// Mount it under "/ratelimit/" (it matches full paths). Errors are
+// {"status":"error","error":{"code","message"}} with the codes of
+// docs/http-api.md. The handler is safe for concurrent use.
+func NewHTTPHandler(l *Limiter, opts HTTPOptions) http.Handler {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 1 << 20
+	}
+	h := &httpHandler{l: l, opts: opts}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/ratelimit/check", h.check)
+	mux.HandleFunc("/ratelimit/policies", h.policies)
+	mux.HandleFunc("/ratelimit/policies/{name}", h.policy)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+type httpHandler struct {
+	l    *Limiter
+	opts HTTPOptions
+}
+
+// Errors of the HTTP layer.
+var (
+	errInvalidJSON      = errors.New("invalid JSON")
+	errBodyTooLarge     = errors.New("request body too large")
+	errRouteNotFound    = errors.New("not found")
+	errMethodNotAllowed = errors.New("method not allowed")
+)
+
+// errorTable maps errors to wire codes (docs/http-api.md) and statuses;
+// the first match wins.
+var errorTable = []struct {
+	err    error
+	code   string
+	status int
+}{
+	{errInvalidJSON, "invalid_json", http.StatusBadRequest},
+	{errBodyTooLarge, "body_too_large", http.StatusRequestEntityTooLarge},
+	{errRouteNotFound, "not_found", http.StatusNotFound},
+	{errMethodNotAllowed, "method_not_allowed", http.StatusMethodNotAllowed},
+	{ErrInvalidKey, "invalid_argument", http.StatusBadRequest},
+	{ErrInvalidLimit, "invalid_argument", http.StatusBadRequest},
+	{ErrInvalidCost, "invalid_argument", http.StatusBadRequest},
+	{ErrInvalidPolicy, "invalid_argument", http.StatusBadRequest},
+	{ErrInvalidRequest, "invalid_argument", http.StatusBadRequest},
+	{ErrTooManyLimits, "invalid_argument", http.StatusBadRequest},
+	{ErrUnknownPolicy, "not_found", http.StatusNotFound},
+	{ErrNoPolicy, "not_found", http.StatusNotFound},
+	{ErrClosed, "unavailable", http.StatusServiceUnavailable},
+	{ErrFull, "unavailable", http.StatusServiceUnavailable},
+}
+
+func classify(err error) (string, int) {
+	for _, e := range errorTable {
+		if errors.Is(err, e.err) {
+			return e.code, e.status
+		}
+	}
+	return "internal", http.StatusInternalServerError
+}
+
+type errorBody struct {
+	Status string      `json:"status"`
+	Error  errorDetail `json:"error"`
+}
+
+type errorDetail struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, err error) {
+	code, status := classify(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error"
+	}
+	writeJSON(w, status, errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		b = []byte(`{"status":"error","error":{"code":"internal","message":"internal error"}}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}
+
+func methodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	writeError(w, fmt.Errorf("%w: %s %s (allowed: %s)", errMethodNotAllowed, r.Method, r.URL.Path, allow))
+}
+
+func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fmt.Errorf("%w: at most %d bytes", errBodyTooLarge, mbe.Limit)
+		}
+		return nil, fmt.Errorf("%w: reading body: %v", errInvalidJSON, err)
+	}
+	return b, nil
+}
+
+// decodeStrict decodes the JSON object b into v: unknown fields and
+// trailing data are invalid_json, values of the wrong type
+// invalid_argument. An empty body is {}.
+func decodeStrict(b []byte, v any) error {
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		b = []byte("{}")
+	}
+	if b[0] != '{' {
+		if json.Valid(b) {
+			return errorf(ErrInvalidRequest, "body must be a JSON object")
+		}
+		return fmt.Errorf("%w: body is not a JSON object", errInvalidJSON)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var ae *argError
+		switch {
+		case errors.As(err, &ae), errors.Is(err, ErrInvalidPolicy), errors.Is(err, ErrInvalidLimit):
+			return err
+		case errors.As(err, &te):
+			field := te.Field
+			if field == "" {
+				field = "body"
+			}
+			return errorf(ErrInvalidRequest, "%s: expected %s, got JSON %s", field, te.Type, te.Value)
+		}
+		return fmt.Errorf("%w: %s", errInvalidJSON, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if rest := bytes.TrimSpace(b[dec.InputOffset():]); len(rest) > 0 {
+		return fmt.Errorf("%w: trailing data after the JSON object", errInvalidJSON)
+	}
+	return nil
+}
+
+// argError is a field-level error raised while decoding.
+type argError struct{ msg string }
+
+func (e *argError) Error() string { return ErrInvalidRequest.Error() + ": " + e.msg }
+func (e *argError) Unwrap() error { return ErrInvalidRequest }
+
+// jsonInt is an int64 field that accepts only JSON integer literals in
+// range: 1.5, "1", 1e3 and null are invalid_argument.
+type jsonInt struct {
+	V   int64
+	Set bool
+}
+
+func (n *jsonInt) UnmarshalJSON(b []byte) error {
+	if len(b) == 0 || !(b[0] == '-' || b[0] >= '0' && b[0] <= '9') || bytes.ContainsAny(b, ".eE") {
+		return &argError{"expected an integer, got " + truncate(string(b), 40)}
+	}
+	v, err := strconv.ParseInt(string(b), 10, 64)
+	if err != nil {
+		return &argError{"integer " + truncate(string(b), 40) + " out of range"}
+	}
+	n.V, n.Set = v, true
+	return nil
+}
+
+// checkRequest is the body of POST /ratelimit/check.
+type checkRequest struct {
+	Key      string      `json:"key"`
+	Cost     jsonInt     `json:"cost"`
+	Policy   string      `json:"policy"`
+	Policies []string    `json:"policies"`
+	Limits   []limitJSON `json:"limits"`
+}
+
+type limitJSON struct {
+	Name      string  `json:"name"`
+	Algorithm string  `json:"algorithm"`
+	Limit     jsonInt `json:"limit"`
+	Period    string  `json:"period"`
+	PeriodMS  jsonInt `json:"period_ms"`
+	Burst     jsonInt `json:"burst"`
+}
+
+func (j *limitJSON) limit(i int) (Limit, error) {
+	lim := Limit{Name: j.Name, Algorithm: DefaultAlgorithm, Limit: j.Limit.V, Burst: j.Burst.V}
+	if j.Name != "" {
+		if err := validatePolicyName(j.Name); err != nil {
+			return lim, errorf(ErrInvalidLimit, "limits[%d]: %v", i, strings.TrimPrefix(err.Error(), ErrInvalidPolicy.Error()+": "))
+		}
+	}
+	if j.Algorithm != "" {
+		a, err := ParseAlgorithm(j.Algorithm)
+		if err != nil {
+			return lim, errorf(ErrInvalidLimit, "limits[%d]: unknown algorithm %q", i, j.Algorithm)
+		}
+		lim.Algorithm = a
+	}
+	if !j.Limit.Set {
+		return lim, errorf(ErrInvalidLimit, "limits[%d]: limit is required", i)
+	}
+	switch {
+	case j.Period != "" && j.PeriodMS.Set:
+		return lim, errorf(ErrInvalidLimit, "limits[%d]: give period or period_ms, not both", i)
+	case j.PeriodMS.Set:
+		if j.PeriodMS.V <= 0 || j.PeriodMS.V > int64(MaxPeriod/time.Millisecond) {
+			return lim, errorf(ErrInvalidLimit, "limits[%d]: period_ms %d out of range", i, j.PeriodMS.V)
+		}
+		lim.Period = time.Duration(j.PeriodMS.V) * time.Millisecond
+	default:
+		p, err := ParsePeriod(j.Period)
+		if err != nil {
+			return lim, errorf(ErrInvalidLimit, "limits[%d]: %v", i, err)
+		}
+		lim.Period = p
+	}
+	if err := lim.Validate(); err != nil {
+		return lim, errorf(ErrInvalidLimit, "limits[%d]: %s", i, strings.TrimPrefix(err.Error(), ErrInvalidLimit.Error()+": "))
+	}
+	return lim, nil
+}
+
+// checkAnswer is the answer of POST /ratelimit/check, 200 or 429.
+type checkAnswer struct {
+	Status       string        `json:"status"` // "ok" or "rate_limited"
+	Allowed      bool          `json:"allowed"`
+	Key          string        `json:"key"`
+	Limit        int64         `json:"limit"`
+	Remaining    int64         `json:"remaining"`
+	ResetMS      int64         `json:"reset_ms"`
+	RetryAfterMS int64         `json:"retry_after_ms"`
+	DelayMS      int64         `json:"delay_ms"`
+	Limits       []limitAnswer `json:"limits"`
+}
+
+type limitAnswer struct {
+	Name         string `json:"name"`
+	Algorithm    string `json:"algorithm"`
+	Limit        int64  `json:"limit"`
+	Period       string `json:"period"`
+	Burst        int64  `json:"burst,omitempty"`
+	Cost         int64  `json:"cost"`
+	Allowed      bool   `json:"allowed"`
+	Remaining    int64  `json:"remaining"`
+	ResetMS      int64  `json:"reset_ms"`
+	RetryAfterMS int64  `json:"retry_after_ms"`
+	DelayMS      int64  `json:"delay_ms"`
+}
+
+func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		methodNotAllowed(w, r, "POST")
+		return
+	}
+	b, err := h.readBody(w, r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	var req checkRequest
+	if err := decodeStrict(b, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	hits, err := h.hits(&req)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	sts := make([]Status, len(hits))
+	agg, err := h.l.CheckMulti(hits, sts)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	appendHeaders(w.Header().Add, h.l.Now(), hits, sts, agg)
+	ans := checkAnswer{Status: "ok", Allowed: agg.Allowed, Key: req.Key, Limit: agg.Limit, Remaining: agg.Remaining,
+		ResetMS: ceilMillis(agg.Reset), RetryAfterMS: ceilMillis(agg.RetryAfter), DelayMS: ceilMillis(agg.Delay),
+		Limits: make([]limitAnswer, len(hits))}
+	for i, hit := range hits {
+		s := sts[i]
+		ans.Limits[i] = limitAnswer{Name: hit.Limit.DisplayName(), Algorithm: hit.Limit.Algorithm.String(),
+			Limit: hit.Limit.Limit, Period: FormatPeriod(hit.Limit.Period), Burst: hit.Limit.Burst, Cost: hit.Cost,
+			Allowed: s.Allowed, Remaining: s.Remaining, ResetMS: ceilMillis(s.Reset),
+			RetryAfterMS: ceilMillis(s.RetryAfter), DelayMS: ceilMillis(s.Delay)}
+	}
+	status := http.StatusOK
+	if !agg.Allowed {
+		ans.Status, status = "rate_limited", http.StatusTooManyRequests
+	}
+	writeJSON(w, status, ans)
+}
+
+// hits turns a check request into the hits to check.
+func (h *httpHandler) hits(req *checkRequest) ([]Hit, error) {
+	if err := validateKey(req.Key); err != nil {
+		return nil, err
+	}
+	cost := int64(PolicyCost)
+	if req.Cost.Set {
+		if req.Cost.V < 0 {
+			return nil, errorf(ErrInvalidCost, "cost %d is negative", req.Cost.V)
+		}
+		cost = req.Cost.V
+	}
+	names := req.Policies
+	if req.Policy != "" {
+		names = append([]string{req.Policy}, names...)
+	}
+	if len(names)+len(req.Limits) > MaxHits {
+		return nil, errorf(ErrTooManyLimits, "%d limits, at most %d", len(names)+len(req.Limits), MaxHits)
+	}
+	var hits []Hit
+	var err error
+	if len(names) > 0 || len(req.Limits) == 0 {
+		if hits, err = h.l.AppendPolicyHits(hits, req.Key, names, cost); err != nil {
+			return nil, err
+		}
+	}
+	for i := range req.Limits {
+		lim, err := req.Limits[i].limit(i)
+		if err != nil {
+			return nil, err
+		}
+		c := cost
+		if c == PolicyCost {
+			c = 1
+		}
+		hits = append(hits, Hit{Key: req.Key, Limit: lim, Cost: c})
+	}
+	return hits, nil
+}
+
+type policiesBody struct {
+	Policies []Policy `json:"policies"`
+}
+
+func (h *httpHandler) policies(w http.ResponseWriter, r *http.Request) {
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		writeJSON(w, http.StatusOK, policiesBody{Policies: h.l.Policies()})
+	case http.MethodPut:
+		if h.opts.ReadOnlyPolicies {
+			methodNotAllowed(w, r, "GET, HEAD")
+			return
+		}
+		b, err := h.readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var ps []Policy
+		if isYAML(r) {
+			ps, err = LoadPolicies(bytes.NewReader(b))
+		} else {
+			var body policiesBody
+			err = decodeStrict(b, &body)
+			ps = body.Policies
+		}
+		if err == nil {
+			err = h.l.SetPolicies(ps)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Status   string `json:"status"`
+			Policies int    `json:"policies"`
+		}{"ok", len(ps)})
+	default:
+		methodNotAllowed(w, r, h.allow("GET, HEAD, PUT"))
+	}
+}
+
+func (h *httpHandler) allow(rw string) string {
+	if h.opts.ReadOnlyPolicies {
+		return "GET, HEAD"
+	}
+	return rw
+}
+
+func isYAML(r *http.Request) bool {
+	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	return strings.HasSuffix(mt, "yaml")
+}
+
+func (h *httpHandler) policy(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	switch r.Method {
+	case http.MethodGet, http.MethodHead:
+		p, ok := h.l.Policy(name)
+		if !ok {
+			writeError(w, errorf(ErrUnknownPolicy, "%q", name))
+			return
+		}
+		writeJSON(w, http.StatusOK, p)
+	case http.MethodPut:
+		if h.opts.ReadOnlyPolicies {
+			methodNotAllowed(w, r, "GET, HEAD")
+			return
+		}
+		b, err := h.readBody(w, r)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		var d policyDoc
+		if err := decodeStrict(b, &d); err != nil {
+			writeError(w, err)
+			return
+		}
+		if d.Name == "" {
+			d.Name = name
+		}
+		if d.Name != name {
+			writeError(w, errorf(ErrInvalidPolicy, "name %q in the body differs from %q in the path", d.Name, name))
+			return
+		}
+		p, err := d.policy()
+		if err == nil {
+			err = h.l.SetPolicy(p)
+		}
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		p, _ = h.l.Policy(name)
+		writeJSON(w, http.StatusOK, struct {
+			Status string `json:"status"`
+			Policy Policy `json:"policy"`
+		}{"ok", p})
+	case http.MethodDelete:
+		if h.opts.ReadOnlyPolicies {
+			methodNotAllowed(w, r, "GET, HEAD")
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			Status  string `json:"status"`
+			Deleted bool   `json:"deleted"`
+		}{"ok", h.l.DeletePolicy(name)})
+	default:
+		methodNotAllowed(w, r, h.allow("GET, HEAD, PUT, DELETE"))
+	}
+}

@@ -1,0 +1,475 @@
+package ratelimit
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config.
+const (
+	DefaultEvictInterval = 5 * time.Second
+	// ClockResolution is the resolution of the default clock.
+	ClockResolution = time.Millisecond
+)
+
+// Limits of one check.
+const (
+	MaxKeyLen = 4096 // bytes; keys are hashed, never stored
+	MaxHits   = 64   // limits in one CheckMulti
+)
+
+// Config configures a Limiter. The zero value is valid.
+type Config struct {
+	// Clock returns the current time. Default nil: a monotonic clock
+	// refreshed every millisecond (ClockResolution) by a goroutine the
+	// Limiter owns, which keeps time.Now off the hot path. Tests inject
+	// their clock here (time.Now inside a testing/synctest bubble works).
+	Clock func() time.Time
+
+	// EvictInterval is how often a janitor goroutine frees the state of
+	// keys that returned to full capacity. Default 5s
+	// (DefaultEvictInterval); negative disables the janitor (Evict frees
+	// on demand).
+	EvictInterval time.Duration
+
+	// Policies are the initial policies (see Policy and LoadPolicies).
+	Policies []Policy
+}
+
+// Validate reports whether the config is usable.
+func (c Config) Validate() error {
+	_, err := compilePolicies(c.Policies)
+	return err
+}
+
+// Hit is one limit of a multi-limit check: Cost units against Limit for
+// Key. Cost may be 0: a query that consumes nothing.
+type Hit struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+}
+
+// Limiter decides rate limits. It is safe for concurrent use. Whoever
+// creates it with New must call Close, which stops its goroutines; Close
+// is idempotent and checks after it fail with ErrClosed.
+type Limiter struct {
+	clock  func() time.Time // nil: coarse
+	coarse atomic.Int64     // unix ns, monotonic, when clock is nil
+	start  time.Time
+
+	shards [numShards]shard
+
+	pols  atomic.Pointer[policySet]
+	polMu sync.Mutex // serialises policy writers
+
+	closed    atomic.Bool
+	stop      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+// New returns a Limiter. It starts the clock and janitor goroutines.
+func New(cfg Config) (*Limiter, error) {
+	ps, err := compilePolicies(cfg.Policies)
+	if err != nil {
+		return nil, err
+	}
+	l := &Limiter{clock: cfg.Clock, start: time.Now(), stop: make(chan struct{})}
+	l.pols.Store(ps)
+	if l.clock == nil {
+		l.tick()
+		l.wg.Add(1)
+		go l.runClock()
+	}
+	iv := cfg.EvictInterval
+	if iv == 0 {
+		iv = DefaultEvictInterval
+	}
+	if iv > 0 {
+		l.wg.Add(1)
+		go l.runJanitor(iv)
+	}
+	return l, nil
+}
+
+// Close stops the Limiter's goroutines. It is idempotent.
+func (l *Limiter) Close() error {
+	l.closeOnce.Do(func() {
+		l.closed.Store(true)
+		close(l.stop)
+		l.wg.Wait()
+	})
+	return nil
+}
+
+func (l *Limiter) tick() {
+	// start carries a monotonic reading, so this never goes backwards.
+	l.coarse.Store(l.start.UnixNano() + int64(time.Since(l.start)))
+}
+
+func (l *Limiter) runClock() {
+	defer l.wg.Done()
+	t := time.NewTicker(ClockResolution)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.tick()
+		}
+	}
+}
+
+func (l *Limiter) runJanitor(iv time.Duration) {
+	defer l.wg.Done()
+	t := time.NewTicker(iv)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+			l.Evict()
+		}
+	}
+}
+
+// now is the current time in unix ns.
+func (l *Limiter) now() int64 {
+	if l.clock != nil {
+		return l.clock().UnixNano()
+	}
+	return l.coarse.Load()
+}
+
+// Now returns the Limiter's current time (its clock).
+func (l *Limiter) Now() time.Time { return time.Unix(0, l.now()) }
+
+// Evict frees the state of every key that is back to full capacity and
+// returns how many entries it freed. The janitor calls it periodically.
+func (l *Limiter) Evict() int {
+	now := l.now()
+	n := 0
+	for i := range l.shards {
+		n += l.shards[i].evict(now)
+	}
+	return n
+}
+
+// Len returns the number of (key, limit) states held.
+func (l *Limiter) Len() int {
+	n := 0
+	for i := range l.shards {
+		sh := &l.shards[i]
+		sh.mu.Lock()
+		n += sh.live
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+func validateKey(key string) error {
+	if len(key) == 0 || len(key) > MaxKeyLen {
+		return errorf(ErrInvalidKey, "key must be 1..%d bytes, got %d", MaxKeyLen, len(key))
+	}
+	return nil
+}
+
+func checkCost(sp *spec, lim *Limit, cost int64) error {
+	if cost < 0 || cost > sp.capacity() {
+		return errorf(ErrInvalidCost, "cost %d out of range 0..%d for %s", cost, sp.capacity(), lim.DisplayName())
+	}
+	return nil
+}
+
+// Check applies a hit of cost units (0: a query) on key against lim. It
+// is CheckMulti with one limit, without allocating.
+func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
+	if l.closed.Load() {
+		return Status{}, ErrClosed
+	}
+	if err := validateKey(key); err != nil {
+		return Status{}, err
+	}
+	sp, err := lim.spec()
+	if err != nil {
+		return Status{}, err
+	}
+	if err := checkCost(&sp, &lim, cost); err != nil {
+		return Status{}, err
+	}
+	h1, h2 := fingerprint(hashKey(key), limitHash(&lim))
+	sh := &l.shards[h1>>(64-shardBits)]
+	e, idx := sh.lookupLocked(h1, h2)
+	for e == nil {
+		if idx, err = sh.findOrInsert(h1, h2); err != nil {
+			return Status{}, err
+		}
+		e = sh.entryAt(idx)
+		e.lock()
+		if !e.holds(h1, h2) {
+			e.unlock() // freed again before we got it: start over
+			e, idx = sh.lookupLocked(h1, h2)
+		}
+	}
+	now := l.now()
+	var g *hitLog
+	if sp.alg == SlidingLog {
+		g = sh.log(idx, false)
+	}
+	s, next := decideEntry(&sp, e, g, now, cost)
+	if s.Allowed {
+		g = commitEntry(sh, idx, &sp, e, g, next, now, cost)
+	}
+	e.exp = entryExpiry(&sp, e, g)
+	e.unlock()
+	return s, nil
+}
+
+// decideEntry decides a hit on a locked entry; g is its hitLog for
+// SlidingLog (nil: no hits yet). It returns the status and, for the other
+// algorithms, the state to store if the hit is charged.
+func decideEntry(sp *spec, e *entry, g *hitLog, now, cost int64) (Status, state) {
+	if sp.alg == SlidingLog {
+		return sp.decideLog(g, now, cost), state{}
+	}
+	return sp.decide(&e.st, now, cost)
+}
+
+// commitEntry charges a hit decideEntry allowed and returns the entry's
+// hitLog (created on the first charged SlidingLog hit).
+func commitEntry(sh *shard, idx uint32, sp *spec, e *entry, g *hitLog, next state, now, cost int64) *hitLog {
+	if sp.alg != SlidingLog {
+		e.st = next
+	} else if cost > 0 {
+		if g == nil {
+			g = sh.log(idx, true)
+		}
+		g.push(now, cost)
+	}
+	return g
+}
+
+// entryExpiry is when the locked entry's state is fresh again.
+func entryExpiry(sp *spec, e *entry, g *hitLog) int64 {
+	if sp.alg == SlidingLog {
+		return sp.logExpiry(g)
+	}
+	return sp.expiry(&e.st)
+}
+
+// ref is one resolved limit of a check.
+type ref struct {
+	h1    uint64
+	h2    uint32
+	order uint64 // shard<<32 | idx: the global lock order
+	sh    *shard
+	e     *entry
+	idx   uint32
+	sp    spec
+	cost  int64
+	hit   int  // index in the hits
+	dup   bool // same entry as the ref before it (after sorting)
+	s     Status
+	next  state
+	now   int64
+	g     *hitLog // SlidingLog: the entry's log, once looked up
+}
+
+func (r *ref) decide(now int64) {
+	r.now = now
+	if r.sp.alg == SlidingLog && r.g == nil {
+		r.g = r.sh.log(r.idx, false)
+	}
+	r.s, r.next = decideEntry(&r.sp, r.e, r.g, now, r.cost)
+}
+
+func (r *ref) commit() { r.g = commitEntry(r.sh, r.idx, &r.sp, r.e, r.g, r.next, r.now, r.cost) }
+
+func (r *ref) expiry() int64 { return entryExpiry(&r.sp, r.e, r.g) }
+
+// CheckMulti applies all hits atomically: it consumes from every limit
+// only if every limit allows its hit; otherwise it consumes nothing. It
+// returns the binding status: when denied, the denied limit with the
+// longest RetryAfter; when allowed, the limit with the fewest Remaining
+// (and the longest Delay of all). If out is not nil it must have room for
+// len(hits) statuses: out[i] is the status of hits[i] on its own (an
+// allowed hit of a denied check reports the state it left unchanged).
+//
+// A (key, limit) pair listed twice is one limit hit with the sum of the
+// costs. At most MaxHits hits.
+func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
+	if l.closed.Load() {
+		return Status{}, ErrClosed
+	}
+	if len(hits) == 0 {
+		return Status{}, errorf(ErrInvalidRequest, "no limits to check")
+	}
+	if len(hits) > MaxHits {
+		return Status{}, errorf(ErrTooManyLimits, "%d limits, at most %d", len(hits), MaxHits)
+	}
+	if out != nil && len(out) < len(hits) {
+		return Status{}, errorf(ErrInvalidRequest, "out has room for %d statuses, need %d", len(out), len(hits))
+	}
+	var buf [8]ref
+	refs := buf[:0]
+	var kh keyHash
+	for i := range hits {
+		h := &hits[i]
+		if err := validateKey(h.Key); err != nil {
+			return Status{}, err
+		}
+		sp, err := h.Limit.spec()
+		if err != nil {
+			return Status{}, err
+		}
+		if err := checkCost(&sp, &h.Limit, h.Cost); err != nil {
+			return Status{}, err
+		}
+		if i == 0 || h.Key != hits[i-1].Key {
+			kh = hashKey(h.Key)
+		}
+		h1, h2 := fingerprint(kh, limitHash(&h.Limit))
+		refs = append(refs, ref{h1: h1, h2: h2, sp: sp, cost: h.Cost, hit: i, sh: &l.shards[h1>>(64-shardBits)]})
+	}
+	if err := l.lockAll(refs); err != nil {
+		return Status{}, err
+	}
+	now := l.now()
+	allowed := true
+	for i := range refs {
+		r := &refs[i]
+		if r.dup {
+			continue
+		}
+		for j := i + 1; j < len(refs) && refs[j].dup; j++ {
+			r.cost += refs[j].cost
+		}
+		if r.cost > r.sp.capacity() {
+			l.unlockAll(refs)
+			return Status{}, errorf(ErrInvalidCost, "total cost %d of one limit listed several times is above its capacity %d", r.cost, r.sp.capacity())
+		}
+		r.decide(now)
+		allowed = allowed && r.s.Allowed
+	}
+	for i := range refs {
+		r := &refs[i]
+		if r.dup {
+			r.s = refs[i-1].s
+			continue
+		}
+		if allowed {
+			r.commit()
+		} else if r.s.Allowed {
+			// Report the state this check left unchanged.
+			r.cost = 0
+			r.decide(now)
+		}
+		r.e.exp = r.expiry()
+	}
+	l.unlockAll(refs)
+	return combine(refs, out), nil
+}
+
+// lockAll resolves every ref to its entry, creating missing ones, and
+// locks them in the global order. Entries freed between resolving and
+// locking make it start over.
+func (l *Limiter) lockAll(refs []ref) error {
+	for {
+		for i := range refs {
+			r := &refs[i]
+			if e, idx := r.sh.lookupLocked(r.h1, r.h2); e != nil {
+				e.unlock()
+				r.idx = idx
+			} else {
+				idx, err := r.sh.findOrInsert(r.h1, r.h2)
+				if err != nil {
+					return err
+				}
+				r.idx = idx
+			}
+			r.e = r.sh.entryAt(r.idx)
+			r.order = uint64(r.h1>>(64-shardBits))<<32 | uint64(r.idx)
+		}
+		// Insertion sort: a handful of refs.
+		for i := 1; i < len(refs); i++ {
+			for j := i; j > 0 && refs[j].order < refs[j-1].order; j-- {
+				refs[j], refs[j-1] = refs[j-1], refs[j]
+			}
+		}
+		ok := true
+		for i := range refs {
+			r := &refs[i]
+			r.dup = i > 0 && r.order == refs[i-1].order
+			if r.dup {
+				continue
+			}
+			r.e.lock()
+			if !r.e.holds(r.h1, r.h2) {
+				r.e.unlock()
+				l.unlockAll(refs[:i])
+				ok = false
+				break
+			}
+		}
+		if ok {
+			return nil
+		}
+	}
+}
+
+func (l *Limiter) unlockAll(refs []ref) {
+	for i := range refs {
+		if !refs[i].dup {
+			refs[i].e.unlock()
+		}
+	}
+}
+
+// combine fills out (by hit index) and returns the binding status.
+func combine(refs []ref, out []Status) Status {
+	var b binder
+	for i := range refs {
+		if out != nil {
+			out[refs[i].hit] = refs[i].s
+		}
+		b.add(refs[i].s)
+	}
+	return b.result()
+}
+
+// binder picks the binding status of several: if any is denied, the
+// denied one with the longest RetryAfter; else the one with the fewest
+// Remaining (then the longest Reset), with the longest Delay of all.
+type binder struct {
+	n        int
+	minRem   Status
+	maxRetry Status
+	denied   bool
+	delay    time.Duration
+}
+
+func (b *binder) add(s Status) {
+	if b.n == 0 || s.Remaining < b.minRem.Remaining || (s.Remaining == b.minRem.Remaining && s.Reset > b.minRem.Reset) {
+		b.minRem = s
+	}
+	if !s.Allowed && (!b.denied || s.RetryAfter > b.maxRetry.RetryAfter) {
+		b.maxRetry, b.denied = s, true
+	}
+	b.delay = max(b.delay, s.Delay)
+	b.n++
+}
+
+func (b *binder) result() Status {
+	if b.denied {
+		s := b.maxRetry
+		s.Delay = 0
+		return s
+	}
+	s := b.minRem
+	s.Delay = b.delay
+	return s
+}

@@ -1,0 +1,100 @@
+package ratelimit
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// Middleware limits the requests of next by the key keyFunc returns:
+// against limits (cost 1 each), or, with no limits, against the policies
+// matching the key (each policy's Cost). Every limited response carries
+// RateLimit, RateLimit-Policy and X-RateLimit-* headers; a denied request
+// is answered 429 with Retry-After and a JSON error of code
+// "rate_limited", and next is not called. An allowed LeakyBucket request
+// waits its Delay before next runs (it gives up if the client goes away).
+//
+// Requests pass unlimited, without headers, when keyFunc returns "", when
+// no policy matches the key, and when the limiter fails (closed): the
+// middleware fails open. It panics if a limit is invalid.
+func Middleware(l *Limiter, keyFunc func(*http.Request) string, limits ...Limit) func(http.Handler) http.Handler {
+	for _, lim := range limits {
+		if err := lim.Validate(); err != nil {
+			panic("ratelimit: Middleware: " + err.Error())
+		}
+	}
+	limits = append([]Limit(nil), limits...)
+	return func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			key := keyFunc(r)
+			if key == "" {
+				next.ServeHTTP(w, r)
+				return
+			}
+			var hbuf [8]Hit
+			var sbuf [8]Status
+			hits := hbuf[:0]
+			var err error
+			if len(limits) > 0 {
+				for _, lim := range limits {
+					hits = append(hits, Hit{Key: key, Limit: lim, Cost: 1})
+				}
+			} else if hits, err = l.AppendPolicyHits(hits, key, nil, PolicyCost); err != nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			sts := sbuf[:0]
+			if len(hits) > len(sbuf) {
+				sts = make([]Status, len(hits))
+			}
+			sts = sts[:len(hits)]
+			agg, err := l.CheckMulti(hits, sts)
+			if err != nil {
+				next.ServeHTTP(w, r)
+				return
+			}
+			appendHeaders(w.Header().Set, l.Now(), hits, sts, agg)
+			if !agg.Allowed {
+				writeJSON(w, http.StatusTooManyRequests, errorBody{Status: "error", Error: errorDetail{
+					Code: "rate_limited", Message: rateLimitedMessagePrefix + strconv.FormatInt(retryAfterSeconds(agg), 10) + "s"}})
+				return
+			}
+			if agg.Delay > 0 {
+				t := time.NewTimer(agg.Delay)
+				select {
+				case <-t.C:
+				case <-r.Context().Done():
+					t.Stop()
+					return
+				}
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
+}
+
+// KeyByRemoteIP returns a keyFunc for Middleware: prefix + the client's IP
+// (r.RemoteAddr without the port). Behind a proxy, use a keyFunc that
+// reads the header the proxy sets instead.
+func KeyByRemoteIP(prefix string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		if err != nil {
+			host = r.RemoteAddr
+		}
+		return prefix + host
+	}
+}
+
+// KeyByHeader returns a keyFunc for Middleware: prefix + the value of the
+// header, or "" (not limited) when the request has none.
+func KeyByHeader(prefix, header string) func(*http.Request) string {
+	return func(r *http.Request) string {
+		v := r.Header.Get(header)
+		if v == "" {
+			return ""
+		}
+		return prefix + v
+	}
+}

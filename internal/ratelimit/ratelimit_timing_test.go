@@ -1,0 +1,144 @@
+package ratelimit
+
+import (
+	"fmt"
+	"net/http/httptest"
+	"runtime"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var benchLimits = []Limit{
+	{Algorithm: FixedWindow, Limit: 1 << 30, Period: time.Minute},
+	{Algorithm: SlidingWindow, Limit: 1 << 30, Period: time.Minute},
+	{Algorithm: SlidingLog, Limit: 1000, Period: time.Second},
+	{Algorithm: TokenBucket, Limit: 1e6, Period: time.Second, Burst: 1 << 30},
+	{Algorithm: LeakyBucket, Limit: 1e6, Period: time.Second, Burst: 1 << 30},
+}
+
+func benchKeys(n int) []string {
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("user:%08d", i)
+	}
+	return keys
+}
+
+// BenchmarkCheck is one Check per op from all Ps: "hot" hits one key,
+// "spread" 64Ki keys. Default clock (the coarse one).
+func BenchmarkCheck(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	for _, lim := range benchLimits {
+		for _, spread := range []bool{false, true} {
+			name := lim.Algorithm.String() + "/hot"
+			if spread {
+				name = lim.Algorithm.String() + "/spread"
+			}
+			b.Run(name, func(b *testing.B) {
+				l := newLimiter(b, nil)
+				var seq atomic.Uint64
+				b.ReportAllocs()
+				b.ResetTimer()
+				b.RunParallel(func(pb *testing.PB) {
+					i := seq.Add(1 << 20)
+					for pb.Next() {
+						key := keys[0]
+						if spread {
+							key = keys[i&(1<<16-1)]
+							i++
+						}
+						if _, err := l.Check(key, lim, 1); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+// BenchmarkCheckMulti checks a per-second and a per-day limit atomically.
+func BenchmarkCheckMulti(b *testing.B) {
+	keys := benchKeys(1 << 16)
+	l := newLimiter(b, nil)
+	perSec := Limit{Name: "s", Algorithm: TokenBucket, Limit: 1e6, Period: time.Second, Burst: 1 << 30}
+	perDay := Limit{Name: "d", Algorithm: SlidingWindow, Limit: 1 << 40, Period: 24 * time.Hour}
+	var seq atomic.Uint64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		i := seq.Add(1 << 20)
+		hits := []Hit{{Limit: perSec, Cost: 1}, {Limit: perDay, Cost: 1}}
+		out := make([]Status, 2)
+		for pb.Next() {
+			k := keys[i&(1<<16-1)]
+			i++
+			hits[0].Key, hits[1].Key = k, k
+			if _, err := l.CheckMulti(hits, out); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkCheckArgs is the RESP command's path (RL.CHECK key limit period_ms).
+func BenchmarkCheckArgs(b *testing.B) {
+	l := newLimiter(b, nil)
+	a := [][]byte{[]byte("user:00000001"), []byte("1000000000"), []byte("60000")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := l.CheckArgs(a); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHTTPCheck is POST /ratelimit/check through the handler, in
+// process (no sockets).
+func BenchmarkHTTPCheck(b *testing.B) {
+	l := newLimiter(b, nil)
+	h := NewHTTPHandler(l, HTTPOptions{})
+	body := `{"key":"user:1","limits":[{"algorithm":"sliding_window","limit":1000000000,"period":"1m"}]}`
+	b.ReportAllocs()
+	for b.Loop() {
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check", strings.NewReader(body)))
+		if rec.Code != 200 {
+			b.Fatal(rec.Code, rec.Body)
+		}
+	}
+}
+
+// BenchmarkBytesPerKey reports the heap held per active key: 1M keys,
+// each with state under one sliding_window limit (the per-key cost
+// includes the table, the slab and its slack; keys are not stored).
+func BenchmarkBytesPerKey(b *testing.B) {
+	const n = 1 << 20
+	keys := benchKeys(n)
+	lim := Limit{Algorithm: SlidingWindow, Limit: 100, Period: time.Hour}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		l, err := New(Config{EvictInterval: -1})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, k := range keys {
+			if _, err := l.Check(k, lim, 1); err != nil {
+				b.Fatal(err)
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		if l.Len() != n {
+			b.Fatalf("%d entries", l.Len())
+		}
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
+		runtime.KeepAlive(l)
+		l.Close()
+	}
+}

@@ -1,0 +1,131 @@
+package ratelimit
+
+import (
+	"errors"
+	"strings"
+	"time"
+	"unsafe"
+)
+
+// RESP command metadata for RL.CHECK, for the RESP server's command table.
+const (
+	RESPCommandName = "rl.check"
+	RESPArity       = -2 // the name and at least the key
+)
+
+// CheckArgs runs the RESP command RL.CHECK; args are its arguments without
+// the command name:
+//
+//	RL.CHECK key
+//	RL.CHECK key limit period_ms [cost [algorithm [burst]]]
+//
+// The first form checks key against the policies that match it (each
+// policy's cost); the second against one limit (cost default 1,
+// algorithm default sliding_window). The reply is the array
+//
+//	allowed (1 or 0), remaining, reset_ms, retry_after_ms
+//
+// (milliseconds rounded up). It does not allocate; args are not kept.
+// Errors wrap the package's sentinels; RESPError formats them as Redis
+// error replies.
+func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
+	if len(args) != 1 && (len(args) < 3 || len(args) > 6) {
+		return [4]int64{}, &argError{"wrong number of arguments for 'rl.check' command"}
+	}
+	// The key is only hashed, never kept.
+	key := unsafe.String(unsafe.SliceData(args[0]), len(args[0]))
+	var s Status
+	var err error
+	if len(args) == 1 {
+		s, err = l.CheckPolicies(key, nil, PolicyCost, nil)
+	} else {
+		lim := Limit{Algorithm: DefaultAlgorithm}
+		cost := int64(1)
+		var ok bool
+		if lim.Limit, ok = parseInt(args[1]); !ok {
+			return [4]int64{}, &argError{"limit is not an integer or out of range"}
+		}
+		ms, ok := parseInt(args[2])
+		if !ok || ms <= 0 || ms > int64(MaxPeriod/time.Millisecond) {
+			return [4]int64{}, &argError{"period_ms is not a positive integer in range"}
+		}
+		lim.Period = time.Duration(ms) * time.Millisecond
+		if len(args) > 3 {
+			if cost, ok = parseInt(args[3]); !ok {
+				return [4]int64{}, &argError{"cost is not an integer or out of range"}
+			}
+		}
+		if len(args) > 4 {
+			if lim.Algorithm, err = parseAlgorithmBytes(args[4]); err != nil {
+				return [4]int64{}, err
+			}
+		}
+		if len(args) > 5 {
+			if lim.Burst, ok = parseInt(args[5]); !ok {
+				return [4]int64{}, &argError{"burst is not an integer or out of range"}
+			}
+		}
+		s, err = l.Check(key, lim, cost)
+	}
+	if err != nil {
+		return [4]int64{}, err
+	}
+	allowed := int64(0)
+	if s.Allowed {
+		allowed = 1
+	}
+	return [4]int64{allowed, s.Remaining, ceilMillis(s.Reset), ceilMillis(s.RetryAfter)}, nil
+}
+
+// parseAlgorithmBytes is ParseAlgorithm, case-insensitive, without
+// allocating.
+func parseAlgorithmBytes(b []byte) (Algorithm, error) {
+	for i, n := range algorithmNames {
+		if i > 0 && len(b) == len(n) && strings.EqualFold(unsafe.String(unsafe.SliceData(b), len(b)), n) {
+			return Algorithm(i), nil
+		}
+	}
+	if strings.EqualFold(string(b), "gcra") {
+		return TokenBucket, nil
+	}
+	return 0, &argError{"unknown algorithm " + truncate(string(b), 40)}
+}
+
+// parseInt parses a decimal int64 like Redis (no sign '+', no spaces).
+func parseInt(b []byte) (int64, bool) {
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 19 { // 19 digits fit a uint64
+		return 0, false
+	}
+	var n uint64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+		n = n*10 + uint64(c-'0')
+	}
+	if n > 1<<63 {
+		return 0, false
+	}
+	if neg {
+		return -int64(n), true // -(1<<63) wraps to MinInt64, which is right
+	}
+	if n > 1<<63-1 {
+		return 0, false
+	}
+	return int64(n), true
+}
+
+// RESPError formats an error of CheckArgs as a Redis error reply without
+// the leading '-': "ERR wrong number of arguments for 'rl.check' command",
+// "ERR limit is not an integer or out of range", "ERR invalid limit: ...".
+func RESPError(err error) string {
+	var ae *argError
+	if errors.As(err, &ae) {
+		return "ERR " + ae.msg
+	}
+	return "ERR " + strings.TrimPrefix(err.Error(), "ratelimit: ")
+}
