@@ -13,6 +13,7 @@ import (
 func BenchmarkHotKeyAdd(b *testing.B) {
 	e := openMem(b)
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
@@ -57,6 +58,7 @@ func BenchmarkManyKeysAdd(b *testing.B) {
 		ids[i] = fmt.Sprintf("page_views:article_%08d", i)
 	}
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		i := 0
 		for pb.Next() {
