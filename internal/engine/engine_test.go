@@ -13,6 +13,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/glob"
 )
 
 var bg = context.Background()
@@ -343,8 +344,8 @@ func TestScanAndGlob(t *testing.T) {
 		p, s string
 		ok   bool
 	}{{"*", "x", true}, {"a?c", "abc", true}, {"a[bc]d", "acd", true}, {"a[^b]d", "abd", false}, {"[a-c]*", "cat", true}, {`a\*`, "a*", true}, {`a\*`, "ab", false}, {"*:*:*", "a:b", false}, {"a*b*c", "aXbYc", true}} {
-		if Glob(c.p, []byte(c.s)) != c.ok {
-			t.Errorf("Glob(%q, %q) != %v", c.p, c.s, c.ok)
+		if glob.Match(c.p, []byte(c.s)) != c.ok {
+			t.Errorf("glob.Match(%q, %q) != %v", c.p, c.s, c.ok)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/glob"
 )
 
 // Get reads one counter. A missing counter is not an error: it reads as a
@@ -182,7 +183,7 @@ func (e *Engine) Scan(cursor uint64, match string, count int) ([]string, uint64)
 	for ; no < numShards; no, start = no+1, 0 {
 		next := e.each(no, start, func(id []byte, _ *ref, _ int64) bool {
 			visited++
-			if match == "" || Glob(match, id) {
+			if match == "" || glob.Match(match, id) {
 				ids = append(ids, string(id))
 			}
 			return visited < count

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/counterd/counterd/internal/glob"
 )
 
 // PolicyCost, as the cost of a policy check, means "each policy's Cost".
@@ -101,7 +103,7 @@ func (p *Policy) Matches(key string) bool {
 	if p.Match == "" || p.Match == "*" {
 		return true
 	}
-	return glob(p.Match, key)
+	return glob.Match(p.Match, key)
 }
 
 // policySet is an immutable list of valid policies.

@@ -190,31 +190,3 @@ func TestPolicyJSON(t *testing.T) {
 		t.Errorf("unknown field: %v", err)
 	}
 }
-
-func TestGlob(t *testing.T) {
-	for _, c := range []struct {
-		pattern, s string
-		want       bool
-	}{
-		{"*", "", true},
-		{"*", "abc", true},
-		{"a*", "abc", true},
-		{"a*c", "abc", true},
-		{"a*c", "abd", false},
-		{"a?c", "abc", true},
-		{"a?c", "ac", false},
-		{"[ab]x", "bx", true},
-		{"[^ab]x", "bx", false},
-		{"[a-c]x", "cx", true},
-		{"[c-a]x", "bx", true},
-		{`a\*`, "a*", true},
-		{`a\*`, "ab", false},
-		{"[abc", "a", false},
-		{"edge:remote_address=*", "edge:remote_address=10.0.0.1/path=/x", true},
-		{"*a*a*a*a*a*a*b", strings.Repeat("a", 60), false}, // no exponential blow-up
-	} {
-		if got := glob(c.pattern, c.s); got != c.want {
-			t.Errorf("glob(%q, %q) = %v", c.pattern, c.s, got)
-		}
-	}
-}

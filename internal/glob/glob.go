@@ -1,16 +1,17 @@
-package ratelimit
+// Package glob matches Redis-style glob patterns (*, ?, [abc], [^a], [a-z],
+// backslash escapes) without backtracking blow-ups: one pass with a single
+// remembered star, O(len(pattern)*len(s)) at worst.
+package glob
 
-// glob reports whether s matches the Redis-style pattern: * (any run), ?
-// (one byte), [abc], [^abc], [a-z] and \ to escape; an unclosed [ matches
-// nothing. It is the rule of internal/engine's Glob (KEYS, SCAN MATCH),
-// on strings, so this package does not depend on the storage engine. It
-// runs in O(len(pattern)*len(s)) at worst, never exponentially.
-func glob(pattern, s string) bool {
+// Match reports whether s matches the Redis-style pattern: * (any run), ?
+// (one byte), [abc], [^abc], [a-z] and \ to escape. It runs in
+// O(len(pattern)*len(s)) at worst, never exponentially.
+func Match[S string | []byte](pattern string, s S) bool {
 	p, i := 0, 0
 	starP, starI := -1, 0
 	for i < len(s) {
 		if p < len(pattern) {
-			switch c := pattern[p]; c {
+			switch pattern[p] {
 			case '*':
 				starP, starI = p, i
 				p++
@@ -20,7 +21,7 @@ func glob(pattern, s string) bool {
 				i++
 				continue
 			case '[':
-				if ok, next := globClass(pattern, p, s[i]); next > 0 && ok {
+				if ok, next := matchClass(pattern, p, s[i]); next > 0 && ok {
 					p = next
 					i++
 					continue
@@ -31,8 +32,13 @@ func glob(pattern, s string) bool {
 					i++
 					continue
 				}
+				if p+1 == len(pattern) && s[i] == '\\' { // a trailing \ is literal
+					p++
+					i++
+					continue
+				}
 			default:
-				if c == s[i] {
+				if pattern[p] == s[i] {
 					p++
 					i++
 					continue
@@ -51,9 +57,10 @@ func glob(pattern, s string) bool {
 	return p == len(pattern)
 }
 
-// globClass matches c against the class at pattern[p] == '['. It returns
-// the index after the class, or 0 if the class is not closed.
-func globClass(pattern string, p int, c byte) (bool, int) {
+// matchClass matches c against the class starting at pattern[p] == '['. It
+// returns the index after the class, or 0 if the class is not closed (then
+// '[' is matched literally by the caller's default rules: no match here).
+func matchClass(pattern string, p int, c byte) (bool, int) {
 	p++
 	neg := p < len(pattern) && pattern[p] == '^'
 	if neg {
