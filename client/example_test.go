@@ -255,3 +255,75 @@ func ExampleClient_TTL() {
 	// true
 	// true
 }
+
+// A rollup spec makes a namespace's counters keep minute, hour, day and
+// month buckets of their increments; Series reads them back.
+func ExampleClient_Series() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	ctx := context.Background()
+
+	if _, err := c.SetRollup(ctx, "page_views", client.RollupSpec{Minute: "2d", Hour: "30d"}); err != nil {
+		log.Fatal(err)
+	}
+	for _, n := range []int64{100, 150, 200} {
+		c.Incr(ctx, "page_views:article_123", n)
+	}
+	// Three whole UTC hours: the previous one, this one and the next one.
+	from := time.Now().Add(-time.Hour).Truncate(time.Hour)
+	s, err := c.Series(ctx, "page_views:article_123", client.GranularityHour, from, from.Add(3*time.Hour))
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(s.Granularity, s.Source, len(s.Buckets), s.Total)
+	fmt.Println(s.Buckets[0].Start.Equal(from), s.Buckets[0].Count)
+	// Output:
+	// hour hour 3 450
+	// true 0
+}
+
+// Unique counts over the last N days come from per-day sketches of an hll
+// counter whose namespace has a rollup spec.
+func ExampleClient_Uniques() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	ctx := context.Background()
+
+	c.SetRollup(ctx, "visitors", client.RollupSpec{UniqueDays: "30d"})
+	c.PFAdd(ctx, "visitors:article_123", "alice", "bob", "carol")
+	c.PFAdd(ctx, "visitors:article_123", "bob", "dave")
+	u, err := c.Uniques(ctx, "visitors:article_123", "7d")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%d (%d..%d, std error %.2f%%) in the last %s\n", u.Value, u.Low, u.High, u.StdError*100, u.To.Sub(u.From))
+	// Output: 4 (4..4, std error 0.81%) in the last 168h0m0s
+}
+
+func ExampleClient_SetRollup() {
+	addr, stop := startExampleServer()
+	defer stop()
+	c, _ := client.New(addr)
+	ctx := context.Background()
+
+	// Keep minutes for 48 hours, hours for 30 days, no months; the rest
+	// takes the defaults.
+	spec, err := c.SetRollup(ctx, "api_requests", client.RollupSpec{Minute: "48h", Hour: "30d", Month: "0"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%+v\n", *spec)
+
+	all, _ := c.ListRollups(ctx)
+	fmt.Println(len(all), all["api_requests"].Day)
+
+	deleted, _ := c.DeleteRollup(ctx, "api_requests")
+	_, err = c.GetRollup(ctx, "api_requests")
+	fmt.Println(deleted, errors.Is(err, client.ErrNotFound))
+	// Output:
+	// {Minute:2d Hour:30d Day:400d Month:0 UniqueHours:2d UniqueDays:400d Precision:14 StdError:0.008125}
+	// 1 400d
+	// true true
+}

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
+	"unicode/utf8"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/engine"
@@ -172,6 +174,33 @@ func TestUsage(t *testing.T) {
 		{"--durability", "eventually", "incr", "a"},
 		{"--nope"},
 		{"help", "nope"},
+		{"series"},
+		{"series", "a", "b"},
+		{"series", "a", "--granularity", "week"},
+		{"series", "a", "--from", "yesterday"},
+		{"series", "a", "--from", "-1y"},
+		{"series", "a", "--to", "2024-13-01T00:00:00Z"},
+		{"series", "a", "--from", "now", "--to", "-1h"},
+		{"series", "a", "--width", "-1"},
+		{"uniques"},
+		{"uniques", "a", "b"},
+		{"uniques", "a", "--last", "7w"},
+		{"uniques", "a", "--last", ""},
+		{"uniques", "a", "--last", "-7d"},
+		{"rollup"},
+		{"rollup", "frob"},
+		{"rollup", "get"},
+		{"rollup", "set"},
+		{"rollup", "del"},
+		{"rollup", "list", "x"},
+		{"rollup", "get", "a", "b"},
+		{"rollup", "get", "a", "--minute", "2d"},
+		{"rollup", "list", "--precision", "12"},
+		{"rollup", "set", "a", "--minute", "soon"},
+		{"rollup", "set", "a", "--unique-days", "-1d"},
+		{"rollup", "set", "a", "--precision", "9"},
+		{"rollup", "set", "a", "--precision", "300"},
+		{"rollup", "set", "a", "--precision", "x"},
 	} {
 		code, out, errOut := ctl(t, addr, args...)
 		if code != 2 {
@@ -187,7 +216,7 @@ func TestUsage(t *testing.T) {
 	}
 
 	out := ok(t, addr, "help")
-	for _, cmd := range []string{"incr", "get", "set", "del", "pfadd", "pfcount", "hincr", "window", "bench", "--addr"} {
+	for _, cmd := range []string{"incr", "get", "set", "del", "pfadd", "pfcount", "hincr", "window", "series", "uniques", "rollup", "bench", "--addr"} {
 		if !strings.Contains(out, cmd) {
 			t.Errorf("help does not mention %s:\n%s", cmd, out)
 		}
@@ -195,6 +224,14 @@ func TestUsage(t *testing.T) {
 	out = ok(t, addr, "set", "-h")
 	if !strings.Contains(out, "usage: counterctl set ID VALUE") || !strings.Contains(out, "--expected-version") {
 		t.Errorf("set -h:\n%s", out)
+	}
+	out = ok(t, addr, "help", "series")
+	if !strings.Contains(out, "--granularity G") || !strings.Contains(out, "-30d") || !strings.Contains(out, "--width") {
+		t.Errorf("help series:\n%s", out)
+	}
+	out = ok(t, addr, "rollup", "-h")
+	if !strings.Contains(out, "usage: counterctl rollup get KEY | set KEY") || !strings.Contains(out, "--unique-days") || !strings.Contains(out, "--precision p") {
+		t.Errorf("rollup -h:\n%s", out)
 	}
 	out = ok(t, addr, "help", "bench")
 	if !strings.Contains(out, "--concurrency") || !strings.Contains(out, "--no-progress") {
@@ -379,5 +416,234 @@ func TestEnvAddr(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	if code := run(context.Background(), []string{"incr", "env"}, &stdout, &stderr); code != 0 || stdout.String() != "1\n" {
 		t.Fatalf("exit %d, stdout %q, stderr %q", code, stdout.String(), stderr.String())
+	}
+}
+
+func TestSeriesCommand(t *testing.T) {
+	addr := startServer(t)
+	code, _, errOut := ctl(t, addr, "series", "page_views:article_123")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: not_found: ") {
+		t.Fatalf("series without a rollup spec: exit %d, stderr %q", code, errOut)
+	}
+	ok(t, addr, "rollup", "set", "page_views", "--minute", "2d", "--hour", "30d")
+	for _, n := range []string{"100", "150", "200"} {
+		ok(t, addr, "incr", "page_views:article_123", n)
+	}
+
+	out := ok(t, addr, "series", "page_views:article_123", "--granularity", "minute", "--from", "-10m")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if len(lines) < 14 {
+		t.Fatalf("series output:\n%s", out)
+	}
+	wantMatch(t, lines[0], `^page_views:article_123  1[01] minute buckets  \d{4}-\d\d-\d\dT\d\d:\d\d:00Z \.\. \d{4}-\d\d-\d\dT\d\d:\d\d:00Z$`)
+	wantMatch(t, lines[1], `^\s*START\s+COUNT$`)
+	rows := lines[2 : len(lines)-2]
+	var sum int64
+	for _, l := range rows {
+		wantMatch(t, l, `^\s*\d{4}-\d\d-\d\dT\d\d:\d\d:00Z\s+\d+$`)
+		n, _ := json.Number(strings.Fields(l)[1]).Int64()
+		sum += n
+	}
+	if sum != 450 || !strings.Contains(lines[0], fmt.Sprintf("  %d minute buckets", len(rows))) {
+		t.Fatalf("%d rows summing to %d:\n%s", len(rows), sum, out)
+	}
+	wantMatch(t, lines[len(lines)-2], `^\s*total\s+450$`)
+	spark := lines[len(lines)-1]
+	wantMatch(t, spark, `^[▁-█]+$`)
+	if n := utf8.RuneCountInString(spark); n != len(rows) || !strings.HasSuffix(spark, "█") {
+		t.Fatalf("sparkline %q for %d buckets", spark, len(rows))
+	}
+
+	var s struct {
+		ID          string `json:"id"`
+		Granularity string `json:"granularity"`
+		Source      string `json:"source"`
+		From        string `json:"from"`
+		To          string `json:"to"`
+		Total       int64  `json:"total"`
+		Buckets     []struct {
+			Start string `json:"start"`
+			Count int64  `json:"count"`
+		} `json:"buckets"`
+	}
+	out = ok(t, addr, "--json", "series", "page_views:article_123", "--granularity", "minute", "--from", "-10m")
+	if err := json.Unmarshal([]byte(out), &s); err != nil {
+		t.Fatalf("series --json: %q %v", out, err)
+	}
+	if s.ID != "page_views:article_123" || s.Granularity != "minute" || s.Source != "minute" || s.Total != 450 ||
+		len(s.Buckets) < 10 || s.Buckets[0].Start != s.From {
+		t.Fatalf("series --json: %s", out)
+	}
+
+	// The server's default: the last 60 hours; Unix seconds and RFC 3339.
+	out = ok(t, addr, "series", "page_views:article_123")
+	wantMatch(t, out, `^page_views:article_123  60 hour buckets  `)
+	wantMatch(t, out, `(?m)^\s*total\s+450\n[▁-█]{60}\n$`)
+	from := fmt.Sprint(time.Now().Add(-2 * time.Hour).Unix())
+	to := time.Now().Add(time.Hour).UTC().Format(time.RFC3339)
+	wantMatch(t, ok(t, addr, "series", "page_views:article_123", "--from", from, "--to", to),
+		`^page_views:article_123  [34] hour buckets  (.|\n)*\s+total\s+450\n`)
+
+	// Without the table, and a sparkline narrower than the buckets.
+	out = ok(t, addr, "series", "page_views:article_123", "--granularity", "minute", "--from", "-1d", "--to", "now", "--no-table", "--width", "20")
+	wantMatch(t, out, `^page_views:article_123  144[01] minute buckets  \S+ \.\. \S+  \(sparkline: 7[23] buckets a mark\)\n\s*total\s+450\n[▁-█]{20}\n$`)
+
+	// Buckets summed from a finer granularity.
+	ok(t, addr, "rollup", "set", "coarse", "--minute", "0", "--hour", "0", "--month", "0")
+	ok(t, addr, "incr", "coarse:x", "7")
+	out = ok(t, addr, "series", "coarse:x", "--granularity", "month", "--no-table")
+	wantMatch(t, out, `^coarse:x  60 month buckets  \S+ \.\. \S+  \(summed from day buckets\)\n\s*total\s+7\n`)
+
+	code, _, errOut = ctl(t, addr, "series", "coarse:x", "--granularity", "hour")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: invalid_argument: ") {
+		t.Fatalf("series of a granularity not kept: exit %d, stderr %q", code, errOut)
+	}
+	ok(t, addr, "hincr", "page_views:h", "f")
+	code, _, errOut = ctl(t, addr, "series", "page_views:h")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: wrong_kind: ") {
+		t.Fatalf("series of a hash: exit %d, stderr %q", code, errOut)
+	}
+}
+
+func TestUniquesCommand(t *testing.T) {
+	addr := startServer(t)
+	ok(t, addr, "rollup", "set", "visitors", "--unique-days", "30d")
+	ok(t, addr, "pfadd", "visitors:article_123", "alice", "bob", "carol")
+	ok(t, addr, "pfadd", "visitors:article_123", "bob", "dave")
+	wantMatch(t, ok(t, addr, "uniques", "visitors:article_123", "--last", "7d"), `^4 ± 0\.81% \(4\.\.4\), [12] sketch(es)?\n$`)
+	wantMatch(t, ok(t, addr, "uniques", "visitors:article_123"), `^4 ± 0\.81% \(4\.\.4\), 1 sketch\n$`)
+	wantMatch(t, ok(t, addr, "uniques", "visitors:article_123", "--last", "24h"), `^4 ± 0\.81% \(4\.\.4\), [12] sketch(es)?\n$`)
+
+	out := ok(t, addr, "uniques", "visitors:article_123", "--last", "7d", "--json")
+	var u struct {
+		ID        string  `json:"id"`
+		Last      string  `json:"last"`
+		From      string  `json:"from"`
+		To        string  `json:"to"`
+		Value     uint64  `json:"value"`
+		StdError  float64 `json:"std_error"`
+		Low       uint64  `json:"low"`
+		High      uint64  `json:"high"`
+		Precision int     `json:"precision"`
+		Sketches  int     `json:"sketches"`
+	}
+	if err := json.Unmarshal([]byte(out), &u); err != nil {
+		t.Fatalf("uniques --json: %q %v", out, err)
+	}
+	if u.ID != "visitors:article_123" || u.Last != "7d" || u.Value != 4 || u.Low != 4 || u.High != 4 ||
+		u.Precision != 14 || u.StdError != 0.008125 || u.Sketches < 1 || u.From == "" || u.To == "" {
+		t.Fatalf("uniques --json: %s", out)
+	}
+
+	// Many items: the interval widens.
+	items := make([]string, 2000)
+	for i := range items {
+		items[i] = fmt.Sprintf("user_%d", i)
+	}
+	ok(t, addr, append([]string{"pfadd", "visitors:big"}, items...)...)
+	out = ok(t, addr, "uniques", "visitors:big", "--last", "30d")
+	wantMatch(t, out, `^\d+ ± 0\.81% \(\d+\.\.\d+\), [12] sketch(es)?\n$`)
+	var est, lo, hi int
+	fmt.Sscanf(out, "%d ± 0.81%% (%d..%d)", &est, &lo, &hi)
+	if est < 1900 || est > 2100 || lo >= est || hi <= est {
+		t.Fatalf("uniques of 2000 items: %q", out)
+	}
+
+	ok(t, addr, "incr", "visitors:count")
+	ok(t, addr, "pfadd", "other", "x")
+	for _, tc := range []struct{ args, stderr string }{
+		{"uniques visitors:article_123 --last 31d", "counterctl: invalid_argument: "},
+		{"uniques visitors:count", "counterctl: wrong_kind: "},
+		{"uniques other", "counterctl: not_found: "},
+	} {
+		code, _, errOut := ctl(t, addr, strings.Fields(tc.args)...)
+		if code != 1 || !strings.HasPrefix(errOut, tc.stderr) {
+			t.Fatalf("counterctl %s: exit %d, stderr %q", tc.args, code, errOut)
+		}
+	}
+}
+
+func TestRollupCommand(t *testing.T) {
+	addr := startServer(t)
+	code, _, errOut := ctl(t, addr, "rollup", "get", "page_views")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: not_found: ") {
+		t.Fatalf("rollup get of a missing spec: exit %d, stderr %q", code, errOut)
+	}
+	wantOut(t, ok(t, addr, "rollup", "list"), "")
+
+	const pageViews = "page_views\n" +
+		"  minute        2d\n" +
+		"  hour          30d\n" +
+		"  day           400d\n" +
+		"  month         0 (not kept)\n" +
+		"  unique_hours  2d\n" +
+		"  unique_days   400d\n" +
+		"  precision     12 (std error 1.62%)\n"
+	wantOut(t, ok(t, addr, "rollup", "set", "page_views", "--minute", "48h", "--hour", "30d", "--month", "0", "--precision", "12"), pageViews)
+	wantOut(t, ok(t, addr, "rollup", "get", "page_views"), pageViews)
+	wantMatch(t, ok(t, addr, "rollup", "set", "likes:article_1"), `^likes:article_1\n  minute        2d\n  hour          90d\n(.|\n)*  precision     14 \(std error 0\.81%\)\n$`)
+
+	var spec struct {
+		Key    string `json:"key"`
+		Rollup struct {
+			Minute      string  `json:"minute"`
+			Hour        string  `json:"hour"`
+			Day         string  `json:"day"`
+			Month       string  `json:"month"`
+			UniqueHours string  `json:"unique_hours"`
+			UniqueDays  string  `json:"unique_days"`
+			Precision   int     `json:"precision"`
+			StdError    float64 `json:"std_error"`
+		} `json:"rollup"`
+	}
+	out := ok(t, addr, "--json", "rollup", "get", "page_views")
+	if err := json.Unmarshal([]byte(out), &spec); err != nil {
+		t.Fatalf("rollup get --json: %q %v", out, err)
+	}
+	if r := spec.Rollup; spec.Key != "page_views" || r.Minute != "2d" || r.Hour != "30d" || r.Day != "400d" || r.Month != "0" ||
+		r.UniqueHours != "2d" || r.UniqueDays != "400d" || r.Precision != 12 || r.StdError != 0.01625 {
+		t.Fatalf("rollup get --json: %s", out)
+	}
+	out = ok(t, addr, "rollup", "set", "visitors", "--unique-hours", "168h", "--unique-days", "90d", "--day", "0", "--json")
+	if err := json.Unmarshal([]byte(out), &spec); err != nil || spec.Key != "visitors" || spec.Rollup.UniqueHours != "7d" ||
+		spec.Rollup.UniqueDays != "90d" || spec.Rollup.Day != "0" || spec.Rollup.Precision != 14 {
+		t.Fatalf("rollup set --json: %q %v", out, err)
+	}
+
+	wantOut(t, ok(t, addr, "rollup", "list"),
+		"KEY              MINUTE  HOUR  DAY   MONTH  UNIQUE_HOURS  UNIQUE_DAYS  PRECISION\n"+
+			"likes:article_1  2d      90d   400d  3660d  2d            400d         14\n"+
+			"page_views       2d      30d   400d  0      2d            400d         12\n"+
+			"visitors         2d      90d   0     3660d  7d            90d          14\n")
+	var list struct {
+		Rollups map[string]struct {
+			Minute    string `json:"minute"`
+			Precision int    `json:"precision"`
+		} `json:"rollups"`
+	}
+	out = ok(t, addr, "rollup", "list", "--json")
+	if err := json.Unmarshal([]byte(out), &list); err != nil || len(list.Rollups) != 3 || list.Rollups["page_views"].Precision != 12 {
+		t.Fatalf("rollup list --json: %q %v", out, err)
+	}
+
+	wantOut(t, ok(t, addr, "rollup", "del", "page_views"), "deleted\n")
+	wantOut(t, ok(t, addr, "rollup", "del", "page_views"), "not found\n")
+	var del struct {
+		Key     string `json:"key"`
+		Deleted *bool  `json:"deleted"`
+	}
+	out = ok(t, addr, "--json", "rollup", "del", "likes:article_1")
+	if err := json.Unmarshal([]byte(out), &del); err != nil || del.Key != "likes:article_1" || del.Deleted == nil || !*del.Deleted {
+		t.Fatalf("rollup del --json: %q %v", out, err)
+	}
+	wantMatch(t, ok(t, addr, "rollup", "list"), `^KEY .*\nvisitors .*\n$`)
+
+	code, _, errOut = ctl(t, addr, "rollup", "set", "bad\x01key")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: invalid_id: ") {
+		t.Fatalf("rollup set of a bad key: exit %d, stderr %q", code, errOut)
+	}
+	code, _, errOut = ctl(t, addr, "rollup", "set", "x", "--hour", "30s")
+	if code != 1 || !strings.HasPrefix(errOut, "counterctl: invalid_argument: ") {
+		t.Fatalf("rollup set of a retention shorter than a bucket: exit %d, stderr %q", code, errOut)
 	}
 }
