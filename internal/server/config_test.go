@@ -1,0 +1,67 @@
+package server
+
+import (
+	"errors"
+	"flag"
+	"testing"
+	"time"
+)
+
+func TestFlagsBeatEnvironmentBeatsDefaults(t *testing.T) {
+	t.Setenv("COUNTERD_HTTP", "127.0.0.1:9999")
+	t.Setenv("COUNTERD_DURABILITY", "sync")
+	t.Setenv("COUNTERD_FLUSH_INTERVAL", "250ms")
+	t.Setenv("COUNTERD_ALLOW_FLUSHALL", "yes")
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("counterd", flag.ContinueOnError)
+	cfg.BindFlags(fs)
+	if err := fs.Parse([]string{"--durability", "async"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.EnvErr(); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.HTTP != "127.0.0.1:9999" || cfg.Durability != "async" || cfg.FlushInterval != 250*time.Millisecond || !cfg.AllowFlush {
+		t.Fatalf("config: %+v", cfg)
+	}
+	if cfg.Data != "./data" || cfg.RESP != "127.0.0.1:6380" {
+		t.Fatalf("defaults lost: %+v", cfg)
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadEnvironmentIsReported(t *testing.T) {
+	t.Setenv("COUNTERD_FLUSH_INTERVAL", "soon")
+	cfg := DefaultConfig()
+	cfg.BindFlags(flag.NewFlagSet("counterd", flag.ContinueOnError))
+	if cfg.EnvErr() == nil {
+		t.Fatal("COUNTERD_FLUSH_INTERVAL=soon accepted")
+	}
+}
+
+func TestValidate(t *testing.T) {
+	for name, mod := range map[string]func(*Config){
+		"durability": func(c *Config) { c.Durability = "maybe" },
+		"no http":    func(c *Config) { c.HTTP = "" },
+		"log level":  func(c *Config) { c.LogLevel = "loud" },
+		"flush":      func(c *Config) { c.FlushInterval = 0 },
+	} {
+		cfg := DefaultConfig()
+		mod(&cfg)
+		if cfg.Validate() == nil {
+			t.Errorf("%s: invalid config accepted", name)
+		}
+	}
+	for name, mod := range map[string]func(*Config){
+		"join":     func(c *Config) { c.Join = "10.0.0.2:7946" },
+		"postgres": func(c *Config) { c.Postgres = "postgres://x" },
+	} {
+		cfg := DefaultConfig()
+		mod(&cfg)
+		if err := cfg.Validate(); !errors.Is(err, ErrUnsupportedMode) {
+			t.Errorf("%s: %v, want ErrUnsupportedMode", name, err)
+		}
+	}
+}
