@@ -216,17 +216,27 @@ func (h *Handler) pfcountUnion(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-func (h *Handler) fields(w http.ResponseWriter, r *http.Request) error {
+// viewOf reads the counter named in the path, which must be of kind k if
+// it exists.
+func (h *Handler) viewOf(r *http.Request, k engine.Kind) (string, engine.View, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return err
+		return "", engine.View{}, err
 	}
 	v, err := h.eng.Get(id)
 	if err != nil {
-		return err
+		return "", engine.View{}, err
 	}
-	if v.Exists && v.Kind != engine.KindHash {
-		return fmt.Errorf("%w: %q is a %s, not a hash", engine.ErrWrongKind, id, v.Kind)
+	if v.Exists && v.Kind != k {
+		return "", engine.View{}, fmt.Errorf("%w: %q is a %s, not a %s", engine.ErrWrongKind, id, v.Kind, k)
+	}
+	return id, v, nil
+}
+
+func (h *Handler) fields(w http.ResponseWriter, r *http.Request) error {
+	id, v, err := h.viewOf(r, engine.KindHash)
+	if err != nil {
+		return err
 	}
 	writeJSON(w, http.StatusOK, fieldsAnswer{ID: id, Fields: fieldMap(v.Fields)})
 	return nil
@@ -250,16 +260,9 @@ func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) window(w http.ResponseWriter, r *http.Request) error {
-	id, err := pathID(r)
+	id, v, err := h.viewOf(r, engine.KindWindow)
 	if err != nil {
 		return err
-	}
-	v, err := h.eng.Get(id)
-	if err != nil {
-		return err
-	}
-	if v.Exists && v.Kind != engine.KindWindow {
-		return fmt.Errorf("%w: %q is a %s, not a window", engine.ErrWrongKind, id, v.Kind)
 	}
 	writeJSON(w, http.StatusOK, windowBody(id, v))
 	return nil
