@@ -128,6 +128,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "grace period for in-flight requests on shutdown")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 
 // EnvErr reports environment variables that did not parse.
