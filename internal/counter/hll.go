@@ -44,9 +44,15 @@ func ValidatePrecision(p uint8) error {
 // read registers to fold precisions, and so that the stored format does not
 // depend on a library's.
 //
-// Small sketches are sparse: a sorted list of (register, rank) pairs, 4
-// bytes per non-zero register, turned into a dense byte per register once it
-// would be larger than that.
+// Small sketches are sparse: the non-zero registers in index order, each
+// held as the uvarint of (index - previous index)<<6 | rank in one byte
+// slice sized to fit (about 2 bytes per register at p = 14 and n = 100,
+// against 4 for a uint32 list), read by a linear scan. A sparse sketch turns
+// into a dense byte per register once it has more than 2^p/4 non-zero
+// registers (as before: when a 4-byte list would be larger than that) or its
+// entries take more than min(2^p/2, 3000) bytes (3000 is Redis's default
+// hll-sparse-max-bytes), which bounds the scan an Add does on a sparse
+// sketch to a few hundred nanoseconds.
 //
 // Merging sketches of different precisions is supported: the finer sketch is
 // folded down to the coarser precision, which is exact (the result equals
@@ -59,10 +65,10 @@ func ValidatePrecision(p uint8) error {
 // Precision, StdError, Clone and MarshalBinary do not modify the receiver,
 // so concurrent readers are fine under a read lock.
 type HLL struct {
-	p      uint8
-	dense  bool
-	regs   []uint8  // dense: m registers
-	sparse []uint32 // sparse: index<<6 | rank, sorted, unique index
+	p     uint8
+	dense bool
+	n     uint32  // sparse: number of entries (non-zero registers)
+	regs  []uint8 // dense: m registers; sparse: the entries (see sparseNext)
 }
 
 const rankBits = 6 // ranks are at most 65-MinPrecision = 61 < 64
@@ -95,9 +101,98 @@ func (h *HLL) StdError() float64 {
 	return 1.04 / math.Sqrt(float64(uint32(1)<<h.Precision()))
 }
 
-// sparseMax is the most entries a sparse sketch holds before it turns dense:
-// beyond it the 4-byte entries would take more room than m register bytes.
+// sparseMax is the most entries a sparse sketch holds before it turns dense
+// (beyond it a list of 4-byte entries would take more room than m register
+// bytes), and sparseMaxBytes the most bytes its entries take: min(m/2,
+// 3000) like Redis's hll-sparse-max-bytes, which bounds the linear scan of a
+// sparse Add.
 func sparseMax(p uint8) int { return 1 << p / 4 }
+
+func sparseMaxBytes(p uint8) int { return min(1<<p/2, 3000) }
+
+// sparseFull reports whether a sparse sketch must turn dense.
+func (h *HLL) sparseFull() bool {
+	return int(h.n) > sparseMax(h.p) || len(h.regs) > sparseMaxBytes(h.p)
+}
+
+// sparseNext decodes the sparse entry at b[pos:], the uvarint of
+// (index - previous index)<<rankBits | rank (the first entry's previous index
+// is 0), and returns it with the offset of the next entry. Entries are below
+// 2^(MaxPrecision+rankBits), at most 4 bytes.
+func sparseNext(b []byte, pos int) (v uint32, next int) {
+	var s uint
+	for {
+		c := b[pos]
+		pos++
+		if c < 0x80 {
+			return v | uint32(c)<<s, pos
+		}
+		v |= uint32(c&0x7f) << s
+		s += 7
+	}
+}
+
+// appendEntry appends the sparse entry of a register delta above the
+// previous index with rank r.
+func appendEntry(b []byte, delta uint32, r uint8) []byte {
+	return binary.AppendUvarint(b, uint64(delta<<rankBits|uint32(r)))
+}
+
+// splice replaces the sparse bytes h.regs[from:to] with enc. When the slice
+// must grow it is reallocated to just the new length (rounded up to the
+// allocator's size class), so a sparse sketch carries little slack.
+func (h *HLL) splice(from, to int, enc []byte) {
+	b := h.regs
+	n := len(b) - (to - from) + len(enc)
+	if n > cap(b) {
+		nb := slices.Grow([]byte(nil), n)[:n]
+		copy(nb, b[:from])
+		copy(nb[from:], enc)
+		copy(nb[from+len(enc):], b[to:])
+		h.regs = nb
+		return
+	}
+	tail := b[to:]
+	if n > len(b) {
+		b = b[:n]
+	}
+	copy(b[from+len(enc):], tail)
+	copy(b[from:], enc)
+	h.regs = b[:n]
+}
+
+// setSparse makes h sparse with entries e (index<<rankBits | rank, sorted,
+// unique index), or dense if they are too many.
+func (h *HLL) setSparse(e []uint32) {
+	size, prev := 0, uint32(0)
+	for _, x := range e {
+		i := x >> rankBits
+		size += uvarintLen(uint64((i-prev)<<rankBits | x&(1<<rankBits-1)))
+		prev = i
+	}
+	var b []byte
+	if size > 0 {
+		b = make([]byte, 0, size)
+	}
+	prev = 0
+	for _, x := range e {
+		i := x >> rankBits
+		b = appendEntry(b, i-prev, uint8(x&(1<<rankBits-1)))
+		prev = i
+	}
+	h.regs, h.n, h.dense = b, uint32(len(e)), false
+	if h.sparseFull() {
+		h.toDense()
+	}
+}
+
+// sparseEntries returns the sparse entries as index<<rankBits | rank, with
+// room for extra more.
+func (h *HLL) sparseEntries(extra int) []uint32 {
+	e := make([]uint32, 0, int(h.n)+extra)
+	h.each(func(i uint32, r uint8) { e = append(e, i<<rankBits|uint32(r)) })
+	return e
+}
 
 // position returns the register index and rank of hash x at precision p.
 func position(x uint64, p uint8) (uint32, uint8) {
@@ -131,20 +226,39 @@ func (h *HLL) set(i uint32, r uint8) bool {
 		}
 		return false
 	}
-	key := i << rankBits
-	j, found := slices.BinarySearch(h.sparse, key)
-	if !found && j < len(h.sparse) && h.sparse[j]>>rankBits == i {
-		found = true // the entry sorts after key because its rank > 0
-	}
-	if found {
-		if r > uint8(h.sparse[j]&(1<<rankBits-1)) {
-			h.sparse[j] = key | uint32(r)
+	b := h.regs
+	var tmp [2 * binary.MaxVarintLen32]byte
+	prev, pos := uint32(0), 0
+	for pos < len(b) {
+		v, next := sparseNext(b, pos)
+		idx := prev + v>>rankBits
+		if idx == i {
+			if r <= uint8(v&(1<<rankBits-1)) {
+				return false
+			}
+			// Same length: the delta is unchanged and r fits in rankBits
+			// (a zero delta gives a 1-byte entry either way).
+			binary.PutUvarint(b[pos:next], uint64(v&^(1<<rankBits-1)|uint32(r)))
 			return true
 		}
-		return false
+		if idx > i {
+			// Insert before this entry, whose delta becomes idx-i.
+			enc := appendEntry(tmp[:0], i-prev, r)
+			enc = appendEntry(enc, idx-i, uint8(v&(1<<rankBits-1)))
+			h.splice(pos, next, enc)
+			return h.inserted()
+		}
+		prev, pos = idx, next
 	}
-	h.sparse = slices.Insert(h.sparse, j, key|uint32(r))
-	if len(h.sparse) > sparseMax(h.p) {
+	h.splice(len(b), len(b), appendEntry(tmp[:0], i-prev, r))
+	return h.inserted()
+}
+
+// inserted accounts for a new sparse entry, turns h dense if it is now too
+// large, and returns true.
+func (h *HLL) inserted() bool {
+	h.n++
+	if h.sparseFull() {
 		h.toDense()
 	}
 	return true
@@ -152,10 +266,8 @@ func (h *HLL) set(i uint32, r uint8) bool {
 
 func (h *HLL) toDense() {
 	regs := make([]uint8, 1<<h.p)
-	for _, e := range h.sparse {
-		regs[e>>rankBits] = uint8(e & (1<<rankBits - 1))
-	}
-	h.regs, h.sparse, h.dense = regs, nil, true
+	h.each(func(i uint32, r uint8) { regs[i] = r })
+	h.regs, h.n, h.dense = regs, 0, true
 }
 
 // each calls fn for every non-zero register, in index order.
@@ -168,8 +280,13 @@ func (h *HLL) each(fn func(i uint32, r uint8)) {
 		}
 		return
 	}
-	for _, e := range h.sparse {
-		fn(e>>rankBits, uint8(e&(1<<rankBits-1)))
+	b := h.regs
+	prev := uint32(0)
+	for pos := 0; pos < len(b); {
+		var v uint32
+		v, pos = sparseNext(b, pos)
+		prev += v >> rankBits
+		fn(prev, uint8(v&(1<<rankBits-1)))
 	}
 }
 
@@ -183,7 +300,7 @@ func (h *HLL) registers() []uint8 {
 // nonZero returns the number of non-zero registers.
 func (h *HLL) nonZero() int {
 	if !h.dense {
-		return len(h.sparse)
+		return int(h.n)
 	}
 	n := 0
 	for _, r := range h.regs {
@@ -205,10 +322,8 @@ func (h *HLL) Count() uint64 {
 			hist[r]++
 		}
 	} else {
-		hist[0] = m - len(h.sparse)
-		for _, e := range h.sparse {
-			hist[e&(1<<rankBits-1)]++
-		}
+		hist[0] = m - int(h.n)
+		h.each(func(_ uint32, r uint8) { hist[r]++ })
 	}
 	if hist[0] == m {
 		return 0
@@ -301,15 +416,13 @@ func (h *HLL) fold(p uint8) {
 		h.p, h.regs = p, regs
 		return
 	}
-	out := make([]uint32, 0, len(h.sparse))
-	for _, e := range h.sparse {
-		j, s := foldPosition(e>>rankBits, uint8(e&(1<<rankBits-1)), from, p)
+	out := make([]uint32, 0, h.n)
+	h.each(func(i uint32, r uint8) {
+		j, s := foldPosition(i, r, from, p)
 		out = append(out, j<<rankBits|uint32(s))
-	}
-	h.p, h.sparse = p, compactSparse(out)
-	if len(h.sparse) > sparseMax(p) {
-		h.toDense()
-	}
+	})
+	h.p = p
+	h.setSparse(compactSparse(out))
 }
 
 // compactSparse sorts entries and keeps the highest rank of each index.
@@ -341,19 +454,14 @@ func (h *HLL) Merge(o *HLL) error {
 	}
 	p := h.p
 	if !h.dense && !o.dense {
-		entries := make([]uint32, 0, len(h.sparse)+len(o.sparse))
-		entries = append(entries, h.sparse...)
-		for _, e := range o.sparse {
-			i, r := e>>rankBits, uint8(e&(1<<rankBits-1))
+		entries := h.sparseEntries(int(o.n))
+		o.each(func(i uint32, r uint8) {
 			if op != p {
 				i, r = foldPosition(i, r, op, p)
 			}
 			entries = append(entries, i<<rankBits|uint32(r))
-		}
-		h.sparse = compactSparse(entries)
-		if len(h.sparse) > sparseMax(p) {
-			h.toDense()
-		}
+		})
+		h.setSparse(compactSparse(entries))
 		return nil
 	}
 	if !h.dense {
@@ -376,7 +484,7 @@ func (h *HLL) Merge(o *HLL) error {
 
 // Clone returns a deep copy of h.
 func (h *HLL) Clone() *HLL {
-	return &HLL{p: h.p, dense: h.dense, regs: slices.Clone(h.regs), sparse: slices.Clone(h.sparse)}
+	return &HLL{p: h.p, dense: h.dense, n: h.n, regs: slices.Clone(h.regs)}
 }
 
 // HLL encoding layouts (byte 2 of the encoding).
@@ -464,7 +572,7 @@ func (h *HLL) UnmarshalBinary(data []byte) error {
 		if n > m {
 			return d.errorf("%d registers, precision %d has %d", n, p, m)
 		}
-		out.sparse = make([]uint32, 0, n)
+		entries := make([]uint32, 0, n)
 		idx := uint64(0)
 		for k := range n {
 			gap, err := d.uvarint()
@@ -485,11 +593,9 @@ func (h *HLL) UnmarshalBinary(data []byte) error {
 			if r == 0 || r > maxRank {
 				return d.errorf("register %d has rank %d outside [1, %d]", idx, r, maxRank)
 			}
-			out.sparse = append(out.sparse, uint32(idx)<<rankBits|uint32(r))
+			entries = append(entries, uint32(idx)<<rankBits|uint32(r))
 		}
-		if len(out.sparse) > sparseMax(p) {
-			out.toDense()
-		}
+		out.setSparse(entries)
 	case hllDense:
 		packed, err := d.bytes(m / 4 * 3)
 		if err != nil {
@@ -506,10 +612,10 @@ func (h *HLL) UnmarshalBinary(data []byte) error {
 				out.regs[k+j] = r
 			}
 		}
-		if out.nonZero() <= sparseMax(p) {
-			out.sparse = make([]uint32, 0, out.nonZero())
-			out.each(func(i uint32, r uint8) { out.sparse = append(out.sparse, i<<rankBits|uint32(r)) })
-			out.regs, out.dense = nil, false
+		if nz := out.nonZero(); nz <= sparseMax(p) {
+			entries := make([]uint32, 0, nz)
+			out.each(func(i uint32, r uint8) { entries = append(entries, i<<rankBits|uint32(r)) })
+			out.setSparse(entries)
 		}
 	default:
 		return d.errorf("unknown layout %d", layout)

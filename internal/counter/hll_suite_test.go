@@ -90,8 +90,8 @@ func hllHeapBytes(p uint8, n uint64) float64 {
 }
 
 // TestHLLSparseSize: a small sketch stays small. At n = 100 (p = 14) the
-// encoding is at most 300 bytes; the in-memory sparse list is 4 bytes per
-// register plus slice slack.
+// encoding is at most 300 bytes; the in-memory sparse entries are a uvarint
+// (about 2 bytes) per register in a slice sized to fit.
 func TestHLLSparseSize(t *testing.T) {
 	for _, tc := range []struct {
 		n       uint64
