@@ -1,0 +1,270 @@
+package redisstore
+
+import "github.com/redis/go-redis/v9"
+
+// Every script takes KEYS[1] = counter:{id} and KEYS[2] = counter:{id}:meta
+// and derives the other keys of the counter (shards, window buckets) from
+// KEYS[1]. They all carry the same hash tag, so in Redis Cluster they live
+// in KEYS[1]'s slot.
+//
+// Replies are tables whose first element is 'OK' or 'MISS' (the counter has
+// no meta and the caller did not allow creating it: load it first). Errors
+// are error replies with a first word the store maps to a sentinel:
+// WRONGKIND, OVERFLOW, VERSIONCONFLICT, INVALID.
+//
+// Values travel as strings: Redis converts Lua numbers to doubles, which
+// would round int64 values above 2^53, so scripts GET values after
+// INCRBY instead of returning INCRBY's reply, and Go does the sums.
+
+// luaPrelude is shared by the scripts.
+const luaPrelude = `
+local base, meta = KEYS[1], KEYS[2]
+local function fmt(n) return string.format('%.0f', n) end
+local function kindcheck(want, maycreate)
+  local mk = redis.call('HGET', meta, 'kind')
+  if not mk then
+    if maycreate ~= '1' then return nil, nil, true end
+    return want, nil, false
+  end
+  if want ~= '' and want ~= mk then
+    return nil, redis.error_reply('WRONGKIND counter is a ' .. mk .. ', not a ' .. want), false
+  end
+  return mk, nil, false
+end
+local function bump(kind, now, extra)
+  if redis.call('HEXISTS', meta, 'kind') == 0 then
+    redis.call('HSET', meta, 'kind', kind)
+    if extra then redis.call('HSET', meta, unpack(extra)) end
+  end
+  redis.call('HSET', meta, 'updated_at', now)
+  return redis.call('HINCRBY', meta, 'version', 1)
+end
+local function incr(cmd, key, field, delta)
+  local r
+  if field then r = redis.pcall(cmd, key, field, delta) else r = redis.pcall(cmd, key, delta) end
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'overflow', 1, true) then return redis.error_reply('OVERFLOW ' .. r.err) end
+    return redis.error_reply(r.err)
+  end
+  return nil
+end
+-- window bucket starts (ms) inside the window ending at now
+local function wrange(now, g, span, fixed)
+  local cur = now - (now % g)
+  local first = cur - span + g
+  if fixed == '1' then first = now - (now % span) end
+  return first, cur
+end
+`
+
+// addScript: ARGV kind (” = existing additive kind or counter), delta,
+// now_ms, maycreate, shards, random, shard (-1 = random), gran_ms, span_ms,
+// fixed. Reply {'OK', kind, version, values...}: the value for a counter,
+// every shard for sharded, the in-window bucket values for window.
+var addScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck(ARGV[1], ARGV[4])
+if miss then return {'MISS'} end
+if err then return err end
+if kind == '' then kind = 'counter' end
+local delta, now = ARGV[2], ARGV[3]
+if kind == 'counter' then
+  local e = incr('INCRBY', base, nil, delta)
+  if e then return e end
+  local ver = bump(kind, now)
+  return {'OK', kind, ver, redis.call('GET', base)}
+elseif kind == 'sharded' then
+  local n = tonumber(redis.call('HGET', meta, 'shards') or ARGV[5])
+  local s = tonumber(ARGV[7])
+  if s < 0 then s = tonumber(ARGV[6]) % n end
+  if s >= n then return redis.error_reply('INVALID shard ' .. s .. ' of ' .. n) end
+  local e = incr('INCRBY', base .. ':shard:' .. s, nil, delta)
+  if e then return e end
+  local ver = bump(kind, now, {'shards', n})
+  local res = {'OK', kind, ver}
+  for i = 0, n - 1 do res[#res + 1] = redis.call('GET', base .. ':shard:' .. i) or '0' end
+  return res
+elseif kind == 'window' then
+  local m = redis.call('HMGET', meta, 'gran', 'span', 'fixed')
+  local g = tonumber(m[1] or ARGV[8])
+  local span = tonumber(m[2] or ARGV[9])
+  local fixed = m[3] or ARGV[10]
+  local nowms = tonumber(now)
+  local first, cur = wrange(nowms, g, span, fixed)
+  local key = base .. ':w:' .. fmt(cur)
+  local e = incr('INCRBY', key, nil, delta)
+  if e then return e end
+  redis.call('PEXPIRE', key, fmt(span + g))
+  local ver = bump(kind, now, {'gran', fmt(g), 'span', fmt(span), 'fixed', fixed})
+  local res = {'OK', kind, ver}
+  for b = first, cur, g do res[#res + 1] = redis.call('GET', base .. ':w:' .. fmt(b)) or '0' end
+  return res
+end
+return redis.error_reply('WRONGKIND counter is a ' .. kind .. ', which Add does not apply to')
+`)
+
+// getScript: ARGV now_ms. Reply {'MISS'} or {'OK', kind, version,
+// updated_at_ms, pttl_ms, payload...}; payload is the value (counter),
+// the shard values (sharded), gran, span, fixed and then start/value pairs
+// of the in-window buckets (window), field/value pairs (hash) or the
+// estimate (hll).
+var getScript = redis.NewScript(luaPrelude + `
+local m = redis.call('HMGET', meta, 'kind', 'version', 'updated_at', 'shards', 'gran', 'span', 'fixed')
+local kind = m[1]
+if not kind then return {'MISS'} end
+local res = {'OK', kind, m[2] or '0', m[3] or '0', redis.call('PTTL', meta)}
+if kind == 'counter' then
+  res[#res + 1] = redis.call('GET', base) or '0'
+elseif kind == 'sharded' then
+  for i = 0, tonumber(m[4]) - 1 do res[#res + 1] = redis.call('GET', base .. ':shard:' .. i) or '0' end
+elseif kind == 'window' then
+  local g, span = tonumber(m[5]), tonumber(m[6])
+  res[#res + 1] = m[5]; res[#res + 1] = m[6]; res[#res + 1] = m[7]
+  local first, cur = wrange(tonumber(ARGV[1]), g, span, m[7])
+  for b = first, cur, g do
+    local v = redis.call('GET', base .. ':w:' .. fmt(b))
+    if v then res[#res + 1] = fmt(b); res[#res + 1] = v end
+  end
+elseif kind == 'hash' then
+  local f = redis.call('HGETALL', base)
+  for i = 1, #f do res[#res + 1] = f[i] end
+elseif kind == 'hll' then
+  res[#res + 1] = tostring(redis.call('PFCOUNT', base))
+end
+return res
+`)
+
+// fillScript caches a record loaded from the next tier, only if the counter
+// is still absent (no meta): a counter created or incremented since the
+// miss is never overwritten. ARGV kind, version, updated_at_ms, ttl_ms,
+// payload (value | shard values | field/value pairs | raw HLL).
+// Reply 1 if written, 0 if the counter was already there.
+var fillScript = redis.NewScript(luaPrelude + `
+if redis.call('EXISTS', meta) == 1 then return 0 end
+local kind, ttl = ARGV[1], ARGV[4]
+if kind == 'counter' or kind == 'hll' then
+  redis.call('SET', base, ARGV[5], 'PX', ttl)
+elseif kind == 'sharded' then
+  local n = #ARGV - 4
+  for i = 0, n - 1 do redis.call('SET', base .. ':shard:' .. i, ARGV[5 + i], 'PX', ttl) end
+  redis.call('HSET', meta, 'shards', n)
+elseif kind == 'hash' then
+  redis.call('DEL', base)
+  if #ARGV > 4 then
+    redis.call('HSET', base, unpack(ARGV, 5))
+    redis.call('PEXPIRE', base, ttl)
+  end
+else
+  return redis.error_reply('INVALID cannot cache a ' .. kind)
+end
+redis.call('HSET', meta, 'kind', kind, 'version', ARGV[2], 'updated_at', ARGV[3])
+redis.call('PEXPIRE', meta, ttl)
+return 1
+`)
+
+// setScript: ARGV value, check (0/1), expected version, ttl_ms (0 = none),
+// now_ms, maycreate. Reply {'OK', version}.
+var setScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck('counter', ARGV[6])
+if miss then return {'MISS'} end
+if err then return err end
+local cur = tonumber(redis.call('HGET', meta, 'version') or '0')
+if ARGV[2] == '1' and tonumber(ARGV[3]) ~= cur then
+  return redis.error_reply('VERSIONCONFLICT version is ' .. fmt(cur) .. ', not ' .. ARGV[3])
+end
+local ttl = tonumber(ARGV[4])
+if ttl > 0 then redis.call('SET', base, ARGV[1], 'PX', ARGV[4]) else redis.call('SET', base, ARGV[1]) end
+redis.call('HSET', meta, 'kind', 'counter', 'version', fmt(cur + 1), 'updated_at', ARGV[5])
+if ttl > 0 then redis.call('PEXPIRE', meta, ARGV[4]) else redis.call('PERSIST', meta) end
+return {'OK', cur + 1}
+`)
+
+// haddScript: ARGV now_ms, maycreate, name1, delta1, ... All deltas apply
+// or none: on an error the ones already applied are undone (a script is
+// not rolled back by Redis). Reply {'OK', version, new values in order}.
+var haddScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck('hash', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local done = {}
+for i = 3, #ARGV, 2 do
+  local existed = redis.call('HEXISTS', base, ARGV[i])
+  local e = incr('HINCRBY', base, ARGV[i], ARGV[i + 1])
+  if e then
+    for j = #done, 1, -1 do
+      local k, ex = done[j][1], done[j][2]
+      local d = ARGV[k + 1]
+      if d == '-9223372036854775808' then
+        redis.call('HINCRBY', base, ARGV[k], '9223372036854775807')
+        redis.call('HINCRBY', base, ARGV[k], '1')
+      elseif string.sub(d, 1, 1) == '-' then
+        redis.call('HINCRBY', base, ARGV[k], string.sub(d, 2))
+      else
+        redis.call('HINCRBY', base, ARGV[k], '-' .. d)
+      end
+      if ex == 0 then redis.call('HDEL', base, ARGV[k]) end
+    end
+    if redis.call('HLEN', base) == 0 then redis.call('DEL', base) end
+    return e
+  end
+  done[#done + 1] = {i, existed}
+end
+local ver = bump('hash', ARGV[1])
+local res = {'OK', ver}
+for i = 3, #ARGV, 2 do res[#res + 1] = redis.call('HGET', base, ARGV[i]) end
+return res
+`)
+
+// pfaddScript: ARGV now_ms, maycreate, items... Reply {'OK', changed, version}.
+var pfaddScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck('hll', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local existed = redis.call('HEXISTS', meta, 'kind')
+local changed = 0
+if #ARGV == 2 then
+  changed = redis.call('PFADD', base)
+end
+for i = 3, #ARGV, 1000 do
+  if redis.call('PFADD', base, unpack(ARGV, i, math.min(i + 999, #ARGV))) == 1 then changed = 1 end
+end
+local ver
+if changed == 1 or existed == 0 then
+  ver = bump('hll', ARGV[1])
+else
+  ver = tonumber(redis.call('HGET', meta, 'version'))
+end
+return {'OK', changed, ver}
+`)
+
+// deleteScript: ARGV now_ms. Removes every key of the counter. Reply 1 if
+// it existed.
+var deleteScript = redis.NewScript(luaPrelude + `
+local m = redis.call('HMGET', meta, 'kind', 'shards', 'gran', 'span', 'fixed')
+if not m[1] then return redis.call('DEL', base) end
+redis.call('DEL', base, meta)
+if m[1] == 'sharded' then
+  for i = 0, tonumber(m[2]) - 1 do redis.call('DEL', base .. ':shard:' .. i) end
+elseif m[1] == 'window' then
+  local g, span = tonumber(m[3]), tonumber(m[4])
+  local first, cur = wrange(tonumber(ARGV[1]), g, span, m[5])
+  for b = first - span, cur + g, g do redis.call('DEL', base .. ':w:' .. fmt(b)) end
+end
+return 1
+`)
+
+// expireScript: ARGV ttl_ms (0 = remove the TTL). Window buckets keep
+// their own TTLs. Reply 1 if the counter exists.
+var expireScript = redis.NewScript(luaPrelude + `
+local m = redis.call('HMGET', meta, 'kind', 'shards')
+if not m[1] then return 0 end
+local keys = {base, meta}
+if m[1] == 'sharded' then
+  for i = 0, tonumber(m[2]) - 1 do keys[#keys + 1] = base .. ':shard:' .. i end
+end
+for _, k in ipairs(keys) do
+  if ARGV[1] == '0' then redis.call('PERSIST', k) else redis.call('PEXPIRE', k, ARGV[1]) end
+end
+return 1
+`)
+
+var allScripts = []*redis.Script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript}

@@ -1,0 +1,752 @@
+// Package redisstore is counterd's Redis tier: counters kept in a real
+// Redis (or Redis Cluster-compatible) server with the seeds' key layout.
+//
+// Each counter id has a meta hash counter:{id}:meta (kind, version,
+// updated_at and the kind's configuration) and its value keys:
+// counter:{id} (a string for counter, a hash for hash, an HLL for hll),
+// counter:{id}:shard:<n> (sharded) and counter:{id}:w:<bucket start ms>
+// (window buckets, each expiring after span+granularity). The {id} hash
+// tag keeps all of them in one Cluster slot, so every operation is one
+// Lua script (EVALSHA, falling back to EVAL after NOSCRIPT) that checks
+// the kind, applies the change and bumps the version atomically.
+//
+// With Options.Loader set the store is a read-through cache over a
+// slower tier: a miss calls the loader and caches its record for
+// Options.CacheTTL with a script that writes only while the counter is
+// still absent. See docs/redis-tier.md.
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/redis/go-redis/v9"
+)
+
+// Sentinel errors; every error the store returns wraps at most one.
+var (
+	ErrInvalidArgument = errors.New("redisstore: invalid argument")
+	ErrWrongKind       = errors.New("redisstore: operation against a counter of the wrong kind")
+	ErrOverflow        = errors.New("redisstore: increment or decrement would overflow")
+	ErrVersionConflict = errors.New("redisstore: version conflict")
+	ErrUnavailable     = errors.New("redisstore: redis unavailable")
+	ErrClosed          = errors.New("redisstore: closed")
+)
+
+// Kind is a counter kind, spelled as engine.Kind.String spells it.
+type Kind string
+
+// The kinds the Redis tier stores. KindAuto, for Add, means the existing
+// additive kind, or KindCounter for a new counter.
+const (
+	KindAuto    Kind = ""
+	KindCounter Kind = "counter"
+	KindSharded Kind = "sharded"
+	KindWindow  Kind = "window"
+	KindHash    Kind = "hash"
+	KindHLL     Kind = "hll"
+)
+
+// Options configure a Store. The zero value of each field means its default.
+type Options struct {
+	PoolSize     int           // connections; default 10 per GOMAXPROCS (go-redis)
+	DialTimeout  time.Duration // default 1s
+	ReadTimeout  time.Duration // default 500ms
+	WriteTimeout time.Duration // default 500ms
+	PoolTimeout  time.Duration // wait for a free connection; default 1s
+
+	// MaxRetries is how often a failed call is retried; default 3, -1 for
+	// none. Reads retry on any connection error; writes only when no
+	// connection could be made, so a retry never applies a write twice.
+	MaxRetries int
+	// Backoff between retries doubles from MinRetryBackoff (default 8ms)
+	// up to MaxRetryBackoff (default 256ms).
+	MinRetryBackoff, MaxRetryBackoff time.Duration
+
+	// DefaultShards is the shard count of a new sharded counter; default 8.
+	DefaultShards int
+	// DefaultWindow is the spec of a new window counter; default a
+	// sliding 60s window of 1s buckets.
+	DefaultWindow counter.WindowSpec
+
+	// Loader, when set, is called on a miss (by reads, and by writes
+	// before they create a counter); a found record is cached for
+	// CacheTTL. Counter, sharded, hash and hll records are cached; other
+	// kinds are returned but not cached.
+	Loader func(ctx context.Context, id string) (Record, bool, error)
+	// CacheTTL is the time to live of a loaded record; default 60s.
+	CacheTTL time.Duration
+
+	// Now is the clock for updated_at and window buckets; default time.Now.
+	Now func() time.Time
+	// Observe, when set, is called after every operation (metrics hook).
+	Observe func(op string, d time.Duration, err error)
+}
+
+func (o *Options) defaults() {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&o.DialTimeout, time.Second)
+	def(&o.ReadTimeout, 500*time.Millisecond)
+	def(&o.WriteTimeout, 500*time.Millisecond)
+	def(&o.PoolTimeout, time.Second)
+	def(&o.MinRetryBackoff, 8*time.Millisecond)
+	def(&o.MaxRetryBackoff, 256*time.Millisecond)
+	def(&o.CacheTTL, 60*time.Second)
+	if o.MaxRetries == 0 {
+		o.MaxRetries = 3
+	} else if o.MaxRetries < 0 {
+		o.MaxRetries = 0
+	}
+	if o.DefaultShards == 0 {
+		o.DefaultShards = 8
+	}
+	if o.DefaultWindow == (counter.WindowSpec{}) {
+		o.DefaultWindow = counter.WindowSpec{Granularity: time.Second, Span: time.Minute}
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Validate reports an invalid option (after defaults are applied).
+func (o Options) Validate() error {
+	o.defaults()
+	if o.DefaultShards < 1 || o.DefaultShards > 1024 {
+		return fmt.Errorf("%w: DefaultShards %d not in 1..1024", ErrInvalidArgument, o.DefaultShards)
+	}
+	if err := o.DefaultWindow.Validate(); err != nil {
+		return fmt.Errorf("%w: DefaultWindow: %v", ErrInvalidArgument, err)
+	}
+	return nil
+}
+
+// Record is one counter as stored.
+type Record struct {
+	Kind      Kind
+	Value     int64 // counter value, sharded or window sum, hll estimate
+	Version   uint64
+	UpdatedAt time.Time
+	TTL       time.Duration // 0 without a TTL
+
+	Shards  []int64            // sharded: every shard
+	Fields  []counter.Field    // hash, sorted by name
+	Window  counter.WindowSpec // window
+	Buckets []counter.Bucket   // window: non-empty buckets inside the window, oldest first
+	HLL     []byte             // hll, only in a Loader's record: a raw Redis HLL string
+}
+
+// AddOptions qualify Add.
+type AddOptions struct {
+	Shards int                // creating a sharded counter; 0: DefaultShards
+	Shard  int                // sharded: the shard to add to when FixedShard
+	Fixed  bool               // add to Shard instead of a random shard
+	Window counter.WindowSpec // creating a window counter; zero: DefaultWindow
+}
+
+// Store is the Redis tier. It is safe for concurrent use; call Close.
+type Store struct {
+	rdb  *redis.Client
+	opts Options
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open connects to the Redis at url (redis://[user:pass@]host:port/db,
+// rediss:// for TLS, or host:port), checks it answers, and loads the
+// scripts. The error wraps ErrUnavailable when Redis does not answer.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if err := opts.Validate(); err != nil {
+		return nil, err
+	}
+	opts.defaults()
+	if !strings.Contains(url, "://") {
+		url = "redis://" + url
+	}
+	ro, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("%w: redis url: %v", ErrInvalidArgument, err)
+	}
+	if opts.PoolSize > 0 {
+		ro.PoolSize = opts.PoolSize
+	}
+	ro.DialTimeout = opts.DialTimeout
+	ro.ReadTimeout = opts.ReadTimeout
+	ro.WriteTimeout = opts.WriteTimeout
+	ro.PoolTimeout = opts.PoolTimeout
+	ro.MaxRetries = -1 // Store.do retries, knowing which calls are safe to repeat
+	ro.DialerRetries = 1
+	ro.DisableIdentity = true
+	ro.ContextTimeoutEnabled = true
+	s := &Store{rdb: redis.NewClient(ro), opts: opts}
+	err = s.do(ctx, "open", false, func(ctx context.Context) error {
+		for _, sc := range allScripts {
+			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		s.rdb.Close()
+		return nil, fmt.Errorf("open %s: %w", ro.Addr, err)
+	}
+	return s, nil
+}
+
+// Close closes the connection pool. It is safe to call more than once.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() { s.closeErr = s.rdb.Close() })
+	return s.closeErr
+}
+
+// Ready reports whether Redis answers PING (for /readyz).
+func (s *Store) Ready(ctx context.Context) error {
+	return s.do(ctx, "ready", false, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() })
+}
+
+// Client is the underlying go-redis client, for tests and diagnostics.
+func (s *Store) Client() *redis.Client { return s.rdb }
+
+// Key names. Every key of one id carries the hash tag {id}.
+func ValueKey(id string) string        { return "counter:{" + id + "}" }
+func MetaKey(id string) string         { return ValueKey(id) + ":meta" }
+func ShardKey(id string, n int) string { return ValueKey(id) + ":shard:" + strconv.Itoa(n) }
+func BucketKey(id string, start int64) string {
+	return ValueKey(id) + ":w:" + strconv.FormatInt(start, 10)
+}
+
+// checkID rejects ids the hash tag cannot carry: an id starting with '}'
+// would give counter:{}... keys, which Cluster hashes whole.
+func checkID(id string) error {
+	if id == "" || len(id) > 255 || id[0] == '}' {
+		return fmt.Errorf("%w: id %q (1..255 bytes, not starting with '}')", ErrInvalidArgument, id)
+	}
+	return nil
+}
+
+func keys(id string) []string { return []string{ValueKey(id), MetaKey(id)} }
+
+func (s *Store) nowMS() int64 { return s.opts.Now().UnixMilli() }
+
+// Add adds delta to an additive counter (counter, sharded, window) and
+// returns its new value (the sum for sharded and window) and version.
+func (s *Store) Add(ctx context.Context, id string, kind Kind, delta int64, o AddOptions) (int64, uint64, error) {
+	if err := checkID(id); err != nil {
+		return 0, 0, err
+	}
+	switch kind {
+	case KindAuto, KindCounter, KindSharded, KindWindow:
+	default:
+		return 0, 0, fmt.Errorf("%w: Add does not apply to kind %q", ErrInvalidArgument, kind)
+	}
+	shards := o.Shards
+	if shards == 0 {
+		shards = s.opts.DefaultShards
+	}
+	shard := -1
+	if o.Fixed {
+		shard = o.Shard
+		if shard < 0 {
+			return 0, 0, fmt.Errorf("%w: shard %d", ErrInvalidArgument, shard)
+		}
+	}
+	w := o.Window
+	if w == (counter.WindowSpec{}) {
+		w = s.opts.DefaultWindow
+	}
+	if err := w.Validate(); err != nil {
+		return 0, 0, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+	}
+	fixed := "0"
+	if w.Fixed {
+		fixed = "1"
+	}
+	var val int64
+	var ver uint64
+	err := s.write(ctx, "add", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		return s.run(ctx, addScript, id, string(kind), delta, s.nowMS(), mayCreate, shards,
+			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed)
+	}, func(r []any) error {
+		v, err := toInt(r[2])
+		if err != nil {
+			return err
+		}
+		ver = uint64(v)
+		if Kind(str(r[1])) == KindCounter {
+			val, err = toInt(r[3])
+			return err
+		}
+		val, _, err = sum(r[3:])
+		return err
+	})
+	return val, ver, err
+}
+
+// Get reads a counter. found is false when neither Redis nor the Loader
+// has it.
+func (s *Store) Get(ctx context.Context, id string) (Record, bool, error) {
+	if err := checkID(id); err != nil {
+		return Record{}, false, err
+	}
+	start := time.Now()
+	rec, found, err := s.get(ctx, id)
+	s.observe("get", start, err)
+	return rec, found, err
+}
+
+func (s *Store) get(ctx context.Context, id string) (Record, bool, error) {
+	rec, found, err := s.getCached(ctx, id)
+	if err != nil || found || s.opts.Loader == nil {
+		return rec, found, err
+	}
+	loaded, ok, err := s.load(ctx, id)
+	if err != nil || !ok {
+		return Record{}, false, err
+	}
+	if loaded.cacheable() {
+		// Read back what Redis holds: a write may have landed since the fill.
+		if rec, found, err = s.getCached(ctx, id); err != nil || found {
+			return rec, found, err
+		}
+	}
+	return loaded, true, nil
+}
+
+func (s *Store) getCached(ctx context.Context, id string) (Record, bool, error) {
+	var r []any
+	err := s.do(ctx, "get", false, func(ctx context.Context) (err error) {
+		r, err = s.run(ctx, getScript, id, s.nowMS())
+		return err
+	})
+	if err != nil {
+		return Record{}, false, err
+	}
+	if str(r[0]) == "MISS" {
+		return Record{}, false, nil
+	}
+	rec, err := parseRecord(r)
+	return rec, err == nil, err
+}
+
+func parseRecord(r []any) (Record, error) {
+	if len(r) < 5 {
+		return Record{}, fmt.Errorf("redisstore: short reply %v", r)
+	}
+	var rec Record
+	rec.Kind = Kind(str(r[1]))
+	ver, err1 := toInt(r[2])
+	upd, err2 := toInt(r[3])
+	pttl, err3 := toInt(r[4])
+	err := errors.Join(err1, err2, err3)
+	if err != nil {
+		return rec, err
+	}
+	rec.Version, rec.UpdatedAt = uint64(ver), time.UnixMilli(upd)
+	if pttl > 0 {
+		rec.TTL = time.Duration(pttl) * time.Millisecond
+	}
+	p := r[5:]
+	switch rec.Kind {
+	case KindCounter, KindHLL:
+		if len(p) != 1 {
+			return rec, fmt.Errorf("redisstore: bad %s reply %v", rec.Kind, r)
+		}
+		rec.Value, err = toInt(p[0])
+	case KindSharded:
+		rec.Value, rec.Shards, err = sum(p)
+	case KindWindow:
+		if len(p) < 3 {
+			return rec, fmt.Errorf("redisstore: bad window reply %v", r)
+		}
+		g, _ := toInt(p[0])
+		span, _ := toInt(p[1])
+		rec.Window = counter.WindowSpec{Granularity: time.Duration(g) * time.Millisecond,
+			Span: time.Duration(span) * time.Millisecond, Fixed: str(p[2]) == "1"}
+		for i := 3; i+1 < len(p); i += 2 {
+			start, e1 := toInt(p[i])
+			n, e2 := toInt(p[i+1])
+			if err = errors.Join(e1, e2); err != nil {
+				break
+			}
+			if rec.Value, err = add64(rec.Value, n); err != nil {
+				break
+			}
+			rec.Buckets = append(rec.Buckets, counter.Bucket{Start: time.UnixMilli(start).UTC(), Count: n})
+		}
+	case KindHash:
+		for i := 0; i+1 < len(p); i += 2 {
+			v, e := toInt(p[i+1])
+			if e != nil {
+				return rec, e
+			}
+			rec.Fields = append(rec.Fields, counter.Field{Name: str(p[i]), Value: v})
+		}
+		sort.Slice(rec.Fields, func(i, j int) bool { return rec.Fields[i].Name < rec.Fields[j].Name })
+	default:
+		return rec, fmt.Errorf("redisstore: unknown kind %q in meta", rec.Kind)
+	}
+	return rec, err
+}
+
+func (r Record) cacheable() bool {
+	switch r.Kind {
+	case KindCounter, KindSharded, KindHash:
+		return true
+	case KindHLL:
+		return len(r.HLL) > 0
+	}
+	return false
+}
+
+// load calls the Loader and caches what it found. It reports whether the
+// loader found the counter.
+func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
+	rec, ok, err := s.opts.Loader(ctx, id)
+	if err != nil {
+		return Record{}, false, fmt.Errorf("redisstore: load %q: %w", id, err)
+	}
+	if !ok || !rec.cacheable() {
+		return rec, ok, nil
+	}
+	args := []any{string(rec.Kind), rec.Version, rec.UpdatedAt.UnixMilli(), s.opts.CacheTTL.Milliseconds()}
+	switch rec.Kind {
+	case KindCounter:
+		args = append(args, rec.Value)
+	case KindSharded:
+		if len(rec.Shards) == 0 {
+			args = append(args, rec.Value)
+		}
+		for _, v := range rec.Shards {
+			args = append(args, v)
+		}
+	case KindHash:
+		for _, f := range rec.Fields {
+			args = append(args, f.Name, f.Value)
+		}
+	case KindHLL:
+		args = append(args, rec.HLL)
+	}
+	err = s.do(ctx, "fill", false, func(ctx context.Context) error {
+		return fillScript.Run(ctx, s.rdb, keys(id), args...).Err()
+	})
+	return rec, true, err
+}
+
+// write runs a mutating script. With a Loader, the first attempt may not
+// create the counter: on MISS the loader's record is cached, then the
+// script runs again allowed to create.
+func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.Context, mayCreate string) ([]any, error), parse func([]any) error) error {
+	start := time.Now()
+	mayCreate := "1"
+	if s.opts.Loader != nil {
+		mayCreate = "0"
+	}
+	var r []any
+	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
+		r, err = run(ctx, mayCreate)
+		return err
+	})
+	if err == nil && str(r[0]) == "MISS" {
+		if _, _, err = s.load(ctx, id); err == nil {
+			err = s.do(ctx, op, true, func(ctx context.Context) (err error) {
+				r, err = run(ctx, "1")
+				return err
+			})
+		}
+	}
+	if err == nil {
+		err = parse(r)
+	}
+	s.observe(op, start, err)
+	return err
+}
+
+// Set sets a counter to value. With expected set the write applies only if
+// the version is *expected (0: the counter must not exist), else it fails
+// with ErrVersionConflict. ttl > 0 sets a time to live, 0 removes it.
+func (s *Store) Set(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration) (uint64, error) {
+	if err := checkID(id); err != nil {
+		return 0, err
+	}
+	check, exp := "0", uint64(0)
+	if expected != nil {
+		check, exp = "1", *expected
+	}
+	var ver uint64
+	err := s.write(ctx, "set", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		return s.run(ctx, setScript, id, value, check, exp, ttl.Milliseconds(), s.nowMS(), mayCreate)
+	}, func(r []any) error {
+		v, err := toInt(r[1])
+		ver = uint64(v)
+		return err
+	})
+	return ver, err
+}
+
+// HAdd adds to several fields of a hash counter atomically: all or none
+// (ErrOverflow leaves every field unchanged). It returns the new values
+// of the fields, in the order given, and the new version.
+func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta) ([]counter.Field, uint64, error) {
+	if err := checkID(id); err != nil {
+		return nil, 0, err
+	}
+	if len(deltas) == 0 {
+		return nil, 0, fmt.Errorf("%w: no fields", ErrInvalidArgument)
+	}
+	var out []counter.Field
+	var ver uint64
+	err := s.write(ctx, "hadd", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		args := make([]any, 0, 2+2*len(deltas))
+		args = append(args, s.nowMS(), mayCreate)
+		for _, d := range deltas {
+			args = append(args, d.Name, d.Delta)
+		}
+		return s.run(ctx, haddScript, id, args...)
+	}, func(r []any) error {
+		v, err := toInt(r[1])
+		ver = uint64(v)
+		out = make([]counter.Field, len(deltas))
+		for i, d := range deltas {
+			n, e := toInt(r[2+i])
+			out[i] = counter.Field{Name: d.Name, Value: n}
+			err = errors.Join(err, e)
+		}
+		return err
+	})
+	return out, ver, err
+}
+
+// HGetAll returns the fields of a hash counter sorted by name; none when
+// it does not exist.
+func (s *Store) HGetAll(ctx context.Context, id string) ([]counter.Field, error) {
+	rec, found, err := s.Get(ctx, id)
+	if err != nil || !found {
+		return nil, err
+	}
+	if rec.Kind != KindHash {
+		return nil, fmt.Errorf("%w: %q is a %s", ErrWrongKind, id, rec.Kind)
+	}
+	return rec.Fields, nil
+}
+
+// PFAdd adds items to an hll counter and reports whether its estimate
+// may have changed.
+func (s *Store) PFAdd(ctx context.Context, id string, items ...[]byte) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	var changed bool
+	err := s.write(ctx, "pfadd", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		args := make([]any, 0, 2+len(items))
+		args = append(args, s.nowMS(), mayCreate)
+		for _, it := range items {
+			args = append(args, it)
+		}
+		return s.run(ctx, pfaddScript, id, args...)
+	}, func(r []any) error {
+		c, err := toInt(r[1])
+		changed = c == 1
+		return err
+	})
+	return changed, err
+}
+
+// PFCount estimates the number of distinct items in the union of the hll
+// counters ids (PFCOUNT of their keys). With more than one id this is a
+// multi-slot command: it works on a single Redis, not on Redis Cluster.
+func (s *Store) PFCount(ctx context.Context, ids ...string) (int64, error) {
+	if len(ids) == 0 {
+		return 0, fmt.Errorf("%w: no ids", ErrInvalidArgument)
+	}
+	ks := make([]string, len(ids))
+	for i, id := range ids {
+		if err := checkID(id); err != nil {
+			return 0, err
+		}
+		ks[i] = ValueKey(id)
+	}
+	var n int64
+	start := time.Now()
+	err := s.do(ctx, "pfcount", false, func(ctx context.Context) (err error) {
+		n, err = s.rdb.PFCount(ctx, ks...).Result()
+		return err
+	})
+	s.observe("pfcount", start, err)
+	return n, err
+}
+
+// Delete removes a counter from Redis (not from a Loader's tier) and
+// reports whether it existed.
+func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
+	return s.simple(ctx, "delete", id, deleteScript, s.nowMS())
+}
+
+// Expire sets a counter's time to live; ttl == 0 removes it. It reports
+// whether the counter exists.
+func (s *Store) Expire(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	if ttl < 0 {
+		return false, fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+	}
+	ms := ttl.Milliseconds()
+	if ttl > 0 && ms == 0 {
+		ms = 1
+	}
+	return s.simple(ctx, "expire", id, expireScript, ms)
+}
+
+func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, args ...any) (bool, error) {
+	if err := checkID(id); err != nil {
+		return false, err
+	}
+	start := time.Now()
+	var n int64
+	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
+		n, err = sc.Run(ctx, s.rdb, keys(id), args...).Int64()
+		return err
+	})
+	s.observe(op, start, err)
+	return n == 1, err
+}
+
+// run runs a script that replies with a table.
+func (s *Store) run(ctx context.Context, sc *redis.Script, id string, args ...any) ([]any, error) {
+	v, err := sc.Run(ctx, s.rdb, keys(id), args...).Slice()
+	if err != nil {
+		return nil, err
+	}
+	if len(v) == 0 {
+		return nil, fmt.Errorf("redisstore: empty script reply")
+	}
+	return v, nil
+}
+
+// do calls f, retrying with backoff when the error is a connection error
+// and, for writes, only when no connection could be made (the command
+// cannot have reached Redis). Errors are mapped to the sentinels.
+func (s *Store) do(ctx context.Context, op string, write bool, f func(ctx context.Context) error) error {
+	backoff := s.opts.MinRetryBackoff
+	for attempt := 0; ; attempt++ {
+		err := f(ctx)
+		if err == nil {
+			return nil
+		}
+		err = mapError(err)
+		if !errors.Is(err, ErrUnavailable) || attempt >= s.opts.MaxRetries || (write && !isDialError(err)) {
+			return fmt.Errorf("%s: %w", op, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%s: %w", op, err)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, s.opts.MaxRetryBackoff)
+	}
+}
+
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func mapError(err error) error {
+	if errors.Is(err, redis.ErrClosed) {
+		return ErrClosed
+	}
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	var rerr redis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		word, _, _ := strings.Cut(msg, " ")
+		switch word {
+		case "WRONGKIND", "WRONGTYPE":
+			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
+		case "OVERFLOW":
+			return fmt.Errorf("%w: %s", ErrOverflow, msg)
+		case "VERSIONCONFLICT":
+			return fmt.Errorf("%w: %s", ErrVersionConflict, msg)
+		case "INVALID":
+			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY":
+			return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+		}
+		if strings.Contains(msg, "hash value is not an integer") || strings.Contains(msg, "not an integer or out of range") {
+			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
+		}
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
+
+func (s *Store) observe(op string, start time.Time, err error) {
+	if s.opts.Observe != nil {
+		s.opts.Observe(op, time.Since(start), err)
+	}
+}
+
+func str(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return fmt.Sprint(v)
+}
+
+func toInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("redisstore: bad integer %q in reply", v)
+		}
+		return n, nil
+	}
+	return 0, fmt.Errorf("redisstore: unexpected %T in reply", v)
+}
+
+// sum parses values and adds them up, failing with ErrOverflow when the
+// total does not fit in an int64.
+func sum(vs []any) (int64, []int64, error) {
+	var total int64
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		n, err := toInt(v)
+		if err != nil {
+			return 0, nil, err
+		}
+		out[i] = n
+		if total, err = add64(total, n); err != nil {
+			return 0, nil, err
+		}
+	}
+	return total, out, nil
+}
+
+func add64(a, b int64) (int64, error) {
+	if (b > 0 && a > math.MaxInt64-b) || (b < 0 && a < math.MinInt64-b) {
+		return 0, fmt.Errorf("%w: sum of shards or buckets", ErrOverflow)
+	}
+	return a + b, nil
+}

@@ -1,0 +1,225 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
+	"github.com/counterd/counterd/internal/testutil/redistest"
+)
+
+// backing is an in-memory next tier for the read-through loader.
+type backing struct {
+	mu    sync.Mutex // guards recs
+	recs  map[string]redisstore.Record
+	calls atomic.Int64
+}
+
+func (b *backing) load(_ context.Context, id string) (redisstore.Record, bool, error) {
+	b.calls.Add(1)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	r, ok := b.recs[id]
+	return r, ok, nil
+}
+
+func newBacking() *backing {
+	return &backing{recs: map[string]redisstore.Record{
+		"c": {Kind: redisstore.KindCounter, Value: 41, Version: 7, UpdatedAt: time.UnixMilli(1704708000000)},
+		"s": {Kind: redisstore.KindSharded, Shards: []int64{1, 2, 3}, Version: 3},
+		"h": {Kind: redisstore.KindHash, Fields: []counter.Field{{Name: "likes", Value: 2}, {Name: "views", Value: 9}}, Version: 4},
+	}}
+}
+
+func TestReadThrough(t *testing.T) {
+	srv := redistest.New(t)
+	b := newBacking()
+	s := open(t, srv, redisstore.Options{Loader: b.load})
+	ctx := context.Background()
+
+	rec := get(t, s, "c")
+	if rec.Value != 41 || rec.Version != 7 || !rec.UpdatedAt.Equal(time.UnixMilli(1704708000000)) {
+		t.Fatalf("loaded = %+v", rec)
+	}
+	if b.calls.Load() != 1 {
+		t.Fatalf("loader calls = %d, want 1", b.calls.Load())
+	}
+	if rec.TTL <= 55*time.Second || rec.TTL > 60*time.Second {
+		t.Fatalf("cached TTL = %v, want about 60s", rec.TTL)
+	}
+	for _, k := range []string{redisstore.ValueKey("c"), redisstore.MetaKey("c")} {
+		r, err := srv.Do("PTTL", k)
+		if err != nil || r <= ":55000" || len(r) != len(":60000") {
+			t.Fatalf("PTTL %s = %q, %v", k, r, err)
+		}
+	}
+	// A hit does not call the loader.
+	if rec := get(t, s, "c"); rec.Value != 41 || b.calls.Load() != 1 {
+		t.Fatalf("hit: %+v, loader calls %d", rec, b.calls.Load())
+	}
+	// Increments apply to the loaded value and bump its version.
+	if v, ver, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{}); err != nil || v != 42 || ver != 8 {
+		t.Fatalf("Add on cached = %d, %d, %v", v, ver, err)
+	}
+	// A write to an uncached counter loads it first.
+	if fs, ver, err := s.HAdd(ctx, "h", []counter.FieldDelta{{Name: "views", Delta: 1}}); err != nil || fs[0].Value != 10 || ver != 5 {
+		t.Fatalf("HAdd on uncached = %v, %d, %v", fs, ver, err)
+	}
+	if rec := get(t, s, "s"); rec.Value != 6 || len(rec.Shards) != 3 {
+		t.Fatalf("sharded loaded = %+v", rec)
+	}
+	if v, _, err := s.Add(ctx, "s", redisstore.KindSharded, 4, redisstore.AddOptions{}); err != nil || v != 10 {
+		t.Fatalf("Add on cached sharded = %d, %v", v, err)
+	}
+	// Versioned Set of an uncached counter checks the loaded version.
+	s.Delete(ctx, "c")
+	zero := uint64(0)
+	if _, err := s.Set(ctx, "c", 1, &zero, 0); !errors.Is(err, redisstore.ErrVersionConflict) {
+		t.Fatalf("Set expecting absent, loader has v7: %v", err)
+	}
+	// Misses in both tiers: not found, counter created from scratch.
+	calls := b.calls.Load()
+	if _, found, err := s.Get(ctx, "none"); err != nil || found {
+		t.Fatalf("Get none = %v, %v", found, err)
+	}
+	if v, ver, err := s.Add(ctx, "none", redisstore.KindAuto, 3, redisstore.AddOptions{}); err != nil || v != 3 || ver != 1 {
+		t.Fatalf("Add none = %d, %d, %v", v, ver, err)
+	}
+	if got := b.calls.Load() - calls; got != 2 {
+		t.Fatalf("loader calls for a missing counter = %d, want 2 (Get, Add)", got)
+	}
+
+	// FLUSHALL: the value comes back from the loader.
+	srv.FlushAll(t)
+	if rec := get(t, s, "c"); rec.Value != 41 || rec.Version != 7 {
+		t.Fatalf("after FLUSHALL: %+v", rec)
+	}
+}
+
+// TestFillDoesNotOverwrite: a record loaded before a concurrent write
+// created the counter must not replace it.
+func TestFillDoesNotOverwrite(t *testing.T) {
+	srv := redistest.New(t)
+	var s *redisstore.Store
+	var once sync.Once
+	loader := func(ctx context.Context, id string) (redisstore.Record, bool, error) {
+		// Simulate a slow load during which another client writes.
+		once.Do(func() {
+			other, err := redisstore.Open(ctx, srv.URL, redisstore.Options{})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer other.Close()
+			if _, _, err := other.Add(ctx, id, redisstore.KindCounter, 1000, redisstore.AddOptions{}); err != nil {
+				t.Error(err)
+			}
+		})
+		return redisstore.Record{Kind: redisstore.KindCounter, Value: 5, Version: 1}, true, nil
+	}
+	s = open(t, srv, redisstore.Options{Loader: loader})
+	rec := get(t, s, "c")
+	if rec.Value != 1000 {
+		t.Fatalf("Get = %+v, want the concurrent write (1000) kept", rec)
+	}
+}
+
+func TestRedisDownAndBack(t *testing.T) {
+	srv := redistest.New(t)
+	if srv.External() {
+		t.Skip("needs a private redis-server")
+	}
+	s := open(t, srv, redisstore.Options{DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,
+		WriteTimeout: 200 * time.Millisecond})
+	ctx := context.Background()
+	if _, _, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	start := time.Now()
+	_, _, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{})
+	if !errors.Is(err, redisstore.ErrUnavailable) {
+		t.Fatalf("Add with Redis down = %v, want ErrUnavailable", err)
+	}
+	if _, _, err := s.Get(ctx, "c"); !errors.Is(err, redisstore.ErrUnavailable) {
+		t.Fatalf("Get with Redis down = %v, want ErrUnavailable", err)
+	}
+	if err := s.Ready(ctx); err == nil || !errors.Is(err, redisstore.ErrUnavailable) {
+		t.Fatalf("Ready with Redis down = %v", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("three failing calls took %v", d)
+	}
+	srv.Start(t) // comes back empty: persistence is off
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready after restart = %v", err)
+	}
+	if v, _, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{}); err != nil || v != 1 {
+		t.Fatalf("Add after restart = %d, %v", v, err)
+	}
+	s.Close()
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close = %v", err)
+	}
+	if _, _, err := s.Get(ctx, "c"); !errors.Is(err, redisstore.ErrClosed) {
+		t.Fatalf("Get after Close = %v, want ErrClosed", err)
+	}
+}
+
+func TestOpenUnavailable(t *testing.T) {
+	srv := redistest.New(t)
+	if srv.External() {
+		t.Skip("needs a private redis-server")
+	}
+	srv.Stop(t)
+	start := time.Now()
+	_, err := redisstore.Open(context.Background(), srv.URL, redisstore.Options{})
+	if !errors.Is(err, redisstore.ErrUnavailable) {
+		t.Fatalf("Open = %v, want ErrUnavailable", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Open took %v", d)
+	}
+}
+
+func TestObserve(t *testing.T) {
+	srv := redistest.New(t)
+	var mu sync.Mutex
+	ops := map[string]int{}
+	s := open(t, srv, redisstore.Options{Observe: func(op string, _ time.Duration, _ error) {
+		mu.Lock()
+		ops[op]++
+		mu.Unlock()
+	}})
+	ctx := context.Background()
+	s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{})
+	s.Get(ctx, "c")
+	mu.Lock()
+	defer mu.Unlock()
+	if ops["add"] != 1 || ops["get"] != 1 {
+		t.Fatalf("observed %v", ops)
+	}
+}
+
+func BenchmarkAdd(b *testing.B) {
+	srv := redistest.New(b)
+	s := open(b, srv, redisstore.Options{})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.SetParallelism(8) // 8 goroutines per CPU, as a busy server would have
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, _, err := s.Add(ctx, "bench", redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
