@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Installs the system packages counterd's tests and benchmark scripts use:
 # redis-cli, redis-server and redis-benchmark (Debian package redis-server
-# pulls in redis-tools). Safe to run repeatedly; does nothing when present.
+# pulls in redis-tools), PostgreSQL's server binaries (initdb, pg_ctl: the
+# tests start private servers from them) and wrk (scripts/bench-http.sh).
+# Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 need=()
 command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
