@@ -1,0 +1,253 @@
+package postgres
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// DefaultFlushInterval is the Aggregator's default write-behind period.
+const DefaultFlushInterval = time.Second
+
+// AggregatorOptions configure NewAggregator.
+type AggregatorOptions struct {
+	// FlushInterval is the write-behind period (default 1 s). Negative: no
+	// background loop (Flush must be called).
+	FlushInterval time.Duration
+	// NodeID prefixes batch ids (default: random). Batch ids are
+	// NodeID-<random per aggregator>-<sequence>.
+	NodeID string
+	// OnError is called (from the flush loop) when a flush fails; the batch
+	// is retried with the same id on the next flush.
+	OnError func(error)
+}
+
+type aggKeyMem struct {
+	id, kind, field string
+	shard           int
+	minute          int64 // unix minute of the delta's time
+}
+
+// cycle is one flush: every delta added while it is current goes into the
+// batch it becomes; done is closed once that batch is committed.
+type cycle struct {
+	done chan struct{}
+}
+
+// Aggregator accumulates deltas in memory (local aggregation: N increments
+// of one counter in one minute become one row change) and writes them
+// behind to the Store in batches applied exactly once.
+type Aggregator struct {
+	s      *Store
+	opts   AggregatorOptions
+	prefix string
+	seq    atomic.Uint64
+
+	mu      sync.Mutex
+	pending map[aggKeyMem]int64
+	sketch  map[string][]byte
+	cur     *cycle
+
+	flushMu  sync.Mutex // serialises flushes; guards inflight
+	inflight *inflightBatch
+
+	adds atomic.Uint64
+
+	kick      chan struct{}
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+type inflightBatch struct {
+	b   Batch
+	cyc *cycle
+}
+
+// NewAggregator starts an aggregator writing to s.
+func (s *Store) NewAggregator(opts AggregatorOptions) *Aggregator {
+	if opts.FlushInterval == 0 {
+		opts.FlushInterval = DefaultFlushInterval
+	}
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	prefix := hex.EncodeToString(rnd[:])
+	if opts.NodeID != "" {
+		prefix = opts.NodeID + "-" + prefix
+	}
+	a := &Aggregator{
+		s: s, opts: opts, prefix: prefix,
+		pending: map[aggKeyMem]int64{}, sketch: map[string][]byte{}, cur: &cycle{done: make(chan struct{})},
+		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if opts.FlushInterval > 0 {
+		go a.loop()
+	} else {
+		close(a.done)
+	}
+	return a
+}
+
+// Add records delta for a counter of the given kind (shard -1: none) at
+// time at (zero: now). It returns immediately (async durability).
+func (a *Aggregator) Add(id, kind string, shard int, delta int64, at time.Time) {
+	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at)
+}
+
+// AddField records delta for one field of a hash counter.
+func (a *Aggregator) AddField(id, field string, delta int64, at time.Time) {
+	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1}, delta, at)
+}
+
+// SetSketch records the current full HLL sketch of id (latest wins).
+func (a *Aggregator) SetSketch(id string, sketch []byte) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	a.sketch[id] = append([]byte(nil), sketch...)
+	a.mu.Unlock()
+}
+
+func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time) *cycle {
+	if at.IsZero() {
+		at = time.Now()
+	}
+	k.minute = at.Unix() / 60
+	if k.kind == "" {
+		k.kind = KindCounter
+	}
+	a.adds.Add(1)
+	a.mu.Lock()
+	a.pending[k] += delta
+	c := a.cur
+	a.mu.Unlock()
+	return c
+}
+
+// AddSync is Add for a sync writer: it returns once the batch holding the
+// delta is committed in PostgreSQL (or ctx ends; the delta then stays
+// queued and is still written). It triggers a flush rather than waiting for
+// the next tick; concurrent sync writers share one transaction.
+func (a *Aggregator) AddSync(ctx context.Context, id, kind string, shard int, delta int64, at time.Time) error {
+	c := a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at)
+	return a.wait(ctx, c)
+}
+
+func (a *Aggregator) wait(ctx context.Context, c *cycle) error {
+	if a.opts.FlushInterval < 0 {
+		// no loop: flush ourselves until our cycle is committed
+		for {
+			select {
+			case <-c.done:
+				return nil
+			default:
+			}
+			if err := a.Flush(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Stats of an aggregator.
+type AggregatorStats struct {
+	Adds uint64 // Add/AddField/SetSketch calls
+}
+
+// Stats returns cumulative counts.
+func (a *Aggregator) Stats() AggregatorStats { return AggregatorStats{Adds: a.adds.Load()} }
+
+// Flush writes everything added before the call: first the batch left from
+// a failed flush (same id, so it is applied at most once), then the deltas
+// accumulated since. On error the unacknowledged batch is kept for the next
+// Flush.
+func (a *Aggregator) Flush(ctx context.Context) error {
+	a.flushMu.Lock()
+	defer a.flushMu.Unlock()
+	if err := a.applyInflight(ctx); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	pending, sketches, cyc := a.pending, a.sketch, a.cur
+	if len(pending) == 0 && len(sketches) == 0 {
+		a.mu.Unlock()
+		return nil
+	}
+	a.pending, a.sketch, a.cur = map[aggKeyMem]int64{}, map[string][]byte{}, &cycle{done: make(chan struct{})}
+	a.mu.Unlock()
+
+	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches))}
+	for k, d := range pending {
+		if d == 0 {
+			continue
+		}
+		b.Deltas = append(b.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
+			At: time.Unix(k.minute*60, 0).UTC()})
+	}
+	for id, sk := range sketches {
+		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindHLL, Shard: -1, Sketch: sk})
+	}
+	a.inflight = &inflightBatch{b: b, cyc: cyc}
+	return a.applyInflight(ctx)
+}
+
+func (a *Aggregator) applyInflight(ctx context.Context) error {
+	in := a.inflight
+	if in == nil {
+		return nil
+	}
+	if len(in.b.Deltas) > 0 {
+		// applied=false means an earlier attempt committed: also success.
+		if _, err := a.s.Apply(ctx, in.b); err != nil {
+			return err
+		}
+	}
+	a.inflight = nil
+	close(in.cyc.done)
+	return nil
+}
+
+func (a *Aggregator) loop() {
+	defer close(a.done)
+	t := time.NewTicker(a.opts.FlushInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-a.stop:
+			return
+		case <-t.C:
+		case <-a.kick:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err := a.Flush(ctx)
+		cancel()
+		if err != nil && a.opts.OnError != nil {
+			a.opts.OnError(err)
+		}
+	}
+}
+
+// Close stops the flush loop and makes a final Flush (bounded by ctx). It
+// is idempotent; deltas that could not be written are reported in the error.
+func (a *Aggregator) Close(ctx context.Context) error {
+	var err error
+	a.closeOnce.Do(func() {
+		close(a.stop)
+		<-a.done
+		err = a.Flush(ctx)
+	})
+	return err
+}

@@ -1,0 +1,389 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Kinds understood by Apply (counters.counter_type).
+const (
+	KindCounter = "counter" // plain counter: counters.value
+	KindSharded = "sharded" // sharded counter: counter_shards rows
+	KindHash    = "hash"    // hash counter: counter_fields rows
+	KindHLL     = "hll"     // HyperLogLog: counter_hll.sketch
+)
+
+// Delta is one change to one counter.
+type Delta struct {
+	CounterID string
+	// Kind is the counter's kind; "" means KindCounter. Any kind other than
+	// sharded/hash/hll is stored like a plain counter (counters.value).
+	Kind string
+	// Shard is the shard of a sharded counter; -1 (or any negative) for none.
+	// A sharded delta with no shard goes to shard 0.
+	Shard int
+	// Field is the field of a hash counter.
+	Field string
+	// Delta is added to the value (plain), shard (sharded) or field (hash)
+	// and to the time series. Ignored for hll.
+	Delta int64
+	// Sketch is the full serialized HLL sketch for KindHLL (owner-authoritative:
+	// it replaces the stored sketch).
+	Sketch []byte
+	// At is when the change happened (minute bucket of the time series and
+	// the roll-ups); zero means now.
+	At time.Time
+}
+
+// Batch is a unit of write-behind: all of its deltas are applied in one
+// transaction, at most once per ID.
+type Batch struct {
+	// ID identifies the batch forever (within SyncBatches retention): a
+	// batch with an ID that was already applied is skipped. A retried flush
+	// must reuse its ID.
+	ID     string
+	Deltas []Delta
+}
+
+type idKind struct{ id, kind string }
+
+type shardKey struct {
+	id    string
+	shard int32
+}
+
+type fieldKey struct{ id, field string }
+
+type bucketKey struct {
+	id string
+	t  time.Time
+}
+
+type aggKey struct {
+	id, gran string
+	t        time.Time
+}
+
+// Apply applies b in one transaction, exactly once: the batch id is recorded
+// in counter_sync_batches in the same transaction, and a batch whose id is
+// already there is skipped (applied=false, nothing changed). On error
+// nothing was applied unless the commit itself succeeded and only its
+// acknowledgement was lost; retrying with the same ID is always safe.
+func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
+	if b.ID == "" {
+		return false, errors.New("postgres: batch without ID")
+	}
+	now := time.Now().UTC()
+	plain := map[idKind]int64{}
+	sharded := map[shardKey]int64{}
+	shardedIDs := map[string]int32{} // id -> shard_count (max shard+1)
+	fields := map[fieldKey]int64{}
+	hashIDs := map[string]bool{}
+	sketches := map[string][]byte{}
+	buckets := map[bucketKey]int64{}
+	aggs := map[aggKey]int64{}
+	months := map[time.Time]bool{}
+	for _, d := range b.Deltas {
+		if d.CounterID == "" {
+			return false, errors.New("postgres: delta without counter id")
+		}
+		kind := d.Kind
+		if kind == "" {
+			kind = KindCounter
+		}
+		switch kind {
+		case KindSharded:
+			sh := int32(d.Shard)
+			if d.Shard < 0 {
+				sh = 0
+			}
+			sharded[shardKey{d.CounterID, sh}] += d.Delta
+			if shardedIDs[d.CounterID] < sh+1 {
+				shardedIDs[d.CounterID] = sh + 1
+			}
+		case KindHash:
+			fields[fieldKey{d.CounterID, d.Field}] += d.Delta
+			hashIDs[d.CounterID] = true
+		case KindHLL:
+			sketches[d.CounterID] = d.Sketch
+			continue // no time series for sketches
+		default:
+			plain[idKind{d.CounterID, kind}] += d.Delta
+		}
+		at := d.At
+		if at.IsZero() {
+			at = now
+		}
+		at = at.UTC()
+		m := at.Truncate(time.Minute)
+		buckets[bucketKey{d.CounterID, m}] += d.Delta
+		h := at.Truncate(time.Hour)
+		day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC)
+		mon := monthStart(at)
+		aggs[aggKey{d.CounterID, "hour", h}] += d.Delta
+		aggs[aggKey{d.CounterID, "day", day}] += d.Delta
+		aggs[aggKey{d.CounterID, "month", mon}] += d.Delta
+		months[mon] = true
+	}
+	// Partitions must exist before the transaction (DDL outside it keeps
+	// the batch transaction short and its locks small).
+	for m := range months {
+		if err := s.ensurePartition(ctx, "counter_timeseries", m); err != nil {
+			return false, err
+		}
+	}
+	auditIDs := []string{}
+	auditDeltas := []int64{}
+	if s.audit != nil {
+		for k, v := range plain {
+			if s.audited(k.id) {
+				auditIDs = append(auditIDs, k.id)
+				auditDeltas = append(auditDeltas, v)
+			}
+		}
+		if len(auditIDs) > 0 {
+			if err := s.ensurePartition(ctx, "counter_audit_log", monthStart(now)); err != nil {
+				return false, err
+			}
+		}
+	}
+
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	s.statements.Add(1)
+	if err != nil {
+		return false, fmt.Errorf("postgres: begin: %w", err)
+	}
+	defer func() {
+		if err != nil || !applied {
+			_ = tx.Rollback(context.Background())
+		}
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "23514" {
+			// "no partition of relation found for row": a partition this
+			// process believed in was dropped (retention elsewhere). Forget
+			// the cache so the retry recreates it.
+			s.parts.Clear()
+		}
+	}()
+	exec := func(sql string, args ...any) (int64, error) {
+		s.statements.Add(1)
+		tag, err := tx.Exec(ctx, sql, args...)
+		return tag.RowsAffected(), err
+	}
+
+	n, err := exec(`INSERT INTO counter_sync_batches (batch_id, applied_at, deltas) VALUES ($1, $2, $3)
+		ON CONFLICT (batch_id) DO NOTHING`, b.ID, now, len(b.Deltas))
+	if err != nil {
+		return false, fmt.Errorf("postgres: record batch: %w", err)
+	}
+	if n == 0 {
+		s.duplicates.Add(1)
+		s.statements.Add(1) // rollback
+		return false, nil
+	}
+
+	// Rows are always locked in counter_id order (sorted inputs, fixed
+	// statement order) so concurrent batches cannot deadlock.
+	if len(plain) > 0 {
+		keys := make([]idKind, 0, len(plain))
+		for k := range plain {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
+		ids, kinds, vals := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			ids[i], kinds[i], vals[i] = k.id, k.kind, plain[k]
+		}
+		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, value, version, created_at, updated_at, last_sync_at)
+			SELECT u.id, u.kind, u.delta, 1, $4, $4, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, kind, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET value = c.value + EXCLUDED.value, version = c.version + 1,
+				updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`, ids, kinds, vals, now); err != nil {
+			return false, fmt.Errorf("postgres: apply counters: %w", err)
+		}
+	}
+	if len(shardedIDs) > 0 {
+		ids := sortedKeys(shardedIDs)
+		counts := make([]int32, len(ids))
+		for i, id := range ids {
+			counts[i] = shardedIDs[id]
+		}
+		// The parent row is only written when it is created or its shard
+		// count grows (ON CONFLICT DO NOTHING and an UPDATE matching no row
+		// take no row lock), so concurrent flushes of a hot counter only
+		// contend on their shard rows (plus the FK's shared KEY SHARE lock).
+		if _, err = exec(`INSERT INTO counters (counter_id, counter_type, shard_count, created_at, updated_at, last_sync_at)
+			SELECT u.id, 'sharded', u.n, $3, $3, $3 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(id, n, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id) DO NOTHING`, ids, counts, now); err != nil {
+			return false, fmt.Errorf("postgres: apply sharded parents: %w", err)
+		}
+		if _, err = exec(`UPDATE counters c SET shard_count = u.n FROM unnest($1::text[], $2::int[]) AS u(id, n)
+			WHERE c.counter_id = u.id AND c.shard_count < u.n`, ids, counts); err != nil {
+			return false, fmt.Errorf("postgres: apply shard counts: %w", err)
+		}
+		keys := make([]shardKey, 0, len(sharded))
+		for k := range sharded {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].id != keys[j].id {
+				return keys[i].id < keys[j].id
+			}
+			return keys[i].shard < keys[j].shard
+		})
+		sids, shards, vals := make([]string, len(keys)), make([]int32, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			sids[i], shards[i], vals[i] = k.id, k.shard, sharded[k]
+		}
+		if _, err = exec(`INSERT INTO counter_shards AS s (counter_id, shard_id, value, updated_at)
+			SELECT u.id, u.shard, u.delta, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY AS u(id, shard, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, shard_id) DO UPDATE SET value = s.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
+			sids, shards, vals, now); err != nil {
+			return false, fmt.Errorf("postgres: apply shards: %w", err)
+		}
+	}
+	if len(fields) > 0 {
+		ids := sortedKeys(hashIDs)
+		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, created_at, updated_at, last_sync_at)
+			SELECT u.id, 'hash', $2, $2, $2 FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
+			ids, now); err != nil {
+			return false, fmt.Errorf("postgres: apply hash parents: %w", err)
+		}
+		keys := make([]fieldKey, 0, len(fields))
+		for k := range fields {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].id != keys[j].id {
+				return keys[i].id < keys[j].id
+			}
+			return keys[i].field < keys[j].field
+		})
+		fids, fnames, vals := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			fids[i], fnames[i], vals[i] = k.id, k.field, fields[k]
+		}
+		if _, err = exec(`INSERT INTO counter_fields AS f (counter_id, field, value, updated_at)
+			SELECT u.id, u.field, u.delta, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, field, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, field) DO UPDATE SET value = f.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
+			fids, fnames, vals, now); err != nil {
+			return false, fmt.Errorf("postgres: apply hash fields: %w", err)
+		}
+	}
+	if len(sketches) > 0 {
+		ids := make([]string, 0, len(sketches))
+		for id := range sketches {
+			ids = append(ids, id)
+		}
+		sort.Strings(ids)
+		sk := make([][]byte, len(ids))
+		for i, id := range ids {
+			sk[i] = sketches[id]
+		}
+		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, created_at, updated_at, last_sync_at)
+			SELECT u.id, 'hll', $2, $2, $2 FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
+			ids, now); err != nil {
+			return false, fmt.Errorf("postgres: apply hll parents: %w", err)
+		}
+		if _, err = exec(`INSERT INTO counter_hll AS h (counter_id, sketch, updated_at)
+			SELECT u.id, u.sketch, $3 FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, sketch, ord) ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET sketch = EXCLUDED.sketch, updated_at = EXCLUDED.updated_at`,
+			ids, sk, now); err != nil {
+			return false, fmt.Errorf("postgres: apply hll sketches: %w", err)
+		}
+	}
+	if len(buckets) > 0 {
+		keys := make([]bucketKey, 0, len(buckets))
+		for k := range buckets {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].id != keys[j].id {
+				return keys[i].id < keys[j].id
+			}
+			return keys[i].t.Before(keys[j].t)
+		})
+		ids, ts, vals := make([]string, len(keys)), make([]time.Time, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			ids[i], ts[i], vals[i] = k.id, k.t, buckets[k]
+		}
+		if _, err = exec(`INSERT INTO counter_timeseries AS t (counter_id, bucket_timestamp, value)
+			SELECT u.id, u.t, u.delta FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) WITH ORDINALITY AS u(id, t, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, bucket_timestamp) DO UPDATE SET value = t.value + EXCLUDED.value`, ids, ts, vals); err != nil {
+			return false, fmt.Errorf("postgres: apply time series: %w", err)
+		}
+	}
+	if len(aggs) > 0 {
+		keys := make([]aggKey, 0, len(aggs))
+		for k := range aggs {
+			keys = append(keys, k)
+		}
+		sort.Slice(keys, func(i, j int) bool {
+			if keys[i].id != keys[j].id {
+				return keys[i].id < keys[j].id
+			}
+			if keys[i].gran != keys[j].gran {
+				return keys[i].gran < keys[j].gran
+			}
+			return keys[i].t.Before(keys[j].t)
+		})
+		ids, grans, ts, vals := make([]string, len(keys)), make([]string, len(keys)), make([]time.Time, len(keys)), make([]int64, len(keys))
+		for i, k := range keys {
+			ids[i], grans[i], ts[i], vals[i] = k.id, k.gran, k.t, aggs[k]
+		}
+		if _, err = exec(`INSERT INTO counter_aggregates AS a (counter_id, granularity, period_start, value)
+			SELECT u.id, u.g, u.t, u.delta FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[]) WITH ORDINALITY AS u(id, g, t, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, granularity, period_start) DO UPDATE SET value = a.value + EXCLUDED.value`,
+			ids, grans, ts, vals); err != nil {
+			return false, fmt.Errorf("postgres: apply aggregates: %w", err)
+		}
+	}
+	if len(auditIDs) > 0 {
+		if _, err = exec(`INSERT INTO counter_audit_log (counter_id, operation, delta, old_value, new_value, batch_id, "timestamp")
+			SELECT u.id, CASE WHEN u.delta < 0 THEN 'decrement' ELSE 'increment' END, u.delta, c.value - u.delta, c.value, $3, $4
+			FROM unnest($1::text[], $2::bigint[]) AS u(id, delta) JOIN counters c ON c.counter_id = u.id`,
+			auditIDs, auditDeltas, b.ID, now); err != nil {
+			return false, fmt.Errorf("postgres: audit: %w", err)
+		}
+	}
+	s.statements.Add(1)
+	if err = tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("postgres: commit: %w", err)
+	}
+	applied = true
+	s.batches.Add(1)
+	s.deltas.Add(uint64(len(b.Deltas)))
+	if hook := s.opts.afterCommit; hook != nil {
+		if herr := hook(b.ID); herr != nil {
+			return false, herr
+		}
+	}
+	return true, nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func monthStart(t time.Time) time.Time {
+	t = t.UTC()
+	return time.Date(t.Year(), t.Month(), 1, 0, 0, 0, 0, time.UTC)
+}
