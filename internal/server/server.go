@@ -132,54 +132,41 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			next.ServeHTTP(w, r)
 		})
 	}
-	hln, err := net.Listen("tcp", cfg.HTTP)
+	// Bind every listener before serving any, so that once "http
+	// listening" is logged every front end accepts connections.
+	lns, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("server: --http: %w", err)
+		return err
 	}
+	errc := make(chan error, 3)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, 2)
-	go func() {
-		if err := hs.Serve(hln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			errc <- fmt.Errorf("server: http: %w", err)
-		}
-	}()
-	log.Info("http listening", "addr", hln.Addr().String())
-
 	var rs *resp.Server
-	if cfg.RESP != "" {
-		rln, err := net.Listen("tcp", cfg.RESP)
-		if err != nil {
-			hs.Close()
-			return fmt.Errorf("server: --resp: %w", err)
-		}
+	if lns.resp != nil {
 		rs = resp.New(eng, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: lim})
 		go func() {
-			if err := rs.Serve(rln); err != nil {
+			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
 			}
 		}()
-		log.Info("resp listening", "addr", rln.Addr().String())
+		log.Info("resp listening", "addr", lns.resp.Addr().String())
 	}
-
 	var gs *grpc.Server
-	if cfg.GRPC != "" {
-		gln, err := net.Listen("tcp", cfg.GRPC)
-		if err != nil {
-			hs.Close()
-			if rs != nil {
-				rs.Close()
-			}
-			return fmt.Errorf("server: --grpc: %w", err)
-		}
+	if lns.grpc != nil {
 		gs = grpc.NewServer()
 		ratelimit.RegisterEnvoy(gs, lim, ratelimit.EnvoyOptions{})
 		go func() {
-			if err := gs.Serve(gln); err != nil {
+			if err := gs.Serve(lns.grpc); err != nil {
 				errc <- fmt.Errorf("server: grpc: %w", err)
 			}
 		}()
-		log.Info("grpc listening", "addr", gln.Addr().String(), "services", "envoy.service.ratelimit.v3")
+		log.Info("grpc listening", "addr", lns.grpc.Addr().String(), "services", "envoy.service.ratelimit.v3")
 	}
+	go func() {
+		if err := hs.Serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errc <- fmt.Errorf("server: http: %w", err)
+		}
+	}()
+	log.Info("http listening", "addr", lns.http.Addr().String())
 
 	select {
 	case <-ctx.Done():
@@ -205,4 +192,31 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		log.Warn("http shutdown", "err", serr)
 	}
 	return err
+}
+
+type listeners struct{ http, resp, grpc net.Listener }
+
+// listen binds the configured addresses; on error it closes what it bound.
+func listen(cfg Config) (*listeners, error) {
+	l := &listeners{}
+	var err error
+	if l.http, err = net.Listen("tcp", cfg.HTTP); err != nil {
+		return nil, fmt.Errorf("server: --http: %w", err)
+	}
+	if cfg.RESP != "" {
+		if l.resp, err = net.Listen("tcp", cfg.RESP); err != nil {
+			l.http.Close()
+			return nil, fmt.Errorf("server: --resp: %w", err)
+		}
+	}
+	if cfg.GRPC != "" {
+		if l.grpc, err = net.Listen("tcp", cfg.GRPC); err != nil {
+			l.http.Close()
+			if l.resp != nil {
+				l.resp.Close()
+			}
+			return nil, fmt.Errorf("server: --grpc: %w", err)
+		}
+	}
+	return l, nil
 }
