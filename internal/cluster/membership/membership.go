@@ -1,0 +1,546 @@
+// Package membership is counterd's cluster membership and failure detection:
+// a thin wrapper over hashicorp/memberlist (SWIM gossip).
+//
+// A node starts with Start, which binds the gossip address (--gossip) and
+// joins the given peers (--join). Members reports every node this node has
+// heard of, with its state; OnEvent (Config) receives join, leave and update
+// events one at a time, in the order the changes were applied.
+//
+// States: memberlist v0.7.0 does not expose its internal "suspect" state, so a
+// member is alive until it is declared dead (failed probes and suspicion
+// timeout) or left (it called Leave). Dead vs left is told apart with a small
+// direct message ("leave intent") that Leave sends to every alive member
+// before memberlist's own leave broadcast; if the intent arrives after the
+// node was declared dead, the member moves from dead to left (an EventUpdate).
+package membership
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/memberlist"
+)
+
+// Defaults applied to zero Config fields. The timing defaults are
+// memberlist's DefaultLANConfig.
+const (
+	DefaultBindAddr         = "127.0.0.1:7946"
+	DefaultProbeInterval    = time.Second
+	DefaultProbeTimeout     = 500 * time.Millisecond
+	DefaultGossipInterval   = 200 * time.Millisecond
+	DefaultPushPullInterval = 30 * time.Second
+	DefaultSuspicionMult    = 4
+	DefaultTCPTimeout       = 10 * time.Second
+	// DefaultDeadRetention: how long a dead or left member stays in memberlist's
+	// table (and is still gossiped about) before it is forgotten there.
+	DefaultDeadRetention = 30 * time.Second
+	// MaxMetaSize is memberlist's limit on node metadata.
+	MaxMetaSize = memberlist.MetaMaxSize
+)
+
+// Config configures a member. Only NodeID is usually set in tests; production
+// sets NodeID, BindAddr, Join and Meta from flags.
+type Config struct {
+	// NodeID is this node's unique name in the cluster (--node-id). Default:
+	// the hostname.
+	NodeID string
+	// BindAddr is the gossip address, host:port (--gossip), used for both UDP
+	// and TCP. Default 127.0.0.1:7946. Port 0 picks a free port (tests); Addr
+	// reports the port chosen.
+	BindAddr string
+	// AdvertiseAddr is the host:port other nodes should use to reach this one,
+	// when it differs from BindAddr (NAT, 0.0.0.0 binds). Optional.
+	AdvertiseAddr string
+	// Join lists gossip addresses of existing members (--join). Start fails if
+	// none can be contacted; an empty list starts a new cluster.
+	Join []string
+	// Meta is opaque node metadata gossiped with membership, e.g. small JSON
+	// with the node's HTTP and gRPC addresses. At most MaxMetaSize bytes;
+	// change it later with SetMeta.
+	Meta []byte
+	// Logger receives memberlist's logs (level parsed from its "[LEVEL]"
+	// prefix). Default slog.Default().
+	Logger *slog.Logger
+	// OnEvent, if set, is called for every membership change, one call at a
+	// time and in order, from a dedicated goroutine (it may block without
+	// stalling gossip; events queue up meanwhile). It must not call Shutdown.
+	OnEvent func(Event)
+
+	// Failure detection and gossip timing (memberlist names). Zero means the
+	// LAN default. A failed node is declared dead after roughly
+	// ProbeInterval + SuspicionMult*log10(N)*ProbeInterval.
+	ProbeInterval    time.Duration
+	ProbeTimeout     time.Duration
+	GossipInterval   time.Duration
+	PushPullInterval time.Duration
+	SuspicionMult    int
+	TCPTimeout       time.Duration
+	// DeadRetention (memberlist GossipToTheDeadTime and DeadNodeReclaimTime):
+	// how long memberlist keeps gossiping about a dead node, and after which a
+	// node of the same name may come back from another address.
+	DeadRetention time.Duration
+}
+
+func (c Config) withDefaults() Config {
+	if c.NodeID == "" {
+		c.NodeID, _ = os.Hostname()
+	}
+	if c.BindAddr == "" {
+		c.BindAddr = DefaultBindAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	setDur := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	setDur(&c.ProbeInterval, DefaultProbeInterval)
+	setDur(&c.ProbeTimeout, DefaultProbeTimeout)
+	setDur(&c.GossipInterval, DefaultGossipInterval)
+	setDur(&c.PushPullInterval, DefaultPushPullInterval)
+	setDur(&c.TCPTimeout, DefaultTCPTimeout)
+	setDur(&c.DeadRetention, DefaultDeadRetention)
+	if c.SuspicionMult == 0 {
+		c.SuspicionMult = DefaultSuspicionMult
+	}
+	return c
+}
+
+// Validate reports whether c (after defaults) is usable.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if c.NodeID == "" {
+		return errors.New("membership: NodeID is empty and the hostname is unknown")
+	}
+	if _, _, err := splitHostPort(c.BindAddr); err != nil {
+		return fmt.Errorf("membership: BindAddr: %w", err)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, _, err := splitHostPort(c.AdvertiseAddr); err != nil {
+			return fmt.Errorf("membership: AdvertiseAddr: %w", err)
+		}
+	}
+	if len(c.Meta) > MaxMetaSize {
+		return fmt.Errorf("membership: Meta is %d bytes, limit %d", len(c.Meta), MaxMetaSize)
+	}
+	if c.ProbeInterval < 0 || c.ProbeTimeout < 0 || c.GossipInterval < 0 || c.PushPullInterval < 0 ||
+		c.TCPTimeout < 0 || c.DeadRetention < 0 || c.SuspicionMult < 0 {
+		return errors.New("membership: negative timing setting")
+	}
+	if c.ProbeTimeout > c.ProbeInterval {
+		return fmt.Errorf("membership: ProbeTimeout %v exceeds ProbeInterval %v", c.ProbeTimeout, c.ProbeInterval)
+	}
+	return nil
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	return host, port, nil
+}
+
+// State is a member's state as seen by this node.
+type State int
+
+const (
+	StateAlive State = iota // reachable (possibly suspected: memberlist does not expose suspicion)
+	StateDead               // failed probes and suspicion timeout, without leaving
+	StateLeft               // called Leave
+)
+
+func (s State) String() string {
+	switch s {
+	case StateAlive:
+		return "alive"
+	case StateDead:
+		return "dead"
+	case StateLeft:
+		return "left"
+	}
+	return "State(" + strconv.Itoa(int(s)) + ")"
+}
+
+// Member is one node as seen by this node.
+type Member struct {
+	ID    string
+	Addr  string // gossip address, host:port
+	Meta  []byte
+	State State
+}
+
+// EventType says what changed.
+type EventType int
+
+const (
+	EventJoin   EventType = iota // a member became alive (first seen, or back after dead/left)
+	EventLeave                   // a member became dead or left (see Member.State)
+	EventUpdate                  // an alive member's Meta or address changed, or dead became left
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventJoin:
+		return "join"
+	case EventLeave:
+		return "leave"
+	case EventUpdate:
+		return "update"
+	}
+	return "EventType(" + strconv.Itoa(int(t)) + ")"
+}
+
+// Event is one membership change.
+type Event struct {
+	Type   EventType
+	Member Member
+}
+
+// ErrShutdown is returned by operations on a Membership after Shutdown.
+var ErrShutdown = errors.New("membership: shut down")
+
+// Membership is a running member. Its methods are safe for concurrent use.
+type Membership struct {
+	cfg Config
+	ml  *memberlist.Memberlist
+
+	mu      sync.Mutex
+	members map[string]Member
+	leaving map[string]bool // leave intents received, by node id
+	meta    []byte
+	queue   []Event
+	wake    chan struct{} // 1-buffered; signals the dispatcher
+	closed  bool
+
+	shutdownOnce sync.Once
+	stop         chan struct{}
+	done         chan struct{}
+}
+
+// leaveIntent prefixes the user message a leaving node sends to its peers.
+var leaveIntent = []byte("counterd/leave\x00")
+
+// Start creates the member, binds its gossip address and joins cfg.Join.
+func Start(cfg Config) (*Membership, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	m := &Membership{
+		cfg:     cfg,
+		members: map[string]Member{},
+		leaving: map[string]bool{},
+		meta:    slices.Clone(cfg.Meta),
+		wake:    make(chan struct{}, 1),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+
+	mc := memberlist.DefaultLANConfig()
+	mc.Name = cfg.NodeID
+	host, port, _ := splitHostPort(cfg.BindAddr)
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertisePort = port
+	if cfg.AdvertiseAddr != "" {
+		mc.AdvertiseAddr, mc.AdvertisePort, _ = splitHostPort(cfg.AdvertiseAddr)
+	}
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.GossipInterval = cfg.GossipInterval
+	mc.PushPullInterval = cfg.PushPullInterval
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.GossipToTheDeadTime = cfg.DeadRetention
+	mc.DeadNodeReclaimTime = cfg.DeadRetention
+	mc.Logger = log.New(&slogWriter{l: cfg.Logger.With("component", "memberlist")}, "", 0)
+	mc.Delegate = (*delegate)(m)
+	mc.Events = (*events)(m)
+
+	go m.dispatch()
+	ml, err := memberlist.Create(mc)
+	if err != nil {
+		m.stopDispatch()
+		return nil, fmt.Errorf("membership: start on %s: %w", cfg.BindAddr, err)
+	}
+	m.ml = ml
+	if len(cfg.Join) > 0 {
+		if _, err := ml.Join(cfg.Join); err != nil {
+			_ = ml.Shutdown()
+			m.stopDispatch()
+			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
+		}
+	}
+	return m, nil
+}
+
+// ID is this node's id.
+func (m *Membership) ID() string { return m.cfg.NodeID }
+
+// Addr is this node's gossip address as advertised to others (with the real
+// port when BindAddr asked for port 0).
+func (m *Membership) Addr() string {
+	n := m.ml.LocalNode()
+	return net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port)))
+}
+
+// Join contacts more existing members (for example to retry a failed
+// bootstrap). It returns how many were contacted.
+func (m *Membership) Join(addrs []string) (int, error) {
+	if m.isClosed() {
+		return 0, ErrShutdown
+	}
+	return m.ml.Join(addrs)
+}
+
+// Members returns every node this node knows of, sorted by ID, including
+// itself and dead or left nodes (until they come back).
+func (m *Membership) Members() []Member {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := make([]Member, 0, len(m.members))
+	for _, mem := range m.members {
+		mem.Meta = slices.Clone(mem.Meta)
+		out = append(out, mem)
+	}
+	slices.SortFunc(out, func(a, b Member) int {
+		switch {
+		case a.ID < b.ID:
+			return -1
+		case a.ID > b.ID:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Alive returns the IDs of the alive members (this node included), sorted:
+// the node set for the ring.
+func (m *Membership) Alive() []string {
+	var ids []string
+	for _, mem := range m.Members() {
+		if mem.State == StateAlive {
+			ids = append(ids, mem.ID)
+		}
+	}
+	return ids
+}
+
+// SetMeta replaces this node's metadata and gossips it, waiting up to timeout
+// for the update to be sent.
+func (m *Membership) SetMeta(meta []byte, timeout time.Duration) error {
+	if len(meta) > MaxMetaSize {
+		return fmt.Errorf("membership: Meta is %d bytes, limit %d", len(meta), MaxMetaSize)
+	}
+	if m.isClosed() {
+		return ErrShutdown
+	}
+	m.mu.Lock()
+	m.meta = slices.Clone(meta)
+	m.mu.Unlock()
+	return m.ml.UpdateNode(timeout)
+}
+
+// Leave announces that this node is leaving, so others see it as left rather
+// than dead, waiting up to timeout in total. The node keeps answering gossip
+// until Shutdown; call Shutdown afterwards.
+func (m *Membership) Leave(timeout time.Duration) error {
+	if m.isClosed() {
+		return ErrShutdown
+	}
+	deadline := time.Now().Add(timeout)
+	msg := append(slices.Clone(leaveIntent), m.cfg.NodeID...)
+	for _, n := range m.ml.Members() {
+		if n.Name == m.cfg.NodeID || time.Now().After(deadline) {
+			continue
+		}
+		if err := m.ml.SendReliable(n, msg); err != nil {
+			m.cfg.Logger.Debug("membership: leave intent not delivered", "to", n.Name, "err", err)
+		}
+	}
+	return m.ml.Leave(max(time.Until(deadline), time.Millisecond))
+}
+
+// Shutdown stops gossip without announcing a leave (others will detect this
+// node as dead) and stops event delivery. It is idempotent.
+func (m *Membership) Shutdown() error {
+	var err error
+	m.shutdownOnce.Do(func() {
+		m.mu.Lock()
+		m.closed = true
+		m.mu.Unlock()
+		err = m.ml.Shutdown()
+		m.stopDispatch()
+	})
+	return err
+}
+
+func (m *Membership) isClosed() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.closed
+}
+
+func (m *Membership) stopDispatch() {
+	close(m.stop)
+	<-m.done
+}
+
+// dispatch delivers queued events to OnEvent in order.
+func (m *Membership) dispatch() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.stop:
+			return
+		case <-m.wake:
+		}
+		m.mu.Lock()
+		batch := m.queue
+		m.queue = nil
+		m.mu.Unlock()
+		for _, e := range batch {
+			select {
+			case <-m.stop:
+				return
+			default:
+			}
+			if m.cfg.OnEvent != nil {
+				m.cfg.OnEvent(e)
+			}
+		}
+	}
+}
+
+// emitLocked records mem and queues an event; m.mu must be held.
+func (m *Membership) emitLocked(t EventType, mem Member) {
+	m.members[mem.ID] = mem
+	if m.cfg.OnEvent == nil {
+		return
+	}
+	mem.Meta = slices.Clone(mem.Meta)
+	m.queue = append(m.queue, Event{Type: t, Member: mem})
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+func toMember(n *memberlist.Node, s State) Member {
+	return Member{
+		ID:    n.Name,
+		Addr:  net.JoinHostPort(n.Addr.String(), strconv.Itoa(int(n.Port))),
+		Meta:  slices.Clone(n.Meta),
+		State: s,
+	}
+}
+
+// events implements memberlist.EventDelegate. memberlist calls it serially,
+// sometimes with its own locks held: it only touches m.mu.
+type events Membership
+
+func (e *events) NotifyJoin(n *memberlist.Node) {
+	m := (*Membership)(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.leaving, n.Name)
+	m.emitLocked(EventJoin, toMember(n, StateAlive))
+}
+
+func (e *events) NotifyLeave(n *memberlist.Node) {
+	m := (*Membership)(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := StateDead
+	if m.leaving[n.Name] {
+		s = StateLeft
+	}
+	m.emitLocked(EventLeave, toMember(n, s))
+}
+
+func (e *events) NotifyUpdate(n *memberlist.Node) {
+	m := (*Membership)(e)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.emitLocked(EventUpdate, toMember(n, StateAlive))
+}
+
+// delegate implements memberlist.Delegate: metadata and leave intents.
+type delegate Membership
+
+func (d *delegate) NodeMeta(limit int) []byte {
+	m := (*Membership)(d)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if len(m.meta) > limit {
+		return nil
+	}
+	return slices.Clone(m.meta)
+}
+
+func (d *delegate) NotifyMsg(b []byte) {
+	id, ok := bytes.CutPrefix(b, leaveIntent)
+	if !ok {
+		return
+	}
+	m := (*Membership)(d)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	name := string(id)
+	m.leaving[name] = true
+	if mem, ok := m.members[name]; ok && mem.State == StateDead {
+		mem.State = StateLeft
+		m.emitLocked(EventUpdate, mem)
+	}
+}
+
+func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
+func (d *delegate) LocalState(join bool) []byte                { return nil }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+
+// slogWriter turns memberlist's "[LEVEL] memberlist: msg" lines into slog
+// records.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(p []byte) (int, error) {
+	line := string(bytes.TrimRight(p, "\n"))
+	level := slog.LevelInfo
+	for _, lv := range []struct {
+		prefix string
+		level  slog.Level
+	}{
+		{"[DEBUG] ", slog.LevelDebug},
+		{"[INFO] ", slog.LevelInfo},
+		{"[WARN] ", slog.LevelWarn},
+		{"[ERR] ", slog.LevelError},
+		{"[ERROR] ", slog.LevelError},
+	} {
+		if rest, ok := strings.CutPrefix(line, lv.prefix); ok {
+			line, level = rest, lv.level
+			break
+		}
+	}
+	if rest, ok := strings.CutPrefix(line, "memberlist: "); ok {
+		line = rest
+	}
+	w.l.Log(context.Background(), level, line)
+	return len(p), nil
+}
