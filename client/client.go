@@ -102,6 +102,7 @@ type request struct {
 	query  url.Values // may be nil
 	body   any        // JSON-encoded when not nil
 	mutate bool       // sends Idempotency-Key and durability
+	once   bool       // never retried (it consumes, and has no idempotency key)
 	opts   callOptions
 }
 
@@ -159,6 +160,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 		}
 	}
 
+	if r.once {
+		retries = 0
+	}
 	for attempt := 0; ; attempt++ {
 		var retryAfter time.Duration
 		replayed, retryAfter, err = c.attempt(ctx, r.method, target, header, body, out)
@@ -266,7 +270,7 @@ func decodeError(status int, raw []byte) error {
 		} `json:"error"`
 		Index *int `json:"index"`
 	}
-	e := &Error{Status: status, Index: -1}
+	e := &Error{Status: status, Index: -1, Body: raw}
 	if json.Unmarshal(raw, &w) == nil && w.Error != nil {
 		e.Code, e.Message = w.Error.Code, w.Error.Message
 		switch {

@@ -68,6 +68,9 @@ type Error struct {
 	// Index is, for a failed Batch, the index of the op that failed the
 	// batch; -1 otherwise.
 	Index int
+	// Body is the raw answer (a denied rate-limit check answers 429 with
+	// its decision in the body).
+	Body []byte
 }
 
 func (e *Error) Error() string {

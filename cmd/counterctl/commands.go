@@ -39,6 +39,7 @@ func init() {
 		{"series", "ID [--granularity G] [--from T] [--to T]", "Print the rollup of a counter over a time range: buckets, total and a sparkline.", 1, 1, setupSeries},
 		{"uniques", "ID [--last 7d]", "Print the distinct items an hll counter saw in its last N days or hours.", 1, 1, setupUniques},
 		{"rollup", "get KEY | set KEY [flags] | del KEY | list", "Show, set, delete or list the rollup specs of namespaces or ids.", 1, 2, setupRollup},
+		{"limit", "KEY --limit N [--period D] [--algorithm A] [--cost C]", "Check and consume a rate limit on KEY (see docs/ratelimit.md).", 1, 1, setupLimit},
 		{"aggregate", "PREFIX", "Print the sum of the counters whose id starts with PREFIX.", 1, 1, setupAggregate},
 		{"list", "[PREFIX]", "List the ids starting with PREFIX (all ids without one).", 0, 1, setupList},
 		{"bench", "[flags]", "Run a concurrent load against the server and print throughput and latency.", 0, 0, setupBench},

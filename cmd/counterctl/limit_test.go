@@ -1,0 +1,45 @@
+package main
+
+import (
+	"encoding/json"
+	"net/http/httptest"
+	"testing"
+
+	"github.com/counterd/counterd/internal/ratelimit"
+)
+
+func TestLimitCommand(t *testing.T) {
+	l, err := ratelimit.New(ratelimit.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(ratelimit.NewHTTPHandler(l, ratelimit.HTTPOptions{}))
+	t.Cleanup(func() { srv.Close(); l.Close() })
+
+	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  1 of 2 left, resets in .+\n$`)
+	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  0 of 2 left, resets in .+\n$`)
+	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^denied  retry after .+ \(0 of 2 left\)\n$`)
+
+	var d struct {
+		Allowed   bool  `json:"allowed"`
+		Remaining int64 `json:"remaining"`
+	}
+	out := ok(t, srv.URL, "limit", "user:2", "--limit", "5", "--algorithm", "token_bucket", "--cost", "3", "--json")
+	if err := json.Unmarshal([]byte(out), &d); err != nil || !d.Allowed || d.Remaining != 2 {
+		t.Fatalf("limit --json: %q %+v %v", out, d, err)
+	}
+	for _, args := range [][]string{
+		{"limit", "k"},
+		{"limit", "k", "--limit", "0"},
+		{"limit", "k", "--limit", "1", "--period", "-1s"},
+		{"limit", "k", "--limit", "1", "--cost", "-1"},
+		{"limit"},
+	} {
+		if code, _, _ := ctl(t, srv.URL, args...); code != 2 {
+			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+	if code, _, stderr := ctl(t, srv.URL, "limit", "k", "--limit", "1", "--algorithm", "nope"); code != 1 || stderr == "" {
+		t.Errorf("bad algorithm: exit %d, stderr %q", code, stderr)
+	}
+}
