@@ -46,3 +46,28 @@ func TestActiveExpiry(t *testing.T) {
 		t.Fatal("b outlived its TTL across a restart")
 	}
 }
+
+// TestIdempotencyPurge: records past the retention leave memory and disk.
+func TestIdempotencyPurge(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	e := openMem(t, func(c *Config) { c.Clock = clk.Now; c.IdempotencyRetention = time.Hour })
+	e.Add(bg, "k", 1, WriteOptions{IdempotencyKey: "old"})
+	clk.Advance(30 * time.Minute)
+	e.Add(bg, "k", 1, WriteOptions{IdempotencyKey: "young"})
+	if err := e.Flush(bg); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(45 * time.Minute) // "old" is 75 minutes old, "young" 45
+	if err := e.purgeIdempotency(); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := e.readIdem("old"); err != nil || r != nil {
+		t.Fatalf("old record still on disk: %+v %v", r, err)
+	}
+	if r, err := e.readIdem("young"); err != nil || r == nil {
+		t.Fatalf("young record purged: %v", err)
+	}
+	if n := e.Stats().IdemRecords; n != 1 {
+		t.Fatalf("%d records in memory, want 1", n)
+	}
+}
