@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: help build test test-short bench bench-smoke fuzz vet fmt lint deps run clean
+.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,15 @@ fmt: ## gofmt every file
 bench: ## run the benchmarks quoted in BENCHMARKS.md
 	$(GO) test -run '^$$' -bench . -benchtime=2s -count=3 ./internal/engine/ ./internal/counter/
 
+bench-http: ## HTTP increments/s, async vs sync, with wrk (scripts/bench-http.sh)
+	./scripts/bench-http.sh
+
+bench-resp: ## redis-benchmark against counterd and a real redis-server (scripts/bench-resp.sh)
+	./scripts/bench-resp.sh
+
+bench-ratelimit: ## rate-limit checks/s; with GUBERNATOR_BIN also gubernator (scripts/bench-ratelimit.sh)
+	./scripts/bench-ratelimit.sh
+
 bench-smoke: ## run every benchmark once, so they keep compiling and running
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
 
@@ -39,7 +48,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 20s)
 	  done; \
 	done
 
-deps: ## install the system packages tests use (redis-tools, redis-server)
+deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk)
 	./scripts/install-deps.sh
 
 clean: ## remove build output and the default data directory
