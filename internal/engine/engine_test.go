@@ -26,6 +26,12 @@ func openMem(t testing.TB, mod ...func(*Config)) *Engine {
 	for _, m := range mod {
 		m(&cfg)
 	}
+	return mustOpen(t, cfg)
+}
+
+// mustOpen opens an engine that the test closes when it ends.
+func mustOpen(t testing.TB, cfg Config) *Engine {
+	t.Helper()
 	e, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -39,12 +39,7 @@ func diskEngine(t *testing.T, clk *fakeClock, mod ...func(*Config)) (*Engine, fu
 		for _, m := range mod {
 			m(&cfg)
 		}
-		e, err := Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { e.Close() })
-		return e
+		return mustOpen(t, cfg)
 	}
 	return open(), open
 }
