@@ -110,10 +110,7 @@ func setupAdd(decr bool) func(fs *flag.FlagSet) runFunc {
 				if *key != "" {
 					opts = append(opts, client.WithIdempotencyKey(*key))
 				}
-				c, err := e.client()
-				if err != nil {
-					return err
-				}
+				c := e.c
 				spec := client.WindowSpec{Granularity: *gran, Window: *window, Fixed: *fixed}
 				r, err := c.WindowIncr(ctx, args[0], delta, spec, opts...)
 				if err != nil {
@@ -131,10 +128,7 @@ func setupAdd(decr bool) func(fs *flag.FlagSet) runFunc {
 			if *key != "" {
 				opts = append(opts, client.WithIdempotencyKey(*key))
 			}
-			c, err := e.client()
-			if err != nil {
-				return err
-			}
+			c := e.c
 			f := c.Incr
 			if decr {
 				f = c.Decr
@@ -178,10 +172,7 @@ func timePtr(t time.Time) *time.Time {
 
 func setupGet(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		v, err := c.Get(ctx, args[0])
 		if err != nil {
 			return err
@@ -253,10 +244,7 @@ func setupSet(fs *flag.FlagSet) runFunc {
 		if *key != "" {
 			opts = append(opts, client.WithIdempotencyKey(*key))
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		r, err := c.Set(ctx, args[0], value, opts...)
 		if err != nil {
 			return err
@@ -267,10 +255,7 @@ func setupSet(fs *flag.FlagSet) runFunc {
 
 func setupDel(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		ok, err := c.Delete(ctx, args[0])
 		if err != nil {
 			return err
@@ -300,10 +285,7 @@ func setupExpire(fs *flag.FlagSet) runFunc {
 		if d <= 0 {
 			return usagef("DURATION must be positive (use persist to remove a TTL)")
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		ok, err := c.Expire(ctx, args[0], d)
 		if err != nil {
 			return err
@@ -317,10 +299,7 @@ func setupExpire(fs *flag.FlagSet) runFunc {
 
 func setupPersist(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		ok, err := c.Persist(ctx, args[0])
 		if err != nil {
 			return err
@@ -334,10 +313,7 @@ func setupPersist(fs *flag.FlagSet) runFunc {
 
 func setupTTL(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		d, err := c.TTL(ctx, args[0])
 		if err != nil {
 			return err
@@ -365,10 +341,7 @@ func setupTTL(fs *flag.FlagSet) runFunc {
 
 func setupPFAdd(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		r, err := c.PFAdd(ctx, args[0], args[1:]...)
 		if err != nil {
 			return err
@@ -383,10 +356,7 @@ func setupPFAdd(fs *flag.FlagSet) runFunc {
 
 func setupPFCount(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		est, err := c.PFCount(ctx, args...)
 		if err != nil {
 			return err
@@ -401,10 +371,7 @@ func setupPFCount(fs *flag.FlagSet) runFunc {
 
 func setupPFMerge(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		r, err := c.PFMerge(ctx, args[0], args[1:]...)
 		if err != nil {
 			return err
@@ -471,10 +438,7 @@ func setupHIncr(fs *flag.FlagSet) runFunc {
 		if *key != "" {
 			opts = append(opts, client.WithIdempotencyKey(*key))
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		got, err := c.HIncr(ctx, args[0], fields, opts...)
 		if err != nil {
 			return err
@@ -488,10 +452,7 @@ func setupHIncr(fs *flag.FlagSet) runFunc {
 
 func setupHGet(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		v, ok, err := c.HGet(ctx, args[0], args[1])
 		if err != nil {
 			return err
@@ -506,10 +467,7 @@ func setupHGet(fs *flag.FlagSet) runFunc {
 
 func setupHGetAll(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		fields, err := c.HGetAll(ctx, args[0])
 		if err != nil {
 			return err
@@ -523,10 +481,7 @@ func setupHGetAll(fs *flag.FlagSet) runFunc {
 
 func setupHDel(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		ok, err := c.HDel(ctx, args[0], args[1])
 		if err != nil {
 			return err
@@ -540,10 +495,7 @@ func setupHDel(fs *flag.FlagSet) runFunc {
 
 func setupWindow(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		w, err := c.Window(ctx, args[0])
 		if err != nil {
 			return err
@@ -578,10 +530,7 @@ func setupWindow(fs *flag.FlagSet) runFunc {
 
 func setupAggregate(fs *flag.FlagSet) runFunc {
 	return func(ctx context.Context, e *env, args []string) error {
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		a, err := c.Aggregate(ctx, strings.TrimSuffix(args[0], "*"))
 		if err != nil {
 			return err
@@ -604,10 +553,7 @@ func setupList(fs *flag.FlagSet) runFunc {
 		if len(args) > 0 {
 			prefix = args[0]
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		ids := []string{}
 		for id, err := range c.ListAll(ctx, prefix) {
 			if err != nil {

@@ -26,10 +26,7 @@ func setupLimit(fs *flag.FlagSet) runFunc {
 		if *cost < 0 {
 			return usagef("--cost must not be negative")
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		d, err := c.CheckLimit(ctx, args[0], *cost, client.Limit{Algorithm: *algorithm, Limit: *limit, Period: *period, Burst: *burst})
 		if err != nil {
 			return err

@@ -42,6 +42,7 @@ type env struct {
 	json       bool
 	timeout    time.Duration
 	durability string
+	c          *client.Client // the command's client, made by run before the command
 
 	stdout, stderr io.Writer
 	stderrFile     *os.File // stderr, when it is a file (for the progress bar)
@@ -147,6 +148,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "counterctl: %v\n", err)
 		printCommandUsage(stderr, cmd, cfs)
 		return 2
+	}
+	// One client for the command (bench builds its own, with a tuned
+	// transport); a bad --addr or --durability is a usage error.
+	if e.c, err = e.client(); err != nil {
+		return report(stderr, cmd, cfs, err)
 	}
 	if err := runCmd(ctx, e, pos); err != nil {
 		return report(stderr, cmd, cfs, err)

@@ -100,10 +100,7 @@ func setupSeries(fs *flag.FlagSet) runFunc {
 		if !f.IsZero() && !t.IsZero() && !f.Before(t) {
 			return usagef("--from must be before --to")
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		s, err := c.Series(ctx, args[0], *gran, f, t)
 		if err != nil {
 			return err
@@ -156,10 +153,7 @@ func setupUniques(fs *flag.FlagSet) runFunc {
 		if !lastRE.MatchString(*last) {
 			return usagef("--last must be a number of days or hours like 7d or 24h, not %q", *last)
 		}
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		u, err := c.Uniques(ctx, args[0], *last)
 		if err != nil {
 			return err
@@ -261,10 +255,7 @@ func setupRollup(fs *flag.FlagSet) runFunc {
 			return usagef("--precision must be in %d..%d, not %d", rollup.MinPrecision, rollup.MaxPrecision, p)
 		}
 		spec.Precision = uint8(*precision)
-		c, err := e.client()
-		if err != nil {
-			return err
-		}
+		c := e.c
 		key := ""
 		if act.key {
 			key = args[1]
