@@ -145,6 +145,20 @@ func (h *httpHandler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, 
 // decodeStrict decodes the JSON object b into v: unknown fields and
 // trailing data are invalid_json, values of the wrong type
 // invalid_argument. An empty body is {}.
+// decodeBody reads and strictly decodes the request body into v, or
+// answers the error and returns false.
+func (h *httpHandler) decodeBody(w http.ResponseWriter, r *http.Request, v any) bool {
+	b, err := h.readBody(w, r)
+	if err == nil {
+		err = decodeStrict(b, v)
+	}
+	if err != nil {
+		writeError(w, err)
+		return false
+	}
+	return true
+}
+
 func decodeStrict(b []byte, v any) error {
 	b = bytes.TrimSpace(b)
 	if len(b) == 0 {
@@ -292,14 +306,8 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 		methodNotAllowed(w, r, "POST")
 		return
 	}
-	b, err := h.readBody(w, r)
-	if err != nil {
-		writeError(w, err)
-		return
-	}
 	var req checkRequest
-	if err := decodeStrict(b, &req); err != nil {
-		writeError(w, err)
+	if !h.decodeBody(w, r, &req) {
 		return
 	}
 	hits, err := h.hits(&req)
@@ -440,14 +448,8 @@ func (h *httpHandler) policy(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(w, r, "GET, HEAD")
 			return
 		}
-		b, err := h.readBody(w, r)
-		if err != nil {
-			writeError(w, err)
-			return
-		}
 		var d policyDoc
-		if err := decodeStrict(b, &d); err != nil {
-			writeError(w, err)
+		if !h.decodeBody(w, r, &d) {
 			return
 		}
 		if d.Name == "" {
