@@ -21,7 +21,7 @@ func newHandler() (http.Handler, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	h := httpapi.New(eng, httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
+	h := httpapi.New(engine.Local(eng), httpapi.Options{Logger: slog.New(slog.DiscardHandler)})
 	return h, func() { eng.Close() }, nil
 }
 

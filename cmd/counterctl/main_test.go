@@ -29,7 +29,7 @@ func startServer(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(eng, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
+	srv := httptest.NewServer(httpapi.New(engine.Local(eng), httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
 	t.Cleanup(func() {
 		srv.Close()
 		eng.Close()

@@ -77,11 +77,13 @@ func (c *Config) Validate() error {
 	if c.HTTP == "" {
 		return errors.New("server: --http is empty")
 	}
-	if c.Join != "" {
-		return fmt.Errorf("%w: peer cluster (--join)", ErrUnsupportedMode)
+	if (c.Redis == "") != (c.Postgres == "") {
+		return errors.New("server: tiered mode needs both --redis and --postgres")
 	}
-	if c.Redis != "" || c.Postgres != "" {
-		return fmt.Errorf("%w: tiered storage (--redis/--postgres)", ErrUnsupportedMode)
+	if c.Join != "" && c.Redis != "" {
+		// Tiered nodes keep no state of their own: run several behind a
+		// load balancer instead of clustering them.
+		return fmt.Errorf("%w: --join with --redis/--postgres (tiered nodes are stateless and need no cluster)", ErrUnsupportedMode)
 	}
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":

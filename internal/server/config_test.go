@@ -47,6 +47,7 @@ func TestValidate(t *testing.T) {
 		"no http":    func(c *Config) { c.HTTP = "" },
 		"log level":  func(c *Config) { c.LogLevel = "loud" },
 		"flush":      func(c *Config) { c.FlushInterval = 0 },
+		"redis only": func(c *Config) { c.Redis = "redis://127.0.0.1:6379" },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)
@@ -55,8 +56,7 @@ func TestValidate(t *testing.T) {
 		}
 	}
 	for name, mod := range map[string]func(*Config){
-		"join":     func(c *Config) { c.Join = "10.0.0.2:7946" },
-		"postgres": func(c *Config) { c.Postgres = "postgres://x" },
+		"join+tiered": func(c *Config) { c.Join = "10.0.0.2:7946"; c.Redis = "redis://x"; c.Postgres = "postgres://x" },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)

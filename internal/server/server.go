@@ -21,7 +21,6 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -63,32 +62,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	dur, _ := engine.ParseDurability(cfg.Durability)
-	ecfg := engine.DefaultConfig()
-	ecfg.Dir = cfg.Data
-	ecfg.NodeID = cfg.NodeID
-	ecfg.Durability = dur
-	ecfg.FlushInterval = cfg.FlushInterval
-	ecfg.IdempotencyRetention = cfg.IdempotencyRetention
-	ecfg.IdempotencyMemory = cfg.IdempotencyMemory
-	ecfg.MaxBatch = cfg.MaxBatch
-	ecfg.Logger = log
-	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
-		return fmt.Errorf("server: data directory: %w", err)
-	}
-	start := time.Now()
-	eng, err := engine.Open(ecfg)
+	nd, err := openNode(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	log.Info("engine open", "data", cfg.Data, "counters", eng.Len(), "durability", dur.String(), "took", time.Since(start).Round(time.Millisecond))
-	defer func() {
-		if err := eng.Close(); err != nil {
-			log.Error("engine close", "err", err)
-		} else {
-			log.Info("engine flushed and closed")
-		}
-	}()
+	defer func() { _ = nd.close() }()
+	be := nd.Backend
 
 	lim, err := newLimiter(cfg.RateLimitPolicies)
 	if err != nil {
@@ -99,7 +78,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
-	api := httpapi.New(eng, httpapi.Options{
+	api := httpapi.New(be, httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
 		Registerer:   reg,
@@ -113,6 +92,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
 			rl.ServeHTTP(w, r)
 			return
+		}
+		for prefix, h := range nd.routes {
+			if strings.HasPrefix(r.URL.Path, prefix) {
+				h.ServeHTTP(w, r)
+				return
+			}
 		}
 		api.ServeHTTP(w, r)
 	})
@@ -138,11 +123,18 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if nd.start != nil {
+		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
+		if err := nd.start(ctx, bound); err != nil {
+			lns.close()
+			return err
+		}
+	}
 	errc := make(chan error, 3)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(eng, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: lim})
+		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: lim})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -154,6 +146,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if lns.grpc != nil {
 		gs = grpc.NewServer()
 		ratelimit.RegisterEnvoy(gs, lim, ratelimit.EnvoyOptions{})
+		if nd.grpc != nil {
+			nd.grpc(gs)
+		}
 		go func() {
 			if err := gs.Serve(lns.grpc); err != nil {
 				errc <- fmt.Errorf("server: grpc: %w", err)
@@ -176,6 +171,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	if nd.drain != nil {
+		if derr := nd.drain(sctx); derr != nil {
+			log.Warn("drain", "err", derr)
+		}
+	}
 	if rs != nil {
 		rs.Close()
 	}
@@ -205,18 +205,23 @@ func listen(cfg Config) (*listeners, error) {
 	}
 	if cfg.RESP != "" {
 		if l.resp, err = net.Listen("tcp", cfg.RESP); err != nil {
-			l.http.Close()
+			l.close()
 			return nil, fmt.Errorf("server: --resp: %w", err)
 		}
 	}
 	if cfg.GRPC != "" {
 		if l.grpc, err = net.Listen("tcp", cfg.GRPC); err != nil {
-			l.http.Close()
-			if l.resp != nil {
-				l.resp.Close()
-			}
+			l.close()
 			return nil, fmt.Errorf("server: --grpc: %w", err)
 		}
 	}
 	return l, nil
+}
+
+func (l *listeners) close() {
+	for _, ln := range []net.Listener{l.http, l.resp, l.grpc} {
+		if ln != nil {
+			ln.Close()
+		}
+	}
 }

@@ -31,7 +31,7 @@ func newFuzzEnv(f *testing.F) *fuzzEnv {
 	now := time.Now()
 	eng := openEngine(f, func(c *engine.Config) { c.Clock = func() time.Time { return now } })
 	// A small body limit keeps the 413 path reachable by the fuzzer.
-	h := New(eng, Options{Logger: quietLogger(), MaxBodyBytes: 4 << 10, MaxBatch: 8})
+	h := New(engine.Local(eng), Options{Logger: quietLogger(), MaxBodyBytes: 4 << 10, MaxBatch: 8})
 	env := &fuzzEnv{eng: eng, h: h}
 	for _, body := range []struct{ path, body string }{
 		{"/counters/max", fmt.Sprintf(`{"value": %d}`, int64(math.MaxInt64))},
@@ -153,7 +153,7 @@ func FuzzBatch(f *testing.F) {
 // TestChunkedBodyTooLarge covers a body without Content-Length over the limit.
 func TestChunkedBodyTooLarge(t *testing.T) {
 	eng := openEngine(t)
-	h := New(eng, Options{Logger: quietLogger(), MaxBodyBytes: 64})
+	h := New(engine.Local(eng), Options{Logger: quietLogger(), MaxBodyBytes: 64})
 	body := `{"delta": 1` + strings.Repeat(" ", 100) + `}`
 	req := httptest.NewRequest("POST", "/counters/a/increment", strings.NewReader(body))
 	req.ContentLength = -1

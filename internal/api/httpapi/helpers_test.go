@@ -47,7 +47,7 @@ func newTestServer(t testing.TB, opts Options) *testServer {
 	if opts.Logger == nil {
 		opts.Logger = quietLogger()
 	}
-	h := New(eng, opts)
+	h := New(engine.Local(eng), opts)
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &testServer{t: t, srv: srv, eng: eng, h: h}

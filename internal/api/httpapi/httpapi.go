@@ -52,7 +52,7 @@ type Options struct {
 
 // Handler serves the counterd HTTP API. Create it with New.
 type Handler struct {
-	eng     *engine.Engine
+	eng     engine.Backend
 	opts    Options
 	log     *slog.Logger
 	ready   func() error
@@ -65,7 +65,7 @@ type Handler struct {
 var _ http.Handler = (*Handler)(nil)
 
 // New returns a Handler serving the API over eng.
-func New(eng *engine.Engine, opts Options) *Handler {
+func New(eng engine.Backend, opts Options) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}

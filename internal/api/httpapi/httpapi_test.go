@@ -640,7 +640,7 @@ func TestClosedEngine(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(New(eng, Options{Logger: quietLogger()}))
+	srv := httptest.NewServer(New(engine.Local(eng), Options{Logger: quietLogger()}))
 	defer srv.Close()
 	s := &testServer{t: t, srv: srv, eng: eng}
 	s.ok("GET", "/readyz", "")
@@ -695,8 +695,8 @@ func TestServiceRoutes(t *testing.T) {
 func TestSharedRegistry(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	eng := openEngine(t)
-	h1 := New(eng, Options{Registerer: reg, Logger: quietLogger()})
-	h2 := New(eng, Options{Registerer: reg, Logger: quietLogger()})
+	h1 := New(engine.Local(eng), Options{Registerer: reg, Logger: quietLogger()})
+	h2 := New(engine.Local(eng), Options{Registerer: reg, Logger: quietLogger()})
 	for _, h := range []*Handler{h1, h2} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/healthz", nil))
@@ -736,7 +736,7 @@ func TestLogging(t *testing.T) {
 	var buf lockedBuffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	eng := openEngine(t)
-	h := New(eng, Options{Logger: log})
+	h := New(engine.Local(eng), Options{Logger: log})
 	serve := func(method, path, body string) int {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))

@@ -20,7 +20,7 @@ type metrics struct {
 	http     http.Handler             // GET /metrics
 }
 
-func newMetrics(reg prometheus.Registerer, eng *engine.Engine, g prometheus.Gatherer, log *slog.Logger) *metrics {
+func newMetrics(reg prometheus.Registerer, eng engine.Backend, g prometheus.Gatherer, log *slog.Logger) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "counterd_http_requests_total",
@@ -63,7 +63,7 @@ func (m *metrics) observe(op string, status int, d time.Duration) {
 }
 
 // engineCollector exports engine.Stats, read once per scrape.
-type engineCollector struct{ eng *engine.Engine }
+type engineCollector struct{ eng engine.Backend }
 
 var (
 	descKeys      = prometheus.NewDesc("counterd_engine_keys", "Live counters.", nil, nil)

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/counterd/counterd/internal/engine"
 )
 
 type openapiDoc struct {
@@ -204,7 +206,7 @@ func refResolves(root any, ref string) bool {
 // the mux dispatches to.
 func TestRouteTableRegistered(t *testing.T) {
 	eng := openEngine(t)
-	h := New(eng, Options{Logger: quietLogger()})
+	h := New(engine.Local(eng), Options{Logger: quietLogger()})
 	for _, rt := range routeTable() {
 		path := wildcardRE.ReplaceAllStringFunc(rt.Pattern, func(string) string { return "x*" })
 		r, _ := http.NewRequest(rt.Method, path, nil)

@@ -63,7 +63,7 @@ func (h *Handler) series(w http.ResponseWriter, r *http.Request) error {
 		from = time.Unix(0, g.Start(b-defaultSeriesBuckets+1))
 		to = time.Unix(0, g.Start(b+1))
 	}
-	s, err := h.eng.Series(id, g, from, to)
+	s, err := h.eng.Series(r.Context(), id, g, from, to)
 	if err != nil {
 		return err
 	}
@@ -136,7 +136,7 @@ func (h *Handler) uniques(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	est, err := h.eng.Uniques(id, unit, n)
+	est, err := h.eng.Uniques(r.Context(), id, unit, n)
 	if err != nil {
 		return err
 	}
@@ -262,8 +262,12 @@ func rollupKey(r *http.Request) (string, error) {
 }
 
 func (h *Handler) rollupList(w http.ResponseWriter, r *http.Request) error {
+	all, err := h.eng.Rollups(r.Context())
+	if err != nil {
+		return err
+	}
 	out := rollupsAnswer{Rollups: map[string]rollupOut{}}
-	for k, s := range h.eng.Rollups() {
+	for k, s := range all {
 		out.Rollups[k] = rollupBody(s)
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -275,7 +279,10 @@ func (h *Handler) rollupGet(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	s, ok := h.eng.Rollup(key)
+	s, ok, err := h.eng.Rollup(r.Context(), key)
+	if err != nil {
+		return err
+	}
 	if !ok {
 		return fmt.Errorf("%w: no rollups configured for %q", engine.ErrNotFound, key)
 	}
@@ -296,7 +303,7 @@ func (h *Handler) rollupPut(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	if err := h.eng.SetRollup(key, s); err != nil {
+	if err := h.eng.SetRollup(r.Context(), key, s); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, rollupAnswer{Key: key, Rollup: rollupBody(s), Status: "ok"})
@@ -308,7 +315,7 @@ func (h *Handler) rollupDelete(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ok, err := h.eng.DeleteRollup(key)
+	ok, err := h.eng.DeleteRollup(r.Context(), key)
 	if err != nil {
 		return err
 	}

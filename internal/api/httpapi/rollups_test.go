@@ -32,7 +32,7 @@ func (c *testClock) Advance(d time.Duration) {
 func newClockServer(t *testing.T, clk *testClock) *testServer {
 	t.Helper()
 	eng := openEngine(t, func(c *engine.Config) { c.Clock = clk.Now })
-	h := New(eng, Options{Logger: quietLogger()})
+	h := New(engine.Local(eng), Options{Logger: quietLogger()})
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return &testServer{t: t, srv: srv, eng: eng, h: h}
@@ -194,7 +194,7 @@ func FuzzRollupRoutes(f *testing.F) {
 		c.Clock = clk.Now
 		c.Rollups = map[string]rollup.Spec{"p": rollup.DefaultSpec()}
 	})
-	h := New(eng, Options{Logger: quietLogger()})
+	h := New(engine.Local(eng), Options{Logger: quietLogger()})
 	if _, err := eng.Add(bg, "p:a", 1, engine.WriteOptions{}); err != nil {
 		f.Fatal(err)
 	}

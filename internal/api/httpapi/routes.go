@@ -147,7 +147,7 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	v, err := h.eng.Get(id)
+	v, err := h.eng.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -160,7 +160,10 @@ func (h *Handler) ttl(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	ttl, hasTTL, exists := h.eng.TTL(id)
+	ttl, hasTTL, exists, err := h.eng.TTL(r.Context(), id)
+	if err != nil {
+		return err
+	}
 	ms := ttl.Milliseconds()
 	switch {
 	case !exists:
@@ -179,7 +182,7 @@ func (h *Handler) pfcount(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	n, stdErr, err := h.eng.PFCount(id)
+	n, stdErr, err := h.eng.PFCount(r.Context(), id)
 	if err != nil {
 		return err
 	}
@@ -208,7 +211,7 @@ func (h *Handler) pfcountUnion(w http.ResponseWriter, r *http.Request) error {
 			return fmt.Errorf("ids[%d]: %w", i, err)
 		}
 	}
-	n, stdErr, err := h.eng.PFCount(*q.IDs...)
+	n, stdErr, err := h.eng.PFCount(r.Context(), *q.IDs...)
 	if err != nil {
 		return err
 	}
@@ -223,7 +226,7 @@ func (h *Handler) viewOf(r *http.Request, k engine.Kind) (string, engine.View, e
 	if err != nil {
 		return "", engine.View{}, err
 	}
-	v, err := h.eng.Get(id)
+	v, err := h.eng.Get(r.Context(), id)
 	if err != nil {
 		return "", engine.View{}, err
 	}
@@ -251,7 +254,7 @@ func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
 	if field == "" {
 		return invalidArgf("field: empty name")
 	}
-	val, ok, err := h.eng.HGet(id, field)
+	val, ok, err := h.eng.HGet(r.Context(), id, field)
 	if err != nil {
 		return err
 	}
@@ -279,7 +282,7 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 			return err
 		}
 	}
-	a, err := h.eng.Aggregate(prefix)
+	a, err := h.eng.Aggregate(r.Context(), prefix)
 	if err != nil {
 		return err
 	}
@@ -323,7 +326,10 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 			filter = prefix
 		}
 	}
-	ids, next := h.eng.Scan(cursor, pattern, limit)
+	ids, next, err := h.eng.Scan(r.Context(), cursor, pattern, limit)
+	if err != nil {
+		return err
+	}
 	out := listAnswer{IDs: make([]string, 0, len(ids)), Cursor: next}
 	for _, id := range ids {
 		if strings.HasPrefix(id, filter) {

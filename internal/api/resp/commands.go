@@ -471,7 +471,11 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			return
 		}
 		id := str(args[1])
-		cur, has, exists := s.eng.TTL(id)
+		cur, has, exists, err := s.eng.TTL(s.ctx, id)
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
 		if !exists {
 			c.writeInt(0)
 			return
@@ -592,7 +596,7 @@ func prepPFMerge(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string
 // GET key: the value of an additive counter (sum for sharded, pn and
 // window counters); WRONGTYPE for hashes and hlls.
 func cmdGet(s *Server, c *client, args [][]byte) {
-	v, err := s.eng.Get(str(args[1]))
+	v, err := s.eng.Get(s.ctx, str(args[1]))
 	if err != nil {
 		c.writeError(engineError(err))
 		return
@@ -612,7 +616,7 @@ func cmdGet(s *Server, c *client, args [][]byte) {
 func cmdMGet(s *Server, c *client, args [][]byte) {
 	c.writeArray(len(args) - 1)
 	for _, k := range args[1:] {
-		v, err := s.eng.Get(str(k))
+		v, err := s.eng.Get(s.ctx, str(k))
 		if err != nil || !v.Exists || v.Kind == engine.KindHash || v.Kind == engine.KindHLL {
 			c.writeNull()
 			continue
@@ -625,7 +629,12 @@ func cmdMGet(s *Server, c *client, args [][]byte) {
 func cmdExists(s *Server, c *client, args [][]byte) {
 	var n int64
 	for _, k := range args[1:] {
-		if _, _, ok := s.eng.TTL(str(k)); ok {
+		_, _, ok, err := s.eng.TTL(s.ctx, str(k))
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+		if ok {
 			n++
 		}
 	}
@@ -639,7 +648,7 @@ func cmdType(s *Server, c *client, args [][]byte) {
 		c.writeStatus("none")
 		return
 	}
-	v, err := s.eng.Get(id)
+	v, err := s.eng.Get(s.ctx, id)
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -662,8 +671,10 @@ func typeName(k engine.Kind) string {
 // TTL key, PTTL key: -2 missing, -1 no TTL.
 func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
-		ttl, has, exists := s.eng.TTL(str(args[1]))
+		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
 		switch {
+		case err != nil:
+			c.writeError(engineError(err))
 		case !exists:
 			c.writeInt(-2)
 		case !has:
@@ -678,8 +689,10 @@ func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 // EXPIRETIME key, PEXPIRETIME key: absolute Unix expiry, -2 missing, -1 none.
 func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
-		ttl, has, exists := s.eng.TTL(str(args[1]))
+		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
 		switch {
+		case err != nil:
+			c.writeError(engineError(err))
 		case !exists:
 			c.writeInt(-2)
 		case !has:
@@ -698,7 +711,7 @@ func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte)
 // hashView reads a hash; ok is false after a reply was written (error).
 // A missing key reads as an empty hash.
 func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
-	v, err := s.eng.Get(str(key))
+	v, err := s.eng.Get(s.ctx, str(key))
 	if err != nil {
 		c.writeError(engineError(err))
 		return nil, false
@@ -715,7 +728,7 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 
 // HGET key field
 func cmdHGet(s *Server, c *client, args [][]byte) {
-	v, ok, err := s.eng.HGet(str(args[1]), str(args[2]))
+	v, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -728,7 +741,7 @@ func cmdHGet(s *Server, c *client, args [][]byte) {
 
 // HEXISTS key field
 func cmdHExists(s *Server, c *client, args [][]byte) {
-	_, ok, err := s.eng.HGet(str(args[1]), str(args[2]))
+	_, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -824,7 +837,7 @@ func cmdPFCount(s *Server, c *client, args [][]byte) {
 	for i, a := range args[1:] {
 		ids[i] = str(a)
 	}
-	n, _, err := s.eng.PFCount(ids...)
+	n, _, err := s.eng.PFCount(s.ctx, ids...)
 	if err != nil {
 		c.writeError(engineError(err))
 		return
@@ -869,11 +882,15 @@ func cmdScan(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	ids, next := s.eng.Scan(cursor, match, count)
+	ids, next, err := s.eng.Scan(s.ctx, cursor, match, count)
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
 	if typ != "" {
 		kept := ids[:0]
 		for _, id := range ids {
-			if v, err := s.eng.Get(id); err == nil && v.Exists && typeName(v.Kind) == typ {
+			if v, err := s.eng.Get(s.ctx, id); err == nil && v.Exists && typeName(v.Kind) == typ {
 				kept = append(kept, id)
 			}
 		}
@@ -897,7 +914,11 @@ func cmdKeys(s *Server, c *client, args [][]byte) {
 	var all []string
 	var cursor uint64
 	for {
-		ids, next := s.eng.Scan(cursor, match, 1000)
+		ids, next, err := s.eng.Scan(s.ctx, cursor, match, 1000)
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
 		all = append(all, ids...)
 		if next == 0 {
 			break
@@ -911,7 +932,14 @@ func cmdKeys(s *Server, c *client, args [][]byte) {
 }
 
 // DBSIZE
-func cmdDBSize(s *Server, c *client, args [][]byte) { c.writeInt(int64(s.eng.Len())) }
+func cmdDBSize(s *Server, c *client, args [][]byte) {
+	n, err := s.eng.Len(s.ctx)
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	c.writeInt(int64(n))
+}
 
 func parseUint(b []byte) (uint64, bool) {
 	if len(b) == 0 || len(b) > 20 {

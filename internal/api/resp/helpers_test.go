@@ -57,7 +57,7 @@ func startOn(t testing.TB, eng *engine.Engine, opts resp.Options) *testServer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := resp.New(eng, opts)
+	srv := resp.New(engine.Local(eng), opts)
 	ts := &testServer{srv: srv, eng: eng, addr: ln.Addr().String(), done: make(chan error, 1)}
 	go func() { ts.done <- srv.Serve(ln) }()
 	t.Cleanup(func() {

@@ -71,7 +71,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 	for _, k := range args[1:] {
 		id := string(k)
 		w := watch{id: id}
-		if v, err := s.eng.Get(id); err == nil {
+		if v, err := s.eng.Get(s.ctx, id); err == nil {
 			w.exists, w.version, w.updated = v.Exists, v.Version, v.UpdatedAt
 		}
 		c.watched = append(c.watched, w)
@@ -87,7 +87,7 @@ func cmdUnwatch(s *Server, c *client, args [][]byte) {
 // watchedChanged reports whether a watched key changed since WATCH.
 func (s *Server) watchedChanged(c *client) bool {
 	for _, w := range c.watched {
-		v, err := s.eng.Get(w.id)
+		v, err := s.eng.Get(s.ctx, w.id)
 		if err != nil {
 			continue // an invalid id cannot exist, so it cannot change
 		}

@@ -203,7 +203,7 @@ func TestServeClose(t *testing.T) {
 	defer eng.Close()
 
 	// Close before Serve: Serve returns at once.
-	srv := resp.New(eng, resp.Options{})
+	srv := resp.New(engine.Local(eng), resp.Options{})
 	mustOK(t, "Close", srv.Close())
 	mustOK(t, "Close again", srv.Close())
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
@@ -213,7 +213,7 @@ func TestServeClose(t *testing.T) {
 	}
 
 	// Close while serving closes connections and makes Serve return nil.
-	srv = resp.New(eng, resp.Options{})
+	srv = resp.New(engine.Local(eng), resp.Options{})
 	ln, _ = net.Listen("tcp", "127.0.0.1:0")
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(ln) }()

@@ -102,7 +102,7 @@ type Options struct {
 
 // Server serves the Redis protocol on top of an engine.
 type Server struct {
-	eng  *engine.Engine
+	eng  engine.Backend
 	opts Options
 	log  *slog.Logger
 
@@ -133,7 +133,7 @@ type Server struct {
 }
 
 // New returns a server for eng. Call Serve to accept connections.
-func New(eng *engine.Engine, opts Options) *Server {
+func New(eng engine.Backend, opts Options) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
 	}

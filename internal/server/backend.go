@@ -1,0 +1,98 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// node is what Run serves: a Backend and what its deployment mode adds.
+type node struct {
+	engine.Backend
+	// close releases the backend; the embedded engine flushes every
+	// acknowledged write first. Called once, after the front ends stop.
+	close func() error
+	// grpc, when set, registers the mode's services (peer traffic in
+	// cluster mode) on the --grpc server before it serves.
+	grpc func(*grpc.Server)
+	// routes are extra HTTP handlers by path prefix (for example
+	// "/cluster"), tried before the counters API.
+	routes map[string]http.Handler
+	// start, when set, runs once every listener is bound and before any
+	// serves; bound holds their actual addresses (":0" resolved).
+	start func(ctx context.Context, bound Addrs) error
+	// drain, when set, runs on shutdown before the front ends stop (a
+	// cluster node leaves the ring and hands its ids off).
+	drain func(ctx context.Context) error
+}
+
+// Addrs are the addresses the front ends are bound to; empty when disabled.
+type Addrs struct {
+	HTTP, RESP, GRPC string
+}
+
+func addrOf(ln net.Listener) string {
+	if ln == nil {
+		return ""
+	}
+	return ln.Addr().String()
+}
+
+// openNode opens the backend the config asks for: tiered with --redis and
+// --postgres, a cluster member with --join, else the embedded engine.
+func openNode(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
+	switch {
+	case cfg.Redis != "":
+		return openTiered(ctx, cfg, log)
+	case cfg.Join != "":
+		return openCluster(ctx, cfg, log)
+	}
+	eng, err := openEngine(cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log)}, nil
+}
+
+// openEngine opens the embedded engine in cfg.Data.
+func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {
+	dur, _ := engine.ParseDurability(cfg.Durability)
+	ecfg := engine.DefaultConfig()
+	ecfg.Dir = cfg.Data
+	ecfg.NodeID = cfg.NodeID
+	ecfg.Durability = dur
+	ecfg.FlushInterval = cfg.FlushInterval
+	ecfg.IdempotencyRetention = cfg.IdempotencyRetention
+	ecfg.IdempotencyMemory = cfg.IdempotencyMemory
+	ecfg.MaxBatch = cfg.MaxBatch
+	ecfg.Logger = log
+	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
+		return nil, fmt.Errorf("server: data directory: %w", err)
+	}
+	start := time.Now()
+	eng, err := engine.Open(ecfg)
+	if err != nil {
+		return nil, err
+	}
+	log.Info("engine open", "data", cfg.Data, "counters", eng.Len(), "durability", dur.String(), "took", time.Since(start).Round(time.Millisecond))
+	return eng, nil
+}
+
+func closeEngine(eng *engine.Engine, log *slog.Logger) func() error {
+	return func() error {
+		if err := eng.Close(); err != nil {
+			log.Error("engine close", "err", err)
+			return err
+		}
+		log.Info("engine flushed and closed")
+		return nil
+	}
+}
