@@ -22,6 +22,9 @@ var (
 	ErrBatchTooLarge    = errors.New("engine: batch too large")
 	ErrIdempotencyReuse = errors.New("engine: idempotency key reused with a different request")
 	ErrClosed           = errors.New("engine: closed")
+	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
+	// peer) could not reach what it needs; the request may be retried.
+	ErrUnavailable = errors.New("engine: unavailable")
 )
 
 // MaxIDLen is the longest counter id accepted, in bytes.

@@ -55,6 +55,7 @@ var errorTable = []struct {
 	{errBodyTooLarge, codeBodyTooLarge, http.StatusRequestEntityTooLarge},
 	{engine.ErrBatchTooLarge, codeBatchTooLarge, http.StatusRequestEntityTooLarge},
 	{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
+	{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 	{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
 	{context.Canceled, codeUnavailable, http.StatusServiceUnavailable},
 }

@@ -154,6 +154,8 @@ func engineError(err error) string {
 		return "ERR no such key"
 	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled):
 		return "ERR server is shutting down"
+	case errors.Is(err, engine.ErrUnavailable):
+		return "TRYAGAIN " + errDetail(err, engine.ErrUnavailable)
 	}
 	return "ERR " + err.Error()
 }
