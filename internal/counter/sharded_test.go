@@ -92,6 +92,7 @@ func TestShardedCodecErrors(t *testing.T) {
 	_ = good.Add(2, 1<<40)
 	enc := mustMarshal(t, good)
 	checkTruncations(t, enc, func() binaryCodec { return new(Sharded) })
+	r := formatShardedReplicated
 	tests := []struct {
 		name string
 		in   []byte
@@ -103,6 +104,17 @@ func TestShardedCodecErrors(t *testing.T) {
 		{"sum overflows", []byte{formatSharded, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 2}},
 		{"non-minimal varint", []byte{formatSharded, 1, 0x80, 0x00}},
 		{"huge count", []byte{formatSharded, 0xff, 0xff, 0xff, 0xff, 0x0f}},
+		// The replicated format (sharded_crdt_test.go).
+		{"no name", []byte{r, 0, 1, 1, 2, 0}},
+		{"no shards after the name", []byte{r, 1, 'a', 1, 0, 0}},
+		{"shards without seq", []byte{r, 1, 'a', 0, 1, 2, 0}},
+		{"remote seq 0", []byte{r, 1, 'a', 1, 1, 2, 1, 1, 'b', 0, 2}},
+		{"remote named like local", []byte{r, 1, 'a', 1, 1, 2, 1, 1, 'a', 1, 2}},
+		{"remote empty name", []byte{r, 1, 'a', 1, 1, 2, 1, 0, 1, 2}},
+		{"unsorted remotes", []byte{r, 1, 'a', 1, 1, 2, 2, 1, 'c', 1, 2, 1, 'b', 1, 2}},
+		{"duplicate remotes", []byte{r, 1, 'a', 1, 1, 2, 2, 1, 'b', 1, 2, 1, 'b', 2, 2}},
+		{"local sum overflows", []byte{r, 1, 'a', 1, 2, 0xfe, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 2, 0}},
+		{"huge remote count", []byte{r, 1, 'a', 1, 1, 2, 0xff, 0xff, 0xff, 0xff, 0x0f}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -135,11 +147,11 @@ func FuzzShardedUnmarshal(f *testing.F) {
 			return
 		}
 		var sum i128
-		for _, v := range s.Shards() {
-			sum = sum.addInt64(v)
+		for _, x := range s.Slots() { // the local slot is the sum of the shards
+			sum = sum.addInt64(x.Sum)
 		}
-		if !sum.fits() || sum.clamp() != s.Value() {
-			t.Fatalf("Value() = %d, sum of shards %v", s.Value(), s.Shards())
+		if sum.clamp() != s.Value() {
+			t.Fatalf("Value() = %d, slots %v", s.Value(), s.Slots())
 		}
 		// The decoded counter keeps working: Add respects the sum bound.
 		if err := s.Add(0, 1); err == nil && s.Value() == math.MinInt64 {

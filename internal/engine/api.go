@@ -253,13 +253,16 @@ type View struct {
 	UpdatedAt time.Time
 	ExpiresAt time.Time // zero without a TTL
 
-	Shards    []int64          // sharded
-	Replicas  []counter.PNSlot // pn
-	StdError  float64          // hll: relative standard error of Value
-	Precision uint8            // hll
-	Fields    []counter.Field  // hash, sorted by name
-	Window    counter.WindowSpec
-	Buckets   []counter.Bucket // window: buckets inside the window, oldest first
+	Shards []int64 // sharded: this node's shards
+	// ShardSlots, for sharded: every replica's slot (this node's Sum is the
+	// sum of Shards); Value is the sum of their Sums.
+	ShardSlots []counter.ShardedSlot
+	Replicas   []counter.PNSlot // pn
+	StdError   float64          // hll: relative standard error of Value
+	Precision  uint8            // hll
+	Fields     []counter.Field  // hash, sorted by name
+	Window     counter.WindowSpec
+	Buckets    []counter.Bucket // window: buckets inside the window, oldest first
 }
 
 // Aggregate is the sum over counters whose id starts with a prefix.

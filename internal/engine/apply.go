@@ -308,10 +308,7 @@ func b2i(b bool) int64 {
 func cloneState(s any) any {
 	switch v := s.(type) {
 	case *counter.Sharded:
-		b, _ := v.MarshalBinary()
-		c := counter.NewSharded(1)
-		_ = c.UnmarshalBinary(b)
-		return c
+		return v.Clone()
 	case *counter.PN:
 		return v.Clone()
 	case *counter.HLL:
@@ -360,7 +357,9 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 		if n == 0 {
 			n = e.cfg.DefaultShards
 		}
-		st = counter.NewSharded(n)
+		s := counter.NewSharded(n)
+		_ = s.SetReplica(e.cfg.NodeID) // Config.Validate: NodeID is not empty
+		st = s
 	case KindPN:
 		st = counter.NewPN()
 	case KindWindow:
@@ -457,6 +456,8 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		if !live {
 			return nil
 		}
+		// The version the counter is deleted at (a tombstone's, replica.go).
+		res.Kind, res.Version = en.kind, en.version+1
 		e.clearLocked(r)
 		res.Changed = true
 		return nil
@@ -466,6 +467,7 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		}
 		switch {
 		case op.TTL < 0:
+			res.Kind, res.Version = en.kind, en.version+1 // as OpDelete
 			e.clearLocked(r)
 			res.Changed = true
 			return nil
@@ -597,8 +599,8 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		}
 		res.Changed = true
 		if h.Len() == 0 { // like Redis: a hash without fields does not exist
+			res.Kind, res.Version = KindHash, en.version+1 // as OpDelete
 			e.clearLocked(r)
-			res.Kind = KindHash
 			return nil
 		}
 	}

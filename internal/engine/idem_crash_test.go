@@ -6,8 +6,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/cockroachdb/pebble/vfs"
 )
 
 // TestIdempotencyRecordAndEffectCrashTogether: an idempotency record must
@@ -20,13 +18,7 @@ import (
 // value differs from the number of keys.
 func TestIdempotencyRecordAndEffectCrashTogether(t *testing.T) {
 	for round := 0; round < 5; round++ {
-		fs := vfs.NewStrictMem()
-		if err := fs.MkdirAll("/data", 0o755); err != nil {
-			t.Fatal(err)
-		}
-		root, _ := fs.OpenDir("/")
-		root.Sync()
-		root.Close()
+		fs := strictMemDir(t, "/data")
 		cfg := DefaultConfig()
 		cfg.Dir, cfg.FS = "/data", fs
 		cfg.FlushInterval = time.Millisecond

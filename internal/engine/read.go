@@ -43,7 +43,7 @@ func (e *Engine) viewLocked(r *ref, now int64, v *View) {
 	}
 	switch s := en.ext.state.(type) {
 	case *counter.Sharded:
-		v.Shards = s.Shards()
+		v.Shards, v.ShardSlots = s.Shards(), s.Slots()
 	case *counter.PN:
 		v.Replicas = s.Slots()
 	case *counter.HLL:

@@ -53,6 +53,13 @@ func encodeEntry(buf []byte, en *entry) ([]byte, error) {
 		exp = en.ext.expires
 	}
 	buf = binary.AppendVarint(buf, exp)
+	return appendData(buf, en)
+}
+
+// appendData appends the encoding of en's value or state (the Data of a
+// State): a zigzag varint for a counter, the state's MarshalBinary for the
+// other kinds. Caller holds en's lock.
+func appendData(buf []byte, en *entry) ([]byte, error) {
 	if en.kind == KindCounter {
 		return binary.AppendVarint(buf, en.value), nil
 	}
@@ -92,52 +99,60 @@ func decodeEntry(b []byte, en *entry) error {
 		return fmt.Errorf("%w: expires", ErrCorrupt)
 	}
 	b = b[n:]
-	en.kind, en.version, en.updated, en.ext = k, ver, upd, nil
-	var st any
-	switch k {
-	case KindCounter:
-		v, n := binary.Varint(b)
-		if n <= 0 || n != len(b) {
-			return fmt.Errorf("%w: value", ErrCorrupt)
-		}
-		en.value = v
-	case KindSharded:
-		s := counter.NewSharded(1)
-		if err := s.UnmarshalBinary(b); err != nil {
-			return err
-		}
-		en.value, st = s.Value(), s
-	case KindPN:
-		p := counter.NewPN()
-		if err := p.UnmarshalBinary(b); err != nil {
-			return err
-		}
-		en.value, st = p.Value(), p
-	case KindHLL:
-		h, _ := counter.NewHLL(14)
-		if err := h.UnmarshalBinary(b); err != nil {
-			return err
-		}
-		st = h
-	case KindWindow:
-		w := &counter.Window{}
-		if err := w.UnmarshalBinary(b); err != nil {
-			return err
-		}
-		st = w
-	case KindHash:
-		h := counter.NewHash()
-		if err := h.UnmarshalBinary(b); err != nil {
-			return err
-		}
-		st = h
-	default:
-		return fmt.Errorf("%w: kind %d", ErrCorrupt, k)
+	v, st, err := decodeData(k, b)
+	if err != nil {
+		return err
 	}
+	en.kind, en.version, en.updated, en.value, en.ext = k, ver, upd, v, nil
 	if st != nil || exp != 0 {
 		en.ext = &ext{expires: exp, state: st}
 	}
 	return nil
+}
+
+// decodeData decodes what appendData wrote for kind k: the entry's value
+// (the counter's, or the cached value of a sharded or pn state) and its
+// state (nil for a counter).
+func decodeData(k Kind, b []byte) (int64, any, error) {
+	switch k {
+	case KindCounter:
+		v, n := binary.Varint(b)
+		if n <= 0 || n != len(b) {
+			return 0, nil, fmt.Errorf("%w: value", ErrCorrupt)
+		}
+		return v, nil, nil
+	case KindSharded:
+		s := counter.NewSharded(1)
+		if err := s.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return s.Value(), s, nil
+	case KindPN:
+		p := counter.NewPN()
+		if err := p.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return p.Value(), p, nil
+	case KindHLL:
+		h, _ := counter.NewHLL(14)
+		if err := h.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return 0, h, nil
+	case KindWindow:
+		w := &counter.Window{}
+		if err := w.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return 0, w, nil
+	case KindHash:
+		h := counter.NewHash()
+		if err := h.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return 0, h, nil
+	}
+	return 0, nil, fmt.Errorf("%w: kind %d", ErrCorrupt, k)
 }
 
 // load reads every counter into memory. Counters that expired while the
@@ -162,6 +177,12 @@ func (e *Engine) load() error {
 		}
 		if err := decodeEntry(it.Value(), en); err != nil {
 			return fmt.Errorf("engine: load %q: %w", id, err)
+		}
+		if en.kind == KindSharded {
+			s := en.ext.state.(*counter.Sharded)
+			// Old data's shards (and a renamed node's) become this node's.
+			_ = s.SetReplica(e.cfg.NodeID)
+			en.value = s.Value()
 		}
 		e.keys.Add(1)
 		if en.ext != nil && en.ext.expires != 0 {
