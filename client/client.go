@@ -10,6 +10,11 @@
 // error or a 5xx answer is retried with jittered exponential backoff and the
 // same key, so the server applies it at most once even when the first attempt
 // was applied and only its answer was lost.
+//
+// For a cluster, NewCluster returns a Cluster: the same methods, each call
+// sent to the node owning its id on a cached copy of the cluster's ring,
+// failing over to the next replica, with a circuit breaker per node
+// (docs/client.md).
 package client
 
 import (
@@ -36,12 +41,39 @@ type Client struct {
 	cfg   config
 	hc    *http.Client
 	owned *http.Transport // the transport New created, nil with WithHTTPClient
+	cl    *clusterState   // NewCluster: picks the node of each attempt; nil otherwise
 }
 
 // New returns a Client for the server at addr, such as
 // "http://127.0.0.1:8080". An addr without a scheme gets "http://". A path
 // in addr is kept as a prefix of every request path.
 func New(addr string, opts ...Option) (*Client, error) {
+	u, err := parseAddr(addr)
+	if err != nil {
+		return nil, err
+	}
+	cfg := defaultConfig()
+	for _, o := range opts {
+		o(&cfg)
+	}
+	switch cfg.durability {
+	case "", "sync", "async":
+	default:
+		return nil, fmt.Errorf("client: durability must be sync or async, not %q", cfg.durability)
+	}
+	c := &Client{base: u, cfg: cfg, hc: cfg.httpClient}
+	if c.hc == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConns = 256
+		t.MaxIdleConnsPerHost = 64
+		c.owned = t
+		c.hc = &http.Client{Transport: t}
+	}
+	return c, nil
+}
+
+// parseAddr normalises a server address (see New).
+func parseAddr(addr string) (*url.URL, error) {
 	if addr == "" {
 		return nil, errors.New("client: empty address")
 	}
@@ -61,25 +93,7 @@ func New(addr string, opts ...Option) (*Client, error) {
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	u.RawPath = strings.TrimSuffix(u.RawPath, "/")
 	u.RawQuery, u.Fragment = "", ""
-
-	cfg := defaultConfig()
-	for _, o := range opts {
-		o(&cfg)
-	}
-	switch cfg.durability {
-	case "", "sync", "async":
-	default:
-		return nil, fmt.Errorf("client: durability must be sync or async, not %q", cfg.durability)
-	}
-	c := &Client{base: u, cfg: cfg, hc: cfg.httpClient}
-	if c.hc == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConns = 256
-		t.MaxIdleConnsPerHost = 64
-		c.owned = t
-		c.hc = &http.Client{Transport: t}
-	}
-	return c, nil
+	return u, nil
 }
 
 // Close closes the idle connections of the transport New created. The Client
@@ -103,6 +117,7 @@ type request struct {
 	body   any        // JSON-encoded when not nil
 	mutate bool       // sends Idempotency-Key and durability
 	once   bool       // never retried (it consumes, and has no idempotency key)
+	key    string     // Cluster: route to the owner of key; default: the id in path
 	opts   callOptions
 }
 
@@ -163,9 +178,27 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 	if r.once {
 		retries = 0
 	}
+	var rt *route
+	if c.cl != nil {
+		rt = c.cl.route(r, u)
+	}
 	for attempt := 0; ; attempt++ {
+		if rt != nil {
+			t, nerr := rt.next()
+			if nerr != nil {
+				if err != nil { // the previous attempt's
+					nerr = fmt.Errorf("%w; last attempt: %w", nerr, err)
+				}
+				return false, nerr
+			}
+			target = t
+		}
 		var retryAfter time.Duration
-		replayed, retryAfter, err = c.attempt(ctx, r.method, target, header, body, out)
+		var answer http.Header
+		replayed, retryAfter, answer, err = c.attempt(ctx, r.method, target, header, body, out)
+		if rt != nil {
+			rt.done(ctx, answer, err)
+		}
 		if err == nil || attempt >= retries || !retryable(ctx, err) {
 			return replayed, err
 		}
@@ -183,8 +216,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 	}
 }
 
-// attempt sends one HTTP request.
-func (c *Client) attempt(ctx context.Context, method, target string, header http.Header, body []byte, out any) (replayed bool, retryAfter time.Duration, err error) {
+// attempt sends one HTTP request. answer is the answer's header (nil
+// without an answer).
+func (c *Client) attempt(ctx context.Context, method, target string, header http.Header, body []byte, out any) (replayed bool, retryAfter time.Duration, answer http.Header, err error) {
 	if c.cfg.timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, c.cfg.timeout)
@@ -196,17 +230,17 @@ func (c *Client) attempt(ctx context.Context, method, target string, header http
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, rd)
 	if err != nil {
-		return false, 0, fmt.Errorf("client: %s %s: %w", method, target, err)
+		return false, 0, nil, fmt.Errorf("client: %s %s: %w", method, target, err)
 	}
 	req.Header = header.Clone()
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		return false, 0, &netError{err: err}
+		return false, 0, nil, &netError{err: err}
 	}
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
-		return false, 0, &netError{err: fmt.Errorf("%s %s: reading answer: %w", method, req.URL.Path, err)}
+		return false, 0, resp.Header, &netError{err: fmt.Errorf("%s %s: reading answer: %w", method, req.URL.Path, err)}
 	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		if s := resp.Header.Get("Retry-After"); s != "" {
@@ -214,15 +248,15 @@ func (c *Client) attempt(ctx context.Context, method, target string, header http
 				retryAfter = time.Duration(n) * time.Second
 			}
 		}
-		return false, retryAfter, decodeError(resp.StatusCode, raw)
+		return false, retryAfter, resp.Header, decodeError(resp.StatusCode, raw)
 	}
 	replayed = resp.Header.Get("Idempotency-Replayed") == "true"
 	if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
-			return replayed, 0, fmt.Errorf("client: %s %s: decode answer: %w", method, req.URL.Path, err)
+			return replayed, 0, resp.Header, fmt.Errorf("client: %s %s: decode answer: %w", method, req.URL.Path, err)
 		}
 	}
-	return replayed, 0, nil
+	return replayed, 0, resp.Header, nil
 }
 
 // netError marks a failure to get an answer; the request may or may not have

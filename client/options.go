@@ -15,6 +15,7 @@ type config struct {
 	durability  string
 	idempotency bool
 	userAgent   string
+	cluster     clusterConfig // NewCluster only
 }
 
 func defaultConfig() config {
@@ -25,6 +26,7 @@ func defaultConfig() config {
 		backoffCap:  2 * time.Second,
 		idempotency: true,
 		userAgent:   "counterd-go-client",
+		cluster:     defaultClusterConfig(),
 	}
 }
 

@@ -57,7 +57,7 @@ func (c *Client) CheckLimit(ctx context.Context, key string, cost int64, limits 
 		body.Limits = append(body.Limits, limitJSON{l.Name, l.Algorithm, l.Limit, l.Period.Milliseconds(), l.Burst})
 	}
 	var d LimitDecision
-	_, err := c.do(ctx, &request{method: http.MethodPost, path: "/ratelimit/check", body: body, once: true}, &d)
+	_, err := c.do(ctx, &request{method: http.MethodPost, path: "/ratelimit/check", body: body, once: true, key: key}, &d)
 	var ae *Error
 	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
 		if json.Unmarshal(ae.Body, &d) == nil {

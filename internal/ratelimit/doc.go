@@ -28,6 +28,10 @@
 // RESP command RL.CHECK, and RegisterEnvoy for Envoy's rate limit service
 // (envoy.service.ratelimit.v3) over gRPC.
 //
-// Decisions are exact while one process owns a key; there is no cluster
-// mode yet (see docs/ratelimit.md).
+// Front ends take a Checker: a *Limiter decides itself; a *Router (the
+// cluster mode) decides on the node owning the key, forwarding the check
+// one hop to the owner's POST /ratelimit/check, so decisions are exact
+// while one node owns a key. When the owner is unreachable it decides
+// locally (approximate: up to k x Limit per window with k nodes deciding)
+// or fails (FallbackError); docs/ratelimit.md states the bounds.
 package ratelimit

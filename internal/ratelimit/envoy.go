@@ -31,17 +31,18 @@ type EnvoyOptions struct {
 
 // RegisterEnvoy registers Envoy's rate limit service v3
 // (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) on s,
-// deciding with l. Each descriptor of a request is a key,
+// deciding with c (a *Limiter, or a *Router in a cluster; policies are
+// c.Local()'s). Each descriptor of a request is a key,
 // DescriptorKey(domain, entries), checked against the limit the
 // descriptor carries or else the policies matching the key (none: the
 // descriptor is not limited, code OK). All descriptors of one request
 // are checked atomically: if one is over its limit, none is charged.
 // Hits are the descriptor's hits_addend, else the request's, else 1.
-func RegisterEnvoy(s grpc.ServiceRegistrar, l *Limiter, opts EnvoyOptions) {
+func RegisterEnvoy(s grpc.ServiceRegistrar, c Checker, opts EnvoyOptions) {
 	if opts.OverrideAlgorithm == 0 {
 		opts.OverrideAlgorithm = FixedWindow
 	}
-	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{l: l, opts: opts})
+	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{c: c, l: c.Local(), opts: opts})
 }
 
 // DescriptorKey is the key of a descriptor: the domain, ':', then the
@@ -70,7 +71,8 @@ func DescriptorKey(domain string, entries []*rlcommonv3.RateLimitDescriptor_Entr
 
 type envoyServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	l    *Limiter
+	c    Checker
+	l    *Limiter // c.Local()
 	opts EnvoyOptions
 }
 
@@ -128,7 +130,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		}
 	}
 	sts := make([]Status, len(hits))
-	agg, err := s.l.CheckMulti(hits, sts)
+	agg, err := s.c.CheckMultiContext(ctx, hits, sts)
 	if err != nil {
 		return nil, grpcError(err)
 	}
@@ -177,7 +179,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 
 func grpcError(err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull), errors.Is(err, ErrOwnerUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidCost),
 		errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrTooManyLimits):

@@ -18,7 +18,7 @@ import (
 
 // envoyClient serves RegisterEnvoy on a loopback listener and returns a
 // real gRPC client of it.
-func envoyClient(t *testing.T, l *Limiter, opts EnvoyOptions) rlsv3.RateLimitServiceClient {
+func envoyClient(t *testing.T, l Checker, opts EnvoyOptions) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

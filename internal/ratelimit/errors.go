@@ -18,6 +18,9 @@ var (
 	ErrNoPolicy       = errors.New("ratelimit: no policy matches the key")
 	ErrTooManyLimits  = errors.New("ratelimit: too many limits in one check")
 	ErrFull           = errors.New("ratelimit: too many keys")
+	// ErrOwnerUnavailable: a Router could not reach the node owning the
+	// key and its Fallback is FallbackError.
+	ErrOwnerUnavailable = errors.New("ratelimit: owner of the key unavailable")
 )
 
 func errorf(sentinel error, format string, args ...any) error {

@@ -22,7 +22,7 @@ type HTTPOptions struct {
 	ReadOnlyPolicies bool
 }
 
-// NewHTTPHandler returns the HTTP API of l (docs/ratelimit.md):
+// NewHTTPHandler returns the HTTP API of c (docs/ratelimit.md):
 //
 //	POST   /ratelimit/check            check a key (200 allowed, 429 denied)
 //	GET    /ratelimit/policies         list the policies
@@ -34,11 +34,16 @@ type HTTPOptions struct {
 // Mount it under "/ratelimit/" (it matches full paths). Errors are
 // {"status":"error","error":{"code","message"}} with the codes of
 // docs/http-api.md. The handler is safe for concurrent use.
-func NewHTTPHandler(l *Limiter, opts HTTPOptions) http.Handler {
+//
+// c decides the checks: a *Limiter itself, or a *Router on the node that
+// owns the key. A check carrying the ForwardedHeader was forwarded by
+// another node's Router and is always decided by c.Local(), never
+// forwarded again. Policies are c.Local()'s.
+func NewHTTPHandler(c Checker, opts HTTPOptions) http.Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
-	h := &httpHandler{l: l, opts: opts}
+	h := &httpHandler{c: c, l: c.Local(), opts: opts}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/ratelimit/check", h.check)
 	mux.HandleFunc("/ratelimit/policies", h.policies)
@@ -50,7 +55,8 @@ func NewHTTPHandler(l *Limiter, opts HTTPOptions) http.Handler {
 }
 
 type httpHandler struct {
-	l    *Limiter
+	c    Checker
+	l    *Limiter // c.Local()
 	opts HTTPOptions
 }
 
@@ -83,6 +89,7 @@ var errorTable = []struct {
 	{ErrNoPolicy, "not_found", http.StatusNotFound},
 	{ErrClosed, "unavailable", http.StatusServiceUnavailable},
 	{ErrFull, "unavailable", http.StatusServiceUnavailable},
+	{ErrOwnerUnavailable, "unavailable", http.StatusServiceUnavailable},
 }
 
 func classify(err error) (string, int) {
@@ -218,22 +225,31 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// checkRequest is the body of POST /ratelimit/check.
+// MarshalJSON writes the integer (omit unset ones with omitzero).
+func (n jsonInt) MarshalJSON() ([]byte, error) { return strconv.AppendInt(nil, n.V, 10), nil }
+
+// checkRequest is the body of POST /ratelimit/check. A Router also sends
+// it, so it encodes as well as it decodes.
 type checkRequest struct {
 	Key      string      `json:"key"`
-	Cost     jsonInt     `json:"cost"`
-	Policy   string      `json:"policy"`
-	Policies []string    `json:"policies"`
-	Limits   []limitJSON `json:"limits"`
+	Cost     jsonInt     `json:"cost,omitzero"`
+	Policy   string      `json:"policy,omitempty"`
+	Policies []string    `json:"policies,omitempty"`
+	Limits   []limitJSON `json:"limits,omitempty"`
 }
 
 type limitJSON struct {
-	Name      string  `json:"name"`
-	Algorithm string  `json:"algorithm"`
-	Limit     jsonInt `json:"limit"`
-	Period    string  `json:"period"`
-	PeriodMS  jsonInt `json:"period_ms"`
-	Burst     jsonInt `json:"burst"`
+	// Key, when set, is the key of this limit's hit instead of the
+	// request's (a multi-key atomic check).
+	Key       string  `json:"key,omitempty"`
+	Name      string  `json:"name,omitempty"`
+	Algorithm string  `json:"algorithm,omitempty"`
+	Limit     jsonInt `json:"limit,omitzero"`
+	Period    string  `json:"period,omitempty"`
+	PeriodMS  jsonInt `json:"period_ms,omitzero"`
+	Burst     jsonInt `json:"burst,omitzero"`
+	// Cost, when set, is this limit's cost instead of the request's.
+	Cost jsonInt `json:"cost,omitzero"`
 }
 
 func (j *limitJSON) limit(i int) (Limit, error) {
@@ -316,13 +332,29 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sts := make([]Status, len(hits))
-	agg, err := h.l.CheckMulti(hits, sts)
+	c := h.c
+	if r.Header.Get(ForwardedHeader) != "" {
+		c = h.l // one hop: a forwarded check is decided here
+	}
+	agg, err := c.CheckMultiContext(r.Context(), hits, sts)
 	if err != nil {
 		writeError(w, err)
 		return
 	}
 	appendHeaders(w.Header().Add, h.l.Now(), hits, sts, agg)
-	ans := checkAnswer{Status: "ok", Allowed: agg.Allowed, Key: req.Key, Limit: agg.Limit, Remaining: agg.Remaining,
+	ans := newCheckAnswer(req.Key, hits, sts, agg)
+	status := http.StatusOK
+	if !agg.Allowed {
+		status = http.StatusTooManyRequests
+	}
+	writeJSON(w, status, ans)
+}
+
+// newCheckAnswer is the answer to a check of hits on key, with their
+// statuses sts and the binding status agg. Durations are rounded up to
+// milliseconds.
+func newCheckAnswer(key string, hits []Hit, sts []Status, agg Status) checkAnswer {
+	ans := checkAnswer{Status: "ok", Allowed: agg.Allowed, Key: key, Limit: agg.Limit, Remaining: agg.Remaining,
 		ResetMS: ceilMillis(agg.Reset), RetryAfterMS: ceilMillis(agg.RetryAfter), DelayMS: ceilMillis(agg.Delay),
 		Limits: make([]limitAnswer, len(hits))}
 	for i, hit := range hits {
@@ -332,11 +364,10 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 			Allowed: s.Allowed, Remaining: s.Remaining, ResetMS: ceilMillis(s.Reset),
 			RetryAfterMS: ceilMillis(s.RetryAfter), DelayMS: ceilMillis(s.Delay)}
 	}
-	status := http.StatusOK
 	if !agg.Allowed {
-		ans.Status, status = "rate_limited", http.StatusTooManyRequests
+		ans.Status = "rate_limited"
 	}
-	writeJSON(w, status, ans)
+	return ans
 }
 
 // hits turns a check request into the hits to check.
@@ -370,11 +401,23 @@ func (h *httpHandler) hits(req *checkRequest) ([]Hit, error) {
 		if err != nil {
 			return nil, err
 		}
-		c := cost
-		if c == PolicyCost {
-			c = 1
+		hit := Hit{Key: req.Key, Limit: lim, Cost: cost}
+		if hit.Cost == PolicyCost {
+			hit.Cost = 1
 		}
-		hits = append(hits, Hit{Key: req.Key, Limit: lim, Cost: c})
+		if l := &req.Limits[i]; l.Key != "" {
+			if err := validateKey(l.Key); err != nil {
+				return nil, fmt.Errorf("limits[%d]: %w", i, err)
+			}
+			hit.Key = l.Key
+		}
+		if l := &req.Limits[i]; l.Cost.Set {
+			if l.Cost.V < 0 {
+				return nil, errorf(ErrInvalidCost, "limits[%d]: cost %d is negative", i, l.Cost.V)
+			}
+			hit.Cost = l.Cost.V
+		}
+		hits = append(hits, hit)
 	}
 	return hits, nil
 }

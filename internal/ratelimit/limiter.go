@@ -185,20 +185,27 @@ func checkCost(sp *spec, lim *Limit, cost int64) error {
 	return nil
 }
 
+// validateHit checks one hit's key, limit and cost and returns the
+// limit's spec.
+func validateHit(key string, lim *Limit, cost int64) (spec, error) {
+	if err := validateKey(key); err != nil {
+		return spec{}, err
+	}
+	sp, err := lim.spec()
+	if err != nil {
+		return sp, err
+	}
+	return sp, checkCost(&sp, lim, cost)
+}
+
 // Check applies a hit of cost units (0: a query) on key against lim. It
 // is CheckMulti with one limit, without allocating.
 func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 	if l.closed.Load() {
 		return Status{}, ErrClosed
 	}
-	if err := validateKey(key); err != nil {
-		return Status{}, err
-	}
-	sp, err := lim.spec()
+	sp, err := validateHit(key, &lim, cost)
 	if err != nil {
-		return Status{}, err
-	}
-	if err := checkCost(&sp, &lim, cost); err != nil {
 		return Status{}, err
 	}
 	h1, h2 := fingerprint(hashKey(key), limitHash(&lim))
@@ -319,14 +326,8 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 	var kh keyHash
 	for i := range hits {
 		h := &hits[i]
-		if err := validateKey(h.Key); err != nil {
-			return Status{}, err
-		}
-		sp, err := h.Limit.spec()
+		sp, err := validateHit(h.Key, &h.Limit, h.Cost)
 		if err != nil {
-			return Status{}, err
-		}
-		if err := checkCost(&sp, &h.Limit, h.Cost); err != nil {
 			return Status{}, err
 		}
 		if i == 0 || h.Key != hits[i-1].Key {

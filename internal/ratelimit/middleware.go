@@ -16,9 +16,14 @@ import (
 // waits its Delay before next runs (it gives up if the client goes away).
 //
 // Requests pass unlimited, without headers, when keyFunc returns "", when
-// no policy matches the key, and when the limiter fails (closed): the
+// no policy matches the key, and when the check fails (a closed limiter,
+// or a Router whose key owner is unavailable with FallbackError): the
 // middleware fails open. It panics if a limit is invalid.
-func Middleware(l *Limiter, keyFunc func(*http.Request) string, limits ...Limit) func(http.Handler) http.Handler {
+//
+// c decides: a *Limiter, or a *Router to decide on the key's owner in a
+// cluster. Policies are c.Local()'s.
+func Middleware(c Checker, keyFunc func(*http.Request) string, limits ...Limit) func(http.Handler) http.Handler {
+	l := c.Local()
 	for _, lim := range limits {
 		if err := lim.Validate(); err != nil {
 			panic("ratelimit: Middleware: " + err.Error())
@@ -49,7 +54,7 @@ func Middleware(l *Limiter, keyFunc func(*http.Request) string, limits ...Limit)
 				sts = make([]Status, len(hits))
 			}
 			sts = sts[:len(hits)]
-			agg, err := l.CheckMulti(hits, sts)
+			agg, err := c.CheckMultiContext(r.Context(), hits, sts)
 			if err != nil {
 				next.ServeHTTP(w, r)
 				return

@@ -29,52 +29,75 @@ const (
 // Errors wrap the package's sentinels; RESPError formats them as Redis
 // error replies.
 func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
-	if len(args) != 1 && (len(args) < 3 || len(args) > 6) {
-		return [4]int64{}, &argError{"wrong number of arguments for 'rl.check' command"}
+	a, err := parseArgs(args)
+	if err != nil {
+		return [4]int64{}, err
 	}
-	// The key is only hashed, never kept.
-	key := unsafe.String(unsafe.SliceData(args[0]), len(args[0]))
 	var s Status
-	var err error
-	if len(args) == 1 {
-		s, err = l.CheckPolicies(key, nil, PolicyCost, nil)
+	if a.policies {
+		s, err = l.CheckPolicies(a.key, nil, PolicyCost, nil)
 	} else {
-		lim := Limit{Algorithm: DefaultAlgorithm}
-		cost := int64(1)
-		var ok bool
-		if lim.Limit, ok = parseInt(args[1]); !ok {
-			return [4]int64{}, &argError{"limit is not an integer or out of range"}
-		}
-		ms, ok := parseInt(args[2])
-		if !ok || ms <= 0 || ms > int64(MaxPeriod/time.Millisecond) {
-			return [4]int64{}, &argError{"period_ms is not a positive integer in range"}
-		}
-		lim.Period = time.Duration(ms) * time.Millisecond
-		if len(args) > 3 {
-			if cost, ok = parseInt(args[3]); !ok {
-				return [4]int64{}, &argError{"cost is not an integer or out of range"}
-			}
-		}
-		if len(args) > 4 {
-			if lim.Algorithm, err = parseAlgorithmBytes(args[4]); err != nil {
-				return [4]int64{}, err
-			}
-		}
-		if len(args) > 5 {
-			if lim.Burst, ok = parseInt(args[5]); !ok {
-				return [4]int64{}, &argError{"burst is not an integer or out of range"}
-			}
-		}
-		s, err = l.Check(key, lim, cost)
+		s, err = l.Check(a.key, a.lim, a.cost)
 	}
 	if err != nil {
 		return [4]int64{}, err
 	}
+	return argsReply(s), nil
+}
+
+// rlArgs are the parsed arguments of RL.CHECK.
+type rlArgs struct {
+	key      string // aliases the argument: hash it, never keep it
+	policies bool   // the one-argument form: the policies matching key
+	lim      Limit
+	cost     int64
+}
+
+// parseArgs parses the arguments of RL.CHECK without allocating.
+func parseArgs(args [][]byte) (rlArgs, error) {
+	if len(args) != 1 && (len(args) < 3 || len(args) > 6) {
+		return rlArgs{}, &argError{"wrong number of arguments for 'rl.check' command"}
+	}
+	a := rlArgs{key: unsafe.String(unsafe.SliceData(args[0]), len(args[0])), policies: len(args) == 1,
+		lim: Limit{Algorithm: DefaultAlgorithm}, cost: 1}
+	if a.policies {
+		return a, nil
+	}
+	var ok bool
+	if a.lim.Limit, ok = parseInt(args[1]); !ok {
+		return a, &argError{"limit is not an integer or out of range"}
+	}
+	ms, ok := parseInt(args[2])
+	if !ok || ms <= 0 || ms > int64(MaxPeriod/time.Millisecond) {
+		return a, &argError{"period_ms is not a positive integer in range"}
+	}
+	a.lim.Period = time.Duration(ms) * time.Millisecond
+	if len(args) > 3 {
+		if a.cost, ok = parseInt(args[3]); !ok {
+			return a, &argError{"cost is not an integer or out of range"}
+		}
+	}
+	if len(args) > 4 {
+		var err error
+		if a.lim.Algorithm, err = parseAlgorithmBytes(args[4]); err != nil {
+			return a, err
+		}
+	}
+	if len(args) > 5 {
+		if a.lim.Burst, ok = parseInt(args[5]); !ok {
+			return a, &argError{"burst is not an integer or out of range"}
+		}
+	}
+	return a, nil
+}
+
+// argsReply is the reply of RL.CHECK for s.
+func argsReply(s Status) [4]int64 {
 	allowed := int64(0)
 	if s.Allowed {
 		allowed = 1
 	}
-	return [4]int64{allowed, s.Remaining, ceilMillis(s.Reset), ceilMillis(s.RetryAfter)}, nil
+	return [4]int64{allowed, s.Remaining, ceilMillis(s.Reset), ceilMillis(s.RetryAfter)}
 }
 
 // parseAlgorithmBytes is ParseAlgorithm, case-insensitive, without

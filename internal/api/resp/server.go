@@ -74,9 +74,10 @@ type Options struct {
 	// (MaxInlineLen) like in Redis.
 	MaxCommandBytes int
 
-	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md). Default
+	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md): a
+	// *ratelimit.Limiter, or a *ratelimit.Router in a cluster. Default
 	// nil: RL.CHECK is an unknown command.
-	RateLimiter *ratelimit.Limiter
+	RateLimiter ratelimit.Checker
 
 	// IdleTimeout closes a connection that sent nothing for this long.
 	// Default 0: never, like Redis's "timeout 0". Idle connections cost
