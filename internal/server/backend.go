@@ -32,6 +32,9 @@ type node struct {
 	// drain, when set, runs on shutdown before the front ends stop (a
 	// cluster node leaves the ring and hands its ids off).
 	drain func(ctx context.Context) error
+	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
+	// checks are decided there (ratelimit.Router); nil decides locally.
+	rlOwner func(key string) (self bool, httpAddr string)
 }
 
 // Addrs are the addresses the front ends are bound to; empty when disabled.

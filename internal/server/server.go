@@ -74,6 +74,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer lim.Close()
+	var rlc ratelimit.Checker = lim
+	if nd.rlOwner != nil {
+		router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: nd.rlOwner})
+		if err != nil {
+			return err
+		}
+		defer router.Close()
+		rlc = router
+	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -85,7 +94,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Gatherer:     reg,
 		Logger:       log,
 	})
-	rl := ratelimit.NewHTTPHandler(lim, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -134,7 +143,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: lim})
+		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -145,7 +154,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var gs *grpc.Server
 	if lns.grpc != nil {
 		gs = grpc.NewServer()
-		ratelimit.RegisterEnvoy(gs, lim, ratelimit.EnvoyOptions{})
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}
