@@ -4,10 +4,59 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
+
+	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/engine"
 )
 
 // openCluster joins a peer cluster: gossip membership, ring placement,
-// forwarding and replication on top of an embedded engine.
-func openCluster(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
-	return nil, fmt.Errorf("%w: peer cluster (--join)", ErrUnsupportedMode)
+// forwarding and replication on top of an embedded engine whose pn replica
+// name is the node id. Gossip starts in the start hook, once the listeners
+// are bound, so peers learn the actual addresses.
+func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error) {
+	if cfg.GRPC == "" {
+		return nil, fmt.Errorf("server: cluster mode (--join) needs --grpc for peer traffic")
+	}
+	eng, err := openEngine(cfg, log) // sets the engine's NodeID to --node-id
+	if err != nil {
+		return nil, err
+	}
+	dur, _ := engine.ParseDurability(cfg.Durability)
+	cn, err := cnode.New(cnode.Config{
+		NodeID:     cfg.NodeID,
+		Gossip:     cfg.Gossip,
+		Join:       splitList(cfg.Join),
+		Durability: dur,
+		Logger:     log,
+	}, cnode.EngineStore(eng))
+	if err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
+	closeEng := closeEngine(eng, log)
+	return &node{
+		Backend: cn,
+		close: func() error {
+			_ = cn.Close()
+			return closeEng()
+		},
+		grpc:   cn.Register,
+		routes: cn.Routes(),
+		start: func(_ context.Context, b Addrs) error {
+			return cn.Start(cnode.Meta{HTTP: b.HTTP, RESP: b.RESP, GRPC: b.GRPC})
+		},
+		drain: cn.Drain,
+	}, nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
 }

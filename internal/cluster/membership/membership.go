@@ -368,15 +368,34 @@ func (m *Membership) Leave(timeout time.Duration) error {
 	}
 	deadline := time.Now().Add(timeout)
 	msg := append(slices.Clone(leaveIntent), m.cfg.NodeID...)
-	for _, n := range m.ml.Members() {
-		if n.Name == m.cfg.NodeID || time.Now().After(deadline) {
+	for _, mem := range m.Members() {
+		if mem.ID == m.cfg.NodeID || mem.State != StateAlive || time.Now().After(deadline) {
 			continue
 		}
-		if err := m.ml.SendReliable(n, msg); err != nil {
-			m.cfg.Logger.Debug("membership: leave intent not delivered", "to", n.Name, "err", err)
+		// A node of our own: the *memberlist.Node values memberlist hands
+		// out are updated concurrently under its lock.
+		n, err := nodeAt(mem)
+		if err == nil {
+			err = m.ml.SendReliable(n, msg)
+		}
+		if err != nil {
+			m.cfg.Logger.Debug("membership: leave intent not delivered", "to", mem.ID, "err", err)
 		}
 	}
 	return m.ml.Leave(max(time.Until(deadline), time.Millisecond))
+}
+
+// nodeAt builds a memberlist node for mem's gossip address.
+func nodeAt(mem Member) (*memberlist.Node, error) {
+	host, port, err := splitHostPort(mem.Addr)
+	if err != nil {
+		return nil, err
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return nil, fmt.Errorf("membership: %s: address %q is not an IP", mem.ID, mem.Addr)
+	}
+	return &memberlist.Node{Name: mem.ID, Addr: ip, Port: uint16(port)}, nil
 }
 
 // Shutdown stops gossip without announcing a leave (others will detect this

@@ -306,3 +306,24 @@ func (r *Ring) Version() uint64 { return r.Snapshot().Version() }
 func (s *Snapshot) String() string {
 	return fmt.Sprintf("ring v%d [%s] (%d points)", s.version, strings.Join(s.nodes, ","), len(s.points))
 }
+
+// Ownership returns the share of the hash space each node owns, in [0, 1]
+// (the fraction of ids it is expected to own); empty for an empty ring.
+func (s *Snapshot) Ownership() map[string]float64 {
+	out := make(map[string]float64, len(s.nodes))
+	if len(s.points) == 0 {
+		return out
+	}
+	const space = float64(1<<63) * 2
+	prev := s.points[len(s.points)-1].hash
+	for _, p := range s.points {
+		// The arc (prev, p.hash] belongs to p's node; uint64 subtraction
+		// wraps for the first arc.
+		out[s.nodes[p.node]] += float64(p.hash-prev) / space
+		prev = p.hash
+	}
+	if len(s.nodes) == 1 {
+		out[s.nodes[0]] = 1 // a single node's arcs sum to 2^64, which wraps to 0
+	}
+	return out
+}

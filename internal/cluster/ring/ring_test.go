@@ -376,3 +376,37 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	}
 }
+
+func TestOwnership(t *testing.T) {
+	r := New(Config{})
+	if got := r.Snapshot().Ownership(); len(got) != 0 {
+		t.Fatalf("empty ring ownership = %v", got)
+	}
+	r.Set([]string{"n1"})
+	if got := r.Snapshot().Ownership()["n1"]; got != 1 {
+		t.Fatalf("single node owns %v, want 1", got)
+	}
+	r.Set([]string{"n1", "n2", "n3"})
+	own := r.Snapshot().Ownership()
+	sum := 0.0
+	for _, f := range own {
+		sum += f
+		if f < 0.2 || f > 0.5 {
+			t.Errorf("share %v out of the expected range for 3 nodes", f)
+		}
+	}
+	if sum < 0.999999 || sum > 1.000001 {
+		t.Fatalf("shares sum to %v, want 1", sum)
+	}
+	// Shares predict the owner of random ids.
+	counts := map[string]int{}
+	const ids = 20000
+	for i := 0; i < ids; i++ {
+		counts[r.Owner(fmt.Sprintf("id-%d", i))]++
+	}
+	for n, f := range own {
+		if got := float64(counts[n]) / ids; got < f-0.02 || got > f+0.02 {
+			t.Errorf("%s: owns %.3f of ids, share %.3f", n, got, f)
+		}
+	}
+}

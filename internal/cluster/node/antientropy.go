@@ -1,0 +1,100 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// antiEntropy sends each peer a digest (version and data hash) of the states
+// this node shares with it; the peer answers with its states that differ
+// (merged here) and the ids it lacks or holds differently (pushed to it).
+func (n *Node) antiEntropy(ctx context.Context) error {
+	s := n.ring.Snapshot()
+	if s.Len() < 2 {
+		return nil
+	}
+	digests := map[string][]digestItem{}
+	var reps []string
+	err := n.store.ExportAll(ctx, func(st State) error {
+		reps = s.AppendReplicas(reps[:0], st.ID, 0)
+		it := digestOf(st)
+		for _, p := range reps {
+			if p != n.self {
+				digests[p] = append(digests[p], it)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for peer, items := range digests {
+		for chunk := range slices.Chunk(items, maxStatesPerCall) {
+			errs = append(errs, n.exchangeDigest(ctx, peer, chunk))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// digestOf summarises a state. CRDT versions are per-node Lamport clocks
+// that differ between converged replicas, so only their data counts.
+func digestOf(st State) digestItem {
+	sum := xxhash.Sum64(st.Data)
+	if st.Deleted {
+		sum = ^sum
+	}
+	v := st.Version
+	if isCRDT(st.Kind) || st.Kind == engine.KindHLL {
+		v = 0
+	}
+	return digestItem{ID: st.ID, Version: v, Sum: sum ^ uint64(st.ExpiresAt)}
+}
+
+func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestItem) error {
+	var resp digestResponse
+	if err := n.call(ctx, peer, "Digest", &digestRequest{header: n.header(false), Items: items}, &resp); err != nil {
+		return err
+	}
+	if err := resp.Err.err(peer, nil); err != nil {
+		return err
+	}
+	n.idem.put(resp.Idem)
+	if len(resp.States) > 0 {
+		if _, err := n.store.Merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
+			return err
+		}
+	}
+	repairs := len(resp.States) + len(resp.Want)
+	n.metrics.antiEntropy.Add(float64(repairs))
+	if len(resp.Want) == 0 {
+		return nil
+	}
+	return n.pushStates(ctx, peer, n.exportIDs(resp.Want), false)
+}
+
+func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestResponse {
+	resp := &digestResponse{}
+	for _, it := range req.Items {
+		st, ok, err := n.export(it.ID)
+		if err != nil {
+			return &digestResponse{Err: toWire(err)}
+		}
+		if !ok {
+			resp.Want = append(resp.Want, it.ID)
+			continue
+		}
+		if digestOf(st) != it {
+			resp.Want = append(resp.Want, it.ID)
+			resp.States = append(resp.States, st)
+		}
+	}
+	resp.Idem = n.idem.forIDs(stateIDs(resp.States), time.Now().Add(-idemPushWindow))
+	return resp
+}

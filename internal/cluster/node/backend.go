@@ -1,0 +1,428 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/rollup"
+)
+
+var _ engine.Backend = (*Node)(nil)
+
+// Apply applies op on its owner (forwarding it there in one hop), or on
+// this node for an unkeyed add to a pn or sharded counter.
+func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+	res, err := n.applyOps(ctx, []engine.Op{op}, false, wo)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return res[0], nil
+}
+
+// ApplyBatch splits ops by owner and applies each part on its owner, in
+// parallel. A part is atomic; the batch as a whole is atomic only when all
+// its ops have one owner (see docs/cluster.md).
+func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+	if len(ops) == 0 {
+		return n.store.ApplyBatch(ctx, ops, wo) // the engine's error
+	}
+	return n.applyOps(ctx, ops, true, wo)
+}
+
+// applyOps applies ops (one op when !batch) where they belong.
+func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	if err := n.checkSources(ops, batch); err != nil {
+		return nil, err
+	}
+	if !batch && n.crdtLocal(ctx, &ops[0], wo.IdempotencyKey) {
+		return n.applyHere(ctx, ops, batch, wo)
+	}
+	if !batch {
+		var res []engine.Result
+		err := n.routed(ctx, "apply", ops[0].ID, func(ctx context.Context) (err error) {
+			res, err = n.localApply(ctx, ops, batch, wo)
+			return err
+		}, func(ctx context.Context, node string) (err error) {
+			res, err = n.forwardApply(ctx, node, ops, batch, wo)
+			return err
+		})
+		return res, err
+	}
+	return n.applySplit(ctx, ops, wo, true)
+}
+
+// checkSources rejects a PFMERGE whose sources have another owner than its
+// destination: the owner merges sketches it holds (like Redis Cluster's
+// CROSSSLOT).
+func (n *Node) checkSources(ops []engine.Op, batch bool) error {
+	s := n.ring.Snapshot()
+	for i := range ops {
+		dst := s.Owner(ops[i].ID)
+		for _, src := range ops[i].Sources {
+			if s.Owner(src) == dst {
+				continue
+			}
+			if batch {
+				return &engine.BatchError{Index: i, Err: errCrossNode}
+			}
+			return errCrossNode
+		}
+	}
+	return nil
+}
+
+// localApply applies ops owned by this node (or CRDT-local) and replicates
+// the result.
+func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	n.inflight.Add(1)
+	defer n.inflight.Add(-1)
+	local := n.crdtOnly(ctx, ops, wo.IdempotencyKey)
+	var fp uint64
+	if wo.IdempotencyKey != "" {
+		fp = fingerprint(ops)
+	}
+	var res []engine.Result
+	err := n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
+		if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
+			res = cached // applied by a previous owner
+			return nil
+		}
+		if wo.IdempotencyKey == "" {
+			res, err = n.applyStore(ctx, ops, batch, wo)
+			return err
+		}
+		unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
+		defer unlock()
+		if res, err = n.applyStore(ctx, ops, batch, wo); err != nil {
+			return err
+		}
+		if rec := newIdemRecord(wo.IdempotencyKey, fp, ops, res); rec != nil {
+			n.idem.put([]idemRecord{*rec})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return res, n.replicateAfter(ctx, ops, res, wo)
+}
+
+// crdtOnly returns the ids whose every op in ops is CRDT-local: those need
+// no ownership.
+func (n *Node) crdtOnly(ctx context.Context, ops []engine.Op, key string) map[string]bool {
+	m := make(map[string]bool, len(ops))
+	for i := range ops {
+		ok := len(ops[i].Sources) == 0 && n.crdtLocal(ctx, &ops[i], key)
+		if prev, seen := m[ops[i].ID]; seen {
+			ok = ok && prev
+		}
+		m[ops[i].ID] = ok
+	}
+	return m
+}
+
+// applyHere applies CRDT-local ops without an ownership check.
+func (n *Node) applyHere(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	n.inflight.Add(1)
+	defer n.inflight.Add(-1)
+	res, err := n.applyStore(ctx, ops, batch, wo)
+	if err != nil {
+		return nil, err
+	}
+	return res, n.replicateAfter(ctx, ops, res, wo)
+}
+
+func (n *Node) applyStore(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	if batch {
+		return n.store.ApplyBatch(ctx, ops, wo)
+	}
+	r, err := n.store.Apply(ctx, ops[0], wo)
+	if err != nil {
+		return nil, err
+	}
+	return []engine.Result{r}, nil
+}
+
+// forwardApply sends ops to node, which must own them.
+func (n *Node) forwardApply(ctx context.Context, node string, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	req := &applyRequest{header: n.header(true), Ops: ops, Batch: batch, Durability: wo.Durability, IdemKey: wo.IdempotencyKey}
+	var resp applyResponse
+	if err := n.call(ctx, node, "Apply", req, &resp); err != nil {
+		return nil, err
+	}
+	if err := resp.Err.err(node, nil); err != nil {
+		return nil, err
+	}
+	res := make([]engine.Result, len(resp.Results))
+	for i, r := range resp.Results {
+		res[i] = r.Result
+		res[i].Replayed = r.Replayed
+	}
+	return res, nil
+}
+
+func (n *Node) serveApply(ctx context.Context, req *applyRequest) *applyResponse {
+	if len(req.Ops) == 0 {
+		return &applyResponse{Err: toWire(errEmptyRequest)}
+	}
+	wo := engine.WriteOptions{Durability: req.Durability, IdempotencyKey: req.IdemKey}
+	res, err := n.localApply(ctx, req.Ops, req.Batch, wo)
+	if err != nil {
+		return &applyResponse{Err: toWire(err)}
+	}
+	out := make([]wireResult, len(res))
+	for i, r := range res {
+		out[i] = wireResult{Result: r, Replayed: r.Replayed}
+	}
+	return &applyResponse{Results: out}
+}
+
+// applySplit groups a batch by target node and applies the groups in
+// parallel; retry allows one re-split of groups answered with a wrong
+// owner.
+func (n *Node) applySplit(ctx context.Context, ops []engine.Op, wo engine.WriteOptions, retry bool) ([]engine.Result, error) {
+	groups := n.groupOps(ctx, ops, wo.IdempotencyKey)
+	out := make([]engine.Result, len(ops))
+	errs := make([]error, len(groups))
+	done := make(chan struct{}, len(groups))
+	for gi, g := range groups {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			part := make([]engine.Op, len(g.idx))
+			for i, j := range g.idx {
+				part[i] = ops[j]
+			}
+			var res []engine.Result
+			var err error
+			switch {
+			case g.node == n.self:
+				res, err = n.localApply(ctx, part, true, wo)
+			default:
+				res, err = n.forwardApply(ctx, g.node, part, true, wo)
+				n.metrics.forwarded.WithLabelValues("batch", resultLabel(err)).Inc()
+			}
+			if isWrongOwner(err) && retry {
+				res, err = n.applySplit(ctx, part, wo, false)
+			}
+			errs[gi] = remapBatchError(err, g.idx)
+			for i, r := range res {
+				out[g.idx[i]] = r
+			}
+		}()
+	}
+	for range groups {
+		<-done
+	}
+	for _, err := range errs {
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+type opGroup struct {
+	node string
+	idx  []int // indexes into the batch, in order
+}
+
+// groupOps assigns every op to the node that applies it: this node for
+// CRDT-local adds, else the owner of its id.
+func (n *Node) groupOps(ctx context.Context, ops []engine.Op, key string) []opGroup {
+	s := n.ring.Snapshot()
+	var groups []opGroup
+	at := map[string]int{}
+	for i := range ops {
+		node := n.self
+		if !n.crdtLocal(ctx, &ops[i], key) {
+			if o := s.Owner(ops[i].ID); o != "" {
+				node = o
+			}
+		}
+		gi, ok := at[node]
+		if !ok {
+			gi = len(groups)
+			at[node] = gi
+			groups = append(groups, opGroup{node: node})
+		}
+		groups[gi].idx = append(groups[gi].idx, i)
+	}
+	return groups
+}
+
+// ---- reads: on the owner ----
+
+// Get reads id on its owner, which merges every replica slot it has.
+func (n *Node) Get(ctx context.Context, id string) (engine.View, error) {
+	if err := engine.ValidateID(id); err != nil {
+		return engine.View{}, err
+	}
+	resp, err := n.read(ctx, readRequest{Op: "get", ID: id})
+	if err != nil || resp.View == nil {
+		return engine.View{ID: id}, err
+	}
+	return *resp.View, nil
+}
+
+// HGet reads one hash field on the owner.
+func (n *Node) HGet(ctx context.Context, id, field string) (int64, bool, error) {
+	if err := engine.ValidateID(id); err != nil {
+		return 0, false, err
+	}
+	resp, err := n.read(ctx, readRequest{Op: "hget", ID: id, Field: field})
+	if err != nil {
+		return 0, false, err
+	}
+	return resp.Int, resp.OK, nil
+}
+
+// PFCount estimates the union of hll counters that share one owner.
+func (n *Node) PFCount(ctx context.Context, ids ...string) (uint64, float64, error) {
+	if len(ids) == 0 {
+		return n.store.PFCount(ctx) // the engine's error
+	}
+	s := n.ring.Snapshot()
+	for _, id := range ids[1:] {
+		if s.Owner(id) != s.Owner(ids[0]) {
+			return 0, 0, errCrossNode
+		}
+	}
+	resp, err := n.read(ctx, readRequest{Op: "pfcount", ID: ids[0], IDs: ids})
+	if err != nil {
+		return 0, 0, err
+	}
+	return resp.Uint, resp.Float, nil
+}
+
+// TTL reads id's time to live on its owner.
+func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, error) {
+	resp, err := n.read(ctx, readRequest{Op: "ttl", ID: id})
+	if err != nil {
+		return 0, false, false, err
+	}
+	return resp.Duration, resp.OK, resp.Exists, nil
+}
+
+// Series reads id's rollup series on its owner.
+func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from, to time.Time) (*rollup.Series, error) {
+	resp, err := n.read(ctx, readRequest{Op: "series", ID: id, G: g, From: from, To: to})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Series.series()
+}
+
+// Uniques reads id's unique-count estimate on its owner.
+func (n *Node) Uniques(ctx context.Context, id string, unit rollup.Granularity, num int) (*rollup.Estimate, error) {
+	resp, err := n.read(ctx, readRequest{Op: "uniques", ID: id, G: unit, N: num})
+	if err != nil {
+		return nil, err
+	}
+	return resp.Estimate, nil
+}
+
+// read runs req on the owner of req.ID. When the owner cannot be reached
+// (it died and gossip has not declared it dead yet), the read falls back to
+// another replica, which answers from its copy without the owner's fence:
+// possibly stale, but available.
+func (n *Node) read(ctx context.Context, req readRequest) (*readResponse, error) {
+	var resp *readResponse
+	err := n.routed(ctx, "read_"+req.Op, req.ID, func(ctx context.Context) error {
+		resp = n.localRead(ctx, &req)
+		return resp.Err.err(n.self, nil)
+	}, func(ctx context.Context, node string) (err error) {
+		resp, err = n.remoteRead(ctx, node, req)
+		return err
+	})
+	var ue *UnavailableError
+	if errors.As(err, &ue) && ue.Node != "" {
+		if r, ferr := n.readReplica(ctx, req, ue.Node); ferr == nil {
+			return r, nil
+		}
+	}
+	return resp, err
+}
+
+func (n *Node) remoteRead(ctx context.Context, node string, req readRequest) (*readResponse, error) {
+	req.header = n.header(true)
+	resp := &readResponse{}
+	if err := n.call(ctx, node, "Read", &req, resp); err != nil {
+		return nil, err
+	}
+	return resp, resp.Err.err(node, nil)
+}
+
+// readReplica reads req from the first replica of req.ID other than down
+// that answers, without ownership check.
+func (n *Node) readReplica(ctx context.Context, req readRequest, down string) (*readResponse, error) {
+	req.AnyReplica = true
+	var err error
+	for _, r := range n.ring.Snapshot().Replicas(req.ID, 0) {
+		if r == down {
+			continue
+		}
+		var resp *readResponse
+		if r == n.self {
+			resp = n.localRead(ctx, &req)
+			err = resp.Err.err(r, nil)
+		} else {
+			resp, err = n.remoteRead(ctx, r, req)
+			n.metrics.forwarded.WithLabelValues("read_replica", resultLabel(err)).Inc()
+		}
+		if err == nil {
+			return resp, nil
+		}
+	}
+	return nil, err
+}
+
+func (n *Node) serveRead(ctx context.Context, req *readRequest) *readResponse {
+	return n.localRead(ctx, req)
+}
+
+// localRead answers req as the owner of its ids.
+func (n *Node) localRead(ctx context.Context, req *readRequest) *readResponse {
+	resp := &readResponse{}
+	ids := req.IDs
+	if len(ids) == 0 {
+		ids = []string{req.ID}
+	}
+	var err error
+	if req.AnyReplica {
+		err = n.readStore(ctx, req, resp)
+	} else {
+		err = n.ownerDo(ctx, ids, nil, func() error { return n.readStore(ctx, req, resp) })
+	}
+	resp.Err = toWire(err)
+	return resp
+}
+
+func (n *Node) readStore(ctx context.Context, req *readRequest, resp *readResponse) (err error) {
+	switch req.Op {
+	case "get":
+		var v engine.View
+		v, err = n.store.Get(ctx, req.ID)
+		resp.View = &v
+	case "hget":
+		resp.Int, resp.OK, err = n.store.HGet(ctx, req.ID, req.Field)
+	case "pfcount":
+		resp.Uint, resp.Float, err = n.store.PFCount(ctx, req.IDs...)
+	case "ttl":
+		resp.Duration, resp.OK, resp.Exists, err = n.store.TTL(ctx, req.ID)
+	case "series":
+		var s *rollup.Series
+		if s, err = n.store.Series(ctx, req.ID, req.G, req.From, req.To); s != nil {
+			resp.Series = toWireSeries(s)
+		}
+	case "uniques":
+		resp.Estimate, err = n.store.Uniques(ctx, req.ID, req.G, req.N)
+	default:
+		err = errUnknownOp
+	}
+	return err
+}
+
+func (n *Node) Now() time.Time      { return n.store.Now() }
+func (n *Node) Stats() engine.Stats { return n.store.Stats() }

@@ -1,0 +1,134 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// handoffLoop hands state over after every ring change, one change set at a
+// time (changes that arrive meanwhile are coalesced).
+func (n *Node) handoffLoop() {
+	prev := n.initialRing
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.handoff:
+		}
+		cur := n.ring.Snapshot()
+		if cur.Version() == prev.Version() {
+			continue
+		}
+		if err := n.handOff(n.ctx, prev, cur); err != nil {
+			n.log.Warn("cluster: handoff incomplete, retrying", "err", err)
+			n.retryHandoffLater()
+			continue
+		}
+		prev = cur
+	}
+}
+
+func (n *Node) retryHandoffLater() {
+	n.goLoop(func() {
+		select {
+		case <-n.ctx.Done():
+		case <-time.After(n.cfg.RejoinInterval):
+			select {
+			case n.handoff <- struct{}{}:
+			default:
+			}
+		}
+	})
+}
+
+// isCRDT reports whether k accepts writes on every node. Such states are
+// never dropped by handoff: a node that wrote into its own slot must keep
+// it, or its next write would restart the slot below what replicas hold.
+func isCRDT(k engine.Kind) bool { return k == engine.KindPN || k == engine.KindSharded }
+
+// handOff moves state after the ring went from old to cur: every state this
+// node holds goes to the replicas in cur that did not hold it in old (all
+// of them when this node is not a replica any more), durably; a state of
+// a versioned kind this node no longer replicates is then dropped, only if
+// every new replica acknowledged it and it did not change meanwhile.
+func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
+	start := time.Now()
+	byPeer := map[string][]State{}
+	var leaving []State
+	var oldR, newR []string
+	err := n.store.ExportAll(ctx, func(st State) error {
+		oldR = old.AppendReplicas(oldR[:0], st.ID, 0)
+		newR = cur.AppendReplicas(newR[:0], st.ID, 0)
+		wasReplica, isReplica := slices.Contains(oldR, n.self), slices.Contains(newR, n.self)
+		for _, p := range newR {
+			if p != n.self && (!isReplica || !wasReplica || !slices.Contains(oldR, p)) {
+				byPeer[p] = append(byPeer[p], st)
+			}
+		}
+		if !isReplica && !isCRDT(st.Kind) && len(newR) > 0 {
+			leaving = append(leaving, st)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	failed := n.pushAll(ctx, byPeer, true)
+	sent := 0
+	for _, states := range byPeer {
+		sent += len(states)
+	}
+	n.metrics.handoff.WithLabelValues("sent").Add(float64(sent))
+	dropped := n.dropHanded(ctx, leaving, cur, failed)
+	n.metrics.handoff.WithLabelValues("dropped").Add(float64(dropped))
+	if sent > 0 || dropped > 0 || len(failed) > 0 {
+		n.log.Info("cluster handoff", "ring", cur.Version(), "sent", sent, "dropped", dropped,
+			"failed_peers", len(failed), "took", time.Since(start).Round(time.Millisecond))
+	}
+	if len(failed) > 0 {
+		n.metrics.handoff.WithLabelValues("failed").Add(float64(len(failed)))
+		return errors.New("cluster: handoff: some peers did not acknowledge")
+	}
+	return nil
+}
+
+// pushAll pushes to every peer in parallel (durable: fsynced there) and
+// returns the peers that failed.
+func (n *Node) pushAll(ctx context.Context, byPeer map[string][]State, durable bool) map[string]bool {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	failed := map[string]bool{}
+	for peer, states := range byPeer {
+		wg.Go(func() {
+			if err := n.pushStates(ctx, peer, states, durable); err != nil {
+				n.log.Debug("cluster: push", "to", peer, "err", err)
+				mu.Lock()
+				failed[peer] = true
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// dropHanded drops the states this node handed off, when every new replica
+// acknowledged them.
+func (n *Node) dropHanded(ctx context.Context, states []State, cur *ring.Snapshot, failed map[string]bool) int {
+	dropped := 0
+	for _, st := range states {
+		if slices.ContainsFunc(cur.Replicas(st.ID, 0), func(p string) bool { return failed[p] }) {
+			continue
+		}
+		if ok, err := n.store.Drop(ctx, st.ID, st.Version); err == nil && ok {
+			dropped++
+		}
+	}
+	return dropped
+}

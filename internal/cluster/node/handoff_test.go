@@ -1,0 +1,190 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// load writes to counter ids (sync, keyed, retried) and pn ids (async,
+// unkeyed, applied locally) through random running nodes, counting what
+// was acknowledged.
+type load struct {
+	c       *testCluster
+	acked   map[string]*atomic.Int64 // adds acknowledged
+	started map[string]*atomic.Int64 // adds attempted (with retries, counted once)
+	avoid   string                   // a node clients do not send to
+	ids     []string
+	kinds   map[string]engine.Kind
+	errors  atomic.Int64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// startLoad starts workers; clients never send to avoid ("" = none).
+func startLoad(c *testCluster, counters, pns, workers int, avoid string) *load {
+	l := &load{c: c, avoid: avoid, acked: map[string]*atomic.Int64{}, started: map[string]*atomic.Int64{}, kinds: map[string]engine.Kind{}, stop: make(chan struct{})}
+	for i := 0; i < counters; i++ {
+		l.addID(fmt.Sprintf("load:c:%d", i), engine.KindCounter)
+	}
+	for i := 0; i < pns; i++ {
+		l.addID(fmt.Sprintf("load:pn:%d", i), engine.KindPN)
+	}
+	for w := 0; w < workers; w++ {
+		l.wg.Add(1)
+		go l.work(w)
+	}
+	return l
+}
+
+func (l *load) addID(id string, k engine.Kind) {
+	l.ids = append(l.ids, id)
+	l.kinds[id] = k
+	l.acked[id] = new(atomic.Int64)
+	l.started[id] = new(atomic.Int64)
+}
+
+func (l *load) work(w int) {
+	defer l.wg.Done()
+	for seq := 0; ; seq++ {
+		select {
+		case <-l.stop:
+			return
+		default:
+		}
+		id := l.ids[rand.IntN(len(l.ids))]
+		op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: l.kinds[id]}
+		wo := engine.WriteOptions{}
+		if l.kinds[id] == engine.KindCounter {
+			wo = engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: fmt.Sprintf("w%d-%d", w, seq)}
+		}
+		l.started[id].Add(1)
+		if l.apply(op, wo) {
+			l.acked[id].Add(1)
+		}
+	}
+}
+
+// apply retries keyed ops until they succeed (ring changes answer
+// retryable errors meanwhile); unkeyed ones are tried once.
+func (l *load) apply(op engine.Op, wo engine.WriteOptions) bool {
+	for try := 0; try < 200; try++ {
+		nodes := slices.DeleteFunc(l.c.running(), func(tn *testNode) bool { return tn.id == l.avoid })
+		tn := nodes[rand.IntN(len(nodes))]
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err := tn.n.Apply(ctx, op, wo)
+		cancel()
+		if err == nil {
+			return true
+		}
+		l.errors.Add(1)
+		if wo.IdempotencyKey == "" {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return false
+}
+
+func (l *load) finish() {
+	close(l.stop)
+	l.wg.Wait()
+}
+
+// check waits until every running node reads every id at its acked count.
+func (l *load) check(t *testing.T, within time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	var last string
+	deadline := time.Now().Add(within)
+	for {
+		last = ""
+		for _, tn := range l.c.running() {
+			for _, id := range l.ids {
+				v, err := tn.n.Get(ctx, id)
+				if want := l.acked[id].Load(); err != nil || v.Value != want {
+					last = fmt.Sprintf("%s on %s: %d (%v), want %d", id, tn.id, v.Value, err, want)
+					break
+				}
+			}
+			if last != "" {
+				break
+			}
+		}
+		if last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not converged within %v: %s", within, last)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestHandoff3To4To3UnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node membership changes")
+	}
+	c := newTestCluster(t, "n1", "n2", "n3")
+	l := startLoad(c, 20, 5, 3, "")
+	time.Sleep(300 * time.Millisecond)
+
+	c.start("n4", "")
+	c.waitRing("n1", "n2", "n3", "n4")
+	time.Sleep(500 * time.Millisecond)
+	c.leave("n4")
+	c.waitRing("n1", "n2", "n3")
+	time.Sleep(300 * time.Millisecond)
+	l.finish()
+
+	total := int64(0)
+	for _, a := range l.acked {
+		total += a.Load()
+	}
+	t.Logf("%d writes acknowledged, %d retryable errors", total, l.errors.Load())
+	if total == 0 {
+		t.Fatal("no write went through")
+	}
+	l.check(t, 2*time.Second)
+	if sent := value(c.node("n1").n.metrics.handoff.WithLabelValues("sent")); sent == 0 {
+		t.Error("n1 handed nothing off")
+	}
+}
+
+func TestRejoinAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node membership changes")
+	}
+	c := newTestCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		if _, err := c.node("n1").n.Apply(ctx, add(fmt.Sprintf("r:%d", i), 1), syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := c.node("n2").dir
+	c.kill("n2")
+	c.waitRing("n1", "n3")
+	for i := 0; i < 20; i++ {
+		if _, err := c.node("n3").n.Apply(ctx, add(fmt.Sprintf("r:%d", i), 1), syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.start("n2", dir)
+	c.waitRing("n1", "n2", "n3")
+	for _, tn := range c.running() {
+		for i := 0; i < 20; i++ {
+			v, err := tn.n.Get(ctx, fmt.Sprintf("r:%d", i))
+			if err != nil || v.Value != 2 {
+				t.Fatalf("r:%d on %s after rejoin: %d, %v", i, tn.id, v.Value, err)
+			}
+		}
+	}
+}

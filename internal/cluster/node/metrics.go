@@ -1,0 +1,68 @@
+package node
+
+import (
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// metrics are the node's Prometheus collectors (Collectors registers them).
+type metrics struct {
+	forwarded      *prometheus.CounterVec // by op and result
+	replicationLag prometheus.Gauge
+	convergence    prometheus.Histogram
+	fence          prometheus.Histogram
+	handoff        *prometheus.CounterVec // by result: sent, dropped, failed
+	antiEntropy    prometheus.Counter
+	ringVersion    prometheus.Gauge
+}
+
+func newMetrics() *metrics {
+	return &metrics{
+		forwarded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "counterd_cluster_forwarded_total",
+			Help: "Requests sent to another node (forwarded ops and reads, fan-out parts), by op and result (ok, wrong_owner, unavailable, error).",
+		}, []string{"op", "result"}),
+		replicationLag: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "counterd_cluster_replication_lag_seconds",
+			Help: "Age of the oldest local change not yet acknowledged by its replicas (0 when none is pending).",
+		}),
+		convergence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "counterd_cluster_convergence_seconds",
+			Help:    "Time from a local change (CRDT delta or async write) to its acknowledgement by every replica.",
+			Buckets: []float64{.01, .025, .05, .1, .15, .2, .3, .5, .75, 1, 2, 5, 10},
+		}),
+		fence: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "counterd_cluster_fence_seconds",
+			Help:    "Time a new owner spent pulling state from the other replicas before its first op on ids after a ring change.",
+			Buckets: prometheus.ExponentialBuckets(.001, 2.5, 10),
+		}),
+		handoff: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "counterd_cluster_handoff_total",
+			Help: "Handoff after ring changes: states sent to new replicas, local copies dropped, peers that failed.",
+		}, []string{"result"}),
+		antiEntropy: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_cluster_anti_entropy_repairs_total",
+			Help: "States exchanged by anti-entropy because replicas differed.",
+		}),
+		ringVersion: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "counterd_cluster_ring_version",
+			Help: "Version of this node's ring (increases on every membership change it sees).",
+		}),
+	}
+}
+
+// Collectors returns the node's metrics, for the server's registry.
+func (n *Node) Collectors() []prometheus.Collector {
+	m := n.metrics
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion}
+}
+
+// metricsHandler serves the node's metrics alone (at /cluster/metrics) for
+// servers that do not register Collectors on their own registry.
+func (n *Node) metricsHandler() http.Handler {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(n.Collectors()...)
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}

@@ -1,0 +1,368 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/membership"
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Defaults applied to zero Config fields.
+const (
+	DefaultPushInterval        = 100 * time.Millisecond
+	DefaultAntiEntropyInterval = 5 * time.Second
+	DefaultRejoinInterval      = 2 * time.Second
+	DefaultRPCTimeout          = 5 * time.Second
+	DefaultFenceTimeout        = 3 * time.Second
+)
+
+// Config configures a Node. Zero fields take the documented defaults.
+type Config struct {
+	NodeID string   // this node's name (--node-id); required
+	Gossip string   // gossip bind address (--gossip); default membership.DefaultBindAddr
+	Join   []string // gossip addresses to join (--join); may list this node and peers not up yet
+
+	// Durability resolves engine.DurabilityDefault (--durability); default
+	// engine.Async.
+	Durability engine.Durability
+
+	ReplicationFactor int // R, owner included; default ring.DefaultReplicationFactor, capped at the node count
+	VirtualNodes      int // ring positions per node; default ring.DefaultVirtualNodes
+
+	PushInterval        time.Duration // replication batch period (CRDT deltas, async writes); default 100ms
+	AntiEntropyInterval time.Duration // digest exchange period; default 5s
+	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
+	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
+	FenceTimeout        time.Duration // how long a new owner waits for replicas to agree; default 3s
+
+	// Membership tunes gossip timing (tests use fast timings); its NodeID,
+	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
+	Membership membership.Config
+	Logger     *slog.Logger // default slog.Default()
+}
+
+func (c Config) withDefaults() Config {
+	set := func(d *time.Duration, def time.Duration) {
+		if *d == 0 {
+			*d = def
+		}
+	}
+	set(&c.PushInterval, DefaultPushInterval)
+	set(&c.AntiEntropyInterval, DefaultAntiEntropyInterval)
+	set(&c.RejoinInterval, DefaultRejoinInterval)
+	set(&c.RPCTimeout, DefaultRPCTimeout)
+	set(&c.FenceTimeout, DefaultFenceTimeout)
+	if c.Durability == engine.DurabilityDefault {
+		c.Durability = engine.Async
+	}
+	if c.Gossip == "" {
+		c.Gossip = membership.DefaultBindAddr
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Validate reports the first invalid setting.
+func (c Config) Validate() error {
+	if c.NodeID == "" {
+		return errors.New("cluster: NodeID is empty")
+	}
+	if err := (ring.Config{VirtualNodes: c.VirtualNodes, ReplicationFactor: c.ReplicationFactor}).Validate(); err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	if c.PushInterval < 0 || c.AntiEntropyInterval < 0 || c.RejoinInterval < 0 || c.RPCTimeout < 0 || c.FenceTimeout < 0 {
+		return errors.New("cluster: negative interval")
+	}
+	return nil
+}
+
+// Node is one member of a peer cluster and the engine.Backend the front ends
+// serve in cluster mode: it places ids on a consistent-hash ring kept in
+// sync with gossip membership, forwards operations on ids it does not own
+// to their owner in one hop, replicates state to each id's R replicas, and
+// fans aggregate reads out to every member.
+//
+// Lifecycle: New, Register (on the gRPC server), Start once the listeners
+// are bound, then Drain (graceful leave) and/or Close. Close is idempotent
+// and does not close the Store. Methods are safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	self    string
+	store   Store
+	ring    *ring.Ring
+	peers   *peers
+	metrics *metrics
+
+	// gate orders owner operations against ring changes: an owner holds it
+	// shared from its ownership check to the end of the local apply, and a
+	// ring change takes it exclusively. Once a peer has seen this node's new
+	// ring (fence), no op admitted under the old ring is still applying.
+	gate sync.RWMutex
+
+	members  atomic.Pointer[membership.Membership]
+	joined   atomic.Bool  // a peer other than self has been seen
+	leaving  atomic.Bool  // Drain started: owner writes replicate synchronously
+	inflight atomic.Int64 // writes between admission and the end of their replication
+
+	initialRing *ring.Snapshot // the one-node ring before Start: the first handoff's base
+
+	fence   fencer
+	dirty   dirtySet
+	idem    idemCache     // idempotency records shipped by other owners
+	stripes stripes       // keyed applies vs exports (idem.go)
+	handoff chan struct{} // 1-buffered: a ring change to hand off
+
+	ctx       context.Context // cancelled by Close; parent of background work
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup // background loops
+	closeOnce sync.Once
+}
+
+// New returns a node serving store. It does not touch the network until
+// Start.
+func New(cfg Config, store Store) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	ctx, cancel := context.WithCancel(context.Background())
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger.With("node", cfg.NodeID),
+		self:    cfg.NodeID,
+		store:   store,
+		ring:    ring.New(ring.Config{VirtualNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor}),
+		peers:   newPeers(),
+		metrics: newMetrics(),
+		handoff: make(chan struct{}, 1),
+		ctx:     ctx,
+		cancel:  cancel,
+	}
+	n.fence.init()
+	n.dirty.init()
+	n.idem.init()
+	n.ring.Set([]string{n.self})
+	n.initialRing = n.ring.Snapshot()
+	return n, nil
+}
+
+// ID is this node's name.
+func (n *Node) ID() string { return n.self }
+
+// Ring returns the current ring snapshot.
+func (n *Node) Ring() *ring.Snapshot { return n.ring.Snapshot() }
+
+// Start joins the cluster, gossiping meta (the actual bound addresses). It
+// does not wait for the --join peers: those that are not up yet are retried
+// in the background every RejoinInterval, also later to heal partitions.
+func (n *Node) Start(meta Meta) error {
+	b, err := json.Marshal(meta)
+	if err != nil {
+		return err
+	}
+	n.peers.set(n.self, meta)
+	mc := n.cfg.Membership
+	mc.NodeID, mc.BindAddr, mc.Join, mc.Meta = n.self, n.cfg.Gossip, nil, b
+	mc.Logger = n.cfg.Logger
+	mc.OnEvent = func(membership.Event) { n.refresh() }
+	m, err := membership.Start(mc)
+	if err != nil {
+		return fmt.Errorf("cluster: %w", err)
+	}
+	n.members.Store(m)
+	n.refresh()
+	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
+	n.goLoop(n.joinLoop)
+	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
+	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
+	n.goLoop(n.handoffLoop)
+	return nil
+}
+
+func (n *Node) goLoop(f func()) {
+	n.wg.Add(1)
+	go func() {
+		defer n.wg.Done()
+		f()
+	}()
+}
+
+// every runs f every d until Close.
+func (n *Node) every(d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+			f()
+		}
+	}
+}
+
+// tick runs f every d until Close, logging its errors at debug level.
+func (n *Node) tick(d time.Duration, what string, f func(context.Context) error) {
+	n.every(d, func() {
+		if err := f(n.ctx); err != nil {
+			n.log.Debug("cluster: "+what, "err", err)
+		}
+	})
+}
+
+// joinLoop contacts the --join peers that are not alive members, at once
+// and then every RejoinInterval.
+func (n *Node) joinLoop() {
+	n.joinMissing()
+	n.every(n.cfg.RejoinInterval, n.joinMissing)
+}
+
+func (n *Node) joinMissing() {
+	m := n.members.Load()
+	if m == nil || n.leaving.Load() {
+		return
+	}
+	known := map[string]bool{m.Addr(): true}
+	for _, mem := range m.Members() {
+		if mem.State == membership.StateAlive {
+			known[mem.Addr] = true
+		}
+	}
+	for _, addr := range n.cfg.Join {
+		if known[addr] {
+			continue
+		}
+		if _, err := m.Join([]string{addr}); err != nil {
+			n.log.Debug("cluster: join", "addr", addr, "err", err)
+		}
+	}
+}
+
+// refresh rebuilds the peer table and the ring from membership.
+func (n *Node) refresh() {
+	m := n.members.Load()
+	if m == nil {
+		return
+	}
+	var alive []string
+	for _, mem := range m.Members() {
+		if mem.State != membership.StateAlive {
+			continue
+		}
+		if mem.ID != n.self {
+			n.peers.set(mem.ID, parseMeta(mem.Meta))
+			n.joined.Store(true)
+		}
+		if mem.ID != n.self || !n.leaving.Load() {
+			alive = append(alive, mem.ID)
+		}
+	}
+	n.setRing(alive)
+}
+
+// setRing installs a new node set, waiting for owner operations admitted
+// under the old ring to finish, and schedules a handoff.
+func (n *Node) setRing(nodes []string) {
+	n.gate.Lock()
+	changed := n.ring.Set(nodes)
+	n.gate.Unlock()
+	if !changed {
+		return
+	}
+	s := n.ring.Snapshot()
+	n.metrics.ringVersion.Set(float64(s.Version()))
+	n.log.Info("cluster ring changed", "version", s.Version(), "nodes", s.Nodes())
+	select {
+	case n.handoff <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops gossip (without leaving: peers will see this node dead),
+// background work and peer connections. It does not close the Store.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.cancel()
+		// Shut gossip down before waiting for the loops: it aborts a join
+		// attempt blocked on an unreachable seed.
+		if m := n.members.Load(); m != nil {
+			_ = m.Shutdown()
+		}
+		n.wg.Wait()
+		n.peers.close()
+	})
+	return nil
+}
+
+// Drain leaves the cluster gracefully. The node first takes itself off its
+// own ring (new requests are forwarded; ops admitted before finish), then
+// flushes pending replication to the new replica sets, leaves the gossip,
+// and hands every id it holds to its new replicas. Requests for ids it
+// owned answer a retryable ErrWrongOwner until the others have seen it
+// leave. Call Close afterwards.
+func (n *Node) Drain(ctx context.Context) error {
+	m := n.members.Load()
+	if m == nil || n.leaving.Swap(true) {
+		return nil
+	}
+	start := time.Now()
+	old := n.ring.Snapshot()
+	n.refresh() // leaving: without this node
+	// Writes admitted before must finish replicating before the others
+	// see this node go: the new owners' fences do not ask it.
+	errs := []error{n.waitInflight(ctx), n.flushDirty(ctx)}
+	leaveTimeout := time.Second
+	if d, ok := ctx.Deadline(); ok {
+		leaveTimeout = min(leaveTimeout, time.Until(d)/2)
+	}
+	errs = append(errs, m.Leave(leaveTimeout))
+	errs = append(errs, n.handOff(ctx, old, n.ring.Snapshot()))
+	err := errors.Join(errs...)
+	n.log.Info("cluster drained", "took", time.Since(start).Round(time.Millisecond), "err", err)
+	return err
+}
+
+// waitInflight waits until no write is between admission and the end of
+// its replication.
+func (n *Node) waitInflight(ctx context.Context) error {
+	for n.inflight.Load() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Ready is nil while the node can serve: its engine is ready and, when
+// --join lists other nodes, it has met at least one of them once.
+func (n *Node) Ready() error {
+	if err := n.store.Ready(); err != nil {
+		return err
+	}
+	return n.joinedOrAlone()
+}
+
+func (n *Node) hasOtherSeeds() bool {
+	m := n.members.Load()
+	if m == nil {
+		return len(n.cfg.Join) > 0
+	}
+	return slices.ContainsFunc(n.cfg.Join, func(a string) bool { return a != m.Addr() })
+}
+
+// quorum is the write quorum for r replicas: floor(r/2)+1.
+func quorum(r int) int { return r/2 + 1 }

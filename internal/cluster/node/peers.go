@@ -1,0 +1,111 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// Meta is what a node gossips about itself: the actual bound addresses of
+// its front ends and of its gRPC peer service.
+type Meta struct {
+	HTTP string `json:"http"`
+	RESP string `json:"resp,omitempty"`
+	GRPC string `json:"grpc"`
+}
+
+func parseMeta(b []byte) Meta {
+	var m Meta
+	_ = json.Unmarshal(b, &m) // a member without valid meta is unreachable, not fatal
+	return m
+}
+
+// peers holds the members' addresses and one pooled gRPC connection per
+// peer address. Safe for concurrent use.
+type peers struct {
+	mu     sync.Mutex                  // guards meta, conns, closed
+	meta   map[string]Meta             // by node id
+	conns  map[string]*grpc.ClientConn // by gRPC address
+	closed bool
+}
+
+func newPeers() *peers {
+	return &peers{meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}}
+}
+
+func (p *peers) set(id string, m Meta) {
+	p.mu.Lock()
+	p.meta[id] = m
+	p.mu.Unlock()
+}
+
+func (p *peers) get(id string) Meta {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.meta[id]
+}
+
+var errNoAddress = errors.New("cluster: no gRPC address known for node")
+
+// conn returns the pooled connection to node (dialled lazily; gRPC
+// reconnects by itself).
+func (p *peers) conn(node string) (*grpc.ClientConn, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return nil, errors.New("cluster: node closed")
+	}
+	addr := p.meta[node].GRPC
+	if addr == "" {
+		return nil, errNoAddress
+	}
+	if c := p.conns[addr]; c != nil {
+		return c, nil
+	}
+	c, err := grpc.NewClient("passthrough:///"+addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)))
+	if err != nil {
+		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
+	}
+	p.conns[addr] = c
+	return c, nil
+}
+
+func (p *peers) close() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	for a, c := range p.conns {
+		_ = c.Close()
+		delete(p.conns, a)
+	}
+}
+
+// call invokes method on node. Transport failures become *UnavailableError;
+// a call without a deadline gets cfg.RPCTimeout.
+func (n *Node) call(ctx context.Context, node, method string, req, resp any) error {
+	conn, err := n.peers.conn(node)
+	if err != nil {
+		return &UnavailableError{Node: node, Op: method, Err: err}
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.RPCTimeout)
+		defer cancel()
+	}
+	if err := conn.Invoke(ctx, "/"+serviceName+"/"+method, req, resp); err != nil {
+		return &UnavailableError{Node: node, Op: method, Err: err}
+	}
+	return nil
+}
+
+// header is the request header this node sends.
+func (n *Node) header(hop bool) header {
+	return header{From: n.self, RingVersion: n.ring.Version(), Hop: hop}
+}

@@ -1,0 +1,116 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// The push loop batches CRDT deltas and async writes, every PushInterval.
+
+// dirtySet holds the changes not yet pushed, with the time each id first
+// changed (for the lag and convergence metrics).
+type dirtySet struct {
+	mu  sync.Mutex           // guards ids
+	ids map[string]dirtyItem // by id
+}
+
+type dirtyItem struct {
+	since time.Time
+	tomb  *State
+}
+
+func (d *dirtySet) init() { d.ids = map[string]dirtyItem{} }
+
+func (d *dirtySet) mark(changes []change) {
+	now := time.Now()
+	d.mu.Lock()
+	for _, c := range changes {
+		it, ok := d.ids[c.id]
+		if !ok {
+			it.since = now
+		}
+		it.tomb = c.tomb
+		d.ids[c.id] = it
+	}
+	d.mu.Unlock()
+}
+
+// take empties the set and returns what it held.
+func (d *dirtySet) take() map[string]dirtyItem {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := d.ids
+	d.ids = map[string]dirtyItem{}
+	return out
+}
+
+// putBack returns items whose push failed, unless the id changed again
+// meanwhile (then the newer entry stays, with the older time).
+func (d *dirtySet) putBack(items map[string]dirtyItem) {
+	d.mu.Lock()
+	for id, it := range items {
+		if cur, ok := d.ids[id]; ok {
+			cur.since = it.since
+			d.ids[id] = cur
+		} else {
+			d.ids[id] = it
+		}
+	}
+	d.mu.Unlock()
+}
+
+// oldest is the first-change time of the oldest pending id (zero if none).
+func (d *dirtySet) oldest() time.Time {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var t time.Time
+	for _, it := range d.ids {
+		if t.IsZero() || it.since.Before(t) {
+			t = it.since
+		}
+	}
+	return t
+}
+
+// flushDirty pushes every pending change to its replicas; failed pushes
+// stay pending.
+func (n *Node) flushDirty(ctx context.Context) error {
+	items := n.dirty.take()
+	defer n.updateLag()
+	if len(items) == 0 {
+		return nil
+	}
+	changes := make([]change, 0, len(items))
+	for id, it := range items {
+		changes = append(changes, change{id: id, tomb: it.tomb})
+	}
+	plan := n.planPush(n.ring.Snapshot(), n.exportChanges(changes))
+	failed := n.pushAll(ctx, plan.byPeer, false)
+	retry := map[string]dirtyItem{}
+	for peer := range failed {
+		for _, st := range plan.byPeer[peer] {
+			retry[st.ID] = items[st.ID]
+		}
+	}
+	now := time.Now()
+	for id, it := range items {
+		if _, failed := retry[id]; !failed {
+			n.metrics.convergence.Observe(now.Sub(it.since).Seconds())
+		}
+	}
+	n.dirty.putBack(retry)
+	if len(failed) > 0 {
+		return fmt.Errorf("cluster: push to %d peers failed; retrying", len(failed))
+	}
+	return nil
+}
+
+func (n *Node) updateLag() {
+	lag := 0.0
+	if t := n.dirty.oldest(); !t.IsZero() {
+		lag = time.Since(t).Seconds()
+	}
+	n.metrics.replicationLag.Set(lag)
+}

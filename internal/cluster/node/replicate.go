@@ -1,0 +1,236 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Bounds on one peer message, well below gRPC's default 4 MiB limit (a
+// dense hll state is 16 KiB, a third more in JSON).
+const (
+	maxStatesPerCall = 500     // states or digest items per Replicate or Digest call
+	maxBytesPerCall  = 1 << 20 // state data per Replicate call
+	maxIDsPerFetch   = 64      // ids per Fetch call
+)
+
+// chunks splits states into runs of at most maxStatesPerCall states and
+// about maxBytesPerCall bytes of data.
+func chunks(states []State) [][]State {
+	var out [][]State
+	start, size := 0, 0
+	for i, st := range states {
+		if i > start && (i-start == maxStatesPerCall || size+len(st.Data) > maxBytesPerCall) {
+			out = append(out, states[start:i])
+			start, size = i, 0
+		}
+		size += len(st.Data)
+	}
+	if start < len(states) {
+		out = append(out, states[start:])
+	}
+	return out
+}
+
+// ---- after a write: replicate now (sync) or batch (async) ----
+
+// replicateAfter replicates what ops changed: at once to a write quorum for
+// sync writes (and for every write while draining), else through the next
+// push batch. A delete replicates as a tombstone (the engine keeps none).
+func (n *Node) replicateAfter(ctx context.Context, ops []engine.Op, res []engine.Result, wo engine.WriteOptions) error {
+	sync := n.durability(wo) == engine.Sync
+	var changes []change
+	for i, r := range res {
+		if !r.Changed && !sync {
+			continue
+		}
+		c := change{id: ops[i].ID}
+		if ops[i].Type == engine.OpDelete && r.Changed {
+			c.tomb = &State{ID: c.id, Kind: r.Kind, Version: r.Version, Deleted: true}
+		}
+		changes = append(changes, c)
+	}
+	if len(changes) == 0 {
+		return nil
+	}
+	if sync || n.leaving.Load() {
+		return n.replicateNow(ctx, changes, sync)
+	}
+	n.dirty.mark(changes)
+	return nil
+}
+
+// change is an id to replicate; tomb, when set, is what to send if the id
+// no longer exists locally.
+type change struct {
+	id   string
+	tomb *State
+}
+
+// replicateNow pushes the current state of ids to their replicas and waits
+// until each id is held by a write quorum (this node counts when it is a
+// replica). Peers that fail are retried by the push loop.
+func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool) error {
+	s := n.ring.Snapshot()
+	plan := n.planPush(s, n.exportChanges(changes))
+	if len(plan.byPeer) == 0 {
+		return nil
+	}
+	type ack struct {
+		peer string
+		err  error
+	}
+	acks := make(chan ack, len(plan.byPeer))
+	for peer, states := range plan.byPeer {
+		go func() {
+			// Detached from ctx: a push that outlives an early quorum
+			// answer still completes.
+			cctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
+			defer cancel()
+			acks <- ack{peer, n.pushStates(cctx, peer, states, durable)}
+		}()
+	}
+	missing := plan.need
+	for range plan.byPeer {
+		var a ack
+		select {
+		case a = <-acks:
+		case <-ctx.Done():
+			return &UnavailableError{Op: "replicate", Err: ctx.Err()}
+		}
+		if a.err != nil {
+			n.dirty.mark(stateChanges(plan.byPeer[a.peer]))
+			continue
+		}
+		for _, st := range plan.byPeer[a.peer] {
+			if missing[st.ID]--; missing[st.ID] <= 0 {
+				delete(missing, st.ID)
+			}
+		}
+		if len(missing) == 0 {
+			return nil
+		}
+	}
+	return &UnavailableError{Op: "replicate", Err: fmt.Errorf("write quorum not reached for %d ids (e.g. %q)", len(missing), firstKey(missing))}
+}
+
+func firstKey(m map[string]int) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+// pushPlan says which peer gets which states, and how many peer acks each
+// id needs for a write quorum.
+type pushPlan struct {
+	byPeer map[string][]State
+	need   map[string]int
+}
+
+// planPush sends each state to the replicas of its id other than this node.
+func (n *Node) planPush(s *ring.Snapshot, states []State) pushPlan {
+	p := pushPlan{byPeer: map[string][]State{}, need: map[string]int{}}
+	var reps []string
+	for _, st := range states {
+		reps = s.AppendReplicas(reps[:0], st.ID, 0)
+		need := quorum(len(reps))
+		if slices.Contains(reps, n.self) {
+			need--
+		}
+		if need > 0 {
+			p.need[st.ID] = need
+		}
+		for _, r := range reps {
+			if r != n.self {
+				p.byPeer[r] = append(p.byPeer[r], st)
+			}
+		}
+	}
+	return p
+}
+
+// exportIDs exports the states this node holds among ids.
+func (n *Node) exportIDs(ids []string) []State {
+	out := make([]State, 0, len(ids))
+	for _, id := range ids {
+		st, ok, err := n.export(id)
+		if err != nil {
+			n.log.Warn("cluster: export", "id", id, "err", err)
+			continue
+		}
+		if ok {
+			out = append(out, st)
+		}
+	}
+	return out
+}
+
+// exportChanges exports each change, or its tombstone if it is gone.
+func (n *Node) exportChanges(changes []change) []State {
+	out := make([]State, 0, len(changes))
+	for _, c := range changes {
+		st, ok, err := n.export(c.id)
+		switch {
+		case err != nil:
+			n.log.Warn("cluster: export", "id", c.id, "err", err)
+		case ok:
+			out = append(out, st)
+		case c.tomb != nil:
+			out = append(out, *c.tomb)
+		}
+	}
+	return out
+}
+
+func stateChanges(states []State) []change {
+	out := make([]change, len(states))
+	for i := range states {
+		out[i] = change{id: states[i].ID}
+		if states[i].Deleted {
+			out[i].tomb = &states[i]
+		}
+	}
+	return out
+}
+
+// pushStates sends states to peer in chunks, each with the recent
+// idempotency records of its ids; durable asks for fsync.
+func (n *Node) pushStates(ctx context.Context, peer string, states []State, durable bool) error {
+	since := time.Now().Add(-idemPushWindow)
+	for _, chunk := range chunks(states) {
+		req := &replicateRequest{header: n.header(false), States: chunk, Sync: durable, Idem: n.idem.forIDs(stateIDs(chunk), since)}
+		var resp replicateResponse
+		if err := n.call(ctx, peer, "Replicate", req, &resp); err != nil {
+			return err
+		}
+		if err := resp.Err.err(peer, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func stateIDs(states []State) []string {
+	ids := make([]string, len(states))
+	for i := range states {
+		ids[i] = states[i].ID
+	}
+	return ids
+}
+
+func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *replicateResponse {
+	wo := engine.WriteOptions{Durability: engine.Async}
+	if req.Sync {
+		wo.Durability = engine.Sync
+	}
+	// Records first: a merge that fails its fsync wait (the sender gave
+	// up) has still changed memory, and its retry must replay.
+	n.idem.put(req.Idem)
+	changed, err := n.store.Merge(ctx, req.States, wo)
+	return &replicateResponse{Changed: changed, Err: toWire(err)}
+}

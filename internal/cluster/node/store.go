@@ -1,0 +1,24 @@
+package node
+
+import (
+	"context"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Store is the local engine as a cluster node uses it: the Backend the front
+// ends would serve in embedded mode plus the replication primitives.
+// Implementations must be safe for concurrent use.
+type Store interface {
+	engine.Backend
+	// Export returns the replicable state of id (ok false when this node has
+	// never held it).
+	Export(id string) (s State, ok bool, err error)
+	// ExportAll calls fn for every state held locally.
+	ExportAll(ctx context.Context, fn func(State) error) error
+	// Merge joins states into the local ones (per-slot max for pn/sharded,
+	// register max for hll, higher version wins otherwise); durable per wo.
+	Merge(ctx context.Context, states []State, wo engine.WriteOptions) (changed int, err error)
+	// Drop removes id if its version is still version (after a handoff).
+	Drop(ctx context.Context, id string, version uint64) (bool, error)
+}

@@ -1,0 +1,33 @@
+package node
+
+import (
+	"context"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// State is one counter's replicable state.
+type State = engine.State
+
+// EngineStore adapts the embedded engine to Store. The engine's NodeID must
+// be the cluster node id: pn counters use it as this node's slot name.
+func EngineStore(e *engine.Engine) Store { return engineStore{Backend: engine.Local(e), e: e} }
+
+type engineStore struct {
+	engine.Backend
+	e *engine.Engine
+}
+
+func (s engineStore) Export(id string) (State, bool, error) { return s.e.Export(id) }
+
+func (s engineStore) ExportAll(ctx context.Context, fn func(State) error) error {
+	return s.e.ExportAll(ctx, fn)
+}
+
+func (s engineStore) Merge(ctx context.Context, states []State, wo engine.WriteOptions) (int, error) {
+	return s.e.Merge(ctx, states, wo)
+}
+
+func (s engineStore) Drop(ctx context.Context, id string, version uint64) (bool, error) {
+	return s.e.Drop(ctx, id, version)
+}
