@@ -9,6 +9,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/engine"
@@ -35,6 +36,11 @@ type node struct {
 	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
 	// checks are decided there (ratelimit.Router); nil decides locally.
 	rlOwner func(key string) (self bool, httpAddr string)
+	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
+	// header on every HTTP answer (routing clients refresh on a change).
+	ringVersion func() uint64
+	// collectors are the mode's Prometheus metrics, served on /metrics.
+	collectors []prometheus.Collector
 }
 
 // Addrs are the addresses the front ends are bound to; empty when disabled.

@@ -46,7 +46,10 @@ func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error)
 		start: func(_ context.Context, b Addrs) error {
 			return cn.Start(cnode.Meta{HTTP: b.HTTP, RESP: b.RESP, GRPC: b.GRPC})
 		},
-		drain: cn.Drain,
+		drain:       cn.Drain,
+		rlOwner:     cn.KeyOwner,
+		ringVersion: cn.RingVersion,
+		collectors:  cn.Collectors(),
 	}, nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -86,6 +87,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(nd.collectors...)
 
 	api := httpapi.New(be, httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -98,6 +100,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if nd.ringVersion != nil {
+			w.Header().Set(ringVersionHeader, strconv.FormatUint(nd.ringVersion(), 10))
+		}
 		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
 			rl.ServeHTTP(w, r)
 			return
@@ -202,6 +207,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	return err
 }
+
+// ringVersionHeader carries the cluster ring's version (client.RingVersionHeader).
+const ringVersionHeader = "Counterd-Ring-Version"
 
 type listeners struct{ http, resp, grpc net.Listener }
 
