@@ -24,6 +24,8 @@ type AggregatorOptions struct {
 	// OnError is called (from the flush loop) when a flush fails; the batch
 	// is retried with the same id on the next flush.
 	OnError func(error)
+	// OnFlush is called (from the flush loop) after a flush succeeded.
+	OnFlush func()
 }
 
 type aggKeyMem struct {
@@ -50,6 +52,11 @@ type Aggregator struct {
 	mu      sync.Mutex
 	pending map[aggKeyMem]int64
 	sketch  map[string][]byte
+	deletes map[string]bool
+	expiry  map[string]time.Time // zero: remove the TTL
+	version map[string]uint64    // latest version seen per id (max wins)
+	dirty   map[string]bool      // ids with anything in pending/sketch/expiry/deletes
+	flying  map[string]bool      // ids in the in-flight batch
 	cur     *cycle
 
 	flushMu  sync.Mutex // serialises flushes; guards inflight
@@ -81,9 +88,10 @@ func (s *Store) NewAggregator(opts AggregatorOptions) *Aggregator {
 	}
 	a := &Aggregator{
 		s: s, opts: opts, prefix: prefix,
-		pending: map[aggKeyMem]int64{}, sketch: map[string][]byte{}, cur: &cycle{done: make(chan struct{})},
+		cur:  &cycle{done: make(chan struct{})},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	a.reset()
 	if opts.FlushInterval > 0 {
 		go a.loop()
 	} else {
@@ -95,12 +103,17 @@ func (s *Store) NewAggregator(opts AggregatorOptions) *Aggregator {
 // Add records delta for a counter of the given kind (shard -1: none) at
 // time at (zero: now). It returns immediately (async durability).
 func (a *Aggregator) Add(id, kind string, shard int, delta int64, at time.Time) {
-	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at)
+	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at, 0)
+}
+
+// AddVersion is Add and SetVersion under one lock (the tiered hot path).
+func (a *Aggregator) AddVersion(id, kind string, shard int, delta int64, at time.Time, version uint64) {
+	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at, version)
 }
 
 // AddField records delta for one field of a hash counter.
 func (a *Aggregator) AddField(id, field string, delta int64, at time.Time) {
-	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1}, delta, at)
+	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1}, delta, at, 0)
 }
 
 // SetSketch records the current full HLL sketch of id (latest wins).
@@ -108,10 +121,87 @@ func (a *Aggregator) SetSketch(id string, sketch []byte) {
 	a.adds.Add(1)
 	a.mu.Lock()
 	a.sketch[id] = append([]byte(nil), sketch...)
+	a.dirty[id] = true
 	a.mu.Unlock()
 }
 
-func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time) *cycle {
+// Delete records that id was deleted: deltas of id added before are
+// dropped, and the batch deletes the counter (its shards, fields and
+// sketch) before applying the deltas added after. Time-series buckets
+// already written are kept.
+func (a *Aggregator) Delete(id string) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	a.dropLocked(id)
+	a.deletes[id] = true
+	a.dirty[id] = true
+	a.mu.Unlock()
+}
+
+// SetExpiry records the time id expires (zero: never), written to
+// counters.expires_at after the batch's deltas; latest wins.
+func (a *Aggregator) SetExpiry(id string, at time.Time) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	a.expiry[id] = at
+	a.dirty[id] = true
+	a.mu.Unlock()
+}
+
+// dropLocked forgets what is pending for id. Caller holds a.mu.
+func (a *Aggregator) dropLocked(id string) {
+	if !a.dirty[id] {
+		return
+	}
+	for k := range a.pending {
+		if k.id == id {
+			delete(a.pending, k)
+		}
+	}
+	delete(a.sketch, id)
+	delete(a.expiry, id)
+	delete(a.version, id)
+}
+
+// SetVersion records the version the hot tier gave id; the batch sets
+// counters.version to at least it, so a counter loaded back from
+// PostgreSQL does not see its version go backwards.
+func (a *Aggregator) SetVersion(id string, v uint64) {
+	a.mu.Lock()
+	if v > a.version[id] {
+		a.version[id] = v
+		a.dirty[id] = true
+	}
+	a.mu.Unlock()
+}
+
+// Pending reports whether changes to id are not yet committed (pending or
+// in flight). A read-through loader flushes first when they are, so that
+// what it loads includes them.
+func (a *Aggregator) Pending(id string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.dirty[id] || a.flying[id]
+}
+
+// Sync returns once everything added before the call is committed (or
+// ctx ends); concurrent callers share one transaction (group commit).
+func (a *Aggregator) Sync(ctx context.Context) error {
+	a.mu.Lock()
+	c := a.cur
+	a.mu.Unlock()
+	return a.wait(ctx, c)
+}
+
+// reset starts an empty current cycle. Caller holds a.mu (or owns a).
+func (a *Aggregator) reset() {
+	a.pending, a.sketch = map[aggKeyMem]int64{}, map[string][]byte{}
+	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
+	a.version = map[string]uint64{}
+	a.cur = &cycle{done: make(chan struct{})}
+}
+
+func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time, version uint64) *cycle {
 	if at.IsZero() {
 		at = time.Now()
 	}
@@ -122,6 +212,10 @@ func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time) *cycle {
 	a.adds.Add(1)
 	a.mu.Lock()
 	a.pending[k] += delta
+	a.dirty[k.id] = true
+	if version > a.version[k.id] {
+		a.version[k.id] = version
+	}
 	c := a.cur
 	a.mu.Unlock()
 	return c
@@ -132,7 +226,7 @@ func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time) *cycle {
 // queued and is still written). It triggers a flush rather than waiting for
 // the next tick; concurrent sync writers share one transaction.
 func (a *Aggregator) AddSync(ctx context.Context, id, kind string, shard int, delta int64, at time.Time) error {
-	c := a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at)
+	c := a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at, 0)
 	return a.wait(ctx, c)
 }
 
@@ -181,19 +275,31 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		return err
 	}
 	a.mu.Lock()
-	pending, sketches, cyc := a.pending, a.sketch, a.cur
-	if len(pending) == 0 && len(sketches) == 0 {
+	pending, sketches, deletes, expiry, dirty, cyc := a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
+	versions := a.version
+	a.reset()
+	if len(dirty) == 0 {
+		// Nothing to write: whoever waits on this cycle is done.
 		a.mu.Unlock()
+		close(cyc.done)
 		return nil
 	}
-	a.pending, a.sketch, a.cur = map[aggKeyMem]int64{}, map[string][]byte{}, &cycle{done: make(chan struct{})}
+	a.flying = dirty
 	a.mu.Unlock()
 
 	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches))}
+	for id := range deletes {
+		b.Deletes = append(b.Deletes, id)
+	}
+	for id, at := range expiry {
+		b.Expiries = append(b.Expiries, Expiry{ID: id, At: at})
+	}
+	for id, v := range versions {
+		b.Versions = append(b.Versions, Version{ID: id, Version: v})
+	}
 	for k, d := range pending {
-		if d == 0 {
-			continue
-		}
+		// A zero net delta is still written: it creates the counter (an
+		// add of 0 creates one) and marks it updated.
 		b.Deltas = append(b.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
 			At: time.Unix(k.minute*60, 0).UTC()})
 	}
@@ -209,13 +315,16 @@ func (a *Aggregator) applyInflight(ctx context.Context) error {
 	if in == nil {
 		return nil
 	}
-	if len(in.b.Deltas) > 0 {
+	if !in.b.empty() {
 		// applied=false means an earlier attempt committed: also success.
 		if _, err := a.s.Apply(ctx, in.b); err != nil {
 			return err
 		}
 	}
 	a.inflight = nil
+	a.mu.Lock()
+	a.flying = nil
+	a.mu.Unlock()
 	close(in.cyc.done)
 	return nil
 }
@@ -236,6 +345,9 @@ func (a *Aggregator) loop() {
 		cancel()
 		if err != nil && a.opts.OnError != nil {
 			a.opts.OnError(err)
+		}
+		if err == nil && a.opts.OnFlush != nil {
+			a.opts.OnFlush()
 		}
 	}
 }

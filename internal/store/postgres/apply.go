@@ -49,6 +49,30 @@ type Batch struct {
 	// must reuse its ID.
 	ID     string
 	Deltas []Delta
+	// Deletes are counters removed (with their shards, fields and
+	// sketch) before the deltas apply.
+	Deletes []string
+	// Expiries set counters.expires_at after the deltas apply.
+	Expiries []Expiry
+	// Versions raise counters.version to at least the given version after
+	// the deltas apply.
+	Versions []Version
+}
+
+// Version is the hot tier's version of a counter.
+type Version struct {
+	ID      string
+	Version uint64
+}
+
+// Expiry sets when a counter expires; a zero At removes the expiry.
+type Expiry struct {
+	ID string
+	At time.Time
+}
+
+func (b Batch) empty() bool {
+	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0
 }
 
 type idKind struct{ id, kind string }
@@ -171,7 +195,7 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 			s.parts.Clear()
 		}
 	}()
-	exec := func(sql string, args ...any) (int64, error) {
+	var exec execFunc = func(sql string, args ...any) (int64, error) {
 		s.statements.Add(1)
 		tag, err := tx.Exec(ctx, sql, args...)
 		return tag.RowsAffected(), err
@@ -190,6 +214,9 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 
 	// Rows are always locked in counter_id order (sorted inputs, fixed
 	// statement order) so concurrent batches cannot deadlock.
+	if err = applyDeletes(exec, b.Deletes); err != nil {
+		return false, err
+	}
 	if len(plain) > 0 {
 		keys := make([]idKind, 0, len(plain))
 		for k := range plain {
@@ -351,6 +378,12 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 			return false, fmt.Errorf("postgres: apply aggregates: %w", err)
 		}
 	}
+	if err = applyExpiries(exec, b.Expiries); err != nil {
+		return false, err
+	}
+	if err = applyVersions(exec, b.Versions); err != nil {
+		return false, err
+	}
 	if len(auditIDs) > 0 {
 		if _, err = exec(`INSERT INTO counter_audit_log (counter_id, operation, delta, old_value, new_value, batch_id, "timestamp")
 			SELECT u.id, CASE WHEN u.delta < 0 THEN 'decrement' ELSE 'increment' END, u.delta, c.value - u.delta, c.value, $3, $4
@@ -366,12 +399,72 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	applied = true
 	s.batches.Add(1)
 	s.deltas.Add(uint64(len(b.Deltas)))
-	if hook := s.opts.afterCommit; hook != nil {
+	if hook := s.opts.AfterCommit; hook != nil {
 		if herr := hook(b.ID); herr != nil {
 			return false, herr
 		}
 	}
 	return true, nil
+}
+
+type execFunc func(sql string, args ...any) (int64, error)
+
+// applyDeletes removes counters with everything hanging off them
+// (counter_shards cascades).
+func applyDeletes(exec execFunc, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	ids = append([]string(nil), ids...)
+	sort.Strings(ids)
+	for _, q := range []string{
+		`DELETE FROM counters WHERE counter_id = ANY($1::text[])`,
+		`DELETE FROM counter_fields WHERE counter_id = ANY($1::text[])`,
+		`DELETE FROM counter_hll WHERE counter_id = ANY($1::text[])`,
+	} {
+		if _, err := exec(q, ids); err != nil {
+			return fmt.Errorf("postgres: apply deletes: %w", err)
+		}
+	}
+	return nil
+}
+
+// applyExpiries sets counters.expires_at (NULL for a zero time).
+func applyExpiries(exec execFunc, ex []Expiry) error {
+	return applyPerID(exec, "expiries", `UPDATE counters c SET expires_at = u.t
+		FROM unnest($1::text[], $2::timestamptz[]) AS u(id, t) WHERE c.counter_id = u.id`,
+		ex, func(e Expiry) string { return e.ID }, func(e Expiry) *time.Time {
+			if e.At.IsZero() {
+				return nil
+			}
+			at := e.At.UTC()
+			return &at
+		})
+}
+
+// applyVersions raises counters.version to the hot tier's versions.
+func applyVersions(exec execFunc, vs []Version) error {
+	return applyPerID(exec, "versions", `UPDATE counters c SET version = u.v
+		FROM unnest($1::text[], $2::bigint[]) AS u(id, v) WHERE c.counter_id = u.id AND c.version < u.v`,
+		vs, func(v Version) string { return v.ID }, func(v Version) int64 { return int64(min(v.Version, 1<<63-1)) })
+}
+
+// applyPerID runs sql with $1 the ids and $2 the values of es, sorted by
+// id (rows are locked in id order, like every other statement).
+func applyPerID[E, V any](exec execFunc, what, sql string, es []E, id func(E) string, val func(E) V) error {
+	if len(es) == 0 {
+		return nil
+	}
+	es = append([]E(nil), es...)
+	sort.Slice(es, func(i, j int) bool { return id(es[i]) < id(es[j]) })
+	ids, vals := make([]string, len(es)), make([]V, len(es))
+	for i, e := range es {
+		ids[i], vals[i] = id(e), val(e)
+	}
+	if _, err := exec(sql, ids, vals); err != nil {
+		return fmt.Errorf("postgres: apply %s: %w", what, err)
+	}
+	return nil
 }
 
 func sortedKeys[V any](m map[string]V) []string {

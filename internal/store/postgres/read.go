@@ -19,16 +19,24 @@ type Record struct {
 	Shards    []int64          // sharded: value of each shard (index = shard id)
 	Fields    map[string]int64 // hash: the fields
 	Sketch    []byte           // hll: the stored sketch
+	ExpiresAt time.Time        // zero: no expiry
 }
 
 // Load reads one counter (read-through). ok is false if it does not exist.
 func (s *Store) Load(ctx context.Context, id string) (rec Record, ok bool, err error) {
 	var shardCount int32
+	var exp *time.Time
 	s.statements.Add(1)
-	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count FROM counters WHERE counter_id = $1`, id).
-		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount)
+	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count, expires_at FROM counters WHERE counter_id = $1`, id).
+		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount, &exp)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, false, nil
+	}
+	if exp != nil {
+		if !exp.After(time.Now()) {
+			return Record{}, false, nil // expired: reads as missing
+		}
+		rec.ExpiresAt = *exp
 	}
 	if err != nil {
 		return Record{}, false, fmt.Errorf("postgres: load %q: %w", id, err)

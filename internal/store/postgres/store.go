@@ -72,10 +72,10 @@ type Options struct {
 	// SkipMigrations leaves the schema alone (it must already be current).
 	SkipMigrations bool
 
-	// afterCommit, if set, runs after a batch's transaction commits and
+	// AfterCommit, if set, runs after a batch's transaction commits and
 	// before Apply returns; an error is returned from Apply as if the
-	// acknowledgement had been lost (tests).
-	afterCommit func(batchID string) error
+	// acknowledgement had been lost. A fault-injection hook for tests.
+	AfterCommit func(batchID string) error
 }
 
 // Store is a handle on the PostgreSQL tier. It is safe for concurrent use.

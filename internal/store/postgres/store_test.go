@@ -89,8 +89,12 @@ func TestMigrationsCreateSchema(t *testing.T) {
 		AND column_name = 'updated_at' AND data_type = 'timestamp with time zone'`); n != 1 {
 		t.Errorf("counters.updated_at is not timestamptz")
 	}
-	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != 1 {
-		t.Errorf("goose version = %d, want 1", v)
+	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != 2 {
+		t.Errorf("goose version = %d, want 2", v)
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'counters'
+		AND column_name = 'expires_at'`); n != 1 {
+		t.Errorf("counters.expires_at missing (migration 00002)")
 	}
 	// Opening again (another node, a restart) is a no-op migration.
 	s2 := openStore(t, dsn, Options{})
@@ -259,7 +263,7 @@ func TestAggregatorRetryAfterLostAck(t *testing.T) {
 	var mu sync.Mutex
 	fail := 1
 	var ids []string
-	s := newStore(t, Options{afterCommit: func(id string) error {
+	s := newStore(t, Options{AfterCommit: func(id string) error {
 		mu.Lock()
 		defer mu.Unlock()
 		ids = append(ids, id)

@@ -14,7 +14,8 @@ import "github.com/redis/go-redis/v9"
 //
 // Values travel as strings: Redis converts Lua numbers to doubles, which
 // would round int64 values above 2^53, so scripts GET values after
-// INCRBY instead of returning INCRBY's reply, and Go does the sums.
+// INCRBY (a plain counter's add formats the reply when it is below 2^53
+// in magnitude: exact) and Go does the sums.
 
 // luaPrelude is shared by the scripts.
 const luaPrelude = `
@@ -24,15 +25,17 @@ local function kindcheck(want, maycreate)
   local mk = redis.call('HGET', meta, 'kind')
   if not mk then
     if maycreate ~= '1' then return nil, nil, true end
-    return want, nil, false
+    return want, nil, false, true
   end
   if want ~= '' and want ~= mk then
     return nil, redis.error_reply('WRONGKIND counter is a ' .. mk .. ', not a ' .. want), false
   end
   return mk, nil, false
 end
-local function bump(kind, now, extra)
-  if redis.call('HEXISTS', meta, 'kind') == 0 then
+-- created: true/false when the caller knows whether the counter is new
+local function bump(kind, now, extra, created)
+  if created == nil then created = redis.call('HEXISTS', meta, 'kind') == 0 end
+  if created then
     redis.call('HSET', meta, 'kind', kind)
     if extra then redis.call('HSET', meta, unpack(extra)) end
   end
@@ -46,7 +49,20 @@ local function incr(cmd, key, field, delta)
     if string.find(r.err, 'overflow', 1, true) then return redis.error_reply('OVERFLOW ' .. r.err) end
     return redis.error_reply(r.err)
   end
-  return nil
+  return nil, r
+end
+-- exact decimal of an integer reply, re-read when a double cannot hold it
+local function exact(n, key)
+  if n > -9007199254740992 and n < 9007199254740992 then return fmt(n) end
+  return redis.call('GET', key)
+end
+-- remaining user TTL (ms) from the meta field exp (absolute ms); 0 = none
+local function ttlof(now)
+  local exp = redis.call('HGET', meta, 'exp')
+  if not exp then return 0 end
+  local t = tonumber(exp) - tonumber(now)
+  if t < 1 then t = 1 end
+  return fmt(t)
 end
 -- window bucket starts (ms) inside the window ending at now
 local function wrange(now, g, span, fixed)
@@ -59,19 +75,20 @@ end
 
 // addScript: ARGV kind (” = existing additive kind or counter), delta,
 // now_ms, maycreate, shards, random, shard (-1 = random), gran_ms, span_ms,
-// fixed. Reply {'OK', kind, version, values...}: the value for a counter,
-// every shard for sharded, the in-window bucket values for window.
+// fixed. Reply {'OK', kind, version, shard, values...}: shard is the shard
+// added to (-1 unless sharded); values are the value for a counter, every
+// shard for sharded, the in-window bucket values for window.
 var addScript = redis.NewScript(luaPrelude + `
-local kind, err, miss = kindcheck(ARGV[1], ARGV[4])
+local kind, err, miss, created = kindcheck(ARGV[1], ARGV[4])
 if miss then return {'MISS'} end
 if err then return err end
 if kind == '' then kind = 'counter' end
 local delta, now = ARGV[2], ARGV[3]
-if kind == 'counter' then
-  local e = incr('INCRBY', base, nil, delta)
+if kind == 'counter' or kind == 'pn' then
+  local e, v = incr('INCRBY', base, nil, delta)
   if e then return e end
-  local ver = bump(kind, now)
-  return {'OK', kind, ver, redis.call('GET', base)}
+  local ver = bump(kind, now, nil, created == true)
+  return {'OK', kind, ver, -1, exact(v, base)}
 elseif kind == 'sharded' then
   local n = tonumber(redis.call('HGET', meta, 'shards') or ARGV[5])
   local s = tonumber(ARGV[7])
@@ -80,7 +97,7 @@ elseif kind == 'sharded' then
   local e = incr('INCRBY', base .. ':shard:' .. s, nil, delta)
   if e then return e end
   local ver = bump(kind, now, {'shards', n})
-  local res = {'OK', kind, ver}
+  local res = {'OK', kind, ver, s}
   for i = 0, n - 1 do res[#res + 1] = redis.call('GET', base .. ':shard:' .. i) or '0' end
   return res
 elseif kind == 'window' then
@@ -95,7 +112,7 @@ elseif kind == 'window' then
   if e then return e end
   redis.call('PEXPIRE', key, fmt(span + g))
   local ver = bump(kind, now, {'gran', fmt(g), 'span', fmt(span), 'fixed', fixed})
-  local res = {'OK', kind, ver}
+  local res = {'OK', kind, ver, -1}
   for b = first, cur, g do res[#res + 1] = redis.call('GET', base .. ':w:' .. fmt(b)) or '0' end
   return res
 end
@@ -111,8 +128,8 @@ var getScript = redis.NewScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'version', 'updated_at', 'shards', 'gran', 'span', 'fixed')
 local kind = m[1]
 if not kind then return {'MISS'} end
-local res = {'OK', kind, m[2] or '0', m[3] or '0', redis.call('PTTL', meta)}
-if kind == 'counter' then
+local res = {'OK', kind, m[2] or '0', m[3] or '0', ttlof(ARGV[1])}
+if kind == 'counter' or kind == 'pn' then
   res[#res + 1] = redis.call('GET', base) or '0'
 elseif kind == 'sharded' then
   for i = 0, tonumber(m[4]) - 1 do res[#res + 1] = redis.call('GET', base .. ':shard:' .. i) or '0' end
@@ -136,33 +153,35 @@ return res
 // fillScript caches a record loaded from the next tier, only if the counter
 // is still absent (no meta): a counter created or incremented since the
 // miss is never overwritten. ARGV kind, version, updated_at_ms, ttl_ms,
-// payload (value | shard values | field/value pairs | raw HLL).
+// exp (absolute ms of a user TTL, 0 = none), payload (value | shard values
+// | field/value pairs | raw HLL).
 // Reply 1 if written, 0 if the counter was already there.
 var fillScript = redis.NewScript(luaPrelude + `
 if redis.call('EXISTS', meta) == 1 then return 0 end
 local kind, ttl = ARGV[1], ARGV[4]
-if kind == 'counter' or kind == 'hll' then
-  redis.call('SET', base, ARGV[5], 'PX', ttl)
+if kind == 'counter' or kind == 'pn' or kind == 'hll' then
+  redis.call('SET', base, ARGV[6], 'PX', ttl)
 elseif kind == 'sharded' then
-  local n = #ARGV - 4
-  for i = 0, n - 1 do redis.call('SET', base .. ':shard:' .. i, ARGV[5 + i], 'PX', ttl) end
+  local n = #ARGV - 5
+  for i = 0, n - 1 do redis.call('SET', base .. ':shard:' .. i, ARGV[6 + i], 'PX', ttl) end
   redis.call('HSET', meta, 'shards', n)
 elseif kind == 'hash' then
   redis.call('DEL', base)
-  if #ARGV > 4 then
-    redis.call('HSET', base, unpack(ARGV, 5))
+  if #ARGV > 5 then
+    redis.call('HSET', base, unpack(ARGV, 6))
     redis.call('PEXPIRE', base, ttl)
   end
 else
   return redis.error_reply('INVALID cannot cache a ' .. kind)
 end
 redis.call('HSET', meta, 'kind', kind, 'version', ARGV[2], 'updated_at', ARGV[3])
+if ARGV[5] ~= '0' then redis.call('HSET', meta, 'exp', ARGV[5]) end
 redis.call('PEXPIRE', meta, ttl)
 return 1
 `)
 
 // setScript: ARGV value, check (0/1), expected version, ttl_ms (0 = none),
-// now_ms, maycreate. Reply {'OK', version}.
+// now_ms, maycreate. Reply {'OK', version, previous value}.
 var setScript = redis.NewScript(luaPrelude + `
 local kind, err, miss = kindcheck('counter', ARGV[6])
 if miss then return {'MISS'} end
@@ -172,10 +191,17 @@ if ARGV[2] == '1' and tonumber(ARGV[3]) ~= cur then
   return redis.error_reply('VERSIONCONFLICT version is ' .. fmt(cur) .. ', not ' .. ARGV[3])
 end
 local ttl = tonumber(ARGV[4])
+local old = redis.call('GET', base) or '0'
 if ttl > 0 then redis.call('SET', base, ARGV[1], 'PX', ARGV[4]) else redis.call('SET', base, ARGV[1]) end
 redis.call('HSET', meta, 'kind', 'counter', 'version', fmt(cur + 1), 'updated_at', ARGV[5])
-if ttl > 0 then redis.call('PEXPIRE', meta, ARGV[4]) else redis.call('PERSIST', meta) end
-return {'OK', cur + 1}
+if ttl > 0 then
+  redis.call('PEXPIRE', meta, ARGV[4])
+  redis.call('HSET', meta, 'exp', fmt(tonumber(ARGV[5]) + ttl))
+else
+  redis.call('PERSIST', meta)
+  redis.call('HDEL', meta, 'exp')
+end
+return {'OK', cur + 1, old}
 `)
 
 // haddScript: ARGV now_ms, maycreate, name1, delta1, ... All deltas apply
@@ -252,8 +278,8 @@ end
 return 1
 `)
 
-// expireScript: ARGV ttl_ms (0 = remove the TTL). Window buckets keep
-// their own TTLs. Reply 1 if the counter exists.
+// expireScript: ARGV ttl_ms (0 = remove the TTL), now_ms. Window buckets
+// keep their own TTLs. Reply 1 if the counter exists.
 var expireScript = redis.NewScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'shards')
 if not m[1] then return 0 end
@@ -264,7 +290,47 @@ end
 for _, k in ipairs(keys) do
   if ARGV[1] == '0' then redis.call('PERSIST', k) else redis.call('PEXPIRE', k, ARGV[1]) end
 end
+if ARGV[1] == '0' then
+  redis.call('HDEL', meta, 'exp')
+else
+  redis.call('HSET', meta, 'exp', fmt(tonumber(ARGV[2]) + tonumber(ARGV[1])))
+end
 return 1
 `)
 
-var allScripts = []*redis.Script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript}
+// hdelScript: ARGV now_ms, maycreate, names... Removes the fields; never
+// creates the counter. Reply {'OK', version, name1, old1, ...} with the
+// removed fields and their values (version 0 when nothing was removed).
+var hdelScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck('hash', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local res = {'OK', 0}
+if redis.call('HEXISTS', meta, 'kind') == 0 then return res end
+for i = 3, #ARGV do
+  local v = redis.call('HGET', base, ARGV[i])
+  if v then
+    redis.call('HDEL', base, ARGV[i])
+    res[#res + 1] = ARGV[i]; res[#res + 1] = v
+  end
+end
+if #res > 2 then res[2] = bump('hash', ARGV[1]) end
+return res
+`)
+
+// pfmergeScript: KEYS[3..] are the value keys of the sources (hll strings,
+// missing ones count as empty). ARGV now_ms, maycreate. Merges them into
+// KEYS[1]. Reply {'OK', version, estimate}. The sources are other slots:
+// single Redis only, like PFCOUNT of several keys.
+var pfmergeScript = redis.NewScript(luaPrelude + `
+local kind, err, miss = kindcheck('hll', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local srcs = {}
+for i = 3, #KEYS do srcs[#srcs + 1] = KEYS[i] end
+redis.call('PFMERGE', base, unpack(srcs))
+local ver = bump('hll', ARGV[1])
+return {'OK', ver, tostring(redis.call('PFCOUNT', base))}
+`)
+
+var allScripts = []*redis.Script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript}

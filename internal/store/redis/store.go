@@ -55,6 +55,9 @@ const (
 	KindWindow  Kind = "window"
 	KindHash    Kind = "hash"
 	KindHLL     Kind = "hll"
+	// KindPN is a pn counter stored like a plain counter (one value): a
+	// tiered node has no replicas of its own to keep apart.
+	KindPN Kind = "pn"
 )
 
 // Options configure a Store. The zero value of each field means its default.
@@ -91,6 +94,13 @@ type Options struct {
 	Now func() time.Time
 	// Observe, when set, is called after every operation (metrics hook).
 	Observe func(op string, d time.Duration, err error)
+
+	// Pipeline, when > 0, sends concurrent Adds to Redis together: up to
+	// Pipeline add scripts in one round trip (one pipeline of EVALSHAs)
+	// on each of PipelineConns connections (default 4). Each Add is still
+	// one atomic script; only the round trips are shared. Default 0: off.
+	Pipeline      int
+	PipelineConns int
 }
 
 func (o *Options) defaults() {
@@ -140,7 +150,10 @@ type Record struct {
 	Value     int64 // counter value, sharded or window sum, hll estimate
 	Version   uint64
 	UpdatedAt time.Time
-	TTL       time.Duration // 0 without a TTL
+	// TTL is the counter's own remaining time to live (0: none). The
+	// Redis TTL of a cached record (CacheTTL) is not reported. In a
+	// Loader's record it is the TTL to keep.
+	TTL time.Duration
 
 	Shards  []int64            // sharded: every shard
 	Fields  []counter.Field    // hash, sorted by name
@@ -164,6 +177,9 @@ type Store struct {
 
 	closeOnce sync.Once
 	closeErr  error
+
+	pipe    chan *pipeReq // Add requests for the pipeliners (Options.Pipeline)
+	stopped chan struct{} // closed by Close
 }
 
 // Open connects to the Redis at url (redis://[user:pass@]host:port/db,
@@ -192,7 +208,8 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	ro.DialerRetries = 1
 	ro.DisableIdentity = true
 	ro.ContextTimeoutEnabled = true
-	s := &Store{rdb: redis.NewClient(ro), opts: opts}
+	s := &Store{rdb: redis.NewClient(ro), opts: opts, stopped: make(chan struct{})}
+	s.startPipeline()
 	err = s.do(ctx, "open", false, func(ctx context.Context) error {
 		for _, sc := range allScripts {
 			if err := sc.Load(ctx, s.rdb).Err(); err != nil {
@@ -210,7 +227,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 
 // Close closes the connection pool. It is safe to call more than once.
 func (s *Store) Close() error {
-	s.closeOnce.Do(func() { s.closeErr = s.rdb.Close() })
+	s.closeOnce.Do(func() {
+		close(s.stopped)
+		s.closeErr = s.rdb.Close()
+	})
 	return s.closeErr
 }
 
@@ -246,13 +266,28 @@ func (s *Store) nowMS() int64 { return s.opts.Now().UnixMilli() }
 // Add adds delta to an additive counter (counter, sharded, window) and
 // returns its new value (the sum for sharded and window) and version.
 func (s *Store) Add(ctx context.Context, id string, kind Kind, delta int64, o AddOptions) (int64, uint64, error) {
+	r, err := s.AddResult(ctx, id, kind, delta, o)
+	return r.Value, r.Version, err
+}
+
+// AddReply is what AddResult returns.
+type AddReply struct {
+	Kind    Kind // the counter's kind (KindAuto resolved)
+	Value   int64
+	Version uint64
+	Shard   int // sharded: the shard added to; -1 otherwise
+}
+
+// AddResult is Add that also reports the counter's kind and, for a
+// sharded counter, the shard the delta went to.
+func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64, o AddOptions) (AddReply, error) {
 	if err := checkID(id); err != nil {
-		return 0, 0, err
+		return AddReply{}, err
 	}
 	switch kind {
-	case KindAuto, KindCounter, KindSharded, KindWindow:
+	case KindAuto, KindCounter, KindSharded, KindWindow, KindPN:
 	default:
-		return 0, 0, fmt.Errorf("%w: Add does not apply to kind %q", ErrInvalidArgument, kind)
+		return AddReply{}, fmt.Errorf("%w: Add does not apply to kind %q", ErrInvalidArgument, kind)
 	}
 	shards := o.Shards
 	if shards == 0 {
@@ -262,7 +297,7 @@ func (s *Store) Add(ctx context.Context, id string, kind Kind, delta int64, o Ad
 	if o.Fixed {
 		shard = o.Shard
 		if shard < 0 {
-			return 0, 0, fmt.Errorf("%w: shard %d", ErrInvalidArgument, shard)
+			return AddReply{}, fmt.Errorf("%w: shard %d", ErrInvalidArgument, shard)
 		}
 	}
 	w := o.Window
@@ -270,31 +305,32 @@ func (s *Store) Add(ctx context.Context, id string, kind Kind, delta int64, o Ad
 		w = s.opts.DefaultWindow
 	}
 	if err := w.Validate(); err != nil {
-		return 0, 0, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return AddReply{}, fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	fixed := "0"
 	if w.Fixed {
 		fixed = "1"
 	}
-	var val int64
-	var ver uint64
+	var out AddReply
 	err := s.write(ctx, "add", id, func(ctx context.Context, mayCreate string) ([]any, error) {
-		return s.run(ctx, addScript, id, string(kind), delta, s.nowMS(), mayCreate, shards,
+		return s.runAdd(ctx, id, string(kind), delta, s.nowMS(), mayCreate, shards,
 			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed)
-	}, func(r []any) error {
-		v, err := toInt(r[2])
-		if err != nil {
+	}, func(r []any) (err error) {
+		out.Kind = Kind(str(r[1]))
+		v, err1 := toInt(r[2])
+		sh, err2 := toInt(r[3])
+		if err = errors.Join(err1, err2); err != nil {
 			return err
 		}
-		ver = uint64(v)
-		if Kind(str(r[1])) == KindCounter {
-			val, err = toInt(r[3])
+		out.Version, out.Shard = uint64(v), int(sh)
+		if out.Kind == KindCounter || out.Kind == KindPN {
+			out.Value, err = toInt(r[4])
 			return err
 		}
-		val, _, err = sum(r[3:])
+		out.Value, _, err = sum(r[4:])
 		return err
 	})
-	return val, ver, err
+	return out, err
 }
 
 // Get reads a counter. found is false when neither Redis nor the Loader
@@ -362,7 +398,7 @@ func parseRecord(r []any) (Record, error) {
 	}
 	p := r[5:]
 	switch rec.Kind {
-	case KindCounter, KindHLL:
+	case KindCounter, KindPN, KindHLL:
 		if len(p) != 1 {
 			return rec, fmt.Errorf("redisstore: bad %s reply %v", rec.Kind, r)
 		}
@@ -405,7 +441,7 @@ func parseRecord(r []any) (Record, error) {
 
 func (r Record) cacheable() bool {
 	switch r.Kind {
-	case KindCounter, KindSharded, KindHash:
+	case KindCounter, KindPN, KindSharded, KindHash:
 		return true
 	case KindHLL:
 		return len(r.HLL) > 0
@@ -423,9 +459,14 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 	if !ok || !rec.cacheable() {
 		return rec, ok, nil
 	}
-	args := []any{string(rec.Kind), rec.Version, rec.UpdatedAt.UnixMilli(), s.opts.CacheTTL.Milliseconds()}
+	ttl, exp := s.opts.CacheTTL, int64(0)
+	if rec.TTL > 0 {
+		exp = s.nowMS() + max(rec.TTL.Milliseconds(), 1)
+		ttl = min(ttl, rec.TTL)
+	}
+	args := []any{string(rec.Kind), rec.Version, rec.UpdatedAt.UnixMilli(), max(ttl.Milliseconds(), 1), exp}
 	switch rec.Kind {
-	case KindCounter:
+	case KindCounter, KindPN:
 		args = append(args, rec.Value)
 	case KindSharded:
 		if len(rec.Shards) == 0 {
@@ -450,7 +491,13 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 // write runs a mutating script. With a Loader, the first attempt may not
 // create the counter: on MISS the loader's record is cached, then the
 // script runs again allowed to create.
+//
+// Once sent, a script's reply is awaited even if ctx is cancelled
+// (bounded by the read timeout): a caller that gave up must not leave a
+// change applied in Redis that it then fails to hand to a write-behind
+// tier. Only a Redis that does not answer leaves the outcome unknown.
 func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.Context, mayCreate string) ([]any, error), parse func([]any) error) error {
+	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	mayCreate := "1"
 	if s.opts.Loader != nil {
@@ -480,22 +527,31 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 // the version is *expected (0: the counter must not exist), else it fails
 // with ErrVersionConflict. ttl > 0 sets a time to live, 0 removes it.
 func (s *Store) Set(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration) (uint64, error) {
+	ver, _, err := s.SetPrev(ctx, id, value, expected, ttl)
+	return ver, err
+}
+
+// SetPrev is Set that also returns the value before the write (0 for a
+// new counter), so a caller can hand value-prev to a write-behind tier.
+func (s *Store) SetPrev(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration) (uint64, int64, error) {
 	if err := checkID(id); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	check, exp := "0", uint64(0)
 	if expected != nil {
 		check, exp = "1", *expected
 	}
 	var ver uint64
+	var prev int64
 	err := s.write(ctx, "set", id, func(ctx context.Context, mayCreate string) ([]any, error) {
 		return s.run(ctx, setScript, id, value, check, exp, ttl.Milliseconds(), s.nowMS(), mayCreate)
 	}, func(r []any) error {
-		v, err := toInt(r[1])
-		ver = uint64(v)
-		return err
+		v, err1 := toInt(r[1])
+		p, err2 := toInt(r[2])
+		ver, prev = uint64(v), p
+		return errors.Join(err1, err2)
 	})
-	return ver, err
+	return ver, prev, err
 }
 
 // HAdd adds to several fields of a hash counter atomically: all or none
@@ -547,23 +603,26 @@ func (s *Store) HGetAll(ctx context.Context, id string) ([]counter.Field, error)
 // PFAdd adds items to an hll counter and reports whether its estimate
 // may have changed.
 func (s *Store) PFAdd(ctx context.Context, id string, items ...[]byte) (bool, error) {
+	changed, _, err := s.PFAddVersion(ctx, id, items...)
+	return changed, err
+}
+
+// PFAddVersion is PFAdd that also returns the counter's version after it.
+func (s *Store) PFAddVersion(ctx context.Context, id string, items ...[]byte) (bool, uint64, error) {
 	if err := checkID(id); err != nil {
-		return false, err
+		return false, 0, err
 	}
 	var changed bool
+	var ver uint64
 	err := s.write(ctx, "pfadd", id, func(ctx context.Context, mayCreate string) ([]any, error) {
-		args := make([]any, 0, 2+len(items))
-		args = append(args, s.nowMS(), mayCreate)
-		for _, it := range items {
-			args = append(args, it)
-		}
-		return s.run(ctx, pfaddScript, id, args...)
+		return s.run(ctx, pfaddScript, id, scriptArgs(s.nowMS(), mayCreate, items)...)
 	}, func(r []any) error {
-		c, err := toInt(r[1])
-		changed = c == 1
-		return err
+		c, err1 := toInt(r[1])
+		v, err2 := toInt(r[2])
+		changed, ver = c == 1, uint64(v)
+		return errors.Join(err1, err2)
 	})
-	return changed, err
+	return changed, ver, err
 }
 
 // PFCount estimates the number of distinct items in the union of the hll
@@ -606,7 +665,7 @@ func (s *Store) Expire(ctx context.Context, id string, ttl time.Duration) (bool,
 	if ttl > 0 && ms == 0 {
 		ms = 1
 	}
-	return s.simple(ctx, "expire", id, expireScript, ms)
+	return s.simple(ctx, "expire", id, expireScript, ms, s.nowMS())
 }
 
 func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, args ...any) (bool, error) {
@@ -615,6 +674,7 @@ func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, arg
 	}
 	start := time.Now()
 	var n int64
+	ctx = context.WithoutCancel(ctx) // see write
 	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
 		n, err = sc.Run(ctx, s.rdb, keys(id), args...).Int64()
 		return err
@@ -630,7 +690,7 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, id string, args ...an
 		return nil, err
 	}
 	if len(v) == 0 {
-		return nil, fmt.Errorf("redisstore: empty script reply")
+		return nil, errEmptyReply
 	}
 	return v, nil
 }
@@ -659,6 +719,8 @@ func (s *Store) do(ctx context.Context, op string, write bool, f func(ctx contex
 		backoff = min(2*backoff, s.opts.MaxRetryBackoff)
 	}
 }
+
+var errEmptyReply = errors.New("redisstore: empty script reply")
 
 func isDialError(err error) bool {
 	var op *net.OpError

@@ -1,0 +1,454 @@
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
+)
+
+// Limits checked before anything is written.
+const (
+	maxShards   = 1024
+	maxFieldLen = 255
+	hllPrec     = 14 // Redis' HyperLogLog precision
+	hllStdError = 0.0081
+)
+
+// Apply applies one mutation: in Redis, then handed to the write-behind.
+// A sync write returns once the PostgreSQL batch holding it committed.
+func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+	if err := validate(&op); err != nil {
+		return engine.Result{}, err
+	}
+	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return res[0], nil
+}
+
+// ApplyBatch applies ops in order. Every op is validated first, so bad
+// input changes nothing. When an op fails at run time (wrong kind,
+// overflow), the adds and hash adds already applied are undone by their
+// inverse; other ops of the batch (set, delete, expire, pfadd, pfmerge,
+// hdel) cannot be undone, and readers may see a batch half applied (Redis
+// keys of different ids are not updated atomically).
+func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+	if len(ops) == 0 {
+		return nil, fmt.Errorf("%w: empty batch", engine.ErrInvalidArgument)
+	}
+	if len(ops) > b.opts.MaxBatch {
+		return nil, fmt.Errorf("%w: %d ops, at most %d", engine.ErrBatchTooLarge, len(ops), b.opts.MaxBatch)
+	}
+	for i := range ops {
+		if err := validate(&ops[i]); err != nil {
+			return nil, &engine.BatchError{Index: i, Err: err}
+		}
+	}
+	return b.applyKeyed(ctx, ops, wo)
+}
+
+// applyKeyed applies ops under wo's idempotency key (if any) and waits
+// for durability.
+func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+	var res []engine.Result
+	var err error
+	if wo.IdempotencyKey != "" {
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops) })
+	} else {
+		res, err = b.applyAll(ctx, ops)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return res, b.durable(ctx, wo)
+}
+
+// durable waits, for a sync write, until every delta handed to the
+// aggregator so far is committed in PostgreSQL.
+func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
+	d := wo.Durability
+	if d == engine.DurabilityDefault {
+		d = b.opts.Durability
+	}
+	if d != engine.Sync {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	defer cancel()
+	if err := b.agg.Sync(ctx); err != nil {
+		return fmt.Errorf("%w: sync write not yet committed in PostgreSQL (it is applied and will be written when PostgreSQL answers): %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// applyAll applies ops in order; on a failure it undoes what it can (see
+// ApplyBatch).
+func (b *Backend) applyAll(ctx context.Context, ops []engine.Op) ([]engine.Result, error) {
+	res := make([]engine.Result, len(ops))
+	for i := range ops {
+		r, err := b.apply(ctx, &ops[i])
+		if err != nil {
+			b.undo(ctx, ops[:i])
+			if len(ops) == 1 {
+				return nil, err
+			}
+			return nil, &engine.BatchError{Index: i, Err: err}
+		}
+		res[i] = r
+	}
+	b.ops.Add(uint64(len(ops)))
+	return res, nil
+}
+
+// undo applies the inverse of the invertible ops (add, hash add) in
+// reverse order. Errors are logged: the batch already failed.
+func (b *Backend) undo(ctx context.Context, done []engine.Op) {
+	for i := len(done) - 1; i >= 0; i-- {
+		inv, ok := inverse(done[i])
+		if !ok {
+			continue
+		}
+		if _, err := b.apply(ctx, &inv); err != nil {
+			b.opts.Logger.Error("tiered: undoing a failed batch", "id", inv.ID, "err", err)
+		}
+	}
+}
+
+func inverse(op engine.Op) (engine.Op, bool) {
+	switch op.Type {
+	case engine.OpAdd:
+		if op.Delta == -op.Delta && op.Delta != 0 { // MinInt64 has no inverse
+			return op, false
+		}
+		op.Delta = -op.Delta
+		return op, true
+	case engine.OpHAdd:
+		fs := make([]counter.FieldDelta, len(op.Fields))
+		for i, f := range op.Fields {
+			if f.Delta == -f.Delta && f.Delta != 0 {
+				return op, false
+			}
+			fs[i] = counter.FieldDelta{Name: f.Name, Delta: -f.Delta}
+		}
+		op.Fields = fs
+		return op, true
+	}
+	return op, false
+}
+
+// opFunc applies one validated op of its type.
+type opFunc func(b *Backend, ctx context.Context, op *engine.Op) (engine.Result, error)
+
+var opFuncs = map[engine.OpType]opFunc{
+	engine.OpAdd:     (*Backend).add,
+	engine.OpSet:     (*Backend).set,
+	engine.OpDelete:  (*Backend).del,
+	engine.OpExpire:  (*Backend).expire,
+	engine.OpPFAdd:   (*Backend).pfadd,
+	engine.OpPFMerge: (*Backend).pfmerge,
+	engine.OpHAdd:    (*Backend).hadd,
+	engine.OpHDel:    (*Backend).hdel,
+}
+
+// apply runs one validated op.
+func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	res, err := opFuncs[op.Type](b, ctx, op)
+	if err != nil {
+		return engine.Result{}, mapErr(err)
+	}
+	res.ID = op.ID
+	if res.Version > 0 && op.Type != engine.OpAdd { // add records it with its delta
+		b.agg.SetVersion(op.ID, res.Version)
+	}
+	return res, nil
+}
+
+var storeKinds = map[engine.Kind]redisstore.Kind{
+	engine.KindNone:    redisstore.KindAuto,
+	engine.KindCounter: redisstore.KindCounter,
+	engine.KindSharded: redisstore.KindSharded,
+	engine.KindPN:      redisstore.KindPN,
+	engine.KindWindow:  redisstore.KindWindow,
+	engine.KindHash:    redisstore.KindHash,
+	engine.KindHLL:     redisstore.KindHLL,
+}
+
+func engineKind(k redisstore.Kind) engine.Kind {
+	for ek, sk := range storeKinds {
+		if sk == k && ek != engine.KindNone {
+			return ek
+		}
+	}
+	return engine.KindNone
+}
+
+func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window}
+	if op.Shard > 0 { // engine: Shard n>0 is shard n-1; 0 is any
+		o.Fixed, o.Shard = true, op.Shard-1
+	}
+	r, err := b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, b.opts.Now(), r.Version)
+	return engine.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
+}
+
+func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	ttl, expected, skip, err := b.setPlan(ctx, op)
+	if err != nil || skip {
+		return engine.Result{Kind: engine.KindCounter}, err
+	}
+	ver, prev, err := b.rs.SetPrev(ctx, op.ID, op.Value, expected, ttl)
+	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != engine.SetAlways && !op.CheckVersion {
+		return engine.Result{Kind: engine.KindCounter}, nil // NX/XX lost a race: not applied
+	}
+	if err != nil {
+		return engine.Result{}, err
+	}
+	// Wrapping subtraction: the aggregated delta brings PostgreSQL to the
+	// same value (see docs/postgres.md for the int64-edge caveat).
+	b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
+	return engine.Result{Kind: engine.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
+}
+
+// setPlan works out the TTL and version condition of a set; skip is true
+// when SET NX/XX does not apply.
+func (b *Backend) setPlan(ctx context.Context, op *engine.Op) (ttl time.Duration, expected *uint64, skip bool, err error) {
+	ttl = op.TTL
+	if op.CheckVersion {
+		v := op.ExpectedVersion
+		expected = &v
+	}
+	if op.SetMode == engine.SetAlways && !op.KeepTTL {
+		return ttl, expected, false, nil
+	}
+	rec, found, err := b.rs.Get(ctx, op.ID)
+	if err != nil {
+		return 0, nil, false, err
+	}
+	switch {
+	case op.SetMode == engine.SetIfAbsent && found, op.SetMode == engine.SetIfExists && !found:
+		return 0, nil, true, nil
+	case op.SetMode == engine.SetIfAbsent && expected == nil:
+		var zero uint64
+		expected = &zero
+	case op.SetMode == engine.SetIfExists && expected == nil:
+		v := rec.Version
+		expected = &v
+	}
+	if op.KeepTTL && found && ttl == 0 {
+		ttl = rec.TTL
+	}
+	return ttl, expected, false, nil
+}
+
+func (b *Backend) expiryAt(ttl time.Duration) time.Time {
+	if ttl <= 0 {
+		return time.Time{}
+	}
+	return b.opts.Now().Add(ttl)
+}
+
+func (b *Backend) del(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	// Read through first: a counter only PostgreSQL holds exists too.
+	rec, found, err := b.rs.Get(ctx, op.ID)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if _, err := b.rs.Delete(ctx, op.ID); err != nil {
+		return engine.Result{}, err
+	}
+	if !found {
+		return engine.Result{}, nil
+	}
+	b.agg.Delete(op.ID)
+	return engine.Result{Kind: engineKind(rec.Kind), Changed: true}, nil
+}
+
+func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	rec, found, err := b.rs.Get(ctx, op.ID) // read through, so Redis has it
+	if err != nil || !found {
+		return engine.Result{}, err
+	}
+	ok, err := b.rs.Expire(ctx, op.ID, op.TTL)
+	if err != nil || !ok {
+		return engine.Result{}, err
+	}
+	b.agg.SetExpiry(op.ID, b.expiryAt(op.TTL))
+	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: rec.Version, Changed: true}, nil
+}
+
+func (b *Backend) pfadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	changed, ver, err := b.rs.PFAddVersion(ctx, op.ID, op.Items...)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	res := engine.Result{Kind: engine.KindHLL, Version: ver, Changed: changed}
+	if changed {
+		if err := b.writeSketch(ctx, op.ID); err != nil {
+			return engine.Result{}, err
+		}
+	}
+	if op.Estimate {
+		n, err := b.rs.PFCount(ctx, op.ID)
+		if err != nil {
+			return engine.Result{}, err
+		}
+		res.Value = n
+	}
+	return res, nil
+}
+
+// writeSketch hands id's current Redis HLL to the write-behind (PostgreSQL
+// keeps the latest full sketch).
+func (b *Backend) writeSketch(ctx context.Context, id string) error {
+	raw, err := b.rs.RawHLL(ctx, id)
+	if err != nil {
+		return err
+	}
+	if raw != nil {
+		b.agg.SetSketch(id, raw)
+	}
+	return nil
+}
+
+func (b *Backend) pfmerge(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	est, ver, err := b.rs.PFMerge(ctx, op.ID, op.Sources)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if err := b.writeSketch(ctx, op.ID); err != nil {
+		return engine.Result{}, err
+	}
+	return engine.Result{Kind: engine.KindHLL, Value: est, Version: ver, Changed: true}, nil
+}
+
+func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	fields, ver, err := b.rs.HAdd(ctx, op.ID, op.Fields)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	b.writeFields(op.ID, op.Fields)
+	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: fields}, nil
+}
+
+// writeFields hands hash field deltas to the write-behind.
+func (b *Backend) writeFields(id string, fs []counter.FieldDelta) {
+	now := b.opts.Now()
+	for _, f := range fs {
+		b.agg.AddField(id, f.Name, f.Delta, now)
+	}
+}
+
+func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	removed, ver, err := b.rs.HDel(ctx, op.ID, op.Names)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	undo := make([]counter.FieldDelta, len(removed))
+	for i, f := range removed {
+		undo[i] = counter.FieldDelta{Name: f.Name, Delta: -f.Value}
+	}
+	b.writeFields(op.ID, undo)
+	return engine.Result{Kind: engine.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
+}
+
+// validate checks what can be checked without state, so bad input never
+// reaches a store.
+func validate(op *engine.Op) error {
+	if err := engine.ValidateID(op.ID); err != nil {
+		return err
+	}
+	if op.ID[0] == '}' {
+		return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode (Redis hash tag)", engine.ErrInvalidID)
+	}
+	if op.TTL < 0 || op.TTL > engine.MaxTTL {
+		return fmt.Errorf("%w: ttl must be in 0..%v", engine.ErrInvalidArgument, engine.MaxTTL)
+	}
+	if op.HLLPrecision != 0 && op.HLLPrecision != hllPrec {
+		return fmt.Errorf("%w: tiered mode keeps hll counters at precision %d (Redis)", engine.ErrInvalidArgument, hllPrec)
+	}
+	switch op.Type {
+	case engine.OpAdd:
+		return validateAdd(op)
+	case engine.OpSet, engine.OpDelete, engine.OpExpire:
+		return nil
+	case engine.OpPFAdd:
+		return maxItems(len(op.Items), "items")
+	case engine.OpPFMerge:
+		return validateMerge(op)
+	case engine.OpHAdd, engine.OpHDel:
+		return validateFields(op)
+	}
+	return fmt.Errorf("%w: unknown op type %d", engine.ErrInvalidArgument, op.Type)
+}
+
+func validateAdd(op *engine.Op) error {
+	if _, ok := storeKinds[op.Kind]; !ok || (op.Kind != engine.KindNone && !op.Kind.Additive()) {
+		return fmt.Errorf("%w: add to a %s counter", engine.ErrWrongKind, op.Kind)
+	}
+	if op.Window != (counter.WindowSpec{}) {
+		if err := op.Window.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
+		}
+	}
+	if op.Shards < 0 || op.Shards > maxShards {
+		return fmt.Errorf("%w: shards must be in 1..%d", engine.ErrInvalidArgument, maxShards)
+	}
+	if op.Shard < 0 || op.Shard > maxShards {
+		return fmt.Errorf("%w: shard must be in 0..%d", engine.ErrInvalidArgument, maxShards)
+	}
+	return nil
+}
+
+func validateMerge(op *engine.Op) error {
+	if err := maxItems(len(op.Sources), "sources"); err != nil {
+		return err
+	}
+	for _, s := range op.Sources {
+		if err := engine.ValidateID(s); err != nil {
+			return err
+		}
+		if s[0] == '}' {
+			return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode", engine.ErrInvalidID)
+		}
+	}
+	return nil
+}
+
+func validateFields(op *engine.Op) error {
+	n := len(op.Fields) + len(op.Names)
+	if n == 0 {
+		return fmt.Errorf("%w: no fields", engine.ErrInvalidArgument)
+	}
+	if err := maxItems(n, "fields"); err != nil {
+		return err
+	}
+	for _, f := range op.Fields {
+		if len(f.Name) > maxFieldLen {
+			return fmt.Errorf("%w: field name longer than %d bytes", engine.ErrInvalidArgument, maxFieldLen)
+		}
+	}
+	for _, name := range op.Names {
+		if len(name) > maxFieldLen {
+			return fmt.Errorf("%w: field name longer than %d bytes", engine.ErrInvalidArgument, maxFieldLen)
+		}
+	}
+	return nil
+}
+
+func maxItems(n int, what string) error {
+	if n > engine.MaxItems {
+		return fmt.Errorf("%w: %d %s, at most %d", engine.ErrInvalidArgument, n, what, engine.MaxItems)
+	}
+	return nil
+}

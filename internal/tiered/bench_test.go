@@ -1,0 +1,124 @@
+package tiered_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/testutil/pgtest"
+	"github.com/counterd/counterd/internal/testutil/redistest"
+	"github.com/counterd/counterd/internal/tiered"
+)
+
+const (
+	benchCounters    = 100
+	benchParallelism = 32 // goroutines per GOMAXPROCS: concurrent clients
+)
+
+// BenchmarkTiered compares, against one PostgreSQL in one run, increments
+// through the tiered backend (Redis Lua script + write-behind, async and
+// sync) with the naive path (one autocommit UPDATE per increment), from
+// 32*GOMAXPROCS goroutines (concurrent clients) over 100 counters:
+//
+//	go test -run '^$' -bench Tiered -benchtime 5s ./internal/tiered/
+//
+// Every sub-benchmark checks at the end that PostgreSQL holds exactly b.N
+// increments; the tiered timings include the final flush.
+func BenchmarkTiered(b *testing.B) {
+	rd, dsn := redistest.New(b), pgtest.DSN(b)
+	open := func(b *testing.B, d engine.Durability) *tiered.Backend {
+		o := tiered.Options{RedisURL: rd.URL, PostgresDSN: dsn, Durability: d, NodeID: "bench"}
+		o.Postgres.MaintenanceInterval, o.Postgres.MaxConns = -1, 8
+		be, err := tiered.Open(context.Background(), o)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = be.Close() })
+		return be
+	}
+	ids := make([]string, benchCounters)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench:c%03d", i)
+	}
+	for _, d := range []engine.Durability{engine.Async, engine.Sync} {
+		b.Run("tiered-"+d.String(), func(b *testing.B) {
+			rd.FlushAll(b)
+			be := open(b, d)
+			ctx := context.Background()
+			truncate(b, be)
+			st0 := be.Postgres().Stats().Statements
+			var next atomic.Uint64
+			b.SetParallelism(benchParallelism)
+			b.ResetTimer()
+			start := time.Now()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					op := engine.Op{Type: engine.OpAdd, ID: ids[next.Add(1)%benchCounters], Delta: 1}
+					if _, err := be.Apply(ctx, op, engine.WriteOptions{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+			if err := be.Flush(ctx); err != nil {
+				b.Fatal(err)
+			}
+			report(b, time.Since(start), be.Postgres().Stats().Statements-st0)
+			checkSum(b, be)
+		})
+	}
+	b.Run("naive-update", func(b *testing.B) {
+		be := open(b, engine.Async)
+		ctx := context.Background()
+		truncate(b, be)
+		pool := be.Postgres().Pool()
+		for _, id := range ids {
+			if _, err := pool.Exec(ctx, `INSERT INTO counters (counter_id, counter_type) VALUES ($1, 'counter')`, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		var next, stmts atomic.Uint64
+		b.SetParallelism(benchParallelism)
+		b.ResetTimer()
+		start := time.Now()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				stmts.Add(1)
+				if _, err := pool.Exec(ctx, `UPDATE counters SET value = value + 1, version = version + 1, updated_at = now() WHERE counter_id = $1`,
+					ids[next.Add(1)%benchCounters]); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+		report(b, time.Since(start), stmts.Load())
+		checkSum(b, be)
+	})
+}
+
+func truncate(b *testing.B, be *tiered.Backend) {
+	if err := be.Postgres().Truncate(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func checkSum(b *testing.B, be *tiered.Backend) {
+	b.StopTimer()
+	var sum int64
+	if err := be.Postgres().Pool().QueryRow(context.Background(), `SELECT coalesce(sum(value), 0) FROM counters`).Scan(&sum); err != nil {
+		b.Fatal(err)
+	}
+	if sum != int64(b.N) {
+		b.Fatalf("PostgreSQL sum = %d, want %d", sum, b.N)
+	}
+}
+
+func report(b *testing.B, el time.Duration, stmts uint64) {
+	sec := el.Seconds()
+	b.ReportMetric(float64(b.N)/sec, "increments/s")
+	b.ReportMetric(float64(stmts)/sec, "pg-statements/s")
+	b.ReportMetric(float64(b.N)/float64(max(stmts, 1)), "increments/statement")
+}

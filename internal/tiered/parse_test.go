@@ -1,0 +1,157 @@
+package tiered
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"reflect"
+	"sort"
+	"testing"
+	"testing/quick"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/rollup"
+	"github.com/counterd/counterd/internal/store/postgres"
+)
+
+// FuzzParseIdem: any stored bytes either parse to a well-formed record,
+// which encodes back to the same record, or fail with an error; never a
+// panic, never a replay of garbage.
+func FuzzParseIdem(f *testing.F) {
+	ok, _ := json.Marshal(idemRecord{FP: fingerprint(nil), Done: true, Results: []engine.Result{{ID: "a", Value: 3}}})
+	f.Add(ok)
+	f.Add([]byte(`{"fp":"x","done":true}`))
+	f.Add([]byte(`{"fp":"` + fingerprint(nil) + `","done":true}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		r, err := parseIdem(data)
+		if err != nil {
+			return
+		}
+		if len(r.FP) != 64 || (r.Done && r.Results == nil) {
+			t.Fatalf("accepted malformed record %+v", r)
+		}
+		again, _ := json.Marshal(r)
+		r2, err := parseIdem(again)
+		if err != nil || !reflect.DeepEqual(r, r2) {
+			t.Fatalf("round trip: %+v -> %+v (%v)", r, r2, err)
+		}
+	})
+}
+
+// FuzzDecodeSpec: a stored rollup spec is accepted only if it validates.
+func FuzzDecodeSpec(f *testing.F) {
+	def, _ := json.Marshal(rollup.DefaultSpec())
+	f.Add(def)
+	f.Add([]byte(`{"Minute":-1}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := decodeSpec(data)
+		if err == nil && s.Validate() != nil {
+			t.Fatalf("accepted invalid spec %+v", s)
+		}
+	})
+}
+
+// TestChunkMapping: for every granularity, a bucket's chunk (index,
+// offset, length) agrees with rollup's bucket numbering and chunkSpan.
+func TestChunkMapping(t *testing.T) {
+	lo := time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	hi := time.Date(2199, 12, 1, 0, 0, 0, 0, time.UTC).Unix()
+	prop := func(seed int64) bool {
+		r := rand.New(rand.NewPCG(uint64(seed), 1))
+		ts := time.Unix(lo+r.Int64N(hi-lo), 0).UTC()
+		for g := range granNames {
+			b := g.Bucket(ts.UnixNano())
+			start := time.Unix(0, g.Start(b)).UTC()
+			idx, off, n := chunkOf(g, start)
+			s, e := chunkSpan(g, idx)
+			if off < 0 || off >= n || start.Before(s) || !start.Before(e) {
+				t.Logf("%s %v: chunk %d off %d of %d spans [%v, %v)", g, start, idx, off, n, s, e)
+				return false
+			}
+			if g.Bucket(s.UnixNano())+int64(off) != b || g.Bucket(e.UnixNano())-g.Bucket(s.UnixNano()) != int64(n) {
+				t.Logf("%s %v: bucket numbering disagrees", g, start)
+				return false
+			}
+		}
+		return true
+	}
+	if err := quick.Check(prop, &quick.Config{MaxCount: 2000}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFromPG: conversion keeps values, drops zero fields, sorts fields,
+// never restores windows, and refuses unknown kinds.
+func TestFromPG(t *testing.T) {
+	now := time.Now()
+	prop := func(fields map[string]int64, value int64) bool {
+		rec, ok, err := fromPG(postgres.Record{ID: "h", Kind: "hash", Fields: fields, Value: value, ExpiresAt: now.Add(time.Hour)}, now)
+		if err != nil || !ok || rec.TTL != time.Hour {
+			return false
+		}
+		if !sort.SliceIsSorted(rec.Fields, func(i, j int) bool { return rec.Fields[i].Name < rec.Fields[j].Name }) {
+			return false
+		}
+		n := 0
+		for _, v := range fields {
+			if v != 0 {
+				n++
+			}
+		}
+		for _, f := range rec.Fields {
+			if f.Value == 0 || fields[f.Name] != f.Value {
+				return false
+			}
+		}
+		return len(rec.Fields) == n
+	}
+	if err := quick.Check(prop, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, err := fromPG(postgres.Record{Kind: "window", Value: 5}, now); ok || err != nil {
+		t.Fatal("window restored")
+	}
+	if _, _, err := fromPG(postgres.Record{Kind: "bogus"}, now); err == nil {
+		t.Fatal("unknown kind accepted")
+	}
+}
+
+// TestPNSlot: the single replica shows the value, including MinInt64.
+func TestPNSlot(t *testing.T) {
+	prop := func(v int64) bool {
+		s := pnSlot("", v)
+		return int64(s.P-s.N) == v && (s.P == 0 || s.N == 0)
+	}
+	if err := quick.Check(prop, nil); err != nil {
+		t.Fatal(err)
+	}
+	if s := pnSlot("n", -1<<63); s.N != 1<<63 {
+		t.Fatalf("MinInt64 slot = %+v", s)
+	}
+}
+
+// TestValidateRejectsBeforeWriting: validation catches bad input without a
+// store (no backend here: a nil one would panic if reached).
+func TestValidateRejectsBeforeWriting(t *testing.T) {
+	bad := []engine.Op{
+		{Type: engine.OpAdd, ID: ""},
+		{Type: engine.OpAdd, ID: "}x"},
+		{Type: engine.OpAdd, ID: "a", Kind: engine.KindHash},
+		{Type: engine.OpAdd, ID: "a", Shards: 5000},
+		{Type: engine.OpSet, ID: "a", TTL: -1},
+		{Type: engine.OpHAdd, ID: "a"},
+		{Type: engine.OpPFAdd, ID: "a", HLLPrecision: 10},
+		{Type: engine.OpPFMerge, ID: "a", Sources: []string{""}},
+		{Type: 99, ID: "a"},
+	}
+	for _, op := range bad {
+		if err := validate(&op); err == nil {
+			t.Errorf("validate(%+v) = nil", op)
+		}
+	}
+	if _, ok := inverse(engine.Op{Type: engine.OpAdd, Delta: -1 << 63}); ok {
+		t.Error("MinInt64 add has no inverse")
+	}
+}

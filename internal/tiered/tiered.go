@@ -1,0 +1,300 @@
+// Package tiered is counterd's tiered backend: an engine.Backend that keeps
+// hot counters in Redis (internal/store/redis, the source of truth for
+// current values) and writes every change behind to PostgreSQL
+// (internal/store/postgres, the durable record), which Redis reads through
+// on a miss.
+//
+// A mutation runs as one Lua script in Redis, which returns the new value
+// and version, and its delta is handed to the PostgreSQL aggregator, which
+// commits one exactly-once batch per flush interval. Async writes are
+// acknowledged then; sync writes wait for the batch holding their delta to
+// commit. See docs/redis-tier.md and docs/postgres.md.
+package tiered
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/store/postgres"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
+)
+
+// ErrUnavailable wraps every error caused by Redis or PostgreSQL not
+// answering (or answering too slowly). It wraps engine.ErrUnavailable, so
+// the front ends answer 503 / TRYAGAIN.
+var ErrUnavailable = fmt.Errorf("tiered: storage unavailable: %w", engine.ErrUnavailable)
+
+// Options configure Open. Zero values select the defaults.
+type Options struct {
+	RedisURL    string // redis://host:port/db
+	PostgresDSN string // postgres://user@host:port/db
+
+	// FlushInterval is the write-behind period (default 1 s).
+	FlushInterval time.Duration
+	// Durability is the default for writes that do not ask (default async).
+	Durability engine.Durability
+	// SyncTimeout bounds how long a sync write waits for its batch to
+	// commit before it fails with ErrUnavailable (default 5 s).
+	SyncTimeout time.Duration
+	// NodeID prefixes write-behind batch ids.
+	NodeID string
+	// IdempotencyRetention is how long an idempotency key is remembered
+	// (default 24 h).
+	IdempotencyRetention time.Duration
+	// MaxBatch bounds the ops of one ApplyBatch (default 1000).
+	MaxBatch int
+	// CacheTTL is how long a counter loaded from PostgreSQL stays in Redis
+	// (default 60 s).
+	CacheTTL time.Duration
+	// SnapshotInterval, when positive, takes a PostgreSQL snapshot
+	// (point-in-time read and restore) at that period.
+	SnapshotInterval time.Duration
+	// Retention is enforced by PostgreSQL's maintenance loop (hourly).
+	Retention postgres.RetentionPolicy
+	// AuditNamespaces lists the namespaces whose deltas go to the audit
+	// log ("*": all). Default: none.
+	AuditNamespaces []string
+
+	Logger *slog.Logger
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+
+	// Redis and Postgres tune the stores; the fields above win.
+	Redis    redisstore.Options
+	Postgres postgres.Options
+}
+
+func (o *Options) defaults() {
+	if o.FlushInterval <= 0 {
+		o.FlushInterval = postgres.DefaultFlushInterval
+	}
+	if o.Durability == engine.DurabilityDefault {
+		o.Durability = engine.Async
+	}
+	if o.SyncTimeout <= 0 {
+		o.SyncTimeout = 5 * time.Second
+	}
+	if o.IdempotencyRetention <= 0 {
+		o.IdempotencyRetention = 24 * time.Hour
+	}
+	if o.MaxBatch <= 0 {
+		o.MaxBatch = 1000
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+}
+
+// Backend serves engine.Backend from Redis and PostgreSQL. It is safe for
+// concurrent use; call Close.
+type Backend struct {
+	opts Options
+	rs   *redisstore.Store
+	pg   *postgres.Store
+	agg  *postgres.Aggregator
+
+	ops     atomic.Uint64
+	flushes atomic.Uint64
+	lastErr atomic.Pointer[error] // last failed flush, nil after a good one
+
+	stop      chan struct{}
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ engine.Backend = (*Backend)(nil)
+
+// Open runs the PostgreSQL migrations, opens both stores and starts the
+// write-behind aggregator (and the snapshot loop if asked).
+func Open(ctx context.Context, opts Options) (*Backend, error) {
+	opts.defaults()
+	po := opts.Postgres
+	po.Retention = opts.Retention
+	po.AuditNamespaces = opts.AuditNamespaces
+	pg, err := postgres.Open(ctx, opts.PostgresDSN, po)
+	if err != nil {
+		return nil, fmt.Errorf("tiered: %w: %w", ErrUnavailable, err)
+	}
+	b := &Backend{opts: opts, pg: pg, stop: make(chan struct{}), done: make(chan struct{})}
+	ro := opts.Redis
+	ro.Loader = b.load
+	ro.Now = opts.Now
+	if opts.CacheTTL > 0 {
+		ro.CacheTTL = opts.CacheTTL
+	}
+	// Writes wait for Redis' reply (see redisstore.Store.write): give a
+	// loaded machine time before an increment's outcome becomes unknown.
+	if ro.ReadTimeout == 0 {
+		ro.ReadTimeout, ro.WriteTimeout = 2*time.Second, 2*time.Second
+	}
+	if ro.Pipeline == 0 {
+		// Concurrent increments share Redis round trips.
+		ro.Pipeline, ro.PipelineConns = 128, 2
+	}
+	if b.rs, err = redisstore.Open(ctx, opts.RedisURL, ro); err != nil {
+		pg.Close()
+		return nil, fmt.Errorf("tiered: %w", mapErr(err))
+	}
+	b.agg = pg.NewAggregator(postgres.AggregatorOptions{
+		FlushInterval: opts.FlushInterval,
+		NodeID:        opts.NodeID,
+		OnError:       b.flushFailed,
+		OnFlush:       b.flushed,
+	})
+	go b.snapshots()
+	return b, nil
+}
+
+func (b *Backend) flushFailed(err error) {
+	b.lastErr.Store(&err)
+	b.opts.Logger.Warn("tiered: write-behind flush failed; will retry the same batch", "err", err)
+}
+
+func (b *Backend) flushed() {
+	b.flushes.Add(1)
+	b.lastErr.Store(nil)
+}
+
+// snapshots takes a snapshot every SnapshotInterval until Close.
+func (b *Backend) snapshots() {
+	defer close(b.done)
+	if b.opts.SnapshotInterval <= 0 {
+		return
+	}
+	t := time.NewTicker(b.opts.SnapshotInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		if _, err := b.Snapshot(ctx); err != nil {
+			b.opts.Logger.Warn("tiered: scheduled snapshot failed", "err", err)
+		}
+		cancel()
+	}
+}
+
+// Close flushes every pending delta to PostgreSQL (bounded by 30 s), then
+// closes both stores. It is idempotent.
+func (b *Backend) Close() error {
+	b.closeOnce.Do(func() {
+		close(b.stop)
+		<-b.done
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := b.agg.Close(ctx)
+		b.pg.Close()
+		b.closeErr = errors.Join(err, b.rs.Close())
+	})
+	return b.closeErr
+}
+
+// Flush writes every delta added so far to PostgreSQL.
+func (b *Backend) Flush(ctx context.Context) error { return unavailable(b.agg.Flush(ctx)) }
+
+// Snapshot flushes, then takes a PostgreSQL snapshot of every counter and
+// returns its id (for ValueAt and RestoreSnapshot).
+func (b *Backend) Snapshot(ctx context.Context) (int64, error) {
+	if err := b.Flush(ctx); err != nil {
+		return 0, err
+	}
+	id, err := b.pg.Snapshot(ctx)
+	return id, unavailable(err)
+}
+
+// ValueAt is a point-in-time read: id's value in the latest snapshot taken
+// at or before t; ok is false when there is none.
+func (b *Backend) ValueAt(ctx context.Context, id string, t time.Time) (int64, bool, error) {
+	if err := engine.ValidateID(id); err != nil {
+		return 0, false, err
+	}
+	v, ok, err := b.pg.ValueAt(ctx, id, t)
+	return v, ok, unavailable(err)
+}
+
+// Retain runs the retention jobs once (they also run hourly when
+// Options.Retention is set).
+func (b *Backend) Retain(ctx context.Context, p postgres.RetentionPolicy) error {
+	return unavailable(b.pg.Retain(ctx, p))
+}
+
+// Postgres and Redis expose the stores (tests, diagnostics).
+func (b *Backend) Postgres() *postgres.Store        { return b.pg }
+func (b *Backend) Redis() *redisstore.Store         { return b.rs }
+func (b *Backend) Aggregator() *postgres.Aggregator { return b.agg }
+
+// Now is the backend's clock.
+func (b *Backend) Now() time.Time { return b.opts.Now() }
+
+// Stats reports mutations and flushes since Open.
+func (b *Backend) Stats() engine.Stats {
+	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load()}
+}
+
+// Ready is nil while Redis and PostgreSQL both answer within a second and
+// the last write-behind flush succeeded.
+func (b *Backend) Ready() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	if err := b.rs.Ready(ctx); err != nil {
+		return fmt.Errorf("redis: %w", mapErr(err))
+	}
+	if err := b.pg.Ping(ctx); err != nil {
+		return unavailable(err)
+	}
+	if p := b.lastErr.Load(); p != nil {
+		return fmt.Errorf("%w: write-behind: %v", ErrUnavailable, *p)
+	}
+	return nil
+}
+
+// mapErr turns store errors into engine sentinels; anything else from
+// Redis or PostgreSQL is ErrUnavailable.
+func mapErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	for _, m := range errMap {
+		if errors.Is(err, m.from) {
+			return fmt.Errorf("%w: %v", m.to, err)
+		}
+	}
+	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow,
+		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrNotFound, engine.ErrUnavailable} {
+		if errors.Is(err, s) {
+			return err
+		}
+	}
+	return unavailable(err)
+}
+
+var errMap = []struct{ from, to error }{
+	{redisstore.ErrWrongKind, engine.ErrWrongKind},
+	{redisstore.ErrOverflow, engine.ErrOverflow},
+	{redisstore.ErrVersionConflict, engine.ErrVersionConflict},
+	{redisstore.ErrInvalidArgument, engine.ErrInvalidArgument},
+	{redisstore.ErrUnavailable, ErrUnavailable},
+	{redisstore.ErrClosed, ErrUnavailable},
+	{context.DeadlineExceeded, ErrUnavailable},
+}
+
+// unavailable wraps a PostgreSQL (or other infrastructure) error.
+func unavailable(err error) error {
+	if err == nil || errors.Is(err, engine.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+}
