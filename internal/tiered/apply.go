@@ -271,6 +271,11 @@ func (b *Backend) del(ctx context.Context, op *engine.Op) (engine.Result, error)
 		return engine.Result{}, nil
 	}
 	b.agg.Delete(op.ID)
+	if rec.Kind == redisstore.KindHLL {
+		if err := b.deleteUniques(ctx, op.ID); err != nil {
+			return engine.Result{}, err
+		}
+	}
 	return engine.Result{Kind: engineKind(rec.Kind), Changed: true}, nil
 }
 
@@ -293,6 +298,9 @@ func (b *Backend) pfadd(ctx context.Context, op *engine.Op) (engine.Result, erro
 		return engine.Result{}, err
 	}
 	res := engine.Result{Kind: engine.KindHLL, Version: ver, Changed: changed}
+	if err := b.addUniques(ctx, op.ID, op.Items); err != nil {
+		return engine.Result{}, err
+	}
 	if changed {
 		if err := b.writeSketch(ctx, op.ID); err != nil {
 			return engine.Result{}, err

@@ -238,13 +238,15 @@ func (b *Backend) Len(ctx context.Context) (int, error) {
 }
 
 // FlushAll deletes every counter: pending deltas are flushed, PostgreSQL's
-// counters, time series and aggregates truncated, then the counter keys
+// counters, time series, aggregates and unique-count sketches truncated
+// (and this node's pending sketches dropped), then the counter keys
 // removed from Redis. Snapshots, the audit log and idempotency records
 // stay. Writes racing with it may survive.
 func (b *Backend) FlushAll(ctx context.Context, _ engine.WriteOptions) error {
 	if err := b.Flush(ctx); err != nil {
 		return err
 	}
+	b.uq.drop("")
 	if err := b.pg.Truncate(ctx); err != nil {
 		return unavailable(err)
 	}

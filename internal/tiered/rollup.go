@@ -13,10 +13,6 @@ import (
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// ErrUniquesUnsupported is returned by Uniques: tiered mode keeps one
-// sketch per hll counter (Redis' own), not per-day or per-hour sketches.
-var ErrUniquesUnsupported = fmt.Errorf("%w: unique counts over the last N days/hours are not kept in tiered mode", engine.ErrInvalidArgument)
-
 // Series reads id's buckets from PostgreSQL: minute buckets from
 // counter_timeseries, hour/day/month from counter_aggregates, which every
 // write-behind batch maintains. Retention is the spec set for id or its
@@ -48,14 +44,6 @@ func (b *Backend) Series(ctx context.Context, id string, g rollup.Granularity, f
 	return s, err
 }
 
-// Uniques is not supported in tiered mode (ErrUniquesUnsupported).
-func (b *Backend) Uniques(_ context.Context, id string, _ rollup.Granularity, _ int) (*rollup.Estimate, error) {
-	if err := checkID(id); err != nil {
-		return nil, err
-	}
-	return nil, ErrUniquesUnsupported
-}
-
 // specFor returns the spec of id, else of its namespace, else the default.
 func (b *Backend) specFor(ctx context.Context, id string) (rollup.Spec, error) {
 	ns, _, _ := strings.Cut(id, ":")
@@ -69,8 +57,9 @@ func (b *Backend) specFor(ctx context.Context, id string) (rollup.Spec, error) {
 }
 
 // SetRollup stores spec for key (a namespace or an id) in PostgreSQL
-// (table counter_rollups), shared by every node. In tiered mode it only
-// sets the retention Series applies.
+// (table counter_rollups), shared by every node: the retention Series
+// applies and, for hll counters, the unique-count sketches kept
+// (uniques.go; other nodes see a change within specCacheTTL).
 func (b *Backend) SetRollup(ctx context.Context, key string, spec rollup.Spec) error {
 	if err := engine.ValidateRollupKey(key); err != nil {
 		return err
@@ -78,6 +67,7 @@ func (b *Backend) SetRollup(ctx context.Context, key string, spec rollup.Spec) e
 	if err := spec.Validate(); err != nil {
 		return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
 	}
+	defer b.uq.invalidateSpecs()
 	return unavailable(b.pg.PutRollup(ctx, key, spec))
 }
 
@@ -86,6 +76,7 @@ func (b *Backend) DeleteRollup(ctx context.Context, key string) (bool, error) {
 	if err := engine.ValidateRollupKey(key); err != nil {
 		return false, err
 	}
+	defer b.uq.invalidateSpecs()
 	ok, err := b.pg.DeleteRollup(ctx, key)
 	return ok, unavailable(err)
 }
@@ -169,7 +160,7 @@ func (p *pgChunks) Chunks(g rollup.Granularity, from, to int64, fn func(idx int6
 	return nil
 }
 
-// Sketch: tiered mode keeps no per-unit sketches.
+// Sketch: Series reads no sketches (Uniques reads them, uniques.go).
 func (p *pgChunks) Sketch(rollup.Granularity, int, int64) (*counter.HLL, error) { return nil, nil }
 
 // chunkOf returns the chunk index of the bucket starting at t, its offset

@@ -106,6 +106,9 @@ type Backend struct {
 	flushes atomic.Uint64
 	lastErr atomic.Pointer[error] // last failed flush, nil after a good one
 
+	uq     uniques       // per-unit unique-count sketches (uniques.go)
+	uqDone chan struct{} // closed when uniquesLoop returns
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -125,7 +128,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tiered: %w: %w", ErrUnavailable, err)
 	}
-	b := &Backend{opts: opts, pg: pg, stop: make(chan struct{}), done: make(chan struct{})}
+	b := &Backend{opts: opts, pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{})}
 	ro := opts.Redis
 	ro.Loader = b.load
 	ro.Now = opts.Now
@@ -152,6 +155,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		OnFlush:       b.flushed,
 	})
 	go b.snapshots()
+	go b.uniquesLoop()
 	return b, nil
 }
 
@@ -167,11 +171,21 @@ func (b *Backend) flushed() {
 
 // snapshots takes a snapshot every SnapshotInterval until Close.
 func (b *Backend) snapshots() {
-	defer close(b.done)
-	if b.opts.SnapshotInterval <= 0 {
+	b.periodically(b.done, b.opts.SnapshotInterval, time.Minute, "tiered: scheduled snapshot failed", func(ctx context.Context) error {
+		_, err := b.Snapshot(ctx)
+		return err
+	})
+}
+
+// periodically calls fn, bounded by timeout, every period (none if period
+// is not positive) until Close, logging its errors with msg; it closes
+// done when it returns.
+func (b *Backend) periodically(done chan struct{}, period, timeout time.Duration, msg string, fn func(context.Context) error) {
+	defer close(done)
+	if period <= 0 {
 		return
 	}
-	t := time.NewTicker(b.opts.SnapshotInterval)
+	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
@@ -179,9 +193,9 @@ func (b *Backend) snapshots() {
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		if _, err := b.Snapshot(ctx); err != nil {
-			b.opts.Logger.Warn("tiered: scheduled snapshot failed", "err", err)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		if err := fn(ctx); err != nil {
+			b.opts.Logger.Warn(msg, "err", err)
 		}
 		cancel()
 	}
@@ -193,9 +207,10 @@ func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
 		<-b.done
+		<-b.uqDone
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		err := b.agg.Close(ctx)
+		err := errors.Join(b.flushUniques(ctx), b.agg.Close(ctx))
 		b.pg.Close()
 		b.closeErr = errors.Join(err, b.rs.Close())
 	})

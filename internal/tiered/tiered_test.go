@@ -267,7 +267,7 @@ func TestSeriesFromPostgres(t *testing.T) {
 	if all, err := e.b.Rollups(ctx); err != nil || len(all) != 1 {
 		t.Fatalf("rollups = %v %v", all, err)
 	}
-	if _, err := e.b.Uniques(ctx, "views:a", rollup.Day, 7); !errors.Is(err, engine.ErrInvalidArgument) {
+	if _, err := e.b.Uniques(ctx, "views:a", rollup.Day, 7); !errors.Is(err, engine.ErrWrongKind) {
 		t.Fatalf("uniques: %v", err)
 	}
 }

@@ -105,7 +105,7 @@ func (s *Store) Sum(ctx context.Context, prefix string, kinds []string) (sum int
 // batch ids are kept.
 func (s *Store) Truncate(ctx context.Context) error {
 	s.statements.Add(1)
-	_, err := s.pool.Exec(ctx, `TRUNCATE counters, counter_shards, counter_fields, counter_hll, counter_timeseries, counter_aggregates`)
+	_, err := s.pool.Exec(ctx, `TRUNCATE counters, counter_shards, counter_fields, counter_hll, counter_timeseries, counter_aggregates, counter_uniques`)
 	if err != nil {
 		return fmt.Errorf("postgres: truncate: %w", err)
 	}

@@ -89,8 +89,11 @@ func TestMigrationsCreateSchema(t *testing.T) {
 		AND column_name = 'updated_at' AND data_type = 'timestamp with time zone'`); n != 1 {
 		t.Errorf("counters.updated_at is not timestamptz")
 	}
-	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != 2 {
-		t.Errorf("goose version = %d, want 2", v)
+	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != 3 {
+		t.Errorf("goose version = %d, want 3", v)
+	}
+	if n := queryInt(t, s, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'counter_uniques'`); n != 1 {
+		t.Errorf("table counter_uniques missing (migration 00003)")
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM information_schema.columns WHERE table_name = 'counters'
 		AND column_name = 'expires_at'`); n != 1 {

@@ -1,0 +1,4 @@
+package tiered
+
+// MaxRegisters exposes maxRegisters to the tests.
+var MaxRegisters = maxRegisters
