@@ -79,34 +79,58 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
 	local := n.crdtOnly(ctx, ops, wo.IdempotencyKey)
-	var fp uint64
-	if wo.IdempotencyKey != "" {
-		fp = fingerprint(ops)
+	if err := n.checkMajority(local); err != nil {
+		return nil, err
 	}
 	var res []engine.Result
 	err := n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
-		if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
-			res = cached // applied by a previous owner
-			return nil
-		}
-		if wo.IdempotencyKey == "" {
-			res, err = n.applyStore(ctx, ops, batch, wo)
-			return err
-		}
-		unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
-		defer unlock()
-		if res, err = n.applyStore(ctx, ops, batch, wo); err != nil {
-			return err
-		}
-		if rec := newIdemRecord(wo.IdempotencyKey, fp, ops, res); rec != nil {
-			n.idem.put([]idemRecord{*rec})
-		}
-		return nil
+		res, err = n.applyKeyed(ctx, ops, batch, wo)
+		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	return res, n.replicateAfter(ctx, ops, res, wo)
+}
+
+// applyKeyed applies ops to the store. A keyed mutation that another node
+// already applied (its record arrived with a push or a fence) is replayed
+// from the record instead; one applied here leaves a record that travels
+// with the next push of its ids.
+func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	if wo.IdempotencyKey == "" {
+		return n.applyStore(ctx, ops, batch, wo)
+	}
+	fp := fingerprint(ops)
+	if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
+		return cached, nil
+	}
+	unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
+	defer unlock()
+	res, err := n.applyStore(ctx, ops, batch, wo)
+	if err != nil {
+		return nil, err
+	}
+	if rec := newIdemRecord(wo.IdempotencyKey, fp, ops, res); rec != nil {
+		n.idem.put([]idemRecord{*rec})
+	}
+	return res, nil
+}
+
+// checkMajority refuses owner writes while this node sees at most half of
+// the cluster: on the small side of a partition its writes could be
+// acknowledged and then lost when the majority's higher versions win on
+// heal. CRDT-local ids (unkeyed pn and sharded adds) stay writable.
+func (n *Node) checkMajority(local map[string]bool) error {
+	if !n.minority.Load() {
+		return nil
+	}
+	for _, ok := range local {
+		if !ok {
+			return errMinority
+		}
+	}
+	return nil
 }
 
 // crdtOnly returns the ids whose every op in ops is CRDT-local: those need
@@ -127,7 +151,7 @@ func (n *Node) crdtOnly(ctx context.Context, ops []engine.Op, key string) map[st
 func (n *Node) applyHere(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
-	res, err := n.applyStore(ctx, ops, batch, wo)
+	res, err := n.applyKeyed(ctx, ops, batch, wo)
 	if err != nil {
 		return nil, err
 	}

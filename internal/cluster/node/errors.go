@@ -143,6 +143,7 @@ var (
 	errUnknownOp    = fmt.Errorf("%w: unknown peer operation", engine.ErrInvalidArgument)
 	errRingChanged  = fmt.Errorf("%w: the ring changed during the operation", engine.ErrUnavailable)
 	errNotJoined    = fmt.Errorf("%w: not joined to the cluster yet", engine.ErrUnavailable)
+	errMinority     = fmt.Errorf("%w: this node sees at most half of the cluster (partition or failures); owner writes are refused", engine.ErrUnavailable)
 )
 
 func isWrongOwner(err error) bool { return errors.Is(err, ErrWrongOwner) }

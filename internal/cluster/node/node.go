@@ -111,8 +111,12 @@ type Node struct {
 	// ring (fence), no op admitted under the old ring is still applying.
 	gate sync.RWMutex
 
-	members  atomic.Pointer[membership.Membership]
-	joined   atomic.Bool  // a peer other than self has been seen
+	members atomic.Pointer[membership.Membership]
+	joined  atomic.Bool // a peer other than self has been seen
+	// minority is set while this node sees at most half of the members it
+	// knows (alive + dead; left ones do not count): it is on the small side
+	// of a partition, or most of the cluster is down.
+	minority atomic.Bool
 	leaving  atomic.Bool  // Drain started: owner writes replicate synchronously
 	inflight atomic.Int64 // writes between admission and the end of their replication
 
@@ -257,7 +261,11 @@ func (n *Node) refresh() {
 		return
 	}
 	var alive []string
+	dead := 0
 	for _, mem := range m.Members() {
+		if mem.State == membership.StateDead {
+			dead++
+		}
 		if mem.State != membership.StateAlive {
 			continue
 		}
@@ -269,6 +277,7 @@ func (n *Node) refresh() {
 			alive = append(alive, mem.ID)
 		}
 	}
+	n.minority.Store(len(alive)*2 <= len(alive)+dead)
 	n.setRing(alive)
 }
 

@@ -129,11 +129,13 @@ func opIDs(ops []engine.Op) []string {
 
 // crdtLocal reports whether op is applied by this node into its own slot
 // instead of by the owner: an add to a pn or sharded counter (named by
-// op.Kind, or already held locally with that kind) without an idempotency
-// key. Keyed adds go to the owner, whose idempotency table then sees every
-// retry.
-func (n *Node) crdtLocal(ctx context.Context, op *engine.Op, key string) bool {
-	if op.Type != engine.OpAdd || key != "" {
+// op.Kind, or already held locally with that kind). Keyed adds too: this
+// node's idempotency table sees a retry that comes back to it, and the
+// record travels with the next push (100 ms), so a retry that reaches
+// another node after that replays as well (see docs/cluster.md for the
+// window in which it does not).
+func (n *Node) crdtLocal(ctx context.Context, op *engine.Op, _ string) bool {
+	if op.Type != engine.OpAdd {
 		return false
 	}
 	k := op.Kind
