@@ -155,7 +155,8 @@ func TestClusterKillOwner(t *testing.T) {
 		}
 	}
 	led := newLedger()
-	l := startLoad(led, "kill", sp, c.nodes, 6, 15*time.Second)
+	const workers = 6
+	l := startLoad(led, "kill", sp, c.nodes, workers, 15*time.Second)
 	defer l.stop(t)
 	l.waitAcks(t, 300, 60*time.Second)
 
@@ -169,14 +170,17 @@ func TestClusterKillOwner(t *testing.T) {
 	}
 	l.waitAcks(t, 300, 60*time.Second)
 	l.stop(t)
-	if err := poll(10*time.Second, func() error { return converged(survivors, led, sp, exactNone) }); err != nil {
+	// Zero acknowledged increments may be lost (value >= acknowledged).
+	// An increment in flight on the victim when it died may count twice
+	// once retried elsewhere: at most one per worker over all ids.
+	if err := poll(10*time.Second, func() error { return convergedSlack(survivors, led, sp, exactNone, workers) }); err != nil {
 		t.Errorf("after SIGKILL of %s the survivors lost acknowledged sync increments or disagree:\n%v", victim.id, err)
 	}
 
 	victim.start(t)
 	restarted := time.Now()
 	waitAlive(t, c.nodes, 60*time.Second)
-	if err := poll(15*time.Second, func() error { return converged(c.nodes, led, sp, exactNone) }); err != nil {
+	if err := poll(15*time.Second, func() error { return convergedSlack(c.nodes, led, sp, exactNone, workers) }); err != nil {
 		t.Errorf("after %s restarted, nodes disagree or lost acknowledged increments:\n%v", victim.id, err)
 	} else {
 		t.Logf("%s rejoined and every node agrees %v after restart", victim.id, time.Since(restarted).Round(time.Millisecond))
