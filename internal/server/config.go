@@ -25,6 +25,9 @@ type Config struct {
 	Redis      string // --redis: Redis URL (tiered mode)
 	Postgres   string // --postgres: PostgreSQL DSN (tiered mode)
 
+	SnapshotInterval time.Duration // --snapshot-interval: tiered mode: scheduled PostgreSQL snapshots (default 0 = on demand only)
+	AuditNamespaces  string        // --audit-namespaces: tiered mode: comma-separated namespaces written to the audit log, "*" all (default none)
+
 	FlushInterval        time.Duration // --flush-interval: async flush period (default 1s)
 	IdempotencyRetention time.Duration // --idempotency-retention (default 24h)
 	IdempotencyMemory    int           // --idempotency-memory: records kept in memory (default 100000)
@@ -80,6 +83,9 @@ func (c *Config) Validate() error {
 	if (c.Redis == "") != (c.Postgres == "") {
 		return errors.New("server: tiered mode needs both --redis and --postgres")
 	}
+	if c.SnapshotInterval < 0 {
+		return errors.New("server: --snapshot-interval must not be negative")
+	}
 	if c.Join != "" && c.Redis != "" {
 		// Tiered nodes keep no state of their own: run several behind a
 		// load balancer instead of clustering them.
@@ -120,6 +126,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.Join, "join", "gossip addresses of nodes to join, comma-separated (cluster mode)")
 	str(&c.Redis, "redis", "Redis URL (tiered mode)")
 	str(&c.Postgres, "postgres", "PostgreSQL DSN (tiered mode)")
+	dur(&c.SnapshotInterval, "snapshot-interval", "tiered mode: take a PostgreSQL snapshot at this period (0: on demand only)")
+	str(&c.AuditNamespaces, "audit-namespaces", `tiered mode: namespaces whose changes go to the audit log, comma-separated ("*": all)`)
 	dur(&c.FlushInterval, "flush-interval", "async flush period")
 	dur(&c.IdempotencyRetention, "idempotency-retention", "how long idempotency keys are remembered")
 	fs.IntVar(&c.IdempotencyMemory, "idempotency-memory", envInt("idempotency-memory", c.IdempotencyMemory), "idempotency records kept in memory (older ones are read from disk)")

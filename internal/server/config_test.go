@@ -48,6 +48,7 @@ func TestValidate(t *testing.T) {
 		"log level":  func(c *Config) { c.LogLevel = "loud" },
 		"flush":      func(c *Config) { c.FlushInterval = 0 },
 		"redis only": func(c *Config) { c.Redis = "redis://127.0.0.1:6379" },
+		"snapshots":  func(c *Config) { c.SnapshotInterval = -time.Second },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)

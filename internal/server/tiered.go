@@ -23,6 +23,8 @@ func openTiered(ctx context.Context, cfg Config, log *slog.Logger) (*node, error
 		NodeID:               cfg.NodeID,
 		IdempotencyRetention: cfg.IdempotencyRetention,
 		MaxBatch:             cfg.MaxBatch,
+		SnapshotInterval:     cfg.SnapshotInterval,
+		AuditNamespaces:      splitList(cfg.AuditNamespaces),
 		Logger:               log,
 	})
 	if err != nil {
