@@ -121,6 +121,37 @@ func TestClusterFormsAndServes(t *testing.T) {
 	} else {
 		t.Logf("pn increments visible on every node after %v", time.Since(start).Round(time.Millisecond))
 	}
+	checkRateLimitsOnOwner(t, c.nodes)
+}
+
+// checkRateLimitsOnOwner: rate-limit checks of one key sent round-robin to
+// every node are decided by the key's owner, so a limit of 2 admits exactly
+// 2 over the whole cluster (each node deciding alone would admit 2 each).
+// Every answer carries the ring version that routing clients watch.
+func checkRateLimitsOnOwner(t *testing.T, nodes []*cnode) {
+	t.Helper()
+	const limit, checks = 2, 9
+	for k := range 4 {
+		key := fmt.Sprintf("forms:rl:%d", k)
+		body := fmt.Sprintf(`{"key": %q, "limits": [{"algorithm": "fixed_window", "limit": %d, "period": "1h"}]}`, key, limit)
+		allowed := 0
+		for i := range checks {
+			n := nodes[i%len(nodes)]
+			_, m, h, err := post(n.url+"/ratelimit/check", "", body)
+			if err != nil {
+				t.Fatalf("rate-limit check of %s on %s: %v", key, n.id, err)
+			}
+			if h.Get("Counterd-Ring-Version") == "" {
+				t.Errorf("%s: rate-limit answer without Counterd-Ring-Version", n.id)
+			}
+			if m["allowed"] == true {
+				allowed++
+			}
+		}
+		if allowed != limit {
+			t.Errorf("%s: %d of %d checks spread over %d nodes allowed, want exactly %d (decided on the owner)", key, allowed, checks, len(nodes), limit)
+		}
+	}
 }
 
 // killSpecs are the ids of the kill test: sync increments of every
