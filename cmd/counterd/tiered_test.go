@@ -6,6 +6,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -108,6 +109,40 @@ func TestTieredServesHTTPAndRESP(t *testing.T) {
 //     intact, at least every acknowledged increment.
 //
 // In both modes it is at most the number sent (nothing counted twice).
+// TestTieredSnapshotsAndAudit: --snapshot-interval takes scheduled
+// snapshots and --audit-namespaces writes only the named namespaces'
+// changes to the audit log.
+func TestTieredSnapshotsAndAudit(t *testing.T) {
+	env := newTieredEnv(t)
+	p := env.start(t, "--snapshot-interval", "300ms", "--audit-namespaces", "audited", "--flush-interval", "100ms")
+	for _, id := range []string{"audited:a", "quiet:a"} {
+		if code, _, _, err := post(p.addr+"/counters/"+id+"/increment?durability=sync", "", `{"delta": 2}`); err != nil || code != 200 {
+			t.Fatalf("increment %s: %d %v", id, code, err)
+		}
+	}
+	ctx := context.Background()
+	count := func(q string) (n int) {
+		if err := env.pool.QueryRow(ctx, q).Scan(&n); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		return n
+	}
+	if err := poll(10*time.Second, func() error {
+		if n := count(`SELECT count(DISTINCT snapshot_id) FROM counter_snapshots WHERE counter_id = 'audited:a'`); n < 1 {
+			return fmt.Errorf("%d scheduled snapshots hold audited:a", n)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(`SELECT count(*) FROM counter_audit_log WHERE counter_id = 'audited:a'`); n < 1 {
+		t.Errorf("audited:a: %d audit rows, want at least 1", n)
+	}
+	if n := count(`SELECT count(*) FROM counter_audit_log WHERE counter_id = 'quiet:a'`); n != 0 {
+		t.Errorf("quiet:a: %d audit rows, want 0 (namespace not audited)", n)
+	}
+}
+
 func TestTieredCrash(t *testing.T) {
 	for _, mode := range []string{"sync", "async"} {
 		t.Run(mode, func(t *testing.T) {
