@@ -41,6 +41,8 @@ type Backend interface {
 	Stats() Stats
 	// Ready is nil while the backend can serve requests.
 	Ready() error
+	// Capabilities says where the backend differs from the embedded engine.
+	Capabilities() Capabilities
 }
 
 // Local returns e as a Backend.
@@ -67,6 +69,9 @@ func (l local) PFCount(_ context.Context, ids ...string) (uint64, float64, error
 }
 
 func (l local) TTL(_ context.Context, id string) (time.Duration, bool, bool, error) {
+	if err := ValidateID(id); err != nil {
+		return 0, false, false, err
+	}
 	ttl, has, exists := l.e.TTL(id)
 	return ttl, has, exists, l.e.checkOpen()
 }
@@ -110,3 +115,9 @@ func (l local) Rollups(context.Context) (map[string]rollup.Spec, error) { return
 func (l local) Now() time.Time { return l.e.Now() }
 func (l local) Stats() Stats   { return l.e.Stats() }
 func (l local) Ready() error   { return l.e.Ready() }
+
+// Capabilities: the embedded engine is the reference behaviour.
+func (l local) Capabilities() Capabilities {
+	return Capabilities{Mode: "embedded", Batches: BatchAtomic, MultiKeyAnyOwner: true, AggregateWindows: true,
+		TTLChangesVersion: true, GlobalIdempotencyKeys: true}
+}

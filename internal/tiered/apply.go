@@ -346,7 +346,24 @@ func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error
 		return engine.Result{}, err
 	}
 	b.writeFields(op.ID, op.Fields)
-	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: fields}, nil
+	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
+}
+
+// uniqueFields keeps the last value of each name, in the order names first
+// appear, as the embedded engine reports a hash add that names a field
+// twice (Redis answers once per delta).
+func uniqueFields(fs []counter.Field) []counter.Field {
+	out := fs[:0:0]
+	at := make(map[string]int, len(fs))
+	for _, f := range fs {
+		if i, ok := at[f.Name]; ok {
+			out[i].Value = f.Value
+			continue
+		}
+		at[f.Name] = len(out)
+		out = append(out, f)
+	}
+	return out
 }
 
 // writeFields hands hash field deltas to the write-behind.
@@ -367,7 +384,28 @@ func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error
 		undo[i] = counter.FieldDelta{Name: f.Name, Delta: -f.Value}
 	}
 	b.writeFields(op.ID, undo)
+	if len(removed) > 0 {
+		if err := b.dropEmptyHash(ctx, op.ID, ver); err != nil {
+			return engine.Result{}, err
+		}
+	}
 	return engine.Result{Kind: engine.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
+}
+
+// dropEmptyHash deletes the hash id if HDEL at version ver removed its last
+// field: like Redis (and the embedded engine), a hash without fields does
+// not exist. A hash add landing between the read and the delete is lost
+// with it; the version check keeps that window to one round trip.
+func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) error {
+	rec, found, err := b.rs.Get(ctx, id)
+	if err != nil || !found || rec.Kind != redisstore.KindHash || rec.Version != ver || len(rec.Fields) > 0 {
+		return err
+	}
+	if _, err := b.rs.Delete(ctx, id); err != nil {
+		return err
+	}
+	b.agg.Delete(id)
+	return nil
 }
 
 // validate checks what can be checked without state, so bad input never
