@@ -1,6 +1,5 @@
 package redisstore
 
-
 // Every script takes KEYS[1] = counter:{id} and KEYS[2] = counter:{id}:meta
 // and derives the other keys of the counter (shards, window buckets) from
 // KEYS[1]. They all carry the same hash tag, so in Redis Cluster they live
