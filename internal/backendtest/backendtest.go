@@ -119,6 +119,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{"kinds", kindCases()},
 		{"ops", opCases()},
 		{"errors", errorCases()},
+		{"limits", limitCases()},
 		{"versions", versionCases()},
 		{"idempotency", idemCases()},
 		{"batches", batchCases()},

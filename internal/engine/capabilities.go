@@ -41,10 +41,10 @@ type Capabilities struct {
 	// applies as a new request.
 	GlobalIdempotencyKeys bool `json:"global_idempotency_keys"`
 
-	// HLLPrecision, when not 0, is the only precision hll counters may have
-	// (Op.HLLPrecision of another is ErrInvalidArgument). 0: any precision
-	// in counter.MinPrecision..counter.MaxPrecision.
-	HLLPrecision uint8 `json:"hll_precision"`
+	// Limits are what the backend accepts (Op.Validate, ValidateBatch):
+	// the same defaults everywhere, with the tiered mode's stricter
+	// HLLPrecision and RedisHashTags.
+	Limits Limits `json:"limits"`
 
 	// AggregateWindows: Aggregate sums window counters (their in-window
 	// sum) with the other additive kinds. False: it sums counter, sharded

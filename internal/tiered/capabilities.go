@@ -2,11 +2,11 @@ package tiered
 
 import "github.com/counterd/counterd/internal/engine"
 
-// Capabilities: batches are undone by inverse ops (ApplyBatch), hll
-// counters are Redis HyperLogLogs at Redis' precision, Aggregate sums
-// PostgreSQL's totals (window counters' in-window sums live in Redis
-// only), every additive counter gets time series (Series), and the Redis
-// scripts version value changes only (expire and persist keep it).
+// Capabilities: batches are undone by inverse ops (ApplyBatch); the limits
+// are Redis' (limits); Aggregate sums PostgreSQL's totals (window counters'
+// in-window sums live in Redis only); every additive counter gets time
+// series (Series); and the Redis scripts version value changes only
+// (expire and persist keep the version).
 func (b *Backend) Capabilities() engine.Capabilities {
 	return engine.Capabilities{
 		Mode:             "tiered",
@@ -14,7 +14,7 @@ func (b *Backend) Capabilities() engine.Capabilities {
 		MultiKeyAnyOwner: true,
 		// Records live in Redis under the key alone (idem.go).
 		GlobalIdempotencyKeys: true,
-		HLLPrecision:          hllPrec,
+		Limits:                b.limits(),
 		SeriesWithoutSpec:     true,
 	}
 }

@@ -10,6 +10,7 @@ import "github.com/counterd/counterd/internal/engine"
 func (n *Node) Capabilities() engine.Capabilities {
 	c := n.store.Capabilities()
 	c.Mode = "cluster"
+	c.Limits = n.cfg.Limits
 	c.Batches = engine.BatchAtomicPerOwner
 	c.MultiKeyAnyOwner = false
 	c.LaggingCRDTAdds = true
