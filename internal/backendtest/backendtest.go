@@ -98,6 +98,9 @@ var seq atomic.Int64
 type group struct {
 	name  string
 	cases []tcase
+	// shared, when set, runs once before the cases, which then share its
+	// ids (e.id names the same counters in every case).
+	shared func(e *env)
 }
 
 // tcase is one named subtest.
@@ -116,25 +119,38 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 	caps := s.Backend.Capabilities()
 	t.Logf("capabilities: %+v", caps)
 	groups := []group{
-		{"kinds", kindCases()},
-		{"ops", opCases()},
-		{"errors", errorCases()},
-		{"limits", limitCases()},
-		{"versions", versionCases()},
-		{"idempotency", idemCases()},
-		{"batches", batchCases()},
-		{"aggregates", aggregateCases()},
-		{"rollups", rollupCases()},
-		{"ratelimit", rateLimitCases()},
+		{name: "kinds", cases: kindCases()},
+		{name: "ops", cases: opCases()},
+		errorGroup(),
+		{name: "limits", cases: limitCases()},
+		{name: "versions", cases: versionCases()},
+		{name: "idempotency", cases: idemCases()},
+		{name: "batches", cases: batchCases()},
+		{name: "aggregates", cases: aggregateCases()},
+		{name: "rollups", cases: rollupCases()},
+		{name: "ratelimit", cases: rateLimitCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
+			newEnv := func(t *testing.T, ctx context.Context, p string) *env {
+				if p == "" {
+					p = fmt.Sprintf("bt%d.", seq.Add(1))
+				}
+				return &env{t: t, ctx: ctx, s: &s, b: s.Backend, caps: caps, p: p}
+			}
+			var prefix string
+			if g.shared != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+				e := newEnv(t, ctx, "")
+				g.shared(e)
+				cancel()
+				prefix = e.p
+			}
 			for _, c := range g.cases {
 				t.Run(c.name, func(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 					defer cancel()
-					e := &env{t: t, ctx: ctx, s: &s, b: s.Backend, caps: caps, p: fmt.Sprintf("bt%d.", seq.Add(1))}
-					c.run(e)
+					c.run(newEnv(t, ctx, prefix))
 				})
 			}
 		})

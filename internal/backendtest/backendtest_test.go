@@ -64,15 +64,28 @@ func TestCluster(t *testing.T) {
 
 func TestTiered(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
-		clk := backendtest.NewClock(backendtest.Start())
-		rd := redistest.New(t)
-		o := tiered.Options{RedisURL: rd.URL, PostgresDSN: pgtest.DSN(t), FlushInterval: 50 * time.Millisecond, NodeID: "t", Now: clk.Now}
-		o.Postgres.MaintenanceInterval = -1
-		b, err := tiered.Open(context.Background(), o)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = b.Close() })
-		return backendtest.Setup{Backend: b, Clock: clk}
+		return tieredSetup(t, redistest.New(t).URL)
 	})
+}
+
+// TestTieredRedisCluster runs the suite on tiered over a Redis Cluster of
+// three masters.
+func TestTieredRedisCluster(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		return tieredSetup(t, redistest.NewCluster(t).URL())
+	})
+}
+
+// tieredSetup opens the tiered backend on redisURL and a fresh database.
+// Redis and PostgreSQL expire by the wall clock.
+func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
+	clk := backendtest.NewClock(backendtest.Start())
+	o := tiered.Options{RedisURL: redisURL, PostgresDSN: pgtest.DSN(t), FlushInterval: 50 * time.Millisecond, NodeID: "t", Now: clk.Now}
+	o.Postgres.MaintenanceInterval = -1
+	b, err := tiered.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return backendtest.Setup{Backend: b, Clock: clk}
 }
