@@ -20,6 +20,8 @@ type Backend interface {
 	Get(ctx context.Context, id string) (View, error)
 	HGet(ctx context.Context, id, field string) (value int64, ok bool, err error)
 	PFCount(ctx context.Context, ids ...string) (estimate uint64, stdErr float64, err error)
+	// TTL of an id that is not valid reports a missing counter, no error
+	// (RESP EXISTS counts such keys as missing, like Redis).
 	TTL(ctx context.Context, id string) (ttl time.Duration, hasTTL, exists bool, err error)
 	// Scan lists ids matching a Redis glob, count at a time; the returned
 	// cursor is 0 when the listing is complete.
@@ -69,9 +71,6 @@ func (l local) PFCount(_ context.Context, ids ...string) (uint64, float64, error
 }
 
 func (l local) TTL(_ context.Context, id string) (time.Duration, bool, bool, error) {
-	if err := ValidateID(id); err != nil {
-		return 0, false, false, err
-	}
 	ttl, has, exists := l.e.TTL(id)
 	return ttl, has, exists, l.e.checkOpen()
 }
