@@ -3,7 +3,6 @@ package backendtest
 import (
 	"errors"
 	"slices"
-	"time"
 
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
@@ -138,9 +137,8 @@ func idemCases() []tcase {
 // CRDTPropagationMS); a retry elsewhere before that applies again. A
 // documented time bound, so the wait is a sleep of three intervals.
 func (e *env) awaitRecord(op engine.Op) {
-	crdt := op.Type == engine.OpAdd && (op.Kind == engine.KindPN || op.Kind == engine.KindSharded)
-	if crdt && e.caps.LaggingCRDTAdds {
-		time.Sleep(3 * time.Duration(e.caps.CRDTPropagationMS) * time.Millisecond)
+	if op.Type == engine.OpAdd && (op.Kind == engine.KindPN || op.Kind == engine.KindSharded) {
+		e.settle()
 	}
 }
 

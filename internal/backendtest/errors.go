@@ -78,9 +78,7 @@ func errorGroup() group {
 	}})
 	return group{name: "errors", cases: cases, shared: func(e *env) {
 		populate(e)
-		if e.caps.LaggingCRDTAdds { // every node has every state
-			time.Sleep(3 * time.Duration(e.caps.CRDTPropagationMS) * time.Millisecond)
-		}
+		e.settle() // every node has every state
 		before = map[string]snapshot{}
 		for _, n := range allNames {
 			before[n] = e.snap(e.id(n))

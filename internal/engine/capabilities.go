@@ -21,9 +21,9 @@ type Capabilities struct {
 	MultiKeyAnyOwner bool `json:"multi_key_any_owner"`
 
 	// LaggingCRDTAdds: an add to a pn or sharded counter is applied by the
-	// node that receives it, into its own slot, and reaches reads within
-	// CRDTPropagationMS (replication); its Result.Value is that node's
-	// view. Its kind is checked against that node's copy only, and a keyed
+	// node that receives it, into its own slot, and reaches reads and
+	// writes on other nodes (expire, delete) within CRDTPropagationMS
+	// (replication); its Result.Value is that node's view. Its kind is checked against that node's copy only, and a keyed
 	// add's record reaches the other nodes with the same push (a retry on
 	// another node before that applies again). False: every acknowledged
 	// write is seen by the next read, and kinds are checked against the
