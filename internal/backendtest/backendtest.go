@@ -249,7 +249,7 @@ func (e *env) wantValue(id string, k engine.Kind, want int64) {
 // wantMissing checks that id does not exist.
 func (e *env) wantMissing(id string) {
 	e.t.Helper()
-	if v := e.get(id); v.Exists || v.Kind != engine.KindNone || v.Value != 0 {
+	if v := e.get(id); v.Exists || v.Kind != engine.KindNone || v.Value != 0 || v.Version != 0 || v.ID != id {
 		e.t.Errorf("get %q = %+v, want no counter", id, v)
 	}
 }

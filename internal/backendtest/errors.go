@@ -219,6 +219,21 @@ func errorCases(initial func(e *env) map[string]snapshot) []tcase {
 			}
 		}})
 	}
+	out = append(out, tcase{"pfmerge with a counter", func(e *env) {
+		ids := e.coLocated(2)
+		c, u := ids[0], ids[1]
+		e.apply(set(c, 1))
+		e.apply(pfadd(u, "a"))
+		bc, bu := e.snap(c), e.snap(u)
+		_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpPFMerge, ID: c, Sources: []string{u}}, engine.WriteOptions{})
+		e.wantErr("pfmerge into a counter", err, engine.ErrWrongKind)
+		_, err = e.b.Apply(e.ctx, engine.Op{Type: engine.OpPFMerge, ID: u, Sources: []string{c}}, engine.WriteOptions{})
+		e.wantErr("pfmerge of a counter", err, engine.ErrWrongKind)
+		_, _, err = e.b.PFCount(e.ctx, u, c)
+		e.wantErr("pfcount of a counter", err, engine.ErrWrongKind)
+		e.unchanged(c, bc)
+		e.unchanged(u, bu)
+	}})
 	out = append(out, tcase{"ttl of an invalid id", func(e *env) {
 		// Reads as a missing counter, without an error (engine.Backend).
 		for _, id := range []string{"", "a\xff", "a\x00", strings.Repeat("x", engine.MaxIDLen+1)} {

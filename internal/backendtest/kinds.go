@@ -250,6 +250,47 @@ func opCases() []tcase {
 				e.wantMissing(id)
 			}
 			e.wantValue(keep, engine.KindCounter, 1)
+			// An expired counter is gone: an add starts a fresh one.
+			id := everyKind(e)[0].ID
+			e.wantResult("add after expiry", e.apply(add(id, engine.KindNone, 2)), engine.KindCounter, 2, true)
+			e.wantNoTTL(id)
+		}},
+		{"expire with a negative ttl deletes", func(e *env) {
+			id := e.id("n")
+			e.apply(set(id, 3))
+			if r := e.apply(engine.Op{Type: engine.OpExpire, ID: id, TTL: -time.Second}); !r.Changed {
+				e.t.Errorf("expire -1s = %+v, want changed", r)
+			}
+			e.wantMissing(id)
+		}},
+		{"set with KeepTTL of a missing counter", func(e *env) {
+			id := e.id("kt")
+			op := set(id, 4)
+			op.KeepTTL = true
+			e.wantResult("set KeepTTL", e.apply(op), engine.KindCounter, 4, true)
+			e.wantNoTTL(id)
+			op = set(id, 5)
+			op.TTL = time.Hour // a TTL wins over KeepTTL
+			op.KeepTTL = true
+			e.apply(op)
+			e.wantTTL(id, time.Hour)
+		}},
+		{"sync writes", func(e *env) {
+			id := e.id("sync")
+			r, err := e.b.Apply(e.ctx, add(id, engine.KindNone, 3), engine.WriteOptions{Durability: engine.Sync})
+			if err != nil || r.Value != 3 {
+				e.t.Fatalf("sync add = %+v, %v", r, err)
+			}
+			res, err := e.b.ApplyBatch(e.ctx, []engine.Op{add(id, engine.KindNone, 1), hadd(e.id("sh"), fd("f", 1))}, engine.WriteOptions{Durability: engine.Sync})
+			if err != nil || len(res) != 2 || res[0].Value != 4 {
+				e.t.Fatalf("sync batch = %+v, %v", res, err)
+			}
+			e.wantValue(id, engine.KindCounter, 4)
+		}},
+		{"ready", func(e *env) {
+			if err := e.b.Ready(); err != nil {
+				e.t.Errorf("ready: %v", err)
+			}
 		}},
 		{"pfmerge", func(e *env) {
 			ids := e.coLocated(3)
