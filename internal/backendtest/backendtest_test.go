@@ -2,6 +2,7 @@ package backendtest_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -46,18 +47,48 @@ func TestEmbedded(t *testing.T) {
 	})
 }
 
+// TestCluster runs the suite on a 3-node cluster, sending each call to the
+// next node. Rate limits: each node's Router decides on the key's owner,
+// forwarding to the owner's rate-limit HTTP API (as the server wires it).
 func TestCluster(t *testing.T) {
+	var routers []*ratelimit.Router
+	defer func() {
+		var st ratelimit.RouterStats
+		for _, r := range routers {
+			s := r.Stats()
+			st.Local, st.Forwarded, st.Fallback = st.Local+s.Local, st.Forwarded+s.Forwarded, st.Fallback+s.Fallback
+		}
+		if st.Forwarded == 0 || st.Local == 0 || st.Fallback != 0 {
+			t.Errorf("router stats %+v: want checks decided on their owners, some forwarded, none by fallback", st)
+		}
+	}()
 	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
 		clk := backendtest.NewClock(backendtest.Start())
-		c := nodetest.Start(t, nodetest.Options{Clock: clk.Now}, "n1", "n2", "n3")
+		ids := []string{"n1", "n2", "n3"}
+		lims := map[string]*ratelimit.Limiter{}
+		for _, id := range ids {
+			lims[id] = limiter(t, clk)
+		}
+		c := nodetest.Start(t, nodetest.Options{Clock: clk.Now, HTTP: func(id string) http.Handler {
+			return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
+		}}, ids...)
 		var bs []engine.Backend
-		for _, n := range c.Nodes() {
+		var cs []ratelimit.Checker
+		for i, n := range c.Nodes() {
 			bs = append(bs, n)
+			r, err := ratelimit.NewRouter(lims[ids[i]], ratelimit.RouterConfig{Owner: n.KeyOwner, Fallback: ratelimit.FallbackError})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r.Close() })
+			cs, routers = append(cs, r), append(routers, r)
 		}
 		return backendtest.Setup{
-			Backend:            backendtest.RoundRobin(bs...),
-			Clock:              clk,
-			ExpiryFollowsClock: true,
+			Backend:             backendtest.RoundRobin(bs...),
+			Clock:               clk,
+			ExpiryFollowsClock:  true,
+			Checker:             backendtest.RoundRobinChecker(cs...),
+			CheckerFollowsClock: true,
 		}
 	})
 }

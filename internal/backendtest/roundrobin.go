@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -90,3 +91,23 @@ func (r *roundRobin) Now() time.Time                    { return r.bs[0].Now() }
 func (r *roundRobin) Stats() engine.Stats               { return r.bs[0].Stats() }
 func (r *roundRobin) Ready() error                      { return r.bs[0].Ready() }
 func (r *roundRobin) Capabilities() engine.Capabilities { return r.bs[0].Capabilities() }
+
+// RoundRobinChecker returns a ratelimit.Checker that sends each check to
+// the next of cs in turn (each node's Router in a cluster). Local is
+// cs[0]'s. Safe for concurrent use when cs are.
+func RoundRobinChecker(cs ...ratelimit.Checker) ratelimit.Checker { return &rrChecker{cs: cs} }
+
+type rrChecker struct {
+	cs []ratelimit.Checker
+	n  atomic.Uint64
+}
+
+func (r *rrChecker) next() ratelimit.Checker { return r.cs[(r.n.Add(1)-1)%uint64(len(r.cs))] }
+
+func (r *rrChecker) CheckMultiContext(ctx context.Context, hits []ratelimit.Hit, out []ratelimit.Status) (ratelimit.Status, error) {
+	return r.next().CheckMultiContext(ctx, hits, out)
+}
+
+func (r *rrChecker) CheckArgs(args [][]byte) ([4]int64, error) { return r.next().CheckArgs(args) }
+
+func (r *rrChecker) Local() *ratelimit.Limiter { return r.cs[0].Local() }

@@ -10,6 +10,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"testing"
 	"time"
@@ -27,6 +29,11 @@ type Options struct {
 	Clock func() time.Time
 	// Logger receives the nodes' logs (default: discarded).
 	Logger *slog.Logger
+	// HTTP, when set, returns the HTTP handler of node id (such as the
+	// rate-limit API that ratelimit.Router forwards checks to); the node
+	// serves it on a loopback port and gossips that address. Default: no
+	// HTTP server.
+	HTTP func(id string) http.Handler
 }
 
 // Cluster is a running test cluster. It is stopped by t.Cleanup; its
@@ -90,7 +97,13 @@ func Start(t testing.TB, opts Options, ids ...string) *Cluster {
 			_ = n.Close()
 			gs.Stop()
 		})
-		if err := n.Start(node.Meta{GRPC: lis.Addr().String(), HTTP: "127.0.0.1:1"}); err != nil {
+		meta := node.Meta{GRPC: lis.Addr().String(), HTTP: "127.0.0.1:1"}
+		if opts.HTTP != nil {
+			hs := httptest.NewServer(opts.HTTP(id))
+			t.Cleanup(hs.Close)
+			meta.HTTP = hs.Listener.Addr().String()
+		}
+		if err := n.Start(meta); err != nil {
 			t.Fatal(err)
 		}
 		join = append(join, gossipAddr(n))
