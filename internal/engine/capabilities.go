@@ -23,11 +23,12 @@ type Capabilities struct {
 	// LaggingCRDTAdds: an add to a pn or sharded counter is applied by the
 	// node that receives it, into its own slot, and reaches reads and
 	// writes on other nodes (expire, delete) within CRDTPropagationMS
-	// (replication); its Result.Value is that node's view. Its kind is checked against that node's copy only, and a keyed
-	// add's record reaches the other nodes with the same push (a retry on
-	// another node before that applies again). False: every acknowledged
-	// write is seen by the next read, and kinds are checked against the
-	// counter's one state.
+	// (replication); its Result.Value is that node's view. Its kind is
+	// checked against that node's copy only, and a keyed add's record
+	// reaches the other nodes with the same push (a retry on another node
+	// before that applies again). False: every acknowledged write is seen
+	// by the next read, and kinds are checked against the counter's one
+	// state.
 	LaggingCRDTAdds bool `json:"lagging_crdt_adds"`
 	// CRDTPropagationMS bounds the lag of LaggingCRDTAdds, in milliseconds
 	// (the replication push interval); 0 without it.
