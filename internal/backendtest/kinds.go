@@ -101,6 +101,29 @@ func kindCases() []tcase {
 			e.s.Clock.Advance(6 * time.Second) // the first add leaves the window
 			e.wantValue(id, engine.KindWindow, 4)
 		}},
+		{"fixed window", func(e *env) {
+			id := e.id("fw")
+			spec := counter.WindowSpec{Granularity: time.Second, Span: 10 * time.Second, Fixed: true}
+			now := e.s.Clock.Now()
+			next := now.Truncate(spec.Span).Add(spec.Span) // windows are aligned to the epoch
+			e.s.Clock.Advance(next.Sub(now) - 2*time.Second)
+			op := add(id, engine.KindWindow, 3)
+			op.Window = spec
+			e.wantResult("add 3", e.apply(op), engine.KindWindow, 3, true)
+			e.s.Clock.Advance(3 * time.Second) // into the next window
+			e.wantResult("add 1 in the next window", e.apply(add(id, engine.KindNone, 1)), engine.KindWindow, 1, true)
+			if v := e.get(id); v.Window != spec || v.Value != 1 {
+				e.t.Errorf("get = %d over %+v, want 1 over %+v", v.Value, v.Window, spec)
+			}
+		}},
+		{"creating writes", func(e *env) {
+			e.wantResult("add 0", e.apply(add(e.id("z"), engine.KindNone, 0)), engine.KindCounter, 0, true)
+			e.wantValue(e.id("z"), engine.KindCounter, 0)
+			if r := e.apply(pfadd(e.id("u"))); r.Kind != engine.KindHLL || !r.Changed {
+				e.t.Errorf("pfadd without items = %+v, want a new hll (like Redis)", r)
+			}
+			e.wantValue(e.id("u"), engine.KindHLL, 0)
+		}},
 		{"hash", func(e *env) {
 			id := e.id("h")
 			r := e.apply(hadd(id, fd("views", 9), fd("likes", 2)))
