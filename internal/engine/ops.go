@@ -43,7 +43,6 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 		if !en.kind.Additive() || (k != KindNone && k != en.kind) {
 			return wrongKind(op.ID, en.kind, op.Type)
 		}
-		k = en.kind
 	} else {
 		if k == KindNone {
 			k = KindCounter
