@@ -15,6 +15,7 @@ import (
 
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
 	"github.com/counterd/counterd/internal/testutil/redistest"
 )
 
@@ -94,11 +95,29 @@ func genLimit(t *rapid.T, label string) ratelimit.Limit {
 	return lim
 }
 
-// TestEquivalence runs one random sequence of checks through the
-// in-memory Limiter and through Redis on the same clock and requires the
-// same decisions, statuses and errors at every step.
+// newClusterClient returns a client of a private 3-master Redis Cluster.
+func newClusterClient(t testing.TB) redis.UniversalClient {
+	t.Helper()
+	cl := redistest.NewCluster(t)
+	co, _, err := redisstore.ParseURL(cl.URL())
+	if err != nil || co == nil {
+		t.Fatalf("cluster URL %q: %v", cl.URL(), err)
+	}
+	c := redis.NewClusterClient(co)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestEquivalence runs random sequences of checks through the in-memory
+// Limiter and through Redis on the same clock and requires the same
+// decisions, statuses and errors at every step, on one Redis and on a
+// Redis Cluster.
 func TestEquivalence(t *testing.T) {
-	rdb := newClient(t)
+	t.Run("Redis", func(t *testing.T) { testEquivalence(t, newClient(t)) })
+	t.Run("Cluster", func(t *testing.T) { testEquivalence(t, newClusterClient(t)) })
+}
+
+func testEquivalence(t *testing.T, rdb redis.UniversalClient) {
 	var run atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
 		clk := new(clock)
@@ -239,15 +258,48 @@ func TestErrors(t *testing.T) {
 }
 
 // Deciders on separate connections admit exactly the limit, whatever the
-// interleaving: the script runs atomically in Redis.
+// interleaving: the script runs atomically in Redis. On a Redis Cluster a
+// multi-key check runs in one slot.
 func TestConcurrentExact(t *testing.T) {
-	srv := redistest.New(t)
+	t.Run("Redis", func(t *testing.T) {
+		srv := redistest.New(t)
+		testConcurrentExact(t, func() redis.UniversalClient {
+			opt, _ := redis.ParseURL(srv.URL)
+			return redis.NewClient(opt)
+		})
+	})
+	t.Run("Cluster", func(t *testing.T) {
+		cl := redistest.NewCluster(t)
+		testConcurrentExact(t, func() redis.UniversalClient {
+			co, _, _ := redisstore.ParseURL(cl.URL())
+			return redis.NewClusterClient(co)
+		})
+	})
+}
+
+func testConcurrentExact(t *testing.T, dial func() redis.UniversalClient) {
 	var deciders []*redisrl.Decider
 	for range 3 {
-		opt, _ := redis.ParseURL(srv.URL)
-		c := redis.NewClient(opt)
+		c := dial()
 		t.Cleanup(func() { c.Close() })
 		deciders = append(deciders, newDecider(t, c, newLimiter(t, nil), nil))
+	}
+	// Two keys of different slots in one check: all-or-nothing, exactly
+	// the tighter limit admitted.
+	perUser := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 7, Period: time.Hour}
+	perIP := ratelimit.Limit{Algorithm: ratelimit.TokenBucket, Limit: 100, Period: time.Hour}
+	admitted := 0
+	for i := range 20 {
+		s, err := deciders[i%3].CheckMultiContext(t.Context(), []ratelimit.Hit{{Key: "user:1", Limit: perUser, Cost: 1}, {Key: "ip:10.0.0.1", Limit: perIP, Cost: 1}}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 7 {
+		t.Errorf("multi-key check: %d admitted, want 7", admitted)
 	}
 	for _, alg := range algorithms {
 		lim := ratelimit.Limit{Algorithm: alg, Limit: 50, Period: time.Hour}
