@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -374,5 +376,42 @@ func TestKeyLayout(t *testing.T) {
 		if got := redisrl.StateKey(redisrl.Tag(c.first), c.key, lim); got != c.want {
 			t.Errorf("StateKey(Tag(%q), %q) = %q, want %q", c.first, c.key, got, c.want)
 		}
+	}
+}
+
+// With Redis down a check fails with ErrDeciderUnavailable (HTTP 503,
+// RESP TRYAGAIN) instead of being decided approximately, and works again
+// once Redis is back.
+func TestRedisDown(t *testing.T) {
+	srv := redistest.New(t)
+	opt, _ := redis.ParseURL(srv.URL)
+	opt.MaxRetries = -1
+	c := redis.NewClient(opt)
+	t.Cleanup(func() { c.Close() })
+	d, err := redisrl.New(redisrl.Config{Client: c, Local: newLimiter(t, nil), Timeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hits := []ratelimit.Hit{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 5, Period: time.Minute}, Cost: 1}}
+	if _, err := d.CheckMultiContext(t.Context(), hits, nil); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop(t)
+	_, err = d.CheckMultiContext(t.Context(), hits, nil)
+	if !errors.Is(err, ratelimit.ErrDeciderUnavailable) {
+		t.Fatalf("Redis down: %v, want ErrDeciderUnavailable", err)
+	}
+	if msg := ratelimit.RESPError(err); !strings.HasPrefix(msg, "TRYAGAIN ") {
+		t.Errorf("RESP error %q, want TRYAGAIN", msg)
+	}
+	rec := httptest.NewRecorder()
+	ratelimit.NewHTTPHandler(d, ratelimit.HTTPOptions{}).ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check",
+		strings.NewReader(`{"key":"k","limits":[{"algorithm":"fixed_window","limit":5,"period":"1m"}]}`)))
+	if rec.Code != http.StatusServiceUnavailable {
+		t.Errorf("HTTP check with Redis down: %d %s", rec.Code, rec.Body)
+	}
+	srv.Start(t)
+	if _, err := d.CheckMultiContext(t.Context(), hits, nil); err != nil {
+		t.Fatalf("after Redis is back: %v", err)
 	}
 }
