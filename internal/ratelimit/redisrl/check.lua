@@ -138,6 +138,7 @@ end
 
 local function dec(s)
   local n = #s
+  if n <= 15 then return bn(tonumber(s)) end -- below 2^53: exact
   local k = n % 7
   if k == 0 then k = 7 end
   local a = bn(tonumber(string.sub(s, 1, k)))
@@ -150,6 +151,7 @@ end
 
 local function str(a)
   if #a == 0 then return '0' end
+  if #a <= 2 or (#a == 3 and a[3] < 32) then return string.format('%.0f', tonum(a)) end -- below 2^53: exact
   local parts = {}
   while #a > 0 do
     local r

@@ -415,3 +415,35 @@ func TestRedisDown(t *testing.T) {
 		t.Fatalf("after Redis is back: %v", err)
 	}
 }
+
+// redisTag is the part of a Redis key that Redis Cluster hashes.
+func redisTag(k string) string {
+	if i := strings.IndexByte(k, '{'); i >= 0 {
+		if j := strings.IndexByte(k[i+1:], '}'); j > 0 {
+			return k[i+1 : i+1+j]
+		}
+	}
+	return k
+}
+
+// The key layout is injective (two (tag, key) pairs share a Redis key only
+// if they are equal) and every key of a check hashes to its tag's slot,
+// whatever braces and percent signs the keys hold.
+func TestKeyLayoutProperties(t *testing.T) {
+	lim := ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 1, Period: time.Second}
+	key := rapid.StringOfN(rapid.SampledFrom([]rune{'a', 'b', '{', '}', '%', ':', '7', 'D'}), 1, 8, -1)
+	rapid.Check(t, func(rt *rapid.T) {
+		f1, k1, f2, k2 := key.Draw(rt, "f1"), key.Draw(rt, "k1"), key.Draw(rt, "f2"), key.Draw(rt, "k2")
+		t1, t2 := redisrl.Tag(f1), redisrl.Tag(f2)
+		s1, s2 := redisrl.StateKey(t1, k1, lim), redisrl.StateKey(t2, k2, lim)
+		if (s1 == s2) != (t1 == t2 && k1 == k2) {
+			rt.Fatalf("(%q, %q) -> %q and (%q, %q) -> %q", t1, k1, s1, t2, k2, s2)
+		}
+		if redisTag(s1) != t1 || redisTag(redisrl.StateKey(t1, f1, lim)) != t1 {
+			rt.Fatalf("key %q of tag %q hashes on %q", s1, t1, redisTag(s1))
+		}
+		if strings.Contains(t1, "}") {
+			rt.Fatalf("tag %q holds a '}'", t1)
+		}
+	})
+}
