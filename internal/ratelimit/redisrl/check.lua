@@ -331,14 +331,21 @@ local function slidinglog(h, g, now, cost)
     s.ok = true; room = room - cost
     if cost > 0 then newestbn = now end
   else
-    local left = used
-    for _, v in ipairs(redis.call('LRANGE', g.k2, 0, -1)) do
-      local ts, n = logentry(v)
-      left = left - n
-      if h.limit - left >= need then
-        s.retry = sub(add(dec(ts), h.p), now)
-        break
+    -- The oldest hits leave first: read them in chunks until enough have.
+    local left, from, found = used, 0, false
+    while not found do
+      local chunk = redis.call('LRANGE', g.k2, from, from + 63)
+      if #chunk == 0 then break end
+      for _, v in ipairs(chunk) do
+        local ts, n = logentry(v)
+        left = left - n
+        if h.limit - left >= need then
+          s.retry = sub(add(dec(ts), h.p), now)
+          found = true
+          break
+        end
       end
+      from = from + 64
     end
   end
   s.rem = math.max(room, 0)
