@@ -10,6 +10,7 @@ import (
 	"github.com/counterd/counterd/internal/cluster/node/nodetest"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ratelimit/redisrl"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
 	"github.com/counterd/counterd/internal/tiered"
@@ -108,7 +109,8 @@ func TestTieredRedisCluster(t *testing.T) {
 }
 
 // tieredSetup opens the tiered backend on redisURL and a fresh database.
-// Redis and PostgreSQL expire by the wall clock.
+// Redis and PostgreSQL expire by the wall clock. Rate limits are decided
+// in Redis (redisrl) at the suite's clock.
 func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 	clk := backendtest.NewClock(backendtest.Start())
 	o := tiered.Options{RedisURL: redisURL, PostgresDSN: pgtest.DSN(t), FlushInterval: 50 * time.Millisecond, NodeID: "t", Now: clk.Now}
@@ -118,5 +120,10 @@ func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	return backendtest.Setup{Backend: b, Clock: clk}
+	d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk), Clock: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Close() })
+	return backendtest.Setup{Backend: b, Clock: clk, Checker: d, CheckerFollowsClock: true}
 }
