@@ -120,10 +120,16 @@ func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = b.Close() })
-	d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk), Clock: clk.Now})
-	if err != nil {
-		t.Fatal(err)
+	// Two deciders, as two counterd nodes would have, checks alternating
+	// between them: one limit for both.
+	var cs []ratelimit.Checker
+	for range 2 {
+		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk), Clock: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		cs = append(cs, d)
 	}
-	t.Cleanup(func() { _ = d.Close() })
-	return backendtest.Setup{Backend: b, Clock: clk, Checker: d, CheckerFollowsClock: true}
+	return backendtest.Setup{Backend: b, Clock: clk, Checker: backendtest.RoundRobinChecker(cs...), CheckerFollowsClock: true}
 }
