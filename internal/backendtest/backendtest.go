@@ -9,8 +9,8 @@
 // versions, idempotency, batches, aggregates, scan, series and uniques,
 // and rate limits through the setup's ratelimit.Checker. Each subtest
 // works on ids and idempotency keys of its own, so subtests never see each
-// other's state; those that count everything (Len) reset the backend
-// first.
+// other's state; those that count everything (Len) empty the backend
+// first (FlushAll).
 //
 // Where backends legitimately differ, the suite reads the backend's
 // engine.Capabilities and asserts the declared behaviour (for example
@@ -45,9 +45,6 @@ type Setup struct {
 	// time (Redis expires keys itself), and the suite waits for a short
 	// TTL instead of advancing the clock.
 	ExpiryFollowsClock bool
-	// Reset empties the backend (every counter) before the subtests that
-	// count everything. Nil: Backend.FlushAll.
-	Reset func(ctx context.Context) error
 	// Checker decides rate limits on this backend; nil skips the
 	// rate-limit subtests (the test log says so).
 	Checker ratelimit.Checker
@@ -160,16 +157,10 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 // id returns this subtest's id for name.
 func (e *env) id(name string) string { return e.p + name }
 
-// reset empties the backend.
+// reset empties the backend (FlushAll).
 func (e *env) reset() {
 	e.t.Helper()
-	var err error
-	if e.s.Reset != nil {
-		err = e.s.Reset(e.ctx)
-	} else {
-		err = e.b.FlushAll(e.ctx, engine.WriteOptions{})
-	}
-	if err != nil {
+	if err := e.b.FlushAll(e.ctx, engine.WriteOptions{}); err != nil {
 		e.t.Fatalf("reset: %v", err)
 	}
 }
