@@ -258,6 +258,7 @@ func opCases() []tcase {
 			for _, op := range everyKind(e) {
 				e.apply(engine.Op{Type: engine.OpExpire, ID: op.ID, TTL: ttl})
 			}
+			e.settle() // every replica has the TTLs
 			keep := e.id("keep")
 			e.apply(add(keep, engine.KindNone, 1))
 			e.s.Clock.Advance(ttl + time.Second)
