@@ -8,12 +8,15 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
 	redisstore "github.com/counterd/counterd/internal/store/redis"
+	"github.com/counterd/counterd/internal/testutil/redistest"
 )
 
 // spreadIDs returns n ids whose keys are on n different masters of a
@@ -310,4 +313,136 @@ func TestParseURLProperties(t *testing.T) {
 			t.Fatalf("ParseURL(%q): cluster %v, single %v", any, co != nil, ro != nil)
 		}
 	})
+}
+
+// TestClusterSlotMigration moves the slot of a counter to another master
+// while the store uses it, as redis-cli --cluster reshard does: the store
+// follows ASK while the keys are on the importing node and MOVED after
+// the slot changes owner, and no increment is lost or applied twice.
+func TestClusterSlotMigration(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	tg := onCluster(t, cl)
+	s := newStore(t, tg)
+	ctx := context.Background()
+	c := tg.rdb.(*redis.ClusterClient)
+	const id = "moving"
+	add := func(want int64) {
+		t.Helper()
+		if v, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil || v != want {
+			t.Fatalf("Add = %d, %v, want %d", v, err, want)
+		}
+	}
+	add(1)
+	slot, err := c.ClusterKeySlot(ctx, redisstore.ValueKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := c.MasterForKey(ctx, redisstore.ValueKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redis.Client
+	for _, addr := range cl.Addrs() {
+		if addr != src.Options().Addr {
+			dst = redis.NewClient(&redis.Options{Addr: addr})
+			defer dst.Close()
+			break
+		}
+	}
+	srcID, err1 := src.Do(ctx, "CLUSTER", "MYID").Text()
+	dstID, err2 := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err := errors.Join(err1, err2,
+		dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(),
+		src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err()); err != nil {
+		t.Fatal(err)
+	}
+	add(2) // keys still on the source
+	host, port, _ := strings.Cut(dst.Options().Addr, ":")
+	if err := src.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", redisstore.ValueKey(id), redisstore.MetaKey(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	add(3) // the source answers ASK
+	if rec := get(t, s, id); rec.Value != 3 || rec.Version != 3 {
+		t.Fatalf("during migration: %+v", rec)
+	}
+	for _, addr := range cl.Addrs() {
+		m := redis.NewClient(&redis.Options{Addr: addr})
+		err := m.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(4) // the source answers MOVED
+	if n, err := dst.Exists(ctx, redisstore.ValueKey(id), redisstore.MetaKey(id)).Result(); err != nil || n != 2 {
+		t.Fatalf("keys on the new owner: %d, %v", n, err)
+	}
+	if rec := get(t, s, id); rec.Value != 4 || rec.Version != 4 {
+		t.Fatalf("after migration: %+v", rec)
+	}
+}
+
+// TestClusterFailover fails a master over to its replica (CLUSTER
+// FAILOVER) while increments run: the store follows the new master, every
+// increment is acknowledged, and the value equals their count.
+func TestClusterFailover(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	tg := onCluster(t, cl)
+	s := open(t, tg.url, redisstore.Options{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	ctx := context.Background()
+	const id = "failover"
+	if _, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := tg.rdb.(*redis.ClusterClient).MasterForKey(ctx, redisstore.ValueKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := cl.AddReplica(t, m.Options().Addr)
+
+	var acked atomic.Int64
+	acked.Store(1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // increments before the failover
+	before := acked.Load()
+	cl.Failover(t, rep)
+	time.Sleep(50 * time.Millisecond) // and after
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Add during failover: %v", err)
+	}
+	after := acked.Load()
+	if after <= before {
+		t.Fatalf("no increment acknowledged after the failover started (%d before, %d after)", before, after)
+	}
+	rec := get(t, s, id)
+	if rec.Value != after {
+		t.Fatalf("value %d after failover, %d increments acknowledged", rec.Value, after)
+	}
+	direct := redis.NewClient(&redis.Options{Addr: rep})
+	defer direct.Close()
+	if v, err := direct.Get(ctx, redisstore.ValueKey(id)).Int64(); err != nil || v != after {
+		t.Fatalf("value on the new master %s = %d, %v, want %d", rep, v, err, after)
+	}
+	t.Logf("%d increments, %d before the failover", after, before)
 }
