@@ -44,6 +44,11 @@ type Config struct {
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
 	FenceTimeout        time.Duration // how long a new owner waits for replicas to agree; default 3s
 
+	// Limits are what Apply and ApplyBatch accept, checked before any op
+	// is routed (so a bad op in a batch that spans owners applies
+	// nowhere); default engine.DefaultLimits().
+	Limits engine.Limits
+
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
 	Membership membership.Config
@@ -66,6 +71,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Gossip == "" {
 		c.Gossip = membership.DefaultBindAddr
+	}
+	if c.Limits == (engine.Limits{}) {
+		c.Limits = engine.DefaultLimits()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
