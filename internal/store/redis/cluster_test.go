@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -445,4 +446,63 @@ func TestClusterFailover(t *testing.T) {
 		t.Fatalf("value on the new master %s = %d, %v, want %d", rep, v, err, after)
 	}
 	t.Logf("%d increments, %d before the failover", after, before)
+}
+
+// testPFUnionProperty: for random sketches on random ids, PFCount of
+// several ids and PFMerge equal Redis' own PFCOUNT of the same sketches
+// side by side in one slot, and PFMerge is order-insensitive and
+// idempotent.
+func testPFUnionProperty(t *testing.T, tg *target) {
+	s := newStore(t, tg)
+	ctx := context.Background()
+	round := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		n := rapid.IntRange(1, 5).Draw(rt, "ids")
+		ids := make([]string, n)
+		refs := make([]string, 0, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("p%d:%d", round, i)
+			items := rapid.SliceOfN(rapid.IntRange(0, 5000), 0, 300).Draw(rt, "items")
+			if len(items) == 0 {
+				continue // a missing counter counts as empty
+			}
+			b := make([][]byte, len(items))
+			for j, it := range items {
+				b[j] = []byte(strconv.Itoa(it))
+			}
+			if _, err := s.PFAdd(ctx, ids[i], b...); err != nil {
+				rt.Fatal(err)
+			}
+			raw, err := s.RawHLL(ctx, ids[i])
+			if err != nil {
+				rt.Fatal(err)
+			}
+			ref := fmt.Sprintf("ref:{p%d}:%d", round, i)
+			tg.rdb.Set(ctx, ref, raw, 0)
+			refs = append(refs, ref)
+		}
+		var want int64
+		if len(refs) > 0 {
+			var err error
+			if want, err = tg.rdb.PFCount(ctx, refs...).Result(); err != nil {
+				rt.Fatal(err)
+			}
+			tg.rdb.Del(ctx, refs...)
+		}
+		if got, err := s.PFCount(ctx, ids...); err != nil || got != want {
+			rt.Fatalf("PFCount(%v) = %d, %v, want %d", ids, got, err, want)
+		}
+		rev := slices.Clone(ids)
+		slices.Reverse(rev)
+		for k, srcs := range [][]string{ids, rev, ids} {
+			dst := fmt.Sprintf("d%d:%d", round, k%2)
+			if est, _, err := s.PFMerge(ctx, dst, srcs); err != nil || est != want {
+				rt.Fatalf("PFMerge(%s, %v) = %d, %v, want %d", dst, srcs, est, err, want)
+			}
+		}
+	})
+	if ks := scratchKeys(t, tg); len(ks) != 0 {
+		t.Fatalf("scratch keys left: %v", ks)
+	}
 }
