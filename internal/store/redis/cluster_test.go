@@ -267,6 +267,8 @@ func TestParseURL(t *testing.T) {
 		"redis://a:1?addr=nohostport",
 		"redis://a:1?addr=b:2&bogus=1",
 		"http://a:1?addr=b:2",
+		"redis://a:1?addr=b:2&read_only=true",
+		"redis://a:1?cluster=true&route_randomly=true",
 	} {
 		if _, _, err := redisstore.ParseURL(bad); !errors.Is(err, redisstore.ErrInvalidArgument) {
 			t.Errorf("ParseURL(%q) = %v, want ErrInvalidArgument", bad, err)

@@ -269,6 +269,10 @@ func ParseURL(url string) (*redis.ClusterOptions, *redis.Options, error) {
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis cluster url: %v", ErrInvalidArgument, err)
 	}
+	if co.ReadOnly || co.RouteByLatency || co.RouteRandomly {
+		// Replicas lag: a read there could miss an acknowledged write.
+		return nil, nil, fmt.Errorf("%w: redis cluster url: read_only, route_by_latency and route_randomly are not supported (reads go to masters)", ErrInvalidArgument)
+	}
 	return co, nil, nil
 }
 
