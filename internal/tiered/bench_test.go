@@ -109,8 +109,9 @@ func BenchmarkTieredRedisCluster(b *testing.B) {
 }
 
 // benchIncrements runs b.N increments over ids from 32*GOMAXPROCS
-// goroutines on an emptied PostgreSQL, flushes, reports the rates and
-// checks that PostgreSQL holds exactly b.N.
+// goroutines on an emptied PostgreSQL, flushes, reports the rates and the
+// CPU time per increment (this process and its redis-servers), and checks
+// that PostgreSQL holds exactly b.N.
 func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
 	ctx := context.Background()
 	truncate(b, be)
@@ -118,7 +119,7 @@ func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
 	var next atomic.Uint64
 	b.SetParallelism(benchParallelism)
 	b.ResetTimer()
-	start := time.Now()
+	start, cpu0 := time.Now(), cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			op := engine.Op{Type: engine.OpAdd, ID: ids[next.Add(1)%uint64(len(ids))], Delta: 1}
@@ -132,6 +133,10 @@ func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
 		b.Fatal(err)
 	}
 	report(b, time.Since(start), be.Postgres().Stats().Statements-st0)
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		// This process and its redis-servers; PostgreSQL is not counted.
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/increment")
+	}
 	checkSum(b, be)
 }
 
