@@ -65,7 +65,7 @@ func NewCluster(t testing.TB) *Cluster {
 	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		unavailable(t, "no redis-server on PATH and "+EnvRedisCluster+" is not set")
+		unavailable(t, EnvRedisCluster, "no redis-server on PATH and "+EnvRedisCluster+" is not set")
 	}
 	nodes := make([]*Server, clusterMasters)
 	errs := make([]error, clusterMasters)
@@ -212,7 +212,7 @@ func externalCluster(t testing.TB, env string) *Cluster {
 		return m.Ping(ctx).Err()
 	})
 	if err != nil {
-		unavailable(t, fmt.Sprintf("%s=%s does not answer: %v", EnvRedisCluster, redactURL(env), err))
+		unavailable(t, EnvRedisCluster, fmt.Sprintf("%s=%s does not answer: %v", EnvRedisCluster, redactURL(env), err))
 	}
 	return c
 }

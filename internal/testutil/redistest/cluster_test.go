@@ -116,3 +116,30 @@ func TestClusterReplicaFailover(t *testing.T) {
 		t.Fatalf("GET through the cluster client after failover = %q, %v", v, err)
 	}
 }
+
+// TestNewClusterExternal: with COUNTERD_TEST_REDIS_CLUSTER set, NewCluster
+// uses that cluster (here a private one) and flushes it.
+func TestNewClusterExternal(t *testing.T) {
+	own := NewCluster(t)
+	ctx := context.Background()
+	opt, _ := redis.ParseClusterURL(own.URL())
+	cl := redis.NewClusterClient(opt)
+	defer cl.Close()
+	if err := cl.Set(ctx, "counter:{left}", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvRedisCluster, own.URL())
+	ext := NewCluster(t)
+	if !ext.External() || ext.URL() != own.URL() {
+		t.Fatalf("external cluster = %s (external %v), want %s", ext.URL(), ext.External(), own.URL())
+	}
+	got, want := ext.Addrs(), own.Addrs()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("external masters %v, want %v", got, want)
+	}
+	if n, err := cl.Exists(ctx, "counter:{left}").Result(); err != nil || n != 0 {
+		t.Fatalf("key survived NewCluster on the external cluster: %d, %v", n, err)
+	}
+}
