@@ -22,7 +22,7 @@ type Config struct {
 	NodeID     string // --node-id: node name (default: hostname)
 	Gossip     string // --gossip: memberlist address (default 127.0.0.1:7946; cluster mode)
 	Join       string // --join: comma-separated gossip addresses (cluster mode)
-	Redis      string // --redis: Redis URL (tiered mode)
+	Redis      string // --redis: Redis URL (tiered mode); several addr= parameters or cluster=true: Redis Cluster
 	Postgres   string // --postgres: PostgreSQL DSN (tiered mode)
 
 	SnapshotInterval time.Duration // --snapshot-interval: tiered mode: scheduled PostgreSQL snapshots (default 0 = on demand only)
@@ -124,7 +124,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Gossip, "gossip", "gossip bind address (cluster mode)")
 	str(&c.Join, "join", "gossip addresses of nodes to join, comma-separated (cluster mode)")
-	str(&c.Redis, "redis", "Redis URL (tiered mode)")
+	str(&c.Redis, "redis", "Redis URL (tiered mode): redis://host:port/db; Redis Cluster: redis://host:port?addr=host:port&addr=host:port, or one seed node with ?cluster=true")
 	str(&c.Postgres, "postgres", "PostgreSQL DSN (tiered mode)")
 	dur(&c.SnapshotInterval, "snapshot-interval", "tiered mode: take a PostgreSQL snapshot at this period (0: on demand only)")
 	str(&c.AuditNamespaces, "audit-namespaces", `tiered mode: namespaces whose changes go to the audit log, comma-separated ("*": all)`)
