@@ -59,6 +59,9 @@ func TestCluster(t *testing.T) {
 			s := r.Stats()
 			st.Local, st.Forwarded, st.Fallback = st.Local+s.Local, st.Forwarded+s.Forwarded, st.Fallback+s.Fallback
 		}
+		if st == (ratelimit.RouterStats{}) {
+			return // the rate-limit subtests did not run (-run)
+		}
 		if st.Forwarded == 0 || st.Local == 0 || st.Fallback != 0 {
 			t.Errorf("router stats %+v: want checks decided on their owners, some forwarded, none by fallback", st)
 		}
