@@ -70,7 +70,7 @@ func applyRaw(op engine.Op) func(e *env) error {
 // and once more at the end of the group.
 func errorGroup() group {
 	var before map[string]snapshot
-	cases := errorCases(func(e *env) map[string]snapshot { return before })
+	cases := errorCases(func() map[string]snapshot { return before })
 	cases = append(cases, tcase{"nothing changed", func(e *env) {
 		for _, n := range allNames {
 			e.unchanged(e.id(n), before[n])
@@ -86,7 +86,9 @@ func errorGroup() group {
 	}}
 }
 
-func errorCases(initial func(e *env) map[string]snapshot) []tcase {
+// errorCases are the error subtests; initial returns the snapshots taken
+// after populate (set before the first case runs).
+func errorCases(initial func() map[string]snapshot) []tcase {
 	long := strings.Repeat("x", engine.MaxIDLen+1)
 	items := make([][]byte, engine.MaxItems+1)
 	for i := range items {
@@ -206,7 +208,7 @@ func errorCases(initial func(e *env) map[string]snapshot) []tcase {
 			}
 			before := make([]snapshot, len(c.ids))
 			for i, n := range c.ids {
-				if b, ok := initial(e)[n]; ok {
+				if b, ok := initial()[n]; ok {
 					before[i] = b // also catches a change by an earlier case
 				} else {
 					before[i] = e.snap(e.id(n))
