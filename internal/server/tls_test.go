@@ -33,7 +33,10 @@ func TestValidateTLS(t *testing.T) {
 		"plain":       func(*Config) {},
 		"tls":         func(c *Config) { c.TLSCert, c.TLSKey = "n.crt", "n.key" },
 		"gossip only": func(c *Config) { c.Join = "a:1"; c.GossipKeyFile = "k" },
-		"full":        func(c *Config) { c.Join = "a:1"; c.TLSCert, c.TLSKey, c.PeerCA, c.GossipKeyFile = "n.crt", "n.key", "ca.pem", "k" },
+		"full": func(c *Config) {
+			c.Join = "a:1"
+			c.TLSCert, c.TLSKey, c.PeerCA, c.GossipKeyFile = "n.crt", "n.key", "ca.pem", "k"
+		},
 	}
 	for name, mod := range good {
 		cfg := DefaultConfig()
