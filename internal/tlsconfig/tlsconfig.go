@@ -59,9 +59,10 @@ type Reloader struct {
 	cert atomic.Pointer[tls.Certificate]
 	next atomic.Int64 // unix nanoseconds of the next look at the files
 
-	mu      sync.Mutex // guards certPEM, keyPEM; held while reading the files
+	mu      sync.Mutex // guards certPEM, keyPEM, lastErr; held while reading the files
 	certPEM []byte     // content of the files cert was parsed from
 	keyPEM  []byte
+	lastErr string // the last failed look's error, logged once
 }
 
 // NewReloader loads certFile and keyFile; it fails if they do not hold a
@@ -88,6 +89,10 @@ func NewReloader(certFile, keyFile string, opts ReloaderOptions) (*Reloader, err
 func (r *Reloader) Reload() (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.reloadLocked()
+}
+
+func (r *Reloader) reloadLocked() (bool, error) {
 	r.next.Store(r.now().Add(r.interval).UnixNano())
 	certPEM, err := os.ReadFile(r.certFile)
 	if err != nil {
@@ -114,14 +119,20 @@ func (r *Reloader) Reload() (bool, error) {
 // Certificate returns the current certificate, first re-reading the files
 // if the interval has passed since the last look.
 func (r *Reloader) Certificate() *tls.Certificate {
+	// TryLock: a handshake never waits for another one's look.
 	if r.now().UnixNano() >= r.next.Load() && r.mu.TryLock() {
-		// TryLock: a handshake never waits for another one's look.
-		r.mu.Unlock()
-		if changed, err := r.Reload(); err != nil {
+		changed, err := r.reloadLocked()
+		switch {
+		case err != nil && err.Error() != r.lastErr:
+			r.lastErr = err.Error()
 			r.log.Warn("tls certificate not reloaded, keeping the previous one", "err", err)
-		} else if changed {
-			r.log.Info("tls certificate reloaded", "cert", r.certFile, "not_after", r.cert.Load().Leaf.NotAfter)
+		case err == nil:
+			r.lastErr = ""
+			if changed {
+				r.log.Info("tls certificate reloaded", "cert", r.certFile, "not_after", r.cert.Load().Leaf.NotAfter)
+			}
 		}
+		r.mu.Unlock()
 	}
 	return r.cert.Load()
 }
