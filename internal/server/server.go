@@ -190,7 +190,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			errc <- fmt.Errorf("server: http: %w", err)
 		}
 	}()
-	log.Info("http listening", "addr", lns.http.Addr().String())
+	log.Info("http listening", "addr", lns.http.Addr().String(), "tls", sec.tlsOn())
 
 	select {
 	case <-ctx.Done():
