@@ -7,7 +7,10 @@
 #   scripts/bench-tls.sh [ROUNDS] [SECONDS]
 #
 # Each round runs plain then tls (alternating order every round); the ratio
-# tls/plain is printed per round and as a median. NEWCONN=1 sends
+# tls/plain is printed per round and as a median. Besides req/s, each run
+# reports the server's CPU time per request (user+sys of the counterd
+# process, from /proc), which other jobs on a shared machine disturb far
+# less than throughput. NEWCONN=1 sends
 # "Connection: close" so that every request pays a full handshake.
 # Needs wrk and openssl. counterd and wrk share the machine's cores.
 set -euo pipefail
@@ -37,9 +40,12 @@ openssl x509 -req -in "$tmp/node.csr" -CA "$tmp/ca.pem" -CAkey "$tmp/ca.key" -da
 plain=$(freeport); tlsport=$(freeport)
 "$tmp/counterd" --data "$tmp/plain" --http "127.0.0.1:$plain" --resp "" --grpc "" --log-level warn &
 pids+=($!)
+declare -A pid=([plain]=$!)
 "$tmp/counterd" --data "$tmp/tls" --http "127.0.0.1:$tlsport" --resp "" --grpc "" --log-level warn \
-  --tls-cert "$tmp/node.crt" --tls-key "$tmp/node.key" &
+  --tls-cert "$tmp/node.crt" --tls-key "$tmp/node.key" 2>/dev/null &
 pids+=($!)
+pid[tls]=$!
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in clock ticks
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$plain/readyz" >/dev/null && curl -sf --cacert "$tmp/ca.pem" "https://127.0.0.1:$tlsport/readyz" >/dev/null && break
   sleep 0.1
@@ -53,27 +59,33 @@ wrk.body = '{"delta": 1}'
 wrk.path = "/counters/bench:0/increment"
 LUA
 
-run() { # $1 = plain|tls ; prints "reqs p50 p99"
+run() { # $1 = plain|tls ; prints "reqs p50 p99 cpu_us_per_request"
   local url="http://127.0.0.1:$plain"
   [[ $1 == tls ]] && url="https://127.0.0.1:$tlsport"
+  local t0; t0=$(cputicks "${pid[$1]}")
   NEWCONN=$NEWCONN wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "$url" > "$tmp/out" 2>&1
   if grep -q "Non-2xx" "$tmp/out" || ! grep -q "Requests/sec" "$tmp/out"; then echo "bench-tls: errors:" >&2; cat "$tmp/out" >&2; exit 1; fi
-  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out")"
+  local ticks=$(( $(cputicks "${pid[$1]}") - t0 )) total
+  total=$(awk '/requests in/ {print $1}' "$tmp/out")
+  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out") $(python3 -c "print(f'{$ticks/$(getconf CLK_TCK)/$total*1e6:.1f}')")"
 }
 
 echo "# wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:0/increment (async), NEWCONN=$NEWCONN, $(nproc) cores"
-printf "%-6s %-6s %12s %10s %10s\n" round mode req/s p50 p99
-ratios=()
+printf "%-6s %-6s %12s %10s %10s %12s\n" round mode req/s p50 p99 cpu_us/req
+ratios=(); cpuratios=()
 for r in $(seq "$ROUNDS"); do
   if (( r % 2 )); then order="plain tls"; else order="tls plain"; fi
-  declare -A rps=()
+  declare -A rps=() cpu=()
   for mode in $order; do
-    read -r x p50 p99 < <(run "$mode")
-    rps[$mode]=$x
-    printf "%-6s %-6s %12s %10s %10s\n" "$r" "$mode" "$x" "$p50" "$p99"
+    read -r x p50 p99 c < <(run "$mode")
+    rps[$mode]=$x; cpu[$mode]=$c
+    printf "%-6s %-6s %12s %10s %10s %12s\n" "$r" "$mode" "$x" "$p50" "$p99" "$c"
   done
   ratio=$(python3 -c "print(f'{${rps[tls]}/${rps[plain]}:.3f}')")
-  ratios+=("$ratio")
-  echo "round $r: tls/plain = $ratio"
+  cratio=$(python3 -c "print(f'{${cpu[tls]}/${cpu[plain]}:.3f}')")
+  ratios+=("$ratio"); cpuratios+=("$cratio")
+  echo "round $r: req/s tls/plain = $ratio, server cpu/request tls/plain = $cratio"
 done
-echo "median tls/plain = $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "median req/s tls/plain = $(median "${ratios[@]}")"
+echo "median server cpu/request tls/plain = $(median "${cpuratios[@]}")"

@@ -287,6 +287,26 @@ func decodeBody(resp *http.Response, v any) error {
 	return json.Unmarshal(b, v)
 }
 
+// forwardedOK sums node n's counterd_cluster_forwarded_total{result="ok"}.
+func forwardedOK(t *testing.T, hc *http.Client, n *tlsNode) float64 {
+	t.Helper()
+	resp, err := hc.Get("https://" + n.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var sum float64
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "counterd_cluster_forwarded_total{") && strings.Contains(line, `result="ok"`) {
+			var v float64
+			fmt.Sscan(line[strings.LastIndexByte(line, ' ')+1:], &v)
+			sum += v
+		}
+	}
+	return sum
+}
+
 func TestTLSClusterMutualTLS(t *testing.T) {
 	dir := t.TempDir()
 	ca, other := certtest.NewCA(t, "cluster CA"), certtest.NewCA(t, "other CA")
@@ -346,6 +366,10 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 		}
 	}
 
+	if n := forwardedOK(t, hc, n1); n == 0 {
+		t.Fatal("n1 forwarded nothing to n2: the writes did not cross the peer link")
+	}
+
 	// The outsiders stay out: give gossip and admission retries time
 	// (several probe rounds), checking that neither ever shows up.
 	until := time.Now().Add(4 * time.Second)
@@ -361,8 +385,13 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	// Both outsiders did try: n3 gossiped and was refused admission, n4's
+	// messages could not be decrypted.
 	if !strings.Contains(n1.logs.tail(1000), "not admitted") {
 		t.Errorf("n1 never tried to admit n3 (did n3 reach the gossip at all?)")
+	}
+	if !strings.Contains(n1.logs.tail(1000), "no installed keys could decrypt") {
+		t.Errorf("n1 never received n4's gossip")
 	}
 
 	// n3's own peer calls fail: its certificate is refused by n1's gRPC
