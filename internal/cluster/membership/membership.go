@@ -12,6 +12,10 @@
 // direct message ("leave intent") that Leave sends to every alive member
 // before memberlist's own leave broadcast; if the intent arrives after the
 // node was declared dead, the member moves from dead to left (an EventUpdate).
+//
+// Security: SecretKey encrypts all gossip (memberlist's keyring), and Admit
+// holds each new member back from Members and events until it is vetted
+// (admit.go; counterd checks its peer certificate).
 package membership
 
 import (
