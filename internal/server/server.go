@@ -82,7 +82,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
-	if nd.rlOwner != nil {
+	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
+	switch {
+	case nd.rlShared != nil:
+		shared, err := nd.rlShared(ctx, lim)
+		if err != nil {
+			return err
+		}
+		defer shared.close()
+		rlc, rlPolicies = shared.checker, shared.policies
+	case nd.rlOwner != nil:
 		router, err := ratelimit.NewRouter(lim, sec.routerConfig(nd.rlOwner))
 		if err != nil {
 			return err
@@ -102,7 +111,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Gatherer:     reg,
 		Logger:       log,
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
