@@ -37,6 +37,7 @@ import (
 
 	cdclient "github.com/counterd/counterd/client"
 	_ "github.com/counterd/counterd/internal/cluster/node" // registers the peer codec
+	"github.com/counterd/counterd/internal/cluster/ring"
 	"github.com/counterd/counterd/internal/testutil/certtest"
 )
 
@@ -325,9 +326,10 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 	}
 	n1 := startTLSNode(t, "n1", "", flags(ca.Issue(t, "n1"), "n1", key)...)
 	n2 := startTLSNode(t, "n2", n1.gossip, flags(ca.Issue(t, "n2"), "n2", key)...)
-	// A node with the gossip key but a certificate from another CA, and
-	// one with a certificate from the cluster CA but another gossip key.
-	startTLSNode(t, "n3", n1.gossip, append(flags(other.Issue(t, "n3"), "n3", key), "--peer-ca", other.WriteCA(t, dir, "other.pem"))...)
+	// A node with the gossip key and trusting the cluster CA, but with a
+	// certificate from another CA; and one with a certificate from the
+	// cluster CA but another gossip key.
+	n3 := startTLSNode(t, "n3", n1.gossip, flags(other.Issue(t, "n3"), "n3", key)...)
 	startTLSNode(t, "n4", n1.gossip, flags(ca.Issue(t, "n4"), "n4", wrongKey)...)
 	hc := httpsClient(ca.Pool(), nil)
 
@@ -372,7 +374,7 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 
 	// The outsiders stay out: give gossip and admission retries time
 	// (several probe rounds), checking that neither ever shows up.
-	until := time.Now().Add(4 * time.Second)
+	until := time.Now().Add(3 * time.Second)
 	for time.Now().Before(until) {
 		for _, n := range []*tlsNode{n1, n2} {
 			m, err := n.members(hc)
@@ -392,6 +394,48 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 	}
 	if !strings.Contains(n1.logs.tail(1000), "no installed keys could decrypt") {
 		t.Errorf("n1 never received n4's gossip")
+	}
+
+	// n3 admitted n1 and n2 (their certificates verify against the CA it
+	// trusts), so it forwards to them; their listeners refuse its
+	// certificate, so its writes of ids they own fail, and nothing it
+	// accepted reaches them.
+	hc3 := httpsClient(other.Pool(), nil)
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		m, err := n3.members(hc3)
+		if err == nil && slices.Equal(m, []string{"n1", "n2", "n3"}) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("n3 does not see n1 and n2: %v %v", m, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	c3, err := cdclient.New("https://"+n3.http, cdclient.WithCAFile(other.WriteCA(t, dir, "other.pem")), cdclient.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Writes of ids that n1 or n2 own on n3's ring (the ring package with
+	// the default settings, as the nodes run) are forwarded and refused.
+	r3 := ring.New(ring.Config{})
+	r3.Set([]string{"n1", "n2", "n3"})
+	var ids []string
+	for i := 0; len(ids) < 4; i++ {
+		if id := fmt.Sprintf("rogue:%d", i); r3.Snapshot().Owner(id) != "n3" {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		_, err := c3.Incr(ctx, id, 1, cdclient.WithDurability("sync"))
+		// The refusal shows as the owner's TLS alert, or as a broken
+		// pipe when the owner closed the connection first.
+		if !errors.Is(err, cdclient.ErrUnavailable) || !strings.Contains(err.Error(), "Apply on node") {
+			t.Fatalf("write %s through n3: %v, want unavailable: the owner refuses its certificate", id, err)
+		}
+		if v, err := c1.Get(ctx, id); err != nil || v.Exists {
+			t.Fatalf("%s on n1 = %+v, %v; want not found", id, v, err)
+		}
 	}
 
 	// n3's own peer calls fail: its certificate is refused by n1's gRPC
