@@ -8,10 +8,13 @@ import (
 	"time"
 )
 
-// Window spec limits.
+// Window spec limits. MaxWindowBuckets bounds a window's memory: its ring
+// holds 16 bytes per bucket, so at most 56.25 KiB per window counter
+// however it was created (request, disk, peer). Finer or longer windows
+// are what rollups are for.
 const (
 	MinGranularity   = time.Millisecond
-	MaxWindowBuckets = 100000
+	MaxWindowBuckets = 3600
 )
 
 // WindowSpec describes a time-bucketed counter: buckets of Granularity,
@@ -371,7 +374,8 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 // representable range, buckets outside the head's window or out of order,
 // zero counts, trailing bytes, ...) returns an error wrapping ErrCorrupt and
 // leaves w unchanged. Besides what the input length allows, it allocates the
-// ring of the encoded spec, at most 16 * MaxWindowBuckets bytes.
+// ring of the encoded spec, at most 16 * MaxWindowBuckets bytes; an
+// encoded spec above MaxWindowBuckets is refused before anything is allocated.
 func (w *Window) UnmarshalBinary(data []byte) error {
 	d, err := newDecoder("window", data, formatWindow)
 	if err != nil {
