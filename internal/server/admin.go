@@ -18,7 +18,7 @@ import (
 // adminHandler serves the --admin listener: pprof, which exposes the
 // command line (with any password in it) and heap contents, so it is
 // never on the API port.
-func adminHandler() http.Handler {
+func adminHandler(bound string) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
@@ -27,7 +27,7 @@ func adminHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	// The same Host check as the API: a rebinding page must not read
 	// profiles either.
-	g := guardConfig{hosts: map[string]bool{}}
+	g := newGuardConfig(Config{}, bound, nil)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !g.hostAllowed(r.Host) || r.Header.Get("Origin") != "" {
 			guardError(w, http.StatusForbidden, codeOriginNotAllowed, "the admin listener serves local, non-browser clients only")

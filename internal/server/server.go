@@ -174,7 +174,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	log.Info("http listening", "addr", lns.http.Addr().String())
 	var as *http.Server
 	if lns.admin != nil {
-		as = &http.Server{Handler: adminHandler(), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+		as = &http.Server{Handler: adminHandler(addrOf(lns.admin)), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
 		go func() {
 			if err := as.Serve(lns.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				errc <- fmt.Errorf("server: admin: %w", err)
