@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"mime"
 	"net"
 	"net/http"
@@ -31,8 +32,7 @@ import (
 //   - sets the body's read deadline (--http-read-body-timeout), so a
 //     client that trickles a body holds its connection that long at most;
 //   - admits the request through the overload limiter, or answers 503
-//     with Retry-After (GET /metrics is never shed, so monitoring sees the
-//     overload).
+//     with Retry-After (metrics and health checks are never shed).
 
 // Guard error codes, in the API's error body shape (docs/http-api.md).
 const (
@@ -154,9 +154,12 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 		if g.bodyTimeout > 0 && r.ContentLength != 0 {
 			// Error ignored: only HTTP/2 and hijacked connections refuse
 			// deadlines, and the write timeout still bounds those.
-			_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(g.bodyTimeout))
+			rc := http.NewResponseController(w)
+			if rc.SetReadDeadline(time.Now().Add(g.bodyTimeout)) == nil {
+				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			}
 		}
-		if g.shed != nil && !(r.Method == http.MethodGet && r.URL.Path == "/metrics") {
+		if g.shed != nil && !neverShed(r) {
 			if err := g.shed.Acquire(r.Context(), "http"); err != nil {
 				if errors.Is(err, shed.ErrOverloaded) {
 					w.Header().Set("Retry-After", g.retryAfter)
@@ -170,6 +173,38 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// neverShed reports the requests answered even under overload: metrics
+// (monitoring must see the overload) and health checks (a shed probe
+// would make the load balancer restart a node that is only busy).
+func neverShed(r *http.Request) bool {
+	if r.Method != http.MethodGet {
+		return false
+	}
+	switch r.URL.Path {
+	case "/metrics", "/healthz", "/readyz":
+		return true
+	}
+	return false
+}
+
+// deadlineBody lifts the body deadline once the body has been read: the
+// server's background read of the connection would otherwise hit it while
+// a slow handler runs, and cancel the request.
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF && !b.done {
+		b.done = true
+		_ = b.rc.SetReadDeadline(time.Time{})
+	}
+	return n, err
 }
 
 // guardError writes the API's JSON error body.
