@@ -47,12 +47,15 @@ run() { # $1 = before|after|cap
   wrk -t2 -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/wrk" 2>&1 || true
   wait $probe
   kill $pid; wait $pid 2>/dev/null || true; pid=
-  python3 - "$1" "$tmp/wrk" "$tmp/probe" <<'PY'
+  python3 - "$1" "$tmp/wrk" "$tmp/probe" <<'PY' || { echo "bench-overload: unreadable output:" >&2; cat "$tmp/wrk" "$tmp/probe" >&2; }
 import re, sys
 mode, w, p = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read().split()
 def ms(s):
-    v, u = re.match(r"([\d.]+)(us|ms|s)", s).groups()
-    return float(v) * {"us": 1e-3, "ms": 1, "s": 1e3}[u]
+    m = re.match(r"([\d.]+)(us|ms|s|m)$", s)
+    if not m:
+        return float("nan")
+    v, u = m.groups()
+    return float(v) * {"us": 1e-3, "ms": 1, "s": 1e3, "m": 6e4}[u]
 def num(pat, default="0"):
     m = re.search(pat, w)
     return m.group(1) if m else default
