@@ -93,3 +93,19 @@ func TestInflightBound(t *testing.T) {
 		}
 	})
 }
+
+// BenchmarkAcquireRelease is the cost the limiter adds to every admitted
+// request (the RESP front end pays it per command).
+func BenchmarkAcquireRelease(b *testing.B) {
+	l := New(Config{})
+	ctx := context.Background()
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if err := l.Acquire(ctx, "bench"); err != nil {
+				b.Fatal(err)
+			}
+			l.Release()
+		}
+	})
+}

@@ -43,9 +43,10 @@ type client struct {
 
 	out []byte // replies not yet written
 
-	first   bool // no command parsed yet (looksLikeHTTP)
-	proto   int  // 2 or 3
-	closing bool // QUIT or a panic: stop after flushing the replies
+	first    bool // no command parsed yet (looksLikeHTTP)
+	admitted bool // holds a slot of Options.Shed (endAdmission)
+	proto    int  // 2 or 3
+	closing  bool // QUIT or a panic: stop after flushing the replies
 
 	tstart time.Time // metrics: when the current command started
 	ncmds  uint64    // commands run in this batch, for INFO
@@ -143,12 +144,14 @@ func (s *Server) serveConn(c *client) {
 					return
 				}
 				if len(c.out) >= flushAt {
+					c.endAdmission() // never hold a slot while a slow reader blocks the write
 					if err = c.flush(); err != nil {
 						return
 					}
 				}
 			}
 		}
+		c.endAdmission()
 		if c.ncmds > 0 { // one shared atomic add per batch, not per command
 			s.totalCmds.Add(c.ncmds)
 			c.ncmds = 0
@@ -169,6 +172,14 @@ func (s *Server) serveConn(c *client) {
 			}
 			return
 		}
+	}
+}
+
+// endAdmission gives back the batch's overload slot, if it holds one.
+func (c *client) endAdmission() {
+	if c.admitted {
+		c.admitted = false
+		c.s.opts.Shed.Release()
 	}
 }
 

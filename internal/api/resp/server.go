@@ -87,9 +87,11 @@ type Options struct {
 	// (DefaultMaxQueryBufferTotal).
 	MaxQueryBufferTotal int
 
-	// Shed, when set, admits every reading or writing command (outside
-	// MULTI) through this limiter; a shed command is answered "-BUSY
-	// server overloaded, retry later". Default nil: no limit.
+	// Shed, when set, admits reading and writing commands (outside MULTI)
+	// through this limiter, once per batch of pipelined commands: the
+	// first such command of a batch takes a slot, held until the batch's
+	// replies are written. A shed command is answered "-BUSY server
+	// overloaded, retry later". Default nil: no limit.
 	Shed *shed.Limiter
 
 	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md): a
@@ -331,6 +333,7 @@ func (s *Server) connDone(c *client, err error) {
 	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
 		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
 	}
+	c.endAdmission()
 	s.queryBytes.Add(-int64(c.held))
 	s.mu.Lock()
 	delete(s.clients, c)
@@ -386,12 +389,12 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 		c.writeStatus("QUEUED")
 		return
 	}
-	if s.opts.Shed != nil && cmd.flags&(flagWrite|flagReadonly) != 0 {
+	if s.opts.Shed != nil && !c.admitted && cmd.flags&(flagWrite|flagReadonly) != 0 {
 		if err := s.opts.Shed.Acquire(s.ctx, "resp"); err != nil {
 			c.writeError(errBusyReply)
 			return
 		}
-		defer s.opts.Shed.Release()
+		c.admitted = true // until the batch's replies are written (client.endAdmission)
 	}
 	s.run(c, cmd, args)
 }
