@@ -2,6 +2,7 @@ package counter
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -16,6 +17,11 @@ const (
 	MinGranularity   = time.Millisecond
 	MaxWindowBuckets = 3600
 )
+
+// ErrTooManyBuckets marks a window spec above MaxWindowBuckets, requested
+// (with ErrInvalid) or decoded (with ErrCorrupt), so that a loader can
+// tell a window stored before the bound from damaged data.
+var ErrTooManyBuckets = errors.New("counter: too many window buckets")
 
 // WindowSpec describes a time-bucketed counter: buckets of Granularity,
 // aligned to multiples of Granularity since the Unix epoch (UTC), over a
@@ -36,7 +42,7 @@ func (s WindowSpec) Validate() error {
 	case s.Span <= 0 || s.Span%s.Granularity != 0:
 		return fmt.Errorf("%w: window span %v is not a positive multiple of the granularity %v", ErrInvalid, s.Span, s.Granularity)
 	case s.Span/s.Granularity > MaxWindowBuckets:
-		return fmt.Errorf("%w: window of %v at %v has %d buckets, at most %d", ErrInvalid, s.Span, s.Granularity, s.Span/s.Granularity, MaxWindowBuckets)
+		return fmt.Errorf("%w: %w: window of %v at %v has %d buckets, at most %d", ErrInvalid, ErrTooManyBuckets, s.Span, s.Granularity, s.Span/s.Granularity, MaxWindowBuckets)
 	}
 	return nil
 }
@@ -401,6 +407,9 @@ func (w *Window) UnmarshalBinary(data []byte) error {
 	}
 	spec := WindowSpec{Granularity: time.Duration(g), Span: time.Duration(span), Fixed: flags&windowFixed != 0}
 	if err := spec.Validate(); err != nil {
+		if errors.Is(err, ErrTooManyBuckets) { // a valid encoding of a window above today's bound
+			return fmt.Errorf("%w: window: %w", ErrCorrupt, err)
+		}
 		return d.errorf("%v", err)
 	}
 	out := newWindow(spec)
