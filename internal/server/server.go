@@ -11,11 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -131,28 +129,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		api.ServeHTTP(w, r)
 	})
 	handler = sec.peerOnlyForwarded(handler)
-	if cfg.Pprof {
-		prof := http.NewServeMux()
-		prof.HandleFunc("/debug/pprof/", pprof.Index)
-		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		next := handler
-		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
-				prof.ServeHTTP(w, r)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
 	lns, err := listen(cfg)
 	if err != nil {
 		return err
 	}
+	shedder, sm := newShedder(cfg, reg)
+	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
+	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
 		if err := nd.start(ctx, bound); err != nil {
@@ -163,11 +148,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if sec.tlsOn() && lns.resp != nil {
 		lns.resp = tls.NewListener(lns.resp, sec.server())
 	}
-	errc := make(chan error, 3)
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	errc := make(chan error, 4)
+	hs := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+	}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc})
+		rs = resp.New(be, resp.Options{
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc,
+			// security: hardening
+			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
+			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
+			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -177,7 +173,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer(sec.grpcOptions()...)
+		gs = grpc.NewServer(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder)))...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
 		if nd.grpc != nil {
 			nd.grpc(gs)
@@ -200,6 +196,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 	}()
 	log.Info("http listening", "addr", lns.http.Addr().String(), "tls", sec.tlsOn())
+	var as *http.Server
+	if lns.admin != nil {
+		as = &http.Server{Handler: adminHandler(addrOf(lns.admin)), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+		go func() {
+			if err := as.Serve(lns.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: admin: %w", err)
+			}
+		}()
+		log.Info("admin listening", "addr", lns.admin.Addr().String(), "routes", "/debug/pprof/")
+	}
 
 	select {
 	case <-ctx.Done():
@@ -229,13 +235,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if serr := hs.Shutdown(sctx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
 	}
+	if as != nil {
+		_ = as.Close() // profiles in progress are not worth waiting for
+	}
 	return err
 }
 
 // ringVersionHeader carries the cluster ring's version (client.RingVersionHeader).
 const ringVersionHeader = "Counterd-Ring-Version"
 
-type listeners struct{ http, resp, grpc net.Listener }
+type listeners struct{ http, resp, grpc, admin net.Listener }
 
 // listen binds the configured addresses; on error it closes what it bound.
 func listen(cfg Config) (*listeners, error) {
@@ -256,11 +265,17 @@ func listen(cfg Config) (*listeners, error) {
 			return nil, fmt.Errorf("server: --grpc: %w", err)
 		}
 	}
+	if cfg.Pprof {
+		if l.admin, err = net.Listen("tcp", cfg.Admin); err != nil {
+			l.close()
+			return nil, fmt.Errorf("server: --admin: %w", err)
+		}
+	}
 	return l, nil
 }
 
 func (l *listeners) close() {
-	for _, ln := range []net.Listener{l.http, l.resp, l.grpc} {
+	for _, ln := range []net.Listener{l.http, l.resp, l.grpc, l.admin} {
 		if ln != nil {
 			ln.Close()
 		}
