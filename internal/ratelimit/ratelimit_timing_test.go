@@ -114,31 +114,40 @@ func BenchmarkHTTPCheck(b *testing.B) {
 
 // BenchmarkBytesPerKey reports the heap held per active key: 1M keys,
 // each with state under one sliding_window limit (the per-key cost
-// includes the table, the slab and its slack; keys are not stored).
+// includes the table, the slab and its slack). "hashed" stores no keys;
+// "keep_keys" is Config.KeepKeys (cluster mode: keys kept for handoff).
 func BenchmarkBytesPerKey(b *testing.B) {
 	const n = 1 << 20
 	keys := benchKeys(n)
 	lim := Limit{Algorithm: SlidingWindow, Limit: 100, Period: time.Hour}
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		l, err := New(Config{EvictInterval: -1})
-		if err != nil {
-			b.Fatal(err)
+	for _, keep := range []bool{false, true} {
+		name := "hashed"
+		if keep {
+			name = "keep_keys"
 		}
-		for _, k := range keys {
-			if _, err := l.Check(k, lim, 1); err != nil {
-				b.Fatal(err)
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				l, err := New(Config{EvictInterval: -1, KeepKeys: keep})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys {
+					if _, err := l.Check(k, lim, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if l.Len() != n {
+					b.Fatalf("%d entries", l.Len())
+				}
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
+				runtime.KeepAlive(l)
+				l.Close()
 			}
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if l.Len() != n {
-			b.Fatalf("%d entries", l.Len())
-		}
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
-		runtime.KeepAlive(l)
-		l.Close()
+		})
 	}
 }

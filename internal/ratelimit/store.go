@@ -92,6 +92,8 @@ type shard struct {
 	logMu sync.Mutex         // guards logs (a leaf lock)
 	logs  map[uint32]*hitLog // SlidingLog state by entry index; a log is used under its entry's lock
 
+	keys []*keyChunk // guarded by mu: each entry's key and limit by index, with Config.KeepKeys (handoff.go)
+
 	_ [64]byte // keep shards' hot words on separate cache lines
 }
 
@@ -153,9 +155,11 @@ func (sh *shard) lookupLocked(h1 uint64, h2 uint32) (*entry, uint32) {
 }
 
 // findOrInsert returns the index of the entry with the fingerprint,
-// creating it with fresh state if there is none. The entry is not locked:
-// the caller locks it and checks that it still holds the fingerprint.
-func (sh *shard) findOrInsert(h1 uint64, h2 uint32) (uint32, error) {
+// creating it with fresh state if there is none; kr, when not nil, is the
+// key and limit to remember for a new entry (Config.KeepKeys). The entry
+// is not locked: the caller locks it and checks that it still holds the
+// fingerprint.
+func (sh *shard) findOrInsert(h1 uint64, h2 uint32, kr *keyRef) (uint32, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if idx, ok := sh.findLocked(h1, h2); ok {
@@ -188,6 +192,9 @@ func (sh *shard) findOrInsert(h1 uint64, h2 uint32) (uint32, error) {
 	e.st = freshState
 	e.word.Store(entryLive) // unlocks
 	sh.insertSlot(h1, idx)
+	if kr != nil {
+		sh.rememberLocked(idx, kr)
+	}
 	return idx, nil
 }
 
@@ -295,6 +302,7 @@ func (sh *shard) evict(now int64) int {
 			continue
 		}
 		sh.dropLog(idx)
+		sh.forgetLocked(idx)
 		sh.removeSlot(e.h1, idx)
 		e.word.Store(0) // unlocks; not live
 		sh.free = append(sh.free, idx)
