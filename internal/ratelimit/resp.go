@@ -150,5 +150,9 @@ func RESPError(err error) string {
 	if errors.As(err, &ae) {
 		return "ERR " + ae.msg
 	}
+	if errors.Is(err, ErrDeciderUnavailable) {
+		// Like a Redis Cluster that cannot serve right now: retryable.
+		return "TRYAGAIN " + strings.TrimPrefix(err.Error(), "ratelimit: ")
+	}
 	return "ERR " + strings.TrimPrefix(err.Error(), "ratelimit: ")
 }
