@@ -34,7 +34,7 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var errs []error
+	errs := []error{n.exchangePolicies(ctx)}
 	for peer, items := range digests {
 		for chunk := range slices.Chunk(items, maxStatesPerCall) {
 			errs = append(errs, n.exchangeDigest(ctx, peer, chunk))

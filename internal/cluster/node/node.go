@@ -127,6 +127,7 @@ type Node struct {
 	idem    idemCache     // idempotency records shipped by other owners
 	stripes stripes       // keyed applies vs exports (idem.go)
 	handoff chan struct{} // 1-buffered: a ring change to hand off
+	rl      RateLimit     // set before Start (ratelimit.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
@@ -328,10 +329,16 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	start := time.Now()
 	old := n.ring.Snapshot()
+	// Rate-limit state first, while this node still decides its keys
+	// (nobody decides them elsewhere yet); again after it stops, for what
+	// it decided meanwhile.
+	next := ring.New(ring.Config{VirtualNodes: n.cfg.VirtualNodes, ReplicationFactor: n.cfg.ReplicationFactor})
+	next.Set(slices.DeleteFunc(old.Nodes(), func(id string) bool { return id == n.self }))
+	limErr := n.handOffLimits(ctx, old, next.Snapshot())
 	n.refresh() // leaving: without this node
 	// Writes admitted before must finish replicating before the others
 	// see this node go: the new owners' fences do not ask it.
-	errs := []error{n.waitInflight(ctx), n.flushDirty(ctx)}
+	errs := []error{limErr, n.waitInflight(ctx), n.flushDirty(ctx)}
 	leaveTimeout := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		leaveTimeout = min(leaveTimeout, time.Until(d)/2)

@@ -1,0 +1,233 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
+)
+
+// Rate-limit state in the cluster. Checks are decided on the key's owner
+// (ratelimit.Router with KeyOwner); what this file adds is that the
+// owner's limiter state follows the key when the ring changes, and that
+// policies are the same on every node.
+//
+// Handoff: on every ring change, and twice during Drain (before this node
+// leaves its ring and after), the entries of keys whose owner changed and
+// that this node does not own are sent to their owner in the new ring
+// (Limits), which merges them so that a limit only gets stricter
+// (ratelimit.ImportEntries). docs/ratelimit.md states the overshoot bounds.
+//
+// Policies: a ratelimit.PolicyLog on every node; a local write is pushed
+// at once to every peer (Policies), and every anti-entropy round and ring
+// change exchanges the whole log with the peers, so a node that was down
+// or has just joined catches up.
+
+// RateLimit is the rate-limit state a node keeps in step with the cluster.
+// Either field may be nil.
+type RateLimit struct {
+	// Limiter decides the keys this node owns; it must keep keys
+	// (ratelimit.Config.KeepKeys) for its state to move with the ring.
+	Limiter *ratelimit.Limiter
+	// Policies is this node's replica of the cluster's policies.
+	Policies *ratelimit.PolicyLog
+}
+
+// SetRateLimit attaches the rate-limit state. Call it before Start.
+func (n *Node) SetRateLimit(rl RateLimit) {
+	n.rl = rl
+	if rl.Policies != nil {
+		rl.Policies.SetPublish(n.publishPolicies)
+	}
+}
+
+// maxEntriesPerCall bounds one Limits call (an entry is ~150 bytes of
+// JSON; a sliding_log one more).
+const maxEntriesPerCall = 2000
+
+type limitsRequest struct {
+	header
+	Entries []ratelimit.Entry `json:"entries"`
+}
+
+type limitsResponse struct {
+	Merged int        `json:"merged"`
+	Err    *wireError `json:"err,omitempty"`
+}
+
+type policiesRequest struct {
+	header
+	Records []ratelimit.PolicyRecord `json:"records"`
+}
+
+type policiesResponse struct {
+	Records []ratelimit.PolicyRecord `json:"records,omitempty"` // the receiver's whole log
+	Err     *wireError               `json:"err,omitempty"`
+}
+
+func (n *Node) serveLimits(_ context.Context, req *limitsRequest) *limitsResponse {
+	if n.rl.Limiter == nil {
+		return &limitsResponse{Err: toWire(errNoLimiter)}
+	}
+	merged, err := n.rl.Limiter.ImportEntries(req.Entries)
+	return &limitsResponse{Merged: merged, Err: toWire(err)}
+}
+
+var errNoLimiter = errors.New("cluster: this node keeps no rate-limit state")
+
+// handOffLimits sends the limiter state of the keys whose owner changed
+// between old and cur, and that this node does not own in cur, to their
+// owner in cur.
+func (n *Node) handOffLimits(ctx context.Context, old, cur *ring.Snapshot) error {
+	lim := n.rl.Limiter
+	if lim == nil || cur.Len() == 0 {
+		return nil
+	}
+	byPeer := map[string][]ratelimit.Entry{}
+	for _, e := range lim.ExportEntries(func(key string) bool {
+		o := cur.Owner(key)
+		return o != n.self && o != old.Owner(key)
+	}) {
+		o := cur.Owner(e.Key)
+		byPeer[o] = append(byPeer[o], e)
+	}
+	if len(byPeer) == 0 {
+		return nil
+	}
+	start := time.Now()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	sent := 0
+	for peer, ents := range byPeer {
+		wg.Go(func() {
+			for chunk := range slices.Chunk(ents, maxEntriesPerCall) {
+				var resp limitsResponse
+				err := n.call(ctx, peer, "Limits", &limitsRequest{header: n.header(false), Entries: chunk}, &resp)
+				if err == nil {
+					err = resp.Err.err(peer, nil)
+				}
+				mu.Lock()
+				if err != nil {
+					errs = append(errs, err)
+				} else {
+					sent += len(chunk)
+				}
+				mu.Unlock()
+				if err != nil {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n.metrics.handoff.WithLabelValues("limits_sent").Add(float64(sent))
+	n.log.Info("cluster rate-limit handoff", "ring", cur.Version(), "entries", sent, "peers", len(byPeer),
+		"failed", len(errs), "took", time.Since(start).Round(time.Millisecond))
+	return errors.Join(errs...)
+}
+
+// publishPolicies pushes records this node wrote to every peer at once;
+// peers that miss them catch up at the next policy exchange.
+func (n *Node) publishPolicies(recs []ratelimit.PolicyRecord) {
+	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range n.ring.Snapshot().Nodes() {
+		if p == n.self {
+			continue
+		}
+		wg.Go(func() {
+			var resp policiesResponse
+			err := n.call(ctx, p, "Policies", &policiesRequest{header: n.header(false), Records: recs}, &resp)
+			if err == nil {
+				err = resp.Err.err(p, nil)
+			}
+			if err != nil {
+				n.log.Warn("cluster: policy push failed; the next exchange repairs it", "to", p, "err", err)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// exchangePolicies sends this node's whole policy log to every peer and
+// merges theirs.
+func (n *Node) exchangePolicies(ctx context.Context) error {
+	pl := n.rl.Policies
+	if pl == nil {
+		return nil
+	}
+	recs := pl.Records()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	var errs []error
+	for _, p := range n.ring.Snapshot().Nodes() {
+		if p == n.self {
+			continue
+		}
+		wg.Go(func() {
+			var resp policiesResponse
+			err := n.call(ctx, p, "Policies", &policiesRequest{header: n.header(false), Records: recs}, &resp)
+			if err == nil {
+				err = resp.Err.err(p, nil)
+			}
+			if err == nil {
+				_, err = pl.Merge(resp.Records)
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+func (n *Node) servePolicies(_ context.Context, req *policiesRequest) *policiesResponse {
+	pl := n.rl.Policies
+	if pl == nil {
+		return &policiesResponse{}
+	}
+	if _, err := pl.Merge(req.Records); err != nil {
+		return &policiesResponse{Err: toWire(err)}
+	}
+	return &policiesResponse{Records: pl.Records()}
+}
+
+// policyPrefix is where EnginePolicies keeps policy records in the
+// engine's metadata.
+const policyPrefix = "ratelimit/policy/"
+
+// EnginePolicies stores a PolicyLog's records in e's Pebble (synced
+// metadata records), for the cluster and the embedded mode.
+func EnginePolicies(e *engine.Engine) ratelimit.PolicyPersister { return enginePolicies{e} }
+
+type enginePolicies struct{ e *engine.Engine }
+
+func (p enginePolicies) LoadPolicyRecords() ([][]byte, error) {
+	m, err := p.e.Meta(policyPrefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][]byte, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func (p enginePolicies) StorePolicyRecords(recs map[string][]byte) error {
+	kv := make(map[string][]byte, len(recs))
+	for name, v := range recs {
+		kv[policyPrefix+name] = v
+	}
+	return p.e.PutMeta(kv)
+}

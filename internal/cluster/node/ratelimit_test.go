@@ -1,0 +1,181 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
+)
+
+func newTestRateLimit(t testing.TB, eng *engine.Engine, id string) RateLimit {
+	t.Helper()
+	lim, err := ratelimit.New(ratelimit.Config{KeepKeys: true, EvictInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := ratelimit.OpenPolicyLog(id, EnginePolicies(eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return RateLimit{Limiter: lim, Policies: pl}
+}
+
+// newRateLimitCluster is newTestCluster with a Limiter and a PolicyLog on
+// every node.
+func newRateLimitCluster(t testing.TB, ids ...string) *testCluster {
+	c := &testCluster{t: t, nodes: map[string]*testNode{}, rl: true}
+	t.Cleanup(c.closeAll)
+	for _, id := range ids {
+		c.start(id, "")
+	}
+	c.waitRing(ids...)
+	return c
+}
+
+// rlLimits are limits whose state would not change within the test by
+// itself (periods of hours or a day), one per algorithm.
+var rlLimits = []ratelimit.Limit{
+	{Name: "fixed", Algorithm: ratelimit.FixedWindow, Limit: 10, Period: 24 * time.Hour},
+	{Name: "sliding", Algorithm: ratelimit.SlidingWindow, Limit: 10, Period: time.Hour},
+	{Name: "log", Algorithm: ratelimit.SlidingLog, Limit: 10, Period: time.Hour},
+	{Name: "gcra", Algorithm: ratelimit.TokenBucket, Limit: 10, Period: time.Hour},
+}
+
+// keyMoving returns a key owned by from in the ring of nodes before and
+// by to in the ring of nodes after ("" to: any other node).
+func keyMoving(t testing.TB, before, after []string, from, to string) string {
+	t.Helper()
+	rb, ra := ring.New(ring.Config{}), ring.New(ring.Config{})
+	rb.Set(before)
+	ra.Set(after)
+	for i := range 100000 {
+		k := fmt.Sprintf("rl:user:%d", i)
+		if rb.Owner(k) == from && ra.Owner(k) != from && (to == "" || ra.Owner(k) == to) {
+			return k
+		}
+	}
+	t.Fatalf("no key moves from %s to %q", from, to)
+	return ""
+}
+
+// admit runs n checks of cost 1 on l and returns how many passed.
+func admit(t testing.TB, l *ratelimit.Limiter, key string, lim ratelimit.Limit, n int) int {
+	t.Helper()
+	ok := 0
+	for range n {
+		s, err := l.Check(key, lim, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.Allowed {
+			ok++
+		}
+	}
+	return ok
+}
+
+// TestRateLimitHoldsAcrossGracefulLeave: limit 10, 6 admitted on the
+// key's owner, the owner leaves (drain), and the new owner admits exactly
+// the 4 left, for every algorithm.
+func TestRateLimitHoldsAcrossGracefulLeave(t *testing.T) {
+	c := newRateLimitCluster(t, "n1", "n2", "n3")
+	key := keyMoving(t, []string{"n1", "n2", "n3"}, []string{"n2", "n3"}, "n1", "")
+	owner := c.node("n1")
+	for _, lim := range rlLimits {
+		if got := admit(t, owner.rl.Limiter, key, lim, 6); got != 6 {
+			t.Fatalf("%s: %d of 6 admitted on the owner", lim.Name, got)
+		}
+	}
+	c.leave("n1")
+	c.waitRing("n2", "n3")
+	next := c.node(owner.n.Ring().Owner(key)) // n1's last ring is the one without it
+	if next == nil {
+		t.Fatalf("new owner of %q unknown", key)
+	}
+	if o := c.node("n2").n.Ring().Owner(key); o != next.id {
+		t.Fatalf("the nodes disagree on the new owner: %s vs %s", o, next.id)
+	}
+	for _, lim := range rlLimits {
+		if got := admit(t, next.rl.Limiter, key, lim, 10); got != 4 {
+			t.Errorf("%s: the new owner %s admitted %d after the leave, want 4 (limit 10, 6 before)", lim.Name, next.id, got)
+		}
+	}
+}
+
+// TestRateLimitFollowsJoin: a node that joins and takes a key over gets
+// the old owner's state (handoff after the ring change).
+func TestRateLimitFollowsJoin(t *testing.T) {
+	c := newRateLimitCluster(t, "n1", "n2")
+	key := keyMoving(t, []string{"n1", "n2"}, []string{"n1", "n2", "n3"}, "n1", "n3")
+	lim := rlLimits[1]
+	if got := admit(t, c.node("n1").rl.Limiter, key, lim, 6); got != 6 {
+		t.Fatalf("%d of 6 admitted on the owner", got)
+	}
+	n3 := c.start("n3", "")
+	c.waitRing("n1", "n2", "n3")
+	eventually(t, 10*time.Second, "state handed to n3", func() bool {
+		s, err := n3.rl.Limiter.Check(key, lim, 0)
+		return err == nil && s.Remaining == 4
+	})
+	if got := admit(t, n3.rl.Limiter, key, lim, 10); got != 4 {
+		t.Errorf("n3 admitted %d after the join, want 4", got)
+	}
+}
+
+// TestPoliciesReplicateAndPersist: a policy written on one node reaches
+// every node, a deletion too, a node that joins later gets them, and a
+// node's policies are on its disk.
+func TestPoliciesReplicateAndPersist(t *testing.T) {
+	ctx := context.Background()
+	c := newRateLimitCluster(t, "n1", "n2", "n3")
+	p := ratelimit.Policy{Name: "api", Match: "api:*", Algorithm: ratelimit.TokenBucket, Limit: 5, Period: time.Second, Cost: 1}
+	q := ratelimit.Policy{Name: "login", Namespace: "login", Algorithm: ratelimit.FixedWindow, Limit: 3, Period: time.Minute, Cost: 1}
+	if err := c.node("n1").rl.Policies.PutPolicy(ctx, p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.node("n2").rl.Policies.PutPolicy(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	samePolicies := func(want ...ratelimit.Policy) func() bool {
+		return func() bool {
+			for _, tn := range c.running() {
+				if got, err := tn.rl.Policies.LoadPolicies(ctx); err != nil || !slices.Equal(got, want) {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, 5*time.Second, "policies on every node", samePolicies(p, q))
+	if ok, err := c.node("n3").rl.Policies.DeletePolicy(ctx, "api"); err != nil || !ok {
+		t.Fatalf("DeletePolicy = %v, %v", ok, err)
+	}
+	eventually(t, 5*time.Second, "deletion on every node", samePolicies(q))
+
+	c.start("n4", "")
+	c.waitRing("n1", "n2", "n3", "n4")
+	eventually(t, 5*time.Second, "policies on the node that joined", samePolicies(q))
+
+	// n2's policies are on its disk: reopened alone, it has them.
+	dir := c.node("n2").dir
+	c.kill("n2")
+	ecfg := engine.DefaultConfig()
+	ecfg.Dir, ecfg.NodeID, ecfg.Logger = dir, "n2", testLogger("n2")
+	eng, err := engine.Open(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	pl, err := ratelimit.OpenPolicyLog("n2", EnginePolicies(eng))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := pl.LoadPolicies(ctx); err != nil || !slices.Equal(got, []ratelimit.Policy{q}) {
+		t.Fatalf("n2 reopened has %+v, %v; want %+v", got, err, q)
+	}
+}
