@@ -194,6 +194,30 @@ func (l *PolicyLog) ReplacePolicies(ctx context.Context, ps []Policy) error {
 	})
 }
 
+// Seed adds the policies of ps whose name the log has never held (a
+// policies file read at start) with stamp 0, older than any write: a
+// change made through the API, here or on any other node, wins over the
+// file, also on a node that joins with an empty disk. It returns the
+// names it added.
+func (l *PolicyLog) Seed(ps []Policy) ([]string, error) {
+	if err := ValidatePolicies(ps); err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var recs []PolicyRecord
+	for i := range ps {
+		if _, ok := l.recs[ps[i].Name]; !ok {
+			recs = append(recs, PolicyRecord{Name: ps[i].Name, Policy: &ps[i], Order: int64(i + 1), Node: l.node})
+		}
+	}
+	names := make([]string, len(recs))
+	for i := range recs {
+		names[i] = recs[i].Name
+	}
+	return names, l.applyLocked(recs)
+}
+
 // write stores and applies the records change makes (given a new stamp
 // and the order after every record's), then publishes them.
 func (l *PolicyLog) write(ctx context.Context, change func(stamp, next int64) []PolicyRecord) error {

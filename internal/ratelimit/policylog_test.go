@@ -172,3 +172,31 @@ func TestPolicyLogMergeRejectsInvalid(t *testing.T) {
 		t.Fatalf("a rejected merge changed the log: %+v", l.Records())
 	}
 }
+
+// TestPolicyLogSeedLosesToWrites: a policies file seeds only names never
+// held, and any write (here or merged from a node) wins over it.
+func TestPolicyLogSeedLosesToWrites(t *testing.T) {
+	ctx := context.Background()
+	file := []ratelimit.Policy{policystoretest.Policy("a", 10), policystoretest.Policy("b", 20)}
+	n1, n2 := openLog(t, "n1", nil), openLog(t, "n2", nil)
+	if err := n1.PutPolicy(ctx, policystoretest.Policy("a", 99)); err != nil {
+		t.Fatal(err)
+	}
+	added, err := n1.Seed(file)
+	if err != nil || !slices.Equal(added, []string{"b"}) {
+		t.Fatalf("Seed = %v, %v; want [b]", added, err)
+	}
+	// n2 starts from the file alone, then hears from n1.
+	if _, err := n2.Seed(file); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n2.Merge(n1.Records()); err != nil {
+		t.Fatal(err)
+	}
+	want := []ratelimit.Policy{policystoretest.Policy("a", 99), policystoretest.Policy("b", 20)}
+	for _, l := range []*ratelimit.PolicyLog{n1, n2} {
+		if got, _ := l.LoadPolicies(ctx); !slices.Equal(got, want) {
+			t.Errorf("policies %+v, want %+v", got, want)
+		}
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // node is what Run serves: a Backend and what its deployment mode adds.
@@ -36,11 +37,25 @@ type node struct {
 	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
 	// checks are decided there (ratelimit.Router); nil decides locally.
 	rlOwner func(key string) (self bool, httpAddr string)
+	// rlShared, in tiered mode, decides rate limits on shared state and
+	// keeps the policies in a shared store; lim holds the --ratelimit-policies
+	// file, which seeds the store. nil: rlOwner or lim decides.
+	rlShared func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error)
+	// rlKeepKeys, in cluster mode, makes the Limiter keep its keys so that
+	// their state moves with the ring.
+	rlKeepKeys bool
 	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
 	// header on every HTTP answer (routing clients refresh on a change).
 	ringVersion func() uint64
 	// collectors are the mode's Prometheus metrics, served on /metrics.
 	collectors []prometheus.Collector
+}
+
+// sharedLimits are the rate limits of a mode that shares their state.
+type sharedLimits struct {
+	checker  ratelimit.Checker
+	policies ratelimit.PolicyStore // receives the policy API's changes
+	close    func()
 }
 
 // Addrs are the addresses the front ends are bound to; empty when disabled.
@@ -68,7 +83,7 @@ func openNode(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) 
 	if err != nil {
 		return nil, err
 	}
-	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log)}, nil
+	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, log)}, nil
 }
 
 // openEngine opens the embedded engine in cfg.Data.

@@ -47,7 +47,8 @@ func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error)
 			return cn.Start(cnode.Meta{HTTP: b.HTTP, RESP: b.RESP, GRPC: b.GRPC})
 		},
 		drain:       cn.Drain,
-		rlOwner:     cn.KeyOwner,
+		rlShared:    engineLimits(eng, cn, log),
+		rlKeepKeys:  true,
 		ringVersion: cn.RingVersion,
 		collectors:  cn.Collectors(),
 	}, nil

@@ -25,9 +25,10 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
-// newLimiter opens the rate limiter with the policies in path ("" = none).
-func newLimiter(path string) (*ratelimit.Limiter, error) {
-	var cfg ratelimit.Config
+// newLimiter opens the rate limiter with the policies in path ("" = none);
+// keepKeys lets its state move with a cluster's ring.
+func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
+	cfg := ratelimit.Config{KeepKeys: keepKeys}
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -70,13 +71,22 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = nd.close() }()
 	be := nd.Backend
 
-	lim, err := newLimiter(cfg.RateLimitPolicies)
+	lim, err := newLimiter(cfg.RateLimitPolicies, nd.rlKeepKeys)
 	if err != nil {
 		return err
 	}
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
-	if nd.rlOwner != nil {
+	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
+	switch {
+	case nd.rlShared != nil:
+		shared, err := nd.rlShared(ctx, lim)
+		if err != nil {
+			return err
+		}
+		defer shared.close()
+		rlc, rlPolicies = shared.checker, shared.policies
+	case nd.rlOwner != nil:
 		router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: nd.rlOwner})
 		if err != nil {
 			return err
@@ -96,7 +106,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Gatherer:     reg,
 		Logger:       log,
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
