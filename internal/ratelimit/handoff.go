@@ -67,12 +67,31 @@ type Entry struct {
 	Log   [][2]int64 `json:"log,omitempty"`
 }
 
+// markDirty records that the locked entry was charged, for
+// ExportChanged.
+func (l *Limiter) markDirty(e *entry) {
+	if l.keep {
+		e.word.Store(e.word.Load() | entryDirty) // only the lock holder writes word
+	}
+}
+
 // ExportEntries returns a copy of the state of every entry whose key
 // match accepts (nil: all) and that is not back to full capacity. It needs
 // Config.KeepKeys (without it there is nothing to export). Safe for
 // concurrent use with checks; an entry is copied under its lock, so each
 // copy is consistent, though checks may change it right after.
 func (l *Limiter) ExportEntries(match func(key string) bool) []Entry {
+	return l.export(match, false)
+}
+
+// ExportChanged is ExportEntries limited to the entries charged since the
+// last ExportChanged (match or not), for periodic replication: each call
+// clears the mark of every entry it visits.
+func (l *Limiter) ExportChanged(match func(key string) bool) []Entry {
+	return l.export(match, true)
+}
+
+func (l *Limiter) export(match func(key string) bool, changed bool) []Entry {
 	now := l.now()
 	var out []Entry
 	for i := range l.shards {
@@ -80,12 +99,18 @@ func (l *Limiter) ExportEntries(match func(key string) bool) []Entry {
 		sh.mu.Lock()
 		for idx := uint32(0); idx < uint32(len(sh.keys))*chunkSize; idx++ {
 			kr := &sh.keys[idx>>chunkBits][idx&(chunkSize-1)]
-			if kr.key == "" || match != nil && !match(kr.key) {
+			if kr.key == "" {
 				continue
 			}
 			e := sh.entryAt(idx)
+			if changed && e.word.Load()&entryDirty == 0 || !changed && match != nil && !match(kr.key) {
+				continue
+			}
 			e.lock() // shard.mu, then the entry: the documented order
-			if e.word.Load()&entryLive != 0 && e.exp > now && e.exp != math.MaxInt64 {
+			if changed {
+				e.word.Store(e.word.Load() &^ entryDirty)
+			}
+			if e.word.Load()&entryLive != 0 && e.exp > now && e.exp != math.MaxInt64 && (match == nil || match(kr.key)) {
 				en := Entry{Key: kr.key, Limit: kr.lim, State: e.st}
 				if kr.lim.Algorithm == SlidingLog {
 					en.Log = sh.log(idx, false).records()
@@ -175,6 +200,7 @@ func (l *Limiter) ImportEntries(entries []Entry) (int, error) {
 			e.st = mergeState(sp, e.st, st)
 		}
 		e.exp = entryExpiry(sp, e, g)
+		l.markDirty(e) // the new owner's replica needs it too
 		e.unlock()
 		n++
 	}

@@ -278,3 +278,46 @@ func FuzzImportEntries(f *testing.F) {
 		}
 	})
 }
+
+// TestExportChanged: only entries charged (or imported) since the last
+// ExportChanged come back; a denied check is no change; an expired entry
+// is still evicted while marked.
+func TestExportChanged(t *testing.T) {
+	clk := newFakeClock()
+	l := newKeepLimiter(t, clk.Now)
+	lim := Limit{Algorithm: FixedWindow, Limit: 1, Period: time.Second}
+	keys := func(ents []Entry) []string {
+		var ks []string
+		for _, e := range ents {
+			ks = append(ks, e.Key)
+		}
+		slices.Sort(ks)
+		return ks
+	}
+	mustCheck(t, l, "a", lim, 1)
+	mustCheck(t, l, "b", lim, 1)
+	if got := keys(l.ExportChanged(nil)); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("first ExportChanged: %v", got)
+	}
+	if got := l.ExportChanged(nil); len(got) != 0 {
+		t.Fatalf("second ExportChanged: %v", keys(got))
+	}
+	if s := mustCheck(t, l, "a", lim, 1); s.Allowed {
+		t.Fatal("second hit allowed")
+	}
+	if got := l.ExportChanged(nil); len(got) != 0 {
+		t.Fatalf("a denied check was exported: %v", keys(got))
+	}
+	mustCheck(t, l, "c", lim, 1)
+	if got := keys(l.ExportChanged(func(k string) bool { return k != "c" })); len(got) != 0 {
+		t.Fatalf("match ignored: %v", got)
+	}
+	if got := l.ExportChanged(nil); len(got) != 0 {
+		t.Fatalf("the mark of an unmatched entry stayed: %v", keys(got))
+	}
+	mustCheck(t, l, "d", lim, 1)
+	clk.Advance(2 * time.Second)
+	if n := l.Evict(); n != 4 {
+		t.Fatalf("Evict freed %d of 4 expired entries (one still marked)", n)
+	}
+}

@@ -237,6 +237,7 @@ func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 	s, next := decideEntry(&sp, e, g, now, cost)
 	if s.Allowed {
 		g = commitEntry(sh, idx, &sp, e, g, next, now, cost)
+		l.markDirty(e)
 	}
 	e.exp = entryExpiry(&sp, e, g)
 	e.unlock()
@@ -371,6 +372,7 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 		}
 		if allowed {
 			r.commit()
+			l.markDirty(r.e)
 		} else if r.s.Allowed {
 			// Report the state this check left unchanged.
 			r.cost = 0

@@ -36,7 +36,7 @@ const (
 type entry struct {
 	h1   uint64        // fingerprint, and the shard, slot and tag
 	h2   uint32        // more fingerprint
-	word atomic.Uint32 // entryLocked | entryLive
+	word atomic.Uint32 // entryLocked | entryLive | entryDirty
 	exp  int64         // unix ns at which st is fresh again; the janitor frees the entry then
 	st   state
 }
@@ -44,6 +44,7 @@ type entry struct {
 const (
 	entryLocked = 1
 	entryLive   = 2
+	entryDirty  = 4 // charged since the last ExportChanged (Config.KeepKeys only)
 )
 
 func (e *entry) lock() {
@@ -294,7 +295,7 @@ func (sh *shard) evict(now int64) int {
 	freed := 0
 	for idx := uint32(0); idx < sh.n; idx++ {
 		e := sh.entryAt(idx)
-		if e.word.Load() != entryLive || !e.tryLock() {
+		if e.word.Load()&^entryDirty != entryLive || !e.tryLock() {
 			continue
 		}
 		if e.word.Load()&entryLive == 0 || e.exp > now {

@@ -36,6 +36,8 @@ type testCluster struct {
 	// rl gives every node started from now on a Limiter and a PolicyLog
 	// (ratelimit_test.go).
 	rl bool
+	// rlReplication is Config.LimitReplication (0: the default).
+	rlReplication time.Duration
 }
 
 type testNode struct {
@@ -93,6 +95,7 @@ func (c *testCluster) start(id, dir string) *testNode {
 		RejoinInterval:      200 * time.Millisecond,
 		RPCTimeout:          2 * time.Second,
 		FenceTimeout:        2 * time.Second,
+		LimitReplication:    c.rlReplication,
 		Membership: membership.Config{
 			// Fast, but not so fast that a loaded -race run suspects
 			// healthy nodes: a killed node is dead in about a second.

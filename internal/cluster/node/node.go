@@ -23,6 +23,7 @@ const (
 	DefaultRejoinInterval      = 2 * time.Second
 	DefaultRPCTimeout          = 5 * time.Second
 	DefaultFenceTimeout        = 3 * time.Second
+	DefaultLimitReplication    = time.Second
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -43,6 +44,10 @@ type Config struct {
 	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
 	FenceTimeout        time.Duration // how long a new owner waits for replicas to agree; default 3s
+	// LimitReplication is how often the rate-limit state charged on the
+	// keys this node owns goes to each key's next replica, its owner if
+	// this node dies (SetRateLimit); default 1s, negative: never.
+	LimitReplication time.Duration
 
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
@@ -61,6 +66,7 @@ func (c Config) withDefaults() Config {
 	set(&c.RejoinInterval, DefaultRejoinInterval)
 	set(&c.RPCTimeout, DefaultRPCTimeout)
 	set(&c.FenceTimeout, DefaultFenceTimeout)
+	set(&c.LimitReplication, DefaultLimitReplication)
 	if c.Durability == engine.DurabilityDefault {
 		c.Durability = engine.Async
 	}
@@ -193,6 +199,9 @@ func (n *Node) Start(meta Meta) error {
 	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
+	if n.rl.Limiter != nil && n.cfg.LimitReplication > 0 {
+		n.goLoop(func() { n.tick(n.cfg.LimitReplication, "rate-limit replication", n.replicateLimits) })
+	}
 	return nil
 }
 

@@ -23,6 +23,11 @@ import (
 // (Limits), which merges them so that a limit only gets stricter
 // (ratelimit.ImportEntries). docs/ratelimit.md states the overshoot bounds.
 //
+// Replication: every LimitReplication (1 s) the entries charged since the
+// last round on keys this node owns go to each key's next replica, which
+// becomes the owner if this node dies, so a crash loses at most the
+// admissions of one round.
+//
 // Policies: a ratelimit.PolicyLog on every node; a local write is pushed
 // at once to every peer (Policies), and every anti-entropy round and ring
 // change exchanges the whole log with the peers, so a node that was down
@@ -80,6 +85,26 @@ func (n *Node) serveLimits(_ context.Context, req *limitsRequest) *limitsRespons
 
 var errNoLimiter = errors.New("cluster: this node keeps no rate-limit state")
 
+// replicateLimits sends the entries charged since the last round on keys
+// this node owns to each key's next replica. A failed send is not retried:
+// the entry goes again, whole, with its next charge.
+func (n *Node) replicateLimits(ctx context.Context) error {
+	s := n.ring.Snapshot()
+	if s.Len() < 2 {
+		n.rl.Limiter.ExportChanged(nil) // clear the marks: nobody to send to
+		return nil
+	}
+	byPeer := map[string][]ratelimit.Entry{}
+	var reps []string
+	for _, e := range n.rl.Limiter.ExportChanged(func(key string) bool { return s.Owner(key) == n.self }) {
+		reps = s.AppendReplicas(reps[:0], e.Key, 2)
+		if len(reps) == 2 {
+			byPeer[reps[1]] = append(byPeer[reps[1]], e)
+		}
+	}
+	return n.sendLimits(ctx, byPeer, "limits_replicated")
+}
+
 // handOffLimits sends the limiter state of the keys whose owner changed
 // between old and cur, and that this node does not own in cur, to their
 // owner in cur.
@@ -100,6 +125,15 @@ func (n *Node) handOffLimits(ctx context.Context, old, cur *ring.Snapshot) error
 		return nil
 	}
 	start := time.Now()
+	err := n.sendLimits(ctx, byPeer, "limits_sent")
+	n.log.Info("cluster rate-limit handoff", "ring", cur.Version(), "peers", len(byPeer),
+		"err", err, "took", time.Since(start).Round(time.Millisecond))
+	return err
+}
+
+// sendLimits sends entries to peers (Limits) in parallel and counts what
+// was acknowledged in the handoff metric under label.
+func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Entry, label string) error {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -126,9 +160,7 @@ func (n *Node) handOffLimits(ctx context.Context, old, cur *ring.Snapshot) error
 		})
 	}
 	wg.Wait()
-	n.metrics.handoff.WithLabelValues("limits_sent").Add(float64(sent))
-	n.log.Info("cluster rate-limit handoff", "ring", cur.Version(), "entries", sent, "peers", len(byPeer),
-		"failed", len(errs), "took", time.Since(start).Round(time.Millisecond))
+	n.metrics.handoff.WithLabelValues(label).Add(float64(sent))
 	return errors.Join(errs...)
 }
 

@@ -26,9 +26,10 @@ func newTestRateLimit(t testing.TB, eng *engine.Engine, id string) RateLimit {
 }
 
 // newRateLimitCluster is newTestCluster with a Limiter and a PolicyLog on
-// every node.
-func newRateLimitCluster(t testing.TB, ids ...string) *testCluster {
-	c := &testCluster{t: t, nodes: map[string]*testNode{}, rl: true}
+// every node, replicating limiter state every replication (negative:
+// never, so that only handoff moves it).
+func newRateLimitCluster(t testing.TB, replication time.Duration, ids ...string) *testCluster {
+	c := &testCluster{t: t, nodes: map[string]*testNode{}, rl: true, rlReplication: replication}
 	t.Cleanup(c.closeAll)
 	for _, id := range ids {
 		c.start(id, "")
@@ -83,7 +84,7 @@ func admit(t testing.TB, l *ratelimit.Limiter, key string, lim ratelimit.Limit, 
 // key's owner, the owner leaves (drain), and the new owner admits exactly
 // the 4 left, for every algorithm.
 func TestRateLimitHoldsAcrossGracefulLeave(t *testing.T) {
-	c := newRateLimitCluster(t, "n1", "n2", "n3")
+	c := newRateLimitCluster(t, -1, "n1", "n2", "n3")
 	key := keyMoving(t, []string{"n1", "n2", "n3"}, []string{"n2", "n3"}, "n1", "")
 	owner := c.node("n1")
 	for _, lim := range rlLimits {
@@ -110,7 +111,7 @@ func TestRateLimitHoldsAcrossGracefulLeave(t *testing.T) {
 // TestRateLimitFollowsJoin: a node that joins and takes a key over gets
 // the old owner's state (handoff after the ring change).
 func TestRateLimitFollowsJoin(t *testing.T) {
-	c := newRateLimitCluster(t, "n1", "n2")
+	c := newRateLimitCluster(t, -1, "n1", "n2")
 	key := keyMoving(t, []string{"n1", "n2"}, []string{"n1", "n2", "n3"}, "n1", "n3")
 	lim := rlLimits[1]
 	if got := admit(t, c.node("n1").rl.Limiter, key, lim, 6); got != 6 {
@@ -132,7 +133,7 @@ func TestRateLimitFollowsJoin(t *testing.T) {
 // node's policies are on its disk.
 func TestPoliciesReplicateAndPersist(t *testing.T) {
 	ctx := context.Background()
-	c := newRateLimitCluster(t, "n1", "n2", "n3")
+	c := newRateLimitCluster(t, 0, "n1", "n2", "n3")
 	p := ratelimit.Policy{Name: "api", Match: "api:*", Algorithm: ratelimit.TokenBucket, Limit: 5, Period: time.Second, Cost: 1}
 	q := ratelimit.Policy{Name: "login", Namespace: "login", Algorithm: ratelimit.FixedWindow, Limit: 3, Period: time.Minute, Cost: 1}
 	if err := c.node("n1").rl.Policies.PutPolicy(ctx, p); err != nil {
@@ -177,5 +178,30 @@ func TestPoliciesReplicateAndPersist(t *testing.T) {
 	}
 	if got, err := pl.LoadPolicies(ctx); err != nil || !slices.Equal(got, []ratelimit.Policy{q}) {
 		t.Fatalf("n2 reopened has %+v, %v; want %+v", got, err, q)
+	}
+}
+
+// TestRateLimitSurvivesOwnerCrash: the owner's state reaches the key's
+// next replica within a replication round; when the owner dies that
+// replica owns the key and admits only what is left.
+func TestRateLimitSurvivesOwnerCrash(t *testing.T) {
+	c := newRateLimitCluster(t, 200*time.Millisecond, "n1", "n2", "n3")
+	key := keyMoving(t, []string{"n1", "n2", "n3"}, []string{"n2", "n3"}, "n1", "")
+	lim := rlLimits[3]
+	if got := admit(t, c.node("n1").rl.Limiter, key, lim, 6); got != 6 {
+		t.Fatalf("%d of 6 admitted on the owner", got)
+	}
+	replica := c.node(c.node("n1").n.Ring().Replicas(key, 2)[1])
+	eventually(t, 5*time.Second, "state replicated", func() bool {
+		s, err := replica.rl.Limiter.Check(key, lim, 0)
+		return err == nil && s.Remaining == 4
+	})
+	c.kill("n1")
+	c.waitRing("n2", "n3")
+	if o := replica.n.Ring().Owner(key); o != replica.id {
+		t.Fatalf("after the crash %s owns %q, not its replica %s", o, key, replica.id)
+	}
+	if got := admit(t, replica.rl.Limiter, key, lim, 10); got != 4 {
+		t.Errorf("the new owner admitted %d after the crash, want 4", got)
 	}
 }
