@@ -26,7 +26,8 @@ import (
 // Replication: every LimitReplication (1 s) the entries charged since the
 // last round on keys this node owns go to each key's next replica, which
 // becomes the owner if this node dies, so a crash loses at most the
-// admissions of one round.
+// admissions of one round; entries charged here for keys another node
+// owns go to that owner.
 //
 // Policies: a ratelimit.PolicyLog on every node; a local write is pushed
 // at once to every peer (Policies), and every anti-entropy round and ring
@@ -85,9 +86,11 @@ func (n *Node) serveLimits(_ context.Context, req *limitsRequest) *limitsRespons
 
 var errNoLimiter = errors.New("cluster: this node keeps no rate-limit state")
 
-// replicateLimits sends the entries charged since the last round on keys
-// this node owns to each key's next replica. A failed send is not retried:
-// the entry goes again, whole, with its next charge.
+// replicateLimits sends the entries charged since the last round: those
+// of keys this node owns to each key's next replica, the others (decided
+// here by a stale ring, a forwarded check or a fallback) to the key's
+// owner. A failed send is not retried: the entry goes again, whole, with
+// its next charge.
 func (n *Node) replicateLimits(ctx context.Context) error {
 	s := n.ring.Snapshot()
 	if s.Len() < 2 {
@@ -96,11 +99,13 @@ func (n *Node) replicateLimits(ctx context.Context) error {
 	}
 	byPeer := map[string][]ratelimit.Entry{}
 	var reps []string
-	for _, e := range n.rl.Limiter.ExportChanged(func(key string) bool { return s.Owner(key) == n.self }) {
+	for _, e := range n.rl.Limiter.ExportChanged(nil) {
 		reps = s.AppendReplicas(reps[:0], e.Key, 2)
-		if len(reps) == 2 {
-			byPeer[reps[1]] = append(byPeer[reps[1]], e)
+		to := reps[0]
+		if to == n.self {
+			to = reps[1]
 		}
+		byPeer[to] = append(byPeer[to], e)
 	}
 	return n.sendLimits(ctx, byPeer, "limits_replicated")
 }

@@ -205,3 +205,19 @@ func TestRateLimitSurvivesOwnerCrash(t *testing.T) {
 		t.Errorf("the new owner admitted %d after the crash, want 4", got)
 	}
 }
+
+// TestRateLimitNonOwnerChargesReachOwner: checks decided on a node that
+// does not own the key (a fallback while the owner was unreachable, or a
+// stale ring) reach the owner within a replication round.
+func TestRateLimitNonOwnerChargesReachOwner(t *testing.T) {
+	c := newRateLimitCluster(t, 200*time.Millisecond, "n1", "n2")
+	key := keyMoving(t, []string{"n1", "n2"}, []string{"n2"}, "n1", "n2")
+	lim := rlLimits[0]
+	if got := admit(t, c.node("n2").rl.Limiter, key, lim, 6); got != 6 {
+		t.Fatalf("%d of 6 admitted on the non-owner", got)
+	}
+	eventually(t, 5*time.Second, "charges on the owner", func() bool {
+		s, err := c.node("n1").rl.Limiter.Check(key, lim, 0)
+		return err == nil && s.Remaining == 4
+	})
+}
