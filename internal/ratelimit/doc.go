@@ -36,4 +36,11 @@
 // while one node owns a key. When the owner is unreachable it decides
 // locally (approximate: up to k x Limit per window with k nodes deciding)
 // or fails (FallbackError); docs/ratelimit.md states the bounds.
+//
+// Handoff (handoff.go): with Config.KeepKeys a Limiter also keeps each
+// entry's key and limit, so that ExportEntries and ExportChanged can copy
+// state by key for another node and ImportEntries can merge it there; the
+// merge is a join that only makes a limit stricter. A PolicyLog
+// (policylog.go) is a PolicyStore whose last-writer-wins records converge
+// between nodes and persist through a PolicyPersister.
 package ratelimit
