@@ -148,11 +148,14 @@ func (g *hitLog) setRecords(recs [][2]int64) {
 }
 
 // ImportEntries merges entries into the local state (see the package's
-// handoff notes) and returns how many it merged. Every entry is validated
-// first: if one is invalid, the error wraps ErrInvalidEntry and nothing
-// changes. Entries already back to full capacity are skipped. Safe for
-// concurrent use with checks.
-func (l *Limiter) ImportEntries(entries []Entry) (int, error) {
+// handoff notes) and returns how many it merged. mark counts the merged
+// entries as charged for ExportChanged: set it when this node takes the
+// keys over (handoff) and must pass their state on; leave it unset for a
+// copy (replication), or the copy would be sent back. Every entry is
+// validated first: if one is invalid, the error wraps ErrInvalidEntry and
+// nothing changes. Entries already back to full capacity are skipped.
+// Safe for concurrent use with checks.
+func (l *Limiter) ImportEntries(entries []Entry, mark bool) (int, error) {
 	if l.closed.Load() {
 		return 0, ErrClosed
 	}
@@ -200,7 +203,9 @@ func (l *Limiter) ImportEntries(entries []Entry) (int, error) {
 			e.st = mergeState(sp, e.st, st)
 		}
 		e.exp = entryExpiry(sp, e, g)
-		l.markDirty(e) // the new owner's replica needs it too
+		if mark {
+			l.markDirty(e)
+		}
 		e.unlock()
 		n++
 	}

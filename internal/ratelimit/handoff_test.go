@@ -156,7 +156,7 @@ func TestHandoffCarriesConsumption(t *testing.T) {
 				if err := json.Unmarshal(wire, &got); err != nil {
 					t.Fatal(err)
 				}
-				if n, err := b.ImportEntries(got); err != nil || n != 3 {
+				if n, err := b.ImportEntries(got, false); err != nil || n != 3 {
 					t.Fatalf("ImportEntries = %d, %v; want 3", n, err)
 				}
 			}
@@ -215,7 +215,7 @@ func TestImportRejectsBadEntries(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newKeepLimiter(t, clk.Now)
-			n, err := l.ImportEntries([]Entry{good, tc.e})
+			n, err := l.ImportEntries([]Entry{good, tc.e}, true)
 			if !errors.Is(err, ErrInvalidEntry) || n != 0 {
 				t.Fatalf("ImportEntries = %d, %v; want ErrInvalidEntry", n, err)
 			}
@@ -233,7 +233,7 @@ func TestImportClampsFutureTAT(t *testing.T) {
 	l := newKeepLimiter(t, clk.Now)
 	lim := Limit{Algorithm: TokenBucket, Limit: 10, Period: time.Second}
 	future := clk.Now().Add(time.Hour).UnixNano()
-	if _, err := l.ImportEntries([]Entry{{Key: "k", Limit: lim, State: [3]int64{future, 0, 0}}}); err != nil {
+	if _, err := l.ImportEntries([]Entry{{Key: "k", Limit: lim, State: [3]int64{future, 0, 0}}}, false); err != nil {
 		t.Fatal(err)
 	}
 	s := mustCheck(t, l, "k", lim, 1)
@@ -261,7 +261,7 @@ func FuzzImportEntries(f *testing.F) {
 			return
 		}
 		l := newKeepLimiter(t, clk.Now)
-		if _, err := l.ImportEntries(ents); err != nil {
+		if _, err := l.ImportEntries(ents, false); err != nil {
 			if !errors.Is(err, ErrInvalidEntry) {
 				t.Fatalf("error %v does not wrap ErrInvalidEntry", err)
 			}
@@ -279,9 +279,9 @@ func FuzzImportEntries(f *testing.F) {
 	})
 }
 
-// TestExportChanged: only entries charged (or imported) since the last
-// ExportChanged come back; a denied check is no change; an expired entry
-// is still evicted while marked.
+// TestExportChanged: only entries charged (or imported with mark) since
+// the last ExportChanged come back; a denied check is no change; an
+// expired entry is still evicted while marked.
 func TestExportChanged(t *testing.T) {
 	clk := newFakeClock()
 	l := newKeepLimiter(t, clk.Now)
@@ -315,9 +315,23 @@ func TestExportChanged(t *testing.T) {
 	if got := l.ExportChanged(nil); len(got) != 0 {
 		t.Fatalf("the mark of an unmatched entry stayed: %v", keys(got))
 	}
+	imp := []Entry{{Key: "e", Limit: lim, State: [3]int64{clk.Now().UnixNano() / int64(time.Second), 1, 0}}}
+	if _, err := l.ImportEntries(imp, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := l.ExportChanged(nil); len(got) != 0 {
+		t.Fatalf("an unmarked import was exported: %v", keys(got))
+	}
+	imp[0].Key = "f"
+	if _, err := l.ImportEntries(imp, true); err != nil {
+		t.Fatal(err)
+	}
+	if got := keys(l.ExportChanged(nil)); !slices.Equal(got, []string{"f"}) {
+		t.Fatalf("a marked import: ExportChanged = %v, want [f]", got)
+	}
 	mustCheck(t, l, "d", lim, 1)
 	clk.Advance(2 * time.Second)
-	if n := l.Evict(); n != 4 {
-		t.Fatalf("Evict freed %d of 4 expired entries (one still marked)", n)
+	if n := l.Evict(); n != 6 {
+		t.Fatalf("Evict freed %d of 6 expired entries (one still marked)", n)
 	}
 }

@@ -59,6 +59,9 @@ const maxEntriesPerCall = 2000
 type limitsRequest struct {
 	header
 	Entries []ratelimit.Entry `json:"entries"`
+	// Handoff: the receiver owns the keys now and replicates them in turn;
+	// otherwise they are a copy (replication) not to be sent on.
+	Handoff bool `json:"handoff,omitempty"`
 }
 
 type limitsResponse struct {
@@ -80,7 +83,7 @@ func (n *Node) serveLimits(_ context.Context, req *limitsRequest) *limitsRespons
 	if n.rl.Limiter == nil {
 		return &limitsResponse{Err: toWire(errNoLimiter)}
 	}
-	merged, err := n.rl.Limiter.ImportEntries(req.Entries)
+	merged, err := n.rl.Limiter.ImportEntries(req.Entries, req.Handoff)
 	return &limitsResponse{Merged: merged, Err: toWire(err)}
 }
 
@@ -97,17 +100,19 @@ func (n *Node) replicateLimits(ctx context.Context) error {
 		n.rl.Limiter.ExportChanged(nil) // clear the marks: nobody to send to
 		return nil
 	}
-	byPeer := map[string][]ratelimit.Entry{}
+	toReplica, toOwner := map[string][]ratelimit.Entry{}, map[string][]ratelimit.Entry{}
 	var reps []string
 	for _, e := range n.rl.Limiter.ExportChanged(nil) {
 		reps = s.AppendReplicas(reps[:0], e.Key, 2)
-		to := reps[0]
-		if to == n.self {
-			to = reps[1]
+		if reps[0] == n.self {
+			toReplica[reps[1]] = append(toReplica[reps[1]], e)
+		} else {
+			toOwner[reps[0]] = append(toOwner[reps[0]], e)
 		}
-		byPeer[to] = append(byPeer[to], e)
 	}
-	return n.sendLimits(ctx, byPeer, "limits_replicated")
+	// The owner passes what it gets on to its replica; a replica keeps its
+	// copy (else it would go back and forth).
+	return errors.Join(n.sendLimits(ctx, toReplica, false), n.sendLimits(ctx, toOwner, true))
 }
 
 // handOffLimits sends the limiter state of the keys whose owner changed
@@ -130,15 +135,19 @@ func (n *Node) handOffLimits(ctx context.Context, old, cur *ring.Snapshot) error
 		return nil
 	}
 	start := time.Now()
-	err := n.sendLimits(ctx, byPeer, "limits_sent")
+	err := n.sendLimits(ctx, byPeer, true)
 	n.log.Info("cluster rate-limit handoff", "ring", cur.Version(), "peers", len(byPeer),
 		"err", err, "took", time.Since(start).Round(time.Millisecond))
 	return err
 }
 
-// sendLimits sends entries to peers (Limits) in parallel and counts what
-// was acknowledged in the handoff metric under label.
-func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Entry, label string) error {
+// sendLimits sends entries to peers (Limits) in parallel, as a handoff or
+// as copies, and counts what was acknowledged in the handoff metric.
+func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Entry, handoff bool) error {
+	label := "limits_replicated"
+	if handoff {
+		label = "limits_sent"
+	}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	var errs []error
@@ -147,7 +156,7 @@ func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Ent
 		wg.Go(func() {
 			for chunk := range slices.Chunk(ents, maxEntriesPerCall) {
 				var resp limitsResponse
-				err := n.call(ctx, peer, "Limits", &limitsRequest{header: n.header(false), Entries: chunk}, &resp)
+				err := n.call(ctx, peer, "Limits", &limitsRequest{header: n.header(false), Entries: chunk, Handoff: handoff}, &resp)
 				if err == nil {
 					err = resp.Err.err(peer, nil)
 				}

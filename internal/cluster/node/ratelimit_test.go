@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/counterd/counterd/internal/cluster/ring"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -220,4 +222,28 @@ func TestRateLimitNonOwnerChargesReachOwner(t *testing.T) {
 		s, err := c.node("n1").rl.Limiter.Check(key, lim, 0)
 		return err == nil && s.Remaining == 4
 	})
+}
+
+// TestRateLimitReplicationQuiesces: a change is replicated once; the copy
+// on the replica is not sent back and forth.
+func TestRateLimitReplicationQuiesces(t *testing.T) {
+	c := newRateLimitCluster(t, 50*time.Millisecond, "n1", "n2")
+	key := keyMoving(t, []string{"n1", "n2"}, []string{"n2"}, "n1", "n2")
+	admit(t, c.node("n1").rl.Limiter, key, rlLimits[0], 3)
+	replicated := func() float64 {
+		sum := 0.0
+		for _, tn := range c.running() {
+			var m dto.Metric
+			if err := tn.n.metrics.handoff.WithLabelValues("limits_replicated").Write(&m); err != nil {
+				t.Fatal(err)
+			}
+			sum += m.GetCounter().GetValue()
+		}
+		return sum
+	}
+	eventually(t, 5*time.Second, "one entry replicated", func() bool { return replicated() >= 1 })
+	time.Sleep(500 * time.Millisecond) // ten rounds
+	if got := replicated(); got != 1 {
+		t.Fatalf("%v entries replicated for one change, want 1", got)
+	}
 }
