@@ -153,7 +153,7 @@ const (
 	OpAdd     OpType = iota + 1 // Delta to an additive counter (Kind picks or auto-detects)
 	OpSet                       // counter: Value, optional ExpectedVersion, optional TTL
 	OpDelete                    // any kind
-	OpExpire                    // any kind: TTL > 0 sets a time to live, TTL == 0 removes it
+	OpExpire                    // any kind: TTL > 0 sets a time to live, TTL == 0 removes it, TTL < 0 deletes the counter
 	OpPFAdd                     // hll: Items
 	OpPFMerge                   // hll: union of Sources into ID
 	OpHAdd                      // hash: add Fields atomically

@@ -13,12 +13,9 @@ import (
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// MaxItems bounds the items of one PFADD, the fields of one HADD/HDEL and the
-// sources of one PFMERGE.
+// MaxItems is the default bound on the items of one PFADD, the fields of
+// one HADD/HDEL and the sources of one PFMERGE (Limits.MaxItems).
 const MaxItems = 10000
-
-// maxFieldLen bounds a hash field name.
-const maxFieldLen = 1024
 
 // Add adds delta to the additive counter id (creating a KindCounter).
 func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOptions) (Result, error) {
@@ -30,7 +27,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 	if err := e.checkOpen(); err != nil {
 		return Result{}, err
 	}
-	if err := e.validate(&op); err != nil {
+	if err := op.Validate(e.limits); err != nil {
 		return Result{}, err
 	}
 	if wo.IdempotencyKey != "" {
@@ -68,16 +65,8 @@ func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]R
 	if err := e.checkOpen(); err != nil {
 		return nil, err
 	}
-	if len(ops) == 0 {
-		return nil, fmt.Errorf("%w: empty batch", ErrInvalidArgument)
-	}
-	if len(ops) > e.cfg.MaxBatch {
-		return nil, fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), e.cfg.MaxBatch)
-	}
-	for i := range ops {
-		if err := e.validate(&ops[i]); err != nil {
-			return nil, &BatchError{Index: i, Err: err}
-		}
+	if err := ValidateBatch(ops, e.limits); err != nil {
+		return nil, err
 	}
 	if wo.IdempotencyKey != "" {
 		return e.applyIdempotent(ctx, ops, wo)
@@ -104,72 +93,6 @@ type BatchError struct {
 
 func (b *BatchError) Error() string { return fmt.Sprintf("batch op %d: %v", b.Index, b.Err) }
 func (b *BatchError) Unwrap() error { return b.Err }
-
-// validate checks what can be checked without state.
-func (e *Engine) validate(op *Op) error {
-	if err := ValidateID(op.ID); err != nil {
-		return err
-	}
-	switch op.Type {
-	case OpAdd:
-		if op.Kind != KindNone && !op.Kind.Additive() {
-			return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
-		}
-		if op.Kind == KindWindow && op.Window != (counter.WindowSpec{}) {
-			if err := op.Window.Validate(); err != nil {
-				return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-			}
-		}
-		if op.Shards < 0 || op.Shards > e.cfg.MaxShards {
-			return fmt.Errorf("%w: shards must be in 1..%d", ErrInvalidArgument, e.cfg.MaxShards)
-		}
-		if op.Shard < 0 {
-			return fmt.Errorf("%w: negative shard", ErrInvalidArgument)
-		}
-	case OpSet, OpDelete:
-		if op.TTL < 0 {
-			return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
-		}
-	case OpExpire:
-	case OpPFAdd:
-		if len(op.Items) > MaxItems {
-			return fmt.Errorf("%w: %d items, at most %d", ErrInvalidArgument, len(op.Items), MaxItems)
-		}
-	case OpPFMerge:
-		if len(op.Sources) > MaxItems {
-			return fmt.Errorf("%w: %d sources, at most %d", ErrInvalidArgument, len(op.Sources), MaxItems)
-		}
-		for _, s := range op.Sources {
-			if err := ValidateID(s); err != nil {
-				return err
-			}
-		}
-	case OpHAdd, OpHDel:
-		n := len(op.Fields) + len(op.Names)
-		if n == 0 {
-			return fmt.Errorf("%w: no fields", ErrInvalidArgument)
-		}
-		if n > MaxItems {
-			return fmt.Errorf("%w: %d fields, at most %d", ErrInvalidArgument, n, MaxItems)
-		}
-		for _, f := range op.Fields {
-			if len(f.Name) > maxFieldLen {
-				return fmt.Errorf("%w: field name longer than %d bytes", ErrInvalidArgument, maxFieldLen)
-			}
-		}
-	default:
-		return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
-	}
-	if op.TTL > MaxTTL {
-		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, MaxTTL)
-	}
-	if op.HLLPrecision != 0 {
-		if err := counter.ValidatePrecision(op.HLLPrecision); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-		}
-	}
-	return nil
-}
 
 // creates reports whether op may create its counter.
 func creates(op *Op) bool {

@@ -42,6 +42,7 @@ func (c *opsCounter) load() uint64 {
 // everything to disk.
 type Engine struct {
 	cfg    Config
+	limits Limits // from cfg: what Apply and ApplyBatch accept
 	db     *pebble.DB
 	shards [numShards]shard
 	ops    opsCounter
@@ -74,6 +75,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
+	e.limits = Limits{MaxBatch: cfg.MaxBatch, MaxShards: cfg.MaxShards}.withDefaults()
 	e.now.Store(time.Now().UnixNano())
 	db, err := openPebble(cfg)
 	if err != nil {

@@ -2,13 +2,10 @@ package engine
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/cespare/xxhash/v2"
 	"github.com/cockroachdb/pebble"
 )
 
@@ -48,24 +45,15 @@ func (t *idemTable) init(max int) {
 
 func idemKey(k string) []byte { return append([]byte{prefixIdem}, k...) }
 
-type idemDisk struct {
-	FP      uint64   `json:"fp"`
-	Created int64    `json:"created"`
-	Results []Result `json:"results"`
-}
-
 func (r *idemRec) encode() []byte {
-	b, err := json.Marshal(idemDisk{r.fp, r.created, r.results})
-	if err != nil {
-		panic(fmt.Sprintf("engine: idempotency record does not encode: %v", err))
-	}
-	return b
+	rec := IdemRecord{FP: r.fp, Created: r.created, Results: r.results}
+	return rec.Encode()
 }
 
 func decodeIdem(key string, b []byte) (*idemRec, error) {
-	var d idemDisk
-	if err := json.Unmarshal(b, &d); err != nil {
-		return nil, fmt.Errorf("%w: idempotency record %q: %v", ErrCorrupt, key, err)
+	d, err := DecodeIdemRecord(b)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w", key, err)
 	}
 	return &idemRec{key: key, fp: d.FP, created: d.Created, results: d.Results, flushed: true}, nil
 }
@@ -141,7 +129,7 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions)
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
-	fp := fingerprint(ops)
+	fp := Fingerprint(ops)
 	t := &e.idem
 	var call *idemCall
 	for call == nil {
@@ -218,19 +206,16 @@ func (e *Engine) idemExpired(r *idemRec) bool {
 }
 
 func (e *Engine) replay(ctx context.Context, r *idemRec, fp uint64, wo WriteOptions) ([]Result, error) {
-	if r.fp != fp {
-		return nil, fmt.Errorf("%w: %q", ErrIdempotencyReuse, r.key)
+	rec := IdemRecord{FP: r.fp, Results: r.results}
+	out, err := rec.Replay(r.key, fp)
+	if err != nil {
+		return nil, err
 	}
 	if e.durability(wo) == Sync {
 		// The first attempt may have been async and not yet on disk.
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err
 		}
-	}
-	out := make([]Result, len(r.results))
-	copy(out, r.results)
-	for i := range out {
-		out[i].Replayed = true
 	}
 	return out, nil
 }
@@ -278,50 +263,4 @@ func (e *Engine) purgeIdempotency() error {
 		return nil
 	}
 	return b.Commit(pebble.NoSync)
-}
-
-// fingerprint identifies a request, so a key reused for another request is
-// refused instead of answered with the wrong result.
-func fingerprint(ops []Op) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	var b []byte
-	str := func(s string) {
-		b = binary.AppendUvarint(b, uint64(len(s)))
-		b = append(b, s...)
-	}
-	for i := range ops {
-		op := &ops[i]
-		b = append(b[:0], byte(op.Type), byte(op.Kind), byte(op.SetMode), b2u8(op.CheckVersion), b2u8(op.KeepTTL), op.HLLPrecision, b2u8(op.Window.Fixed))
-		for _, v := range []int64{op.Delta, op.Value, int64(op.ExpectedVersion), int64(op.TTL), int64(op.Window.Granularity), int64(op.Window.Span), int64(op.Shards), int64(op.Shard)} {
-			b = binary.AppendVarint(b, v)
-		}
-		str(op.ID)
-		b = binary.AppendUvarint(b, uint64(len(op.Items)))
-		for _, it := range op.Items {
-			str(string(it))
-		}
-		b = binary.AppendUvarint(b, uint64(len(op.Sources)))
-		for _, s := range op.Sources {
-			str(s)
-		}
-		b = binary.AppendUvarint(b, uint64(len(op.Fields)))
-		for _, f := range op.Fields {
-			str(f.Name)
-			b = binary.AppendVarint(b, f.Delta)
-		}
-		b = binary.AppendUvarint(b, uint64(len(op.Names)))
-		for _, n := range op.Names {
-			str(n)
-		}
-		d.Write(b)
-	}
-	return d.Sum64()
-}
-
-func b2u8(v bool) byte {
-	if v {
-		return 1
-	}
-	return 0
 }

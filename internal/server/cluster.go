@@ -28,6 +28,7 @@ func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error)
 		Gossip:     cfg.Gossip,
 		Join:       splitList(cfg.Join),
 		Durability: dur,
+		Limits:     eng.Limits(),
 		Logger:     log,
 	}, cnode.EngineStore(eng))
 	if err != nil {

@@ -11,18 +11,25 @@ import (
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
-// Limits checked before anything is written.
 const (
-	maxShards   = 1024
-	maxFieldLen = 255
 	hllPrec     = 14 // Redis' HyperLogLog precision
 	hllStdError = 0.0081
 )
 
+// limits returns what Apply and ApplyBatch accept: the engine's defaults,
+// with Redis's HLL precision and ids that keep their hash tag.
+func (b *Backend) limits() engine.Limits {
+	l := engine.DefaultLimits()
+	l.MaxBatch = b.opts.MaxBatch
+	l.HLLPrecision = hllPrec
+	l.RedisHashTags = true
+	return l
+}
+
 // Apply applies one mutation: in Redis, then handed to the write-behind.
 // A sync write returns once the PostgreSQL batch holding it committed.
 func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
-	if err := validate(&op); err != nil {
+	if err := op.Validate(b.limits()); err != nil {
 		return engine.Result{}, err
 	}
 	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo)
@@ -39,16 +46,8 @@ func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOption
 // hdel) cannot be undone, and readers may see a batch half applied (Redis
 // keys of different ids are not updated atomically).
 func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
-	if len(ops) == 0 {
-		return nil, fmt.Errorf("%w: empty batch", engine.ErrInvalidArgument)
-	}
-	if len(ops) > b.opts.MaxBatch {
-		return nil, fmt.Errorf("%w: %d ops, at most %d", engine.ErrBatchTooLarge, len(ops), b.opts.MaxBatch)
-	}
-	for i := range ops {
-		if err := validate(&ops[i]); err != nil {
-			return nil, &engine.BatchError{Index: i, Err: err}
-		}
+	if err := engine.ValidateBatch(ops, b.limits()); err != nil {
+		return nil, err
 	}
 	return b.applyKeyed(ctx, ops, wo)
 }
@@ -280,6 +279,9 @@ func (b *Backend) del(ctx context.Context, op *engine.Op) (engine.Result, error)
 }
 
 func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	if op.TTL < 0 { // a time in the past: deleted, as in Redis and the engine
+		return b.del(ctx, op)
+	}
 	rec, found, err := b.rs.Get(ctx, op.ID) // read through, so Redis has it
 	if err != nil || !found {
 		return engine.Result{}, err
@@ -368,95 +370,4 @@ func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error
 	}
 	b.writeFields(op.ID, undo)
 	return engine.Result{Kind: engine.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
-}
-
-// validate checks what can be checked without state, so bad input never
-// reaches a store.
-func validate(op *engine.Op) error {
-	if err := engine.ValidateID(op.ID); err != nil {
-		return err
-	}
-	if op.ID[0] == '}' {
-		return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode (Redis hash tag)", engine.ErrInvalidID)
-	}
-	if op.TTL < 0 || op.TTL > engine.MaxTTL {
-		return fmt.Errorf("%w: ttl must be in 0..%v", engine.ErrInvalidArgument, engine.MaxTTL)
-	}
-	if op.HLLPrecision != 0 && op.HLLPrecision != hllPrec {
-		return fmt.Errorf("%w: tiered mode keeps hll counters at precision %d (Redis)", engine.ErrInvalidArgument, hllPrec)
-	}
-	switch op.Type {
-	case engine.OpAdd:
-		return validateAdd(op)
-	case engine.OpSet, engine.OpDelete, engine.OpExpire:
-		return nil
-	case engine.OpPFAdd:
-		return maxItems(len(op.Items), "items")
-	case engine.OpPFMerge:
-		return validateMerge(op)
-	case engine.OpHAdd, engine.OpHDel:
-		return validateFields(op)
-	}
-	return fmt.Errorf("%w: unknown op type %d", engine.ErrInvalidArgument, op.Type)
-}
-
-func validateAdd(op *engine.Op) error {
-	if _, ok := storeKinds[op.Kind]; !ok || (op.Kind != engine.KindNone && !op.Kind.Additive()) {
-		return fmt.Errorf("%w: add to a %s counter", engine.ErrWrongKind, op.Kind)
-	}
-	if op.Window != (counter.WindowSpec{}) {
-		if err := op.Window.Validate(); err != nil {
-			return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
-		}
-	}
-	if op.Shards < 0 || op.Shards > maxShards {
-		return fmt.Errorf("%w: shards must be in 1..%d", engine.ErrInvalidArgument, maxShards)
-	}
-	if op.Shard < 0 || op.Shard > maxShards {
-		return fmt.Errorf("%w: shard must be in 0..%d", engine.ErrInvalidArgument, maxShards)
-	}
-	return nil
-}
-
-func validateMerge(op *engine.Op) error {
-	if err := maxItems(len(op.Sources), "sources"); err != nil {
-		return err
-	}
-	for _, s := range op.Sources {
-		if err := engine.ValidateID(s); err != nil {
-			return err
-		}
-		if s[0] == '}' {
-			return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode", engine.ErrInvalidID)
-		}
-	}
-	return nil
-}
-
-func validateFields(op *engine.Op) error {
-	n := len(op.Fields) + len(op.Names)
-	if n == 0 {
-		return fmt.Errorf("%w: no fields", engine.ErrInvalidArgument)
-	}
-	if err := maxItems(n, "fields"); err != nil {
-		return err
-	}
-	for _, f := range op.Fields {
-		if len(f.Name) > maxFieldLen {
-			return fmt.Errorf("%w: field name longer than %d bytes", engine.ErrInvalidArgument, maxFieldLen)
-		}
-	}
-	for _, name := range op.Names {
-		if len(name) > maxFieldLen {
-			return fmt.Errorf("%w: field name longer than %d bytes", engine.ErrInvalidArgument, maxFieldLen)
-		}
-	}
-	return nil
-}
-
-func maxItems(n int, what string) error {
-	if n > engine.MaxItems {
-		return fmt.Errorf("%w: %d %s, at most %d", engine.ErrInvalidArgument, n, what, engine.MaxItems)
-	}
-	return nil
 }

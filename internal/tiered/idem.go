@@ -2,9 +2,6 @@ package tiered
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -25,34 +22,6 @@ const (
 	idemPoll   = 20 * time.Millisecond
 )
 
-// idemRecord is the JSON stored under an idempotency key.
-type idemRecord struct {
-	FP      string          `json:"fp"`            // fingerprint of the ops
-	Done    bool            `json:"done"`          // false: still being applied
-	Results []engine.Result `json:"res,omitempty"` // when done
-}
-
-// fingerprint identifies a request: the same key with a different request
-// is refused (engine.ErrIdempotencyReuse).
-func fingerprint(ops []engine.Op) string {
-	b, _ := json.Marshal(ops) // Op holds only JSON-encodable fields
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
-}
-
-// parseIdem decodes a stored record; a malformed one is an error and never
-// a replay.
-func parseIdem(data []byte) (idemRecord, error) {
-	var r idemRecord
-	if err := json.Unmarshal(data, &r); err != nil {
-		return idemRecord{}, fmt.Errorf("tiered: bad idempotency record: %w", err)
-	}
-	if len(r.FP) != 2*sha256.Size || (r.Done && r.Results == nil) {
-		return idemRecord{}, errors.New("tiered: bad idempotency record: missing fields")
-	}
-	return r, nil
-}
-
 // idempotent runs apply at most once per key within the retention: a
 // retry returns the stored results (Replayed set).
 func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, apply func() ([]engine.Result, error)) ([]engine.Result, error) {
@@ -61,8 +30,8 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 	}
 	rdb := b.rs.Client()
 	k := idemPrefix + key
-	fp := fingerprint(ops)
-	pending, _ := json.Marshal(idemRecord{FP: fp})
+	fp := engine.Fingerprint(ops)
+	pending := (&engine.IdemRecord{FP: fp, Created: b.Now().UnixNano(), Pending: true}).Encode()
 	for {
 		ok, err := rdb.SetNX(ctx, k, pending, idemLease).Result()
 		if err != nil {
@@ -84,7 +53,7 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 		rdb.Del(context.WithoutCancel(ctx), k) // nothing applied (or undone): the key is free again
 		return nil, err
 	}
-	done, _ := json.Marshal(idemRecord{FP: fp, Done: true, Results: res})
+	done := (&engine.IdemRecord{FP: fp, Created: b.Now().UnixNano(), Results: res}).Encode()
 	if err := rdb.Set(context.WithoutCancel(ctx), k, done, b.opts.IdempotencyRetention).Err(); err != nil {
 		// Applied but not recorded: a retry within the lease waits, after
 		// it applies again. Report it rather than hide it.
@@ -95,7 +64,7 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 
 // replay reads the record under k. wait is true while another request
 // with the key is being applied (or the record vanished: try SET NX again).
-func (b *Backend) replay(ctx context.Context, k, fp string) (res []engine.Result, wait bool, err error) {
+func (b *Backend) replay(ctx context.Context, k string, fp uint64) (res []engine.Result, wait bool, err error) {
 	data, err := b.rs.Client().Get(ctx, k).Bytes()
 	if errors.Is(err, redis.Nil) {
 		return nil, true, nil
@@ -103,20 +72,15 @@ func (b *Backend) replay(ctx context.Context, k, fp string) (res []engine.Result
 	if err != nil {
 		return nil, false, unavailable(err)
 	}
-	r, err := parseIdem(data)
+	r, err := engine.DecodeIdemRecord(data)
 	if err != nil {
-		return nil, false, err
+		return nil, false, fmt.Errorf("tiered: %w", err)
 	}
-	if r.FP != fp {
-		return nil, false, fmt.Errorf("%w: %q", engine.ErrIdempotencyReuse, k[len(idemPrefix):])
-	}
-	if !r.Done {
+	if r.Pending && r.FP == fp {
 		return nil, true, nil
 	}
-	for i := range r.Results {
-		r.Results[i].Replayed = true
-	}
-	return r.Results, false, nil
+	res, err = r.Replay(k[len(idemPrefix):], fp)
+	return res, false, err
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -3,7 +3,6 @@ package tiered
 import (
 	"encoding/json"
 	"math/rand/v2"
-	"reflect"
 	"sort"
 	"testing"
 	"testing/quick"
@@ -13,31 +12,6 @@ import (
 	"github.com/counterd/counterd/internal/rollup"
 	"github.com/counterd/counterd/internal/store/postgres"
 )
-
-// FuzzParseIdem: any stored bytes either parse to a well-formed record,
-// which encodes back to the same record, or fail with an error; never a
-// panic, never a replay of garbage.
-func FuzzParseIdem(f *testing.F) {
-	ok, _ := json.Marshal(idemRecord{FP: fingerprint(nil), Done: true, Results: []engine.Result{{ID: "a", Value: 3}}})
-	f.Add(ok)
-	f.Add([]byte(`{"fp":"x","done":true}`))
-	f.Add([]byte(`{"fp":"` + fingerprint(nil) + `","done":true}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r, err := parseIdem(data)
-		if err != nil {
-			return
-		}
-		if len(r.FP) != 64 || (r.Done && r.Results == nil) {
-			t.Fatalf("accepted malformed record %+v", r)
-		}
-		again, _ := json.Marshal(r)
-		r2, err := parseIdem(again)
-		if err != nil || !reflect.DeepEqual(r, r2) {
-			t.Fatalf("round trip: %+v -> %+v (%v)", r, r2, err)
-		}
-	})
-}
 
 // FuzzDecodeSpec: a stored rollup spec is accepted only if it validates.
 func FuzzDecodeSpec(f *testing.F) {
@@ -146,8 +120,9 @@ func TestValidateRejectsBeforeWriting(t *testing.T) {
 		{Type: engine.OpPFMerge, ID: "a", Sources: []string{""}},
 		{Type: 99, ID: "a"},
 	}
+	lim := (&Backend{}).limits()
 	for _, op := range bad {
-		if err := validate(&op); err == nil {
+		if err := op.Validate(lim); err == nil {
 			t.Errorf("validate(%+v) = nil", op)
 		}
 	}

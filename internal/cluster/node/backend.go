@@ -14,6 +14,9 @@ var _ engine.Backend = (*Node)(nil)
 // Apply applies op on its owner (forwarding it there in one hop), or on
 // this node for an unkeyed add to a pn or sharded counter.
 func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+	if err := op.Validate(n.cfg.Limits); err != nil {
+		return engine.Result{}, err
+	}
 	res, err := n.applyOps(ctx, []engine.Op{op}, false, wo)
 	if err != nil {
 		return engine.Result{}, err
@@ -25,8 +28,8 @@ func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) 
 // parallel. A part is atomic; the batch as a whole is atomic only when all
 // its ops have one owner (see docs/cluster.md).
 func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
-	if len(ops) == 0 {
-		return n.store.ApplyBatch(ctx, ops, wo) // the engine's error
+	if err := engine.ValidateBatch(ops, n.cfg.Limits); err != nil {
+		return nil, err
 	}
 	return n.applyOps(ctx, ops, true, wo)
 }
@@ -101,7 +104,7 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if wo.IdempotencyKey == "" {
 		return n.applyStore(ctx, ops, batch, wo)
 	}
-	fp := fingerprint(ops)
+	fp := engine.Fingerprint(ops)
 	if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
 		return cached, nil
 	}

@@ -1,7 +1,6 @@
 package node
 
 import (
-	"encoding/json"
 	"slices"
 	"sync"
 	"time"
@@ -20,14 +19,10 @@ import (
 // memory: a record is lost when all nodes holding it restart.
 
 // idemRecord is the results of one keyed mutation (one op, or the part of a
-// batch one owner applied), identified by key and the ops' fingerprint.
-type idemRecord struct {
-	Key     string       `json:"key"`
-	FP      uint64       `json:"fp"`
-	IDs     []string     `json:"ids"` // the ids the mutation wrote (a fence pulls their records)
-	Results []wireResult `json:"results"`
-	At      int64        `json:"at"` // unix ns, for the retention
-}
+// batch one owner applied), identified by key and the ops' fingerprint, in
+// the record format every backend shares; IDs names the ids it wrote (a
+// fence pulls their records).
+type idemRecord = engine.IdemRecord
 
 // Defaults of the record cache.
 const (
@@ -66,7 +61,7 @@ func (c *idemCache) forIDs(ids []string, since time.Time) []idemRecord {
 	seen := map[idemID]bool{}
 	for _, id := range ids {
 		for _, k := range c.byID[id] {
-			if r := c.recs[k]; !seen[k] && r.At > since.UnixNano() {
+			if r := c.recs[k]; !seen[k] && r.Created > since.UnixNano() {
 				seen[k] = true
 				out = append(out, r)
 			}
@@ -115,21 +110,11 @@ func (c *idemCache) get(key string, fp uint64) ([]engine.Result, bool) {
 	c.mu.Lock()
 	r, ok := c.recs[idemID{key, fp}]
 	c.mu.Unlock()
-	if !ok || time.Since(time.Unix(0, r.At)) > idemCacheRetention {
+	if !ok || time.Since(time.Unix(0, r.Created)) > idemCacheRetention {
 		return nil, false
 	}
-	out := make([]engine.Result, len(r.Results))
-	for i, w := range r.Results {
-		out[i] = w.Result
-		out[i].Replayed = true
-	}
-	return out, true
-}
-
-// fingerprint identifies a list of ops (the same ops hash the same).
-func fingerprint(ops []engine.Op) uint64 {
-	b, _ := json.Marshal(ops)
-	return xxhash.Sum64(b)
+	out, err := r.Replay(key, fp)
+	return out, err == nil
 }
 
 // newIdemRecord records the results of keyed ops, unless they are
@@ -138,11 +123,7 @@ func newIdemRecord(key string, fp uint64, ops []engine.Op, res []engine.Result) 
 	if key == "" || len(res) == 0 || res[0].Replayed {
 		return nil
 	}
-	r := &idemRecord{Key: key, FP: fp, IDs: opIDs(ops), Results: make([]wireResult, len(res)), At: time.Now().UnixNano()}
-	for i, x := range res {
-		r.Results[i] = wireResult{Result: x}
-	}
-	return r
+	return &idemRecord{Key: key, FP: fp, IDs: opIDs(ops), Results: slices.Clone(res), Created: time.Now().UnixNano()}
 }
 
 // stripes orders keyed applies against exports. A keyed apply holds its

@@ -49,6 +49,11 @@ type Config struct {
 	// this node dies (SetRateLimit); default 1s, negative: never.
 	LimitReplication time.Duration
 
+	// Limits are what Apply and ApplyBatch accept, checked before any op
+	// is routed (so a bad op in a batch that spans owners applies
+	// nowhere); default engine.DefaultLimits().
+	Limits engine.Limits
+
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
 	Membership membership.Config
@@ -72,6 +77,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Gossip == "" {
 		c.Gossip = membership.DefaultBindAddr
+	}
+	if c.Limits == (engine.Limits{}) {
+		c.Limits = engine.DefaultLimits()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

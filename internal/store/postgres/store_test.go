@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 )
 
@@ -89,8 +91,16 @@ func TestMigrationsCreateSchema(t *testing.T) {
 		AND column_name = 'updated_at' AND data_type = 'timestamp with time zone'`); n != 1 {
 		t.Errorf("counters.updated_at is not timestamptz")
 	}
-	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != 3 {
-		t.Errorf("goose version = %d, want 3", v)
+	migs, err := filepath.Glob("migrations/*.sql")
+	if err != nil || len(migs) == 0 {
+		t.Fatalf("no migrations found: %v", err)
+	}
+	if v := queryInt(t, s, `SELECT max(version_id) FROM goose_db_version`); v != int64(len(migs)) {
+		t.Errorf("goose version = %d, want %d (one per migration file)", v, len(migs))
+	}
+	if n := queryInt(t, s, `SELECT character_maximum_length FROM information_schema.columns
+		WHERE table_name = 'counter_fields' AND column_name = 'field'`); n != int64(engine.MaxFieldLen) {
+		t.Errorf("counter_fields.field holds %d characters, want %d (migration 00004)", n, engine.MaxFieldLen)
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'counter_uniques'`); n != 1 {
 		t.Errorf("table counter_uniques missing (migration 00003)")

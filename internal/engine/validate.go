@@ -1,0 +1,188 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// Limits bound what one request may carry. Every backend checks ops with
+// Op.Validate and batches with ValidateBatch against its Limits before
+// anything reaches a store, so the same request is refused with the same
+// error on every backend; a backend that cannot store something the
+// defaults allow says so with a stricter field (HLLPrecision,
+// RedisHashTags), which Backend.Capabilities reports.
+type Limits struct {
+	MaxBatch    int           // ops per batch (default 1000)
+	MaxItems    int           // items of one PFADD, fields of one HADD/HDEL, sources of one PFMERGE (default MaxItems)
+	MaxFieldLen int           // bytes in a hash field name (default MaxFieldLen)
+	MaxShards   int           // shards of a sharded counter (default 1024)
+	MaxTTL      time.Duration // longest time to live (default MaxTTL)
+	// HLLPrecision, when not 0, is the only HyperLogLog precision accepted
+	// (the tiered mode keeps Redis's 14); 0 accepts every valid precision.
+	HLLPrecision uint8
+	// RedisHashTags refuses ids starting with '}': in a key "counter:{id}"
+	// such an id would end the hash tag early, and the counter's keys
+	// would not share a Redis Cluster slot.
+	RedisHashTags bool
+}
+
+// MaxFieldLen is the default bound on a hash field name, in bytes.
+const MaxFieldLen = 1024
+
+// DefaultLimits returns the limits every backend starts from.
+func DefaultLimits() Limits {
+	return Limits{MaxBatch: 1000, MaxItems: MaxItems, MaxFieldLen: MaxFieldLen, MaxShards: 1024, MaxTTL: MaxTTL}
+}
+
+// withDefaults fills zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits()
+	if l.MaxBatch <= 0 {
+		l.MaxBatch = d.MaxBatch
+	}
+	if l.MaxItems <= 0 {
+		l.MaxItems = d.MaxItems
+	}
+	if l.MaxFieldLen <= 0 {
+		l.MaxFieldLen = d.MaxFieldLen
+	}
+	if l.MaxShards <= 0 {
+		l.MaxShards = d.MaxShards
+	}
+	if l.MaxTTL <= 0 {
+		l.MaxTTL = d.MaxTTL
+	}
+	return l
+}
+
+// ValidateBatch checks a batch: 1..MaxBatch ops, each valid. The error of a
+// bad op is a *BatchError naming its index.
+func ValidateBatch(ops []Op, l Limits) error {
+	l = l.withDefaults()
+	if len(ops) == 0 {
+		return fmt.Errorf("%w: empty batch", ErrInvalidArgument)
+	}
+	if len(ops) > l.MaxBatch {
+		return fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), l.MaxBatch)
+	}
+	for i := range ops {
+		if err := ops[i].Validate(l); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+	}
+	return nil
+}
+
+// Validate checks what can be checked without state: the id, the fields its
+// Type reads, and l. The error wraps ErrInvalidID, ErrInvalidArgument or
+// ErrWrongKind. Zero fields of l take DefaultLimits.
+func (op *Op) Validate(l Limits) error {
+	l = l.withDefaults()
+	if err := l.validateID(op.ID); err != nil {
+		return err
+	}
+	if op.TTL < 0 && op.Type != OpExpire { // OpExpire: negative deletes, like Redis
+		return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+	}
+	if op.TTL > l.MaxTTL {
+		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, l.MaxTTL)
+	}
+	if op.HLLPrecision != 0 {
+		if err := counter.ValidatePrecision(op.HLLPrecision); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+		if l.HLLPrecision != 0 && op.HLLPrecision != l.HLLPrecision {
+			return fmt.Errorf("%w: hll precision must be %d on this backend", ErrInvalidArgument, l.HLLPrecision)
+		}
+	}
+	switch op.Type {
+	case OpAdd:
+		return op.validateAdd(l)
+	case OpSet, OpDelete, OpExpire:
+		return nil
+	case OpPFAdd:
+		return l.maxItems(len(op.Items), "items")
+	case OpPFMerge:
+		if err := l.maxItems(len(op.Sources), "sources"); err != nil {
+			return err
+		}
+		for _, s := range op.Sources {
+			if err := l.validateID(s); err != nil {
+				return err
+			}
+		}
+		return nil
+	case OpHAdd, OpHDel:
+		return op.validateFields(l)
+	}
+	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
+}
+
+func (op *Op) validateAdd(l Limits) error {
+	if op.Kind != KindNone && !op.Kind.Additive() {
+		return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
+	}
+	if op.Window != (counter.WindowSpec{}) {
+		if err := op.Window.Validate(); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}
+	if op.Shards < 0 || op.Shards > l.MaxShards {
+		return fmt.Errorf("%w: shards must be in 1..%d", ErrInvalidArgument, l.MaxShards)
+	}
+	// Shard n > 0 names shard n-1; 0 is any shard.
+	if op.Shard < 0 || op.Shard > l.MaxShards {
+		return fmt.Errorf("%w: shard must be in 0..%d", ErrInvalidArgument, l.MaxShards)
+	}
+	return nil
+}
+
+func (op *Op) validateFields(l Limits) error {
+	n := len(op.Fields) + len(op.Names)
+	if n == 0 {
+		return fmt.Errorf("%w: no fields", ErrInvalidArgument)
+	}
+	if err := l.maxItems(n, "fields"); err != nil {
+		return err
+	}
+	for i := range op.Fields {
+		if err := l.validateField(op.Fields[i].Name); err != nil {
+			return err
+		}
+	}
+	for _, name := range op.Names {
+		if err := l.validateField(name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l Limits) validateField(name string) error {
+	if len(name) > l.MaxFieldLen {
+		return fmt.Errorf("%w: field name longer than %d bytes", ErrInvalidArgument, l.MaxFieldLen)
+	}
+	return nil
+}
+
+func (l Limits) validateID(id string) error {
+	if err := ValidateID(id); err != nil {
+		return err
+	}
+	if l.RedisHashTags && id[0] == '}' {
+		return fmt.Errorf("%w: ids starting with '}' are not supported on this backend (Redis hash tag)", ErrInvalidID)
+	}
+	return nil
+}
+
+func (l Limits) maxItems(n int, what string) error {
+	if n > l.MaxItems {
+		return fmt.Errorf("%w: %d %s, at most %d", ErrInvalidArgument, n, what, l.MaxItems)
+	}
+	return nil
+}
+
+// Limits returns what Apply and ApplyBatch accept.
+func (e *Engine) Limits() Limits { return e.limits }
