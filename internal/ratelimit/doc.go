@@ -35,7 +35,9 @@
 // one hop to the owner's POST /ratelimit/check, so decisions are exact
 // while one node owns a key. When the owner is unreachable it decides
 // locally (approximate: up to k x Limit per window with k nodes deciding)
-// or fails (FallbackError); docs/ratelimit.md states the bounds.
+// or fails (FallbackError); docs/ratelimit.md states the bounds. In the
+// tiered mode, redisrl.Decider decides every check in one Redis script
+// shared by all nodes, exactly as a Limiter would.
 //
 // Handoff (handoff.go): with Config.KeepKeys a Limiter also keeps each
 // entry's key and limit, so that ExportEntries and ExportChanged can copy

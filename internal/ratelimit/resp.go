@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -39,6 +40,29 @@ func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
 	} else {
 		s, err = l.Check(a.key, a.lim, a.cost)
 	}
+	if err != nil {
+		return [4]int64{}, err
+	}
+	return argsReply(s), nil
+}
+
+// CheckArgsWith runs RL.CHECK (see Limiter.CheckArgs) through c: the
+// policies are c.Local()'s, the check is c.CheckMultiContext's. Checkers
+// that decide elsewhere (a Router, the Redis decider) implement CheckArgs
+// with it.
+func CheckArgsWith(c Checker, args [][]byte) ([4]int64, error) {
+	a, err := parseArgs(args)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	var buf [8]Hit
+	hits := append(buf[:0], Hit{Key: a.key, Limit: a.lim, Cost: a.cost})
+	if a.policies {
+		if hits, err = c.Local().AppendPolicyHits(buf[:0], a.key, nil, PolicyCost); err != nil {
+			return [4]int64{}, err
+		}
+	}
+	s, err := c.CheckMultiContext(context.Background(), hits, nil)
 	if err != nil {
 		return [4]int64{}, err
 	}
