@@ -34,12 +34,11 @@ type node struct {
 	// drain, when set, runs on shutdown before the front ends stop (a
 	// cluster node leaves the ring and hands its ids off).
 	drain func(ctx context.Context) error
-	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
-	// checks are decided there (ratelimit.Router); nil decides locally.
-	rlOwner func(key string) (self bool, httpAddr string)
-	// rlShared, in tiered mode, decides rate limits on shared state and
-	// keeps the policies in a shared store; lim holds the --ratelimit-policies
-	// file, which seeds the store. nil: rlOwner or lim decides.
+	// rlShared decides rate limits (on Redis in tiered mode, on each key's
+	// owner in cluster mode) and keeps the policies in a store (PostgreSQL,
+	// or the engine's Pebble); lim holds the --ratelimit-policies file,
+	// which seeds the store. nil: lim decides and policy changes stay in
+	// memory.
 	rlShared func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error)
 	// rlKeepKeys, in cluster mode, makes the Limiter keep its keys so that
 	// their state moves with the ring.

@@ -78,21 +78,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
 	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
-	switch {
-	case nd.rlShared != nil:
+	if nd.rlShared != nil {
 		shared, err := nd.rlShared(ctx, lim)
 		if err != nil {
 			return err
 		}
 		defer shared.close()
 		rlc, rlPolicies = shared.checker, shared.policies
-	case nd.rlOwner != nil:
-		router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: nd.rlOwner})
-		if err != nil {
-			return err
-		}
-		defer router.Close()
-		rlc = router
 	}
 
 	reg := prometheus.NewRegistry()
