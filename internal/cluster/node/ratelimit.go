@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"slices"
 	"sync"
 	"time"
 
@@ -52,9 +51,25 @@ func (n *Node) SetRateLimit(rl RateLimit) {
 	}
 }
 
-// maxEntriesPerCall bounds one Limits call (an entry is ~150 bytes of
-// JSON; a sliding_log one more).
-const maxEntriesPerCall = 2000
+// entryChunks splits entries into Limits calls of about maxBytesPerCall
+// of JSON: ~150 bytes per entry plus ~25 per sliding_log hit (a log holds
+// up to 65536, 1.6 MiB: alone in its call, still below gRPC's 4 MiB).
+func entryChunks(ents []ratelimit.Entry) [][]ratelimit.Entry {
+	var out [][]ratelimit.Entry
+	start, size := 0, 0
+	for i := range ents {
+		n := 150 + 25*len(ents[i].Log)
+		if i > start && size+n > maxBytesPerCall {
+			out = append(out, ents[start:i])
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(ents) {
+		out = append(out, ents[start:])
+	}
+	return out
+}
 
 type limitsRequest struct {
 	header
@@ -154,7 +169,7 @@ func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Ent
 	sent := 0
 	for peer, ents := range byPeer {
 		wg.Go(func() {
-			for chunk := range slices.Chunk(ents, maxEntriesPerCall) {
+			for _, chunk := range entryChunks(ents) {
 				var resp limitsResponse
 				err := n.call(ctx, peer, "Limits", &limitsRequest{header: n.header(false), Entries: chunk, Handoff: handoff}, &resp)
 				if err == nil {

@@ -247,3 +247,30 @@ func TestRateLimitReplicationQuiesces(t *testing.T) {
 		t.Fatalf("%v entries replicated for one change, want 1", got)
 	}
 }
+
+// TestEntryChunks: chunks keep every entry in order and stay within the
+// call budget unless one entry alone is above it.
+func TestEntryChunks(t *testing.T) {
+	var ents []ratelimit.Entry
+	for i := range 20000 {
+		e := ratelimit.Entry{Key: fmt.Sprint(i)}
+		if i%5000 == 7 {
+			e.Log = make([][2]int64, 65536)
+		}
+		ents = append(ents, e)
+	}
+	var got []ratelimit.Entry
+	for _, c := range entryChunks(ents) {
+		size := 0
+		for _, e := range c {
+			size += 150 + 25*len(e.Log)
+		}
+		if size > maxBytesPerCall && len(c) > 1 {
+			t.Fatalf("chunk of %d entries, %d bytes", len(c), size)
+		}
+		got = append(got, c...)
+	}
+	if !slices.EqualFunc(got, ents, func(a, b ratelimit.Entry) bool { return a.Key == b.Key }) {
+		t.Fatal("chunks lost or reordered entries")
+	}
+}
