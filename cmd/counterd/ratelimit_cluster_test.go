@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -128,5 +129,73 @@ func TestClusterRateLimitOwnerLeaves(t *testing.T) {
 	waitAlive(t, rest, 30*time.Second)
 	if got := checkPolicy(t, urls[:2], key, "leave", 10); got != 4 {
 		t.Errorf("after the owner left %d admitted, want 4 (limit 10, 6 before)", got)
+	}
+}
+
+// TestClusterRateLimitOwnerCrash: a key's owner admits 6 of 10 and is
+// killed (SIGKILL) once its state is on the key's next replica; after the
+// others have seen it die, that replica owns the key and exactly 4 more
+// pass.
+func TestClusterRateLimitOwnerCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of counterd processes")
+	}
+	c := newCluster(t, 3, loopback)
+	views := waitAlive(t, c.nodes, 30*time.Second)
+	r := ringOf(views[0])
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("rl:crash:%d", i); r.Owner(k) == "n1" {
+			key = k
+		}
+	}
+	replica := c.node(r.Replicas(key, 2)[1])
+	var rest []*cnode
+	for _, n := range c.nodes {
+		if n.id != "n1" {
+			rest = append(rest, n)
+		}
+	}
+	check := func(url string, cost int, forwarded bool) map[string]any {
+		body := fmt.Sprintf(`{"key": %q, "cost": %d, "limits": [{"algorithm": "token_bucket", "limit": 10, "period": "1h"}]}`, key, cost)
+		req, _ := http.NewRequest("POST", url+"/ratelimit/check", bytes.NewBufferString(body))
+		req.Header.Set("Content-Type", "application/json")
+		if forwarded { // decided by that node's own state (a peer's forward)
+			req.Header.Set("Counterd-Forwarded", "1")
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	for i := range 6 {
+		if m := check(c.nodes[i%3].url, 1, false); m["allowed"] != true {
+			t.Fatalf("check %d before the crash: %v", i, m)
+		}
+	}
+	if err := poll(10*time.Second, func() error {
+		if m := check(replica.url, 0, true); m["remaining"] != 4.0 {
+			return fmt.Errorf("replica %s: %v", replica.id, m["remaining"])
+		}
+		return nil
+	}); err != nil {
+		t.Fatalf("state not replicated: %v", err)
+	}
+	c.node("n1").kill(t)
+	waitAlive(t, rest, 60*time.Second)
+	allowed := 0
+	for i := range 10 {
+		if check(rest[i%2].url, 1, false)["allowed"] == true {
+			allowed++
+		}
+	}
+	if allowed != 4 {
+		t.Errorf("after the owner crashed %d admitted, want 4 (limit 10, 6 before)", allowed)
 	}
 }

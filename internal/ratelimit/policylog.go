@@ -198,24 +198,25 @@ func (l *PolicyLog) ReplacePolicies(ctx context.Context, ps []Policy) error {
 // policies file read at start) with stamp 0, older than any write: a
 // change made through the API, here or on any other node, wins over the
 // file, also on a node that joins with an empty disk. It returns the
-// names it added.
-func (l *PolicyLog) Seed(ps []Policy) ([]string, error) {
+// names it added, and those it kept although ps differs (as SeedPolicies).
+func (l *PolicyLog) Seed(ps []Policy) (added, kept []string, err error) {
 	if err := ValidatePolicies(ps); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var recs []PolicyRecord
 	for i := range ps {
-		if _, ok := l.recs[ps[i].Name]; !ok {
+		old, ok := l.recs[ps[i].Name]
+		switch {
+		case !ok:
 			recs = append(recs, PolicyRecord{Name: ps[i].Name, Policy: &ps[i], Order: int64(i + 1), Node: l.node})
+			added = append(added, ps[i].Name)
+		case old.Policy == nil || normalCost(*old.Policy) != normalCost(ps[i]):
+			kept = append(kept, ps[i].Name)
 		}
 	}
-	names := make([]string, len(recs))
-	for i := range recs {
-		names[i] = recs[i].Name
-	}
-	return names, l.applyLocked(recs)
+	return added, kept, l.applyLocked(recs)
 }
 
 // write stores and applies the records change makes (given a new stamp

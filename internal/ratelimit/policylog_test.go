@@ -182,12 +182,12 @@ func TestPolicyLogSeedLosesToWrites(t *testing.T) {
 	if err := n1.PutPolicy(ctx, policystoretest.Policy("a", 99)); err != nil {
 		t.Fatal(err)
 	}
-	added, err := n1.Seed(file)
-	if err != nil || !slices.Equal(added, []string{"b"}) {
-		t.Fatalf("Seed = %v, %v; want [b]", added, err)
+	added, kept, err := n1.Seed(file)
+	if err != nil || !slices.Equal(added, []string{"b"}) || !slices.Equal(kept, []string{"a"}) {
+		t.Fatalf("Seed = %v, %v, %v; want [b], [a]", added, kept, err)
 	}
 	// n2 starts from the file alone, then hears from n1.
-	if _, err := n2.Seed(file); err != nil {
+	if _, _, err := n2.Seed(file); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n2.Merge(n1.Records()); err != nil {

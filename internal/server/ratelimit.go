@@ -22,12 +22,15 @@ func engineLimits(eng *engine.Engine, cn *cnode.Node, log *slog.Logger) func(con
 		if err != nil {
 			return nil, fmt.Errorf("server: rate-limit policies: %w", err)
 		}
-		added, err := pl.Seed(lim.Policies())
+		added, kept, err := pl.Seed(lim.Policies())
 		if err != nil {
 			return nil, fmt.Errorf("server: --ratelimit-policies: %w", err)
 		}
-		if len(added) > 0 {
-			log.Info("rate-limit policies seeded from the file", "added", added)
+		for _, name := range kept {
+			log.Warn("rate-limit policy already stored differs from --ratelimit-policies; keeping the stored one (change it through the API)", "policy", name)
+		}
+		if len(added)+len(kept) > 0 {
+			log.Info("rate-limit policies seeded", "added", len(added), "kept", len(kept))
 		}
 		var checker ratelimit.Checker = lim
 		closeRouter := func() {}
