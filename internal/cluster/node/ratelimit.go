@@ -193,10 +193,14 @@ func (n *Node) sendLimits(ctx context.Context, byPeer map[string][]ratelimit.Ent
 	return errors.Join(errs...)
 }
 
+// publishTimeout bounds the push of a policy write: a peer that does not
+// answer (dead, not yet declared so) delays the write that long at most.
+const publishTimeout = time.Second
+
 // publishPolicies pushes records this node wrote to every peer at once;
 // peers that miss them catch up at the next policy exchange.
 func (n *Node) publishPolicies(recs []ratelimit.PolicyRecord) {
-	ctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
+	ctx, cancel := context.WithTimeout(n.ctx, min(publishTimeout, n.cfg.RPCTimeout))
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, p := range n.ring.Snapshot().Nodes() {
