@@ -34,13 +34,13 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	errs := []error{n.exchangePolicies(ctx)}
+	var errs []error
 	for peer, items := range digests {
 		for chunk := range slices.Chunk(items, maxStatesPerCall) {
 			errs = append(errs, n.exchangeDigest(ctx, peer, chunk))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, n.exchangePolicies(ctx))...)
 }
 
 // digestOf summarises a state. CRDT versions are per-node Lamport clocks

@@ -62,9 +62,11 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 	// Rate-limit state first: it is in memory, small, and the new owners
 	// already decide its keys.
 	limErr := n.handOffLimits(ctx, old, cur)
-	if err := n.exchangePolicies(ctx); err != nil {
-		n.log.Debug("cluster: policy exchange", "err", err)
-	}
+	defer func() { // after the counters: a joining node's policies are no hurry
+		if err := n.exchangePolicies(ctx); err != nil {
+			n.log.Debug("cluster: policy exchange", "err", err)
+		}
+	}()
 	byPeer := map[string][]State{}
 	var leaving []State
 	var oldR, newR []string

@@ -222,12 +222,15 @@ func (n *Node) publishPolicies(recs []ratelimit.PolicyRecord) {
 }
 
 // exchangePolicies sends this node's whole policy log to every peer and
-// merges theirs.
+// merges theirs, within publishTimeout: it runs in the handoff and
+// anti-entropy loops, which a slow peer must not hold up.
 func (n *Node) exchangePolicies(ctx context.Context) error {
 	pl := n.rl.Policies
 	if pl == nil {
 		return nil
 	}
+	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
+	defer cancel()
 	recs := pl.Records()
 	var mu sync.Mutex
 	var wg sync.WaitGroup
