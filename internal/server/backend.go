@@ -71,18 +71,18 @@ func addrOf(ln net.Listener) string {
 
 // openNode opens the backend the config asks for: tiered with --redis and
 // --postgres, a cluster member with --join, else the embedded engine.
-func openNode(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
+func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
 	switch {
 	case cfg.Redis != "":
 		return openTiered(ctx, cfg, log)
 	case cfg.Join != "":
-		return openCluster(ctx, cfg, log)
+		return openCluster(ctx, cfg, sec, log)
 	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, log)}, nil
+	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, nil, log)}, nil
 }
 
 // openEngine opens the embedded engine in cfg.Data.

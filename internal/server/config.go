@@ -22,7 +22,7 @@ type Config struct {
 	NodeID     string // --node-id: node name (default: hostname)
 	Gossip     string // --gossip: memberlist address (default 127.0.0.1:7946; cluster mode)
 	Join       string // --join: comma-separated gossip addresses (cluster mode)
-	Redis      string // --redis: Redis URL (tiered mode)
+	Redis      string // --redis: Redis URL (tiered mode); several addr= parameters or cluster=true: Redis Cluster
 	Postgres   string // --postgres: PostgreSQL DSN (tiered mode)
 
 	SnapshotInterval time.Duration // --snapshot-interval: tiered mode: scheduled PostgreSQL snapshots (default 0 = on demand only)
@@ -39,6 +39,12 @@ type Config struct {
 	ShutdownTimeout      time.Duration // --shutdown-timeout: grace period for in-flight requests (default 10s)
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
+
+	// security: tls
+	TLSCert       string // --tls-cert: PEM certificate for HTTP, RESP and gRPC, reloaded on change (default none: plaintext)
+	TLSKey        string // --tls-key: PEM private key of --tls-cert
+	PeerCA        string // --peer-ca: PEM CA that signs every cluster node's --tls-cert: mutual TLS between peers (default none)
+	GossipKeyFile string // --gossip-key-file: memberlist encryption key, 16/24/32 bytes raw or base64 (default none: plaintext gossip)
 
 	envErrs []error // environment variables that did not parse
 }
@@ -99,8 +105,34 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("server: --log-format must be text or json, not %q", c.LogFormat)
 	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
 		return errors.New("server: durations and limits must be positive")
+	}
+	return nil
+}
+
+// validateTLS checks the combinations of the TLS flags; the files are read
+// by Run.
+func (c *Config) validateTLS() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("server: --tls-cert and --tls-key go together")
+	}
+	if c.PeerCA != "" && c.TLSCert == "" {
+		return errors.New("server: --peer-ca needs --tls-cert and --tls-key (each node presents its certificate to its peers)")
+	}
+	if c.Join != "" && c.TLSCert != "" && c.PeerCA == "" {
+		return errors.New("server: a cluster with --tls-cert needs --peer-ca (peers verify each other against it)")
+	}
+	if c.PeerCA != "" && c.GossipKeyFile == "" {
+		// Without it anyone who reaches the gossip port can declare
+		// members dead or lie about their addresses.
+		return errors.New("server: --peer-ca needs --gossip-key-file (unencrypted gossip is unauthenticated)")
+	}
+	if (c.PeerCA != "" || c.GossipKeyFile != "") && c.Join == "" {
+		return errors.New("server: --peer-ca and --gossip-key-file are for cluster mode (--join)")
 	}
 	return nil
 }
@@ -124,7 +156,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Gossip, "gossip", "gossip bind address (cluster mode)")
 	str(&c.Join, "join", "gossip addresses of nodes to join, comma-separated (cluster mode)")
-	str(&c.Redis, "redis", "Redis URL (tiered mode)")
+	str(&c.Redis, "redis", "Redis URL (tiered mode): redis://host:port/db; Redis Cluster: redis://host:port?addr=host:port&addr=host:port, or one seed node with ?cluster=true")
 	str(&c.Postgres, "postgres", "PostgreSQL DSN (tiered mode)")
 	dur(&c.SnapshotInterval, "snapshot-interval", "tiered mode: take a PostgreSQL snapshot at this period (0: on demand only)")
 	str(&c.AuditNamespaces, "audit-namespaces", `tiered mode: namespaces whose changes go to the audit log, comma-separated ("*": all)`)
@@ -138,6 +170,11 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "grace period for in-flight requests on shutdown")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	// security: tls
+	str(&c.TLSCert, "tls-cert", "PEM certificate for HTTP, RESP and gRPC (with --tls-key; reloaded when the files change)")
+	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
+	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
+	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 

@@ -15,8 +15,9 @@ import (
 // (seeded with the --ratelimit-policies file, which loses to any change
 // made through the API) and a PolicySync keeps lim's policies equal to it.
 // With cn (cluster mode) the node replicates the log, moves lim's state
-// with the ring, and a Router decides each check on its key's owner.
-func engineLimits(eng *engine.Engine, cn *cnode.Node, log *slog.Logger) func(context.Context, *ratelimit.Limiter) (*sharedLimits, error) {
+// with the ring, and a Router decides each check on its key's owner
+// (forwarding over TLS with sec's peer settings).
+func engineLimits(eng *engine.Engine, cn *cnode.Node, sec *security, log *slog.Logger) func(context.Context, *ratelimit.Limiter) (*sharedLimits, error) {
 	return func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
 		pl, err := ratelimit.OpenPolicyLog(eng.NodeID(), cnode.EnginePolicies(eng))
 		if err != nil {
@@ -37,7 +38,7 @@ func engineLimits(eng *engine.Engine, cn *cnode.Node, log *slog.Logger) func(con
 		syncCfg := ratelimit.PolicySyncConfig{Interval: -1, Logger: log} // one node: every change is its own
 		if cn != nil {
 			cn.SetRateLimit(cnode.RateLimit{Limiter: lim, Policies: pl})
-			router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: cn.KeyOwner})
+			router, err := ratelimit.NewRouter(lim, sec.routerConfig(cn.KeyOwner))
 			if err != nil {
 				return nil, err
 			}

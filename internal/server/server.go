@@ -5,6 +5,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -64,7 +65,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	nd, err := openNode(ctx, cfg, log)
+	sec, err := loadSecurity(cfg, log)
+	if err != nil {
+		return err
+	}
+	sec.reloadOnHUP(ctx, log)
+	nd, err := openNode(ctx, cfg, sec, log)
 	if err != nil {
 		return err
 	}
@@ -117,6 +123,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		api.ServeHTTP(w, r)
 	})
+	handler = sec.peerOnlyForwarded(handler)
 	if cfg.Pprof {
 		prof := http.NewServeMux()
 		prof.HandleFunc("/debug/pprof/", pprof.Index)
@@ -146,6 +153,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	if sec.tlsOn() && lns.resp != nil {
+		lns.resp = tls.NewListener(lns.resp, sec.server())
+	}
 	errc := make(chan error, 3)
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	var rs *resp.Server
@@ -160,7 +170,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer()
+		gs = grpc.NewServer(sec.grpcOptions()...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
 		if nd.grpc != nil {
 			nd.grpc(gs)
@@ -172,12 +182,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}()
 		log.Info("grpc listening", "addr", lns.grpc.Addr().String(), "services", "envoy.service.ratelimit.v3")
 	}
+	serve := hs.Serve
+	if sec.tlsOn() {
+		hs.TLSConfig = sec.server()
+		serve = func(ln net.Listener) error { return hs.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := hs.Serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("server: http: %w", err)
 		}
 	}()
-	log.Info("http listening", "addr", lns.http.Addr().String())
+	log.Info("http listening", "addr", lns.http.Addr().String(), "tls", sec.tlsOn())
 
 	select {
 	case <-ctx.Done():

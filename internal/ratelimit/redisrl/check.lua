@@ -95,11 +95,24 @@ local function mul(a, b)
   return norm(r)
 end
 
--- divmod returns floor(a/b) and a mod b for b > 0. Each step subtracts a
--- multiple of b estimated in floating point and scaled down so that it
--- never exceeds the true quotient; three steps reach 128-bit quotients.
+-- divmod returns floor(a/b) and a mod b for b > 0. A quotient below 2^48
+-- (every division but a few of sliding_window's retry) is estimated in
+-- floating point, off by at most 2, and corrected. Otherwise each step
+-- subtracts a multiple of b estimated in floating point and scaled down so
+-- that it never exceeds the true quotient; three steps reach 128-bit
+-- quotients.
 local function divmod(a, b)
-  local q, r, bf = {}, a, tonum(b)
+  if cmp(a, b) < 0 then return {}, a end
+  local bf = tonum(b)
+  local est = floor(tonum(a) / bf)
+  if est < 281474976710656 then
+    local p = mul(bn(est), b)
+    while cmp(p, a) > 0 do est = est - 1; p = sub(p, b) end
+    local r = sub(a, p)
+    while cmp(r, b) >= 0 do est = est + 1; r = sub(r, b) end
+    return bn(est), r
+  end
+  local q, r = {}, a
   while cmp(r, b) >= 0 do
     local est = floor(tonum(r) / bf * (1 - 2 ^ -40))
     if est < 1 then est = 1 end
@@ -318,14 +331,21 @@ local function slidinglog(h, g, now, cost)
     s.ok = true; room = room - cost
     if cost > 0 then newestbn = now end
   else
-    local left = used
-    for _, v in ipairs(redis.call('LRANGE', g.k2, 0, -1)) do
-      local ts, n = logentry(v)
-      left = left - n
-      if h.limit - left >= need then
-        s.retry = sub(add(dec(ts), h.p), now)
-        break
+    -- The oldest hits leave first: read them in chunks until enough have.
+    local left, from, found = used, 0, false
+    while not found do
+      local chunk = redis.call('LRANGE', g.k2, from, from + 63)
+      if #chunk == 0 then break end
+      for _, v in ipairs(chunk) do
+        local ts, n = logentry(v)
+        left = left - n
+        if h.limit - left >= need then
+          s.retry = sub(add(dec(ts), h.p), now)
+          found = true
+          break
+        end
       end
+      from = from + 64
     end
   end
   s.rem = math.max(room, 0)

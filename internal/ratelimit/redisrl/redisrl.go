@@ -122,8 +122,8 @@ func (d *Decider) CheckArgs(args [][]byte) ([4]int64, error) {
 
 // CheckMultiContext checks hits atomically in Redis, with the semantics,
 // statuses and errors of ratelimit.Limiter.CheckMulti. A failure of Redis
-// wraps ratelimit.ErrDeciderUnavailable and charges nothing that the
-// script did not run.
+// wraps ratelimit.ErrDeciderUnavailable; the check was charged only if the
+// script ran (its reply lost).
 func (d *Decider) CheckMultiContext(ctx context.Context, hits []ratelimit.Hit, out []ratelimit.Status) (ratelimit.Status, error) {
 	if d.closed.Load() {
 		return ratelimit.Status{}, ratelimit.ErrClosed

@@ -447,3 +447,35 @@ func TestKeyLayoutProperties(t *testing.T) {
 		}
 	})
 }
+
+// A sliding log longer than the script reads at once (64 hits) decides
+// like the Limiter: denied checks of every size find their retry time deep
+// in the log.
+func TestSlidingLogLong(t *testing.T) {
+	clk := new(clock)
+	clk.ns.Store(time.Date(2026, 3, 1, 0, 0, 0, 123, time.UTC).UnixNano())
+	mem := newLimiter(t, clk.Now)
+	red := newDecider(t, newClient(t), newLimiter(t, clk.Now), clk.Now)
+	lim := ratelimit.Limit{Algorithm: ratelimit.SlidingLog, Limit: 500, Period: 10 * time.Second}
+	check := func(cost int64) {
+		t.Helper()
+		hits := []ratelimit.Hit{{Key: "log", Limit: lim, Cost: cost}}
+		want, werr := mem.CheckMulti(hits, nil)
+		got, gerr := red.CheckMultiContext(t.Context(), hits, nil)
+		if werr != nil || gerr != nil || want != got {
+			t.Fatalf("cost %d at %d: memory %+v %v, redis %+v %v", cost, clk.ns.Load(), want, werr, got, gerr)
+		}
+	}
+	for range 450 {
+		check(1) // one hit per instant
+		clk.Advance(7 * time.Millisecond)
+	}
+	for _, cost := range []int64{60, 51, 100, 300, 500, 1, 0} {
+		check(cost)
+	}
+	clk.Advance(7 * time.Second)
+	for _, cost := range []int64{400, 200, 120, 1} {
+		check(cost)
+		clk.Advance(time.Millisecond)
+	}
+}

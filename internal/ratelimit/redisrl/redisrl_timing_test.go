@@ -2,6 +2,8 @@ package redisrl_test
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -84,4 +86,53 @@ func BenchmarkCheck(b *testing.B) {
 
 func one(lim ratelimit.Limit) func(string) []ratelimit.Hit {
 	return func(key string) []ratelimit.Hit { return []ratelimit.Hit{{Key: key, Limit: lim, Cost: 1}} }
+}
+
+// BenchmarkRedisBytesPerKey reports Redis' memory (INFO used_memory) per
+// active (key, limit) state: 10,000 keys of 13 bytes, one hit each.
+func BenchmarkRedisBytesPerKey(b *testing.B) {
+	for _, lim := range []ratelimit.Limit{
+		{Algorithm: ratelimit.FixedWindow, Limit: 100, Period: time.Hour},
+		{Algorithm: ratelimit.SlidingWindow, Limit: 100, Period: time.Hour},
+		{Algorithm: ratelimit.SlidingLog, Limit: 100, Period: time.Hour},
+		{Algorithm: ratelimit.TokenBucket, Limit: 100, Period: time.Hour},
+	} {
+		b.Run(lim.Algorithm.String(), func(b *testing.B) {
+			opt, _ := redis.ParseURL(redistest.New(b).URL)
+			c := redis.NewClient(opt)
+			b.Cleanup(func() { c.Close() })
+			d := newDecider(b, c, newLimiter(b, nil), nil)
+			const n = 10000
+			for b.Loop() {
+				if err := c.FlushAll(b.Context()).Err(); err != nil {
+					b.Fatal(err)
+				}
+				before := usedMemory(b, c)
+				for i := range n {
+					if _, err := d.CheckMultiContext(b.Context(), []ratelimit.Hit{{Key: fmt.Sprintf("user:%08d", i), Limit: lim, Cost: 1}}, nil); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(float64(usedMemory(b, c)-before)/n, "B/key")
+			}
+		})
+	}
+}
+
+func usedMemory(b *testing.B, c redis.UniversalClient) int64 {
+	s, err := c.Info(b.Context(), "memory").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, l := range strings.Split(s, "\r\n") {
+		if v, ok := strings.CutPrefix(l, "used_memory:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return n
+		}
+	}
+	b.Fatal("no used_memory in INFO memory")
+	return 0
 }

@@ -5,15 +5,19 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
 	redisstore "github.com/counterd/counterd/internal/store/redis"
+	"github.com/counterd/counterd/internal/testutil/redistest"
 )
 
 // spreadIDs returns n ids whose keys are on n different masters of a
@@ -263,6 +267,8 @@ func TestParseURL(t *testing.T) {
 		"redis://a:1?addr=nohostport",
 		"redis://a:1?addr=b:2&bogus=1",
 		"http://a:1?addr=b:2",
+		"redis://a:1?addr=b:2&read_only=true",
+		"redis://a:1?cluster=true&route_randomly=true",
 	} {
 		if _, _, err := redisstore.ParseURL(bad); !errors.Is(err, redisstore.ErrInvalidArgument) {
 			t.Errorf("ParseURL(%q) = %v, want ErrInvalidArgument", bad, err)
@@ -310,4 +316,195 @@ func TestParseURLProperties(t *testing.T) {
 			t.Fatalf("ParseURL(%q): cluster %v, single %v", any, co != nil, ro != nil)
 		}
 	})
+}
+
+// TestClusterSlotMigration moves the slot of a counter to another master
+// while the store uses it, as redis-cli --cluster reshard does: the store
+// follows ASK while the keys are on the importing node and MOVED after
+// the slot changes owner, and no increment is lost or applied twice.
+func TestClusterSlotMigration(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	tg := onCluster(t, cl)
+	s := newStore(t, tg)
+	ctx := context.Background()
+	c := tg.rdb.(*redis.ClusterClient)
+	const id = "moving"
+	add := func(want int64) {
+		t.Helper()
+		if v, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil || v != want {
+			t.Fatalf("Add = %d, %v, want %d", v, err, want)
+		}
+	}
+	add(1)
+	slot, err := c.ClusterKeySlot(ctx, redisstore.ValueKey(id)).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := c.MasterForKey(ctx, redisstore.ValueKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dst *redis.Client
+	for _, addr := range cl.Addrs() {
+		if addr != src.Options().Addr {
+			dst = redis.NewClient(&redis.Options{Addr: addr})
+			defer dst.Close()
+			break
+		}
+	}
+	srcID, err1 := src.Do(ctx, "CLUSTER", "MYID").Text()
+	dstID, err2 := dst.Do(ctx, "CLUSTER", "MYID").Text()
+	if err := errors.Join(err1, err2,
+		dst.Do(ctx, "CLUSTER", "SETSLOT", slot, "IMPORTING", srcID).Err(),
+		src.Do(ctx, "CLUSTER", "SETSLOT", slot, "MIGRATING", dstID).Err()); err != nil {
+		t.Fatal(err)
+	}
+	add(2) // keys still on the source
+	host, port, _ := strings.Cut(dst.Options().Addr, ":")
+	if err := src.Do(ctx, "MIGRATE", host, port, "", 0, 5000, "KEYS", redisstore.ValueKey(id), redisstore.MetaKey(id)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	add(3) // the source answers ASK
+	if rec := get(t, s, id); rec.Value != 3 || rec.Version != 3 {
+		t.Fatalf("during migration: %+v", rec)
+	}
+	for _, addr := range cl.Addrs() {
+		m := redis.NewClient(&redis.Options{Addr: addr})
+		err := m.Do(ctx, "CLUSTER", "SETSLOT", slot, "NODE", dstID).Err()
+		m.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	add(4) // the source answers MOVED
+	if n, err := dst.Exists(ctx, redisstore.ValueKey(id), redisstore.MetaKey(id)).Result(); err != nil || n != 2 {
+		t.Fatalf("keys on the new owner: %d, %v", n, err)
+	}
+	if rec := get(t, s, id); rec.Value != 4 || rec.Version != 4 {
+		t.Fatalf("after migration: %+v", rec)
+	}
+}
+
+// TestClusterFailover fails a master over to its replica (CLUSTER
+// FAILOVER) while increments run: the store follows the new master, every
+// increment is acknowledged, and the value equals their count.
+func TestClusterFailover(t *testing.T) {
+	cl := redistest.NewCluster(t)
+	tg := onCluster(t, cl)
+	s := open(t, tg.url, redisstore.Options{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	ctx := context.Background()
+	const id = "failover"
+	if _, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	m, err := tg.rdb.(*redis.ClusterClient).MasterForKey(ctx, redisstore.ValueKey(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := cl.AddReplica(t, m.Options().Addr)
+
+	var acked atomic.Int64
+	acked.Store(1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 4)
+	for range 4 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
+					errs <- err
+					return
+				}
+				acked.Add(1)
+			}
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // increments before the failover
+	before := acked.Load()
+	cl.Failover(t, rep)
+	time.Sleep(50 * time.Millisecond) // and after
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("Add during failover: %v", err)
+	}
+	after := acked.Load()
+	if after <= before {
+		t.Fatalf("no increment acknowledged after the failover started (%d before, %d after)", before, after)
+	}
+	rec := get(t, s, id)
+	if rec.Value != after {
+		t.Fatalf("value %d after failover, %d increments acknowledged", rec.Value, after)
+	}
+	direct := redis.NewClient(&redis.Options{Addr: rep})
+	defer direct.Close()
+	if v, err := direct.Get(ctx, redisstore.ValueKey(id)).Int64(); err != nil || v != after {
+		t.Fatalf("value on the new master %s = %d, %v, want %d", rep, v, err, after)
+	}
+	t.Logf("%d increments, %d before the failover", after, before)
+}
+
+// testPFUnionProperty: for random sketches on random ids, PFCount of
+// several ids and PFMerge equal Redis' own PFCOUNT of the same sketches
+// side by side in one slot, and PFMerge is order-insensitive and
+// idempotent.
+func testPFUnionProperty(t *testing.T, tg *target) {
+	s := newStore(t, tg)
+	ctx := context.Background()
+	round := 0
+	rapid.Check(t, func(rt *rapid.T) {
+		round++
+		n := rapid.IntRange(1, 5).Draw(rt, "ids")
+		ids := make([]string, n)
+		refs := make([]string, 0, n)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("p%d:%d", round, i)
+			items := rapid.SliceOfN(rapid.IntRange(0, 5000), 0, 300).Draw(rt, "items")
+			if len(items) == 0 {
+				continue // a missing counter counts as empty
+			}
+			b := make([][]byte, len(items))
+			for j, it := range items {
+				b[j] = []byte(strconv.Itoa(it))
+			}
+			if _, err := s.PFAdd(ctx, ids[i], b...); err != nil {
+				rt.Fatal(err)
+			}
+			raw, err := s.RawHLL(ctx, ids[i])
+			if err != nil {
+				rt.Fatal(err)
+			}
+			ref := fmt.Sprintf("ref:{p%d}:%d", round, i)
+			tg.rdb.Set(ctx, ref, raw, 0)
+			refs = append(refs, ref)
+		}
+		var want int64
+		if len(refs) > 0 {
+			var err error
+			if want, err = tg.rdb.PFCount(ctx, refs...).Result(); err != nil {
+				rt.Fatal(err)
+			}
+			tg.rdb.Del(ctx, refs...)
+		}
+		if got, err := s.PFCount(ctx, ids...); err != nil || got != want {
+			rt.Fatalf("PFCount(%v) = %d, %v, want %d", ids, got, err, want)
+		}
+		rev := slices.Clone(ids)
+		slices.Reverse(rev)
+		for k, srcs := range [][]string{ids, rev, ids} {
+			dst := fmt.Sprintf("d%d:%d", round, k%2)
+			if est, _, err := s.PFMerge(ctx, dst, srcs); err != nil || est != want {
+				rt.Fatalf("PFMerge(%s, %v) = %d, %v, want %d", dst, srcs, est, err, want)
+			}
+		}
+	})
+	if ks := scratchKeys(t, tg); len(ks) != 0 {
+		t.Fatalf("scratch keys left: %v", ks)
+	}
 }

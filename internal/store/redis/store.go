@@ -1,5 +1,5 @@
 // Package redisstore is counterd's Redis tier: counters kept in a real
-// Redis (or Redis Cluster-compatible) server with the seeds' key layout.
+// Redis server or Redis Cluster with the seeds' key layout.
 //
 // Each counter id has a meta hash counter:{id}:meta (kind, version,
 // updated_at and the kind's configuration) and its value keys:
@@ -8,7 +8,10 @@
 // (window buckets, each expiring after span+granularity). The {id} hash
 // tag keeps all of them in one Cluster slot, so every operation is one
 // Lua script (EVALSHA, falling back to EVAL after NOSCRIPT) that checks
-// the kind, applies the change and bumps the version atomically.
+// the kind, applies the change and bumps the version atomically. On Redis
+// Cluster the few operations over several ids (PFCOUNT and PFMERGE of
+// several counters, FlushCounters) read or scan per slot and master
+// instead; see docs/redis-tier.md, "Redis Cluster".
 //
 // With Options.Loader set the store is a read-through cache over a
 // slower tier: a miss calls the loader and caches its record for
@@ -99,7 +102,8 @@ type Options struct {
 	// Pipeline, when > 0, sends concurrent Adds to Redis together: up to
 	// Pipeline add scripts in one round trip (one pipeline of EVALSHAs)
 	// on each of PipelineConns connections (default 4). Each Add is still
-	// one atomic script; only the round trips are shared. Default 0: off.
+	// one atomic script; only the round trips are shared (on Redis
+	// Cluster, one per master the batch touches). Default 0: off.
 	Pipeline      int
 	PipelineConns int
 }
@@ -264,6 +268,10 @@ func ParseURL(url string) (*redis.ClusterOptions, *redis.Options, error) {
 	co, err := redis.ParseClusterURL(u.String())
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: redis cluster url: %v", ErrInvalidArgument, err)
+	}
+	if co.ReadOnly || co.RouteByLatency || co.RouteRandomly {
+		// Replicas lag: a read there could miss an acknowledged write.
+		return nil, nil, fmt.Errorf("%w: redis cluster url: read_only, route_by_latency and route_randomly are not supported (reads go to masters)", ErrInvalidArgument)
 	}
 	return co, nil, nil
 }

@@ -32,6 +32,7 @@ var storeCases = []struct {
 	{"Hash", testHash},
 	{"HLL", testHLL},
 	{"PFMergeAndCountAcrossIDs", testPFMergeAndCountAcrossIDs},
+	{"PFUnionProperty", testPFUnionProperty},
 	{"FlushCounters", testFlushCounters},
 	{"URLForms", testURLForms},
 	{"WrongKindLeavesDataUnchanged", testWrongKindLeavesDataUnchanged},

@@ -2,6 +2,7 @@ package redistest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -24,6 +25,14 @@ const EnvRedisCluster = "COUNTERD_TEST_REDIS_CLUSTER"
 // smallest cluster redis-cli accepts and spreads slots like production.
 const clusterMasters = 3
 
+// clusterArgs are the redis-server arguments of a private cluster node.
+var clusterArgs = []string{
+	"--cluster-enabled", "yes",
+	"--cluster-config-file", "nodes.conf",
+	"--cluster-node-timeout", "5000",
+	"--repl-diskless-sync-delay", "0", // a new replica syncs at once, not after 5 s
+}
+
 // clusterTimeout bounds how long a private cluster may take to reach
 // cluster_state:ok. Redis holds a freshly started master in the fail state
 // for about 2 s (CLUSTER_WRITABLE_DELAY in cluster.c), whatever we do.
@@ -33,8 +42,12 @@ const clusterTimeout = 15 * time.Second
 // Its methods are safe for concurrent use; t.Cleanup stops a private one.
 type Cluster struct {
 	url      string
-	addrs    []string
 	external bool
+	bin      string // redis-server, for AddReplica
+
+	mu       sync.Mutex // guards addrs and replicas
+	addrs    []string   // masters
+	replicas int        // private replicas added
 }
 
 // NewCluster returns a Redis Cluster for t: the one named by
@@ -52,17 +65,13 @@ func NewCluster(t testing.TB) *Cluster {
 	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		unavailable(t, "no redis-server on PATH and "+EnvRedisCluster+" is not set")
+		unavailable(t, EnvRedisCluster, "no redis-server on PATH and "+EnvRedisCluster+" is not set")
 	}
 	nodes := make([]*Server, clusterMasters)
 	errs := make([]error, clusterMasters)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		s := &Server{bin: bin, dir: t.TempDir(), extra: []string{
-			"--cluster-enabled", "yes",
-			"--cluster-config-file", "nodes.conf",
-			"--cluster-node-timeout", "5000",
-		}}
+		s := &Server{bin: bin, dir: t.TempDir(), extra: clusterArgs}
 		nodes[i] = s
 		t.Cleanup(s.stop)
 		wg.Go(func() { errs[i] = startOnFreePort(s) })
@@ -73,7 +82,7 @@ func NewCluster(t testing.TB) *Cluster {
 			t.Fatalf("redistest: start cluster node: %v", err)
 		}
 	}
-	c := &Cluster{}
+	c := &Cluster{bin: bin}
 	for _, s := range nodes {
 		c.addrs = append(c.addrs, s.Addr)
 	}
@@ -134,12 +143,15 @@ func (c *Cluster) form() error {
 // waitReady polls every node until it reports cluster_state:ok, knows all
 // nodes and sees all slots assigned.
 func (c *Cluster) waitReady(ctx context.Context) error {
+	c.mu.Lock()
+	addrs, nodes := append([]string(nil), c.addrs...), len(c.addrs)+c.replicas
+	c.mu.Unlock()
 	want := []string{
 		"cluster_state:ok",
 		"cluster_slots_assigned:16384",
-		"cluster_known_nodes:" + strconv.Itoa(len(c.addrs)),
+		"cluster_known_nodes:" + strconv.Itoa(nodes),
 	}
-	for _, addr := range c.addrs {
+	for _, addr := range addrs {
 		cl := redis.NewClient(&redis.Options{Addr: addr})
 		var info string
 		var err error
@@ -200,7 +212,7 @@ func externalCluster(t testing.TB, env string) *Cluster {
 		return m.Ping(ctx).Err()
 	})
 	if err != nil {
-		unavailable(t, fmt.Sprintf("%s=%s does not answer: %v", EnvRedisCluster, redactURL(env), err))
+		unavailable(t, EnvRedisCluster, fmt.Sprintf("%s=%s does not answer: %v", EnvRedisCluster, redactURL(env), err))
 	}
 	return c
 }
@@ -217,7 +229,11 @@ func redactURL(s string) string {
 func (c *Cluster) URL() string { return c.url }
 
 // Addrs returns the masters' host:port addresses.
-func (c *Cluster) Addrs() []string { return append([]string(nil), c.addrs...) }
+func (c *Cluster) Addrs() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.addrs...)
+}
 
 // External reports whether the cluster is the shared one from
 // COUNTERD_TEST_REDIS_CLUSTER.
@@ -239,5 +255,148 @@ func (c *Cluster) FlushAll(t testing.TB) {
 	})
 	if err != nil {
 		t.Fatalf("redistest: FLUSHALL on the cluster: %v", err)
+	}
+}
+
+// AddReplica starts a private redis-server as a replica of the master at
+// addr and returns its address once it is in sync and every master knows
+// it. It skips the test on an external cluster.
+func (c *Cluster) AddReplica(t testing.TB, master string) string {
+	t.Helper()
+	if c.external {
+		t.Skip("redistest: cannot add a replica to the external cluster")
+	}
+	s := &Server{bin: c.bin, dir: t.TempDir(), extra: clusterArgs}
+	t.Cleanup(s.stop)
+	if err := startOnFreePort(s); err != nil {
+		t.Fatalf("redistest: start replica: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	m := redis.NewClient(&redis.Options{Addr: master})
+	defer m.Close()
+	r := redis.NewClient(&redis.Options{Addr: s.Addr})
+	defer r.Close()
+	masterID, err := m.Do(ctx, "CLUSTER", "MYID").Text()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER MYID on %s: %v", master, err)
+	}
+	host, port, _ := net.SplitHostPort(master)
+	if err := r.ClusterMeet(ctx, host, port).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER MEET: %v", err)
+	}
+	// REPLICATE fails until gossip has told the new node about the master.
+	err = poll(ctx, func() error { return r.Do(ctx, "CLUSTER", "REPLICATE", masterID).Err() })
+	if err == nil {
+		err = poll(ctx, func() error {
+			info, err := r.Info(ctx, "replication").Result()
+			if err == nil && !strings.Contains(info, "master_link_status:up") {
+				err = errors.New("replication link not up")
+			}
+			return err
+		})
+	}
+	if err == nil {
+		err = c.waitView(ctx, func(nodes string) bool { return nodeLine(nodes, s.Addr, "slave "+masterID) })
+	}
+	if err != nil {
+		t.Fatalf("redistest: replica %s of %s: %v", s.Addr, master, err)
+	}
+	c.mu.Lock()
+	c.replicas++
+	c.mu.Unlock()
+	return s.Addr
+}
+
+// Failover makes the replica at addr take over from its master with
+// CLUSTER FAILOVER (coordinated: no acknowledged write is lost) and waits
+// until every master sees it as a master and the cluster is ok. Addrs
+// then lists it instead of the old master.
+func (c *Cluster) Failover(t testing.TB, replica string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	r := redis.NewClient(&redis.Options{Addr: replica})
+	defer r.Close()
+	nodes, err := r.ClusterNodes(ctx).Result()
+	if err != nil {
+		t.Fatalf("redistest: CLUSTER NODES on %s: %v", replica, err)
+	}
+	old := ""
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.Contains(f[2], "myself") && strings.Contains(f[2], "slave") {
+			for _, l2 := range strings.Split(nodes, "\n") {
+				if g := strings.Fields(l2); len(g) > 1 && g[0] == f[3] {
+					old, _, _ = strings.Cut(g[1], "@")
+				}
+			}
+		}
+	}
+	if old == "" {
+		t.Fatalf("redistest: %s is not a replica: %s", replica, nodes)
+	}
+	if err := r.ClusterFailover(ctx).Err(); err != nil {
+		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
+	}
+	c.mu.Lock()
+	for i, a := range c.addrs {
+		if a == old {
+			c.addrs[i] = replica
+		}
+	}
+	c.mu.Unlock()
+	err = c.waitView(ctx, func(nodes string) bool { return nodeLine(nodes, replica, "master") && !nodeLine(nodes, old, "master") })
+	if err == nil {
+		err = c.waitReady(ctx)
+	}
+	if err != nil {
+		t.Fatalf("redistest: failover to %s: %v", replica, err)
+	}
+}
+
+// waitView polls CLUSTER NODES on every master until ok accepts it.
+func (c *Cluster) waitView(ctx context.Context, ok func(nodes string) bool) error {
+	for _, addr := range c.Addrs() {
+		cl := redis.NewClient(&redis.Options{Addr: addr})
+		err := poll(ctx, func() error {
+			nodes, err := cl.ClusterNodes(ctx).Result()
+			if err == nil && !ok(nodes) {
+				err = fmt.Errorf("%s sees: %s", addr, nodes)
+			}
+			return err
+		})
+		_ = cl.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nodeLine reports whether CLUSTER NODES output has a line for addr whose
+// flags and master fields contain want.
+func nodeLine(nodes, addr, want string) bool {
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 3 && strings.HasPrefix(f[1], addr+"@") && strings.Contains(f[2]+" "+f[3], want) {
+			return true
+		}
+	}
+	return false
+}
+
+// poll calls f every 20 ms until it succeeds or ctx ends.
+func poll(ctx context.Context, f func() error) error {
+	for {
+		err := f()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

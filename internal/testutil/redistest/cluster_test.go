@@ -3,6 +3,7 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -82,5 +83,63 @@ func TestNewCluster(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestClusterReplicaFailover(t *testing.T) {
+	c := NewCluster(t)
+	ctx := context.Background()
+	opt, _ := redis.ParseClusterURL(c.URL())
+	cl := redis.NewClusterClient(opt)
+	defer cl.Close()
+	const key = "counter:{f}"
+	if err := cl.Set(ctx, key, "v", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	m, _ := cl.MasterForKey(ctx, key)
+	old := m.Options().Addr
+	start := time.Now()
+	rep := c.AddReplica(t, old)
+	t.Logf("replica %s of %s in sync in %v", rep, old, time.Since(start))
+	start = time.Now()
+	c.Failover(t, rep)
+	t.Logf("failover in %v", time.Since(start))
+	if !slices.Contains(c.Addrs(), rep) || slices.Contains(c.Addrs(), old) {
+		t.Fatalf("Addrs after failover = %v (replica %s, old master %s)", c.Addrs(), rep, old)
+	}
+	direct := redis.NewClient(&redis.Options{Addr: rep})
+	defer direct.Close()
+	if v, err := direct.Get(ctx, key).Result(); err != nil || v != "v" {
+		t.Fatalf("GET on the new master = %q, %v", v, err)
+	}
+	if v, err := cl.Get(ctx, key).Result(); err != nil || v != "v" {
+		t.Fatalf("GET through the cluster client after failover = %q, %v", v, err)
+	}
+}
+
+// TestNewClusterExternal: with COUNTERD_TEST_REDIS_CLUSTER set, NewCluster
+// uses that cluster (here a private one) and flushes it.
+func TestNewClusterExternal(t *testing.T) {
+	own := NewCluster(t)
+	ctx := context.Background()
+	opt, _ := redis.ParseClusterURL(own.URL())
+	cl := redis.NewClusterClient(opt)
+	defer cl.Close()
+	if err := cl.Set(ctx, "counter:{left}", 1, 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvRedisCluster, own.URL())
+	ext := NewCluster(t)
+	if !ext.External() || ext.URL() != own.URL() {
+		t.Fatalf("external cluster = %s (external %v), want %s", ext.URL(), ext.External(), own.URL())
+	}
+	got, want := ext.Addrs(), own.Addrs()
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Fatalf("external masters %v, want %v", got, want)
+	}
+	if n, err := cl.Exists(ctx, "counter:{left}").Result(); err != nil || n != 0 {
+		t.Fatalf("key survived NewCluster on the external cluster: %d, %v", n, err)
 	}
 }
