@@ -86,7 +86,7 @@ type RouterStats struct {
 //
 // Policies are resolved by the node that receives the request (with
 // Local()), and the owner gets the resolved limits, so every node should
-// load the same policies.
+// have the same policies (the cluster replicates a PolicyLog).
 //
 // A Router is safe for concurrent use. Close releases its idle
 // connections; it does not close the Limiter.

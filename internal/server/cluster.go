@@ -54,7 +54,8 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 			return cn.Start(cnode.Meta{HTTP: b.HTTP, RESP: b.RESP, GRPC: b.GRPC})
 		},
 		drain:       cn.Drain,
-		rlOwner:     cn.KeyOwner,
+		rlShared:    engineLimits(eng, cn, sec, log),
+		rlKeepKeys:  true,
 		ringVersion: cn.RingVersion,
 		collectors:  cn.Collectors(),
 	}, nil

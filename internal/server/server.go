@@ -24,9 +24,10 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
-// newLimiter opens the rate limiter with the policies in path ("" = none).
-func newLimiter(path string) (*ratelimit.Limiter, error) {
-	var cfg ratelimit.Config
+// newLimiter opens the rate limiter with the policies in path ("" = none);
+// keepKeys lets its state move with a cluster's ring.
+func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
+	cfg := ratelimit.Config{KeepKeys: keepKeys}
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -74,28 +75,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	defer func() { _ = nd.close() }()
 	be := nd.Backend
 
-	lim, err := newLimiter(cfg.RateLimitPolicies)
+	lim, err := newLimiter(cfg.RateLimitPolicies, nd.rlKeepKeys)
 	if err != nil {
 		return err
 	}
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
 	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
-	switch {
-	case nd.rlShared != nil:
+	if nd.rlShared != nil {
 		shared, err := nd.rlShared(ctx, lim)
 		if err != nil {
 			return err
 		}
 		defer shared.close()
 		rlc, rlPolicies = shared.checker, shared.policies
-	case nd.rlOwner != nil:
-		router, err := ratelimit.NewRouter(lim, sec.routerConfig(nd.rlOwner))
-		if err != nil {
-			return err
-		}
-		defer router.Close()
-		rlc = router
 	}
 
 	reg := prometheus.NewRegistry()
