@@ -1,0 +1,86 @@
+package auth
+
+import (
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+)
+
+// Store is the tokens file in force. Authenticate and Resolve read it
+// without locks; Reload swaps in a new table atomically. Safe for
+// concurrent use; it holds no resources (no Close).
+type Store struct {
+	path string
+	mu   sync.Mutex // serializes Reload
+	cur  atomic.Pointer[snapshot]
+}
+
+type snapshot struct {
+	t   *Table
+	gen uint64
+}
+
+// Open loads the tokens file at path.
+func Open(path string) (*Store, error) {
+	s := &Store{path: path}
+	if err := s.Reload(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// NewStore returns a store serving t, with no file to reload (tests).
+func NewStore(t *Table) *Store {
+	s := &Store{}
+	s.cur.Store(&snapshot{t: t, gen: 1})
+	return s
+}
+
+// Reload parses the file again and, if it is valid, puts it in force for
+// every later request; an invalid file leaves the current table.
+func (s *Store) Reload() error {
+	if s.path == "" {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f, err := os.Open(s.path)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidFile, err)
+	}
+	defer f.Close()
+	t, err := Parse(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", s.path, err)
+	}
+	var gen uint64 = 1
+	if old := s.cur.Load(); old != nil {
+		gen = old.gen + 1
+	}
+	s.cur.Store(&snapshot{t: t, gen: gen})
+	return nil
+}
+
+// Table returns the table in force.
+func (s *Store) Table() *Table { return s.cur.Load().t }
+
+// Gen is the generation of the table in force; it grows at every
+// successful Reload.
+func (s *Store) Gen() uint64 { return s.cur.Load().gen }
+
+// Authenticate returns the principal of token. user "" or DefaultUser
+// accepts any user's token; another name must be the token's user. A
+// missing token is ErrUnauthenticated, a wrong one ErrBadToken.
+func (s *Store) Authenticate(user string, token []byte) (*Principal, error) {
+	if len(token) == 0 {
+		return nil, ErrUnauthenticated
+	}
+	return s.Resolve(user, Hash(token))
+}
+
+// Resolve is Authenticate for a token already hashed: connections keep
+// the digest, not the token, and resolve it again after a reload.
+func (s *Store) Resolve(user string, d Digest) (*Principal, error) {
+	return s.cur.Load().t.lookup(user, d)
+}
