@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/counterd/counterd/internal/auth"
 )
 
 // ForwardedHeader marks a check that a Router forwarded to the owner of its
@@ -313,6 +315,10 @@ func (r *Router) forward(ctx context.Context, addr string, hits []Hit, out []Sta
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(ForwardedHeader, "1")
+	// The owner authorizes the check as the user who asked this node.
+	if tok := auth.TokenFromContext(ctx); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := r.hc.Do(req)
 	if err != nil {
 		return Status{}, &ownerError{addr, err}

@@ -40,6 +40,10 @@ type Config struct {
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
 
+	// security: auth
+	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
+	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth (default false: refuse)
+
 	envErrs []error // environment variables that did not parse
 }
 
@@ -99,6 +103,9 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("server: --log-format must be text or json, not %q", c.LogFormat)
 	}
+	if err := c.validateProtectedMode(); err != nil {
+		return err
+	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
 		return errors.New("server: durations and limits must be positive")
 	}
@@ -138,6 +145,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "grace period for in-flight requests on shutdown")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	// security: auth
+	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")
+	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 

@@ -63,6 +63,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	store, stopAuth, err := openAuth(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopAuth()
 	nd, err := openNode(ctx, cfg, log)
 	if err != nil {
 		return err
@@ -89,14 +94,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 
-	api := httpapi.New(be, httpapi.Options{
+	api := httpapi.New(guard(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
 		Registerer:   reg,
 		Gatherer:     reg,
 		Logger:       log,
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Authorize: hitsAuthorizer(store)})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -131,6 +136,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			next.ServeHTTP(w, r)
 		})
 	}
+	handler = withAuth(store, handler)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
 	lns, err := listen(cfg)
@@ -148,7 +154,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc})
+		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -158,8 +164,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer()
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
+		gs = grpc.NewServer(grpcAuthOptions(store)...)
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}

@@ -164,6 +164,16 @@ func routeTable() []route {
 	}
 }
 
+// Routes lists every route as "METHOD pattern" (the access-control table
+// must name each).
+func Routes() []string {
+	var out []string
+	for _, rt := range routeTable() {
+		out = append(out, rt.Method+" "+rt.Pattern)
+	}
+	return out
+}
+
 // ServeHTTP implements http.Handler.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// ServeMux redirects paths that are not clean ("/counters//increment")

@@ -41,8 +41,9 @@ type client struct {
 
 	out []byte // replies not yet written
 
-	proto   int  // 2 or 3
-	closing bool // QUIT or a panic: stop after flushing the replies
+	auth    authState // the login, with Options.Auth
+	proto   int       // 2 or 3
+	closing bool      // QUIT or a panic: stop after flushing the replies
 
 	tstart time.Time // metrics: when the current command started
 	ncmds  uint64    // commands run in this batch, for INFO
