@@ -1,7 +1,7 @@
 // Command counterctl is the command-line client of counterd, over the Go
 // client package (and so over the HTTP API).
 //
-//	counterctl [--addr URL] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
+//	counterctl [--addr URL] [--token T] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
 //
 // Run "counterctl help" for the commands. Global flags may also follow the
 // command. Human output goes to stdout, errors to stderr as
@@ -42,6 +42,7 @@ type env struct {
 	json       bool
 	timeout    time.Duration
 	durability string
+	token      string
 	c          *client.Client // the command's client, made by run before the command
 
 	stdout, stderr io.Writer
@@ -54,6 +55,7 @@ func (e *env) globalFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.json, "json", e.json, "print JSON instead of human output")
 	fs.DurationVar(&e.timeout, "timeout", e.timeout, "timeout of each request")
 	fs.StringVar(&e.durability, "durability", e.durability, "acknowledgement mode of mutations: sync or async (default: the server's)")
+	fs.StringVar(&e.token, "token", e.token, "API token sent as a bearer token, for servers with --auth (env COUNTERD_TOKEN)")
 }
 
 // client returns a client for e's address with e's options plus opts.
@@ -65,6 +67,7 @@ func (e *env) client(opts ...client.Option) (*client.Client, error) {
 		client.WithTimeout(e.timeout),
 		client.WithDefaultDurability(e.durability),
 		client.WithUserAgent("counterctl"),
+		client.WithToken(e.token),
 	}
 	c, err := client.New(e.addr, append(base, opts...)...)
 	if err != nil {
@@ -101,6 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if a := os.Getenv("COUNTERD_ADDR"); a != "" {
 		e.addr = a
 	}
+	e.token = os.Getenv("COUNTERD_TOKEN")
 	if f, ok := stderr.(*os.File); ok {
 		e.stderrFile = f
 	}
@@ -271,7 +275,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	var own []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
-		case "addr", "json", "timeout", "durability":
+		case "addr", "json", "timeout", "durability", "token":
 		default:
 			own = append(own, f)
 		}
@@ -280,7 +284,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 		fmt.Fprintln(w, "\nFlags:")
 		printFlagList(w, own)
 	}
-	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async (see 'counterctl help')")
+	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async, --token T (see 'counterctl help')")
 }
 
 func printFlags(w io.Writer, fs *flag.FlagSet) {
