@@ -550,3 +550,103 @@ func counterctlBin(t *testing.T) string {
 	}
 	return ctlBin
 }
+
+// TestAuthCluster: with --auth on every node, peer traffic (forwarded
+// writes over the peer gRPC service) keeps working without client tokens,
+// and rate-limit checks forwarded to a key's owner carry the caller's
+// token, so they are authorized there as the same user.
+func TestAuthCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs a cluster of counterd binaries")
+	}
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(tokensFile("")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var nodes []*cnode
+	var joins []string
+	for i := range 2 {
+		n := newNode(t, fmt.Sprintf("a%d", i+1), "127.0.0.1", freePorts(t, 4), exec.Command)
+		n.extra = []string{"--auth", tokens}
+		nodes = append(nodes, n)
+		joins = append(joins, n.gossip)
+	}
+	for _, n := range nodes {
+		n.join = strings.Join(joins, ",")
+		n.start(t)
+	}
+	get := func(url, tok string) (int, []byte) {
+		req, _ := http.NewRequest("GET", url, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, nil
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, b
+	}
+	if err := poll(60*time.Second, func() error {
+		for _, n := range nodes {
+			code, b := get(n.url+"/cluster", tokReader)
+			var v clusterView
+			if code != 200 || json.Unmarshal(b, &v) != nil || len(v.alive()) != 2 {
+				return fmt.Errorf("%s: %d %s", n.id, code, b)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := get(nodes[0].url+"/cluster", ""); code != 401 {
+		t.Fatalf("GET /cluster without a token: %d, want 401", code)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	w, _ := cdclient.New(nodes[0].url, cdclient.WithToken(tokWriter))
+	defer w.Close()
+	r, _ := cdclient.New(nodes[1].url, cdclient.WithToken(tokReader))
+	defer r.Close()
+	for i := range 20 { // some ids are owned by each node: writes are forwarded
+		id := fmt.Sprintf("page_views:c%d", i)
+		if _, err := w.Incr(ctx, id, int64(i+1)); err != nil {
+			t.Fatalf("incr %s through %s: %v", id, nodes[0].id, err)
+		}
+		if v, err := r.Get(ctx, id); err != nil || v.Value != int64(i+1) {
+			t.Fatalf("get %s through %s: %+v %v", id, nodes[1].id, v, err)
+		}
+	}
+
+	// With a limit of 1 per key, the second check of a key is denied
+	// only if both nodes decided it on the same owner: a forwarded check
+	// refused by the owner would fall back to a fresh local decision.
+	check := func(n *cnode, tok, key string) int {
+		req, _ := http.NewRequest("POST", n.url+"/ratelimit/check",
+			strings.NewReader(`{"key":"`+key+`","limits":[{"limit":1,"period":"1h"}]}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 && resp.StatusCode != 403 && resp.StatusCode != 429 {
+			t.Fatalf("check %s on %s: %d %s", key, n.id, resp.StatusCode, b)
+		}
+		return resp.StatusCode
+	}
+	for i := range 20 { // some keys are owned by each node
+		key := fmt.Sprintf("page_views:rl%d", i)
+		if code := check(nodes[1], tokReader, key); code != 403 {
+			t.Fatalf("reader check %s: %d, want 403", key, code)
+		}
+		if code := check(nodes[0], tokWriter, key); code != 200 {
+			t.Fatalf("first writer check %s: %d, want 200", key, code)
+		}
+		if code := check(nodes[1], tokWriter, key); code != 429 {
+			t.Fatalf("second writer check %s through the other node: %d, want 429 (decided by the same owner)", key, code)
+		}
+	}
+}
