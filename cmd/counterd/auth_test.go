@@ -649,4 +649,40 @@ func TestAuthCluster(t *testing.T) {
 			t.Fatalf("second writer check %s through the other node: %d, want 429 (decided by the same owner)", key, code)
 		}
 	}
+
+	// The same over the Redis protocol: RL.CHECK forwarded with the
+	// connection's token.
+	var rds []*bufio.Reader
+	var conns []net.Conn
+	for _, n := range nodes {
+		conn, err := net.Dial("tcp", n.resp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		rd := bufio.NewReader(conn)
+		if got := respCmd(t, conn, rd, "AUTH", tokWriter); got != "+OK" {
+			t.Fatalf("AUTH on %s: %q", n.id, got)
+		}
+		conns, rds = append(conns, conn), append(rds, rd)
+	}
+	allowed := func(i int, key string) string {
+		if got := respCmd(t, conns[i], rds[i], "RL.CHECK", key, "1", "3600000"); got != "*4" {
+			t.Fatalf("RL.CHECK %s on %s: %q", key, nodes[i].id, got)
+		}
+		a, _ := rds[i].ReadString('\n')
+		for range 3 {
+			rds[i].ReadString('\n')
+		}
+		return strings.TrimSpace(a)
+	}
+	for i := range 20 {
+		key := fmt.Sprintf("page_views:resp%d", i)
+		if a := allowed(0, key); a != ":1" {
+			t.Fatalf("first RL.CHECK %s: %s", key, a)
+		}
+		if a := allowed(1, key); a != ":0" {
+			t.Fatalf("second RL.CHECK %s through the other node: %s, want :0 (decided by the same owner)", key, a)
+		}
+	}
 }

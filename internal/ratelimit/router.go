@@ -202,6 +202,12 @@ func (r *Router) CheckMultiContext(ctx context.Context, hits []Hit, out []Status
 // CheckArgs runs RL.CHECK (see Limiter.CheckArgs) on the owner of the key,
 // within the Router's Timeout.
 func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) {
+	return r.CheckArgsContext(context.Background(), args)
+}
+
+// CheckArgsContext is CheckArgs with the caller's context, whose
+// credentials a forwarded check carries to the owner.
+func (r *Router) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int64, error) {
 	a, err := parseArgs(args)
 	if err != nil {
 		return [4]int64{}, err
@@ -213,7 +219,7 @@ func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) {
 			return [4]int64{}, err
 		}
 	}
-	s, err := r.CheckMultiContext(context.Background(), hits, nil)
+	s, err := r.CheckMultiContext(ctx, hits, nil)
 	if err != nil {
 		return [4]int64{}, err
 	}

@@ -1,6 +1,8 @@
 package resp
 
 import (
+	"context"
+
 	"github.com/counterd/counterd/internal/auth"
 )
 
@@ -16,12 +18,13 @@ func errNoPermCmd(name string) string {
 	return "NOPERM this user has no permissions to run the '" + name + "' command"
 }
 
-// authState is a connection's login: the digest of its token (never the
-// token), resolved to a principal again whenever the tokens file is
-// reloaded, so a removed token stops working on open connections too.
+// authState is a connection's login: the digest of its token, resolved to
+// a principal again whenever the tokens file is reloaded, so a removed
+// token stops working on open connections too.
 type authState struct {
 	ok     bool // a token was accepted
 	user   string
+	token  string // sent along with checks forwarded to another node
 	digest auth.Digest
 	gen    uint64
 	p      *auth.Principal
@@ -44,6 +47,11 @@ func (c *client) principal(store *auth.Store) *auth.Principal {
 	return c.auth.p
 }
 
+// authContext returns ctx with the connection's credentials.
+func (c *client) authContext(ctx context.Context) context.Context {
+	return auth.NewContext(ctx, c.auth.p, c.auth.token)
+}
+
 // login checks user and token and, if they match, makes them the
 // connection's; a failed attempt leaves the current login, as in Redis.
 func (s *Server) login(c *client, user, token []byte) bool {
@@ -54,7 +62,7 @@ func (s *Server) login(c *client, user, token []byte) bool {
 	if err != nil || len(token) == 0 {
 		return false
 	}
-	c.auth = authState{ok: true, user: string(user), digest: d, gen: gen, p: p}
+	c.auth = authState{ok: true, user: string(user), token: string(token), digest: d, gen: gen, p: p}
 	return true
 }
 
