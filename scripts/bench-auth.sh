@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Cost of authentication on the hot path: HTTP increments/s against one
+# counterd without --auth and one with --auth (a bearer token on every
+# request), measured alternately in one run with wrk.
+#
+#   scripts/bench-auth.sh [ROUNDS] [SECONDS]
+#
+# Each round runs both servers back to back (order alternating every round)
+# and prints with/without; the median ratio is printed at the end. Needs
+# wrk. Both servers and wrk share the machine's cores; only one is loaded
+# at a time.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-5}
+SECS=${2:-10}
+CONNS=${CONNS:-50}
+THREADS=${THREADS:-2}
+KEYS=${KEYS:-100} # distinct counter ids
+command -v wrk >/dev/null || { echo "bench-auth: wrk not found (apt-get install wrk)" >&2; exit 1; }
+
+tmp=$(mktemp -d)
+pids=()
+trap 'kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
+go build -o "$tmp/counterd" ./cmd/counterd
+go build -o "$tmp/counterctl" ./cmd/counterctl
+freeport() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# A realistic tokens file: the bench user among 50 others, each with two grants.
+"$tmp/counterctl" auth token > "$tmp/tok"
+token=$(awk '/^token:/ {print $2}' "$tmp/tok")
+digest=$(awk '/^digest:/ {print $2}' "$tmp/tok")
+{
+  echo "users:"
+  for i in $(seq 50); do
+    d=$(echo "filler-token-$i-0123456789" | "$tmp/counterctl" auth hash)
+    printf '  user%d:\n    tokens: ["%s"]\n    grants: {"ns%d:*": write, "shared:*": read}\n' "$i" "$d" "$i"
+  done
+  printf '  bench:\n    tokens: ["%s"]\n    grants: {"other:*": read, "bench:*": write}\n' "$digest"
+} > "$tmp/tokens.yaml"
+
+p_open=$(freeport); p_auth=$(freeport)
+"$tmp/counterd" --data "$tmp/open" --http "127.0.0.1:$p_open" --resp "" --grpc "" --log-level warn &
+pids+=($!)
+"$tmp/counterd" --data "$tmp/auth" --http "127.0.0.1:$p_auth" --resp "" --grpc "" --log-level warn --auth "$tmp/tokens.yaml" &
+pids+=($!)
+for p in $p_open $p_auth; do
+  for _ in $(seq 100); do curl -sf "http://127.0.0.1:$p/readyz" >/dev/null && break; sleep 0.1; done
+done
+
+cat > "$tmp/incr.lua" <<LUA
+local keys = $KEYS
+local n = 0
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+local tok = os.getenv("TOKEN") or ""
+if tok ~= "" then wrk.headers["Authorization"] = "Bearer " .. tok end
+wrk.body = '{"delta": 1}'
+request = function()
+  n = n + 1
+  return wrk.format(nil, "/counters/bench:" .. (n % keys) .. "/increment")
+end
+LUA
+
+run() { # $1 = open|auth ; prints "reqs p50 p99"
+  local port=$p_open tok=""
+  if [[ $1 == auth ]]; then port=$p_auth tok=$token; fi
+  TOKEN=$tok wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/out" 2>&1
+  if grep -q "Non-2xx" "$tmp/out"; then echo "bench-auth: errors:" >&2; cat "$tmp/out" >&2; exit 1; fi
+  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out")"
+}
+
+echo "# wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:N/increment over $KEYS ids, tokens file of 51 users, $(nproc) cores"
+printf "%-6s %-5s %12s %10s %10s\n" round mode req/s p50 p99
+ratios=()
+for r in $(seq "$ROUNDS"); do
+  if (( r % 2 )); then order="open auth"; else order="auth open"; fi
+  declare -A rps=()
+  for mode in $order; do
+    read -r x p50 p99 < <(run "$mode")
+    rps[$mode]=$x
+    printf "%-6s %-5s %12s %10s %10s\n" "$r" "$mode" "$x" "$p50" "$p99"
+  done
+  ratio=$(python3 -c "print(f'{${rps[auth]}/${rps[open]}:.3f}')")
+  ratios+=("$ratio")
+  echo "round $r: auth/open = $ratio"
+done
+echo "median auth/open = $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
