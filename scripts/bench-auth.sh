@@ -6,9 +6,11 @@
 #   scripts/bench-auth.sh [ROUNDS] [SECONDS]
 #
 # Each round runs both servers back to back (order alternating every round)
-# and prints with/without; the median ratio is printed at the end. Needs
-# wrk. Both servers and wrk share the machine's cores; only one is loaded
-# at a time.
+# and prints requests/s and the server's CPU time per request (utime+stime
+# from /proc, which other processes on a shared machine disturb far less
+# than throughput); the median ratios auth/open are printed at the end.
+# Needs wrk and Linux. Both servers and wrk share the machine's cores; only
+# one is loaded at a time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-5}
@@ -40,9 +42,9 @@ digest=$(awk '/^digest:/ {print $2}' "$tmp/tok")
 
 p_open=$(freeport); p_auth=$(freeport)
 "$tmp/counterd" --data "$tmp/open" --http "127.0.0.1:$p_open" --resp "" --grpc "" --log-level warn &
-pids+=($!)
+pids+=($!); pid_open=$!
 "$tmp/counterd" --data "$tmp/auth" --http "127.0.0.1:$p_auth" --resp "" --grpc "" --log-level warn --auth "$tmp/tokens.yaml" &
-pids+=($!)
+pids+=($!); pid_auth=$!
 for p in $p_open $p_auth; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$p/readyz" >/dev/null && break; sleep 0.1; done
 done
@@ -61,27 +63,36 @@ request = function()
 end
 LUA
 
-run() { # $1 = open|auth ; prints "reqs p50 p99"
-  local port=$p_open tok=""
-  if [[ $1 == auth ]]; then port=$p_auth tok=$token; fi
+cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+
+run() { # $1 = open|auth ; prints "reqs/s p50 p99 cpu_us_per_request"
+  local port=$p_open tok="" pid=$pid_open
+  if [[ $1 == auth ]]; then port=$p_auth tok=$token pid=$pid_auth; fi
+  local t0; t0=$(cputicks "$pid")
   TOKEN=$tok wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/out" 2>&1
+  local t1; t1=$(cputicks "$pid")
   if grep -q "Non-2xx" "$tmp/out"; then echo "bench-auth: errors:" >&2; cat "$tmp/out" >&2; exit 1; fi
-  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out")"
+  local n; n=$(awk '/requests in/ {print $1}' "$tmp/out")
+  local cpu; cpu=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/$n:.2f}')")
+  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out") $cpu"
 }
 
 echo "# wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:N/increment over $KEYS ids, tokens file of 51 users, $(nproc) cores"
-printf "%-6s %-5s %12s %10s %10s\n" round mode req/s p50 p99
-ratios=()
+printf "%-6s %-5s %12s %10s %10s %12s\n" round mode req/s p50 p99 cpu_us/req
+ratios=(); cratios=()
 for r in $(seq "$ROUNDS"); do
   if (( r % 2 )); then order="open auth"; else order="auth open"; fi
-  declare -A rps=()
+  declare -A rps=() cpu=()
   for mode in $order; do
-    read -r x p50 p99 < <(run "$mode")
-    rps[$mode]=$x
-    printf "%-6s %-5s %12s %10s %10s\n" "$r" "$mode" "$x" "$p50" "$p99"
+    read -r x p50 p99 c < <(run "$mode")
+    rps[$mode]=$x; cpu[$mode]=$c
+    printf "%-6s %-5s %12s %10s %10s %12s\n" "$r" "$mode" "$x" "$p50" "$p99" "$c"
   done
   ratio=$(python3 -c "print(f'{${rps[auth]}/${rps[open]}:.3f}')")
-  ratios+=("$ratio")
-  echo "round $r: auth/open = $ratio"
+  cratio=$(python3 -c "print(f'{${cpu[auth]}/${cpu[open]}:.3f}')")
+  ratios+=("$ratio"); cratios+=("$cratio")
+  echo "round $r: req/s auth/open = $ratio, cpu/request auth/open = $cratio"
 done
-echo "median auth/open = $(printf '%s\n' "${ratios[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')"
+median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+echo "median req/s auth/open = $(median "${ratios[@]}")"
+echo "median cpu/request auth/open = $(median "${cratios[@]}")"

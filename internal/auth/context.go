@@ -5,32 +5,34 @@ import (
 	"strings"
 )
 
-type ctxKey struct{}
+type (
+	principalKey struct{}
+	tokenKey     struct{}
+)
 
-// credential is what an authenticated request carries in its context: the
-// principal, and the bearer token so that a request forwarded to another
-// node (rate-limit checks in a cluster) is authorized there as the same
-// user.
-type credential struct {
-	p     *Principal
-	token string
-}
-
-// NewContext returns ctx carrying the principal p authenticated by token.
-func NewContext(ctx context.Context, p *Principal, token string) context.Context {
-	return context.WithValue(ctx, ctxKey{}, credential{p, token})
+// NewContext returns ctx carrying the authenticated principal p.
+func NewContext(ctx context.Context, p *Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
 }
 
 // FromContext returns the principal of ctx, or nil.
 func FromContext(ctx context.Context) *Principal {
-	c, _ := ctx.Value(ctxKey{}).(credential)
-	return c.p
+	p, _ := ctx.Value(principalKey{}).(*Principal)
+	return p
+}
+
+// WithToken returns ctx carrying the bearer token that authenticated it,
+// for requests forwarded to another node (rate-limit checks in a
+// cluster), which authorizes them again as the same user. Only front ends
+// that may forward add it: it costs an allocation.
+func WithToken(ctx context.Context, token string) context.Context {
+	return context.WithValue(ctx, tokenKey{}, token)
 }
 
 // TokenFromContext returns the bearer token of ctx, or "".
 func TokenFromContext(ctx context.Context) string {
-	c, _ := ctx.Value(ctxKey{}).(credential)
-	return c.token
+	t, _ := ctx.Value(tokenKey{}).(string)
+	return t
 }
 
 // BearerToken extracts the token of an "Authorization: Bearer <token>"

@@ -24,6 +24,10 @@
 // so that long-lived connections (RESP) re-resolve their token after a
 // reload: a removed token stops working on its open connections too.
 //
+// To keep SHA-256 off the hot path, a Store remembers recently accepted
+// tokens (a small table compared in constant time, emptied by a reload),
+// so the process holds those tokens in memory, as it holds each request.
+//
 // Store and Principal are safe for concurrent use; a Principal is
 // immutable.
 package auth

@@ -34,7 +34,7 @@ func BenchmarkHTTPIncrement(b *testing.B) {
 			if mode == "auth" {
 				store = auth.NewStore(tab)
 			}
-			h := withAuth(store, httpapi.New(guard(store, engine.Local(eng)), httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
+			h := withAuth(store, httpapi.New(guard(store, engine.Local(eng)), httpapi.Options{Logger: slog.New(slog.DiscardHandler), Authorize: routeAuthorizer(store)}))
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -71,12 +71,16 @@ func benchTokens(b *testing.B) (*auth.Table, string) {
 }
 
 // BenchmarkAuthOnly is what --auth adds to one increment, alone: the
-// middleware (route match, SHA-256 of the token, lookup, context) and the
-// guarded backend's per-id check, around a handler that does nothing.
+// middleware (SHA-256 of the token or a cache hit, lookup, context), the
+// route's permission and the guarded backend's per-id check, around a
+// handler that does nothing.
 func BenchmarkAuthOnly(b *testing.B) {
 	tab, token := benchTokens(b)
 	store := auth.NewStore(tab)
 	h := withAuth(store, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := authorizeRoute(r, "POST /counters/{id}/increment"); err != nil {
+			b.Fatal(err)
+		}
 		if err := checkOp(r.Context(), engine.Op{Type: engine.OpAdd, ID: "bench:1"}); err != nil {
 			b.Fatal(err)
 		}

@@ -145,7 +145,7 @@ func (g guardedBackend) FlushAll(ctx context.Context, wo engine.WriteOptions) er
 	if err != nil {
 		return err
 	}
-	if !p.Allows(adminAll) {
+	if !p.Allows(needAdminAll) {
 		return forbidden(p, auth.Admin, "every namespace")
 	}
 	return g.Backend.FlushAll(ctx, wo)

@@ -17,7 +17,7 @@ import (
 // TestGRPCNeedsCoverMethods checks that every registered method but the
 // peer service's is here. A method missing from the table is refused.
 var grpcNeeds = map[string]auth.Need{
-	"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit": write, // each key checked by authorizeHits
+	"/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit": needWrite, // each key checked by authorizeHits
 }
 
 // peerMethodPrefix is the peer service, authenticated by the cluster's
@@ -71,7 +71,7 @@ func grpcAuthenticate(ctx context.Context, store *auth.Store, method string) (co
 	if !p.Allows(need) {
 		return nil, status.Errorf(codes.PermissionDenied, "%v: user %q has no %s permission for %s", auth.ErrForbidden, p.User, need, method)
 	}
-	return auth.NewContext(ctx, p, tok), nil
+	return auth.WithToken(auth.NewContext(ctx, p), tok), nil
 }
 
 type authedStream struct {

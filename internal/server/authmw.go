@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
@@ -16,11 +17,11 @@ import (
 )
 
 var (
-	read     = auth.Need{Perm: auth.Read}
-	write    = auth.Need{Perm: auth.Write}
-	admin    = auth.Need{Perm: auth.Admin}
-	adminAll = auth.Need{Perm: auth.Admin, All: true}
-	public   = auth.Need{Perm: auth.Public}
+	needRead     = auth.Need{Perm: auth.Read}
+	needWrite    = auth.Need{Perm: auth.Write}
+	needAdmin    = auth.Need{Perm: auth.Admin}
+	needAdminAll = auth.Need{Perm: auth.Admin, All: true}
+	needPublic   = auth.Need{Perm: auth.Public}
 )
 
 // httpNeeds maps every HTTP route ("METHOD pattern", as ServeMux reads it)
@@ -29,60 +30,68 @@ var (
 // against that permission by guardedBackend (deletes need admin on the id
 // whatever the route, so a batch cannot delete with write).
 var httpNeeds = map[string]auth.Need{
-	"POST /counters/{id}/increment":        write,
-	"POST /counters/{id}/decrement":        write,
-	"GET /counters/{id}":                   read,
-	"PUT /counters/{id}":                   write,
-	"DELETE /counters/{id}":                admin,
-	"PUT /counters/{id}/ttl":               write,
-	"DELETE /counters/{id}/ttl":            write,
-	"GET /counters/{id}/ttl":               read,
-	"POST /counters/{id}/pfadd":            write,
-	"GET /counters/{id}/pfcount":           read,
-	"POST /pfcount":                        read,
-	"POST /counters/{id}/pfmerge":          write,
-	"POST /counters/{id}/hincr":            write,
-	"GET /counters/{id}/fields":            read,
-	"GET /counters/{id}/fields/{field}":    read,
-	"DELETE /counters/{id}/fields/{field}": write,
-	"GET /counters/{id}/window":            read,
-	"GET /counters/{id}/series":            read,
-	"GET /counters/{id}/uniques":           read,
-	"GET /counters/{id}/aggregate":         read,
-	"GET /counters":                        read,
-	"POST /batch":                          write,
-	"GET /rollups":                         read,
-	"GET /rollups/{key}":                   read,
-	"PUT /rollups/{key}":                   admin,
-	"DELETE /rollups/{key}":                admin,
-	"GET /healthz":                         public, // load-balancer probes carry no token
-	"GET /readyz":                          public,
-	"GET /metrics":                         read, // node-wide figures, no counter values
-	"GET /openapi.json":                    public,
+	"POST /counters/{id}/increment":        needWrite,
+	"POST /counters/{id}/decrement":        needWrite,
+	"GET /counters/{id}":                   needRead,
+	"PUT /counters/{id}":                   needWrite,
+	"DELETE /counters/{id}":                needAdmin,
+	"PUT /counters/{id}/ttl":               needWrite,
+	"DELETE /counters/{id}/ttl":            needWrite,
+	"GET /counters/{id}/ttl":               needRead,
+	"POST /counters/{id}/pfadd":            needWrite,
+	"GET /counters/{id}/pfcount":           needRead,
+	"POST /pfcount":                        needRead,
+	"POST /counters/{id}/pfmerge":          needWrite,
+	"POST /counters/{id}/hincr":            needWrite,
+	"GET /counters/{id}/fields":            needRead,
+	"GET /counters/{id}/fields/{field}":    needRead,
+	"DELETE /counters/{id}/fields/{field}": needWrite,
+	"GET /counters/{id}/window":            needRead,
+	"GET /counters/{id}/series":            needRead,
+	"GET /counters/{id}/uniques":           needRead,
+	"GET /counters/{id}/aggregate":         needRead,
+	"GET /counters":                        needRead,
+	"POST /batch":                          needWrite,
+	"GET /rollups":                         needRead,
+	"GET /rollups/{key}":                   needRead,
+	"PUT /rollups/{key}":                   needAdmin,
+	"DELETE /rollups/{key}":                needAdmin,
+	"GET /healthz":                         needPublic, // load-balancer probes carry no token
+	"GET /readyz":                          needPublic,
+	"GET /metrics":                         needRead, // node-wide figures, no counter values
+	"GET /openapi.json":                    needPublic,
 
-	"POST /ratelimit/check":             write, // each key checked by guardedChecker
-	"GET /ratelimit/policies":           read,
-	"PUT /ratelimit/policies":           adminAll, // policies apply to every key
-	"GET /ratelimit/policies/{name}":    read,
-	"PUT /ratelimit/policies/{name}":    adminAll,
-	"DELETE /ratelimit/policies/{name}": adminAll,
+	"POST /ratelimit/check":             needWrite, // each key checked by guardedChecker
+	"GET /ratelimit/policies":           needRead,
+	"PUT /ratelimit/policies":           needAdminAll, // policies apply to every key
+	"GET /ratelimit/policies/{name}":    needRead,
+	"PUT /ratelimit/policies/{name}":    needAdminAll,
+	"DELETE /ratelimit/policies/{name}": needAdminAll,
 
-	"GET /cluster":         read, // cluster mode: ring and node health
-	"GET /cluster/{$}":     read,
-	"GET /cluster/metrics": read,
-	"GET /debug/pprof/":    adminAll, // --pprof
+	"GET /cluster":         needRead, // cluster mode: ring and node health
+	"GET /cluster/{$}":     needRead,
+	"GET /cluster/metrics": needRead,
+	"GET /debug/pprof/":    needAdminAll, // --pprof
 }
 
 // unmatchedNeed is required of a request no route matches: it gets the
 // API's own 404 or 405, but only once authenticated.
-var unmatchedNeed = read
+var unmatchedNeed = needRead
 
-// authMiddleware authenticates every request by its bearer token and
-// checks its route's permission, then passes the principal on in the
-// request context. Safe for concurrent use.
+// outsidePrefixes are the paths Run serves beside the counters API
+// (rate limits, cluster status, pprof): the middleware matches their
+// routes itself. Counter routes are checked by httpapi's Authorize hook,
+// which reuses the API's own route match (one match per request).
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/debug/"}
+
+// authMiddleware authenticates every request by its bearer token, checks
+// the route's permission (or leaves that to the API's Authorize hook),
+// and passes the principal on in the request context. Safe for
+// concurrent use.
 type authMiddleware struct {
 	store  *auth.Store
 	routes *http.ServeMux // httpNeeds' patterns, used only to match
+	public map[string]bool
 	next   http.Handler
 }
 
@@ -92,17 +101,33 @@ func withAuth(store *auth.Store, next http.Handler) http.Handler {
 	if store == nil {
 		return next
 	}
-	m := &authMiddleware{store: store, routes: http.NewServeMux(), next: next}
-	for pat := range httpNeeds {
+	m := &authMiddleware{store: store, routes: http.NewServeMux(), public: map[string]bool{}, next: next}
+	for pat, need := range httpNeeds {
 		m.routes.Handle(pat, next)
+		if need.Perm == auth.Public {
+			_, path, _ := strings.Cut(pat, " ")
+			m.public[path] = true
+		}
 	}
 	return m
 }
 
 func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	need, ok := httpNeeds[m.pattern(r)]
-	if !ok {
-		need = unmatchedNeed
+	outside := false
+	for _, p := range outsidePrefixes {
+		if strings.HasPrefix(r.URL.Path, p) {
+			outside = true
+			break
+		}
+	}
+	need := needRead
+	if outside {
+		var ok bool
+		if need, ok = httpNeeds[m.pattern(r)]; !ok {
+			need = unmatchedNeed
+		}
+	} else if m.public[r.URL.Path] {
+		need = needPublic // the API's hook checks the method's entry
 	}
 	if need.Perm == auth.Public {
 		m.next.ServeHTTP(w, r)
@@ -114,17 +139,49 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	if !p.Allows(need) {
+	if outside && !p.Allows(need) {
 		httpapi.WriteError(w, fmt.Errorf("%w: user %q has no %s permission for %s %s", auth.ErrForbidden, p.User, need, r.Method, r.URL.Path))
 		return
 	}
-	m.next.ServeHTTP(w, r.WithContext(auth.NewContext(r.Context(), p, tok)))
+	ctx := auth.NewContext(r.Context(), p)
+	if outside {
+		ctx = auth.WithToken(ctx, tok) // rate-limit checks may be forwarded
+	}
+	m.next.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // pattern is the httpNeeds key r matches, "" for none.
 func (m *authMiddleware) pattern(r *http.Request) string {
 	_, pat := m.routes.Handler(r)
 	return pat
+}
+
+// authorizeRoute is httpapi's Authorize hook: the route's permission, for
+// the principal authMiddleware authenticated.
+func authorizeRoute(r *http.Request, route string) error {
+	need, ok := httpNeeds[route]
+	if !ok {
+		return fmt.Errorf("%w: no permission is defined for %s", auth.ErrForbidden, route)
+	}
+	if need.Perm == auth.Public {
+		return nil
+	}
+	p, err := principalOf(r.Context())
+	if err != nil {
+		return err
+	}
+	if !p.Allows(need) {
+		return fmt.Errorf("%w: user %q has no %s permission for %s", auth.ErrForbidden, p.User, need, route)
+	}
+	return nil
+}
+
+// routeAuthorizer is the API's Authorize hook; nil without --auth.
+func routeAuthorizer(store *auth.Store) func(*http.Request, string) error {
+	if store == nil {
+		return nil
+	}
+	return authorizeRoute
 }
 
 // guard returns be behind per-id permission checks, or be itself without

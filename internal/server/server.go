@@ -100,6 +100,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Registerer:   reg,
 		Gatherer:     reg,
 		Logger:       log,
+		Authorize:    routeAuthorizer(store),
 	})
 	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Authorize: hitsAuthorizer(store)})
 	// Route by prefix rather than through another ServeMux, which would

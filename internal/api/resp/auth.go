@@ -49,7 +49,7 @@ func (c *client) principal(store *auth.Store) *auth.Principal {
 
 // authContext returns ctx with the connection's credentials.
 func (c *client) authContext(ctx context.Context) context.Context {
-	return auth.NewContext(ctx, c.auth.p, c.auth.token)
+	return auth.WithToken(auth.NewContext(ctx, c.auth.p), c.auth.token)
 }
 
 // login checks user and token and, if they match, makes them the
