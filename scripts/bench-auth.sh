@@ -18,6 +18,8 @@ SECS=${2:-10}
 CONNS=${CONNS:-50}
 THREADS=${THREADS:-2}
 KEYS=${KEYS:-100} # distinct counter ids
+SIMUL=${SIMUL:-0} # 1: load both servers at the same time (each with its own wrk), so both see the same machine noise
+AA=${AA:-0}       # 1: an A/A control, the "auth" server runs without --auth (the token is still sent)
 command -v wrk >/dev/null || { echo "bench-auth: wrk not found (apt-get install wrk)" >&2; exit 1; }
 
 tmp=$(mktemp -d)
@@ -43,7 +45,9 @@ digest=$(awk '/^digest:/ {print $2}' "$tmp/tok")
 p_open=$(freeport); p_auth=$(freeport)
 "$tmp/counterd" --data "$tmp/open" --http "127.0.0.1:$p_open" --resp "" --grpc "" --log-level warn &
 pids+=($!); pid_open=$!
-"$tmp/counterd" --data "$tmp/auth" --http "127.0.0.1:$p_auth" --resp "" --grpc "" --log-level warn --auth "$tmp/tokens.yaml" &
+authflag=(--auth "$tmp/tokens.yaml")
+if [[ $AA == 1 ]]; then authflag=(); fi
+"$tmp/counterd" --data "$tmp/auth" --http "127.0.0.1:$p_auth" --resp "" --grpc "" --log-level warn "${authflag[@]}" &
 pids+=($!); pid_auth=$!
 for p in $p_open $p_auth; do
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$p/readyz" >/dev/null && break; sleep 0.1; done
@@ -65,29 +69,58 @@ LUA
 
 cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 
-run() { # $1 = open|auth ; prints "reqs/s p50 p99 cpu_us_per_request"
-  local port=$p_open tok="" pid=$pid_open
-  if [[ $1 == auth ]]; then port=$p_auth tok=$token pid=$pid_auth; fi
-  local t0; t0=$(cputicks "$pid")
-  TOKEN=$tok wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/out" 2>&1
-  local t1; t1=$(cputicks "$pid")
-  if grep -q "Non-2xx" "$tmp/out"; then echo "bench-auth: errors:" >&2; cat "$tmp/out" >&2; exit 1; fi
-  local n; n=$(awk '/requests in/ {print $1}' "$tmp/out")
-  local cpu; cpu=$(python3 -c "print(f'{($t1-$t0)/$(getconf CLK_TCK)*1e6/$n:.2f}')")
-  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out") $cpu"
+start_wrk() { # $1 = open|auth: starts wrk in the background, output in $tmp/out.$1
+  local port=$p_open tok=""
+  if [[ $1 == auth ]]; then port=$p_auth tok=$token; fi
+  TOKEN=$tok wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/out.$1" 2>&1 &
+  wrkpid=$!
 }
 
-echo "# wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:N/increment over $KEYS ids, tokens file of 51 users, $(nproc) cores"
+report() { # $1 = mode, $2 $3 = server CPU ticks before/after; prints "reqs/s p50 p99 cpu_us_per_request"
+  local out=$tmp/out.$1
+  if grep -q "Non-2xx" "$out"; then echo "bench-auth: errors:" >&2; cat "$out" >&2; exit 1; fi
+  local n; n=$(awk '/requests in/ {print $1}' "$out")
+  local cpu; cpu=$(python3 -c "print(f'{($3-$2)/$(getconf CLK_TCK)*1e6/$n:.2f}')")
+  echo "$(awk '/Requests\/sec/ {print $2}' "$out") $(awk '$1=="50%" {print $2}' "$out") $(awk '$1=="99%" {print $2}' "$out") $cpu"
+}
+
+run() { # $1 = open|auth, loaded alone
+  local pid=$pid_open
+  if [[ $1 == auth ]]; then pid=$pid_auth; fi
+  local t0; t0=$(cputicks "$pid")
+  start_wrk "$1"; wait "$wrkpid"
+  report "$1" "$t0" "$(cputicks "$pid")"
+}
+
+run_both() { # both loaded at once; prints two lines "mode reqs/s p50 p99 cpu"
+  local o0 a0 o1 a1 wo wa
+  o0=$(cputicks "$pid_open"); a0=$(cputicks "$pid_auth")
+  start_wrk open; wo=$wrkpid
+  start_wrk auth; wa=$wrkpid
+  wait "$wo" "$wa"
+  o1=$(cputicks "$pid_open"); a1=$(cputicks "$pid_auth")
+  echo "open $(report open "$o0" "$o1")"
+  echo "auth $(report auth "$a0" "$a1")"
+}
+
+echo "# SIMUL=$SIMUL AA=$AA wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:N/increment over $KEYS ids, tokens file of 51 users, $(nproc) cores"
 printf "%-6s %-5s %12s %10s %10s %12s\n" round mode req/s p50 p99 cpu_us/req
 ratios=(); cratios=()
 for r in $(seq "$ROUNDS"); do
   if (( r % 2 )); then order="open auth"; else order="auth open"; fi
   declare -A rps=() cpu=()
-  for mode in $order; do
-    read -r x p50 p99 c < <(run "$mode")
-    rps[$mode]=$x; cpu[$mode]=$c
-    printf "%-6s %-5s %12s %10s %10s %12s\n" "$r" "$mode" "$x" "$p50" "$p99" "$c"
-  done
+  if [[ $SIMUL == 1 ]]; then
+    while read -r mode x p50 p99 c; do
+      rps[$mode]=$x; cpu[$mode]=$c
+      printf "%-6s %-5s %12s %10s %10s %12s\n" "$r" "$mode" "$x" "$p50" "$p99" "$c"
+    done < <(run_both)
+  else
+    for mode in $order; do
+      read -r x p50 p99 c < <(run "$mode")
+      rps[$mode]=$x; cpu[$mode]=$c
+      printf "%-6s %-5s %12s %10s %10s %12s\n" "$r" "$mode" "$x" "$p50" "$p99" "$c"
+    done
+  fi
   ratio=$(python3 -c "print(f'{${rps[auth]}/${rps[open]}:.3f}')")
   cratio=$(python3 -c "print(f'{${cpu[auth]}/${cpu[open]}:.3f}')")
   ratios+=("$ratio"); cratios+=("$cratio")
