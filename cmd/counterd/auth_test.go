@@ -286,6 +286,8 @@ func TestAuthMatrix(t *testing.T) {
 			want string
 		}{
 			{[]string{"PING"}, "-NOAUTH Authentication required."},
+			{[]string{"HELLO", "3"}, "-NOAUTH HELLO must be called with the client already authenticated, otherwise the HELLO <proto> AUTH <user> <pass> option can be used to authenticate the client and select the RESP protocol version at the same time"},
+			{[]string{"HELLO", "3", "AUTH", "reader", tokWrong}, "-WRONGPASS invalid username-password pair or user is disabled."},
 			{[]string{"AUTH", "reader", tokWriter}, "-WRONGPASS invalid username-password pair or user is disabled."},
 			{[]string{"AUTH", tokWrong}, "-WRONGPASS invalid username-password pair or user is disabled."},
 			{[]string{"GET", "page_views:a"}, "-NOAUTH Authentication required."},

@@ -120,7 +120,9 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	need := needRead
+	// Inside the API only authentication happens here; the hook checks
+	// the route's own permission after the API's route match.
+	need := unmatchedNeed
 	if outside {
 		var ok bool
 		if need, ok = httpNeeds[m.pattern(r)]; !ok {
@@ -207,7 +209,11 @@ func hitsAuthorizer(store *auth.Store) func(context.Context, []ratelimit.Hit) er
 // previous tokens in force.
 func openAuth(cfg Config, log *slog.Logger) (store *auth.Store, stop func(), err error) {
 	if cfg.Auth == "" {
-		log.Info("authentication off: --auth not set (loopback only unless --insecure)")
+		if cfg.Insecure {
+			log.Warn("authentication off and --insecure: any client that can reach the listeners may read, change and delete every counter")
+		} else {
+			log.Info("authentication off: --auth not set (loopback only unless --insecure)")
+		}
 		return nil, func() {}, nil
 	}
 	store, err = auth.Open(cfg.Auth)
