@@ -40,8 +40,6 @@ func (d *decoder) errorf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s: %s", ErrCorrupt, d.kind, fmt.Sprintf(format, args...))
 }
 
-func (d *decoder) len() int { return len(d.b) }
-
 func (d *decoder) byte() (byte, error) {
 	if len(d.b) == 0 {
 		return 0, d.errorf("unexpected end of input")

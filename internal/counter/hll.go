@@ -62,8 +62,8 @@ func ValidatePrecision(p uint8) error {
 //
 // The zero value is an empty sketch of precision DefaultPrecision. An HLL is
 // not safe for concurrent use: the caller serialises access. Count,
-// Precision, StdError, Clone and MarshalBinary do not modify the receiver,
-// so concurrent readers are fine under a read lock.
+// Precision, StdError, Registers, Clone and MarshalBinary do not modify the
+// receiver, so concurrent readers are fine under a read lock.
 type HLL struct {
 	p     uint8
 	dense bool
@@ -290,11 +290,50 @@ func (h *HLL) each(fn func(i uint32, r uint8)) {
 	}
 }
 
-// registers returns a copy of all 2^p registers.
-func (h *HLL) registers() []uint8 {
+// Registers returns a copy of the sketch's 2^p registers, register i at
+// index i, whether the sketch is held sparse or dense. With Precision it is
+// what NewHLLFromRegisters takes back.
+func (h *HLL) Registers() []uint8 {
+	if h.dense {
+		return slices.Clone(h.regs)
+	}
 	regs := make([]uint8, 1<<h.Precision())
 	h.each(func(i uint32, r uint8) { regs[i] = r })
 	return regs
+}
+
+// NewHLLFromRegisters returns the sketch of precision p with registers regs
+// (register i at index i, as Registers returns them); regs is not retained.
+// It returns an error wrapping ErrInvalid, and no sketch, for an invalid p,
+// a length other than 2^p, or a register above 65-p, the highest rank of
+// precision p. The sketch is held sparse when few registers are set, as a
+// decoded one is.
+func NewHLLFromRegisters(p uint8, regs []uint8) (*HLL, error) {
+	if err := ValidatePrecision(p); err != nil {
+		return nil, err
+	}
+	if m := 1 << p; len(regs) != m {
+		return nil, fmt.Errorf("%w: %d hll registers, precision %d has %d", ErrInvalid, len(regs), p, m)
+	}
+	maxRank := 65 - p
+	for i, r := range regs {
+		if r > maxRank {
+			return nil, fmt.Errorf("%w: hll register %d has rank %d above %d", ErrInvalid, i, r, maxRank)
+		}
+	}
+	h := &HLL{p: p, dense: true, regs: slices.Clone(regs)}
+	h.sparseIfSmall()
+	return h, nil
+}
+
+// sparseIfSmall turns a dense sketch with few non-zero registers sparse, so
+// that a sketch built from registers is held as one built by adding items.
+func (h *HLL) sparseIfSmall() {
+	if nz := h.nonZero(); nz <= sparseMax(h.p) {
+		entries := make([]uint32, 0, nz)
+		h.each(func(i uint32, r uint8) { entries = append(entries, i<<rankBits|uint32(r)) })
+		h.setSparse(entries)
+	}
 }
 
 // nonZero returns the number of non-zero registers.
@@ -526,7 +565,7 @@ func (h *HLL) MarshalBinary() ([]byte, error) {
 	}
 	regs := h.regs
 	if !h.dense {
-		regs = h.registers()
+		regs = h.Registers()
 	}
 	b := make([]byte, 3, denseSize)
 	b[0], b[1], b[2] = formatHLL, p, hllDense
@@ -612,11 +651,7 @@ func (h *HLL) UnmarshalBinary(data []byte) error {
 				out.regs[k+j] = r
 			}
 		}
-		if nz := out.nonZero(); nz <= sparseMax(p) {
-			entries := make([]uint32, 0, nz)
-			out.each(func(i uint32, r uint8) { entries = append(entries, i<<rankBits|uint32(r)) })
-			out.setSparse(entries)
-		}
+		out.sparseIfSmall()
 	default:
 		return d.errorf("unknown layout %d", layout)
 	}

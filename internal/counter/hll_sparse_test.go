@@ -38,7 +38,7 @@ func TestHLLSparseEntries(t *testing.T) {
 				t.Fatalf("p=%d item %d: turned dense without a change", p, k)
 			}
 			if k%997 == 0 || (k < 200 && !h.dense) {
-				if !bytes.Equal(h.registers(), want) {
+				if !bytes.Equal(h.Registers(), want) {
 					t.Fatalf("p=%d item %d (dense=%v): registers differ", p, k, h.dense)
 				}
 				nz := 0
@@ -52,7 +52,7 @@ func TestHLLSparseEntries(t *testing.T) {
 				}
 				c := h.Clone()
 				var u HLL
-				if err := u.UnmarshalBinary(mustMarshal(t, c)); err != nil || !bytes.Equal(u.registers(), want) {
+				if err := u.UnmarshalBinary(mustMarshal(t, c)); err != nil || !bytes.Equal(u.Registers(), want) {
 					t.Fatalf("p=%d item %d: round trip differs (%v)", p, k, err)
 				}
 			}

@@ -191,7 +191,7 @@ func TestHLLMatchesAxiom(t *testing.T) {
 		if len(enc) != 8+1<<tc.p || enc[3] != 0 {
 			t.Fatalf("unexpected axiomhq encoding header %x", enc[:8])
 		}
-		if !bytes.Equal(enc[8:], ours.registers()) {
+		if !bytes.Equal(enc[8:], ours.Registers()) {
 			t.Fatalf("p=%d n=%d: registers differ from axiomhq's", tc.p, tc.n)
 		}
 		a, o := float64(ax.Estimate()), float64(ours.Count())
@@ -208,9 +208,9 @@ func TestHLLAddReportsChange(t *testing.T) {
 	var buf []byte
 	changed := 0
 	for i := range uint64(3000) {
-		before := h.registers()
+		before := h.Registers()
 		got := h.Add(item(buf, 3, i%2000)) // the last 1000 are repeats
-		after := h.registers()
+		after := h.Registers()
 		if want := !bytes.Equal(before, after); got != want {
 			t.Fatalf("item %d: Add = %v, registers changed = %v (dense=%v)", i, got, want, h.dense)
 		}
@@ -227,7 +227,7 @@ func TestHLLAddReportsChange(t *testing.T) {
 }
 
 func registersEqual(a, b *HLL) bool {
-	return a.Precision() == b.Precision() && bytes.Equal(a.registers(), b.registers())
+	return a.Precision() == b.Precision() && bytes.Equal(a.Registers(), b.Registers())
 }
 
 func TestHLLMergeIsUnion(t *testing.T) {

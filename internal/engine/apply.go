@@ -7,8 +7,6 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -317,229 +315,33 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 	return nil
 }
 
-// applyLocked applies op to r (and, for PFMERGE, reads srcs). On error the
-// entry is unchanged. Caller holds every involved lock.
+// applyLocked applies op to r (and, for PFMERGE, reads srcs) with the
+// function of op's type (ops.go). On error the entry is unchanged. Caller
+// holds every involved lock.
 func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result) error {
-	en := r.e
 	live := e.liveLocked(r, now)
 	*res = Result{ID: op.ID}
+	// A switch, not a table of funcs: an indirect call would move r, op
+	// and res to the heap on every write.
 	switch op.Type {
 	case OpAdd:
-		k := op.Kind
-		if live {
-			if !en.kind.Additive() || (k != KindNone && k != en.kind) {
-				return wrongKind(op.ID, en.kind, op.Type)
-			}
-			k = en.kind
-		} else {
-			if k == KindNone {
-				k = KindCounter
-			}
-			if err := e.create(r, k, op); err != nil {
-				return err
-			}
-		}
-		if err := e.addLocked(r, op, now); err != nil {
-			if !live {
-				e.clearLocked(r)
-			}
-			return err
-		}
-		if x := en.ext; x != nil && x.roll != nil {
-			x.roll.Add(now, op.Delta)
-		}
+		return e.applyAdd(r, op, now, live, res)
 	case OpSet:
-		if live && en.kind != KindCounter {
-			return wrongKind(op.ID, en.kind, op.Type)
-		}
-		if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
-			have := uint64(0)
-			if live {
-				have = en.version
-			}
-			return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, op.ID, have, op.ExpectedVersion)
-		}
-		if (op.SetMode == SetIfAbsent && live) || (op.SetMode == SetIfExists && !live) {
-			if live {
-				res.Kind, res.Value, res.Version = en.kind, en.value, en.version
-			}
-			return nil
-		}
-		if !live {
-			e.create(r, KindCounter, op)
-		}
-		en.value = op.Value
-		switch {
-		case op.TTL > 0:
-			e.setExpiresLocked(r, expiry(now, op.TTL))
-		case !op.KeepTTL:
-			e.setExpiresLocked(r, 0)
-		}
+		return e.applySet(r, op, now, live, res)
 	case OpDelete:
-		if !live {
-			return nil
-		}
-		// The version the counter is deleted at (a tombstone's, replica.go).
-		res.Kind, res.Version = en.kind, en.version+1
-		e.clearLocked(r)
-		res.Changed = true
-		return nil
+		return e.applyDelete(r, live, res)
 	case OpExpire:
-		if !live {
-			return nil
-		}
-		switch {
-		case op.TTL < 0:
-			res.Kind, res.Version = en.kind, en.version+1 // as OpDelete
-			e.clearLocked(r)
-			res.Changed = true
-			return nil
-		case op.TTL == 0:
-			if en.ext == nil || en.ext.expires == 0 {
-				res.Kind, res.Value, res.Version = en.kind, en.value, en.version
-				return nil
-			}
-			e.setExpiresLocked(r, 0)
-		default:
-			e.setExpiresLocked(r, expiry(now, op.TTL))
-		}
+		return e.applyExpire(r, op, now, live, res)
 	case OpPFAdd:
-		if live && en.kind != KindHLL {
-			return wrongKind(op.ID, en.kind, op.Type)
-		}
-		if !live {
-			if err := e.create(r, KindHLL, op); err != nil {
-				return err
-			}
-			res.Changed = true // like Redis: creating the key counts as a change
-		}
-		h := en.ext.state.(*counter.HLL)
-		rollChanged := false
-		if roll := en.ext.roll; roll == nil {
-			for _, it := range op.Items {
-				if h.Add(it) {
-					res.Changed = true
-				}
-			}
-		} else {
-			for _, it := range op.Items {
-				x := xxhash.Sum64(it) // what h.Add hashes
-				if h.AddHash(x) {
-					res.Changed = true
-				}
-				if roll.AddHash(now, x) {
-					rollChanged = true
-				}
-			}
-		}
-		if op.Estimate {
-			res.Value = int64(h.Count())
-		}
-		if !res.Changed {
-			if rollChanged { // today's sketch changed, the counter did not
-				e.markDirtyLocked(r)
-			}
-			res.Kind, res.Version = en.kind, en.version
-			return nil
-		}
+		return e.applyPFAdd(r, op, now, live, res)
 	case OpPFMerge:
-		if live && en.kind != KindHLL {
-			return wrongKind(op.ID, en.kind, op.Type)
-		}
-		var hs []*counter.HLL
-		for i := range srcs {
-			s := &srcs[i]
-			if s.e == nil || s.e == en || !e.liveLocked(s, now) {
-				continue
-			}
-			if s.e.kind != KindHLL {
-				return wrongKind(op.Sources[i], s.e.kind, op.Type)
-			}
-			hs = append(hs, s.e.ext.state.(*counter.HLL))
-		}
-		var dst *counter.HLL
-		if live {
-			dst = en.ext.state.(*counter.HLL).Clone()
-		} else {
-			p := op.HLLPrecision
-			if p == 0 && len(hs) > 0 {
-				p = hs[0].Precision()
-			}
-			if p == 0 {
-				p = e.cfg.HLLPrecision
-			}
-			var err error
-			if dst, err = counter.NewHLL(p); err != nil {
-				return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
-			}
-		}
-		for _, h := range hs {
-			if err := dst.Merge(h); err != nil {
-				return mapErr(op.ID, err)
-			}
-		}
-		if !live {
-			e.create(r, KindHLL, op)
-		}
-		en.ext.state = dst
-		if roll := en.ext.roll; roll != nil {
-			for _, h := range hs {
-				if err := roll.MergeSketch(now, h); err != nil {
-					return mapErr(op.ID, err)
-				}
-			}
-		}
-		res.Changed = true
+		return e.applyPFMerge(r, op, srcs, now, live, res)
 	case OpHAdd:
-		if live && en.kind != KindHash {
-			return wrongKind(op.ID, en.kind, op.Type)
-		}
-		if !live {
-			e.create(r, KindHash, op)
-		}
-		fs, err := en.ext.state.(*counter.Hash).Add(op.Fields)
-		if err != nil {
-			if !live {
-				e.clearLocked(r)
-			}
-			return mapErr(op.ID, err)
-		}
-		res.Fields = fs
-		res.Changed = true
+		return e.applyHAdd(r, op, now, live, res)
 	case OpHDel:
-		if !live {
-			return nil
-		}
-		if en.kind != KindHash {
-			return wrongKind(op.ID, en.kind, op.Type)
-		}
-		h := en.ext.state.(*counter.Hash)
-		n := h.Del(op.Names...)
-		res.Value = int64(n)
-		if n == 0 {
-			res.Kind, res.Version = en.kind, en.version
-			return nil
-		}
-		res.Changed = true
-		if h.Len() == 0 { // like Redis: a hash without fields does not exist
-			res.Kind, res.Version = KindHash, en.version+1 // as OpDelete
-			e.clearLocked(r)
-			return nil
-		}
+		return e.applyHDel(r, op, now, live, res)
 	}
-	e.touch(r, now)
-	res.Kind, res.Version = en.kind, en.version
-	res.Changed = res.Changed || op.Type == OpAdd || op.Type == OpSet || op.Type == OpExpire
-	switch op.Type {
-	case OpAdd, OpSet:
-		res.Value = en.value
-		if en.kind == KindWindow {
-			res.Value = en.ext.state.(*counter.Window).Sum(time.Unix(0, now))
-		}
-	case OpPFMerge:
-		res.Value = int64(en.ext.state.(*counter.HLL).Count())
-	}
-	return nil
+	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
 }
 
 // MaxTTL is the longest time to live: longer ones are refused.

@@ -22,7 +22,11 @@ type IdemRecord struct {
 	// Pending is set while the mutation is being applied (a backend that
 	// claims a key before applying, like the tiered mode); Results is
 	// empty then.
-	Pending bool     `json:"pending,omitempty"`
+	Pending bool `json:"pending,omitempty"`
+	// Claim, on a pending record, is a random token of the request that
+	// wrote it: a claimer whose write was resent by its client library
+	// recognises its own claim instead of waiting for it.
+	Claim   string   `json:"claim,omitempty"`
 	IDs     []string `json:"ids,omitempty"` // the ids the mutation wrote, when a backend indexes records by id
 	Results []Result `json:"results,omitempty"`
 }

@@ -435,13 +435,6 @@ func (g *hitLog) resize(c int) {
 	g.ts, g.n, g.head = ts, n, 0
 }
 
-// shrink gives memory back after a burst.
-func (g *hitLog) shrink() {
-	if c := len(g.ts); c > 16 && g.size < c/4 {
-		g.resize(c / 2)
-	}
-}
-
 // decideLog is decide for SlidingLog; g may be nil (no hits yet). It
 // prunes g (which does not change its meaning) but does not record the
 // hit: commitLog does.

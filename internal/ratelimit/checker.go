@@ -5,7 +5,8 @@ import "context"
 // Checker decides rate-limit checks for the front ends (NewHTTPHandler,
 // Middleware, RegisterEnvoy and the RESP command RL.CHECK). *Limiter
 // decides every check itself; *Router sends each check to the node that
-// owns its key and decides there. Implementations are safe for concurrent
+// owns its key and decides there; redisrl.Decider decides in Redis, for
+// every node of the tiered mode. Implementations are safe for concurrent
 // use.
 type Checker interface {
 	// CheckMultiContext is Limiter.CheckMulti: it checks hits atomically

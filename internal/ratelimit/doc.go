@@ -23,7 +23,9 @@
 //     which they leave the queue (shaping instead of policing).
 //
 // Policies (Policy, LoadPolicies, Limiter.SetPolicy) attach limits to keys
-// by glob or namespace. Front ends: NewHTTPHandler (POST /ratelimit/check,
+// by glob or namespace. Where several nodes share one state, the policies
+// live in a PolicyStore (PostgreSQL in tiered mode) and a PolicySync
+// writes changes through it and reloads it into each node's Limiter. Front ends: NewHTTPHandler (POST /ratelimit/check,
 // /ratelimit/policies), Middleware for net/http, Limiter.CheckArgs for the
 // RESP command RL.CHECK, and RegisterEnvoy for Envoy's rate limit service
 // (envoy.service.ratelimit.v3) over gRPC.
@@ -33,5 +35,7 @@
 // one hop to the owner's POST /ratelimit/check, so decisions are exact
 // while one node owns a key. When the owner is unreachable it decides
 // locally (approximate: up to k x Limit per window with k nodes deciding)
-// or fails (FallbackError); docs/ratelimit.md states the bounds.
+// or fails (FallbackError); docs/ratelimit.md states the bounds. In the
+// tiered mode, redisrl.Decider decides every check in one Redis script
+// shared by all nodes, exactly as a Limiter would.
 package ratelimit

@@ -190,7 +190,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 
 func grpcError(err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull), errors.Is(err, ErrOwnerUnavailable):
+	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull), errors.Is(err, ErrOwnerUnavailable), errors.Is(err, ErrDeciderUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidCost),
 		errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrTooManyLimits):

@@ -21,6 +21,12 @@ var (
 	// ErrOwnerUnavailable: a Router could not reach the node owning the
 	// key and its Fallback is FallbackError.
 	ErrOwnerUnavailable = errors.New("ratelimit: owner of the key unavailable")
+	// ErrPolicyStoreUnavailable: a policy change could not be written to
+	// the shared PolicyStore (nothing changed on this node).
+	ErrPolicyStoreUnavailable = errors.New("ratelimit: policy store unavailable")
+	// ErrDeciderUnavailable: a shared decider (Redis in tiered mode) did
+	// not answer; the check was not decided.
+	ErrDeciderUnavailable = errors.New("ratelimit: rate-limit state unavailable")
 )
 
 func errorf(sentinel error, format string, args ...any) error {

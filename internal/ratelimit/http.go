@@ -27,6 +27,12 @@ type HTTPOptions struct {
 	// anything is charged, forwarded checks included; an error refuses
 	// the check (auth errors answer 401 or 403). Default nil: no check.
 	Authorize func(ctx context.Context, hits []Hit) error
+	// Policies, when set, receives every policy change (PUT and DELETE on
+	// /ratelimit/policies) instead of the Checker's Limiter, and must make
+	// it visible in Local() before it returns: a *PolicySync, which writes
+	// through a shared PolicyStore and then updates the Limiter. Default
+	// nil: changes go to Local() only (this process).
+	Policies PolicyStore
 }
 
 // NewHTTPHandler returns the HTTP API of c (docs/ratelimit.md):
@@ -114,6 +120,8 @@ var errorTable = []struct {
 	{ErrClosed, "unavailable", http.StatusServiceUnavailable},
 	{ErrFull, "unavailable", http.StatusServiceUnavailable},
 	{ErrOwnerUnavailable, "unavailable", http.StatusServiceUnavailable},
+	{ErrPolicyStoreUnavailable, "unavailable", http.StatusServiceUnavailable},
+	{ErrDeciderUnavailable, "unavailable", http.StatusServiceUnavailable},
 }
 
 func classify(err error) (string, int) {
@@ -452,6 +460,39 @@ func (h *httpHandler) hits(req *checkRequest) ([]Hit, error) {
 	return hits, nil
 }
 
+// replacePolicies, putPolicy and deletePolicy change the policies through
+// opts.Policies when set, else in the local Limiter.
+func (h *httpHandler) replacePolicies(ctx context.Context, ps []Policy) error {
+	if h.opts.Policies != nil {
+		return policyStoreErr(h.opts.Policies.ReplacePolicies(ctx, ps))
+	}
+	return h.l.SetPolicies(ps)
+}
+
+func (h *httpHandler) putPolicy(ctx context.Context, p Policy) error {
+	if h.opts.Policies != nil {
+		return policyStoreErr(h.opts.Policies.PutPolicy(ctx, p))
+	}
+	return h.l.SetPolicy(p)
+}
+
+func (h *httpHandler) deletePolicy(ctx context.Context, name string) (bool, error) {
+	if h.opts.Policies != nil {
+		ok, err := h.opts.Policies.DeletePolicy(ctx, name)
+		return ok, policyStoreErr(err)
+	}
+	return h.l.DeletePolicy(name), nil
+}
+
+// policyStoreErr marks a store failure (not a policy the store refused)
+// as ErrPolicyStoreUnavailable, answered 503.
+func policyStoreErr(err error) error {
+	if err == nil || errors.Is(err, ErrInvalidPolicy) || errors.Is(err, ErrPolicyStoreUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrPolicyStoreUnavailable, err)
+}
+
 type policiesBody struct {
 	Policies []Policy `json:"policies"`
 }
@@ -479,7 +520,7 @@ func (h *httpHandler) policies(w http.ResponseWriter, r *http.Request) {
 			ps = body.Policies
 		}
 		if err == nil {
-			err = h.l.SetPolicies(ps)
+			err = h.replacePolicies(r.Context(), ps)
 		}
 		if err != nil {
 			writeError(w, err)
@@ -534,7 +575,7 @@ func (h *httpHandler) policy(w http.ResponseWriter, r *http.Request) {
 		}
 		p, err := d.policy()
 		if err == nil {
-			err = h.l.SetPolicy(p)
+			err = h.putPolicy(r.Context(), p)
 		}
 		if err != nil {
 			writeError(w, err)
@@ -550,10 +591,15 @@ func (h *httpHandler) policy(w http.ResponseWriter, r *http.Request) {
 			methodNotAllowed(w, r, "GET, HEAD")
 			return
 		}
+		deleted, err := h.deletePolicy(r.Context(), name)
+		if err != nil {
+			writeError(w, err)
+			return
+		}
 		writeJSON(w, http.StatusOK, struct {
 			Status  string `json:"status"`
 			Deleted bool   `json:"deleted"`
-		}{"ok", h.l.DeletePolicy(name)})
+		}{"ok", deleted})
 	default:
 		methodNotAllowed(w, r, h.allow("GET, HEAD, PUT, DELETE"))
 	}

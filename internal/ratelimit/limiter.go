@@ -444,7 +444,9 @@ func combine(refs []ref, out []Status) Status {
 
 // binder picks the binding status of several: if any is denied, the
 // denied one with the longest RetryAfter; else the one with the fewest
-// Remaining (then the longest Reset), with the longest Delay of all.
+// Remaining (then the longest Reset), with the longest Delay of all. Ties
+// are broken on the other fields (binding.go), so the result does not
+// depend on the order of the hits.
 type binder struct {
 	n        int
 	minRem   Status
@@ -454,10 +456,10 @@ type binder struct {
 }
 
 func (b *binder) add(s Status) {
-	if b.n == 0 || s.Remaining < b.minRem.Remaining || (s.Remaining == b.minRem.Remaining && s.Reset > b.minRem.Reset) {
+	if b.n == 0 || fewerRemaining(s, b.minRem) {
 		b.minRem = s
 	}
-	if !s.Allowed && (!b.denied || s.RetryAfter > b.maxRetry.RetryAfter) {
+	if !s.Allowed && (!b.denied || longerRetry(s, b.maxRetry)) {
 		b.maxRetry, b.denied = s, true
 	}
 	b.delay = max(b.delay, s.Delay)

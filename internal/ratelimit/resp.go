@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"time"
@@ -39,6 +40,35 @@ func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
 	} else {
 		s, err = l.Check(a.key, a.lim, a.cost)
 	}
+	if err != nil {
+		return [4]int64{}, err
+	}
+	return argsReply(s), nil
+}
+
+// CheckArgsWith runs RL.CHECK (see Limiter.CheckArgs) through c: the
+// policies are c.Local()'s, the check is c.CheckMultiContext's. Checkers
+// that decide elsewhere (a Router, the Redis decider) implement CheckArgs
+// with it.
+func CheckArgsWith(c Checker, args [][]byte) ([4]int64, error) {
+	return CheckArgsWithContext(context.Background(), c, args)
+}
+
+// CheckArgsWithContext is CheckArgsWith with the caller's context (its
+// deadline, and the credentials of a check forwarded to another node).
+func CheckArgsWithContext(ctx context.Context, c Checker, args [][]byte) ([4]int64, error) {
+	a, err := parseArgs(args)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	var buf [8]Hit
+	hits := append(buf[:0], Hit{Key: a.key, Limit: a.lim, Cost: a.cost})
+	if a.policies {
+		if hits, err = c.Local().AppendPolicyHits(buf[:0], a.key, nil, PolicyCost); err != nil {
+			return [4]int64{}, err
+		}
+	}
+	s, err := c.CheckMultiContext(ctx, hits, nil)
 	if err != nil {
 		return [4]int64{}, err
 	}
@@ -149,6 +179,10 @@ func RESPError(err error) string {
 	var ae *argError
 	if errors.As(err, &ae) {
 		return "ERR " + ae.msg
+	}
+	if errors.Is(err, ErrDeciderUnavailable) {
+		// Like a Redis Cluster that cannot serve right now: retryable.
+		return "TRYAGAIN " + strings.TrimPrefix(err.Error(), "ratelimit: ")
 	}
 	return "ERR " + strings.TrimPrefix(err.Error(), "ratelimit: ")
 }

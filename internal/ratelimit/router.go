@@ -201,29 +201,12 @@ func (r *Router) CheckMultiContext(ctx context.Context, hits []Hit, out []Status
 
 // CheckArgs runs RL.CHECK (see Limiter.CheckArgs) on the owner of the key,
 // within the Router's Timeout.
-func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) {
-	return r.CheckArgsContext(context.Background(), args)
-}
+func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) { return CheckArgsWith(r, args) }
 
 // CheckArgsContext is CheckArgs with the caller's context, whose
 // credentials a forwarded check carries to the owner.
 func (r *Router) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int64, error) {
-	a, err := parseArgs(args)
-	if err != nil {
-		return [4]int64{}, err
-	}
-	var buf [8]Hit
-	hits := append(buf[:0], Hit{Key: a.key, Limit: a.lim, Cost: a.cost})
-	if a.policies {
-		if hits, err = r.local.AppendPolicyHits(buf[:0], a.key, nil, PolicyCost); err != nil {
-			return [4]int64{}, err
-		}
-	}
-	s, err := r.CheckMultiContext(ctx, hits, nil)
-	if err != nil {
-		return [4]int64{}, err
-	}
-	return argsReply(s), nil
+	return CheckArgsWithContext(ctx, r, args)
 }
 
 // errNoOwner is the cause of a fallback when Owner gave no address.

@@ -225,14 +225,8 @@ func MarshalChunk(vals []int64) []byte {
 	return appendValues([]byte{formatChunk}, vals)
 }
 
-// UnmarshalChunk decodes what MarshalChunk wrote for a chunk of g with
-// index idx.
-func UnmarshalChunk(g Granularity, idx int64, data []byte) ([]int64, error) {
-	return DecodeChunk(g, idx, data, nil)
-}
-
-// DecodeChunk is UnmarshalChunk that reuses buf's storage when it is large
-// enough.
+// DecodeChunk decodes what MarshalChunk wrote for a chunk of g with index
+// idx, reusing buf's storage when it is large enough (buf may be nil).
 func DecodeChunk(g Granularity, idx int64, data []byte, buf []int64) ([]int64, error) {
 	d := decoder{b: data}
 	if f := d.byte(); f != formatChunk {

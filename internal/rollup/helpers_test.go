@@ -34,7 +34,7 @@ func (m *memStore) Chunks(g Granularity, from, to int64, fn func(int64, []int64)
 	}
 	sort.Slice(idxs, func(i, j int) bool { return idxs[i] < idxs[j] })
 	for _, idx := range idxs {
-		vals, err := UnmarshalChunk(g, idx, m.chunks[g][idx])
+		vals, err := DecodeChunk(g, idx, m.chunks[g][idx], nil)
 		if err != nil {
 			return err
 		}

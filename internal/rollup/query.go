@@ -414,9 +414,6 @@ func (s *Spec) Horizons(now int64) Horizons {
 // Levels returns the highest block level stored for unit (Hour or Day).
 func Levels(unit Granularity) int { return levels(unit) }
 
-// Granularities lists every granularity, finest first.
-func Granularities() []Granularity { return []Granularity{Minute, Hour, Day, Month} }
-
 // PurgeRange is stored data that may be deleted: the indexes [From, To) of
 // the chunks of granularity G, or (Sketch) of the sketches of unit G at
 // Level. From is math.MinInt64 and To math.MaxInt64 when unbounded.

@@ -128,9 +128,6 @@ func (s *Spec) SketchRetention(unit Granularity) time.Duration {
 	return 0
 }
 
-// Counts reports whether s keeps any count buckets.
-func (s *Spec) Counts() bool { return s.Minute > 0 || s.Hour > 0 || s.Day > 0 || s.Month > 0 }
-
 // Uniques reports whether s keeps any sketches.
 func (s *Spec) Uniques() bool { return s.UniqueHours > 0 || s.UniqueDays > 0 }
 

@@ -315,7 +315,7 @@ func FuzzUnmarshalHead(f *testing.F) {
 			}
 		}
 		for g := Minute; g < numGranularities; g++ {
-			if vals, err := UnmarshalChunk(g, 600000, data); err == nil && len(vals) > 60 {
+			if vals, err := DecodeChunk(g, 600000, data, nil); err == nil && len(vals) > 60 {
 				t.Fatalf("%d values in a chunk", len(vals))
 			}
 		}

@@ -14,7 +14,7 @@ import (
 
 // TestHTTPNeedsCoverRoutes: every route of the HTTP API and of the
 // rate-limit API maps to a permission, and httpNeeds names no route that
-// does not exist (besides the cluster and pprof routes mounted by Run).
+// does not exist (besides the cluster routes mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
 	routes := append(httpapi.Routes(), ratelimit.HTTPRoutes()...)
 	for _, r := range routes {
@@ -22,7 +22,7 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := []string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "GET /debug/pprof/"}
+	extra := []string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics"}
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {
 			t.Errorf("httpNeeds names %q, which is not a route", pat)
@@ -71,6 +71,9 @@ func TestProtectedMode(t *testing.T) {
 		{"insecure", func(c *Config) { c.HTTP = ":8080"; c.Insecure = true }, ""},
 		{"auth", func(c *Config) { c.HTTP = ":8080"; c.Auth = "tokens.yaml" }, ""},
 		{"disabled resp", func(c *Config) { c.RESP = "" }, ""},
+		{"public admin with pprof", func(c *Config) { c.Pprof = true; c.Admin = "0.0.0.0:6060"; c.Auth = "tokens.yaml" }, "--admin"},
+		{"public admin without pprof", func(c *Config) { c.Admin = "0.0.0.0:6060" }, ""},
+		{"public admin, insecure", func(c *Config) { c.Pprof = true; c.Admin = "0.0.0.0:6060"; c.Insecure = true }, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := DefaultConfig()

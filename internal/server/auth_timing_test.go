@@ -34,7 +34,7 @@ func BenchmarkHTTPIncrement(b *testing.B) {
 			if mode == "auth" {
 				store = auth.NewStore(tab)
 			}
-			h := withAuth(store, httpapi.New(guard(store, engine.Local(eng)), httpapi.Options{Logger: slog.New(slog.DiscardHandler), Authorize: routeAuthorizer(store)}))
+			h := withAuth(store, httpapi.New(guardBackend(store, engine.Local(eng)), httpapi.Options{Logger: slog.New(slog.DiscardHandler), Authorize: routeAuthorizer(store)}))
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

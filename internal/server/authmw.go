@@ -71,7 +71,6 @@ var httpNeeds = map[string]auth.Need{
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
-	"GET /debug/pprof/":    needAdminAll, // --pprof
 }
 
 // unmatchedNeed is required of a request no route matches: it gets the
@@ -79,10 +78,10 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status, pprof): the middleware matches their
+// (rate limits, cluster status): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/debug/"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),
@@ -186,9 +185,9 @@ func routeAuthorizer(store *auth.Store) func(*http.Request, string) error {
 	return authorizeRoute
 }
 
-// guard returns be behind per-id permission checks, or be itself without
+// guardBackend returns be behind per-id permission checks, or be itself without
 // --auth.
-func guard(store *auth.Store, be engine.Backend) engine.Backend {
+func guardBackend(store *auth.Store, be engine.Backend) engine.Backend {
 	if store == nil {
 		return be
 	}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // node is what Run serves: a Backend and what its deployment mode adds.
@@ -36,11 +37,22 @@ type node struct {
 	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
 	// checks are decided there (ratelimit.Router); nil decides locally.
 	rlOwner func(key string) (self bool, httpAddr string)
+	// rlShared, in tiered mode, decides rate limits on shared state and
+	// keeps the policies in a shared store; lim holds the --ratelimit-policies
+	// file, which seeds the store. nil: rlOwner or lim decides.
+	rlShared func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error)
 	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
 	// header on every HTTP answer (routing clients refresh on a change).
 	ringVersion func() uint64
 	// collectors are the mode's Prometheus metrics, served on /metrics.
 	collectors []prometheus.Collector
+}
+
+// sharedLimits are the rate limits of a mode that shares their state.
+type sharedLimits struct {
+	checker  ratelimit.Checker
+	policies ratelimit.PolicyStore // receives the policy API's changes
+	close    func()
 }
 
 // Addrs are the addresses the front ends are bound to; empty when disabled.
@@ -57,12 +69,12 @@ func addrOf(ln net.Listener) string {
 
 // openNode opens the backend the config asks for: tiered with --redis and
 // --postgres, a cluster member with --join, else the embedded engine.
-func openNode(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
+func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
 	switch {
 	case cfg.Redis != "":
 		return openTiered(ctx, cfg, log)
 	case cfg.Join != "":
-		return openCluster(ctx, cfg, log)
+		return openCluster(ctx, cfg, sec, log)
 	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {

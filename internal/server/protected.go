@@ -15,7 +15,15 @@ var ErrProtectedMode = errors.New("server: protected mode")
 // read, change and delete every counter. Loopback stays open so the
 // README's first commands need no token.
 func (c *Config) validateProtectedMode() error {
-	if c.Auth != "" || c.Insecure {
+	if c.Insecure {
+		return nil
+	}
+	// Tokens do not guard the admin listener: pprof there shows the
+	// command line, --postgres password included.
+	if c.Pprof && c.Admin != "" && !isLoopback(c.Admin) {
+		return fmt.Errorf("%w: --admin %s is not a loopback address and the admin listener (pprof) has no authentication, even with --auth; bind it to loopback, or set --insecure to serve it anyway", ErrProtectedMode, c.Admin)
+	}
+	if c.Auth != "" {
 		return nil
 	}
 	for _, a := range []struct{ flag, addr string }{{"--http", c.HTTP}, {"--resp", c.RESP}, {"--grpc", c.GRPC}} {

@@ -5,16 +5,15 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -63,12 +62,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	sec, err := loadSecurity(cfg, log)
+	if err != nil {
+		return err
+	}
+	sec.reloadOnHUP(ctx, log)
 	store, stopAuth, err := openAuth(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopAuth()
-	nd, err := openNode(ctx, cfg, log)
+	nd, err := openNode(ctx, cfg, sec, log)
 	if err != nil {
 		return err
 	}
@@ -81,8 +85,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
-	if nd.rlOwner != nil {
-		router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: nd.rlOwner})
+	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
+	switch {
+	case nd.rlShared != nil:
+		shared, err := nd.rlShared(ctx, lim)
+		if err != nil {
+			return err
+		}
+		defer shared.close()
+		rlc, rlPolicies = shared.checker, shared.policies
+	case nd.rlOwner != nil:
+		router, err := ratelimit.NewRouter(lim, sec.routerConfig(nd.rlOwner))
 		if err != nil {
 			return err
 		}
@@ -94,7 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 
-	api := httpapi.New(guard(store, be), httpapi.Options{
+	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
 		Registerer:   reg,
@@ -102,7 +115,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Logger:       log,
 		Authorize:    routeAuthorizer(store),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Authorize: hitsAuthorizer(store)})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store)})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -121,22 +134,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		api.ServeHTTP(w, r)
 	})
-	if cfg.Pprof {
-		prof := http.NewServeMux()
-		prof.HandleFunc("/debug/pprof/", pprof.Index)
-		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		next := handler
-		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
-				prof.ServeHTTP(w, r)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
+	handler = sec.peerOnlyForwarded(handler)
 	handler = withAuth(store, handler)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
@@ -144,6 +142,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	shedder, sm := newShedder(cfg, reg)
+	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
+	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
 		if err := nd.start(ctx, bound); err != nil {
@@ -151,11 +152,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	errc := make(chan error, 3)
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if sec.tlsOn() && lns.resp != nil {
+		lns.resp = tls.NewListener(lns.resp, sec.server())
+	}
+	errc := make(chan error, 4)
+	hs := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+	}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store})
+		rs = resp.New(be, resp.Options{
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store,
+			// security: hardening
+			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
+			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
+			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -165,7 +180,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer(grpcAuthOptions(store)...)
+		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
@@ -177,12 +192,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}()
 		log.Info("grpc listening", "addr", lns.grpc.Addr().String(), "services", "envoy.service.ratelimit.v3")
 	}
+	serve := hs.Serve
+	if sec.tlsOn() {
+		hs.TLSConfig = sec.server()
+		serve = func(ln net.Listener) error { return hs.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := hs.Serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("server: http: %w", err)
 		}
 	}()
-	log.Info("http listening", "addr", lns.http.Addr().String())
+	log.Info("http listening", "addr", lns.http.Addr().String(), "tls", sec.tlsOn())
+	var as *http.Server
+	if lns.admin != nil {
+		as = &http.Server{Handler: adminHandler(addrOf(lns.admin)), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+		go func() {
+			if err := as.Serve(lns.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: admin: %w", err)
+			}
+		}()
+		log.Info("admin listening", "addr", lns.admin.Addr().String(), "routes", "/debug/pprof/")
+	}
 
 	select {
 	case <-ctx.Done():
@@ -212,13 +242,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if serr := hs.Shutdown(sctx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
 	}
+	if as != nil {
+		_ = as.Close() // profiles in progress are not worth waiting for
+	}
 	return err
 }
 
 // ringVersionHeader carries the cluster ring's version (client.RingVersionHeader).
 const ringVersionHeader = "Counterd-Ring-Version"
 
-type listeners struct{ http, resp, grpc net.Listener }
+type listeners struct{ http, resp, grpc, admin net.Listener }
 
 // listen binds the configured addresses; on error it closes what it bound.
 func listen(cfg Config) (*listeners, error) {
@@ -239,11 +272,17 @@ func listen(cfg Config) (*listeners, error) {
 			return nil, fmt.Errorf("server: --grpc: %w", err)
 		}
 	}
+	if cfg.Pprof {
+		if l.admin, err = net.Listen("tcp", cfg.Admin); err != nil {
+			l.close()
+			return nil, fmt.Errorf("server: --admin: %w", err)
+		}
+	}
 	return l, nil
 }
 
 func (l *listeners) close() {
-	for _, ln := range []net.Listener{l.http, l.resp, l.grpc} {
+	for _, ln := range []net.Listener{l.http, l.resp, l.grpc, l.admin} {
 		if ln != nil {
 			ln.Close()
 		}

@@ -2,10 +2,13 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ratelimit/redisrl"
 	"github.com/counterd/counterd/internal/tiered"
 )
 
@@ -32,12 +35,49 @@ func openTiered(ctx context.Context, cfg Config, log *slog.Logger) (*node, error
 	}
 	log.Info("tiered backend open", "durability", dur.String(), "flush_interval", cfg.FlushInterval,
 		"took", time.Since(start).Round(time.Millisecond))
-	return &node{Backend: b, close: func() error {
+	return &node{Backend: b, rlShared: func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
+		return tieredRateLimits(ctx, b, lim, log)
+	}, close: func() error {
 		if err := b.Close(); err != nil {
 			log.Error("tiered close", "err", err)
 			return err
 		}
 		log.Info("tiered backend flushed and closed")
 		return nil
+	}}, nil
+}
+
+// tieredRateLimits decides rate limits in Redis (one script per check, so
+// every node enforces one exact global limit) with the policies kept in
+// PostgreSQL. The policies of lim (the --ratelimit-policies file) seed the
+// store: a policy whose name the store already holds is kept as stored
+// (changes made through the API survive a restart with the original
+// file), and a warning names it when the file differs. Then lim follows
+// the store (ratelimit.PolicySync, every second).
+func tieredRateLimits(ctx context.Context, b *tiered.Backend, lim *ratelimit.Limiter, log *slog.Logger) (*sharedLimits, error) {
+	st := b.Postgres().Policies()
+	if seed := lim.Policies(); len(seed) > 0 {
+		added, kept, err := ratelimit.SeedPolicies(ctx, st, seed)
+		if err != nil {
+			return nil, fmt.Errorf("server: --ratelimit-policies: %w", err)
+		}
+		for _, name := range kept {
+			log.Warn("rate-limit policy already stored differs from --ratelimit-policies; keeping the stored one (change it through the API)", "policy", name)
+		}
+		log.Info("rate-limit policies seeded", "added", len(added), "kept", len(kept))
+	}
+	sync, err := ratelimit.NewPolicySync(ctx, lim, st, ratelimit.PolicySyncConfig{Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("server: rate-limit policies: %w", err)
+	}
+	dec, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: lim})
+	if err != nil {
+		sync.Close()
+		return nil, err
+	}
+	log.Info("rate limits decided in Redis, policies in PostgreSQL", "policies", len(lim.Policies()))
+	return &sharedLimits{checker: dec, policies: sync, close: func() {
+		dec.Close()
+		sync.Close()
 	}}, nil
 }

@@ -46,28 +46,7 @@ func BenchmarkTiered(b *testing.B) {
 	for _, d := range []engine.Durability{engine.Async, engine.Sync} {
 		b.Run("tiered-"+d.String(), func(b *testing.B) {
 			rd.FlushAll(b)
-			be := open(b, d)
-			ctx := context.Background()
-			truncate(b, be)
-			st0 := be.Postgres().Stats().Statements
-			var next atomic.Uint64
-			b.SetParallelism(benchParallelism)
-			b.ResetTimer()
-			start := time.Now()
-			b.RunParallel(func(pb *testing.PB) {
-				for pb.Next() {
-					op := engine.Op{Type: engine.OpAdd, ID: ids[next.Add(1)%benchCounters], Delta: 1}
-					if _, err := be.Apply(ctx, op, engine.WriteOptions{}); err != nil {
-						b.Error(err)
-						return
-					}
-				}
-			})
-			if err := be.Flush(ctx); err != nil {
-				b.Fatal(err)
-			}
-			report(b, time.Since(start), be.Postgres().Stats().Statements-st0)
-			checkSum(b, be)
+			benchIncrements(b, open(b, d), ids)
 		})
 	}
 	b.Run("naive-update", func(b *testing.B) {
@@ -97,6 +76,68 @@ func BenchmarkTiered(b *testing.B) {
 		report(b, time.Since(start), stmts.Load())
 		checkSum(b, be)
 	})
+}
+
+// BenchmarkTieredRedisCluster compares, in one run against one
+// PostgreSQL, async tiered increments on one Redis with the same on a
+// 3-master Redis Cluster (both private, on this machine), from
+// 32*GOMAXPROCS goroutines over 100 counters (spread over every master):
+//
+//	go test -run '^$' -bench TieredRedisCluster -count 5 ./internal/tiered/
+func BenchmarkTieredRedisCluster(b *testing.B) {
+	rd, cl, dsn := redistest.New(b), redistest.NewCluster(b), pgtest.DSN(b)
+	ids := make([]string, benchCounters)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("bench:c%03d", i)
+	}
+	for _, c := range []struct {
+		name, url string
+		flush     func(testing.TB)
+	}{{"redis=single", rd.URL, rd.FlushAll}, {"redis=cluster", cl.URL(), cl.FlushAll}} {
+		b.Run(c.name, func(b *testing.B) {
+			c.flush(b)
+			o := tiered.Options{RedisURL: c.url, PostgresDSN: dsn, Durability: engine.Async, NodeID: "bench"}
+			o.Postgres.MaintenanceInterval, o.Postgres.MaxConns = -1, 8
+			be, err := tiered.Open(context.Background(), o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(func() { _ = be.Close() })
+			benchIncrements(b, be, ids)
+		})
+	}
+}
+
+// benchIncrements runs b.N increments over ids from 32*GOMAXPROCS
+// goroutines on an emptied PostgreSQL, flushes, reports the rates and the
+// CPU time per increment (this process and its redis-servers), and checks
+// that PostgreSQL holds exactly b.N.
+func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
+	ctx := context.Background()
+	truncate(b, be)
+	st0 := be.Postgres().Stats().Statements
+	var next atomic.Uint64
+	b.SetParallelism(benchParallelism)
+	b.ResetTimer()
+	start, cpu0 := time.Now(), cpuTime()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			op := engine.Op{Type: engine.OpAdd, ID: ids[next.Add(1)%uint64(len(ids))], Delta: 1}
+			if _, err := be.Apply(ctx, op, engine.WriteOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	if err := be.Flush(ctx); err != nil {
+		b.Fatal(err)
+	}
+	report(b, time.Since(start), be.Postgres().Stats().Statements-st0)
+	if cpu := cpuTime() - cpu0; cpu > 0 {
+		// This process and its redis-servers; PostgreSQL is not counted.
+		b.ReportMetric(float64(cpu.Microseconds())/float64(b.N), "cpu-µs/increment")
+	}
+	checkSum(b, be)
 }
 
 func truncate(b *testing.B, be *tiered.Backend) {

@@ -32,8 +32,8 @@ func httpDo(t *testing.T, method, url, body string) (int, map[string]any) {
 }
 
 // TestHTTPEveryKind serves the HTTP API over the tiered backend.
-func TestHTTPEveryKind(t *testing.T) {
-	e := newEnv(t, nil)
+func testHTTPEveryKind(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	srv := httptest.NewServer(httpapi.New(e.b, httpapi.Options{}))
 	defer srv.Close()
 	u := srv.URL + "/counters/"
@@ -59,14 +59,14 @@ func TestHTTPEveryKind(t *testing.T) {
 	if code, m := httpDo(t, "POST", u+"h/increment", `{"delta": 1}`); code != 409 {
 		t.Errorf("increment a hash: %d %v, want 409", code, m)
 	}
-	e.rd.FlushAll(t) // values come back from PostgreSQL
+	e.flushRedis(t) // values come back from PostgreSQL
 	if code, m := httpDo(t, "GET", u+"c", ""); code != 200 || m["value"] != 3.0 {
 		t.Errorf("GET c after FLUSHALL: %d %v", code, m)
 	}
 	if code, _ := httpDo(t, "GET", srv.URL+"/readyz", ""); code != 200 {
 		t.Errorf("readyz = %d", code)
 	}
-	if !e.rd.External() {
+	if e.rd != nil && !e.rd.External() {
 		e.rd.Stop(t)
 		if code, m := httpDo(t, "POST", u+"c/increment", `{"delta": 1}`); code != 503 {
 			t.Errorf("increment with Redis down: %d %v, want 503", code, m)
@@ -78,8 +78,8 @@ func TestHTTPEveryKind(t *testing.T) {
 }
 
 // TestRESPEveryKind serves the Redis protocol over the tiered backend.
-func TestRESPEveryKind(t *testing.T) {
-	e := newEnv(t, nil)
+func testRESPEveryKind(t *testing.T, su setup) {
+	e := su.env(t, nil)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +106,7 @@ func TestRESPEveryKind(t *testing.T) {
 	check("HINCRBY", n, int64(2), err)
 	s, err := c.Get(ctx, "c").Result()
 	check("GET", s, "5", err)
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	s, err = c.Get(ctx, "c").Result()
 	check("GET after FLUSHALL of the Redis tier", s, "5", err)
 	hv, err := c.HGet(ctx, "h", "likes").Result()

@@ -15,24 +15,57 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// env is one tiered backend over a private Redis and a fresh database.
+// env is one tiered backend over a Redis tier and a fresh database.
 type env struct {
-	rd  *redistest.Server
+	rd  *redistest.Server  // a private single Redis; nil on a cluster
+	cl  *redistest.Cluster // the shared Redis Cluster; nil on a single Redis
 	dsn string
 	b   *tiered.Backend
 }
 
-// newEnv opens a backend; tweak adjusts the options (may be nil).
+// setup says where an env's Redis tier lives: a private single server per
+// env (the zero setup), or a Redis Cluster shared by the cases of
+// TestTiered/cluster.
+type setup struct{ cl *redistest.Cluster }
+
+// newEnv opens a backend on a private single Redis; tweak adjusts the
+// options (may be nil).
 func newEnv(t *testing.T, tweak func(*tiered.Options)) *env {
 	t.Helper()
-	e := &env{rd: redistest.New(t), dsn: pgtest.DSN(t)}
+	return setup{}.env(t, tweak)
+}
+
+// env opens a backend on the setup's Redis tier.
+func (s setup) env(t *testing.T, tweak func(*tiered.Options)) *env {
+	t.Helper()
+	e := &env{cl: s.cl, dsn: pgtest.DSN(t)}
+	if s.cl == nil {
+		e.rd = redistest.New(t)
+	}
 	e.b = e.open(t, tweak)
 	return e
 }
 
+func (e *env) redisURL() string {
+	if e.cl != nil {
+		return e.cl.URL()
+	}
+	return e.rd.URL
+}
+
+// flushRedis empties the Redis tier (every master of a cluster).
+func (e *env) flushRedis(t *testing.T) {
+	t.Helper()
+	if e.cl != nil {
+		e.cl.FlushAll(t)
+	} else {
+		e.rd.FlushAll(t)
+	}
+}
+
 func (e *env) open(t *testing.T, tweak func(*tiered.Options)) *tiered.Backend {
 	t.Helper()
-	o := tiered.Options{RedisURL: e.rd.URL, PostgresDSN: e.dsn, FlushInterval: 50 * time.Millisecond, NodeID: "t"}
+	o := tiered.Options{RedisURL: e.redisURL(), PostgresDSN: e.dsn, FlushInterval: 50 * time.Millisecond, NodeID: "t"}
 	o.Postgres.MaintenanceInterval = -1
 	if tweak != nil {
 		tweak(&o)
@@ -43,6 +76,47 @@ func (e *env) open(t *testing.T, tweak func(*tiered.Options)) *tiered.Backend {
 	}
 	t.Cleanup(func() { _ = b.Close() })
 	return b
+}
+
+// tieredCases run on a single Redis and on a Redis Cluster (TestTiered).
+var tieredCases = []struct {
+	name string
+	fn   func(*testing.T, setup)
+}{
+	{"EveryKind", testEveryKind},
+	{"CacheMissRestoresFromPostgres", testCacheMissRestoresFromPostgres},
+	{"FlushRetryAfterLostAckAppliesOnce", testFlushRetryAfterLostAckAppliesOnce},
+	{"Idempotency", testIdempotency},
+	{"BatchUndoesAddsOnFailure", testBatchUndoesAddsOnFailure},
+	{"SyncWaitsForCommit", testSyncWaitsForCommit},
+	{"ScanLenAggregateFlushAll", testScanLenAggregateFlushAll},
+	{"PFCountMergeAcrossSlots", testPFCountMergeAcrossSlots},
+	{"SeriesFromPostgres", testSeriesFromPostgres},
+	{"SnapshotAndValueAt", testSnapshotAndValueAt},
+	{"CancelledWritesStayConsistent", testCancelledWritesStayConsistent},
+	{"HTTPEveryKind", testHTTPEveryKind},
+	{"RESPEveryKind", testRESPEveryKind},
+	{"UniquesTiered", testUniquesTiered},
+	{"UniquesDeletedWithCounter", testUniquesDeletedWithCounter},
+}
+
+// TestTiered runs tieredCases on a private single Redis per case and on
+// one 3-master Redis Cluster (flushed between cases).
+func TestTiered(t *testing.T) {
+	t.Run("single", func(t *testing.T) {
+		for _, c := range tieredCases {
+			t.Run(c.name, func(t *testing.T) { c.fn(t, setup{}) })
+		}
+	})
+	t.Run("cluster", func(t *testing.T) {
+		cl := redistest.NewCluster(t)
+		for _, c := range tieredCases {
+			t.Run(c.name, func(t *testing.T) {
+				cl.FlushAll(t)
+				c.fn(t, setup{cl: cl})
+			})
+		}
+	})
 }
 
 func apply(t *testing.T, b *tiered.Backend, op engine.Op) engine.Result {

@@ -2,6 +2,8 @@ package tiered
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"time"
@@ -31,7 +33,8 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 	rdb := b.rs.Client()
 	k := idemPrefix + key
 	fp := engine.Fingerprint(ops)
-	pending := (&engine.IdemRecord{FP: fp, Created: b.Now().UnixNano(), Pending: true}).Encode()
+	claim := newClaim()
+	pending := (&engine.IdemRecord{FP: fp, Created: b.Now().UnixNano(), Pending: true, Claim: claim}).Encode()
 	for {
 		ok, err := rdb.SetNX(ctx, k, pending, idemLease).Result()
 		if err != nil {
@@ -40,7 +43,10 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 		if ok {
 			break
 		}
-		res, wait, err := b.replay(ctx, k, fp)
+		res, wait, mine, err := b.replay(ctx, k, fp, claim)
+		if mine {
+			break // our SET NX was resent after it had applied
+		}
 		if !wait {
 			return res, err
 		}
@@ -63,24 +69,33 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 }
 
 // replay reads the record under k. wait is true while another request
-// with the key is being applied (or the record vanished: try SET NX again).
-func (b *Backend) replay(ctx context.Context, k string, fp uint64) (res []engine.Result, wait bool, err error) {
+// with the key is being applied (or the record vanished: try SET NX
+// again); mine is true when the pending record is this request's claim.
+func (b *Backend) replay(ctx context.Context, k string, fp uint64, claim string) (res []engine.Result, wait, mine bool, err error) {
 	data, err := b.rs.Client().Get(ctx, k).Bytes()
 	if errors.Is(err, redis.Nil) {
-		return nil, true, nil
+		return nil, true, false, nil
 	}
 	if err != nil {
-		return nil, false, unavailable(err)
+		return nil, false, false, unavailable(err)
 	}
 	r, err := engine.DecodeIdemRecord(data)
 	if err != nil {
-		return nil, false, fmt.Errorf("tiered: %w", err)
+		return nil, false, false, fmt.Errorf("tiered: %w", err)
 	}
 	if r.Pending && r.FP == fp {
-		return nil, true, nil
+		return nil, true, r.Claim == claim, nil
 	}
 	res, err = r.Replay(k[len(idemPrefix):], fp)
-	return res, false, err
+	return res, false, false, err
+}
+
+// newClaim returns a random token naming one request's claim on a key
+// (a variable so tests can fix it).
+var newClaim = func() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24+)
+	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

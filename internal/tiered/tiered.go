@@ -32,7 +32,7 @@ var ErrUnavailable = fmt.Errorf("tiered: storage unavailable: %w", engine.ErrUna
 
 // Options configure Open. Zero values select the defaults.
 type Options struct {
-	RedisURL    string // redis://host:port/db
+	RedisURL    string // redis://host:port/db; Redis Cluster: redis://host:port?addr=host:port&addr=..., or ?cluster=true
 	PostgresDSN string // postgres://user@host:port/db
 
 	// FlushInterval is the write-behind period (default 1 s).

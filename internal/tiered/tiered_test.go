@@ -17,8 +17,8 @@ import (
 	"github.com/counterd/counterd/internal/tiered"
 )
 
-func TestEveryKind(t *testing.T) {
-	e := newEnv(t, nil)
+func testEveryKind(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	allKinds(t, e.b)
 	checkKinds(t, e.b, true)
 	ctx := context.Background()
@@ -72,15 +72,15 @@ func TestEveryKind(t *testing.T) {
 	}
 }
 
-func TestCacheMissRestoresFromPostgres(t *testing.T) {
-	e := newEnv(t, nil)
+func testCacheMissRestoresFromPostgres(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	allKinds(t, e.b)
 	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "ttl", Value: 4, TTL: time.Hour})
 	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "gone", Value: 4})
 	apply(t, e.b, engine.Op{Type: engine.OpDelete, ID: "gone"})
 	before := view(t, e.b, "c").Version
 	// No explicit flush: the loader flushes pending changes of an id first.
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	checkKinds(t, e.b, false)
 	if v := view(t, e.b, "w"); v.Exists {
 		t.Errorf("window restored: %+v (windows live in Redis only)", v)
@@ -99,16 +99,16 @@ func TestCacheMissRestoresFromPostgres(t *testing.T) {
 	if err := e.b.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	if v := view(t, e.b, "c"); v.Value != 13 {
 		t.Errorf("c after second reload = %d, want 13", v.Value)
 	}
 }
 
-func TestFlushRetryAfterLostAckAppliesOnce(t *testing.T) {
+func testFlushRetryAfterLostAckAppliesOnce(t *testing.T, s setup) {
 	var fail atomic.Int32
 	fail.Store(1)
-	e := newEnv(t, func(o *tiered.Options) {
+	e := s.env(t, func(o *tiered.Options) {
 		o.FlushInterval = time.Hour // flushes only when asked
 		o.Postgres.AfterCommit = func(string) error {
 			if fail.Add(-1) >= 0 {
@@ -131,14 +131,14 @@ func TestFlushRetryAfterLostAckAppliesOnce(t *testing.T) {
 	if st.Duplicates != 1 {
 		t.Errorf("stats = %+v, want 1 duplicate batch", st)
 	}
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	if v := view(t, e.b, "x"); v.Value != 100 {
 		t.Fatalf("x from PostgreSQL = %d, want 100", v.Value)
 	}
 }
 
-func TestIdempotency(t *testing.T) {
-	e := newEnv(t, nil)
+func testIdempotency(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	ctx := context.Background()
 	wo := engine.WriteOptions{IdempotencyKey: "order-1"}
 	op := add("o", engine.KindNone, 5)
@@ -179,8 +179,8 @@ func TestIdempotency(t *testing.T) {
 	}
 }
 
-func TestBatchUndoesAddsOnFailure(t *testing.T) {
-	e := newEnv(t, nil)
+func testBatchUndoesAddsOnFailure(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	ctx := context.Background()
 	apply(t, e.b, engine.Op{Type: engine.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
 	_, err := e.b.ApplyBatch(ctx, []engine.Op{add("a", engine.KindNone, 3), add("h", engine.KindNone, 1)}, engine.WriteOptions{})
@@ -197,8 +197,8 @@ func TestBatchUndoesAddsOnFailure(t *testing.T) {
 	}
 }
 
-func TestSyncWaitsForCommit(t *testing.T) {
-	e := newEnv(t, func(o *tiered.Options) { o.FlushInterval = time.Hour; o.Durability = engine.Sync })
+func testSyncWaitsForCommit(t *testing.T, s setup) {
+	e := s.env(t, func(o *tiered.Options) { o.FlushInterval = time.Hour; o.Durability = engine.Sync })
 	apply(t, e.b, add("s", engine.KindNone, 3)) // kicks a flush and waits for it
 	rec, ok, err := e.b.Postgres().Load(context.Background(), "s")
 	if err != nil || !ok || rec.Value != 3 {
@@ -206,8 +206,8 @@ func TestSyncWaitsForCommit(t *testing.T) {
 	}
 }
 
-func TestScanLenAggregateFlushAll(t *testing.T) {
-	e := newEnv(t, nil)
+func testScanLenAggregateFlushAll(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	ctx := context.Background()
 	for i := 0; i < 25; i++ {
 		apply(t, e.b, add(fmt.Sprintf("p:%02d", i), engine.KindNone, int64(i)))
@@ -234,19 +234,25 @@ func TestScanLenAggregateFlushAll(t *testing.T) {
 	if len(got) != 10 {
 		t.Fatalf("scan p:1* = %v", got)
 	}
+	if k := counterKeys(t, e); k < 52 {
+		t.Fatalf("%d counter keys in Redis before FlushAll, want at least 52", k)
+	}
 	if err := e.b.FlushAll(ctx, engine.WriteOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if k := counterKeys(t, e); k != 0 {
+		t.Fatalf("%d counter keys left in Redis after FlushAll", k)
 	}
 	if n, _ := e.b.Len(ctx); n != 0 || view(t, e.b, "q").Exists {
 		t.Fatalf("after FlushAll: len %d", n)
 	}
 }
 
-func TestSeriesFromPostgres(t *testing.T) {
+func testSeriesFromPostgres(t *testing.T, su setup) {
 	now := time.Date(2026, 11, 22, 10, 30, 0, 0, time.UTC)
 	var clock atomic.Int64
 	clock.Store(now.UnixNano())
-	e := newEnv(t, func(o *tiered.Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
+	e := su.env(t, func(o *tiered.Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
 	ctx := context.Background()
 	apply(t, e.b, add("views:a", engine.KindNone, 3))
 	clock.Add(int64(2 * time.Hour))
@@ -272,8 +278,8 @@ func TestSeriesFromPostgres(t *testing.T) {
 	}
 }
 
-func TestSnapshotAndValueAt(t *testing.T) {
-	e := newEnv(t, func(o *tiered.Options) { o.SnapshotInterval = 20 * time.Millisecond })
+func testSnapshotAndValueAt(t *testing.T, s setup) {
+	e := s.env(t, func(o *tiered.Options) { o.SnapshotInterval = 20 * time.Millisecond })
 	ctx := context.Background()
 	apply(t, e.b, add("snap", engine.KindNone, 11))
 	id, err := e.b.Snapshot(ctx)
@@ -358,8 +364,8 @@ func TestPostgresRestartKeepsSyncWrites(t *testing.T) {
 // while their increment is in flight never leave Redis and PostgreSQL
 // disagreeing: a sent script's reply is awaited and its delta written
 // behind.
-func TestCancelledWritesStayConsistent(t *testing.T) {
-	e := newEnv(t, nil)
+func testCancelledWritesStayConsistent(t *testing.T, s setup) {
+	e := s.env(t, nil)
 	var wg sync.WaitGroup
 	for g := 0; g < 16; g++ {
 		wg.Add(1)

@@ -160,10 +160,7 @@ func (b *Backend) addUniques(ctx context.Context, id string, items [][]byte) err
 	for _, it := range items {
 		h.Add(it)
 	}
-	regs, err := hllRegisters(h)
-	if err != nil {
-		return err
-	}
+	regs := h.Registers()
 	var set []uint32 // index<<8 | rank of the non-zero registers
 	for i, r := range regs {
 		if r != 0 {
@@ -340,9 +337,9 @@ func (b *Backend) uniques(ctx context.Context, id string, su sketchUnit, n int) 
 	if err != nil {
 		return nil, err
 	}
-	h, err := hllOf(spec.Precision, union)
+	h, err := counter.NewHLLFromRegisters(spec.Precision, union)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%w: merged sketch: %v", ErrUnavailable, err)
 	}
 	return &rollup.Estimate{
 		Unit: unit, N: n,
@@ -442,9 +439,7 @@ func (b *Backend) fillSketches(ctx context.Context, id string, p uint8, su sketc
 			if err := h.UnmarshalBinary(enc); err != nil {
 				return fmt.Errorf("%w: stored sketch %v: %v", ErrUnavailable, sids[j], err)
 			}
-			if regs, err = hllRegisters(&h); err != nil {
-				return err
-			}
+			regs = h.Registers()
 		}
 		v, err := b.rs.SketchFill(ctx, keys[i], regs, sketchTTL)
 		if err != nil {
@@ -456,76 +451,4 @@ func (b *Backend) fillSketches(ctx context.Context, id string, p uint8, su sketc
 		vals[i] = v
 	}
 	return nil
-}
-
-// HLL encoding (counter.HLL.MarshalBinary, which internal/counter documents;
-// it has no register accessor, so the two layouts are read and written
-// here): format byte, precision, layout
-// (0 sparse: uvarint count, then uvarint index gap and rank byte per
-// register; 1 dense: 6-bit registers packed 4 per 3 bytes, little-endian).
-const (
-	hllFormat       = 0x31
-	hllSparseLayout = 0
-	hllDenseLayout  = 1
-)
-
-// hllRegisters returns h's 2^p registers, one byte each.
-func hllRegisters(h *counter.HLL) ([]byte, error) {
-	enc, err := h.MarshalBinary()
-	if err != nil {
-		return nil, err
-	}
-	bad := fmt.Errorf("%w: unexpected hll encoding", ErrUnavailable)
-	if len(enc) < 3 || enc[0] != hllFormat {
-		return nil, bad
-	}
-	m := 1 << enc[1]
-	regs := make([]byte, m)
-	body := enc[3:]
-	switch enc[2] {
-	case hllSparseLayout:
-		n, k := binary.Uvarint(body)
-		if k <= 0 {
-			return nil, bad
-		}
-		body = body[k:]
-		idx := uint64(0)
-		for range n {
-			gap, k := binary.Uvarint(body)
-			if k <= 0 || len(body) < k+1 || idx+gap >= uint64(m) {
-				return nil, bad
-			}
-			idx += gap
-			regs[idx], body = body[k], body[k+1:]
-		}
-	case hllDenseLayout:
-		if len(body) != m/4*3 {
-			return nil, bad
-		}
-		for k := 0; k < m; k += 4 {
-			v := uint32(body[k/4*3]) | uint32(body[k/4*3+1])<<8 | uint32(body[k/4*3+2])<<16
-			for j := range 4 {
-				regs[k+j] = uint8(v >> (6 * j) & 63)
-			}
-		}
-	default:
-		return nil, bad
-	}
-	return regs, nil
-}
-
-// hllOf returns the sketch of precision p with registers regs (dense
-// encoding, decoded by counter.HLL).
-func hllOf(p uint8, regs []byte) (*counter.HLL, error) {
-	enc := make([]byte, 3, 3+len(regs)/4*3)
-	enc[0], enc[1], enc[2] = hllFormat, p, hllDenseLayout
-	for k := 0; k < len(regs); k += 4 {
-		v := uint32(regs[k]) | uint32(regs[k+1])<<6 | uint32(regs[k+2])<<12 | uint32(regs[k+3])<<18
-		enc = append(enc, byte(v), byte(v>>8), byte(v>>16))
-	}
-	var h counter.HLL
-	if err := h.UnmarshalBinary(enc); err != nil {
-		return nil, fmt.Errorf("%w: merged sketch: %v", ErrUnavailable, err)
-	}
-	return &h, nil
 }

@@ -61,10 +61,10 @@ func fillDays(tb testing.TB, b *tiered.Backend, c *fakeClock, id string, days, p
 }
 
 // newUniquesEnv opens a backend on a fake clock with spec set for ns.
-func newUniquesEnv(t *testing.T, ns string, spec rollup.Spec) (*env, *fakeClock) {
+func newUniquesEnv(t *testing.T, s setup, ns string, spec rollup.Spec) (*env, *fakeClock) {
 	t.Helper()
 	c := newClock()
-	e := newEnv(t, c.options())
+	e := s.env(t, c.options())
 	if err := e.b.SetRollup(context.Background(), ns, spec); err != nil {
 		t.Fatal(err)
 	}
@@ -88,8 +88,8 @@ func within3(t *testing.T, what string, est *rollup.Estimate, want int) {
 	}
 }
 
-func TestUniquesTiered(t *testing.T) {
-	e, c := newUniquesEnv(t, "visits", rollup.DefaultSpec())
+func testUniquesTiered(t *testing.T, s setup) {
+	e, c := newUniquesEnv(t, s, "visits", rollup.DefaultSpec())
 	const perDay, common = 40, 60
 	fillDays(t, e.b, c, "visits:home", 400, perDay, common)
 	today := uniquesBase.Truncate(24 * time.Hour)
@@ -112,7 +112,7 @@ func TestUniquesTiered(t *testing.T) {
 
 	// The Redis tier is lost: the sketches come back from PostgreSQL,
 	// register for register.
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	for n, want := range got {
 		if est := uniques(t, e.b, "visits:home", rollup.Day, n); est.Value != want {
 			t.Errorf("last %dd after FLUSHALL = %d, want %d", n, est.Value, want)
@@ -120,7 +120,7 @@ func TestUniquesTiered(t *testing.T) {
 	}
 	// Adds after a loss land in sketches that are then filled from
 	// PostgreSQL, not replaced.
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "visits:home", Items: [][]byte{[]byte("late")}})
 	within3(t, "last 1d after FLUSHALL and an add", uniques(t, e.b, "visits:home", rollup.Day, 1), perDay+common+1)
 
@@ -129,7 +129,7 @@ func TestUniquesTiered(t *testing.T) {
 	if err := e.b.Close(); err != nil {
 		t.Fatal(err)
 	}
-	e.rd.FlushAll(t)
+	e.flushRedis(t)
 	b2 := e.open(t, c.options())
 	if est := uniques(t, b2, "visits:home", rollup.Day, 365); est.Value != want {
 		t.Errorf("last 365d after reopen = %d, want %d", est.Value, want)
@@ -137,7 +137,7 @@ func TestUniquesTiered(t *testing.T) {
 }
 
 func TestUniquesPrecisionAndUnits(t *testing.T) {
-	e, c := newUniquesEnv(t, "hours", rollup.Spec{UniqueHours: 24 * time.Hour, Precision: 12})
+	e, c := newUniquesEnv(t, setup{}, "hours", rollup.Spec{UniqueHours: 24 * time.Hour, Precision: 12})
 	ctx := context.Background()
 	fillDays(t, e.b, c, "hours:x", 1, 500, 0)
 	est := uniques(t, e.b, "hours:x", rollup.Hour, 24)
@@ -158,7 +158,7 @@ func TestUniquesPrecisionAndUnits(t *testing.T) {
 }
 
 func TestUniquesBadInput(t *testing.T) {
-	e, _ := newUniquesEnv(t, "v", rollup.DefaultSpec())
+	e, _ := newUniquesEnv(t, setup{}, "v", rollup.DefaultSpec())
 	ctx := context.Background()
 	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "v:a", Items: [][]byte{[]byte("x")}})
 	apply(t, e.b, add("v:count", engine.KindNone, 1))
@@ -200,8 +200,8 @@ func TestUniquesBadInput(t *testing.T) {
 
 // TestUniquesDeletedWithCounter: deleting an hll counter deletes its
 // sketches (Redis, pending and PostgreSQL), as in the embedded engine.
-func TestUniquesDeletedWithCounter(t *testing.T) {
-	e, c := newUniquesEnv(t, "v", rollup.DefaultSpec())
+func testUniquesDeletedWithCounter(t *testing.T, s setup) {
+	e, c := newUniquesEnv(t, s, "v", rollup.DefaultSpec())
 	ctx := context.Background()
 	fillDays(t, e.b, c, "v:a", 30, 3, 0)
 	if est := uniques(t, e.b, "v:a", rollup.Day, 30); est.Value != 90 {
@@ -210,7 +210,7 @@ func TestUniquesDeletedWithCounter(t *testing.T) {
 	apply(t, e.b, engine.Op{Type: engine.OpDelete, ID: "v:a"})
 	for _, flush := range []bool{false, true} {
 		if flush {
-			e.rd.FlushAll(t)
+			e.flushRedis(t)
 		}
 		if est := uniques(t, e.b, "v:a", rollup.Day, 30); est.Value != 0 {
 			t.Errorf("after delete (Redis flushed: %v): %+v", flush, est)
@@ -230,7 +230,7 @@ func TestUniquesDeletedWithCounter(t *testing.T) {
 
 // TestHTTPUniques serves GET /counters/{id}/uniques over the tiered backend.
 func TestHTTPUniques(t *testing.T) {
-	e, c := newUniquesEnv(t, "visits", rollup.DefaultSpec())
+	e, c := newUniquesEnv(t, setup{}, "visits", rollup.DefaultSpec())
 	fillDays(t, e.b, c, "visits:a", 10, 5, 5)
 	srv := httptest.NewServer(httpapi.New(e.b, httpapi.Options{}))
 	defer srv.Close()

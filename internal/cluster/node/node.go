@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ type Config struct {
 	// is routed (so a bad op in a batch that spans owners applies
 	// nowhere); default engine.DefaultLimits().
 	Limits engine.Limits
+
+	// PeerTLS, when set, is the client side of peer gRPC calls (mutual
+	// TLS, --peer-ca); the server side is the --grpc server's. Default:
+	// plaintext.
+	PeerTLS *tls.Config
 
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
@@ -156,7 +162,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		self:    cfg.NodeID,
 		store:   store,
 		ring:    ring.New(ring.Config{VirtualNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor}),
-		peers:   newPeers(),
+		peers:   newPeers(cfg.PeerTLS),
 		metrics: newMetrics(),
 		handoff: make(chan struct{}, 1),
 		ctx:     ctx,

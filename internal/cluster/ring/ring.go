@@ -117,12 +117,6 @@ func (s *Snapshot) Len() int { return len(s.nodes) }
 // Nodes returns the node names in sorted order (a copy).
 func (s *Snapshot) Nodes() []string { return slices.Clone(s.nodes) }
 
-// Has reports whether node is on the ring.
-func (s *Snapshot) Has(node string) bool {
-	_, ok := slices.BinarySearch(s.nodes, node)
-	return ok
-}
-
 // search returns the index of the first point with hash >= h, wrapping to 0.
 // The ring must not be empty.
 func (s *Snapshot) search(h uint64) int {

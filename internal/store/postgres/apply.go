@@ -1,10 +1,14 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -75,23 +79,50 @@ func (b Batch) empty() bool {
 	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0
 }
 
+// The keys of Apply's per-table sums. Each orders by counter_id first, so
+// that every statement locks its rows in id order (see upsertSorted).
 type idKind struct{ id, kind string }
+
+func (k idKind) counterID() string { return k.id }
+func (k idKind) compare(o idKind) int {
+	return cmp.Or(strings.Compare(k.id, o.id), strings.Compare(k.kind, o.kind))
+}
 
 type shardKey struct {
 	id    string
 	shard int32
 }
 
+func (k shardKey) counterID() string { return k.id }
+func (k shardKey) compare(o shardKey) int {
+	return cmp.Or(strings.Compare(k.id, o.id), cmp.Compare(k.shard, o.shard))
+}
+
 type fieldKey struct{ id, field string }
+
+func (k fieldKey) counterID() string { return k.id }
+func (k fieldKey) compare(o fieldKey) int {
+	return cmp.Or(strings.Compare(k.id, o.id), strings.Compare(k.field, o.field))
+}
 
 type bucketKey struct {
 	id string
 	t  time.Time
 }
 
+func (k bucketKey) counterID() string { return k.id }
+func (k bucketKey) compare(o bucketKey) int {
+	return cmp.Or(strings.Compare(k.id, o.id), k.t.Compare(o.t))
+}
+
 type aggKey struct {
 	id, gran string
 	t        time.Time
+}
+
+func (k aggKey) counterID() string { return k.id }
+func (k aggKey) compare(o aggKey) int {
+	return cmp.Or(strings.Compare(k.id, o.id), strings.Compare(k.gran, o.gran), k.t.Compare(o.t))
 }
 
 // Apply applies b in one transaction, exactly once: the batch id is recorded
@@ -104,60 +135,13 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		return false, errors.New("postgres: batch without ID")
 	}
 	now := time.Now().UTC()
-	plain := map[idKind]int64{}
-	sharded := map[shardKey]int64{}
-	shardedIDs := map[string]int32{} // id -> shard_count (max shard+1)
-	fields := map[fieldKey]int64{}
-	hashIDs := map[string]bool{}
-	sketches := map[string][]byte{}
-	buckets := map[bucketKey]int64{}
-	aggs := map[aggKey]int64{}
-	months := map[time.Time]bool{}
-	for _, d := range b.Deltas {
-		if d.CounterID == "" {
-			return false, errors.New("postgres: delta without counter id")
-		}
-		kind := d.Kind
-		if kind == "" {
-			kind = KindCounter
-		}
-		switch kind {
-		case KindSharded:
-			sh := int32(d.Shard)
-			if d.Shard < 0 {
-				sh = 0
-			}
-			sharded[shardKey{d.CounterID, sh}] += d.Delta
-			if shardedIDs[d.CounterID] < sh+1 {
-				shardedIDs[d.CounterID] = sh + 1
-			}
-		case KindHash:
-			fields[fieldKey{d.CounterID, d.Field}] += d.Delta
-			hashIDs[d.CounterID] = true
-		case KindHLL:
-			sketches[d.CounterID] = d.Sketch
-			continue // no time series for sketches
-		default:
-			plain[idKind{d.CounterID, kind}] += d.Delta
-		}
-		at := d.At
-		if at.IsZero() {
-			at = now
-		}
-		at = at.UTC()
-		m := at.Truncate(time.Minute)
-		buckets[bucketKey{d.CounterID, m}] += d.Delta
-		h := at.Truncate(time.Hour)
-		day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC)
-		mon := monthStart(at)
-		aggs[aggKey{d.CounterID, "hour", h}] += d.Delta
-		aggs[aggKey{d.CounterID, "day", day}] += d.Delta
-		aggs[aggKey{d.CounterID, "month", mon}] += d.Delta
-		months[mon] = true
+	sum, err := sumDeltas(b.Deltas, now)
+	if err != nil {
+		return false, err
 	}
 	// Partitions must exist before the transaction (DDL outside it keeps
 	// the batch transaction short and its locks small).
-	for m := range months {
+	for m := range sum.months {
 		if err := s.ensurePartition(ctx, "counter_timeseries", m); err != nil {
 			return false, err
 		}
@@ -165,7 +149,7 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	auditIDs := []string{}
 	auditDeltas := []int64{}
 	if s.audit != nil {
-		for k, v := range plain {
+		for k, v := range sum.plain {
 			if s.audited(k.id) {
 				auditIDs = append(auditIDs, k.id)
 				auditDeltas = append(auditDeltas, v)
@@ -217,166 +201,8 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	if err = applyDeletes(exec, b.Deletes); err != nil {
 		return false, err
 	}
-	if len(plain) > 0 {
-		keys := make([]idKind, 0, len(plain))
-		for k := range plain {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool { return keys[i].id < keys[j].id })
-		ids, kinds, vals := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
-		for i, k := range keys {
-			ids[i], kinds[i], vals[i] = k.id, k.kind, plain[k]
-		}
-		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, value, version, created_at, updated_at, last_sync_at)
-			SELECT u.id, u.kind, u.delta, 1, $4, $4, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, kind, delta, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id) DO UPDATE SET value = c.value + EXCLUDED.value, version = c.version + 1,
-				updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`, ids, kinds, vals, now); err != nil {
-			return false, fmt.Errorf("postgres: apply counters: %w", err)
-		}
-	}
-	if len(shardedIDs) > 0 {
-		ids := sortedKeys(shardedIDs)
-		counts := make([]int32, len(ids))
-		for i, id := range ids {
-			counts[i] = shardedIDs[id]
-		}
-		// The parent row is only written when it is created or its shard
-		// count grows (ON CONFLICT DO NOTHING and an UPDATE matching no row
-		// take no row lock), so concurrent flushes of a hot counter only
-		// contend on their shard rows (plus the FK's shared KEY SHARE lock).
-		if _, err = exec(`INSERT INTO counters (counter_id, counter_type, shard_count, created_at, updated_at, last_sync_at)
-			SELECT u.id, 'sharded', u.n, $3, $3, $3 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(id, n, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id) DO NOTHING`, ids, counts, now); err != nil {
-			return false, fmt.Errorf("postgres: apply sharded parents: %w", err)
-		}
-		if _, err = exec(`UPDATE counters c SET shard_count = u.n FROM unnest($1::text[], $2::int[]) AS u(id, n)
-			WHERE c.counter_id = u.id AND c.shard_count < u.n`, ids, counts); err != nil {
-			return false, fmt.Errorf("postgres: apply shard counts: %w", err)
-		}
-		keys := make([]shardKey, 0, len(sharded))
-		for k := range sharded {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].id != keys[j].id {
-				return keys[i].id < keys[j].id
-			}
-			return keys[i].shard < keys[j].shard
-		})
-		sids, shards, vals := make([]string, len(keys)), make([]int32, len(keys)), make([]int64, len(keys))
-		for i, k := range keys {
-			sids[i], shards[i], vals[i] = k.id, k.shard, sharded[k]
-		}
-		if _, err = exec(`INSERT INTO counter_shards AS s (counter_id, shard_id, value, updated_at)
-			SELECT u.id, u.shard, u.delta, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY AS u(id, shard, delta, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id, shard_id) DO UPDATE SET value = s.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
-			sids, shards, vals, now); err != nil {
-			return false, fmt.Errorf("postgres: apply shards: %w", err)
-		}
-	}
-	if len(fields) > 0 {
-		ids := sortedKeys(hashIDs)
-		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, created_at, updated_at, last_sync_at)
-			SELECT u.id, 'hash', $2, $2, $2 FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
-			ON CONFLICT (counter_id) DO UPDATE SET version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
-			ids, now); err != nil {
-			return false, fmt.Errorf("postgres: apply hash parents: %w", err)
-		}
-		keys := make([]fieldKey, 0, len(fields))
-		for k := range fields {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].id != keys[j].id {
-				return keys[i].id < keys[j].id
-			}
-			return keys[i].field < keys[j].field
-		})
-		fids, fnames, vals := make([]string, len(keys)), make([]string, len(keys)), make([]int64, len(keys))
-		for i, k := range keys {
-			fids[i], fnames[i], vals[i] = k.id, k.field, fields[k]
-		}
-		if _, err = exec(`INSERT INTO counter_fields AS f (counter_id, field, value, updated_at)
-			SELECT u.id, u.field, u.delta, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, field, delta, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id, field) DO UPDATE SET value = f.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
-			fids, fnames, vals, now); err != nil {
-			return false, fmt.Errorf("postgres: apply hash fields: %w", err)
-		}
-	}
-	if len(sketches) > 0 {
-		ids := make([]string, 0, len(sketches))
-		for id := range sketches {
-			ids = append(ids, id)
-		}
-		sort.Strings(ids)
-		sk := make([][]byte, len(ids))
-		for i, id := range ids {
-			sk[i] = sketches[id]
-		}
-		if _, err = exec(`INSERT INTO counters AS c (counter_id, counter_type, created_at, updated_at, last_sync_at)
-			SELECT u.id, 'hll', $2, $2, $2 FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
-			ON CONFLICT (counter_id) DO UPDATE SET version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
-			ids, now); err != nil {
-			return false, fmt.Errorf("postgres: apply hll parents: %w", err)
-		}
-		if _, err = exec(`INSERT INTO counter_hll AS h (counter_id, sketch, updated_at)
-			SELECT u.id, u.sketch, $3 FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, sketch, ord) ORDER BY u.ord
-			ON CONFLICT (counter_id) DO UPDATE SET sketch = EXCLUDED.sketch, updated_at = EXCLUDED.updated_at`,
-			ids, sk, now); err != nil {
-			return false, fmt.Errorf("postgres: apply hll sketches: %w", err)
-		}
-	}
-	if len(buckets) > 0 {
-		keys := make([]bucketKey, 0, len(buckets))
-		for k := range buckets {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].id != keys[j].id {
-				return keys[i].id < keys[j].id
-			}
-			return keys[i].t.Before(keys[j].t)
-		})
-		ids, ts, vals := make([]string, len(keys)), make([]time.Time, len(keys)), make([]int64, len(keys))
-		for i, k := range keys {
-			ids[i], ts[i], vals[i] = k.id, k.t, buckets[k]
-		}
-		if _, err = exec(`INSERT INTO counter_timeseries AS t (counter_id, bucket_timestamp, value)
-			SELECT u.id, u.t, u.delta FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) WITH ORDINALITY AS u(id, t, delta, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id, bucket_timestamp) DO UPDATE SET value = t.value + EXCLUDED.value`, ids, ts, vals); err != nil {
-			return false, fmt.Errorf("postgres: apply time series: %w", err)
-		}
-	}
-	if len(aggs) > 0 {
-		keys := make([]aggKey, 0, len(aggs))
-		for k := range aggs {
-			keys = append(keys, k)
-		}
-		sort.Slice(keys, func(i, j int) bool {
-			if keys[i].id != keys[j].id {
-				return keys[i].id < keys[j].id
-			}
-			if keys[i].gran != keys[j].gran {
-				return keys[i].gran < keys[j].gran
-			}
-			return keys[i].t.Before(keys[j].t)
-		})
-		ids, grans, ts, vals := make([]string, len(keys)), make([]string, len(keys)), make([]time.Time, len(keys)), make([]int64, len(keys))
-		for i, k := range keys {
-			ids[i], grans[i], ts[i], vals[i] = k.id, k.gran, k.t, aggs[k]
-		}
-		if _, err = exec(`INSERT INTO counter_aggregates AS a (counter_id, granularity, period_start, value)
-			SELECT u.id, u.g, u.t, u.delta FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[]) WITH ORDINALITY AS u(id, g, t, delta, ord)
-			ORDER BY u.ord
-			ON CONFLICT (counter_id, granularity, period_start) DO UPDATE SET value = a.value + EXCLUDED.value`,
-			ids, grans, ts, vals); err != nil {
-			return false, fmt.Errorf("postgres: apply aggregates: %w", err)
-		}
+	if err = sum.upsert(exec, now); err != nil {
+		return false, err
 	}
 	if err = applyExpiries(exec, b.Expiries); err != nil {
 		return false, err
@@ -405,6 +231,166 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		}
 	}
 	return true, nil
+}
+
+// sums are a batch's deltas summed per row of each table they change.
+type sums struct {
+	plain      map[idKind]int64
+	sharded    map[shardKey]int64
+	shardedIDs map[string]int32 // id -> shard_count (max shard+1)
+	fields     map[fieldKey]int64
+	hashIDs    map[string]bool
+	sketches   map[string][]byte
+	buckets    map[bucketKey]int64
+	aggs       map[aggKey]int64
+	months     map[time.Time]bool // of the time series partitions written
+}
+
+// sumDeltas sums ds; a delta without a time happened at now.
+func sumDeltas(ds []Delta, now time.Time) (*sums, error) {
+	sum := &sums{
+		plain:      map[idKind]int64{},
+		sharded:    map[shardKey]int64{},
+		shardedIDs: map[string]int32{},
+		fields:     map[fieldKey]int64{},
+		hashIDs:    map[string]bool{},
+		sketches:   map[string][]byte{},
+		buckets:    map[bucketKey]int64{},
+		aggs:       map[aggKey]int64{},
+		months:     map[time.Time]bool{},
+	}
+	for _, d := range ds {
+		if d.CounterID == "" {
+			return nil, errors.New("postgres: delta without counter id")
+		}
+		kind := d.Kind
+		if kind == "" {
+			kind = KindCounter
+		}
+		switch kind {
+		case KindSharded:
+			sh := int32(d.Shard)
+			if d.Shard < 0 {
+				sh = 0
+			}
+			sum.sharded[shardKey{d.CounterID, sh}] += d.Delta
+			if sum.shardedIDs[d.CounterID] < sh+1 {
+				sum.shardedIDs[d.CounterID] = sh + 1
+			}
+		case KindHash:
+			sum.fields[fieldKey{d.CounterID, d.Field}] += d.Delta
+			sum.hashIDs[d.CounterID] = true
+		case KindHLL:
+			sum.sketches[d.CounterID] = d.Sketch
+			continue // no time series for sketches
+		default:
+			sum.plain[idKind{d.CounterID, kind}] += d.Delta
+		}
+		at := d.At
+		if at.IsZero() {
+			at = now
+		}
+		at = at.UTC()
+		m := at.Truncate(time.Minute)
+		sum.buckets[bucketKey{d.CounterID, m}] += d.Delta
+		h := at.Truncate(time.Hour)
+		day := time.Date(at.Year(), at.Month(), at.Day(), 0, 0, 0, 0, time.UTC)
+		mon := monthStart(at)
+		sum.aggs[aggKey{d.CounterID, "hour", h}] += d.Delta
+		sum.aggs[aggKey{d.CounterID, "day", day}] += d.Delta
+		sum.aggs[aggKey{d.CounterID, "month", mon}] += d.Delta
+		sum.months[mon] = true
+	}
+	return sum, nil
+}
+
+// parentsSQL creates the counters rows $1 of kind $3 at $2, or raises their
+// version: the parents of hash fields and hll sketches.
+const parentsSQL = `INSERT INTO counters AS c (counter_id, counter_type, created_at, updated_at, last_sync_at)
+	SELECT u.id, $3, $2, $2, $2 FROM unnest($1::text[]) WITH ORDINALITY AS u(id, ord) ORDER BY u.ord
+	ON CONFLICT (counter_id) DO UPDATE SET version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`
+
+// upsert writes the sums, one statement per table, rows in counter_id
+// order (see upsertSorted).
+func (sum *sums) upsert(exec execFunc, now time.Time) error {
+	if err := upsertSorted(exec, "counters", `INSERT INTO counters AS c (counter_id, counter_type, value, version, created_at, updated_at, last_sync_at)
+			SELECT u.id, u.kind, u.delta, 1, $4, $4, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, kind, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET value = c.value + EXCLUDED.value, version = c.version + 1,
+				updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
+		sum.plain, idKind.compare, func(ks []idKind) []any {
+			return []any{column(ks, idKind.counterID), column(ks, func(k idKind) string { return k.kind }), values(ks, sum.plain), now}
+		}); err != nil {
+		return err
+	}
+	shardCounts := func(ids []string) []any { return []any{ids, values(ids, sum.shardedIDs)} }
+	// The parent row is only written when it is created or its shard count
+	// grows (ON CONFLICT DO NOTHING and an UPDATE matching no row take no
+	// row lock), so concurrent flushes of a hot counter only contend on
+	// their shard rows (plus the FK's shared KEY SHARE lock).
+	if err := upsertSorted(exec, "sharded parents", `INSERT INTO counters (counter_id, counter_type, shard_count, created_at, updated_at, last_sync_at)
+			SELECT u.id, 'sharded', u.n, $3, $3, $3 FROM unnest($1::text[], $2::int[]) WITH ORDINALITY AS u(id, n, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id) DO NOTHING`, sum.shardedIDs, strings.Compare, func(ids []string) []any {
+		return append(shardCounts(ids), now)
+	}); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "shard counts", `UPDATE counters c SET shard_count = u.n FROM unnest($1::text[], $2::int[]) AS u(id, n)
+			WHERE c.counter_id = u.id AND c.shard_count < u.n`, sum.shardedIDs, strings.Compare, shardCounts); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "shards", `INSERT INTO counter_shards AS s (counter_id, shard_id, value, updated_at)
+			SELECT u.id, u.shard, u.delta, $4 FROM unnest($1::text[], $2::int[], $3::bigint[]) WITH ORDINALITY AS u(id, shard, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, shard_id) DO UPDATE SET value = s.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
+		sum.sharded, shardKey.compare, func(ks []shardKey) []any {
+			return []any{column(ks, shardKey.counterID), column(ks, func(k shardKey) int32 { return k.shard }), values(ks, sum.sharded), now}
+		}); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "hash parents", parentsSQL, sum.hashIDs, strings.Compare, func(ids []string) []any {
+		return []any{ids, now, KindHash}
+	}); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "hash fields", `INSERT INTO counter_fields AS f (counter_id, field, value, updated_at)
+			SELECT u.id, u.field, u.delta, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, field, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, field) DO UPDATE SET value = f.value + EXCLUDED.value, updated_at = EXCLUDED.updated_at`,
+		sum.fields, fieldKey.compare, func(ks []fieldKey) []any {
+			return []any{column(ks, fieldKey.counterID), column(ks, func(k fieldKey) string { return k.field }), values(ks, sum.fields), now}
+		}); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "hll parents", parentsSQL, sum.sketches, strings.Compare, func(ids []string) []any {
+		return []any{ids, now, KindHLL}
+	}); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "hll sketches", `INSERT INTO counter_hll AS h (counter_id, sketch, updated_at)
+			SELECT u.id, u.sketch, $3 FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY AS u(id, sketch, ord) ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET sketch = EXCLUDED.sketch, updated_at = EXCLUDED.updated_at`,
+		sum.sketches, strings.Compare, func(ids []string) []any { return []any{ids, values(ids, sum.sketches), now} }); err != nil {
+		return err
+	}
+	if err := upsertSorted(exec, "time series", `INSERT INTO counter_timeseries AS t (counter_id, bucket_timestamp, value)
+			SELECT u.id, u.t, u.delta FROM unnest($1::text[], $2::timestamptz[], $3::bigint[]) WITH ORDINALITY AS u(id, t, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, bucket_timestamp) DO UPDATE SET value = t.value + EXCLUDED.value`,
+		sum.buckets, bucketKey.compare, func(ks []bucketKey) []any {
+			return []any{column(ks, bucketKey.counterID), column(ks, func(k bucketKey) time.Time { return k.t }), values(ks, sum.buckets)}
+		}); err != nil {
+		return err
+	}
+	return upsertSorted(exec, "aggregates", `INSERT INTO counter_aggregates AS a (counter_id, granularity, period_start, value)
+			SELECT u.id, u.g, u.t, u.delta FROM unnest($1::text[], $2::text[], $3::timestamptz[], $4::bigint[]) WITH ORDINALITY AS u(id, g, t, delta, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id, granularity, period_start) DO UPDATE SET value = a.value + EXCLUDED.value`,
+		sum.aggs, aggKey.compare, func(ks []aggKey) []any {
+			return []any{column(ks, aggKey.counterID), column(ks, func(k aggKey) string { return k.gran }),
+				column(ks, func(k aggKey) time.Time { return k.t }), values(ks, sum.aggs)}
+		})
 }
 
 type execFunc func(sql string, args ...any) (int64, error)
@@ -467,13 +453,35 @@ func applyPerID[E, V any](exec execFunc, what, sql string, es []E, id func(E) st
 	return nil
 }
 
-func sortedKeys[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
+// upsertSorted runs sql once for every entry of m, in the order of compare:
+// rows are always locked in counter_id order (every compare orders by id
+// first; statements run in a fixed order) so concurrent batches cannot
+// deadlock. args turns the sorted keys into the statement's arguments: one
+// array per column (column, values), then any scalars. An empty m runs
+// nothing.
+func upsertSorted[K comparable, V any](exec execFunc, what, sql string, m map[K]V, compare func(a, b K) int, args func(keys []K) []any) error {
+	if len(m) == 0 {
+		return nil
 	}
-	sort.Strings(out)
+	keys := slices.SortedFunc(maps.Keys(m), compare)
+	if _, err := exec(sql, args(keys)...); err != nil {
+		return fmt.Errorf("postgres: apply %s: %w", what, err)
+	}
+	return nil
+}
+
+// column is the array of f of every key.
+func column[K, T any](keys []K, f func(K) T) []T {
+	out := make([]T, len(keys))
+	for i, k := range keys {
+		out[i] = f(k)
+	}
 	return out
+}
+
+// values is the array of m's values of keys.
+func values[K comparable, V any](keys []K, m map[K]V) []V {
+	return column(keys, func(k K) V { return m[k] })
 }
 
 func monthStart(t time.Time) time.Time {

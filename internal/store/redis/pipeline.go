@@ -89,7 +89,8 @@ func (s *Store) sendBatch(batch []*pipeReq) {
 	p := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, r := range batch {
-		cmds[i] = addScript.EvalSha(ctx, p, r.keys, r.args...)
+		cmds[i] = evalCmd(ctx, "evalsha", addScript.Hash(), r.keys, r.args)
+		_ = p.Process(ctx, onceCmd{cmds[i]})
 	}
 	_, _ = p.Exec(ctx) // errors are per command
 	for i, r := range batch {

@@ -6,16 +6,16 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/counterd/counterd/internal/counter"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
-	"github.com/counterd/counterd/internal/testutil/redistest"
 )
 
 // TestPipelinedAdds: concurrent Adds sharing round trips sum exactly, keep
 // kind checks per add, and survive SCRIPT FLUSH (NOSCRIPT is retried).
-func TestPipelinedAdds(t *testing.T) {
-	srv := redistest.New(t)
-	s := open(t, srv, redisstore.Options{Pipeline: 16, PipelineConns: 2})
+func testPipelinedAdds(t *testing.T, tg *target) {
+	s := open(t, tg.url, redisstore.Options{Pipeline: 16, PipelineConns: 2})
 	ctx := context.Background()
 	if _, _, err := s.HAdd(ctx, "h", []counter.FieldDelta{{Name: "f", Delta: 1}}); err != nil {
 		t.Fatal(err)
@@ -27,9 +27,7 @@ func TestPipelinedAdds(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < 200; i++ {
 				if i == 100 && g == 0 {
-					if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
-						t.Error(err)
-					}
+					tg.forEachMaster(t, func(ctx context.Context, m *redis.Client) error { return m.ScriptFlush(ctx).Err() })
 				}
 				kind := redisstore.KindCounter
 				if i%2 == 1 {

@@ -1,7 +1,5 @@
 package redisstore
 
-import "github.com/redis/go-redis/v9"
-
 // Every script takes KEYS[1] = counter:{id} and KEYS[2] = counter:{id}:meta
 // and derives the other keys of the counter (shards, window buckets) from
 // KEYS[1]. They all carry the same hash tag, so in Redis Cluster they live
@@ -78,7 +76,7 @@ end
 // fixed. Reply {'OK', kind, version, shard, values...}: shard is the shard
 // added to (-1 unless sharded); values are the value for a counter, every
 // shard for sharded, the in-window bucket values for window.
-var addScript = redis.NewScript(luaPrelude + `
+var addScript = newScript(luaPrelude + `
 local kind, err, miss, created = kindcheck(ARGV[1], ARGV[4])
 if miss then return {'MISS'} end
 if err then return err end
@@ -124,7 +122,7 @@ return redis.error_reply('WRONGKIND counter is a ' .. kind .. ', which Add does 
 // the shard values (sharded), gran, span, fixed and then start/value pairs
 // of the in-window buckets (window), field/value pairs (hash) or the
 // estimate (hll).
-var getScript = redis.NewScript(luaPrelude + `
+var getScript = newScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'version', 'updated_at', 'shards', 'gran', 'span', 'fixed')
 local kind = m[1]
 if not kind then return {'MISS'} end
@@ -156,7 +154,7 @@ return res
 // exp (absolute ms of a user TTL, 0 = none), payload (value | shard values
 // | field/value pairs | raw HLL).
 // Reply 1 if written, 0 if the counter was already there.
-var fillScript = redis.NewScript(luaPrelude + `
+var fillScript = newScript(luaPrelude + `
 if redis.call('EXISTS', meta) == 1 then return 0 end
 local kind, ttl = ARGV[1], ARGV[4]
 if kind == 'counter' or kind == 'pn' or kind == 'hll' then
@@ -182,7 +180,7 @@ return 1
 
 // setScript: ARGV value, check (0/1), expected version, ttl_ms (0 = none),
 // now_ms, maycreate. Reply {'OK', version, previous value}.
-var setScript = redis.NewScript(luaPrelude + `
+var setScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('counter', ARGV[6])
 if miss then return {'MISS'} end
 if err then return err end
@@ -207,7 +205,7 @@ return {'OK', cur + 1, old}
 // haddScript: ARGV now_ms, maycreate, name1, delta1, ... All deltas apply
 // or none: on an error the ones already applied are undone (a script is
 // not rolled back by Redis). Reply {'OK', version, new values in order}.
-var haddScript = redis.NewScript(luaPrelude + `
+var haddScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -241,7 +239,7 @@ return res
 `)
 
 // pfaddScript: ARGV now_ms, maycreate, items... Reply {'OK', changed, version}.
-var pfaddScript = redis.NewScript(luaPrelude + `
+var pfaddScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -264,7 +262,7 @@ return {'OK', changed, ver}
 
 // deleteScript: ARGV now_ms. Removes every key of the counter. Reply 1 if
 // it existed.
-var deleteScript = redis.NewScript(luaPrelude + `
+var deleteScript = newScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'shards', 'gran', 'span', 'fixed')
 if not m[1] then return redis.call('DEL', base) end
 redis.call('DEL', base, meta)
@@ -280,7 +278,7 @@ return 1
 
 // expireScript: ARGV ttl_ms (0 = remove the TTL), now_ms. Window buckets
 // keep their own TTLs. Reply 1 if the counter exists.
-var expireScript = redis.NewScript(luaPrelude + `
+var expireScript = newScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'shards')
 if not m[1] then return 0 end
 local keys = {base, meta}
@@ -301,7 +299,7 @@ return 1
 // hdelScript: ARGV now_ms, maycreate, names... Removes the fields; never
 // creates the counter. Reply {'OK', version, name1, old1, ...} with the
 // removed fields and their values (version 0 when nothing was removed).
-var hdelScript = redis.NewScript(luaPrelude + `
+var hdelScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -320,9 +318,9 @@ return res
 
 // pfmergeScript: KEYS[3..] are the value keys of the sources (hll strings,
 // missing ones count as empty). ARGV now_ms, maycreate. Merges them into
-// KEYS[1]. Reply {'OK', version, estimate}. The sources are other slots:
-// single Redis only, like PFCOUNT of several keys.
-var pfmergeScript = redis.NewScript(luaPrelude + `
+// KEYS[1]. Reply {'OK', version, estimate}. The sources are in other slots:
+// single Redis only; pfmergeRawScript is the Cluster form.
+var pfmergeScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -333,4 +331,56 @@ local ver = bump('hll', ARGV[1])
 return {'OK', ver, tostring(redis.call('PFCOUNT', base))}
 `)
 
-var allScripts = []*redis.Script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript}
+// rawPrelude merges raw HLL strings (read by the caller from keys in other
+// slots) through scratch keys of the script's own slot: Redis Cluster runs
+// a script only on keys of one slot, and PFMERGE reads keys, not values.
+// The scratch keys exist only while the script runs.
+const rawPrelude = `
+-- mergeraw merges ARGV[from..] into the scratch key acc (deleted first).
+-- A value that is not a valid HLL deletes the scratch keys and returns a
+-- WRONGKIND error reply; nothing else has been written.
+local function mergeraw(acc, from)
+  local src = acc .. ':src'
+  redis.call('DEL', acc)
+  for i = from, #ARGV do
+    redis.call('SET', src, ARGV[i])
+    local r = redis.pcall('PFMERGE', acc, acc, src)
+    if type(r) == 'table' and r.err then
+      redis.call('DEL', acc, src)
+      return redis.error_reply('WRONGKIND source ' .. (i - from + 1) .. ' is not an hll: ' .. r.err)
+    end
+  end
+  redis.call('DEL', src)
+end
+`
+
+// pfmergeRawScript: ARGV now_ms, maycreate, then the raw HLL strings of the
+// sources (missing sources are left out). Merges them into KEYS[1] through
+// the scratch key KEYS[1]..':tmp:pfmerge', atomically for the destination.
+// Reply {'OK', version, estimate}.
+var pfmergeRawScript = newScript(luaPrelude + rawPrelude + `
+local kind, err, miss = kindcheck('hll', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local acc = base .. ':tmp:pfmerge'
+local e = mergeraw(acc, 3)
+if e then return e end
+redis.call('PFMERGE', base, base, acc)
+redis.call('DEL', acc)
+local ver = bump('hll', ARGV[1])
+return {'OK', ver, tostring(redis.call('PFCOUNT', base))}
+`)
+
+// pfcountRawScript: KEYS[1] a scratch key, ARGV the raw HLL strings of the
+// counters to count. Reply the estimate of their union (PFCOUNT of several
+// keys, for keys in several slots).
+var pfcountRawScript = newScript(rawPrelude + `
+local e = mergeraw(KEYS[1], 1)
+if e then return e end
+local n = redis.call('PFCOUNT', KEYS[1])
+redis.call('DEL', KEYS[1])
+return n
+`)
+
+var allScripts = []*script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
+	pfmergeRawScript, pfcountRawScript, sketchAddScript, sketchFillScript}

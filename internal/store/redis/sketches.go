@@ -5,8 +5,6 @@ import (
 	"errors"
 	"strconv"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // Per-unit unique-count sketches (tiered mode's Uniques): one string per
@@ -30,7 +28,7 @@ func SketchKey(id string, p uint8, unit byte, level int, idx int64) string {
 // sketchAddScript raises registers in every key of KEYS. ARGV: m (the
 // register count), ttl ms, then pairs of register index and rank. A missing
 // key is created with m zero registers and flag 0.
-var sketchAddScript = redis.NewScript(`
+var sketchAddScript = newScript(`
 local m = tonumber(ARGV[1])
 local ttl = tonumber(ARGV[2])
 for _, key in ipairs(KEYS) do
@@ -49,7 +47,7 @@ return 1
 // sketchFillScript merges ARGV[1] (m registers) into KEYS[1] register by
 // register, sets its flag to 1, sets its ttl to ARGV[2] ms and returns the
 // merged value.
-var sketchFillScript = redis.NewScript(`
+var sketchFillScript = newScript(`
 local regs = ARGV[1]
 local m = #regs
 local cur = redis.call('GET', KEYS[1])
@@ -83,7 +81,7 @@ func (s *Store) SketchAdd(ctx context.Context, keys []string, m int, regs []uint
 	start := time.Now()
 	ctx = context.WithoutCancel(ctx) // see write
 	err := s.do(ctx, "sketch_add", true, func(ctx context.Context) error {
-		return sketchAddScript.Run(ctx, s.rdb, keys, args...).Err()
+		return s.eval(ctx, sketchAddScript, keys, args...).Err()
 	})
 	s.observe("sketch_add", start, err)
 	return err
@@ -118,7 +116,7 @@ func (s *Store) SketchFill(ctx context.Context, key string, regs []byte, ttl tim
 	start := time.Now()
 	err := s.do(ctx, "sketch_fill", true, func(ctx context.Context) error {
 		var err error
-		out, err = sketchFillScript.Run(ctx, s.rdb, []string{key}, regs, max(ttl.Milliseconds(), 1)).Text()
+		out, err = s.eval(ctx, sketchFillScript, []string{key}, regs, max(ttl.Milliseconds(), 1)).Text()
 		return err
 	})
 	s.observe("sketch_fill", start, err)

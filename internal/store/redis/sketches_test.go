@@ -8,8 +8,8 @@ import (
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
-func TestSketchRegisters(t *testing.T) {
-	s, _ := newStore(t)
+func testSketchRegisters(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	const m = 16
 	k1, k2 := redisstore.SketchKey("a", 4, 'd', 0, 7), redisstore.SketchKey("a", 4, 'd', 1, 3)

@@ -1,5 +1,5 @@
 // Package redisstore is counterd's Redis tier: counters kept in a real
-// Redis (or Redis Cluster-compatible) server with the seeds' key layout.
+// Redis server or Redis Cluster with the seeds' key layout.
 //
 // Each counter id has a meta hash counter:{id}:meta (kind, version,
 // updated_at and the kind's configuration) and its value keys:
@@ -8,7 +8,10 @@
 // (window buckets, each expiring after span+granularity). The {id} hash
 // tag keeps all of them in one Cluster slot, so every operation is one
 // Lua script (EVALSHA, falling back to EVAL after NOSCRIPT) that checks
-// the kind, applies the change and bumps the version atomically.
+// the kind, applies the change and bumps the version atomically. On Redis
+// Cluster the few operations over several ids (PFCOUNT and PFMERGE of
+// several counters, FlushCounters) read or scan per slot and master
+// instead; see docs/redis-tier.md, "Redis Cluster".
 //
 // With Options.Loader set the store is a read-through cache over a
 // slower tier: a miss calls the loader and caches its record for
@@ -23,6 +26,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"net"
+	neturl "net/url"
 	"sort"
 	"strconv"
 	"strings"
@@ -98,7 +102,8 @@ type Options struct {
 	// Pipeline, when > 0, sends concurrent Adds to Redis together: up to
 	// Pipeline add scripts in one round trip (one pipeline of EVALSHAs)
 	// on each of PipelineConns connections (default 4). Each Add is still
-	// one atomic script; only the round trips are shared. Default 0: off.
+	// one atomic script; only the round trips are shared (on Redis
+	// Cluster, one per master the batch touches). Default 0: off.
 	Pipeline      int
 	PipelineConns int
 }
@@ -172,8 +177,9 @@ type AddOptions struct {
 
 // Store is the Redis tier. It is safe for concurrent use; call Close.
 type Store struct {
-	rdb  *redis.Client
-	opts Options
+	rdb     redis.UniversalClient // *redis.Client, or *redis.ClusterClient on Redis Cluster
+	cluster *redis.ClusterClient  // nil on a single Redis
+	opts    Options
 
 	closeOnce sync.Once
 	closeErr  error
@@ -182,33 +188,33 @@ type Store struct {
 	stopped chan struct{} // closed by Close
 }
 
-// Open connects to the Redis at url (redis://[user:pass@]host:port/db,
-// rediss:// for TLS, or host:port), checks it answers, and loads the
-// scripts. The error wraps ErrUnavailable when Redis does not answer.
+// Open connects to the Redis at url, checks it answers, and loads the
+// scripts. url is redis://[user:pass@]host:port/db (rediss:// for TLS) or
+// host:port for a single Redis. A Redis Cluster is named in go-redis's
+// cluster URL form, redis://host:port?addr=host:port&addr=host:port (any
+// addr parameter means Cluster), or by one seed node with cluster=true
+// (redis://host:port?cluster=true): the client discovers the other nodes
+// and follows MOVED and ASK redirections. The error wraps ErrUnavailable
+// when Redis does not answer.
 func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}
 	opts.defaults()
-	if !strings.Contains(url, "://") {
-		url = "redis://" + url
-	}
-	ro, err := redis.ParseURL(url)
+	s := &Store{opts: opts, stopped: make(chan struct{})}
+	co, ro, err := ParseURL(url)
 	if err != nil {
-		return nil, fmt.Errorf("%w: redis url: %v", ErrInvalidArgument, err)
+		return nil, err
 	}
-	if opts.PoolSize > 0 {
-		ro.PoolSize = opts.PoolSize
+	var addr string
+	if co != nil {
+		s.setClusterOptions(co)
+		s.cluster = redis.NewClusterClient(co)
+		s.rdb, addr = s.cluster, strings.Join(co.Addrs, ",")
+	} else {
+		s.setOptions(ro)
+		s.rdb, addr = redis.NewClient(ro), ro.Addr
 	}
-	ro.DialTimeout = opts.DialTimeout
-	ro.ReadTimeout = opts.ReadTimeout
-	ro.WriteTimeout = opts.WriteTimeout
-	ro.PoolTimeout = opts.PoolTimeout
-	ro.MaxRetries = -1 // Store.do retries, knowing which calls are safe to repeat
-	ro.DialerRetries = 1
-	ro.DisableIdentity = true
-	ro.ContextTimeoutEnabled = true
-	s := &Store{rdb: redis.NewClient(ro), opts: opts, stopped: make(chan struct{})}
 	s.startPipeline()
 	err = s.do(ctx, "open", false, func(ctx context.Context) error {
 		for _, sc := range allScripts {
@@ -220,9 +226,101 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	})
 	if err != nil {
 		s.rdb.Close()
-		return nil, fmt.Errorf("open %s: %w", ro.Addr, err)
+		return nil, fmt.Errorf("open %s: %w", addr, err)
 	}
 	return s, nil
+}
+
+// ParseURL reads a Redis URL as Open does: exactly one of the results is
+// non-nil, cluster options for a Redis Cluster URL. The error wraps
+// ErrInvalidArgument.
+func ParseURL(url string) (*redis.ClusterOptions, *redis.Options, error) {
+	if !strings.Contains(url, "://") {
+		url = "redis://" + url
+	}
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: redis url: %v", ErrInvalidArgument, err)
+	}
+	q := u.Query()
+	isCluster := q.Has("addr")
+	if q.Has("cluster") {
+		v := q.Get("cluster")
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: redis url: cluster=%q is not a boolean", ErrInvalidArgument, v)
+		}
+		isCluster = isCluster || b
+		q.Del("cluster")
+		u.RawQuery = q.Encode()
+	}
+	if !isCluster {
+		ro, err := redis.ParseURL(u.String())
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: redis url: %v", ErrInvalidArgument, err)
+		}
+		return nil, ro, nil
+	}
+	if db := strings.Trim(u.Path, "/"); db != "" && db != "0" {
+		return nil, nil, fmt.Errorf("%w: redis url: Redis Cluster has only database 0, not %q", ErrInvalidArgument, db)
+	}
+	u.Path = ""
+	co, err := redis.ParseClusterURL(u.String())
+	if err != nil {
+		return nil, nil, fmt.Errorf("%w: redis cluster url: %v", ErrInvalidArgument, err)
+	}
+	if co.ReadOnly || co.RouteByLatency || co.RouteRandomly {
+		// Replicas lag: a read there could miss an acknowledged write.
+		return nil, nil, fmt.Errorf("%w: redis cluster url: read_only, route_by_latency and route_randomly are not supported (reads go to masters)", ErrInvalidArgument)
+	}
+	return co, nil, nil
+}
+
+// setOptions applies the Store's options to a single Redis client.
+func (s *Store) setOptions(ro *redis.Options) {
+	if s.opts.PoolSize > 0 {
+		ro.PoolSize = s.opts.PoolSize
+	}
+	ro.DialTimeout = s.opts.DialTimeout
+	ro.ReadTimeout = s.opts.ReadTimeout
+	ro.WriteTimeout = s.opts.WriteTimeout
+	ro.PoolTimeout = s.opts.PoolTimeout
+	ro.MaxRetries = -1 // Store.do retries, knowing which calls are safe to repeat
+	ro.DialerRetries = 1
+	ro.DisableIdentity = true
+	ro.ContextTimeoutEnabled = true
+}
+
+// setClusterOptions applies the Store's options to a cluster client. Its
+// nodes do not retry (MaxRetries -1); the cluster client itself follows
+// MOVED/ASK and retries refused commands (TRYAGAIN, CLUSTERDOWN, ...) up
+// to MaxRedirects times, but never a write whose outcome is unknown (see
+// once).
+func (s *Store) setClusterOptions(co *redis.ClusterOptions) {
+	if s.opts.PoolSize > 0 {
+		co.PoolSize = s.opts.PoolSize
+	}
+	co.DialTimeout = s.opts.DialTimeout
+	co.ReadTimeout = s.opts.ReadTimeout
+	co.WriteTimeout = s.opts.WriteTimeout
+	co.PoolTimeout = s.opts.PoolTimeout
+	co.MaxRetries = -1
+	co.MinRetryBackoff, co.MaxRetryBackoff = s.opts.MinRetryBackoff, s.opts.MaxRetryBackoff
+	co.DialerRetries = 1
+	co.DisableIdentity = true
+	co.ContextTimeoutEnabled = true
+}
+
+// Cluster reports whether the store talks to a Redis Cluster.
+func (s *Store) Cluster() bool { return s.cluster != nil }
+
+// forEachMaster calls fn with a client of every master: the one server of
+// a single Redis, each master of a cluster (concurrently).
+func (s *Store) forEachMaster(ctx context.Context, fn func(ctx context.Context, c *redis.Client) error) error {
+	if s.cluster != nil {
+		return s.cluster.ForEachMaster(ctx, fn)
+	}
+	return fn(ctx, s.rdb.(*redis.Client))
 }
 
 // Close closes the connection pool. It is safe to call more than once.
@@ -239,8 +337,9 @@ func (s *Store) Ready(ctx context.Context) error {
 	return s.do(ctx, "ready", false, func(ctx context.Context) error { return s.rdb.Ping(ctx).Err() })
 }
 
-// Client is the underlying go-redis client, for tests and diagnostics.
-func (s *Store) Client() *redis.Client { return s.rdb }
+// Client is the underlying go-redis client (a *redis.ClusterClient on
+// Redis Cluster), for single-key commands, tests and diagnostics.
+func (s *Store) Client() redis.UniversalClient { return s.rdb }
 
 // Key names. Every key of one id carries the hash tag {id}.
 func ValueKey(id string) string        { return "counter:{" + id + "}" }
@@ -413,6 +512,11 @@ func parseRecord(r []any) (Record, error) {
 		span, _ := toInt(p[1])
 		rec.Window = counter.WindowSpec{Granularity: time.Duration(g) * time.Millisecond,
 			Span: time.Duration(span) * time.Millisecond, Fixed: str(p[2]) == "1"}
+		// A stored spec is checked like a requested one, so a window
+		// written before (or around) today's bounds is refused, not read.
+		if err := rec.Window.Validate(); err != nil {
+			return rec, fmt.Errorf("redisstore: stored window: %w", err)
+		}
 		for i := 3; i+1 < len(p); i += 2 {
 			start, e1 := toInt(p[i])
 			n, e2 := toInt(p[i+1])
@@ -483,7 +587,7 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 		args = append(args, rec.HLL)
 	}
 	err = s.do(ctx, "fill", false, func(ctx context.Context) error {
-		return fillScript.Run(ctx, s.rdb, keys(id), args...).Err()
+		return s.eval(ctx, fillScript, keys(id), args...).Err()
 	})
 	return rec, true, err
 }
@@ -626,8 +730,9 @@ func (s *Store) PFAddVersion(ctx context.Context, id string, items ...[]byte) (b
 }
 
 // PFCount estimates the number of distinct items in the union of the hll
-// counters ids (PFCOUNT of their keys). With more than one id this is a
-// multi-slot command: it works on a single Redis, not on Redis Cluster.
+// counters ids (PFCOUNT of their keys). On Redis Cluster several ids live
+// in several slots: their raw sketches are read, then counted together by
+// one script (through a scratch key in the first id's slot).
 func (s *Store) PFCount(ctx context.Context, ids ...string) (int64, error) {
 	if len(ids) == 0 {
 		return 0, fmt.Errorf("%w: no ids", ErrInvalidArgument)
@@ -642,7 +747,15 @@ func (s *Store) PFCount(ctx context.Context, ids ...string) (int64, error) {
 	var n int64
 	start := time.Now()
 	err := s.do(ctx, "pfcount", false, func(ctx context.Context) (err error) {
-		n, err = s.rdb.PFCount(ctx, ks...).Result()
+		if s.cluster == nil || len(ids) == 1 {
+			n, err = s.rdb.PFCount(ctx, ks...).Result()
+			return err
+		}
+		raws, err := s.rawHLLs(ctx, ids)
+		if err != nil {
+			return err
+		}
+		n, err = s.eval(ctx, pfcountRawScript, []string{ks[0] + ":tmp:pfcount"}, raws...).Int64()
 		return err
 	})
 	s.observe("pfcount", start, err)
@@ -668,7 +781,7 @@ func (s *Store) Expire(ctx context.Context, id string, ttl time.Duration) (bool,
 	return s.simple(ctx, "expire", id, expireScript, ms, s.nowMS())
 }
 
-func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, args ...any) (bool, error) {
+func (s *Store) simple(ctx context.Context, op, id string, sc *script, args ...any) (bool, error) {
 	if err := checkID(id); err != nil {
 		return false, err
 	}
@@ -676,7 +789,7 @@ func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, arg
 	var n int64
 	ctx = context.WithoutCancel(ctx) // see write
 	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
-		n, err = sc.Run(ctx, s.rdb, keys(id), args...).Int64()
+		n, err = s.eval(ctx, sc, keys(id), args...).Int64()
 		return err
 	})
 	s.observe(op, start, err)
@@ -684,8 +797,8 @@ func (s *Store) simple(ctx context.Context, op, id string, sc *redis.Script, arg
 }
 
 // run runs a script that replies with a table.
-func (s *Store) run(ctx context.Context, sc *redis.Script, id string, args ...any) ([]any, error) {
-	v, err := sc.Run(ctx, s.rdb, keys(id), args...).Slice()
+func (s *Store) run(ctx context.Context, sc *script, id string, args ...any) ([]any, error) {
+	v, err := s.eval(ctx, sc, keys(id), args...).Slice()
 	if err != nil {
 		return nil, err
 	}
@@ -696,8 +809,9 @@ func (s *Store) run(ctx context.Context, sc *redis.Script, id string, args ...an
 }
 
 // do calls f, retrying with backoff when the error is a connection error
-// and, for writes, only when no connection could be made (the command
-// cannot have reached Redis). Errors are mapped to the sentinels.
+// and, for writes, only when no connection could be made or Redis refused
+// the command (either way it did not run). Errors are mapped to the
+// sentinels.
 func (s *Store) do(ctx context.Context, op string, write bool, f func(ctx context.Context) error) error {
 	backoff := s.opts.MinRetryBackoff
 	for attempt := 0; ; attempt++ {
@@ -705,8 +819,9 @@ func (s *Store) do(ctx context.Context, op string, write bool, f func(ctx contex
 		if err == nil {
 			return nil
 		}
+		safe := !write || isDialError(err) || isRefused(err)
 		err = mapError(err)
-		if !errors.Is(err, ErrUnavailable) || attempt >= s.opts.MaxRetries || (write && !isDialError(err)) {
+		if !errors.Is(err, ErrUnavailable) || attempt >= s.opts.MaxRetries || !safe {
 			return fmt.Errorf("%s: %w", op, err)
 		}
 		t := time.NewTimer(backoff)
@@ -725,6 +840,22 @@ var errEmptyReply = errors.New("redisstore: empty script reply")
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
+}
+
+// isRefused reports a Redis error reply that means the command was not
+// executed: the node is loading, has no quorum or is a replica now (a
+// failover), the slot is moving or unserved, or a script is busy.
+func isRefused(err error) bool {
+	var rerr redis.Error
+	if !errors.As(err, &rerr) {
+		return false
+	}
+	word, _, _ := strings.Cut(rerr.Error(), " ")
+	switch word {
+	case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY":
+		return true
+	}
+	return false
 }
 
 func mapError(err error) error {

@@ -28,9 +28,9 @@ func (c *clock) Now() time.Time          { return time.UnixMilli(c.ms.Load()) }
 func (c *clock) Advance(d time.Duration) { c.ms.Add(d.Milliseconds()) }
 func (c *clock) Set(t time.Time)         { c.ms.Store(t.UnixMilli()) }
 
-func open(t testing.TB, srv *redistest.Server, o redisstore.Options) *redisstore.Store {
+func open(t testing.TB, url string, o redisstore.Options) *redisstore.Store {
 	t.Helper()
-	s, err := redisstore.Open(context.Background(), srv.URL, o)
+	s, err := redisstore.Open(context.Background(), url, o)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -38,10 +38,9 @@ func open(t testing.TB, srv *redistest.Server, o redisstore.Options) *redisstore
 	return s
 }
 
-func newStore(t testing.TB) (*redisstore.Store, *redistest.Server) {
+func newStore(t testing.TB, tg *target) *redisstore.Store {
 	t.Helper()
-	srv := redistest.New(t)
-	return open(t, srv, redisstore.Options{}), srv
+	return open(t, tg.url, redisstore.Options{})
 }
 
 func get(t *testing.T, s *redisstore.Store, id string) redisstore.Record {
@@ -53,8 +52,8 @@ func get(t *testing.T, s *redisstore.Store, id string) redisstore.Record {
 	return rec
 }
 
-func TestCounter(t *testing.T) {
-	s, _ := newStore(t)
+func testCounter(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	if _, found, err := s.Get(ctx, "a"); err != nil || found {
 		t.Fatalf("Get missing = %v, %v", found, err)
@@ -87,8 +86,8 @@ func TestCounter(t *testing.T) {
 	}
 }
 
-func TestSetVersionAndTTL(t *testing.T) {
-	s, _ := newStore(t)
+func testSetVersionAndTTL(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	zero := uint64(0)
 	ver, err := s.Set(ctx, "c", 100, &zero, 0)
@@ -146,8 +145,8 @@ func TestSetVersionAndTTL(t *testing.T) {
 	}
 }
 
-func TestSharded(t *testing.T) {
-	s, srv := newStore(t)
+func testSharded(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	o := redisstore.AddOptions{Shards: 4}
 	var want int64
@@ -184,22 +183,21 @@ func TestSharded(t *testing.T) {
 	if _, _, err := s.Add(ctx, "sh", redisstore.KindAuto, 1, redisstore.AddOptions{Fixed: true, Shard: 4}); !errors.Is(err, redisstore.ErrInvalidArgument) {
 		t.Fatalf("shard out of range = %v", err)
 	}
-	if r, _ := srv.Do("EXISTS", redisstore.ShardKey("sh", 3)); r != ":1" {
-		t.Fatalf("shard key %s missing: %q", redisstore.ShardKey("sh", 3), r)
+	if n, err := tg.rdb.Exists(ctx, redisstore.ShardKey("sh", 3)).Result(); err != nil || n != 1 {
+		t.Fatalf("shard key %s missing: %d, %v", redisstore.ShardKey("sh", 3), n, err)
 	}
 	if ok, _ := s.Delete(ctx, "sh"); !ok {
 		t.Fatal("Delete")
 	}
-	if r, _ := srv.Do("DBSIZE"); r != ":0" {
-		t.Fatalf("keys left after Delete: %s", r)
+	if n := tg.dbsize(t); n != 0 {
+		t.Fatalf("keys left after Delete: %d", n)
 	}
 }
 
-func TestWindow(t *testing.T) {
-	srv := redistest.New(t)
+func testWindow(t *testing.T, tg *target) {
 	clk := newClock()
 	clk.Set(time.Now().Truncate(time.Second))
-	s := open(t, srv, redisstore.Options{Now: clk.Now})
+	s := open(t, tg.url, redisstore.Options{Now: clk.Now})
 	ctx := context.Background()
 	o := redisstore.AddOptions{Window: counter.WindowSpec{Granularity: time.Second, Span: 5 * time.Second}}
 	for i := range 5 {
@@ -221,8 +219,8 @@ func TestWindow(t *testing.T) {
 		t.Fatalf("buckets not oldest first: %v", rec.Buckets)
 	}
 	start := rec.Buckets[3].Start.UnixMilli()
-	if r, _ := srv.Do("PTTL", redisstore.BucketKey("w", start)); r == ":-1" || r == ":-2" {
-		t.Fatalf("bucket key PTTL = %s, want a TTL", r)
+	if d, err := tg.rdb.PTTL(ctx, redisstore.BucketKey("w", start)).Result(); err != nil || d <= 0 {
+		t.Fatalf("bucket key PTTL = %v, %v, want a TTL", d, err)
 	}
 	clk.Advance(10 * time.Second)
 	if rec := get(t, s, "w"); rec.Value != 0 || len(rec.Buckets) != 0 {
@@ -237,8 +235,8 @@ func TestWindow(t *testing.T) {
 	}
 }
 
-func TestHash(t *testing.T) {
-	s, _ := newStore(t)
+func testHash(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	fs, ver, err := s.HAdd(ctx, "h", []counter.FieldDelta{{Name: "views", Delta: 3}, {Name: "likes", Delta: 1}, {Name: "views", Delta: 2}})
 	if err != nil || ver != 1 {
@@ -276,8 +274,8 @@ func TestHash(t *testing.T) {
 	}
 }
 
-func TestHLL(t *testing.T) {
-	s, _ := newStore(t)
+func testHLL(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	for i := range 1000 {
 		if _, err := s.PFAdd(ctx, "u1", []byte("user"+strconv.Itoa(i))); err != nil {
@@ -308,8 +306,8 @@ func TestHLL(t *testing.T) {
 	}
 }
 
-func TestWrongKindLeavesDataUnchanged(t *testing.T) {
-	s, _ := newStore(t)
+func testWrongKindLeavesDataUnchanged(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	s.Add(ctx, "c", redisstore.KindCounter, 5, redisstore.AddOptions{})
 	s.HAdd(ctx, "h", []counter.FieldDelta{{Name: "f", Delta: 1}})
@@ -351,8 +349,8 @@ func TestWrongKindLeavesDataUnchanged(t *testing.T) {
 	}
 }
 
-func TestOverflowLeavesDataUnchanged(t *testing.T) {
-	s, _ := newStore(t)
+func testOverflowLeavesDataUnchanged(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	s.Add(ctx, "c", redisstore.KindCounter, math.MaxInt64, redisstore.AddOptions{})
 	if _, _, err := s.Add(ctx, "c", redisstore.KindCounter, 1, redisstore.AddOptions{}); !errors.Is(err, redisstore.ErrOverflow) {
@@ -376,7 +374,7 @@ func TestOverflowLeavesDataUnchanged(t *testing.T) {
 }
 
 func TestInvalid(t *testing.T) {
-	s, _ := newStore(t)
+	s := newStore(t, single(t))
 	ctx := context.Background()
 	for _, id := range []string{"", "}x", string(make([]byte, 256))} {
 		if _, _, err := s.Add(ctx, id, redisstore.KindAuto, 1, redisstore.AddOptions{}); !errors.Is(err, redisstore.ErrInvalidArgument) {
@@ -455,13 +453,11 @@ func TestHashTagsClusterKeySlot(t *testing.T) {
 	}
 }
 
-func TestScriptsSurviveScriptFlush(t *testing.T) {
-	s, srv := newStore(t)
+func testScriptsSurviveScriptFlush(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{})
-	if _, err := srv.Do("SCRIPT", "FLUSH"); err != nil {
-		t.Fatal(err)
-	}
+	tg.scriptFlush(t)
 	if v, _, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{}); err != nil || v != 2 {
 		t.Fatalf("Add after SCRIPT FLUSH = %d, %v", v, err)
 	}
@@ -470,8 +466,8 @@ func TestScriptsSurviveScriptFlush(t *testing.T) {
 	}
 }
 
-func TestConcurrentAddsSumExactly(t *testing.T) {
-	s, _ := newStore(t)
+func testConcurrentAddsSumExactly(t *testing.T, tg *target) {
+	s := newStore(t, tg)
 	ctx := context.Background()
 	const goroutines, each = 16, 200
 	var wg sync.WaitGroup

@@ -36,10 +36,9 @@ func newBacking() *backing {
 	}}
 }
 
-func TestReadThrough(t *testing.T) {
-	srv := redistest.New(t)
+func testReadThrough(t *testing.T, tg *target) {
 	b := newBacking()
-	s := open(t, srv, redisstore.Options{Loader: b.load})
+	s := open(t, tg.url, redisstore.Options{Loader: b.load})
 	ctx := context.Background()
 
 	rec := get(t, s, "c")
@@ -55,9 +54,9 @@ func TestReadThrough(t *testing.T) {
 		t.Fatalf("TTL of a cached counter = %v, want 0 (no user TTL)", rec.TTL)
 	}
 	for _, k := range []string{redisstore.ValueKey("c"), redisstore.MetaKey("c")} {
-		r, err := srv.Do("PTTL", k)
-		if err != nil || r <= ":55000" || len(r) != len(":60000") {
-			t.Fatalf("PTTL %s = %q, %v", k, r, err)
+		d, err := tg.rdb.PTTL(ctx, k).Result()
+		if err != nil || d <= 55*time.Second || d > 60*time.Second {
+			t.Fatalf("PTTL %s = %v, %v", k, d, err)
 		}
 	}
 	// A hit does not call the loader.
@@ -97,7 +96,7 @@ func TestReadThrough(t *testing.T) {
 	}
 
 	// FLUSHALL: the value comes back from the loader.
-	srv.FlushAll(t)
+	tg.flushAll(t)
 	if rec := get(t, s, "c"); rec.Value != 41 || rec.Version != 7 {
 		t.Fatalf("after FLUSHALL: %+v", rec)
 	}
@@ -105,14 +104,13 @@ func TestReadThrough(t *testing.T) {
 
 // TestFillDoesNotOverwrite: a record loaded before a concurrent write
 // created the counter must not replace it.
-func TestFillDoesNotOverwrite(t *testing.T) {
-	srv := redistest.New(t)
+func testFillDoesNotOverwrite(t *testing.T, tg *target) {
 	var s *redisstore.Store
 	var once sync.Once
 	loader := func(ctx context.Context, id string) (redisstore.Record, bool, error) {
 		// Simulate a slow load during which another client writes.
 		once.Do(func() {
-			other, err := redisstore.Open(ctx, srv.URL, redisstore.Options{})
+			other, err := redisstore.Open(ctx, tg.url, redisstore.Options{})
 			if err != nil {
 				t.Error(err)
 				return
@@ -124,7 +122,7 @@ func TestFillDoesNotOverwrite(t *testing.T) {
 		})
 		return redisstore.Record{Kind: redisstore.KindCounter, Value: 5, Version: 1}, true, nil
 	}
-	s = open(t, srv, redisstore.Options{Loader: loader})
+	s = open(t, tg.url, redisstore.Options{Loader: loader})
 	rec := get(t, s, "c")
 	if rec.Value != 1000 {
 		t.Fatalf("Get = %+v, want the concurrent write (1000) kept", rec)
@@ -136,7 +134,7 @@ func TestRedisDownAndBack(t *testing.T) {
 	if srv.External() {
 		t.Skip("needs a private redis-server")
 	}
-	s := open(t, srv, redisstore.Options{DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,
+	s := open(t, srv.URL, redisstore.Options{DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond,
 		WriteTimeout: 200 * time.Millisecond})
 	ctx := context.Background()
 	if _, _, err := s.Add(ctx, "c", redisstore.KindAuto, 1, redisstore.AddOptions{}); err != nil {
@@ -193,7 +191,7 @@ func TestObserve(t *testing.T) {
 	srv := redistest.New(t)
 	var mu sync.Mutex
 	ops := map[string]int{}
-	s := open(t, srv, redisstore.Options{Observe: func(op string, _ time.Duration, _ error) {
+	s := open(t, srv.URL, redisstore.Options{Observe: func(op string, _ time.Duration, _ error) {
 		mu.Lock()
 		ops[op]++
 		mu.Unlock()
@@ -210,7 +208,7 @@ func TestObserve(t *testing.T) {
 
 func BenchmarkAdd(b *testing.B) {
 	srv := redistest.New(b)
-	s := open(b, srv, redisstore.Options{})
+	s := open(b, srv.URL, redisstore.Options{})
 	ctx := context.Background()
 	b.ReportAllocs()
 	b.SetParallelism(8) // 8 goroutines per CPU, as a busy server would have

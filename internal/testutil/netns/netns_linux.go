@@ -182,17 +182,11 @@ func (nw *Network) remove() error {
 	return errors.Join(errs...)
 }
 
-// Len is the number of nodes.
-func (nw *Network) Len() int { return len(nw.ns) }
-
 // IP is the address of node i (from 0).
 func (nw *Network) IP(i int) string { return nw.prefix + strconv.Itoa(i+1) }
 
 // HostIP is the bridge's address: where the test process's packets come from.
 func (nw *Network) HostIP() string { return nw.prefix + "254" }
-
-// Namespace is the name of node i's network namespace.
-func (nw *Network) Namespace(i int) string { return nw.ns[i] }
 
 // Command prepares name with args to run in node i's namespace. The program
 // is killed if the test process dies.

@@ -116,13 +116,12 @@ func DSN(t testing.TB) string {
 
 // Server is a private PostgreSQL server in a temporary directory.
 type Server struct {
-	dir      string // owned by the server's OS user
-	bin      string // directory holding initdb, pg_ctl
-	port     int
-	runAs    string // "" or "postgres"
-	mu       sync.Mutex
-	running  bool
-	startLog string
+	dir     string // owned by the server's OS user
+	bin     string // directory holding initdb, pg_ctl
+	port    int
+	runAs   string // "" or "postgres"
+	mu      sync.Mutex
+	running bool
 }
 
 // StartServer starts a private server for this test only (skipping or
@@ -146,9 +145,6 @@ func (s *Server) DSN(t testing.TB) string {
 	t.Helper()
 	return createDB(t, s.adminDSN(), false)
 }
-
-// Port is the TCP port s listens on (127.0.0.1).
-func (s *Server) Port() int { return s.port }
 
 // Stop stops the server abruptly (pg_ctl -m immediate: like a crash; the
 // next start runs crash recovery from the WAL).

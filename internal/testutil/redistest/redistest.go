@@ -8,6 +8,11 @@
 // full isolation and lets failure tests Stop, Start and Restart it. When
 // neither is available the test is skipped, or fails when
 // COUNTERD_REQUIRE_SERVICES=1 (as in CI).
+//
+// NewCluster does the same for a Redis Cluster: COUNTERD_TEST_REDIS_CLUSTER,
+// or three private masters (about 2 s to start, most of it Redis' own
+// delay before a fresh master serves), with AddReplica and Failover for
+// failover tests.
 package redistest
 
 import (
@@ -74,7 +79,7 @@ func NewArgs(t testing.TB, extra ...string) *Server {
 	}
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
-		unavailable(t, "no redis-server on PATH and "+EnvRedis+" is not set")
+		unavailable(t, EnvRedis, "no redis-server on PATH and "+EnvRedis+" is not set")
 	}
 	s := &Server{bin: bin, dir: t.TempDir(), extra: extra}
 	t.Cleanup(func() { s.stop() })
@@ -104,17 +109,19 @@ func external(t testing.TB, env string) *Server {
 	}
 	s := &Server{Addr: u.Host, URL: env, external: true}
 	if err := ping(s.Addr, time.Second); err != nil {
-		unavailable(t, fmt.Sprintf("%s=%s does not answer: %v", EnvRedis, env, err))
+		unavailable(t, EnvRedis, fmt.Sprintf("%s=%s does not answer: %v", EnvRedis, env, err))
 	}
 	return s
 }
 
-func unavailable(t testing.TB, why string) {
+// unavailable skips t, or fails it under COUNTERD_REQUIRE_SERVICES=1;
+// env is the variable that would name an external server.
+func unavailable(t testing.TB, env, why string) {
 	t.Helper()
 	if os.Getenv(EnvRequireServices) == "1" {
 		t.Fatalf("redistest: %s (%s=1)", why, EnvRequireServices)
 	}
-	t.Skipf("redistest: %s; skipping (install redis-server or set %s)", why, EnvRedis)
+	t.Skipf("redistest: %s; skipping (install redis-server or set %s)", why, env)
 }
 
 // External reports whether the server is the shared one from

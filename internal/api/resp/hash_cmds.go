@@ -1,0 +1,175 @@
+package resp
+
+// Hash commands: HINCRBY, HDEL and the hash reads.
+
+import (
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// HINCRBY key field increment
+func prepHIncrBy(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	d, ok := parseInt(args[3])
+	if !ok {
+		return ops, errNotInteger, true
+	}
+	// The field name is copied: the hash keeps it.
+	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]),
+		Fields: []counter.FieldDelta{{Name: string(args[2]), Delta: d}}}), "", true
+}
+
+func doneHIncrBy(c *client, args [][]byte, res []engine.Result) {
+	if len(res[0].Fields) == 0 {
+		c.writeError("ERR internal error: no field in result")
+		return
+	}
+	c.writeInt(res[0].Fields[0].Value)
+}
+
+// HDEL key field [field ...], split in ops of at most engine.MaxItems
+// fields (applied atomically together).
+func prepHDel(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	id := str(args[1])
+	names := args[2:]
+	for len(names) > 0 {
+		n := min(len(names), engine.MaxItems)
+		ss := make([]string, n)
+		for i := range ss {
+			ss[i] = str(names[i])
+		}
+		ops = append(ops, engine.Op{Type: engine.OpHDel, ID: id, Names: ss})
+		names = names[n:]
+	}
+	return ops, "", true
+}
+
+func doneSumValue(c *client, args [][]byte, res []engine.Result) {
+	var n int64
+	for i := range res {
+		n += res[i].Value
+	}
+	c.writeInt(n)
+}
+
+// hashView reads a hash; ok is false after a reply was written (error).
+// A missing key reads as an empty hash.
+func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
+	v, err := s.eng.Get(s.ctx, str(key))
+	if err != nil {
+		c.writeError(engineError(err))
+		return nil, false
+	}
+	if !v.Exists {
+		return nil, true
+	}
+	if v.Kind != engine.KindHash {
+		c.writeError(errWrongType)
+		return nil, false
+	}
+	return v.Fields, true
+}
+
+// HGET key field
+func cmdHGet(s *Server, c *client, args [][]byte) {
+	v, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
+	switch {
+	case err != nil:
+		c.writeError(engineError(err))
+	case !ok:
+		c.writeNull()
+	default:
+		c.writeBulkInt(v)
+	}
+}
+
+// HEXISTS key field
+func cmdHExists(s *Server, c *client, args [][]byte) {
+	_, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
+	switch {
+	case err != nil:
+		c.writeError(engineError(err))
+	case ok:
+		c.writeInt(1)
+	default:
+		c.writeInt(0)
+	}
+}
+
+// findField finds name in fields, which the engine sorts by name.
+func findField(fields []counter.Field, name []byte) (int64, bool) {
+	lo, hi := 0, len(fields)
+	for lo < hi {
+		m := int(uint(lo+hi) >> 1)
+		if fields[m].Name < str(name) {
+			lo = m + 1
+		} else {
+			hi = m
+		}
+	}
+	if lo < len(fields) && fields[lo].Name == str(name) {
+		return fields[lo].Value, true
+	}
+	return 0, false
+}
+
+// HMGET key field [field ...]
+func cmdHMGet(s *Server, c *client, args [][]byte) {
+	fields, ok := hashView(s, c, args[1])
+	if !ok {
+		return
+	}
+	c.writeArray(len(args) - 2)
+	for _, f := range args[2:] {
+		if v, ok := findField(fields, f); ok {
+			c.writeBulkInt(v)
+		} else {
+			c.writeNull()
+		}
+	}
+}
+
+// HGETALL key: a map in RESP3, a flat array in RESP2.
+func cmdHGetAll(s *Server, c *client, args [][]byte) {
+	fields, ok := hashView(s, c, args[1])
+	if !ok {
+		return
+	}
+	c.writeMap(len(fields))
+	for _, f := range fields {
+		c.writeBulkString(f.Name)
+		c.writeBulkInt(f.Value)
+	}
+}
+
+// HKEYS key
+func cmdHKeys(s *Server, c *client, args [][]byte) {
+	fields, ok := hashView(s, c, args[1])
+	if !ok {
+		return
+	}
+	c.writeArray(len(fields))
+	for _, f := range fields {
+		c.writeBulkString(f.Name)
+	}
+}
+
+// HVALS key
+func cmdHVals(s *Server, c *client, args [][]byte) {
+	fields, ok := hashView(s, c, args[1])
+	if !ok {
+		return
+	}
+	c.writeArray(len(fields))
+	for _, f := range fields {
+		c.writeBulkInt(f.Value)
+	}
+}
+
+// HLEN key
+func cmdHLen(s *Server, c *client, args [][]byte) {
+	fields, ok := hashView(s, c, args[1])
+	if !ok {
+		return
+	}
+	c.writeInt(int64(len(fields)))
+}

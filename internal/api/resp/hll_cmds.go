@@ -1,0 +1,54 @@
+package resp
+
+// HyperLogLog commands: PFADD, PFMERGE, PFCOUNT.
+
+import (
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// PFADD key [element ...], split in ops of at most engine.MaxItems items.
+func prepPFAdd(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	id := str(args[1])
+	items := args[2:]
+	for {
+		n := min(len(items), engine.MaxItems)
+		ops = append(ops, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items[:n:n]})
+		items = items[n:]
+		if len(items) == 0 {
+			return ops, "", true
+		}
+	}
+}
+
+func doneAnyChanged(c *client, args [][]byte, res []engine.Result) {
+	for i := range res {
+		if res[i].Changed {
+			c.writeInt(1)
+			return
+		}
+	}
+	c.writeInt(0)
+}
+
+// PFMERGE destkey [sourcekey ...]
+func prepPFMerge(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	srcs := make([]string, 0, len(args)-2)
+	for _, a := range args[2:] {
+		srcs = append(srcs, str(a))
+	}
+	return append(ops, engine.Op{Type: engine.OpPFMerge, ID: str(args[1]), Sources: srcs}), "", true
+}
+
+// PFCOUNT key [key ...]: the estimate of the union.
+func cmdPFCount(s *Server, c *client, args [][]byte) {
+	ids := make([]string, len(args)-1)
+	for i, a := range args[1:] {
+		ids[i] = str(a)
+	}
+	n, _, err := s.eng.PFCount(s.ctx, ids...)
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	c.writeInt(int64(n))
+}

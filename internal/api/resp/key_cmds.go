@@ -1,0 +1,356 @@
+package resp
+
+// Key commands: DEL, EXISTS, TYPE, the TTL family, SCAN, KEYS, DBSIZE.
+
+import (
+	"math"
+	"strings"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// DEL key [key ...]. Keys that are not valid counter ids cannot exist and
+// count as not deleted.
+func prepDel(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	for _, k := range args[1:] {
+		id := str(k)
+		if engine.ValidateID(id) != nil {
+			continue
+		}
+		ops = append(ops, engine.Op{Type: engine.OpDelete, ID: id})
+	}
+	return ops, "", true
+}
+
+func doneCount(c *client, args [][]byte, res []engine.Result) {
+	n := 0
+	for i := range res {
+		if res[i].Changed {
+			n++
+		}
+	}
+	c.writeInt(int64(n))
+}
+
+// EXPIRE key seconds [NX|XX|GT|LT], PEXPIRE key ms [...]
+func prepExpire(unit time.Duration, name string) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+		ttl, e := parseExpire(args[2], unit, name)
+		if e != "" {
+			return ops, e, true
+		}
+		if len(args) > 3 {
+			return ops, "", false // conditional: needs a read
+		}
+		return append(ops, engine.Op{Type: engine.OpExpire, ID: str(args[1]), TTL: ttl}), "", true
+	}
+}
+
+// parseExpire parses an EXPIRE argument; a non-positive one gives a
+// negative TTL, which deletes the key (like Redis).
+func parseExpire(b []byte, unit time.Duration, name string) (time.Duration, string) {
+	n, ok := parseInt(b)
+	if !ok {
+		return 0, errNotInteger
+	}
+	if n <= 0 {
+		return -1, ""
+	}
+	if n > math.MaxInt64/int64(unit) {
+		return 0, "ERR invalid expire time in '" + name + "' command"
+	}
+	return time.Duration(n) * unit, ""
+}
+
+// expireCmd is EXPIRE/PEXPIRE with the Redis 7 NX/XX/GT/LT options, which
+// read the current TTL first (not atomic with the write that follows).
+func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args [][]byte) {
+	return func(s *Server, c *client, args [][]byte) {
+		if len(args) == 3 {
+			s.applyOps(c, cmd, args)
+			return
+		}
+		ttl, e := parseExpire(args[2], unit, cmd.name)
+		if e != "" {
+			c.writeError(e)
+			return
+		}
+		var nx, xx, gt, lt bool
+		for _, a := range args[3:] {
+			switch {
+			case eqFold(a, "nx"):
+				nx = true
+			case eqFold(a, "xx"):
+				xx = true
+			case eqFold(a, "gt"):
+				gt = true
+			case eqFold(a, "lt"):
+				lt = true
+			default:
+				c.writeError("ERR Unsupported option " + string(a))
+				return
+			}
+		}
+		if nx && (xx || gt || lt) {
+			c.writeError("ERR NX and XX, GT or LT options at the same time are not compatible")
+			return
+		}
+		if gt && lt {
+			c.writeError("ERR GT and LT options at the same time are not compatible")
+			return
+		}
+		id := str(args[1])
+		cur, has, exists, err := s.eng.TTL(s.ctx, id)
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+		if !exists {
+			c.writeInt(0)
+			return
+		}
+		// A key without TTL counts as an infinite TTL for GT and LT.
+		apply := true
+		switch {
+		case nx:
+			apply = !has
+		case xx && !has:
+			apply = false
+		case gt:
+			apply = has && ttl > cur
+		case lt:
+			apply = !has || ttl < cur
+		}
+		if !apply {
+			c.writeInt(0)
+			return
+		}
+		r, err := s.eng.Apply(s.ctx, engine.Op{Type: engine.OpExpire, ID: id, TTL: ttl}, engine.WriteOptions{})
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+		if r.Changed {
+			c.writeInt(1)
+		} else {
+			c.writeInt(0)
+		}
+	}
+}
+
+// PERSIST key
+func prepPersist(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	return append(ops, engine.Op{Type: engine.OpExpire, ID: str(args[1]), TTL: 0}), "", true
+}
+
+// EXISTS key [key ...]
+func cmdExists(s *Server, c *client, args [][]byte) {
+	var n int64
+	for _, k := range args[1:] {
+		_, _, ok, err := s.eng.TTL(s.ctx, str(k))
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+		if ok {
+			n++
+		}
+	}
+	c.writeInt(n)
+}
+
+// TYPE key: "hash" for hashes, "string" for every other kind, "none".
+func cmdType(s *Server, c *client, args [][]byte) {
+	id := str(args[1])
+	if engine.ValidateID(id) != nil {
+		c.writeStatus("none")
+		return
+	}
+	v, err := s.eng.Get(s.ctx, id)
+	switch {
+	case err != nil:
+		c.writeError(engineError(err))
+	case !v.Exists:
+		c.writeStatus("none")
+	case v.Kind == engine.KindHash:
+		c.writeStatus("hash")
+	default:
+		c.writeStatus("string")
+	}
+}
+
+func typeName(k engine.Kind) string {
+	if k == engine.KindHash {
+		return "hash"
+	}
+	return "string"
+}
+
+// TTL key, PTTL key: -2 missing, -1 no TTL.
+func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
+	return func(s *Server, c *client, args [][]byte) {
+		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
+		switch {
+		case err != nil:
+			c.writeError(engineError(err))
+		case !exists:
+			c.writeInt(-2)
+		case !has:
+			c.writeInt(-1)
+		default:
+			// Rounded like Redis: (ms+500)/1000 for TTL.
+			c.writeInt(int64((ttl + unit/2) / unit))
+		}
+	}
+}
+
+// EXPIRETIME key, PEXPIRETIME key: absolute Unix expiry, -2 missing, -1 none.
+func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte) {
+	return func(s *Server, c *client, args [][]byte) {
+		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
+		switch {
+		case err != nil:
+			c.writeError(engineError(err))
+		case !exists:
+			c.writeInt(-2)
+		case !has:
+			c.writeInt(-1)
+		default:
+			at := time.Now().Add(ttl)
+			if unit == time.Second {
+				c.writeInt(at.Unix())
+			} else {
+				c.writeInt(at.UnixMilli())
+			}
+		}
+	}
+}
+
+// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+func cmdScan(s *Server, c *client, args [][]byte) {
+	cursor, ok := parseUint(args[1])
+	if !ok {
+		c.writeError(errInvalidCur)
+		return
+	}
+	match, count, typ := "", 10, ""
+	for i := 2; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			c.writeError(errSyntax)
+			return
+		}
+		switch a := args[i]; {
+		case eqFold(a, "match"):
+			match = string(args[i+1])
+			if match == "*" {
+				match = ""
+			}
+		case eqFold(a, "count"):
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				c.writeError(errNotInteger)
+				return
+			}
+			if n < 1 {
+				c.writeError(errSyntax)
+				return
+			}
+			count = int(min(n, 1<<20))
+		case eqFold(a, "type"):
+			typ = strings.ToLower(string(args[i+1]))
+		default:
+			c.writeError(errSyntax)
+			return
+		}
+	}
+	ids, next, err := s.eng.Scan(s.ctx, cursor, match, count)
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	if typ != "" {
+		kept := ids[:0]
+		for _, id := range ids {
+			if v, err := s.eng.Get(s.ctx, id); err == nil && v.Exists && typeName(v.Kind) == typ {
+				kept = append(kept, id)
+			}
+		}
+		ids = kept
+	}
+	c.writeArray(2)
+	c.scratch = appendUint(c.scratch[:0], next)
+	c.writeBulk(c.scratch)
+	c.writeArray(len(ids))
+	for _, id := range ids {
+		c.writeBulkString(id)
+	}
+}
+
+// KEYS pattern
+func cmdKeys(s *Server, c *client, args [][]byte) {
+	match := string(args[1])
+	if match == "*" {
+		match = ""
+	}
+	var all []string
+	var cursor uint64
+	for {
+		ids, next, err := s.eng.Scan(s.ctx, cursor, match, 1000)
+		if err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+		all = append(all, ids...)
+		if next == 0 {
+			break
+		}
+		cursor = next
+	}
+	c.writeArray(len(all))
+	for _, id := range all {
+		c.writeBulkString(id)
+	}
+}
+
+// DBSIZE
+func cmdDBSize(s *Server, c *client, args [][]byte) {
+	n, err := s.eng.Len(s.ctx)
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	c.writeInt(int64(n))
+}
+
+func parseUint(b []byte) (uint64, bool) {
+	if len(b) == 0 || len(b) > 20 {
+		return 0, false
+	}
+	var u uint64
+	for _, ch := range b {
+		if ch < '0' || ch > '9' {
+			return 0, false
+		}
+		d := uint64(ch - '0')
+		if u > (math.MaxUint64-d)/10 {
+			return 0, false
+		}
+		u = u*10 + d
+	}
+	return u, true
+}
+
+func appendUint(b []byte, u uint64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + u%10)
+		u /= 10
+		if u == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}

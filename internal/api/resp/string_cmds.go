@@ -1,0 +1,187 @@
+package resp
+
+// String commands: counters read and written as Redis strings (INCR, SET,
+// GET, ...).
+
+import (
+	"math"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+func prepIncr(delta int64) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+		return append(ops, engine.Op{Type: engine.OpAdd, ID: str(args[1]), Delta: delta}), "", true
+	}
+}
+
+func prepIncrBy(neg bool) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+		d, ok := parseInt(args[2])
+		if !ok {
+			return ops, errNotInteger, true
+		}
+		if neg {
+			if d == math.MinInt64 {
+				return ops, errDecrOverflow, true
+			}
+			d = -d
+		}
+		return append(ops, engine.Op{Type: engine.OpAdd, ID: str(args[1]), Delta: d}), "", true
+	}
+}
+
+func doneValue(c *client, args [][]byte, res []engine.Result) { c.writeInt(res[0].Value) }
+
+// SET key value [NX|XX] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
+func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	op := engine.Op{Type: engine.OpSet, ID: str(args[1])}
+	haveExp := false
+	for i := 3; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case eqFold(a, "nx") && op.SetMode != engine.SetIfExists:
+			op.SetMode = engine.SetIfAbsent
+		case eqFold(a, "xx") && op.SetMode != engine.SetIfAbsent:
+			op.SetMode = engine.SetIfExists
+		case eqFold(a, "keepttl") && !haveExp:
+			op.KeepTTL = true
+		case (eqFold(a, "ex") || eqFold(a, "px") || eqFold(a, "exat") || eqFold(a, "pxat")) && !haveExp && !op.KeepTTL && i+1 < len(args):
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				return ops, errNotInteger, true
+			}
+			ttl, ok := expireTTL(a, n)
+			if !ok {
+				return ops, "ERR invalid expire time in 'set' command", true
+			}
+			op.TTL = ttl
+			haveExp = true
+			i++
+		case eqFold(a, "get"):
+			return ops, "ERR the GET option of SET is not supported", true
+		default:
+			return ops, errSyntax, true
+		}
+	}
+	v, ok := parseInt(args[2])
+	if !ok {
+		return ops, errNotInteger, true
+	}
+	op.Value = v
+	ops = append(ops, op)
+	if op.TTL == pastTTL && op.SetMode != engine.SetIfAbsent {
+		// EXAT/PXAT in the past: like Redis, the key is gone at once.
+		// (With NX the key is only created if it did not exist, and then
+		// expires within the engine's clock tick.)
+		ops = append(ops, engine.Op{Type: engine.OpExpire, ID: op.ID, TTL: -1})
+	}
+	return ops, "", true
+}
+
+// pastTTL is the TTL given to a SET whose EXAT/PXAT is already past.
+const pastTTL = time.Nanosecond
+
+// expireTTL turns the argument of EX, PX, EXAT or PXAT into a TTL. It
+// fails where Redis answers "invalid expire time": a non-positive value,
+// or one too large (counterd's TTLs are time.Durations, up to ~292 years).
+// A time in the past gives pastTTL.
+func expireTTL(unit []byte, n int64) (time.Duration, bool) {
+	if n <= 0 {
+		return 0, false
+	}
+	switch {
+	case eqFold(unit, "ex"):
+		if n > math.MaxInt64/int64(time.Second) {
+			return 0, false
+		}
+		return time.Duration(n) * time.Second, true
+	case eqFold(unit, "px"):
+		if n > math.MaxInt64/int64(time.Millisecond) {
+			return 0, false
+		}
+		return time.Duration(n) * time.Millisecond, true
+	}
+	var at time.Time
+	if eqFold(unit, "exat") {
+		if n > math.MaxInt64/int64(time.Second) {
+			return 0, false
+		}
+		at = time.Unix(n, 0)
+	} else {
+		if n > math.MaxInt64/int64(time.Millisecond) {
+			return 0, false
+		}
+		at = time.UnixMilli(n)
+	}
+	d := time.Until(at)
+	if d <= 0 {
+		d = pastTTL
+	}
+	return d, true
+}
+
+func doneSet(c *client, args [][]byte, res []engine.Result) {
+	if !res[0].Changed {
+		c.writeNull()
+		return
+	}
+	c.writeOK()
+}
+
+// SETNX key value
+func prepSetNX(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	v, ok := parseInt(args[2])
+	if !ok {
+		return ops, errNotInteger, true
+	}
+	return append(ops, engine.Op{Type: engine.OpSet, ID: str(args[1]), Value: v, SetMode: engine.SetIfAbsent}), "", true
+}
+
+// MSET key value [key value ...]
+func prepMSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	if len(args)%2 != 1 {
+		return ops, "ERR wrong number of arguments for 'mset' command", true
+	}
+	for i := 1; i < len(args); i += 2 {
+		v, ok := parseInt(args[i+1])
+		if !ok {
+			return ops, errNotInteger, true
+		}
+		ops = append(ops, engine.Op{Type: engine.OpSet, ID: str(args[i]), Value: v})
+	}
+	return ops, "", true
+}
+
+// GET key: the value of an additive counter (sum for sharded, pn and
+// window counters); WRONGTYPE for hashes and hlls.
+func cmdGet(s *Server, c *client, args [][]byte) {
+	v, err := s.eng.Get(s.ctx, str(args[1]))
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	switch {
+	case !v.Exists:
+		c.writeNull()
+	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
+		c.writeError(errWrongType)
+	default:
+		c.writeBulkInt(v.Value)
+	}
+}
+
+// MGET key [key ...]: nil for missing keys, invalid ids and keys that do
+// not hold a plain value (like Redis for non-string types).
+func cmdMGet(s *Server, c *client, args [][]byte) {
+	c.writeArray(len(args) - 1)
+	for _, k := range args[1:] {
+		v, err := s.eng.Get(s.ctx, str(k))
+		if err != nil || !v.Exists || v.Kind == engine.KindHash || v.Kind == engine.KindHLL {
+			c.writeNull()
+			continue
+		}
+		c.writeBulkInt(v.Value)
+	}
+}

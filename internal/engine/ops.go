@@ -1,0 +1,267 @@
+package engine
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/counterd/counterd/internal/counter"
+)
+
+// The functions applyLocked dispatches to, one per op type. Each applies
+// one op to the locked entry r (live: r holds a live counter) and fills
+// res, whose ID is set; on error the entry is unchanged.
+
+// changedLocked ends an op that changed r: a new version (touch), and r's
+// kind and version in res.
+func (e *Engine) changedLocked(r *ref, now int64, res *Result) {
+	e.touch(r, now)
+	res.Kind, res.Version, res.Changed = r.e.kind, r.e.version, true
+}
+
+// deletedLocked deletes the live counter r and reports it in res with the
+// version it is deleted at (a tombstone's, replica.go).
+func (e *Engine) deletedLocked(r *ref, res *Result) {
+	res.Kind, res.Version, res.Changed = r.e.kind, r.e.version+1, true
+	e.clearLocked(r)
+}
+
+// additiveValue is the value an add or set reports: a window counter's sum
+// at now, else the entry's value.
+func additiveValue(en *entry, now int64) int64 {
+	if en.kind == KindWindow {
+		return en.ext.state.(*counter.Window).Sum(time.Unix(0, now))
+	}
+	return en.value
+}
+
+func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	k := op.Kind
+	if live {
+		if !en.kind.Additive() || (k != KindNone && k != en.kind) {
+			return wrongKind(op.ID, en.kind, op.Type)
+		}
+	} else {
+		if k == KindNone {
+			k = KindCounter
+		}
+		if err := e.create(r, k, op); err != nil {
+			return err
+		}
+	}
+	if err := e.addLocked(r, op, now); err != nil {
+		if !live {
+			e.clearLocked(r)
+		}
+		return err
+	}
+	if x := en.ext; x != nil && x.roll != nil {
+		x.roll.Add(now, op.Delta)
+	}
+	e.changedLocked(r, now, res)
+	res.Value = additiveValue(en, now)
+	return nil
+}
+
+func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindCounter {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
+		have := uint64(0)
+		if live {
+			have = en.version
+		}
+		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, op.ID, have, op.ExpectedVersion)
+	}
+	if (op.SetMode == SetIfAbsent && live) || (op.SetMode == SetIfExists && !live) {
+		if live {
+			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+		}
+		return nil
+	}
+	if !live {
+		e.create(r, KindCounter, op)
+	}
+	en.value = op.Value
+	switch {
+	case op.TTL > 0:
+		e.setExpiresLocked(r, expiry(now, op.TTL))
+	case !op.KeepTTL:
+		e.setExpiresLocked(r, 0)
+	}
+	e.changedLocked(r, now, res)
+	res.Value = additiveValue(en, now)
+	return nil
+}
+
+func (e *Engine) applyDelete(r *ref, live bool, res *Result) error {
+	if live {
+		e.deletedLocked(r, res)
+	}
+	return nil
+}
+
+func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) error {
+	if !live {
+		return nil
+	}
+	en := r.e
+	switch {
+	case op.TTL < 0:
+		e.deletedLocked(r, res)
+		return nil
+	case op.TTL == 0:
+		if en.ext == nil || en.ext.expires == 0 {
+			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+			return nil
+		}
+		e.setExpiresLocked(r, 0)
+	default:
+		e.setExpiresLocked(r, expiry(now, op.TTL))
+	}
+	e.changedLocked(r, now, res)
+	return nil
+}
+
+func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindHLL {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	if !live {
+		if err := e.create(r, KindHLL, op); err != nil {
+			return err
+		}
+		res.Changed = true // like Redis: creating the key counts as a change
+	}
+	h := en.ext.state.(*counter.HLL)
+	rollChanged := false
+	if roll := en.ext.roll; roll == nil {
+		for _, it := range op.Items {
+			if h.Add(it) {
+				res.Changed = true
+			}
+		}
+	} else {
+		for _, it := range op.Items {
+			x := xxhash.Sum64(it) // what h.Add hashes
+			if h.AddHash(x) {
+				res.Changed = true
+			}
+			if roll.AddHash(now, x) {
+				rollChanged = true
+			}
+		}
+	}
+	if op.Estimate {
+		res.Value = int64(h.Count())
+	}
+	if !res.Changed {
+		if rollChanged { // today's sketch changed, the counter did not
+			e.markDirtyLocked(r)
+		}
+		res.Kind, res.Version = en.kind, en.version
+		return nil
+	}
+	e.changedLocked(r, now, res)
+	return nil
+}
+
+func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindHLL {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	var hs []*counter.HLL
+	for i := range srcs {
+		s := &srcs[i]
+		if s.e == nil || s.e == en || !e.liveLocked(s, now) {
+			continue
+		}
+		if s.e.kind != KindHLL {
+			return wrongKind(op.Sources[i], s.e.kind, op.Type)
+		}
+		hs = append(hs, s.e.ext.state.(*counter.HLL))
+	}
+	var dst *counter.HLL
+	if live {
+		dst = en.ext.state.(*counter.HLL).Clone()
+	} else {
+		p := op.HLLPrecision
+		if p == 0 && len(hs) > 0 {
+			p = hs[0].Precision()
+		}
+		if p == 0 {
+			p = e.cfg.HLLPrecision
+		}
+		var err error
+		if dst, err = counter.NewHLL(p); err != nil {
+			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		}
+	}
+	for _, h := range hs {
+		if err := dst.Merge(h); err != nil {
+			return mapErr(op.ID, err)
+		}
+	}
+	if !live {
+		e.create(r, KindHLL, op)
+	}
+	en.ext.state = dst
+	if roll := en.ext.roll; roll != nil {
+		for _, h := range hs {
+			if err := roll.MergeSketch(now, h); err != nil {
+				return mapErr(op.ID, err)
+			}
+		}
+	}
+	e.changedLocked(r, now, res)
+	res.Value = int64(dst.Count())
+	return nil
+}
+
+func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindHash {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	if !live {
+		e.create(r, KindHash, op)
+	}
+	fs, err := en.ext.state.(*counter.Hash).Add(op.Fields)
+	if err != nil {
+		if !live {
+			e.clearLocked(r)
+		}
+		return mapErr(op.ID, err)
+	}
+	res.Fields = fs
+	e.changedLocked(r, now, res)
+	return nil
+}
+
+func (e *Engine) applyHDel(r *ref, op *Op, now int64, live bool, res *Result) error {
+	if !live {
+		return nil
+	}
+	en := r.e
+	if en.kind != KindHash {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	h := en.ext.state.(*counter.Hash)
+	n := h.Del(op.Names...)
+	res.Value = int64(n)
+	switch {
+	case n == 0:
+		res.Kind, res.Version = en.kind, en.version
+	case h.Len() == 0: // like Redis: a hash without fields does not exist
+		e.deletedLocked(r, res)
+	default:
+		e.changedLocked(r, now, res)
+	}
+	return nil
+}
