@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -29,6 +30,7 @@ import (
 
 	cdclient "github.com/counterd/counterd/client"
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/testutil/certtest"
 )
 
 // Tokens of the permission matrix. Each user's grant is chosen so that the
@@ -689,5 +691,77 @@ func TestAuthCluster(t *testing.T) {
 		if a := allowed(1, key); a != ":0" {
 			t.Fatalf("second RL.CHECK %s through the other node: %s, want :0 (decided by the same owner)", key, a)
 		}
+	}
+}
+
+// TestAuthOverTLS: tokens work the same over TLS: two users' requests
+// interleaved over HTTPS (the Go client's transport offers HTTP/2 by ALPN,
+// where one connection may carry requests of different tokens) and AUTH
+// over RESP with TLS.
+func TestAuthOverTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "counterd test CA")
+	certFile, keyFile := ca.Issue(t, "node").Write(t, dir, "node")
+	caFile := ca.WriteCA(t, dir, "ca.pem")
+	tokens := filepath.Join(dir, "tokens.yaml")
+	if err := os.WriteFile(tokens, []byte(tokensFile("")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	respAddr := "127.0.0.1:" + freePort(t)
+	p := start(t, filepath.Join(dir, "data"), "--tls-cert", certFile, "--tls-key", keyFile, "--resp", respAddr, "--auth", tokens)
+	base := strings.Replace(p.addr, "http://", "https://", 1)
+	ctx := t.Context()
+
+	w, err := cdclient.New(base, cdclient.WithCAFile(caFile), cdclient.WithToken(tokWriter), cdclient.WithRetries(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	o, _ := cdclient.New(base, cdclient.WithCAFile(caFile), cdclient.WithToken(tokOther), cdclient.WithRetries(0))
+	defer o.Close()
+	// Both users at once, so requests of different tokens interleave.
+	errc := make(chan error, 2)
+	for _, c := range []struct {
+		cl      *cdclient.Client
+		ok, bad string
+	}{{w, "page_views:tls", "likes:tls"}, {o, "likes:tls", "page_views:tls"}} {
+		go func() {
+			for range 50 {
+				if _, err := c.cl.Incr(ctx, c.ok, 1); err != nil {
+					errc <- fmt.Errorf("incr %s: %w", c.ok, err)
+					return
+				}
+				if _, err := c.cl.Incr(ctx, c.bad, 1); !errors.Is(err, cdclient.ErrForbidden) {
+					errc <- fmt.Errorf("incr %s: %v, want ErrForbidden", c.bad, err)
+					return
+				}
+			}
+			errc <- nil
+		}()
+	}
+	for range 2 {
+		if err := <-errc; err != nil {
+			t.Fatal(err)
+		}
+	}
+	anon, _ := cdclient.New(base, cdclient.WithCAFile(caFile), cdclient.WithRetries(0))
+	defer anon.Close()
+	if _, err := anon.Get(ctx, "page_views:tls"); !errors.Is(err, cdclient.ErrUnauthenticated) {
+		t.Fatalf("https without a token: %v, want ErrUnauthenticated", err)
+	}
+
+	tlsCfg := &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}
+	rc := redis.NewClient(&redis.Options{Addr: respAddr, TLSConfig: tlsCfg, Username: "writer", Password: tokWriter, MaxRetries: -1})
+	defer rc.Close()
+	if n, err := rc.Get(ctx, "page_views:tls").Int64(); err != nil || n != 50 {
+		t.Fatalf("GET over TLS as writer: %d %v, want 50", n, err)
+	}
+	nc := redis.NewClient(&redis.Options{Addr: respAddr, TLSConfig: tlsCfg, MaxRetries: -1})
+	defer nc.Close()
+	if err := nc.Get(ctx, "page_views:tls").Err(); err == nil || err.Error() != "NOAUTH Authentication required." {
+		t.Fatalf("GET over TLS without AUTH: %v", err)
 	}
 }
