@@ -189,6 +189,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 	if c.cfg.userAgent != "" {
 		header.Set("User-Agent", c.cfg.userAgent)
 	}
+	if c.cfg.token != "" {
+		header.Set("Authorization", "Bearer "+c.cfg.token)
+	}
 	if body != nil {
 		header.Set("Content-Type", "application/json")
 	}

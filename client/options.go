@@ -18,6 +18,7 @@ type config struct {
 	durability  string
 	idempotency bool
 	userAgent   string
+	token       string
 	cluster     clusterConfig // NewCluster only
 }
 
@@ -102,6 +103,14 @@ func WithIdempotencyKeys(on bool) Option {
 // WithUserAgent sets the User-Agent header (default "counterd-go-client").
 func WithUserAgent(ua string) Option {
 	return func(c *config) { c.userAgent = ua }
+}
+
+// WithToken sends token as "Authorization: Bearer <token>" on every request
+// (servers started with --auth, docs/security.md). The default "" sends
+// none. A wrong or missing token fails with ErrUnauthenticated, a token
+// without the permission with ErrForbidden; neither is retried.
+func WithToken(token string) Option {
+	return func(c *config) { c.token = token }
 }
 
 // callOptions hold what per-call options set.

@@ -1,7 +1,7 @@
 // Command counterctl is the command-line client of counterd, over the Go
 // client package (and so over the HTTP API).
 //
-//	counterctl [--addr URL] [--ca FILE] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
+//	counterctl [--addr URL] [--token T] [--ca FILE] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
 //
 // Run "counterctl help" for the commands. Global flags may also follow the
 // command. Human output goes to stdout, errors to stderr as
@@ -44,6 +44,7 @@ type env struct {
 	json       bool
 	timeout    time.Duration
 	durability string
+	token      string
 	ca         string         // --ca: PEM CA file trusted for https:// addresses
 	c          *client.Client // the command's client, made by run before the command
 
@@ -57,6 +58,7 @@ func (e *env) globalFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.json, "json", e.json, "print JSON instead of human output")
 	fs.DurationVar(&e.timeout, "timeout", e.timeout, "timeout of each request")
 	fs.StringVar(&e.durability, "durability", e.durability, "acknowledgement mode of mutations: sync or async (default: the server's)")
+	fs.StringVar(&e.token, "token", e.token, "API token sent as a bearer token, for servers with --auth (env COUNTERD_TOKEN)")
 	fs.StringVar(&e.ca, "ca", e.ca, "PEM CA file to trust for an https:// --addr, besides the system's (env COUNTERD_CA)")
 }
 
@@ -69,6 +71,7 @@ func (e *env) client(opts ...client.Option) (*client.Client, error) {
 		client.WithTimeout(e.timeout),
 		client.WithDefaultDurability(e.durability),
 		client.WithUserAgent("counterctl"),
+		client.WithToken(e.token),
 	}
 	if e.ca != "" {
 		base = append(base, client.WithCAFile(e.ca))
@@ -128,6 +131,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if a := os.Getenv("COUNTERD_ADDR"); a != "" {
 		e.addr = a
 	}
+	e.token = os.Getenv("COUNTERD_TOKEN")
 	e.ca = os.Getenv("COUNTERD_CA")
 	if f, ok := stderr.(*os.File); ok {
 		e.stderrFile = f
@@ -299,7 +303,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	var own []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
-		case "addr", "json", "timeout", "durability":
+		case "addr", "json", "timeout", "durability", "token":
 		default:
 			own = append(own, f)
 		}
@@ -308,7 +312,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 		fmt.Fprintln(w, "\nFlags:")
 		printFlagList(w, own)
 	}
-	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async (see 'counterctl help')")
+	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async, --token T (see 'counterctl help')")
 }
 
 func printFlags(w io.Writer, fs *flag.FlagSet) {

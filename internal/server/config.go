@@ -40,6 +40,9 @@ type Config struct {
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
 
+	// security: auth
+	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
+	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth (default false: refuse)
 	// security: tls
 	TLSCert       string // --tls-cert: PEM certificate for HTTP, RESP and gRPC, reloaded on change (default none: plaintext)
 	TLSKey        string // --tls-key: PEM private key of --tls-cert
@@ -135,6 +138,9 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("server: --log-format must be text or json, not %q", c.LogFormat)
 	}
+	if err := c.validateProtectedMode(); err != nil {
+		return err
+	}
 	if err := c.validateTLS(); err != nil {
 		return err
 	}
@@ -221,6 +227,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	// security: auth
+	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")
+	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth")
 	// security: tls
 	str(&c.TLSCert, "tls-cert", "PEM certificate for HTTP, RESP and gRPC (with --tls-key; reloaded when the files change)")
 	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")

@@ -68,6 +68,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	sec.reloadOnHUP(ctx, log)
+	store, stopAuth, err := openAuth(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopAuth()
 	nd, err := openNode(ctx, cfg, sec, log)
 	if err != nil {
 		return err
@@ -95,14 +100,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 
-	api := httpapi.New(be, httpapi.Options{
+	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
 		Registerer:   reg,
 		Gatherer:     reg,
 		Logger:       log,
+		Authorize:    routeAuthorizer(store),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store)})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -122,6 +128,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		api.ServeHTTP(w, r)
 	})
 	handler = sec.peerOnlyForwarded(handler)
+	handler = withAuth(store, handler)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
 	lns, err := listen(cfg)
@@ -151,7 +158,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var rs *resp.Server
 	if lns.resp != nil {
 		rs = resp.New(be, resp.Options{
-			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc,
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store,
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
@@ -166,8 +173,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder)))...)
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
+		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}

@@ -43,10 +43,11 @@ type client struct {
 
 	out []byte // replies not yet written
 
-	first    bool // no command parsed yet (looksLikeHTTP)
-	admitted bool // holds a slot of Options.Shed (endAdmission)
-	proto    int  // 2 or 3
-	closing  bool // QUIT or a panic: stop after flushing the replies
+	auth     authState // the login, with Options.Auth
+	first    bool      // no command parsed yet (looksLikeHTTP)
+	admitted bool      // holds a slot of Options.Shed (endAdmission)
+	proto    int       // 2 or 3
+	closing  bool      // QUIT or a panic: stop after flushing the replies
 
 	tstart time.Time // metrics: when the current command started
 	ncmds  uint64    // commands run in this batch, for INFO

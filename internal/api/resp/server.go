@@ -21,6 +21,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/shed"
 )
@@ -98,6 +99,12 @@ type Options struct {
 	// *ratelimit.Limiter, or a *ratelimit.Router in a cluster. Default
 	// nil: RL.CHECK is an unknown command.
 	RateLimiter ratelimit.Checker
+
+	// Auth, when set, requires every connection to authenticate (AUTH,
+	// HELLO AUTH) and checks each command and its keys against the user's
+	// grants (perms.go). Default nil: every connection may run anything,
+	// and AUTH accepts any user.
+	Auth *auth.Store
 
 	// IdleTimeout closes a connection that sent nothing for this long.
 	// Default 0: never, like Redis's "timeout 0" (counterd's server sets
@@ -188,6 +195,9 @@ func New(eng engine.Backend, opts Options) *Server {
 	s.cmds = buildCommands()
 	if opts.RateLimiter != nil {
 		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
+	}
+	if opts.Auth != nil {
+		s.cmds["auth"].fn = cmdAuthTokens
 	}
 	s.unknown = &command{name: "unknown"}
 	if opts.Registerer != nil {
@@ -380,6 +390,15 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 			c.multiErr = true
 		}
 		c.writeError("ERR wrong number of arguments for '" + cmd.name + "' command")
+		return
+	}
+	if s.opts.Auth != nil && !s.authorize(c, cmd, args) {
+		if s.m != nil {
+			cmd.calls.Inc()
+		}
+		if c.multi {
+			c.multiErr = true
+		}
 		return
 	}
 	if c.multi && cmd.flags&flagTxControl == 0 {
