@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit fuzz vet fmt deps run clean
+.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -31,6 +31,9 @@ bench: ## run the benchmarks quoted in BENCHMARKS.md
 
 bench-http: ## HTTP increments/s, async vs sync, with wrk (scripts/bench-http.sh)
 	./scripts/bench-http.sh
+
+bench-auth: ## cost of --auth on HTTP increments, server CPU per request (scripts/bench-auth.sh)
+	SIMUL=1 ./scripts/bench-auth.sh
 
 bench-resp: ## redis-benchmark against counterd and a real redis-server (scripts/bench-resp.sh)
 	./scripts/bench-resp.sh

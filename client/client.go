@@ -21,6 +21,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -28,6 +30,7 @@ import (
 	mrand "math/rand/v2"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -64,12 +67,46 @@ func New(addr string, opts ...Option) (*Client, error) {
 	c := &Client{base: u, cfg: cfg, hc: cfg.httpClient}
 	if c.hc == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()
+		if t.TLSClientConfig, err = cfg.tls(); err != nil {
+			return nil, err
+		}
 		t.MaxIdleConns = 256
 		t.MaxIdleConnsPerHost = 64
 		c.owned = t
 		c.hc = &http.Client{Transport: t}
 	}
 	return c, nil
+}
+
+// ErrNoCA is returned by New when the WithCAFile file holds no PEM
+// certificate.
+var ErrNoCA = errors.New("client: no PEM certificate in the CA file")
+
+// tls is the transport's TLS configuration: WithTLSConfig's plus the
+// WithCAFile certificates; nil for Go's defaults.
+func (cfg *config) tls() (*tls.Config, error) {
+	if cfg.caFile == "" {
+		return cfg.tlsConfig, nil
+	}
+	pem, err := os.ReadFile(cfg.caFile)
+	if err != nil {
+		return nil, fmt.Errorf("client: CA file: %w", err)
+	}
+	tc := &tls.Config{}
+	if cfg.tlsConfig != nil {
+		tc = cfg.tlsConfig.Clone()
+	}
+	if tc.RootCAs == nil {
+		if tc.RootCAs, err = x509.SystemCertPool(); err != nil {
+			tc.RootCAs = x509.NewCertPool()
+		}
+	} else {
+		tc.RootCAs = tc.RootCAs.Clone()
+	}
+	if !tc.RootCAs.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%w: %s", ErrNoCA, cfg.caFile)
+	}
+	return tc, nil
 }
 
 // parseAddr normalises a server address (see New).
@@ -151,6 +188,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 	header.Set("Accept", "application/json")
 	if c.cfg.userAgent != "" {
 		header.Set("User-Agent", c.cfg.userAgent)
+	}
+	if c.cfg.token != "" {
+		header.Set("Authorization", "Bearer "+c.cfg.token)
 	}
 	if body != nil {
 		header.Set("Content-Type", "application/json")

@@ -373,6 +373,9 @@ func (cs *clusterState) fetch(ctx context.Context, base *url.URL) (*clusterDoc, 
 	if cs.c.cfg.userAgent != "" {
 		req.Header.Set("User-Agent", cs.c.cfg.userAgent)
 	}
+	if cs.c.cfg.token != "" {
+		req.Header.Set("Authorization", "Bearer "+cs.c.cfg.token)
+	}
 	resp, err := cs.c.hc.Do(req)
 	if err != nil {
 		return nil, err

@@ -22,6 +22,8 @@ var (
 	ErrBatchTooLarge        = errors.New("client: batch too large")
 	ErrUnavailable          = errors.New("client: unavailable")
 	ErrInternal             = errors.New("client: internal server error")
+	ErrUnauthenticated      = errors.New("client: unauthenticated (no token, or a token the server does not hold)")
+	ErrForbidden            = errors.New("client: forbidden (the token lacks the permission)")
 )
 
 // Error codes of the HTTP API (docs/http-api.md).
@@ -39,6 +41,8 @@ const (
 	CodeBatchTooLarge        = "batch_too_large"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
+	CodeUnauthenticated      = "unauthenticated"
+	CodeForbidden            = "forbidden"
 )
 
 var sentinels = map[string]error{
@@ -55,6 +59,8 @@ var sentinels = map[string]error{
 	CodeBatchTooLarge:        ErrBatchTooLarge,
 	CodeUnavailable:          ErrUnavailable,
 	CodeInternal:             ErrInternal,
+	CodeUnauthenticated:      ErrUnauthenticated,
+	CodeForbidden:            ErrForbidden,
 }
 
 // Error is an error answer of the server: an HTTP status with the API's

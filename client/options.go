@@ -1,6 +1,7 @@
 package client
 
 import (
+	"crypto/tls"
 	"net/http"
 	"time"
 )
@@ -8,6 +9,8 @@ import (
 // config holds what Options set; see the With functions for the defaults.
 type config struct {
 	httpClient  *http.Client
+	tlsConfig   *tls.Config // WithTLSConfig
+	caFile      string      // WithCAFile
 	timeout     time.Duration
 	maxRetries  int
 	backoffBase time.Duration
@@ -15,6 +18,7 @@ type config struct {
 	durability  string
 	idempotency bool
 	userAgent   string
+	token       string
 	cluster     clusterConfig // NewCluster only
 }
 
@@ -38,6 +42,21 @@ type Option func(*config)
 // to the server). Close does not close hc's connections.
 func WithHTTPClient(hc *http.Client) Option {
 	return func(c *config) { c.httpClient = hc }
+}
+
+// WithTLSConfig makes the Client's own transport use cfg for https://
+// addresses, for example with RootCAs holding a private CA or with a client
+// certificate. It has no effect with WithHTTPClient.
+func WithTLSConfig(cfg *tls.Config) Option {
+	return func(c *config) { c.tlsConfig = cfg }
+}
+
+// WithCAFile makes the Client trust the PEM certificates in path, besides
+// the system's roots, for https:// addresses (a counterd with --tls-cert
+// signed by a private CA). New fails if the file holds no certificate. It
+// adds to WithTLSConfig's RootCAs and has no effect with WithHTTPClient.
+func WithCAFile(path string) Option {
+	return func(c *config) { c.caFile = path }
 }
 
 // WithTimeout bounds each HTTP attempt (default 10s; 0 means no bound other
@@ -84,6 +103,14 @@ func WithIdempotencyKeys(on bool) Option {
 // WithUserAgent sets the User-Agent header (default "counterd-go-client").
 func WithUserAgent(ua string) Option {
 	return func(c *config) { c.userAgent = ua }
+}
+
+// WithToken sends token as "Authorization: Bearer <token>" on every request
+// (servers started with --auth, docs/security.md). The default "" sends
+// none. A wrong or missing token fails with ErrUnauthenticated, a token
+// without the permission with ErrForbidden; neither is retried.
+func WithToken(token string) Option {
+	return func(c *config) { c.token = token }
 }
 
 // callOptions hold what per-call options set.

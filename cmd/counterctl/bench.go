@@ -107,6 +107,11 @@ func bench(ctx context.Context, e *env, cfg benchConfig) error {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.MaxIdleConns = cfg.concurrency
 	tr.MaxIdleConnsPerHost = cfg.concurrency
+	tc, err := e.tlsConfig()
+	if err != nil {
+		return err
+	}
+	tr.TLSClientConfig = tc
 	defer tr.CloseIdleConnections()
 	c, err := e.client(
 		client.WithHTTPClient(&http.Client{Transport: tr}),

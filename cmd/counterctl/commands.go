@@ -42,6 +42,7 @@ func init() {
 		{"limit", "KEY --limit N [--period D] [--algorithm A] [--cost C]", "Check and consume a rate limit on KEY (see docs/ratelimit.md).", 1, 1, setupLimit},
 		{"aggregate", "PREFIX", "Print the sum of the counters whose id starts with PREFIX.", 1, 1, setupAggregate},
 		{"list", "[PREFIX]", "List the ids starting with PREFIX (all ids without one).", 0, 1, setupList},
+		{"auth", "token | hash", "Make a new API token and its digest, or print the digest of a token read from stdin (docs/security.md).", 1, 1, setupAuth},
 		{"bench", "[flags]", "Run a concurrent load against the server and print throughput and latency.", 0, 0, setupBench},
 	}
 }

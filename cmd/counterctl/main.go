@@ -1,7 +1,7 @@
 // Command counterctl is the command-line client of counterd, over the Go
 // client package (and so over the HTTP API).
 //
-//	counterctl [--addr URL] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
+//	counterctl [--addr URL] [--token T] [--ca FILE] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
 //
 // Run "counterctl help" for the commands. Global flags may also follow the
 // command. Human output goes to stdout, errors to stderr as
@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,6 +44,8 @@ type env struct {
 	json       bool
 	timeout    time.Duration
 	durability string
+	token      string
+	ca         string         // --ca: PEM CA file trusted for https:// addresses
 	c          *client.Client // the command's client, made by run before the command
 
 	stdout, stderr io.Writer
@@ -54,6 +58,8 @@ func (e *env) globalFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.json, "json", e.json, "print JSON instead of human output")
 	fs.DurationVar(&e.timeout, "timeout", e.timeout, "timeout of each request")
 	fs.StringVar(&e.durability, "durability", e.durability, "acknowledgement mode of mutations: sync or async (default: the server's)")
+	fs.StringVar(&e.token, "token", e.token, "API token sent as a bearer token, for servers with --auth (env COUNTERD_TOKEN)")
+	fs.StringVar(&e.ca, "ca", e.ca, "PEM CA file to trust for an https:// --addr, besides the system's (env COUNTERD_CA)")
 }
 
 // client returns a client for e's address with e's options plus opts.
@@ -65,12 +71,36 @@ func (e *env) client(opts ...client.Option) (*client.Client, error) {
 		client.WithTimeout(e.timeout),
 		client.WithDefaultDurability(e.durability),
 		client.WithUserAgent("counterctl"),
+		client.WithToken(e.token),
+	}
+	if e.ca != "" {
+		base = append(base, client.WithCAFile(e.ca))
 	}
 	c, err := client.New(e.addr, append(base, opts...)...)
 	if err != nil {
 		return nil, usagef("%v", err)
 	}
 	return c, nil
+}
+
+// tlsConfig is the TLS configuration of a transport of e's own (bench):
+// the system roots plus --ca; nil without --ca.
+func (e *env) tlsConfig() (*tls.Config, error) {
+	if e.ca == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(e.ca)
+	if err != nil {
+		return nil, usagef("--ca: %v", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, usagef("--ca %s: no PEM certificate", e.ca)
+	}
+	return &tls.Config{RootCAs: pool}, nil
 }
 
 // runFunc runs a command with its positional arguments.
@@ -101,6 +131,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if a := os.Getenv("COUNTERD_ADDR"); a != "" {
 		e.addr = a
 	}
+	e.token = os.Getenv("COUNTERD_TOKEN")
+	e.ca = os.Getenv("COUNTERD_CA")
 	if f, ok := stderr.(*os.File); ok {
 		e.stderrFile = f
 	}
@@ -271,7 +303,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 	var own []*flag.Flag
 	fs.VisitAll(func(f *flag.Flag) {
 		switch f.Name {
-		case "addr", "json", "timeout", "durability":
+		case "addr", "json", "timeout", "durability", "token":
 		default:
 			own = append(own, f)
 		}
@@ -280,7 +312,7 @@ func printCommandUsage(w io.Writer, cmd *command, fs *flag.FlagSet) {
 		fmt.Fprintln(w, "\nFlags:")
 		printFlagList(w, own)
 	}
-	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async (see 'counterctl help')")
+	fmt.Fprintln(w, "\nGlobal flags: --addr URL, --json, --timeout D, --durability sync|async, --token T (see 'counterctl help')")
 }
 
 func printFlags(w io.Writer, fs *flag.FlagSet) {

@@ -120,9 +120,10 @@ func (v clusterView) alive() []string {
 // are for the test goroutine.
 type cnode struct {
 	id, dir                  string
-	http, resp, grpc, gossip string // host:port
-	join                     string // --join; "" runs an embedded node
-	url                      string // http://<http>
+	http, resp, grpc, gossip string   // host:port
+	join                     string   // --join; "" runs an embedded node
+	extra                    []string // more flags (--auth)
+	url                      string   // http://<http>
 	command                  func(name string, args ...string) *exec.Cmd
 	logs                     *logBuf
 	c                        *cdclient.Client // idempotency keys on, one retry
@@ -172,6 +173,7 @@ func (n *cnode) start(tb testing.TB) {
 	if n.join != "" {
 		args = append(args, "--gossip", n.gossip, "--join", n.join)
 	}
+	args = append(args, n.extra...)
 	cmd := n.command(nodeBin(tb), args...)
 	fmt.Fprintf(n.logs, "=== %s: %s\n", time.Now().Format(time.TimeOnly), strings.Join(cmd.Args, " "))
 	cmd.Stdout, cmd.Stderr = n.logs, n.logs

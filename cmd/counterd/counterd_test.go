@@ -54,6 +54,7 @@ type proc struct {
 	cmd  *exec.Cmd
 	addr string // http://host:port
 	done chan error
+	logs func() string // stderr so far
 }
 
 var listenRE = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
@@ -74,6 +75,7 @@ func start(t *testing.T, dataDir string, args ...string) *proc {
 	addrc := make(chan string, 1)
 	var logs bytes.Buffer
 	var logMu sync.Mutex
+	p.logs = func() string { logMu.Lock(); defer logMu.Unlock(); return logs.String() }
 	go func() {
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {

@@ -13,11 +13,12 @@ import (
 )
 
 // inNetns places node i in namespace i of nw, every listener on its own
-// address with the default ports.
+// address with the default ports. The addresses are not loopback, so the
+// nodes run with --insecure: the namespaces' network is private to the test.
 func inNetns(nw *netns.Network) placement {
 	return func(_ testing.TB, i int) (string, []string, func(string, ...string) *exec.Cmd) {
 		return nw.IP(i), []string{"8080", "6380", "9090", "7946"}, func(name string, args ...string) *exec.Cmd {
-			return nw.Command(i, name, args...)
+			return nw.Command(i, name, append(args, "--insecure")...)
 		}
 	}
 }

@@ -2,17 +2,26 @@ package counter
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
 	"time"
 )
 
-// Window spec limits.
+// Window spec limits. MaxWindowBuckets bounds a window's memory: its ring
+// holds 16 bytes per bucket, so at most 56.25 KiB per window counter
+// however it was created (request, disk, peer). Finer or longer windows
+// are what rollups are for.
 const (
 	MinGranularity   = time.Millisecond
-	MaxWindowBuckets = 100000
+	MaxWindowBuckets = 3600
 )
+
+// ErrTooManyBuckets marks a window spec above MaxWindowBuckets, requested
+// (with ErrInvalid) or decoded (with ErrCorrupt), so that a loader can
+// tell a window stored before the bound from damaged data.
+var ErrTooManyBuckets = errors.New("counter: too many window buckets")
 
 // WindowSpec describes a time-bucketed counter: buckets of Granularity,
 // aligned to multiples of Granularity since the Unix epoch (UTC), over a
@@ -33,7 +42,7 @@ func (s WindowSpec) Validate() error {
 	case s.Span <= 0 || s.Span%s.Granularity != 0:
 		return fmt.Errorf("%w: window span %v is not a positive multiple of the granularity %v", ErrInvalid, s.Span, s.Granularity)
 	case s.Span/s.Granularity > MaxWindowBuckets:
-		return fmt.Errorf("%w: window of %v at %v has %d buckets, at most %d", ErrInvalid, s.Span, s.Granularity, s.Span/s.Granularity, MaxWindowBuckets)
+		return fmt.Errorf("%w: %w: window of %v at %v has %d buckets, at most %d", ErrInvalid, ErrTooManyBuckets, s.Span, s.Granularity, s.Span/s.Granularity, MaxWindowBuckets)
 	}
 	return nil
 }
@@ -371,7 +380,8 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 // representable range, buckets outside the head's window or out of order,
 // zero counts, trailing bytes, ...) returns an error wrapping ErrCorrupt and
 // leaves w unchanged. Besides what the input length allows, it allocates the
-// ring of the encoded spec, at most 16 * MaxWindowBuckets bytes.
+// ring of the encoded spec, at most 16 * MaxWindowBuckets bytes; an
+// encoded spec above MaxWindowBuckets is refused before anything is allocated.
 func (w *Window) UnmarshalBinary(data []byte) error {
 	d, err := newDecoder("window", data, formatWindow)
 	if err != nil {
@@ -397,6 +407,9 @@ func (w *Window) UnmarshalBinary(data []byte) error {
 	}
 	spec := WindowSpec{Granularity: time.Duration(g), Span: time.Duration(span), Fixed: flags&windowFixed != 0}
 	if err := spec.Validate(); err != nil {
+		if errors.Is(err, ErrTooManyBuckets) { // a valid encoding of a window above today's bound
+			return fmt.Errorf("%w: window: %w", ErrCorrupt, err)
+		}
 		return d.errorf("%v", err)
 	}
 	out := newWindow(spec)

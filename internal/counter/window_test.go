@@ -2,9 +2,12 @@ package counter
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -36,8 +39,9 @@ func TestWindowSpecValidate(t *testing.T) {
 		{"engine default", WindowSpec{time.Minute, time.Hour, false}, true, 60},
 		{"fixed single bucket", WindowSpec{time.Minute, time.Minute, true}, true, 1},
 		{"smallest granularity", WindowSpec{time.Millisecond, time.Millisecond, false}, true, 1},
-		{"most buckets", WindowSpec{time.Millisecond, 100 * time.Second, false}, true, 100000},
-		{"too many buckets", WindowSpec{time.Millisecond, 100*time.Second + time.Millisecond, false}, false, 100001},
+		{"most buckets", WindowSpec{time.Second, time.Hour, false}, true, 3600},
+		{"too many buckets", WindowSpec{time.Second, time.Hour + time.Second, false}, false, 3601},
+		{"1ms over 100s (1.6 MB ring)", WindowSpec{time.Millisecond, 100 * time.Second, false}, false, 100000},
 		{"granularity below 1ms", WindowSpec{time.Millisecond - 1, time.Second, false}, false, 1000},
 		{"zero granularity", WindowSpec{0, time.Second, false}, false, 0},
 		{"negative granularity", WindowSpec{-time.Second, time.Second, false}, false, 0},
@@ -609,4 +613,28 @@ func FuzzWindowUnmarshal(f *testing.F) {
 			t.Fatal("hit at the head was dropped")
 		}
 	})
+}
+
+// TestWindowUnmarshalOversized: a stored window above MaxWindowBuckets (an
+// attacker's 1ms over 100s, written before the bound existed or by a peer)
+// is refused with ErrCorrupt before its 1.6 MB ring is allocated.
+func TestWindowUnmarshalOversized(t *testing.T) {
+	b := []byte{formatWindow, windowStarted}
+	b = binary.AppendUvarint(b, uint64(time.Millisecond))
+	b = binary.AppendUvarint(b, uint64(100*time.Second))
+	b = binary.AppendVarint(b, 1_700_000_000_000) // head bucket
+	b = binary.AppendUvarint(b, 1)                // one bucket
+	b = binary.AppendUvarint(b, 0)
+	b = binary.AppendVarint(b, 1)
+	var w Window
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := w.UnmarshalBinary(b)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "at most 3600") {
+		t.Fatalf("UnmarshalBinary(1ms/100s) = %v, want ErrCorrupt naming the bound", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<10 {
+		t.Fatalf("refusing the window allocated %d bytes", got)
+	}
 }

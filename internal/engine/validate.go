@@ -14,11 +14,16 @@ import (
 // defaults allow says so with a stricter field (HLLPrecision,
 // RedisHashTags), which Backend.Capabilities reports.
 type Limits struct {
-	MaxBatch    int           // ops per batch (default 1000)
-	MaxItems    int           // items of one PFADD, fields of one HADD/HDEL, sources of one PFMERGE (default MaxItems)
-	MaxFieldLen int           // bytes in a hash field name (default MaxFieldLen)
-	MaxShards   int           // shards of a sharded counter (default 1024)
-	MaxTTL      time.Duration // longest time to live (default MaxTTL)
+	MaxBatch    int // ops per batch (default 1000)
+	MaxItems    int // items of one PFADD, fields of one HADD/HDEL, sources of one PFMERGE (default MaxItems)
+	MaxFieldLen int // bytes in a hash field name (default MaxFieldLen)
+	MaxShards   int // shards of a sharded counter (default 1024)
+	// MaxWindowBuckets bounds span/granularity of a window counter, and so
+	// its memory (16 bytes a bucket). Default and ceiling
+	// counter.MaxWindowBuckets (3600), which decoders enforce on stored
+	// and replicated windows too.
+	MaxWindowBuckets int
+	MaxTTL           time.Duration // longest time to live (default MaxTTL)
 	// HLLPrecision, when not 0, is the only HyperLogLog precision accepted
 	// (the tiered mode keeps Redis's 14); 0 accepts every valid precision.
 	HLLPrecision uint8
@@ -33,7 +38,7 @@ const MaxFieldLen = 1024
 
 // DefaultLimits returns the limits every backend starts from.
 func DefaultLimits() Limits {
-	return Limits{MaxBatch: 1000, MaxItems: MaxItems, MaxFieldLen: MaxFieldLen, MaxShards: 1024, MaxTTL: MaxTTL}
+	return Limits{MaxBatch: 1000, MaxItems: MaxItems, MaxFieldLen: MaxFieldLen, MaxShards: 1024, MaxTTL: MaxTTL, MaxWindowBuckets: counter.MaxWindowBuckets}
 }
 
 // withDefaults fills zero fields from DefaultLimits.
@@ -53,6 +58,9 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxTTL <= 0 {
 		l.MaxTTL = d.MaxTTL
+	}
+	if l.MaxWindowBuckets <= 0 || l.MaxWindowBuckets > d.MaxWindowBuckets {
+		l.MaxWindowBuckets = d.MaxWindowBuckets
 	}
 	return l
 }
@@ -125,6 +133,12 @@ func (op *Op) validateAdd(l Limits) error {
 		return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
 	}
 	if op.Window != (counter.WindowSpec{}) {
+		// Checked before the spec's validation so that the bound, not
+		// the codec's ceiling, is what the caller is told.
+		if op.Window.Granularity > 0 && op.Window.Span/op.Window.Granularity > time.Duration(l.MaxWindowBuckets) {
+			return fmt.Errorf("%w: window of %v at %v has %d buckets, at most %d", ErrInvalidArgument,
+				op.Window.Span, op.Window.Granularity, op.Window.Span/op.Window.Granularity, l.MaxWindowBuckets)
+		}
 		if err := op.Window.Validate(); err != nil {
 			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 		}

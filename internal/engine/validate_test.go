@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"strings"
 	"testing"
@@ -29,6 +30,9 @@ func TestOpValidate(t *testing.T) {
 		{"shard out of range", Op{Type: OpAdd, ID: "a", Shard: 5000}, Limits{}, ErrInvalidArgument},
 		{"negative shard", Op{Type: OpAdd, ID: "a", Shard: -1}, Limits{}, ErrInvalidArgument},
 		{"bad window", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Millisecond}}, Limits{}, ErrInvalidArgument},
+		{"window 1ms over 100s", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Millisecond, Span: 100 * time.Second}}, Limits{}, ErrInvalidArgument},
+		{"window at the bucket bound", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, Limits{}, nil},
+		{"window above a lowered bound", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, Limits{MaxWindowBuckets: 60}, ErrInvalidArgument},
 		{"negative set ttl", Op{Type: OpSet, ID: "a", TTL: -1}, Limits{}, ErrInvalidArgument},
 		{"negative expire deletes", Op{Type: OpExpire, ID: "a", TTL: -1}, Limits{}, nil},
 		{"ttl too long", Op{Type: OpExpire, ID: "a", TTL: MaxTTL + 1}, Limits{}, ErrInvalidArgument},
@@ -90,4 +94,37 @@ func FuzzOpValidate(f *testing.F) {
 			t.Fatalf("accepted %+v", op)
 		}
 	})
+}
+
+// TestLoadLeavesOversizedWindow: a window stored above the bucket bound
+// (1ms over 100s, 1.6 MB of ring, written before the bound existed) is
+// not loaded, so not allocated; the engine opens, logs it, serves the
+// other counters, and a write to the id replaces it.
+func TestLoadLeavesOversizedWindow(t *testing.T) {
+	clk := newClock()
+	dir := t.TempDir()
+	e := openNode(t, "me", dir, clk)
+	mustApply(t, e, Op{Type: OpAdd, ID: "ok", Delta: 3})
+	old := []byte{entryFormat, byte(KindWindow), 1, 0, 0, 0x41, 0x02} // version 1; window, head set
+	old = binary.AppendUvarint(old, uint64(time.Millisecond))
+	old = binary.AppendUvarint(old, uint64(100*time.Second))
+	old = binary.AppendVarint(old, 1_700_000_000_000) // head bucket
+	old = append(old, 1, 0, 10)                       // one bucket: distance 0, count 5
+	if err := e.db.Set(append([]byte{prefixCounter}, "huge"...), old, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	e = openNode(t, "me", dir, clk)
+	if v := mustGet(t, e, "ok"); v.Value != 3 {
+		t.Fatalf("other counter: %+v", v)
+	}
+	if v := mustGet(t, e, "huge"); v.Version != 0 {
+		t.Fatalf("oversized window loaded: %+v", v)
+	}
+	mustApply(t, e, Op{Type: OpAdd, ID: "huge", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Minute}, Delta: 1})
+	e.Close()
+	e = openNode(t, "me", dir, clk)
+	if v := mustGet(t, e, "huge"); v.Value != 1 || v.Kind != KindWindow {
+		t.Fatalf("replaced window after reopen: %+v", v)
+	}
 }

@@ -38,4 +38,11 @@
 // or fails (FallbackError); docs/ratelimit.md states the bounds. In the
 // tiered mode, redisrl.Decider decides every check in one Redis script
 // shared by all nodes, exactly as a Limiter would.
+//
+// Handoff (handoff.go): with Config.KeepKeys a Limiter also keeps each
+// entry's key and limit, so that ExportEntries and ExportChanged can copy
+// state by key for another node and ImportEntries can merge it there; the
+// merge is a join that only makes a limit stricter. A PolicyLog
+// (policylog.go) is a PolicyStore whose last-writer-wins records converge
+// between nodes and persist through a PolicyPersister.
 package ratelimit

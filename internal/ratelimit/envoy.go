@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/counterd/counterd/internal/auth"
 )
 
 // EnvoyOptions configure RegisterEnvoy. The zero value is valid.
@@ -27,6 +29,10 @@ type EnvoyOptions struct {
 	// answer asks Envoy to add the RateLimit, RateLimit-Policy,
 	// X-RateLimit-* (and, over the limit, Retry-After) headers.
 	NoHeaders bool
+	// Authorize, when set, is called with every request's limits before
+	// anything is charged; an error refuses the whole request (wrap
+	// auth.ErrForbidden for PERMISSION_DENIED). Default nil: no check.
+	Authorize func(ctx context.Context, hits []Hit) error
 }
 
 // RegisterEnvoy registers Envoy's rate limit service v3
@@ -121,6 +127,11 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	for i := range resp.Statuses {
 		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
 	}
+	if s.opts.Authorize != nil {
+		if err := s.opts.Authorize(ctx, hits); err != nil {
+			return nil, grpcError(err)
+		}
+	}
 	if len(hits) == 0 {
 		return resp, nil
 	}
@@ -184,6 +195,10 @@ func grpcError(err error) error {
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidCost),
 		errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrTooManyLimits):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, auth.ErrForbidden):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, auth.ErrUnauthenticated), errors.Is(err, auth.ErrBadToken):
+		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())
 }

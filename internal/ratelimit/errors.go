@@ -18,6 +18,8 @@ var (
 	ErrNoPolicy       = errors.New("ratelimit: no policy matches the key")
 	ErrTooManyLimits  = errors.New("ratelimit: too many limits in one check")
 	ErrFull           = errors.New("ratelimit: too many keys")
+	// ErrInvalidEntry: ImportEntries got a state no check could produce.
+	ErrInvalidEntry = errors.New("ratelimit: invalid handoff entry")
 	// ErrOwnerUnavailable: a Router could not reach the node owning the
 	// key and its Fallback is FallbackError.
 	ErrOwnerUnavailable = errors.New("ratelimit: owner of the key unavailable")

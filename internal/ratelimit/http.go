@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/counterd/counterd/internal/auth"
 )
 
 // HTTPOptions configure NewHTTPHandler. The zero value is valid.
@@ -21,6 +23,10 @@ type HTTPOptions struct {
 	// ReadOnlyPolicies answers 405 to PUT and DELETE on
 	// /ratelimit/policies. Default false: policies are writable.
 	ReadOnlyPolicies bool
+	// Authorize, when set, is called with every check's limits before
+	// anything is charged, forwarded checks included; an error refuses
+	// the check (auth errors answer 401 or 403). Default nil: no check.
+	Authorize func(ctx context.Context, hits []Hit) error
 	// Policies, when set, receives every policy change (PUT and DELETE on
 	// /ratelimit/policies) instead of the Checker's Limiter, and must make
 	// it visible in Local() before it returns: a *PolicySync, which writes
@@ -47,6 +53,7 @@ type HTTPOptions struct {
 // another node's Router and is always decided by c.Local(), never
 // forwarded again. Policies are c.Local()'s.
 func NewHTTPHandler(c Checker, opts HTTPOptions) http.Handler {
+	// Keep HTTPRoutes in step with this mux.
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
@@ -59,6 +66,19 @@ func NewHTTPHandler(c Checker, opts HTTPOptions) http.Handler {
 		writeError(w, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
 	})
 	return mux
+}
+
+// HTTPRoutes lists the routes NewHTTPHandler serves, as "METHOD pattern"
+// (the access-control table must name each).
+func HTTPRoutes() []string {
+	return []string{
+		"POST /ratelimit/check",
+		"GET /ratelimit/policies",
+		"PUT /ratelimit/policies",
+		"GET /ratelimit/policies/{name}",
+		"PUT /ratelimit/policies/{name}",
+		"DELETE /ratelimit/policies/{name}",
+	}
 }
 
 type httpHandler struct {
@@ -94,6 +114,9 @@ var errorTable = []struct {
 	{ErrTooManyLimits, "invalid_argument", http.StatusBadRequest},
 	{ErrUnknownPolicy, "not_found", http.StatusNotFound},
 	{ErrNoPolicy, "not_found", http.StatusNotFound},
+	{auth.ErrUnauthenticated, "unauthenticated", http.StatusUnauthorized},
+	{auth.ErrBadToken, "unauthenticated", http.StatusUnauthorized},
+	{auth.ErrForbidden, "forbidden", http.StatusForbidden},
 	{ErrClosed, "unavailable", http.StatusServiceUnavailable},
 	{ErrFull, "unavailable", http.StatusServiceUnavailable},
 	{ErrOwnerUnavailable, "unavailable", http.StatusServiceUnavailable},
@@ -339,6 +362,12 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeError(w, err)
 		return
+	}
+	if h.opts.Authorize != nil {
+		if err := h.opts.Authorize(r.Context(), hits); err != nil {
+			writeError(w, err)
+			return
+		}
 	}
 	sts := make([]Status, len(hits))
 	c := h.c

@@ -35,6 +35,12 @@ type Config struct {
 
 	// Policies are the initial policies (see Policy and LoadPolicies).
 	Policies []Policy
+
+	// KeepKeys keeps each state's key and limit beside it so that
+	// ExportEntries can hand the state to another node (cluster mode).
+	// Default false: keys are only hashed. It costs memory per state
+	// (docs/ratelimit.md, "Memory and speed").
+	KeepKeys bool
 }
 
 // Validate reports whether the config is usable.
@@ -60,6 +66,7 @@ type Limiter struct {
 	start  time.Time
 
 	shards [numShards]shard
+	keep   bool // Config.KeepKeys
 
 	pols  atomic.Pointer[policySet]
 	polMu sync.Mutex // serialises policy writers
@@ -76,7 +83,7 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{clock: cfg.Clock, start: time.Now(), stop: make(chan struct{})}
+	l := &Limiter{clock: cfg.Clock, start: time.Now(), stop: make(chan struct{}), keep: cfg.KeepKeys}
 	l.pols.Store(ps)
 	if l.clock == nil {
 		l.tick()
@@ -212,7 +219,7 @@ func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 	sh := &l.shards[h1>>(64-shardBits)]
 	e, idx := sh.lookupLocked(h1, h2)
 	for e == nil {
-		if idx, err = sh.findOrInsert(h1, h2); err != nil {
+		if idx, err = sh.findOrInsert(h1, h2, l.keyRef(key, &lim)); err != nil {
 			return Status{}, err
 		}
 		e = sh.entryAt(idx)
@@ -230,6 +237,7 @@ func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 	s, next := decideEntry(&sp, e, g, now, cost)
 	if s.Allowed {
 		g = commitEntry(sh, idx, &sp, e, g, next, now, cost)
+		l.markDirty(e)
 	}
 	e.exp = entryExpiry(&sp, e, g)
 	e.unlock()
@@ -336,7 +344,7 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 		h1, h2 := fingerprint(kh, limitHash(&h.Limit))
 		refs = append(refs, ref{h1: h1, h2: h2, sp: sp, cost: h.Cost, hit: i, sh: &l.shards[h1>>(64-shardBits)]})
 	}
-	if err := l.lockAll(refs); err != nil {
+	if err := l.lockAll(hits, refs); err != nil {
 		return Status{}, err
 	}
 	now := l.now()
@@ -364,6 +372,7 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 		}
 		if allowed {
 			r.commit()
+			l.markDirty(r.e)
 		} else if r.s.Allowed {
 			// Report the state this check left unchanged.
 			r.cost = 0
@@ -378,7 +387,7 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 // lockAll resolves every ref to its entry, creating missing ones, and
 // locks them in the global order. Entries freed between resolving and
 // locking make it start over.
-func (l *Limiter) lockAll(refs []ref) error {
+func (l *Limiter) lockAll(hits []Hit, refs []ref) error {
 	for {
 		for i := range refs {
 			r := &refs[i]
@@ -386,7 +395,8 @@ func (l *Limiter) lockAll(refs []ref) error {
 				e.unlock()
 				r.idx = idx
 			} else {
-				idx, err := r.sh.findOrInsert(r.h1, r.h2)
+				h := &hits[r.hit]
+				idx, err := r.sh.findOrInsert(r.h1, r.h2, l.keyRef(h.Key, &h.Limit))
 				if err != nil {
 					return err
 				}

@@ -114,31 +114,88 @@ func BenchmarkHTTPCheck(b *testing.B) {
 
 // BenchmarkBytesPerKey reports the heap held per active key: 1M keys,
 // each with state under one sliding_window limit (the per-key cost
-// includes the table, the slab and its slack; keys are not stored).
+// includes the table, the slab and its slack). "hashed" stores no keys;
+// "keep_keys" is Config.KeepKeys (cluster mode: keys kept for handoff).
 func BenchmarkBytesPerKey(b *testing.B) {
 	const n = 1 << 20
 	keys := benchKeys(n)
 	lim := Limit{Algorithm: SlidingWindow, Limit: 100, Period: time.Hour}
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		l, err := New(Config{EvictInterval: -1})
-		if err != nil {
-			b.Fatal(err)
+	for _, keep := range []bool{false, true} {
+		name := "hashed"
+		if keep {
+			name = "keep_keys"
 		}
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				var before, after runtime.MemStats
+				runtime.GC()
+				runtime.ReadMemStats(&before)
+				l, err := New(Config{EvictInterval: -1, KeepKeys: keep})
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, k := range keys {
+					if _, err := l.Check(k, lim, 1); err != nil {
+						b.Fatal(err)
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				if l.Len() != n {
+					b.Fatalf("%d entries", l.Len())
+				}
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
+				runtime.KeepAlive(l)
+				l.Close()
+			}
+		})
+	}
+}
+
+// BenchmarkReplicationRound is one pass of the cluster's replication over
+// 1M kept keys: "idle" when none changed since the last pass, "changed"
+// when all did (each op recharges every key first, untimed). "evict", the
+// janitor's pass over the same entries (nothing to free), is the baseline.
+func BenchmarkReplicationRound(b *testing.B) {
+	const n = 1 << 20
+	keys := benchKeys(n)
+	lim := Limit{Algorithm: SlidingWindow, Limit: 1 << 30, Period: time.Hour}
+	l, err := New(Config{EvictInterval: -1, KeepKeys: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	charge := func() {
 		for _, k := range keys {
 			if _, err := l.Check(k, lim, 1); err != nil {
 				b.Fatal(err)
 			}
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		if l.Len() != n {
-			b.Fatalf("%d entries", l.Len())
-		}
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "B/key")
-		runtime.KeepAlive(l)
-		l.Close()
 	}
+	charge()
+	l.ExportChanged(nil)
+	b.Run("evict", func(b *testing.B) {
+		for b.Loop() {
+			if l.Evict() != 0 {
+				b.Fatal("freed live entries")
+			}
+		}
+	})
+	b.Run("idle", func(b *testing.B) {
+		for b.Loop() {
+			if len(l.ExportChanged(nil)) != 0 {
+				b.Fatal("exported unchanged entries")
+			}
+		}
+	})
+	b.Run("changed", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			charge()
+			b.StartTimer()
+			if got := len(l.ExportChanged(nil)); got != n {
+				b.Fatalf("exported %d of %d changed entries", got, n)
+			}
+		}
+	})
 }

@@ -51,6 +51,12 @@ func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
 // that decide elsewhere (a Router, the Redis decider) implement CheckArgs
 // with it.
 func CheckArgsWith(c Checker, args [][]byte) ([4]int64, error) {
+	return CheckArgsWithContext(context.Background(), c, args)
+}
+
+// CheckArgsWithContext is CheckArgsWith with the caller's context (its
+// deadline, and the credentials of a check forwarded to another node).
+func CheckArgsWithContext(ctx context.Context, c Checker, args [][]byte) ([4]int64, error) {
 	a, err := parseArgs(args)
 	if err != nil {
 		return [4]int64{}, err
@@ -62,7 +68,7 @@ func CheckArgsWith(c Checker, args [][]byte) ([4]int64, error) {
 			return [4]int64{}, err
 		}
 	}
-	s, err := c.CheckMultiContext(context.Background(), hits, nil)
+	s, err := c.CheckMultiContext(ctx, hits, nil)
 	if err != nil {
 		return [4]int64{}, err
 	}

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/counterd/counterd/internal/auth"
 )
 
 // ForwardedHeader marks a check that a Router forwarded to the owner of its
@@ -86,7 +88,7 @@ type RouterStats struct {
 //
 // Policies are resolved by the node that receives the request (with
 // Local()), and the owner gets the resolved limits, so every node should
-// load the same policies.
+// have the same policies (the cluster replicates a PolicyLog).
 //
 // A Router is safe for concurrent use. Close releases its idle
 // connections; it does not close the Limiter.
@@ -201,6 +203,12 @@ func (r *Router) CheckMultiContext(ctx context.Context, hits []Hit, out []Status
 // within the Router's Timeout.
 func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) { return CheckArgsWith(r, args) }
 
+// CheckArgsContext is CheckArgs with the caller's context, whose
+// credentials a forwarded check carries to the owner.
+func (r *Router) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int64, error) {
+	return CheckArgsWithContext(ctx, r, args)
+}
+
 // errNoOwner is the cause of a fallback when Owner gave no address.
 var errNoOwner = errors.New("no owner known for the key")
 
@@ -296,6 +304,10 @@ func (r *Router) forward(ctx context.Context, addr string, hits []Hit, out []Sta
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(ForwardedHeader, "1")
+	// The owner authorizes the check as the user who asked this node.
+	if tok := auth.TokenFromContext(ctx); tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
 	resp, err := r.hc.Do(req)
 	if err != nil {
 		return Status{}, &ownerError{addr, err}

@@ -36,7 +36,7 @@ const (
 type entry struct {
 	h1   uint64        // fingerprint, and the shard, slot and tag
 	h2   uint32        // more fingerprint
-	word atomic.Uint32 // entryLocked | entryLive
+	word atomic.Uint32 // entryLocked | entryLive | entryDirty
 	exp  int64         // unix ns at which st is fresh again; the janitor frees the entry then
 	st   state
 }
@@ -44,6 +44,7 @@ type entry struct {
 const (
 	entryLocked = 1
 	entryLive   = 2
+	entryDirty  = 4 // charged since the last ExportChanged (Config.KeepKeys only)
 )
 
 func (e *entry) lock() {
@@ -91,6 +92,8 @@ type shard struct {
 
 	logMu sync.Mutex         // guards logs (a leaf lock)
 	logs  map[uint32]*hitLog // SlidingLog state by entry index; a log is used under its entry's lock
+
+	keys []*keyChunk // guarded by mu: each entry's key and limit by index, with Config.KeepKeys (handoff.go)
 
 	_ [64]byte // keep shards' hot words on separate cache lines
 }
@@ -153,9 +156,11 @@ func (sh *shard) lookupLocked(h1 uint64, h2 uint32) (*entry, uint32) {
 }
 
 // findOrInsert returns the index of the entry with the fingerprint,
-// creating it with fresh state if there is none. The entry is not locked:
-// the caller locks it and checks that it still holds the fingerprint.
-func (sh *shard) findOrInsert(h1 uint64, h2 uint32) (uint32, error) {
+// creating it with fresh state if there is none; kr, when not nil, is the
+// key and limit to remember for a new entry (Config.KeepKeys). The entry
+// is not locked: the caller locks it and checks that it still holds the
+// fingerprint.
+func (sh *shard) findOrInsert(h1 uint64, h2 uint32, kr *keyRef) (uint32, error) {
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if idx, ok := sh.findLocked(h1, h2); ok {
@@ -188,6 +193,9 @@ func (sh *shard) findOrInsert(h1 uint64, h2 uint32) (uint32, error) {
 	e.st = freshState
 	e.word.Store(entryLive) // unlocks
 	sh.insertSlot(h1, idx)
+	if kr != nil {
+		sh.rememberLocked(idx, kr)
+	}
 	return idx, nil
 }
 
@@ -287,7 +295,7 @@ func (sh *shard) evict(now int64) int {
 	freed := 0
 	for idx := uint32(0); idx < sh.n; idx++ {
 		e := sh.entryAt(idx)
-		if e.word.Load() != entryLive || !e.tryLock() {
+		if e.word.Load()&^entryDirty != entryLive || !e.tryLock() {
 			continue
 		}
 		if e.word.Load()&entryLive == 0 || e.exp > now {
@@ -295,6 +303,7 @@ func (sh *shard) evict(now int64) int {
 			continue
 		}
 		sh.dropLog(idx)
+		sh.forgetLocked(idx)
 		sh.removeSlot(e.h1, idx)
 		e.word.Store(0) // unlocks; not live
 		sh.free = append(sh.free, idx)

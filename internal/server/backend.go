@@ -34,13 +34,15 @@ type node struct {
 	// drain, when set, runs on shutdown before the front ends stop (a
 	// cluster node leaves the ring and hands its ids off).
 	drain func(ctx context.Context) error
-	// rlOwner, in cluster mode, names the owner of a rate-limit key so that
-	// checks are decided there (ratelimit.Router); nil decides locally.
-	rlOwner func(key string) (self bool, httpAddr string)
-	// rlShared, in tiered mode, decides rate limits on shared state and
-	// keeps the policies in a shared store; lim holds the --ratelimit-policies
-	// file, which seeds the store. nil: rlOwner or lim decides.
+	// rlShared decides rate limits (on Redis in tiered mode, on each key's
+	// owner in cluster mode) and keeps the policies in a store (PostgreSQL,
+	// or the engine's Pebble); lim holds the --ratelimit-policies file,
+	// which seeds the store. nil: lim decides and policy changes stay in
+	// memory.
 	rlShared func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error)
+	// rlKeepKeys, in cluster mode, makes the Limiter keep its keys so that
+	// their state moves with the ring.
+	rlKeepKeys bool
 	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
 	// header on every HTTP answer (routing clients refresh on a change).
 	ringVersion func() uint64
@@ -69,18 +71,18 @@ func addrOf(ln net.Listener) string {
 
 // openNode opens the backend the config asks for: tiered with --redis and
 // --postgres, a cluster member with --join, else the embedded engine.
-func openNode(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
+func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
 	switch {
 	case cfg.Redis != "":
 		return openTiered(ctx, cfg, log)
 	case cfg.Join != "":
-		return openCluster(ctx, cfg, log)
+		return openCluster(ctx, cfg, sec, log)
 	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {
 		return nil, err
 	}
-	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log)}, nil
+	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, nil, log)}, nil
 }
 
 // openEngine opens the embedded engine in cfg.Data.

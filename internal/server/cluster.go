@@ -14,7 +14,7 @@ import (
 // forwarding and replication on top of an embedded engine whose pn replica
 // name is the node id. Gossip starts in the start hook, once the listeners
 // are bound, so peers learn the actual addresses.
-func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error) {
+func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
 	if cfg.GRPC == "" {
 		return nil, fmt.Errorf("server: cluster mode (--join) needs --grpc for peer traffic")
 	}
@@ -23,14 +23,20 @@ func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error)
 		return nil, err
 	}
 	dur, _ := engine.ParseDurability(cfg.Durability)
-	cn, err := cnode.New(cnode.Config{
+	ccfg := cnode.Config{
 		NodeID:     cfg.NodeID,
 		Gossip:     cfg.Gossip,
 		Join:       splitList(cfg.Join),
 		Durability: dur,
 		Limits:     eng.Limits(),
 		Logger:     log,
-	}, cnode.EngineStore(eng))
+		PeerTLS:    sec.peerClient(),
+	}
+	if sec != nil {
+		ccfg.Membership.SecretKey = sec.gossipKey
+		ccfg.Membership.Admit = sec.admitPeer()
+	}
+	cn, err := cnode.New(ccfg, cnode.EngineStore(eng))
 	if err != nil {
 		_ = eng.Close()
 		return nil, err
@@ -48,7 +54,8 @@ func openCluster(_ context.Context, cfg Config, log *slog.Logger) (*node, error)
 			return cn.Start(cnode.Meta{HTTP: b.HTTP, RESP: b.RESP, GRPC: b.GRPC})
 		},
 		drain:       cn.Drain,
-		rlOwner:     cn.KeyOwner,
+		rlShared:    engineLimits(eng, cn, sec, log),
+		rlKeepKeys:  true,
 		ringVersion: cn.RingVersion,
 		collectors:  cn.Collectors(),
 	}, nil

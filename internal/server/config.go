@@ -35,10 +35,37 @@ type Config struct {
 	MaxBatch             int           // --max-batch: ops per batch (default 1000)
 	RateLimitPolicies    string        // --ratelimit-policies: YAML file of rate-limit policies (default none)
 	AllowFlush           bool          // --allow-flushall: let RESP FLUSHALL/FLUSHDB delete everything (default false)
-	Pprof                bool          // --pprof: serve /debug/pprof on the HTTP address (default false)
+	Pprof                bool          // --pprof: serve /debug/pprof on the --admin address (default false)
 	ShutdownTimeout      time.Duration // --shutdown-timeout: grace period for in-flight requests (default 10s)
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
+
+	// security: auth
+	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
+	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth (default false: refuse)
+	// security: tls
+	TLSCert       string // --tls-cert: PEM certificate for HTTP, RESP and gRPC, reloaded on change (default none: plaintext)
+	TLSKey        string // --tls-key: PEM private key of --tls-cert
+	PeerCA        string // --peer-ca: PEM CA that signs every cluster node's --tls-cert: mutual TLS between peers (default none)
+	GossipKeyFile string // --gossip-key-file: memberlist encryption key, 16/24/32 bytes raw or base64 (default none: plaintext gossip)
+	// security: hardening (docs/security.md: Browser safety, Limits, Overload)
+	AllowedHosts          string        // --allowed-hosts: Host values accepted besides loopback and the bound HTTP address, comma-separated, "*" any (default none)
+	CORSOrigin            string        // --cors-origin: browser origins allowed to call the API, comma-separated, "*" any (default none)
+	Admin                 string        // --admin: pprof listener, opened with --pprof (default 127.0.0.1:6060)
+	HTTPReadHeaderTimeout time.Duration // --http-read-header-timeout (default 5s)
+	HTTPReadBodyTimeout   time.Duration // --http-read-body-timeout: deadline of a request body (default 10s)
+	HTTPWriteTimeout      time.Duration // --http-write-timeout (default 30s)
+	HTTPIdleTimeout       time.Duration // --http-idle-timeout: keep-alive (default 2m)
+	HTTPMaxConns          int           // --http-max-conns: 0 derived from the fd limit (at most 10000), -1 unlimited (default 0)
+	RESPMaxConns          int           // --resp-max-conns: as --http-max-conns (default 0)
+	RESPIdleTimeout       time.Duration // --resp-idle-timeout: 0 never (default 5m)
+	RESPMaxBulk           int           // --resp-max-bulk: longest argument in bytes (default 8 MiB)
+	RESPMaxCommand        int           // --resp-max-command: longest command in bytes, a connection's query buffer (default 32 MiB)
+	RESPQueryBufferTotal  int           // --resp-query-buffer-total: all connections' big query buffers together (default 256 MiB)
+	RESPMaxArgs           int           // --resp-max-args: most arguments of one command (default 32768)
+	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
+	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
+	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
 
 	envErrs []error // environment variables that did not parse
 }
@@ -65,6 +92,18 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      10 * time.Second,
 		LogLevel:             "info",
 		LogFormat:            "text",
+
+		Admin:                 "127.0.0.1:6060",
+		HTTPReadHeaderTimeout: 5 * time.Second,
+		HTTPReadBodyTimeout:   10 * time.Second,
+		HTTPWriteTimeout:      30 * time.Second,
+		HTTPIdleTimeout:       2 * time.Minute,
+		RESPIdleTimeout:       5 * time.Minute,
+		RESPMaxBulk:           8 << 20,
+		RESPMaxCommand:        32 << 20,
+		RESPQueryBufferTotal:  256 << 20,
+		RESPMaxArgs:           32768,
+		MaxQueueWait:          20 * time.Millisecond,
 	}
 }
 
@@ -99,8 +138,40 @@ func (c *Config) Validate() error {
 	if c.LogFormat != "text" && c.LogFormat != "json" {
 		return fmt.Errorf("server: --log-format must be text or json, not %q", c.LogFormat)
 	}
+	if err := c.validateProtectedMode(); err != nil {
+		return err
+	}
+	if err := c.validateTLS(); err != nil {
+		return err
+	}
+	if err := c.validateHardening(); err != nil {
+		return err
+	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
 		return errors.New("server: durations and limits must be positive")
+	}
+	return nil
+}
+
+// validateTLS checks the combinations of the TLS flags; the files are read
+// by Run.
+func (c *Config) validateTLS() error {
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		return errors.New("server: --tls-cert and --tls-key go together")
+	}
+	if c.PeerCA != "" && c.TLSCert == "" {
+		return errors.New("server: --peer-ca needs --tls-cert and --tls-key (each node presents its certificate to its peers)")
+	}
+	if c.Join != "" && c.TLSCert != "" && c.PeerCA == "" {
+		return errors.New("server: a cluster with --tls-cert needs --peer-ca (peers verify each other against it)")
+	}
+	if c.PeerCA != "" && c.GossipKeyFile == "" {
+		// Without it anyone who reaches the gossip port can declare
+		// members dead or lie about their addresses.
+		return errors.New("server: --peer-ca needs --gossip-key-file (unencrypted gossip is unauthenticated)")
+	}
+	if (c.PeerCA != "" || c.GossipKeyFile != "") && c.Join == "" {
+		return errors.New("server: --peer-ca and --gossip-key-file are for cluster mode (--join)")
 	}
 	return nil
 }
@@ -134,10 +205,36 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body", int64(envInt("max-body", int(c.MaxBodyBytes))), "largest HTTP request body in bytes")
 	fs.IntVar(&c.MaxBatch, "max-batch", envInt("max-batch", c.MaxBatch), "most ops in one batch")
 	fs.BoolVar(&c.AllowFlush, "allow-flushall", envBool("allow-flushall", c.AllowFlush), "allow RESP FLUSHALL/FLUSHDB")
-	fs.BoolVar(&c.Pprof, "pprof", envBool("pprof", c.Pprof), "serve /debug/pprof on the HTTP address")
+	fs.BoolVar(&c.Pprof, "pprof", envBool("pprof", c.Pprof), "serve /debug/pprof on the --admin address")
 	dur(&c.ShutdownTimeout, "shutdown-timeout", "grace period for in-flight requests on shutdown")
+	// security: hardening
+	str(&c.AllowedHosts, "allowed-hosts", `Host values accepted besides loopback and the bound HTTP address, comma-separated ("*": any)`)
+	str(&c.CORSOrigin, "cors-origin", `browser origins allowed to call the API, comma-separated ("*": any)`)
+	str(&c.Admin, "admin", "admin listener address: pprof, opened with --pprof")
+	dur(&c.HTTPReadHeaderTimeout, "http-read-header-timeout", "longest time to read a request's headers")
+	dur(&c.HTTPReadBodyTimeout, "http-read-body-timeout", "longest time to read a request's body")
+	dur(&c.HTTPWriteTimeout, "http-write-timeout", "longest time to write an answer")
+	dur(&c.HTTPIdleTimeout, "http-idle-timeout", "keep-alive connections idle this long are closed")
+	fs.IntVar(&c.HTTPMaxConns, "http-max-conns", envInt("http-max-conns", c.HTTPMaxConns), "most HTTP connections at once (0: from the fd limit, at most 10000; -1: unlimited)")
+	fs.IntVar(&c.RESPMaxConns, "resp-max-conns", envInt("resp-max-conns", c.RESPMaxConns), "most Redis-protocol connections at once (0: from the fd limit, at most 10000; -1: unlimited)")
+	dur(&c.RESPIdleTimeout, "resp-idle-timeout", "Redis-protocol connections idle this long are closed (0: never)")
+	fs.IntVar(&c.RESPMaxBulk, "resp-max-bulk", envInt("resp-max-bulk", c.RESPMaxBulk), "longest Redis-protocol argument in bytes")
+	fs.IntVar(&c.RESPMaxCommand, "resp-max-command", envInt("resp-max-command", c.RESPMaxCommand), "longest Redis-protocol command in bytes (one connection's query buffer)")
+	fs.IntVar(&c.RESPQueryBufferTotal, "resp-query-buffer-total", envInt("resp-query-buffer-total", c.RESPQueryBufferTotal), "bytes of query buffers above 64 KiB held by all Redis-protocol connections together")
+	fs.IntVar(&c.RESPMaxArgs, "resp-max-args", envInt("resp-max-args", c.RESPMaxArgs), "most arguments of one Redis-protocol command")
+	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
+	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
+	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	// security: auth
+	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")
+	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth")
+	// security: tls
+	str(&c.TLSCert, "tls-cert", "PEM certificate for HTTP, RESP and gRPC (with --tls-key; reloaded when the files change)")
+	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
+	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
+	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 
@@ -176,4 +273,34 @@ func parseBool(s string) (bool, error) {
 		return false, nil
 	}
 	return false, errors.New("not a boolean")
+}
+
+// validateHardening checks the limits of docs/security.md.
+func (c *Config) validateHardening() error {
+	if c.Pprof && c.Admin == "" {
+		return errors.New("server: --pprof needs an --admin address")
+	}
+	if c.Admin != "" && (c.Admin == c.HTTP || c.Admin == c.RESP || c.Admin == c.GRPC) {
+		return fmt.Errorf("server: --admin %s is another listener's address", c.Admin)
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"http-read-header-timeout", c.HTTPReadHeaderTimeout}, {"http-read-body-timeout", c.HTTPReadBodyTimeout},
+		{"http-write-timeout", c.HTTPWriteTimeout}, {"http-idle-timeout", c.HTTPIdleTimeout},
+		{"resp-idle-timeout", c.RESPIdleTimeout}, {"max-queue-wait", c.MaxQueueWait}} {
+		if d.v < 0 {
+			return fmt.Errorf("server: --%s must not be negative", d.name)
+		}
+	}
+	if c.HTTPMaxConns < -1 || c.RESPMaxConns < -1 || c.MaxInflight < -1 || c.MaxQueue < -1 {
+		return errors.New("server: --http-max-conns, --resp-max-conns, --max-inflight and --max-queue must be -1 or more")
+	}
+	if c.RESPMaxBulk <= 0 || c.RESPMaxCommand <= 0 || c.RESPQueryBufferTotal <= 0 || c.RESPMaxArgs <= 0 {
+		return errors.New("server: --resp-max-bulk, --resp-max-command, --resp-query-buffer-total and --resp-max-args must be positive")
+	}
+	if c.RESPMaxBulk > c.RESPMaxCommand || c.RESPMaxCommand > c.RESPQueryBufferTotal {
+		return errors.New("server: need --resp-max-bulk <= --resp-max-command <= --resp-query-buffer-total")
+	}
+	return nil
 }

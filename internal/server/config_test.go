@@ -49,6 +49,15 @@ func TestValidate(t *testing.T) {
 		"flush":      func(c *Config) { c.FlushInterval = 0 },
 		"redis only": func(c *Config) { c.Redis = "redis://127.0.0.1:6379" },
 		"snapshots":  func(c *Config) { c.SnapshotInterval = -time.Second },
+		// security: hardening
+		"pprof without admin": func(c *Config) { c.Pprof = true; c.Admin = "" },
+		"admin on the API":    func(c *Config) { c.Admin = c.HTTP },
+		"negative body time":  func(c *Config) { c.HTTPReadBodyTimeout = -time.Second },
+		"max conns -2":        func(c *Config) { c.HTTPMaxConns = -2 },
+		"zero max args":       func(c *Config) { c.RESPMaxArgs = 0 },
+		"bulk over command":   func(c *Config) { c.RESPMaxBulk = c.RESPMaxCommand + 1 },
+		"command over budget": func(c *Config) { c.RESPMaxCommand = c.RESPQueryBufferTotal + 1 },
+		"negative queue":      func(c *Config) { c.MaxQueue = -3 },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)
@@ -64,5 +73,17 @@ func TestValidate(t *testing.T) {
 		if err := cfg.Validate(); !errors.Is(err, ErrUnsupportedMode) {
 			t.Errorf("%s: %v, want ErrUnsupportedMode", name, err)
 		}
+	}
+}
+
+func TestConnCap(t *testing.T) {
+	if got := connCap(50); got != 50 {
+		t.Errorf("connCap(50) = %d", got)
+	}
+	if got := connCap(-1); got < 1<<30 {
+		t.Errorf("connCap(-1) = %d, want unlimited", got)
+	}
+	if got := connCap(0); got < 64 || got > 10000 {
+		t.Errorf("connCap(0) = %d, want 64..10000", got)
 	}
 }

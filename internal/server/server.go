@@ -5,16 +5,15 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -25,9 +24,10 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
-// newLimiter opens the rate limiter with the policies in path ("" = none).
-func newLimiter(path string) (*ratelimit.Limiter, error) {
-	var cfg ratelimit.Config
+// newLimiter opens the rate limiter with the policies in path ("" = none);
+// keepKeys lets its state move with a cluster's ring.
+func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
+	cfg := ratelimit.Config{KeepKeys: keepKeys}
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
@@ -63,49 +63,52 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	nd, err := openNode(ctx, cfg, log)
+	sec, err := loadSecurity(cfg, log)
+	if err != nil {
+		return err
+	}
+	sec.reloadOnHUP(ctx, log)
+	store, stopAuth, err := openAuth(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer stopAuth()
+	nd, err := openNode(ctx, cfg, sec, log)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = nd.close() }()
 	be := nd.Backend
 
-	lim, err := newLimiter(cfg.RateLimitPolicies)
+	lim, err := newLimiter(cfg.RateLimitPolicies, nd.rlKeepKeys)
 	if err != nil {
 		return err
 	}
 	defer lim.Close()
 	var rlc ratelimit.Checker = lim
 	var rlPolicies ratelimit.PolicyStore // nil: policy changes stay in lim
-	switch {
-	case nd.rlShared != nil:
+	if nd.rlShared != nil {
 		shared, err := nd.rlShared(ctx, lim)
 		if err != nil {
 			return err
 		}
 		defer shared.close()
 		rlc, rlPolicies = shared.checker, shared.policies
-	case nd.rlOwner != nil:
-		router, err := ratelimit.NewRouter(lim, ratelimit.RouterConfig{Owner: nd.rlOwner})
-		if err != nil {
-			return err
-		}
-		defer router.Close()
-		rlc = router
 	}
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 
-	api := httpapi.New(be, httpapi.Options{
+	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
 		Registerer:   reg,
 		Gatherer:     reg,
 		Logger:       log,
+		Authorize:    routeAuthorizer(store),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store)})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -124,28 +127,17 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		api.ServeHTTP(w, r)
 	})
-	if cfg.Pprof {
-		prof := http.NewServeMux()
-		prof.HandleFunc("/debug/pprof/", pprof.Index)
-		prof.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-		prof.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		prof.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		prof.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		next := handler
-		handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if strings.HasPrefix(r.URL.Path, "/debug/pprof/") {
-				prof.ServeHTTP(w, r)
-				return
-			}
-			next.ServeHTTP(w, r)
-		})
-	}
+	handler = sec.peerOnlyForwarded(handler)
+	handler = withAuth(store, handler)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
 	lns, err := listen(cfg)
 	if err != nil {
 		return err
 	}
+	shedder, sm := newShedder(cfg, reg)
+	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
+	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
 		if err := nd.start(ctx, bound); err != nil {
@@ -153,11 +145,25 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return err
 		}
 	}
-	errc := make(chan error, 3)
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	if sec.tlsOn() && lns.resp != nil {
+		lns.resp = tls.NewListener(lns.resp, sec.server())
+	}
+	errc := make(chan error, 4)
+	hs := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		WriteTimeout:      cfg.HTTPWriteTimeout,
+		IdleTimeout:       cfg.HTTPIdleTimeout,
+	}
 	var rs *resp.Server
 	if lns.resp != nil {
-		rs = resp.New(be, resp.Options{AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc})
+		rs = resp.New(be, resp.Options{
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store,
+			// security: hardening
+			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
+			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
+			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
 				errc <- fmt.Errorf("server: resp: %w", err)
@@ -167,8 +173,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer()
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{})
+		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}
@@ -179,12 +185,27 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}()
 		log.Info("grpc listening", "addr", lns.grpc.Addr().String(), "services", "envoy.service.ratelimit.v3")
 	}
+	serve := hs.Serve
+	if sec.tlsOn() {
+		hs.TLSConfig = sec.server()
+		serve = func(ln net.Listener) error { return hs.ServeTLS(ln, "", "") }
+	}
 	go func() {
-		if err := hs.Serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := serve(lns.http); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errc <- fmt.Errorf("server: http: %w", err)
 		}
 	}()
-	log.Info("http listening", "addr", lns.http.Addr().String())
+	log.Info("http listening", "addr", lns.http.Addr().String(), "tls", sec.tlsOn())
+	var as *http.Server
+	if lns.admin != nil {
+		as = &http.Server{Handler: adminHandler(addrOf(lns.admin)), ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout, IdleTimeout: cfg.HTTPIdleTimeout}
+		go func() {
+			if err := as.Serve(lns.admin); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("server: admin: %w", err)
+			}
+		}()
+		log.Info("admin listening", "addr", lns.admin.Addr().String(), "routes", "/debug/pprof/")
+	}
 
 	select {
 	case <-ctx.Done():
@@ -214,13 +235,16 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if serr := hs.Shutdown(sctx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
 	}
+	if as != nil {
+		_ = as.Close() // profiles in progress are not worth waiting for
+	}
 	return err
 }
 
 // ringVersionHeader carries the cluster ring's version (client.RingVersionHeader).
 const ringVersionHeader = "Counterd-Ring-Version"
 
-type listeners struct{ http, resp, grpc net.Listener }
+type listeners struct{ http, resp, grpc, admin net.Listener }
 
 // listen binds the configured addresses; on error it closes what it bound.
 func listen(cfg Config) (*listeners, error) {
@@ -241,11 +265,17 @@ func listen(cfg Config) (*listeners, error) {
 			return nil, fmt.Errorf("server: --grpc: %w", err)
 		}
 	}
+	if cfg.Pprof {
+		if l.admin, err = net.Listen("tcp", cfg.Admin); err != nil {
+			l.close()
+			return nil, fmt.Errorf("server: --admin: %w", err)
+		}
+	}
 	return l, nil
 }
 
 func (l *listeners) close() {
-	for _, ln := range []net.Listener{l.http, l.resp, l.grpc} {
+	for _, ln := range []net.Listener{l.http, l.resp, l.grpc, l.admin} {
 		if ln != nil {
 			ln.Close()
 		}

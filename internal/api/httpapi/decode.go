@@ -29,11 +29,17 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, erro
 	return b, nil
 }
 
-// decodeBody reads the body and decodes it strictly into v (see decodeStrict).
+// decodeBody reads the body and decodes it strictly into v (see
+// decodeStrict). An empty body is refused: a request that changes
+// something says so with at least "{}", so that a body-less POST (a
+// browser form, a link prefetch) never increments by the default delta.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
 	b, err := h.readBody(w, r)
 	if err != nil {
 		return err
+	}
+	if len(trimJSONSpace(b)) == 0 {
+		return fmt.Errorf("%w: empty body: send a JSON object (\"{}\" for the defaults)", errInvalidJSON)
 	}
 	return decodeStrict(b, v)
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -32,6 +33,8 @@ const (
 	codeBatchTooLarge    = "batch_too_large"
 	codeUnavailable      = "unavailable"
 	codeInternal         = "internal"
+	codeUnauthenticated  = "unauthenticated"
+	codeForbidden        = "forbidden"
 )
 
 // errorTable maps errors to wire codes and statuses. It is the only place
@@ -58,6 +61,9 @@ var errorTable = []struct {
 	{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 	{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
 	{context.Canceled, codeUnavailable, http.StatusServiceUnavailable},
+	{auth.ErrUnauthenticated, codeUnauthenticated, http.StatusUnauthorized},
+	{auth.ErrBadToken, codeUnauthenticated, http.StatusUnauthorized},
+	{auth.ErrForbidden, codeForbidden, http.StatusForbidden},
 }
 
 // classify returns the wire code and HTTP status of err.
@@ -115,6 +121,20 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 		body.Index, body.Error.Index = &i, &i
 	}
 	writeJSON(w, status, body)
+}
+
+// WriteError writes err as the API's JSON error answer, for middleware
+// in front of the Handler (authentication) that must answer like it.
+func WriteError(w http.ResponseWriter, err error) {
+	code, status := classify(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		msg = "internal error"
+	}
+	if status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="counterd"`)
+	}
+	writeJSON(w, status, errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}})
 }
 
 // invalidArgf returns an error wrapping engine.ErrInvalidArgument.

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -25,6 +26,9 @@ func TestClassify(t *testing.T) {
 		{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
 		{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 		{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
+		{auth.ErrUnauthenticated, codeUnauthenticated, http.StatusUnauthorized},
+		{auth.ErrBadToken, codeUnauthenticated, http.StatusUnauthorized},
+		{auth.ErrForbidden, codeForbidden, http.StatusForbidden},
 		{errors.New("disk on fire"), codeInternal, http.StatusInternalServerError},
 	} {
 		wrapped := fmt.Errorf("tiered: redis 127.0.0.1:6379: %w", c.err)

@@ -45,6 +45,12 @@ type Options struct {
 	// Logger receives a Debug record per request and an Error record per
 	// 5xx answer. nil means slog.Default().
 	Logger *slog.Logger
+	// Authorize, when set, runs before each route's handler with the route
+	// as "METHOD pattern" (see Routes); an error is answered like any
+	// other (an auth.ErrForbidden is 403 forbidden). It reuses this
+	// Handler's routing, so access control costs no second route match.
+	// Default nil: no check.
+	Authorize func(r *http.Request, route string) error
 	// Ready backs GET /readyz: nil error answers 200, else 503. nil means
 	// the engine's Ready method.
 	Ready func() error
@@ -105,7 +111,17 @@ func New(eng engine.Backend, opts Options) *Handler {
 	}
 	h.metrics = newMetrics(opts.Registerer, eng, opts.Gatherer, h.log)
 	for _, rt := range routeTable() {
-		h.mux.Handle(rt.Method+" "+rt.Pattern, h.instrument(rt.Name, rt.Handle))
+		key, fn := rt.Method+" "+rt.Pattern, rt.Handle
+		if authz := opts.Authorize; authz != nil {
+			next := fn
+			fn = func(h *Handler, w http.ResponseWriter, r *http.Request) error {
+				if err := authz(r, key); err != nil {
+					return err
+				}
+				return next(h, w, r)
+			}
+		}
+		h.mux.Handle(key, h.instrument(rt.Name, fn))
 	}
 	h.noRoute = h.instrument("unmatched", (*Handler).unmatched)
 	h.emptyID = h.instrument("unmatched", func(*Handler, http.ResponseWriter, *http.Request) error {
@@ -163,6 +179,16 @@ func routeTable() []route {
 		{"GET", "/metrics", "metrics", (*Handler).serveMetrics},
 		{"GET", "/openapi.json", "openapi", (*Handler).openapi},
 	}
+}
+
+// Routes lists every route as "METHOD pattern" (the access-control table
+// must name each).
+func Routes() []string {
+	var out []string
+	for _, rt := range routeTable() {
+		out = append(out, rt.Method+" "+rt.Pattern)
+	}
+	return out
 }
 
 // ServeHTTP implements http.Handler.

@@ -48,9 +48,11 @@ func TestIncrementSeed(t *testing.T) {
 	if err := json.Unmarshal(a.Raw, &seed); err != nil || seed.Value != 1234568 || seed.Status != "ok" {
 		t.Errorf("seed decode: %+v %v", seed, err)
 	}
-	// A new counter starts at 0; delta defaults to 1, an empty body is {}.
-	if v := s.ok("POST", "/counters/fresh/increment", "").num(t, "value"); v != 1 {
-		t.Errorf("increment without body: %d", v)
+	// A new counter starts at 0; delta defaults to 1. An empty body is
+	// refused: only a body that says so changes a counter.
+	s.fail(400, "invalid_json", "POST", "/counters/fresh/increment", "")
+	if v := s.ok("POST", "/counters/fresh/increment", "{}").num(t, "value"); v != 1 {
+		t.Errorf("increment with {}: %d", v)
 	}
 }
 
@@ -81,7 +83,7 @@ func TestDecrement(t *testing.T) {
 	if v := s.ok("POST", "/counters/d/decrement", `{"delta": 3}`).num(t, "value"); v != 7 {
 		t.Errorf("decrement 3: %d", v)
 	}
-	if v := s.ok("POST", "/counters/d/decrement", "").num(t, "value"); v != 6 {
+	if v := s.ok("POST", "/counters/d/decrement", "{}").num(t, "value"); v != 6 {
 		t.Errorf("decrement default: %d", v)
 	}
 	if v := s.ok("POST", "/counters/d/decrement", `{"delta": -4}`).num(t, "value"); v != 10 {
@@ -325,7 +327,7 @@ func TestEscapedIDs(t *testing.T) {
 		t.Errorf("value %d", v)
 	}
 	// Ids that look like path tricks once unescaped are still plain ids.
-	s.ok("POST", "/counters/..%2F..%2Fx%2F/increment", "")
+	s.ok("POST", "/counters/..%2F..%2Fx%2F/increment", "{}")
 	if v := s.value("..%2F..%2Fx%2F"); v != 1 {
 		t.Errorf("value %d", v)
 	}
@@ -341,12 +343,12 @@ func TestList(t *testing.T) {
 	for i := 0; i < 25; i++ {
 		id := fmt.Sprintf("l:%02d", i)
 		want[id] = true
-		s.ok("POST", "/counters/"+id+"/increment", "")
+		s.ok("POST", "/counters/"+id+"/increment", "{}")
 	}
 	for i := 0; i < 5; i++ {
-		s.ok("POST", fmt.Sprintf("/counters/x:%d/increment", i), "")
+		s.ok("POST", fmt.Sprintf("/counters/x:%d/increment", i), "{}")
 	}
-	s.ok("POST", "/counters/l*odd/increment", "") // glob characters in a prefix are literal
+	s.ok("POST", "/counters/l*odd/increment", "{}") // glob characters in a prefix are literal
 
 	collect := func(query string) []string {
 		var got []string
@@ -513,8 +515,8 @@ func TestIdempotency(t *testing.T) {
 		t.Errorf("batch applied twice: i=%d j=%d", s.value("i"), s.value("j"))
 	}
 	// Durability overrides are accepted.
-	s.ok("POST", "/counters/i/increment?durability=sync", "")
-	s.ok("POST", "/counters/i/increment?durability=async", "", "Counterd-Durability", "async")
+	s.ok("POST", "/counters/i/increment?durability=sync", "{}")
+	s.ok("POST", "/counters/i/increment?durability=async", "{}", "Counterd-Durability", "async")
 }
 
 func TestBadInput(t *testing.T) {
@@ -647,7 +649,7 @@ func TestClosedEngine(t *testing.T) {
 	if err := eng.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s.fail(503, "unavailable", "POST", "/counters/a/increment", "")
+	s.fail(503, "unavailable", "POST", "/counters/a/increment", "{}")
 	s.fail(503, "unavailable", "GET", "/readyz", "")
 	s.ok("GET", "/healthz", "")
 }
@@ -676,7 +678,7 @@ func TestServiceRoutes(t *testing.T) {
 		t.Errorf("openapi: %.100s", a.Raw)
 	}
 
-	s.ok("POST", "/counters/m/increment", "")
+	s.ok("POST", "/counters/m/increment", "{}")
 	s.fail(400, "invalid_json", "POST", "/counters/m/increment", "{")
 	a = s.do("GET", "/metrics", "")
 	text := string(a.Raw)

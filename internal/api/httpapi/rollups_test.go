@@ -113,7 +113,7 @@ func TestSeriesRoute(t *testing.T) {
 	if a.num(t, "total") != 0 || len(a.Body["buckets"].([]any)) != 10 {
 		t.Fatalf("missing counter: %s", a.Raw)
 	}
-	s.ok("POST", "/counters/other/increment", "")
+	s.ok("POST", "/counters/other/increment", "{}")
 	s.ok("POST", "/counters/page_views:u/pfadd", `{"items": ["a"]}`)
 	for _, tc := range []struct {
 		status int

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // benchPipeline sends b.N commands in pipelines of depth and reads the
@@ -58,6 +59,12 @@ var (
 
 func BenchmarkPipelinedINCR(b *testing.B) {
 	benchPipeline(b, resp.Options{}, 100, func(int) string { return incrCmd })
+}
+
+// BenchmarkPipelinedINCRShed: the same with the overload limiter on (one
+// admission per batch).
+func BenchmarkPipelinedINCRShed(b *testing.B) {
+	benchPipeline(b, resp.Options{Shed: shed.New(shed.Config{})}, 100, func(int) string { return incrCmd })
 }
 
 func BenchmarkPipelinedINCRMetrics(b *testing.B) {

@@ -1,6 +1,7 @@
 package resp
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"runtime/debug"
@@ -36,13 +37,17 @@ type client struct {
 	// copying (see str) stay valid however long something holds them.
 	in    []byte
 	r, w  int
+	held  int // bytes of in counted in Server.queryBytes (see reserveBuffer)
 	lastN int // bytes of the last read
 	p     parser
 
 	out []byte // replies not yet written
 
-	proto   int  // 2 or 3
-	closing bool // QUIT or a panic: stop after flushing the replies
+	auth     authState // the login, with Options.Auth
+	first    bool      // no command parsed yet (looksLikeHTTP)
+	admitted bool      // holds a slot of Options.Shed (endAdmission)
+	proto    int       // 2 or 3
+	closing  bool      // QUIT or a panic: stop after flushing the replies
 
 	tstart time.Time // metrics: when the current command started
 	ncmds  uint64    // commands run in this batch, for INFO
@@ -78,6 +83,7 @@ func newClient(s *Server, nc net.Conn) *client {
 		id:      s.nextID.Add(1),
 		created: time.Now(),
 		proto:   2,
+		first:   true,
 		scratch: make([]byte, 0, 32),
 		in:      make([]byte, minReadBuf),
 		p: parser{
@@ -128,18 +134,25 @@ func (s *Server) serveConn(c *client) {
 			}
 			c.r += n
 			if args != nil {
+				if looksLikeHTTP(args, c.first, c.p.inline) {
+					s.log.Warn(securityLogMsg, "client", c.id, "addr", c.addr)
+					return
+				}
+				c.first = false
 				s.exec(c, args)
 				if c.closing {
 					c.flush()
 					return
 				}
 				if len(c.out) >= flushAt {
+					c.endAdmission() // never hold a slot while a slow reader blocks the write
 					if err = c.flush(); err != nil {
 						return
 					}
 				}
 			}
 		}
+		c.endAdmission()
 		if c.ncmds > 0 { // one shared atomic add per batch, not per command
 			s.totalCmds.Add(c.ncmds)
 			c.ncmds = 0
@@ -150,20 +163,47 @@ func (s *Server) serveConn(c *client) {
 			}
 		}
 		if err = c.fill(); err != nil {
+			if errors.Is(err, errQueryBudget) {
+				s.protoErrors.Add(1)
+				if s.m != nil {
+					s.m.protoErrs.Inc()
+				}
+				c.writeError(errBudgetReply)
+				c.flush()
+			}
 			return
 		}
 	}
 }
 
+// endAdmission gives back the batch's overload slot, if it holds one.
+func (c *client) endAdmission() {
+	if c.admitted {
+		c.admitted = false
+		c.s.opts.Shed.Release()
+	}
+}
+
 // fill reads more input, replacing the buffer when it is full.
 func (c *client) fill() error {
-	if c.w == len(c.in) {
-		rest := c.w - c.r
+	rest := c.w - c.r
+	if c.w == len(c.in) || rest == 0 && len(c.in) > maxReadBuf {
+		// A big buffer is dropped as soon as its command is consumed, so
+		// idle connections hold at most maxReadBuf.
 		size := min(2*len(c.in), maxReadBuf)
 		if rest == 0 && c.lastN < minReadBuf {
 			size = minReadBuf // small reads: an interactive client
 		}
+		// Grow a long command's buffer geometrically: growing it by a
+		// constant would copy the command once per read (quadratic CPU for
+		// a command of many small arguments).
+		if rest >= maxReadBuf/2 {
+			size = max(size, min(2*rest, c.p.maxCmd+minReadBuf))
+		}
 		size = max(size, rest+minReadBuf, c.p.need+minReadBuf)
+		if !c.s.reserveBuffer(c, size) {
+			return errQueryBudget
+		}
 		nb := make([]byte, size)
 		copy(nb, c.in[c.r:c.w])
 		c.in, c.r, c.w = nb, 0, rest

@@ -58,9 +58,11 @@ package resp
 //   - WATCH compares versions just before EXEC applies; a write landing in
 //     between is not detected (see multi.go).
 //   - There is one database: SELECT 0 works, SELECT n is "ERR DB index is
-//     out of range". There are no passwords: AUTH with a password alone
-//     answers Redis's "called without any password configured" error,
-//     HELLO AUTH and AUTH user password are accepted.
+//     out of range". Without Options.Auth there are no passwords: AUTH
+//     with a password alone answers Redis's "called without any password
+//     configured" error, HELLO AUTH and AUTH user password are accepted.
+//     With it, AUTH and HELLO AUTH check tokens and every command and key
+//     is checked against the user's grants (auth.go, perms.go).
 //   - CONFIG GET answers from a small fixed table (appendonly, save,
 //     maxclients, proto-max-bulk-len, ...); CONFIG SET is refused.
 //   - HELLO reports server "counterd" and version RedisVersion (the Redis

@@ -34,6 +34,8 @@ type parser struct {
 	offs []int // start, end offset pairs of the arguments parsed so far
 	need int   // bytes (from the command's start) needed before parsing again
 	args [][]byte
+
+	inline bool // the last command parsed was inline
 }
 
 // parse parses one command at the start of b. It returns the bytes the
@@ -44,7 +46,8 @@ type parser struct {
 // The returned args slice is reused by the next call.
 func (p *parser) parse(b []byte) (n int, args [][]byte, perr string) {
 	if p.argc == 0 {
-		if b[0] != '*' {
+		p.inline = b[0] != '*'
+		if p.inline {
 			return p.parseInline(b)
 		}
 		count, hl, perr := parseHeader(b, 0)

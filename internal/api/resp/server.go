@@ -21,15 +21,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // Defaults applied by New to zero Options fields.
 const (
 	DefaultMaxConns        = 10000
 	DefaultMaxBulkLen      = 8 << 20  // 8 MiB
-	DefaultMaxArgs         = 1 << 20  // 1048576
-	DefaultMaxCommandBytes = 64 << 20 // 64 MiB
+	DefaultMaxArgs         = 32768    // above what any command accepts (engine.MaxItems items)
+	DefaultMaxCommandBytes = 32 << 20 // 32 MiB
+	// DefaultMaxQueryBufferTotal bounds the read buffers above 64 KiB of
+	// all connections together.
+	DefaultMaxQueryBufferTotal = 256 << 20 // 256 MiB
 	// MaxInlineLen is the longest inline (telnet style) command line, as in
 	// Redis (PROTO_INLINE_MAX_SIZE).
 	MaxInlineLen = 64 << 10
@@ -61,27 +66,49 @@ type Options struct {
 	// and the connection is closed, as Redis does.
 	MaxBulkLen int
 
-	// MaxArgs is the most arguments (multibulk length) of one command.
-	// Default 1048576 (DefaultMaxArgs). More is answered "-ERR Protocol
-	// error: invalid multibulk length" and the connection is closed.
+	// MaxArgs is the most arguments (multibulk length) of one command;
+	// it bounds the work one command can ask for. Default 32768
+	// (DefaultMaxArgs). More is answered "-ERR Protocol error: invalid
+	// multibulk length" and the connection is closed.
 	MaxArgs int
 
 	// MaxCommandBytes bounds the size on the wire of one command, headers
 	// included, and so the memory one connection buffers; Redis's
-	// client-query-buffer-limit. Default 64 MiB (DefaultMaxCommandBytes).
+	// client-query-buffer-limit. Default 32 MiB (DefaultMaxCommandBytes).
 	// More is answered "-ERR Protocol error: too big request" and the
 	// connection is closed. Inline commands are limited to 64 KiB
 	// (MaxInlineLen) like in Redis.
 	MaxCommandBytes int
+
+	// MaxQueryBufferTotal bounds the read buffers larger than 64 KiB of
+	// all connections together (limits.go), so that many connections each
+	// sending half of a big command hold at most this much. A connection
+	// that would exceed it is answered "-ERR max query buffer memory
+	// reached, closing connection" and closed. Default 256 MiB
+	// (DefaultMaxQueryBufferTotal).
+	MaxQueryBufferTotal int
+
+	// Shed, when set, admits reading and writing commands (outside MULTI)
+	// through this limiter, once per batch of pipelined commands: the
+	// first such command of a batch takes a slot, held until the batch's
+	// replies are written. A shed command is answered "-BUSY server
+	// overloaded, retry later". Default nil: no limit.
+	Shed *shed.Limiter
 
 	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md): a
 	// *ratelimit.Limiter, or a *ratelimit.Router in a cluster. Default
 	// nil: RL.CHECK is an unknown command.
 	RateLimiter ratelimit.Checker
 
+	// Auth, when set, requires every connection to authenticate (AUTH,
+	// HELLO AUTH) and checks each command and its keys against the user's
+	// grants (perms.go). Default nil: every connection may run anything,
+	// and AUTH accepts any user.
+	Auth *auth.Store
+
 	// IdleTimeout closes a connection that sent nothing for this long.
-	// Default 0: never, like Redis's "timeout 0". Idle connections cost
-	// one parked goroutine and never slow down others.
+	// Default 0: never, like Redis's "timeout 0" (counterd's server sets
+	// 5 minutes: idle connections count against MaxConns).
 	IdleTimeout time.Duration
 
 	// Registerer receives the metrics. Default nil: no metrics. Otherwise
@@ -116,10 +143,11 @@ type Server struct {
 	serveDone chan struct{} // closed when Serve returns; nil if never served
 	clients   map[*client]struct{}
 
-	conns   sync.WaitGroup // live connection goroutines
-	nconns  atomic.Int64   // live connections
-	nextID  atomic.Int64   // client ids
-	started time.Time
+	conns      sync.WaitGroup // live connection goroutines
+	nconns     atomic.Int64   // live connections
+	nextID     atomic.Int64   // client ids
+	queryBytes atomic.Int64   // read buffers counted against MaxQueryBufferTotal
+	started    time.Time
 
 	totalConns    atomic.Uint64
 	rejectedConns atomic.Uint64
@@ -147,6 +175,9 @@ func New(eng engine.Backend, opts Options) *Server {
 	if opts.MaxCommandBytes <= 0 {
 		opts.MaxCommandBytes = DefaultMaxCommandBytes
 	}
+	if opts.MaxQueryBufferTotal <= 0 {
+		opts.MaxQueryBufferTotal = DefaultMaxQueryBufferTotal
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
@@ -164,6 +195,9 @@ func New(eng engine.Backend, opts Options) *Server {
 	s.cmds = buildCommands()
 	if opts.RateLimiter != nil {
 		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
+	}
+	if opts.Auth != nil {
+		s.cmds["auth"].fn = cmdAuthTokens
 	}
 	s.unknown = &command{name: "unknown"}
 	if opts.Registerer != nil {
@@ -309,6 +343,8 @@ func (s *Server) connDone(c *client, err error) {
 	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
 		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
 	}
+	c.endAdmission()
+	s.queryBytes.Add(-int64(c.held))
 	s.mu.Lock()
 	delete(s.clients, c)
 	s.mu.Unlock()
@@ -356,12 +392,28 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 		c.writeError("ERR wrong number of arguments for '" + cmd.name + "' command")
 		return
 	}
+	if s.opts.Auth != nil && !s.authorize(c, cmd, args) {
+		if s.m != nil {
+			cmd.calls.Inc()
+		}
+		if c.multi {
+			c.multiErr = true
+		}
+		return
+	}
 	if c.multi && cmd.flags&flagTxControl == 0 {
 		// The argument slices alias the connection's write-once read
 		// buffer and stay valid; only the slice of them is reused.
 		c.queue = append(c.queue, queued{cmd: cmd, args: append([][]byte(nil), args...)})
 		c.writeStatus("QUEUED")
 		return
+	}
+	if s.opts.Shed != nil && !c.admitted && cmd.flags&(flagWrite|flagReadonly) != 0 {
+		if err := s.opts.Shed.Acquire(s.ctx, "resp"); err != nil {
+			c.writeError(errBusyReply)
+			return
+		}
+		c.admitted = true // until the batch's replies are written (client.endAdmission)
 	}
 	s.run(c, cmd, args)
 }

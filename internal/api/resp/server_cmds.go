@@ -52,6 +52,7 @@ func cmdQuit(s *Server, c *client, args [][]byte) {
 // RESET: back to a fresh connection state (RESP2, no name, no MULTI).
 func cmdReset(s *Server, c *client, args [][]byte) {
 	c.resetMulti()
+	c.auth = authState{} // like Redis: back to the unauthenticated default user
 	c.proto = 2
 	c.mu.Lock()
 	c.name, c.libName, c.libVer = "", "", ""
@@ -100,7 +101,10 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		more := len(args) - i - 1
 		switch a := args[i]; {
 		case eqFold(a, "auth") && more >= 2:
-			i += 2 // no passwords: every user is accepted, like "nopass"
+			if !s.helloAuth(c, args[i+1], args[i+2]) {
+				return
+			}
+			i += 2
 		case eqFold(a, "setname") && more >= 1:
 			name, setName = string(args[i+1]), true
 			if !validName(name) {
@@ -112,6 +116,9 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 			c.writeError("ERR Syntax error in HELLO option '" + string(truncate(a, 128)) + "'")
 			return
 		}
+	}
+	if !s.helloAuthed(c) {
+		return
 	}
 	if setName {
 		c.setName(name)

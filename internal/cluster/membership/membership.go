@@ -12,6 +12,10 @@
 // direct message ("leave intent") that Leave sends to every alive member
 // before memberlist's own leave broadcast; if the intent arrives after the
 // node was declared dead, the member moves from dead to left (an EventUpdate).
+//
+// Security: SecretKey encrypts all gossip (memberlist's keyring), and Admit
+// holds each new member back from Members and events until it is vetted
+// (admit.go; counterd checks its peer certificate).
 package membership
 
 import (
@@ -45,6 +49,7 @@ const (
 	// DefaultDeadRetention: how long a dead or left member stays in memberlist's
 	// table (and is still gossiped about) before it is forgotten there.
 	DefaultDeadRetention = 30 * time.Second
+	DefaultAdmitRetry    = time.Second
 	// MaxMetaSize is memberlist's limit on node metadata.
 	MaxMetaSize = memberlist.MetaMaxSize
 )
@@ -86,6 +91,20 @@ type Config struct {
 	PushPullInterval time.Duration
 	SuspicionMult    int
 	TCPTimeout       time.Duration
+	// SecretKey, when set, encrypts and authenticates all gossip with
+	// AES-GCM (memberlist SecretKey): 16, 24 or 32 bytes. A node without
+	// the same key can neither join nor be heard. Default: plaintext.
+	SecretKey []byte
+
+	// Admit, when set, vets every other member before it is reported
+	// (admit.go): until Admit returns nil for the member's current
+	// address and Meta, the member gets no event and is not in Members or
+	// Alive. It runs on its own goroutine, with a context cancelled by
+	// Shutdown, and is retried every AdmitRetry while the member stays in
+	// the gossip. Default: every member is admitted.
+	Admit      func(context.Context, Member) error
+	AdmitRetry time.Duration // default DefaultAdmitRetry
+
 	// DeadRetention (memberlist GossipToTheDeadTime and DeadNodeReclaimTime):
 	// how long memberlist keeps gossiping about a dead node, and after which a
 	// node of the same name may come back from another address.
@@ -113,6 +132,7 @@ func (c Config) withDefaults() Config {
 	setDur(&c.PushPullInterval, DefaultPushPullInterval)
 	setDur(&c.TCPTimeout, DefaultTCPTimeout)
 	setDur(&c.DeadRetention, DefaultDeadRetention)
+	setDur(&c.AdmitRetry, DefaultAdmitRetry)
 	if c.SuspicionMult == 0 {
 		c.SuspicionMult = DefaultSuspicionMult
 	}
@@ -135,6 +155,9 @@ func (c Config) Validate() error {
 	}
 	if len(c.Meta) > MaxMetaSize {
 		return fmt.Errorf("membership: Meta is %d bytes, limit %d", len(c.Meta), MaxMetaSize)
+	}
+	if n := len(c.SecretKey); n != 0 && n != 16 && n != 24 && n != 32 {
+		return fmt.Errorf("membership: SecretKey is %d bytes, want 16, 24 or 32", n)
 	}
 	if c.ProbeInterval < 0 || c.ProbeTimeout < 0 || c.GossipInterval < 0 || c.PushPullInterval < 0 ||
 		c.TCPTimeout < 0 || c.DeadRetention < 0 || c.SuspicionMult < 0 {
@@ -225,6 +248,7 @@ type Membership struct {
 	mu      sync.Mutex
 	members map[string]Member
 	leaving map[string]bool // leave intents received, by node id
+	admit   admission       // members waiting for Config.Admit
 	meta    []byte
 	queue   []Event
 	wake    chan struct{} // 1-buffered; signals the dispatcher
@@ -248,6 +272,7 @@ func Start(cfg Config) (*Membership, error) {
 		cfg:     cfg,
 		members: map[string]Member{},
 		leaving: map[string]bool{},
+		admit:   newAdmission(),
 		meta:    slices.Clone(cfg.Meta),
 		wake:    make(chan struct{}, 1),
 		stop:    make(chan struct{}),
@@ -270,6 +295,7 @@ func Start(cfg Config) (*Membership, error) {
 	mc.TCPTimeout = cfg.TCPTimeout
 	mc.GossipToTheDeadTime = cfg.DeadRetention
 	mc.DeadNodeReclaimTime = cfg.DeadRetention
+	mc.SecretKey = slices.Clone(cfg.SecretKey)
 	mc.Logger = log.New(&slogWriter{l: cfg.Logger.With("component", "memberlist")}, "", 0)
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
@@ -284,6 +310,7 @@ func Start(cfg Config) (*Membership, error) {
 	if len(cfg.Join) > 0 {
 		if _, err := ml.Join(cfg.Join); err != nil {
 			_ = ml.Shutdown()
+			m.stopAdmission()
 			m.stopDispatch()
 			return nil, fmt.Errorf("membership: join %v: %w", cfg.Join, err)
 		}
@@ -407,6 +434,7 @@ func (m *Membership) Shutdown() error {
 		m.closed = true
 		m.mu.Unlock()
 		err = m.ml.Shutdown()
+		m.stopAdmission()
 		m.stopDispatch()
 	})
 	return err
@@ -481,13 +509,18 @@ func (e *events) NotifyJoin(n *memberlist.Node) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	delete(m.leaving, n.Name)
-	m.emitLocked(EventJoin, toMember(n, StateAlive))
+	if m.admitLocked(toMember(n, StateAlive)) {
+		m.emitLocked(EventJoin, toMember(n, StateAlive))
+	}
 }
 
 func (e *events) NotifyLeave(n *memberlist.Node) {
 	m := (*Membership)(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.forgetLocked(n.Name) {
+		return // never admitted: nothing was reported
+	}
 	s := StateDead
 	if m.leaving[n.Name] {
 		s = StateLeft
@@ -499,7 +532,15 @@ func (e *events) NotifyUpdate(n *memberlist.Node) {
 	m := (*Membership)(e)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.emitLocked(EventUpdate, toMember(n, StateAlive))
+	mem := toMember(n, StateAlive)
+	if !m.admitLocked(mem) {
+		return
+	}
+	if prev, ok := m.members[mem.ID]; ok && prev.State == StateAlive {
+		m.emitLocked(EventUpdate, mem)
+	} else {
+		m.emitLocked(EventJoin, mem)
+	}
 }
 
 // delegate implements memberlist.Delegate: metadata and leave intents.

@@ -42,7 +42,7 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 			errs = append(errs, n.exchangeDigest(ctx, peer, chunk))
 		}
 	}
-	return errors.Join(errs...)
+	return errors.Join(append(errs, n.exchangePolicies(ctx))...)
 }
 
 // digestOf summarises a state. CRDT versions are per-node Lamport clocks

@@ -59,6 +59,14 @@ func isCRDT(k engine.Kind) bool { return k == engine.KindPN || k == engine.KindS
 // every new replica acknowledged it and it did not change meanwhile.
 func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 	start := time.Now()
+	// Rate-limit state first: it is in memory, small, and the new owners
+	// already decide its keys.
+	limErr := n.handOffLimits(ctx, old, cur)
+	defer func() { // after the counters: a joining node's policies are no hurry
+		if err := n.exchangePolicies(ctx); err != nil {
+			n.log.Debug("cluster: policy exchange", "err", err)
+		}
+	}()
 	byPeer := map[string][]State{}
 	var leaving []State
 	var oldR, newR []string
@@ -77,7 +85,7 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 		return nil
 	})
 	if err != nil {
-		return err
+		return errors.Join(limErr, err)
 	}
 	failed := n.pushAll(ctx, byPeer, true)
 	sent := 0
@@ -93,9 +101,9 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 	}
 	if len(failed) > 0 {
 		n.metrics.handoff.WithLabelValues("failed").Add(float64(len(failed)))
-		return errors.New("cluster: handoff: some peers did not acknowledge")
+		return errors.Join(limErr, errors.New("cluster: handoff: some peers did not acknowledge"))
 	}
-	return nil
+	return limErr
 }
 
 // pushAll pushes to every peer in parallel (durable: fsynced there) and

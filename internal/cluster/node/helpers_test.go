@@ -33,6 +33,11 @@ type testCluster struct {
 	t     testing.TB
 	mu    sync.Mutex
 	nodes map[string]*testNode
+	// rl gives every node started from now on a Limiter and a PolicyLog
+	// (ratelimit_test.go).
+	rl bool
+	// rlReplication is Config.LimitReplication (0: the default).
+	rlReplication time.Duration
 }
 
 type testNode struct {
@@ -41,6 +46,7 @@ type testNode struct {
 	eng  *engine.Engine
 	n    *Node
 	gs   *grpc.Server
+	rl   RateLimit // with testCluster.rl
 	once sync.Once
 }
 
@@ -89,6 +95,7 @@ func (c *testCluster) start(id, dir string) *testNode {
 		RejoinInterval:      200 * time.Millisecond,
 		RPCTimeout:          2 * time.Second,
 		FenceTimeout:        2 * time.Second,
+		LimitReplication:    c.rlReplication,
 		Membership: membership.Config{
 			// Fast, but not so fast that a loaded -race run suspects
 			// healthy nodes: a killed node is dead in about a second.
@@ -105,6 +112,11 @@ func (c *testCluster) start(id, dir string) *testNode {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var rl RateLimit
+	if c.rl {
+		rl = newTestRateLimit(t, eng, id)
+		n.SetRateLimit(rl)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -115,7 +127,7 @@ func (c *testCluster) start(id, dir string) *testNode {
 	if err := n.Start(Meta{GRPC: lis.Addr().String(), HTTP: "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
-	tn := &testNode{id: id, dir: dir, eng: eng, n: n, gs: gs}
+	tn := &testNode{id: id, dir: dir, eng: eng, n: n, gs: gs, rl: rl}
 	c.mu.Lock()
 	c.nodes[id] = tn
 	c.mu.Unlock()
@@ -182,6 +194,9 @@ func (tn *testNode) shutdown(drain func()) {
 		}
 		_ = tn.n.Close()
 		tn.gs.Stop()
+		if tn.rl.Limiter != nil {
+			_ = tn.rl.Limiter.Close()
+		}
 		_ = tn.eng.Close()
 	})
 }

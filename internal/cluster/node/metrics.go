@@ -13,7 +13,7 @@ type metrics struct {
 	replicationLag prometheus.Gauge
 	convergence    prometheus.Histogram
 	fence          prometheus.Histogram
-	handoff        *prometheus.CounterVec // by result: sent, dropped, failed
+	handoff        *prometheus.CounterVec // by result: sent, dropped, failed, limits_sent, limits_replicated
 	antiEntropy    prometheus.Counter
 	ringVersion    prometheus.Gauge
 }
@@ -40,7 +40,7 @@ func newMetrics() *metrics {
 		}),
 		handoff: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "counterd_cluster_handoff_total",
-			Help: "Handoff after ring changes: states sent to new replicas, local copies dropped, peers that failed.",
+			Help: "Handoff after ring changes: states sent to new replicas, local copies dropped, peers that failed; rate-limit entries handed to new owners (limits_sent) and replicated to next replicas (limits_replicated).",
 		}, []string{"result"}),
 		antiEntropy: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "counterd_cluster_anti_entropy_repairs_total",

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,7 @@ const (
 	DefaultRejoinInterval      = 2 * time.Second
 	DefaultRPCTimeout          = 5 * time.Second
 	DefaultFenceTimeout        = 3 * time.Second
+	DefaultLimitReplication    = time.Second
 )
 
 // Config configures a Node. Zero fields take the documented defaults.
@@ -43,11 +45,20 @@ type Config struct {
 	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
 	FenceTimeout        time.Duration // how long a new owner waits for replicas to agree; default 3s
+	// LimitReplication is how often the rate-limit state charged on the
+	// keys this node owns goes to each key's next replica, its owner if
+	// this node dies (SetRateLimit); default 1s, negative: never.
+	LimitReplication time.Duration
 
 	// Limits are what Apply and ApplyBatch accept, checked before any op
 	// is routed (so a bad op in a batch that spans owners applies
 	// nowhere); default engine.DefaultLimits().
 	Limits engine.Limits
+
+	// PeerTLS, when set, is the client side of peer gRPC calls (mutual
+	// TLS, --peer-ca); the server side is the --grpc server's. Default:
+	// plaintext.
+	PeerTLS *tls.Config
 
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
@@ -66,6 +77,7 @@ func (c Config) withDefaults() Config {
 	set(&c.RejoinInterval, DefaultRejoinInterval)
 	set(&c.RPCTimeout, DefaultRPCTimeout)
 	set(&c.FenceTimeout, DefaultFenceTimeout)
+	set(&c.LimitReplication, DefaultLimitReplication)
 	if c.Durability == engine.DurabilityDefault {
 		c.Durability = engine.Async
 	}
@@ -135,6 +147,7 @@ type Node struct {
 	idem    idemCache     // idempotency records shipped by other owners
 	stripes stripes       // keyed applies vs exports (idem.go)
 	handoff chan struct{} // 1-buffered: a ring change to hand off
+	rl      RateLimit     // set before Start (ratelimit.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
@@ -156,7 +169,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		self:    cfg.NodeID,
 		store:   store,
 		ring:    ring.New(ring.Config{VirtualNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor}),
-		peers:   newPeers(),
+		peers:   newPeers(cfg.PeerTLS),
 		metrics: newMetrics(),
 		handoff: make(chan struct{}, 1),
 		ctx:     ctx,
@@ -200,6 +213,9 @@ func (n *Node) Start(meta Meta) error {
 	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
+	if n.rl.Limiter != nil && n.cfg.LimitReplication > 0 {
+		n.goLoop(func() { n.tick(n.cfg.LimitReplication, "rate-limit replication", n.replicateLimits) })
+	}
 	return nil
 }
 
@@ -336,10 +352,16 @@ func (n *Node) Drain(ctx context.Context) error {
 	}
 	start := time.Now()
 	old := n.ring.Snapshot()
+	// Rate-limit state first, while this node still decides its keys
+	// (nobody decides them elsewhere yet); again after it stops, for what
+	// it decided meanwhile.
+	next := ring.New(ring.Config{VirtualNodes: n.cfg.VirtualNodes, ReplicationFactor: n.cfg.ReplicationFactor})
+	next.Set(slices.DeleteFunc(old.Nodes(), func(id string) bool { return id == n.self }))
+	limErr := n.handOffLimits(ctx, old, next.Snapshot())
 	n.refresh() // leaving: without this node
 	// Writes admitted before must finish replicating before the others
 	// see this node go: the new owners' fences do not ask it.
-	errs := []error{n.waitInflight(ctx), n.flushDirty(ctx)}
+	errs := []error{limErr, n.waitInflight(ctx), n.flushDirty(ctx)}
 	leaveTimeout := time.Second
 	if d, ok := ctx.Deadline(); ok {
 		leaveTimeout = min(leaveTimeout, time.Until(d)/2)

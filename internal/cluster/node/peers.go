@@ -2,14 +2,20 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 )
+
+// PeerService is the gRPC service of peer traffic: a server that requires
+// peer certificates (--peer-ca) checks the calls to it.
+const PeerService = serviceName
 
 // Meta is what a node gossips about itself: the actual bound addresses of
 // its front ends and of its gRPC peer service.
@@ -28,14 +34,16 @@ func parseMeta(b []byte) Meta {
 // peers holds the members' addresses and one pooled gRPC connection per
 // peer address. Safe for concurrent use.
 type peers struct {
+	tls *tls.Config // Config.PeerTLS: nil dials in plaintext
+
 	mu     sync.Mutex                  // guards meta, conns, closed
 	meta   map[string]Meta             // by node id
 	conns  map[string]*grpc.ClientConn // by gRPC address
 	closed bool
 }
 
-func newPeers() *peers {
-	return &peers{meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}}
+func newPeers(tlsc *tls.Config) *peers {
+	return &peers{tls: tlsc, meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}}
 }
 
 func (p *peers) set(id string, m Meta) {
@@ -67,8 +75,12 @@ func (p *peers) conn(node string) (*grpc.ClientConn, error) {
 	if c := p.conns[addr]; c != nil {
 		return c, nil
 	}
+	creds := insecure.NewCredentials()
+	if p.tls != nil {
+		creds = credentials.NewTLS(p.tls)
+	}
 	c, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)

@@ -194,6 +194,8 @@ var serviceDesc = grpc.ServiceDesc{
 		unary("Replicate", (*Node).serveReplicate),
 		unary("Fetch", (*Node).serveFetch),
 		unary("Digest", (*Node).serveDigest),
+		unary("Limits", (*Node).serveLimits),
+		unary("Policies", (*Node).servePolicies),
 	},
 	Metadata: "counterd/cluster/peer",
 }

@@ -512,6 +512,11 @@ func parseRecord(r []any) (Record, error) {
 		span, _ := toInt(p[1])
 		rec.Window = counter.WindowSpec{Granularity: time.Duration(g) * time.Millisecond,
 			Span: time.Duration(span) * time.Millisecond, Fixed: str(p[2]) == "1"}
+		// A stored spec is checked like a requested one, so a window
+		// written before (or around) today's bounds is refused, not read.
+		if err := rec.Window.Validate(); err != nil {
+			return rec, fmt.Errorf("redisstore: stored window: %w", err)
+		}
 		for i := 3; i+1 < len(p); i += 2 {
 			start, e1 := toInt(p[i])
 			n, e2 := toInt(p[i+1])

@@ -1,0 +1,84 @@
+package resp
+
+import (
+	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/ratelimit"
+)
+
+// access is what a command requires. Its keys are found at the command
+// table's key positions (first, last, step), like Redis's ACL key checks,
+// unless pattern says where the command's glob is.
+type access struct {
+	need auth.Need
+	// pattern returns the glob a listing command covers (SCAN MATCH,
+	// KEYS): the principal needs the permission on all of it.
+	pattern func(args [][]byte) string
+	// sourcesRead: only the first key is written, the others are read
+	// (PFMERGE dest src...).
+	sourcesRead bool
+	// sub, when set, decides by subcommand (CLIENT LIST shows every
+	// connection's address, CLIENT SETNAME only this one).
+	sub func(args [][]byte) auth.Need
+}
+
+var (
+	needPublic   = access{need: auth.Need{Perm: auth.Public}}
+	needRead     = access{need: auth.Need{Perm: auth.Read}}
+	needWrite    = access{need: auth.Need{Perm: auth.Write}}
+	needAdmin    = access{need: auth.Need{Perm: auth.Admin}}
+	needAdminAll = access{need: auth.Need{Perm: auth.Admin, All: true}}
+)
+
+// commandAccess maps every command to exactly one permission;
+// TestCommandAccessCoversTable checks it against the command table. With
+// --auth, a command missing here is refused.
+var commandAccess = map[string]access{
+	// counters
+	"incr": needWrite, "decr": needWrite, "incrby": needWrite, "decrby": needWrite,
+	"get": needRead, "set": needWrite, "setnx": needWrite,
+	"mget": needRead, "mset": needWrite,
+	"del": needAdmin, "unlink": needAdmin, // deleting a counter is admin
+	"exists": needRead, "type": needRead,
+	"expire": needWrite, "pexpire": needWrite, "persist": needWrite,
+	"ttl": needRead, "pttl": needRead, "expiretime": needRead, "pexpiretime": needRead,
+	"scan":    {need: auth.Need{Perm: auth.Read}, pattern: scanPattern},
+	"keys":    {need: auth.Need{Perm: auth.Read}, pattern: func(args [][]byte) string { return string(args[1]) }},
+	"dbsize":  needRead, // a count only
+	"hincrby": needWrite, "hdel": needWrite,
+	"hget": needRead, "hmget": needRead, "hgetall": needRead, "hkeys": needRead,
+	"hvals": needRead, "hlen": needRead, "hexists": needRead,
+	"pfadd": needWrite, "pfcount": needRead,
+	"pfmerge":                 {need: auth.Need{Perm: auth.Write}, sourcesRead: true},
+	ratelimit.RESPCommandName: needWrite, // consumes the key's limit
+
+	// connection: AUTH, HELLO, QUIT and RESET work before authentication,
+	// as in Redis; the rest need an authenticated user.
+	"auth": needPublic, "hello": needPublic, "quit": needPublic, "reset": needPublic,
+	"ping": needRead, "echo": needRead, "select": needRead, "time": needRead,
+	"client":  {sub: clientNeed},
+	"cluster": needRead, "command": needRead, "info": needRead,
+	"multi": needRead, "exec": needRead, "discard": needRead,
+	"watch": needRead, "unwatch": needRead,
+
+	// node-wide
+	"config":   needAdminAll,
+	"flushall": needAdminAll, "flushdb": needAdminAll,
+}
+
+// scanPattern is SCAN's MATCH pattern ("*" without one).
+func scanPattern(args [][]byte) string {
+	pat := "*"
+	for i := 2; i+1 < len(args); i += 2 {
+		if eqFold(args[i], "match") {
+			pat = string(args[i+1])
+		}
+	}
+	return pat
+}
+
+func clientNeed(args [][]byte) auth.Need {
+	if eqFold(args[1], "list") || eqFold(args[1], "kill") {
+		return auth.Need{Perm: auth.Admin, All: true}
+	}
+	return auth.Need{Perm: auth.Read}
+}

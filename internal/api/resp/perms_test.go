@@ -1,0 +1,25 @@
+package resp
+
+import (
+	"testing"
+
+	"github.com/counterd/counterd/internal/ratelimit"
+)
+
+// TestCommandAccessCoversTable: every command the server knows maps to
+// exactly one permission, and the table names no command that does not
+// exist.
+func TestCommandAccessCoversTable(t *testing.T) {
+	cmds := buildCommands()
+	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
+	for name := range cmds {
+		if _, ok := commandAccess[name]; !ok {
+			t.Errorf("command %q has no entry in commandAccess", name)
+		}
+	}
+	for name := range commandAccess {
+		if _, ok := cmds[name]; !ok {
+			t.Errorf("commandAccess names %q, which is not a command", name)
+		}
+	}
+}

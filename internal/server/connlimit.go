@@ -1,0 +1,137 @@
+package server
+
+import (
+	"io"
+	"math"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// limitListener serves at most max connections at once. One more is
+// accepted, answered by reject and closed at once, rather than left in
+// the kernel's backlog: the client learns quickly that the node is full,
+// and a flood of connections cannot use up the file descriptors that the
+// served clients and the other listeners need. It is safe for concurrent
+// use, like the listener it wraps.
+type limitListener struct {
+	net.Listener
+	max       int64
+	n         atomic.Int64   // connections being served
+	rejecting atomic.Int64   // reject calls running
+	reject    func(net.Conn) // answers and closes a refused connection
+	onReject  func()         // counts it (metrics)
+}
+
+// maxRejecting bounds the refused connections being answered at once;
+// beyond it they are closed without an answer.
+const maxRejecting = 256
+
+func newLimitListener(ln net.Listener, max int, reject func(net.Conn), onReject func()) *limitListener {
+	return &limitListener{Listener: ln, max: int64(max), reject: reject, onReject: onReject}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		if l.n.Add(1) <= l.max {
+			return &limitConn{Conn: c, l: l}, nil
+		}
+		l.n.Add(-1)
+		if l.onReject != nil {
+			l.onReject()
+		}
+		if l.rejecting.Add(1) > maxRejecting {
+			l.rejecting.Add(-1)
+			c.Close()
+			continue
+		}
+		go func() {
+			defer l.rejecting.Add(-1)
+			l.reject(c)
+		}()
+	}
+}
+
+// limitConn gives its slot back on its first Close.
+type limitConn struct {
+	net.Conn
+	l    *limitListener
+	once sync.Once
+}
+
+func (c *limitConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.l.n.Add(-1) })
+	return err
+}
+
+// httpBusy is the answer to an HTTP connection over --http-max-conns.
+var httpBusy = func() []byte {
+	body := `{"status":"error","error":{"code":"overloaded","message":"too many connections, retry later"}}` + "\n"
+	return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\nContent-Length: " +
+		itoa(len(body)) + "\r\n\r\n" + body)
+}()
+
+func itoa(n int) string {
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		if n /= 10; n == 0 {
+			return string(b[i:])
+		}
+	}
+}
+
+// rejectHTTP answers 503 without reading the request, then reads (and
+// drops) what the client sent until it closes: closing with its request
+// unread would reset the connection, and the client could lose the answer.
+func rejectHTTP(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	if _, err := c.Write(httpBusy); err != nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.CloseWrite()
+	}
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+}
+
+// connCap resolves a --http-max-conns or --resp-max-conns value: -1
+// unlimited, 0 derived from the file-descriptor limit (half of it, less a
+// reserve for files and peers, for each of the two listeners), at most
+// 10000.
+func connCap(v int) int {
+	switch {
+	case v > 0:
+		return v
+	case v < 0:
+		return math.MaxInt32
+	}
+	n := 10000
+	var rl syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &rl); err == nil && rl.Cur < math.MaxInt32 {
+		n = min(n, max(64, (int(rl.Cur)-256)/2))
+	}
+	return n
+}
+
+// isWildcard reports whether addr binds every interface.
+func isWildcard(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	host = strings.Trim(host, "[]")
+	ip := net.ParseIP(host)
+	return host == "" || ip != nil && ip.IsUnspecified()
+}

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+
+	"github.com/counterd/counterd/internal/cluster/membership"
+	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/tlsconfig"
+)
+
+// security is what the TLS flags load (docs/security.md, "TLS"). A nil
+// *security, or zero fields, means that part is off.
+type security struct {
+	cert      *tlsconfig.Reloader // --tls-cert, --tls-key
+	peerCA    *x509.CertPool      // --peer-ca
+	gossipKey []byte              // --gossip-key-file
+}
+
+// loadSecurity reads the TLS files named by cfg; it returns nil when TLS
+// and gossip encryption are both off.
+func loadSecurity(cfg Config, log *slog.Logger) (*security, error) {
+	if cfg.TLSCert == "" && cfg.GossipKeyFile == "" {
+		return nil, nil
+	}
+	s := &security{}
+	var err error
+	if cfg.TLSCert != "" {
+		if s.cert, err = tlsconfig.NewReloader(cfg.TLSCert, cfg.TLSKey, tlsconfig.ReloaderOptions{Logger: log}); err != nil {
+			return nil, err
+		}
+		log.Info("tls on", "cert", cfg.TLSCert, "subject", s.cert.Certificate().Leaf.Subject.String(),
+			"not_after", s.cert.Certificate().Leaf.NotAfter, "peer_ca", cfg.PeerCA)
+	}
+	if cfg.PeerCA != "" {
+		if s.peerCA, err = tlsconfig.LoadCAPool(cfg.PeerCA); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.GossipKeyFile != "" {
+		if s.gossipKey, err = tlsconfig.LoadGossipKey(cfg.GossipKeyFile); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// tlsOn reports whether the front ends serve TLS.
+func (s *security) tlsOn() bool { return s != nil && s.cert != nil }
+
+// server is the TLS configuration of every front end.
+func (s *security) server() *tls.Config { return tlsconfig.Server(s.cert, s.peerCA) }
+
+// peerClient is the client side of peer traffic, nil without --peer-ca.
+func (s *security) peerClient() *tls.Config {
+	if s == nil || s.peerCA == nil {
+		return nil
+	}
+	return tlsconfig.PeerClient(s.cert, s.peerCA)
+}
+
+// reloadOnHUP re-reads the certificate on every SIGHUP until ctx is done
+// (besides the reloader's own checks for changed files).
+func (s *security) reloadOnHUP(ctx context.Context, log *slog.Logger) {
+	if !s.tlsOn() {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if changed, err := s.cert.Reload(); err != nil {
+					log.Warn("SIGHUP: tls certificate not reloaded, keeping the previous one", "err", err)
+				} else {
+					log.Info("SIGHUP: tls certificate checked", "changed", changed)
+				}
+			}
+		}
+	}()
+}
+
+// admitPeer, with --peer-ca, is the gossip admission check: a member
+// enters the ring only once its gRPC address has answered a TLS handshake
+// with a certificate signed by the peer CA (and accepted this node's).
+func (s *security) admitPeer() func(context.Context, membership.Member) error {
+	pc := s.peerClient()
+	if pc == nil { // nil *security too
+		return nil
+	}
+	return func(ctx context.Context, m membership.Member) error {
+		var meta cnode.Meta
+		if err := json.Unmarshal(m.Meta, &meta); err != nil || meta.GRPC == "" {
+			return fmt.Errorf("%w: no gRPC address in its gossip metadata", errNotAdmitted)
+		}
+		cfg := pc.Clone()
+		cfg.NextProtos = []string{"h2"} // what the gRPC server expects
+		d := tls.Dialer{Config: cfg}
+		c, err := d.DialContext(ctx, "tcp", meta.GRPC)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %v", errNotAdmitted, meta.GRPC, err)
+		}
+		return c.Close()
+	}
+}
+
+var errNotAdmitted = errors.New("server: cluster member not admitted")
+
+// grpcOptions are the --grpc server's TLS options: its credentials and,
+// with --peer-ca, interceptors that refuse peer-service calls from clients
+// without a peer certificate.
+func (s *security) grpcOptions() []grpc.ServerOption {
+	if !s.tlsOn() {
+		return nil
+	}
+	opts := []grpc.ServerOption{grpc.Creds(credentials.NewTLS(s.server()))}
+	if s.peerCA != nil {
+		opts = append(opts,
+			grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+				if err := checkPeer(ctx, info.FullMethod); err != nil {
+					return nil, err
+				}
+				return h(ctx, req)
+			}),
+			grpc.ChainStreamInterceptor(func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+				if err := checkPeer(ss.Context(), info.FullMethod); err != nil {
+					return err
+				}
+				return h(srv, ss)
+			}))
+	}
+	return opts
+}
+
+// checkPeer refuses a peer-service call whose client did not present a
+// certificate signed by the peer CA.
+func checkPeer(ctx context.Context, method string) error {
+	if !strings.HasPrefix(method, "/"+cnode.PeerService+"/") {
+		return nil
+	}
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && tlsconfig.IsPeer(&ti.State) {
+			return nil
+		}
+	}
+	return status.Error(codes.Unauthenticated, "cluster: peer calls need a client certificate signed by --peer-ca")
+}
+
+// peerOnlyForwarded refuses, with --peer-ca, a rate-limit check marked as
+// forwarded by a peer (decided here without forwarding, so a client could
+// use it to bypass the key's owner) unless it comes with a peer
+// certificate.
+func (s *security) peerOnlyForwarded(next http.Handler) http.Handler {
+	if s == nil || s.peerCA == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get(ratelimit.ForwardedHeader) != "" && !tlsconfig.IsPeer(r.TLS) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusForbidden)
+			_, _ = w.Write([]byte(`{"status":"error","error":{"code":"forbidden","message":"` +
+				ratelimit.ForwardedHeader + ` needs a peer certificate"}}` + "\n"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// routerConfig points forwarded rate-limit checks at the owners' HTTPS
+// address with this node's peer certificate when TLS is on.
+func (s *security) routerConfig(owner func(string) (bool, string)) ratelimit.RouterConfig {
+	if !s.tlsOn() {
+		return ratelimit.RouterConfig{Owner: owner}
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConnsPerHost = 64
+	t.TLSClientConfig = s.peerClient()
+	return ratelimit.RouterConfig{
+		Owner: func(key string) (bool, string) {
+			self, addr := owner(key)
+			if addr != "" && !strings.Contains(addr, "://") {
+				addr = "https://" + addr
+			}
+			return self, addr
+		},
+		HTTPClient: &http.Client{Transport: t},
+	}
+}

@@ -1,0 +1,242 @@
+// Package tlsconfig builds counterd's TLS configurations: the server side of
+// every front end (--tls-cert, --tls-key), mutual TLS between cluster peers
+// (--peer-ca) and the gossip encryption key (--gossip-key-file).
+//
+// Certificates are served through a Reloader, which re-reads the certificate
+// and key files when their content changes (checked at most once per
+// interval, lazily on handshakes) or when Reload is called (SIGHUP). A new
+// certificate applies to new handshakes only: established connections keep
+// the session they negotiated.
+//
+// Peers are authenticated by their chain alone: a certificate that verifies
+// against the peer CA, for both server and client use, is a cluster member,
+// whatever host names it carries. Use a CA dedicated to the cluster.
+package tlsconfig
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+var (
+	// ErrNoCertificates is returned for a CA file without any PEM certificate.
+	ErrNoCertificates = errors.New("tlsconfig: no PEM certificate in CA file")
+	// ErrGossipKey is returned for a gossip key that is not 16, 24 or 32
+	// bytes, raw or base64-encoded.
+	ErrGossipKey = errors.New("tlsconfig: gossip key must be 16, 24 or 32 bytes (raw or base64)")
+	// ErrNotPeer is returned when a peer's certificate does not verify
+	// against the peer CA.
+	ErrNotPeer = errors.New("tlsconfig: certificate not signed by the peer CA")
+)
+
+// DefaultReloadInterval is how often, at most, a Reloader looks at its files.
+const DefaultReloadInterval = time.Second
+
+// ReloaderOptions configures NewReloader. Zero fields take the defaults.
+type ReloaderOptions struct {
+	Interval time.Duration    // least time between two looks at the files; default DefaultReloadInterval; negative: every handshake
+	Now      func() time.Time // default time.Now
+	Logger   *slog.Logger     // reload outcomes; default slog.Default()
+}
+
+// Reloader serves the certificate in a pair of PEM files and follows their
+// changes. It is safe for concurrent use and holds no goroutine.
+type Reloader struct {
+	certFile, keyFile string
+	interval          time.Duration
+	now               func() time.Time
+	log               *slog.Logger
+
+	cert atomic.Pointer[tls.Certificate]
+	next atomic.Int64 // unix nanoseconds of the next look at the files
+
+	mu      sync.Mutex // guards certPEM, keyPEM, lastErr; held while reading the files
+	certPEM []byte     // content of the files cert was parsed from
+	keyPEM  []byte
+	lastErr string // the last failed look's error, logged once
+}
+
+// NewReloader loads certFile and keyFile; it fails if they do not hold a
+// matching certificate and private key.
+func NewReloader(certFile, keyFile string, opts ReloaderOptions) (*Reloader, error) {
+	r := &Reloader{certFile: certFile, keyFile: keyFile, interval: opts.Interval, now: opts.Now, log: opts.Logger}
+	if r.interval == 0 {
+		r.interval = DefaultReloadInterval
+	}
+	if r.now == nil {
+		r.now = time.Now
+	}
+	if r.log == nil {
+		r.log = slog.Default()
+	}
+	if _, err := r.Reload(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Reload re-reads the files now. It reports whether the certificate
+// changed; on error the previous certificate stays in use.
+func (r *Reloader) Reload() (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reloadLocked()
+}
+
+func (r *Reloader) reloadLocked() (bool, error) {
+	r.next.Store(r.now().Add(r.interval).UnixNano())
+	certPEM, err := os.ReadFile(r.certFile)
+	if err != nil {
+		return false, fmt.Errorf("tlsconfig: certificate: %w", err)
+	}
+	keyPEM, err := os.ReadFile(r.keyFile)
+	if err != nil {
+		return false, fmt.Errorf("tlsconfig: key: %w", err)
+	}
+	if r.cert.Load() != nil && bytes.Equal(certPEM, r.certPEM) && bytes.Equal(keyPEM, r.keyPEM) {
+		return false, nil
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		// Often a rotation caught between writing the two files: the
+		// next look picks up the finished pair.
+		return false, fmt.Errorf("tlsconfig: %s, %s: %w", r.certFile, r.keyFile, err)
+	}
+	r.certPEM, r.keyPEM = certPEM, keyPEM
+	r.cert.Store(&cert)
+	return true, nil
+}
+
+// Certificate returns the current certificate, first re-reading the files
+// if the interval has passed since the last look.
+func (r *Reloader) Certificate() *tls.Certificate {
+	// TryLock: a handshake never waits for another one's look.
+	if r.now().UnixNano() >= r.next.Load() && r.mu.TryLock() {
+		changed, err := r.reloadLocked()
+		switch {
+		case err != nil && err.Error() != r.lastErr:
+			r.lastErr = err.Error()
+			r.log.Warn("tls certificate not reloaded, keeping the previous one", "err", err)
+		case err == nil:
+			r.lastErr = ""
+			if changed {
+				r.log.Info("tls certificate reloaded", "cert", r.certFile, "not_after", r.cert.Load().Leaf.NotAfter)
+			}
+		}
+		r.mu.Unlock()
+	}
+	return r.cert.Load()
+}
+
+// GetCertificate is for tls.Config.GetCertificate.
+func (r *Reloader) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+	return r.Certificate(), nil
+}
+
+// GetClientCertificate is for tls.Config.GetClientCertificate (peers).
+func (r *Reloader) GetClientCertificate(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+	return r.Certificate(), nil
+}
+
+// LoadCAPool reads the PEM certificates in path into a new pool.
+func LoadCAPool(path string) (*x509.CertPool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconfig: CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return nil, fmt.Errorf("%w: %s", ErrNoCertificates, path)
+	}
+	return pool, nil
+}
+
+// Server is the server side of a front end serving r's certificate. With a
+// peerCA, clients may present a certificate and one that does not verify
+// against peerCA fails the handshake; IsPeer tells peers apart. Clients
+// without a certificate are served as before.
+func Server(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
+	if peerCA != nil {
+		c.ClientAuth = tls.VerifyClientCertIfGiven
+		c.ClientCAs = peerCA
+	}
+	return c
+}
+
+// PeerClient is the client side of peer traffic: it presents r's
+// certificate and accepts a server whose chain verifies against peerCA for
+// server use, without checking host names (see the package comment).
+func PeerClient(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	return &tls.Config{
+		MinVersion:           tls.VersionTLS12,
+		GetClientCertificate: r.GetClientCertificate,
+		// The chain is checked by VerifyConnection instead.
+		InsecureSkipVerify: true,
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			return verifyChain(cs.PeerCertificates, peerCA, x509.ExtKeyUsageServerAuth)
+		},
+	}
+}
+
+func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.ExtKeyUsage) error {
+	if len(certs) == 0 {
+		return fmt.Errorf("%w: no certificate", ErrNotPeer)
+	}
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	_, err := certs[0].Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}})
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrNotPeer, err)
+	}
+	return nil
+}
+
+// IsPeer reports whether the client of cs presented a certificate that
+// verified against the peer CA (Server with a peerCA).
+func IsPeer(cs *tls.ConnectionState) bool {
+	return cs != nil && len(cs.VerifiedChains) > 0
+}
+
+// ParseGossipKey decodes a gossip key: 16, 24 or 32 raw bytes (AES-128,
+// -192, -256), or their standard base64 encoding; surrounding whitespace
+// is ignored.
+func ParseGossipKey(b []byte) ([]byte, error) {
+	t := bytes.TrimSpace(b)
+	if dec, err := base64.StdEncoding.DecodeString(string(t)); err == nil && validKeyLen(len(dec)) {
+		return dec, nil
+	}
+	switch {
+	case validKeyLen(len(b)):
+		return bytes.Clone(b), nil
+	case validKeyLen(len(t)):
+		return bytes.Clone(t), nil
+	}
+	return nil, ErrGossipKey
+}
+
+func validKeyLen(n int) bool { return n == 16 || n == 24 || n == 32 }
+
+// LoadGossipKey reads and decodes the key in path (ParseGossipKey).
+func LoadGossipKey(path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("tlsconfig: gossip key: %w", err)
+	}
+	k, err := ParseGossipKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return k, nil
+}

@@ -1,0 +1,228 @@
+package tlsconfig
+
+import (
+	"bytes"
+	"crypto/tls"
+	"encoding/base64"
+	"errors"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/counterd/counterd/internal/testutil/certtest"
+)
+
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) now() time.Time { return c.t }
+
+func TestReloaderFollowsFileChanges(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "ca")
+	first, second := ca.Issue(t, "first"), ca.Issue(t, "second")
+	certFile, keyFile := first.Write(t, dir, "node")
+	clk := &fakeClock{t: time.Unix(1000, 0)}
+	var logs bytes.Buffer
+	r, err := NewReloader(certFile, keyFile, ReloaderOptions{Interval: 5 * time.Second, Now: clk.now, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Certificate().Leaf.Subject.CommonName; got != "first" {
+		t.Fatalf("initial cert %q", got)
+	}
+	second.Write(t, dir, "node")
+	if got := r.Certificate().Leaf.Subject.CommonName; got != "first" {
+		t.Fatalf("cert %q before the interval passed, want the old one", got)
+	}
+	clk.t = clk.t.Add(5 * time.Second)
+	if got := r.Certificate().Leaf.Subject.CommonName; got != "second" {
+		t.Fatalf("cert %q after the interval, want second", got)
+	}
+
+	// A half-written rotation (new cert, old key) keeps the previous pair.
+	third := ca.Issue(t, "third")
+	if err := os.WriteFile(certFile, third.CertPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		clk.t = clk.t.Add(5 * time.Second)
+		if got := r.Certificate().Leaf.Subject.CommonName; got != "second" {
+			t.Fatalf("mismatched pair served %q, want the previous second", got)
+		}
+	}
+	if n := strings.Count(logs.String(), "not reloaded"); n != 1 {
+		t.Fatalf("the same failure logged %d times, want once:\n%s", n, logs.String())
+	}
+	if _, err := r.Reload(); err == nil {
+		t.Fatal("Reload of a mismatched pair: no error")
+	}
+	if err := os.WriteFile(keyFile, third.KeyPEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Reload (SIGHUP) does not wait for the interval.
+	if changed, err := r.Reload(); err != nil || !changed {
+		t.Fatalf("Reload = %v, %v; want true, nil", changed, err)
+	}
+	if got := r.Certificate().Leaf.Subject.CommonName; got != "third" {
+		t.Fatalf("cert %q after Reload, want third", got)
+	}
+	if changed, err := r.Reload(); err != nil || changed {
+		t.Fatalf("Reload of unchanged files = %v, %v; want false, nil", changed, err)
+	}
+}
+
+func TestNewReloaderRejectsBadFiles(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "ca")
+	a, b := ca.Issue(t, "a"), ca.Issue(t, "b")
+	certFile, _ := a.Write(t, dir, "a")
+	_, keyFile := b.Write(t, dir, "b")
+	if _, err := NewReloader(certFile, keyFile, ReloaderOptions{}); err == nil {
+		t.Fatal("certificate with another key's file accepted")
+	}
+	if _, err := NewReloader(filepath.Join(dir, "missing.crt"), keyFile, ReloaderOptions{}); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// handshake connects a client with cfg to a server with srv over loopback
+// TCP and returns both connection states and the first error either side
+// saw.
+func handshake(t *testing.T, srv, cfg *tls.Config) (tls.ConnectionState, tls.ConnectionState, error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	type result struct {
+		cs  tls.ConnectionState
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		raw, err := ln.Accept()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		s := tls.Server(raw, srv)
+		defer s.Close()
+		_ = s.SetDeadline(time.Now().Add(5 * time.Second))
+		err = s.Handshake()
+		if err == nil {
+			_, err = s.Write([]byte{1}) // the client waits for it
+		}
+		done <- result{s.ConnectionState(), err}
+	}()
+	raw, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := tls.Client(raw, cfg)
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	cerr := c.Handshake()
+	if cerr == nil {
+		// In TLS 1.3 the server's verdict on the client certificate
+		// arrives after the client's handshake: read past it.
+		_, cerr = c.Read(make([]byte, 1))
+	}
+	r := <-done
+	if cerr == nil {
+		cerr = r.err
+	}
+	return c.ConnectionState(), r.cs, cerr
+}
+
+func TestPeerMutualTLS(t *testing.T) {
+	dir := t.TempDir()
+	ca, other := certtest.NewCA(t, "cluster"), certtest.NewCA(t, "other")
+	reloader := func(l *certtest.Leaf, name string) *Reloader {
+		cf, kf := l.Write(t, dir, name)
+		r, err := NewReloader(cf, kf, ReloaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	a := reloader(ca.Issue(t, "a"), "a")
+	b := reloader(ca.Issue(t, "b"), "b")
+	rogue := reloader(other.Issue(t, "rogue"), "rogue")
+	pool := ca.Pool()
+
+	t.Run("peers", func(t *testing.T) {
+		_, scs, err := handshake(t, Server(a, pool), PeerClient(b, pool))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !IsPeer(&scs) {
+			t.Fatal("server does not see the client as a peer")
+		}
+	})
+	t.Run("client without certificate is no peer", func(t *testing.T) {
+		_, scs, err := handshake(t, Server(a, pool), &tls.Config{RootCAs: pool, ServerName: "localhost"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if IsPeer(&scs) {
+			t.Fatal("anonymous client seen as a peer")
+		}
+	})
+	t.Run("client from another CA", func(t *testing.T) {
+		if _, _, err := handshake(t, Server(a, pool), PeerClient(rogue, pool)); err == nil {
+			t.Fatal("client certificate from another CA accepted")
+		}
+	})
+	t.Run("server from another CA", func(t *testing.T) {
+		_, _, err := handshake(t, Server(rogue, nil), PeerClient(a, pool))
+		if !errors.Is(err, ErrNotPeer) {
+			t.Fatalf("server from another CA: %v, want ErrNotPeer", err)
+		}
+	})
+}
+
+func TestParseGossipKey(t *testing.T) {
+	for _, n := range []int{16, 24, 32} {
+		key := bytes.Repeat([]byte{0xfe}, n) // not base64
+		if got, err := ParseGossipKey(key); err != nil || !bytes.Equal(got, key) {
+			t.Fatalf("raw %d bytes: %x, %v", n, got, err)
+		}
+		enc := base64.StdEncoding.EncodeToString(key) + "\n"
+		if got, err := ParseGossipKey([]byte(enc)); err != nil || !bytes.Equal(got, key) {
+			t.Fatalf("base64 of %d bytes: %x, %v", n, got, err)
+		}
+	}
+	for _, bad := range []string{"", "short", base64.StdEncoding.EncodeToString(make([]byte, 20)), string(make([]byte, 33))} {
+		if _, err := ParseGossipKey([]byte(bad)); !errors.Is(err, ErrGossipKey) {
+			t.Fatalf("%q: %v, want ErrGossipKey", bad, err)
+		}
+	}
+}
+
+// Any input either fails with ErrGossipKey or yields a usable AES key, and
+// the base64 form of any valid key decodes back to it.
+func TestParseGossipKeyProperty(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		in := rapid.SliceOfN(rapid.Byte(), 0, 64).Draw(t, "in")
+		k, err := ParseGossipKey(in)
+		if err != nil {
+			if !errors.Is(err, ErrGossipKey) {
+				t.Fatalf("error %v is not ErrGossipKey", err)
+			}
+		} else if !validKeyLen(len(k)) {
+			t.Fatalf("key of %d bytes", len(k))
+		}
+		key := rapid.SliceOfN(rapid.Byte(), 32, 32).Draw(t, "key")[:rapid.SampledFrom([]int{16, 24, 32}).Draw(t, "n")]
+		got, err := ParseGossipKey([]byte(" " + base64.StdEncoding.EncodeToString(key) + "\n"))
+		if err != nil || !bytes.Equal(got, key) {
+			t.Fatalf("base64 round trip: %x, %v; want %x", got, err, key)
+		}
+	})
+}
