@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/backendtest"
+	"github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/node/nodetest"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -18,9 +19,10 @@ import (
 
 func TestMain(m *testing.M) { pgtest.Main(m) }
 
-// limiter is an in-memory rate limiter on clk, closed when t ends.
-func limiter(t *testing.T, clk *backendtest.Clock) *ratelimit.Limiter {
-	l, err := ratelimit.New(ratelimit.Config{Clock: clk.Now, EvictInterval: -1})
+// limiter is an in-memory rate limiter on clk, closed when t ends;
+// keepKeys as a cluster node's (its state moves with the ring).
+func limiter(t *testing.T, clk *backendtest.Clock, keepKeys bool) *ratelimit.Limiter {
+	l, err := ratelimit.New(ratelimit.Config{Clock: clk.Now, EvictInterval: -1, KeepKeys: keepKeys})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,7 @@ func TestEmbedded(t *testing.T) {
 			Backend:             engine.Local(e),
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
-			Checker:             limiter(t, clk),
+			Checker:             limiter(t, clk, false),
 			CheckerFollowsClock: true,
 		}
 	})
@@ -71,11 +73,16 @@ func TestCluster(t *testing.T) {
 		ids := []string{"n1", "n2", "n3"}
 		lims := map[string]*ratelimit.Limiter{}
 		for _, id := range ids {
-			lims[id] = limiter(t, clk)
+			lims[id] = limiter(t, clk, true)
 		}
-		c := nodetest.Start(t, nodetest.Options{Clock: clk.Now, HTTP: func(id string) http.Handler {
-			return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
-		}}, ids...)
+		c := nodetest.Start(t, nodetest.Options{
+			Clock: clk.Now,
+			HTTP: func(id string) http.Handler {
+				return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
+			},
+			// As the server wires it: limiter state follows the ring.
+			BeforeStart: func(id string, n *node.Node) { n.SetRateLimit(node.RateLimit{Limiter: lims[id]}) },
+		}, ids...)
 		var bs []engine.Backend
 		var cs []ratelimit.Checker
 		for i, n := range c.Nodes() {
@@ -127,7 +134,7 @@ func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 	// between them: one limit for both.
 	var cs []ratelimit.Checker
 	for range 2 {
-		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk), Clock: clk.Now})
+		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk, false), Clock: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

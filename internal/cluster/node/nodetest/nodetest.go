@@ -34,6 +34,9 @@ type Options struct {
 	// serves it on a loopback port and gossips that address. Default: no
 	// HTTP server.
 	HTTP func(id string) http.Handler
+	// BeforeStart, when set, is called with each node before it starts
+	// (for what must be attached first, such as Node.SetRateLimit).
+	BeforeStart func(id string, n *node.Node)
 }
 
 // Cluster is a running test cluster. It is stopped by t.Cleanup; its
@@ -102,6 +105,9 @@ func Start(t testing.TB, opts Options, ids ...string) *Cluster {
 			hs := httptest.NewServer(opts.HTTP(id))
 			t.Cleanup(hs.Close)
 			meta.HTTP = hs.Listener.Addr().String()
+		}
+		if opts.BeforeStart != nil {
+			opts.BeforeStart(id, n)
 		}
 		if err := n.Start(meta); err != nil {
 			t.Fatal(err)
