@@ -265,6 +265,15 @@ func batchCases() []tcase {
 				// beyond the error.
 			}
 		}},
+		{"one-op batch names its op", func(e *env) {
+			id := e.id("a")
+			e.apply(set(id, 1<<62))
+			_, err := e.b.ApplyBatch(e.ctx, []engine.Op{add(id, engine.KindNone, 1<<62)}, engine.WriteOptions{})
+			e.wantBatchErr(err, 0, engine.ErrOverflow)
+			_, err = e.b.ApplyBatch(e.ctx, []engine.Op{add(id, engine.KindNone, 1<<62)}, engine.WriteOptions{IdempotencyKey: e.id("k")})
+			e.wantBatchErr(err, 0, engine.ErrOverflow)
+			e.wantValue(id, engine.KindCounter, 1<<62)
+		}},
 		{"overflow in a batch", func(e *env) {
 			id := e.id("a")
 			e.apply(set(id, 1<<62))

@@ -32,7 +32,7 @@ func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOption
 	if err := op.Validate(b.limits()); err != nil {
 		return engine.Result{}, err
 	}
-	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo)
+	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo, false)
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -49,18 +49,18 @@ func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.Wri
 	if err := engine.ValidateBatch(ops, b.limits()); err != nil {
 		return nil, err
 	}
-	return b.applyKeyed(ctx, ops, wo)
+	return b.applyKeyed(ctx, ops, wo, true)
 }
 
 // applyKeyed applies ops under wo's idempotency key (if any) and waits
-// for durability.
-func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+// for durability. In a batch a failing op's error names it (BatchError).
+func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions, batch bool) ([]engine.Result, error) {
 	var res []engine.Result
 	var err error
 	if wo.IdempotencyKey != "" {
-		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops) })
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops, batch) })
 	} else {
-		res, err = b.applyAll(ctx, ops)
+		res, err = b.applyAll(ctx, ops, batch)
 	}
 	if err != nil {
 		return nil, err
@@ -88,13 +88,13 @@ func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
 
 // applyAll applies ops in order; on a failure it undoes what it can (see
 // ApplyBatch).
-func (b *Backend) applyAll(ctx context.Context, ops []engine.Op) ([]engine.Result, error) {
+func (b *Backend) applyAll(ctx context.Context, ops []engine.Op, batch bool) ([]engine.Result, error) {
 	res := make([]engine.Result, len(ops))
 	for i := range ops {
 		r, err := b.apply(ctx, &ops[i])
 		if err != nil {
 			b.undo(ctx, ops[:i])
-			if len(ops) == 1 {
+			if !batch {
 				return nil, err
 			}
 			return nil, &engine.BatchError{Index: i, Err: err}
