@@ -118,5 +118,5 @@ func (l local) Ready() error   { return l.e.Ready() }
 // Capabilities: the embedded engine is the reference behaviour.
 func (l local) Capabilities() Capabilities {
 	return Capabilities{Mode: "embedded", Batches: BatchAtomic, MultiKeyAnyOwner: true, AggregateWindows: true,
-		TTLChangesVersion: true, GlobalIdempotencyKeys: true, Limits: l.e.Limits()}
+		GlobalIdempotencyKeys: true, Limits: l.e.Limits()}
 }

@@ -52,11 +52,6 @@ type Capabilities struct {
 	// and pn counters only.
 	AggregateWindows bool `json:"aggregate_windows"`
 
-	// TTLChangesVersion: expire and persist raise the version like every
-	// other write. False: only writes of the value or state raise it, so a
-	// compare-and-set still applies after a TTL change.
-	TTLChangesVersion bool `json:"ttl_changes_version"`
-
 	// SeriesWithoutSpec: every additive counter keeps time series, with
 	// rollup.DefaultSpec's retention when no spec covers its id. False:
 	// Series of an id no spec covers is ErrNotFound.

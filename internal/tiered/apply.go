@@ -286,12 +286,12 @@ func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, err
 	if err != nil || !found {
 		return engine.Result{}, err
 	}
-	ok, err := b.rs.Expire(ctx, op.ID, op.TTL)
+	ok, ver, err := b.rs.ExpireVersion(ctx, op.ID, op.TTL)
 	if err != nil || !ok {
 		return engine.Result{}, err
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(op.TTL))
-	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: rec.Version, Changed: true}, nil
+	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: ver, Changed: true}, nil
 }
 
 func (b *Backend) pfadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
