@@ -1,6 +1,8 @@
 package server
 
 import (
+	"bufio"
+	"bytes"
 	"io"
 	"math"
 	"net"
@@ -97,6 +99,16 @@ func itoa(n int) string {
 func rejectHTTP(c net.Conn) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(200 * time.Millisecond))
+	// Read the request's head first: an answer sent before the request is
+	// written reaches a client as an unsolicited response on an idle
+	// connection (Go's client reports an error), not as this 503.
+	br := bufio.NewReaderSize(c, 4096)
+	for {
+		line, err := br.ReadSlice('\n')
+		if err != nil || len(bytes.TrimRight(line, "\r\n")) == 0 {
+			break
+		}
+	}
 	if _, err := c.Write(httpBusy); err != nil {
 		return
 	}
