@@ -31,6 +31,7 @@ func (n *Node) handoffLoop() {
 			continue
 		}
 		prev = cur
+		n.handedOff.Store(cur)
 	}
 }
 

@@ -153,6 +153,10 @@ type Node struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // background loops
 	closeOnce sync.Once
+
+	incarnation string                        // this process's life (readview.go)
+	handedOff   atomic.Pointer[ring.Snapshot] // the last ring whose handoff completed
+	views       viewCache                     // handoffs seen complete by this coordinator
 }
 
 // New returns a node serving store. It does not touch the network until
@@ -180,6 +184,8 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.idem.init()
 	n.ring.Set([]string{n.self})
 	n.initialRing = n.ring.Snapshot()
+	n.handedOff.Store(n.initialRing)
+	n.incarnation = newIncarnation()
 	return n, nil
 }
 

@@ -106,6 +106,7 @@ type localRequest struct {
 	Key        string            `json:"key,omitempty"`
 	Spec       rollup.Spec       `json:"spec"`
 	Durability engine.Durability `json:"durability,omitempty"`
+	View       *viewRequest      `json:"view,omitempty"` // read view (readview.go)
 }
 
 type localResponse struct {
@@ -115,6 +116,7 @@ type localResponse struct {
 	N         int              `json:"n,omitempty"`
 	OK        bool             `json:"ok,omitempty"`
 	Err       *wireError       `json:"err,omitempty"`
+	View      *viewAnswer      `json:"view,omitempty"` // read view (readview.go)
 }
 
 // replicateRequest pushes states to a replica (owner replication, CRDT
