@@ -219,6 +219,8 @@ func (n *Node) serveLocal(ctx context.Context, req *localRequest) *localResponse
 		err = n.store.SetRollup(ctx, req.Key, req.Spec)
 	case "deleterollup":
 		resp.OK, err = n.store.DeleteRollup(ctx, req.Key)
+	case "series":
+		resp.Series, err = n.localSeries(ctx, req.SeriesOf)
 	default:
 		err = errUnknownOp
 	}
