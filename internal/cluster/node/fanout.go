@@ -30,8 +30,8 @@ import (
 func (n *Node) Scan(ctx context.Context, cursor uint64, match string, count int) ([]string, uint64, error) {
 	nodes := n.ring.Snapshot().Nodes()
 	tag := ringTag(nodes)
-	i, local := int(cursor>>scanNodeShift), cursor&(1<<scanTagShift-1)
-	if cursor != 0 && (cursor>>scanTagShift)&0xFF != tag {
+	i, ctag, local := parseScanCursor(cursor)
+	if cursor != 0 && ctag != tag {
 		return nil, 0, errScanRingChanged
 	}
 	if i >= len(nodes) {
@@ -41,14 +41,24 @@ func (n *Node) Scan(ctx context.Context, cursor uint64, match string, count int)
 	if err != nil {
 		return nil, 0, err
 	}
-	at := func(i int, c uint64) uint64 { return uint64(i)<<scanNodeShift | tag<<scanTagShift | c }
 	if resp.Next != 0 {
-		return resp.IDs, at(i, resp.Next), nil
+		return resp.IDs, scanCursor(i, tag, resp.Next), nil
 	}
 	if i+1 == len(nodes) {
 		return resp.IDs, 0, nil
 	}
-	return resp.IDs, at(i+1, 0), nil
+	return resp.IDs, scanCursor(i+1, tag, 0), nil
+}
+
+// scanCursor packs a cluster scan cursor: node index, ring tag, the node's
+// engine cursor (below 2^40).
+func scanCursor(node int, tag, local uint64) uint64 {
+	return uint64(node)<<scanNodeShift | tag<<scanTagShift | local
+}
+
+// parseScanCursor unpacks scanCursor.
+func parseScanCursor(c uint64) (node int, tag, local uint64) {
+	return int(c >> scanNodeShift), (c >> scanTagShift) & 0xFF, c & (1<<scanTagShift - 1)
 }
 
 // scanNodeShift: engine cursors use 40 bits (shard << 32 | slab index);
