@@ -23,6 +23,8 @@ type viewPoller struct {
 	wantCount, wantLen   int
 	ok, unavailable, bad atomic.Int64
 	mu                   sync.Mutex
+	gen                  int  // bumped when the expectation changes
+	paused               bool // writes to the prefix in progress
 	wrong                []string
 	stop                 chan struct{}
 	done                 sync.WaitGroup
@@ -47,22 +49,43 @@ func (p *viewPoller) loop() {
 		}
 		tn := nodes[i%len(nodes)]
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		p.mu.Lock()
+		gen, sum, count, total := p.gen, p.wantSum, p.wantCount, p.wantLen
+		p.mu.Unlock()
 		a, err := tn.n.Aggregate(ctx, p.prefix)
-		if p.check(tn.id, "aggregate", err, a.Value == p.wantSum && a.Count == p.wantCount, fmt.Sprintf("%+v", a)) {
+		if p.check(gen, tn.id, "aggregate", err, a.Value == sum && a.Count == count, fmt.Sprintf("%+v", a)) {
 			l, err := tn.n.Len(ctx)
-			p.check(tn.id, "len", err, l == p.wantLen, fmt.Sprint(l))
+			p.check(gen, tn.id, "len", err, l == total, fmt.Sprint(l))
 		}
 		if i%5 == 0 {
 			ids, err := scanOnce(ctx, tn.n, p.prefix+"*")
-			p.check(tn.id, "scan", err, len(ids) == p.wantCount && !hasDup(ids), fmt.Sprintf("%d ids, dup %v", len(ids), hasDup(ids)))
+			p.check(gen, tn.id, "scan", err, len(ids) == count && !hasDup(ids), fmt.Sprintf("%d ids, dup %v", len(ids), hasDup(ids)))
 		}
 		cancel()
 	}
 }
 
-// check records one answer; it reports whether the answer was a success.
-func (p *viewPoller) check(node, what string, err error, exact bool, got string) bool {
+// expect pauses checking (count < 0) or sets the exact answers expected
+// from now on.
+func (p *viewPoller) expect(sum int64, count, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gen++
+	p.paused = count < 0
+	if count >= 0 {
+		p.wantSum, p.wantCount, p.wantLen = sum, count, total
+	}
+}
+
+// check records one answer to a request sent under expectation gen; it
+// reports whether the answer was a success.
+func (p *viewPoller) check(gen int, node, what string, err error, exact bool, got string) bool {
+	p.mu.Lock()
+	stale := p.paused || p.gen != gen
+	p.mu.Unlock()
 	switch {
+	case stale:
+		return false // the expectation changed while the request was out
 	case err == nil && exact:
 		p.ok.Add(1)
 		return true
@@ -182,6 +205,19 @@ func TestReadViewExactThroughMembershipChanges(t *testing.T) {
 	step("leave n4", func() { c.leave("n4"); c.waitRing("n1", "n2", "n3") })
 	dir := c.node("n3").dir
 	step("kill n3", func() { c.kill("n3"); c.waitRing("n1", "n2") })
+	// Write the prefix while n3 is down: after its restart it owns some of
+	// these ids and must not answer before the handoff brought them.
+	p.expect(0, -1, 0)
+	for i := 0; i < 6; i++ {
+		if _, err := c.node("n1").n.Apply(ctx, add(fmt.Sprintf("v:new:%d", i), 100), syncWO); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.node("n2").n.Apply(ctx, add(fmt.Sprintf("v:%02d", 3*i), 1000), syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum += 6*100 + 6*1000
+	p.expect(sum, ids+6, ids+6+loadIDs)
 	step("restart n3", func() { c.start("n3", dir); c.waitRing("n1", "n2", "n3") })
 	close(stopLoad)
 	load.Wait()
