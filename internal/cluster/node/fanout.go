@@ -2,12 +2,10 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -22,32 +20,61 @@ import (
 
 // Scan pages through every node in ring order: the cursor holds the node's
 // index in the sorted node list (top 16 bits), a tag of the ring's node set
-// (bits 40-47) and that node's own cursor. An id is listed by its owner
-// only, and only while every node agrees on the ring and has finished its
-// handoff into it. A ring change between two pages fails the next page
-// with ErrUnavailable (restart the scan at cursor 0): the ids would have
-// moved between nodes, so some would be skipped or repeated.
+// (bits 40-47) and that node's own cursor. Each page is a read view
+// (readview.go): the node lists only the ids it owns, at a ring every node
+// agrees on and has finished its handoff into; the other nodes only
+// confirm the ring. A ring change between two pages fails the next page
+// with ErrUnavailable (restart the scan at cursor 0): ids would have moved
+// between nodes, so some would be skipped or repeated. A page fails while
+// any node of the ring cannot be reached.
 func (n *Node) Scan(ctx context.Context, cursor uint64, match string, count int) ([]string, uint64, error) {
-	nodes := n.ring.Snapshot().Nodes()
-	tag := ringTag(nodes)
 	i, ctag, local := parseScanCursor(cursor)
-	if cursor != 0 && ctag != tag {
-		return nil, 0, errScanRingChanged
-	}
-	if i >= len(nodes) {
-		return nil, 0, nil
-	}
-	resp, err := n.scanPage(ctx, nodes, i, &localRequest{Op: "scan", Cursor: local, Match: match, Count: count})
-	if err != nil {
+	var target string
+	var tag uint64
+	var done bool
+	var ids []string
+	var next uint64
+	err := n.viewFanOut(ctx, viewRead{
+		op: "scan", strict: true,
+		prepare: func(nodes []string) error {
+			tag = ringTag(nodes)
+			if cursor != 0 && ctag != tag {
+				return errScanRingChanged
+			}
+			target, done = "", i >= len(nodes)
+			if !done {
+				target = nodes[i]
+			}
+			if i+1 == len(nodes) {
+				done = true // after this page
+			}
+			return nil
+		},
+		req: func(node string) *localRequest {
+			if node == target {
+				return &localRequest{Op: "scan", Cursor: local, Match: match, Count: count}
+			}
+			return &localRequest{Op: "view"}
+		},
+		reset: func() { ids, next = nil, 0 },
+		merge: func(node string, r *localResponse) error {
+			if node == target {
+				ids, next = r.IDs, r.Next
+			}
+			return nil
+		},
+	})
+	switch {
+	case err != nil:
 		return nil, 0, err
+	case target == "":
+		return nil, 0, nil // past the last node
+	case next != 0:
+		return ids, scanCursor(i, tag, next), nil
+	case done:
+		return ids, 0, nil
 	}
-	if resp.Next != 0 {
-		return resp.IDs, scanCursor(i, tag, resp.Next), nil
-	}
-	if i+1 == len(nodes) {
-		return resp.IDs, 0, nil
-	}
-	return resp.IDs, scanCursor(i+1, tag, 0), nil
+	return ids, scanCursor(i+1, tag, 0), nil
 }
 
 // scanCursor packs a cluster scan cursor: node index, ring tag, the node's
@@ -75,36 +102,6 @@ func ringTag(nodes []string) uint64 {
 	return xxhash.Sum64String(strings.Join(nodes, "\x00"))%255 + 1
 }
 
-// scanPage reads one page from nodes[i] at the ring nodes, retrying while
-// the nodes disagree on the ring or the node's handoff is not complete.
-func (n *Node) scanPage(ctx context.Context, nodes []string, i int, req *localRequest) (*localResponse, error) {
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, viewBudget)
-		defer cancel()
-	}
-	req.View = &viewRequest{Nodes: nodes}
-	backoff := 5 * time.Millisecond
-	for {
-		resp, err := n.onNode(ctx, nodes[i], req)
-		if err == nil && (resp.View == nil || !resp.View.HandedOff) {
-			err = errViewSettling
-		}
-		if err == nil || peerDown(err) || !errors.Is(err, engine.ErrUnavailable) {
-			return resp, err
-		}
-		if !slices.Equal(n.ring.Snapshot().Nodes(), nodes) {
-			return nil, errScanRingChanged
-		}
-		select {
-		case <-ctx.Done():
-			return nil, err
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, 200*time.Millisecond)
-	}
-}
-
 // Aggregate sums the additive counters whose id starts with prefix over
 // the cluster: each id once, read on its owner (or, while the owner cannot
 // be reached, on its next replica) at one ring (readview.go).
@@ -113,25 +110,29 @@ func (n *Node) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, 
 		return engine.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", engine.ErrInvalidID, engine.MaxIDLen)
 	}
 	var out engine.Aggregate
-	err := n.viewFanOut(ctx, &localRequest{Op: "aggregate", Prefix: prefix}, func() {
-		out = engine.Aggregate{Prefix: prefix}
-	}, func(r *localResponse) error {
-		v, err := counter.AddInt64(out.Value, r.Aggregate.Value)
-		if err != nil {
-			return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
-		}
-		out.Value, out.Count = v, out.Count+r.Aggregate.Count
-		return nil
-	})
+	err := n.viewFanOut(ctx, viewRead{
+		op:    "aggregate",
+		req:   func(string) *localRequest { return &localRequest{Op: "aggregate", Prefix: prefix} },
+		reset: func() { out = engine.Aggregate{Prefix: prefix} },
+		merge: func(_ string, r *localResponse) error {
+			v, err := counter.AddInt64(out.Value, r.Aggregate.Value)
+			if err != nil {
+				return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
+			}
+			out.Value, out.Count = v, out.Count+r.Aggregate.Count
+			return nil
+		}})
 	return out, err
 }
 
 // Len counts the counters of the cluster, each once, at one ring.
 func (n *Node) Len(ctx context.Context) (int, error) {
 	total := 0
-	err := n.viewFanOut(ctx, &localRequest{Op: "len"}, func() { total = 0 }, func(r *localResponse) error {
-		total += r.N
-		return nil
+	err := n.viewFanOut(ctx, viewRead{
+		op:    "len",
+		req:   func(string) *localRequest { return &localRequest{Op: "len"} },
+		reset: func() { total = 0 },
+		merge: func(_ string, r *localResponse) error { total += r.N; return nil },
 	})
 	return total, err
 }
@@ -215,7 +216,7 @@ func (n *Node) serveLocal(ctx context.Context, req *localRequest) *localResponse
 	resp := &localResponse{}
 	var err error
 	switch req.Op {
-	case "scan", "aggregate", "len":
+	case "scan", "aggregate", "len", "view":
 		if req.View == nil {
 			err = fmt.Errorf("%w: %s without a read view (older peer?)", engine.ErrUnavailable, req.Op)
 			break

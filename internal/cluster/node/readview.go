@@ -137,11 +137,25 @@ func peerDown(err error) bool {
 	return errors.As(err, &ue) && ue.Node != ""
 }
 
-// viewFanOut runs req as a read view on every node of the ring and passes
-// the answers of the accepted round to merge (serially), after reset. It
-// retries until a round is accepted or the budget (the context deadline, or
+// viewRead is one read view: what each node is asked and how the answers
+// of the accepted round are combined.
+type viewRead struct {
+	op string // for metrics
+	// prepare, if set, runs once per round with the round's ring node set
+	// before the parts are sent; its error ends the read.
+	prepare func(nodes []string) error
+	req     func(node string) *localRequest // the part asked of node
+	reset   func()                          // before the accepted round's merges
+	merge   func(node string, r *localResponse) error
+	// strict: an unreachable node fails the read (503) instead of joining
+	// the down set (Scan: a node's page cannot be answered by another).
+	strict bool
+}
+
+// viewFanOut runs v as a read view on every node of the ring. It retries
+// until a round is accepted or the budget (the context deadline, or
 // viewBudget) runs out, then fails with the last reason (ErrUnavailable).
-func (n *Node) viewFanOut(ctx context.Context, req *localRequest, reset func(), merge func(*localResponse) error) error {
+func (n *Node) viewFanOut(ctx context.Context, v viewRead) error {
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, viewBudget)
@@ -150,18 +164,21 @@ func (n *Node) viewFanOut(ctx context.Context, req *localRequest, reset func(), 
 	var down []string
 	backoff, quick := 5*time.Millisecond, true
 	for {
-		err := n.viewRound(ctx, req, &down, reset, merge)
-		if err == nil || !errors.Is(err, engine.ErrUnavailable) {
+		err := n.viewRound(ctx, v, &down)
+		if err == nil || !errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errScanRingChanged) {
 			return err
 		}
-		n.metrics.forwarded.WithLabelValues("view_"+req.Op, "retry").Inc()
+		if v.strict && peerDown(err) {
+			return err
+		}
+		n.metrics.forwarded.WithLabelValues("view_"+v.op, "retry").Inc()
 		if errors.Is(err, errViewSettling) && quick {
 			quick = false
 			continue // usually the first sighting of settled handoffs: confirm at once
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("%w (read view %s gave up: %v)", err, req.Op, ctx.Err())
+			return fmt.Errorf("%w (read view %s gave up: %v)", err, v.op, ctx.Err())
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, 200*time.Millisecond)
@@ -170,7 +187,7 @@ func (n *Node) viewFanOut(ctx context.Context, req *localRequest, reset func(), 
 
 // viewRound is one attempt of viewFanOut. It adds unreachable nodes to
 // *down.
-func (n *Node) viewRound(ctx context.Context, req *localRequest, down *[]string, reset func(), merge func(*localResponse) error) error {
+func (n *Node) viewRound(ctx context.Context, v viewRead, down *[]string) error {
 	if err := n.joinedOrAlone(); err != nil {
 		return err
 	}
@@ -181,17 +198,22 @@ func (n *Node) viewRound(ctx context.Context, req *localRequest, down *[]string,
 		*down = nil // nobody left to answer for some ids: start over
 		return errViewDown
 	}
+	if v.prepare != nil {
+		if err := v.prepare(nodes); err != nil {
+			return err
+		}
+	}
 	ask := slices.DeleteFunc(slices.Clone(nodes), func(d string) bool { return slices.Contains(*down, d) })
 	resps := make([]*localResponse, len(ask))
 	errs := make([]error, len(ask))
 	var wg sync.WaitGroup
 	for i, node := range ask {
+		r := v.req(node)
+		r.View = &viewRequest{Nodes: nodes, Down: slices.Clone(*down)}
 		wg.Go(func() {
-			r := *req
-			r.View = &viewRequest{Nodes: nodes, Down: slices.Clone(*down)}
 			pctx, cancel := context.WithTimeout(ctx, viewPartTimeout)
 			defer cancel()
-			resps[i], errs[i] = n.onNode(pctx, node, &r)
+			resps[i], errs[i] = n.onNode(pctx, node, r)
 		})
 	}
 	wg.Wait()
@@ -200,6 +222,9 @@ func (n *Node) viewRound(ctx context.Context, req *localRequest, down *[]string,
 		switch err := errs[i]; {
 		case err == nil:
 		case peerDown(err) && node != n.self:
+			if v.strict {
+				return err
+			}
 			*down = append(*down, node)
 			retry = err
 			continue
@@ -222,9 +247,9 @@ func (n *Node) viewRound(ctx context.Context, req *localRequest, down *[]string,
 	if n.ring.Version() != s.Version() {
 		return errRingChanged
 	}
-	reset()
-	for _, r := range resps {
-		if err := merge(r); err != nil {
+	v.reset()
+	for i, r := range resps {
+		if err := v.merge(ask[i], r); err != nil {
 			return err
 		}
 	}
