@@ -274,13 +274,21 @@ func (n *Node) scanAnswered(ctx context.Context, cursor uint64, match string, co
 }
 
 // eachAnswered calls fn for every local id matching match that answers
-// accepts.
-func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fn func(id string) error) error {
+// accepts. With fence, each page of ids is fenced first (pulled from the
+// other replicas once per ring version, as an owner's first read does), so
+// values are as fresh as Get's: a sync write acknowledged by a quorum that
+// did not include this node is counted after a failover.
+func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(id string) error) error {
 	var cursor uint64
 	for {
 		ids, next, err := n.scanAnswered(ctx, cursor, match, 1000, answers)
 		if err != nil {
 			return err
+		}
+		if fence {
+			if _, err := n.fence.ensure(ctx, n, ids); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
 			if err := fn(id); err != nil {
@@ -299,7 +307,7 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 
 func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (engine.Aggregate, error) {
 	a := engine.Aggregate{Prefix: prefix}
-	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, func(id string) error {
+	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(id string) error {
 		v, err := n.store.Get(ctx, id)
 		if err != nil || !v.Exists || !v.Kind.Additive() {
 			return err
@@ -315,7 +323,7 @@ func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers fun
 
 func (n *Node) countAnswered(ctx context.Context, answers func(string) bool) (int, error) {
 	c := 0
-	err := n.eachAnswered(ctx, "", answers, func(string) error { c++; return nil })
+	err := n.eachAnswered(ctx, "", answers, false, func(string) error { c++; return nil })
 	return c, err
 }
 
