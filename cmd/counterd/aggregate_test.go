@@ -36,6 +36,10 @@ type aggPoller struct {
 	done        chan struct{}
 }
 
+// aggc outlasts the server's read-view budget (5 s), so a read that waits
+// shows as its answer (exact, or 503), never as a client timeout.
+var aggc = &http.Client{Timeout: 10 * time.Second}
+
 func startAggPoller(nodes []*cnode, prefix string, value int64, count int) *aggPoller {
 	p := &aggPoller{nodes: nodes, prefix: prefix, wantValue: value, wantCount: count,
 		unavailable: map[string][]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
@@ -74,7 +78,7 @@ func (p *aggPoller) once(n *cnode) {
 	gen := p.gen
 	p.mu.Unlock()
 	sent := time.Now()
-	resp, err := pollc.Get(n.url + "/counters/" + p.prefix + "*/aggregate")
+	resp, err := aggc.Get(n.url + "/counters/" + p.prefix + "*/aggregate")
 	at := time.Now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
