@@ -314,6 +314,7 @@ func (n *Node) refresh() {
 // setRing installs a new node set, waiting for owner operations admitted
 // under the old ring to finish, and schedules a handoff.
 func (n *Node) setRing(nodes []string) {
+	old := n.ring.Snapshot()
 	n.gate.Lock()
 	changed := n.ring.Set(nodes)
 	n.gate.Unlock()
@@ -321,6 +322,11 @@ func (n *Node) setRing(nodes []string) {
 		return
 	}
 	s := n.ring.Snapshot()
+	for _, id := range s.Nodes() {
+		if id != n.self && !slices.Contains(old.Nodes(), id) {
+			n.peers.resetBackoff(id) // a (re)joined node: reconnect now (reconnect.go)
+		}
+	}
 	n.metrics.ringVersion.Set(float64(s.Version()))
 	n.log.Info("cluster ring changed", "version", s.Version(), "nodes", s.Nodes())
 	select {
