@@ -355,7 +355,9 @@ func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, e
 	return resp.Duration, resp.OK, resp.Exists, nil
 }
 
-// Series reads id's rollup series on its owner.
+// Series reads id's rollup series: on its owner, or for a pn or sharded
+// counter (or one the owner does not hold yet) summed over every node
+// (series.go).
 func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from, to time.Time) (*rollup.Series, error) {
 	if err := engine.ValidateID(id); err != nil {
 		return nil, err
@@ -363,6 +365,10 @@ func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from
 	resp, err := n.read(ctx, readRequest{Op: "series", ID: id, G: g, From: from, To: to})
 	if err != nil {
 		return nil, err
+	}
+	if resp.Kind == engine.KindNone || isCRDT(resp.Kind) {
+		// pn/sharded, or not on the owner yet: adds may be on any node.
+		return n.seriesEverywhere(ctx, &seriesQuery{ID: id, G: g, From: from, To: to})
 	}
 	return resp.Series.series()
 }
@@ -471,6 +477,9 @@ func (n *Node) readStore(ctx context.Context, req *readRequest, resp *readRespon
 		var s *rollup.Series
 		if s, err = n.store.Series(ctx, req.ID, req.G, req.From, req.To); s != nil {
 			resp.Series = toWireSeries(s)
+		}
+		if v, gerr := n.store.Get(ctx, req.ID); gerr == nil {
+			resp.Kind = v.Kind
 		}
 	case "uniques":
 		resp.Estimate, err = n.store.Uniques(ctx, req.ID, req.G, req.N)

@@ -3,67 +3,136 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// Cluster-wide operations run on every node of the ring in parallel. Each
-// node answers for the ids it owns in its ring, so an id is counted once.
+// Cluster-wide operations run on every node of the ring in parallel.
+// Aggregate, Len and Scan read at one ring (readview.go), so an id is
+// counted once.
 
 // Scan pages through every node in ring order: the cursor holds the node's
-// index in the sorted node list (top 16 bits) and that node's own cursor.
-// An id is listed by its owner only. A ring change during a scan may skip
-// or repeat ids.
+// index in the sorted node list (top 16 bits), a tag of the ring's node set
+// (bits 40-47) and that node's own cursor. Each page is a read view
+// (readview.go): the node lists only the ids it owns, at a ring every node
+// agrees on and has finished its handoff into; the other nodes only
+// confirm the ring. A ring change between two pages fails the next page
+// with ErrUnavailable (restart the scan at cursor 0): ids would have moved
+// between nodes, so some would be skipped or repeated. A page fails while
+// any node of the ring cannot be reached.
 func (n *Node) Scan(ctx context.Context, cursor uint64, match string, count int) ([]string, uint64, error) {
-	nodes := n.ring.Snapshot().Nodes()
-	i, local := int(cursor>>scanNodeShift), cursor&(1<<scanNodeShift-1)
-	if i >= len(nodes) {
-		return nil, 0, nil
-	}
-	resp, err := n.onNode(ctx, nodes[i], &localRequest{Op: "scan", Cursor: local, Match: match, Count: count})
-	if err != nil {
+	i, ctag, local := parseScanCursor(cursor)
+	var target string
+	var tag uint64
+	var done bool
+	var ids []string
+	var next uint64
+	err := n.viewFanOut(ctx, viewRead{
+		op: "scan", strict: true,
+		prepare: func(nodes []string) error {
+			tag = ringTag(nodes)
+			if cursor != 0 && ctag != tag {
+				return errScanRingChanged
+			}
+			target, done = "", i >= len(nodes)
+			if !done {
+				target = nodes[i]
+			}
+			if i+1 == len(nodes) {
+				done = true // after this page
+			}
+			return nil
+		},
+		req: func(node string) *localRequest {
+			if node == target {
+				return &localRequest{Op: "scan", Cursor: local, Match: match, Count: count}
+			}
+			return &localRequest{Op: "view"}
+		},
+		reset: func() { ids, next = nil, 0 },
+		merge: func(node string, r *localResponse) error {
+			if node == target {
+				ids, next = r.IDs, r.Next
+			}
+			return nil
+		},
+	})
+	switch {
+	case err != nil:
 		return nil, 0, err
+	case target == "":
+		return nil, 0, nil // past the last node
+	case next != 0:
+		return ids, scanCursor(i, tag, next), nil
+	case done:
+		return ids, 0, nil
 	}
-	if resp.Next != 0 {
-		return resp.IDs, uint64(i)<<scanNodeShift | resp.Next, nil
-	}
-	if i+1 == len(nodes) {
-		return resp.IDs, 0, nil
-	}
-	return resp.IDs, uint64(i+1) << scanNodeShift, nil
+	return ids, scanCursor(i+1, tag, 0), nil
 }
 
-// scanNodeShift: engine cursors use 40 bits (shard << 32 | slab index).
-const scanNodeShift = 48
+// scanCursor packs a cluster scan cursor: node index, ring tag, the node's
+// engine cursor (below 2^40).
+func scanCursor(node int, tag, local uint64) uint64 {
+	return uint64(node)<<scanNodeShift | tag<<scanTagShift | local
+}
+
+// parseScanCursor unpacks scanCursor.
+func parseScanCursor(c uint64) (node int, tag, local uint64) {
+	return int(c >> scanNodeShift), (c >> scanTagShift) & 0xFF, c & (1<<scanTagShift - 1)
+}
+
+// scanNodeShift: engine cursors use 40 bits (shard << 32 | slab index);
+// the ring tag takes the 8 bits above them.
+const (
+	scanNodeShift = 48
+	scanTagShift  = 40
+)
+
+var errScanRingChanged = fmt.Errorf("%w: the ring changed during the scan; start again at cursor 0", engine.ErrUnavailable)
+
+// ringTag is an 8-bit tag of a node set, never 0.
+func ringTag(nodes []string) uint64 {
+	return xxhash.Sum64String(strings.Join(nodes, "\x00"))%255 + 1
+}
 
 // Aggregate sums the additive counters whose id starts with prefix over
-// every node (each node sums the ids it owns).
+// the cluster: each id once, read on its owner (or, while the owner cannot
+// be reached, on its next replica) at one ring (readview.go).
 func (n *Node) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
 	if len(prefix) > engine.MaxIDLen {
 		return engine.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", engine.ErrInvalidID, engine.MaxIDLen)
 	}
-	out := engine.Aggregate{Prefix: prefix}
-	err := n.fanOut(ctx, &localRequest{Op: "aggregate", Prefix: prefix}, func(r *localResponse) error {
-		v, err := counter.AddInt64(out.Value, r.Aggregate.Value)
-		if err != nil {
-			return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
-		}
-		out.Value, out.Count = v, out.Count+r.Aggregate.Count
-		return nil
-	})
+	var out engine.Aggregate
+	err := n.viewFanOut(ctx, viewRead{
+		op:    "aggregate",
+		req:   func(string) *localRequest { return &localRequest{Op: "aggregate", Prefix: prefix} },
+		reset: func() { out = engine.Aggregate{Prefix: prefix} },
+		merge: func(_ string, r *localResponse) error {
+			v, err := counter.AddInt64(out.Value, r.Aggregate.Value)
+			if err != nil {
+				return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
+			}
+			out.Value, out.Count = v, out.Count+r.Aggregate.Count
+			return nil
+		}})
 	return out, err
 }
 
-// Len counts the counters of the cluster (each node counts those it owns).
+// Len counts the counters of the cluster, each once, at one ring.
 func (n *Node) Len(ctx context.Context) (int, error) {
 	total := 0
-	err := n.fanOut(ctx, &localRequest{Op: "len"}, func(r *localResponse) error {
-		total += r.N
-		return nil
+	err := n.viewFanOut(ctx, viewRead{
+		op:    "len",
+		req:   func(string) *localRequest { return &localRequest{Op: "len"} },
+		reset: func() { total = 0 },
+		merge: func(_ string, r *localResponse) error { total += r.N; return nil },
 	})
 	return total, err
 }
@@ -155,48 +224,71 @@ func (n *Node) serveLocal(ctx context.Context, req *localRequest) *localResponse
 	resp := &localResponse{}
 	var err error
 	switch req.Op {
-	case "scan":
-		resp.IDs, resp.Next, err = n.scanOwned(ctx, req.Cursor, req.Match, req.Count)
-	case "aggregate":
-		resp.Aggregate, err = n.aggregateOwned(ctx, req.Prefix)
-	case "len":
-		resp.N, err = n.countOwned(ctx)
+	case "scan", "aggregate", "len", "view":
+		if req.View == nil {
+			err = fmt.Errorf("%w: %s without a read view (older peer?)", engine.ErrUnavailable, req.Op)
+			break
+		}
+		resp.View, err = n.viewPart(req.View, func(answers func(string) bool) error {
+			return n.serveView(ctx, req, resp, answers)
+		})
 	case "flushall":
 		err = n.store.FlushAll(ctx, engine.WriteOptions{Durability: req.Durability})
 	case "setrollup":
 		err = n.store.SetRollup(ctx, req.Key, req.Spec)
 	case "deleterollup":
 		resp.OK, err = n.store.DeleteRollup(ctx, req.Key)
+	case "series":
+		resp.Series, err = n.localSeries(ctx, req.SeriesOf)
 	default:
 		err = errUnknownOp
+	}
+	if err != nil {
+		*resp = localResponse{}
 	}
 	resp.Err = toWire(err)
 	return resp
 }
 
-// scanOwned is one page of the local scan, keeping the ids this node owns.
-func (n *Node) scanOwned(ctx context.Context, cursor uint64, match string, count int) ([]string, uint64, error) {
+// serveView is this node's part of a read view: the ids answers accepts.
+func (n *Node) serveView(ctx context.Context, req *localRequest, resp *localResponse, answers func(string) bool) (err error) {
+	switch req.Op {
+	case "scan":
+		resp.IDs, resp.Next, err = n.scanAnswered(ctx, req.Cursor, req.Match, req.Count, answers)
+	case "aggregate":
+		resp.Aggregate, err = n.aggregateAnswered(ctx, req.Prefix, answers)
+	case "len":
+		resp.N, err = n.countAnswered(ctx, answers)
+	}
+	return err
+}
+
+// scanAnswered is one page of the local scan, keeping the ids answers
+// accepts.
+func (n *Node) scanAnswered(ctx context.Context, cursor uint64, match string, count int, answers func(string) bool) ([]string, uint64, error) {
 	ids, next, err := n.store.Scan(ctx, cursor, match, count)
 	if err != nil {
 		return nil, 0, err
 	}
-	s := n.ring.Snapshot()
-	owned := ids[:0]
-	for _, id := range ids {
-		if s.Owner(id) == n.self {
-			owned = append(owned, id)
-		}
-	}
-	return owned, next, nil
+	return slices.DeleteFunc(ids, func(id string) bool { return !answers(id) }), next, nil
 }
 
-// eachOwned calls fn for every local id matching match that this node owns.
-func (n *Node) eachOwned(ctx context.Context, match string, fn func(id string) error) error {
+// eachAnswered calls fn for every local id matching match that answers
+// accepts. With fence, each page of ids is fenced first (pulled from the
+// other replicas once per ring version, as an owner's first read does), so
+// values are as fresh as Get's: a sync write acknowledged by a quorum that
+// did not include this node is counted after a failover.
+func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(id string) error) error {
 	var cursor uint64
 	for {
-		ids, next, err := n.scanOwned(ctx, cursor, match, 1000)
+		ids, next, err := n.scanAnswered(ctx, cursor, match, 1000, answers)
 		if err != nil {
 			return err
+		}
+		if fence {
+			if _, err := n.fence.ensure(ctx, n, ids); err != nil {
+				return err
+			}
 		}
 		for _, id := range ids {
 			if err := fn(id); err != nil {
@@ -213,9 +305,9 @@ func (n *Node) eachOwned(ctx context.Context, match string, fn func(id string) e
 	}
 }
 
-func (n *Node) aggregateOwned(ctx context.Context, prefix string) (engine.Aggregate, error) {
+func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (engine.Aggregate, error) {
 	a := engine.Aggregate{Prefix: prefix}
-	err := n.eachOwned(ctx, escapeGlob(prefix)+"*", func(id string) error {
+	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(id string) error {
 		v, err := n.store.Get(ctx, id)
 		if err != nil || !v.Exists || !v.Kind.Additive() {
 			return err
@@ -229,9 +321,9 @@ func (n *Node) aggregateOwned(ctx context.Context, prefix string) (engine.Aggreg
 	return a, err
 }
 
-func (n *Node) countOwned(ctx context.Context) (int, error) {
+func (n *Node) countAnswered(ctx context.Context, answers func(string) bool) (int, error) {
 	c := 0
-	err := n.eachOwned(ctx, "", func(string) error { c++; return nil })
+	err := n.eachAnswered(ctx, "", answers, false, func(string) error { c++; return nil })
 	return c, err
 }
 

@@ -15,6 +15,7 @@ import (
 // time (changes that arrive meanwhile are coalesced).
 func (n *Node) handoffLoop() {
 	prev := n.initialRing
+	fails := 0 // failed attempts at the current ring
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -27,18 +28,31 @@ func (n *Node) handoffLoop() {
 		}
 		if err := n.handOff(n.ctx, prev, cur); err != nil {
 			n.log.Warn("cluster: handoff incomplete, retrying", "err", err)
-			n.retryHandoffLater()
+			fails++
+			// The first retry comes soon: a rejoined node's connection is
+			// often still in its reconnect backoff at the first attempt
+			// (reconnect.go), and read views wait for this handoff.
+			n.retryHandoffLater(fails == 1)
 			continue
 		}
-		prev = cur
+		prev, fails = cur, 0
+		n.handedOff.Store(cur)
 	}
 }
 
-func (n *Node) retryHandoffLater() {
+// firstHandoffRetry is the delay of a failed handoff's first retry; later
+// ones wait RejoinInterval.
+const firstHandoffRetry = 200 * time.Millisecond
+
+func (n *Node) retryHandoffLater(soon bool) {
+	d := n.cfg.RejoinInterval
+	if soon {
+		d = min(d, firstHandoffRetry)
+	}
 	n.goLoop(func() {
 		select {
 		case <-n.ctx.Done():
-		case <-time.After(n.cfg.RejoinInterval):
+		case <-time.After(d):
 			select {
 			case n.handoff <- struct{}{}:
 			default:

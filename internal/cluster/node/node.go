@@ -154,6 +154,10 @@ type Node struct {
 	cancel    context.CancelFunc
 	wg        sync.WaitGroup // background loops
 	closeOnce sync.Once
+
+	incarnation string                        // this process's life (readview.go)
+	handedOff   atomic.Pointer[ring.Snapshot] // the last ring whose handoff completed
+	views       viewCache                     // handoffs seen complete by this coordinator
 }
 
 // New returns a node serving store. It does not touch the network until
@@ -181,6 +185,8 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.idem.init()
 	n.ring.Set([]string{n.self})
 	n.initialRing = n.ring.Snapshot()
+	n.handedOff.Store(n.initialRing)
+	n.incarnation = newIncarnation()
 	return n, nil
 }
 
@@ -309,6 +315,7 @@ func (n *Node) refresh() {
 // setRing installs a new node set, waiting for owner operations admitted
 // under the old ring to finish, and schedules a handoff.
 func (n *Node) setRing(nodes []string) {
+	old := n.ring.Snapshot()
 	n.gate.Lock()
 	changed := n.ring.Set(nodes)
 	n.gate.Unlock()
@@ -316,6 +323,11 @@ func (n *Node) setRing(nodes []string) {
 		return
 	}
 	s := n.ring.Snapshot()
+	for _, id := range s.Nodes() {
+		if id != n.self && !slices.Contains(old.Nodes(), id) {
+			n.peers.resetBackoff(id) // a (re)joined node: reconnect now (reconnect.go)
+		}
+	}
 	n.metrics.ringVersion.Set(float64(s.Version()))
 	n.log.Info("cluster ring changed", "version", s.Version(), "nodes", s.Nodes())
 	select {

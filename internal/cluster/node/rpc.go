@@ -83,6 +83,7 @@ type readResponse struct {
 	Series   *wireSeries      `json:"series,omitempty"`
 	Estimate *rollup.Estimate `json:"estimate,omitempty"`
 	Err      *wireError       `json:"err,omitempty"`
+	Kind     engine.Kind      `json:"kind,omitempty"` // op "series": the id's kind on the answering node
 }
 
 // wireSeries is rollup.Series without its unexported bucket origin, which
@@ -106,6 +107,8 @@ type localRequest struct {
 	Key        string            `json:"key,omitempty"`
 	Spec       rollup.Spec       `json:"spec"`
 	Durability engine.Durability `json:"durability,omitempty"`
+	View       *viewRequest      `json:"view,omitempty"`      // read view (readview.go)
+	SeriesOf   *seriesQuery      `json:"series_of,omitempty"` // op "series" (series.go)
 }
 
 type localResponse struct {
@@ -115,6 +118,8 @@ type localResponse struct {
 	N         int              `json:"n,omitempty"`
 	OK        bool             `json:"ok,omitempty"`
 	Err       *wireError       `json:"err,omitempty"`
+	View      *viewAnswer      `json:"view,omitempty"`   // read view (readview.go)
+	Series    *wireSeries      `json:"series,omitempty"` // op "series" (series.go)
 }
 
 // replicateRequest pushes states to a replica (owner replication, CRDT

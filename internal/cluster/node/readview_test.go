@@ -1,0 +1,307 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+	"pgregory.net/rapid"
+)
+
+// viewPoller reads Aggregate, Len and a full Scan on every running node in
+// a loop and records every answer that is not exact.
+type viewPoller struct {
+	c                    *testCluster
+	prefix               string
+	wantSum              int64
+	wantCount, wantLen   int
+	ok, unavailable, bad atomic.Int64
+	mu                   sync.Mutex
+	gen                  int  // bumped when the expectation changes
+	paused               bool // writes to the prefix in progress
+	wrong                []string
+	stop                 chan struct{}
+	done                 sync.WaitGroup
+}
+
+func startViewPoller(c *testCluster, prefix string, sum int64, count, total int) *viewPoller {
+	p := &viewPoller{c: c, prefix: prefix, wantSum: sum, wantCount: count, wantLen: total, stop: make(chan struct{})}
+	p.done.Go(p.loop)
+	return p
+}
+
+func (p *viewPoller) loop() {
+	for i := 0; ; i++ {
+		select {
+		case <-p.stop:
+			return
+		case <-time.After(10 * time.Millisecond):
+		}
+		nodes := p.c.running()
+		if len(nodes) == 0 {
+			continue
+		}
+		tn := nodes[i%len(nodes)]
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		p.mu.Lock()
+		gen, sum, count, total := p.gen, p.wantSum, p.wantCount, p.wantLen
+		p.mu.Unlock()
+		a, err := tn.n.Aggregate(ctx, p.prefix)
+		if p.check(gen, tn.id, "aggregate", err, a.Value == sum && a.Count == count, fmt.Sprintf("%+v", a)) {
+			l, err := tn.n.Len(ctx)
+			p.check(gen, tn.id, "len", err, l == total, fmt.Sprint(l))
+		}
+		if i%5 == 0 {
+			ids, err := scanOnce(ctx, tn.n, p.prefix+"*")
+			p.check(gen, tn.id, "scan", err, len(ids) == count && !hasDup(ids), fmt.Sprintf("%d ids, dup %v", len(ids), hasDup(ids)))
+		}
+		cancel()
+	}
+}
+
+// expect pauses checking (count < 0) or sets the exact answers expected
+// from now on.
+func (p *viewPoller) expect(sum int64, count, total int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.gen++
+	p.paused = count < 0
+	if count >= 0 {
+		p.wantSum, p.wantCount, p.wantLen = sum, count, total
+	}
+}
+
+// check records one answer to a request sent under expectation gen; it
+// reports whether the answer was a success.
+func (p *viewPoller) check(gen int, node, what string, err error, exact bool, got string) bool {
+	p.mu.Lock()
+	stale := p.paused || p.gen != gen
+	p.mu.Unlock()
+	switch {
+	case stale:
+		return false // the expectation changed while the request was out
+	case err == nil && exact:
+		p.ok.Add(1)
+		return true
+	case err == nil:
+		p.mu.Lock()
+		p.wrong = append(p.wrong, fmt.Sprintf("%s on %s: %s", what, node, got))
+		p.mu.Unlock()
+	case errors.Is(err, engine.ErrUnavailable):
+		p.unavailable.Add(1)
+	default:
+		p.bad.Add(1) // a node being shut down (engine closed)
+	}
+	return false
+}
+
+func (p *viewPoller) finish(t *testing.T) {
+	t.Helper()
+	close(p.stop)
+	p.done.Wait()
+	t.Logf("read views: %d exact, %d unavailable, %d other errors, %d wrong", p.ok.Load(), p.unavailable.Load(), p.bad.Load(), len(p.wrong))
+	for _, w := range p.wrong {
+		t.Errorf("wrong answer: %s", w)
+	}
+	if p.ok.Load() == 0 {
+		t.Error("no read view succeeded")
+	}
+}
+
+// scanOnce lists match with one full scan (no retry: a ring change fails it).
+func scanOnce(ctx context.Context, n *Node, match string) ([]string, error) {
+	var all []string
+	var cursor uint64
+	for {
+		ids, next, err := n.Scan(ctx, cursor, match, 7)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, ids...)
+		if next == 0 {
+			return all, nil
+		}
+		cursor = next
+	}
+}
+
+func hasDup(ids []string) bool {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			return true
+		}
+		seen[id] = true
+	}
+	return false
+}
+
+// TestReadViewExactThroughMembershipChanges: aggregates, Len and Scan never
+// answer a wrong sum or count while a node joins, leaves, is killed and
+// restarts on its data, with increments going on to other ids.
+func TestReadViewExactThroughMembershipChanges(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node membership changes")
+	}
+	c := newTestCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	kinds := []engine.Kind{engine.KindCounter, engine.KindPN, engine.KindSharded}
+	var sum int64
+	const ids, loadIDs = 30, 6
+	for i := 0; i < ids; i++ {
+		tn := c.running()[i%3]
+		op := add(fmt.Sprintf("v:%02d", i), int64(i+1))
+		op.Kind = kinds[i%3]
+		if _, err := tn.n.Apply(ctx, op, syncWO); err != nil {
+			t.Fatal(err)
+		}
+		sum += int64(i + 1)
+	}
+	for i := 0; i < loadIDs; i++ {
+		op := add(fmt.Sprintf("load:%d", i), 1)
+		op.Kind = kinds[i%3]
+		if _, err := c.node("n1").n.Apply(ctx, op, syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 5*time.Second, "pn and sharded adds reach their owners", func() bool {
+		a, err := c.node("n1").n.Aggregate(ctx, "v:")
+		return err == nil && a.Value == sum && a.Count == ids
+	})
+
+	stopLoad := make(chan struct{})
+	var load sync.WaitGroup
+	load.Go(func() { // churn on other ids: the ring changes under writes
+		for i := 0; ; i++ {
+			select {
+			case <-stopLoad:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			nodes := c.running()
+			op := add(fmt.Sprintf("load:%d", i%loadIDs), 1)
+			_, _ = nodes[i%len(nodes)].n.Apply(ctx, op, engine.WriteOptions{})
+		}
+	})
+	p := startViewPoller(c, "v:", sum, ids, ids+loadIDs)
+
+	step := func(what string, f func()) {
+		start := time.Now()
+		f()
+		eventually(t, 10*time.Second, what+": a read view succeeds", func() bool {
+			_, err := c.node("n1").n.Aggregate(ctx, "v:")
+			return err == nil
+		})
+		t.Logf("%s: settled in %v", what, time.Since(start).Round(time.Millisecond))
+		time.Sleep(200 * time.Millisecond)
+	}
+	step("join n4", func() { c.start("n4", ""); c.waitRing("n1", "n2", "n3", "n4") })
+	step("leave n4", func() { c.leave("n4"); c.waitRing("n1", "n2", "n3") })
+	dir := c.node("n3").dir
+	step("kill n3", func() { c.kill("n3"); c.waitRing("n1", "n2") })
+	// Write the prefix while n3 is down: after its restart it owns some of
+	// these ids and must not answer before the handoff brought them.
+	p.expect(0, -1, 0)
+	for i := 0; i < 6; i++ {
+		if _, err := c.node("n1").n.Apply(ctx, add(fmt.Sprintf("v:new:%d", i), 100), syncWO); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.node("n2").n.Apply(ctx, add(fmt.Sprintf("v:%02d", 3*i), 1000), syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sum += 6*100 + 6*1000
+	p.expect(sum, ids+6, ids+6+loadIDs)
+	step("restart n3", func() { c.start("n3", dir); c.waitRing("n1", "n2", "n3") })
+	close(stopLoad)
+	load.Wait()
+	p.finish(t)
+}
+
+// TestReadViewAnswersForUnreachableOwner: while a killed node is still on
+// the ring (not declared dead yet), its next replicas answer for its ids.
+func TestReadViewAnswersForUnreachableOwner(t *testing.T) {
+	c := newTestCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	var sum int64
+	for i := 0; i < 40; i++ {
+		if _, err := c.node("n1").n.Apply(ctx, add(fmt.Sprintf("d:%02d", i), int64(i)), syncWO); err != nil {
+			t.Fatal(err)
+		}
+		sum += int64(i)
+	}
+	// Stop n3's gRPC server only: gossip still reports it alive, so the
+	// others keep it on their rings.
+	c.node("n3").gs.Stop()
+	for _, id := range []string{"n1", "n2"} {
+		a, err := c.node(id).n.Aggregate(ctx, "d:")
+		if err != nil || a.Value != sum || a.Count != 40 {
+			t.Fatalf("aggregate on %s with n3 unreachable: %+v, %v (want %d, 40)", id, a, err, sum)
+		}
+		if got := c.node(id).n.Ring().Len(); got != 3 {
+			t.Fatalf("%s's ring has %d nodes; the test needs n3 still on it", id, got)
+		}
+	}
+}
+
+func TestDesignated(t *testing.T) {
+	r := ring.New(ring.Config{})
+	r.Set([]string{"n1", "n2", "n3"})
+	s := r.Snapshot()
+	for i := 0; i < 200; i++ {
+		id := fmt.Sprintf("x:%d", i)
+		reps := s.Replicas(id, 0)
+		if got := designated(s, id, nil, nil); got != reps[0] {
+			t.Fatalf("designated(%s) = %s, want owner %s", id, got, reps[0])
+		}
+		if got := designated(s, id, reps[:1], nil); got != reps[1] {
+			t.Fatalf("designated(%s, down %v) = %s, want %s", id, reps[:1], got, reps[1])
+		}
+		if got := designated(s, id, reps, nil); got != "" {
+			t.Fatalf("designated(%s) with every replica down = %s", id, got)
+		}
+	}
+}
+
+// TestScanCursor: a cluster scan cursor round-trips, and a cursor issued
+// under another node set is refused.
+func TestScanCursor(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		node := rapid.IntRange(0, 1<<16-1).Draw(t, "node")
+		local := rapid.Uint64Range(0, 1<<scanTagShift-1).Draw(t, "local")
+		nodes := rapid.SliceOfNDistinct(rapid.StringMatching(`n[0-9]{1,3}`), 1, 8, rapid.ID[string]).Draw(t, "nodes")
+		tag := ringTag(nodes)
+		if tag == 0 || tag > 0xFF {
+			t.Fatalf("tag %d out of 1..255", tag)
+		}
+		gn, gt, gl := parseScanCursor(scanCursor(node, tag, local))
+		if gn != node || gt != tag || gl != local {
+			t.Fatalf("round trip (%d, %d, %d) -> (%d, %d, %d)", node, tag, local, gn, gt, gl)
+		}
+	})
+	c := newTestCluster(t, "n1", "n2")
+	ctx := context.Background()
+	n1 := c.node("n1").n
+	for i := 0; i < 50; i++ {
+		if _, err := n1.Apply(ctx, add(fmt.Sprintf("sc:%d", i), 1), syncWO); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, next, err := n1.Scan(ctx, 0, "sc:*", 5)
+	if err != nil || next == 0 {
+		t.Fatalf("first page: next %d, %v", next, err)
+	}
+	stale := scanCursor(0, ringTag([]string{"n1", "n2", "n9"}), next&(1<<scanTagShift-1))
+	if stale == next {
+		t.Skip("tag collision between the two node sets")
+	}
+	if _, _, err := n1.Scan(ctx, stale, "sc:*", 5); !errors.Is(err, errScanRingChanged) {
+		t.Fatalf("cursor from another ring: %v, want errScanRingChanged", err)
+	}
+}
