@@ -217,6 +217,7 @@ const (
 	EventJoin   EventType = iota // a member became alive (first seen, or back after dead/left)
 	EventLeave                   // a member became dead or left (see Member.State)
 	EventUpdate                  // an alive member's Meta or address changed, or dead became left
+	EventForget                  // a member was forgotten (forget.go): it left Members for good
 )
 
 func (t EventType) String() string {
@@ -227,6 +228,8 @@ func (t EventType) String() string {
 		return "leave"
 	case EventUpdate:
 		return "update"
+	case EventForget:
+		return "forget"
 	}
 	return "EventType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -257,6 +260,8 @@ type Membership struct {
 	shutdownOnce sync.Once
 	stop         chan struct{}
 	done         chan struct{}
+
+	forgotten map[string]bool // guarded by mu; retired ids (forget.go)
 }
 
 // leaveIntent prefixes the user message a leaving node sends to its peers.
@@ -557,6 +562,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 func (d *delegate) NotifyMsg(b []byte) {
+	if (*Membership)(d).forgetMessage(b) {
+		return
+	}
 	id, ok := bytes.CutPrefix(b, leaveIntent)
 	if !ok {
 		return
@@ -573,8 +581,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d *delegate) LocalState(join bool) []byte                { return (*Membership)(d).localState() }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     { (*Membership)(d).mergeRemoteState(buf) }
 
 // slogWriter turns memberlist's "[LEVEL] memberlist: msg" lines into slog
 // records.
