@@ -8,7 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -141,6 +143,11 @@ func TestClusterForget(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || json.Unmarshal(body, &st) != nil || json.Unmarshal(body, &forgotten) != nil ||
 		!slices.Equal(st.alive(), []string{"n1"}) || len(st.Members) != 1 || !slices.Equal(forgotten.Forgotten, []string{"n2", "n3"}) {
 		t.Fatalf("POST /cluster/forget n3: %d %s", resp.StatusCode, body)
+	}
+
+	// Kept on disk for restarts.
+	if b, err := os.ReadFile(filepath.Join(n1.dir, "cluster-forgotten.json")); err != nil || strings.TrimSpace(string(b)) != `["n2","n3"]` {
+		t.Fatalf("n1's forget file: %q %v", b, err)
 	}
 
 	// The survivor serves every id with its acknowledged value, and writes.

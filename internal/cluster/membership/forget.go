@@ -3,6 +3,12 @@ package membership
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
 	"slices"
 )
 
@@ -55,21 +61,25 @@ func (m *Membership) Forget(id string) error {
 
 // Forgotten returns the forgotten ids, sorted.
 func (m *Membership) Forgotten() []string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	ids := make([]string, 0, len(m.forgotten))
-	for id := range m.forgotten {
+	set := m.forgottenSet()
+	ids := make([]string, 0, len(set))
+	for id := range set {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	return ids
 }
 
-// IsForgotten reports whether id was forgotten.
-func (m *Membership) IsForgotten(id string) bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.forgotten[id]
+// IsForgotten reports whether id was forgotten. It takes no lock: peers
+// check it on every call.
+func (m *Membership) IsForgotten(id string) bool { return m.forgottenSet()[id] }
+
+// forgottenSet is the current set; never modified once published.
+func (m *Membership) forgottenSet() map[string]bool {
+	if p := m.forgottenRO.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // SelfForgotten reports whether the cluster forgot this node's own id: it
@@ -87,6 +97,11 @@ func (m *Membership) forgetIDLocked(id string) {
 		m.forgotten = map[string]bool{}
 	}
 	m.forgotten[id] = true
+	ro := maps.Clone(m.forgotten)
+	m.forgottenRO.Store(&ro)
+	if err := m.saveForgottenLocked(); err != nil {
+		m.cfg.Logger.Error("membership: forgotten ids not saved; they are kept in memory and gossip", "err", err)
+	}
 	mem, known := m.members[id]
 	delete(m.members, id)
 	delete(m.admit.pending, id)
@@ -135,4 +150,80 @@ func (m *Membership) mergeRemoteState(b []byte) {
 	for _, id := range st.Forgotten {
 		m.forgetIDLocked(id)
 	}
+}
+
+// ErrForgetFile is returned by Start when Config.ForgetFile cannot be read
+// or is not a JSON list of ids.
+var ErrForgetFile = errors.New("membership: bad forget file")
+
+// loadForgotten reads Config.ForgetFile, if any, before gossip starts.
+func (m *Membership) loadForgotten() error {
+	if m.cfg.ForgetFile == "" {
+		return nil
+	}
+	b, err := os.ReadFile(m.cfg.ForgetFile)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrForgetFile, err)
+	}
+	ids, err := parseForgotten(b)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrForgetFile, m.cfg.ForgetFile, err)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, id := range ids {
+		m.forgetIDLocked(id)
+	}
+	return nil
+}
+
+// parseForgotten decodes a forget file: a JSON list of non-empty ids.
+func parseForgotten(b []byte) ([]string, error) {
+	var ids []string
+	if err := json.Unmarshal(b, &ids); err != nil {
+		return nil, err
+	}
+	if slices.Contains(ids, "") {
+		return nil, errors.New("empty node id")
+	}
+	return ids, nil
+}
+
+// saveForgottenLocked rewrites Config.ForgetFile: a temporary file,
+// fsynced, renamed over the old one. m.mu must be held.
+func (m *Membership) saveForgottenLocked() error {
+	if m.cfg.ForgetFile == "" {
+		return nil
+	}
+	ids := slices.Sorted(maps.Keys(m.forgotten))
+	b, err := json.Marshal(ids)
+	if err != nil {
+		return err
+	}
+	tmp := m.cfg.ForgetFile + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(append(b, '\n'))
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, m.cfg.ForgetFile)
+	}
+	if err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(m.cfg.ForgetFile)); err == nil {
+		_ = d.Sync() // the rename
+		_ = d.Close()
+	}
+	return nil
 }

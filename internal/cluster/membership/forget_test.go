@@ -2,8 +2,11 @@ package membership
 
 import (
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -97,6 +100,63 @@ func TestForgottenMergeIsAUnion(t *testing.T) {
 		}
 		if a, b := merge(states), merge(perm); !slices.Equal(a, b) {
 			t.Fatalf("order matters: %v vs %v", a, b)
+		}
+	})
+}
+
+// TestForgetFile: the forgotten ids survive a restart through ForgetFile,
+// and a bad file stops Start with ErrForgetFile.
+func TestForgetFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "forgotten.json")
+	cfg := fastConfig(t, "a")
+	cfg.ForgetFile = file
+	a := start(t, cfg)
+	if err := a.Forget("x"); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Forget("y"); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.Shutdown()
+	a2 := start(t, cfg)
+	if got := a2.Forgotten(); !slices.Equal(got, []string{"x", "y"}) {
+		t.Fatalf("after restart: forgotten %v", got)
+	}
+	_ = a2.Shutdown()
+	for _, bad := range []string{"{", `{"x":1}`, `[""]`, `[1]`} {
+		if err := os.WriteFile(file, []byte(bad), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if m, err := Start(cfg); !errors.Is(err, ErrForgetFile) {
+			if m != nil {
+				_ = m.Shutdown()
+			}
+			t.Fatalf("forget file %q: Start = %v, want ErrForgetFile", bad, err)
+		}
+	}
+}
+
+// FuzzParseForgotten: any input is either refused or a list of non-empty
+// ids that survives a round trip.
+func FuzzParseForgotten(f *testing.F) {
+	for _, s := range []string{`[]`, `["n1","n2"]`, `[""]`, `{`, `null`, `["a","a"]`} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ids, err := parseForgotten(b)
+		if err != nil {
+			return
+		}
+		if slices.Contains(ids, "") {
+			t.Fatalf("accepted an empty id: %q", b)
+		}
+		out, err := json.Marshal(ids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := parseForgotten(out)
+		if err != nil || !slices.Equal(back, ids) {
+			t.Fatalf("round trip %q: %q %v", out, back, err)
 		}
 	})
 }

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -104,6 +105,11 @@ type Config struct {
 	// the gossip. Default: every member is admitted.
 	Admit      func(context.Context, Member) error
 	AdmitRetry time.Duration // default DefaultAdmitRetry
+
+	// ForgetFile, when set, keeps the forgotten ids (forget.go) across
+	// restarts: read by Start, rewritten (atomically, fsynced) on every
+	// change. Default: memory only.
+	ForgetFile string
 
 	// DeadRetention (memberlist GossipToTheDeadTime and DeadNodeReclaimTime):
 	// how long memberlist keeps gossiping about a dead node, and after which a
@@ -261,7 +267,8 @@ type Membership struct {
 	stop         chan struct{}
 	done         chan struct{}
 
-	forgotten map[string]bool // guarded by mu; retired ids (forget.go)
+	forgotten   map[string]bool                 // guarded by mu; retired ids (forget.go)
+	forgottenRO atomic.Pointer[map[string]bool] // a copy of forgotten for lock-free reads
 }
 
 // leaveIntent prefixes the user message a leaving node sends to its peers.
@@ -305,6 +312,9 @@ func Start(cfg Config) (*Membership, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 
+	if err := m.loadForgotten(); err != nil {
+		return nil, err
+	}
 	go m.dispatch()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
