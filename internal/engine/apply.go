@@ -29,7 +29,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 		return Result{}, err
 	}
 	if wo.IdempotencyKey != "" {
-		res, err := e.applyIdempotent(ctx, []Op{op}, wo)
+		res, err := e.applyIdempotent(ctx, []Op{op}, wo, false)
 		if err != nil {
 			return Result{}, err
 		}
@@ -39,7 +39,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 	var err error
 	if op.Type == OpPFMerge {
 		out := []Result{{}}
-		err = e.applyMulti([]Op{op}, out)
+		err = e.applyMulti([]Op{op}, out, false)
 		res = out[0]
 	} else {
 		err = e.applySingle(&op, &res)
@@ -67,10 +67,10 @@ func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]R
 		return nil, err
 	}
 	if wo.IdempotencyKey != "" {
-		return e.applyIdempotent(ctx, ops, wo)
+		return e.applyIdempotent(ctx, ops, wo, true)
 	}
 	res := make([]Result, len(ops))
-	if err := e.applyMulti(ops, res); err != nil {
+	if err := e.applyMulti(ops, res, true); err != nil {
 		return nil, err
 	}
 	e.ops.add(len(ops))
@@ -131,7 +131,8 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 }
 
 // applyMulti applies ops atomically under the locks of every id involved.
-func (e *Engine) applyMulti(ops []Op, res []Result) error {
+// In a batch the error of a failing op is a *BatchError naming it.
+func (e *Engine) applyMulti(ops []Op, res []Result, batch bool) error {
 	ids := make([]string, 0, len(ops))
 	pos := make([]int, len(ops)) // index in ids of ops[i].ID
 	for i := range ops {
@@ -172,7 +173,7 @@ func (e *Engine) applyMulti(ops []Op, res []Result) error {
 					e.restore(&refs[j], saved[j])
 				}
 			}
-			if len(ops) == 1 {
+			if !batch {
 				return err
 			}
 			return &BatchError{Index: i, Err: err}

@@ -20,6 +20,8 @@ type Backend interface {
 	Get(ctx context.Context, id string) (View, error)
 	HGet(ctx context.Context, id, field string) (value int64, ok bool, err error)
 	PFCount(ctx context.Context, ids ...string) (estimate uint64, stdErr float64, err error)
+	// TTL of an id that is not valid reports a missing counter, no error
+	// (RESP EXISTS counts such keys as missing, like Redis).
 	TTL(ctx context.Context, id string) (ttl time.Duration, hasTTL, exists bool, err error)
 	// Scan lists ids matching a Redis glob, count at a time; the returned
 	// cursor is 0 when the listing is complete.
@@ -41,6 +43,8 @@ type Backend interface {
 	Stats() Stats
 	// Ready is nil while the backend can serve requests.
 	Ready() error
+	// Capabilities says where the backend differs from the embedded engine.
+	Capabilities() Capabilities
 }
 
 // Local returns e as a Backend.
@@ -110,3 +114,9 @@ func (l local) Rollups(context.Context) (map[string]rollup.Spec, error) { return
 func (l local) Now() time.Time { return l.e.Now() }
 func (l local) Stats() Stats   { return l.e.Stats() }
 func (l local) Ready() error   { return l.e.Ready() }
+
+// Capabilities: the embedded engine is the reference behaviour.
+func (l local) Capabilities() Capabilities {
+	return Capabilities{Mode: "embedded", Batches: BatchAtomic, MultiKeyAnyOwner: true, AggregateWindows: true,
+		GlobalIdempotencyKeys: true, Limits: l.e.Limits()}
+}

@@ -124,7 +124,7 @@ func ValidateIdempotencyKey(k string) error {
 }
 
 // applyIdempotent applies ops once per key. Ops are validated.
-func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error) {
+func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions, batch bool) ([]Result, error) {
 	key := wo.IdempotencyKey
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return nil, err
@@ -177,9 +177,11 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions)
 	var err error
 	e.gate.RLock()
 	if len(ops) == 1 && ops[0].Type != OpPFMerge {
-		err = e.applySingle(&ops[0], &res[0])
+		if err = e.applySingle(&ops[0], &res[0]); err != nil && batch {
+			err = &BatchError{Index: 0, Err: err}
+		}
 	} else {
-		err = e.applyMulti(ops, res)
+		err = e.applyMulti(ops, res, batch)
 	}
 	if err == nil {
 		r := &idemRec{key: key, fp: fp, created: e.nowNano(), results: res}

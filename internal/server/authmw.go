@@ -60,6 +60,7 @@ var httpNeeds = map[string]auth.Need{
 	"GET /readyz":                          needPublic,
 	"GET /metrics":                         needRead, // node-wide figures, no counter values
 	"GET /openapi.json":                    needPublic,
+	"GET /capabilities":                    needRead, // the mode and its limits
 
 	"POST /ratelimit/check":             needWrite, // each key checked by guardedChecker
 	"GET /ratelimit/policies":           needRead,

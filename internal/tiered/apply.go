@@ -32,7 +32,7 @@ func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOption
 	if err := op.Validate(b.limits()); err != nil {
 		return engine.Result{}, err
 	}
-	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo)
+	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo, false)
 	if err != nil {
 		return engine.Result{}, err
 	}
@@ -49,18 +49,18 @@ func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.Wri
 	if err := engine.ValidateBatch(ops, b.limits()); err != nil {
 		return nil, err
 	}
-	return b.applyKeyed(ctx, ops, wo)
+	return b.applyKeyed(ctx, ops, wo, true)
 }
 
 // applyKeyed applies ops under wo's idempotency key (if any) and waits
-// for durability.
-func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+// for durability. In a batch a failing op's error names it (BatchError).
+func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions, batch bool) ([]engine.Result, error) {
 	var res []engine.Result
 	var err error
 	if wo.IdempotencyKey != "" {
-		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops) })
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops, batch) })
 	} else {
-		res, err = b.applyAll(ctx, ops)
+		res, err = b.applyAll(ctx, ops, batch)
 	}
 	if err != nil {
 		return nil, err
@@ -88,13 +88,13 @@ func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
 
 // applyAll applies ops in order; on a failure it undoes what it can (see
 // ApplyBatch).
-func (b *Backend) applyAll(ctx context.Context, ops []engine.Op) ([]engine.Result, error) {
+func (b *Backend) applyAll(ctx context.Context, ops []engine.Op, batch bool) ([]engine.Result, error) {
 	res := make([]engine.Result, len(ops))
 	for i := range ops {
 		r, err := b.apply(ctx, &ops[i])
 		if err != nil {
 			b.undo(ctx, ops[:i])
-			if len(ops) == 1 {
+			if !batch {
 				return nil, err
 			}
 			return nil, &engine.BatchError{Index: i, Err: err}
@@ -286,12 +286,12 @@ func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, err
 	if err != nil || !found {
 		return engine.Result{}, err
 	}
-	ok, err := b.rs.Expire(ctx, op.ID, op.TTL)
+	ok, ver, err := b.rs.ExpireVersion(ctx, op.ID, op.TTL)
 	if err != nil || !ok {
 		return engine.Result{}, err
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(op.TTL))
-	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: rec.Version, Changed: true}, nil
+	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: ver, Changed: true}, nil
 }
 
 func (b *Backend) pfadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
@@ -348,7 +348,24 @@ func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error
 		return engine.Result{}, err
 	}
 	b.writeFields(op.ID, op.Fields)
-	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: fields}, nil
+	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
+}
+
+// uniqueFields keeps the last value of each name, in the order names first
+// appear, as the embedded engine reports a hash add that names a field
+// twice (Redis answers once per delta).
+func uniqueFields(fs []counter.Field) []counter.Field {
+	out := fs[:0:0]
+	at := make(map[string]int, len(fs))
+	for _, f := range fs {
+		if i, ok := at[f.Name]; ok {
+			out[i].Value = f.Value
+			continue
+		}
+		at[f.Name] = len(out)
+		out = append(out, f)
+	}
+	return out
 }
 
 // writeFields hands hash field deltas to the write-behind.
@@ -369,5 +386,26 @@ func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error
 		undo[i] = counter.FieldDelta{Name: f.Name, Delta: -f.Value}
 	}
 	b.writeFields(op.ID, undo)
+	if len(removed) > 0 {
+		if err := b.dropEmptyHash(ctx, op.ID, ver); err != nil {
+			return engine.Result{}, err
+		}
+	}
 	return engine.Result{Kind: engine.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
+}
+
+// dropEmptyHash deletes the hash id if HDEL at version ver removed its last
+// field: like Redis (and the embedded engine), a hash without fields does
+// not exist. A hash add landing between the read and the delete is lost
+// with it; the version check keeps that window to one round trip.
+func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) error {
+	rec, found, err := b.rs.Get(ctx, id)
+	if err != nil || !found || rec.Kind != redisstore.KindHash || rec.Version != ver || len(rec.Fields) > 0 {
+		return err
+	}
+	if _, err := b.rs.Delete(ctx, id); err != nil {
+		return err
+	}
+	b.agg.Delete(id)
+	return nil
 }

@@ -173,6 +173,7 @@ func routeTable() []route {
 		{"GET", "/rollups/{key}", "rollup_get", (*Handler).rollupGet},
 		{"PUT", "/rollups/{key}", "rollup_set", (*Handler).rollupPut},
 		{"DELETE", "/rollups/{key}", "rollup_delete", (*Handler).rollupDelete},
+		{"GET", "/capabilities", "capabilities", (*Handler).capabilities},
 		{"GET", "/healthz", "healthz", (*Handler).healthz},
 		{"GET", "/readyz", "readyz", (*Handler).readyz},
 		{"GET", "/metrics", "metrics", (*Handler).serveMetrics},

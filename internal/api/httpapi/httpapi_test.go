@@ -662,6 +662,11 @@ func TestServiceRoutes(t *testing.T) {
 		t.Errorf("healthz: %q", a.Raw)
 	}
 	s.ok("GET", "/readyz", "")
+	var caps engine.Capabilities
+	if a := s.ok("GET", "/capabilities", ""); json.Unmarshal(a.Raw, &caps) != nil ||
+		caps != engine.Local(s.eng).Capabilities() || caps.Batches != engine.BatchAtomic {
+		t.Errorf("capabilities: %s", a.Raw)
+	}
 	ready = notReady
 	if a := s.fail(503, "unavailable", "GET", "/readyz", ""); !strings.Contains(string(a.Raw), "warming up") {
 		t.Errorf("readyz: %s", a.Raw)

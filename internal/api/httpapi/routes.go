@@ -340,6 +340,13 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+// capabilities answers where the backend differs from the embedded engine
+// (engine.Capabilities; docs/http-api.md, "Capabilities").
+func (h *Handler) capabilities(w http.ResponseWriter, r *http.Request) error {
+	writeJSON(w, http.StatusOK, h.eng.Capabilities())
+	return nil
+}
+
 func (h *Handler) healthz(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, statusAnswer{Status: "ok"})
 	return nil

@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"slices"
 	"time"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -44,9 +46,17 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 }
 
 // digestOf summarises a state. CRDT versions are per-node Lamport clocks
-// that differ between converged replicas, so only their data counts.
+// that differ between converged replicas, so only their data counts; and a
+// sharded counter's data names the node holding it, so only its slots do
+// (else converged replicas would exchange every sharded state each round).
 func digestOf(st State) digestItem {
 	sum := xxhash.Sum64(st.Data)
+	if st.Kind == engine.KindSharded && !st.Deleted {
+		var sh counter.Sharded
+		if sh.UnmarshalBinary(st.Data) == nil {
+			sum = slotsSum(sh.Slots())
+		}
+	}
 	if st.Deleted {
 		sum = ^sum
 	}
@@ -97,4 +107,19 @@ func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestRespons
 	}
 	resp.Idem = n.idem.forIDs(stateIDs(resp.States), time.Now().Add(-idemPushWindow))
 	return resp
+}
+
+// slotsSum hashes sharded slots (sorted by replica).
+func slotsSum(slots []counter.ShardedSlot) uint64 {
+	var d xxhash.Digest
+	d.Reset()
+	var b []byte
+	for _, x := range slots {
+		b = binary.AppendUvarint(b[:0], uint64(len(x.Replica)))
+		b = append(b, x.Replica...)
+		b = binary.AppendUvarint(b, x.Seq)
+		b = binary.AppendVarint(b, x.Sum)
+		_, _ = d.Write(b)
+	}
+	return d.Sum64()
 }

@@ -59,6 +59,17 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 	return n.applySplit(ctx, ops, wo, true)
 }
 
+// validateIDs checks read ids before they are sent: the wire (JSON) would
+// replace invalid UTF-8, turning an invalid id into another, valid one.
+func validateIDs(ids ...string) error {
+	for _, id := range ids {
+		if err := engine.ValidateID(id); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkSources rejects a PFMERGE whose sources have another owner than its
 // destination: the owner merges sketches it holds (like Redis Cluster's
 // CROSSSLOT).
@@ -236,6 +247,12 @@ func (n *Node) applySplit(ctx context.Context, ops []engine.Op, wo engine.WriteO
 			if isWrongOwner(err) && retry {
 				res, err = n.applySplit(ctx, part, wo, false)
 			}
+			var be *engine.BatchError
+			if err != nil && len(part) == 1 && len(ops) > 1 && !errors.As(err, &be) && !errors.Is(err, engine.ErrUnavailable) {
+				// The engine reports a one-op batch's failure without an
+				// index; the caller's batch has more ops.
+				err = &engine.BatchError{Index: 0, Err: err}
+			}
 			errs[gi] = remapBatchError(err, g.idx)
 			for i, r := range res {
 				out[g.idx[i]] = r
@@ -313,6 +330,9 @@ func (n *Node) PFCount(ctx context.Context, ids ...string) (uint64, float64, err
 	if len(ids) == 0 {
 		return n.store.PFCount(ctx) // the engine's error
 	}
+	if err := validateIDs(ids...); err != nil {
+		return 0, 0, err
+	}
 	s := n.ring.Snapshot()
 	for _, id := range ids[1:] {
 		if s.Owner(id) != s.Owner(ids[0]) {
@@ -328,6 +348,9 @@ func (n *Node) PFCount(ctx context.Context, ids ...string) (uint64, float64, err
 
 // TTL reads id's time to live on its owner.
 func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, error) {
+	if engine.ValidateID(id) != nil {
+		return 0, false, false, nil // a missing counter (engine.Backend)
+	}
 	resp, err := n.read(ctx, readRequest{Op: "ttl", ID: id})
 	if err != nil {
 		return 0, false, false, err
@@ -337,6 +360,9 @@ func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, e
 
 // Series reads id's rollup series on its owner.
 func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from, to time.Time) (*rollup.Series, error) {
+	if err := engine.ValidateID(id); err != nil {
+		return nil, err
+	}
 	resp, err := n.read(ctx, readRequest{Op: "series", ID: id, G: g, From: from, To: to})
 	if err != nil {
 		return nil, err
@@ -346,6 +372,9 @@ func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from
 
 // Uniques reads id's unique-count estimate on its owner.
 func (n *Node) Uniques(ctx context.Context, id string, unit rollup.Granularity, num int) (*rollup.Estimate, error) {
+	if err := engine.ValidateID(id); err != nil {
+		return nil, err
+	}
 	resp, err := n.read(ctx, readRequest{Op: "uniques", ID: id, G: unit, N: num})
 	if err != nil {
 		return nil, err

@@ -68,9 +68,17 @@ func (n *Node) Len(ctx context.Context) (int, error) {
 	return total, err
 }
 
-// FlushAll deletes every counter on every node.
+// FlushAll deletes every counter on every node. The nodes flush in
+// parallel, so a state one node pushed (replication, anti-entropy) just
+// before it flushed can reach a node that already had: a second round
+// deletes those. Writes racing with FlushAll may survive it.
 func (n *Node) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
-	return n.fanOut(ctx, &localRequest{Op: "flushall", Durability: wo.Durability}, nil)
+	for range 2 {
+		if err := n.fanOut(ctx, &localRequest{Op: "flushall", Durability: wo.Durability}, nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // SetRollup sets a rollup spec on every node (writes may be applied, and

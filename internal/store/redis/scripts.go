@@ -277,10 +277,13 @@ return 1
 `)
 
 // expireScript: ARGV ttl_ms (0 = remove the TTL), now_ms. Window buckets
-// keep their own TTLs. Reply 1 if the counter exists.
+// keep their own TTLs. Reply -1 if the counter does not exist, else its
+// version: raised like any write's, except by removing a TTL it did not
+// have (as the engine does).
 var expireScript = newScript(luaPrelude + `
-local m = redis.call('HMGET', meta, 'kind', 'shards')
-if not m[1] then return 0 end
+local m = redis.call('HMGET', meta, 'kind', 'shards', 'exp', 'version')
+if not m[1] then return -1 end
+if ARGV[1] == '0' and not m[3] then return tonumber(m[4] or '0') end
 local keys = {base, meta}
 if m[1] == 'sharded' then
   for i = 0, tonumber(m[2]) - 1 do keys[#keys + 1] = base .. ':shard:' .. i end
@@ -293,7 +296,7 @@ if ARGV[1] == '0' then
 else
   redis.call('HSET', meta, 'exp', fmt(tonumber(ARGV[2]) + tonumber(ARGV[1])))
 end
-return 1
+return bump(m[1], ARGV[2], nil, false)
 `)
 
 // hdelScript: ARGV now_ms, maycreate, names... Removes the fields; never

@@ -771,14 +771,36 @@ func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
 // Expire sets a counter's time to live; ttl == 0 removes it. It reports
 // whether the counter exists.
 func (s *Store) Expire(ctx context.Context, id string, ttl time.Duration) (bool, error) {
+	ok, _, err := s.ExpireVersion(ctx, id, ttl)
+	return ok, err
+}
+
+// ExpireVersion is Expire that also returns the counter's version after
+// it: raised like any write's, unchanged when removing a TTL the counter
+// did not have.
+func (s *Store) ExpireVersion(ctx context.Context, id string, ttl time.Duration) (exists bool, version uint64, err error) {
 	if ttl < 0 {
-		return false, fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+		return false, 0, fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+	}
+	if err := checkID(id); err != nil {
+		return false, 0, err
 	}
 	ms := ttl.Milliseconds()
 	if ttl > 0 && ms == 0 {
 		ms = 1
 	}
-	return s.simple(ctx, "expire", id, expireScript, ms, s.nowMS())
+	start := time.Now()
+	var n int64
+	ctx = context.WithoutCancel(ctx) // see write
+	err = s.do(ctx, "expire", true, func(ctx context.Context) (err error) {
+		n, err = s.eval(ctx, expireScript, keys(id), ms, s.nowMS()).Int64()
+		return err
+	})
+	s.observe("expire", start, err)
+	if err != nil || n < 0 {
+		return false, 0, err
+	}
+	return true, uint64(n), nil
 }
 
 func (s *Store) simple(ctx context.Context, op, id string, sc *script, args ...any) (bool, error) {

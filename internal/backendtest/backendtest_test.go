@@ -1,0 +1,145 @@
+package backendtest_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/backendtest"
+	"github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/cluster/node/nodetest"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ratelimit/redisrl"
+	"github.com/counterd/counterd/internal/testutil/pgtest"
+	"github.com/counterd/counterd/internal/testutil/redistest"
+	"github.com/counterd/counterd/internal/tiered"
+)
+
+func TestMain(m *testing.M) { pgtest.Main(m) }
+
+// limiter is an in-memory rate limiter on clk, closed when t ends;
+// keepKeys as a cluster node's (its state moves with the ring).
+func limiter(t *testing.T, clk *backendtest.Clock, keepKeys bool) *ratelimit.Limiter {
+	l, err := ratelimit.New(ratelimit.Config{Clock: clk.Now, EvictInterval: -1, KeepKeys: keepKeys})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestEmbedded(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		clk := backendtest.NewClock(backendtest.Start())
+		cfg := engine.DefaultConfig()
+		cfg.Dir, cfg.Clock = t.TempDir(), clk.Now
+		e, err := engine.Open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = e.Close() })
+		return backendtest.Setup{
+			Backend:             engine.Local(e),
+			Clock:               clk,
+			ExpiryFollowsClock:  true,
+			Checker:             limiter(t, clk, false),
+			CheckerFollowsClock: true,
+		}
+	})
+}
+
+// TestCluster runs the suite on a 3-node cluster, sending each call to the
+// next node. Rate limits: each node's Router decides on the key's owner,
+// forwarding to the owner's rate-limit HTTP API (as the server wires it).
+func TestCluster(t *testing.T) {
+	var routers []*ratelimit.Router
+	defer func() {
+		var st ratelimit.RouterStats
+		for _, r := range routers {
+			s := r.Stats()
+			st.Local, st.Forwarded, st.Fallback = st.Local+s.Local, st.Forwarded+s.Forwarded, st.Fallback+s.Fallback
+		}
+		if st == (ratelimit.RouterStats{}) {
+			return // the rate-limit subtests did not run (-run)
+		}
+		if st.Forwarded == 0 || st.Local == 0 || st.Fallback != 0 {
+			t.Errorf("router stats %+v: want checks decided on their owners, some forwarded, none by fallback", st)
+		}
+	}()
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		clk := backendtest.NewClock(backendtest.Start())
+		ids := []string{"n1", "n2", "n3"}
+		lims := map[string]*ratelimit.Limiter{}
+		for _, id := range ids {
+			lims[id] = limiter(t, clk, true)
+		}
+		c := nodetest.Start(t, nodetest.Options{
+			Clock: clk.Now,
+			HTTP: func(id string) http.Handler {
+				return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
+			},
+			// As the server wires it: limiter state follows the ring.
+			BeforeStart: func(id string, n *node.Node) { n.SetRateLimit(node.RateLimit{Limiter: lims[id]}) },
+		}, ids...)
+		var bs []engine.Backend
+		var cs []ratelimit.Checker
+		for i, n := range c.Nodes() {
+			bs = append(bs, n)
+			r, err := ratelimit.NewRouter(lims[ids[i]], ratelimit.RouterConfig{Owner: n.KeyOwner, Fallback: ratelimit.FallbackError})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = r.Close() })
+			cs, routers = append(cs, r), append(routers, r)
+		}
+		return backendtest.Setup{
+			Backend:             backendtest.RoundRobin(bs...),
+			Clock:               clk,
+			ExpiryFollowsClock:  true,
+			Checker:             backendtest.RoundRobinChecker(cs...),
+			CheckerFollowsClock: true,
+		}
+	})
+}
+
+func TestTiered(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		return tieredSetup(t, redistest.New(t).URL)
+	})
+}
+
+// TestTieredRedisCluster runs the suite on tiered over a Redis Cluster of
+// three masters.
+func TestTieredRedisCluster(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		return tieredSetup(t, redistest.NewCluster(t).URL())
+	})
+}
+
+// tieredSetup opens the tiered backend on redisURL and a fresh database.
+// Redis and PostgreSQL expire by the wall clock. Rate limits are decided
+// in Redis (redisrl) at the suite's clock.
+func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
+	clk := backendtest.NewClock(backendtest.Start())
+	o := tiered.Options{RedisURL: redisURL, PostgresDSN: pgtest.DSN(t), FlushInterval: 50 * time.Millisecond, NodeID: "t", Now: clk.Now}
+	o.Postgres.MaintenanceInterval = -1
+	b, err := tiered.Open(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	// Two deciders, as two counterd nodes would have, checks alternating
+	// between them: one limit for both.
+	var cs []ratelimit.Checker
+	for range 2 {
+		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk, false), Clock: clk.Now})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = d.Close() })
+		cs = append(cs, d)
+	}
+	return backendtest.Setup{Backend: b, Clock: clk, Checker: backendtest.RoundRobinChecker(cs...), CheckerFollowsClock: true}
+}

@@ -1,0 +1,91 @@
+package backendtest
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+func versionCases() []tcase {
+	return []tcase{
+		{"every write raises the version", func(e *env) {
+			id := e.id("v")
+			steps := []struct {
+				name string
+				op   engine.Op
+			}{
+				{"set", set(id, 1)},
+				{"add", add(id, engine.KindNone, 2)},
+				{"set again", set(id, 7)},
+				{"expire", engine.Op{Type: engine.OpExpire, ID: id, TTL: time.Hour}},
+				{"persist", engine.Op{Type: engine.OpExpire, ID: id}},
+				{"persist without a ttl", engine.Op{Type: engine.OpExpire, ID: id}},
+			}
+			var last uint64
+			for _, s := range steps {
+				r := e.apply(s.op)
+				// Every write raises the version, expire and persist
+				// included; removing a TTL the counter does not have
+				// changes nothing.
+				if s.name == "persist without a ttl" {
+					if r.Version != last {
+						e.t.Errorf("%s: version %d, want %d (nothing changed)", s.name, r.Version, last)
+					}
+				} else if r.Version <= last {
+					e.t.Errorf("%s: version %d, want above %d", s.name, r.Version, last)
+				}
+				if v := e.get(id); v.Version != r.Version {
+					e.t.Errorf("%s: result version %d, get version %d", s.name, r.Version, v.Version)
+				}
+				last = r.Version
+			}
+		}},
+		{"compare and set", func(e *env) {
+			id := e.id("cas")
+			op := engine.Op{Type: engine.OpSet, ID: id, Value: 1, CheckVersion: true} // expected 0: must not exist
+			r := e.apply(op)
+			e.wantResult("create with expected version 0", r, engine.KindCounter, 1, true)
+			op.Value, op.ExpectedVersion = 2, r.Version
+			r2 := e.apply(op)
+			if r2.Version <= r.Version || r2.Value != 2 {
+				e.t.Errorf("set with the current version = %+v, want value 2 above version %d", r2, r.Version)
+			}
+			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{}) // the version it just replaced
+			e.wantErr("set with the replaced version", err, engine.ErrVersionConflict)
+			e.wantValue(id, engine.KindCounter, 2)
+		}},
+		{"every kind has versions", func(e *env) {
+			for _, op := range everyKind(e) {
+				r := e.apply(op)
+				lag := op.Kind == engine.KindPN || op.Kind == engine.KindSharded
+				if lag && e.caps.LaggingCRDTAdds {
+					continue // the add's version is the receiving node's
+				}
+				v := e.get(op.ID)
+				if r.Version == 0 || v.Version != r.Version {
+					e.t.Errorf("%s %q: result version %d, get version %d; want the same, above 0", op.Type, op.ID, r.Version, v.Version)
+				}
+			}
+		}},
+		{"no-op writes keep the version", func(e *env) {
+			u := e.id("u")
+			r := e.apply(pfadd(u, "a"))
+			r2 := e.apply(pfadd(u, "a"))
+			if r2.Changed || r2.Version != r.Version {
+				e.t.Errorf("pfadd of a known item = %+v, want unchanged at version %d", r2, r.Version)
+			}
+			c := e.id("c")
+			r = e.apply(set(c, 1))
+			nx := set(c, 2)
+			nx.SetMode = engine.SetIfAbsent
+			e.apply(nx)
+			if v := e.get(c); v.Version != r.Version || v.Value != 1 {
+				e.t.Errorf("after SET NX that did not apply: %+v, want value 1 at version %d", v, r.Version)
+			}
+		}},
+	}
+}
+
+// keyOf returns a fresh idempotency key of e.
+func (e *env) keyOf(name string) string { return fmt.Sprintf("%skey.%s", e.p, name) }

@@ -1,0 +1,19 @@
+package tiered
+
+import "github.com/counterd/counterd/internal/engine"
+
+// Capabilities: batches are undone by inverse ops (ApplyBatch); the limits
+// are Redis' (limits); Aggregate sums PostgreSQL's totals (window counters'
+// in-window sums live in Redis only); every additive counter gets time
+// series (Series).
+func (b *Backend) Capabilities() engine.Capabilities {
+	return engine.Capabilities{
+		Mode:             "tiered",
+		Batches:          engine.BatchUndoInverse,
+		MultiKeyAnyOwner: true,
+		// Records live in Redis under the key alone (idem.go).
+		GlobalIdempotencyKeys: true,
+		Limits:                b.limits(),
+		SeriesWithoutSpec:     true,
+	}
+}
