@@ -170,7 +170,7 @@ down() {
 # then stop them all.
 watch_nodes() {
   trap 'echo; echo "stopping the cluster"; down; exit 0' INT TERM
-  local -A seen=()
+  local -a seen=() # by node number (bash 3 has no associative arrays)
   local i
   echo "watching; Ctrl-C stops every node. In another terminal: $0 kill 2 | start 2 | status"
   while :; do
