@@ -47,11 +47,6 @@ type Capabilities struct {
 	// HLLPrecision and RedisHashTags.
 	Limits Limits `json:"limits"`
 
-	// AggregateWindows: Aggregate sums window counters (their in-window
-	// sum) with the other additive kinds. False: it sums counter, sharded
-	// and pn counters only.
-	AggregateWindows bool `json:"aggregate_windows"`
-
 	// SeriesWithoutSpec: every additive counter keeps time series, with
 	// rollup.DefaultSpec's retention when no spec covers its id. False:
 	// Series of an id no spec covers is ErrNotFound.

@@ -205,12 +205,14 @@ func (b *Backend) Scan(ctx context.Context, cursor uint64, match string, count i
 	return out, next, nil
 }
 
-// additiveKinds are summed by Aggregate. Window counters are not: their
-// in-window sum lives in Redis only (PostgreSQL keeps their total).
+// additiveKinds are summed in PostgreSQL by Aggregate. Window counters are
+// summed from Redis: their in-window sum lives there only (PostgreSQL keeps
+// their total).
 var additiveKinds = []string{"counter", "sharded", "pn"}
 
-// Aggregate sums the counter, sharded and pn counters whose id starts with
-// prefix, from PostgreSQL after a flush.
+// Aggregate sums the additive counters whose id starts with prefix: counter,
+// sharded and pn counters from PostgreSQL after a flush, and each window
+// counter's in-window sum from Redis.
 func (b *Backend) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
 	if len(prefix) > engine.MaxIDLen {
 		return engine.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", engine.ErrInvalidID, engine.MaxIDLen)
@@ -221,6 +223,26 @@ func (b *Backend) Aggregate(ctx context.Context, prefix string) (engine.Aggregat
 	sum, n, overflow, err := b.pg.Sum(ctx, prefix, additiveKinds)
 	if err != nil {
 		return engine.Aggregate{}, unavailable(err)
+	}
+	windows, err := b.pg.PrefixIDs(ctx, prefix, "window")
+	if err != nil {
+		return engine.Aggregate{}, unavailable(err)
+	}
+	for _, id := range windows {
+		v, err := b.Get(ctx, id)
+		if err != nil {
+			return engine.Aggregate{}, err
+		}
+		if !v.Exists || v.Kind != engine.KindWindow {
+			continue // expired or replaced since the listing
+		}
+		next := sum + v.Value
+		if (v.Value > 0 && next < sum) || (v.Value < 0 && next > sum) {
+			overflow = true
+			break
+		}
+		sum = next
+		n++
 	}
 	if overflow {
 		return engine.Aggregate{}, fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)

@@ -77,7 +77,7 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	}
 	n.idem.put(resp.Idem)
 	if len(resp.States) > 0 {
-		if _, err := n.store.Merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
+		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			return err
 		}
 	}

@@ -170,7 +170,7 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, want u
 	}
 	n.idem.put(resp.Idem)
 	if len(resp.States) > 0 {
-		if _, err := n.store.Merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
+		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			n.log.Warn("cluster: fence merge", "from", peer, "err", err)
 			return false, err
 		}

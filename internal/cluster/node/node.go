@@ -146,6 +146,7 @@ type Node struct {
 	dirty   dirtySet
 	idem    idemCache     // idempotency records shipped by other owners
 	stripes stripes       // keyed applies vs exports (idem.go)
+	tombs   tombs         // recently deleted ids (tombstones.go)
 	handoff chan struct{} // 1-buffered: a ring change to hand off
 	rl      RateLimit     // set before Start (ratelimit.go)
 

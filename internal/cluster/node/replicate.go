@@ -49,8 +49,10 @@ func (n *Node) replicateAfter(ctx context.Context, ops []engine.Op, res []engine
 			continue
 		}
 		c := change{id: ops[i].ID}
-		if ops[i].Type == engine.OpDelete && r.Changed {
-			c.tomb = &State{ID: c.id, Kind: r.Kind, Version: r.Version, Deleted: true}
+		if (ops[i].Type == engine.OpDelete || ops[i].Type == engine.OpExpire && ops[i].TTL < 0) && r.Changed {
+			at := n.store.Now().UnixNano() // the clock UpdatedAt stamps come from
+			c.tomb = &State{ID: c.id, Kind: r.Kind, Version: r.Version, UpdatedAt: at, Deleted: true}
+			n.tombs.add(c.id, at)
 		}
 		changes = append(changes, c)
 	}
@@ -231,6 +233,6 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 	// Records first: a merge that fails its fsync wait (the sender gave
 	// up) has still changed memory, and its retry must replay.
 	n.idem.put(req.Idem)
-	changed, err := n.store.Merge(ctx, req.States, wo)
+	changed, err := n.merge(ctx, req.States, wo)
 	return &replicateResponse{Changed: changed, Err: toWire(err)}
 }

@@ -100,6 +100,21 @@ func (s *Store) Sum(ctx context.Context, prefix string, kinds []string) (sum int
 	return sum, count, false, nil
 }
 
+// PrefixIDs lists the live counters of kind whose id starts with prefix.
+func (s *Store) PrefixIDs(ctx context.Context, prefix, kind string) ([]string, error) {
+	s.statements.Add(1)
+	rows, err := s.pool.Query(ctx, `SELECT counter_id FROM counters
+		WHERE starts_with(counter_id, $1) AND counter_type = $2 AND `+live+` ORDER BY counter_id`, prefix, kind)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: prefix ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: prefix ids: %w", err)
+	}
+	return ids, nil
+}
+
 // Truncate deletes every counter with its shards, fields, sketch, time
 // series and aggregates (FLUSHALL). Snapshots, the audit log and applied
 // batch ids are kept.
