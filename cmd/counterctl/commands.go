@@ -43,6 +43,7 @@ func init() {
 		{"aggregate", "PREFIX", "Print the sum of the counters whose id starts with PREFIX.", 1, 1, setupAggregate},
 		{"list", "[PREFIX]", "List the ids starting with PREFIX (all ids without one).", 0, 1, setupList},
 		{"auth", "token | hash", "Make a new API token and its digest, or print the digest of a token read from stdin (docs/security.md).", 1, 1, setupAuth},
+		{"cluster", "status | forget NODE [--force]", "Show the cluster as a node sees it, or forget a member that is gone for good (docs/cluster.md).", 1, 2, setupCluster},
 		{"bench", "[flags]", "Run a concurrent load against the server and print throughput and latency.", 0, 0, setupBench},
 	}
 }

@@ -608,6 +608,24 @@ func TestAuthCluster(t *testing.T) {
 	if code, _ := get(nodes[0].url+"/cluster", ""); code != 401 {
 		t.Fatalf("GET /cluster without a token: %d, want 401", code)
 	}
+	// Forgetting a member needs admin on every namespace; the admin's
+	// request reaches the handler, which refuses a live member.
+	for _, tc := range []struct {
+		tok  string
+		code int
+	}{{"", 401}, {tokWriter, 403}, {tokOther, 403}, {tokAdmin, 400}} {
+		req, _ := http.NewRequest("POST", nodes[0].url+"/cluster/forget", strings.NewReader(`{"node":"a2"}`))
+		req.Header.Set("Authorization", "Bearer "+tc.tok)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.code || tc.code == 400 && !strings.Contains(string(b), "alive") {
+			t.Fatalf("POST /cluster/forget with token %q: %d %s, want %d", tc.tok, resp.StatusCode, b, tc.code)
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

@@ -72,6 +72,7 @@ var httpNeeds = map[string]auth.Need{
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
+	"POST /cluster/forget": needAdminAll, // retires a member of the whole cluster
 }
 
 // unmatchedNeed is required of a request no route matches: it gets the

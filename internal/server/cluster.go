@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 
 	cnode "github.com/counterd/counterd/internal/cluster/node"
@@ -32,6 +33,9 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 		Logger:     log,
 		PeerTLS:    sec.peerClient(),
 	}
+	// Beside the engine's files: a node that forgot members still refuses
+	// them after a restart.
+	ccfg.Membership.ForgetFile = filepath.Join(cfg.Data, "cluster-forgotten.json")
 	if sec != nil {
 		ccfg.Membership.SecretKey = sec.gossipKey
 		ccfg.Membership.Admit = sec.admitPeer()

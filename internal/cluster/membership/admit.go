@@ -28,8 +28,11 @@ func sameNode(a, b Member) bool { return a.Addr == b.Addr && bytes.Equal(a.Meta,
 
 // admitLocked reports whether mem, alive, may be reported now. If not, it
 // is queued for Config.Admit, which reports it once accepted. m.mu must be
-// held.
+// held. A forgotten member is never reported.
 func (m *Membership) admitLocked(mem Member) bool {
+	if m.forgotten[mem.ID] {
+		return false // retired for good (forget.go)
+	}
 	if m.cfg.Admit == nil || mem.ID == m.cfg.NodeID {
 		return true
 	}

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/memberlist"
@@ -104,6 +105,11 @@ type Config struct {
 	// the gossip. Default: every member is admitted.
 	Admit      func(context.Context, Member) error
 	AdmitRetry time.Duration // default DefaultAdmitRetry
+
+	// ForgetFile, when set, keeps the forgotten ids (forget.go) across
+	// restarts: read by Start, rewritten (atomically, fsynced) on every
+	// change. Default: memory only.
+	ForgetFile string
 
 	// DeadRetention (memberlist GossipToTheDeadTime and DeadNodeReclaimTime):
 	// how long memberlist keeps gossiping about a dead node, and after which a
@@ -217,6 +223,7 @@ const (
 	EventJoin   EventType = iota // a member became alive (first seen, or back after dead/left)
 	EventLeave                   // a member became dead or left (see Member.State)
 	EventUpdate                  // an alive member's Meta or address changed, or dead became left
+	EventForget                  // a member was forgotten (forget.go): it left Members for good
 )
 
 func (t EventType) String() string {
@@ -227,6 +234,8 @@ func (t EventType) String() string {
 		return "leave"
 	case EventUpdate:
 		return "update"
+	case EventForget:
+		return "forget"
 	}
 	return "EventType(" + strconv.Itoa(int(t)) + ")"
 }
@@ -257,6 +266,9 @@ type Membership struct {
 	shutdownOnce sync.Once
 	stop         chan struct{}
 	done         chan struct{}
+
+	forgotten   map[string]bool                 // guarded by mu; retired ids (forget.go)
+	forgottenRO atomic.Pointer[map[string]bool] // a copy of forgotten for lock-free reads
 }
 
 // leaveIntent prefixes the user message a leaving node sends to its peers.
@@ -300,6 +312,9 @@ func Start(cfg Config) (*Membership, error) {
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 
+	if err := m.loadForgotten(); err != nil {
+		return nil, err
+	}
 	go m.dispatch()
 	ml, err := memberlist.Create(mc)
 	if err != nil {
@@ -557,6 +572,9 @@ func (d *delegate) NodeMeta(limit int) []byte {
 }
 
 func (d *delegate) NotifyMsg(b []byte) {
+	if (*Membership)(d).forgetMessage(b) {
+		return
+	}
 	id, ok := bytes.CutPrefix(b, leaveIntent)
 	if !ok {
 		return
@@ -573,8 +591,8 @@ func (d *delegate) NotifyMsg(b []byte) {
 }
 
 func (d *delegate) GetBroadcasts(overhead, limit int) [][]byte { return nil }
-func (d *delegate) LocalState(join bool) []byte                { return nil }
-func (d *delegate) MergeRemoteState(buf []byte, join bool)     {}
+func (d *delegate) LocalState(join bool) []byte                { return (*Membership)(d).localState() }
+func (d *delegate) MergeRemoteState(buf []byte, join bool)     { (*Membership)(d).mergeRemoteState(buf) }
 
 // slogWriter turns memberlist's "[LEVEL] memberlist: msg" lines into slog
 // records.

@@ -36,6 +36,9 @@ func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteO
 
 // applyOps applies ops (one op when !batch) where they belong.
 func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	if err := n.retired(); err != nil {
+		return nil, err // even CRDT adds: nobody would take its pushes
+	}
 	if err := n.checkSources(ops, batch); err != nil {
 		return nil, err
 	}

@@ -180,6 +180,9 @@ func (n *Node) Rollups(ctx context.Context) (map[string]rollup.Spec, error) {
 // answer to merge (serially). Any failure fails the whole operation: a
 // partial sum would be wrong without saying so.
 func (n *Node) fanOut(ctx context.Context, req *localRequest, merge func(*localResponse) error) error {
+	if err := n.retired(); err != nil {
+		return err
+	}
 	nodes := n.ring.Snapshot().Nodes()
 	resps := make([]*localResponse, len(nodes))
 	errs := make([]error, len(nodes))

@@ -72,6 +72,9 @@ func isCRDT(k engine.Kind) bool { return k == engine.KindPN || k == engine.KindS
 // a versioned kind this node no longer replicates is then dropped, only if
 // every new replica acknowledged it and it did not change meanwhile.
 func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
+	if n.retired() != nil {
+		return nil // forgotten: peers refuse its stale state anyway
+	}
 	start := time.Now()
 	// Rate-limit state first: it is in memory, small, and the new owners
 	// already decide its keys.

@@ -102,6 +102,9 @@ func (p *peers) close() {
 // call invokes method on node. Transport failures become *UnavailableError;
 // a call without a deadline gets cfg.RPCTimeout.
 func (n *Node) call(ctx context.Context, node, method string, req, resp any) error {
+	if err := n.retired(); err != nil {
+		return err // forgotten: its state is stale and peers refuse it (forget.go)
+	}
 	conn, err := n.peers.conn(node)
 	if err != nil {
 		return &UnavailableError{Node: node, Op: method, Err: err}

@@ -15,6 +15,9 @@ import (
 // the receiver named or at the owner in our refreshed ring; never more, so
 // a request makes at most two hops in total and never loops.
 func (n *Node) routed(ctx context.Context, op, id string, local func(context.Context) error, remote func(context.Context, string) error) error {
+	if err := n.retired(); err != nil {
+		return err // its copies are stale
+	}
 	var hint string
 	var err error
 	for attempt := 0; attempt < 2; attempt++ {
@@ -97,8 +100,12 @@ func ownedIDs(ids []string, exempt func(string) bool) []string {
 }
 
 // joinedOrAlone fails while this node has not yet met any of the other
-// --join nodes: alone, it would own every id and diverge from the cluster.
+// --join nodes: alone, it would own every id and diverge from the cluster;
+// and for good once the cluster forgot it (forget.go).
 func (n *Node) joinedOrAlone() error {
+	if err := n.retired(); err != nil {
+		return err
+	}
 	if !n.joined.Load() && n.hasOtherSeeds() {
 		return errNotJoined
 	}

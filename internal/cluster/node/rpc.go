@@ -180,6 +180,11 @@ func unary[Req any, Resp any](name string, f func(*Node, context.Context, *Req) 
 			if err := dec(req); err != nil {
 				return nil, err
 			}
+			if h, ok := any(req).(interface{ sender() string }); ok {
+				if err := srv.(*Node).refusePeer(h.sender()); err != nil {
+					return nil, err // forget.go
+				}
+			}
 			h := func(ctx context.Context, r any) (any, error) { return f(srv.(*Node), ctx, r.(*Req)), nil }
 			if ic == nil {
 				return h(ctx, req)

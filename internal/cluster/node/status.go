@@ -19,6 +19,7 @@ type Status struct {
 	VNodes            int            `json:"vnodes"`
 	ReplicationFactor int            `json:"replication_factor"`
 	Members           []MemberStatus `json:"members"`
+	Forgotten         []string       `json:"forgotten,omitempty"` // retired node ids (forget.go)
 }
 
 // MemberStatus is one member in Status.
@@ -46,6 +47,7 @@ func (n *Node) Status() Status {
 		st.Members = []MemberStatus{{ID: n.self, State: "alive", Gossip: n.cfg.Gossip, HTTP: meta.HTTP, RESP: meta.RESP, GRPC: meta.GRPC, Ownership: share(n.self)}}
 		return st
 	}
+	st.Forgotten = m.Forgotten()
 	for _, mem := range m.Members() { // sorted by id
 		meta := parseMeta(mem.Meta)
 		ms := MemberStatus{ID: mem.ID, State: mem.State.String(), Gossip: mem.Addr, HTTP: meta.HTTP, RESP: meta.RESP, GRPC: meta.GRPC}
@@ -61,7 +63,8 @@ func (n *Node) Status() Status {
 const RingVersionHeader = "Counterd-Ring-Version"
 
 // Routes are the node's extra HTTP handlers by path prefix: GET /cluster
-// (Status as JSON) and GET /cluster/metrics (the node's metrics alone).
+// (Status as JSON), GET /cluster/metrics (the node's metrics alone) and
+// POST /cluster/forget (forget.go).
 func (n *Node) Routes() map[string]http.Handler {
 	var once sync.Once
 	var mh http.Handler
@@ -71,6 +74,9 @@ func (n *Node) Routes() map[string]http.Handler {
 		case "/cluster/metrics":
 			once.Do(func() { mh = n.metricsHandler() })
 			mh.ServeHTTP(w, r)
+			return
+		case "/cluster/forget":
+			n.serveForget(w, r)
 			return
 		default:
 			http.NotFound(w, r)
