@@ -455,9 +455,10 @@ type load struct {
 	acks, counterAcks  atomic.Int64 // acknowledged increments; of them, of kind counter
 	attempts, failures atomic.Int64 // requests sent; of them, failed
 
-	mu         sync.Mutex // guards unexpected, failed
+	mu         sync.Mutex // guards unexpected, failed, fails
 	unexpected []string   // 4xx answers: a bug in the server or the test
 	failed     []string   // the first failed requests, for the report
+	fails      failTimes  // when requests failed, by target node
 }
 
 // startLoad starts workers writing until stop.
@@ -512,6 +513,7 @@ func (l *load) send(w int, s counterSpec, key string) bool {
 		ce := (*cdclient.Error)(nil)
 		bad := errors.As(err, &ce) && ce.Status < 500 && ce.Status != http.StatusTooManyRequests
 		l.mu.Lock()
+		l.fails.add(n.id, time.Now())
 		if bad && len(l.unexpected) < 5 {
 			l.unexpected = append(l.unexpected, msg)
 		}

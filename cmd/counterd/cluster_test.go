@@ -167,7 +167,12 @@ func killSpecs() []counterSpec {
 // TestClusterKillOwner: under sync load through the client, SIGKILL the
 // owner of kill:c:0; writers fail over to the other nodes with the same
 // idempotency key. No acknowledged increment may be missing on the
-// survivors, and after the node restarts on its data every node agrees.
+// survivors, a counter id whose increments were all acknowledged reads
+// exactly their sum (a retry of an increment the dead owner applied
+// replays its replicated record), and after the node restarts on its data
+// every node agrees. Requests sent to the survivors fail for at most a few
+// seconds (the window is logged; the goal, about 1 s, is measured by
+// BenchmarkFailover).
 func TestClusterKillOwner(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of counterd processes")
@@ -191,6 +196,7 @@ func TestClusterKillOwner(t *testing.T) {
 	defer l.stop(t)
 	l.waitAcks(t, 300, 60*time.Second)
 
+	l.resetFails()
 	victim.kill(t)
 	killed := time.Now()
 	t.Logf("SIGKILLed %s (owner of %s) after %d acknowledged increments", victim.id, sp[0].id, l.acks.Load())
@@ -201,17 +207,25 @@ func TestClusterKillOwner(t *testing.T) {
 	}
 	l.waitAcks(t, 300, 60*time.Second)
 	l.stop(t)
-	// Zero acknowledged increments may be lost (value >= acknowledged).
-	// An increment in flight on the victim when it died may count twice
-	// once retried elsewhere: at most one per worker over all ids.
-	if err := poll(10*time.Second, func() error { return convergedSlack(survivors, led, sp, exactNone, workers) }); err != nil {
+	window, failing := l.errorWindow(survivors, killed)
+	t.Logf("requests to the survivors failed until %v after the kill (%d of %d survivors answered an error)", window.Round(time.Millisecond), failing, len(survivors))
+	if window > 3*time.Second {
+		t.Errorf("requests to the survivors failed for %v after the kill, want under 3s", window)
+	}
+	// Zero acknowledged increments may be lost (value >= acknowledged),
+	// and none of kind counter counted twice. A pn or sharded add in
+	// flight on the victim when it died may count twice once retried
+	// elsewhere (docs/cluster.md, "Not done yet"): at most one per worker
+	// over all ids.
+	exactCounters := func(s counterSpec) bool { return s.kind == cdclient.KindCounter && led.resolved(s) }
+	if err := poll(10*time.Second, func() error { return convergedSlack(survivors, led, sp, exactCounters, workers) }); err != nil {
 		t.Errorf("after SIGKILL of %s the survivors lost acknowledged sync increments or disagree:\n%v", victim.id, err)
 	}
 
 	victim.start(t)
 	restarted := time.Now()
 	waitAlive(t, c.nodes, 60*time.Second)
-	if err := poll(15*time.Second, func() error { return convergedSlack(c.nodes, led, sp, exactNone, workers) }); err != nil {
+	if err := poll(15*time.Second, func() error { return convergedSlack(c.nodes, led, sp, exactCounters, workers) }); err != nil {
 		t.Errorf("after %s restarted, nodes disagree or lost acknowledged increments:\n%v", victim.id, err)
 	} else {
 		t.Logf("%s rejoined and every node agrees %v after restart", victim.id, time.Since(restarted).Round(time.Millisecond))

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/counterd/counterd/internal/cluster/membership"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -36,6 +37,12 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 	// Beside the engine's files: a node that forgot members still refuses
 	// them after a restart.
 	ccfg.Membership.ForgetFile = filepath.Join(cfg.Data, "cluster-forgotten.json")
+	timing, err := membership.ParseTiming(cfg.ClusterTiming)
+	if err != nil {
+		_ = eng.Close()
+		return nil, err
+	}
+	timing.Apply(&ccfg.Membership)
 	if sec != nil {
 		ccfg.Membership.SecretKey = sec.gossipKey
 		ccfg.Membership.Admit = sec.admitPeer()

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -66,6 +67,8 @@ type Config struct {
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
+	// cluster failure detection (docs/cluster.md: Failover timing)
+	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
 
 	envErrs []error // environment variables that did not parse
 }
@@ -84,6 +87,7 @@ func DefaultConfig() Config {
 		Durability:           "async",
 		NodeID:               host,
 		Gossip:               "127.0.0.1:7946",
+		ClusterTiming:        "fast",
 		FlushInterval:        time.Second,
 		IdempotencyRetention: 24 * time.Hour,
 		IdempotencyMemory:    100000,
@@ -143,6 +147,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.validateTLS(); err != nil {
 		return err
+	}
+	if _, err := membership.ParseTiming(c.ClusterTiming); err != nil {
+		return fmt.Errorf("server: --cluster-timing: %w", err)
 	}
 	if err := c.validateHardening(); err != nil {
 		return err
@@ -235,6 +242,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
+	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 1 s) or lan (memberlist LAN defaults, about 5 s)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 

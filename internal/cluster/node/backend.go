@@ -47,6 +47,9 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 	}
 	if !batch {
 		var res []engine.Result
+		if wo.IdempotencyKey != "" {
+			ctx = withRetrySafe(ctx)
+		}
 		err := n.routed(ctx, "apply", ops[0].ID, func(ctx context.Context) (err error) {
 			res, err = n.localApply(ctx, ops, batch, wo)
 			return err

@@ -16,6 +16,7 @@ type metrics struct {
 	handoff        *prometheus.CounterVec // by result: sent, dropped, failed, limits_sent, limits_replicated
 	antiEntropy    prometheus.Counter
 	ringVersion    prometheus.Gauge
+	failover       *prometheus.CounterVec // by result: probe_failed, rerouted, timeout
 }
 
 func newMetrics() *metrics {
@@ -50,13 +51,17 @@ func newMetrics() *metrics {
 			Name: "counterd_cluster_ring_version",
 			Help: "Version of this node's ring (increases on every membership change it sees).",
 		}),
+		failover: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "counterd_cluster_failover_total",
+			Help: "Forwarded requests whose owner failed a direct probe after a failed call (probe_failed), then were sent to the new owner (rerouted) or gave up waiting for the ring to move (timeout).",
+		}, []string{"result"}),
 	}
 }
 
 // Collectors returns the node's metrics, for the server's registry.
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.metrics
-	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion}
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover}
 }
 
 // metricsHandler serves the node's metrics alone (at /cluster/metrics) for

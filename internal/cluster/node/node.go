@@ -49,6 +49,10 @@ type Config struct {
 	// keys this node owns goes to each key's next replica, its owner if
 	// this node dies (SetRateLimit); default 1s, negative: never.
 	LimitReplication time.Duration
+	// FailoverWait bounds how long a forwarder waits for the ring to move
+	// an id away from an owner that failed a call and a direct probe
+	// (probe.go); default 3s.
+	FailoverWait time.Duration
 
 	// Limits are what Apply and ApplyBatch accept, checked before any op
 	// is routed (so a bad op in a batch that spans owners applies
@@ -78,6 +82,7 @@ func (c Config) withDefaults() Config {
 	set(&c.RPCTimeout, DefaultRPCTimeout)
 	set(&c.FenceTimeout, DefaultFenceTimeout)
 	set(&c.LimitReplication, DefaultLimitReplication)
+	set(&c.FailoverWait, DefaultFailoverWait)
 	if c.Durability == engine.DurabilityDefault {
 		c.Durability = engine.Async
 	}

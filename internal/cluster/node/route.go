@@ -13,7 +13,9 @@ import (
 // else remote(owner) with the hop flag set. A WrongOwnerError (the sender's
 // ring was stale, or ours changed under us) is retried once, at the owner
 // the receiver named or at the owner in our refreshed ring; never more, so
-// a request makes at most two hops in total and never loops.
+// a request makes at most two hops in total and never loops. A call to an
+// owner that turns out to be dead is sent once more to the new owner
+// (failedOver), which also counts as the second hop.
 func (n *Node) routed(ctx context.Context, op, id string, local func(context.Context) error, remote func(context.Context, string) error) error {
 	if err := n.retired(); err != nil {
 		return err // its copies are stale
@@ -30,6 +32,10 @@ func (n *Node) routed(ctx context.Context, op, id string, local func(context.Con
 		} else {
 			err = remote(ctx, owner)
 			n.metrics.forwarded.WithLabelValues(op, resultLabel(err)).Inc()
+			// Reads fall back to a replica at once instead (read).
+			if attempt == 0 && err != nil && op == "apply" && n.failedOver(ctx, id, owner, err) {
+				continue
+			}
 		}
 		var wo *WrongOwnerError
 		if !errors.As(err, &wo) {
