@@ -17,6 +17,21 @@ import (
 // With cn (cluster mode) the node replicates the log, moves lim's state
 // with the ring, and a Router decides each check on its key's owner
 // (forwarding over TLS with sec's peer settings).
+// logSeeded reports how --ratelimit-policies seeded a policy store: a
+// warning for each stored policy kept although the file differs.
+func logSeeded(log *slog.Logger, added, kept []string, err error) error {
+	if err != nil {
+		return fmt.Errorf("server: --ratelimit-policies: %w", err)
+	}
+	for _, name := range kept {
+		log.Warn("rate-limit policy already stored differs from --ratelimit-policies; keeping the stored one (change it through the API)", "policy", name)
+	}
+	if len(added)+len(kept) > 0 {
+		log.Info("rate-limit policies seeded", "added", len(added), "kept", len(kept))
+	}
+	return nil
+}
+
 func engineLimits(eng *engine.Engine, cn *cnode.Node, sec *security, log *slog.Logger) func(context.Context, *ratelimit.Limiter) (*sharedLimits, error) {
 	return func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
 		pl, err := ratelimit.OpenPolicyLog(eng.NodeID(), cnode.EnginePolicies(eng))
@@ -24,14 +39,8 @@ func engineLimits(eng *engine.Engine, cn *cnode.Node, sec *security, log *slog.L
 			return nil, fmt.Errorf("server: rate-limit policies: %w", err)
 		}
 		added, kept, err := pl.Seed(lim.Policies())
-		if err != nil {
-			return nil, fmt.Errorf("server: --ratelimit-policies: %w", err)
-		}
-		for _, name := range kept {
-			log.Warn("rate-limit policy already stored differs from --ratelimit-policies; keeping the stored one (change it through the API)", "policy", name)
-		}
-		if len(added)+len(kept) > 0 {
-			log.Info("rate-limit policies seeded", "added", len(added), "kept", len(kept))
+		if err := logSeeded(log, added, kept, err); err != nil {
+			return nil, err
 		}
 		var checker ratelimit.Checker = lim
 		closeRouter := func() {}

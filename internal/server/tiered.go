@@ -58,13 +58,9 @@ func tieredRateLimits(ctx context.Context, b *tiered.Backend, lim *ratelimit.Lim
 	st := b.Postgres().Policies()
 	if seed := lim.Policies(); len(seed) > 0 {
 		added, kept, err := ratelimit.SeedPolicies(ctx, st, seed)
-		if err != nil {
-			return nil, fmt.Errorf("server: --ratelimit-policies: %w", err)
+		if err := logSeeded(log, added, kept, err); err != nil {
+			return nil, err
 		}
-		for _, name := range kept {
-			log.Warn("rate-limit policy already stored differs from --ratelimit-policies; keeping the stored one (change it through the API)", "policy", name)
-		}
-		log.Info("rate-limit policies seeded", "added", len(added), "kept", len(kept))
 	}
 	sync, err := ratelimit.NewPolicySync(ctx, lim, st, ratelimit.PolicySyncConfig{Logger: log})
 	if err != nil {

@@ -16,11 +16,13 @@ const (
 	hllStdError = 0.0081
 )
 
-// limits returns what Apply and ApplyBatch accept: the engine's defaults,
-// with Redis's HLL precision and ids that keep their hash tag.
-func (b *Backend) limits() engine.Limits {
+// limitsFor returns what Apply and ApplyBatch accept: the engine's
+// defaults, with Redis's HLL precision and ids that keep their hash tag.
+func limitsFor(maxBatch int) engine.Limits {
 	l := engine.DefaultLimits()
-	l.MaxBatch = b.opts.MaxBatch
+	if maxBatch > 0 {
+		l.MaxBatch = maxBatch
+	}
 	l.HLLPrecision = hllPrec
 	l.RedisHashTags = true
 	return l
@@ -29,7 +31,7 @@ func (b *Backend) limits() engine.Limits {
 // Apply applies one mutation: in Redis, then handed to the write-behind.
 // A sync write returns once the PostgreSQL batch holding it committed.
 func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
-	if err := op.Validate(b.limits()); err != nil {
+	if err := op.Validate(b.limits); err != nil {
 		return engine.Result{}, err
 	}
 	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo, false)
@@ -46,7 +48,7 @@ func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOption
 // hdel) cannot be undone, and readers may see a batch half applied (Redis
 // keys of different ids are not updated atomically).
 func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
-	if err := engine.ValidateBatch(ops, b.limits()); err != nil {
+	if err := engine.ValidateBatch(ops, b.limits); err != nil {
 		return nil, err
 	}
 	return b.applyKeyed(ctx, ops, wo, true)

@@ -13,7 +13,7 @@ func (b *Backend) Capabilities() engine.Capabilities {
 		MultiKeyAnyOwner: true,
 		// Records live in Redis under the key alone (idem.go).
 		GlobalIdempotencyKeys: true,
-		Limits:                b.limits(),
+		Limits:                b.limits,
 		SeriesWithoutSpec:     true,
 	}
 }

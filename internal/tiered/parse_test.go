@@ -120,7 +120,7 @@ func TestValidateRejectsBeforeWriting(t *testing.T) {
 		{Type: engine.OpPFMerge, ID: "a", Sources: []string{""}},
 		{Type: 99, ID: "a"},
 	}
-	lim := (&Backend{}).limits()
+	lim := limitsFor(0)
 	for _, op := range bad {
 		if err := op.Validate(lim); err == nil {
 			t.Errorf("validate(%+v) = nil", op)

@@ -97,10 +97,11 @@ func (o *Options) defaults() {
 // Backend serves engine.Backend from Redis and PostgreSQL. It is safe for
 // concurrent use; call Close.
 type Backend struct {
-	opts Options
-	rs   *redisstore.Store
-	pg   *postgres.Store
-	agg  *postgres.Aggregator
+	opts   Options
+	limits engine.Limits // what Apply and ApplyBatch accept, from opts
+	rs     *redisstore.Store
+	pg     *postgres.Store
+	agg    *postgres.Aggregator
 
 	ops     atomic.Uint64
 	flushes atomic.Uint64
@@ -128,7 +129,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tiered: %w: %w", ErrUnavailable, err)
 	}
-	b := &Backend{opts: opts, pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{})}
+	b := &Backend{opts: opts, limits: limitsFor(opts.MaxBatch), pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{})}
 	ro := opts.Redis
 	ro.Loader = b.load
 	ro.Now = opts.Now
