@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
 )
 
 // httpDo sends method url with a JSON body and returns the status and body.
@@ -90,6 +92,19 @@ func TestRateLimitPoliciesSurviveRestart(t *testing.T) {
 	}
 }
 
+// clusterWithKeyOn starts a 3-node cluster and returns it, its ring and the
+// first id prefix:N that owner owns.
+func clusterWithKeyOn(t *testing.T, owner, prefix string) (*testCluster, *ring.Ring, string) {
+	t.Helper()
+	c := newCluster(t, 3, loopback)
+	r := ringOf(waitAlive(t, c.nodes, 30*time.Second)[0])
+	for i := 0; ; i++ {
+		if k := fmt.Sprintf("%s:%d", prefix, i); r.Owner(k) == owner {
+			return c, r, k
+		}
+	}
+}
+
 // TestClusterRateLimitOwnerLeaves: a policy put on one node is used by the
 // others; a key's owner decides 6 of its limit of 10, then leaves
 // (SIGTERM: drain with handoff), and the remaining nodes admit exactly 4
@@ -98,15 +113,7 @@ func TestClusterRateLimitOwnerLeaves(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of counterd processes")
 	}
-	c := newCluster(t, 3, loopback)
-	views := waitAlive(t, c.nodes, 30*time.Second)
-	r := ringOf(views[0])
-	var key string
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("rl:leave:%d", i); r.Owner(k) == "n1" {
-			key = k
-		}
-	}
+	c, _, key := clusterWithKeyOn(t, "n1", "rl:leave")
 	owner, rest := c.node("n1"), []*cnode{c.node("n2"), c.node("n3")}
 	if code, body := httpDo(t, "PUT", rest[0].url+"/ratelimit/policies/leave", `{"match": "rl:*", "algorithm": "sliding_window", "limit": 10, "period": "1h"}`); code != 200 {
 		t.Fatalf("PUT policy on %s: %d %s", rest[0].id, code, body)
@@ -140,15 +147,7 @@ func TestClusterRateLimitOwnerCrash(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs a cluster of counterd processes")
 	}
-	c := newCluster(t, 3, loopback)
-	views := waitAlive(t, c.nodes, 30*time.Second)
-	r := ringOf(views[0])
-	var key string
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprintf("rl:crash:%d", i); r.Owner(k) == "n1" {
-			key = k
-		}
-	}
+	c, r, key := clusterWithKeyOn(t, "n1", "rl:crash")
 	replica := c.node(r.Replicas(key, 2)[1])
 	var rest []*cnode
 	for _, n := range c.nodes {
