@@ -118,3 +118,39 @@ func normalize(ops []Op) []Op {
 	}
 	return out
 }
+
+// TestIdemRecordReadsBeforeUnification: a record stored on disk by the
+// engine before the one record format (its fingerprint function and JSON,
+// captured from that version) still replays the first result, so a retry
+// that spans the upgrade is not applied twice.
+func TestIdemRecordReadsBeforeUnification(t *testing.T) {
+	ops := []Op{
+		{Type: OpAdd, ID: "page_views:a", Delta: 5, Kind: KindPN, TTL: time.Hour},
+		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: -2}}},
+		{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y")}, HLLPrecision: 12},
+	}
+	const oldFP = 11395214067388251298
+	if fp := Fingerprint(ops); fp != oldFP {
+		t.Fatalf("Fingerprint = %d, the engine stored %d for the same request", fp, uint64(oldFP))
+	}
+	stored := `{"fp":11395214067388251298,"created":1700000000000000000,"results":[{"id":"page_views:a","kind":3,"value":5,"version":1,"changed":true}]}`
+
+	e := openMem(t, func(c *Config) {
+		c.Clock = func() time.Time { return time.Unix(0, 1700000000000000000).Add(time.Minute) }
+	})
+	if err := e.db.Set(idemKey("k"), []byte(stored), nil); err != nil {
+		t.Fatal(err)
+	}
+	op := Op{Type: OpAdd, ID: "page_views:a", Delta: 5, Kind: KindPN, TTL: time.Hour}
+	res, err := e.Apply(bg, op, WriteOptions{IdempotencyKey: "k"})
+	if err == nil || !errors.Is(err, ErrIdempotencyReuse) {
+		t.Fatalf("a different request under the stored key = %+v, %v; want ErrIdempotencyReuse", res, err)
+	}
+	got, err := e.ApplyBatch(bg, ops, WriteOptions{IdempotencyKey: "k"})
+	if err != nil || len(got) != 1 || !got[0].Replayed || got[0].Value != 5 {
+		t.Fatalf("retry of the stored request = %+v, %v; want the stored result replayed", got, err)
+	}
+	if v, _ := e.Get("page_views:a"); v.Exists {
+		t.Fatalf("the replay applied the request: %+v", v)
+	}
+}
