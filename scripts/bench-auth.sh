@@ -67,7 +67,7 @@ request = function()
 end
 LUA
 
-cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+. scripts/benchlib.sh # the working directory is the repository (above)
 
 start_wrk() { # $1 = open|auth: starts wrk in the background, output in $tmp/out.$1
   local port=$p_open tok=""
@@ -77,11 +77,7 @@ start_wrk() { # $1 = open|auth: starts wrk in the background, output in $tmp/out
 }
 
 report() { # $1 = mode, $2 $3 = server CPU ticks before/after; prints "reqs/s p50 p99 cpu_us_per_request"
-  local out=$tmp/out.$1
-  if grep -q "Non-2xx" "$out"; then echo "bench-auth: errors:" >&2; cat "$out" >&2; exit 1; fi
-  local n; n=$(awk '/requests in/ {print $1}' "$out")
-  local cpu; cpu=$(python3 -c "print(f'{($3-$2)/$(getconf CLK_TCK)*1e6/$n:.2f}')")
-  echo "$(awk '/Requests\/sec/ {print $2}' "$out") $(awk '$1=="50%" {print $2}' "$out") $(awk '$1=="99%" {print $2}' "$out") $cpu"
+  wrksummary "$tmp/out.$1" $(( $3 - $2 )) bench-auth
 }
 
 run() { # $1 = open|auth, loaded alone
@@ -126,6 +122,5 @@ for r in $(seq "$ROUNDS"); do
   ratios+=("$ratio"); cratios+=("$cratio")
   echo "round $r: req/s auth/open = $ratio, cpu/request auth/open = $cratio"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "median req/s auth/open = $(median "${ratios[@]}")"
 echo "median cpu/request auth/open = $(median "${cratios[@]}")"

@@ -45,7 +45,7 @@ declare -A pid=([plain]=$!)
   --tls-cert "$tmp/node.crt" --tls-key "$tmp/node.key" 2>/dev/null &
 pids+=($!)
 pid[tls]=$!
-cputicks() { awk '{print $14 + $15}' "/proc/$1/stat"; } # utime + stime, in clock ticks
+. scripts/benchlib.sh # the working directory is the repository (above)
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$plain/readyz" >/dev/null && curl -sf --cacert "$tmp/ca.pem" "https://127.0.0.1:$tlsport/readyz" >/dev/null && break
   sleep 0.1
@@ -64,10 +64,7 @@ run() { # $1 = plain|tls ; prints "reqs p50 p99 cpu_us_per_request"
   [[ $1 == tls ]] && url="https://127.0.0.1:$tlsport"
   local t0; t0=$(cputicks "${pid[$1]}")
   NEWCONN=$NEWCONN wrk -t"$THREADS" -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "$url" > "$tmp/out" 2>&1
-  if grep -q "Non-2xx" "$tmp/out" || ! grep -q "Requests/sec" "$tmp/out"; then echo "bench-tls: errors:" >&2; cat "$tmp/out" >&2; exit 1; fi
-  local ticks=$(( $(cputicks "${pid[$1]}") - t0 )) total
-  total=$(awk '/requests in/ {print $1}' "$tmp/out")
-  echo "$(awk '/Requests\/sec/ {print $2}' "$tmp/out") $(awk '$1=="50%" {print $2}' "$tmp/out") $(awk '$1=="99%" {print $2}' "$tmp/out") $(python3 -c "print(f'{$ticks/$(getconf CLK_TCK)/$total*1e6:.1f}')")"
+  wrksummary "$tmp/out" $(( $(cputicks "${pid[$1]}") - t0 )) bench-tls
 }
 
 echo "# wrk -t$THREADS -c$CONNS -d${SECS}s, POST /counters/bench:0/increment (async), NEWCONN=$NEWCONN, $(nproc) cores"
@@ -86,6 +83,5 @@ for r in $(seq "$ROUNDS"); do
   ratios+=("$ratio"); cpuratios+=("$cratio")
   echo "round $r: req/s tls/plain = $ratio, server cpu/request tls/plain = $cratio"
 done
-median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 echo "median req/s tls/plain = $(median "${ratios[@]}")"
 echo "median server cpu/request tls/plain = $(median "${cpuratios[@]}")"
