@@ -336,8 +336,27 @@ func (c *Cluster) Failover(t testing.TB, replica string) {
 	if old == "" {
 		t.Fatalf("redistest: %s is not a replica: %s", replica, nodes)
 	}
-	if err := r.ClusterFailover(ctx).Err(); err != nil {
-		t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
+	// A manual failover needs the masters' votes; one that masters new to
+	// the replica did not grant is abandoned by Redis, so ask again until
+	// the replica calls itself master.
+	for {
+		if err := r.ClusterFailover(ctx).Err(); err != nil {
+			t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
+		}
+		attempt, done := context.WithTimeout(ctx, 3*time.Second)
+		err := poll(attempt, func() error {
+			if nodes, _ := r.ClusterNodes(attempt).Result(); !nodeLine(nodes, replica, "master") {
+				return errors.New("not promoted yet")
+			}
+			return nil
+		})
+		done()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("redistest: failover to %s: never promoted: %v", replica, err)
+		}
 	}
 	c.mu.Lock()
 	for i, a := range c.addrs {
