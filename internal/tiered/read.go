@@ -268,10 +268,15 @@ func (b *Backend) FlushAll(ctx context.Context, _ engine.WriteOptions) error {
 	if err := b.Flush(ctx); err != nil {
 		return err
 	}
+	// Holding flushMu keeps a sketch flush that took the pending sketches
+	// before the drop from writing them after the truncate.
+	b.uq.flushMu.Lock()
 	b.uq.drop("")
-	if err := b.pg.Truncate(ctx); err != nil {
+	err := b.pg.Truncate(ctx)
+	b.uq.flushMu.Unlock()
+	if err != nil {
 		return unavailable(err)
 	}
-	_, err := b.rs.FlushCounters(ctx)
+	_, err = b.rs.FlushCounters(ctx)
 	return mapErr(err)
 }
