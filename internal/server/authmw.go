@@ -139,10 +139,12 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := auth.BearerToken(r.Header.Get("Authorization"))
 	p, err := m.store.Authenticate("", []byte(tok))
 	if err != nil {
+		m.store.Failed("http", auth.ReasonOf(err))
 		httpapi.WriteError(w, err)
 		return
 	}
 	if outside && !p.Allows(need) {
+		m.store.Failed("http", auth.ReasonForbidden)
 		httpapi.WriteError(w, fmt.Errorf("%w: user %q has no %s permission for %s %s", auth.ErrForbidden, p.User, need, r.Method, r.URL.Path))
 		return
 	}
@@ -150,7 +152,7 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if outside {
 		ctx = auth.WithToken(ctx, tok) // rate-limit checks may be forwarded
 	}
-	m.next.ServeHTTP(w, r.WithContext(ctx))
+	m.next.ServeHTTP(&forbiddenCounter{ResponseWriter: w, store: m.store}, r.WithContext(ctx))
 }
 
 // pattern is the httpNeeds key r matches, "" for none.

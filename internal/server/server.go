@@ -99,6 +99,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
+	countAuthFailures(store, reg)
 
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -174,7 +175,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var gs *grpc.Server
 	if lns.grpc != nil {
 		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}
