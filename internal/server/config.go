@@ -67,6 +67,9 @@ type Config struct {
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
+	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default true)
+	MaxClientQueue        int           // --max-queue-per-client: HTTP requests of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
+	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
 
@@ -108,6 +111,8 @@ func DefaultConfig() Config {
 		RESPQueryBufferTotal:  256 << 20,
 		RESPMaxArgs:           32768,
 		MaxQueueWait:          20 * time.Millisecond,
+		HTTPAdmission:         true,
+		ShedRatePerClient:     1000,
 	}
 }
 
@@ -232,6 +237,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
 	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
 	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
+	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client IP, round-robin, before the HTTP server parses them; shed ones get a cheap 503 (false: only the handler limit)")
+	fs.IntVar(&c.ShedRatePerClient, "shed-rate-per-client", envInt("shed-rate-per-client", c.ShedRatePerClient), "HTTP 503 answers a second per client IP; beyond, a refused connection is not read again for up to 1s (0: never paused)")
+	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "HTTP requests of one client IP waiting for a slot before its next is shed (0: max-queue / 4)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
 	// security: auth
@@ -300,6 +308,9 @@ func (c *Config) validateHardening() error {
 		if d.v < 0 {
 			return fmt.Errorf("server: --%s must not be negative", d.name)
 		}
+	}
+	if c.MaxClientQueue < 0 || c.ShedRatePerClient < 0 {
+		return errors.New("server: --max-queue-per-client and --shed-rate-per-client must not be negative")
 	}
 	if c.HTTPMaxConns < -1 || c.RESPMaxConns < -1 || c.MaxInflight < -1 || c.MaxQueue < -1 {
 		return errors.New("server: --http-max-conns, --resp-max-conns, --max-inflight and --max-queue must be -1 or more")

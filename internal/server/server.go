@@ -139,6 +139,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
 	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
+	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
+		lns.http = newAdmission(cfg, shedder, sm, reg).wrap(lns.http)
+	}
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
 		if err := nd.start(ctx, bound); err != nil {
