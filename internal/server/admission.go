@@ -359,7 +359,7 @@ func newAdmission(cfg Config, lim *shed.Limiter, sm *shedMetrics, reg prometheus
 		Name: "counterd_http_admission_limit",
 		Help: "HTTP requests admitted at once: adapts to latency between GOMAXPROCS and --max-inflight.",
 	}, func() float64 { return float64(fair.Limit()) }))
-	return &admission{fair: fair, pace: shed.NewPacer(float64(cfg.ShedRatePerClient), time.Second), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
+	return &admission{fair: fair, pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
 }
 
 // wrap returns ln with admission in front of its connections (ln itself
@@ -370,3 +370,9 @@ func (a *admission) wrap(ln net.Listener) net.Listener {
 	}
 	return &admitListener{Listener: ln, a: a}
 }
+
+// maxShedPause is the longest a refused connection of a client over
+// --shed-rate-per-client is left unread: long enough that a flood of
+// immediate retries costs little, short enough that a well-behaved
+// client sharing the flood's address is delayed at most this much.
+const maxShedPause = 250 * time.Millisecond

@@ -14,8 +14,7 @@ import (
 // them in the scheduler. Each client (IP address) has Rate shed answers
 // a second (a token bucket with a burst of Rate/10); beyond them, the
 // connection that was just refused is not read again for a while (Pause
-// says how long, at most MaxPause, the Retry-After the answer asked
-// for). Its next request waits in its socket, costing the node nothing,
+// says how long, at most maxPause). Its next request waits in its socket, costing the node nothing,
 // and is then answered like any other.
 type Pacer struct {
 	rate     float64
