@@ -12,6 +12,7 @@
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
 #   after   : defaults (admission per client before the HTTP server)
+#   nopace  : defaults but refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
@@ -46,6 +47,7 @@ flags() {
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
     after) echo "" ;;
+    nopace) echo "--shed-rate-per-client 0" ;;
     cap) echo "--http-max-conns $CAP" ;;
     *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
   esac

@@ -280,12 +280,7 @@ func TestAuthMatrix(t *testing.T) {
 	})
 
 	t.Run("resp wire", func(t *testing.T) {
-		conn, err := net.Dial("tcp", respAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		rd := bufio.NewReader(conn)
+		conn, rd := respDial(t, respAddr)
 		for _, c := range []struct {
 			args []string
 			want string
@@ -850,12 +845,7 @@ func TestAuthFailureMetrics(t *testing.T) {
 
 	// RESP: a command before AUTH, a wrong AUTH, a reader's INCR, a
 	// writer's INCR outside its namespace, and accepted commands.
-	conn, err := net.Dial("tcp", respAddr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rd := bufio.NewReader(conn)
+	conn, rd := respDial(t, respAddr)
 	for _, c := range []struct {
 		args []string
 		want string
@@ -922,4 +912,15 @@ func TestAuthFailureMetrics(t *testing.T) {
 			}
 		}
 	}
+}
+
+// respDial connects to a RESP address; the connection closes with the test.
+func respDial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
 }
