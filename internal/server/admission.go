@@ -22,11 +22,15 @@ import (
 //
 //   - when a new request arrives, its head is framed here (request line,
 //     Content-Length, Connection) without allocating;
+//   - the kernel's receive time of its bytes (rxReader) says how long it
+//     already waited in the socket, which counts against --max-queue-wait;
 //   - the request then waits for a slot of a shed.Fair, which serves
 //     clients (by IP address) round-robin and adapts its limit to latency;
 //   - a request shed by it is answered here with a prebuilt 503 and
 //     Retry-After, its bytes consumed, and the connection kept for the
-//     next request: the HTTP server never sees it;
+//     next request: the HTTP server never sees it; a client refused
+//     more often than --shed-rate-per-client has that connection paused
+//     (shed.Pacer);
 //   - an admitted request is handed to the HTTP server, and its slot is
 //     released when the server reads the connection's next request
 //     (its answer is written by then) or closes the connection.
@@ -144,8 +148,10 @@ func (c *admitConn) Read(p []byte) (int, error) {
 				c.paused = false
 				c.admitted = at
 				c.holding.Store(true)
-			} else if !early && f.total == n && c.shedAnswer(f.close) {
-				if f.close {
+			} else if !early && f.total == n {
+				if err := c.shedAnswer(f.close); err != nil || f.close {
+					// Closed after its answer, or the answer could not be
+					// written whole: the connection cannot carry another.
 					return 0, io.EOF
 				}
 				// A client refused too often has its refused connection
@@ -164,8 +170,8 @@ func (c *admitConn) Read(p []byte) (int, error) {
 				continue // the next request on this connection
 			}
 			// Shed but not answerable here (its bytes are not all read,
-			// the server holds its first byte, or the answer failed):
-			// the HTTP server answers it, through the handler limiter.
+			// or the server holds its first byte): the HTTP server
+			// answers it, through the handler limiter.
 		}
 		switch {
 		case f.total == len(buf):
@@ -194,24 +200,23 @@ func (c *admitConn) readRequest(p []byte) (int, time.Duration, error) {
 }
 
 // shedAnswer writes the prebuilt 503 for a shed request whose bytes are
-// all read; false if it could not be written.
-func (c *admitConn) shedAnswer(closeAfter bool) bool {
+// all read. On an error, or with closeAfter, the connection is closed
+// (a partly written answer would corrupt the next).
+func (c *admitConn) shedAnswer(closeAfter bool) error {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
 	msg := shedAnswer
 	if closeAfter {
 		msg = shedAnswerClose
 	}
-	if _, err := c.Conn.Write(msg); err != nil {
-		return false
-	}
-	if closeAfter {
+	_, err := c.Conn.Write(msg)
+	if err != nil || closeAfter {
 		c.Conn.Close()
-		return true
+		return err
 	}
 	if c.a.idle > 0 {
 		_ = c.Conn.SetReadDeadline(time.Now().Add(c.a.idle))
 	}
-	return true
+	return nil
 }
 
 // pass turns the connection to pass-through, giving back its slot.
