@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"reflect"
@@ -8,6 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
@@ -486,4 +491,54 @@ func FuzzWireDecode(f *testing.F) {
 			t.Fatalf("%s: second round trip changed\n %+v\nto %+v", c.name, v, again)
 		}
 	})
+}
+
+// rawCodec sends bytes as they are, to put garbage on the wire.
+type rawCodec struct{}
+
+func (rawCodec) Marshal(v any) ([]byte, error) { return v.([]byte), nil }
+func (rawCodec) Unmarshal(b []byte, v any) error {
+	*v.(*[]byte) = append([]byte(nil), b...)
+	return nil
+}
+func (rawCodec) Name() string { return "proto" }
+
+// TestWireGarbageOverGRPC: a running node's peer service answers bytes
+// that are not a message with a gRPC error, a message with values out of
+// range and an unknown operation with typed errors, and keeps serving.
+func TestWireGarbageOverGRPC(t *testing.T) {
+	c := newTestCluster(t, "n1")
+	n1 := c.node("n1").n
+	conn, err := grpc.NewClient("passthrough:///"+n1.peers.get("n1").GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, garbage := range [][]byte{{0xff, 0xff, 0xff}, {0x0a, 0x7f}, {0x12, 0x05, 0x18}} {
+		var out []byte
+		err := conn.Invoke(ctx, "/"+serviceName+"/Apply", garbage, &out, grpc.ForceCodec(rawCodec{}))
+		if status.Code(err) != codes.Internal {
+			t.Errorf("garbage %x: %v, want codes.Internal", garbage, err)
+		}
+	}
+	peer := pb.NewPeerClient(conn)
+	hdr := &pb.Header{From: "n1"}
+	resp, err := peer.Apply(ctx, &pb.ApplyRequest{Header: hdr, Ops: []*pb.Op{{Type: pb.OpType_OP_TYPE_ADD, Id: "g", Delta: 1, Kind: 300}}})
+	if err != nil || resp.GetErr().GetCode() != pb.ErrorCode_ERROR_CODE_INVALID_ARGUMENT || !strings.Contains(resp.GetErr().GetMsg(), ErrMalformedMessage.Error()) {
+		t.Errorf("kind 300: %v, %v", resp, err)
+	}
+	local, err := peer.Local(ctx, &pb.LocalRequest{Header: hdr, Op: 99})
+	if err != nil || local.GetErr().GetCode() != pb.ErrorCode_ERROR_CODE_INVALID_ARGUMENT {
+		t.Errorf("local op 99: %v, %v", local, err)
+	}
+	var res applyResponse
+	req := &applyRequest{header: n1.header(false), Ops: []engine.Op{{Type: engine.OpAdd, ID: "g", Delta: 2}}, Durability: engine.Sync}
+	if err := n1.call(ctx, "n1", "Apply", req, &res); err != nil || res.Err != nil || len(res.Results) != 1 || res.Results[0].Value != 2 {
+		t.Fatalf("a valid apply after the garbage: %+v, %v", res, err)
+	}
+	if v, err := n1.Get(ctx, "g"); err != nil || v.Value != 2 {
+		t.Fatalf("g = %+v, %v; want 2 (malformed requests changed nothing)", v, err)
+	}
 }
