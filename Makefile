@@ -51,7 +51,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 20s)
 	  done; \
 	done
 
-deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk)
+deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk, chromium)
 	./scripts/install-deps.sh
 
 clean: ## remove build output and the default data directory

@@ -11,6 +11,7 @@ import (
 	"image/png"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -350,9 +351,41 @@ func TestConsoleBrowser(t *testing.T) {
 		waitContains("#decisions", "api:alice"), waitContains("#decisions", "per-minute"))
 	b.keep(t, "ratelimit")
 
+	// The cluster page of a one-node cluster: its member, owning the
+	// whole ring, and its replication lag.
+	gossip := freeAddr(t)
+	cbase := startServer(t, func(c *server.Config) {
+		c.NodeID, c.Gossip, c.Join, c.GRPC = "console-1", gossip, gossip, "127.0.0.1:0"
+	})
+	member := `#members tr[data-member="console-1"]`
+	b.run(t, "cluster mode", chromedp.Navigate(cbase+"/ui/#/cluster"), chromedp.WaitVisible(member),
+		waitContains(member, "alive"), waitContains(member, "100.0%"), waitContains("#replication-lag", " s"))
+	b.keep(t, "cluster")
+
 	if errs := b.errors(nil); len(errs) > 0 {
 		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))
 	}
+}
+
+// freeAddr is a loopback address with a port free for TCP and UDP now
+// (gossip binds both).
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	for range 20 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		u, err := net.ListenPacket("udp", addr)
+		l.Close()
+		if err == nil {
+			u.Close()
+			return addr
+		}
+	}
+	t.Fatal("no port free for both TCP and UDP")
+	return ""
 }
 
 // TestConsoleLogin: with --auth the console asks for a token, refuses a
