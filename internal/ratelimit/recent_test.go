@@ -2,6 +2,8 @@ package ratelimit
 
 import (
 	"encoding/json"
+	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"sync"
 	"testing"
@@ -160,4 +162,65 @@ func TestRecorderConcurrent(t *testing.T) {
 			t.Fatalf("not newest first: %d after %d", got[i].Seq, got[i-1].Seq)
 		}
 	}
+}
+
+// FuzzHTTPDecisions: whatever a check's body and the decisions query, the
+// newest decision is the last check that was decided (its key and
+// outcome), an invalid check records nothing, and the query answers 200
+// with at most the asked number of decisions or 400 invalid_argument.
+func FuzzHTTPDecisions(f *testing.F) {
+	f.Add(`{"key":"a","limits":[{"algorithm":"fixed_window","limit":1,"period":"1s"}]}`, "1")
+	f.Add(`{"key":"p:1"}`, "")
+	f.Add(`{"key":""}`, "0")
+	f.Add(`{"key":"b","limits":[{"limit":2,"period":"1m"},{"key":"c","limit":1,"period":"1s"}]}`, "99999999999999999999")
+	l := newLimiter(f, newFakeClock().Now, Policy{Name: "p", Match: "p:*", Algorithm: FixedWindow, Limit: 3, Period: time.Second})
+	rec := NewRecorder(l, 8)
+	h := NewHTTPHandler(rec, HTTPOptions{Recent: rec})
+	f.Fuzz(func(t *testing.T, body, limit string) {
+		_, before := rec.Recent(1)
+		res, ans := do(t, h, "POST", "/ratelimit/check", body)
+		got, total := rec.Recent(1)
+		switch res.Code {
+		case 200, 429:
+			// The decision names the first key charged: the first
+			// limit's own key when it has one.
+			var req struct {
+				Limits []struct{ Key string } `json:"limits"`
+			}
+			_ = json.Unmarshal([]byte(body), &req)
+			key := ans.Key
+			if len(req.Limits) > 0 && req.Limits[0].Key != "" {
+				key = req.Limits[0].Key
+			}
+			if total != before+1 || len(got) != 1 || got[0].Key != key || got[0].Allowed != ans.Allowed || got[0].Remaining != ans.Remaining {
+				t.Fatalf("check %d %s: newest decision %+v (total %d, was %d)", res.Code, res.Body, got, total, before)
+			}
+		default:
+			if total != before {
+				t.Fatalf("check %d %s recorded a decision", res.Code, res.Body)
+			}
+		}
+		req := httptest.NewRequest("GET", "/ratelimit/decisions?limit="+url.QueryEscape(limit), nil)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		var a decisionsAnswer
+		if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil {
+			t.Fatalf("answer %q: %v", w.Body, err)
+		}
+		n, err := strconv.Atoi(limit)
+		switch {
+		case limit == "":
+			if w.Code != 200 || len(a.Decisions) != int(min(total, 8)) {
+				t.Fatalf("no limit: %d, %d decisions of %d", w.Code, len(a.Decisions), total)
+			}
+		case err != nil || n < 1:
+			if w.Code != 400 || a.Error.Code != "invalid_argument" {
+				t.Fatalf("limit %q: %d %s", limit, w.Code, w.Body)
+			}
+		default:
+			if w.Code != 200 || len(a.Decisions) > n || len(a.Decisions) > 8 {
+				t.Fatalf("limit %q: %d, %d decisions", limit, w.Code, len(a.Decisions))
+			}
+		}
+	})
 }
