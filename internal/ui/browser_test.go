@@ -142,6 +142,13 @@ type browser struct {
 func newBrowser(t *testing.T) *browser {
 	t.Helper()
 	path := chromium(t)
+	// Not t.TempDir: chromium's helper processes may still write to the
+	// profile for a moment after the browser exits, which would fail the
+	// test's own cleanup.
+	profile, err := os.MkdirTemp("", "counterd-ui-chromium-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	opts := []chromedp.ExecAllocatorOption{
 		chromedp.ExecPath(path),
 		chromedp.Flag("headless", true),
@@ -154,12 +161,26 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-component-update", true),
 		chromedp.Flag("disable-sync", true),
 		chromedp.Flag("disable-dev-shm-usage", true),
-		chromedp.UserDataDir(t.TempDir()),
+		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1000),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
-	t.Cleanup(func() { cancelCtx(); cancelAlloc() })
+	t.Cleanup(func() {
+		cancelCtx()
+		cancelAlloc() // waits for the browser process
+		for i := 0; ; i++ {
+			err := os.RemoveAll(profile)
+			if err == nil {
+				return
+			}
+			if i == 50 {
+				t.Logf("leaving chromium profile %s: %v", profile, err)
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
 	b := &browser{ctx: ctx}
 	chromedp.ListenTarget(ctx, func(ev any) {
 		var msg string
@@ -341,7 +362,7 @@ func TestConsoleBrowser(t *testing.T) {
 	// Uniques of an hll counter.
 	call(t, "POST", base+"/counters/page_views:visitors/pfadd", "", `{"items":["a","b","c"]}`, 200)
 	b.run(t, "uniques", chromedp.Navigate(base+"/ui/#/counter/page_views%3Avisitors"),
-		waitText("#counter-kind", "hll"), waitContains("#uniques-value", "3"))
+		waitText("#counter-kind", "hll"), waitText("#uniques-value .big", "3"))
 	b.keep(t, "uniques")
 
 	// Cluster page in embedded mode, rate limits with a recent decision.

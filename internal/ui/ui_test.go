@@ -3,6 +3,7 @@ package ui_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -35,16 +36,11 @@ func fetch(t *testing.T, method, url string, hdr ...string) (*http.Response, str
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		n, err := res.Body.Read(buf)
-		b.Write(buf[:n])
-		if err != nil {
-			break
-		}
+	b, err := io.ReadAll(res.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return res, b.String()
+	return res, string(b)
 }
 
 // TestConsoleServed: the real server serves the console's files as
