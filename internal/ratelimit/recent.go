@@ -26,14 +26,15 @@ type Recorder struct {
 }
 
 type recentSlot struct {
-	mu  sync.Mutex
-	seq uint64 // 1-based sequence number; 0: empty
-	at  time.Time
-	key string
-	lim Limit // the first hit's limit
-	n   int   // hits checked together
-	st  Status
-	sum int64 // the first hit's cost
+	mu   sync.Mutex
+	seq  uint64 // 1-based sequence number; 0: empty
+	at   time.Time
+	key  []byte // copied: RL.CHECK's key aliases the connection's buffer
+	name []byte // the first limit's Name, copied likewise
+	lim  Limit  // the first hit's limit, without its Name
+	n    int    // hits checked together
+	st   Status
+	cost int64 // the first hit's cost
 }
 
 // NewRecorder wraps c, keeping its last n decisions (n < 1: DefaultRecentDecisions).
@@ -69,9 +70,13 @@ func (r *Recorder) record(hits []Hit, st Status) {
 	seq := r.seq.Add(1)
 	s := &r.slots[(seq-1)%uint64(len(r.slots))]
 	now := r.c.Local().Now()
+	h := &hits[0]
 	s.mu.Lock()
 	if s.seq < seq { // a slower writer of an older lap loses
-		s.seq, s.at, s.key, s.lim, s.n, s.st, s.sum = seq, now, hits[0].Key, hits[0].Limit, len(hits), st, hits[0].Cost
+		s.seq, s.at, s.lim, s.n, s.st, s.cost = seq, now, h.Limit, len(hits), st, h.Cost
+		s.key = append(s.key[:0], h.Key...) // reuses the slot's buffer: no allocation once warm
+		s.name = append(s.name[:0], h.Limit.Name...)
+		s.lim.Name = ""
 	}
 	s.mu.Unlock()
 }
@@ -103,9 +108,11 @@ func (r *Recorder) Recent(max int) ([]Decision, uint64) {
 		s := &r.slots[(seq-1)%uint64(len(r.slots))]
 		s.mu.Lock()
 		if s.seq == seq {
+			lim := s.lim
+			lim.Name = string(s.name)
 			out = append(out, Decision{
-				Seq: s.seq, Time: s.at.UTC().Format(time.RFC3339Nano), Key: s.key, Allowed: s.st.Allowed,
-				Policy: s.lim.DisplayName(), Limits: s.n, Cost: s.sum, Limit: s.st.Limit,
+				Seq: s.seq, Time: s.at.UTC().Format(time.RFC3339Nano), Key: string(s.key), Allowed: s.st.Allowed,
+				Policy: lim.DisplayName(), Limits: s.n, Cost: s.cost, Limit: s.st.Limit,
 				Remaining: s.st.Remaining, RetryAfterMS: ceilMillis(s.st.RetryAfter),
 			})
 		}
