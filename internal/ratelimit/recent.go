@@ -54,12 +54,32 @@ func (r *Recorder) CheckMultiContext(ctx context.Context, hits []Hit, out []Stat
 	return st, err
 }
 
-// CheckArgs runs RL.CHECK through r (see Limiter.CheckArgs).
-func (r *Recorder) CheckArgs(args [][]byte) ([4]int64, error) { return CheckArgsWith(r, args) }
+// CheckArgs runs RL.CHECK through r (see Limiter.CheckArgs); around a
+// Limiter, without allocating, as Limiter.CheckArgs.
+func (r *Recorder) CheckArgs(args [][]byte) ([4]int64, error) {
+	l, ok := r.c.(*Limiter)
+	if !ok {
+		return CheckArgsWith(r, args)
+	}
+	var buf [8]Hit // stays on the stack: the calls below are concrete
+	hits, err := l.appendArgsHits(buf[:0], args)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	s, err := l.CheckMulti(hits, nil)
+	if err != nil {
+		return [4]int64{}, err
+	}
+	r.record(hits, s)
+	return argsReply(s), nil
+}
 
 // CheckArgsContext is CheckArgs with the caller's context, whose
 // credentials a Router carries to the key's owner.
 func (r *Recorder) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int64, error) {
+	if _, ok := r.c.(*Limiter); ok {
+		return r.CheckArgs(args) // a Limiter never waits nor forwards
+	}
 	return CheckArgsWithContext(ctx, r, args)
 }
 

@@ -271,3 +271,30 @@ func BenchmarkRecorder(b *testing.B) {
 		})
 	}
 }
+
+// TestRecorderNoAlloc: once its slots are warm, recording allocates
+// nothing, on the RESP path as on the others.
+func TestRecorderNoAlloc(t *testing.T) {
+	if raceEnabled {
+		t.Skip("the race detector allocates")
+	}
+	rec := NewRecorder(newLimiter(t, nil), 4)
+	args := [][]byte{[]byte("user:00000001"), []byte("1000000000"), []byte("60000")}
+	hits := []Hit{{Key: "user:2", Limit: Limit{Name: "n", Algorithm: TokenBucket, Limit: 1e9, Period: time.Second}, Cost: 1}}
+	for range 8 { // warm every slot
+		_, _ = rec.CheckArgs(args)
+	}
+	if n := testing.AllocsPerRun(200, func() {
+		if _, err := rec.CheckArgs(args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rec.CheckArgsContext(t.Context(), args); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := rec.CheckMultiContext(context.Background(), hits, nil); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("%v allocations per check pair", n)
+	}
+}
