@@ -321,7 +321,7 @@ func TestConsoleBrowser(t *testing.T) {
 
 	// Search by prefix.
 	b.run(t, "search", chromedp.Clear("#prefix"), chromedp.SendKeys("#prefix", "page_"), chromedp.Click("#search button"),
-		waitContains("#aggregate", "1 counters with prefix"), chromedp.WaitVisible(row))
+		waitContains("#aggregate", "1 counter with prefix"), chromedp.WaitVisible(row))
 	var n int
 	b.run(t, "count rows", chromedp.Evaluate(`document.querySelectorAll('#counter-list tbody tr').length`, &n))
 	if n != 1 {
@@ -382,6 +382,17 @@ func TestConsoleBrowser(t *testing.T) {
 	b.run(t, "cluster mode", chromedp.Navigate(cbase+"/ui/#/cluster"), chromedp.WaitVisible(member),
 		waitContains(member, "alive"), waitContains(member, "100.0%"), waitContains("#replication-lag", " s"))
 	b.keep(t, "cluster")
+
+	// The cluster page's Prometheus text parser, on the cases the live
+	// page may not show: labels, comments, exponents, NaN, junk.
+	var sums map[string]float64
+	b.run(t, "metricSums", chromedp.Evaluate(`import('/ui/js/cluster.js').then(m => m.metricSums(
+		"# HELP a_total x\n# TYPE a_total counter\na_total{op=\"get\",result=\"ok\"} 3\na_total{op=\"set\"} 4\n" +
+		"lag_seconds 1.5e-3\nbad_metric NaN\n{junk} 7\nspaced   2\n"))`, &sums,
+		func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }))
+	if sums["a_total"] != 7 || sums["lag_seconds"] != 0.0015 || sums["spaced"] != 2 || len(sums) != 3 {
+		t.Errorf("metricSums: %v", sums)
+	}
 
 	if errs := b.errors(nil); len(errs) > 0 {
 		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))

@@ -20,7 +20,7 @@ export function renderCounters(main, params, ctx) {
       h('thead', null, h('tr', null, h('th', null, 'id'), h('th', null, 'kind'), h('th', { class: 'num' }, 'value'))), body), more));
 
   get('/counters/' + encodeURIComponent(prefix) + '*/aggregate', ctx.signal).then((a) => {
-    replace(agg, `${fmtNum(a.count)} counters${prefix ? ` with prefix “${prefix}”` : ''}, sum of additive values ${fmtNum(a.value)}`);
+    replace(agg, `${fmtNum(a.count)} counter${a.count === 1 ? '' : 's'}${prefix ? ` with prefix “${prefix}”` : ''}, sum of additive values ${fmtNum(a.value)}`);
   }).catch((e) => { if (!ctx.handled(e)) replace(agg, h('span', { class: 'error' }, errorText(e))); });
 
   async function page(cursor) {

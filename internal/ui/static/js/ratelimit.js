@@ -34,7 +34,7 @@ export function renderRateLimit(main, ctx) {
         h('td', { class: d.allowed ? 'ok' : 'bad' }, d.allowed ? 'allowed' : 'denied'),
         cell(d.policy + (d.limits > 1 ? ` (+${d.limits - 1})` : '')), cell(d.cost), cell(fmtNum(d.remaining)), cell(fmtNum(d.limit)),
         cell(d.allowed ? '' : d.retry_after_ms + ' ms'))));
-      replace(decMsg, `${fmtNum(b.total)} checks decided through this node since it started; the last ${b.capacity} are kept.`);
+      replace(decMsg, `${fmtNum(b.total)} check${b.total === 1 ? '' : 's'} decided through this node since it started; the last ${b.capacity} are kept.`);
     } catch (e) {
       if (!ctx.handled(e)) replace(decMsg, h('span', { class: 'error' }, errorText(e)));
     }
