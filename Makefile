@@ -56,6 +56,7 @@ fuzz: ## run each fuzz target for FUZZTIME (default 20s)
 	  done; \
 	done
 
+<<<<<<< HEAD
 generate: ## regenerate the Go code of api/**/*.proto (protoc + pinned protoc-gen-go, protoc-gen-go-grpc)
 	@command -v protoc >/dev/null || { echo "generate: protoc not found; run make deps (Debian package protobuf-compiler)" >&2; exit 1; }
 	@$(GOBIN)/protoc-gen-go --version 2>/dev/null | grep -qx 'protoc-gen-go $(PROTOC_GEN_GO_VERSION)' || \
@@ -72,6 +73,9 @@ check-generate: generate ## fail if the checked-in generated code differs from m
 	@test -z "$$(git ls-files --others --exclude-standard -- api)" || { echo "check-generate: untracked generated files in api/:" >&2; git ls-files --others --exclude-standard -- api >&2; exit 1; }
 
 deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk)
+=======
+deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk, chromium)
+>>>>>>> console
 	./scripts/install-deps.sh
 
 clean: ## remove build output and the default data directory
