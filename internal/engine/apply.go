@@ -25,7 +25,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 	if err := e.checkOpen(); err != nil {
 		return Result{}, err
 	}
-	if err := op.Validate(e.limits); err != nil {
+	if err := op.validate(&e.limits); err != nil {
 		return Result{}, err
 	}
 	if wo.IdempotencyKey != "" {
