@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ bench-resp: ## redis-benchmark against counterd and a real redis-server (scripts
 
 bench-ratelimit: ## rate-limit checks/s; with GUBERNATOR_BIN also gubernator (scripts/bench-ratelimit.sh)
 	./scripts/bench-ratelimit.sh
+
+bench-report: ## RESP vs redis-server, HTTP, hot-key and memory benchmarks: docs/bench/report.md + PNG charts (a few minutes)
+	$(GO) run ./scripts/benchreport -out docs/bench $(BENCH_REPORT_FLAGS)
 
 bench-smoke: ## run every benchmark once, so they keep compiling and running
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
