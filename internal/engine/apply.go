@@ -206,7 +206,7 @@ func save(en *entry) savedEntry {
 	return s
 }
 
-// restore puts back s. The dirty mark stays: the entry is on the dirty list.
+// restore puts back s. The dirty mark stays: the entry is on the dirty set.
 func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
 	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0

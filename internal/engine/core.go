@@ -3,7 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
-		"sort"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -171,7 +171,7 @@ func (r *ref) lock() bool {
 func (r *ref) order() uint32 { return uint32(r.shardNo)<<24 | r.idx }
 
 // lookup finds id without locking its entry. With create it inserts a new
-// KindNone entry (put on the dirty list, so the flusher reaps it if nothing
+// KindNone entry (put on the dirty set, so the flusher reaps it if nothing
 // is ever written to it).
 func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 	no := shardOf(h)
