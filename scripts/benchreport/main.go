@@ -128,6 +128,8 @@ func (r *report) runRESP(n, rounds int) {
 		redis, ctrd float64
 		ratio       string
 		p50, p99    string
+		cpu         string
+		rcpu, ccpu  float64
 	}
 	var rows []row
 	summary := false
@@ -144,21 +146,30 @@ func (r *report) runRESP(n, rounds int) {
 		}
 		rr, _ := strconv.ParseFloat(f[1], 64)
 		cr, _ := strconv.ParseFloat(f[2], 64)
-		rows = append(rows, row{test: f[0], redis: rr, ctrd: cr, ratio: f[3],
-			p50: f[4] + " / " + f[6], p99: f[7] + " / " + f[9]})
+		x := row{test: f[0], redis: rr, ctrd: cr, ratio: f[3],
+			p50: f[4] + " / " + f[6], p99: f[7] + " / " + f[9], cpu: "n/a"}
+		if len(f) >= 13 {
+			x.cpu = f[10] + " / " + f[12]
+			x.rcpu, _ = strconv.ParseFloat(f[10], 64)
+			x.ccpu, _ = strconv.ParseFloat(f[12], 64)
+		}
+		rows = append(rows, x)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "## Redis protocol vs Redis\n\n```sh\nscripts/bench-resp.sh %s\n```\n\n", strings.Join(args, " "))
 	fmt.Fprintf(&b, "Load average before: %s. Redis with AOF everysec, counterd with --durability async.\n\n", load)
-	b.WriteString("| test | Redis req/s | counterd req/s | counterd/Redis | p50 ms Redis / counterd | p99 ms Redis / counterd |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| test | Redis req/s | counterd req/s | counterd/Redis | p50 ms Redis / counterd | p99 ms Redis / counterd | server CPU µs/request Redis / counterd |\n|---|---|---|---|---|---|---|\n")
 	var labels []string
-	var rv, cv plotter.Values
+	var rv, cv, rcpu, ccpu plotter.Values
 	for _, x := range rows {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s |\n", x.test, x.redis, x.ctrd, x.ratio, x.p50, x.p99)
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %s | %s | %s | %s |\n", x.test, x.redis, x.ctrd, x.ratio, x.p50, x.p99, x.cpu)
 		labels = append(labels, x.test)
 		rv = append(rv, x.redis)
 		cv = append(cv, x.ctrd)
+		rcpu = append(rcpu, x.rcpu)
+		ccpu = append(ccpu, x.ccpu)
 	}
+	b.WriteString("\nServer CPU per request (user + system time of the server process over the run, divided by the requests) is much less disturbed by other jobs than requests/s: on a quiet machine with the load generator on the same cores, less CPU per request is more requests/s.\n")
 	if len(rows) > 0 {
 		r.bars("resp.png", "redis-benchmark: requests/s (higher is better)", "req/s", labels,
 			[]string{"Redis", "counterd"}, []plotter.Values{rv, cv})
@@ -168,7 +179,9 @@ func (r *report) runRESP(n, rounds int) {
 		}
 		r.bars("resp-ratio.png", "counterd / Redis throughput (goal: at least 1.0)", "ratio", labels,
 			[]string{"counterd/Redis"}, []plotter.Values{ratio})
-		b.WriteString("\n![RESP throughput](resp.png)\n\n![RESP ratio](resp-ratio.png)\n")
+		r.bars("resp-cpu.png", "Server CPU per request, µs (lower is better)", "µs/request", labels,
+			[]string{"Redis", "counterd"}, []plotter.Values{rcpu, ccpu})
+		b.WriteString("\n![RESP throughput](resp.png)\n\n![RESP ratio](resp-ratio.png)\n\n![RESP server CPU per request](resp-cpu.png)\n")
 	} else {
 		b.WriteString("\n(no summary lines parsed; see the script's output)\n")
 	}
