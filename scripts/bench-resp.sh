@@ -86,7 +86,9 @@ fi
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		# Below the ephemeral range (32768-60999), where a client's local
+		# port can make a bind fail although nothing listens.
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			case " ${USED_PORTS:-} " in *" $p "*) continue ;; esac
 			USED_PORTS="${USED_PORTS:-} $p"
