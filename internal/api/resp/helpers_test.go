@@ -218,7 +218,7 @@ func TestGoroutinePerConnection(t *testing.T) {
 	for name, f := range map[string]func(*testing.T){
 		"GoRedis": TestGoRedis, "MalformedInput": TestMalformedInput, "ServeClose": TestServeClose,
 		"MaxConns": TestMaxConns, "IdleTimeout": TestIdleTimeout, "SlowClients": TestSlowClientsDoNotStallOthers,
-		"RedisCLI": TestRedisCLI,
+		"RedisCLI": TestRedisCLI, "QueryBufferBudget": TestQueryBufferBudgetCloses,
 	} {
 		t.Run(name, f)
 	}

@@ -365,6 +365,9 @@ func (l *eventLoop) sweepIdle() {
 
 // closeConn closes a connection of the loop and unregisters it.
 func (l *eventLoop) closeConn(c *client, err error) {
+	if l.conns[c.fd] != c {
+		return // already closed: never close a descriptor number twice
+	}
 	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	syscall.Close(c.fd)
 	delete(l.conns, c.fd)
@@ -398,7 +401,9 @@ func (l *eventLoop) serve(c *client, events uint32) {
 	if err := c.makeRoom(); err != nil {
 		if errors.Is(err, errQueryBudget) {
 			l.s.budgetExceeded(c)
-			l.flush(c)
+			if !l.flush(c) {
+				return // closed by the failed write
+			}
 		}
 		l.closeConn(c, err)
 		return
