@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -171,6 +172,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
@@ -288,4 +290,16 @@ func (l *listeners) close() {
 			ln.Close()
 		}
 	}
+}
+
+// respEventLoops resolves --resp-event-loops: 0 (auto) is one loop per two
+// Ps when no command can block (nonBlocking), else none; -1 is none.
+func respEventLoops(flag int, nonBlocking bool) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || !nonBlocking:
+		return 0
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }
