@@ -69,6 +69,8 @@ var httpNeeds = map[string]auth.Need{
 	"PUT /ratelimit/policies/{name}":    needAdminAll,
 	"DELETE /ratelimit/policies/{name}": needAdminAll,
 
+	"POST /events": {Perm: auth.Write, All: true}, // the rules may write any counter
+
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
@@ -83,7 +85,7 @@ var unmatchedNeed = needRead
 // (rate limits, cluster status): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/events"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

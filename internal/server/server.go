@@ -100,6 +100,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 
+	pl, err := openPipeline(ctx, cfg, be, reg, log)
+	if err != nil {
+		return err
+	}
+	if pl != nil {
+		defer pl.Close()
+	}
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
@@ -117,6 +124,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
 			rl.ServeHTTP(w, r)
+			return
+		}
+		if pl != nil && r.URL.Path == "/events" {
+			pl.Handler().ServeHTTP(w, r)
 			return
 		}
 		for prefix, h := range nd.routes {
@@ -163,6 +174,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+			Events: eventsAdder(pl),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
