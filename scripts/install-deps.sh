@@ -2,7 +2,8 @@
 # Installs the system packages counterd's tests and benchmark scripts use:
 # redis-cli, redis-server and redis-benchmark (Debian package redis-server
 # pulls in redis-tools), PostgreSQL's server binaries (initdb, pg_ctl: the
-# tests start private servers from them) and wrk (scripts/bench-http.sh).
+# tests start private servers from them), wrk (scripts/bench-http.sh) and
+# nats-server (the pipeline tests start a private JetStream server).
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 need=()
@@ -10,6 +11,7 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nats-server >/dev/null 2>&1 || need+=(nats-server) # JetStream for the event pipeline tests
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network namespaces for the cluster partition test
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

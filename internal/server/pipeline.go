@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -18,25 +19,27 @@ import (
 
 // EventsConfig is the pipeline's flags (docs/pipeline.md).
 type EventsConfig struct {
-	Kafka           string // --kafka: comma-separated Kafka seed brokers (default none)
-	KafkaTopic      string // --kafka-topic (default counterd-events)
-	KafkaDeadTopic  string // --kafka-dead-topic (default counterd-events-dead)
-	KafkaGroup      string // --kafka-group (default counterd)
-	KafkaPartitions int    // --kafka-partitions: of the topics counterd creates (default 8)
-	NATS            string // --nats: NATS server URL with JetStream (default none)
-	NATSStream      string // --nats-stream (default COUNTERD_EVENTS)
-	NATSSubject     string // --nats-subject (default counterd.events)
-	NATSDeadSubject string // --nats-dead-subject (default counterd.events.dead)
-	NATSConsumer    string // --nats-consumer: durable consumer name (default counterd)
-	Rules           string // --rules: rules file, reloaded on SIGHUP (default none)
-	NoConsume       bool   // --events-no-consume: collect only (default false)
-	MaxBody         int64  // --events-max-body: largest POST /events body (default 16 MiB)
+	Kafka           string        // --kafka: comma-separated Kafka seed brokers (default none)
+	KafkaTopic      string        // --kafka-topic (default counterd-events)
+	KafkaDeadTopic  string        // --kafka-dead-topic (default counterd-events-dead)
+	KafkaGroup      string        // --kafka-group (default counterd)
+	KafkaPartitions int           // --kafka-partitions: of the topics counterd creates (default 8)
+	NATS            string        // --nats: NATS server URL with JetStream (default none)
+	NATSStream      string        // --nats-stream (default COUNTERD_EVENTS)
+	NATSSubject     string        // --nats-subject (default counterd.events)
+	NATSDeadSubject string        // --nats-dead-subject (default counterd.events.dead)
+	NATSConsumer    string        // --nats-consumer: durable consumer name (default counterd)
+	NATSAckWait     time.Duration // --nats-ack-wait: redelivery delay of messages a dead consumer fetched (default 30s)
+	Rules           string        // --rules: rules file, reloaded on SIGHUP (default none)
+	NoConsume       bool          // --events-no-consume: collect only (default false)
+	MaxBody         int64         // --events-max-body: largest POST /events body (default 16 MiB)
 }
 
 func defaultEventsConfig() EventsConfig {
 	return EventsConfig{KafkaTopic: "counterd-events", KafkaDeadTopic: "counterd-events-dead", KafkaGroup: "counterd", KafkaPartitions: 8,
 		NATSStream: "COUNTERD_EVENTS", NATSSubject: "counterd.events", NATSDeadSubject: "counterd.events.dead", NATSConsumer: "counterd",
-		MaxBody: 16 << 20}
+		NATSAckWait: 30 * time.Second,
+		MaxBody:     16 << 20}
 }
 
 func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
@@ -52,12 +55,13 @@ func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
 	str(&e.NATSSubject, "nats-subject", "NATS subject of events")
 	str(&e.NATSDeadSubject, "nats-dead-subject", "NATS subject of dead letters")
 	str(&e.NATSConsumer, "nats-consumer", "JetStream durable consumer shared by the counterd nodes")
+	fs.DurationVar(&e.NATSAckWait, "nats-ack-wait", envParse(c, "nats-ack-wait", e.NATSAckWait, time.ParseDuration), "how long a message fetched by a consumer that died waits before it is delivered again")
 	str(&e.Rules, "rules", "pipeline rules file (YAML with CEL expressions); SIGHUP reloads it")
 	fs.BoolVar(&e.NoConsume, "events-no-consume", envParse(c, "events-no-consume", e.NoConsume, parseBool), "with --kafka or --nats: collect events but do not consume them on this node")
 	fs.Int64Var(&e.MaxBody, "events-max-body", envParse(c, "events-max-body", e.MaxBody, atoi64), "largest POST /events body in bytes")
 }
 
-func (e *EventsConfig) pipeline() pipeline.Config {
+func (e *EventsConfig) pipeline(nodeID string) pipeline.Config {
 	var brokers []string
 	for _, b := range strings.Split(e.Kafka, ",") {
 		if b = strings.TrimSpace(b); b != "" {
@@ -66,24 +70,24 @@ func (e *EventsConfig) pipeline() pipeline.Config {
 	}
 	return pipeline.Config{
 		Kafka: stream.KafkaConfig{Brokers: brokers, Topic: e.KafkaTopic, DeadTopic: e.KafkaDeadTopic, Group: e.KafkaGroup,
-			Partitions: int32(e.KafkaPartitions)},
+			Partitions: int32(e.KafkaPartitions), InstanceID: nodeID},
 		NATS: stream.JetStreamConfig{URL: e.NATS, Stream: e.NATSStream, Subject: e.NATSSubject,
-			DeadSubject: e.NATSDeadSubject, Consumer: e.NATSConsumer},
+			DeadSubject: e.NATSDeadSubject, Consumer: e.NATSConsumer, AckWait: e.NATSAckWait},
 		Rules: e.Rules, NoConsume: e.NoConsume, MaxBodyBytes: e.MaxBody,
 	}
 }
 
 func (e *EventsConfig) validate() error {
-	if e.KafkaPartitions <= 0 || e.KafkaPartitions > 1<<16 || e.MaxBody <= 0 {
-		return errors.New("server: --kafka-partitions and --events-max-body must be positive")
+	if e.KafkaPartitions <= 0 || e.KafkaPartitions > 1<<16 || e.MaxBody <= 0 || e.NATSAckWait <= 0 {
+		return errors.New("server: --kafka-partitions, --events-max-body and --nats-ack-wait must be positive")
 	}
-	pc := e.pipeline()
+	pc := e.pipeline("")
 	return pc.Validate()
 }
 
 // openPipeline starts the pipeline when a flag asks for it (nil otherwise).
 func openPipeline(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Registerer, log *slog.Logger) (*pipeline.Pipeline, error) {
-	pc := cfg.Events.pipeline()
+	pc := cfg.Events.pipeline(cfg.NodeID)
 	if !pc.Enabled() {
 		return nil, nil
 	}

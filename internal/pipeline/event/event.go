@@ -115,7 +115,7 @@ func ParseBatch(data []byte, l Limits) ([]Event, error) {
 			if len(raws) == l.MaxEvents {
 				return nil, fmt.Errorf("%w: more than %d events", ErrTooLarge, l.MaxEvents)
 			}
-			raws = append(raws, json.RawMessage(line))
+			raws = append(raws, json.RawMessage(bytes.Clone(line))) // the scanner reuses its buffer
 		}
 		if err := sc.Err(); err != nil {
 			if errors.Is(err, bufio.ErrTooLong) {

@@ -25,6 +25,9 @@ type JetStreamConfig struct {
 	// this creates the stream (default 2m). It must outlast a consumer's
 	// restart for dead letters to be published once.
 	Duplicates time.Duration
+	// AckWait is how long a message fetched by a consumer that died waits
+	// before it is delivered again (default 30s).
+	AckWait time.Duration
 }
 
 func (c *JetStreamConfig) defaults() error {
@@ -45,6 +48,9 @@ func (c *JetStreamConfig) defaults() error {
 	}
 	if c.Duplicates <= 0 {
 		c.Duplicates = 2 * time.Minute
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
 	}
 	if c.Subject == c.DeadSubject {
 		return errors.New("stream: nats: the events and dead-letter subjects must differ")
@@ -125,7 +131,7 @@ func (s *JetStream) Consume(ctx context.Context) error {
 	c, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: s.cfg.Consumer, FilterSubject: s.cfg.Subject,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: 30 * time.Second, MaxAckPending: 4 * MaxPoll,
+		AckWait: s.cfg.AckWait, MaxAckPending: 4 * MaxPoll,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: nats: consumer %s: %v", ErrUnavailable, s.cfg.Consumer, err)
