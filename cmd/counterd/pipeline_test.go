@@ -136,6 +136,7 @@ func runPipeline(t *testing.T, w *workload, streamArgs []string) (consumer *proc
 	consArgs := append([]string{"--rules", rulesPath, "--node-id", "consumer-1"}, streamArgs...)
 	cons := start(t, consDir, consArgs...)
 
+	began := time.Now()
 	var sendErr atomic.Pointer[error]
 	fail := func(err error) { sendErr.Store(&err) }
 	var wg sync.WaitGroup
@@ -176,13 +177,14 @@ func runPipeline(t *testing.T, w *workload, streamArgs []string) (consumer *proc
 		}
 		got := applied(cons)
 		cons.kill(t)
-		t.Logf("consumer killed at %d of %d views", got, w.total)
+		t.Logf("%v: consumer killed at %d of %d views", time.Since(began).Round(time.Millisecond), got, w.total)
 		cons = start(t, consDir, consArgs...)
 	}
 	wg.Wait()
 	if err := sendErr.Load(); err != nil {
 		t.Fatal(*err)
 	}
+	t.Logf("%v: all %d batches collected", time.Since(began).Round(time.Millisecond), len(w.batches))
 	if err := poll(90*time.Second, func() error {
 		if got := applied(cons); got != w.total {
 			return fmt.Errorf("views add up to %d, want %d", got, w.total)
@@ -191,7 +193,9 @@ func runPipeline(t *testing.T, w *workload, streamArgs []string) (consumer *proc
 	}); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("%v: every view applied", time.Since(began).Round(time.Millisecond))
 	checkCounts(t, cons.addr, w)
+	t.Logf("%v: counts checked", time.Since(began).Round(time.Millisecond))
 	return cons
 }
 
@@ -278,9 +282,11 @@ func TestPipelineKafkaExactlyOnce(t *testing.T) {
 	}
 	defer kc.Close()
 	broker := kc.ListenAddrs()[0]
+	t0 := time.Now()
 	w := makeWorkload(pipelineSize(), 1000)
 	args := []string{"--kafka", broker, "--kafka-topic", "ev", "--kafka-dead-topic", "ev-dead", "--kafka-partitions", "4"}
 	runPipeline(t, w, args)
+	t.Logf("%v: pipeline done", time.Since(t0))
 
 	// Read the whole dead-letter topic.
 	cl, err := kgo.NewClient(kgo.SeedBrokers(broker), kgo.ConsumeTopics("ev-dead"),
@@ -301,6 +307,7 @@ func TestPipelineKafkaExactlyOnce(t *testing.T) {
 	short, cancel2 := context.WithTimeout(context.Background(), time.Second)
 	defer cancel2()
 	cl.PollFetches(short).EachRecord(func(r *kgo.Record) { bodies = append(bodies, r.Value) })
+	t.Logf("%v: read %d dead letters", time.Since(t0), len(bodies))
 	checkDead(t, bodies, w)
 }
 
