@@ -137,6 +137,9 @@ func Load(name string, data []byte) (*Set, error) {
 	if err := doc.Decode(&f); err != nil {
 		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
 	}
+	if err := checkKeys(doc, "rules file", "dedupe", "rules"); err != nil {
+		return nil, fmt.Errorf("%w: %s:%v", ErrInvalid, name, err)
+	}
 	set := &Set{Dedupe: DefaultDedupe}
 	if f.Dedupe != "" {
 		d, err := rollup.ParseRetention(f.Dedupe)
@@ -187,6 +190,24 @@ func line(n *yaml.Node, key string) int {
 	return n.Line
 }
 
+// checkKeys refuses members of the mapping n that are not in known (a
+// misspelt "flter" would otherwise make a rule match everything).
+func checkKeys(n *yaml.Node, what string, known ...string) error {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+next:
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		for _, k := range known {
+			if n.Content[i].Value == k {
+				continue next
+			}
+		}
+		return fmt.Errorf("%d: %s: unknown member %q", n.Content[i].Line, what, n.Content[i].Value)
+	}
+	return nil
+}
+
 // sub returns the mapping member key of n, or nil.
 func sub(n *yaml.Node, key string) *yaml.Node {
 	if n.Kind == yaml.MappingNode {
@@ -208,6 +229,15 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 		return nil, fmt.Errorf("%d: %v", n.Line, err)
 	}
 	r := &Rule{Name: y.Name, Line: n.Line}
+	if err := checkKeys(n, "rule "+strconv.Quote(y.Name), "name", "filter", "counter", "add", "pfadd", "hadd", "window", "rollup"); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(sub(n, "hadd"), "hadd", "field", "by"); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(sub(n, "window"), "window", "granularity", "span", "fixed", "by"); err != nil {
+		return nil, err
+	}
 	if y.Name != "" {
 		if err := event.ValidateText(y.Name); err != nil {
 			return nil, fmt.Errorf("%d: rule name %v", line(n, "name"), err)
