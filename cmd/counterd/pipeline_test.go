@@ -11,21 +11,25 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/redis/go-redis/v9"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
@@ -351,4 +355,74 @@ func TestPipelineJetStreamExactlyOnce(t *testing.T) {
 		}
 	}
 	checkDead(t, bodies, w)
+}
+
+// TestPipelineEmbeddedRules: without a stream, POST /events and RESP
+// EVENTS.ADD apply at once; a bad rules file stops counterd with the line
+// and the CEL error; SIGHUP reloads the rules, and a bad reload keeps the
+// old ones.
+func TestPipelineEmbeddedRules(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - name: views\n    counter: '\"views:\" + evnt.post'\n    add: '1'\n"), 0o644)
+	out, err := exec.Command(counterdBin(t), "--data", filepath.Join(dir, "bad"), "--http", "127.0.0.1:0", "--resp", "", "--grpc", "", "--rules", rulesPath).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "rules.yaml:3: rule \"views\" counter: ERROR: <input>:1:12: undeclared reference to 'evnt'") {
+		t.Fatalf("bad rules: %v\n%s", err, out)
+	}
+
+	os.WriteFile(rulesPath, []byte("rules:\n  - name: views\n    counter: '\"views:\" + event.post'\n    add: '1'\n"), 0o644)
+	p, respAddr := startRESP(t, "--rules", rulesPath)
+	send := func(id, postID string) {
+		t.Helper()
+		code, m, _, err := post(p.addr+"/events", "", fmt.Sprintf(`[{"id":%q,"type":"view","ts":"2026-01-01T00:00:00Z","post":%q}]`, id, postID))
+		if err != nil || code != http.StatusAccepted || m["accepted"] != 1.0 {
+			t.Fatalf("POST /events: %d %v %v", code, m, err)
+		}
+	}
+	send("a", "p1")
+	send("a", "p1") // a copy
+	rc := redis.NewClient(&redis.Options{Addr: respAddr})
+	defer rc.Close()
+	ctx := context.Background()
+	if n, err := rc.Do(ctx, "EVENTS.ADD", `{"id":"b","type":"view","ts":1,"post":"p1"}`+"\n"+`{"id":"c","type":"view","ts":2,"post":"p1"}`).Int(); err != nil || n != 2 {
+		t.Fatalf("EVENTS.ADD: %d %v", n, err)
+	}
+	if err := rc.Do(ctx, "EVENTS.ADD", `{"id":"d"}`).Err(); err == nil || !strings.Contains(err.Error(), "invalid event") {
+		t.Fatalf("EVENTS.ADD of a bad event: %v", err)
+	}
+	if v := getValue(t, p.addr, "views:p1"); v != 3 {
+		t.Fatalf("views:p1 = %d, want 3", v)
+	}
+
+	os.WriteFile(rulesPath, []byte("rules:\n  - name: views\n    counter: '\"v2:\" + event.post'\n    add: '10'\n"), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	n := 0
+	if err := poll(20*time.Second, func() error {
+		n++
+		send(fmt.Sprintf("r%d", n), "p1")
+		if v := getValue(t, p.addr, "v2:p1"); v == 0 {
+			return errors.New("the reloaded rule does not apply")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(rulesPath, []byte("rules: [\n"), 0o644)
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	if err := poll(20*time.Second, func() error {
+		if !strings.Contains(p.logs(), "rules not reloaded, the old ones stay") {
+			return errors.New("no log of the refused reload")
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	before := getValue(t, p.addr, "v2:p1")
+	send("after-bad-reload", "p1")
+	if v := getValue(t, p.addr, "v2:p1"); v != before+10 {
+		t.Fatalf("after a refused reload v2:p1 = %d, want %d", v, before+10)
+	}
 }
