@@ -11,8 +11,11 @@
 // on its marker and is dropped before the batch is retried. Every batch
 // also carries an idempotency key derived from its stream position
 // (source, partition, first and last offset), so a retried apply after an
-// ambiguous error replays instead of applying again. Batches are applied
-// with sync durability: on disk before the stream's offsets are committed.
+// ambiguous error replays instead of applying again. The engine writes a
+// batch with an idempotency key to disk atomically with its record (its
+// flush gate), so each batch is applied asynchronously and one synced
+// write at the end of Apply waits for all of them: on disk before the
+// stream's offsets are committed.
 //
 // A Loop polls a stream.Consumer, applies, publishes dead letters and
 // commits. Killed at any point, the records after the last commit are
@@ -142,12 +145,24 @@ func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record
 		}
 		live = append(live, p)
 	}
+	applied := false
 	for len(live) > 0 {
-		n, err := a.applyChunk(ctx, source, rs, live, &dead)
+		n, ok, err := a.applyChunk(ctx, source, rs, live, &dead)
 		if err != nil {
 			return nil, err
 		}
+		applied = applied || ok
 		live = live[n:]
+	}
+	if applied {
+		// The chunks went in with async durability, each atomic on disk
+		// with its idempotency record; one synced write of the progress
+		// counter waits for all of them (engine group commit).
+		last := recs[len(recs)-1]
+		op := engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset}
+		if _, err := a.be.Apply(ctx, op, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+		}
 	}
 	a.m.Dead.Add(float64(len(dead)))
 	if len(dead) > 0 {
@@ -266,9 +281,22 @@ func merge(dst, src *engine.Op, maxItems int) bool {
 	return true
 }
 
+// ProgressID is the counter that holds the last offset of partition of
+// source the consumer applied (informational: exactly-once rests on the
+// event markers).
+func ProgressID(source string, partition int32) string {
+	id := fmt.Sprintf("_pipeline:%s:%d", source, partition)
+	if len(id) > engine.MaxIDLen {
+		sum := sha256.Sum256([]byte(id))
+		id = "_pipeline:#" + hex.EncodeToString(sum[:16])
+	}
+	return id
+}
+
 // applyChunk builds one batch from the front of evs, applies it and
-// returns how many events it consumed (applied, duplicate or dead).
-func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, evs []*pending, dead *[]stream.DeadLetter) (int, error) {
+// returns how many events it consumed (applied, duplicate or dead) and
+// whether it applied a batch.
+func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, evs []*pending, dead *[]stream.DeadLetter) (int, bool, error) {
 	maxItems := a.opLim.MaxItems
 	if maxItems <= 0 {
 		maxItems = engine.MaxItems
@@ -287,7 +315,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			n++
 		}
 		if len(c.events) == 0 {
-			return n, nil
+			return n, false, nil
 		}
 		for i := range c.ops {
 			if c.ops[i].Type == engine.OpSet {
@@ -300,15 +328,15 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			sum := sha256.Sum256([]byte(key))
 			key = "pipeline:#" + hex.EncodeToString(sum[:16])
 		}
-		_, err := a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: key})
+		_, err := a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
 		if err == nil {
 			a.m.Events.WithLabelValues("applied").Add(float64(len(c.events)))
 			a.m.Batches.Inc()
-			return n, nil
+			return n, true, nil
 		}
 		var be *engine.BatchError
 		if !errors.As(err, &be) || be.Index < 0 || be.Index >= len(c.ops) {
-			return 0, fmt.Errorf("consumer: apply %s: %w", key, err)
+			return 0, false, fmt.Errorf("consumer: apply %s: %w", key, err)
 		}
 		op := &c.ops[be.Index]
 		for _, ei := range c.from[be.Index] {

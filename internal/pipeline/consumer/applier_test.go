@@ -28,7 +28,7 @@ const testRules = `rules:
     hadd: {field: event.country}
 `
 
-func newApplier(t *testing.T, maxBatch int) (*Applier, *engine.Engine) {
+func newApplier(t testing.TB, maxBatch int) (*Applier, *engine.Engine) {
 	t.Helper()
 	cfg := engine.DefaultConfig()
 	cfg.InMemory = true

@@ -48,12 +48,12 @@ var (
 )
 
 // MaxRules bounds the rules of one file; MaxExprLen one expression.
+// Rules are the operator's, not the event senders': evaluation runs
+// without CEL's runtime cost tracking (a fifth of the consumer's CPU), and
+// what an event can make a rule do is bounded by event.Limits.
 const (
 	MaxRules   = 1000
 	MaxExprLen = 4096
-	// costLimit bounds the work of one evaluation (CEL cost units), so a
-	// comprehension over a big attribute cannot stall the consumer.
-	costLimit = 100000
 )
 
 // DefaultDedupe is how long an event id is remembered when the file does
@@ -255,7 +255,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 		if out := ast.OutputType(); !out.IsExactType(cel.DynType) && !out.IsExactType(want) {
 			return nil, fmt.Errorf("%d: rule %q %s: expression is %s, want %s", ln, y.Name, key, out, want)
 		}
-		p, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize), cel.CostLimit(costLimit))
+		p, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 		if err != nil {
 			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err)
 		}
