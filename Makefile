@@ -2,7 +2,7 @@
 GO ?= go
 PKGS ?= ./...
 
-.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-pipeline fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -40,6 +40,9 @@ bench-resp: ## redis-benchmark against counterd and a real redis-server (scripts
 
 bench-ratelimit: ## rate-limit checks/s; with GUBERNATOR_BIN also gubernator (scripts/bench-ratelimit.sh)
 	./scripts/bench-ratelimit.sh
+
+bench-pipeline: ## events/s collector to counters on kfake and JetStream vs HTTP requests (scripts/bench-pipeline.sh)
+	./scripts/bench-pipeline.sh
 
 bench-smoke: ## run every benchmark once, so they keep compiling and running
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
