@@ -114,11 +114,16 @@ func (s *JetStream) Append(ctx context.Context, evs []event.Event, enc [][]byte)
 		}
 		futs = append(futs, f)
 	}
+	return waitAcks(ctx, futs, "publish")
+}
+
+// waitAcks waits for every asynchronous publish to be acknowledged.
+func waitAcks(ctx context.Context, futs []jetstream.PubAckFuture, what string) error {
 	for _, f := range futs {
 		select {
 		case <-f.Ok():
 		case err := <-f.Err():
-			return fmt.Errorf("%w: nats: publish: %v", ErrUnavailable, err)
+			return fmt.Errorf("%w: nats: %s: %v", ErrUnavailable, what, err)
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -192,16 +197,7 @@ func (s *JetStream) DeadLetter(ctx context.Context, dls []DeadLetter) error {
 		}
 		futs = append(futs, f)
 	}
-	for _, f := range futs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("%w: nats: publish dead letter: %v", ErrUnavailable, err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
+	return waitAcks(ctx, futs, "publish dead letter")
 }
 
 // Commit acknowledges every message. A lost ack only means a redelivery,
