@@ -10,7 +10,7 @@
 // skipped, and a racing duplicate fails the batch with a version conflict
 // on its marker and is dropped before the batch is retried. Every batch
 // also carries an idempotency key derived from its stream position
-// (source, partition, first and last offset), so a retried apply after an
+// (source, partition, first and last offset.index), so a retried apply after an
 // ambiguous error replays instead of applying again. The engine writes a
 // batch with an idempotency key to disk atomically with its record (its
 // flush gate), so each batch is applied asynchronously and one synced
@@ -323,7 +323,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			}
 		}
 		first, last := c.events[0].rec, c.events[len(c.events)-1].rec
-		key := fmt.Sprintf("pipeline:%s:%d:%d-%d:%x", source, first.Partition, first.Offset, last.Offset, engine.Fingerprint(c.ops))
+		key := fmt.Sprintf("pipeline:%s:%d:%d.%d-%d.%d:%x", source, first.Partition, first.Offset, first.Index, last.Offset, last.Index, engine.Fingerprint(c.ops))
 		if len(key) > engine.MaxIdempotencyKeyLen {
 			sum := sha256.Sum256([]byte(key))
 			key = "pipeline:#" + hex.EncodeToString(sum[:16])

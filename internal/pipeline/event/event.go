@@ -257,3 +257,32 @@ func Encode(e *Event) []byte {
 	}
 	return b
 }
+
+// Frame joins encoded events into stream messages of at most maxBytes
+// each (an event larger than maxBytes gets a message of its own): the
+// events of a message are separated by '\n', which compact JSON never
+// contains. Several events a message spare the stream a publish and an
+// acknowledgement per event.
+func Frame(enc [][]byte, maxBytes int) [][]byte {
+	var out [][]byte
+	var cur []byte
+	for _, e := range enc {
+		if len(cur) > 0 && len(cur)+1+len(e) > maxBytes {
+			out = append(out, cur)
+			cur = nil
+		}
+		if len(cur) > 0 {
+			cur = append(cur, '\n')
+		}
+		cur = append(cur, e...)
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+// Unframe splits a stream message into its events (Frame's inverse).
+func Unframe(msg []byte) [][]byte {
+	return bytes.Split(msg, []byte{'\n'})
+}

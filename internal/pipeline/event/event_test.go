@@ -93,3 +93,30 @@ func FuzzParseBatch(f *testing.F) {
 		}
 	})
 }
+
+// TestFrame: messages hold whole events, at most maxBytes unless one event
+// alone is larger, and Unframe gives back every event in order.
+func TestFrame(t *testing.T) {
+	var enc [][]byte
+	for i := range 50 {
+		e := Event{ID: strings.Repeat("i", 1+i%7), Type: "t", TS: int64(i), Attrs: map[string]any{"x": strings.Repeat("y", i*3)}}
+		enc = append(enc, Encode(&e))
+	}
+	for _, max := range []int{1, 100, 1000, 1 << 20} {
+		var back [][]byte
+		for _, m := range Frame(enc, max) {
+			if parts := Unframe(m); len(m) > max && len(parts) != 1 {
+				t.Fatalf("max %d: message of %d bytes holds %d events", max, len(m), len(parts))
+			}
+			back = append(back, Unframe(m)...)
+		}
+		if len(back) != len(enc) {
+			t.Fatalf("max %d: %d events back, want %d", max, len(back), len(enc))
+		}
+		for i := range enc {
+			if string(back[i]) != string(enc[i]) {
+				t.Fatalf("max %d: event %d is %s, want %s", max, i, back[i], enc[i])
+			}
+		}
+	}
+}

@@ -2,6 +2,8 @@ package stream
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -103,12 +105,16 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStream, error)
 	return s, nil
 }
 
-// Append publishes every event with its id as Nats-Msg-Id (the server
-// drops a copy within the duplicates window) and waits for every ack.
+// Append publishes the events several per message (event.Frame), each
+// message with a Nats-Msg-Id derived from its content, so a batch sent
+// again within the duplicates window is dropped by the server; then it
+// waits for every ack.
 func (s *JetStream) Append(ctx context.Context, evs []event.Event, enc [][]byte) error {
-	futs := make([]jetstream.PubAckFuture, 0, len(evs))
-	for i := range evs {
-		f, err := s.js.PublishAsync(s.cfg.Subject, enc[i], jetstream.WithMsgID(evs[i].ID))
+	msgs := event.Frame(enc, MaxMessageBytes)
+	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
+	for _, m := range msgs {
+		sum := sha256.Sum256(m)
+		f, err := s.js.PublishAsync(s.cfg.Subject, m, jetstream.WithMsgID("batch:"+hex.EncodeToString(sum[:16])))
 		if err != nil {
 			return fmt.Errorf("%w: nats: publish: %v", ErrUnavailable, err)
 		}
@@ -136,7 +142,7 @@ func (s *JetStream) Consume(ctx context.Context) error {
 	c, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: s.cfg.Consumer, FilterSubject: s.cfg.Subject,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: s.cfg.AckWait, MaxAckPending: 4 * MaxPoll,
+		AckWait: s.cfg.AckWait, MaxAckPending: 4 * jsPoll,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: nats: consumer %s: %v", ErrUnavailable, s.cfg.Consumer, err)
@@ -148,8 +154,9 @@ func (s *JetStream) Consume(ctx context.Context) error {
 // Name is "nats:" + the stream name.
 func (s *JetStream) Name() string { return s.name }
 
-// jsPoll is the most messages one Poll asks for.
-const jsPoll = 2000
+// jsPoll is the most messages one Poll asks for (each holds up to a
+// collector batch).
+const jsPoll = 64
 
 // Poll pulls the next messages (one group, partition 0, in stream
 // sequence order), waiting with a growing pause while there are none.
@@ -165,7 +172,13 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 			if err != nil {
 				continue
 			}
-			g = append(g, Record{Offset: int64(md.Sequence.Stream), Value: m.Data(), ack: func() { _ = m.Ack() }})
+			for i, ev := range event.Unframe(m.Data()) {
+				r := Record{Offset: int64(md.Sequence.Stream), Index: int32(i), Value: ev}
+				if i == 0 {
+					r.ack = func() { _ = m.Ack() }
+				}
+				g = append(g, r)
+			}
 		}
 		if err := b.Error(); err != nil && len(g) == 0 && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("%w: nats: fetch: %v", ErrUnavailable, err)
@@ -184,14 +197,14 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 }
 
 // DeadLetter publishes each dead letter with Nats-Msg-Id
-// "dead:<stream>:<seq>", so a redelivery within the duplicates window is
-// dropped by the server.
+// "dead:<stream>:<seq>.<index>", so a redelivery within the duplicates
+// window is dropped by the server.
 func (s *JetStream) DeadLetter(ctx context.Context, dls []DeadLetter) error {
 	futs := make([]jetstream.PubAckFuture, 0, len(dls))
 	for i := range dls {
 		d := &dls[i]
 		f, err := s.js.PublishAsync(s.cfg.DeadSubject, EncodeDeadLetter(s.name, d),
-			jetstream.WithMsgID("dead:"+s.cfg.Stream+":"+strconv.FormatInt(d.Record.Offset, 10)))
+			jetstream.WithMsgID("dead:"+s.cfg.Stream+":"+strconv.FormatInt(d.Record.Offset, 10)+"."+strconv.FormatInt(int64(d.Record.Index), 10)))
 		if err != nil {
 			return fmt.Errorf("%w: nats: publish dead letter: %v", ErrUnavailable, err)
 		}

@@ -97,8 +97,10 @@ func EnsureKafkaTopics(ctx context.Context, cfg KafkaConfig) error {
 	return nil
 }
 
-// KafkaProducer appends events to the events topic, keyed by event id (so
-// every copy of an event lands in one partition). Safe for concurrent use.
+// KafkaProducer appends events to the events topic, several per record
+// (event.Frame). Copies of an event may land in different partitions: the
+// consumers deduplicate by event id across partitions. Safe for concurrent
+// use.
 type KafkaProducer struct {
 	cl    *kgo.Client
 	topic string
@@ -119,9 +121,9 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 
 // Append produces the batch with acks from all in-sync replicas.
 func (p *KafkaProducer) Append(ctx context.Context, evs []event.Event, enc [][]byte) error {
-	recs := make([]*kgo.Record, len(evs))
-	for i := range evs {
-		recs[i] = &kgo.Record{Key: []byte(evs[i].ID), Value: enc[i]}
+	var recs []*kgo.Record
+	for _, m := range event.Frame(enc, MaxMessageBytes) {
+		recs = append(recs, &kgo.Record{Value: m})
 	}
 	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("%w: kafka: produce: %v", ErrUnavailable, err)
@@ -141,10 +143,10 @@ type KafkaConsumer struct {
 	name string
 
 	mu sync.Mutex
-	// deadHigh is, by partition, the highest source offset already on
-	// the dead-letter topic (-1: none); forgotten when the partition is
-	// revoked, since another member may have added to it. Guarded by mu.
-	deadHigh map[int32]int64
+	// deadHigh is, by partition, the last source position already on the
+	// dead-letter topic (offset -1: none); forgotten when the partition
+	// is revoked, since another member may have added to it. Guarded by mu.
+	deadHigh map[int32]Record
 	lag      map[int32]int64 // from the last fetch; guarded by mu
 }
 
@@ -153,7 +155,7 @@ func NewKafkaConsumer(cfg KafkaConfig) (*KafkaConsumer, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	c := &KafkaConsumer{cfg: cfg, name: "kafka:" + cfg.Topic, deadHigh: map[int32]int64{}, lag: map[int32]int64{}}
+	c := &KafkaConsumer{cfg: cfg, name: "kafka:" + cfg.Topic, deadHigh: map[int32]Record{}, lag: map[int32]int64{}}
 	forget := func(_ context.Context, _ *kgo.Client, lost map[string][]int32) {
 		c.mu.Lock()
 		for _, p := range lost[cfg.Topic] {
@@ -189,8 +191,9 @@ func NewKafkaConsumer(cfg KafkaConfig) (*KafkaConsumer, error) {
 // Name is "kafka:" + the events topic.
 func (c *KafkaConsumer) Name() string { return c.name }
 
-// MaxPoll is the most records one Poll returns.
-const MaxPoll = 10000
+// MaxPoll is the most stream records one Poll returns (each holds up to a
+// collector batch).
+const MaxPoll = 64
 
 // Poll fetches the next records. Rebalances wait until Commit.
 func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
@@ -213,9 +216,11 @@ func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 			if len(p.Records) == 0 {
 				return
 			}
-			g := make([]Record, len(p.Records))
-			for i, r := range p.Records {
-				g[i] = Record{Partition: r.Partition, Offset: r.Offset, Value: r.Value}
+			var g []Record
+			for _, r := range p.Records {
+				for i, ev := range event.Unframe(r.Value) {
+					g = append(g, Record{Partition: r.Partition, Offset: r.Offset, Index: int32(i), Value: ev})
+				}
 			}
 			c.lag[p.Partition] = p.HighWatermark - (g[len(g)-1].Offset + 1)
 			out = append(out, g)
@@ -231,10 +236,11 @@ func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 	}
 }
 
-const headerSourceOffset = "counterd-source-offset"
+// headerSource carries a dead letter's source position, "offset.index".
+const headerSource = "counterd-source-position"
 
 // DeadLetter produces dls to the dead-letter topic, partition = source
-// partition. Records at or below the highest source offset already there
+// partition. Records at or before the last source position already there
 // are skipped, so a redelivery after a crash publishes each once.
 func (c *KafkaConsumer) DeadLetter(ctx context.Context, dls []DeadLetter) error {
 	if len(dls) == 0 {
@@ -248,12 +254,13 @@ func (c *KafkaConsumer) DeadLetter(ctx context.Context, dls []DeadLetter) error 
 	var recs []*kgo.Record
 	for i := range dls {
 		d := &dls[i]
-		if d.Record.Offset <= high {
+		if !high.before(&d.Record) {
 			continue
 		}
+		pos := strconv.FormatInt(d.Record.Offset, 10) + "." + strconv.FormatInt(int64(d.Record.Index), 10)
 		recs = append(recs, &kgo.Record{Partition: p, Key: []byte(d.Record.Pos()), Value: EncodeDeadLetter(c.name, d),
-			Headers: []kgo.RecordHeader{{Key: headerSourceOffset, Value: []byte(strconv.FormatInt(d.Record.Offset, 10))}}})
-		high = d.Record.Offset
+			Headers: []kgo.RecordHeader{{Key: headerSource, Value: []byte(pos)}}})
+		high = Record{Offset: d.Record.Offset, Index: d.Record.Index}
 	}
 	if len(recs) == 0 {
 		return nil
@@ -270,47 +277,53 @@ func (c *KafkaConsumer) DeadLetter(ctx context.Context, dls []DeadLetter) error 
 	return nil
 }
 
-// deadHighWater returns the highest source offset of partition p on the
+// deadHighWater returns the last source position of partition p on the
 // dead-letter topic, reading its last record when not known.
-func (c *KafkaConsumer) deadHighWater(ctx context.Context, p int32) (int64, error) {
+func (c *KafkaConsumer) deadHighWater(ctx context.Context, p int32) (Record, error) {
 	c.mu.Lock()
 	h, ok := c.deadHigh[p]
 	c.mu.Unlock()
 	if ok {
 		return h, nil
 	}
+	none := Record{Offset: -1}
 	ends, err := c.adm.ListEndOffsets(ctx, c.cfg.DeadTopic)
 	if err != nil {
-		return 0, fmt.Errorf("%w: kafka: dead-letter end offsets: %v", ErrUnavailable, err)
+		return none, fmt.Errorf("%w: kafka: dead-letter end offsets: %v", ErrUnavailable, err)
 	}
 	end, ok := ends.Lookup(c.cfg.DeadTopic, p)
 	if !ok || end.Err != nil {
-		return 0, fmt.Errorf("stream: kafka: dead-letter topic %s has no partition %d", c.cfg.DeadTopic, p)
+		return none, fmt.Errorf("stream: kafka: dead-letter topic %s has no partition %d", c.cfg.DeadTopic, p)
 	}
-	h = -1
+	h = none
 	if end.Offset > 0 {
 		rd, err := kgo.NewClient(kgo.SeedBrokers(c.cfg.Brokers...),
 			kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{c.cfg.DeadTopic: {p: kgo.NewOffset().At(end.Offset - 1)}}))
 		if err != nil {
-			return 0, fmt.Errorf("stream: kafka: %w", err)
+			return none, fmt.Errorf("stream: kafka: %w", err)
 		}
 		defer rd.Close()
-		for h == -1 {
+		for read := false; !read; {
 			fs := rd.PollFetches(ctx)
 			if err := ctx.Err(); err != nil {
-				return 0, err
+				return none, err
 			}
 			var ferr error
 			fs.EachError(func(_ string, _ int32, err error) { ferr = err })
 			if ferr != nil {
-				return 0, fmt.Errorf("%w: kafka: read dead letters: %v", ErrUnavailable, ferr)
+				return none, fmt.Errorf("%w: kafka: read dead letters: %v", ErrUnavailable, ferr)
 			}
 			fs.EachRecord(func(r *kgo.Record) {
+				read = true
 				for _, hd := range r.Headers {
-					if hd.Key == headerSourceOffset {
-						if v, err := strconv.ParseInt(string(hd.Value), 10, 64); err == nil && v > h {
-							h = v
-						}
+					if hd.Key != headerSource {
+						continue
+					}
+					o, i, _ := strings.Cut(string(hd.Value), ".")
+					off, err1 := strconv.ParseInt(o, 10, 64)
+					idx, err2 := strconv.ParseInt(i, 10, 32)
+					if r := (Record{Offset: off, Index: int32(idx)}); err1 == nil && err2 == nil && h.before(&r) {
+						h = r
 					}
 				}
 			})

@@ -19,18 +19,30 @@ import (
 // ErrUnavailable: the stream could not be reached or did not acknowledge.
 var ErrUnavailable = errors.New("stream: unavailable")
 
-// Record is one message read from a stream.
+// Record is one event read from a stream. A stream message carries the
+// events of one collector batch (event.Frame); Index is the event's place
+// in its message.
 type Record struct {
 	Partition int32 // Kafka partition; 0 on JetStream
 	Offset    int64 // Kafka offset; JetStream stream sequence
+	Index     int32 // the event's place in its message
 	Value     []byte
-	ack       func() // JetStream: acknowledges the message
+	ack       func() // JetStream: acknowledges the message (on its first event)
 }
 
-// Pos formats the record's position as "partition/offset".
+// Pos formats the record's position as "partition/offset.index".
 func (r *Record) Pos() string {
-	return strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10)
+	return strconv.FormatInt(int64(r.Partition), 10) + "/" + strconv.FormatInt(r.Offset, 10) + "." + strconv.FormatInt(int64(r.Index), 10)
 }
+
+// before reports whether r comes before o in its partition.
+func (r *Record) before(o *Record) bool {
+	return r.Offset < o.Offset || (r.Offset == o.Offset && r.Index < o.Index)
+}
+
+// MaxMessageBytes bounds a stream message the collector writes (Kafka's
+// and NATS's default limits are 1 MiB).
+const MaxMessageBytes = 512 << 10
 
 // DeadLetter is a record that could not be applied, with the reason.
 type DeadLetter struct {
@@ -43,6 +55,7 @@ type deadJSON struct {
 	Source    string          `json:"source"`
 	Partition int32           `json:"partition"`
 	Offset    int64           `json:"offset"`
+	Index     int32           `json:"index"`
 	Reason    string          `json:"reason"`
 	Event     json.RawMessage `json:"event,omitempty"`
 	Raw       string          `json:"raw,omitempty"` // the record when it is not JSON
@@ -50,7 +63,7 @@ type deadJSON struct {
 
 // EncodeDeadLetter returns the body of d read from source.
 func EncodeDeadLetter(source string, d *DeadLetter) []byte {
-	j := deadJSON{Source: source, Partition: d.Record.Partition, Offset: d.Record.Offset, Reason: d.Reason}
+	j := deadJSON{Source: source, Partition: d.Record.Partition, Offset: d.Record.Offset, Index: d.Record.Index, Reason: d.Reason}
 	if json.Valid(d.Record.Value) {
 		j.Event = d.Record.Value
 	} else {

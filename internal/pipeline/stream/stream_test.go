@@ -15,10 +15,15 @@ import (
 	"github.com/counterd/counterd/internal/testutil/natstest"
 )
 
-func deadLetters(part int32, offsets ...int64) []DeadLetter {
+// deadLetters returns dead letters of partition part at positions
+// "offset.index".
+func deadLetters(part int32, pos ...string) []DeadLetter {
 	var out []DeadLetter
-	for _, o := range offsets {
-		out = append(out, DeadLetter{Record: Record{Partition: part, Offset: o, Value: []byte(fmt.Sprintf(`{"id":"e%d"}`, o))}, Reason: "bad"})
+	for _, p := range pos {
+		var o int64
+		var i int32
+		fmt.Sscanf(p, "%d.%d", &o, &i)
+		out = append(out, DeadLetter{Record: Record{Partition: part, Offset: o, Index: i, Value: []byte(fmt.Sprintf(`{"id":"e%s"}`, p))}, Reason: "bad"})
 	}
 	return out
 }
@@ -43,7 +48,7 @@ func TestKafkaDeadLettersOnce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := first.DeadLetter(ctx, deadLetters(1, 3, 7)); err != nil {
+	if err := first.DeadLetter(ctx, deadLetters(1, "3.0", "7.0", "7.1")); err != nil {
 		t.Fatal(err)
 	}
 	first.Close() // died before committing
@@ -52,10 +57,10 @@ func TestKafkaDeadLettersOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	if err := second.DeadLetter(ctx, deadLetters(1, 3, 7, 9)); err != nil {
+	if err := second.DeadLetter(ctx, deadLetters(1, "3.0", "7.0", "7.1", "7.2", "9.0")); err != nil {
 		t.Fatal(err)
 	}
-	if err := second.DeadLetter(ctx, deadLetters(0, 7)); err != nil { // another partition keeps its own
+	if err := second.DeadLetter(ctx, deadLetters(0, "7.0")); err != nil { // another partition keeps its own
 		t.Fatal(err)
 	}
 	cl, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.ConsumeTopics("ev-dead"), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
@@ -65,28 +70,29 @@ func TestKafkaDeadLettersOnce(t *testing.T) {
 	defer cl.Close()
 	got := map[string]int{}
 	n := 0
-	for n < 4 && ctx.Err() == nil {
+	for n < 6 && ctx.Err() == nil {
 		cl.PollFetches(ctx).EachRecord(func(r *kgo.Record) {
-			src, p, o, reason, err := DecodeDeadLetter(r.Value)
+			src, p, _, reason, err := DecodeDeadLetter(r.Value)
 			if err != nil || src != "kafka:ev" || p != r.Partition || reason != "bad" {
 				t.Errorf("dead letter %s in partition %d: %v", r.Value, r.Partition, err)
 			}
-			got[fmt.Sprintf("%d/%d", p, o)]++
+			got[string(r.Key)]++
 			n++
 		})
 	}
 	short, c2 := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer c2()
 	cl.PollFetches(short).EachRecord(func(r *kgo.Record) { n++ })
-	want := map[string]int{"1/3": 1, "1/7": 1, "1/9": 1, "0/7": 1}
-	if n != 4 || fmt.Sprint(got) != fmt.Sprint(want) {
+	want := map[string]int{"1/3.0": 1, "1/7.0": 1, "1/7.1": 1, "1/7.2": 1, "1/9.0": 1, "0/7.0": 1}
+	if n != 6 || fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("%d dead letters %v, want %v", n, got, want)
 	}
 }
 
-// TestJetStreamRoundTrip: events appended are polled in sequence order,
-// copies of an id within the duplicate window are dropped by the server,
-// and a dead letter published twice lands once. A real NATS server.
+// TestJetStreamRoundTrip: a batch appended is one message whose events
+// are polled in order; the same batch appended again within the duplicate
+// window is dropped by the server, and a dead letter published twice lands
+// once. A real NATS server.
 func TestJetStreamRoundTrip(t *testing.T) {
 	url := natstest.New(t)
 	name := natstest.Name("S")
@@ -106,8 +112,10 @@ func TestJetStreamRoundTrip(t *testing.T) {
 		evs = append(evs, e)
 		enc = append(enc, event.Encode(&e))
 	}
-	if err := js.Append(ctx, evs, enc); err != nil {
-		t.Fatal(err)
+	for range 2 {
+		if err := js.Append(ctx, evs, enc); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := js.Consume(ctx); err != nil {
 		t.Fatal(err)
@@ -116,12 +124,12 @@ func TestJetStreamRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(groups) != 1 || len(groups[0]) != 3 {
-		t.Fatalf("polled %v, want the 3 distinct events", groups)
+	if len(groups) != 1 || len(groups[0]) != 4 {
+		t.Fatalf("polled %v, want the 4 events of one message", groups)
 	}
 	for i, r := range groups[0] {
-		if r.Offset != int64(i+1) {
-			t.Fatalf("record %d at sequence %d", i, r.Offset)
+		if r.Offset != 1 || r.Index != int32(i) || string(r.Value) != string(enc[i]) {
+			t.Fatalf("record %d at %s: %s", i, r.Pos(), r.Value)
 		}
 	}
 	if err := js.Commit(ctx, groups); err != nil {
