@@ -83,13 +83,9 @@ func (c *Collector) Add(ctx context.Context, frontend string, body []byte) (Resu
 	if c.sink == nil {
 		return Result{}, ErrNoSink
 	}
-	evs, err := event.ParseBatch(body, c.opts.Limits)
+	evs, enc, err := event.ParseBatchRaw(body, c.opts.Limits)
 	if err != nil {
 		return Result{}, err
-	}
-	enc := make([][]byte, len(evs))
-	for i := range evs {
-		enc[i] = event.Encode(&evs[i])
 	}
 	dead, err := c.sink.Append(ctx, evs, enc)
 	if err != nil {

@@ -87,22 +87,31 @@ func (e *Error) Unwrap() error { return e.Err }
 // JSON. The whole batch is refused on the first bad event (an *Error
 // naming it), so a batch is appended all or nothing.
 func ParseBatch(data []byte, l Limits) ([]Event, error) {
+	evs, _, err := ParseBatchRaw(data, l)
+	return evs, err
+}
+
+// ParseBatchRaw is ParseBatch that also returns each event's JSON as
+// sent, compacted (no newline, so it frames like Encode's form; Decode
+// reads it back to the same event). The collector forwards it instead of
+// encoding the event again.
+func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	l = l.withDefaults()
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
-		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
 	var raws []json.RawMessage
 	if trimmed[0] == '[' {
 		dec := json.NewDecoder(bytes.NewReader(trimmed))
 		if err := dec.Decode(&raws); err != nil {
-			return nil, fmt.Errorf("%w: batch is not a JSON array of objects: %v", ErrInvalid, err)
+			return nil, nil, fmt.Errorf("%w: batch is not a JSON array of objects: %v", ErrInvalid, err)
 		}
 		if _, err := dec.Token(); err != io.EOF {
-			return nil, fmt.Errorf("%w: data after the JSON array", ErrInvalid)
+			return nil, nil, fmt.Errorf("%w: data after the JSON array", ErrInvalid)
 		}
 		if len(raws) > l.MaxEvents {
-			return nil, fmt.Errorf("%w: %d events, at most %d", ErrTooLarge, len(raws), l.MaxEvents)
+			return nil, nil, fmt.Errorf("%w: %d events, at most %d", ErrTooLarge, len(raws), l.MaxEvents)
 		}
 	} else {
 		sc := bufio.NewScanner(bytes.NewReader(trimmed))
@@ -113,27 +122,34 @@ func ParseBatch(data []byte, l Limits) ([]Event, error) {
 				continue
 			}
 			if len(raws) == l.MaxEvents {
-				return nil, fmt.Errorf("%w: more than %d events", ErrTooLarge, l.MaxEvents)
+				return nil, nil, fmt.Errorf("%w: more than %d events", ErrTooLarge, l.MaxEvents)
 			}
 			raws = append(raws, json.RawMessage(bytes.Clone(line))) // the scanner reuses its buffer
 		}
 		if err := sc.Err(); err != nil {
 			if errors.Is(err, bufio.ErrTooLong) {
-				return nil, &Error{Index: len(raws), Err: fmt.Errorf("%w: event longer than %d bytes", ErrTooLarge, l.MaxEventBytes)}
+				return nil, nil, &Error{Index: len(raws), Err: fmt.Errorf("%w: event longer than %d bytes", ErrTooLarge, l.MaxEventBytes)}
 			}
-			return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
 		}
 	}
 	if len(raws) == 0 {
-		return nil, fmt.Errorf("%w: empty batch", ErrInvalid)
+		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
 	out := make([]Event, len(raws))
+	enc := make([][]byte, len(raws))
 	for i, raw := range raws {
 		if err := decode(raw, l, &out[i]); err != nil {
-			return nil, &Error{Index: i, Err: err}
+			return nil, nil, &Error{Index: i, Err: err}
 		}
+		if bytes.ContainsAny(raw, "\r\n") { // only whitespace between tokens: strings cannot hold them raw
+			var b bytes.Buffer
+			_ = json.Compact(&b, raw) // decode accepted it
+			raw = b.Bytes()
+		}
+		enc[i] = raw
 	}
-	return out, nil
+	return out, enc, nil
 }
 
 // Decode parses one event as stored on a stream (or sent alone).

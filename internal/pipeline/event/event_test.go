@@ -1,6 +1,7 @@
 package event
 
 import (
+	"bytes"
 	"errors"
 	"strings"
 	"testing"
@@ -71,7 +72,7 @@ func FuzzParseBatch(f *testing.F) {
 	f.Add([]byte(`[{"id":"\u00e9","type":"t","ts":253402300799999,"n":1e400}]`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l := Limits{MaxEvents: 50, MaxEventBytes: 4096, MaxAttrs: 16}
-		evs, err := ParseBatch(data, l)
+		evs, raws, err := ParseBatchRaw(data, l)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err)
@@ -82,6 +83,13 @@ func FuzzParseBatch(f *testing.F) {
 			t.Fatalf("%d events", len(evs))
 		}
 		for i := range evs {
+			if bytes.ContainsAny(raws[i], "\r\n") {
+				t.Fatalf("event %d: raw form %q has a newline", i, raws[i])
+			}
+			fromRaw, err := Decode(raws[i], l)
+			if err != nil || string(Encode(&fromRaw)) != string(Encode(&evs[i])) {
+				t.Fatalf("event %d: raw form %q decodes to %v (%v)", i, raws[i], fromRaw, err)
+			}
 			enc := Encode(&evs[i])
 			back, err := Decode(enc, Limits{MaxAttrs: 16})
 			if err != nil {
