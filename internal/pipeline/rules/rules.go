@@ -26,6 +26,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/cel-go/cel"
@@ -109,18 +110,11 @@ type windowYAML struct {
 	By          string `yaml:"by"`
 }
 
-var newEnv = func() func() (*cel.Env, error) {
-	var env *cel.Env
-	var err error
-	done := false
-	return func() (*cel.Env, error) {
-		if !done {
-			env, err = cel.NewEnv(cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)), cel.OptionalTypes())
-			done = true
-		}
-		return env, err
-	}
-}()
+// newEnv is the CEL environment every rules file compiles in (built once;
+// a cel.Env is safe for concurrent use).
+var newEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)), cel.OptionalTypes())
+})
 
 // Load parses and compiles a rules file. name prefixes error messages
 // ("rules.yaml:12: ...").
