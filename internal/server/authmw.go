@@ -75,6 +75,8 @@ var httpNeeds = map[string]auth.Need{
 	"GET /ui":  needPublic, // the console's static files: its login form asks for the token
 	"GET /ui/": needPublic,
 
+	"POST /events": {Perm: auth.Write, All: true}, // the rules may write any counter
+
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
@@ -89,7 +91,7 @@ var unmatchedNeed = needRead
 // (rate limits, cluster status, the console): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

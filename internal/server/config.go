@@ -73,6 +73,8 @@ type Config struct {
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
+	// the event pipeline (pipeline.go, docs/pipeline.md)
+	Events EventsConfig
 
 	envErrs []error // environment variables that did not parse
 }
@@ -114,6 +116,7 @@ func DefaultConfig() Config {
 		MaxQueueWait:          20 * time.Millisecond,
 		HTTPAdmission:         true,
 		ShedRatePerClient:     1000,
+		Events:                defaultEventsConfig(),
 	}
 }
 
@@ -158,6 +161,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: --cluster-timing: %w", err)
 	}
 	if err := c.validateHardening(); err != nil {
+		return err
+	}
+	if err := c.Events.validate(); err != nil {
 		return err
 	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
@@ -253,6 +259,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
 	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 1 s) or lan (memberlist LAN defaults, about 5 s)")
+	c.bindEventsFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 

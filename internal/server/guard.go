@@ -28,7 +28,7 @@ import (
 //     server's own origin (the request's scheme and its Host, which the
 //     rule above accepted) is always allowed: the web console at /ui is
 //     served from it;
-//   - refuses a request body whose Content-Type is neither JSON nor curl's
+//   - refuses a request body whose Content-Type is neither JSON (or NDJSON) nor curl's
 //     default application/x-www-form-urlencoded (415). The form type stays
 //     accepted because `curl -d '{"delta":1}'` sends it; a browser that
 //     sends it also sends an Origin, which the rule above refuses;
@@ -131,7 +131,8 @@ func bodyContentTypeOK(ct string) bool {
 	if err != nil {
 		return false
 	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded"
+	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded" ||
+		mt == "application/x-ndjson" // POST /events batches; not a type browsers send without a preflight
 }
 
 // guard wraps next with the checks above.

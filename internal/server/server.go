@@ -105,6 +105,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(nd.collectors...)
 	countAuthFailures(store, reg)
 
+	pl, err := openPipeline(ctx, cfg, be, reg, log)
+	if err != nil {
+		return err
+	}
+	if pl != nil {
+		defer pl.Close()
+	}
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
@@ -127,6 +134,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		if ui.Serves(r) { // the web console: /ui/..., and / redirects there
 			console.ServeHTTP(w, r)
+			return
+		}
+		if pl != nil && r.URL.Path == "/events" {
+			pl.Handler().ServeHTTP(w, r)
 			return
 		}
 		for prefix, h := range nd.routes {
@@ -177,6 +188,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking),
+			Events: eventsAdder(pl),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {

@@ -100,6 +100,9 @@ type Options struct {
 	// nil: RL.CHECK is an unknown command.
 	RateLimiter ratelimit.Checker
 
+	// Events, when set, serves EVENTS.ADD (docs/pipeline.md).
+	Events EventsAdder
+
 	// Auth, when set, requires every connection to authenticate (AUTH,
 	// HELLO AUTH) and checks each command and its keys against the user's
 	// grants (perms.go). Default nil: every connection may run anything,
@@ -209,6 +212,9 @@ func New(eng engine.Backend, opts Options) *Server {
 	s.cmds = buildCommands()
 	if opts.RateLimiter != nil {
 		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
+	}
+	if opts.Events != nil {
+		s.cmds[EventsCommandName] = eventsCommand(opts.Events)
 	}
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
