@@ -75,7 +75,7 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	n.idem.put(resp.Idem)
+	n.putRecords(ctx, resp.Idem)
 	if len(resp.States) > 0 {
 		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			return err

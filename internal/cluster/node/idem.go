@@ -1,7 +1,11 @@
 package node
 
 import (
+	"cmp"
+	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -21,8 +25,22 @@ import (
 // idemRecord is the results of one keyed mutation (one op, or the part of a
 // batch one owner applied), identified by key and the ops' fingerprint, in
 // the record format every backend shares; IDs names the ids it wrote (a
-// fence pulls their records).
-type idemRecord = engine.IdemRecord
+// fence pulls their records). Origin is the node that applied it, and Undo
+// the adds it made into its own pn/sharded slots: what it takes back if the
+// mutation turns out to have been applied twice (see put).
+type idemRecord struct {
+	engine.IdemRecord
+	Origin string      `json:"origin,omitempty"`
+	Undo   []engine.Op `json:"undo,omitempty"`
+}
+
+// before orders two applications of one mutation: the earlier one stands.
+func (r *idemRecord) before(o *idemRecord) bool {
+	if r.Created != o.Created {
+		return r.Created < o.Created
+	}
+	return r.Origin < o.Origin
+}
 
 // Defaults of the record cache.
 const (
@@ -41,15 +59,17 @@ type idemID struct {
 // idemCache holds the records received from other owners, oldest evicted
 // first. Safe for concurrent use.
 type idemCache struct {
-	mu    sync.Mutex            // guards recs, byID, order
-	recs  map[idemID]idemRecord // by key and fingerprint
-	byID  map[string][]idemID   // records by counter id
-	order []idemID              // insertion order, for eviction
+	mu     sync.Mutex            // guards recs, byID, order, undone
+	recs   map[idemID]idemRecord // by key and fingerprint
+	byID   map[string][]idemID   // records by counter id
+	order  []idemID              // insertion order, for eviction
+	undone map[idemID]bool       // this node's duplicates already taken back
 }
 
 func (c *idemCache) init() {
 	c.recs = map[idemID]idemRecord{}
 	c.byID = map[string][]idemID{}
+	c.undone = map[idemID]bool{}
 }
 
 // forIDs returns the records of mutations that wrote one of ids, created
@@ -70,23 +90,51 @@ func (c *idemCache) forIDs(ids []string, since time.Time) []idemRecord {
 	return out
 }
 
-func (c *idemCache) put(recs []idemRecord) {
+// put stores recs. Two records of one key and fingerprint from different
+// nodes are one mutation applied twice: its first node died (or was cut
+// off) before the record reached the node that took the client's retry.
+// The earlier application stands (before): its record is kept, and
+// shipped from then on. put returns this node's own records that lost,
+// once each, for the caller to take their adds back (undoDuplicates);
+// owner-replicated kinds need nothing (the later owner's epoch wins).
+func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range recs {
 		k := idemID{r.Key, r.FP}
-		if _, ok := c.recs[k]; ok {
+		cur, ok := c.recs[k]
+		if !ok {
+			c.order = append(c.order, k)
+			c.recs[k] = r
+			c.indexLocked(k, r.IDs)
 			continue
 		}
-		c.order = append(c.order, k)
-		c.recs[k] = r
-		for _, id := range r.IDs {
-			c.byID[id] = append(c.byID[id], k)
+		if cur.Origin == r.Origin || cur.Origin == "" || r.Origin == "" {
+			continue // the same application (or a peer that does not say)
+		}
+		loser := r
+		if r.before(&cur) {
+			loser = cur
+			c.recs[k] = r
+			c.indexLocked(k, r.IDs)
+		}
+		if loser.Origin == self && len(loser.Undo) > 0 && !c.undone[k] {
+			c.undone[k] = true
+			lost = append(lost, loser)
 		}
 	}
 	for len(c.order) > idemCacheMax {
 		c.evictLocked(c.order[0])
 		c.order = c.order[1:]
+	}
+	return lost
+}
+
+func (c *idemCache) indexLocked(k idemID, ids []string) {
+	for _, id := range ids {
+		if !slices.Contains(c.byID[id], k) {
+			c.byID[id] = append(c.byID[id], k)
+		}
 	}
 }
 
@@ -100,6 +148,7 @@ func (c *idemCache) evictLocked(k idemID) {
 		}
 	}
 	delete(c.recs, k)
+	delete(c.undone, k)
 }
 
 // get returns the results recorded for key and fp, marked replayed.
@@ -117,13 +166,57 @@ func (c *idemCache) get(key string, fp uint64) ([]engine.Result, bool) {
 	return out, err == nil
 }
 
-// newIdemRecord records the results of keyed ops, unless they are
-// themselves a replay.
-func newIdemRecord(key string, fp uint64, ops []engine.Op, res []engine.Result) *idemRecord {
+// newIdemRecord records the results of keyed ops that node applied,
+// unless they are themselves a replay.
+func newIdemRecord(node, key string, fp uint64, ops []engine.Op, res []engine.Result) *idemRecord {
 	if key == "" || len(res) == 0 || res[0].Replayed {
 		return nil
 	}
-	return &idemRecord{Key: key, FP: fp, IDs: opIDs(ops), Results: slices.Clone(res), Created: time.Now().UnixNano()}
+	r := &idemRecord{
+		IdemRecord: engine.IdemRecord{Key: key, FP: fp, IDs: opIDs(ops), Results: slices.Clone(res), Created: time.Now().UnixNano()},
+		Origin:     node,
+	}
+	for i := range ops {
+		if ops[i].Type == engine.OpAdd && isCRDT(res[i].Kind) && ops[i].Delta != 0 {
+			r.Undo = append(r.Undo, engine.Op{Type: engine.OpAdd, ID: ops[i].ID, Kind: res[i].Kind, Delta: -ops[i].Delta})
+		}
+	}
+	return r
+}
+
+// undoKeyPrefix starts the idempotency key of a taken-back add.
+const undoKeyPrefix = "counterd-undo-"
+
+// putRecords stores records received from peers and takes back this
+// node's duplicates among them.
+func (n *Node) putRecords(ctx context.Context, recs []idemRecord) {
+	if lost := n.idem.put(recs, n.self); len(lost) > 0 {
+		n.undoDuplicates(ctx, lost)
+	}
+}
+
+// undoDuplicates takes back the pn/sharded adds of this node's records
+// that lost to an earlier application of the same mutation elsewhere: a
+// negative add into this node's own slot, once (under an idempotency key
+// derived from the record, so a retry after a crash replays), pushed like
+// any add.
+func (n *Node) undoDuplicates(ctx context.Context, lost []idemRecord) {
+	for _, r := range lost {
+		key := fmt.Sprintf("%s%016x-%016x", undoKeyPrefix, xxhash.Sum64String(r.Key), r.FP)
+		ops := r.Undo
+		res, err := n.store.ApplyBatch(ctx, ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
+		if err != nil {
+			n.log.Warn("cluster: taking back a duplicate keyed add", "key", r.Key, "err", err)
+			continue
+		}
+		n.metrics.duplicates.Inc()
+		n.log.Info("cluster: took back a keyed add applied twice", "key", r.Key, "ids", r.IDs)
+		var changes []change
+		for i := range res {
+			changes = append(changes, change{id: ops[i].ID})
+		}
+		n.dirty.mark(changes)
+	}
 }
 
 // stripes orders keyed applies against exports. A keyed apply holds its
@@ -137,7 +230,13 @@ func stripeOf(id string) int { return int(xxhash.Sum64String(id) % uint64(len(st
 
 // rlock locks the stripes of ids shared, in index order; it returns the
 // unlock.
-func (s *stripes) rlock(ids []string) func() {
+func (s *stripes) rlock(ids []string) func() { return s.take(ids, true) }
+
+// lock locks the stripes of ids exclusively, in index order; it returns
+// the unlock.
+func (s *stripes) lock(ids []string) func() { return s.take(ids, false) }
+
+func (s *stripes) take(ids []string, shared bool) func() {
 	idx := make([]int, 0, len(ids))
 	for _, id := range ids {
 		idx = append(idx, stripeOf(id))
@@ -145,11 +244,19 @@ func (s *stripes) rlock(ids []string) func() {
 	slices.Sort(idx)
 	idx = slices.Compact(idx)
 	for _, i := range idx {
-		s[i].RLock()
+		if shared {
+			s[i].RLock()
+		} else {
+			s[i].Lock()
+		}
 	}
 	return func() {
 		for _, i := range idx {
-			s[i].RUnlock()
+			if shared {
+				s[i].RUnlock()
+			} else {
+				s[i].Unlock()
+			}
 		}
 	}
 }
@@ -160,4 +267,75 @@ func (n *Node) export(id string) (State, bool, error) {
 	mu.Lock()
 	defer mu.Unlock()
 	return n.store.Export(id)
+}
+
+// idemAnnounceFor bounds how long a node that (re)started keeps offering
+// the records it found on disk to members that have not taken them.
+const idemAnnounceFor = time.Minute
+
+// reloadRecords puts the records of the keyed mutations this node applied
+// before it (re)started (from the engine's table on disk) into the cache,
+// and returns them for announceRecords. A mutation it applied just before
+// a crash, whose record never reached another node, may have been retried
+// and applied elsewhere meanwhile: offering the record lets that node see
+// it applied the mutation second and take its adds back (put). The records
+// carry no Undo (the engine does not store the ops), so the other order
+// (this node's application being the later one) is not undone here.
+func (n *Node) reloadRecords() []idemRecord {
+	var recs []idemRecord
+	err := n.store.IdemRecords(time.Now().Add(-idemCacheRetention).UnixNano(), func(r engine.IdemRecord) {
+		if len(r.IDs) > 0 && !strings.HasPrefix(r.Key, undoKeyPrefix) {
+			recs = append(recs, idemRecord{IdemRecord: r, Origin: n.self})
+		}
+	})
+	if err != nil {
+		n.log.Warn("cluster: reading idempotency records", "err", err)
+	}
+	if len(recs) > idemCacheMax {
+		slices.SortFunc(recs, func(a, b idemRecord) int { return cmp.Compare(a.Created, b.Created) })
+		recs = recs[len(recs)-idemCacheMax:]
+	}
+	n.idem.put(recs, n.self)
+	return recs
+}
+
+// announceRecords sends recs to every other member of the ring, retrying
+// those that fail, until each member has taken them or idemAnnounceFor
+// has passed.
+func (n *Node) announceRecords(recs []idemRecord) {
+	if len(recs) == 0 {
+		return
+	}
+	done := map[string]bool{}
+	deadline := time.Now().Add(idemAnnounceFor)
+	for time.Now().Before(deadline) {
+		all := n.joined.Load()
+		for _, peer := range n.ring.Snapshot().Nodes() {
+			if peer == n.self || done[peer] {
+				continue
+			}
+			ok := true
+			for chunk := range slices.Chunk(recs, maxStatesPerCall) {
+				var resp replicateResponse
+				err := n.call(n.ctx, peer, "Replicate", &replicateRequest{header: n.header(false), Idem: chunk}, &resp)
+				if err == nil {
+					err = resp.Err.err(peer, nil)
+				}
+				if err != nil {
+					ok = false
+					break
+				}
+			}
+			done[peer], all = ok, all && ok
+		}
+		if all {
+			n.log.Info("cluster: offered the idempotency records found on disk", "records", len(recs), "to", len(done))
+			return
+		}
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
