@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"syscall"
 	"testing"
@@ -40,6 +41,11 @@ func BenchmarkFailover(b *testing.B) {
 			b.Fatalf("no write on %s within 60s of killing %s: %v", id, victim.id, err)
 		}
 		windows = append(windows, time.Since(killed))
+		if os.Getenv("FAILOVER_DEBUG") != "" && windows[len(windows)-1] > time.Second {
+			for _, n := range survivors {
+				b.Logf("kill %d of %s took %v; log of %s:\n%s", i, victim.id, windows[len(windows)-1], n.id, n.logs.tail(40))
+			}
+		}
 		victim.start(b)
 		waitAlive(b, c.nodes, 60*time.Second)
 	}

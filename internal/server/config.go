@@ -68,7 +68,7 @@ type Config struct {
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
 	// cluster failure detection (docs/cluster.md: Failover timing)
-	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
+	ClusterTiming string // --cluster-timing: fast (dead after ~0.6 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
 
 	envErrs []error // environment variables that did not parse
 }
@@ -242,7 +242,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
-	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 1 s) or lan (memberlist LAN defaults, about 5 s)")
+	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 0.6 s) or lan (memberlist LAN defaults, about 5 s)")
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 

@@ -104,6 +104,11 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 	}
 	var res []engine.Result
 	err := n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
+		// Again under the gate: the op may have waited (fence) while the
+		// ring shrank to this node's side of a partition.
+		if err := n.checkMajority(local); err != nil {
+			return err
+		}
 		res, err = n.applyKeyed(ctx, ops, batch, wo)
 		return err
 	})

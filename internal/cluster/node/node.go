@@ -317,8 +317,17 @@ func (n *Node) refresh() {
 			alive = append(alive, mem.ID)
 		}
 	}
-	n.minority.Store(len(alive)*2 <= len(alive)+dead)
+	// The flag turns on before the ring shrinks and off after it grows:
+	// whoever reads the ring and then the flag (replicateNow) never pairs
+	// a ring of the small side with a cleared flag.
+	minority := len(alive)*2 <= len(alive)+dead
+	if minority {
+		n.minority.Store(true)
+	}
 	n.setRing(alive)
+	if !minority {
+		n.minority.Store(false)
+	}
 }
 
 // setRing installs a new node set, waiting for owner operations admitted

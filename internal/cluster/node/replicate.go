@@ -78,7 +78,15 @@ type change struct {
 // replica). Peers that fail are retried by the push loop.
 func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool) error {
 	s := n.ring.Snapshot()
-	plan := n.planPush(s, n.exportChanges(changes))
+	states := n.exportChanges(changes)
+	// The minority flag is set before the ring shrinks (refresh): a write
+	// applied under a larger ring must not count this smaller one's
+	// quorum, which may be this node alone.
+	if n.minority.Load() && slices.ContainsFunc(states, func(st State) bool { return !isCRDT(st.Kind) }) {
+		n.dirty.mark(changes)
+		return errMinority
+	}
+	plan := n.planPush(s, states)
 	if len(plan.byPeer) == 0 {
 		return nil
 	}
