@@ -137,7 +137,7 @@ func TestClusterPartitionFencesOldOwner(t *testing.T) {
 	}
 	acked := int64(0)
 	for i := range 5 {
-		if err := retryFor(10*time.Second, func() error { return incr(n1, 1, fmt.Sprintf("before-%d", i)) }); err != nil {
+		if err := poll(10*time.Second, func() error { return incr(n1, 1, fmt.Sprintf("before-%d", i)) }); err != nil {
 			t.Fatalf("increment before the partition: %v", err)
 		}
 		acked++
@@ -161,7 +161,7 @@ func TestClusterPartitionFencesOldOwner(t *testing.T) {
 	}
 	t.Logf("n1, n2 dropped n3 %v after the cut", time.Since(cut).Round(time.Millisecond))
 	for i := range 2 {
-		if err := retryFor(10*time.Second, func() error { return incr(c.nodes[i], 1, fmt.Sprintf("during-%d", i)) }); err != nil {
+		if err := poll(10*time.Second, func() error { return incr(c.nodes[i], 1, fmt.Sprintf("during-%d", i)) }); err != nil {
 			t.Fatalf("increment on the majority during the partition: %v", err)
 		}
 		acked++
@@ -196,18 +196,5 @@ func TestClusterPartitionFencesOldOwner(t *testing.T) {
 	}
 	if err := poll(15*time.Second, check); err != nil {
 		t.Fatalf("after healing: %v", err)
-	}
-}
-
-// retryFor calls f until it succeeds or d has passed, returning its last
-// error.
-func retryFor(d time.Duration, f func() error) error {
-	deadline := time.Now().Add(d)
-	for {
-		err := f()
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
