@@ -51,10 +51,23 @@ func TestEpochFencesOldOwner(t *testing.T) {
 		t.Fatalf("raise: %#x %v %v", ver, ok, err)
 	}
 	// The old owner's writes are applied locally but never acknowledged.
+	keyed := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "old-owner"}
 	for i := range 5 {
-		_, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 100}, syncWO)
+		wo := syncWO
+		if i == 4 {
+			wo = keyed
+		}
+		_, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 100}, wo)
 		if !errors.Is(err, engine.ErrUnavailable) {
 			t.Fatalf("old owner's write %d after the claim: %v, want unavailable (no quorum)", i, err)
+		}
+	}
+	// Its keyed write's record reached n2 and n3 with the stale push, but
+	// was not kept: a retry there must apply, not replay a lost write.
+	fp := engine.Fingerprint([]engine.Op{{Type: engine.OpAdd, ID: id, Delta: 100}})
+	for _, n := range []*Node{n2, n3} {
+		if res, ok := n.idem.get("old-owner", fp); ok {
+			t.Fatalf("%s keeps the record of the old owner's unacknowledged write: %+v", n.self, res)
 		}
 	}
 	// n1 cannot claim the epoch n3 promised to n2.

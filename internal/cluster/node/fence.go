@@ -115,6 +115,9 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 		if len(mine) > 0 {
 			epochs, err := n.pullQuorum(ctx, s, mine, claim)
 			if err == nil {
+				if claim {
+					n.recheckRecords(mine, epochs)
+				}
 				f.markDone(s.Version(), mine, epochs)
 			}
 			end()
@@ -265,13 +268,13 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	n.putRecords(ctx, resp.Idem)
 	if len(resp.States) > 0 {
 		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			n.log.Warn("cluster: fence merge", "from", peer, "err", err)
 			return err
 		}
 	}
+	n.putReceived(ctx, resp.Idem)
 	a.sameRing = a.sameRing && resp.Nodes == want
 	for i, id := range ids {
 		a.refused[id] = 0 // a peer without epochs enforces none: accepted

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -32,6 +33,47 @@ type idemRecord struct {
 	engine.IdemRecord
 	Origin string      `json:"origin,omitempty"`
 	Undo   []engine.Op `json:"undo,omitempty"`
+	// Wrote has, per owner-replicated id the mutation wrote, versions
+	// that contain the write (see contains): the write's own, then the
+	// floor of each epoch whose owner's fence found it.
+	Wrote map[string][]uint64 `json:"wrote,omitempty"`
+}
+
+// A record of an owner-replicated id may be replayed only where the
+// write it records is in the id's state: an old owner's write that no
+// quorum acknowledged is lost when a newer epoch wins, and replaying its
+// record would acknowledge a lost write. A state contains the write when
+// it is of the same epoch as one of Wrote[id] and at least that version:
+// within an epoch only its claimant writes, so versions of one epoch are
+// one line of history. Records received from peers are kept only if the
+// local state (after merging what came with them) contains their writes;
+// an owner's fence re-checks the records of the ids it claims, adds its
+// new epoch's floor to those it keeps (its writes in that epoch descend
+// from the fenced state) and drops the others.
+
+// maxWrote bounds the versions a record keeps per id (the latest epochs).
+const maxWrote = 4
+
+// contains reports whether version (the local state's) contains a write
+// recorded at one of ws.
+func contains(version uint64, ws []uint64) bool {
+	for _, w := range ws {
+		if epochOf(version) == epochOf(w) && version >= w {
+			return true
+		}
+	}
+	return false
+}
+
+// addWrote returns ws with w added (kept sorted, at most maxWrote, the
+// highest).
+func addWrote(ws []uint64, w uint64) []uint64 {
+	if slices.Contains(ws, w) {
+		return ws
+	}
+	out := append(slices.Clone(ws), w)
+	slices.Sort(out)
+	return out[max(0, len(out)-maxWrote):]
 }
 
 // before orders two applications of one mutation: the earlier one stands.
@@ -110,7 +152,22 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 			continue
 		}
 		if cur.Origin == r.Origin || cur.Origin == "" || r.Origin == "" {
-			continue // the same application (or a peer that does not say)
+			// The same application (or a peer that does not say): keep
+			// the latest epoch it was found in.
+			if len(r.Wrote) > 0 {
+				wrote := maps.Clone(cur.Wrote)
+				if wrote == nil {
+					wrote = map[string][]uint64{}
+				}
+				for id, ws := range r.Wrote {
+					for _, w := range ws {
+						wrote[id] = addWrote(wrote[id], w)
+					}
+				}
+				cur.Wrote = wrote
+				c.recs[k] = cur
+			}
+			continue
 		}
 		loser := r
 		if r.before(&cur) {
@@ -128,6 +185,30 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 		c.order = c.order[1:]
 	}
 	return lost
+}
+
+// rebase moves r's writes to the epochs claimed (keep), or drops r.
+func (c *idemCache) rebase(r idemRecord, keep bool, epochs map[string]uint32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := idemID{r.Key, r.FP}
+	cur, ok := c.recs[k]
+	if !ok || cur.Origin != r.Origin {
+		return
+	}
+	if !keep {
+		c.evictLocked(k)
+		c.order = slices.DeleteFunc(c.order, func(x idemID) bool { return x == k })
+		return
+	}
+	wrote := maps.Clone(cur.Wrote)
+	for id := range wrote {
+		if e, ok := epochs[id]; ok && e > 0 {
+			wrote[id] = addWrote(wrote[id], epochFloor(e))
+		}
+	}
+	cur.Wrote = wrote
+	c.recs[k] = cur
 }
 
 func (c *idemCache) indexLocked(k idemID, ids []string) {
@@ -177,11 +258,65 @@ func newIdemRecord(node, key string, fp uint64, ops []engine.Op, res []engine.Re
 		Origin:     node,
 	}
 	for i := range ops {
-		if ops[i].Type == engine.OpAdd && isCRDT(res[i].Kind) && ops[i].Delta != 0 {
-			r.Undo = append(r.Undo, engine.Op{Type: engine.OpAdd, ID: ops[i].ID, Kind: res[i].Kind, Delta: -ops[i].Delta})
+		switch {
+		case isCRDT(res[i].Kind):
+			if ops[i].Type == engine.OpAdd && ops[i].Delta != 0 {
+				r.Undo = append(r.Undo, engine.Op{Type: engine.OpAdd, ID: ops[i].ID, Kind: res[i].Kind, Delta: -ops[i].Delta})
+			}
+		default:
+			if r.Wrote == nil {
+				r.Wrote = map[string][]uint64{}
+			}
+			if ws := r.Wrote[ops[i].ID]; len(ws) == 0 || ws[0] < res[i].Version {
+				r.Wrote[ops[i].ID] = []uint64{res[i].Version} // the id's last write
+			}
 		}
 	}
 	return r
+}
+
+// containedRecords returns the records of recs whose owner-replicated
+// writes are all in this node's states.
+func (n *Node) containedRecords(recs []idemRecord) []idemRecord {
+	out := recs[:0:0]
+	for _, r := range recs {
+		if n.holdsWrites(r.Wrote) {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func (n *Node) holdsWrites(wrote map[string][]uint64) bool {
+	for id, ws := range wrote {
+		st, ok, err := n.store.Export(id)
+		if err != nil || !ok || !contains(st.Version, ws) {
+			return false
+		}
+	}
+	return true
+}
+
+// putReceived stores records received from a peer, keeping only those
+// whose writes this node holds (call after merging the states that came
+// with them), and takes back this node's duplicates among them.
+func (n *Node) putReceived(ctx context.Context, recs []idemRecord) {
+	if len(recs) > 0 {
+		n.putRecords(ctx, n.containedRecords(recs))
+	}
+}
+
+// recheckRecords runs when this node's fence claimed epoch epochs[id] for
+// each id: records of those ids whose writes the fenced state holds move
+// to the new epoch, the others are dropped.
+func (n *Node) recheckRecords(ids []string, epochs map[string]uint32) {
+	for _, r := range n.idem.forIDs(ids, time.Time{}) {
+		if len(r.Wrote) == 0 {
+			continue
+		}
+		keep := n.holdsWrites(r.Wrote)
+		n.idem.rebase(r, keep, epochs)
+	}
 }
 
 // undoKeyPrefix starts the idempotency key of a taken-back add.
@@ -273,8 +408,8 @@ func (n *Node) export(id string) (State, bool, error) {
 // the records it found on disk to members that have not taken them.
 const idemAnnounceFor = time.Minute
 
-// reloadRecords puts the records of the keyed mutations this node applied
-// before it (re)started (from the engine's table on disk) into the cache,
+// reloadRecords puts the records of the keyed pn/sharded adds this node
+// applied before it (re)started (from the engine's table on disk) into the cache,
 // and returns them for announceRecords. A mutation it applied just before
 // a crash, whose record never reached another node, may have been retried
 // and applied elsewhere meanwhile: offering the record lets that node see
@@ -284,7 +419,11 @@ const idemAnnounceFor = time.Minute
 func (n *Node) reloadRecords() []idemRecord {
 	var recs []idemRecord
 	err := n.store.IdemRecords(time.Now().Add(-idemCacheRetention).UnixNano(), func(r engine.IdemRecord) {
-		if len(r.IDs) > 0 && !strings.HasPrefix(r.Key, undoKeyPrefix) {
+		// Only pn/sharded records: a write of another kind on this disk
+		// may have been lost to a newer owner while this node was away,
+		// and its record must not be replayed (see contains).
+		crdt := !slices.ContainsFunc(r.Results, func(res engine.Result) bool { return !isCRDT(res.Kind) })
+		if len(r.IDs) > 0 && crdt && !strings.HasPrefix(r.Key, undoKeyPrefix) {
 			recs = append(recs, idemRecord{IdemRecord: r, Origin: n.self})
 		}
 	})

@@ -258,20 +258,29 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 	if req.Sync {
 		wo.Durability = engine.Sync
 	}
-	// Records first: a merge that fails its fsync wait (the sender gave
-	// up) has still changed memory, and its retry must replay.
-	n.putRecords(ctx, req.Idem)
 	// The epoch check and the merge (in memory) are one step against a
-	// claim and its export (serveFetch): see epoch.go. The wait for the
-	// disk comes after, without the lock.
+	// claim and its export (serveFetch): see epoch.go. A stale state (an
+	// old owner's write after the claim) is not merged and its records
+	// are not kept: that write will lose to the new owner's. Records go in
+	// before the wait for the disk (which comes after, without the lock):
+	// a merge whose wait fails (the sender gave up) has still changed
+	// memory, and its retry must replay.
 	unlock := n.promises.lockIDs(stateIDs(req.States))
 	var stale []string
+	fresh := make([]State, 0, len(req.States))
 	for _, st := range req.States {
 		if !isCRDT(st.Kind) && n.promises.stale(st.ID, st.Version, req.From) {
 			stale = append(stale, st.ID)
+			continue
 		}
+		fresh = append(fresh, st)
 	}
-	changed, err := n.merge(ctx, req.States, engine.WriteOptions{Durability: engine.Async})
+	changed, err := n.merge(ctx, fresh, engine.WriteOptions{Durability: engine.Async})
+	if err == nil {
+		n.putReceived(ctx, slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
+			return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
+		}))
+	}
 	unlock()
 	if err == nil && wo.Durability == engine.Sync {
 		_, err = n.store.Merge(ctx, nil, wo) // waits until what was merged is on disk
