@@ -245,6 +245,8 @@ func cloneState(s any) any {
 		c := counter.NewHash()
 		_ = c.UnmarshalBinary(b)
 		return c
+	case *counter.Float:
+		return v.Clone()
 	}
 	return s
 }
@@ -306,6 +308,8 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 		st = h
 	case KindHash:
 		st = counter.NewHash()
+	case KindFloat:
+		st = &counter.Float{}
 	}
 	en.kind, en.value, en.version = k, 0, 0
 	if st != nil {

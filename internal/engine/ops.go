@@ -39,6 +39,20 @@ func additiveValue(en *entry, now int64) int64 {
 func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
 	k := op.Kind
+	if k == KindFloat {
+		return e.applyAddFloat(r, op, now, live, res)
+	}
+	if live && en.kind == KindFloat && (k == KindNone || k == KindCounter) {
+		// Redis's INCR after INCRBYFLOAT: an integer value is a counter again.
+		v, ok := en.ext.state.(*counter.Float).Int64()
+		if !ok {
+			return fmt.Errorf("%w: %q holds %s", ErrNotInteger, op.ID, en.ext.state.(*counter.Float).Text())
+		}
+		if _, ok := addInt64(v, op.Delta); !ok {
+			return overflow(op.ID)
+		}
+		e.setKindLocked(r, KindCounter, v, nil)
+	}
 	if live {
 		if !en.kind.Additive() || (k != KindNone && k != en.kind) {
 			return wrongKind(op.ID, en.kind, op.Type)
@@ -65,9 +79,68 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 	return nil
 }
 
+// applyAddFloat adds the text op.Float to the float counter r, creating
+// it, or converting a counter of kind counter (its int64 is exact).
+func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindFloat && en.kind != KindCounter {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	d, err := counter.ParseFloat(op.Float)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrNotFloat, op.Float)
+	}
+	var f *counter.Float
+	switch {
+	case !live:
+		f = &counter.Float{}
+	case en.kind == KindCounter:
+		f = counter.FloatOf(en.value)
+	default:
+		f = en.ext.state.(*counter.Float).Clone()
+	}
+	if _, err := f.AddValue(d); err != nil {
+		return fmt.Errorf("%w: %q", ErrFloatRange, op.ID)
+	}
+	switch {
+	case !live:
+		if err := e.create(r, KindFloat, op); err != nil {
+			return err
+		}
+		en.ext.state = f
+	case en.kind == KindCounter:
+		e.setKindLocked(r, KindFloat, 0, f)
+	default:
+		en.ext.state = f
+	}
+	e.changedLocked(r, now, res)
+	res.Float = f.Text()
+	return nil
+}
+
+// setKindLocked turns the live counter r into kind k with value v and
+// state st, keeping its TTL, version and rollups (between counter and
+// float, the two kinds Redis converts between). Caller holds r's lock.
+func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
+	en := r.e
+	en.kind, en.value = k, v
+	switch {
+	case st != nil:
+		if en.ext == nil {
+			en.ext = &ext{}
+		}
+		en.ext.state = st
+	case en.ext != nil:
+		en.ext.state = nil
+		if en.ext.expires == 0 && en.ext.roll == nil {
+			en.ext = nil
+		}
+	}
+}
+
 func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindCounter {
+	if live && en.kind != KindCounter && en.kind != KindFloat {
 		return wrongKind(op.ID, en.kind, op.Type)
 	}
 	if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
@@ -85,6 +158,8 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	if !live {
 		e.create(r, KindCounter, op)
+	} else if en.kind == KindFloat { // Redis SET overwrites any string
+		e.setKindLocked(r, KindCounter, 0, nil)
 	}
 	en.value = op.Value
 	switch {

@@ -129,6 +129,18 @@ func (op *Op) Validate(l Limits) error {
 }
 
 func (op *Op) validateAdd(l Limits) error {
+	if op.Kind == KindFloat {
+		// The text itself is checked when applied, after the kind: a bad
+		// increment to a counter of another kind is a wrong kind first,
+		// as in Redis.
+		if op.Delta != 0 || len(op.Float) > counter.MaxFloatText {
+			return fmt.Errorf("%w: a float add takes its increment as text", ErrInvalidArgument)
+		}
+		return nil
+	}
+	if op.Float != "" {
+		return fmt.Errorf("%w: a float increment needs kind float", ErrInvalidArgument)
+	}
 	if op.Kind != KindNone && !op.Kind.Additive() {
 		return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
 	}
