@@ -31,7 +31,7 @@ var (
 	// ErrNotInteger: an integer add to a float counter whose value is not
 	// an integer (Redis: "value is not an integer or out of range").
 	ErrNotInteger = errors.New("engine: value is not an integer")
-	ErrClosed           = errors.New("engine: closed")
+	ErrClosed     = errors.New("engine: closed")
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
