@@ -41,18 +41,13 @@ const (
 // hexadecimal with a binary exponent, inf and infinity in any case, an
 // optional sign), the whole of s, no leading white space, not NaN, and not
 // beyond the long double range (overflow, or a non-zero value rounding to
-// zero). Text after a NUL byte is ignored, as C's strtold stops there.
+// zero).
 // The error wraps ErrInvalid; an infinite value is returned without error
-// (as strtold does), callers that must refuse it check IsInf.
+// (as strtold does), callers that must refuse it check IsInf. A NUL byte
+// is refused: Redis checks that strtold read every byte.
 func ParseFloat(s string) (*big.Float, error) {
 	if len(s) == 0 || len(s) > MaxFloatText {
 		return nil, fmt.Errorf("%w: not a valid float", ErrInvalid)
-	}
-	if i := strings.IndexByte(s, 0); i >= 0 {
-		s = s[:i]
-		if s == "" { // strtold converts nothing and stops at the end: 0
-			return newLD(), nil
-		}
 	}
 	if isCSpace(s[0]) {
 		return nil, fmt.Errorf("%w: not a valid float", ErrInvalid)

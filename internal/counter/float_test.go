@@ -45,7 +45,7 @@ func TestFloatAdd(t *testing.T) {
 }
 
 func TestFloatRefuses(t *testing.T) {
-	for _, in := range []string{"", " 1", "1 ", "nan", "NaN", "1e-5000", "1e5000", "abc", "1e", "0x", "0xp1", ".", "-", "+", "1..2", "1e+", "infx", "0x1p", "\t1"} {
+	for _, in := range []string{"", " 1", "1 ", "nan", "NaN", "1e-5000", "1e5000", "abc", "1e", "0x", "0xp1", ".", "-", "+", "1..2", "1e+", "infx", "0x1p", "\t1", "1\x00x", "\x00"} {
 		var x Float
 		x.Add("2.5")
 		if _, err := x.Add(in); !errors.Is(err, ErrInvalid) {

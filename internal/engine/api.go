@@ -171,9 +171,13 @@ const (
 	OpPFMerge                   // hll: union of Sources into ID
 	OpHAdd                      // hash: add Fields atomically
 	OpHDel                      // hash: delete Names
+	// OpHSet sets hash fields (Fields, Delta is the new value) like Redis
+	// HSET, or with SetMode SetIfAbsent only absent ones (HSETNX); Result
+	// Value is the number of fields created.
+	OpHSet
 )
 
-var opNames = [...]string{"", "add", "set", "delete", "expire", "pfadd", "pfmerge", "hadd", "hdel"}
+var opNames = [...]string{"", "add", "set", "delete", "expire", "pfadd", "pfmerge", "hadd", "hdel", "hset"}
 
 func (t OpType) String() string {
 	if int(t) < len(opNames) && t != 0 {
@@ -211,6 +215,12 @@ type Op struct {
 	KeepTTL bool
 
 	TTL time.Duration // OpExpire; OpSet when > 0
+	// ExpireAt, when not 0, is an absolute expiry (unix ns) that replaces
+	// TTL for OpExpire and OpSet (Redis EXAT/PXAT): the stored expiry is
+	// exactly it, whenever the op is applied. At or before the apply time,
+	// OpExpire deletes the counter. Backends that store relative TTLs call
+	// ResolveExpireAt.
+	ExpireAt int64
 
 	Items        [][]byte             // OpPFAdd
 	Sources      []string             // OpPFMerge (ID is the destination, and is included in the union)
@@ -223,6 +233,23 @@ type Op struct {
 	// Estimate, for OpPFAdd: also set Result.Value to the estimate after the
 	// add (costs a pass over the registers, so RESP PFADD does not ask).
 	Estimate bool
+}
+
+// ResolveExpireAt turns ExpireAt into the TTL it means at now (negative:
+// already past), for backends that store relative TTLs.
+func (op *Op) ResolveExpireAt(now time.Time) {
+	if op.ExpireAt == 0 {
+		return
+	}
+	ttl := time.Duration(op.ExpireAt - now.UnixNano())
+	switch {
+	case ttl > 0:
+	case op.Type == OpExpire:
+		ttl = -1
+	default: // OpSet: expires at once
+		ttl = time.Nanosecond
+	}
+	op.TTL, op.ExpireAt = ttl, 0
 }
 
 // SetMode qualifies OpSet like Redis SET NX/XX.

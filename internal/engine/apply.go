@@ -95,7 +95,7 @@ func (b *BatchError) Unwrap() error { return b.Err }
 // creates reports whether op may create its counter.
 func creates(op *Op) bool {
 	switch op.Type {
-	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd:
+	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd, OpHSet:
 		return true
 	}
 	return false
@@ -345,6 +345,8 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		return e.applyHAdd(r, op, now, live, res)
 	case OpHDel:
 		return e.applyHDel(r, op, now, live, res)
+	case OpHSet:
+		return e.applyHSet(r, op, now, live, res)
 	}
 	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
 }

@@ -79,6 +79,14 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 	return nil
 }
 
+// checkExpireAt bounds an absolute expiry like Validate bounds a TTL.
+func (e *Engine) checkExpireAt(op *Op, now int64) error {
+	if op.ExpireAt != 0 && time.Duration(op.ExpireAt-now) > e.limits.MaxTTL {
+		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, e.limits.MaxTTL)
+	}
+	return nil
+}
+
 // applyAddFloat adds the text op.Float to the float counter r, creating
 // it, or converting a counter of kind counter (its int64 is exact).
 func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result) error {
@@ -156,6 +164,9 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 		}
 		return nil
 	}
+	if err := e.checkExpireAt(op, now); err != nil {
+		return err
+	}
 	if !live {
 		e.create(r, KindCounter, op)
 	} else if en.kind == KindFloat { // Redis SET overwrites any string
@@ -163,6 +174,8 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	en.value = op.Value
 	switch {
+	case op.ExpireAt != 0:
+		e.setExpiresLocked(r, op.ExpireAt)
 	case op.TTL > 0:
 		e.setExpiresLocked(r, expiry(now, op.TTL))
 	case !op.KeepTTL:
@@ -184,19 +197,28 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 	if !live {
 		return nil
 	}
+	if err := e.checkExpireAt(op, now); err != nil {
+		return err
+	}
 	en := r.e
+	ttl := op.TTL
+	if op.ExpireAt != 0 {
+		if ttl = time.Duration(op.ExpireAt - now); ttl <= 0 {
+			ttl = -1
+		}
+	}
 	switch {
-	case op.TTL < 0:
+	case ttl < 0:
 		e.deletedLocked(r, res)
 		return nil
-	case op.TTL == 0:
+	case ttl == 0:
 		if en.ext == nil || en.ext.expires == 0 {
 			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
 			return nil
 		}
 		e.setExpiresLocked(r, 0)
 	default:
-		e.setExpiresLocked(r, expiry(now, op.TTL))
+		e.setExpiresLocked(r, expiry(now, ttl))
 	}
 	e.changedLocked(r, now, res)
 	return nil
@@ -315,6 +337,28 @@ func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) er
 		return mapErr(op.ID, err)
 	}
 	res.Fields = fs
+	e.changedLocked(r, now, res)
+	return nil
+}
+
+func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindHash {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	if !live {
+		e.create(r, KindHash, op)
+	}
+	fs := make([]counter.Field, len(op.Fields))
+	for i, f := range op.Fields {
+		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	}
+	n := en.ext.state.(*counter.Hash).Set(fs, op.SetMode == SetIfAbsent)
+	res.Value = int64(n)
+	if n == 0 && op.SetMode == SetIfAbsent {
+		res.Kind, res.Version = en.kind, en.version
+		return nil
+	}
 	e.changedLocked(r, now, res)
 	return nil
 }

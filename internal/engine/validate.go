@@ -94,6 +94,9 @@ func (op *Op) Validate(l Limits) error {
 	if op.TTL < 0 && op.Type != OpExpire { // OpExpire: negative deletes, like Redis
 		return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
 	}
+	if op.ExpireAt < 0 || (op.ExpireAt != 0 && op.Type != OpExpire && op.Type != OpSet) {
+		return fmt.Errorf("%w: expire-at only applies to expire and set", ErrInvalidArgument)
+	}
 	if op.TTL > l.MaxTTL {
 		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, l.MaxTTL)
 	}
@@ -122,7 +125,7 @@ func (op *Op) Validate(l Limits) error {
 			}
 		}
 		return nil
-	case OpHAdd, OpHDel:
+	case OpHAdd, OpHDel, OpHSet:
 		return op.validateFields(l)
 	}
 	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)

@@ -159,7 +159,16 @@ var opFuncs = map[engine.OpType]opFunc{
 
 // apply runs one validated op.
 func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, error) {
-	res, err := opFuncs[op.Type](b, ctx, op)
+	f, ok := opFuncs[op.Type]
+	if !ok {
+		return engine.Result{}, fmt.Errorf("%w: %s is not supported in the tiered mode", engine.ErrInvalidArgument, op.Type)
+	}
+	if op.ExpireAt != 0 { // Redis keeps relative TTLs here
+		o := *op
+		o.ResolveExpireAt(b.opts.Now())
+		op = &o
+	}
+	res, err := f(b, ctx, op)
 	if err != nil {
 		return engine.Result{}, mapErr(err)
 	}
@@ -190,6 +199,9 @@ func engineKind(k redisstore.Kind) engine.Kind {
 }
 
 func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	if op.Kind == engine.KindFloat {
+		return b.addFloat(ctx, op)
+	}
 	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window}
 	if op.Shard > 0 { // engine: Shard n>0 is shard n-1; 0 is any
 		o.Fixed, o.Shard = true, op.Shard-1
@@ -410,4 +422,8 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 	}
 	b.agg.Delete(id)
 	return nil
+}
+
+func (b *Backend) addFloat(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	return engine.Result{}, fmt.Errorf("%w: float counters are not supported in the tiered mode yet", engine.ErrInvalidArgument)
 }
