@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -39,6 +40,16 @@ type addAnswer struct {
 	ID      string `json:"id"`
 	Version uint64 `json:"version"`
 	Kind    string `json:"kind"`
+}
+
+// floatAddAnswer is addAnswer for a float counter: the value is the
+// exact decimal text (Redis INCRBYFLOAT's), written as a JSON number.
+type floatAddAnswer struct {
+	Value   json.Number `json:"value"`
+	Status  string      `json:"status"`
+	ID      string      `json:"id"`
+	Version uint64      `json:"version"`
+	Kind    string      `json:"kind"`
 }
 
 type setAnswer struct {
@@ -141,6 +152,9 @@ func resultBody(name string, res engine.Result) any {
 	case "hincr":
 		return hincrAnswer{ID: res.ID, Fields: fieldMap(res.Fields), Status: "ok"}
 	default: // increment, decrement
+		if res.Kind == engine.KindFloat {
+			return floatAddAnswer{Value: json.Number(res.Float), Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
+		}
 		return addAnswer{Value: res.Value, Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
 	}
 }
@@ -171,7 +185,7 @@ type bucketJSON struct {
 type viewJSON struct {
 	ID          string            `json:"id"`
 	Kind        string            `json:"kind"`
-	Value       int64             `json:"value"`
+	Value       json.Number       `json:"value"` // an integer, or a float counter's exact text
 	Version     uint64            `json:"version"`
 	UpdatedAt   *string           `json:"updated_at"`
 	Exists      bool              `json:"exists"`
@@ -188,11 +202,14 @@ type viewJSON struct {
 }
 
 func viewBody(id string, v engine.View) viewJSON {
-	out := viewJSON{ID: id, Kind: v.Kind.String(), Value: v.Value, Version: v.Version, Exists: v.Exists}
+	out := viewJSON{ID: id, Kind: v.Kind.String(), Value: json.Number(strconv.FormatInt(v.Value, 10)), Version: v.Version, Exists: v.Exists}
 	if !v.Exists {
 		out.Kind = engine.KindNone.String()
-		out.Value, out.Version = 0, 0
+		out.Value, out.Version = "0", 0
 		return out
+	}
+	if v.Kind == engine.KindFloat {
+		out.Value = json.Number(v.Float)
 	}
 	if !v.UpdatedAt.IsZero() {
 		s := formatTime(v.UpdatedAt)
