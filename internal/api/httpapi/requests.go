@@ -22,10 +22,10 @@ const anyShard = 0
 type incrRequest struct {
 	Delta       jsonDelta `json:"delta"` // default 1; any number (or a string) for kind float
 	Kind        *string   `json:"kind"`  // counter, sharded, pn, window, float
-	Granularity *string `json:"granularity"`
-	Window      *string `json:"window"`
-	Fixed       *bool   `json:"fixed"`
-	Shards      jsonInt `json:"shards"`
+	Granularity *string   `json:"granularity"`
+	Window      *string   `json:"window"`
+	Fixed       *bool     `json:"fixed"`
+	Shards      jsonInt   `json:"shards"`
 }
 
 func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
