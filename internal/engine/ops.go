@@ -46,7 +46,11 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 		// Redis's INCR after INCRBYFLOAT: an integer value is a counter again.
 		v, ok := en.ext.state.(*counter.Float).Int64()
 		if !ok {
-			return fmt.Errorf("%w: %q holds %s", ErrNotInteger, op.ID, en.ext.state.(*counter.Float).Text())
+			t := en.ext.state.(*counter.Float).Text()
+			if len(t) > 40 {
+				t = t[:40] + "..."
+			}
+			return fmt.Errorf("%w: %q holds %s", ErrNotInteger, op.ID, t)
 		}
 		if _, ok := addInt64(v, op.Delta); !ok {
 			return overflow(op.ID)
