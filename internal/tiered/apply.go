@@ -155,6 +155,7 @@ var opFuncs = map[engine.OpType]opFunc{
 	engine.OpPFMerge: (*Backend).pfmerge,
 	engine.OpHAdd:    (*Backend).hadd,
 	engine.OpHDel:    (*Backend).hdel,
+	engine.OpHSet:    (*Backend).hset,
 }
 
 // apply runs one validated op.
@@ -363,6 +364,20 @@ func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error
 	}
 	b.writeFields(op.ID, op.Fields)
 	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
+}
+
+func (b *Backend) hset(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	fs := make([]counter.Field, len(op.Fields))
+	for i, f := range op.Fields {
+		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	}
+	created, ver, deltas, err := b.rs.HSet(ctx, op.ID, fs, op.SetMode == engine.SetIfAbsent)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	b.writeFields(op.ID, deltas)
+	changed := len(deltas) > 0
+	return engine.Result{Kind: engine.KindHash, Value: int64(created), Version: ver, Changed: changed}, nil
 }
 
 // uniqueFields keeps the last value of each name, in the order names first

@@ -238,6 +238,36 @@ for i = 3, #ARGV, 2 do res[#res + 1] = redis.call('HGET', base, ARGV[i]) end
 return res
 `)
 
+// hsetScript: ARGV now_ms, maycreate, nx (0/1), name1, value1, ... Sets
+// the fields in order (with nx only absent ones). Reply {'OK', version,
+// created, then for each pair the value it replaced: '' when the field was
+// absent, false when nx skipped it}; version is unchanged when nothing was
+// set.
+var hsetScript = newScript(luaPrelude + `
+local kind, err, miss = kindcheck('hash', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local res = {'OK', 0, 0}
+local set = false
+for i = 4, #ARGV, 2 do
+  local old = redis.call('HGET', base, ARGV[i])
+  if old and ARGV[3] == '1' then
+    res[#res + 1] = false
+  else
+    redis.call('HSET', base, ARGV[i], ARGV[i + 1])
+    if not old then res[3] = res[3] + 1 end
+    res[#res + 1] = old or ''
+    set = true
+  end
+end
+if set then
+  res[2] = bump('hash', ARGV[1])
+else
+  res[2] = tonumber(redis.call('HGET', meta, 'version') or '0')
+end
+return res
+`)
+
 // pfaddScript: ARGV now_ms, maycreate, items... Reply {'OK', changed, version}.
 var pfaddScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
@@ -385,5 +415,5 @@ redis.call('DEL', KEYS[1])
 return n
 `)
 
-var allScripts = []*script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
+var allScripts = []*script{addScript, getScript, fillScript, setScript, haddScript, hsetScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
 	pfmergeRawScript, pfcountRawScript, sketchAddScript, sketchFillScript}

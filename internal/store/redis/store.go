@@ -691,6 +691,53 @@ func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta
 	return out, ver, err
 }
 
+// HSet sets fields of a hash counter like Redis HSET (with onlyAbsent,
+// HSETNX: only the fields that do not exist), atomically. It returns how
+// many fields it created, the version (unchanged when nothing was set)
+// and, for a write-behind tier, the change of each field it set
+// (new - old, wrapping like the int64 it stands for).
+func (s *Store) HSet(ctx context.Context, id string, fields []counter.Field, onlyAbsent bool) (created int, ver uint64, deltas []counter.FieldDelta, err error) {
+	if err := checkID(id); err != nil {
+		return 0, 0, nil, err
+	}
+	if len(fields) == 0 {
+		return 0, 0, nil, fmt.Errorf("%w: no fields", ErrInvalidArgument)
+	}
+	nx := "0"
+	if onlyAbsent {
+		nx = "1"
+	}
+	err = s.write(ctx, "hset", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		args := make([]any, 0, 3+2*len(fields))
+		args = append(args, s.nowMS(), mayCreate, nx)
+		for _, f := range fields {
+			args = append(args, f.Name, f.Value)
+		}
+		return s.run(ctx, hsetScript, id, args...)
+	}, func(r []any) error {
+		v, err1 := toInt(r[1])
+		n, err2 := toInt(r[2])
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		ver, created, deltas = uint64(v), int(n), deltas[:0]
+		for i, f := range fields {
+			if 3+i >= len(r) || r[3+i] == nil {
+				continue // skipped by nx (a Lua false is a nil reply)
+			}
+			var old int64
+			if o := str(r[3+i]); o != "" {
+				if old, err = toInt(o); err != nil {
+					return err
+				}
+			}
+			deltas = append(deltas, counter.FieldDelta{Name: f.Name, Delta: f.Value - old})
+		}
+		return nil
+	})
+	return created, ver, deltas, err
+}
+
 // HGetAll returns the fields of a hash counter sorted by name; none when
 // it does not exist.
 func (s *Store) HGetAll(ctx context.Context, id string) ([]counter.Field, error) {
