@@ -188,6 +188,7 @@ var storeKinds = map[engine.Kind]redisstore.Kind{
 	engine.KindWindow:  redisstore.KindWindow,
 	engine.KindHash:    redisstore.KindHash,
 	engine.KindHLL:     redisstore.KindHLL,
+	engine.KindFloat:   redisstore.KindFloat,
 }
 
 func engineKind(k redisstore.Kind) engine.Kind {
@@ -211,6 +212,12 @@ func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error)
 	if err != nil {
 		return engine.Result{}, err
 	}
+	if r.FromFloat {
+		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version); err != nil {
+			return engine.Result{}, err
+		}
+		return engine.Result{Kind: engine.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
+	}
 	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, b.opts.Now(), r.Version)
 	return engine.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
 }
@@ -220,16 +227,22 @@ func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error)
 	if err != nil || skip {
 		return engine.Result{Kind: engine.KindCounter}, err
 	}
-	ver, prev, err := b.rs.SetPrev(ctx, op.ID, op.Value, expected, ttl)
+	ver, prev, fromFloat, err := b.rs.SetPrevKind(ctx, op.ID, op.Value, expected, ttl)
 	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != engine.SetAlways && !op.CheckVersion {
 		return engine.Result{Kind: engine.KindCounter}, nil // NX/XX lost a race: not applied
 	}
 	if err != nil {
 		return engine.Result{}, err
 	}
-	// Wrapping subtraction: the aggregated delta brings PostgreSQL to the
-	// same value (see docs/postgres.md for the int64-edge caveat).
-	b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	if fromFloat {
+		if err := b.fromFloat(ctx, op.ID, op.Value, ver); err != nil {
+			return engine.Result{}, err
+		}
+	} else {
+		// Wrapping subtraction: the aggregated delta brings PostgreSQL to
+		// the same value (see docs/postgres.md for the int64-edge caveat).
+		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
 	return engine.Result{Kind: engine.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
 }
@@ -439,6 +452,28 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 	return nil
 }
 
+// addFloat runs Redis's own INCRBYFLOAT (so the arithmetic and the text are
+// Redis's by construction) and hands the new text to the write-behind.
 func (b *Backend) addFloat(ctx context.Context, op *engine.Op) (engine.Result, error) {
-	return engine.Result{}, fmt.Errorf("%w: float counters are not supported in the tiered mode yet", engine.ErrInvalidArgument)
+	text, ver, prev, converted, err := b.rs.AddFloat(ctx, op.ID, op.Float)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if converted && prev != 0 {
+		// PostgreSQL keeps a float's value column at 0.
+		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, -prev, b.opts.Now())
+	}
+	b.agg.SetFloat(op.ID, text, ver)
+	return engine.Result{Kind: engine.KindFloat, Float: text, Version: ver, Changed: true}, nil
+}
+
+// fromFloat hands the write-behind a float that became a counter: first
+// everything pending (so the float's own row change commits before), then
+// the counter's absolute value (PostgreSQL holds 0 for a float).
+func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uint64) error {
+	if err := b.agg.Sync(ctx); err != nil {
+		return unavailable(err)
+	}
+	b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, b.opts.Now(), ver)
+	return nil
 }
