@@ -78,38 +78,25 @@ func parseLD(s string) (*big.Float, bool) {
 	var mant big.Int
 	var exp int64 // value = mant * base^exp (base 10, or 2 for hex)
 	hex := len(s) > 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X')
-	var digits, frac, sig int
-	var ok bool
+	// Hex: hex digits, each fraction digit worth 2^-4, exponent p (base 2).
+	// Decimal: fraction digits worth 10^-1, exponent e (base 10).
+	base, skip, fracExp, expChar := 10, 0, int64(1), byte('e')
 	if hex {
-		digits, frac, sig, ok = scanMantissa(s[2:], 16, &mant)
-		s = s[2+digits:]
-		exp = -4 * int64(frac)
+		base, skip, fracExp, expChar = 16, 2, 4, 'p'
+	}
+	digits, frac, sig, ok := scanMantissa(s[skip:], base, &mant)
+	if !ok {
+		return nil, false
+	}
+	s = s[skip+digits:]
+	exp = -fracExp * int64(frac)
+	if len(s) > 0 && (s[0]|0x20) == expChar {
+		e, ok := scanExp(s[1:])
 		if !ok {
 			return nil, false
 		}
-		if len(s) > 0 && (s[0] == 'p' || s[0] == 'P') {
-			e, ok := scanExp(s[1:])
-			if !ok {
-				return nil, false
-			}
-			exp += e
-			s = ""
-		}
-	} else {
-		digits, frac, sig, ok = scanMantissa(s, 10, &mant)
-		s = s[digits:]
-		exp = -int64(frac)
-		if !ok {
-			return nil, false
-		}
-		if len(s) > 0 && (s[0] == 'e' || s[0] == 'E') {
-			e, ok := scanExp(s[1:])
-			if !ok {
-				return nil, false
-			}
-			exp += e
-			s = ""
-		}
+		exp += e
+		s = ""
 	}
 	if s != "" {
 		return nil, false
@@ -138,11 +125,11 @@ func parseLD(s string) (*big.Float, bool) {
 		}
 	}
 	var r big.Rat
-	base := big.NewInt(10)
+	expBase := big.NewInt(10) // of exp: 2 for hex
 	if hex {
-		base = big.NewInt(2)
+		expBase = big.NewInt(2)
 	}
-	p := new(big.Int).Exp(base, big.NewInt(abs64(exp)), nil)
+	p := new(big.Int).Exp(expBase, big.NewInt(abs64(exp)), nil)
 	if exp >= 0 {
 		r.SetInt(p.Mul(p, &mant))
 	} else {

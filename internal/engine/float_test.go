@@ -99,14 +99,7 @@ func TestFloatPersistsAndReplicates(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatal(ok, err)
 	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	e, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer e.Close()
+	e = reopen(t, e, cfg)
 	if got := mustGet(t, e, "f"); got.Float != want.Float || got.Version != want.Version || got.Kind != KindFloat {
 		t.Fatalf("after restart %+v, want %+v", got, want)
 	}
@@ -123,4 +116,14 @@ func TestFloatPersistsAndReplicates(t *testing.T) {
 	if _, err := r.Merge(bg, []State{bad}, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
 		t.Fatalf("non-canonical float merged: %v", err)
 	}
+}
+
+// reopen closes e and opens its directory again; the test closes the new
+// engine when it ends.
+func reopen(t *testing.T, e *Engine, cfg Config) *Engine {
+	t.Helper()
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return mustOpen(t, cfg)
 }

@@ -325,15 +325,25 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 	return nil
 }
 
-func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+// hashLocked returns r's hash, creating it when r is not live; an error
+// if r is a counter of another kind.
+func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
 	en := r.e
 	if live && en.kind != KindHash {
-		return wrongKind(op.ID, en.kind, op.Type)
+		return nil, wrongKind(op.ID, en.kind, op.Type)
 	}
 	if !live {
 		e.create(r, KindHash, op)
 	}
-	fs, err := en.ext.state.(*counter.Hash).Add(op.Fields)
+	return en.ext.state.(*counter.Hash), nil
+}
+
+func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+	h, err := e.hashLocked(r, op, live)
+	if err != nil {
+		return err
+	}
+	fs, err := h.Add(op.Fields)
 	if err != nil {
 		if !live {
 			e.clearLocked(r)
@@ -346,18 +356,16 @@ func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) er
 }
 
 func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) error {
+	h, err := e.hashLocked(r, op, live)
+	if err != nil {
+		return err
+	}
 	en := r.e
-	if live && en.kind != KindHash {
-		return wrongKind(op.ID, en.kind, op.Type)
-	}
-	if !live {
-		e.create(r, KindHash, op)
-	}
 	fs := make([]counter.Field, len(op.Fields))
 	for i, f := range op.Fields {
 		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
 	}
-	n := en.ext.state.(*counter.Hash).Set(fs, op.SetMode == SetIfAbsent)
+	n := h.Set(fs, op.SetMode == SetIfAbsent)
 	res.Value = int64(n)
 	if n == 0 && op.SetMode == SetIfAbsent {
 		res.Kind, res.Version = en.kind, en.version

@@ -973,6 +973,20 @@ func isRefused(err error) bool {
 	return false
 }
 
+// replyWords maps the first word of an error reply (the scripts' own, or
+// Redis's) to its sentinel.
+var replyWords = map[string]error{
+	"WRONGKIND": ErrWrongKind, "WRONGTYPE": ErrWrongKind,
+	"OVERFLOW":        ErrOverflow,
+	"VERSIONCONFLICT": ErrVersionConflict,
+	"INVALID":         ErrInvalidArgument,
+	"NOTFLOAT":        ErrNotFloat,
+	"FLOATRANGE":      ErrFloatRange,
+	"NOTINTEGER":      ErrNotInteger,
+	"LOADING":         ErrUnavailable, "MASTERDOWN": ErrUnavailable, "CLUSTERDOWN": ErrUnavailable,
+	"TRYAGAIN": ErrUnavailable, "BUSY": ErrUnavailable, "READONLY": ErrUnavailable,
+}
+
 func mapError(err error) error {
 	if errors.Is(err, redis.ErrClosed) {
 		return ErrClosed
@@ -984,23 +998,8 @@ func mapError(err error) error {
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
 		word, _, _ := strings.Cut(msg, " ")
-		switch word {
-		case "WRONGKIND", "WRONGTYPE":
-			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
-		case "OVERFLOW":
-			return fmt.Errorf("%w: %s", ErrOverflow, msg)
-		case "VERSIONCONFLICT":
-			return fmt.Errorf("%w: %s", ErrVersionConflict, msg)
-		case "INVALID":
-			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
-		case "NOTFLOAT":
-			return fmt.Errorf("%w: %s", ErrNotFloat, msg)
-		case "FLOATRANGE":
-			return fmt.Errorf("%w: %s", ErrFloatRange, msg)
-		case "NOTINTEGER":
-			return fmt.Errorf("%w: %s", ErrNotInteger, msg)
-		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY":
-			return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+		if sentinel, ok := replyWords[word]; ok {
+			return fmt.Errorf("%w: %s", sentinel, msg)
 		}
 		if strings.Contains(msg, "hash value is not an integer") || strings.Contains(msg, "not an integer or out of range") {
 			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
