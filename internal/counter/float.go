@@ -138,7 +138,9 @@ func parseLD(s string) (*big.Float, bool) {
 	if neg {
 		r.Neg(&r)
 	}
-	return roundLD(&r)
+	// Below 2^-16382 (about 3.36e-4932) long doubles are subnormal.
+	tiny := (hex && lo < -16382) || (!hex && lo < -4932)
+	return roundLD(&r, tiny)
 }
 
 func signedZero(neg bool) *big.Float {
@@ -226,9 +228,17 @@ func scanExp(s string) (int64, bool) {
 
 // roundLD rounds the exact non-zero r to a finite long double, or reports
 // that it overflows or rounds to zero (strtold's ERANGE cases Redis
-// refuses).
-func roundLD(r *big.Rat) (*big.Float, bool) {
+// refuses). tiny says r may be below the normal range (the check is
+// costly: numbers of 16k bits).
+func roundLD(r *big.Rat, tiny bool) (*big.Float, bool) {
 	f := newLD()
+	if !tiny {
+		f.SetRat(r)
+		if f.MantExp(nil) > ldMaxExp {
+			return nil, false
+		}
+		return f, true
+	}
 	// Subnormal range: |r| < 2^-16382 has a fixed quantum of 2^-16445.
 	var minNormal big.Rat
 	minNormal.SetFrac(big.NewInt(1), new(big.Int).Lsh(big.NewInt(1), 16382))
