@@ -31,4 +31,11 @@ func TestIncrFloat(t *testing.T) {
 	if r := must(c.Incr(ctx, "n", 1)).ok(t); r.Value != 13 || r.Kind != client.KindCounter {
 		t.Fatalf("integer add to an integral float: %+v", r)
 	}
+	// Beyond the float64 range the text still comes back whole.
+	if r := must(c.IncrFloat(ctx, "huge", "1e400")).ok(t); len(r.Float) != 401 {
+		t.Fatalf("huge float: %+v", r)
+	}
+	if v := must(c.Get(ctx, "huge")).ok(t); len(v.Float) != 401 || v.Kind != client.KindFloat {
+		t.Fatalf("get huge float: %+v", v)
+	}
 }

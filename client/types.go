@@ -229,13 +229,17 @@ func buckets(ws []wireBucket) []Bucket {
 }
 
 // wireNumber is a "value": an int64, or a float counter's decimal text
-// (kept exact, not rounded to a float64).
+// (kept exact, not rounded to a float64), a JSON number or, beyond the
+// float64 range, a string.
 type wireNumber struct {
 	int  int64
 	text string
 }
 
 func (n *wireNumber) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' { // a float beyond the float64 range
+		return json.Unmarshal(b, &n.text)
+	}
 	var num json.Number
 	if err := json.Unmarshal(b, &num); err != nil {
 		return err

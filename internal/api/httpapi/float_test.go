@@ -50,4 +50,9 @@ func TestFloatCounter(t *testing.T) {
 	if v := s.ok("GET", "/counters/b", ""); v.Body["value"].(interface{ String() string }).String() != "1.5" {
 		t.Fatalf("batch: %s then %s", a.Raw, v.Raw)
 	}
+	// Beyond the float64 range the exact text comes as a JSON string.
+	a = s.ok("POST", "/counters/huge/increment", `{"kind":"float","delta":"1e400"}`)
+	if txt, ok := a.Body["value"].(string); !ok || len(txt) != 401 || txt[0] != '1' {
+		t.Fatalf("huge float: %s", a.Raw)
+	}
 }
