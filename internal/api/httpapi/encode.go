@@ -44,11 +44,11 @@ type addAnswer struct {
 
 // floatAddAnswer is addAnswer for a float counter (value: floatValue).
 type floatAddAnswer struct {
-	Value   any         `json:"value"`
-	Status  string      `json:"status"`
-	ID      string      `json:"id"`
-	Version uint64      `json:"version"`
-	Kind    string      `json:"kind"`
+	Value   any    `json:"value"`
+	Status  string `json:"status"`
+	ID      string `json:"id"`
+	Version uint64 `json:"version"`
+	Kind    string `json:"kind"`
 }
 
 // floatValue is how a float counter's value goes into JSON: its exact
