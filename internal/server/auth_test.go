@@ -10,13 +10,14 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ui"
 )
 
 // TestHTTPNeedsCoverRoutes: every route of the HTTP API and of the
 // rate-limit API maps to a permission, and httpNeeds names no route that
 // does not exist (besides the cluster routes mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
-	routes := append(httpapi.Routes(), ratelimit.HTTPRoutes()...)
+	routes := append(append(httpapi.Routes(), ratelimit.HTTPRoutes()...), ui.Routes()...)
 	for _, r := range routes {
 		if _, ok := httpNeeds[r]; !ok {
 			t.Errorf("route %q has no entry in httpNeeds", r)

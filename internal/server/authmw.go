@@ -21,6 +21,7 @@ var (
 	needWrite    = auth.Need{Perm: auth.Write}
 	needAdmin    = auth.Need{Perm: auth.Admin}
 	needAdminAll = auth.Need{Perm: auth.Admin, All: true}
+	needReadAll  = auth.Need{Perm: auth.Read, All: true}
 	needPublic   = auth.Need{Perm: auth.Public}
 )
 
@@ -68,6 +69,11 @@ var httpNeeds = map[string]auth.Need{
 	"GET /ratelimit/policies/{name}":    needRead,
 	"PUT /ratelimit/policies/{name}":    needAdminAll,
 	"DELETE /ratelimit/policies/{name}": needAdminAll,
+	"GET /ratelimit/decisions":          needReadAll, // recent keys of every namespace
+
+	"GET /{$}": needPublic, // redirects to the console
+	"GET /ui":  needPublic, // the console's static files: its login form asks for the token
+	"GET /ui/": needPublic,
 
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
@@ -80,10 +86,10 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status): the middleware matches their
+// (rate limits, cluster status, the console): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),
@@ -107,7 +113,7 @@ func withAuth(store *auth.Store, next http.Handler) http.Handler {
 		m.routes.Handle(pat, next)
 		if need.Perm == auth.Public {
 			_, path, _ := strings.Cut(pat, " ")
-			m.public[path] = true
+			m.public[strings.TrimSuffix(path, "{$}")] = true
 		}
 	}
 	return m

@@ -24,7 +24,10 @@ import (
 //     not list (403), whatever its method and content type: browsers send
 //     cross-site form and text/plain POSTs without a preflight, but always
 //     with an Origin, while curl and server-side clients send none;
-//     preflights (OPTIONS) of listed origins are answered here;
+//     preflights (OPTIONS) of listed origins are answered here. The
+//     server's own origin (the request's scheme and its Host, which the
+//     rule above accepted) is always allowed: the web console at /ui is
+//     served from it;
 //   - refuses a request body whose Content-Type is neither JSON nor curl's
 //     default application/x-www-form-urlencoded (415). The form type stays
 //     accepted because `curl -d '{"delta":1}'` sends it; a browser that
@@ -103,6 +106,17 @@ func (g *guardConfig) hostAllowed(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// sameOrigin reports whether origin is the origin r was sent to: a page
+// the server itself served (the console). The Host was checked first, so
+// a rebinding name never gets here.
+func sameOrigin(r *http.Request, origin string) bool {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return r.Host != "" && strings.EqualFold(origin, scheme+r.Host)
+}
+
 func (g *guardConfig) originAllowed(origin string) bool {
 	return g.anyOrigin || g.origins[strings.ToLower(origin)]
 }
@@ -128,7 +142,7 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 				"host "+quote(r.Host)+" is not served here: use a loopback address or add it to --allowed-hosts")
 			return
 		}
-		if origin := r.Header.Get("Origin"); origin != "" {
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r, origin) {
 			if !g.originAllowed(origin) {
 				guardError(w, http.StatusForbidden, codeOriginNotAllowed,
 					"origin "+quote(origin)+" is not allowed: add it to --cors-origin")

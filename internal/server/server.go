@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ui"
 )
 
 // newLimiter opens the rate limiter with the policies in path ("" = none);
@@ -95,6 +97,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer shared.close()
 		rlc, rlPolicies = shared.checker, shared.policies
 	}
+	recent := ratelimit.NewRecorder(rlc, ratelimit.DefaultRecentDecisions) // GET /ratelimit/decisions
+	rlc = recent
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -108,7 +112,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Logger:       log,
 		Authorize:    routeAuthorizer(store),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store)})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
+	console := ui.Handler(ui.Options{Auth: store != nil, Version: Version})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -117,6 +122,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
 			rl.ServeHTTP(w, r)
+			return
+		}
+		if ui.Serves(r) { // the web console: /ui/..., and / redirects there
+			console.ServeHTTP(w, r)
 			return
 		}
 		for prefix, h := range nd.routes {
@@ -163,6 +172,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
@@ -280,4 +290,16 @@ func (l *listeners) close() {
 			ln.Close()
 		}
 	}
+}
+
+// respEventLoops resolves --resp-event-loops: 0 (auto) is one loop per two
+// Ps when no command can block (nonBlocking), else none; -1 is none.
+func respEventLoops(flag int, nonBlocking bool) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || !nonBlocking:
+		return 0
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }
