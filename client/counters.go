@@ -58,6 +58,18 @@ func (c *Client) add(ctx context.Context, route, id string, delta int64, opts []
 	return c.mutate(ctx, http.MethodPost, counterPath(id, route), id, body, o)
 }
 
+// IncrFloat adds incr, a decimal number as text ("0.1", "-2.5e3"), to the
+// float counter id, creating it at 0, and returns its new value in
+// Result.Float: the exact text Redis INCRBYFLOAT would answer. A counter
+// of kind counter becomes a float; other kinds fail with ErrWrongKind.
+func (c *Client) IncrFloat(ctx context.Context, id, incr string, opts ...CallOption) (Result, error) {
+	body := struct {
+		Delta string `json:"delta"`
+		Kind  string `json:"kind"`
+	}{incr, string(KindFloat)}
+	return c.mutate(ctx, http.MethodPost, counterPath(id, "increment"), id, body, applyCall(opts))
+}
+
 // WindowIncr adds delta to the window counter id, creating it with spec if
 // it does not exist. Give both spec.Granularity and spec.Window, or neither
 // (the zero WindowSpec) for the server's default window.

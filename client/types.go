@@ -20,14 +20,16 @@ const (
 	KindHLL     Kind = "hll"     // HyperLogLog unique count
 	KindWindow  Kind = "window"  // time buckets over a sliding or fixed window
 	KindHash    Kind = "hash"    // named int64 fields
+	KindFloat   Kind = "float"   // decimal value added like Redis INCRBYFLOAT
 )
 
 // Result is the answer to a mutation.
 type Result struct {
 	ID      string `json:"id"`
 	Kind    Kind   `json:"kind,omitempty"`
-	Value   int64  `json:"value"`   // new value; the estimate for hll
-	Version uint64 `json:"version"` // new version
+	Value   int64  `json:"value"`           // new value; the estimate for hll
+	Float   string `json:"float,omitempty"` // float: the new value's exact decimal text
+	Version uint64 `json:"version"`         // new version
 	// Changed reports whether the mutation changed state: false for a
 	// Delete of a missing counter or a PFAdd that altered no register.
 	Changed bool `json:"changed"`
@@ -44,7 +46,8 @@ type Counter struct {
 	ID        string    `json:"id"`
 	Kind      Kind      `json:"kind"`
 	Exists    bool      `json:"exists"`
-	Value     int64     `json:"value"` // value, sum, estimate or window sum; 0 for hash
+	Value     int64     `json:"value"`           // value, sum, estimate or window sum; 0 for hash and float
+	Float     string    `json:"float,omitempty"` // float: the value's exact decimal text
 	Version   uint64    `json:"version"`
 	UpdatedAt time.Time `json:"updated_at"` // zero when the counter does not exist
 	ExpiresAt time.Time `json:"expires_at"` // zero without a TTL
@@ -116,7 +119,7 @@ const (
 type wireResult struct {
 	ID      string           `json:"id"`
 	Kind    string           `json:"kind"`
-	Value   int64            `json:"value"`
+	Value   wireNumber       `json:"value"`
 	Version uint64           `json:"version"`
 	Changed *bool            `json:"changed"`
 	Deleted *bool            `json:"deleted"`
@@ -127,9 +130,12 @@ func (w *wireResult) result() Result {
 	r := Result{
 		ID:      w.ID,
 		Kind:    Kind(w.Kind),
-		Value:   w.Value,
+		Value:   w.Value.int,
 		Version: w.Version,
 		Fields:  w.Fields,
+	}
+	if r.Kind == KindFloat {
+		r.Float = w.Value.text
 	}
 	switch {
 	case w.Changed != nil:
@@ -146,7 +152,7 @@ type wireCounter struct {
 	ID          string           `json:"id"`
 	Kind        string           `json:"kind"`
 	Exists      bool             `json:"exists"`
-	Value       int64            `json:"value"`
+	Value       wireNumber       `json:"value"`
 	Version     uint64           `json:"version"`
 	UpdatedAt   wireTime         `json:"updated_at"`
 	ExpiresAt   wireTime         `json:"expires_at"`
@@ -166,7 +172,7 @@ func (w *wireCounter) counter() Counter {
 		ID:        w.ID,
 		Kind:      Kind(w.Kind),
 		Exists:    w.Exists,
-		Value:     w.Value,
+		Value:     w.Value.int,
 		Version:   w.Version,
 		UpdatedAt: time.Time(w.UpdatedAt),
 		ExpiresAt: time.Time(w.ExpiresAt),
@@ -176,6 +182,9 @@ func (w *wireCounter) counter() Counter {
 		Precision: w.Precision,
 		Fields:    w.Fields,
 		Buckets:   buckets(w.Buckets),
+	}
+	if c.Kind == KindFloat {
+		c.Float = w.Value.text
 	}
 	if c.Kind == "" && !c.Exists {
 		c.Kind = KindNone
@@ -217,6 +226,29 @@ func buckets(ws []wireBucket) []Bucket {
 		bs[i] = Bucket{Start: time.Time(b.Start), Count: b.Count}
 	}
 	return bs
+}
+
+// wireNumber is a "value": an int64, or a float counter's decimal text
+// (kept exact, not rounded to a float64), a JSON number or, beyond the
+// float64 range, a string.
+type wireNumber struct {
+	int  int64
+	text string
+}
+
+func (n *wireNumber) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' { // a float beyond the float64 range
+		return json.Unmarshal(b, &n.text)
+	}
+	var num json.Number
+	if err := json.Unmarshal(b, &num); err != nil {
+		return err
+	}
+	n.text = num.String()
+	if v, err := num.Int64(); err == nil {
+		n.int = v
+	}
+	return nil
 }
 
 // wireDuration is a Go duration string ("1s") or a number of milliseconds.

@@ -211,7 +211,11 @@ func setupGet(fs *flag.FlagSet) runFunc {
 		if v.Kind == client.KindHLL && v.StdError > 0 {
 			notes = append(notes, fmt.Sprintf("std error %.2f%%", v.StdError*100))
 		}
-		if _, err := fmt.Fprintf(e.stdout, "%s  %d  (%s)\n", v.ID, v.Value, strings.Join(notes, ", ")); err != nil {
+		value := strconv.FormatInt(v.Value, 10)
+		if v.Kind == client.KindFloat {
+			value = v.Float
+		}
+		if _, err := fmt.Fprintf(e.stdout, "%s  %s  (%s)\n", v.ID, value, strings.Join(notes, ", ")); err != nil {
 			return err
 		}
 		if v.Kind == client.KindHash {

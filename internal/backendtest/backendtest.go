@@ -117,6 +117,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 	t.Logf("capabilities: %+v", caps)
 	groups := []group{
 		{name: "kinds", cases: kindCases()},
+		{name: "floats", cases: floatCases()},
 		{name: "ops", cases: opCases()},
 		errorGroup(),
 		{name: "limits", cases: limitCases()},
@@ -253,6 +254,7 @@ type snapshot struct {
 	version uint64
 	fields  string
 	ttl     bool
+	float   string
 }
 
 func (e *env) snap(id string) snapshot {
@@ -262,7 +264,7 @@ func (e *env) snap(id string) snapshot {
 	if err != nil {
 		e.t.Fatalf("ttl %q: %v", id, err)
 	}
-	return snapshot{v.Exists, v.Kind, v.Value, v.Version, fmt.Sprint(v.Fields), has}
+	return snapshot{v.Exists, v.Kind, v.Value, v.Version, fmt.Sprint(v.Fields), has, v.Float}
 }
 
 // unchanged fails if id's state differs from before.

@@ -94,6 +94,26 @@ func (h *Hash) Add(deltas []FieldDelta) ([]Field, error) {
 	return out, nil
 }
 
+// Set sets fields to their values, in order (a later value of a name
+// wins), or with onlyAbsent only the fields that do not exist yet (Redis
+// HSETNX). It returns how many fields it created.
+func (h *Hash) Set(fields []Field, onlyAbsent bool) int {
+	if h.m == nil {
+		h.m = make(map[string]int64, len(fields))
+	}
+	n := 0
+	for _, f := range fields {
+		_, ok := h.m[f.Name]
+		if !ok {
+			n++
+		} else if onlyAbsent {
+			continue
+		}
+		h.m[f.Name] = f.Value
+	}
+	return n
+}
+
 // Get returns the value of field name and whether it exists.
 func (h *Hash) Get(name string) (int64, bool) {
 	v, ok := h.m[name]

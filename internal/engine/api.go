@@ -21,7 +21,17 @@ var (
 	ErrNotFound         = errors.New("engine: no such counter")
 	ErrBatchTooLarge    = errors.New("engine: batch too large")
 	ErrIdempotencyReuse = errors.New("engine: idempotency key reused with a different request")
-	ErrClosed           = errors.New("engine: closed")
+	// ErrNotFloat: a float increment is not a number (counter.ParseFloat),
+	// like Redis's "value is not a valid float".
+	ErrNotFloat = errors.New("engine: value is not a valid float")
+	// ErrFloatRange: a float increment is infinite or would make the value
+	// leave the float range (Redis: "increment would produce NaN or
+	// Infinity"). The value is unchanged.
+	ErrFloatRange = errors.New("engine: increment would produce NaN or Infinity")
+	// ErrNotInteger: an integer add to a float counter whose value is not
+	// an integer (Redis: "value is not an integer or out of range").
+	ErrNotInteger = errors.New("engine: value is not an integer")
+	ErrClosed     = errors.New("engine: closed")
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
@@ -94,9 +104,12 @@ const (
 	KindHLL                 // HyperLogLog unique count
 	KindWindow              // time buckets over a sliding or fixed window
 	KindHash                // named int64 fields
+	KindFloat               // decimal value added like Redis INCRBYFLOAT (counter.Float)
+
+	kindLast = KindFloat
 )
 
-var kindNames = [...]string{"none", "counter", "sharded", "pn", "hll", "window", "hash"}
+var kindNames = [...]string{"none", "counter", "sharded", "pn", "hll", "window", "hash", "float"}
 
 func (k Kind) String() string {
 	if int(k) < len(kindNames) {
@@ -167,9 +180,13 @@ const (
 	OpPFMerge                   // hll: union of Sources into ID
 	OpHAdd                      // hash: add Fields atomically
 	OpHDel                      // hash: delete Names
+	// OpHSet sets hash fields (Fields, Delta is the new value) like Redis
+	// HSET, or with SetMode SetIfAbsent only absent ones (HSETNX); Result
+	// Value is the number of fields created.
+	OpHSet
 )
 
-var opNames = [...]string{"", "add", "set", "delete", "expire", "pfadd", "pfmerge", "hadd", "hdel"}
+var opNames = [...]string{"", "add", "set", "delete", "expire", "pfadd", "pfmerge", "hadd", "hdel", "hset"}
 
 func (t OpType) String() string {
 	if int(t) < len(opNames) && t != 0 {
@@ -189,6 +206,12 @@ type Op struct {
 	Kind Kind
 
 	Delta int64 // OpAdd
+	// Float, for OpAdd with Kind KindFloat: the increment as decimal text
+	// (counter.ParseFloat's grammar, Redis INCRBYFLOAT's). A float add to
+	// a counter of kind counter makes it a float counter; an integer add
+	// (Kind KindNone or KindCounter) to a float counter whose value is an
+	// integer makes it a counter again, as Redis's INCR after INCRBYFLOAT.
+	Float string
 
 	Value int64 // OpSet
 	// ExpectedVersion, for OpSet when CheckVersion is set: the write applies
@@ -201,6 +224,12 @@ type Op struct {
 	KeepTTL bool
 
 	TTL time.Duration // OpExpire; OpSet when > 0
+	// ExpireAt, when not 0, is an absolute expiry (unix ns) that replaces
+	// TTL for OpExpire and OpSet (Redis EXAT/PXAT): the stored expiry is
+	// exactly it, whenever the op is applied. At or before the apply time,
+	// OpExpire deletes the counter. Backends that store relative TTLs call
+	// ResolveExpireAt.
+	ExpireAt int64
 
 	Items        [][]byte             // OpPFAdd
 	Sources      []string             // OpPFMerge (ID is the destination, and is included in the union)
@@ -213,6 +242,23 @@ type Op struct {
 	// Estimate, for OpPFAdd: also set Result.Value to the estimate after the
 	// add (costs a pass over the registers, so RESP PFADD does not ask).
 	Estimate bool
+}
+
+// ResolveExpireAt turns ExpireAt into the TTL it means at now (negative:
+// already past), for backends that store relative TTLs.
+func (op *Op) ResolveExpireAt(now time.Time) {
+	if op.ExpireAt == 0 {
+		return
+	}
+	ttl := time.Duration(op.ExpireAt - now.UnixNano())
+	switch {
+	case ttl > 0:
+	case op.Type == OpExpire:
+		ttl = -1
+	default: // OpSet: expires at once
+		ttl = time.Nanosecond
+	}
+	op.TTL, op.ExpireAt = ttl, 0
 }
 
 // SetMode qualifies OpSet like Redis SET NX/XX.
@@ -232,7 +278,9 @@ type Result struct {
 	// Value is the new value: the sum for sharded, pn and window counters,
 	// the number of fields removed for OpHDel, the estimate after OpPFMerge.
 	// OpPFAdd estimates only when Op.Estimate is set.
-	Value   int64  `json:"value"`
+	Value int64 `json:"value"`
+	// Float is a float counter's new value as decimal text (Value is 0).
+	Float   string `json:"float,omitempty"`
 	Version uint64 `json:"version"` // new version
 	// Changed reports whether the op changed state: false for SET NX/XX that
 	// did not apply, DEL of a missing counter, PFADD that altered no register.
@@ -257,7 +305,8 @@ type View struct {
 	ID        string
 	Kind      Kind // KindNone when the counter does not exist
 	Exists    bool
-	Value     int64 // value, sum, merged pn value, hll estimate or window sum; 0 for hash
+	Value     int64  // value, sum, merged pn value, hll estimate or window sum; 0 for hash and float
+	Float     string // float: the value as decimal text, as Redis answers it
 	Version   uint64
 	UpdatedAt time.Time
 	ExpiresAt time.Time // zero without a TTL

@@ -95,7 +95,7 @@ func (b *BatchError) Unwrap() error { return b.Err }
 // creates reports whether op may create its counter.
 func creates(op *Op) bool {
 	switch op.Type {
-	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd:
+	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd, OpHSet:
 		return true
 	}
 	return false
@@ -245,6 +245,8 @@ func cloneState(s any) any {
 		c := counter.NewHash()
 		_ = c.UnmarshalBinary(b)
 		return c
+	case *counter.Float:
+		return v.Clone()
 	}
 	return s
 }
@@ -306,6 +308,8 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 		st = h
 	case KindHash:
 		st = counter.NewHash()
+	case KindFloat:
+		st = &counter.Float{}
 	}
 	en.kind, en.value, en.version = k, 0, 0
 	if st != nil {
@@ -341,6 +345,8 @@ func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result)
 		return e.applyHAdd(r, op, now, live, res)
 	case OpHDel:
 		return e.applyHDel(r, op, now, live, res)
+	case OpHSet:
+		return e.applyHSet(r, op, now, live, res)
 	}
 	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
 }

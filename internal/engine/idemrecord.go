@@ -85,6 +85,11 @@ func Fingerprint(ops []Op) uint64 {
 			// counted still match.
 			b = append(b, 0xe5)
 		}
+		if op.Float != "" || op.ExpireAt != 0 { // the same, for these
+			b = append(b, 0xf1)
+			str(op.Float)
+			b = binary.AppendVarint(b, op.ExpireAt)
+		}
 		for _, v := range [...]int64{op.Delta, op.Value, int64(op.ExpectedVersion), int64(op.TTL), int64(op.Window.Granularity), int64(op.Window.Span), int64(op.Shards), int64(op.Shard)} {
 			b = binary.AppendVarint(b, v)
 		}

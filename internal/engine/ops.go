@@ -39,6 +39,24 @@ func additiveValue(en *entry, now int64) int64 {
 func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
 	k := op.Kind
+	if k == KindFloat {
+		return e.applyAddFloat(r, op, now, live, res)
+	}
+	if live && en.kind == KindFloat && (k == KindNone || k == KindCounter) {
+		// Redis's INCR after INCRBYFLOAT: an integer value is a counter again.
+		v, ok := en.ext.state.(*counter.Float).Int64()
+		if !ok {
+			t := en.ext.state.(*counter.Float).Text()
+			if len(t) > 40 {
+				t = t[:40] + "..."
+			}
+			return fmt.Errorf("%w: %q holds %s", ErrNotInteger, op.ID, t)
+		}
+		if _, ok := addInt64(v, op.Delta); !ok {
+			return overflow(op.ID)
+		}
+		e.setKindLocked(r, KindCounter, v, nil)
+	}
 	if live {
 		if !en.kind.Additive() || (k != KindNone && k != en.kind) {
 			return wrongKind(op.ID, en.kind, op.Type)
@@ -65,9 +83,76 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 	return nil
 }
 
+// checkExpireAt bounds an absolute expiry like Validate bounds a TTL.
+func (e *Engine) checkExpireAt(op *Op, now int64) error {
+	if op.ExpireAt != 0 && time.Duration(op.ExpireAt-now) > e.limits.MaxTTL {
+		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, e.limits.MaxTTL)
+	}
+	return nil
+}
+
+// applyAddFloat adds the text op.Float to the float counter r, creating
+// it, or converting a counter of kind counter (its int64 is exact).
+func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result) error {
+	en := r.e
+	if live && en.kind != KindFloat && en.kind != KindCounter {
+		return wrongKind(op.ID, en.kind, op.Type)
+	}
+	d, err := counter.ParseFloat(op.Float)
+	if err != nil {
+		return fmt.Errorf("%w: %q", ErrNotFloat, op.Float)
+	}
+	var f *counter.Float
+	switch {
+	case !live:
+		f = &counter.Float{}
+	case en.kind == KindCounter:
+		f = counter.FloatOf(en.value)
+	default:
+		f = en.ext.state.(*counter.Float).Clone()
+	}
+	if _, err := f.AddValue(d); err != nil {
+		return fmt.Errorf("%w: %q", ErrFloatRange, op.ID)
+	}
+	switch {
+	case !live:
+		if err := e.create(r, KindFloat, op); err != nil {
+			return err
+		}
+		en.ext.state = f
+	case en.kind == KindCounter:
+		e.setKindLocked(r, KindFloat, 0, f)
+	default:
+		en.ext.state = f
+	}
+	e.changedLocked(r, now, res)
+	res.Float = f.Text()
+	return nil
+}
+
+// setKindLocked turns the live counter r into kind k with value v and
+// state st, keeping its TTL, version and rollups (between counter and
+// float, the two kinds Redis converts between). Caller holds r's lock.
+func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
+	en := r.e
+	en.kind, en.value = k, v
+	switch {
+	case st != nil:
+		if en.ext == nil {
+			en.ext = &ext{}
+		}
+		en.ext.state = st
+	case en.ext != nil:
+		en.ext.state = nil
+		if en.ext.expires == 0 && en.ext.roll == nil {
+			en.ext = nil
+		}
+	}
+}
+
 func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindCounter {
+	if live && en.kind != KindCounter && en.kind != KindFloat {
 		return wrongKind(op.ID, en.kind, op.Type)
 	}
 	if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
@@ -83,11 +168,18 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 		}
 		return nil
 	}
+	if err := e.checkExpireAt(op, now); err != nil {
+		return err
+	}
 	if !live {
 		e.create(r, KindCounter, op)
+	} else if en.kind == KindFloat { // Redis SET overwrites any string
+		e.setKindLocked(r, KindCounter, 0, nil)
 	}
 	en.value = op.Value
 	switch {
+	case op.ExpireAt != 0:
+		e.setExpiresLocked(r, op.ExpireAt)
 	case op.TTL > 0:
 		e.setExpiresLocked(r, expiry(now, op.TTL))
 	case !op.KeepTTL:
@@ -109,19 +201,28 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 	if !live {
 		return nil
 	}
+	if err := e.checkExpireAt(op, now); err != nil {
+		return err
+	}
 	en := r.e
+	ttl := op.TTL
+	if op.ExpireAt != 0 {
+		if ttl = time.Duration(op.ExpireAt - now); ttl <= 0 {
+			ttl = -1
+		}
+	}
 	switch {
-	case op.TTL < 0:
+	case ttl < 0:
 		e.deletedLocked(r, res)
 		return nil
-	case op.TTL == 0:
+	case ttl == 0:
 		if en.ext == nil || en.ext.expires == 0 {
 			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
 			return nil
 		}
 		e.setExpiresLocked(r, 0)
 	default:
-		e.setExpiresLocked(r, expiry(now, op.TTL))
+		e.setExpiresLocked(r, expiry(now, ttl))
 	}
 	e.changedLocked(r, now, res)
 	return nil
@@ -224,15 +325,25 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 	return nil
 }
 
-func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+// hashLocked returns r's hash, creating it when r is not live; an error
+// if r is a counter of another kind.
+func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
 	en := r.e
 	if live && en.kind != KindHash {
-		return wrongKind(op.ID, en.kind, op.Type)
+		return nil, wrongKind(op.ID, en.kind, op.Type)
 	}
 	if !live {
 		e.create(r, KindHash, op)
 	}
-	fs, err := en.ext.state.(*counter.Hash).Add(op.Fields)
+	return en.ext.state.(*counter.Hash), nil
+}
+
+func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+	h, err := e.hashLocked(r, op, live)
+	if err != nil {
+		return err
+	}
+	fs, err := h.Add(op.Fields)
 	if err != nil {
 		if !live {
 			e.clearLocked(r)
@@ -240,6 +351,26 @@ func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) er
 		return mapErr(op.ID, err)
 	}
 	res.Fields = fs
+	e.changedLocked(r, now, res)
+	return nil
+}
+
+func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) error {
+	h, err := e.hashLocked(r, op, live)
+	if err != nil {
+		return err
+	}
+	en := r.e
+	fs := make([]counter.Field, len(op.Fields))
+	for i, f := range op.Fields {
+		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	}
+	n := h.Set(fs, op.SetMode == SetIfAbsent)
+	res.Value = int64(n)
+	if n == 0 && op.SetMode == SetIfAbsent {
+		res.Kind, res.Version = en.kind, en.version
+		return nil
+	}
 	e.changedLocked(r, now, res)
 	return nil
 }

@@ -50,6 +50,8 @@ func (e *Engine) viewLocked(r *ref, now int64, v *View) {
 		v.Value, v.StdError, v.Precision = int64(s.Count()), s.StdError(), s.Precision()
 	case *counter.Hash:
 		v.Value, v.Fields = 0, s.All()
+	case *counter.Float:
+		v.Float = s.Text()
 	case *counter.Window:
 		t := time.Unix(0, now)
 		v.Value, v.Window, v.Buckets = s.Sum(t), s.Spec(), s.Buckets(t)

@@ -145,7 +145,7 @@ func (e *Engine) checkState(s *State, in *incoming) error {
 	if err := ValidateID(s.ID); err != nil {
 		return err
 	}
-	if s.Kind > KindHash || (s.Kind == KindNone && !s.Deleted) {
+	if s.Kind > kindLast || (s.Kind == KindNone && !s.Deleted) {
 		return fmt.Errorf("%w: unknown kind %d", ErrInvalidArgument, s.Kind)
 	}
 	if s.ExpiresAt < 0 {

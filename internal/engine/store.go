@@ -151,6 +151,12 @@ func decodeData(k Kind, b []byte) (int64, any, error) {
 			return 0, nil, err
 		}
 		return 0, h, nil
+	case KindFloat:
+		f := &counter.Float{}
+		if err := f.UnmarshalBinary(b); err != nil {
+			return 0, nil, err
+		}
+		return 0, f, nil
 	}
 	return 0, nil, fmt.Errorf("%w: kind %d", ErrCorrupt, k)
 }

@@ -95,7 +95,7 @@ func (op *Op) Validate(l Limits) error {
 // fills them once, at Open, instead of on every op).
 func (op *Op) validate(l *Limits) error {
 	if op.Type == OpAdd && op.TTL == 0 && op.HLLPrecision == 0 && op.Kind == KindNone &&
-		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 {
+		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 && op.Float == "" && op.ExpireAt == 0 {
 		// The hottest op, a plain add: only its id needs checking.
 		return l.validateID(op.ID)
 	}
@@ -104,6 +104,9 @@ func (op *Op) validate(l *Limits) error {
 	}
 	if op.TTL < 0 && op.Type != OpExpire { // OpExpire: negative deletes, like Redis
 		return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
+	}
+	if op.ExpireAt < 0 || (op.ExpireAt != 0 && op.Type != OpExpire && op.Type != OpSet) {
+		return fmt.Errorf("%w: expire-at only applies to expire and set", ErrInvalidArgument)
 	}
 	if op.TTL > l.MaxTTL {
 		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, l.MaxTTL)
@@ -133,13 +136,25 @@ func (op *Op) validate(l *Limits) error {
 			}
 		}
 		return nil
-	case OpHAdd, OpHDel:
+	case OpHAdd, OpHDel, OpHSet:
 		return op.validateFields(*l)
 	}
 	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
 }
 
 func (op *Op) validateAdd(l Limits) error {
+	if op.Kind == KindFloat {
+		// The text itself is checked when applied, after the kind: a bad
+		// increment to a counter of another kind is a wrong kind first,
+		// as in Redis.
+		if op.Delta != 0 || len(op.Float) > counter.MaxFloatText {
+			return fmt.Errorf("%w: a float add takes its increment as text", ErrInvalidArgument)
+		}
+		return nil
+	}
+	if op.Float != "" {
+		return fmt.Errorf("%w: a float increment needs kind float", ErrInvalidArgument)
+	}
 	if op.Kind != KindNone && !op.Kind.Additive() {
 		return fmt.Errorf("%w: add to a %s counter", ErrWrongKind, op.Kind)
 	}

@@ -155,11 +155,21 @@ var opFuncs = map[engine.OpType]opFunc{
 	engine.OpPFMerge: (*Backend).pfmerge,
 	engine.OpHAdd:    (*Backend).hadd,
 	engine.OpHDel:    (*Backend).hdel,
+	engine.OpHSet:    (*Backend).hset,
 }
 
 // apply runs one validated op.
 func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, error) {
-	res, err := opFuncs[op.Type](b, ctx, op)
+	f, ok := opFuncs[op.Type]
+	if !ok {
+		return engine.Result{}, fmt.Errorf("%w: %s is not supported in the tiered mode", engine.ErrInvalidArgument, op.Type)
+	}
+	if op.ExpireAt != 0 { // Redis keeps relative TTLs here
+		o := *op
+		o.ResolveExpireAt(b.opts.Now())
+		op = &o
+	}
+	res, err := f(b, ctx, op)
 	if err != nil {
 		return engine.Result{}, mapErr(err)
 	}
@@ -178,6 +188,7 @@ var storeKinds = map[engine.Kind]redisstore.Kind{
 	engine.KindWindow:  redisstore.KindWindow,
 	engine.KindHash:    redisstore.KindHash,
 	engine.KindHLL:     redisstore.KindHLL,
+	engine.KindFloat:   redisstore.KindFloat,
 }
 
 func engineKind(k redisstore.Kind) engine.Kind {
@@ -190,6 +201,9 @@ func engineKind(k redisstore.Kind) engine.Kind {
 }
 
 func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	if op.Kind == engine.KindFloat {
+		return b.addFloat(ctx, op)
+	}
 	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window}
 	if op.Shard > 0 { // engine: Shard n>0 is shard n-1; 0 is any
 		o.Fixed, o.Shard = true, op.Shard-1
@@ -197,6 +211,12 @@ func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error)
 	r, err := b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
 	if err != nil {
 		return engine.Result{}, err
+	}
+	if r.FromFloat {
+		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version); err != nil {
+			return engine.Result{}, err
+		}
+		return engine.Result{Kind: engine.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
 	}
 	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, b.opts.Now(), r.Version)
 	return engine.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
@@ -207,16 +227,22 @@ func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error)
 	if err != nil || skip {
 		return engine.Result{Kind: engine.KindCounter}, err
 	}
-	ver, prev, err := b.rs.SetPrev(ctx, op.ID, op.Value, expected, ttl)
+	ver, prev, fromFloat, err := b.rs.SetPrevKind(ctx, op.ID, op.Value, expected, ttl)
 	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != engine.SetAlways && !op.CheckVersion {
 		return engine.Result{Kind: engine.KindCounter}, nil // NX/XX lost a race: not applied
 	}
 	if err != nil {
 		return engine.Result{}, err
 	}
-	// Wrapping subtraction: the aggregated delta brings PostgreSQL to the
-	// same value (see docs/postgres.md for the int64-edge caveat).
-	b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	if fromFloat {
+		if err := b.fromFloat(ctx, op.ID, op.Value, ver); err != nil {
+			return engine.Result{}, err
+		}
+	} else {
+		// Wrapping subtraction: the aggregated delta brings PostgreSQL to
+		// the same value (see docs/postgres.md for the int64-edge caveat).
+		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
 	return engine.Result{Kind: engine.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
 }
@@ -353,6 +379,20 @@ func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error
 	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
 }
 
+func (b *Backend) hset(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	fs := make([]counter.Field, len(op.Fields))
+	for i, f := range op.Fields {
+		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	}
+	created, ver, deltas, err := b.rs.HSet(ctx, op.ID, fs, op.SetMode == engine.SetIfAbsent)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	b.writeFields(op.ID, deltas)
+	changed := len(deltas) > 0
+	return engine.Result{Kind: engine.KindHash, Value: int64(created), Version: ver, Changed: changed}, nil
+}
+
 // uniqueFields keeps the last value of each name, in the order names first
 // appear, as the embedded engine reports a hash add that names a field
 // twice (Redis answers once per delta).
@@ -409,5 +449,31 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 		return err
 	}
 	b.agg.Delete(id)
+	return nil
+}
+
+// addFloat runs Redis's own INCRBYFLOAT (so the arithmetic and the text are
+// Redis's by construction) and hands the new text to the write-behind.
+func (b *Backend) addFloat(ctx context.Context, op *engine.Op) (engine.Result, error) {
+	text, ver, prev, converted, err := b.rs.AddFloat(ctx, op.ID, op.Float)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	if converted && prev != 0 {
+		// PostgreSQL keeps a float's value column at 0.
+		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, -prev, b.opts.Now())
+	}
+	b.agg.SetFloat(op.ID, text, ver)
+	return engine.Result{Kind: engine.KindFloat, Float: text, Version: ver, Changed: true}, nil
+}
+
+// fromFloat hands the write-behind a float that became a counter: first
+// everything pending (so the float's own row change commits before), then
+// the counter's absolute value (PostgreSQL holds 0 for a float).
+func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uint64) error {
+	if err := b.agg.Sync(ctx); err != nil {
+		return unavailable(err)
+	}
+	b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, b.opts.Now(), ver)
 	return nil
 }

@@ -85,6 +85,7 @@ var tieredCases = []struct {
 }{
 	{"EveryKind", testEveryKind},
 	{"CacheMissRestoresFromPostgres", testCacheMissRestoresFromPostgres},
+	{"FloatsRestoreFromPostgres", testFloatsRestoreFromPostgres},
 	{"FlushRetryAfterLostAckAppliesOnce", testFlushRetryAfterLostAckAppliesOnce},
 	{"Idempotency", testIdempotency},
 	{"BatchUndoesAddsOnFailure", testBatchUndoesAddsOnFailure},

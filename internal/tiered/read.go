@@ -52,6 +52,8 @@ func fromPG(rec postgres.Record, now time.Time) (redisstore.Record, bool, error)
 		out.Fields = sortedFields(rec.Fields)
 	case redisstore.KindHLL:
 		out.HLL = rec.Sketch
+	case redisstore.KindFloat:
+		out.Float = rec.Float
 	case redisstore.KindWindow:
 		return redisstore.Record{}, false, nil
 	default:
@@ -99,6 +101,8 @@ func (b *Backend) Get(ctx context.Context, id string) (engine.View, error) {
 		v.Value, v.Fields = 0, rec.Fields
 	case engine.KindWindow:
 		v.Window, v.Buckets = rec.Window, rec.Buckets
+	case engine.KindFloat:
+		v.Value, v.Float = 0, rec.Float
 	}
 	return v, nil
 }

@@ -288,7 +288,7 @@ func mapErr(err error) error {
 			return fmt.Errorf("%w: %v", m.to, err)
 		}
 	}
-	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow,
+	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow, engine.ErrNotFloat, engine.ErrFloatRange, engine.ErrNotInteger,
 		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrNotFound, engine.ErrUnavailable} {
 		if errors.Is(err, s) {
 			return err
@@ -302,6 +302,9 @@ var errMap = []struct{ from, to error }{
 	{redisstore.ErrOverflow, engine.ErrOverflow},
 	{redisstore.ErrVersionConflict, engine.ErrVersionConflict},
 	{redisstore.ErrInvalidArgument, engine.ErrInvalidArgument},
+	{redisstore.ErrNotFloat, engine.ErrNotFloat},
+	{redisstore.ErrFloatRange, engine.ErrFloatRange},
+	{redisstore.ErrNotInteger, engine.ErrNotInteger},
 	{redisstore.ErrUnavailable, ErrUnavailable},
 	{redisstore.ErrClosed, ErrUnavailable},
 	{context.DeadlineExceeded, ErrUnavailable},

@@ -134,6 +134,45 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// jsonDelta is the delta of an increment: an int64 as strict as jsonInt,
+// or, for kind float, any JSON number or a string holding one, kept as
+// text so that 0.1 is added exactly as Redis INCRBYFLOAT adds "0.1".
+type jsonDelta struct {
+	jsonInt
+	Text string // the number's text; set with Set
+	Str  bool   // given as a JSON string
+}
+
+func (d *jsonDelta) UnmarshalJSON(b []byte) error {
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &d.Text); err != nil {
+			return &argError{"delta: bad string"}
+		}
+		d.Str, d.Set = true, true
+		return nil
+	}
+	if len(b) == 0 || !(b[0] == '-' || (b[0] >= '0' && b[0] <= '9')) {
+		return &argError{fmt.Sprintf("expected a number, got %s", truncate(string(b), 40))}
+	}
+	d.Text, d.Set = string(b), true
+	if isJSONInteger(b) {
+		d.V, _ = strconv.ParseInt(string(b), 10, 64)
+	}
+	return nil
+}
+
+// integer returns the delta as an int64, or jsonInt's error.
+func (d *jsonDelta) integer() (int64, error) {
+	if d.Str || !isJSONInteger([]byte(d.Text)) {
+		return 0, &argError{fmt.Sprintf("expected an integer, got %s", truncate(d.Text, 40))}
+	}
+	var n jsonInt
+	if err := n.UnmarshalJSON([]byte(d.Text)); err != nil {
+		return 0, err
+	}
+	return n.V, nil
+}
+
 // jsonUint is a uint64 field with the same strictness as jsonInt.
 type jsonUint struct {
 	V   uint64

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -39,6 +40,26 @@ type addAnswer struct {
 	ID      string `json:"id"`
 	Version uint64 `json:"version"`
 	Kind    string `json:"kind"`
+}
+
+// floatAddAnswer is addAnswer for a float counter (value: floatValue).
+type floatAddAnswer struct {
+	Value   any    `json:"value"`
+	Status  string `json:"status"`
+	ID      string `json:"id"`
+	Version uint64 `json:"version"`
+	Kind    string `json:"kind"`
+}
+
+// floatValue is how a float counter's value goes into JSON: its exact
+// decimal text (Redis INCRBYFLOAT's) as a JSON number, or, beyond the
+// float64 range (long doubles reach 1e4932), as a JSON string holding it,
+// since most JSON decoders would fail or answer infinity.
+func floatValue(text string) any {
+	if _, err := strconv.ParseFloat(text, 64); err != nil {
+		return text
+	}
+	return json.Number(text)
 }
 
 type setAnswer struct {
@@ -141,6 +162,9 @@ func resultBody(name string, res engine.Result) any {
 	case "hincr":
 		return hincrAnswer{ID: res.ID, Fields: fieldMap(res.Fields), Status: "ok"}
 	default: // increment, decrement
+		if res.Kind == engine.KindFloat {
+			return floatAddAnswer{Value: floatValue(res.Float), Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
+		}
 		return addAnswer{Value: res.Value, Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
 	}
 }
@@ -171,7 +195,7 @@ type bucketJSON struct {
 type viewJSON struct {
 	ID          string            `json:"id"`
 	Kind        string            `json:"kind"`
-	Value       int64             `json:"value"`
+	Value       any               `json:"value"` // int64, or floatValue for a float counter
 	Version     uint64            `json:"version"`
 	UpdatedAt   *string           `json:"updated_at"`
 	Exists      bool              `json:"exists"`
@@ -191,8 +215,11 @@ func viewBody(id string, v engine.View) viewJSON {
 	out := viewJSON{ID: id, Kind: v.Kind.String(), Value: v.Value, Version: v.Version, Exists: v.Exists}
 	if !v.Exists {
 		out.Kind = engine.KindNone.String()
-		out.Value, out.Version = 0, 0
+		out.Value, out.Version = int64(0), 0
 		return out
+	}
+	if v.Kind == engine.KindFloat {
+		out.Value = floatValue(v.Float)
 	}
 	if !v.UpdatedAt.IsZero() {
 		s := formatTime(v.UpdatedAt)

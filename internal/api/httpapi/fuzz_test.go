@@ -79,7 +79,7 @@ func (env *fuzzEnv) state(t *testing.T) string {
 		if err != nil {
 			t.Fatalf("Get(%q): %v", id, err)
 		}
-		fmt.Fprintf(&b, " %q=%s/%d/%d", id, v.Kind, v.Value, v.Version)
+		fmt.Fprintf(&b, " %q=%s/%d/%s/%d", id, v.Kind, v.Value, v.Float, v.Version)
 	}
 	return b.String()
 }
@@ -115,6 +115,8 @@ func FuzzIncrement(f *testing.F) {
 		`{"kind": "window", "granularity": "1s", "window": "10s"}`, `{"kind": "sharded", "shards": 3}`,
 		`{"kind": "pn"}`, `{"kind": "hll"}`, `{"detla": 1}`, `[1]`, `null`, `{"delta": 1}{}`,
 		`{"delta":1,"delta":2}`, `{"DELTA": 1}`, `{"shards": 100000}`, `{"granularity": "-1s", "window": "1s"}`,
+		`{"kind": "float", "delta": 0.1}`, `{"kind": "float", "delta": "0x1p3"}`, `{"kind": "float", "delta": "inf"}`,
+		`{"kind": "float", "delta": 1e4932}`, `{"kind": "float", "delta": "nan"}`, `{"kind": "float"}`,
 	} {
 		f.Add(uint8(0), []byte(s))
 	}
@@ -140,6 +142,7 @@ func FuzzBatch(f *testing.F) {
 		`{"ops": [{"op": "expire", "id": "a", "ttl_ms": 0}, {"op": "delete", "id": "b"}]}`,
 		`{"ops": [{"op": "hdel", "id": "h", "fields": ["x"]}, {"op": "decrement", "id": "w", "kind": "window"}]}`,
 		`{"ops": [{"op": "increment", "id": ""}]}`, `{"ops": [{"op": "nope", "id": "a"}]}`,
+		`{"ops": [{"op": "increment", "id": "f", "kind": "float", "delta": 0.5}, {"op": "decrement", "id": "f", "kind": "float", "delta": "x"}]}`,
 		`{"ops": [1, 2]}`, `{"ops": {}}`, `{"ops": null}`, `{}`, `{"ops": [{"op": "delete", "id": "a", "x": 1}]}`,
 	} {
 		f.Add([]byte(s))

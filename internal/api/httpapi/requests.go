@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -19,18 +20,25 @@ const anyShard = 0
 
 // incrRequest is the body of increment and decrement.
 type incrRequest struct {
-	Delta       jsonInt `json:"delta"` // default 1
-	Kind        *string `json:"kind"`  // counter, sharded, pn, window
-	Granularity *string `json:"granularity"`
-	Window      *string `json:"window"`
-	Fixed       *bool   `json:"fixed"`
-	Shards      jsonInt `json:"shards"`
+	Delta       jsonDelta `json:"delta"` // default 1; any number (or a string) for kind float
+	Kind        *string   `json:"kind"`  // counter, sharded, pn, window, float
+	Granularity *string   `json:"granularity"`
+	Window      *string   `json:"window"`
+	Fixed       *bool     `json:"fixed"`
+	Shards      jsonInt   `json:"shards"`
 }
 
 func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
 	op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Shard: anyShard}
+	if q.Kind != nil && *q.Kind == engine.KindFloat.String() {
+		return q.floatOp(op, negate)
+	}
 	if q.Delta.Set {
-		op.Delta = q.Delta.V
+		d, err := q.Delta.integer()
+		if err != nil {
+			return op, err
+		}
+		op.Delta = d
 	}
 	if negate {
 		if op.Delta == math.MinInt64 {
@@ -81,6 +89,33 @@ func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
 	}
 	op.Kind = kind
 	return op, nil
+}
+
+// floatOp is the op of a float increment: the delta's text, negated for
+// a decrement; the engine parses it (counter.ParseFloat).
+func (q *incrRequest) floatOp(op engine.Op, negate bool) (engine.Op, error) {
+	if q.Granularity != nil || q.Window != nil || q.Fixed != nil || q.Shards.Set {
+		return op, invalidArgf("granularity, window, fixed and shards do not apply to kind float")
+	}
+	op.Kind, op.Delta, op.Float = engine.KindFloat, 0, "1"
+	if q.Delta.Set {
+		op.Float = q.Delta.Text
+	}
+	if negate {
+		op.Float = negateText(op.Float)
+	}
+	return op, nil
+}
+
+// negateText negates a number's text by its sign.
+func negateText(s string) string {
+	switch {
+	case strings.HasPrefix(s, "-"):
+		return s[1:]
+	case strings.HasPrefix(s, "+"):
+		return "-" + s[1:]
+	}
+	return "-" + s
 }
 
 // setRequest is the body of PUT /counters/{id}.

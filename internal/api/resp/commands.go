@@ -20,6 +20,8 @@ const (
 	errSyntax       = "ERR syntax error"
 	errInvalidCur   = "ERR invalid cursor"
 	errDecrOverflow = "ERR decrement would overflow"
+	errNotFloat     = "ERR value is not a valid float"
+	errFloatRange   = "ERR increment would produce NaN or Infinity"
 )
 
 type cmdFlags uint16
@@ -140,6 +142,12 @@ func engineError(err error) string {
 		return errWrongType
 	case errors.Is(err, engine.ErrOverflow):
 		return errOverflow
+	case errors.Is(err, engine.ErrNotFloat):
+		return errNotFloat
+	case errors.Is(err, engine.ErrFloatRange):
+		return errFloatRange
+	case errors.Is(err, engine.ErrNotInteger):
+		return errNotInteger
 	case errors.Is(err, engine.ErrInvalidID):
 		return "ERR invalid key: " + errDetail(err, engine.ErrInvalidID)
 	case errors.Is(err, engine.ErrVersionConflict):

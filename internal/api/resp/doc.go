@@ -10,9 +10,28 @@ package resp
 //	                            bulk string; nil if missing
 //	SET key value [NX|XX] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
 //	SETNX, MSET                 value must be an int64
+//	SETEX key seconds value     SET with EX (PSETEX: milliseconds); the
+//	PSETEX key ms value         time is checked before the value
+//	GETEX key [EX s|PX ms|EXAT t|PXAT t|PERSIST]
+//	                            the value, then the TTL change
+//	INCRBYFLOAT key increment   a float counter (below); answers its text
 //
-// Hashes (named int64 fields): HINCRBY, HGET, HMGET, HGETALL, HKEYS, HVALS,
-// HDEL, HLEN, HEXISTS. HyperLogLogs: PFADD, PFCOUNT (several keys: the
+// Float counters (kind float) add as Redis's INCRBYFLOAT adds: both texts
+// parsed like strtold (decimal, 0x hex with p exponent, inf), summed in
+// x87 long double (64-bit mantissa), and the sum kept and answered as
+// "%.17Lf" without trailing zeros: 0.1 then 0.2 answers 0.3, 1e30 then
+// 0.3 answers 1000000000000000000024696061952. NaN and infinite results
+// are refused with "ERR increment would produce NaN or Infinity", bad
+// text with "ERR value is not a valid float"; nothing changes then. As
+// with Redis strings, INCRBYFLOAT on a plain counter makes it a float,
+// INCR/INCRBY/DECR on a float whose text is an integer make it a counter
+// again (any other float: "ERR value is not an integer or out of range"),
+// and SET over a float stores the integer. The text is the state: it is
+// what Pebble stores, peers replicate and GET answers.
+//
+// Hashes (named int64 fields): HSET and HSETNX (answer the fields
+// created), HINCRBY, HGET, HMGET, HGETALL, HKEYS, HVALS, HDEL, HLEN,
+// HEXISTS. HyperLogLogs: PFADD, PFCOUNT (several keys: the
 // union), PFMERGE.
 //
 // Keys: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE (with NX|XX|GT|LT),
@@ -49,10 +68,21 @@ package resp
 //     (HyperLogLogs are strings in Redis too). GET of a hash or a
 //     HyperLogLog is WRONGTYPE. SET over a hash or a HyperLogLog is
 //     WRONGTYPE (Redis would replace it).
-//   - TTLs are Go durations: an EXPIRE, PEXPIRE or SET EX/PX beyond ~292
-//     years is "invalid expire time". A non-positive EXPIRE deletes the key
-//     like Redis; SET with EXAT/PXAT in the past deletes it too (with NX it
-//     is created and expires within the engine's clock tick).
+//   - TTLs are Go durations: an EXPIRE, PEXPIRE, SET EX/PX, SETEX or
+//     GETEX beyond ~292 years is "invalid expire time" (Redis allows more),
+//     and one beyond 100 years (engine.MaxTTL) is refused by the engine.
+//     Where Redis's own checks fail first (seconds whose milliseconds
+//     overflow, also negative ones: EXPIRE k -9223372036854775808) the error
+//     is Redis's. A non-positive EXPIRE deletes the key like Redis; SET,
+//     GETEX with EXAT/PXAT in the past delete it too (SET NX creates it and
+//     it expires within the engine's clock tick). EXAT/PXAT are stored as
+//     given, so EXPIRETIME/PEXPIRETIME answer them exactly.
+//   - HSET, HSETNX, SETEX and PSETEX take integer values only ("ERR value
+//     is not an integer or out of range", after the WRONGTYPE check where
+//     Redis makes one). HINCRBYFLOAT is not supported: hash fields are
+//     int64. INCRBYFLOAT on a sharded, pn, window, hll or hash counter is
+//     WRONGTYPE (Redis would convert the first three, which it sees as
+//     strings).
 //   - EXPIRE NX/XX/GT/LT read the TTL and then write: not atomic against a
 //     concurrent TTL change by another client.
 //   - WATCH compares versions just before EXEC applies; a write landing in

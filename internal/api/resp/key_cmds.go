@@ -54,6 +54,9 @@ func parseExpire(b []byte, unit time.Duration, name string) (time.Duration, stri
 	if !ok {
 		return 0, errNotInteger
 	}
+	if unit == time.Second && n < math.MinInt64/1000 { // Redis: *1000 would overflow
+		return 0, "ERR invalid expire time in '" + name + "' command"
+	}
 	if n <= 0 {
 		return -1, ""
 	}
@@ -69,11 +72,6 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 	return func(s *Server, c *client, args [][]byte) {
 		if len(args) == 3 {
 			s.applyOps(c, cmd, args)
-			return
-		}
-		ttl, e := parseExpire(args[2], unit, cmd.name)
-		if e != "" {
-			c.writeError(e)
 			return
 		}
 		var nx, xx, gt, lt bool
@@ -98,6 +96,12 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 		}
 		if gt && lt {
 			c.writeError("ERR GT and LT options at the same time are not compatible")
+			return
+		}
+		// Redis checks the options, then the time.
+		ttl, e := parseExpire(args[2], unit, cmd.name)
+		if e != "" {
+			c.writeError(e)
 			return
 		}
 		id := str(args[1])
@@ -208,16 +212,22 @@ func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 // EXPIRETIME key, PEXPIRETIME key: absolute Unix expiry, -2 missing, -1 none.
 func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
-		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
+		id := str(args[1])
+		if engine.ValidateID(id) != nil {
+			c.writeInt(-2)
+			return
+		}
+		v, err := s.eng.Get(s.ctx, id)
 		switch {
 		case err != nil:
 			c.writeError(engineError(err))
-		case !exists:
+		case !v.Exists:
 			c.writeInt(-2)
-		case !has:
+		case v.ExpiresAt.IsZero():
 			c.writeInt(-1)
 		default:
-			at := time.Now().Add(ttl)
+			// The stored expiry, exact after EXAT/PXAT.
+			at := v.ExpiresAt
 			if unit == time.Second {
 				c.writeInt(at.Unix())
 			} else {

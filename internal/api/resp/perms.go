@@ -41,9 +41,11 @@ var commandAccess = map[string]access{
 	"exists": needRead, "type": needRead,
 	"expire": needWrite, "pexpire": needWrite, "persist": needWrite,
 	"ttl": needRead, "pttl": needRead, "expiretime": needRead, "pexpiretime": needRead,
-	"scan":    {need: auth.Need{Perm: auth.Read}, pattern: scanPattern},
-	"keys":    {need: auth.Need{Perm: auth.Read}, pattern: func(args [][]byte) string { return string(args[1]) }},
-	"dbsize":  needRead, // a count only
+	"scan":        {need: auth.Need{Perm: auth.Read}, pattern: scanPattern},
+	"keys":        {need: auth.Need{Perm: auth.Read}, pattern: func(args [][]byte) string { return string(args[1]) }},
+	"dbsize":      needRead, // a count only
+	"incrbyfloat": needWrite, "setex": needWrite, "psetex": needWrite, "getex": needWrite,
+	"hset": needWrite, "hsetnx": needWrite,
 	"hincrby": needWrite, "hdel": needWrite,
 	"hget": needRead, "hmget": needRead, "hgetall": needRead, "hkeys": needRead,
 	"hvals": needRead, "hlen": needRead, "hexists": needRead,

@@ -57,6 +57,9 @@ func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bo
 				return ops, "ERR invalid expire time in 'set' command", true
 			}
 			op.TTL = ttl
+			if at, abs := expireAt(a, n); abs && ttl != pastTTL {
+				op.TTL, op.ExpireAt = 0, at // exact, for EXPIRETIME
+			}
 			haveExp = true
 			i++
 		case eqFold(a, "get"):
@@ -122,6 +125,18 @@ func expireTTL(unit []byte, n int64) (time.Duration, bool) {
 	return d, true
 }
 
+// expireAt is the unix ns of EXAT or PXAT n (validated by expireTTL), and
+// false for the relative units.
+func expireAt(unit []byte, n int64) (int64, bool) {
+	switch {
+	case eqFold(unit, "exat"):
+		return n * int64(time.Second), true
+	case eqFold(unit, "pxat"):
+		return n * int64(time.Millisecond), true
+	}
+	return 0, false
+}
+
 func doneSet(c *client, args [][]byte, res []engine.Result) {
 	if !res[0].Changed {
 		c.writeNull()
@@ -168,8 +183,18 @@ func cmdGet(s *Server, c *client, args [][]byte) {
 	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
 		c.writeError(errWrongType)
 	default:
-		c.writeBulkInt(v.Value)
+		writeStringValue(c, &v)
 	}
+}
+
+// writeStringValue writes the value of a counter read as a Redis string:
+// a float counter's text, every other kind's int64.
+func writeStringValue(c *client, v *engine.View) {
+	if v.Kind == engine.KindFloat {
+		c.writeBulkString(v.Float)
+		return
+	}
+	c.writeBulkInt(v.Value)
 }
 
 // MGET key [key ...]: nil for missing keys, invalid ids and keys that do
@@ -182,6 +207,6 @@ func cmdMGet(s *Server, c *client, args [][]byte) {
 			c.writeNull()
 			continue
 		}
-		c.writeBulkInt(v.Value)
+		writeStringValue(c, &v)
 	}
 }

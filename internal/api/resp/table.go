@@ -242,6 +242,7 @@ func buildCommands() map[string]*command {
 			doc: &cmdDoc{"transactions", "Forgets about watched keys of a transaction.", "2.2.0", "O(1)", nil},
 			fn:  cmdUnwatch},
 	}
+	list = append(list, moreCommands()...)
 	m := make(map[string]*command, len(list))
 	for _, c := range list {
 		c := c

@@ -346,6 +346,7 @@ func pbOp(o *engine.Op) *pb.Op {
 		Names: encodeEach(o.Names, toBytes), Window: pbWindow(&o.Window),
 		Shards: int64(o.Shards), Shard: int64(o.Shard),
 		HllPrecision: uint32(o.HLLPrecision), Estimate: o.Estimate,
+		FloatText: []byte(o.Float), ExpireAtNs: o.ExpireAt,
 	}
 }
 
@@ -364,17 +365,19 @@ func (d *decoder) op(p *pb.Op) engine.Op {
 		Names: decodeEach(p.GetNames(), toString), Window: goWindow(p.GetWindow()),
 		Shards: int(p.GetShards()), Shard: int(p.GetShard()),
 		HLLPrecision: u8(d, p.GetHllPrecision(), "hll precision"), Estimate: p.GetEstimate(),
+		Float: string(p.GetFloatText()), ExpireAt: p.GetExpireAtNs(),
 	}
 }
 
 func pbResult(r *engine.Result) *pb.Result {
 	return &pb.Result{Id: r.ID, Kind: pb.Kind(r.Kind), Value: r.Value, Version: r.Version, Changed: r.Changed,
-		Fields: encodeEach(r.Fields, pbField), Replayed: r.Replayed}
+		Fields: encodeEach(r.Fields, pbField), Replayed: r.Replayed, FloatText: r.Float}
 }
 
 func (d *decoder) result(p *pb.Result) engine.Result {
 	return engine.Result{ID: p.GetId(), Kind: engine.Kind(u8(d, p.GetKind(), "kind")), Value: p.GetValue(),
-		Version: p.GetVersion(), Changed: p.GetChanged(), Fields: decodeEach(p.GetFields(), goField), Replayed: p.GetReplayed()}
+		Version: p.GetVersion(), Changed: p.GetChanged(), Fields: decodeEach(p.GetFields(), goField), Replayed: p.GetReplayed(),
+		Float: p.GetFloatText()}
 }
 
 func pbView(v *engine.View) *pb.View {
@@ -382,7 +385,7 @@ func pbView(v *engine.View) *pb.View {
 		return nil
 	}
 	return &pb.View{
-		Id: v.ID, Kind: pb.Kind(v.Kind), Exists: v.Exists, Value: v.Value, Version: v.Version,
+		Id: v.ID, Kind: pb.Kind(v.Kind), Exists: v.Exists, Value: v.Value, Version: v.Version, FloatText: v.Float,
 		UpdatedAt: pbTime(v.UpdatedAt), ExpiresAt: pbTime(v.ExpiresAt),
 		Shards: v.Shards,
 		ShardSlots: encodeEach(v.ShardSlots, func(s *counter.ShardedSlot) *pb.ShardedSlot {
@@ -405,7 +408,7 @@ func (d *decoder) view(p *pb.View) *engine.View {
 	}
 	return &engine.View{
 		ID: p.GetId(), Kind: engine.Kind(u8(d, p.GetKind(), "kind")), Exists: p.GetExists(),
-		Value: p.GetValue(), Version: p.GetVersion(),
+		Value: p.GetValue(), Version: p.GetVersion(), Float: p.GetFloatText(),
 		UpdatedAt: goTime(p.GetUpdatedAt()), ExpiresAt: goTime(p.GetExpiresAt()),
 		Shards: orNil(p.GetShards()),
 		ShardSlots: decodeEach(p.GetShardSlots(), func(s *pb.ShardedSlot) counter.ShardedSlot {

@@ -146,6 +146,7 @@ var utf8Fields = map[string]bool{
 	"digestItem.ID": true, "digestResponse.Want": true, "fetchRequest.IDs": true,
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
+	"Result.Float": true, "View.Float": true, // the engine writes them: always ASCII
 }
 
 // enumStrings are string fields that hold one of a few names.
@@ -331,12 +332,12 @@ func TestWireEnumsMatchEngine(t *testing.T) {
 			t.Errorf("%s: peer.proto has %s beyond the Go values", what, names[last+1])
 		}
 	}
-	check("kind", pb.Kind_name, "KIND_", func(v int32) string { return engine.Kind(v).String() }, 0, int32(engine.KindHash))
+	check("kind", pb.Kind_name, "KIND_", func(v int32) string { return engine.Kind(v).String() }, 0, int32(engine.KindFloat))
 	check("durability", pb.Durability_name, "DURABILITY_", func(v int32) string { return engine.Durability(v).String() }, 0, int32(engine.Sync))
-	check("op type", pb.OpType_name, "OP_TYPE_", func(v int32) string { return engine.OpType(v).String() }, 1, int32(engine.OpHDel))
+	check("op type", pb.OpType_name, "OP_TYPE_", func(v int32) string { return engine.OpType(v).String() }, 1, int32(engine.OpHSet))
 	check("granularity", pb.Granularity_name, "GRANULARITY_", func(v int32) string { return rollup.Granularity(v).String() }, 0, int32(rollup.Month))
 	check("algorithm", pb.Algorithm_name, "ALGORITHM_", func(v int32) string { return ratelimit.Algorithm(v).String() }, 1, int32(ratelimit.LeakyBucket))
-	if engine.Kind(engine.KindHash+1).String() != fmt.Sprintf("kind(%d)", engine.KindHash+1) || engine.OpType(engine.OpHDel+1).String() != fmt.Sprintf("op(%d)", engine.OpHDel+1) {
+	if engine.Kind(engine.KindFloat+1).String() != fmt.Sprintf("kind(%d)", engine.KindFloat+1) || engine.OpType(engine.OpHSet+1).String() != fmt.Sprintf("op(%d)", engine.OpHSet+1) {
 		t.Error("the engine has kinds or ops beyond those checked here: add them to peer.proto")
 	}
 	if pb.SetMode_SET_MODE_ALWAYS != pb.SetMode(engine.SetAlways) || pb.SetMode_SET_MODE_IF_ABSENT != pb.SetMode(engine.SetIfAbsent) ||

@@ -52,6 +52,7 @@ type Aggregator struct {
 	mu      sync.Mutex
 	pending map[aggKeyMem]int64
 	sketch  map[string][]byte
+	floats  map[string]floatValue // latest float value per id (higher version wins)
 	deletes map[string]bool
 	expiry  map[string]time.Time // zero: remove the TTL
 	version map[string]uint64    // latest version seen per id (max wins)
@@ -116,6 +117,28 @@ func (a *Aggregator) AddField(id, field string, delta int64, at time.Time) {
 	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1}, delta, at, 0)
 }
 
+// floatValue is a float counter's text at a version.
+type floatValue struct {
+	text    string
+	version uint64
+}
+
+// SetFloat records the value of the float counter id at version (the
+// higher version wins, so writers handing values over out of order leave
+// the newest), and raises id's version like SetVersion.
+func (a *Aggregator) SetFloat(id, text string, version uint64) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	if f, ok := a.floats[id]; !ok || version >= f.version {
+		a.floats[id] = floatValue{text, version}
+	}
+	if version > a.version[id] {
+		a.version[id] = version
+	}
+	a.dirty[id] = true
+	a.mu.Unlock()
+}
+
 // SetSketch records the current full HLL sketch of id (latest wins).
 func (a *Aggregator) SetSketch(id string, sketch []byte) {
 	a.adds.Add(1)
@@ -159,6 +182,7 @@ func (a *Aggregator) dropLocked(id string) {
 		}
 	}
 	delete(a.sketch, id)
+	delete(a.floats, id)
 	delete(a.expiry, id)
 	delete(a.version, id)
 }
@@ -195,7 +219,7 @@ func (a *Aggregator) Sync(ctx context.Context) error {
 
 // reset starts an empty current cycle. Caller holds a.mu (or owns a).
 func (a *Aggregator) reset() {
-	a.pending, a.sketch = map[aggKeyMem]int64{}, map[string][]byte{}
+	a.pending, a.sketch, a.floats = map[aggKeyMem]int64{}, map[string][]byte{}, map[string]floatValue{}
 	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
 	a.version = map[string]uint64{}
 	a.cur = &cycle{done: make(chan struct{})}
@@ -276,6 +300,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	pending, sketches, deletes, expiry, dirty, cyc := a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
+	floats := a.floats
 	versions := a.version
 	a.reset()
 	if len(dirty) == 0 {
@@ -305,6 +330,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	}
 	for id, sk := range sketches {
 		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindHLL, Shard: -1, Sketch: sk})
+	}
+	for id, f := range floats {
+		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindFloat, Shard: -1, Float: f.text})
 	}
 	a.inflight = &inflightBatch{b: b, cyc: cyc}
 	return a.applyInflight(ctx)

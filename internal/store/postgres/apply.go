@@ -21,6 +21,7 @@ const (
 	KindSharded = "sharded" // sharded counter: counter_shards rows
 	KindHash    = "hash"    // hash counter: counter_fields rows
 	KindHLL     = "hll"     // HyperLogLog: counter_hll.sketch
+	KindFloat   = "float"   // float counter: counters.float_value (value 0)
 )
 
 // Delta is one change to one counter.
@@ -40,6 +41,9 @@ type Delta struct {
 	// Sketch is the full serialized HLL sketch for KindHLL (owner-authoritative:
 	// it replaces the stored sketch).
 	Sketch []byte
+	// Float is the value of a KindFloat counter as decimal text; it
+	// replaces the stored value (the hot tier computes it). No time series.
+	Float string
 	// At is when the change happened (minute bucket of the time series and
 	// the roll-ups); zero means now.
 	At time.Time
@@ -241,6 +245,7 @@ type sums struct {
 	fields     map[fieldKey]int64
 	hashIDs    map[string]bool
 	sketches   map[string][]byte
+	floats     map[string]string
 	buckets    map[bucketKey]int64
 	aggs       map[aggKey]int64
 	months     map[time.Time]bool // of the time series partitions written
@@ -255,6 +260,7 @@ func sumDeltas(ds []Delta, now time.Time) (*sums, error) {
 		fields:     map[fieldKey]int64{},
 		hashIDs:    map[string]bool{},
 		sketches:   map[string][]byte{},
+		floats:     map[string]string{},
 		buckets:    map[bucketKey]int64{},
 		aggs:       map[aggKey]int64{},
 		months:     map[time.Time]bool{},
@@ -283,6 +289,9 @@ func sumDeltas(ds []Delta, now time.Time) (*sums, error) {
 		case KindHLL:
 			sum.sketches[d.CounterID] = d.Sketch
 			continue // no time series for sketches
+		case KindFloat:
+			sum.floats[d.CounterID] = d.Float
+			continue // nor for floats
 		default:
 			sum.plain[idKind{d.CounterID, kind}] += d.Delta
 		}
@@ -317,9 +326,22 @@ func (sum *sums) upsert(exec execFunc, now time.Time) error {
 			SELECT u.id, u.kind, u.delta, 1, $4, $4, $4 FROM unnest($1::text[], $2::text[], $3::bigint[]) WITH ORDINALITY AS u(id, kind, delta, ord)
 			ORDER BY u.ord
 			ON CONFLICT (counter_id) DO UPDATE SET value = c.value + EXCLUDED.value, version = c.version + 1,
+				counter_type = EXCLUDED.counter_type, float_value = NULL,
 				updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
 		sum.plain, idKind.compare, func(ks []idKind) []any {
 			return []any{column(ks, idKind.counterID), column(ks, func(k idKind) string { return k.kind }), values(ks, sum.plain), now}
+		}); err != nil {
+		return err
+	}
+	// A float's value replaces the stored one; a counter that became a
+	// float (as in Redis) keeps value 0 from then on.
+	if err := upsertSorted(exec, "floats", `INSERT INTO counters AS c (counter_id, counter_type, value, float_value, version, created_at, updated_at, last_sync_at)
+			SELECT u.id, 'float', 0, u.f, 1, $3, $3, $3 FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS u(id, f, ord)
+			ORDER BY u.ord
+			ON CONFLICT (counter_id) DO UPDATE SET counter_type = 'float', value = 0, float_value = EXCLUDED.float_value,
+				version = c.version + 1, updated_at = EXCLUDED.updated_at, last_sync_at = EXCLUDED.last_sync_at`,
+		sum.floats, strings.Compare, func(ids []string) []any {
+			return []any{ids, values(ids, sum.floats), now}
 		}); err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ type Record struct {
 	Shards    []int64          // sharded: value of each shard (index = shard id)
 	Fields    map[string]int64 // hash: the fields
 	Sketch    []byte           // hll: the stored sketch
+	Float     string           // float: the value's decimal text
 	ExpiresAt time.Time        // zero: no expiry
 }
 
@@ -27,8 +28,12 @@ func (s *Store) Load(ctx context.Context, id string) (rec Record, ok bool, err e
 	var shardCount int32
 	var exp *time.Time
 	s.statements.Add(1)
-	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count, expires_at FROM counters WHERE counter_id = $1`, id).
-		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount, &exp)
+	var fl *string
+	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count, expires_at, float_value FROM counters WHERE counter_id = $1`, id).
+		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount, &exp, &fl)
+	if fl != nil {
+		rec.Float = *fl
+	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Record{}, false, nil
 	}

@@ -78,10 +78,22 @@ end
 // shard for sharded, the in-window bucket values for window.
 var addScript = newScript(luaPrelude + `
 local kind, err, miss, created = kindcheck(ARGV[1], ARGV[4])
+if err and ARGV[1] == 'counter' and redis.call('HGET', meta, 'kind') == 'float' then kind, err = 'float', nil end
 if miss then return {'MISS'} end
 if err then return err end
 if kind == '' then kind = 'counter' end
 local delta, now = ARGV[2], ARGV[3]
+if kind == 'float' then
+  -- Redis's INCR after INCRBYFLOAT: an integer text is a counter again.
+  local r = redis.pcall('INCRBY', base, delta)
+  if type(r) == 'table' and r.err then
+    if string.find(r.err, 'overflow', 1, true) then return redis.error_reply('OVERFLOW ' .. r.err) end
+    return redis.error_reply('NOTINTEGER ' .. r.err)
+  end
+  redis.call('HSET', meta, 'kind', 'counter')
+  local ver = bump('counter', now, nil, false)
+  return {'OK', 'counter', ver, -1, exact(r, base), 'float'}
+end
 if kind == 'counter' or kind == 'pn' then
   local e, v = incr('INCRBY', base, nil, delta)
   if e then return e end
@@ -117,6 +129,30 @@ end
 return redis.error_reply('WRONGKIND counter is a ' .. kind .. ', which Add does not apply to')
 `)
 
+// addFloatScript: ARGV increment (text), now_ms, maycreate. INCRBYFLOAT on
+// a float counter or a counter (which becomes a float, as a Redis string
+// holding an integer does). Reply {'OK', version, new text, previous
+// integer value (a converted counter's, else 0), '1' if converted}.
+var addFloatScript = newScript(luaPrelude + `
+local mk = redis.call('HGET', meta, 'kind')
+if not mk and ARGV[3] ~= '1' then return {'MISS'} end
+if mk and mk ~= 'float' and mk ~= 'counter' then
+  return redis.error_reply('WRONGKIND counter is a ' .. mk .. ', not a float')
+end
+local prev = '0'
+if mk == 'counter' then prev = redis.call('GET', base) or '0' end
+local r = redis.pcall('INCRBYFLOAT', base, ARGV[1])
+if type(r) == 'table' and r.err then
+  if string.find(r.err, 'NaN', 1, true) then return redis.error_reply('FLOATRANGE ' .. r.err) end
+  return redis.error_reply('NOTFLOAT ' .. r.err)
+end
+if mk == 'counter' then redis.call('HSET', meta, 'kind', 'float') end
+local ver = bump('float', ARGV[2], nil, not mk)
+local conv = '0'
+if mk == 'counter' then conv = '1' end
+return {'OK', ver, r, prev, conv}
+`)
+
 // getScript: ARGV now_ms. Reply {'MISS'} or {'OK', kind, version,
 // updated_at_ms, pttl_ms, payload...}; payload is the value (counter),
 // the shard values (sharded), gran, span, fixed and then start/value pairs
@@ -127,7 +163,7 @@ local m = redis.call('HMGET', meta, 'kind', 'version', 'updated_at', 'shards', '
 local kind = m[1]
 if not kind then return {'MISS'} end
 local res = {'OK', kind, m[2] or '0', m[3] or '0', ttlof(ARGV[1])}
-if kind == 'counter' or kind == 'pn' then
+if kind == 'counter' or kind == 'pn' or kind == 'float' then
   res[#res + 1] = redis.call('GET', base) or '0'
 elseif kind == 'sharded' then
   for i = 0, tonumber(m[4]) - 1 do res[#res + 1] = redis.call('GET', base .. ':shard:' .. i) or '0' end
@@ -157,7 +193,7 @@ return res
 var fillScript = newScript(luaPrelude + `
 if redis.call('EXISTS', meta) == 1 then return 0 end
 local kind, ttl = ARGV[1], ARGV[4]
-if kind == 'counter' or kind == 'pn' or kind == 'hll' then
+if kind == 'counter' or kind == 'pn' or kind == 'hll' or kind == 'float' then
   redis.call('SET', base, ARGV[6], 'PX', ttl)
 elseif kind == 'sharded' then
   local n = #ARGV - 5
@@ -179,9 +215,13 @@ return 1
 `)
 
 // setScript: ARGV value, check (0/1), expected version, ttl_ms (0 = none),
-// now_ms, maycreate. Reply {'OK', version, previous value}.
+// now_ms, maycreate. A float counter is replaced (Redis SET over a
+// string). Reply {'OK', version, previous value ('0' for a float), 'float'
+// if it replaced a float else ”}.
 var setScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('counter', ARGV[6])
+local was = ''
+if err and redis.call('HGET', meta, 'kind') == 'float' then err, was = nil, 'float' end
 if miss then return {'MISS'} end
 if err then return err end
 local cur = tonumber(redis.call('HGET', meta, 'version') or '0')
@@ -190,6 +230,7 @@ if ARGV[2] == '1' and tonumber(ARGV[3]) ~= cur then
 end
 local ttl = tonumber(ARGV[4])
 local old = redis.call('GET', base) or '0'
+if was == 'float' then old = '0' end
 if ttl > 0 then redis.call('SET', base, ARGV[1], 'PX', ARGV[4]) else redis.call('SET', base, ARGV[1]) end
 redis.call('HSET', meta, 'kind', 'counter', 'version', fmt(cur + 1), 'updated_at', ARGV[5])
 if ttl > 0 then
@@ -199,7 +240,7 @@ else
   redis.call('PERSIST', meta)
   redis.call('HDEL', meta, 'exp')
 end
-return {'OK', cur + 1, old}
+return {'OK', cur + 1, old, was}
 `)
 
 // haddScript: ARGV now_ms, maycreate, name1, delta1, ... All deltas apply
@@ -235,6 +276,36 @@ end
 local ver = bump('hash', ARGV[1])
 local res = {'OK', ver}
 for i = 3, #ARGV, 2 do res[#res + 1] = redis.call('HGET', base, ARGV[i]) end
+return res
+`)
+
+// hsetScript: ARGV now_ms, maycreate, nx (0/1), name1, value1, ... Sets
+// the fields in order (with nx only absent ones). Reply {'OK', version,
+// created, then for each pair the value it replaced: ” when the field was
+// absent, false when nx skipped it}; version is unchanged when nothing was
+// set.
+var hsetScript = newScript(luaPrelude + `
+local kind, err, miss = kindcheck('hash', ARGV[2])
+if miss then return {'MISS'} end
+if err then return err end
+local res = {'OK', 0, 0}
+local set = false
+for i = 4, #ARGV, 2 do
+  local old = redis.call('HGET', base, ARGV[i])
+  if old and ARGV[3] == '1' then
+    res[#res + 1] = false
+  else
+    redis.call('HSET', base, ARGV[i], ARGV[i + 1])
+    if not old then res[3] = res[3] + 1 end
+    res[#res + 1] = old or ''
+    set = true
+  end
+end
+if set then
+  res[2] = bump('hash', ARGV[1])
+else
+  res[2] = tonumber(redis.call('HGET', meta, 'version') or '0')
+end
 return res
 `)
 
@@ -385,5 +456,5 @@ redis.call('DEL', KEYS[1])
 return n
 `)
 
-var allScripts = []*script{addScript, getScript, fillScript, setScript, haddScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
+var allScripts = []*script{addScript, addFloatScript, getScript, fillScript, setScript, haddScript, hsetScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
 	pfmergeRawScript, pfcountRawScript, sketchAddScript, sketchFillScript}

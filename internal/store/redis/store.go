@@ -45,6 +45,12 @@ var (
 	ErrVersionConflict = errors.New("redisstore: version conflict")
 	ErrUnavailable     = errors.New("redisstore: redis unavailable")
 	ErrClosed          = errors.New("redisstore: closed")
+	// ErrNotFloat: a float increment Redis's INCRBYFLOAT does not parse.
+	ErrNotFloat = errors.New("redisstore: value is not a valid float")
+	// ErrFloatRange: a float increment that would make NaN or Infinity.
+	ErrFloatRange = errors.New("redisstore: increment would produce NaN or Infinity")
+	// ErrNotInteger: an integer add to a float whose value is not one.
+	ErrNotInteger = errors.New("redisstore: value is not an integer")
 )
 
 // Kind is a counter kind, spelled as engine.Kind.String spells it.
@@ -62,6 +68,9 @@ const (
 	// KindPN is a pn counter stored like a plain counter (one value): a
 	// tiered node has no replicas of its own to keep apart.
 	KindPN Kind = "pn"
+	// KindFloat is a float counter: the value key holds the decimal text
+	// Redis's INCRBYFLOAT writes, and only INCRBYFLOAT changes it.
+	KindFloat Kind = "float"
 )
 
 // Options configure a Store. The zero value of each field means its default.
@@ -165,6 +174,7 @@ type Record struct {
 	Window  counter.WindowSpec // window
 	Buckets []counter.Bucket   // window: non-empty buckets inside the window, oldest first
 	HLL     []byte             // hll, only in a Loader's record: a raw Redis HLL string
+	Float   string             // float: the value's decimal text
 }
 
 // AddOptions qualify Add.
@@ -375,6 +385,9 @@ type AddReply struct {
 	Value   int64
 	Version uint64
 	Shard   int // sharded: the shard added to; -1 otherwise
+	// FromFloat: the add made a float whose value was an integer a
+	// counter again (Redis INCR after INCRBYFLOAT); Value is absolute.
+	FromFloat bool
 }
 
 // AddResult is Add that also reports the counter's kind and, for a
@@ -423,6 +436,7 @@ func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64
 		}
 		out.Version, out.Shard = uint64(v), int(sh)
 		if out.Kind == KindCounter || out.Kind == KindPN {
+			out.FromFloat = len(r) > 5 && str(r[5]) == "float"
 			out.Value, err = toInt(r[4])
 			return err
 		}
@@ -430,6 +444,26 @@ func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64
 		return err
 	})
 	return out, err
+}
+
+// AddFloat adds the increment incr (text, parsed by Redis's INCRBYFLOAT)
+// to the float counter id, creating it, or converting a counter (as Redis
+// does with a string holding an integer). It returns the new text and
+// version, and prev: the counter's integer value when it was converted
+// (0 otherwise), for a write-behind tier that must zero it.
+func (s *Store) AddFloat(ctx context.Context, id, incr string) (text string, ver uint64, prev int64, converted bool, err error) {
+	if err := checkID(id); err != nil {
+		return "", 0, 0, false, err
+	}
+	err = s.write(ctx, "addfloat", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		return s.run(ctx, addFloatScript, id, incr, s.nowMS(), mayCreate)
+	}, func(r []any) error {
+		v, err1 := toInt(r[1])
+		p, err2 := toInt(r[3])
+		text, ver, prev, converted = str(r[2]), uint64(v), p, str(r[4]) == "1"
+		return errors.Join(err1, err2)
+	})
+	return text, ver, prev, converted, err
 }
 
 // Get reads a counter. found is false when neither Redis nor the Loader
@@ -502,6 +536,11 @@ func parseRecord(r []any) (Record, error) {
 			return rec, fmt.Errorf("redisstore: bad %s reply %v", rec.Kind, r)
 		}
 		rec.Value, err = toInt(p[0])
+	case KindFloat:
+		if len(p) != 1 {
+			return rec, fmt.Errorf("redisstore: bad %s reply %v", rec.Kind, r)
+		}
+		rec.Float = str(p[0])
 	case KindSharded:
 		rec.Value, rec.Shards, err = sum(p)
 	case KindWindow:
@@ -545,7 +584,7 @@ func parseRecord(r []any) (Record, error) {
 
 func (r Record) cacheable() bool {
 	switch r.Kind {
-	case KindCounter, KindPN, KindSharded, KindHash:
+	case KindCounter, KindPN, KindSharded, KindHash, KindFloat:
 		return true
 	case KindHLL:
 		return len(r.HLL) > 0
@@ -572,6 +611,8 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 	switch rec.Kind {
 	case KindCounter, KindPN:
 		args = append(args, rec.Value)
+	case KindFloat:
+		args = append(args, rec.Float)
 	case KindSharded:
 		if len(rec.Shards) == 0 {
 			args = append(args, rec.Value)
@@ -638,24 +679,29 @@ func (s *Store) Set(ctx context.Context, id string, value int64, expected *uint6
 // SetPrev is Set that also returns the value before the write (0 for a
 // new counter), so a caller can hand value-prev to a write-behind tier.
 func (s *Store) SetPrev(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration) (uint64, int64, error) {
+	ver, prev, _, err := s.SetPrevKind(ctx, id, value, expected, ttl)
+	return ver, prev, err
+}
+
+// SetPrevKind is SetPrev that also reports whether the write replaced a
+// float counter (Redis's SET over a string); prev is 0 then.
+func (s *Store) SetPrevKind(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration) (ver uint64, prev int64, fromFloat bool, err error) {
 	if err := checkID(id); err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	check, exp := "0", uint64(0)
 	if expected != nil {
 		check, exp = "1", *expected
 	}
-	var ver uint64
-	var prev int64
-	err := s.write(ctx, "set", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+	err = s.write(ctx, "set", id, func(ctx context.Context, mayCreate string) ([]any, error) {
 		return s.run(ctx, setScript, id, value, check, exp, ttl.Milliseconds(), s.nowMS(), mayCreate)
 	}, func(r []any) error {
 		v, err1 := toInt(r[1])
 		p, err2 := toInt(r[2])
-		ver, prev = uint64(v), p
+		ver, prev, fromFloat = uint64(v), p, len(r) > 3 && str(r[3]) == "float"
 		return errors.Join(err1, err2)
 	})
-	return ver, prev, err
+	return ver, prev, fromFloat, err
 }
 
 // HAdd adds to several fields of a hash counter atomically: all or none
@@ -689,6 +735,53 @@ func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta
 		return err
 	})
 	return out, ver, err
+}
+
+// HSet sets fields of a hash counter like Redis HSET (with onlyAbsent,
+// HSETNX: only the fields that do not exist), atomically. It returns how
+// many fields it created, the version (unchanged when nothing was set)
+// and, for a write-behind tier, the change of each field it set
+// (new - old, wrapping like the int64 it stands for).
+func (s *Store) HSet(ctx context.Context, id string, fields []counter.Field, onlyAbsent bool) (created int, ver uint64, deltas []counter.FieldDelta, err error) {
+	if err := checkID(id); err != nil {
+		return 0, 0, nil, err
+	}
+	if len(fields) == 0 {
+		return 0, 0, nil, fmt.Errorf("%w: no fields", ErrInvalidArgument)
+	}
+	nx := "0"
+	if onlyAbsent {
+		nx = "1"
+	}
+	err = s.write(ctx, "hset", id, func(ctx context.Context, mayCreate string) ([]any, error) {
+		args := make([]any, 0, 3+2*len(fields))
+		args = append(args, s.nowMS(), mayCreate, nx)
+		for _, f := range fields {
+			args = append(args, f.Name, f.Value)
+		}
+		return s.run(ctx, hsetScript, id, args...)
+	}, func(r []any) error {
+		v, err1 := toInt(r[1])
+		n, err2 := toInt(r[2])
+		if err := errors.Join(err1, err2); err != nil {
+			return err
+		}
+		ver, created, deltas = uint64(v), int(n), deltas[:0]
+		for i, f := range fields {
+			if 3+i >= len(r) || r[3+i] == nil {
+				continue // skipped by nx (a Lua false is a nil reply)
+			}
+			var old int64
+			if o := str(r[3+i]); o != "" {
+				if old, err = toInt(o); err != nil {
+					return err
+				}
+			}
+			deltas = append(deltas, counter.FieldDelta{Name: f.Name, Delta: f.Value - old})
+		}
+		return nil
+	})
+	return created, ver, deltas, err
 }
 
 // HGetAll returns the fields of a hash counter sorted by name; none when
@@ -880,6 +973,20 @@ func isRefused(err error) bool {
 	return false
 }
 
+// replyWords maps the first word of an error reply (the scripts' own, or
+// Redis's) to its sentinel.
+var replyWords = map[string]error{
+	"WRONGKIND": ErrWrongKind, "WRONGTYPE": ErrWrongKind,
+	"OVERFLOW":        ErrOverflow,
+	"VERSIONCONFLICT": ErrVersionConflict,
+	"INVALID":         ErrInvalidArgument,
+	"NOTFLOAT":        ErrNotFloat,
+	"FLOATRANGE":      ErrFloatRange,
+	"NOTINTEGER":      ErrNotInteger,
+	"LOADING":         ErrUnavailable, "MASTERDOWN": ErrUnavailable, "CLUSTERDOWN": ErrUnavailable,
+	"TRYAGAIN": ErrUnavailable, "BUSY": ErrUnavailable, "READONLY": ErrUnavailable,
+}
+
 func mapError(err error) error {
 	if errors.Is(err, redis.ErrClosed) {
 		return ErrClosed
@@ -891,17 +998,8 @@ func mapError(err error) error {
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
 		word, _, _ := strings.Cut(msg, " ")
-		switch word {
-		case "WRONGKIND", "WRONGTYPE":
-			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
-		case "OVERFLOW":
-			return fmt.Errorf("%w: %s", ErrOverflow, msg)
-		case "VERSIONCONFLICT":
-			return fmt.Errorf("%w: %s", ErrVersionConflict, msg)
-		case "INVALID":
-			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
-		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY":
-			return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+		if sentinel, ok := replyWords[word]; ok {
+			return fmt.Errorf("%w: %s", sentinel, msg)
 		}
 		if strings.Contains(msg, "hash value is not an integer") || strings.Contains(msg, "not an integer or out of range") {
 			return fmt.Errorf("%w: %s", ErrWrongKind, msg)

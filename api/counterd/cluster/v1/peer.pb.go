@@ -46,6 +46,7 @@ const (
 	Kind_KIND_HLL     Kind = 4
 	Kind_KIND_WINDOW  Kind = 5
 	Kind_KIND_HASH    Kind = 6
+	Kind_KIND_FLOAT   Kind = 7 // decimal text added like Redis INCRBYFLOAT
 )
 
 // Enum value maps for Kind.
@@ -58,6 +59,7 @@ var (
 		4: "KIND_HLL",
 		5: "KIND_WINDOW",
 		6: "KIND_HASH",
+		7: "KIND_FLOAT",
 	}
 	Kind_value = map[string]int32{
 		"KIND_NONE":    0,
@@ -67,6 +69,7 @@ var (
 		"KIND_HLL":     4,
 		"KIND_WINDOW":  5,
 		"KIND_HASH":    6,
+		"KIND_FLOAT":   7,
 	}
 )
 
@@ -159,6 +162,7 @@ const (
 	OpType_OP_TYPE_PFMERGE     OpType = 6
 	OpType_OP_TYPE_HADD        OpType = 7
 	OpType_OP_TYPE_HDEL        OpType = 8
+	OpType_OP_TYPE_HSET        OpType = 9
 )
 
 // Enum value maps for OpType.
@@ -173,6 +177,7 @@ var (
 		6: "OP_TYPE_PFMERGE",
 		7: "OP_TYPE_HADD",
 		8: "OP_TYPE_HDEL",
+		9: "OP_TYPE_HSET",
 	}
 	OpType_value = map[string]int32{
 		"OP_TYPE_UNSPECIFIED": 0,
@@ -184,6 +189,7 @@ var (
 		"OP_TYPE_PFMERGE":     6,
 		"OP_TYPE_HADD":        7,
 		"OP_TYPE_HDEL":        8,
+		"OP_TYPE_HSET":        9,
 	}
 )
 
@@ -396,6 +402,9 @@ const (
 	ErrorCode_ERROR_CODE_UNAVAILABLE       ErrorCode = 12
 	ErrorCode_ERROR_CODE_DEADLINE          ErrorCode = 13
 	ErrorCode_ERROR_CODE_CANCELED          ErrorCode = 14
+	ErrorCode_ERROR_CODE_NOT_FLOAT         ErrorCode = 15
+	ErrorCode_ERROR_CODE_FLOAT_RANGE       ErrorCode = 16
+	ErrorCode_ERROR_CODE_NOT_INTEGER       ErrorCode = 17
 )
 
 // Enum value maps for ErrorCode.
@@ -416,6 +425,9 @@ var (
 		12: "ERROR_CODE_UNAVAILABLE",
 		13: "ERROR_CODE_DEADLINE",
 		14: "ERROR_CODE_CANCELED",
+		15: "ERROR_CODE_NOT_FLOAT",
+		16: "ERROR_CODE_FLOAT_RANGE",
+		17: "ERROR_CODE_NOT_INTEGER",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":       0,
@@ -433,6 +445,9 @@ var (
 		"ERROR_CODE_UNAVAILABLE":       12,
 		"ERROR_CODE_DEADLINE":          13,
 		"ERROR_CODE_CANCELED":          14,
+		"ERROR_CODE_NOT_FLOAT":         15,
+		"ERROR_CODE_FLOAT_RANGE":       16,
+		"ERROR_CODE_NOT_INTEGER":       17,
 	}
 )
 
@@ -929,6 +944,8 @@ type Op struct {
 	Shard         int64         `protobuf:"zigzag64,17,opt,name=shard,proto3" json:"shard,omitempty"` // -1: any shard
 	HllPrecision  uint32        `protobuf:"varint,18,opt,name=hll_precision,json=hllPrecision,proto3" json:"hll_precision,omitempty"`
 	Estimate      bool          `protobuf:"varint,19,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	FloatText     []byte        `protobuf:"bytes,20,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"`       // OP_TYPE_ADD with KIND_FLOAT: the increment's text (any bytes: the engine refuses bad ones)
+	ExpireAtNs    int64         `protobuf:"varint,21,opt,name=expire_at_ns,json=expireAtNs,proto3" json:"expire_at_ns,omitempty"` // OP_TYPE_EXPIRE, OP_TYPE_SET: absolute expiry, 0 = none
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1096,6 +1113,20 @@ func (x *Op) GetEstimate() bool {
 	return false
 }
 
+func (x *Op) GetFloatText() []byte {
+	if x != nil {
+		return x.FloatText
+	}
+	return nil
+}
+
+func (x *Op) GetExpireAtNs() int64 {
+	if x != nil {
+		return x.ExpireAtNs
+	}
+	return 0
+}
+
 // Result is what a mutation returns.
 type Result struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -1106,7 +1137,8 @@ type Result struct {
 	Changed bool                   `protobuf:"varint,5,opt,name=changed,proto3" json:"changed,omitempty"`
 	Fields  []*Field               `protobuf:"bytes,6,rep,name=fields,proto3" json:"fields,omitempty"`
 	// replayed: answered from the idempotency record, not applied again.
-	Replayed      bool `protobuf:"varint,7,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed      bool   `protobuf:"varint,7,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	FloatText     string `protobuf:"bytes,8,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"` // KIND_FLOAT: the new value's text
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1188,6 +1220,13 @@ func (x *Result) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *Result) GetFloatText() string {
+	if x != nil {
+		return x.FloatText
+	}
+	return ""
 }
 
 type ApplyRequest struct {
@@ -1626,6 +1665,7 @@ type View struct {
 	Fields        []*Field               `protobuf:"bytes,13,rep,name=fields,proto3" json:"fields,omitempty"`
 	Window        *WindowSpec            `protobuf:"bytes,14,opt,name=window,proto3" json:"window,omitempty"`
 	Buckets       []*Bucket              `protobuf:"bytes,15,rep,name=buckets,proto3" json:"buckets,omitempty"`
+	FloatText     string                 `protobuf:"bytes,16,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"` // KIND_FLOAT: the value's text
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1763,6 +1803,13 @@ func (x *View) GetBuckets() []*Bucket {
 		return x.Buckets
 	}
 	return nil
+}
+
+func (x *View) GetFloatText() string {
+	if x != nil {
+		return x.FloatText
+	}
+	return ""
 }
 
 // Series is a run of rollup buckets of one granularity.
@@ -3973,7 +4020,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"WindowSpec\x12%\n" +
 	"\x0egranularity_ns\x18\x01 \x01(\x03R\rgranularityNs\x12\x17\n" +
 	"\aspan_ns\x18\x02 \x01(\x03R\x06spanNs\x12\x14\n" +
-	"\x05fixed\x18\x03 \x01(\bR\x05fixed\"\x82\x05\n" +
+	"\x05fixed\x18\x03 \x01(\bR\x05fixed\"\xc3\x05\n" +
 	"\x02Op\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.counterd.cluster.v1.OpTypeR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12-\n" +
@@ -3994,7 +4041,11 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x06shards\x18\x10 \x01(\x03R\x06shards\x12\x14\n" +
 	"\x05shard\x18\x11 \x01(\x12R\x05shard\x12#\n" +
 	"\rhll_precision\x18\x12 \x01(\rR\fhllPrecision\x12\x1a\n" +
-	"\bestimate\x18\x13 \x01(\bR\bestimate\"\xe1\x01\n" +
+	"\bestimate\x18\x13 \x01(\bR\bestimate\x12\x1d\n" +
+	"\n" +
+	"float_text\x18\x14 \x01(\fR\tfloatText\x12 \n" +
+	"\fexpire_at_ns\x18\x15 \x01(\x03R\n" +
+	"expireAtNs\"\x80\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.counterd.cluster.v1.KindR\x04kind\x12\x14\n" +
@@ -4002,7 +4053,9 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\aversion\x18\x04 \x01(\x04R\aversion\x12\x18\n" +
 	"\achanged\x18\x05 \x01(\bR\achanged\x122\n" +
 	"\x06fields\x18\x06 \x03(\v2\x1a.counterd.cluster.v1.FieldR\x06fields\x12\x1a\n" +
-	"\breplayed\x18\a \x01(\bR\breplayed\"\xe0\x01\n" +
+	"\breplayed\x18\a \x01(\bR\breplayed\x12\x1d\n" +
+	"\n" +
+	"float_text\x18\b \x01(\tR\tfloatText\"\xe0\x01\n" +
 	"\fApplyRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12)\n" +
 	"\x03ops\x18\x02 \x03(\v2\x17.counterd.cluster.v1.OpR\x03ops\x12\x14\n" +
@@ -4037,7 +4090,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x01n\x18\x03 \x01(\x04R\x01n\"P\n" +
 	"\x06Bucket\x120\n" +
 	"\x05start\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05start\x12\x14\n" +
-	"\x05count\x18\x02 \x01(\x03R\x05count\"\xf6\x04\n" +
+	"\x05count\x18\x02 \x01(\x03R\x05count\"\x95\x05\n" +
 	"\x04View\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.counterd.cluster.v1.KindR\x04kind\x12\x16\n" +
@@ -4057,7 +4110,9 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\tprecision\x18\f \x01(\rR\tprecision\x122\n" +
 	"\x06fields\x18\r \x03(\v2\x1a.counterd.cluster.v1.FieldR\x06fields\x127\n" +
 	"\x06window\x18\x0e \x01(\v2\x1f.counterd.cluster.v1.WindowSpecR\x06window\x125\n" +
-	"\abuckets\x18\x0f \x03(\v2\x1b.counterd.cluster.v1.BucketR\abuckets\"\x90\x02\n" +
+	"\abuckets\x18\x0f \x03(\v2\x1b.counterd.cluster.v1.BucketR\abuckets\x12\x1d\n" +
+	"\n" +
+	"float_text\x18\x10 \x01(\tR\tfloatText\"\x90\x02\n" +
 	"\x06Series\x12B\n" +
 	"\vgranularity\x18\x01 \x01(\x0e2 .counterd.cluster.v1.GranularityR\vgranularity\x128\n" +
 	"\x06source\x18\x02 \x01(\x0e2 .counterd.cluster.v1.GranularityR\x06source\x12.\n" +
@@ -4244,7 +4299,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\arecords\x18\x02 \x03(\v2!.counterd.cluster.v1.PolicyRecordR\arecords\"}\n" +
 	"\x10PoliciesResponse\x12;\n" +
 	"\arecords\x18\x01 \x03(\v2!.counterd.cluster.v1.PolicyRecordR\arecords\x12,\n" +
-	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err*t\n" +
+	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err*\x84\x01\n" +
 	"\x04Kind\x12\r\n" +
 	"\tKIND_NONE\x10\x00\x12\x10\n" +
 	"\fKIND_COUNTER\x10\x01\x12\x10\n" +
@@ -4252,12 +4307,14 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\aKIND_PN\x10\x03\x12\f\n" +
 	"\bKIND_HLL\x10\x04\x12\x0f\n" +
 	"\vKIND_WINDOW\x10\x05\x12\r\n" +
-	"\tKIND_HASH\x10\x06*O\n" +
+	"\tKIND_HASH\x10\x06\x12\x0e\n" +
+	"\n" +
+	"KIND_FLOAT\x10\a*O\n" +
 	"\n" +
 	"Durability\x12\x16\n" +
 	"\x12DURABILITY_DEFAULT\x10\x00\x12\x14\n" +
 	"\x10DURABILITY_ASYNC\x10\x01\x12\x13\n" +
-	"\x0fDURABILITY_SYNC\x10\x02*\xb7\x01\n" +
+	"\x0fDURABILITY_SYNC\x10\x02*\xc9\x01\n" +
 	"\x06OpType\x12\x17\n" +
 	"\x13OP_TYPE_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vOP_TYPE_ADD\x10\x01\x12\x0f\n" +
@@ -4267,7 +4324,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\rOP_TYPE_PFADD\x10\x05\x12\x13\n" +
 	"\x0fOP_TYPE_PFMERGE\x10\x06\x12\x10\n" +
 	"\fOP_TYPE_HADD\x10\a\x12\x10\n" +
-	"\fOP_TYPE_HDEL\x10\b*N\n" +
+	"\fOP_TYPE_HDEL\x10\b\x12\x10\n" +
+	"\fOP_TYPE_HSET\x10\t*N\n" +
 	"\aSetMode\x12\x13\n" +
 	"\x0fSET_MODE_ALWAYS\x10\x00\x12\x16\n" +
 	"\x12SET_MODE_IF_ABSENT\x10\x01\x12\x16\n" +
@@ -4283,7 +4341,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xae\x03\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x80\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4300,7 +4358,10 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x11ERROR_CODE_CLOSED\x10\v\x12\x1a\n" +
 	"\x16ERROR_CODE_UNAVAILABLE\x10\f\x12\x17\n" +
 	"\x13ERROR_CODE_DEADLINE\x10\r\x12\x17\n" +
-	"\x13ERROR_CODE_CANCELED\x10\x0e*\x93\x01\n" +
+	"\x13ERROR_CODE_CANCELED\x10\x0e\x12\x18\n" +
+	"\x14ERROR_CODE_NOT_FLOAT\x10\x0f\x12\x1a\n" +
+	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
+	"\x16ERROR_CODE_NOT_INTEGER\x10\x11*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREAD_OP_GET\x10\x01\x12\x10\n" +

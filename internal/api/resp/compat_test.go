@@ -1,0 +1,238 @@
+package resp_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/testutil/redistest"
+)
+
+// The compat tests send the same command sequences to counterd and to a
+// real redis-server, through go-redis, rueidis and redis-cli, and require
+// every reply to be the same. They cover the counter-family commands
+// (issue 17); where counterd differs from Redis on purpose (docs/resp.md:
+// values are integers, TTLs are bounded) the sequences stay inside what
+// both accept.
+
+// compatSeqs returns the sequences; at and atMs are a fixed future time so
+// that EXPIRETIME replies do not depend on when a command ran.
+func compatSeqs(at time.Time) map[string][][]string {
+	s := strconv.FormatInt(at.Unix(), 10)
+	ms := strconv.FormatInt(at.UnixMilli()+123, 10)
+	return map[string][][]string{
+		"incrbyfloat": {
+			{"INCRBYFLOAT", "f", "0.1"}, {"INCRBYFLOAT", "f", "0.2"}, {"GET", "f"},
+			{"INCRBYFLOAT", "f", "1e30"}, {"INCRBYFLOAT", "f", "-1e30"}, {"INCRBYFLOAT", "f", "-0"},
+			{"INCRBYFLOAT", "f", "0x1p3"}, {"INCRBYFLOAT", "f", "1e-20"}, {"INCRBYFLOAT", "f", "5.0e3"},
+			{"INCRBYFLOAT", "f", "+.5"}, {"INCRBYFLOAT", "f", "5."}, {"INCRBYFLOAT", "f", "0.000003814697265625"},
+			{"INCRBYFLOAT", "f", "abc"}, {"INCRBYFLOAT", "f", " 1"}, {"INCRBYFLOAT", "f", "1 "},
+			{"INCRBYFLOAT", "f", "nan"}, {"INCRBYFLOAT", "f", "inf"}, {"INCRBYFLOAT", "f", "-Infinity"},
+			{"INCRBYFLOAT", "f", "1e5000"}, {"INCRBYFLOAT", "f", "1e-5000"}, {"INCRBYFLOAT", "f", ""},
+			{"INCRBYFLOAT", "f", "1e"}, {"INCRBYFLOAT", "f", "0x"}, {"INCRBYFLOAT", "f", "1\x00junk"},
+			{"GET", "f"}, {"INCRBYFLOAT", "f"}, {"INCRBYFLOAT", "f", "1", "2"},
+			{"INCR", "f"}, {"TYPE", "f"}, {"MGET", "f", "nope"},
+			{"INCRBYFLOAT", "big", "1e4932"}, {"INCRBYFLOAT", "big", "1e4932"}, {"INCRBYFLOAT", "big", "-1e4932"},
+			// counter <-> float, as Redis strings convert
+			{"INCR", "c"}, {"INCRBYFLOAT", "c", "1.5"}, {"INCRBYFLOAT", "c", "0.5"}, {"INCR", "c"}, {"GET", "c"},
+			{"INCRBYFLOAT", "c", "0.25"}, {"INCRBY", "c", "1"}, {"DECR", "c"}, {"SET", "c", "7"}, {"INCRBYFLOAT", "c", "-7"},
+			{"SET", "m", "9223372036854775807"}, {"INCRBYFLOAT", "m", "1"}, {"INCR", "m"},
+			// wrong kind before a bad increment
+			{"HINCRBY", "h", "x", "1"}, {"INCRBYFLOAT", "h", "abc"}, {"INCRBYFLOAT", "h", "1"},
+			{"EXPIRE", "f", "100"}, {"INCRBYFLOAT", "f", "1"}, {"TTL", "f"}, {"GETEX", "f", "PERSIST"}, {"TTL", "f"},
+		},
+		"setex": {
+			{"SETEX", "k", "100", "5"}, {"GET", "k"}, {"SETEX", "k", "0", "5"}, {"SETEX", "k", "-1", "5"},
+			{"SETEX", "k", "abc", "5"}, {"SETEX", "k", "1.5", "5"}, {"SETEX", "k", "9223372036854775807", "5"},
+			{"SETEX", "k", "9223372036854775", "5"}, {"SETEX", "k", "10"}, {"SETEX", "k", "10", "5", "6"},
+			{"PSETEX", "p", "100000", "7"}, {"GET", "p"}, {"PSETEX", "p", "0", "7"}, {"PSETEX", "p", "-5", "7"},
+			{"PSETEX", "p", "9223372036854775807", "7"}, {"PSETEX", "p", "x", "7"}, {"TTL", "nope"},
+			{"SETEX", "k", "100", "9223372036854775807"}, {"INCR", "k"}, {"SETEX", "k", "100", "-3"}, {"DECRBY", "k", "2"},
+		},
+		"getex": {
+			{"GETEX", "nope"}, {"GETEX", "nope", "EX", "0"}, {"GETEX", "nope", "FOO"},
+			{"SET", "k", "42"}, {"GETEX", "k"}, {"GETEX", "k", "EX", "100"}, {"GETEX", "k", "PERSIST"}, {"TTL", "k"},
+			{"GETEX", "k", "EXAT", s}, {"EXPIRETIME", "k"}, {"PEXPIRETIME", "k"},
+			{"GETEX", "k", "PXAT", ms}, {"PEXPIRETIME", "k"}, {"EXPIRETIME", "k"},
+			{"GETEX", "k", "EX", "10", "PX", "10"}, {"GETEX", "k", "EX"}, {"GETEX", "k", "EX", "abc"},
+			{"GETEX", "k", "EX", "0"}, {"GETEX", "k", "PX", "-5"}, {"GETEX", "k", "EX", "9223372036854775807"},
+			{"GETEX", "k", "EXAT", "0"}, {"GETEX", "k", "PERSIST", "EX", "10"}, {"GETEX", "k", "EX", "10", "PERSIST"},
+			{"GETEX", "k", "EX", "10", "EX", "20"}, {"GETEX", "k", "persist", "persist"}, {"TTL", "k"},
+			{"GETEX", "k", "FOO"}, {"GETEX", "k", "EX", "10", "FOO"},
+			{"HINCRBY", "h", "a", "1"}, {"GETEX", "h"}, {"GETEX", "h", "EX", "abc"},
+			{"GETEX", "k", "EXAT", "1"}, {"EXISTS", "k"}, {"GET", "k"},
+			{"SET", "k", "1"}, {"GETEX", "k", "PXAT", "1"}, {"EXISTS", "k"},
+		},
+		"hset": {
+			{"HSET", "h", "a", "1", "b", "2"}, {"HSET", "h", "a", "5", "c", "3"}, {"HGET", "h", "a"},
+			{"HMGET", "h", "a", "b", "zz"}, {"HLEN", "h"}, {"HEXISTS", "h", "a"}, {"HEXISTS", "h", "zz"},
+			{"HSETNX", "h", "a", "9"}, {"HSETNX", "h", "d", "4"}, {"HGET", "h", "a"}, {"HGET", "h", "d"},
+			{"HSET", "h", "a"}, {"HSET", "h", "a", "1", "b"}, {"HSETNX", "h", "a"},
+			{"HSET", "h2", "f", "1", "f", "2"}, {"HGET", "h2", "f"}, {"HLEN", "h2"},
+			{"HINCRBY", "h", "a", "10"}, {"HINCRBY", "h", "a", "abc"}, {"HINCRBY", "h", "a", "9223372036854775807"},
+			{"HSET", "h", "n", "-9223372036854775808"}, {"HINCRBY", "h", "n", "-1"}, {"HGETALL", "h"},
+			{"INCR", "str"}, {"HSET", "str", "a", "1"}, {"HSET", "str", "a", "x"}, {"HSETNX", "str", "a", "1"},
+			{"HGET", "str", "a"}, {"HMGET", "str", "a"}, {"HLEN", "str"}, {"HEXISTS", "str", "a"},
+			{"HINCRBY", "str", "a", "x"}, {"HINCRBY", "str", "a", "1"}, {"INCRBY", "h", "x"}, {"INCRBY", "h", "1"},
+			{"HMGET", "nope", "a"}, {"HLEN", "nope"}, {"HEXISTS", "nope", "a"}, {"HDEL", "h2", "f"}, {"EXISTS", "h2"},
+			{"EXPIRE", "h", "100"}, {"HSET", "h", "a", "0"}, {"TTL", "h"}, {"TYPE", "h"},
+		},
+		"expire": {
+			{"SET", "k", "1"}, {"EXPIRE", "k", "100", "NX"}, {"EXPIRE", "k", "200", "NX"}, {"EXPIRE", "k", "50", "GT"},
+			{"EXPIRE", "k", "300", "GT"}, {"EXPIRE", "k", "50", "LT"}, {"EXPIRE", "k", "100", "XX"}, {"TTL", "k"},
+			{"EXPIRE", "nope", "10"}, {"EXPIRE", "nope", "10", "XX"}, {"EXPIRE", "k", "10", "NX", "XX"},
+			{"EXPIRE", "k", "10", "GT", "LT"}, {"EXPIRE", "k", "10", "FOO"}, {"EXPIRE", "k", "abc", "NX", "XX"},
+			{"EXPIRE", "k", "abc", "FOO"}, {"EXPIRE", "k", "abc"}, {"EXPIRE", "k", "10", "nx", "nx"},
+			{"EXPIRE", "k", "9223372036854775807"}, {"EXPIRE", "k", "9223372036854775"},
+			{"EXPIRE", "k", "-9223372036854775808"}, {"EXPIRE", "k", "-9223372036854775"}, {"PEXPIRE", "k", "9223372036854775807"},
+			{"EXPIRE", "k", "-1", "GT"}, {"EXISTS", "k"}, {"EXPIRE", "k", "-1", "LT"}, {"EXISTS", "k"},
+			{"SET", "k", "1"}, {"EXPIRE", "k", "10", "GT"}, {"EXPIRE", "k", "10", "XX"}, {"EXPIRE", "k", "10", "LT"},
+			{"PEXPIRE", "k", "100000", "GT"}, {"PEXPIRE", "k", "1000", "NX"}, {"PERSIST", "k"}, {"PERSIST", "k"},
+			{"EXPIRE", "k", "0"}, {"EXISTS", "k"}, {"SET", "k", "1"}, {"PEXPIRE", "k", "-9223372036854775808"}, {"EXISTS", "k"},
+			{"EXPIRETIME", "nope"}, {"PEXPIRETIME", "nope"}, {"SET", "k", "2"}, {"EXPIRETIME", "k"}, {"PEXPIRETIME", "k"},
+			{"SET", "k", "3", "EXAT", s}, {"EXPIRETIME", "k"}, {"PEXPIRETIME", "k"},
+			{"SET", "k", "3", "PXAT", ms}, {"EXPIRETIME", "k"}, {"PEXPIRETIME", "k"},
+			{"EXPIRETIME"}, {"EXPIRETIME", "k", "x"}, {"SET", "k", "1", "EX", "-1"}, {"SET", "k", "1", "EX", "9223372036854775807"},
+		},
+	}
+}
+
+// compatServers starts counterd and finds a real Redis; both are empty.
+func compatServers(t *testing.T) (counterd string, real *redistest.Server) {
+	ts := start(t, resp.Options{AllowFlush: true})
+	return ts.addr, redistest.New(t)
+}
+
+type doer func(args ...string) string
+
+func runCompat(t *testing.T, name string, counterd, real doer) {
+	flush := []string{"FLUSHALL"}
+	counterd(flush...)
+	real(flush...)
+	for _, args := range compatSeqs(time.Now().Add(time.Hour).Truncate(time.Second))[name] {
+		got, want := counterd(args...), real(args...)
+		if got != want {
+			t.Errorf("%s: %q\n  counterd: %s\n  redis:    %s", name, args, got, want)
+		}
+	}
+}
+
+func seqNames() []string { return []string{"incrbyfloat", "setex", "getex", "hset", "expire"} }
+
+func TestCompatGoRedis(t *testing.T) {
+	addr, real := compatServers(t)
+	for _, proto := range []int{2, 3} {
+		c, r := newGoRedis(t, addr, proto), newGoRedis(t, real.Addr, proto)
+		do := func(cl *redis.Client) doer {
+			return func(args ...string) string {
+				a := make([]any, len(args))
+				for i := range args {
+					a[i] = args[i]
+				}
+				v, err := cl.Do(context.Background(), a...).Result()
+				return fmtReply(v, err)
+			}
+		}
+		for _, name := range seqNames() {
+			t.Run(fmt.Sprintf("resp%d/%s", proto, name), func(t *testing.T) { runCompat(t, name, do(c), do(r)) })
+		}
+	}
+}
+
+func TestCompatRueidis(t *testing.T) {
+	addr, real := compatServers(t)
+	for _, resp2 := range []bool{false, true} {
+		c, r := newRueidis(t, addr, resp2), newRueidis(t, real.Addr, resp2)
+		do := func(cl rueidis.Client) doer {
+			return func(args ...string) string {
+				v, err := cl.Do(context.Background(), cl.B().Arbitrary(args...).Build()).ToAny()
+				if rueidis.IsRedisNil(err) {
+					return "nil"
+				}
+				return fmtReply(v, err)
+			}
+		}
+		for _, name := range seqNames() {
+			t.Run(fmt.Sprintf("resp2=%v/%s", resp2, name), func(t *testing.T) { runCompat(t, name, do(c), do(r)) })
+		}
+	}
+}
+
+// TestCompatRedisCLI feeds each sequence to one redis-cli per server on
+// its standard input, an ECHO between commands to split the output.
+func TestCompatRedisCLI(t *testing.T) {
+	cli := redisCLI(t)
+	addr, real := compatServers(t)
+	run := func(addr string, lines []string) []string {
+		host, port, _ := net.SplitHostPort(addr)
+		c := exec.Command(cli, "-h", host, "-p", port)
+		c.Stdin = strings.NewReader(strings.Join(lines, "\n") + "\n")
+		out, err := c.CombinedOutput()
+		if err != nil {
+			t.Fatalf("redis-cli: %v\n%s", err, out)
+		}
+		return strings.Split(string(out), "--next--\n")
+	}
+	for _, name := range seqNames() {
+		t.Run(name, func(t *testing.T) {
+			seq := compatSeqs(time.Now().Add(time.Hour).Truncate(time.Second))[name]
+			lines := []string{"FLUSHALL"}
+			for _, args := range seq {
+				q := make([]string, len(args))
+				for i, a := range args {
+					q[i] = cliQuote(a)
+				}
+				lines = append(lines, "ECHO --next--", strings.Join(q, " "))
+			}
+			got, want := run(addr, lines), run(real.Addr, lines)
+			if len(got) != len(want) {
+				t.Fatalf("%d replies from counterd, %d from redis", len(got), len(want))
+			}
+			for i := 1; i < len(got); i++ {
+				if got[i] != want[i] {
+					t.Errorf("%q\n  counterd: %q\n  redis:    %q", seq[i-1], got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+// cliQuote quotes a for redis-cli's argument splitter (sdssplitargs).
+func cliQuote(a string) string {
+	var b strings.Builder
+	b.WriteByte('"')
+	for i := 0; i < len(a); i++ {
+		switch c := a[i]; {
+		case c == '"' || c == '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		case c < 0x20 || c >= 0x7f:
+			fmt.Fprintf(&b, "\\x%02x", c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('"')
+	return b.String()
+}
+
+// fmtReply writes a client's reply so that equal replies compare equal.
+func fmtReply(v any, err error) string {
+	if errors.Is(err, redis.Nil) {
+		return "nil"
+	}
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("%T %#v", v, v)
+}

@@ -1,0 +1,171 @@
+package backendtest
+
+import (
+	"slices"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Float counters, HSET and absolute expiries (issue 17): what Redis's
+// INCRBYFLOAT, HSET/HSETNX and EXAT/PXAT do, on every backend.
+
+func addf(id, incr string) engine.Op {
+	return engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindFloat, Float: incr}
+}
+
+// wantFloat checks id's kind, text and version.
+func (e *env) wantFloat(id, want string, version uint64) {
+	e.t.Helper()
+	v := e.get(id)
+	if !v.Exists || v.Kind != engine.KindFloat || v.Float != want || v.Version != version {
+		e.t.Errorf("get %q = exists %v, %s %q v%d; want float %q v%d", id, v.Exists, v.Kind, v.Float, v.Version, want, version)
+	}
+}
+
+func floatCases() []tcase {
+	return []tcase{
+		{"adds like redis", func(e *env) {
+			id := e.id("f")
+			for i, c := range []struct{ incr, want string }{
+				// 0.3 is lost next to 1e30 in a 64-bit mantissa, as in Redis.
+				{"0.1", "0.1"}, {"0.2", "0.3"}, {"1e30", "1000000000000000000024696061952"},
+				{"-1e30", "0"}, {"0x1p-2", "0.25"}, {"-0.5", "-0.25"},
+			} {
+				r := e.apply(addf(id, c.incr))
+				if r.Kind != engine.KindFloat || r.Float != c.want || !r.Changed || r.Version != uint64(i+1) {
+					e.t.Errorf("add %s = %+v, want %s at version %d", c.incr, r, c.want, i+1)
+				}
+			}
+			e.wantFloat(id, "-0.25", 6)
+		}},
+		{"refused increments change nothing", func(e *env) {
+			id := e.id("f")
+			e.apply(addf(id, "2.5"))
+			before := e.snap(id)
+			for _, c := range []struct {
+				incr string
+				want error
+			}{{"abc", engine.ErrNotFloat}, {"nan", engine.ErrNotFloat}, {" 1", engine.ErrNotFloat}, {"", engine.ErrNotFloat},
+				{"inf", engine.ErrFloatRange}, {"1e5000", engine.ErrNotFloat}, {"1e4932", nil}} {
+				_, err := e.b.Apply(e.ctx, addf(id, c.incr), engine.WriteOptions{})
+				if c.want == nil {
+					if err != nil {
+						e.t.Fatalf("add %s: %v", c.incr, err)
+					}
+					continue
+				}
+				e.wantErr("add "+c.incr, err, c.want)
+				e.unchanged(id, before)
+			}
+			before = e.snap(id)
+			_, err := e.b.Apply(e.ctx, addf(id, "1e4932"), engine.WriteOptions{})
+			e.wantErr("sum beyond the range", err, engine.ErrFloatRange)
+			e.unchanged(id, before)
+			_, err = e.b.Apply(e.ctx, add(id, engine.KindNone, 1), engine.WriteOptions{})
+			e.wantErr("integer add to a non-integral float", err, engine.ErrNotInteger)
+			e.unchanged(id, before)
+			// The kind is checked before the increment, as in Redis.
+			h := e.id("h")
+			e.apply(hadd(h, fd("a", 1)))
+			_, err = e.b.Apply(e.ctx, addf(h, "abc"), engine.WriteOptions{})
+			e.wantErr("bad float add to a hash", err, engine.ErrWrongKind)
+			_, err = e.b.Apply(e.ctx, hadd(id, fd("a", 1)), engine.WriteOptions{})
+			e.wantErr("hash add to a float", err, engine.ErrWrongKind)
+			e.unchanged(id, before)
+		}},
+		{"counter and float convert", func(e *env) {
+			id := e.id("c")
+			e.apply(add(id, engine.KindNone, 10))
+			e.apply(engine.Op{Type: engine.OpExpire, ID: id, TTL: time.Hour})
+			if r := e.apply(addf(id, "0.5")); r.Kind != engine.KindFloat || r.Float != "10.5" {
+				e.t.Errorf("float add to a counter = %+v", r)
+			}
+			e.wantTTL(id, time.Hour)
+			e.apply(addf(id, "0.5"))
+			e.wantResult("integer add to an integral float", e.apply(add(id, engine.KindNone, 1)), engine.KindCounter, 12, true)
+			e.wantTTL(id, time.Hour)
+			e.apply(addf(id, "-0.25"))
+			e.wantResult("set over a float", e.apply(set(id, 7)), engine.KindCounter, 7, true)
+			e.wantValue(id, engine.KindCounter, 7)
+		}},
+		{"float ttl and delete", func(e *env) {
+			id := e.id("f")
+			e.apply(addf(id, "1.5"))
+			e.apply(engine.Op{Type: engine.OpExpire, ID: id, TTL: time.Hour})
+			e.wantTTL(id, time.Hour)
+			if r := e.apply(engine.Op{Type: engine.OpDelete, ID: id}); !r.Changed || r.Kind != engine.KindFloat {
+				e.t.Errorf("delete = %+v", r)
+			}
+			e.wantMissing(id)
+		}},
+		{"float batch", func(e *env) {
+			a, b := e.id("a"), e.id("b")
+			res, err := e.b.ApplyBatch(e.ctx, []engine.Op{addf(a, "0.1"), addf(b, "0.2"), addf(a, "0.2")}, engine.WriteOptions{})
+			if err != nil || len(res) != 3 || res[2].Float != "0.3" || res[1].Float != "0.2" {
+				e.t.Fatalf("batch = %+v, %v", res, err)
+			}
+			e.wantFloat(a, "0.3", 2)
+		}},
+		{"float idempotent", func(e *env) {
+			id := e.id("f")
+			key := e.p + "key"
+			r1, err := e.applyKey(addf(id, "0.1"), key)
+			if err != nil {
+				e.t.Fatal(err)
+			}
+			r2, err := e.applyKey(addf(id, "0.1"), key)
+			if err != nil || r2.Float != r1.Float || r2.Float != "0.1" {
+				e.t.Errorf("retry = %+v, %v; first %+v", r2, err, r1)
+			}
+			_, err = e.applyKey(addf(id, "0.2"), key)
+			e.wantErr("another increment under the key", err, engine.ErrIdempotencyReuse)
+			e.wantFloat(id, "0.1", 1)
+		}},
+		{"hset", func(e *env) {
+			id := e.id("h")
+			hset := func(mode engine.SetMode, fs ...counter.FieldDelta) engine.Result {
+				return e.apply(engine.Op{Type: engine.OpHSet, ID: id, Fields: fs, SetMode: mode})
+			}
+			e.wantResult("hset a b", hset(engine.SetAlways, fd("a", 1), fd("b", 2)), engine.KindHash, 2, true)
+			e.wantResult("hset a c", hset(engine.SetAlways, fd("a", 5), fd("c", -3)), engine.KindHash, 1, true)
+			e.wantResult("hsetnx a", hset(engine.SetIfAbsent, fd("a", 9)), engine.KindHash, 0, false)
+			e.wantResult("hsetnx d", hset(engine.SetIfAbsent, fd("d", 4)), engine.KindHash, 1, true)
+			e.wantResult("hset f twice", hset(engine.SetAlways, fd("f", 1), fd("f", 2)), engine.KindHash, 1, true)
+			want := []counter.Field{{Name: "a", Value: 5}, {Name: "b", Value: 2}, {Name: "c", Value: -3}, {Name: "d", Value: 4}, {Name: "f", Value: 2}}
+			if v := e.get(id); !slices.Equal(v.Fields, want) || v.Version != 4 {
+				e.t.Errorf("get = %+v, want %v at version 4", v, want)
+			}
+			e.apply(hadd(id, fd("a", 1)))
+			if v, ok, err := e.b.HGet(e.ctx, id, "a"); err != nil || !ok || v != 6 {
+				e.t.Errorf("hincr after hset = %d %v %v", v, ok, err)
+			}
+			c := e.id("c")
+			e.apply(add(c, engine.KindNone, 1))
+			before := e.snap(c)
+			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpHSet, ID: c, Fields: []counter.FieldDelta{fd("a", 1)}}, engine.WriteOptions{})
+			e.wantErr("hset of a counter", err, engine.ErrWrongKind)
+			e.unchanged(c, before)
+		}},
+		{"expire at", func(e *env) {
+			id := e.id("c")
+			e.apply(add(id, engine.KindNone, 1))
+			at := e.s.Clock.Now().Add(time.Hour).Truncate(time.Millisecond)
+			if r := e.apply(engine.Op{Type: engine.OpExpire, ID: id, ExpireAt: at.UnixNano()}); !r.Changed {
+				e.t.Errorf("expire at = %+v", r)
+			}
+			if v := e.get(id); !v.ExpiresAt.Equal(at) && (!e.s.ExpiryFollowsClock && v.ExpiresAt.Sub(at).Abs() > time.Second) {
+				e.t.Errorf("expires at %v, want %v", v.ExpiresAt, at)
+			}
+			e.apply(engine.Op{Type: engine.OpSet, ID: id, Value: 2, ExpireAt: at.Add(time.Hour).UnixNano()})
+			e.wantTTL(id, 2*time.Hour)
+			if r := e.apply(engine.Op{Type: engine.OpExpire, ID: id, ExpireAt: e.s.Clock.Now().Add(-time.Second).UnixNano()}); !r.Changed {
+				e.t.Errorf("expire at a past time = %+v, want a delete", r)
+			}
+			e.wantMissing(id)
+			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, ExpireAt: 1}, engine.WriteOptions{})
+			e.wantErr("expire-at on an add", err, engine.ErrInvalidArgument)
+		}},
+	}
+}
