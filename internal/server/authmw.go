@@ -73,6 +73,11 @@ var httpNeeds = map[string]auth.Need{
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
 	"POST /cluster/forget": needAdminAll, // retires a member of the whole cluster
+
+	// embedded mode: chunked snapshots read and write every counter
+	"GET /admin/snapshot/manifest":     needAdminAll,
+	"GET /admin/snapshot/blobs/{hash}": needAdminAll,
+	"POST /admin/snapshot/chunks":      needAdminAll,
 }
 
 // unmatchedNeed is required of a request no route matches: it gets the
@@ -80,10 +85,10 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status): the middleware matches their
+// (rate limits, cluster status, snapshots): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/admin/"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
@@ -82,7 +83,12 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, nil, log)}, nil
+	return &node{
+		Backend:  engine.Local(eng),
+		close:    closeEngine(eng, log),
+		rlShared: engineLimits(eng, nil, nil, log),
+		routes:   map[string]http.Handler{"/admin/snapshot/": newSnapshotHandler(eng, chunksync.Options{})},
+	}, nil
 }
 
 // openEngine opens the embedded engine in cfg.Data.
