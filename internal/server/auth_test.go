@@ -9,12 +9,13 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // TestHTTPNeedsCoverRoutes: every route of the HTTP API and of the
 // rate-limit API maps to a permission, and httpNeeds names no route that
-// does not exist (besides the cluster routes mounted by Run).
+// does not exist (besides the cluster and snapshot routes mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
 	routes := append(httpapi.Routes(), ratelimit.HTTPRoutes()...)
 	for _, r := range routes {
@@ -22,7 +23,7 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget"}, snapshotRoutes...)
+	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget"}, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {
 			t.Errorf("httpNeeds names %q, which is not a route", pat)

@@ -87,7 +87,7 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 		Backend:  engine.Local(eng),
 		close:    closeEngine(eng, log),
 		rlShared: engineLimits(eng, nil, nil, log),
-		routes:   map[string]http.Handler{"/admin/snapshot/": newSnapshotHandler(eng, chunksync.Options{})},
+		routes:   map[string]http.Handler{"/admin/snapshot/": chunksync.NewHandler(eng, chunksync.Options{})},
 	}, nil
 }
 

@@ -1,4 +1,4 @@
-package server
+package chunksync
 
 import (
 	"encoding/json"
@@ -9,14 +9,13 @@ import (
 	"sync"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
-	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
 )
 
-// snapshotRoutes are the chunked snapshot routes of an embedded node
-// (docs/operations.md, "Snapshots"); httpNeeds gives each admin
-// permission on every namespace, since they read or write every counter.
-var snapshotRoutes = []string{
+// Routes are the routes Handler serves ("METHOD pattern"). They read or
+// write every counter: the server requires admin permission on every
+// namespace for them (docs/operations.md, "Snapshots").
+var Routes = []string{
 	"GET /admin/snapshot/manifest",
 	"GET /admin/snapshot/blobs/{hash}",
 	"POST /admin/snapshot/chunks",
@@ -25,27 +24,33 @@ var snapshotRoutes = []string{
 // maxChunkBody bounds a restored chunk: MaxChunkKeys dense HLLs fit.
 const maxChunkBody = 64 << 20
 
-// snapshotHandler serves an engine's state as content-addressed blobs
-// (internal/chunksync) and merges restored chunks into it. Safe for
-// concurrent use.
-type snapshotHandler struct {
+// Handler serves an engine's state as content-addressed blobs and merges
+// restored chunks into it:
+//
+//	GET  /admin/snapshot/manifest      cut the state; answer the manifest blob
+//	GET  /admin/snapshot/blobs/{hash}  a range or chunk of the last manifest
+//	POST /admin/snapshot/chunks        merge a chunk blob (durable before the answer)
+//
+// Errors are the HTTP API's typed JSON errors. Safe for concurrent use.
+type Handler struct {
 	eng  *engine.Engine
-	opts chunksync.Options
+	opts Options
 	mux  *http.ServeMux
 
-	mu   sync.Mutex          // guards last
-	last *chunksync.Snapshot // the last manifest's blobs, served until the next
+	mu   sync.Mutex // guards last
+	last *Snapshot  // the last manifest's blobs, served until the next
 }
 
-func newSnapshotHandler(eng *engine.Engine, opts chunksync.Options) *snapshotHandler {
-	h := &snapshotHandler{eng: eng, opts: opts, mux: http.NewServeMux()}
-	h.mux.HandleFunc(snapshotRoutes[0], h.manifest)
-	h.mux.HandleFunc(snapshotRoutes[1], h.blob)
-	h.mux.HandleFunc(snapshotRoutes[2], h.restore)
+// NewHandler returns the snapshot routes of eng, cut with opts.
+func NewHandler(eng *engine.Engine, opts Options) *Handler {
+	h := &Handler{eng: eng, opts: opts, mux: http.NewServeMux()}
+	h.mux.HandleFunc(Routes[0], h.manifest)
+	h.mux.HandleFunc(Routes[1], h.blob)
+	h.mux.HandleFunc(Routes[2], h.restore)
 	return h
 }
 
-func (h *snapshotHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pat := h.mux.Handler(r); pat == "" {
 		httpapi.WriteError(w, fmt.Errorf("%w: no snapshot route %s %s", engine.ErrNotFound, r.Method, r.URL.Path))
 		return
@@ -53,11 +58,11 @@ func (h *snapshotHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.mux.ServeHTTP(w, r)
 }
 
-func (h *snapshotHandler) manifest(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) manifest(w http.ResponseWriter, r *http.Request) {
 	// One cut at a time: each holds a copy of the whole state.
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s, err := chunksync.FromEngine(r.Context(), h.eng, h.opts)
+	s, err := FromEngine(r.Context(), h.eng, h.opts)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
@@ -67,8 +72,8 @@ func (h *snapshotHandler) manifest(w http.ResponseWriter, r *http.Request) {
 	writeBlob(w, s.ManifestBlob())
 }
 
-func (h *snapshotHandler) blob(w http.ResponseWriter, r *http.Request) {
-	hash, err := chunksync.ParseHash(r.PathValue("hash"))
+func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
+	hash, err := ParseHash(r.PathValue("hash"))
 	if err != nil {
 		httpapi.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
 		return
@@ -93,7 +98,7 @@ func writeBlob(w http.ResponseWriter, b []byte) {
 	_, _ = w.Write(b)
 }
 
-func (h *snapshotHandler) restore(w http.ResponseWriter, r *http.Request) {
+func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChunkBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
@@ -103,7 +108,7 @@ func (h *snapshotHandler) restore(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, err)
 		return
 	}
-	states, err := chunksync.DecodeChunk(b)
+	states, err := DecodeChunk(b)
 	if err != nil {
 		httpapi.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
 		return
