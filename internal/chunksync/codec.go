@@ -114,24 +114,15 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
-func (d *decoder) uvarint(what string) uint64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
-		d.fail("bad %s", what)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
-}
+func (d *decoder) uvarint(what string) uint64 { return next(d, what, binary.Uvarint) }
+func (d *decoder) varint(what string) int64   { return next(d, what, binary.Varint) }
 
-func (d *decoder) varint(what string) int64 {
+// next reads one varint with read (binary.Uvarint or binary.Varint).
+func next[T uint64 | int64](d *decoder, what string, read func([]byte) (T, int)) T {
 	if d.err != nil {
 		return 0
 	}
-	v, n := binary.Varint(d.b)
+	v, n := read(d.b)
 	if n <= 0 {
 		d.fail("bad %s", what)
 		return 0
