@@ -74,6 +74,8 @@ var httpNeeds = map[string]auth.Need{
 	"GET /cluster/metrics": needRead,
 	"POST /cluster/forget": needAdminAll, // retires a member of the whole cluster
 
+	"GET /regions": needRead, // this region and its configured peers
+
 	// embedded mode: chunked snapshots read and write every counter
 	"GET /admin/snapshot/manifest":     needAdminAll,
 	"GET /admin/snapshot/blobs/{hash}": needAdminAll,
@@ -85,10 +87,10 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status, snapshots): the middleware matches their
+// (rate limits, cluster status, snapshots, regions): the middleware matches their
 // routes itself. Counter routes are checked by httpapi's Authorize hook,
 // which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/admin/"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/admin/", "/regions"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

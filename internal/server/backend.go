@@ -15,6 +15,7 @@ import (
 	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/region"
 )
 
 // node is what Run serves: a Backend and what its deployment mode adds.
@@ -110,6 +111,10 @@ func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {
 	eng, err := engine.Open(ecfg)
 	if err != nil {
 		return nil, err
+	}
+	if err := region.Record(eng, cfg.Region); err != nil {
+		_ = eng.Close()
+		return nil, fmt.Errorf("server: %s: %w", cfg.Data, err)
 	}
 	log.Info("engine open", "data", cfg.Data, "counters", eng.Len(), "durability", dur.String(), "took", time.Since(start).Round(time.Millisecond))
 	return eng, nil
