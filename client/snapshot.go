@@ -8,14 +8,14 @@ import (
 // SnapshotManifest cuts the node's state into content-addressed chunks and
 // returns the manifest blob (GET /admin/snapshot/manifest, admin
 // permission on every namespace); the blobs it names stay fetchable with
-// SnapshotBlob until the next call. The blob format is internal/chunksync's.
+// SnapshotBlob until two more manifests were cut. The blob format is internal/chunksync's.
 func (c *Client) SnapshotManifest(ctx context.Context) ([]byte, error) {
 	var b []byte
 	_, err := c.do(ctx, &request{method: http.MethodGet, path: "/admin/snapshot/manifest"}, &b)
 	return b, err
 }
 
-// SnapshotBlob returns a blob (range or chunk) of the last manifest by its
+// SnapshotBlob returns a blob (range or chunk) of the last two manifests by its
 // hash, 64 lower-case hex digits (GET /admin/snapshot/blobs/{hash}).
 func (c *Client) SnapshotBlob(ctx context.Context, hash string) ([]byte, error) {
 	var b []byte

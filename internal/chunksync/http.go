@@ -28,7 +28,7 @@ const maxChunkBody = 64 << 20
 // restored chunks into it:
 //
 //	GET  /admin/snapshot/manifest      cut the state; answer the manifest blob
-//	GET  /admin/snapshot/blobs/{hash}  a range or chunk of the last manifest
+//	GET  /admin/snapshot/blobs/{hash}  a range or chunk of the last two manifests
 //	POST /admin/snapshot/chunks        merge a chunk blob (durable before the answer)
 //
 // Errors are the HTTP API's typed JSON errors. Safe for concurrent use.
@@ -37,8 +37,12 @@ type Handler struct {
 	opts Options
 	mux  *http.ServeMux
 
-	mu   sync.Mutex // guards last
-	last *Snapshot  // the last manifest's blobs, served until the next
+	cut sync.Mutex // one cut at a time: each copies the whole state
+
+	mu sync.Mutex // guards cuts
+	// cuts are the last two manifests' blobs: a snapshot in progress
+	// keeps working when another client asks for a newer manifest.
+	cuts [2]*Snapshot
 }
 
 // NewHandler returns the snapshot routes of eng, cut with opts.
@@ -59,15 +63,16 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func (h *Handler) manifest(w http.ResponseWriter, r *http.Request) {
-	// One cut at a time: each holds a copy of the whole state.
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	h.cut.Lock()
+	defer h.cut.Unlock()
 	s, err := FromEngine(r.Context(), h.eng, h.opts)
 	if err != nil {
 		httpapi.WriteError(w, err)
 		return
 	}
-	h.last = s
+	h.mu.Lock()
+	h.cuts = [2]*Snapshot{s, h.cuts[0]}
+	h.mu.Unlock()
 	w.Header().Set("Counterd-Snapshot-Root", s.Root.String())
 	writeBlob(w, s.ManifestBlob())
 }
@@ -79,18 +84,18 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.mu.Lock()
-	s := h.last
+	cuts := h.cuts
 	h.mu.Unlock()
-	var b []byte
-	ok := false
-	if s != nil {
-		b, ok = s.Blob(hash)
+	for _, s := range cuts {
+		if s == nil {
+			continue
+		}
+		if b, ok := s.Blob(hash); ok {
+			writeBlob(w, b)
+			return
+		}
 	}
-	if !ok {
-		httpapi.WriteError(w, fmt.Errorf("%w: blob %s is not in the last snapshot manifest", engine.ErrNotFound, hash))
-		return
-	}
-	writeBlob(w, b)
+	httpapi.WriteError(w, fmt.Errorf("%w: blob %s is not in the last two snapshot manifests", engine.ErrNotFound, hash))
 }
 
 func writeBlob(w http.ResponseWriter, b []byte) {
