@@ -7,7 +7,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
 
-.PHONY: help build test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+.PHONY: help build test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report bench-pipeline fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -46,6 +46,12 @@ bench-resp: ## redis-benchmark against counterd and a real redis-server (scripts
 bench-ratelimit: ## rate-limit checks/s; with GUBERNATOR_BIN also gubernator (scripts/bench-ratelimit.sh)
 	./scripts/bench-ratelimit.sh
 
+bench-report: ## RESP vs redis-server, HTTP, hot-key and memory benchmarks: docs/bench/report.md + PNG charts (a few minutes)
+	$(GO) run ./scripts/benchreport -out docs/bench $(BENCH_REPORT_FLAGS)
+
+bench-pipeline: ## events/s collector to counters on kfake and JetStream vs HTTP requests (scripts/bench-pipeline.sh)
+	./scripts/bench-pipeline.sh
+
 bench-smoke: ## run every benchmark once, so they keep compiling and running
 	$(GO) test -run '^$$' -bench . -benchtime=1x $(PKGS)
 
@@ -72,6 +78,7 @@ check-generate: generate ## fail if the checked-in generated code differs from m
 	@test -z "$$(git ls-files --others --exclude-standard -- api)" || { echo "check-generate: untracked generated files in api/:" >&2; git ls-files --others --exclude-standard -- api >&2; exit 1; }
 
 deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk)
+deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk, chromium)
 	./scripts/install-deps.sh
 
 clean: ## remove build output and the default data directory

@@ -24,6 +24,8 @@ var (
 	ErrInternal             = errors.New("client: internal server error")
 	ErrUnauthenticated      = errors.New("client: unauthenticated (no token, or a token the server does not hold)")
 	ErrForbidden            = errors.New("client: forbidden (the token lacks the permission)")
+	ErrInvalidEvent         = errors.New("client: invalid event")
+	ErrTooLarge             = errors.New("client: too large")
 )
 
 // Error codes of the HTTP API (docs/http-api.md).
@@ -43,6 +45,8 @@ const (
 	CodeInternal             = "internal"
 	CodeUnauthenticated      = "unauthenticated"
 	CodeForbidden            = "forbidden"
+	CodeInvalidEvent         = "invalid_event" // POST /events (docs/pipeline.md)
+	CodeTooLarge             = "too_large"     // POST /events: a batch or event over the limits
 )
 
 var sentinels = map[string]error{
@@ -58,6 +62,8 @@ var sentinels = map[string]error{
 	CodeBodyTooLarge:         ErrBodyTooLarge,
 	CodeBatchTooLarge:        ErrBatchTooLarge,
 	CodeUnavailable:          ErrUnavailable,
+	CodeInvalidEvent:         ErrInvalidEvent,
+	CodeTooLarge:             ErrTooLarge,
 	CodeInternal:             ErrInternal,
 	CodeUnauthenticated:      ErrUnauthenticated,
 	CodeForbidden:            ErrForbidden,

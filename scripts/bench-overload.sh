@@ -1,23 +1,31 @@
 #!/usr/bin/env bash
-# Overload: wrk with CONNS (default 5000) connections on HTTP increments,
-# against counterd with shedding off ("before": --max-inflight -1) and on
-# (defaults), and with shedding plus a connection cap ("cap":
-# --http-max-conns CAP, default 1024), in one session, alternating the
-# order every round. A normal client (scripts/overload-probe.py: one
-# keep-alive connection, an increment every 10 ms) runs beside wrk and
-# reports its own latencies. Loopback only.
+# Overload: wrk with CONNS (default 5000) keep-alive connections POSTing
+# increments as fast as answers come (the flood, from 127.0.0.1), against
+# a fresh counterd per run, while two normal clients
+# (scripts/overload-probe.py: one keep-alive connection, an increment
+# every 10 ms) report their own latencies:
+#   normal  from 127.0.0.2: another client than the flood;
+#   flood-ip from 127.0.0.1: a client sharing the flood's address, whose
+#            200s stand for the flood's admitted requests (wrk's own
+#            percentiles mix 200s and 503s).
+# Modes, in one session, order alternating every round (MODES to choose):
+#   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
+#   handler : only the limit inside the HTTP handler (--http-admission=false)
+#   after   : defaults (admission per client before the HTTP server)
+#   nopace  : defaults but refused connections never paused (--shed-rate-per-client 0)
+#   cap     : defaults plus --http-max-conns CAP (default 1024)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
 #
-# Prints per run: wrk req/s, wrk p50/p99 over every answer (200 and 503),
-# the shed fraction (503s / answers), wrk's timeouts and socket errors, and
-# the normal client's answers and its p50/p99 over its 200s. Needs wrk.
+# Needs wrk and python3; Linux (127.0.0.2 must be routable, as on lo).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/benchlib.sh
 ROUNDS=${1:-3}
 SECS=${2:-10}
 CONNS=${CONNS:-5000}
 CAP=${CAP:-1024}
+MODES=${MODES:-before handler after}
 command -v wrk >/dev/null || { echo "bench-overload: wrk not found (apt-get install wrk)" >&2; exit 1; }
 ulimit -n "$(ulimit -Hn)" # wrk and counterd each need CONNS descriptors
 if (( $(ulimit -n) < CONNS + 512 )); then CONNS=$(( $(ulimit -n) - 512 )); echo "# fd limit: CONNS lowered to $CONNS"; fi
@@ -34,22 +42,37 @@ wrk.body = '{"delta": 1}'
 wrk.path = "/counters/bench:0/increment"
 LUA
 
-declare -A FLAGS=([before]="--max-inflight -1 --http-max-conns -1" [after]="" [cap]="--http-max-conns $CAP")
+flags() {
+  case $1 in
+    before) echo "--max-inflight -1 --http-max-conns -1" ;;
+    handler) echo "--http-admission=false" ;;
+    after) echo "" ;;
+    nopace) echo "--shed-rate-per-client 0" ;;
+    cap) echo "--http-max-conns $CAP" ;;
+    *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
+  esac
+}
 
-run() { # $1 = before|after|cap
+run() { # $1 = mode
   rm -rf "$tmp/data"
-  # shellcheck disable=SC2086
-  "$tmp/counterd" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --grpc "" --log-level error ${FLAGS[$1]} &
+  # shellcheck disable=SC2046
+  "$tmp/counterd" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --grpc "" --log-level error $(flags "$1") &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
-  python3 scripts/overload-probe.py "127.0.0.1:$port" "$((SECS - 1))" > "$tmp/probe" &
-  local probe=$!
+  local load; load=$(cut -d' ' -f1 /proc/loadavg)
+  python3 scripts/overload-probe.py "127.0.0.1:$port" "$((SECS - 1))" 127.0.0.2 > "$tmp/normal" &
+  local p1=$!
+  python3 scripts/overload-probe.py "127.0.0.1:$port" "$((SECS - 1))" 127.0.0.1 > "$tmp/floodip" &
+  local p2=$!
+  local t0; t0=$(cputicks $pid)
   wrk -t2 -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/wrk" 2>&1 || true
-  wait $probe
+  local cpu; cpu=$(python3 -c "print(($(cputicks $pid) - $t0) / $(getconf CLK_TCK))")
+  wait $p1 $p2
   kill $pid; wait $pid 2>/dev/null || true; pid=
-  python3 - "$1" "$tmp/wrk" "$tmp/probe" <<'PY' || { echo "bench-overload: unreadable output:" >&2; cat "$tmp/wrk" "$tmp/probe" >&2; }
+  python3 - "$1" "$load" "$cpu" "$tmp/wrk" "$tmp/normal" "$tmp/floodip" <<'PY' || { echo "bench-overload: unreadable output:" >&2; cat "$tmp/wrk" "$tmp/normal" "$tmp/floodip" >&2; }
 import re, sys
-mode, w, p = sys.argv[1], open(sys.argv[2]).read(), open(sys.argv[3]).read().split()
+mode, load, cpu, w = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
+normal, floodip = open(sys.argv[5]).read().split(), open(sys.argv[6]).read().split()
 def ms(s):
     m = re.match(r"([\d.]+)(us|ms|s|m)$", s)
     if not m:
@@ -61,20 +84,29 @@ def num(pat, default="0"):
     return m.group(1) if m else default
 answers = int(num(r"(\d+) requests in"))
 non2xx = int(num(r"Non-2xx or 3xx responses: (\d+)"))
-errs = num(r"Socket errors: (.*)", "none")
+timeouts = num(r"timeout (\d+)")
 rps = float(num(r"Requests/sec:\s+([\d.]+)"))
 p50 = ms(num(r"50%\s+(\S+)", "0us"))
 p99 = ms(num(r"99%\s+(\S+)", "0us"))
 shed = non2xx / max(answers, 1)
-print(f"{mode:7s} {rps:9.0f} {p50:9.1f} {p99:9.1f} {shed:6.3f}  probe sent={p[0]} ok={p[1]} 503={p[2]} err={p[3]} "
-      f"ok_p50={p[4]} ok_p99={p[5]} max={p[7]}  wrk errors: {errs}")
+def probe(p):  # sent ok shed errors ok_p50 ok_p99 all_p99 all_max
+    return f"{p[1]:>4s}/{p[0]:<4s} {p[4]:>7s} {p[5]:>7s}"
+secs = answers / max(rps, 1)
+print(f"{mode:8s} {load:>5s} {cpu/secs:4.2f} {cpu*1e6/max(answers,1):6.1f} {rps:8.0f} {rps*(1-shed):8.0f} {shed*100:5.1f} {p50:7.1f} {p99:7.1f} {timeouts:>5s} | "
+      f"{probe(normal)} | {probe(floodip)}")
 PY
 }
 
-echo "# wrk -t2 -c$CONNS -d${SECS}s POST /counters/bench:0/increment; $(nproc) cores shared with wrk and the probe; load average: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# before: ${FLAGS[before]} | after: (defaults) | cap: ${FLAGS[cap]}"
-printf "%-7s %9s %9s %9s %6s\n" mode "req/s" "p50 ms" "p99 ms" shed
+cat <<EOF
+# wrk -t2 -c$CONNS -d${SECS}s POST /counters/bench:0/increment (flood from 127.0.0.1); $(nproc) cores shared by
+# counterd, wrk and the probes. Per run: load = 1-min load average at its start; req/s = wrk's answers/s,
+# ok/s = its 200s/s; shed% = 503s / answers; wrk p50/p99 over all answers (200 and 503); tmo = wrk timeouts;
+# cores = CPU counterd got (user+sys / wall), us/ans = its CPU microseconds per wrk answer (less load-sensitive).
+# normal = client at 127.0.0.2, flood-ip = client at 127.0.0.1 (one request per 10 ms each): 200s/sent,
+# then p50 and p99 in ms of their 200s. Goal (issue 11): admitted p99 <= 50 ms.
+mode      load cores us/ans  req/s     ok/s shed%  wrk50  wrk99   tmo | normal: ok/sent p50  p99    | flood-ip: ok/sent p50 p99
+EOF
 for r in $(seq "$ROUNDS"); do
-  if (( r % 2 )); then order="before after cap"; else order="cap after before"; fi
+  if (( r % 2 )); then order=$MODES; else order=$(echo "$MODES" | tr ' ' '\n' | tac | tr '\n' ' '); fi
   for mode in $order; do run "$mode"; done
 done

@@ -17,6 +17,10 @@
 #   REDIS_BENCHMARK  redis-benchmark binary (default: redis-benchmark in PATH)
 #   COUNTERD_GOMAXPROCS  GOMAXPROCS for counterd (default: unset, all cores)
 #
+# Each run also reports the server's CPU time per request (user + system,
+# from /proc; "cpu us/req"), which other jobs on the machine disturb much
+# less than requests/s.
+#
 # Redis runs with appendonly yes, appendfsync everysec (no RDB snapshots),
 # in a temporary directory; counterd with --durability async (acknowledged
 # from memory, flushed every second): the same durability promise.
@@ -82,7 +86,9 @@ fi
 free_port() {
 	local p
 	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 40000))
+		# Below the ephemeral range (32768-60999), where a client's local
+		# port can make a bind fail although nothing listens.
+		p=$((20000 + RANDOM % 12000))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
 			case " ${USED_PORTS:-} " in *" $p "*) continue ;; esac
 			USED_PORTS="${USED_PORTS:-} $p"
@@ -113,6 +119,7 @@ mkdir -p "$TMP/redis"
 	--appendonly yes --appendfsync everysec --save "" --daemonize no \
 	--protected-mode no --logfile "$TMP/redis.log" &
 PIDS+=($!)
+REDIS_PID=$!
 wait_ping "$REDIS_PORT" redis-server "$TMP/redis.log"
 
 RESP_PORT=$(free_port)
@@ -125,6 +132,7 @@ mkdir -p "$TMP/counterd-data"
 		--resp "127.0.0.1:$RESP_PORT" --grpc "127.0.0.1:$GRPC_PORT" --durability async
 ) >"$TMP/counterd.log" 2>&1 &
 PIDS+=($!)
+COUNTERD_PID=$!
 wait_ping "$RESP_PORT" counterd "$TMP/counterd.log"
 
 echo "redis-server $("$REDIS_SERVER" --version | awk '{print $3}' | sed 's/v=//') on :$REDIS_PORT (appendonly yes, appendfsync everysec)"
@@ -144,18 +152,29 @@ test_args() {
 	esac
 }
 
-RESULTS=$TMP/results.txt # target test round rps p50 p99
+RESULTS=$TMP/results.txt # target test round rps p50 p99 cpu_us_per_request
+
+# cpu_ticks pid: user+system CPU of a process so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+TCK=$(getconf CLK_TCK 2>/dev/null || echo 100)
 : >"$RESULTS"
 
 # run target port test round
 run() {
-	local target=$1 port=$2 test=$3 round=$4 out line
+	local target=$1 port=$2 test=$3 round=$4 out line pid t0 t1 cpu
+	pid=$REDIS_PID
+	[ "$target" = counterd ] && pid=$COUNTERD_PID
+	t0=$(cpu_ticks "$pid")
 	# shellcheck disable=SC2046
 	out=$("$REDIS_BENCHMARK" -h 127.0.0.1 -p "$port" -c "$CLIENTS" -n "$N" --csv $(test_args "$test") 2>&1) || {
 		echo "bench-resp: redis-benchmark failed against $target ($test):" >&2
 		echo "$out" >&2
 		exit 1
 	}
+	t1=$(cpu_ticks "$pid")
+	# Server CPU per request: what the throughput would be bounded by on a
+	# quiet machine, and much less sensitive to other jobs than req/s.
+	cpu=$(awk -v d=$((t1 - t0)) -v n="$N" -v t="$TCK" 'BEGIN {printf "%.2f", d / t * 1e6 / n}')
 	echo "$out" >"$TMP/$target-$test-$round.csv"
 	# "test","rps","avg_latency_ms","min_latency_ms","p50_latency_ms","p95_latency_ms","p99_latency_ms","max_latency_ms"
 	line=$(echo "$out" | grep -v '^"test"' | grep '^"' | tail -1 | tr -d '"')
@@ -168,8 +187,8 @@ run() {
 	rps=$(echo "$line" | awk -F, '{print $2}')
 	p50=$(echo "$line" | awk -F, '{print $5}')
 	p99=$(echo "$line" | awk -F, '{print $7}')
-	echo "$target $test $round $rps $p50 $p99" >>"$RESULTS"
-	printf "  round %d %-9s %-9s %12.0f req/s  p50 %6.3f ms  p99 %6.3f ms\n" "$round" "$test" "$target" "$rps" "$p50" "$p99"
+	echo "$target $test $round $rps $p50 $p99 $cpu" >>"$RESULTS"
+	printf "  round %d %-9s %-9s %12.0f req/s  p50 %6.3f ms  p99 %6.3f ms  cpu %6.2f us/req\n" "$round" "$test" "$target" "$rps" "$p50" "$p99" "$cpu"
 }
 
 for test in $TESTS; do
@@ -200,7 +219,7 @@ fi
 
 echo
 echo "median of $ROUNDS rounds (-c $CLIENTS, -n $N):"
-printf "%-10s %14s %14s %8s   %-19s %-19s\n" test "redis req/s" "counterd req/s" ratio "p50 ms redis/ctrd" "p99 ms redis/ctrd"
+printf "%-10s %14s %14s %8s   %-19s %-19s %-21s\n" test "redis req/s" "counterd req/s" ratio "p50 ms redis/ctrd" "p99 ms redis/ctrd" "cpu us/req redis/ctrd"
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 for test in $TESTS; do
 	rr=$(awk -v t="$test" '$1=="redis" && $2==t {print $4}' "$RESULTS" | median)
@@ -209,6 +228,8 @@ for test in $TESTS; do
 	c50=$(awk -v t="$test" '$1=="counterd" && $2==t {print $5}' "$RESULTS" | median)
 	r99=$(awk -v t="$test" '$1=="redis" && $2==t {print $6}' "$RESULTS" | median)
 	c99=$(awk -v t="$test" '$1=="counterd" && $2==t {print $6}' "$RESULTS" | median)
+	rc=$(awk -v t="$test" '$1=="redis" && $2==t {print $7}' "$RESULTS" | median)
+	cc=$(awk -v t="$test" '$1=="counterd" && $2==t {print $7}' "$RESULTS" | median)
 	ratio=$(awk -v a="$cr" -v b="$rr" 'BEGIN {if (b > 0) printf "%.2f", a/b; else print "n/a"}')
-	printf "%-10s %14.0f %14.0f %8s   %8.3f / %-8.3f %8.3f / %-8.3f\n" "$test" "$rr" "$cr" "$ratio" "$r50" "$c50" "$r99" "$c99"
+	printf "%-10s %14.0f %14.0f %8s   %8.3f / %-8.3f %8.3f / %-8.3f %8.2f / %-8.2f\n" "$test" "$rr" "$cr" "$ratio" "$r50" "$c50" "$r99" "$c99" "$rc" "$cc"
 done

@@ -2,8 +2,10 @@
 # Installs the system packages counterd's tests and benchmark scripts use:
 # redis-cli, redis-server and redis-benchmark (Debian package redis-server
 # pulls in redis-tools), PostgreSQL's server binaries (initdb, pg_ctl: the
-# tests start private servers from them), wrk (scripts/bench-http.sh) and
-# protoc (protobuf-compiler: make generate regenerates api/*.proto's Go code).
+# tests start private servers from them), wrk (scripts/bench-http.sh),
+# protoc (protobuf-compiler: make generate regenerates api/*.proto's Go code),
+# chromium (the web console's browser tests, internal/ui) and
+# nats-server (the pipeline tests start a private JetStream server).
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 need=()
@@ -11,8 +13,10 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nats-server >/dev/null 2>&1 || need+=(nats-server) # JetStream for the event pipeline tests
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network namespaces for the cluster partition test
 command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler) # make generate / check-generate (api/*.proto)
+command -v chromium >/dev/null 2>&1 || need+=(chromium) # headless browser tests of the console (docs/console.md)
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi

@@ -3,13 +3,18 @@
 sending an increment every 10 ms (reconnecting when the server closes it),
 printing how long each answer took, by status.
 
-    overload-probe.py HOST:PORT SECONDS
+    overload-probe.py HOST:PORT SECONDS [SOURCE_IP]
 prints: sent ok shed errors ok_p50_ms ok_p99_ms all_p99_ms all_max_ms
+
+SOURCE_IP (e.g. 127.0.0.2, any 127/8 address works on Linux) makes the
+probe a different client from a flood sent from 127.0.0.1: counterd's
+HTTP admission queues clients by IP address.
 """
 import http.client, sys, time
 
 host, port = sys.argv[1].rsplit(":", 1)
 secs = float(sys.argv[2])
+source = (sys.argv[3], 0) if len(sys.argv) > 3 else None
 ok, alls = [], []
 shed = errors = 0
 conn = None
@@ -18,7 +23,7 @@ while time.monotonic() < end:
     t0 = time.monotonic()
     try:
         if conn is None:
-            conn = http.client.HTTPConnection(host, int(port), timeout=10)
+            conn = http.client.HTTPConnection(host, int(port), timeout=10, source_address=source)
         conn.request("POST", "/counters/probe/increment", body='{"delta":1}',
                      headers={"Content-Type": "application/json"})
         r = conn.getresponse()

@@ -213,11 +213,17 @@ func bench(ctx context.Context, e *env, cfg benchConfig) error {
 	return tw.Flush()
 }
 
+// showProgress reports whether a progress bar goes to stderr: it is a
+// terminal and --no-progress was not given.
+func showProgress(e *env, noProgress bool) bool {
+	return !noProgress && e.stderrFile != nil && term.IsTerminal(int(e.stderrFile.Fd()))
+}
+
 // startProgress shows a progress bar on stderr while a bench runs, if
 // stderr is a terminal and --no-progress is not given. It returns the
 // function that stops it.
 func startProgress(e *env, cfg benchConfig, done *atomic.Int64, start time.Time) (stop func()) {
-	if cfg.noProgress || e.stderrFile == nil || !term.IsTerminal(int(e.stderrFile.Fd())) {
+	if !showProgress(e, cfg.noProgress) {
 		return func() {}
 	}
 	opts := []progressbar.Option{

@@ -606,3 +606,104 @@ func TestAttackOverload(t *testing.T) {
 		}
 	}
 }
+
+// TestAttackOverloadFairness: one client (127.0.0.1) floods the node on
+// 100 keep-alive connections, each sending its next increment as soon as
+// it has an answer; another client (127.0.0.2) sends one at a time. The
+// flood gets 503s with Retry-After beyond its share, each answered, on
+// connections kept open; the other client is served (HTTP admission
+// queues clients by address and serves them round-robin).
+func TestAttackOverloadFairness(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	normalDialer := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	if c, err := normalDialer.Dial("tcp", "127.0.0.1:"+freePort(t)); err != nil && !strings.Contains(err.Error(), "refused") {
+		t.Skipf("cannot connect from 127.0.0.2 (needs a loopback that routes 127/8, as Linux's): %v", err)
+	} else if c != nil {
+		c.Close()
+	}
+	p := start(t, filepath.Join(t.TempDir(), "data"), "--max-inflight", "2", "--max-queue", "8",
+		"--max-queue-per-client", "2", "--max-queue-wait", "2s")
+	host := strings.TrimPrefix(p.addr, "http://")
+	req := []byte("POST /counters/flood/increment HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"delta\":1}")
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var ok200, shed503, noRetryAfter, broken atomic.Int64
+	for i := 0; i < 100; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", host)
+			if err != nil {
+				broken.Add(1)
+				return
+			}
+			defer c.Close()
+			rd := bufio.NewReader(c)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(req); err != nil {
+					broken.Add(1)
+					return
+				}
+				resp, err := http.ReadResponse(rd, nil)
+				if err != nil {
+					broken.Add(1)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch resp.StatusCode {
+				case 200:
+					ok200.Add(1)
+				case 503:
+					shed503.Add(1)
+					if resp.Header.Get("Retry-After") == "" {
+						noRetryAfter.Add(1)
+					}
+				default:
+					broken.Add(1)
+				}
+			}
+		}()
+	}
+	normal := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: normalDialer.DialContext}}
+	defer normal.CloseIdleConnections()
+	for shed503.Load() == 0 { // the flood is on
+		time.Sleep(10 * time.Millisecond)
+	}
+	served, worst := 0, time.Duration(0)
+	for i := 0; i < 20; i++ {
+		start := time.Now()
+		resp, err := normal.Post(p.addr+"/counters/normal/increment", "application/json", strings.NewReader(`{"delta":1}`))
+		if err != nil {
+			t.Fatalf("normal client: no answer (%v after %v)", err, time.Since(start))
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		worst = max(worst, time.Since(start))
+		if resp.StatusCode == 200 {
+			served++
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	t.Logf("flood: %d served, %d shed; normal client: %d of 20 served, slowest %v", ok200.Load(), shed503.Load(), served, worst)
+	if broken.Load() != 0 || noRetryAfter.Load() != 0 {
+		t.Fatalf("flood: %d connections broken or unexpected answers, %d 503s without Retry-After", broken.Load(), noRetryAfter.Load())
+	}
+	if served < 18 {
+		t.Fatalf("normal client served %d of 20 while another client flooded", served)
+	}
+	_, metrics, _ := do(t, "GET", p.addr+"/metrics", "")
+	if !strings.Contains(metrics, `counterd_shed_requests_total{front_end="http"}`) || strings.Contains(metrics, `counterd_shed_requests_total{front_end="http"} 0`+"\n") {
+		t.Fatal("shed requests not counted")
+	}
+}

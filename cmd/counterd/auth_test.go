@@ -283,12 +283,7 @@ func TestAuthMatrix(t *testing.T) {
 	})
 
 	t.Run("resp wire", func(t *testing.T) {
-		conn, err := net.Dial("tcp", respAddr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer conn.Close()
-		rd := bufio.NewReader(conn)
+		conn, rd := respDial(t, respAddr)
 		for _, c := range []struct {
 			args []string
 			want string
@@ -431,6 +426,38 @@ func TestAuthReloadOnSIGHUP(t *testing.T) {
 	}
 	if got := respCmd(t, conn, rd, "INCR", "page_views:r"); !strings.HasPrefix(got, ":") {
 		t.Fatalf("after a broken reload: INCR %q", got)
+	}
+
+	// A command queued in MULTI is checked again at EXEC: the writer
+	// queues an INCR and a GET, a reload leaves it read-only, and EXEC
+	// refuses the INCR (-NOPERM in its reply) and runs the GET.
+	for _, c := range [][]string{{"MULTI"}, {"INCR", "page_views:tx"}, {"GET", "page_views:r"}} {
+		if got := respCmd(t, conn, rd, c...); got != "+OK" && got != "+QUEUED" {
+			t.Fatalf("%v: %q", c, got)
+		}
+	}
+	readOnly := strings.Replace(tokensFile(""), `{"page_views:*": write}`, `{"page_views:*": read}`, 1)
+	if err := os.WriteFile(tokens, []byte(readOnly), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	for deadline := time.Now().Add(10 * time.Second); httpStatus(tokWriter) != 403; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the writer's write grant was not removed within 10s of SIGHUP")
+		}
+	}
+	if got := respCmd(t, conn, rd, "EXEC"); got != "*2" {
+		t.Fatalf("EXEC after the grant was removed: %q, want a 2-reply array", got)
+	}
+	if got, _ := rd.ReadString('\n'); !strings.HasPrefix(got, "-NOPERM") {
+		t.Fatalf("EXEC's INCR after the grant was removed: %q, want -NOPERM", got)
+	}
+	if got, _ := rd.ReadString('\n'); !strings.HasPrefix(got, "$") || got == "$-1\r\n" {
+		t.Fatalf("EXEC's GET (still allowed): %q", got)
+	}
+	rd.ReadString('\n') // the GET's value
+	if got := respCmd(t, conn, rd, "GET", "page_views:tx"); got != "$-1" {
+		t.Fatalf("the refused INCR changed the counter: GET %q", got)
 	}
 }
 
@@ -785,4 +812,118 @@ func TestAuthOverTLS(t *testing.T) {
 	if err := nc.Get(ctx, "page_views:tls").Err(); err == nil || err.Error() != "NOAUTH Authentication required." {
 		t.Fatalf("GET over TLS without AUTH: %v", err)
 	}
+}
+
+// TestAuthFailureMetrics: every refusal is counted once in
+// counterd_auth_failures_total by front end and reason, and accepted
+// requests are not counted.
+func TestAuthFailureMetrics(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	p, respAddr, grpcAddr := startAuth(t, filepath.Join(t.TempDir(), "tokens.yaml"))
+
+	// HTTP: no token, a wrong token, a reader writing (the API's route
+	// check), a writer outside its namespace (the per-id check), a reader
+	// changing a policy (the middleware's own check), and one accepted.
+	for _, c := range []struct {
+		tok, method, path string
+		want              int
+	}{
+		{"", "POST", "/counters/page_views:m/increment", 401},
+		{tokWrong, "POST", "/counters/page_views:m/increment", 401},
+		{tokReader, "POST", "/counters/page_views:m/increment", 403},
+		{tokWriter, "POST", "/counters/likes:m/increment", 403},
+		{tokReader, "DELETE", "/ratelimit/policies/nope", 403},
+		{tokWriter, "POST", "/counters/page_views:m/increment", 200},
+	} {
+		hdr := []string{"Content-Type", "application/json"}
+		if c.tok != "" {
+			hdr = append(hdr, "Authorization", "Bearer "+c.tok)
+		}
+		if code, body, _ := do(t, c.method, p.addr+c.path, `{"delta":1}`, hdr...); code != c.want {
+			t.Fatalf("%s %s with %q: %d %s, want %d", c.method, c.path, c.tok, code, body, c.want)
+		}
+	}
+
+	// RESP: a command before AUTH, a wrong AUTH, a reader's INCR, a
+	// writer's INCR outside its namespace, and accepted commands.
+	conn, rd := respDial(t, respAddr)
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"INCR", "page_views:m"}, "-NOAUTH"},
+		{[]string{"AUTH", tokWrong}, "-WRONGPASS"},
+		{[]string{"AUTH", tokReader}, "+OK"},
+		{[]string{"INCR", "page_views:m"}, "-NOPERM"},
+		{[]string{"GET", "page_views:m"}, "1"},
+		{[]string{"AUTH", tokWriter}, "+OK"},
+		{[]string{"INCR", "likes:m"}, "-NOPERM"},
+		{[]string{"INCR", "page_views:m"}, ":2"},
+	} {
+		if got := respCmd(t, conn, rd, c.args...); !strings.HasPrefix(got, c.want) {
+			t.Fatalf("%v: %q, want %s", c.args, got, c.want)
+		}
+	}
+
+	// gRPC: no metadata, a wrong token, a reader consuming a limit.
+	cc, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	rls := rlsv3.NewRateLimitServiceClient(cc)
+	for _, c := range []struct {
+		tok  string
+		want codes.Code
+	}{{"", codes.Unauthenticated}, {tokWrong, codes.Unauthenticated}, {tokReader, codes.PermissionDenied}} {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		if c.tok != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.tok)
+		}
+		_, err := rls.ShouldRateLimit(ctx, &rlsv3.RateLimitRequest{Domain: "page_views", Descriptors: []*rlcommonv3.RateLimitDescriptor{{
+			Entries: []*rlcommonv3.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}},
+			Limit:   &rlcommonv3.RateLimitDescriptor_RateLimitOverride{RequestsPerUnit: 10, Unit: typev3.RateLimitUnit_MINUTE},
+		}}})
+		cancel()
+		if status.Code(err) != c.want {
+			t.Fatalf("ShouldRateLimit with %q: %v, want %v", c.tok, err, c.want)
+		}
+	}
+
+	code, metrics, _ := do(t, "GET", p.addr+"/metrics", "", "Authorization", "Bearer "+tokAdmin)
+	if code != 200 {
+		t.Fatalf("GET /metrics: %d", code)
+	}
+	want := map[string]int{
+		"http/no_token": 1, "http/bad_token": 1, "http/forbidden": 3,
+		"resp/no_token": 1, "resp/bad_token": 1, "resp/forbidden": 2,
+		"grpc/no_token": 1, "grpc/bad_token": 1, "grpc/forbidden": 1,
+	}
+	for k, n := range want {
+		fe, reason, _ := strings.Cut(k, "/")
+		line := fmt.Sprintf("counterd_auth_failures_total{front_end=%q,reason=%q} %d\n", fe, reason, n)
+		if !strings.Contains(metrics, line) {
+			t.Errorf("metrics lack %q", strings.TrimSpace(line))
+		}
+	}
+	if t.Failed() {
+		for _, l := range strings.Split(metrics, "\n") {
+			if strings.HasPrefix(l, "counterd_auth_failures_total") {
+				t.Log(l)
+			}
+		}
+	}
+}
+
+// respDial connects to a RESP address; the connection closes with the test.
+func respDial(t *testing.T, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	conn, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn, bufio.NewReader(conn)
 }

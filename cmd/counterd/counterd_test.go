@@ -29,7 +29,7 @@ var (
 	buildErr  error
 )
 
-func counterdBin(t *testing.T) string {
+func counterdBin(t testing.TB) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "counterd-e2e")
@@ -59,7 +59,7 @@ type proc struct {
 var listenRE = regexp.MustCompile(`msg="http listening" addr=(\S+)`)
 
 // start runs counterd on dataDir with its HTTP API on a free port.
-func start(t *testing.T, dataDir string, args ...string) *proc {
+func start(t testing.TB, dataDir string, args ...string) *proc {
 	t.Helper()
 	args = append([]string{"--data", dataDir, "--http", "127.0.0.1:0", "--resp", "", "--grpc", ""}, args...)
 	cmd := exec.Command(counterdBin(t), args...)

@@ -18,6 +18,8 @@ type Store struct {
 	path string
 	mu   sync.Mutex // serializes Reload
 	cur  atomic.Pointer[snapshot]
+	// onFailure counts refused requests (SetOnFailure); nil: not counted.
+	onFailure func(frontEnd, reason string)
 }
 
 type snapshot struct {

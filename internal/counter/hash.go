@@ -83,6 +83,12 @@ func (h *Hash) Add(deltas []FieldDelta) ([]Field, error) {
 		h.m = make(map[string]int64, len(out))
 	}
 	for _, f := range out {
+		if _, ok := h.m[f.Name]; !ok {
+			// A new name is copied: the caller's string may alias a
+			// larger buffer (the RESP front end's read buffer) that the
+			// hash must not keep alive.
+			f.Name = strings.Clone(f.Name)
+		}
 		h.m[f.Name] = f.Value
 	}
 	return out, nil

@@ -43,10 +43,14 @@ func ValidateID(id string) error {
 	for ; i+8 <= len(id); i += 8 {
 		// Eight bytes at a time: any byte < 0x20 or > 0x7e sends the whole
 		// id to the byte loop below.
-		w := binary.LittleEndian.Uint64([]byte(id[i : i+8]))
-		if (w-lo8*0x20)&^w&hi8 != 0 || ((w+lo8*(127-0x7e))|w)&hi8 != 0 {
+		if !printable8(binary.LittleEndian.Uint64([]byte(id[i : i+8]))) {
 			break
 		}
+	}
+	if i < len(id) && i+8 > len(id) && i >= 8 && printable8(binary.LittleEndian.Uint64([]byte(id[len(id)-8:]))) {
+		// Every word passed (no break): check the tail as the last eight
+		// bytes, overlapping checked ones.
+		return nil
 	}
 	for ; i < len(id); i++ {
 		if c := id[i]; c < 0x20 || c == 0x7f {
@@ -56,6 +60,11 @@ func ValidateID(id string) error {
 		}
 	}
 	return nil
+}
+
+// printable8 reports whether the eight bytes of w are all in 0x20..0x7e.
+func printable8(w uint64) bool {
+	return (w-lo8*0x20)&^w&hi8 == 0 && ((w+lo8*(127-0x7e))|w)&hi8 == 0
 }
 
 const (

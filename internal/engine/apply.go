@@ -25,7 +25,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 	if err := e.checkOpen(); err != nil {
 		return Result{}, err
 	}
-	if err := op.Validate(e.limits); err != nil {
+	if err := op.validate(&e.limits); err != nil {
 		return Result{}, err
 	}
 	if wo.IdempotencyKey != "" {
@@ -206,7 +206,7 @@ func save(en *entry) savedEntry {
 	return s
 }
 
-// restore puts back s. The dirty mark stays: the entry is on the dirty list.
+// restore puts back s. The dirty mark stays: the entry is on the dirty set.
 func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
 	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0

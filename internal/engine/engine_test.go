@@ -532,7 +532,7 @@ func TestCrashKeepsSyncWrites(t *testing.T) {
 }
 
 func FuzzValidateID(f *testing.F) {
-	for _, s := range []string{"page_views:article_123", "", "a\x00", "ünïcødé:ok", "\x7f", "abcdefgh\x1fabc", "\xc2\x80", "abcdefghijklmnop~", "\uFFFD", "x\xff"} {
+	for _, s := range []string{"page_views:article_123", "", "a\x00", "ünïcødé:ok", "\x7f", "abcdefgh\x1fabc", "\xc2\x80", "abcdefghijklmnop~", "\uFFFD", "x\xff", "abcdefghi\x01", "abcdefghijk\x7f", "abcdefghijklmnopq\xc3\xa9"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {

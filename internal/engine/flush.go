@@ -102,16 +102,14 @@ func (e *Engine) flushOnce() error {
 	var reap []reapItem
 	var buf []byte
 	var rfs []rollFlush // rollups to write, taken with their entries
+	var list []uint32   // one shard's dirty slab indexes
 	e.roll.gen++
 	gen := e.roll.gen
 
 	e.gate.Lock()
 	for no := range e.shards {
 		sh := &e.shards[no]
-		sh.dirtyMu.Lock()
-		list := sh.dirty
-		sh.dirty = nil
-		sh.dirtyMu.Unlock()
+		list = sh.takeDirty(list[:0])
 		if len(list) == 0 {
 			continue
 		}
@@ -220,7 +218,7 @@ func (e *Engine) reap(items []reapItem) {
 	}
 }
 
-// markAllDirty puts every entry on the dirty list, so the next flush writes
+// markAllDirty puts every entry on the dirty set, so the next flush writes
 // the whole state (after a failed flush, when we no longer know what reached
 // disk).
 func (e *Engine) markAllDirty() {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	bits64 "math/bits"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -69,8 +70,13 @@ type chunk struct {
 	refs [slabChunk]atomic.Uint64
 }
 
+// dirtyBits is the dirty set of a slab chunk: bit i%64 of word i/64 is
+// entry i. It is a separate allocation so that a chunk stays exactly a
+// size class (12 KiB).
+type dirtyBits [slabChunk / 64]atomic.Uint64
+
 const (
-	flagDirty         uint8 = 1 << iota // changed since the last flush; on the shard's dirty list
+	flagDirty         uint8 = 1 << iota // changed since the last flush; on the shard's dirty set
 	flagRollReset                       // stored rollups of this id must be deleted (rollup.go)
 	flagRollResetting                   // that deletion is in the flush being written
 )
@@ -122,8 +128,11 @@ type shard struct {
 	free    []uint32                 // freed slab indexes, guarded by mu
 	garbage int                      // arena bytes of freed ids, guarded by mu
 
-	dirtyMu sync.Mutex
-	dirty   []uint32 // slab indexes with flagDirty set, guarded by dirtyMu
+	// ndirty counts the dirty bits set in the chunks (chunk.dirty): the
+	// dirty set is a bitmap of 1 bit per slab entry rather than a list of
+	// 4-byte indexes, and the flusher skips a shard whose count is 0.
+	ndirty atomic.Int64
+	dbits  atomic.Pointer[[]*dirtyBits] // one per chunk, published like chunks
 
 	ttlMu sync.Mutex
 	ttl   map[uint32]struct{} // slab indexes that had a TTL set, guarded by ttlMu
@@ -237,6 +246,12 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint64, bool)
 			if cp := s.chunks.Load(); cp != nil {
 				old = *cp
 			}
+			var oldBits []*dirtyBits
+			if bp := s.dbits.Load(); bp != nil {
+				oldBits = *bp
+			}
+			nb := append(oldBits[:len(oldBits):len(oldBits)], new(dirtyBits))
+			s.dbits.Store(&nb) // before the chunk: markDirty finds the bits of any chunk it sees
 			nc := append(old[:len(old):len(old)], new(chunk))
 			s.chunks.Store(&nc)
 		}
@@ -371,12 +386,38 @@ func (s *shard) compactArenaLocked() {
 	s.garbage = 0
 }
 
-// markDirty puts slab index i on the dirty list. Caller holds the entry's
+// markDirty puts slab index i on the dirty set. Caller holds the entry's
 // lock and has just set flagDirty.
 func (s *shard) markDirty(i uint32) {
-	s.dirtyMu.Lock()
-	s.dirty = append(s.dirty, i)
-	s.dirtyMu.Unlock()
+	bp := s.dbits.Load()
+	(*bp)[i/slabChunk][i%slabChunk/64].Or(1 << (i % 64))
+	s.ndirty.Add(1)
+}
+
+// takeDirty empties the dirty set and returns it, in slab order, appended
+// to list.
+func (s *shard) takeDirty(list []uint32) []uint32 {
+	if s.ndirty.Load() == 0 {
+		return list
+	}
+	bp := s.dbits.Load()
+	if bp == nil {
+		return list
+	}
+	n := 0
+	for ci, d := range *bp {
+		for w := range d {
+			bits := d[w].Swap(0)
+			for bits != 0 {
+				b := uint32(bits64.TrailingZeros64(bits))
+				bits &= bits - 1
+				list = append(list, uint32(ci)*slabChunk+uint32(w)*64+b)
+				n++
+			}
+		}
+	}
+	s.ndirty.Add(-int64(n))
+	return list
 }
 
 // trackTTL remembers that slab index i has a TTL, for active expiry.

@@ -259,9 +259,7 @@ func (e *Engine) Stats() Stats {
 	}
 	s.Ops = e.ops.load()
 	for i := range e.shards {
-		e.shards[i].dirtyMu.Lock()
-		s.DirtyKeys += len(e.shards[i].dirty)
-		e.shards[i].dirtyMu.Unlock()
+		s.DirtyKeys += int(e.shards[i].ndirty.Load())
 	}
 	return s
 }

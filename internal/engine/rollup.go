@@ -118,7 +118,7 @@ func (e *Engine) detachRollLocked(r *ref) {
 	e.markDirtyLocked(r)
 }
 
-// markDirtyLocked puts r on the dirty list without a new version. Caller
+// markDirtyLocked puts r on the dirty set without a new version. Caller
 // holds r's lock.
 func (e *Engine) markDirtyLocked(r *ref) {
 	if r.e.flags&flagDirty == 0 {

@@ -76,7 +76,7 @@ func ValidateBatch(ops []Op, l Limits) error {
 		return fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), l.MaxBatch)
 	}
 	for i := range ops {
-		if err := ops[i].Validate(l); err != nil {
+		if err := ops[i].validate(&l); err != nil {
 			return &BatchError{Index: i, Err: err}
 		}
 	}
@@ -88,6 +88,17 @@ func ValidateBatch(ops []Op, l Limits) error {
 // ErrWrongKind. Zero fields of l take DefaultLimits.
 func (op *Op) Validate(l Limits) error {
 	l = l.withDefaults()
+	return op.validate(&l)
+}
+
+// validate is Validate with l's defaults already filled in (the engine
+// fills them once, at Open, instead of on every op).
+func (op *Op) validate(l *Limits) error {
+	if op.Type == OpAdd && op.TTL == 0 && op.HLLPrecision == 0 && op.Kind == KindNone &&
+		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 {
+		// The hottest op, a plain add: only its id needs checking.
+		return l.validateID(op.ID)
+	}
 	if err := l.validateID(op.ID); err != nil {
 		return err
 	}
@@ -107,7 +118,7 @@ func (op *Op) Validate(l Limits) error {
 	}
 	switch op.Type {
 	case OpAdd:
-		return op.validateAdd(l)
+		return op.validateAdd(*l)
 	case OpSet, OpDelete, OpExpire:
 		return nil
 	case OpPFAdd:
@@ -123,7 +134,7 @@ func (op *Op) Validate(l Limits) error {
 		}
 		return nil
 	case OpHAdd, OpHDel:
-		return op.validateFields(l)
+		return op.validateFields(*l)
 	}
 	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
 }

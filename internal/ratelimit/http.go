@@ -33,6 +33,10 @@ type HTTPOptions struct {
 	// through a shared PolicyStore and then updates the Limiter. Default
 	// nil: changes go to Local() only (this process).
 	Policies PolicyStore
+	// Recent, when set, serves GET /ratelimit/decisions: the last
+	// decisions it recorded (wrap the Checker with it). Default nil: the
+	// route answers an empty list.
+	Recent *Recorder
 }
 
 // NewHTTPHandler returns the HTTP API of c (docs/ratelimit.md):
@@ -43,6 +47,7 @@ type HTTPOptions struct {
 //	GET    /ratelimit/policies/{name}  one policy
 //	PUT    /ratelimit/policies/{name}  add or replace one policy
 //	DELETE /ratelimit/policies/{name}  remove one policy
+//	GET    /ratelimit/decisions        the last decisions (HTTPOptions.Recent)
 //
 // Mount it under "/ratelimit/" (it matches full paths). Errors are
 // {"status":"error","error":{"code","message"}} with the codes of
@@ -62,6 +67,7 @@ func NewHTTPHandler(c Checker, opts HTTPOptions) http.Handler {
 	mux.HandleFunc("/ratelimit/check", h.check)
 	mux.HandleFunc("/ratelimit/policies", h.policies)
 	mux.HandleFunc("/ratelimit/policies/{name}", h.policy)
+	mux.HandleFunc("/ratelimit/decisions", h.decisions)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path))
 	})
@@ -78,6 +84,7 @@ func HTTPRoutes() []string {
 		"GET /ratelimit/policies/{name}",
 		"PUT /ratelimit/policies/{name}",
 		"DELETE /ratelimit/policies/{name}",
+		"GET /ratelimit/decisions",
 	}
 }
 
@@ -603,4 +610,35 @@ func (h *httpHandler) policy(w http.ResponseWriter, r *http.Request) {
 	default:
 		methodNotAllowed(w, r, h.allow("GET, HEAD, PUT, DELETE"))
 	}
+}
+
+// decisionsBody is the answer of GET /ratelimit/decisions.
+type decisionsBody struct {
+	Decisions []Decision `json:"decisions"` // newest first
+	Total     uint64     `json:"total"`     // recorded since the server started
+	Capacity  int        `json:"capacity"`  // how many the ring keeps
+}
+
+// decisions answers the last decisions of HTTPOptions.Recent; ?limit=N
+// (1..capacity) returns the N newest.
+func (h *httpHandler) decisions(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		methodNotAllowed(w, r, "GET, HEAD")
+		return
+	}
+	body := decisionsBody{Decisions: []Decision{}}
+	limit := 0
+	if s := r.URL.Query().Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			writeError(w, errorf(ErrInvalidRequest, "limit: %q is not a positive integer", truncate(s, 40)))
+			return
+		}
+		limit = n
+	}
+	if rec := h.opts.Recent; rec != nil {
+		body.Decisions, body.Total = rec.Recent(limit)
+		body.Capacity = len(rec.slots)
+	}
+	writeJSON(w, http.StatusOK, body)
 }

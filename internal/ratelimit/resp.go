@@ -57,22 +57,30 @@ func CheckArgsWith(c Checker, args [][]byte) ([4]int64, error) {
 // CheckArgsWithContext is CheckArgsWith with the caller's context (its
 // deadline, and the credentials of a check forwarded to another node).
 func CheckArgsWithContext(ctx context.Context, c Checker, args [][]byte) ([4]int64, error) {
-	a, err := parseArgs(args)
+	var buf [8]Hit
+	hits, err := c.Local().appendArgsHits(buf[:0], args)
 	if err != nil {
 		return [4]int64{}, err
-	}
-	var buf [8]Hit
-	hits := append(buf[:0], Hit{Key: a.key, Limit: a.lim, Cost: a.cost})
-	if a.policies {
-		if hits, err = c.Local().AppendPolicyHits(buf[:0], a.key, nil, PolicyCost); err != nil {
-			return [4]int64{}, err
-		}
 	}
 	s, err := c.CheckMultiContext(ctx, hits, nil)
 	if err != nil {
 		return [4]int64{}, err
 	}
 	return argsReply(s), nil
+}
+
+// appendArgsHits appends the hits RL.CHECK's args check to dst: the one
+// limit given, or the policies matching the key (l's). Their keys alias
+// args.
+func (l *Limiter) appendArgsHits(dst []Hit, args [][]byte) ([]Hit, error) {
+	a, err := parseArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	if a.policies {
+		return l.AppendPolicyHits(dst, a.key, nil, PolicyCost)
+	}
+	return append(dst, Hit{Key: a.key, Limit: a.lim, Cost: a.cost}), nil
 }
 
 // rlArgs are the parsed arguments of RL.CHECK.

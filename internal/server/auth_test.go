@@ -11,19 +11,21 @@ import (
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ui"
 )
 
 // TestHTTPNeedsCoverRoutes: every route of the HTTP API and of the
 // rate-limit API maps to a permission, and httpNeeds names no route that
-// does not exist (besides the cluster and snapshot routes mounted by Run).
+// does not exist (besides the cluster, pipeline, region and snapshot routes
+// mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
-	routes := append(httpapi.Routes(), ratelimit.HTTPRoutes()...)
+	routes := append(append(httpapi.Routes(), ratelimit.HTTPRoutes()...), ui.Routes()...)
 	for _, r := range routes {
 		if _, ok := httpNeeds[r]; !ok {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget", "GET /regions"}, chunksync.Routes...)
+	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget", "POST /events", "GET /regions"}, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {
 			t.Errorf("httpNeeds names %q, which is not a route", pat)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/counterd/counterd/internal/auth"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // grpcNeeds maps every client-facing gRPC method to its permission;
@@ -56,6 +57,7 @@ func grpcAuthenticate(ctx context.Context, store *auth.Store, method string) (co
 	}
 	need, ok := grpcNeeds[method]
 	if !ok {
+		store.Failed("grpc", auth.ReasonForbidden)
 		return nil, status.Errorf(codes.PermissionDenied, "auth: no permission is defined for %s", method)
 	}
 	var tok string
@@ -66,9 +68,11 @@ func grpcAuthenticate(ctx context.Context, store *auth.Store, method string) (co
 	}
 	p, err := store.Authenticate("", []byte(tok))
 	if err != nil {
+		store.Failed("grpc", auth.ReasonOf(err))
 		return nil, status.Error(codes.Unauthenticated, err.Error())
 	}
 	if !p.Allows(need) {
+		store.Failed("grpc", auth.ReasonForbidden)
 		return nil, status.Errorf(codes.PermissionDenied, "%v: user %q has no %s permission for %s", auth.ErrForbidden, p.User, need, method)
 	}
 	return auth.WithToken(auth.NewContext(ctx, p), tok), nil
@@ -80,3 +84,18 @@ type authedStream struct {
 }
 
 func (s *authedStream) Context() context.Context { return s.ctx }
+
+// grpcHitsAuthorizer is the Envoy rate-limit service's key check: that of
+// HTTP, with a refusal counted for gRPC. nil without --auth.
+func grpcHitsAuthorizer(store *auth.Store) func(context.Context, []ratelimit.Hit) error {
+	if store == nil {
+		return nil
+	}
+	return func(ctx context.Context, hits []ratelimit.Hit) error {
+		err := authorizeHits(ctx, hits)
+		if err != nil {
+			store.Failed("grpc", auth.ReasonOf(err))
+		}
+		return err
+	}
+}

@@ -21,6 +21,7 @@ var (
 	needWrite    = auth.Need{Perm: auth.Write}
 	needAdmin    = auth.Need{Perm: auth.Admin}
 	needAdminAll = auth.Need{Perm: auth.Admin, All: true}
+	needReadAll  = auth.Need{Perm: auth.Read, All: true}
 	needPublic   = auth.Need{Perm: auth.Public}
 )
 
@@ -68,6 +69,13 @@ var httpNeeds = map[string]auth.Need{
 	"GET /ratelimit/policies/{name}":    needRead,
 	"PUT /ratelimit/policies/{name}":    needAdminAll,
 	"DELETE /ratelimit/policies/{name}": needAdminAll,
+	"GET /ratelimit/decisions":          needReadAll, // recent keys of every namespace
+
+	"GET /{$}": needPublic, // redirects to the console
+	"GET /ui":  needPublic, // the console's static files: its login form asks for the token
+	"GET /ui/": needPublic,
+
+	"POST /events": {Perm: auth.Write, All: true}, // the rules may write any counter
 
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,
@@ -87,10 +95,11 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status, snapshots, regions): the middleware matches their
-// routes itself. Counter routes are checked by httpapi's Authorize hook,
-// which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/admin/", "/regions"}
+// (rate limits, cluster status, the console, events, snapshots, regions):
+// the middleware matches their routes itself. Counter routes are checked by
+// httpapi's Authorize hook, which reuses the API's own route match (one
+// match per request).
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events", "/admin/", "/regions"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),
@@ -114,7 +123,7 @@ func withAuth(store *auth.Store, next http.Handler) http.Handler {
 		m.routes.Handle(pat, next)
 		if need.Perm == auth.Public {
 			_, path, _ := strings.Cut(pat, " ")
-			m.public[path] = true
+			m.public[strings.TrimSuffix(path, "{$}")] = true
 		}
 	}
 	return m
@@ -146,10 +155,12 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	tok := auth.BearerToken(r.Header.Get("Authorization"))
 	p, err := m.store.Authenticate("", []byte(tok))
 	if err != nil {
+		m.store.Failed("http", auth.ReasonOf(err))
 		httpapi.WriteError(w, err)
 		return
 	}
 	if outside && !p.Allows(need) {
+		m.store.Failed("http", auth.ReasonForbidden)
 		httpapi.WriteError(w, fmt.Errorf("%w: user %q has no %s permission for %s %s", auth.ErrForbidden, p.User, need, r.Method, r.URL.Path))
 		return
 	}
@@ -157,7 +168,7 @@ func (m *authMiddleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if outside {
 		ctx = auth.WithToken(ctx, tok) // rate-limit checks may be forwarded
 	}
-	m.next.ServeHTTP(w, r.WithContext(ctx))
+	m.next.ServeHTTP(&forbiddenCounter{ResponseWriter: w, store: m.store}, r.WithContext(ctx))
 }
 
 // pattern is the httpNeeds key r matches, "" for none.

@@ -45,6 +45,10 @@ type node struct {
 	// rlKeepKeys, in cluster mode, makes the Limiter keep its keys so that
 	// their state moves with the ring.
 	rlKeepKeys bool
+	// nonBlocking: no command waits on a network or an fsync (the
+	// embedded engine with --durability async), so the RESP front end may
+	// run commands on event loops (--resp-event-loops).
+	nonBlocking bool
 	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
 	// header on every HTTP answer (routing clients refresh on a change).
 	ringVersion func() uint64
@@ -84,11 +88,13 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
+	dur, _ := engine.ParseDurability(cfg.Durability)
 	return &node{
-		Backend:  engine.Local(eng),
-		close:    closeEngine(eng, log),
-		rlShared: engineLimits(eng, nil, nil, log),
-		routes:   map[string]http.Handler{"/admin/snapshot/": chunksync.NewHandler(eng, chunksync.Options{})},
+		Backend:     engine.Local(eng),
+		close:       closeEngine(eng, log),
+		rlShared:    engineLimits(eng, nil, nil, log),
+		nonBlocking: dur == engine.Async,
+		routes:      map[string]http.Handler{"/admin/snapshot/": chunksync.NewHandler(eng, chunksync.Options{})},
 	}, nil
 }
 

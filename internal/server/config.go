@@ -68,11 +68,17 @@ type Config struct {
 	RESPMaxCommand        int           // --resp-max-command: longest command in bytes, a connection's query buffer (default 32 MiB)
 	RESPQueryBufferTotal  int           // --resp-query-buffer-total: all connections' big query buffers together (default 256 MiB)
 	RESPMaxArgs           int           // --resp-max-args: most arguments of one command (default 32768)
+	RESPEventLoops        int           // --resp-event-loops: -1 a goroutine per connection, 0 auto, N loops (default 0)
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
+	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default true)
+	MaxClientQueue        int           // --max-queue-per-client: HTTP requests of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
+	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
+	// the event pipeline (pipeline.go, docs/pipeline.md)
+	Events EventsConfig
 
 	envErrs []error // environment variables that did not parse
 }
@@ -112,6 +118,9 @@ func DefaultConfig() Config {
 		RESPQueryBufferTotal:  256 << 20,
 		RESPMaxArgs:           32768,
 		MaxQueueWait:          20 * time.Millisecond,
+		HTTPAdmission:         true,
+		ShedRatePerClient:     1000,
+		Events:                defaultEventsConfig(),
 	}
 }
 
@@ -159,6 +168,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: --cluster-timing: %w", err)
 	}
 	if err := c.validateHardening(); err != nil {
+		return err
+	}
+	if err := c.Events.validate(); err != nil {
 		return err
 	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
@@ -254,9 +266,13 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RESPMaxCommand, "resp-max-command", envInt("resp-max-command", c.RESPMaxCommand), "longest Redis-protocol command in bytes (one connection's query buffer)")
 	fs.IntVar(&c.RESPQueryBufferTotal, "resp-query-buffer-total", envInt("resp-query-buffer-total", c.RESPQueryBufferTotal), "bytes of query buffers above 64 KiB held by all Redis-protocol connections together")
 	fs.IntVar(&c.RESPMaxArgs, "resp-max-args", envInt("resp-max-args", c.RESPMaxArgs), "most arguments of one Redis-protocol command")
+	fs.IntVar(&c.RESPEventLoops, "resp-event-loops", envInt("resp-event-loops", c.RESPEventLoops), "Redis-protocol event loops (epoll, Linux; plain TCP): 0 auto (one per two cores with the embedded engine and --durability async, else none), -1 none (a goroutine per connection), N that many")
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
 	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
 	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
+	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client IP, round-robin, before the HTTP server parses them; shed ones get a cheap 503 (false: only the handler limit)")
+	fs.IntVar(&c.ShedRatePerClient, "shed-rate-per-client", envInt("shed-rate-per-client", c.ShedRatePerClient), "HTTP 503 answers a second per client IP; beyond, a refused connection is not read again for up to 250ms (0: never paused)")
+	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "HTTP requests of one client IP waiting for a slot before its next is shed (0: max-queue / 4)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
 	// security: auth
@@ -268,6 +284,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
 	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 1 s) or lan (memberlist LAN defaults, about 5 s)")
+	c.bindEventsFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }
 
@@ -325,6 +342,9 @@ func (c *Config) validateHardening() error {
 		if d.v < 0 {
 			return fmt.Errorf("server: --%s must not be negative", d.name)
 		}
+	}
+	if c.MaxClientQueue < 0 || c.ShedRatePerClient < 0 {
+		return errors.New("server: --max-queue-per-client and --shed-rate-per-client must not be negative")
 	}
 	if c.HTTPMaxConns < -1 || c.RESPMaxConns < -1 || c.MaxInflight < -1 || c.MaxQueue < -1 {
 		return errors.New("server: --http-max-conns, --resp-max-conns, --max-inflight and --max-queue must be -1 or more")

@@ -24,8 +24,11 @@ import (
 //     not list (403), whatever its method and content type: browsers send
 //     cross-site form and text/plain POSTs without a preflight, but always
 //     with an Origin, while curl and server-side clients send none;
-//     preflights (OPTIONS) of listed origins are answered here;
-//   - refuses a request body whose Content-Type is neither JSON nor curl's
+//     preflights (OPTIONS) of listed origins are answered here. The
+//     server's own origin (the request's scheme and its Host, which the
+//     rule above accepted) is always allowed: the web console at /ui is
+//     served from it;
+//   - refuses a request body whose Content-Type is neither JSON (or NDJSON) nor curl's
 //     default application/x-www-form-urlencoded (415). The form type stays
 //     accepted because `curl -d '{"delta":1}'` sends it; a browser that
 //     sends it also sends an Origin, which the rule above refuses;
@@ -104,6 +107,17 @@ func (g *guardConfig) hostAllowed(hostport string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
+// sameOrigin reports whether origin is the origin r was sent to: a page
+// the server itself served (the console). The Host was checked first, so
+// a rebinding name never gets here.
+func sameOrigin(r *http.Request, origin string) bool {
+	scheme := "http://"
+	if r.TLS != nil {
+		scheme = "https://"
+	}
+	return r.Host != "" && strings.EqualFold(origin, scheme+r.Host)
+}
+
 func (g *guardConfig) originAllowed(origin string) bool {
 	return g.anyOrigin || g.origins[strings.ToLower(origin)]
 }
@@ -126,7 +140,8 @@ func bodyContentTypeOK(ct, path string) bool {
 	if mt == "application/octet-stream" {
 		return binaryBodyPaths[path]
 	}
-	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded"
+	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded" ||
+		mt == "application/x-ndjson" // POST /events batches; not a type browsers send without a preflight
 }
 
 // guard wraps next with the checks above.
@@ -137,7 +152,7 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 				"host "+quote(r.Host)+" is not served here: use a loopback address or add it to --allowed-hosts")
 			return
 		}
-		if origin := r.Header.Get("Origin"); origin != "" {
+		if origin := r.Header.Get("Origin"); origin != "" && !sameOrigin(r, origin) {
 			if !g.originAllowed(origin) {
 				guardError(w, http.StatusForbidden, codeOriginNotAllowed,
 					"origin "+quote(origin)+" is not allowed: add it to --cors-origin")

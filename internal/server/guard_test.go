@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -34,6 +35,12 @@ func TestGuard(t *testing.T) {
 		{"allowed origin", "POST", "localhost", "https://app.example", "application/json", "{}", 200},
 		{"other origin", "POST", "localhost", "https://evil.example", "text/plain", "{}", 403},
 		{"other origin GET", "GET", "localhost", "https://evil.example", "", "", 403},
+		{"same origin (the console)", "POST", "127.0.0.1:8080", "http://127.0.0.1:8080", "application/json", "{}", 200},
+		{"same origin, other case", "GET", "LOCALHOST:8080", "http://localhost:8080", "", "", 200},
+		{"same host, other port", "POST", "127.0.0.1:8080", "http://127.0.0.1:3000", "application/json", "{}", 403},
+		{"same host, https origin on http", "POST", "127.0.0.1:8080", "https://127.0.0.1:8080", "application/json", "{}", 403},
+		{"same origin, rebinding name", "GET", "evil.example:8080", "http://evil.example:8080", "", "", 421},
+		{"origin null", "POST", "localhost", "null", "application/json", "{}", 403},
 		{"curl -d", "POST", "localhost", "", "application/x-www-form-urlencoded", "{}", 200},
 		{"json with charset", "POST", "localhost", "", "application/json; charset=utf-8", "{}", 200},
 		{"problem+json", "POST", "localhost", "", "application/merge-patch+json", "{}", 200},
@@ -112,3 +119,44 @@ func TestHostAllowedProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestSameOriginProperty: with no --cors-origin, a request with an Origin
+// passes the guard exactly when the Origin is the request's own scheme and
+// Host (any letter case), for a Host the guard serves.
+func TestSameOriginProperty(t *testing.T) {
+	h := guard(newGuardConfig(DefaultConfig(), "", nil), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(200) }))
+	rapid.Check(t, func(t *rapid.T) {
+		host := rapid.SampledFrom([]string{"127.0.0.1", "localhost", "LocalHost", "[::1]", "127.0.0.2"}).Draw(t, "host") +
+			rapid.SampledFrom([]string{"", ":8080", ":80", ":1"}).Draw(t, "port")
+		tls := rapid.Bool().Draw(t, "tls")
+		own := "http://" + host
+		if tls {
+			own = "https://" + host
+		}
+		origin := rapid.OneOf(
+			rapid.Just(own),
+			rapid.Just(strings.ToUpper(own)),
+			rapid.SampledFrom([]string{own + "/", own + ":9", "https://" + host, "http://" + host, "null", "http://evil.example", own + ".evil.example"}),
+			rapid.StringMatching(`[a-zA-Z:/.\[\]0-9]{0,30}`),
+		).Draw(t, "origin")
+		r := httptest.NewRequest("GET", "/counters", nil)
+		r.Host = host
+		if tls {
+			r.TLS = &tlsState
+		}
+		if origin != "" {
+			r.Header.Set("Origin", origin)
+		}
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		want := 403
+		if origin == "" || strings.EqualFold(origin, own) {
+			want = 200
+		}
+		if w.Code != want {
+			t.Fatalf("Host %q tls %v Origin %q: %d, want %d", host, tls, origin, w.Code, want)
+		}
+	})
+}
+
+var tlsState tls.ConnectionState

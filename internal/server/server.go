@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -23,6 +24,7 @@ import (
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/ui"
 )
 
 // newLimiter opens the rate limiter with the policies in path ("" = none);
@@ -101,11 +103,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer shared.close()
 		rlc, rlPolicies = shared.checker, shared.policies
 	}
+	recent := ratelimit.NewRecorder(rlc, ratelimit.DefaultRecentDecisions) // GET /ratelimit/decisions
+	rlc = recent
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
+	countAuthFailures(store, reg)
 
+	pl, err := openPipeline(ctx, cfg, be, reg, log)
+	if err != nil {
+		return err
+	}
+	if pl != nil {
+		defer pl.Close()
+	}
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
 		MaxBatch:     cfg.MaxBatch,
@@ -114,7 +126,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Logger:       log,
 		Authorize:    routeAuthorizer(store),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store)})
+	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
+	console := ui.Handler(ui.Options{Auth: store != nil, Version: Version})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -123,6 +136,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		if strings.HasPrefix(r.URL.Path, "/ratelimit/") {
 			rl.ServeHTTP(w, r)
+			return
+		}
+		if ui.Serves(r) { // the web console: /ui/..., and / redirects there
+			console.ServeHTTP(w, r)
+			return
+		}
+		if pl != nil && r.URL.Path == "/events" {
+			pl.Handler().ServeHTTP(w, r)
 			return
 		}
 		for prefix, h := range nd.routes {
@@ -144,6 +165,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
 	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
+	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
+		lns.http = newAdmission(cfg, shedder, sm, reg).wrap(lns.http)
+	}
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
 		if err := nd.start(ctx, bound); err != nil {
@@ -169,6 +193,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking),
+			Events:     eventsAdder(pl),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
@@ -180,7 +206,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var gs *grpc.Server
 	if lns.grpc != nil {
 		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: hitsAuthorizer(store)})
+		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}
@@ -286,4 +312,16 @@ func (l *listeners) close() {
 			ln.Close()
 		}
 	}
+}
+
+// respEventLoops resolves --resp-event-loops: 0 (auto) is one loop per two
+// Ps when no command can block (nonBlocking), else none; -1 is none.
+func respEventLoops(flag int, nonBlocking bool) int {
+	switch {
+	case flag > 0:
+		return flag
+	case flag < 0 || !nonBlocking:
+		return 0
+	}
+	return max(1, runtime.GOMAXPROCS(0)/2)
 }

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"strings"
 
 	"github.com/counterd/counterd/internal/auth"
 )
@@ -60,6 +61,7 @@ func (s *Server) login(c *client, user, token []byte) bool {
 	d := auth.Hash(token)
 	p, err := store.Resolve(string(user), d)
 	if err != nil || len(token) == 0 {
+		store.Failed("resp", auth.ReasonBadToken)
 		return false
 	}
 	c.auth = authState{ok: true, user: string(user), token: string(token), digest: d, gen: gen, p: p}
@@ -104,6 +106,7 @@ func (s *Server) helloAuthed(c *client) bool {
 	if s.opts.Auth == nil || c.principal(s.opts.Auth) != nil {
 		return true
 	}
+	s.opts.Auth.Failed("resp", auth.ReasonNoToken)
 	c.writeError(errHelloNoAuth)
 	return false
 }
@@ -111,35 +114,52 @@ func (s *Server) helloAuthed(c *client) bool {
 // authorize checks cmd against the connection's user: the command's
 // permission, then every key it names. false means an error was written.
 func (s *Server) authorize(c *client, cmd *command, args [][]byte) bool {
+	e := s.accessError(c, cmd, args)
+	if e == "" {
+		return true
+	}
+	s.opts.Auth.Failed("resp", authFailureReason(e))
+	c.writeError(e)
+	return false
+}
+
+// authFailureReason is the auth-failure metric's reason for a refusal.
+func authFailureReason(e string) string {
+	if strings.HasPrefix(e, "NOAUTH") {
+		return auth.ReasonNoToken
+	}
+	return auth.ReasonForbidden
+}
+
+// accessError is the reply refusing cmd to the connection's user, or ""
+// when it may run.
+func (s *Server) accessError(c *client, cmd *command, args [][]byte) string {
 	a, ok := commandAccess[cmd.name]
 	need := a.need
 	if a.sub != nil {
 		need = a.sub(args)
 	}
 	if ok && need.Perm == auth.Public {
-		return true
+		return ""
 	}
 	p := c.principal(s.opts.Auth)
 	if p == nil {
-		c.writeError(errNoAuth)
-		return false
+		return errNoAuth
 	}
 	if !ok || !p.Allows(need) {
-		c.writeError(errNoPermCmd(cmd.name))
-		return false
+		return errNoPermCmd(cmd.name)
 	}
 	if need.All {
-		return true
+		return ""
 	}
 	if a.pattern != nil {
 		if !p.CanPattern(need.Perm, a.pattern(args)) {
-			c.writeError(errNoPermKey)
-			return false
+			return errNoPermKey
 		}
-		return true
+		return ""
 	}
 	if cmd.first <= 0 {
-		return true
+		return ""
 	}
 	last := cmd.last
 	if last < 0 {
@@ -151,9 +171,32 @@ func (s *Server) authorize(c *client, cmd *command, args [][]byte) bool {
 			perm = auth.Read
 		}
 		if !p.Can(perm, str(args[i])) {
-			c.writeError(errNoPermKey)
-			return false
+			return errNoPermKey
 		}
 	}
-	return true
+	return ""
+}
+
+// execDenials checks the queued commands again at EXEC: the tokens file
+// may have been reloaded (SIGHUP) since they were queued. It returns nil
+// when every command may still run, else each command's refusal ("" for
+// the ones that may). Like Redis, EXEC then answers the refused commands
+// with their -NOPERM (or -NOAUTH) inside its reply and runs the others.
+func (s *Server) execDenials(c *client, queue []queued) []string {
+	if s.opts.Auth == nil {
+		return nil
+	}
+	var denied []string
+	for i, q := range queue {
+		e := s.accessError(c, q.cmd, q.args)
+		if e == "" {
+			continue
+		}
+		if denied == nil {
+			denied = make([]string, len(queue))
+		}
+		denied[i] = e
+		s.opts.Auth.Failed("resp", authFailureReason(e))
+	}
+	return denied
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -43,14 +44,21 @@ type client struct {
 
 	out []byte // replies not yet written
 
+	// Event loop state (loop_linux.go), used only by the loop.
+	fd        int       // the connection's descriptor
+	outOff    int       // out[:outOff] is written
+	wantWrite bool      // waiting for the socket to take out[outOff:]
+	lastRead  time.Time // idle timeout
+
 	auth     authState // the login, with Options.Auth
 	first    bool      // no command parsed yet (looksLikeHTTP)
 	admitted bool      // holds a slot of Options.Shed (endAdmission)
 	proto    int       // 2 or 3
 	closing  bool      // QUIT or a panic: stop after flushing the replies
 
-	tstart time.Time // metrics: when the current command started
-	ncmds  uint64    // commands run in this batch, for INFO
+	tstart      time.Time // metrics: when the current command started
+	deadlineSet time.Time // when the read deadline was last moved (fill)
+	ncmds       uint64    // commands run in this batch, for INFO
 
 	// MULTI state.
 	multi    bool
@@ -58,9 +66,10 @@ type client struct {
 	queue    []queued
 	watched  []watch
 
-	opBuf []engine.Op      // scratch ops for writes
-	spans []opSpan         // scratch for EXEC
-	res1  [1]engine.Result // scratch result of a single op
+	opBuf []engine.Op           // scratch ops for writes
+	spans []opSpan              // scratch for EXEC
+	res1  [1]engine.Result      // scratch result of a single op
+	field [1]counter.FieldDelta // scratch field of HINCRBY
 
 	lower   [24]byte // command name lowered for lookup
 	scratch []byte   // number formatting
@@ -101,9 +110,10 @@ func newClient(s *Server, nc net.Conn) *client {
 	return c
 }
 
-// serveConn is the connection's goroutine: it runs every complete command
-// in the read buffer, writes all their replies at once (so a pipeline
-// costs one write), and reads more.
+// serveConn is the connection's goroutine when the connection is not on an
+// event loop (loop_linux.go): it runs every complete command in the read
+// buffer, writes all their replies at once (so a pipeline costs one
+// write), and reads more.
 func (s *Server) serveConn(c *client) {
 	var err error
 	defer func() {
@@ -114,66 +124,102 @@ func (s *Server) serveConn(c *client) {
 		s.connDone(c, err)
 	}()
 	for {
-		if s.m != nil {
-			c.tstart = time.Now()
-		}
-		for c.r < c.w {
-			n, args, perr := c.p.parse(c.in[c.r:c.w])
-			if perr != "" {
-				s.protoErrors.Add(1)
-				if s.m != nil {
-					s.m.protoErrs.Inc()
-				}
-				s.log.Debug("resp: protocol error, closing connection", "client", c.id, "addr", c.addr, "err", perr)
-				c.writeError("ERR Protocol error: " + perr)
-				c.flush()
-				return
-			}
-			if n == 0 {
-				break // incomplete
-			}
-			c.r += n
-			if args != nil {
-				if looksLikeHTTP(args, c.first, c.p.inline) {
-					s.log.Warn(securityLogMsg, "client", c.id, "addr", c.addr)
-					return
-				}
-				c.first = false
-				s.exec(c, args)
-				if c.closing {
-					c.flush()
-					return
-				}
-				if len(c.out) >= flushAt {
-					c.endAdmission() // never hold a slot while a slow reader blocks the write
-					if err = c.flush(); err != nil {
-						return
-					}
-				}
-			}
-		}
-		c.endAdmission()
-		if c.ncmds > 0 { // one shared atomic add per batch, not per command
-			s.totalCmds.Add(c.ncmds)
-			c.ncmds = 0
-		}
+		st := s.runBuffered(c)
+		c.endBatch()
 		if len(c.out) > 0 {
-			if err = c.flush(); err != nil {
+			if err = c.flush(); err != nil || st == stepClose {
 				return
 			}
+		}
+		switch st {
+		case stepClose:
+			return
+		case stepFlushed:
+			continue // replies written mid-batch: run the rest of the input
 		}
 		if err = c.fill(); err != nil {
 			if errors.Is(err, errQueryBudget) {
-				s.protoErrors.Add(1)
-				if s.m != nil {
-					s.m.protoErrs.Inc()
-				}
-				c.writeError(errBudgetReply)
+				s.budgetExceeded(c)
 				c.flush()
 			}
 			return
 		}
 	}
+}
+
+// step is what runBuffered stopped for.
+type step uint8
+
+const (
+	stepRead    step = iota // every complete command ran: read more
+	stepFlushed             // replies reached flushAt: write them, then run the rest
+	stepClose               // write the replies, then close the connection
+)
+
+// runBuffered runs every complete command in the read buffer, appending
+// their replies to c.out. It is the part of a connection's service that
+// does not depend on how the connection does I/O (its own goroutine, or an
+// event loop).
+func (s *Server) runBuffered(c *client) step {
+	if s.m != nil {
+		c.tstart = time.Now()
+	}
+	for c.r < c.w {
+		n, args, perr := c.p.parse(c.in[c.r:c.w])
+		if perr != "" {
+			s.protoErrors.Add(1)
+			if s.m != nil {
+				s.m.protoErrs.Inc()
+			}
+			s.log.Debug("resp: protocol error, closing connection", "client", c.id, "addr", c.addr, "err", perr)
+			c.writeError("ERR Protocol error: " + perr)
+			return stepClose
+		}
+		if n == 0 {
+			break // incomplete
+		}
+		c.r += n
+		if args == nil {
+			continue
+		}
+		if looksLikeHTTP(args, c.first, c.p.inline) {
+			s.log.Warn(securityLogMsg, "client", c.id, "addr", c.addr)
+			c.out = c.out[:0]
+			return stepClose
+		}
+		c.first = false
+		s.exec(c, args)
+		if c.closing {
+			return stepClose
+		}
+		if len(c.out) >= flushAt {
+			// Never hold an overload slot while a slow reader blocks the
+			// write (endBatch gives it back).
+			return stepFlushed
+		}
+	}
+	return stepRead
+}
+
+// endBatch ends a run of commands: it gives back the overload slot and
+// adds the commands to the server's total (one shared atomic add per
+// batch, not per command).
+func (c *client) endBatch() {
+	c.endAdmission()
+	if c.ncmds > 0 {
+		c.s.totalCmds.Add(c.ncmds)
+		c.ncmds = 0
+	}
+}
+
+// budgetExceeded answers a connection whose read buffer would exceed
+// MaxQueryBufferTotal; the caller writes the reply and closes.
+func (s *Server) budgetExceeded(c *client) {
+	s.protoErrors.Add(1)
+	if s.m != nil {
+		s.m.protoErrs.Inc()
+	}
+	c.writeError(errBudgetReply)
 }
 
 // endAdmission gives back the batch's overload slot, if it holds one.
@@ -186,6 +232,30 @@ func (c *client) endAdmission() {
 
 // fill reads more input, replacing the buffer when it is full.
 func (c *client) fill() error {
+	if err := c.makeRoom(); err != nil {
+		return err
+	}
+	if t := c.s.opts.IdleTimeout; t > 0 {
+		// Moving the deadline costs a timer update: do it only when a
+		// sixteenth of the timeout has passed since the last move, so an
+		// idle connection is closed after between 15/16 and 1 timeout.
+		if now := time.Now(); now.Sub(c.deadlineSet) >= t/16 {
+			c.nc.SetReadDeadline(now.Add(t))
+			c.deadlineSet = now
+		}
+	}
+	n, err := c.nc.Read(c.in[c.w:])
+	c.w += n
+	c.lastN = n
+	if n > 0 {
+		return nil
+	}
+	return err
+}
+
+// makeRoom makes sure in has room after w, replacing the buffer when it is
+// full (never overwriting bytes already read, see client.in).
+func (c *client) makeRoom() error {
 	rest := c.w - c.r
 	if c.w == len(c.in) || rest == 0 && len(c.in) > maxReadBuf {
 		// A big buffer is dropped as soon as its command is consumed, so
@@ -208,16 +278,7 @@ func (c *client) fill() error {
 		copy(nb, c.in[c.r:c.w])
 		c.in, c.r, c.w = nb, 0, rest
 	}
-	if t := c.s.opts.IdleTimeout; t > 0 {
-		c.nc.SetReadDeadline(time.Now().Add(t))
-	}
-	n, err := c.nc.Read(c.in[c.w:])
-	c.w += n
-	c.lastN = n
-	if n > 0 {
-		return nil
-	}
-	return err
+	return nil
 }
 
 // flush writes the pending replies.

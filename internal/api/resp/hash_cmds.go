@@ -13,9 +13,10 @@ func prepHIncrBy(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string
 	if !ok {
 		return ops, errNotInteger, true
 	}
-	// The field name is copied: the hash keeps it.
-	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]),
-		Fields: []counter.FieldDelta{{Name: string(args[2]), Delta: d}}}), "", true
+	// Neither the name nor the one-field slice is copied: the engine
+	// reads them during the call, and the hash copies a name it keeps.
+	c.field[0] = counter.FieldDelta{Name: str(args[2]), Delta: d}
+	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
 }
 
 func doneHIncrBy(c *client, args [][]byte, res []engine.Result) {

@@ -24,6 +24,12 @@ func TestMain(m *testing.M) {
 	)
 }
 
+// testEventLoops is Options.EventLoops for tests that leave it 0: every
+// test runs on the event loops (counterd's default mode), and
+// TestGoroutinePerConnection runs the protocol tests again with a
+// goroutine per connection (EventLoops -1).
+var testEventLoops = 2
+
 type testServer struct {
 	srv  *resp.Server
 	eng  *engine.Engine
@@ -56,6 +62,9 @@ func startOn(t testing.TB, eng *engine.Engine, opts resp.Options) *testServer {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
+	}
+	if opts.EventLoops == 0 {
+		opts.EventLoops = testEventLoops
 	}
 	srv := resp.New(engine.Local(eng), opts)
 	ts := &testServer{srv: srv, eng: eng, addr: ln.Addr().String(), done: make(chan error, 1)}
@@ -196,5 +205,21 @@ func (r *rawConn) expectClosed() string {
 			}
 			return b.String()
 		}
+	}
+}
+
+// TestGoroutinePerConnection runs the connection-level tests again with a
+// goroutine per connection (EventLoops -1), the mode of TLS connections
+// and of backends whose commands may block.
+func TestGoroutinePerConnection(t *testing.T) {
+	old := testEventLoops
+	testEventLoops = -1
+	defer func() { testEventLoops = old }()
+	for name, f := range map[string]func(*testing.T){
+		"GoRedis": TestGoRedis, "MalformedInput": TestMalformedInput, "ServeClose": TestServeClose,
+		"MaxConns": TestMaxConns, "IdleTimeout": TestIdleTimeout, "SlowClients": TestSlowClientsDoNotStallOthers,
+		"RedisCLI": TestRedisCLI, "QueryBufferBudget": TestQueryBufferBudgetCloses,
+	} {
+		t.Run(name, f)
 	}
 }

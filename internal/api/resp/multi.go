@@ -19,6 +19,11 @@ import (
 // reply or error, which is exactly Redis's behaviour for errors inside a
 // transaction: the others still apply, nothing is rolled back.
 //
+// With --auth every queued command is checked again at EXEC, since the
+// tokens file may have been reloaded in between: one no longer allowed is
+// answered with its -NOPERM (or -NOAUTH) inside EXEC's reply and the
+// others run, as in Redis (see execDenials).
+//
 // WATCH records the version of each watched key; EXEC answers a null array
 // (transaction aborted) if any watched key was written, created, deleted or
 // expired since. The check runs just before EXEC applies the transaction
@@ -123,13 +128,18 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 		c.writeArray(0)
 		return
 	}
-	if s.execBatch(c, queue) {
+	denied := s.execDenials(c, queue)
+	if denied == nil && s.execBatch(c, queue) {
 		return
 	}
 	c.writeArray(len(queue))
-	for _, q := range queue {
+	for i, q := range queue {
 		if c.closing {
 			return
+		}
+		if denied != nil && denied[i] != "" {
+			c.writeError(denied[i])
+			continue
 		}
 		s.run(c, q.cmd, q.args)
 	}

@@ -12,6 +12,7 @@ import (
 func TestCommandAccessCoversTable(t *testing.T) {
 	cmds := buildCommands()
 	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
+	cmds[EventsCommandName] = eventsCommand(nil) // registered with Options.Events
 	for name := range cmds {
 		if _, ok := commandAccess[name]; !ok {
 			t.Errorf("command %q has no entry in commandAccess", name)

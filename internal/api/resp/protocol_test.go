@@ -392,3 +392,21 @@ func TestSharedEngine(t *testing.T) {
 	mustEqual(t, "GET sharded", rdb.Get(ctx, "sh").Val(), "11")
 	mustEqual(t, "TYPE sharded", rdb.Type(ctx, "sh").Val(), "string")
 }
+
+// TestQueryBufferBudgetCloses sends half of a command bigger than the
+// server-wide query buffer budget: the connection is told why and closed,
+// the server keeps serving others.
+func TestQueryBufferBudgetCloses(t *testing.T) {
+	ts := start(t, resp.Options{MaxQueryBufferTotal: 1 << 20})
+	big := dialRaw(t, ts.addr)
+	// A 3 MiB argument, of which 2 MiB are sent: the buffer must grow
+	// past the 1 MiB budget before the command is complete.
+	big.send("*2\r\n$4\r\nECHO\r\n$3145728\r\n" + strings.Repeat("x", 2<<20))
+	got := big.expectClosed()
+	if !strings.Contains(got, "max query buffer memory reached") {
+		t.Fatalf("big client got %q, want the budget error", got)
+	}
+	other := dialRaw(t, ts.addr)
+	other.send(cmd("INCR", "after"))
+	mustEqual(t, "INCR", other.reply(), ":1\r\n")
+}

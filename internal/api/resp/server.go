@@ -100,6 +100,9 @@ type Options struct {
 	// nil: RL.CHECK is an unknown command.
 	RateLimiter ratelimit.Checker
 
+	// Events, when set, serves EVENTS.ADD (docs/pipeline.md).
+	Events EventsAdder
+
 	// Auth, when set, requires every connection to authenticate (AUTH,
 	// HELLO AUTH) and checks each command and its keys against the user's
 	// grants (perms.go). Default nil: every connection may run anything,
@@ -119,6 +122,17 @@ type Options struct {
 	// and counterd_resp_protocol_errors_total. cmd is the lower-case command
 	// name, or "unknown".
 	Registerer prometheus.Registerer
+
+	// EventLoops, when above 0, serves plain TCP connections on this many
+	// event loops (epoll, Linux only) instead of a goroutine per
+	// connection: Redis's I/O model, several times less CPU per
+	// unpipelined request (loop_linux.go). Commands then run on the loop,
+	// so use it only with a backend whose commands never block on the
+	// network or an fsync (counterd's server enables it for the embedded
+	// engine with --durability async; --resp-event-loops). TLS
+	// connections, and every connection on other systems, keep their
+	// goroutine. Default 0: a goroutine per connection.
+	EventLoops int
 
 	// Logger receives connection and error logs. Default slog.Default().
 	Logger *slog.Logger
@@ -158,6 +172,9 @@ type Server struct {
 	unknown *command            // metrics for unknown commands
 	m       *metrics            // nil without a Registerer
 
+	loops    []*eventLoop // Options.EventLoops, while serving
+	nextLoop atomic.Uint64
+
 	closeOnce sync.Once
 }
 
@@ -196,6 +213,9 @@ func New(eng engine.Backend, opts Options) *Server {
 	if opts.RateLimiter != nil {
 		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
 	}
+	if opts.Events != nil {
+		s.cmds[EventsCommandName] = eventsCommand(opts.Events)
+	}
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
 	}
@@ -232,6 +252,12 @@ func (s *Server) Serve(ln net.Listener) error {
 	s.mu.Unlock()
 	defer close(done)
 
+	if s.opts.EventLoops > 0 {
+		if err := s.startLoops(); err != nil {
+			// Serve anyway, with a goroutine per connection.
+			s.log.Warn("resp: event loops unavailable", "err", err)
+		}
+	}
 	err := s.acceptLoop(ln)
 	ln.Close()
 	// Close every connection and wait for their goroutines, so that Serve
@@ -242,6 +268,7 @@ func (s *Server) Serve(ln net.Listener) error {
 	}
 	s.mu.Unlock()
 	s.conns.Wait()
+	s.stopLoops()
 	return err
 }
 
@@ -282,6 +309,10 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
+		f := s.detach(nc) // nil: the connection keeps its goroutine
+		if f != nil {
+			nc = f
+		}
 		c := newClient(s, nc)
 		s.mu.Lock()
 		if s.closed {
@@ -298,7 +329,11 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			s.m.conns.Inc()
 			s.m.connsTotal.Inc()
 		}
-		go s.serveConn(c)
+		if f != nil {
+			s.attach(c)
+		} else {
+			go s.serveConn(c)
+		}
 	}
 }
 

@@ -1,0 +1,71 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"time"
+)
+
+// Event is one event for the pipeline (docs/pipeline.md): an ID that
+// deduplicates it, a Type, a time and free attributes, which the server's
+// rules read as event.<name>.
+type Event struct {
+	ID    string
+	Type  string
+	Time  time.Time
+	Attrs map[string]any // must not use the names id, type and ts
+}
+
+// MarshalJSON encodes e as POST /events expects: the attributes with
+// "id", "type" and "ts" (Unix milliseconds).
+func (e Event) MarshalJSON() ([]byte, error) {
+	m := make(map[string]any, len(e.Attrs)+3)
+	for k, v := range e.Attrs {
+		m[k] = v
+	}
+	m["id"], m["type"], m["ts"] = e.ID, e.Type, e.Time.UnixMilli()
+	return json.Marshal(m)
+}
+
+// EventsResult is the answer to SendEvents.
+type EventsResult struct {
+	Accepted int `json:"accepted"`
+	// DeadLetters, from a node without a stream (the rules ran at once),
+	// are the events that changed nothing, with the reason.
+	DeadLetters []EventDeadLetter `json:"dead_letters"`
+}
+
+// EventDeadLetter is an event of the batch the rules could not apply.
+type EventDeadLetter struct {
+	Index  int    `json:"index"`
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// SendEvents appends a batch of events with POST /events and returns once
+// the server's stream acknowledged all of them (202). A bad batch is
+// refused whole (ErrInvalidEvent, ErrTooLarge). Retries are safe whatever
+// happened: the pipeline counts an event id once.
+func (c *Client) SendEvents(ctx context.Context, events []Event) (EventsResult, error) {
+	if len(events) == 0 {
+		return EventsResult{}, nil
+	}
+	for k := range events[0].Attrs {
+		if k == "id" || k == "type" || k == "ts" {
+			return EventsResult{}, fmt.Errorf("%w: attribute %q is reserved", ErrInvalidEvent, k)
+		}
+	}
+	var out EventsResult
+	_, err := c.do(ctx, &request{method: http.MethodPost, path: "/events", body: events}, &out)
+	return out, err
+}
+
+// SendEventsRaw is SendEvents for a batch already encoded as a JSON array
+// of events (counterctl events sends files this way).
+func (c *Client) SendEventsRaw(ctx context.Context, batch []byte) (EventsResult, error) {
+	var out EventsResult
+	_, err := c.do(ctx, &request{method: http.MethodPost, path: "/events", body: json.RawMessage(batch)}, &out)
+	return out, err
+}

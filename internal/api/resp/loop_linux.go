@@ -1,0 +1,484 @@
+//go:build linux
+
+package resp
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+// Event loops (Options.EventLoops): Redis's I/O model for plain TCP
+// connections. A loop goroutine owns an epoll set of connections; one
+// epoll_wait reports every connection with input, and for each the loop
+// reads once, runs every complete command (runBuffered, shared with the
+// goroutine-per-connection mode) and writes the replies at once.
+//
+// What this saves per request, against a goroutine per connection on Go's
+// network poller: the read that finds the socket empty before the
+// goroutine parks, the goroutine's wake-up and scheduling (with futex
+// calls when an idle P must be woken), and the read deadline's timer
+// update. Those were most of the CPU of an unpipelined request.
+//
+// The price: a command runs on the loop, so a slow command delays the other
+// connections of its loop (as in Redis). The server enables loops only for
+// backends whose commands never wait on a network or an fsync
+// (docs/resp.md).
+//
+// Ownership: a connection on a loop is touched only by its loop goroutine,
+// except fdConn.closed, which any goroutine may set (Close) to ask the loop
+// to close it. The loop, and only it, closes the descriptor, so a
+// descriptor number is never reused while the loop still refers to it.
+
+// eventLoop is one loop goroutine and its epoll set.
+type eventLoop struct {
+	s      *Server
+	epfd   int
+	epf    *os.File        // epfd on Go's network poller (run)
+	rc     syscall.RawConn // epf's
+	wakeR  int             // read end of the wake pipe (in the epoll set)
+	wakeW  int             // write end: wake() writes a byte
+	conns  map[int]*client
+	events []syscall.EpollEvent
+	done   chan struct{}
+
+	mu   sync.Mutex // guards adds and stop
+	adds []*client  // connections handed over, not yet in the epoll set
+	stop bool
+
+	woken atomic.Bool // a byte is in the wake pipe
+	now   time.Time   // when the current epoll_wait returned (idle timeout)
+}
+
+// fdConn is the net.Conn of a connection on an event loop: only Close and
+// the addresses are used from outside the loop.
+type fdConn struct {
+	fd           int
+	loop         *eventLoop
+	closed       atomic.Bool
+	laddr, raddr net.Addr
+}
+
+var errLoopConn = errors.New("resp: event-loop connection is read and written by its loop")
+
+func (f *fdConn) Read([]byte) (int, error)         { return 0, errLoopConn }
+func (f *fdConn) Write([]byte) (int, error)        { return 0, errLoopConn }
+func (f *fdConn) LocalAddr() net.Addr              { return f.laddr }
+func (f *fdConn) RemoteAddr() net.Addr             { return f.raddr }
+func (f *fdConn) SetDeadline(time.Time) error      { return nil }
+func (f *fdConn) SetReadDeadline(time.Time) error  { return nil }
+func (f *fdConn) SetWriteDeadline(time.Time) error { return nil }
+
+// Close asks the loop to close the connection; it returns at once.
+func (f *fdConn) Close() error {
+	if f.closed.CompareAndSwap(false, true) {
+		f.loop.wake()
+	}
+	return nil
+}
+
+// startLoops starts Options.EventLoops loops; Serve stops them.
+func (s *Server) startLoops() error {
+	for i := 0; i < s.opts.EventLoops; i++ {
+		l, err := newEventLoop(s)
+		if err != nil {
+			s.stopLoops()
+			return err
+		}
+		s.loops = append(s.loops, l)
+		go l.run()
+	}
+	return nil
+}
+
+// stopLoops stops the loops (after every connection is closed) and waits
+// for them.
+func (s *Server) stopLoops() {
+	for _, l := range s.loops {
+		l.mu.Lock()
+		l.stop = true
+		l.mu.Unlock()
+		l.wake()
+	}
+	for _, l := range s.loops {
+		<-l.done
+		l.epf.Close()
+		syscall.Close(l.wakeR)
+		syscall.Close(l.wakeW)
+	}
+	s.loops = nil
+}
+
+func newEventLoop(s *Server) (*eventLoop, error) {
+	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("resp: epoll_create1: %w", err)
+	}
+	var p [2]int
+	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
+		syscall.Close(epfd)
+		return nil, fmt.Errorf("resp: pipe2: %w", err)
+	}
+	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
+	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
+		syscall.Close(epfd)
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, fmt.Errorf("resp: epoll_ctl: %w", err)
+	}
+	// The loop waits for its epoll set on Go's network poller (an epoll
+	// descriptor is readable while it has events): the goroutine parks
+	// like any other instead of blocking its thread in epoll_wait, which
+	// would make the scheduler hand its P to another thread at every wait.
+	var epf *os.File
+	var rc syscall.RawConn
+	err = syscall.SetNonblock(epfd, true)
+	if err == nil {
+		epf = os.NewFile(uintptr(epfd), "resp-epoll")
+		rc, err = epf.SyscallConn()
+	}
+	if err != nil {
+		if epf != nil {
+			epf.Close()
+		} else {
+			syscall.Close(epfd)
+		}
+		syscall.Close(p[0])
+		syscall.Close(p[1])
+		return nil, fmt.Errorf("resp: polling the epoll descriptor: %w", err)
+	}
+	return &eventLoop{
+		s: s, epfd: epfd, epf: epf, rc: rc, wakeR: p[0], wakeW: p[1],
+		conns:  make(map[int]*client),
+		events: make([]syscall.EpollEvent, 256),
+		done:   make(chan struct{}),
+	}, nil
+}
+
+// detach moves a plain TCP connection off Go's network poller: it
+// duplicates the descriptor (the duplicate shares the non-blocking mode)
+// and closes the net.Conn. It returns the fdConn that replaces it, or nil
+// (the connection keeps its goroutine) if there are no loops or nc is not
+// a *net.TCPConn (TLS connections are not).
+func (s *Server) detach(nc net.Conn) *fdConn {
+	if len(s.loops) == 0 {
+		return nil
+	}
+	tc, ok := nc.(*net.TCPConn)
+	if !ok {
+		return nil
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	nfd := -1
+	var derr error
+	if err := rc.Control(func(fd uintptr) {
+		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
+		if e != 0 {
+			derr = e
+			return
+		}
+		nfd = int(r)
+	}); err != nil || derr != nil {
+		return nil
+	}
+	f := &fdConn{fd: nfd, laddr: tc.LocalAddr(), raddr: tc.RemoteAddr()}
+	tc.Close()
+	f.loop = s.loops[int(s.nextLoop.Add(1))%len(s.loops)]
+	return f
+}
+
+// attach hands a registered client whose nc is an fdConn to its loop.
+func (s *Server) attach(c *client) {
+	f := c.nc.(*fdConn)
+	c.fd = f.fd
+	l := f.loop
+	l.mu.Lock()
+	l.adds = append(l.adds, c)
+	l.mu.Unlock()
+	l.wake()
+}
+
+func (l *eventLoop) wake() {
+	if l.woken.CompareAndSwap(false, true) {
+		syscall.Write(l.wakeW, []byte{1})
+	}
+}
+
+func (l *eventLoop) run() {
+	defer close(l.done)
+	var sweep time.Duration // 0: no idle timeout
+	if t := l.s.opts.IdleTimeout; t > 0 {
+		sweep = min(max(t/8, 10*time.Millisecond), time.Second)
+		l.now = time.Now()
+		l.epf.SetReadDeadline(l.now.Add(sweep))
+	}
+	lastSweep := l.now
+	for {
+		n := 0
+		err := l.rc.Read(func(uintptr) bool {
+			// Non-blocking: the system call must not park the thread.
+			n = epollWaitNow(l.epfd, l.events)
+			return n != 0 // 0: wait for the epoll set to become readable
+		})
+		if sweep > 0 {
+			l.now = time.Now()
+			if l.now.Sub(lastSweep) >= sweep {
+				lastSweep = l.now
+				l.sweepIdle()
+				l.epf.SetReadDeadline(l.now.Add(sweep))
+			}
+		}
+		if err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue
+			}
+			l.s.log.Error("resp: event loop failed; closing its connections", "err", err)
+			l.closeAll(err)
+			l.waitStop()
+			return
+		}
+		for i := 0; i < n; i++ { // n < 0 (EINTR): none
+			ev := &l.events[i]
+			fd := int(ev.Fd)
+			if fd == l.wakeR {
+				if l.woke() {
+					return
+				}
+				continue
+			}
+			if c := l.conns[fd]; c != nil {
+				l.serve(c, ev.Events)
+			}
+		}
+	}
+}
+
+// The loop's system calls on its sockets and epoll set never block, so they
+// are made raw: without telling the scheduler, which would otherwise
+// prepare to hand the P to another thread around every call.
+
+func epollWaitNow(epfd int, events []syscall.EpollEvent) int {
+	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), 0, 0, 0)
+	if e != 0 {
+		return -1
+	}
+	return int(r)
+}
+
+func rawRead(fd int, b []byte) (int, error) {
+	r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+func rawWrite(fd int, b []byte) (int, error) {
+	r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
+	if e != 0 {
+		return -1, e
+	}
+	return int(r), nil
+}
+
+// woke handles the wake pipe: new connections, Close requests and stop.
+// It reports whether the loop must end.
+func (l *eventLoop) woke() bool {
+	var buf [64]byte
+	for {
+		if n, _ := syscall.Read(l.wakeR, buf[:]); n <= 0 {
+			break
+		}
+	}
+	// Only now, with the pipe empty: a wake() after this writes a byte
+	// again, and one before it is seen below (its change precedes it).
+	l.woken.Store(false)
+	l.mu.Lock()
+	adds, stop := l.adds, l.stop
+	l.adds = nil
+	l.mu.Unlock()
+	now := time.Now()
+	for _, c := range adds {
+		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.fd)}
+		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+			syscall.Close(c.fd)
+			l.s.connDone(c, err)
+			continue
+		}
+		c.lastRead = now
+		l.conns[c.fd] = c
+	}
+	for _, c := range l.conns {
+		if c.nc.(*fdConn).closed.Load() {
+			l.closeConn(c, nil)
+		}
+	}
+	if stop {
+		l.closeAll(nil)
+		return true
+	}
+	return false
+}
+
+// waitStop waits for stopLoops after a fatal epoll error.
+func (l *eventLoop) waitStop() {
+	for {
+		l.mu.Lock()
+		stop, adds := l.stop, l.adds
+		l.adds = nil
+		l.mu.Unlock()
+		for _, c := range adds {
+			syscall.Close(c.fd)
+			l.s.connDone(c, nil)
+		}
+		if stop {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (l *eventLoop) closeAll(err error) {
+	for _, c := range l.conns {
+		l.closeConn(c, err)
+	}
+}
+
+func (l *eventLoop) sweepIdle() {
+	t := l.s.opts.IdleTimeout
+	for _, c := range l.conns {
+		if l.now.Sub(c.lastRead) >= t {
+			l.closeConn(c, nil)
+		}
+	}
+}
+
+// closeConn closes a connection of the loop and unregisters it.
+func (l *eventLoop) closeConn(c *client, err error) {
+	if l.conns[c.fd] != c {
+		return // already closed: never close a descriptor number twice
+	}
+	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, nil)
+	syscall.Close(c.fd)
+	delete(l.conns, c.fd)
+	c.nc.(*fdConn).closed.Store(true) // connDone's Close is then a no-op
+	l.s.connDone(c, err)
+}
+
+// serve handles the events of one connection.
+func (l *eventLoop) serve(c *client, events uint32) {
+	defer func() {
+		if r := recover(); r != nil { // never let one connection take the loop down
+			l.s.log.Error("resp: panic serving connection", "client", c.id, "addr", c.addr, "panic", r, "stack", string(debug.Stack()))
+			l.closeConn(c, fmt.Errorf("panic: %v", r))
+		}
+	}()
+	if c.wantWrite {
+		if events&(syscall.EPOLLOUT|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
+			return
+		}
+		if !l.flush(c) || c.wantWrite {
+			return
+		}
+		// The replies are out: run the input that waited for them.
+		if !l.process(c) {
+			return
+		}
+	}
+	if events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
+		return
+	}
+	if err := c.makeRoom(); err != nil {
+		if errors.Is(err, errQueryBudget) {
+			l.s.budgetExceeded(c)
+			if !l.flush(c) {
+				return // closed by the failed write
+			}
+		}
+		l.closeConn(c, err)
+		return
+	}
+	n, err := rawRead(c.fd, c.in[c.w:])
+	if err == syscall.EAGAIN || err == syscall.EINTR {
+		return // level-triggered: reported again while input is there
+	}
+	if n <= 0 {
+		l.closeConn(c, err) // EOF or a reset
+		return
+	}
+	c.w += n
+	c.lastN = n
+	c.lastRead = l.now // zero without an idle timeout: then never read
+	l.process(c)
+}
+
+// process runs the buffered commands and writes their replies until the
+// input is used up or a write would block. It reports whether c is still
+// open.
+func (l *eventLoop) process(c *client) bool {
+	for {
+		st := l.s.runBuffered(c)
+		c.endBatch()
+		if !l.flush(c) {
+			return false
+		}
+		if st == stepClose {
+			l.closeConn(c, nil) // replies written as far as the socket took them
+			return false
+		}
+		if c.wantWrite || st == stepRead {
+			return true
+		}
+	}
+}
+
+// flush writes c.out without blocking. What the socket does not take waits
+// for EPOLLOUT (c.wantWrite, input not read meanwhile: the backpressure a
+// blocking write gives). It reports whether c is still open.
+func (l *eventLoop) flush(c *client) bool {
+	for c.outOff < len(c.out) {
+		n, err := rawWrite(c.fd, c.out[c.outOff:])
+		if n > 0 {
+			c.outOff += n
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			if !c.wantWrite {
+				c.wantWrite = true
+				l.interest(c, syscall.EPOLLOUT)
+			}
+			return true
+		case err != nil:
+			l.closeConn(c, err)
+			return false
+		}
+	}
+	if cap(c.out) > maxKeptReply {
+		c.out = nil
+	} else {
+		c.out = c.out[:0]
+	}
+	c.outOff = 0
+	if c.wantWrite {
+		c.wantWrite = false
+		l.interest(c, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+	}
+	return true
+}
+
+func (l *eventLoop) interest(c *client, events uint32) {
+	ev := syscall.EpollEvent{Events: events, Fd: int32(c.fd)}
+	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_MOD, c.fd, &ev)
+}

@@ -1,0 +1,64 @@
+//go:build linux
+
+package resp
+
+import (
+	"bufio"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// TestEventLoopServesPlainTCP checks that with EventLoops a plain TCP
+// connection is moved onto a loop (not left on a goroutine), is served
+// there, and is closed by Close.
+func TestEventLoopServesPlainTCP(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	s := New(engine.Local(eng), Options{EventLoops: 1})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || line != ":1\r\n" {
+		t.Fatalf("INCR reply %q, %v", line, err)
+	}
+	s.mu.Lock()
+	n, onLoop := len(s.clients), 0
+	for cl := range s.clients {
+		if _, ok := cl.nc.(*fdConn); ok {
+			onLoop++
+		}
+	}
+	s.mu.Unlock()
+	if n != 1 || onLoop != 1 {
+		t.Fatalf("%d clients, %d on an event loop; want 1 and 1", n, onLoop)
+	}
+	s.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	if _, err := c.Read(make([]byte, 1)); err == nil {
+		t.Fatal("connection still open after Close")
+	}
+}

@@ -1,0 +1,157 @@
+// Package collector is the pipeline's front door: POST /events (and the
+// RESP command EVENTS.ADD, through Collector.Add) takes a batch of events,
+// checks it against event.Limits and hands it to a Sink: a stream
+// producer, which answers once the stream acknowledged the batch, or in
+// the embedded mode the consumer's applier, which answers once the
+// effects are on disk. A bad batch is refused whole with a typed error and
+// appends nothing.
+package collector
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/pipeline/stream"
+)
+
+// Sink takes a checked batch. Dead letters are returned by the embedded
+// sink, which applies the rules at once; stream sinks return none (the
+// consumers dead-letter later).
+type Sink interface {
+	Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]DeadLetter, error)
+}
+
+// ProducerSink adapts a stream.Producer.
+type ProducerSink struct{ P stream.Producer }
+
+// Append appends to the stream.
+func (s ProducerSink) Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]DeadLetter, error) {
+	return nil, s.P.Append(ctx, evs, enc)
+}
+
+// ErrNoSink: the node has no stream and no rules to apply events with.
+var ErrNoSink = errors.New("collector: events are not accepted: no --kafka, --nats or --rules")
+
+// ErrBodyTooLarge: the request body exceeds Options.MaxBodyBytes.
+var ErrBodyTooLarge = errors.New("collector: request body too large")
+
+// Options configure a Collector. Zero fields take the defaults.
+type Options struct {
+	Limits       event.Limits
+	MaxBodyBytes int64 // largest POST /events body (default 16 MiB)
+	// Collected, when set, is called with the number of events accepted
+	// and the front end ("http", "resp").
+	Collected func(frontend string, n int)
+}
+
+// Collector checks batches and appends them to its sink. Safe for
+// concurrent use.
+type Collector struct {
+	sink Sink // nil: ErrNoSink
+	opts Options
+}
+
+// New returns a Collector over sink (nil refuses every batch with ErrNoSink).
+func New(sink Sink, opts Options) *Collector {
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 16 << 20
+	}
+	return &Collector{sink: sink, opts: opts}
+}
+
+// Result is what an accepted batch answers.
+type Result struct {
+	Accepted int `json:"accepted"`
+	// DeadLetters, in the embedded mode, are the events the rules could
+	// not apply (index in the batch and reason); they changed nothing.
+	DeadLetters []DeadLetter `json:"dead_letters,omitempty"`
+}
+
+// DeadLetter is an event of the batch that was dead-lettered.
+type DeadLetter struct {
+	Index  int    `json:"index"`
+	ID     string `json:"id"`
+	Reason string `json:"reason"`
+}
+
+// Add checks a batch (JSON array or NDJSON) and appends it.
+func (c *Collector) Add(ctx context.Context, frontend string, body []byte) (Result, error) {
+	if c.sink == nil {
+		return Result{}, ErrNoSink
+	}
+	evs, enc, err := event.ParseBatchRaw(body, c.opts.Limits)
+	if err != nil {
+		return Result{}, err
+	}
+	dead, err := c.sink.Append(ctx, evs, enc)
+	if err != nil {
+		return Result{}, err
+	}
+	if c.opts.Collected != nil {
+		c.opts.Collected(frontend, len(evs))
+	}
+	return Result{Accepted: len(evs), DeadLetters: dead}, nil
+}
+
+// Wire error codes of POST /events (docs/pipeline.md).
+const (
+	codeInvalidEvent = "invalid_event"
+	codeTooLarge     = "too_large"
+	codeUnavailable  = "unavailable"
+	codeMethod       = "method_not_allowed"
+)
+
+// Classify returns the wire code and HTTP status of an Add error.
+func Classify(err error) (code string, status int) {
+	switch {
+	case errors.Is(err, event.ErrInvalid):
+		return codeInvalidEvent, http.StatusBadRequest
+	case errors.Is(err, event.ErrTooLarge), errors.Is(err, ErrBodyTooLarge):
+		return codeTooLarge, http.StatusRequestEntityTooLarge
+	}
+	return codeUnavailable, http.StatusServiceUnavailable
+}
+
+// ServeHTTP serves POST /events: 202 with the Result once the batch is
+// durable on the stream (or, embedded, applied and on disk).
+func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeJSON(w, http.StatusMethodNotAllowed, errorBody(codeMethod, "use POST", nil))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.opts.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			err = fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, c.opts.MaxBodyBytes)
+		} else {
+			err = fmt.Errorf("%w: read body: %v", event.ErrInvalid, err)
+		}
+		c.fail(w, err)
+		return
+	}
+	res, err := c.Add(r.Context(), "http", body)
+	if err != nil {
+		c.fail(w, err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, struct {
+		Status string `json:"status"`
+		Result
+	}{"accepted", res})
+}
+
+func (c *Collector) fail(w http.ResponseWriter, err error) {
+	code, status := Classify(err)
+	var idx *int
+	var ee *event.Error
+	if errors.As(err, &ee) {
+		idx = &ee.Index
+	}
+	writeJSON(w, status, errorBody(code, err.Error(), idx))
+}

@@ -1,0 +1,365 @@
+// Package consumer applies events to counters exactly once.
+//
+// An Applier turns records into engine ops with the rules, coalesces them
+// per counter and applies them in engine batches. Each event that changes
+// something is deduplicated by its id: the batch that applies its effect
+// also creates the marker counter "_events:<id>" with ExpectedVersion 0
+// (must not exist) and the rules file's dedupe TTL. Both land in one
+// atomic engine batch, so an event is either applied with its marker or
+// not at all; a redelivered or duplicated event finds its marker and is
+// skipped, and a racing duplicate fails the batch with a version conflict
+// on its marker and is dropped before the batch is retried. Every batch
+// also carries an idempotency key derived from its stream position
+// (source, partition, first and last offset.index), so a retried apply after an
+// ambiguous error replays instead of applying again. The engine writes a
+// batch with an idempotency key to disk atomically with its record (its
+// flush gate), so each batch is applied asynchronously and one synced
+// write at the end of Apply waits for all of them: on disk before the
+// stream's offsets are committed.
+//
+// A Loop polls a stream.Consumer, applies, publishes dead letters and
+// commits. Killed at any point, the records after the last commit are
+// delivered again and skipped by their markers.
+package consumer
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync/atomic"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/pipeline/rules"
+	"github.com/counterd/counterd/internal/pipeline/stream"
+)
+
+// MarkerPrefix starts the id of every event-id marker counter.
+const MarkerPrefix = "_events:"
+
+// MarkerID returns the marker counter of event id: MarkerPrefix + id, or
+// MarkerPrefix + "#" + a SHA-256 prefix when that would be too long.
+func MarkerID(id string) string {
+	if len(MarkerPrefix)+len(id) <= engine.MaxIDLen && id != "" && id[0] != '#' {
+		return MarkerPrefix + id
+	}
+	sum := sha256.Sum256([]byte(id))
+	return MarkerPrefix + "#" + hex.EncodeToString(sum[:16])
+}
+
+// Applier applies records exactly once. Safe for concurrent use; SetRules
+// swaps the rules atomically.
+type Applier struct {
+	be     engine.Backend
+	rules  atomic.Pointer[rules.Set]
+	limits event.Limits
+	opLim  engine.Limits
+	maxOps int
+	m      *Metrics
+}
+
+// NewApplier returns an Applier over be with rules rs. m may be nil.
+func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*Applier, error) {
+	caps := be.Capabilities()
+	if caps.Batches != engine.BatchAtomic {
+		return nil, fmt.Errorf("consumer: exactly-once needs a backend with atomic batches; %s batches are %s", caps.Mode, caps.Batches)
+	}
+	if m == nil {
+		m = NewMetrics(nil)
+	}
+	a := &Applier{be: be, limits: l, opLim: caps.Limits, maxOps: caps.Limits.MaxBatch, m: m}
+	if a.maxOps <= 0 {
+		a.maxOps = engine.DefaultLimits().MaxBatch
+	}
+	a.rules.Store(rs)
+	return a, nil
+}
+
+// SetRules replaces the rules for the next batches.
+func (a *Applier) SetRules(rs *rules.Set) { a.rules.Store(rs) }
+
+// Rules returns the rules in use.
+func (a *Applier) Rules() *rules.Set { return a.rules.Load() }
+
+// Metrics returns the applier's metrics.
+func (a *Applier) Metrics() *Metrics { return a.m }
+
+// pending is one event on its way into a batch.
+type pending struct {
+	rec    stream.Record
+	marker string
+	hits   []rules.Hit
+	drop   bool // duplicate or dead-lettered
+}
+
+// Apply applies recs, records of one partition of source in offset order,
+// and returns the dead letters (records that decode badly, fail a rule or
+// whose op the engine refuses), which the caller publishes. An error
+// means some batches may not have been applied; applying recs again is
+// safe.
+func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record) ([]stream.DeadLetter, error) {
+	rs := a.rules.Load()
+	var dead []stream.DeadLetter
+	evs := make([]*pending, 0, len(recs))
+	seen := make(map[string]bool, len(recs))
+	for i := range recs {
+		ev, err := event.Decode(recs[i].Value, a.limits)
+		if err != nil {
+			dead = append(dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+			continue
+		}
+		hits, err := rs.Eval(rules.NewInput(&ev), nil)
+		if err == nil {
+			err = a.validate(hits)
+		}
+		if err != nil {
+			dead = append(dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+			continue
+		}
+		a.m.ruleHits(hits)
+		if len(hits) == 0 {
+			a.m.Events.WithLabelValues("filtered").Inc()
+			continue
+		}
+		mk := MarkerID(ev.ID)
+		if seen[mk] {
+			a.m.Events.WithLabelValues("duplicate").Inc()
+			continue
+		}
+		seen[mk] = true
+		evs = append(evs, &pending{rec: recs[i], marker: mk, hits: hits})
+	}
+	// Skip what an earlier delivery (or an earlier copy) applied.
+	live := evs[:0]
+	for _, p := range evs {
+		_, _, exists, err := a.be.TTL(ctx, p.marker)
+		if err != nil {
+			return nil, err
+		}
+		if exists {
+			a.m.Events.WithLabelValues("duplicate").Inc()
+			continue
+		}
+		live = append(live, p)
+	}
+	applied := false
+	for len(live) > 0 {
+		n, ok, err := a.applyChunk(ctx, source, rs, live, &dead)
+		if err != nil {
+			return nil, err
+		}
+		applied = applied || ok
+		live = live[n:]
+	}
+	if applied {
+		// The chunks went in with async durability, each atomic on disk
+		// with its idempotency record; one synced write of the progress
+		// counter waits for all of them (engine group commit).
+		last := recs[len(recs)-1]
+		op := engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset}
+		if _, err := a.be.Apply(ctx, op, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+		}
+	}
+	a.m.Dead.Add(float64(len(dead)))
+	if len(dead) > 0 {
+		a.m.Events.WithLabelValues("dead").Add(float64(len(dead)))
+	}
+	return dead, nil
+}
+
+// validate checks the ops of hits against the backend's limits, so that
+// an event the engine would refuse is dead-lettered alone.
+func (a *Applier) validate(hits []rules.Hit) error {
+	for i := range hits {
+		if err := hits[i].Op.Validate(a.opLim); err != nil {
+			return fmt.Errorf("rule %q: %w", hits[i].Rule.Name, err)
+		}
+	}
+	return nil
+}
+
+// chunk is one engine batch being built: markers and coalesced ops.
+type chunk struct {
+	ops    []engine.Op
+	from   [][]int // from[i]: indexes (in the chunk's events) of the events behind ops[i]
+	byKey  map[opKey]int
+	events []*pending
+}
+
+type opKey struct {
+	t      engine.OpType
+	id     string
+	window counter.WindowSpec
+}
+
+// add adds p's ops to c unless that would pass maxOps; it reports whether
+// it did.
+func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
+	need := 1
+	for i := range p.hits {
+		op := &p.hits[i].Op
+		if _, ok := c.byKey[opKey{op.Type, op.ID, op.Window}]; !ok {
+			need++
+		}
+	}
+	if len(c.ops)+need > maxOps {
+		return false
+	}
+	for i := range p.hits {
+		op := &p.hits[i].Op
+		j, ok := c.byKey[opKey{op.Type, op.ID, op.Window}]
+		if ok && !merge(&c.ops[j], op, maxItems) {
+			if len(c.ops)+1 > maxOps {
+				return false
+			}
+			ok = false
+		}
+		if !ok {
+			j = len(c.ops)
+			c.byKey[opKey{op.Type, op.ID, op.Window}] = j
+			c.ops = append(c.ops, cloneOp(op))
+			c.from = append(c.from, nil)
+		}
+		c.from[j] = append(c.from[j], len(c.events))
+	}
+	c.ops = append(c.ops, engine.Op{Type: engine.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
+	c.from = append(c.from, []int{len(c.events)})
+	c.events = append(c.events, p)
+	return true
+}
+
+func cloneOp(op *engine.Op) engine.Op {
+	o := *op
+	o.Items = append([][]byte(nil), op.Items...)
+	o.Fields = append([]counter.FieldDelta(nil), op.Fields...)
+	return o
+}
+
+// merge folds src into dst (same type and id); false when it cannot
+// (overflow, too many items).
+func merge(dst, src *engine.Op, maxItems int) bool {
+	switch dst.Type {
+	case engine.OpAdd:
+		sum := dst.Delta + src.Delta
+		if (dst.Delta >= 0) == (src.Delta >= 0) && (sum >= 0) != (dst.Delta >= 0) {
+			return false // overflow: keep them apart, the engine decides
+		}
+		dst.Delta = sum
+	case engine.OpPFAdd:
+		if len(dst.Items)+len(src.Items) > maxItems {
+			return false
+		}
+		dst.Items = append(dst.Items, src.Items...)
+	case engine.OpHAdd:
+		for _, f := range src.Fields {
+			found := false
+			for i := range dst.Fields {
+				if dst.Fields[i].Name == f.Name {
+					s := dst.Fields[i].Delta + f.Delta
+					if (f.Delta > 0 && s < dst.Fields[i].Delta) || (f.Delta < 0 && s > dst.Fields[i].Delta) {
+						return false
+					}
+					dst.Fields[i].Delta = s
+					found = true
+					break
+				}
+			}
+			if !found {
+				if len(dst.Fields) >= maxItems {
+					return false
+				}
+				dst.Fields = append(dst.Fields, f)
+			}
+		}
+	default:
+		return false
+	}
+	return true
+}
+
+// ProgressID is the counter that holds the last offset of partition of
+// source the consumer applied (informational: exactly-once rests on the
+// event markers).
+func ProgressID(source string, partition int32) string {
+	id := fmt.Sprintf("_pipeline:%s:%d", source, partition)
+	if len(id) > engine.MaxIDLen {
+		sum := sha256.Sum256([]byte(id))
+		id = "_pipeline:#" + hex.EncodeToString(sum[:16])
+	}
+	return id
+}
+
+// applyChunk builds one batch from the front of evs, applies it and
+// returns how many events it consumed (applied, duplicate or dead) and
+// whether it applied a batch.
+func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, evs []*pending, dead *[]stream.DeadLetter) (int, bool, error) {
+	maxItems := a.opLim.MaxItems
+	if maxItems <= 0 {
+		maxItems = engine.MaxItems
+	}
+	for attempt := 0; ; attempt++ {
+		c := chunk{byKey: map[opKey]int{}}
+		n := 0
+		for n < len(evs) {
+			if evs[n].drop {
+				n++
+				continue
+			}
+			if !c.add(evs[n], a.maxOps, maxItems) {
+				break
+			}
+			n++
+		}
+		if len(c.events) == 0 {
+			return n, false, nil
+		}
+		for i := range c.ops {
+			if c.ops[i].Type == engine.OpSet {
+				c.ops[i].TTL = rs.Dedupe
+			}
+		}
+		first, last := c.events[0].rec, c.events[len(c.events)-1].rec
+		key := fmt.Sprintf("pipeline:%s:%d:%d.%d-%d.%d:%x", source, first.Partition, first.Offset, first.Index, last.Offset, last.Index, engine.Fingerprint(c.ops))
+		if len(key) > engine.MaxIdempotencyKeyLen {
+			sum := sha256.Sum256([]byte(key))
+			key = "pipeline:#" + hex.EncodeToString(sum[:16])
+		}
+		_, err := a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
+		if err == nil {
+			a.m.Events.WithLabelValues("applied").Add(float64(len(c.events)))
+			a.m.Batches.Inc()
+			return n, true, nil
+		}
+		var be *engine.BatchError
+		if !errors.As(err, &be) || be.Index < 0 || be.Index >= len(c.ops) {
+			return 0, false, fmt.Errorf("consumer: apply %s: %w", key, err)
+		}
+		op := &c.ops[be.Index]
+		for _, ei := range c.from[be.Index] {
+			p := c.events[ei]
+			p.drop = true
+			if op.Type == engine.OpSet && errors.Is(err, engine.ErrVersionConflict) {
+				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
+				continue
+			}
+			*dead = append(*dead, stream.DeadLetter{Record: p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
+		}
+		if attempt > len(evs)+1 {
+			panic("consumer: a batch kept failing after every event it named was dropped")
+		}
+	}
+}
+
+// Events applies a batch the collector received, in the embedded mode
+// (no stream): positions are the batch's sequence number and indexes.
+func (a *Applier) Events(ctx context.Context, seq int64, encoded [][]byte) ([]stream.DeadLetter, error) {
+	recs := make([]stream.Record, len(encoded))
+	for i, b := range encoded {
+		recs[i] = stream.Record{Partition: 0, Offset: seq + int64(i), Value: b}
+	}
+	return a.Apply(ctx, "http", recs)
+}

@@ -1,0 +1,228 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/pipeline/rules"
+	"github.com/counterd/counterd/internal/pipeline/stream"
+)
+
+const testRules = `rules:
+  - name: views
+    filter: event.type == "view"
+    counter: '"views:" + event.post'
+    add: "1"
+  - name: viewers
+    filter: event.type == "view"
+    counter: '"viewers:" + event.post'
+    pfadd: event.user
+  - name: by-country
+    filter: event.type == "view"
+    counter: '"countries:" + event.post'
+    hadd: {field: event.country}
+`
+
+func newApplier(t testing.TB, maxBatch int) (*Applier, *engine.Engine) {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.MaxBatch = maxBatch
+	e, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	rs, err := rules.Load("rules.yaml", []byte(testRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewApplier(engine.Local(e), rs, event.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, e
+}
+
+// records returns n events of 3 posts as records at offsets 0..n-1; every
+// 7th repeats the id of the one before; every 50th has no post (its
+// counter template fails), every 13th is a click (filtered out).
+func records(n int) (recs []stream.Record, views map[string]int64, bad map[int64]bool) {
+	bad = map[int64]bool{}
+	id := 0
+	for i := range n {
+		if i%7 != 6 {
+			id++
+		}
+		post := fmt.Sprintf("p%d", id%3)
+		var js string
+		switch {
+		case i%50 == 49:
+			js = fmt.Sprintf(`{"id":"bad-%d","type":"view","ts":1,"user":"u"}`, i)
+			bad[int64(i)] = true
+		case id%13 == 0:
+			js = fmt.Sprintf(`{"id":"e%d","type":"click","ts":1,"post":%q}`, id, post)
+		default:
+			js = fmt.Sprintf(`{"id":"e%d","type":"view","ts":1,"post":%q,"user":"u%d","country":"c%d"}`, id, post, id%10, id%2)
+		}
+		recs = append(recs, stream.Record{Partition: 2, Offset: int64(i), Value: []byte(js)})
+	}
+	// What counts: the first view of each id with a post.
+	views = map[string]int64{}
+	seen := map[string]bool{}
+	for _, r := range recs {
+		e, err := event.Decode(r.Value, event.Limits{})
+		if err != nil || e.Type != "view" || seen[e.ID] {
+			continue
+		}
+		if _, ok := e.Attrs["post"]; !ok {
+			continue
+		}
+		seen[e.ID] = true
+		views[e.Attrs["post"].(string)]++
+	}
+	return recs, views, bad
+}
+
+func checkViews(t *testing.T, e *engine.Engine, views map[string]int64) {
+	t.Helper()
+	for post, want := range views {
+		v, err := e.Get("views:" + post)
+		if err != nil || v.Value != want {
+			t.Errorf("views:%s = %d (%v), want %d", post, v.Value, err, want)
+		}
+		c, err := e.Get("countries:" + post)
+		var sum int64
+		for _, f := range c.Fields {
+			sum += f.Value
+		}
+		if err != nil || sum != want {
+			t.Errorf("countries:%s fields sum to %d (%v), want %d", post, sum, err, want)
+		}
+	}
+}
+
+func checkDead(t *testing.T, dead []stream.DeadLetter, bad map[int64]bool) {
+	t.Helper()
+	got := map[int64]bool{}
+	for _, d := range dead {
+		if !bad[d.Record.Offset] || got[d.Record.Offset] {
+			t.Errorf("unexpected dead letter at %d: %s", d.Record.Offset, d.Reason)
+		}
+		got[d.Record.Offset] = true
+		if !strings.Contains(d.Reason, `rule "views" counter`) {
+			t.Errorf("dead letter at %d: reason %q", d.Record.Offset, d.Reason)
+		}
+	}
+	if len(got) != len(bad) {
+		t.Errorf("%d dead letters, want %d", len(got), len(bad))
+	}
+}
+
+// TestApplyExactlyOnce: records applied, then delivered again whole and
+// in overlapping slices (a consumer restarted from an older commit),
+// count once; small engine batches split the work into many chunks.
+func TestApplyExactlyOnce(t *testing.T) {
+	for _, maxBatch := range []int{1000, 10} {
+		t.Run(fmt.Sprint("maxBatch=", maxBatch), func(t *testing.T) {
+			a, e := newApplier(t, maxBatch)
+			recs, views, bad := records(2000)
+			ctx := context.Background()
+			dead, err := a.Apply(ctx, "test", recs[:1200])
+			if err != nil {
+				t.Fatal(err)
+			}
+			more, err := a.Apply(ctx, "test", recs[1200:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkDead(t, append(dead, more...), bad)
+			checkViews(t, e, views)
+			for _, r := range [][2]int{{0, 2000}, {500, 1500}, {1199, 1201}} {
+				dead, err := a.Apply(ctx, "test", recs[r[0]:r[1]])
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, d := range dead {
+					if !bad[d.Record.Offset] {
+						t.Errorf("redelivery dead-lettered %d: %s", d.Record.Offset, d.Reason)
+					}
+				}
+			}
+			checkViews(t, e, views)
+			if n, _, _ := e.PFCount("viewers:p1"); n < 9 || n > 10 {
+				t.Errorf("viewers:p1 = %d, want 10 (HLL)", n)
+			}
+		})
+	}
+}
+
+// TestApplyConcurrentCopies: two appliers (a zombie and its successor, or
+// two nodes of a JetStream durable consumer) apply the same records at
+// once; the marker of each event lets exactly one of them count it.
+func TestApplyConcurrentCopies(t *testing.T) {
+	a, e := newApplier(t, 50)
+	b, err := NewApplier(engine.Local(e), a.Rules(), event.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, views, _ := records(3000)
+	var wg sync.WaitGroup
+	for _, ap := range []*Applier{a, b, a, b} {
+		wg.Go(func() {
+			for i := 0; i < len(recs); i += 100 {
+				if _, err := ap.Apply(context.Background(), "test", recs[i:i+100]); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	checkViews(t, e, views)
+}
+
+// TestApplyRefusedOp: an op the engine refuses at apply time (a counter
+// of another kind) dead-letters the events behind it and applies the rest.
+func TestApplyRefusedOp(t *testing.T) {
+	a, e := newApplier(t, 1000)
+	ctx := context.Background()
+	if _, err := e.Apply(ctx, engine.Op{Type: engine.OpPFAdd, ID: "views:p9", Items: [][]byte{[]byte("x")}}, engine.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	recs := []stream.Record{
+		{Offset: 0, Value: []byte(`{"id":"a","type":"view","ts":1,"post":"p1","user":"u","country":"de"}`)},
+		{Offset: 1, Value: []byte(`{"id":"b","type":"view","ts":1,"post":"p9","user":"u","country":"de"}`)},
+		{Offset: 2, Value: []byte(`{"id":"c","type":"view","ts":1,"post":"p1","user":"u","country":"de"}`)},
+		{Offset: 3, Value: []byte(`not json`)},
+	}
+	dead, err := a.Apply(ctx, "test", recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(dead) != 2 || dead[0].Record.Offset != 3 || dead[1].Record.Offset != 1 || !strings.Contains(dead[1].Reason, "wrong kind") {
+		t.Fatalf("dead letters %+v", dead)
+	}
+	checkViews(t, e, map[string]int64{"p1": 2})
+	if _, _, exists := e.TTL(MarkerID("b")); exists {
+		t.Fatal("the refused event left its marker")
+	}
+}
+
+func TestMarkerID(t *testing.T) {
+	long := strings.Repeat("x", 250)
+	for _, id := range []string{"a", "#a", long, long + "y"} {
+		m := MarkerID(id)
+		if err := engine.ValidateID(m); err != nil {
+			t.Errorf("MarkerID(%q) = %q: %v", id, m, err)
+		}
+	}
+	if MarkerID(long) == MarkerID(long+"y") || MarkerID("#a") == MarkerID("a") {
+		t.Error("distinct ids share a marker")
+	}
+}

@@ -1,0 +1,87 @@
+package consumer
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"time"
+
+	"github.com/counterd/counterd/internal/pipeline/stream"
+)
+
+// Run polls c, applies each group with a, publishes the dead letters and
+// commits, until ctx is done. Nothing is committed before it is applied
+// (durably) and dead-lettered; on an error the same records are retried
+// with backoff, never skipped. Run returns nil when ctx is done.
+func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) error {
+	lagAt := time.Time{}
+	for {
+		groups, err := c.Poll(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			log.Warn("pipeline: poll", "stream", c.Name(), "err", err)
+			if !sleep(ctx, time.Second) {
+				return nil
+			}
+			continue
+		}
+		for _, g := range groups {
+			if !retry(ctx, log, "apply", func() error {
+				dead, err := a.Apply(ctx, c.Name(), g)
+				if err != nil {
+					return err
+				}
+				if len(dead) == 0 {
+					return nil
+				}
+				for _, d := range dead {
+					log.Debug("pipeline: dead letter", "pos", d.Record.Pos(), "reason", d.Reason)
+				}
+				return c.DeadLetter(ctx, dead)
+			}) {
+				return nil
+			}
+		}
+		if !retry(ctx, log, "commit", func() error { return c.Commit(ctx, groups) }) {
+			return nil
+		}
+		if now := time.Now(); now.Sub(lagAt) >= time.Second {
+			lagAt = now
+			for p, l := range c.Lag(ctx) {
+				a.m.Lag.WithLabelValues(strconv.Itoa(int(p))).Set(float64(l))
+			}
+		}
+	}
+}
+
+// retry runs fn until it succeeds or ctx is done (false).
+func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) bool {
+	wait := 50 * time.Millisecond
+	for {
+		err := fn()
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		log.Warn("pipeline: "+what+" failed, retrying", "err", err, "in", wait)
+		if !sleep(ctx, wait) {
+			return false
+		}
+		wait = min(2*wait, 5*time.Second)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

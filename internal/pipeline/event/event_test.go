@@ -1,0 +1,130 @@
+package event
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestParseBatch(t *testing.T) {
+	f := func(name, in string, want int, wantErr error, wantIndex int) {
+		t.Run(name, func(t *testing.T) {
+			evs, err := ParseBatch([]byte(in), Limits{MaxEvents: 3, MaxEventBytes: 200, MaxAttrs: 2})
+			if wantErr != nil {
+				if !errors.Is(err, wantErr) {
+					t.Fatalf("err = %v, want %v", err, wantErr)
+				}
+				var ee *Error
+				if wantIndex >= 0 && (!errors.As(err, &ee) || ee.Index != wantIndex) {
+					t.Fatalf("err = %v, want index %d", err, wantIndex)
+				}
+				return
+			}
+			if err != nil || len(evs) != want {
+				t.Fatalf("got %d events, %v; want %d", len(evs), err, want)
+			}
+		})
+	}
+	f("array", `[{"id":"a","type":"t","ts":1},{"id":"b","type":"t","ts":"2026-01-02T03:04:05Z"}]`, 2, nil, 0)
+	f("ndjson", "{\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n\n{\"id\":\"b\",\"type\":\"t\",\"ts\":2,\"x\":{\"y\":[1]}}\n", 2, nil, 0)
+	f("empty", " \n", 0, ErrInvalid, -1)
+	f("empty array", "[]", 0, ErrInvalid, -1)
+	f("too many", `[{"id":"a","type":"t","ts":1},{"id":"a","type":"t","ts":1},{"id":"a","type":"t","ts":1},{"id":"a","type":"t","ts":1}]`, 0, ErrTooLarge, -1)
+	f("no id", `[{"type":"t","ts":1}]`, 0, ErrInvalid, 0)
+	f("numeric id", `[{"id":1,"type":"t","ts":1}]`, 0, ErrInvalid, 0)
+	f("control in id", `[{"id":"a\u0001","type":"t","ts":1}]`, 0, ErrInvalid, 0)
+	f("no type", "{\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n{\"id\":\"a\",\"ts\":1}", 0, ErrInvalid, 1)
+	f("bad ts", `[{"id":"a","type":"t","ts":"yesterday"}]`, 0, ErrInvalid, 0)
+	f("fractional ts", `[{"id":"a","type":"t","ts":1.5}]`, 0, ErrInvalid, 0)
+	f("negative ts", `[{"id":"a","type":"t","ts":-1}]`, 0, ErrInvalid, 0)
+	f("too many attrs", `[{"id":"a","type":"t","ts":1,"x":1,"y":2,"z":3}]`, 0, ErrTooLarge, 0)
+	f("event too big", `[{"id":"a","type":"t","ts":1,"x":"`+strings.Repeat("x", 300)+`"}]`, 0, ErrTooLarge, 0)
+	f("ndjson line too big", `{"id":"a","type":"t","ts":1,"x":"`+strings.Repeat("x", 300)+`"}`, 0, ErrTooLarge, 0)
+	f("not an object", `[1]`, 0, ErrInvalid, -1)
+	f("trailing data", `[{"id":"a","type":"t","ts":1}] x`, 0, ErrInvalid, -1)
+	f("two objects on a line", `{"id":"a","type":"t","ts":1} {"id":"b","type":"t","ts":1}`, 0, ErrInvalid, 0)
+}
+
+func TestEncodeRoundTrip(t *testing.T) {
+	evs, err := ParseBatch([]byte(`[{"id":"a","type":"t","ts":"2026-01-02T03:04:05.123+01:00","n":12345678901234,"f":1.5,"s":"<&>","o":{"k":[true,null]}}]`), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := evs[0]
+	if e.TS != 1767319445123 {
+		t.Fatalf("ts = %d", e.TS)
+	}
+	back, err := Decode(Encode(&e), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(Encode(&back)) != string(Encode(&e)) {
+		t.Fatalf("round trip changed the event: %s vs %s", Encode(&back), Encode(&e))
+	}
+}
+
+// FuzzParseBatch: any input parses or fails with a typed error; what
+// parses re-encodes to events that decode to the same encoding.
+func FuzzParseBatch(f *testing.F) {
+	f.Add([]byte(`[{"id":"a","type":"t","ts":1}]`))
+	f.Add([]byte("{\"id\":\"a\",\"type\":\"t\",\"ts\":\"2026-01-02T03:04:05Z\",\"x\":[1,2.5,\"s\"]}\n{\"id\":\"b\",\"type\":\"u\",\"ts\":0}"))
+	f.Add([]byte(`[{"id":"\u00e9","type":"t","ts":253402300799999,"n":1e400}]`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l := Limits{MaxEvents: 50, MaxEventBytes: 4096, MaxAttrs: 16}
+		evs, raws, err := ParseBatchRaw(data, l)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
+				t.Fatalf("untyped error %v", err)
+			}
+			return
+		}
+		if len(evs) == 0 || len(evs) > l.MaxEvents {
+			t.Fatalf("%d events", len(evs))
+		}
+		for i := range evs {
+			if bytes.ContainsAny(raws[i], "\r\n") {
+				t.Fatalf("event %d: raw form %q has a newline", i, raws[i])
+			}
+			fromRaw, err := Decode(raws[i], l)
+			if err != nil || string(Encode(&fromRaw)) != string(Encode(&evs[i])) {
+				t.Fatalf("event %d: raw form %q decodes to %v (%v)", i, raws[i], fromRaw, err)
+			}
+			enc := Encode(&evs[i])
+			back, err := Decode(enc, Limits{MaxAttrs: 16})
+			if err != nil {
+				t.Fatalf("event %d: %s does not decode: %v", i, enc, err)
+			}
+			if again := Encode(&back); string(again) != string(enc) {
+				t.Fatalf("event %d: %s re-encodes as %s", i, enc, again)
+			}
+		}
+	})
+}
+
+// TestFrame: messages hold whole events, at most maxBytes unless one event
+// alone is larger, and Unframe gives back every event in order.
+func TestFrame(t *testing.T) {
+	var enc [][]byte
+	for i := range 50 {
+		e := Event{ID: strings.Repeat("i", 1+i%7), Type: "t", TS: int64(i), Attrs: map[string]any{"x": strings.Repeat("y", i*3)}}
+		enc = append(enc, Encode(&e))
+	}
+	for _, max := range []int{1, 100, 1000, 1 << 20} {
+		var back [][]byte
+		for _, m := range Frame(enc, max) {
+			if parts := Unframe(m); len(m) > max && len(parts) != 1 {
+				t.Fatalf("max %d: message of %d bytes holds %d events", max, len(m), len(parts))
+			}
+			back = append(back, Unframe(m)...)
+		}
+		if len(back) != len(enc) {
+			t.Fatalf("max %d: %d events back, want %d", max, len(back), len(enc))
+		}
+		for i := range enc {
+			if string(back[i]) != string(enc[i]) {
+				t.Fatalf("max %d: event %d is %s, want %s", max, i, back[i], enc[i])
+			}
+		}
+	}
+}

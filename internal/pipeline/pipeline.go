@@ -1,0 +1,255 @@
+// Package pipeline wires the impressions pipeline into a counterd node:
+// the collector (POST /events, RESP EVENTS.ADD), a stream (Kafka with
+// --kafka, NATS JetStream with --nats) and the consumer that applies the
+// rules (--rules) to the node's backend exactly once. With neither stream
+// flag the collector applies each batch at once through the engine, with
+// sync durability, so the pipeline works on one machine. docs/pipeline.md
+// has the details and a worked example.
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/collector"
+	"github.com/counterd/counterd/internal/pipeline/consumer"
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/pipeline/rules"
+	"github.com/counterd/counterd/internal/pipeline/stream"
+)
+
+// Config is the pipeline part of counterd's configuration.
+type Config struct {
+	Kafka stream.KafkaConfig     // Brokers from --kafka; empty: no Kafka
+	NATS  stream.JetStreamConfig // URL from --nats; empty: no NATS
+	Rules string                 // --rules: rules file, reloaded on SIGHUP (empty: collect only)
+	// NoConsume makes a node with a stream collect only (--events-no-consume).
+	NoConsume    bool
+	MaxBodyBytes int64 // --events-max-body: largest POST /events body (default 16 MiB)
+	Limits       event.Limits
+}
+
+// Enabled reports whether the config asks for the pipeline at all.
+func (c *Config) Enabled() bool {
+	return len(c.Kafka.Brokers) > 0 || c.NATS.URL != "" || c.Rules != ""
+}
+
+// Validate checks the combination of settings.
+func (c *Config) Validate() error {
+	if len(c.Kafka.Brokers) > 0 && c.NATS.URL != "" {
+		return errors.New("pipeline: --kafka and --nats are exclusive")
+	}
+	if c.NoConsume && len(c.Kafka.Brokers) == 0 && c.NATS.URL == "" {
+		return errors.New("pipeline: --events-no-consume needs --kafka or --nats")
+	}
+	return nil
+}
+
+// Pipeline is a running pipeline. Close stops it.
+type Pipeline struct {
+	cfg     Config
+	be      engine.Backend
+	log     *slog.Logger
+	m       *consumer.Metrics
+	col     *collector.Collector
+	applier *consumer.Applier // nil without rules
+
+	closers []func() error
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Once
+}
+
+// Open starts the pipeline over be: connects the stream, loads the rules,
+// attaches their rollups and starts the consumer. reg may be nil.
+func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Registerer, log *slog.Logger) (*Pipeline, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Pipeline{cfg: cfg, be: be, log: log, m: consumer.NewMetrics(reg)}
+	ok := false
+	defer func() {
+		if !ok {
+			p.Close()
+		}
+	}()
+	if cfg.Rules != "" {
+		rs, err := p.loadRules(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if p.applier, err = consumer.NewApplier(be, rs, cfg.Limits, p.m); err != nil {
+			return nil, err
+		}
+	}
+	var sink collector.Sink
+	var cons stream.Consumer
+	switch {
+	case len(cfg.Kafka.Brokers) > 0:
+		if err := stream.EnsureKafkaTopics(ctx, cfg.Kafka); err != nil {
+			return nil, err
+		}
+		prod, err := stream.NewKafkaProducer(cfg.Kafka)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, prod.Close)
+		sink = collector.ProducerSink{P: prod}
+		if p.applier != nil && !cfg.NoConsume {
+			kc, err := stream.NewKafkaConsumer(cfg.Kafka)
+			if err != nil {
+				return nil, err
+			}
+			cons = kc
+		}
+	case cfg.NATS.URL != "":
+		js, err := stream.OpenJetStream(ctx, cfg.NATS)
+		if err != nil {
+			return nil, err
+		}
+		p.closers = append(p.closers, js.Close)
+		sink = collector.ProducerSink{P: js}
+		if p.applier != nil && !cfg.NoConsume {
+			if err := js.Consume(ctx); err != nil {
+				return nil, err
+			}
+			cons = js
+		}
+	case p.applier != nil:
+		sink = embeddedSink{a: p.applier, log: log}
+	}
+	p.col = collector.New(sink, collector.Options{Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes,
+		Collected: func(fe string, n int) { p.m.Collected.WithLabelValues(fe).Add(float64(n)) }})
+	rctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
+	if cons != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = consumer.Run(rctx, p.applier, cons, log)
+			cons.Close()
+		}()
+		log.Info("pipeline consuming", "stream", cons.Name(), "rules", cfg.Rules)
+	}
+	if p.applier != nil {
+		p.reloadOnHUP(rctx)
+	}
+	ok = true
+	return p, nil
+}
+
+// loadRules reads and compiles the rules file and attaches its rollups.
+func (p *Pipeline) loadRules(ctx context.Context) (*rules.Set, error) {
+	data, err := os.ReadFile(p.cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("pipeline: --rules: %w", err)
+	}
+	rs, err := rules.Load(p.cfg.Rules, data)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range rs.Rules {
+		if r.RollupKey == "" {
+			continue
+		}
+		if cur, ok, err := p.be.Rollup(ctx, r.RollupKey); err == nil && ok && cur == r.Rollup {
+			continue
+		}
+		if err := p.be.SetRollup(ctx, r.RollupKey, r.Rollup); err != nil {
+			return nil, fmt.Errorf("pipeline: rule %q rollup %q: %w", r.Name, r.RollupKey, err)
+		}
+	}
+	return rs, nil
+}
+
+// Reload reads the rules file again; on an error the old rules stay.
+func (p *Pipeline) Reload(ctx context.Context) error {
+	if p.applier == nil {
+		return errors.New("pipeline: no --rules to reload")
+	}
+	rs, err := p.loadRules(ctx)
+	if err != nil {
+		return err
+	}
+	p.applier.SetRules(rs)
+	return nil
+}
+
+func (p *Pipeline) reloadOnHUP(ctx context.Context) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				if err := p.Reload(ctx); err != nil {
+					p.log.Error("pipeline: rules not reloaded, the old ones stay", "err", err)
+				} else {
+					p.log.Info("pipeline: rules reloaded", "rules", p.cfg.Rules, "count", len(p.applier.Rules().Rules))
+				}
+			}
+		}
+	}()
+}
+
+// Handler serves POST /events.
+func (p *Pipeline) Handler() http.Handler { return p.col }
+
+// AddEvents appends a batch from another front end (RESP EVENTS.ADD) and
+// returns how many events were accepted.
+func (p *Pipeline) AddEvents(ctx context.Context, body []byte) (collector.Result, error) {
+	return p.col.Add(ctx, "resp", body)
+}
+
+// Close stops the consumer (what it applied but did not commit is
+// redelivered and skipped) and disconnects. Safe to call twice.
+func (p *Pipeline) Close() error {
+	p.closeMu.Do(func() {
+		if p.cancel != nil {
+			p.cancel()
+		}
+		p.wg.Wait()
+		for _, c := range p.closers {
+			_ = c()
+		}
+	})
+	return nil
+}
+
+// embeddedSink applies a batch at once (no stream): durable before it
+// returns, dead letters in the answer and the log.
+type embeddedSink struct {
+	a   *consumer.Applier
+	log *slog.Logger
+}
+
+func (s embeddedSink) Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]collector.DeadLetter, error) {
+	seq := time.Now().UnixNano()
+	dead, err := s.a.Events(ctx, seq, enc)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]collector.DeadLetter, len(dead))
+	for i, d := range dead {
+		idx := int(d.Record.Offset - seq)
+		out[i] = collector.DeadLetter{Index: idx, ID: evs[idx].ID, Reason: d.Reason}
+		s.log.Warn("pipeline: dead letter", "id", evs[idx].ID, "reason", d.Reason)
+	}
+	return out, nil
+}

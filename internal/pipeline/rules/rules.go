@@ -1,0 +1,537 @@
+// Package rules maps events to counter operations. A rules file is YAML
+// with CEL expressions (github.com/google/cel-go); each rule has a filter,
+// a counter id template, one operation and optionally a rollup spec to
+// attach:
+//
+//	dedupe: 24h                  # how long an event id is remembered
+//	rules:
+//	  - name: viewers
+//	    filter: event.type == "impression" && !event.?bot.orValue(false)
+//	    counter: '"viewers:" + event.post'
+//	    pfadd: event.user         # or add: EXPR, hadd: {field: EXPR, by: EXPR}, window: {...}
+//	    rollup: {key: viewers, unique_days: 400d}
+//
+// Expressions see one variable, event: a map with "id", "type", "ts" (Unix
+// milliseconds) and the event's attributes. Load compiles and type-checks
+// every expression and refuses a bad file with the line of the bad member
+// and the CEL error. Eval runs the compiled programs; an expression that
+// fails on an event (a missing attribute, a wrong type, an invalid counter
+// id) is an error that names the rule, and the caller dead-letters the
+// event. A Set is immutable and safe for concurrent use.
+package rules
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"gopkg.in/yaml.v3"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/rollup"
+)
+
+// Sentinel errors.
+var (
+	// ErrInvalid: a rules file that does not load. The message names the line.
+	ErrInvalid = errors.New("rules: invalid rules file")
+	// ErrEval: an expression failed on an event.
+	ErrEval = errors.New("rules: evaluation failed")
+)
+
+// MaxRules bounds the rules of one file; MaxExprLen one expression.
+// Rules are the operator's, not the event senders': evaluation runs
+// without CEL's runtime cost tracking (a fifth of the consumer's CPU), and
+// what an event can make a rule do is bounded by event.Limits.
+const (
+	MaxRules   = 1000
+	MaxExprLen = 4096
+)
+
+// DefaultDedupe is how long an event id is remembered when the file does
+// not say.
+const DefaultDedupe = 24 * time.Hour
+
+// Rule is one compiled rule.
+type Rule struct {
+	Name string
+	Line int
+	Op   engine.OpType // OpAdd (also for window counters), OpPFAdd or OpHAdd
+	// Window, for window rules: the counter's granularity and span.
+	Window counter.WindowSpec
+	// RollupKey and Rollup, when RollupKey is not empty: the spec the
+	// pipeline attaches to that namespace or id (engine.SetRollup).
+	RollupKey string
+	Rollup    rollup.Spec
+
+	filter, id, by, item, field cel.Program
+}
+
+// Set is a loaded rules file.
+type Set struct {
+	Rules  []*Rule
+	Dedupe time.Duration // how long event ids are remembered (default DefaultDedupe)
+}
+
+type fileYAML struct {
+	Dedupe string      `yaml:"dedupe"`
+	Rules  []yaml.Node `yaml:"rules"`
+}
+
+type ruleYAML struct {
+	Name    string            `yaml:"name"`
+	Filter  string            `yaml:"filter"`
+	Counter string            `yaml:"counter"`
+	Add     string            `yaml:"add"`
+	PFAdd   string            `yaml:"pfadd"`
+	HAdd    *hashYAML         `yaml:"hadd"`
+	Window  *windowYAML       `yaml:"window"`
+	Rollup  map[string]string `yaml:"rollup"`
+}
+
+type hashYAML struct {
+	Field string `yaml:"field"`
+	By    string `yaml:"by"`
+}
+
+type windowYAML struct {
+	Granularity string `yaml:"granularity"`
+	Span        string `yaml:"span"`
+	Fixed       bool   `yaml:"fixed"`
+	By          string `yaml:"by"`
+}
+
+// newEnv is the CEL environment every rules file compiles in (built once;
+// a cel.Env is safe for concurrent use).
+var newEnv = sync.OnceValues(func() (*cel.Env, error) {
+	return cel.NewEnv(cel.Variable("event", cel.MapType(cel.StringType, cel.DynType)), cel.OptionalTypes())
+})
+
+// Load parses and compiles a rules file. name prefixes error messages
+// ("rules.yaml:12: ...").
+func Load(name string, data []byte) (*Set, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+	}
+	if len(root.Content) == 0 {
+		return nil, fmt.Errorf("%w: %s: empty file", ErrInvalid, name)
+	}
+	doc := root.Content[0]
+	var f fileYAML
+	if err := doc.Decode(&f); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrInvalid, name, err)
+	}
+	if err := checkKeys(doc, "rules file", "dedupe", "rules"); err != nil {
+		return nil, fmt.Errorf("%w: %s:%v", ErrInvalid, name, err)
+	}
+	set := &Set{Dedupe: DefaultDedupe}
+	if f.Dedupe != "" {
+		d, err := rollup.ParseRetention(f.Dedupe)
+		if err != nil || d <= 0 || d > engine.MaxTTL {
+			return nil, fmt.Errorf("%w: %s:%d: dedupe %q: want a positive duration up to %v", ErrInvalid, name, line(doc, "dedupe"), f.Dedupe, engine.MaxTTL)
+		}
+		set.Dedupe = d
+	}
+	if len(f.Rules) == 0 {
+		return nil, fmt.Errorf("%w: %s:%d: no rules", ErrInvalid, name, doc.Line)
+	}
+	if len(f.Rules) > MaxRules {
+		return nil, fmt.Errorf("%w: %s: %d rules, at most %d", ErrInvalid, name, len(f.Rules), MaxRules)
+	}
+	env, err := newEnv()
+	if err != nil {
+		return nil, fmt.Errorf("rules: CEL environment: %w", err)
+	}
+	names := map[string]bool{}
+	for i := range f.Rules {
+		n := &f.Rules[i]
+		r, err := compile(env, n)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s:%v", ErrInvalid, name, err)
+		}
+		if r.Name == "" {
+			r.Name = "rule" + strconv.Itoa(i+1)
+		}
+		if names[r.Name] {
+			return nil, fmt.Errorf("%w: %s:%d: rule name %q used twice", ErrInvalid, name, n.Line, r.Name)
+		}
+		names[r.Name] = true
+		set.Rules = append(set.Rules, r)
+	}
+	return set, nil
+}
+
+// line returns the line of member key of the mapping node n (n's own
+// line when absent).
+func line(n *yaml.Node, key string) int {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1].Line
+			}
+		}
+	}
+	return n.Line
+}
+
+// checkKeys refuses members of the mapping n that are not in known (a
+// misspelt "flter" would otherwise make a rule match everything).
+func checkKeys(n *yaml.Node, what string, known ...string) error {
+	if n == nil || n.Kind != yaml.MappingNode {
+		return nil
+	}
+next:
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		for _, k := range known {
+			if n.Content[i].Value == k {
+				continue next
+			}
+		}
+		return fmt.Errorf("%d: %s: unknown member %q", n.Content[i].Line, what, n.Content[i].Value)
+	}
+	return nil
+}
+
+// sub returns the mapping member key of n, or nil.
+func sub(n *yaml.Node, key string) *yaml.Node {
+	if n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			if n.Content[i].Value == key {
+				return n.Content[i+1]
+			}
+		}
+	}
+	return nil
+}
+
+func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
+	var y ruleYAML
+	if n.Kind != yaml.MappingNode {
+		return nil, fmt.Errorf("%d: a rule must be a mapping", n.Line)
+	}
+	if err := n.Decode(&y); err != nil {
+		return nil, fmt.Errorf("%d: %v", n.Line, err)
+	}
+	r := &Rule{Name: y.Name, Line: n.Line}
+	if err := checkKeys(n, "rule "+strconv.Quote(y.Name), "name", "filter", "counter", "add", "pfadd", "hadd", "window", "rollup"); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(sub(n, "hadd"), "hadd", "field", "by"); err != nil {
+		return nil, err
+	}
+	if err := checkKeys(sub(n, "window"), "window", "granularity", "span", "fixed", "by"); err != nil {
+		return nil, err
+	}
+	if y.Name != "" {
+		if err := event.ValidateText(y.Name); err != nil {
+			return nil, fmt.Errorf("%d: rule name %v", line(n, "name"), err)
+		}
+	}
+	prog := func(node *yaml.Node, key, src string, want *cel.Type) (cel.Program, error) {
+		ln := line(node, key)
+		if len(src) > MaxExprLen {
+			return nil, fmt.Errorf("%d: rule %q %s: expression longer than %d bytes", ln, y.Name, key, MaxExprLen)
+		}
+		ast, iss := env.Compile(src)
+		if iss.Err() != nil {
+			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, iss.Err())
+		}
+		if out := ast.OutputType(); !out.IsExactType(cel.DynType) && !out.IsExactType(want) {
+			return nil, fmt.Errorf("%d: rule %q %s: expression is %s, want %s", ln, y.Name, key, out, want)
+		}
+		p, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
+		if err != nil {
+			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err)
+		}
+		return p, nil
+	}
+	var err error
+	if y.Filter != "" {
+		if r.filter, err = prog(n, "filter", y.Filter, cel.BoolType); err != nil {
+			return nil, err
+		}
+	}
+	if y.Counter == "" {
+		return nil, fmt.Errorf("%d: rule %q has no counter (an id template such as '\"views:\" + event.post')", n.Line, y.Name)
+	}
+	if r.id, err = prog(n, "counter", y.Counter, cel.StringType); err != nil {
+		return nil, err
+	}
+	ops := 0
+	for _, set := range []bool{y.Add != "", y.PFAdd != "", y.HAdd != nil, y.Window != nil} {
+		if set {
+			ops++
+		}
+	}
+	if ops != 1 {
+		return nil, fmt.Errorf("%d: rule %q needs exactly one operation of add, pfadd, hadd, window", n.Line, y.Name)
+	}
+	by := func(node *yaml.Node, src string) (cel.Program, error) {
+		if src == "" {
+			return nil, nil // by 1
+		}
+		return prog(node, "by", src, cel.IntType)
+	}
+	switch {
+	case y.Add != "":
+		r.Op = engine.OpAdd
+		r.by, err = prog(n, "add", y.Add, cel.IntType)
+	case y.PFAdd != "":
+		r.Op = engine.OpPFAdd
+		r.item, err = prog(n, "pfadd", y.PFAdd, cel.StringType)
+	case y.HAdd != nil:
+		r.Op = engine.OpHAdd
+		hn := sub(n, "hadd")
+		if y.HAdd.Field == "" {
+			return nil, fmt.Errorf("%d: rule %q hadd needs a field expression", hn.Line, y.Name)
+		}
+		if r.field, err = prog(hn, "field", y.HAdd.Field, cel.StringType); err == nil {
+			r.by, err = by(hn, y.HAdd.By)
+		}
+	case y.Window != nil:
+		r.Op = engine.OpAdd
+		wn := sub(n, "window")
+		g, gerr := time.ParseDuration(y.Window.Granularity)
+		s, serr := time.ParseDuration(y.Window.Span)
+		if gerr != nil || serr != nil {
+			return nil, fmt.Errorf("%d: rule %q window needs granularity and span as Go durations (1m, 1h)", wn.Line, y.Name)
+		}
+		r.Window = counter.WindowSpec{Granularity: g, Span: s, Fixed: y.Window.Fixed}
+		probe := engine.Op{Type: engine.OpAdd, ID: "x", Kind: engine.KindWindow, Window: r.Window}
+		if verr := probe.Validate(engine.Limits{}); verr != nil {
+			return nil, fmt.Errorf("%d: rule %q window: %v", wn.Line, y.Name, verr)
+		}
+		r.by, err = by(wn, y.Window.By)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if y.Rollup != nil {
+		if err := r.parseRollup(sub(n, "rollup"), y.Rollup); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *Rule) parseRollup(n *yaml.Node, m map[string]string) error {
+	r.RollupKey = m["key"]
+	if r.RollupKey == "" {
+		return fmt.Errorf("%d: rule %q rollup needs a key (the namespace or id it applies to)", n.Line, r.Name)
+	}
+	if err := engine.ValidateID(r.RollupKey); err != nil {
+		return fmt.Errorf("%d: rule %q rollup key: %v", line(n, "key"), r.Name, err)
+	}
+	r.Rollup = rollup.DefaultSpec()
+	fields := map[string]*time.Duration{
+		"minute": &r.Rollup.Minute, "hour": &r.Rollup.Hour, "day": &r.Rollup.Day, "month": &r.Rollup.Month,
+		"unique_hours": &r.Rollup.UniqueHours, "unique_days": &r.Rollup.UniqueDays,
+	}
+	for k, v := range m {
+		if k == "key" {
+			continue
+		}
+		if k == "precision" {
+			p, err := strconv.ParseUint(v, 10, 8)
+			if err != nil {
+				return fmt.Errorf("%d: rule %q rollup precision %q: %v", line(n, k), r.Name, v, err)
+			}
+			r.Rollup.Precision = uint8(p)
+			continue
+		}
+		f, ok := fields[k]
+		if !ok {
+			return fmt.Errorf("%d: rule %q rollup: unknown member %q", line(n, k), r.Name, k)
+		}
+		d, err := rollup.ParseRetention(v)
+		if err != nil {
+			return fmt.Errorf("%d: rule %q rollup %s: %v", line(n, k), r.Name, k, err)
+		}
+		*f = d
+	}
+	if err := r.Rollup.Validate(); err != nil {
+		return fmt.Errorf("%d: rule %q rollup: %v", n.Line, r.Name, err)
+	}
+	return nil
+}
+
+// Hit is one rule that matched an event, with the op it asks for.
+type Hit struct {
+	Rule *Rule
+	Op   engine.Op
+}
+
+// Input is the CEL form of an event: attributes with JSON numbers turned
+// into int64 (whole) or float64. Build it once per event with NewInput.
+type Input map[string]any
+
+// NewInput converts e for Eval.
+func NewInput(e *event.Event) Input {
+	m := make(map[string]any, len(e.Attrs)+3)
+	for k, v := range e.Attrs {
+		m[k] = celValue(v)
+	}
+	m["id"], m["type"], m["ts"] = e.ID, e.Type, e.TS
+	return m
+}
+
+func celValue(v any) any {
+	switch t := v.(type) {
+	case interface{ Int64() (int64, error) }: // json.Number
+		if n, err := t.Int64(); err == nil {
+			return n
+		}
+		f, _ := strconv.ParseFloat(fmt.Sprint(t), 64)
+		return f
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = celValue(x)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = celValue(x)
+		}
+		return out
+	}
+	return v
+}
+
+// Eval appends to hits the rules that match in and the op of each. An
+// error (wrapping ErrEval) names the rule and expression that failed; the
+// event then has no effect at all.
+func (s *Set) Eval(in Input, hits []Hit) ([]Hit, error) {
+	act := map[string]any{"event": map[string]any(in)}
+	start := len(hits)
+	for _, r := range s.Rules {
+		if r.filter != nil {
+			ok, err := evalBool(r.filter, act)
+			if err != nil {
+				return hits[:start], fmt.Errorf("%w: rule %q filter: %v", ErrEval, r.Name, err)
+			}
+			if !ok {
+				continue
+			}
+		}
+		op, err := r.op(act)
+		if err != nil {
+			return hits[:start], fmt.Errorf("%w: rule %q %v", ErrEval, r.Name, err)
+		}
+		hits = append(hits, Hit{Rule: r, Op: op})
+	}
+	return hits, nil
+}
+
+func (r *Rule) op(act map[string]any) (engine.Op, error) {
+	id, err := evalString(r.id, act)
+	if err != nil {
+		return engine.Op{}, fmt.Errorf("counter: %v", err)
+	}
+	if err := engine.ValidateID(id); err != nil {
+		return engine.Op{}, fmt.Errorf("counter: %v", err)
+	}
+	op := engine.Op{Type: r.Op, ID: id}
+	switch r.Op {
+	case engine.OpAdd:
+		if op.Delta, err = evalInt(r.by, act); err != nil {
+			return op, fmt.Errorf("add: %v", err)
+		}
+		if r.Window.Span > 0 {
+			op.Kind, op.Window = engine.KindWindow, r.Window
+		}
+	case engine.OpPFAdd:
+		item, err := evalString(r.item, act)
+		if err != nil {
+			return op, fmt.Errorf("pfadd: %v", err)
+		}
+		op.Items = [][]byte{[]byte(item)}
+	case engine.OpHAdd:
+		field, err := evalString(r.field, act)
+		if err != nil {
+			return op, fmt.Errorf("hadd field: %v", err)
+		}
+		if len(field) > engine.MaxFieldLen {
+			return op, fmt.Errorf("hadd field longer than %d bytes", engine.MaxFieldLen)
+		}
+		d, err := evalInt(r.by, act)
+		if err != nil {
+			return op, fmt.Errorf("hadd by: %v", err)
+		}
+		op.Fields = []counter.FieldDelta{{Name: field, Delta: d}}
+	}
+	return op, nil
+}
+
+func eval(p cel.Program, act map[string]any) (ref.Val, error) {
+	v, _, err := p.Eval(act)
+	if err != nil {
+		return nil, err
+	}
+	if types.IsError(v) {
+		return nil, v.(*types.Err)
+	}
+	return v, nil
+}
+
+func evalBool(p cel.Program, act map[string]any) (bool, error) {
+	v, err := eval(p, act)
+	if err != nil {
+		return false, err
+	}
+	b, ok := v.(types.Bool)
+	if !ok {
+		return false, fmt.Errorf("result is %s, not bool", v.Type().TypeName())
+	}
+	return bool(b), nil
+}
+
+func evalString(p cel.Program, act map[string]any) (string, error) {
+	v, err := eval(p, act)
+	if err != nil {
+		return "", err
+	}
+	s, ok := v.(types.String)
+	if !ok {
+		return "", fmt.Errorf("result is %s, not string", v.Type().TypeName())
+	}
+	return string(s), nil
+}
+
+// evalInt evaluates an int expression; nil p is 1. A whole double is
+// accepted, since JSON numbers in attributes may arrive as either.
+func evalInt(p cel.Program, act map[string]any) (int64, error) {
+	if p == nil {
+		return 1, nil
+	}
+	v, err := eval(p, act)
+	if err != nil {
+		return 0, err
+	}
+	switch n := v.(type) {
+	case types.Int:
+		return int64(n), nil
+	case types.Double:
+		if f := float64(n); f == math.Trunc(f) && math.Abs(f) < 1<<62 {
+			return int64(f), nil
+		}
+		return 0, fmt.Errorf("result %v is not a whole number", float64(n))
+	}
+	return 0, fmt.Errorf("result is %s, not int", v.Type().TypeName())
+}
+
+// String describes a rule for logs: name, line and op.
+func (r *Rule) String() string {
+	return fmt.Sprintf("%s (line %d, %s)", r.Name, r.Line, strings.ToLower(r.Op.String()))
+}

@@ -1,0 +1,149 @@
+package rules
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/event"
+)
+
+const example = `dedupe: 7d
+rules:
+  - name: views
+    filter: event.type == "impression" && !event.?bot.orValue(false)
+    counter: '"views:" + event.post'
+    add: "1"
+  - name: viewers
+    filter: event.type == "impression"
+    counter: '"viewers:" + event.post'
+    pfadd: event.user
+    rollup: {key: viewers, unique_days: 400d, unique_hours: 48h}
+  - name: seconds
+    counter: '"watch:" + event.post'
+    hadd: {field: event.country, by: event.seconds}
+  - name: recent
+    filter: event.type == "impression"
+    counter: '"recent:" + event.post'
+    window: {granularity: 1m, span: 1h}
+`
+
+func mustEvent(t *testing.T, js string) Input {
+	t.Helper()
+	e, err := event.Decode([]byte(js), event.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return NewInput(&e)
+}
+
+func TestLoadAndEval(t *testing.T) {
+	s, err := Load("rules.yaml", []byte(example))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Dedupe != 7*24*time.Hour || len(s.Rules) != 4 {
+		t.Fatalf("dedupe %v, %d rules", s.Dedupe, len(s.Rules))
+	}
+	if r := s.Rules[1]; r.RollupKey != "viewers" || r.Rollup.UniqueDays != 400*24*time.Hour {
+		t.Fatalf("rollup %q %+v", r.RollupKey, r.Rollup)
+	}
+	hits, err := s.Eval(mustEvent(t, `{"id":"1","type":"impression","ts":1,"post":"p1","user":"u1","country":"de","seconds":12}`), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hits) != 4 {
+		t.Fatalf("%d hits", len(hits))
+	}
+	want := []struct {
+		t  engine.OpType
+		id string
+	}{{engine.OpAdd, "views:p1"}, {engine.OpPFAdd, "viewers:p1"}, {engine.OpHAdd, "watch:p1"}, {engine.OpAdd, "recent:p1"}}
+	for i, w := range want {
+		if hits[i].Op.Type != w.t || hits[i].Op.ID != w.id {
+			t.Errorf("hit %d: %s %q, want %s %q", i, hits[i].Op.Type, hits[i].Op.ID, w.t, w.id)
+		}
+	}
+	if hits[0].Op.Delta != 1 || string(hits[1].Op.Items[0]) != "u1" || hits[2].Op.Fields[0].Name != "de" || hits[2].Op.Fields[0].Delta != 12 {
+		t.Errorf("ops %+v", hits)
+	}
+	if hits[3].Op.Kind != engine.KindWindow || hits[3].Op.Window.Span != time.Hour {
+		t.Errorf("window op %+v", hits[3].Op)
+	}
+
+	// A bot matches neither views nor (with a wrong type) anything.
+	hits, err = s.Eval(mustEvent(t, `{"id":"2","type":"click","ts":1,"post":"p1","user":"u1","country":"de","seconds":1,"bot":true}`), nil)
+	if err != nil || len(hits) != 1 || hits[0].Rule.Name != "seconds" {
+		t.Fatalf("click: %v %v", hits, err)
+	}
+	// A missing attribute is an evaluation error naming the rule.
+	_, err = s.Eval(mustEvent(t, `{"id":"3","type":"impression","ts":1,"user":"u1"}`), nil)
+	if !errors.Is(err, ErrEval) || !strings.Contains(err.Error(), `rule "views" counter`) {
+		t.Fatalf("missing post: %v", err)
+	}
+	// A counter id the engine refuses is an evaluation error too.
+	_, err = s.Eval(mustEvent(t, `{"id":"4","type":"impression","ts":1,"post":"\u0001","user":"u","country":"de","seconds":1}`), nil)
+	if !errors.Is(err, ErrEval) {
+		t.Fatalf("control character id: %v", err)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	f := func(name, file, want string) {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load("r.yaml", []byte(file))
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), want) {
+				t.Fatalf("err = %v, want it to contain %q", err, want)
+			}
+		})
+	}
+	f("syntax", "rules:\n  - name: a\n    counter: '\"x\" +'\n    add: '1'\n", "r.yaml:3: rule \"a\" counter: ERROR")
+	f("undeclared", "rules:\n  - name: a\n    counter: '\"x\"'\n    filter: evnt.type == 'x'\n    add: '1'\n", "r.yaml:4: rule \"a\" filter: ERROR: <input>:1:1: undeclared reference to 'evnt'")
+	f("filter type", "rules:\n  - counter: '\"x\"'\n    filter: '1 + 2'\n    add: '1'\n", "r.yaml:3: rule \"\" filter: expression is int, want bool")
+	f("add type", "rules:\n  - counter: '\"x\"'\n    add: '\"one\"'\n", "r.yaml:3: rule \"\" add: expression is string, want int")
+	f("two ops", "rules:\n  - counter: '\"x\"'\n    add: '1'\n    pfadd: event.user\n", "r.yaml:2: rule \"\" needs exactly one operation")
+	f("no counter", "rules:\n  - add: '1'\n", "r.yaml:2: rule \"\" has no counter")
+	f("no rules", "dedupe: 1h\n", "no rules")
+	f("bad dedupe", "dedupe: forever\nrules:\n  - counter: '\"x\"'\n    add: '1'\n", "r.yaml:1: dedupe")
+	f("bad window", "rules:\n  - counter: '\"x\"'\n    window: {granularity: 7s, span: 1m}\n", "r.yaml:3: rule \"\" window")
+	f("rollup key", "rules:\n  - counter: '\"x\"'\n    pfadd: event.user\n    rollup: {unique_days: 30d}\n", "r.yaml:4: rule \"\" rollup needs a key")
+	f("rollup member", "rules:\n  - counter: '\"x\"'\n    pfadd: event.user\n    rollup: {key: x, weeks: 3}\n", "r.yaml:4: rule \"\" rollup: unknown member \"weeks\"")
+	f("duplicate name", "rules:\n  - name: a\n    counter: '\"x\"'\n    add: '1'\n  - name: a\n    counter: '\"y\"'\n    add: '1'\n", "r.yaml:5: rule name \"a\" used twice")
+	f("unknown member", "rules:\n  - counter: '\"x\"'\n    add: '1'\n    flter: 'true'\n", "r.yaml:4: rule \"\": unknown member \"flter\"")
+	f("not yaml", "rules: [", "r.yaml")
+	f("rule not a mapping", "rules:\n  - 3\n", "r.yaml:2: a rule must be a mapping")
+}
+
+// FuzzLoad: any file loads or fails with ErrInvalid naming the file; a
+// loaded set evaluates a sample event without panicking, with every op
+// valid or an ErrEval error.
+func FuzzLoad(f *testing.F) {
+	f.Add([]byte(example))
+	f.Add([]byte("rules:\n  - counter: '\"x:\" + event.id'\n    add: event.ts\n"))
+	f.Add([]byte("rules:\n  - counter: 'event.id'\n    hadd: {field: 'event.type', by: '2'}\n    rollup: {key: a, minute: 1h}\n"))
+	f.Add([]byte("dedupe: 1h\nrules:\n  - filter: '[1,2,3].all(x, x > 0)'\n    counter: '\"w\"'\n    window: {granularity: 1s, span: 1m, fixed: true}\n"))
+	in := NewInput(&event.Event{ID: "e1", Type: "impression", TS: 5, Attrs: map[string]any{"post": "p", "user": "u", "n": 3.0}})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		s, err := Load("f.yaml", data)
+		if err != nil {
+			if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "f.yaml") {
+				t.Fatalf("error %v is not ErrInvalid naming the file", err)
+			}
+			return
+		}
+		hits, err := s.Eval(in, nil)
+		if err != nil {
+			if !errors.Is(err, ErrEval) {
+				t.Fatalf("eval error %v is not ErrEval", err)
+			}
+			return
+		}
+		for _, h := range hits {
+			if err := h.Op.Validate(engine.Limits{}); err != nil {
+				t.Fatalf("rule %s made an invalid op: %v", h.Rule.Name, err)
+			}
+		}
+	})
+}

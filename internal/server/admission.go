@@ -1,0 +1,383 @@
+package server
+
+import (
+	"bytes"
+	"io"
+	"net"
+	"net/netip"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/counterd/counterd/internal/shed"
+)
+
+// HTTP admission (docs/security.md, "Overload"). Under overload most of
+// the cost of a request is the HTTP server's own (parsing, headers, the
+// handler chain), so a limit inside the handler sheds too late: a 503
+// costs about as much as a 200, and a light client waits behind
+// thousands of flooding connections. admitConn moves the decision in
+// front of the HTTP server, into the connection's Read:
+//
+//   - when a new request arrives, its head is framed here (request line,
+//     Content-Length, Connection) without allocating;
+//   - the kernel's receive time of its bytes (rxReader) says how long it
+//     already waited in the socket, which counts against --max-queue-wait;
+//   - the request then waits for a slot of a shed.Fair, which serves
+//     clients (by IP address) round-robin and adapts its limit to latency;
+//   - a request shed by it is answered here with a prebuilt 503 and
+//     Retry-After, its bytes consumed, and the connection kept for the
+//     next request: the HTTP server never sees it; a client refused
+//     more often than --shed-rate-per-client has that connection paused
+//     (shed.Pacer);
+//   - an admitted request is handed to the HTTP server, and its slot is
+//     released when the server reads the connection's next request
+//     (its answer is written by then) or closes the connection.
+//
+// Only plain HTTP/1.1 requests whose head and body arrive in one read
+// and that carry a Content-Length (or no body) are framed. Anything else
+// (a head split across reads, a chunked body, pipelining, Expect,
+// HTTP/1.0, TLS) turns the connection to pass-through for good: its
+// requests are limited by the handler-level limiter (--max-inflight) only.
+// GET /metrics, /healthz and /readyz are never shed.
+
+type admitState uint8
+
+const (
+	admitIdle    admitState = iota // between requests
+	admitBody                      // admitted; body bytes still to come
+	admitAwait                     // admitted and read whole; its answer is being written
+	admitPassing                   // not framed: pass-through from now on
+)
+
+// admission is the shared part of every admitConn.
+type admission struct {
+	fair *shed.Fair
+	pace *shed.Pacer   // nil: shed connections are read again at once
+	idle time.Duration // read deadline after a shed answer (--http-idle-timeout)
+	// onPass counts connections turned to pass-through (metrics).
+	onPass func()
+}
+
+type admitListener struct {
+	net.Listener
+	a *admission
+}
+
+func (l *admitListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	var key netip.Addr
+	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
+		key = shed.ClientKey(ap.Addr())
+	}
+	ac := &admitConn{Conn: c, a: l.a, key: key}
+	if lc, ok := c.(*limitConn); ok {
+		ac.rx = newRxReader(lc.Conn)
+	}
+	return ac, nil
+}
+
+type admitConn struct {
+	net.Conn
+	a         *admission
+	key       netip.Addr
+	rx        *rxReader // reads with the kernel's receive time; nil: unknown
+	state     admitState
+	paused    bool        // the last shed answer paused the connection
+	remaining int64       // body bytes still to come (admitBody)
+	holding   atomic.Bool // holds a slot of a.fair, granted at admitted
+	admitted  time.Time
+	// The HTTP server's background read took the next request's first
+	// byte (early); the server holds it, so that request cannot be
+	// answered here.
+	early     bool
+	earlyByte byte
+}
+
+// Read frames requests and admits them; see the comment above.
+func (c *admitConn) Read(p []byte) (int, error) {
+	if len(p) <= 1 || c.state == admitPassing {
+		// The HTTP server's background read (one byte, while a handler
+		// runs), or pass-through.
+		n, err := c.Conn.Read(p)
+		if n > 0 && len(p) <= 1 && c.state != admitPassing {
+			if c.state == admitAwait {
+				c.early, c.earlyByte = true, p[0]
+			} else {
+				c.pass() // a byte outside any request we framed
+			}
+		}
+		return n, err
+	}
+	switch c.state {
+	case admitBody:
+		n, err := c.Conn.Read(p)
+		c.remaining -= int64(n)
+		if c.remaining == 0 {
+			c.state = admitAwait
+		} else if c.remaining < 0 {
+			c.pass() // pipelined: the next request came in the same read
+		}
+		return n, err
+	case admitAwait:
+		c.release() // the answer is written: the server reads the next request
+		c.state = admitIdle
+	}
+	for {
+		n, waited, err := c.readRequest(p)
+		if n == 0 {
+			return n, err
+		}
+		buf, early := p[:n], c.early
+		if early { // rare: frame the request with its first byte
+			buf = append([]byte{c.earlyByte}, buf...)
+			c.early = false
+		}
+		f, ok := frameRequest(buf)
+		if !ok {
+			c.pass()
+			return n, err
+		}
+		if !f.neverShed && c.a.fair != nil {
+			admitted, at := c.a.fair.Acquire(c.key, waited)
+			if admitted {
+				c.paused = false
+				c.admitted = at
+				c.holding.Store(true)
+			} else if !early && f.total == n {
+				if err := c.shedAnswer(f.close); err != nil || f.close {
+					// Closed after its answer, or the answer could not be
+					// written whole: the connection cannot carry another.
+					return 0, io.EOF
+				}
+				// A client refused too often has its refused connection
+				// paused (shed.Pacer). The request read right after a
+				// pause has waited through it and is refused as stale,
+				// without pausing again: the one its client sends next is
+				// fresh, and competes for a slot like any other.
+				if !c.paused {
+					if d := c.a.pace.Pause(c.key); d > 0 {
+						time.Sleep(d)
+						c.paused = true
+					}
+				} else {
+					c.paused = false
+				}
+				continue // the next request on this connection
+			}
+			// Shed but not answerable here (its bytes are not all read,
+			// or the server holds its first byte): the HTTP server
+			// answers it, through the handler limiter.
+		}
+		switch {
+		case f.total == len(buf):
+			c.state = admitAwait
+		case f.total > len(buf):
+			c.state, c.remaining = admitBody, int64(f.total-len(buf))
+		default:
+			c.pass() // pipelined
+		}
+		return n, err
+	}
+}
+
+// readRequest reads the start of a request and how long it waited in the
+// socket before this read (0 if unknown).
+func (c *admitConn) readRequest(p []byte) (int, time.Duration, error) {
+	if c.rx == nil {
+		n, err := c.Conn.Read(p)
+		return n, 0, err
+	}
+	n, at, err := c.rx.read(p)
+	if at.IsZero() {
+		return n, 0, err
+	}
+	return n, max(0, time.Since(at)), err
+}
+
+// shedAnswer writes the prebuilt 503 for a shed request whose bytes are
+// all read. On an error, or with closeAfter, the connection is closed
+// (a partly written answer would corrupt the next).
+func (c *admitConn) shedAnswer(closeAfter bool) error {
+	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
+	msg := shedAnswer
+	if closeAfter {
+		msg = shedAnswerClose
+	}
+	_, err := c.Conn.Write(msg)
+	if err != nil || closeAfter {
+		c.Conn.Close()
+		return err
+	}
+	if c.a.idle > 0 {
+		_ = c.Conn.SetReadDeadline(time.Now().Add(c.a.idle))
+	}
+	return nil
+}
+
+// pass turns the connection to pass-through, giving back its slot.
+func (c *admitConn) pass() {
+	c.release()
+	c.state = admitPassing
+	if c.a.onPass != nil {
+		c.a.onPass()
+	}
+}
+
+func (c *admitConn) release() {
+	if c.holding.CompareAndSwap(true, false) {
+		c.a.fair.Release(c.admitted)
+	}
+}
+
+// Close releases the slot (a connection closed after its answer, or
+// mid-request) and closes the connection.
+func (c *admitConn) Close() error {
+	err := c.Conn.Close()
+	c.release() // at most once: holding is swapped
+	return err
+}
+
+// shedAnswer is the early 503: the guard's error body (code "overloaded")
+// with Retry-After, on a connection kept alive.
+var shedAnswer, shedAnswerClose = func() ([]byte, []byte) {
+	body := `{"status":"error","error":{"code":"overloaded","message":"server overloaded, retry later"}}` + "\n"
+	head := "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nContent-Length: " + itoa(len(body)) + "\r\n"
+	return []byte(head + "\r\n" + body), []byte(head + "Connection: close\r\n\r\n" + body)
+}()
+
+// framed is what frameRequest found in a request's head.
+type framed struct {
+	total     int  // bytes of head and body
+	close     bool // Connection: close
+	neverShed bool // GET /metrics, /healthz or /readyz
+}
+
+// frameRequest frames the HTTP/1.1 request at the start of b: its head
+// must be complete in b and its body, if any, sized by one
+// Content-Length. ok is false for anything else (an incomplete head,
+// Transfer-Encoding, Expect, Upgrade, HTTP/1.0, a malformed head), which
+// the HTTP server then handles (and answers 400 where it must).
+func frameRequest(b []byte) (f framed, ok bool) {
+	end := bytes.Index(b, crlfcrlf)
+	if end < 0 {
+		return f, false
+	}
+	head := b[:end+2] // every line ends in \r\n
+	nl := bytes.Index(head, crlf)
+	line := head[:nl]
+	sp1 := bytes.IndexByte(line, ' ')
+	sp2 := bytes.LastIndexByte(line, ' ')
+	if sp1 <= 0 || sp2 <= sp1 || !bytes.Equal(line[sp2+1:], http11) {
+		return f, false
+	}
+	method, target := line[:sp1], line[sp1+1:sp2]
+	if bytes.Equal(method, methodHead) {
+		return f, false // its answer has no body, unlike the prebuilt 503
+	}
+	if bytes.Equal(method, methodGet) {
+		for _, p := range neverShedPaths {
+			if bytes.Equal(target, p) {
+				f.neverShed = true
+			}
+		}
+	}
+	clen, seenLen := int64(0), false
+	for rest := head[nl+2:]; len(rest) > 0; {
+		i := bytes.Index(rest, crlf)
+		h := rest[:i]
+		rest = rest[i+2:]
+		colon := bytes.IndexByte(h, ':')
+		if colon <= 0 {
+			return f, false
+		}
+		name, val := h[:colon], bytes.TrimSpace(h[colon+1:])
+		switch {
+		case bytes.EqualFold(name, hdrContentLength):
+			if seenLen || len(val) == 0 || len(val) > 12 {
+				return f, false
+			}
+			seenLen = true
+			for _, d := range val {
+				if d < '0' || d > '9' {
+					return f, false
+				}
+				clen = clen*10 + int64(d-'0')
+			}
+		case bytes.EqualFold(name, hdrTransferEncoding), bytes.EqualFold(name, hdrExpect), bytes.EqualFold(name, hdrUpgrade):
+			return f, false
+		case bytes.EqualFold(name, hdrConnection):
+			if containsFold(val, tokClose) {
+				f.close = true
+			}
+		}
+	}
+	f.total = end + 4 + int(clen)
+	return f, true
+}
+
+// containsFold reports whether tok appears in v, ASCII case-insensitively.
+func containsFold(v, tok []byte) bool {
+	for i := 0; i+len(tok) <= len(v); i++ {
+		if bytes.EqualFold(v[i:i+len(tok)], tok) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	crlf, crlfcrlf      = []byte("\r\n"), []byte("\r\n\r\n")
+	http11, methodGet   = []byte("HTTP/1.1"), []byte("GET")
+	methodHead          = []byte("HEAD")
+	hdrContentLength    = []byte("Content-Length")
+	hdrTransferEncoding = []byte("Transfer-Encoding")
+	hdrExpect           = []byte("Expect")
+	hdrUpgrade          = []byte("Upgrade")
+	hdrConnection       = []byte("Connection")
+	tokClose            = []byte("close")
+	neverShedPaths      = [][]byte{[]byte("/metrics"), []byte("/healthz"), []byte("/readyz")}
+)
+
+// newAdmission returns the HTTP admission of cfg, nil when shedding is
+// off (--max-inflight -1) or --http-admission is off, and registers its
+// metrics on reg. lim is the handler limiter, whose bounds it shares.
+func newAdmission(cfg Config, lim *shed.Limiter, sm *shedMetrics, reg prometheus.Registerer) *admission {
+	if lim == nil || !cfg.HTTPAdmission {
+		return nil
+	}
+	lc := lim.Config()
+	fair := shed.NewFair(shed.FairConfig{
+		MaxLimit: lc.MaxInflight, MaxQueue: max(lc.MaxQueue, 1), MaxClientQueue: cfg.MaxClientQueue, MaxWait: lc.MaxWait,
+	})
+	shedHTTP := sm.shed.WithLabelValues("http")
+	fair.OnShed = shedHTTP.Inc
+	passed := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "counterd_http_admission_passthrough_total",
+		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
+	})
+	reg.MustRegister(passed, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "counterd_http_admission_limit",
+		Help: "HTTP requests admitted at once: adapts to latency between GOMAXPROCS and --max-inflight.",
+	}, func() float64 { return float64(fair.Limit()) }))
+	return &admission{fair: fair, pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
+}
+
+// wrap returns ln with admission in front of its connections (ln itself
+// when a is nil).
+func (a *admission) wrap(ln net.Listener) net.Listener {
+	if a == nil {
+		return ln
+	}
+	return &admitListener{Listener: ln, a: a}
+}
+
+// maxShedPause is the longest a refused connection of a client over
+// --shed-rate-per-client is left unread: long enough that a flood of
+// immediate retries costs little, short enough that a well-behaved
+// client sharing the flood's address is delayed at most this much.
+const maxShedPause = 250 * time.Millisecond

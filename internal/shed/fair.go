@@ -1,0 +1,318 @@
+package shed
+
+import (
+	"math"
+	"net/netip"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Fair admits requests by client: at most Limit run at once, and when all
+// slots are busy the waiting requests are served round-robin across
+// clients, oldest first within a client. A client that floods the node
+// therefore waits behind its own requests, while a client with one
+// request waiting gets the next free slot. A request that has waited
+// MaxWait, or finds its client's queue (MaxClientQueue) or the whole
+// queue (MaxQueue) full, is shed: refused at once instead of queued.
+//
+// Limit adapts to latency (a gradient limiter): the time between
+// admission and release, averaged over a window, is compared with the
+// lowest such average seen recently. While it stays within Tolerance of
+// that baseline and requests had to wait, the limit grows by about its
+// square root per window; when it rises above, the limit shrinks in
+// proportion (at most by half per window), down to MinLimit. So slots
+// follow what the node can serve without queueing inside itself: more
+// when requests wait on I/O (a slow disk, a remote tier), fewer when
+// they compete for the CPU.
+type Fair struct {
+	cfg FairConfig
+
+	mu      sync.Mutex
+	limit   float64
+	running int
+	queued  int
+	clients map[netip.Addr]*fairClient
+	ring    []*fairClient // clients with waiters, served round-robin
+	next    int           // ring index served next
+	// gradient window
+	winStart time.Time
+	winSum   time.Duration
+	winN     int
+	winWait  bool // a request waited (or was shed) in this window
+	minRTT   time.Duration
+	minAge   int // windows since minRTT was set
+
+	limitNow atomic.Int64 // for metrics, read without the lock
+	shed     atomic.Uint64
+	pool     sync.Pool // *fairWaiter
+	// OnShed, when set before use, is called for every shed request.
+	OnShed func()
+}
+
+// FairConfig sets a Fair's bounds; zero fields take the defaults.
+type FairConfig struct {
+	// MaxLimit is the most requests admitted at once (default 64 x
+	// GOMAXPROCS); MinLimit the fewest the limit adapts down to
+	// (default GOMAXPROCS).
+	MaxLimit, MinLimit int
+	// MaxQueue is the most requests waiting, all clients together
+	// (default 4 x MaxLimit); MaxClientQueue the most of one client
+	// (default MaxQueue / 4).
+	MaxQueue, MaxClientQueue int
+	// MaxWait is the longest a request waits for a slot (default 20ms).
+	MaxWait time.Duration
+	// Window is the gradient limiter's window (default 50ms);
+	// Tolerance how far above the baseline latency may rise before the
+	// limit shrinks (default 2: twice the baseline).
+	Window    time.Duration
+	Tolerance float64
+}
+
+func (c FairConfig) withDefaults() FairConfig {
+	if c.MaxLimit <= 0 {
+		c.MaxLimit = 64 * runtime.GOMAXPROCS(0)
+	}
+	if c.MinLimit <= 0 {
+		c.MinLimit = min(2*runtime.GOMAXPROCS(0), c.MaxLimit)
+	}
+	c.MinLimit = min(c.MinLimit, c.MaxLimit)
+	if c.MaxQueue <= 0 {
+		c.MaxQueue = 4 * c.MaxLimit
+	}
+	if c.MaxClientQueue <= 0 {
+		c.MaxClientQueue = max(1, c.MaxQueue/4)
+	}
+	if c.MaxWait <= 0 {
+		c.MaxWait = 20 * time.Millisecond
+	}
+	if c.Window <= 0 {
+		c.Window = 50 * time.Millisecond
+	}
+	if c.Tolerance < 1 {
+		c.Tolerance = 2
+	}
+	return c
+}
+
+type fairClient struct {
+	key     netip.Addr
+	waiters []*fairWaiter // FIFO; head at index 0
+	inRing  bool
+}
+
+// fairWaiter is one queued request. admit receives true when it is given
+// a slot, false when it is shed.
+type fairWaiter struct {
+	admit    chan bool
+	deadline time.Time // shed if not admitted by then
+	client   *fairClient
+	done     bool // handed a slot or shed (under Fair.mu)
+	timer    *time.Timer
+}
+
+// NewFair returns a Fair with cfg's bounds, starting at MinLimit slots
+// (the limit grows within a few windows when requests wait).
+func NewFair(cfg FairConfig) *Fair {
+	cfg = cfg.withDefaults()
+	f := &Fair{cfg: cfg, limit: float64(cfg.MinLimit), clients: map[netip.Addr]*fairClient{}}
+	f.limitNow.Store(int64(cfg.MinLimit))
+	return f
+}
+
+// ClientKey is the client a remote address belongs to: its IP, or its /64
+// for IPv6 (one host usually holds a whole /64).
+func ClientKey(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
+}
+
+// Acquire admits a request of client or sheds it (false). waited is how
+// long the request already waited before it got here (in a socket): a
+// request waits for a slot at most MaxWait in all, and one that already
+// waited that long is shed at once. An admitted request must call
+// Release once with the time it was admitted (the returned time).
+func (f *Fair) Acquire(client netip.Addr, waited time.Duration) (bool, time.Time) {
+	now := time.Now()
+	budget := f.cfg.MaxWait - waited
+	if budget <= 0 {
+		f.shedOne()
+		return false, now
+	}
+	f.mu.Lock()
+	if f.queued == 0 && float64(f.running) < f.limit {
+		f.running++
+		f.mu.Unlock()
+		return true, now
+	}
+	f.winWait = true
+	c := f.clients[client]
+	if f.queued >= f.cfg.MaxQueue || c != nil && len(c.waiters) >= f.cfg.MaxClientQueue {
+		f.mu.Unlock()
+		f.shedOne()
+		return false, now
+	}
+	if c == nil {
+		c = &fairClient{key: client}
+		f.clients[client] = c
+	}
+	w, _ := f.pool.Get().(*fairWaiter)
+	if w == nil {
+		w = &fairWaiter{admit: make(chan bool, 1), timer: time.NewTimer(time.Hour)}
+		w.timer.Stop()
+	}
+	w.deadline, w.client, w.done = now.Add(budget), c, false
+	c.waiters = append(c.waiters, w)
+	if !c.inRing {
+		c.inRing = true
+		f.ring = append(f.ring, c)
+	}
+	f.queued++
+	f.mu.Unlock()
+
+	w.timer.Reset(budget)
+	var ok bool
+	select {
+	case ok = <-w.admit:
+		w.timer.Stop()
+	case <-w.timer.C:
+		f.mu.Lock()
+		if !w.done {
+			w.done = true
+			f.dropWaiter(w)
+		}
+		f.mu.Unlock()
+		// Either it was just dropped (shed), or a slot or a shed was
+		// handed to it at the same time: take that answer.
+		select {
+		case ok = <-w.admit:
+		default:
+		}
+	}
+	if !ok {
+		f.shedOne()
+	}
+	w.client = nil
+	f.pool.Put(w)
+	return ok, time.Now()
+}
+
+// dropWaiter removes a timed-out waiter from its client's queue. Under mu.
+func (f *Fair) dropWaiter(w *fairWaiter) {
+	c := w.client
+	for i, x := range c.waiters {
+		if x == w {
+			copy(c.waiters[i:], c.waiters[i+1:])
+			c.waiters[len(c.waiters)-1] = nil
+			c.waiters = c.waiters[:len(c.waiters)-1]
+			break
+		}
+	}
+	f.queued--
+	f.maybeForget(c)
+}
+
+// maybeForget drops a client with nothing queued from the map and the
+// ring. Under mu.
+func (f *Fair) maybeForget(c *fairClient) {
+	if len(c.waiters) > 0 {
+		return
+	}
+	delete(f.clients, c.key)
+	if c.inRing {
+		c.inRing = false
+		for i, x := range f.ring {
+			if x == c {
+				f.ring = append(f.ring[:i], f.ring[i+1:]...)
+				if f.next > i {
+					f.next--
+				}
+				break
+			}
+		}
+	}
+}
+
+// Release gives back the slot of a request admitted at admitted, hands
+// it to the next waiter round-robin across clients, and sheds the
+// waiters found older than MaxWait on the way.
+func (f *Fair) Release(admitted time.Time) {
+	f.mu.Lock()
+	now := time.Now()
+	f.sample(now, now.Sub(admitted))
+	for f.queued > 0 && float64(f.running-1) < f.limit {
+		if f.next >= len(f.ring) {
+			f.next = 0
+		}
+		c := f.ring[f.next]
+		w := c.waiters[0]
+		copy(c.waiters, c.waiters[1:])
+		c.waiters[len(c.waiters)-1] = nil
+		c.waiters = c.waiters[:len(c.waiters)-1]
+		f.queued--
+		f.next++
+		f.maybeForget(c)
+		w.done = true
+		if now.After(w.deadline) {
+			w.admit <- false // waited too long: its timer is about to fire
+			continue
+		}
+		w.admit <- true // the slot passes to w: running is unchanged
+		f.mu.Unlock()
+		return
+	}
+	f.running--
+	f.mu.Unlock()
+}
+
+// sample adds one admission's latency to the window and, at the end of
+// a window, moves the limit (the gradient limiter). Under mu.
+func (f *Fair) sample(now time.Time, rtt time.Duration) {
+	f.winSum += rtt
+	f.winN++
+	if f.winStart.IsZero() {
+		f.winStart = now
+	}
+	if now.Sub(f.winStart) < f.cfg.Window || f.winN < 10 {
+		return
+	}
+	avg := f.winSum / time.Duration(f.winN)
+	f.minAge++
+	if f.minRTT == 0 || avg < f.minRTT || f.minAge > 100 {
+		f.minRTT, f.minAge = avg, 0
+	}
+	gradient := math.Min(1, math.Max(0.5, f.cfg.Tolerance*float64(f.minRTT)/float64(avg)))
+	lim := f.limit * gradient
+	if gradient == 1 && f.winWait {
+		lim += math.Sqrt(f.limit)
+	}
+	f.limit = math.Min(float64(f.cfg.MaxLimit), math.Max(float64(f.cfg.MinLimit), 0.8*f.limit+0.2*lim))
+	f.limitNow.Store(int64(f.limit))
+	f.winStart, f.winSum, f.winN, f.winWait = now, 0, 0, false
+}
+
+func (f *Fair) shedOne() {
+	f.shed.Add(1)
+	if f.OnShed != nil {
+		f.OnShed()
+	}
+}
+
+// Limit returns the current concurrency limit.
+func (f *Fair) Limit() int { return int(f.limitNow.Load()) }
+
+// Shed returns how many requests were shed so far.
+func (f *Fair) Shed() uint64 { return f.shed.Load() }
+
+// Running returns how many requests hold a slot now.
+func (f *Fair) Running() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.running
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# End-to-end event pipeline throughput (docs/pipeline.md, BENCHMARKS.md
+# "Event pipeline"): events posted to a collector-only counterd in NDJSON
+# batches of 1000 (four in flight) until a consumer counterd has applied
+# them all, on kfake (franz-go's in-process Kafka-protocol cluster, served
+# by the benchmark process) and on a NATS JetStream server; then the same
+# events as individual HTTP requests (increment, pfadd, hincr per event,
+# 64 connections) against one counterd, for comparison. Each benchmark
+# iteration is 1000 events.
+#
+#   scripts/bench-pipeline.sh [EVENTS_THOUSANDS] [COUNT]
+#
+# Defaults: 100 (100,000 events), 3 runs of each. NATS: COUNTERD_TEST_NATS
+# names a server; else a private nats-server -js is started (apt-get install
+# nats-server). Everything shares the machine's cores; the load average is
+# printed before and after.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${1:-100}
+COUNT=${2:-3}
+echo "load before: $(uptime)"
+go test -run '^$' -bench 'BenchmarkPipeline' -benchtime="${N}x" -count="$COUNT" ./cmd/counterd/ | tee /tmp/bench-pipeline.$$.out
+echo "load after:  $(uptime)"
+awk '/^BenchmarkPipeline/ { name=$1; sub(/-[0-9]+$/, "", name); for (i=3; i<NF; i++) if ($(i+1) == "events/s") { s[name] = s[name] " " $i } }
+     END { for (n in s) print n ":" s[n] " events/s" }' /tmp/bench-pipeline.$$.out | sort
+rm -f /tmp/bench-pipeline.$$.out
