@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 	"testing"
@@ -16,7 +18,9 @@ import (
 // of that id through a surviving node. A writer retries every 10 ms (one
 // attempt each, with its own idempotency key). Each iteration kills one
 // node (in turn), measures, restarts it and waits until every node sees
-// three members again. Reports P50, P99 and max in ms.
+// three members again. Reports P50, P99 and max in ms. With
+// FAILOVER_DEBUG=DIR, the survivors' logs of every kill slower than 1 s are
+// written to DIR.
 //
 //	COUNTERD_BIN=/path/to/counterd go test -run '^$' -bench '^BenchmarkFailover$' -benchtime 20x -timeout 30m ./cmd/counterd/
 func BenchmarkFailover(b *testing.B) {
@@ -40,6 +44,17 @@ func BenchmarkFailover(b *testing.B) {
 			b.Fatalf("no write on %s within 60s of killing %s: %v", id, victim.id, err)
 		}
 		windows = append(windows, time.Since(killed))
+		if dir := os.Getenv("FAILOVER_DEBUG"); dir != "" && windows[len(windows)-1] > time.Second {
+			// A slow kill: keep the survivors' logs (run with
+			// COUNTERD_LOG_LEVEL=debug for gossip details).
+			for _, n := range survivors {
+				f := filepath.Join(dir, fmt.Sprintf("failover-kill%d-%s.log", i, n.id))
+				b.Logf("kill %d of %s took %v; log of %s in %s", i, victim.id, windows[len(windows)-1], n.id, f)
+				if err := os.WriteFile(f, []byte(n.logs.tail(100000)), 0o644); err != nil {
+					b.Log(err)
+				}
+			}
+		}
 		victim.start(b)
 		waitAlive(b, c.nodes, 60*time.Second)
 	}

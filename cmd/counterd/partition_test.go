@@ -3,8 +3,12 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os/exec"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -99,5 +103,108 @@ func TestClusterPartition(t *testing.T) {
 		t.Errorf("10s after membership healed, nodes do not hold the acknowledged sums:\n%v", err)
 	} else {
 		t.Logf("every node holds the acknowledged sums %v after membership healed", time.Since(start).Round(time.Millisecond))
+	}
+}
+
+// TestClusterPartitionFencesOldOwner: the small side of a partition may
+// not acknowledge, nor make the cluster lose, anything. n3 owns a counter
+// id; after 5 acknowledged increments of 1, n3 is cut off and at once
+// receives 24 concurrent keyed sync increments of 1000, which it applies
+// locally before it notices the partition (none can be acknowledged: no
+// write quorum). n1 and n2 take the id over and acknowledge 2 more
+// increments of 1, then the 24 increments of 1000 are retried through n1
+// with their keys until acknowledged. After healing every node must read
+// exactly 7 + 24*1000: the majority's increments are never lost to the
+// minority's higher write count (ownership epochs), and each keyed
+// increment counts once: a retry is not answered from the record of a
+// minority write that was lost (records are kept only with their write).
+func TestClusterPartitionFencesOldOwner(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a cluster of counterd processes")
+	}
+	nw := netns.New(t, 3)
+	c := newCluster(t, 3, inNetns(nw))
+	n1, n3 := c.nodes[0], c.nodes[2]
+	id := ownedBy(t, n1, n3.id, "fence:c:")
+	incr := func(n *cnode, delta int64, key string) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		cl := n.raw
+		opts := []cdclient.IncrOption{cdclient.WithKind(cdclient.KindCounter), cdclient.WithDurability("sync")}
+		if key != "" {
+			opts = append(opts, cdclient.WithIdempotencyKey(key))
+		}
+		_, err := cl.Incr(ctx, id, delta, opts...)
+		return err
+	}
+	acked := int64(0)
+	for i := range 5 {
+		if err := poll(10*time.Second, func() error { return incr(n1, 1, fmt.Sprintf("before-%d", i)) }); err != nil {
+			t.Fatalf("increment before the partition: %v", err)
+		}
+		acked++
+	}
+	if err := nw.Partition([]int{2}, []int{0, 1}); err != nil {
+		t.Fatal(err)
+	}
+	cut := time.Now()
+	const attempts = 24
+	var minorityAcked atomic.Int64
+	var wg sync.WaitGroup
+	for i := range attempts {
+		wg.Go(func() {
+			if incr(n3, 1000, fmt.Sprintf("minority-%d", i)) == nil {
+				minorityAcked.Add(1)
+			}
+		})
+	}
+	if _, err := awaitAlive(c.nodes[:2], 20*time.Second); err != nil {
+		t.Fatalf("n1, n2 did not drop n3 within 20s of the cut: %v", err)
+	}
+	t.Logf("n1, n2 dropped n3 %v after the cut", time.Since(cut).Round(time.Millisecond))
+	for i := range 2 {
+		if err := poll(10*time.Second, func() error { return incr(c.nodes[i], 1, fmt.Sprintf("during-%d", i)) }); err != nil {
+			t.Fatalf("increment on the majority during the partition: %v", err)
+		}
+		acked++
+	}
+	wg.Wait()
+	// The clients of the minority retry through the majority with the same
+	// keys: each retry is answered from a record only if its write is in
+	// the new owner's state, else applied there.
+	for i := range attempts {
+		if err := poll(10*time.Second, func() error { return incr(n1, 1000, fmt.Sprintf("minority-%d", i)) }); err != nil {
+			t.Fatalf("retry of minority-%d through n1: %v", i, err)
+		}
+	}
+	if err := nw.Heal(); err != nil {
+		t.Fatal(err)
+	}
+	waitAlive(t, c.nodes, 30*time.Second)
+	t.Logf("the minority acknowledged %d of %d attempts", minorityAcked.Load(), attempts)
+	check := func() error {
+		var vals []int64
+		for _, n := range c.nodes {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			v, err := n.c.Get(ctx, id)
+			cancel()
+			if err != nil {
+				return err
+			}
+			vals = append(vals, v.Value)
+		}
+		for _, v := range vals {
+			if v != vals[0] {
+				return fmt.Errorf("nodes disagree: %v", vals)
+			}
+		}
+		small, big := vals[0]%1000, vals[0]/1000
+		if small != acked || big != attempts {
+			return fmt.Errorf("value %d: want %d acknowledged increments of 1 (got %d) and exactly %d of 1000, each acknowledged once (got %d)", vals[0], acked, small, attempts, big)
+		}
+		return nil
+	}
+	if err := poll(15*time.Second, check); err != nil {
+		t.Fatalf("after healing: %v", err)
 	}
 }

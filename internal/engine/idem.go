@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/cockroachdb/pebble"
@@ -21,7 +22,8 @@ const MaxIdempotencyKeyLen = 255
 type idemRec struct {
 	key     string
 	fp      uint64
-	created int64 // unix ns
+	created int64    // unix ns
+	ids     []string // the ids the mutation wrote (IdemRecords)
 	results []Result
 	flushed bool // on disk; guarded by idemTable.mu
 }
@@ -46,7 +48,7 @@ func (t *idemTable) init(max int) {
 func idemKey(k string) []byte { return append([]byte{prefixIdem}, k...) }
 
 func (r *idemRec) encode() []byte {
-	rec := IdemRecord{FP: r.fp, Created: r.created, Results: r.results}
+	rec := IdemRecord{FP: r.fp, Created: r.created, IDs: r.ids, Results: r.results}
 	return rec.Encode()
 }
 
@@ -55,7 +57,7 @@ func decodeIdem(key string, b []byte) (*idemRec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", key, err)
 	}
-	return &idemRec{key: key, fp: d.FP, created: d.Created, results: d.Results, flushed: true}, nil
+	return &idemRec{key: key, fp: d.FP, created: d.Created, ids: d.IDs, results: d.Results, flushed: true}, nil
 }
 
 // addLocked remembers r and evicts the oldest flushed records over the bound.
@@ -184,7 +186,7 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 		err = e.applyMulti(ops, res, batch)
 	}
 	if err == nil {
-		r := &idemRec{key: key, fp: fp, created: e.nowNano(), results: res}
+		r := &idemRec{key: key, fp: fp, created: e.nowNano(), ids: opsIDs(ops), results: res}
 		t.mu.Lock()
 		t.addLocked(r)
 		t.pending = append(t.pending, r)
@@ -265,4 +267,37 @@ func (e *Engine) purgeIdempotency() error {
 		return nil
 	}
 	return b.Commit(pebble.NoSync)
+}
+
+// opsIDs lists the distinct ids ops write, in order of first appearance.
+func opsIDs(ops []Op) []string {
+	ids := make([]string, 0, len(ops))
+	for i := range ops {
+		if !slices.Contains(ids, ops[i].ID) {
+			ids = append(ids, ops[i].ID)
+		}
+	}
+	return ids
+}
+
+// IdemRecords calls fn with every idempotency record on disk created at or
+// after since (unix ns), Key set; records written before the ids were
+// stored have no IDs. A cluster node reads them when it starts, to offer
+// the records of keyed writes it applied before a crash to the others.
+func (e *Engine) IdemRecords(since int64, fn func(IdemRecord)) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixIdem}, UpperBound: []byte{prefixIdem + 1}})
+	if err != nil {
+		return err
+	}
+	for it.First(); it.Valid(); it.Next() {
+		r, err := decodeIdem(string(it.Key()[1:]), it.Value())
+		if err != nil || r.created < since {
+			continue
+		}
+		fn(IdemRecord{Key: r.key, FP: r.fp, Created: r.created, IDs: r.ids, Results: r.results})
+	}
+	return it.Close()
 }

@@ -319,3 +319,31 @@ func (e *Engine) Drop(ctx context.Context, id string, version uint64) (bool, err
 	e.clearLocked(&r)
 	return true, nil
 }
+
+// RaiseVersion lifts id's version to at least floor, keeping its low 32
+// bits: a cluster owner that took an id over at epoch E raises the id's
+// version to E<<32 (plus the version it had) so that every state it
+// writes beats any state the previous owner wrote, whatever the number of
+// writes. The value is unchanged. It returns the id's version after the
+// call; ok is false when id does not exist. Durable like Drop.
+func (e *Engine) RaiseVersion(id string, floor uint64) (version uint64, ok bool, err error) {
+	if err := e.checkOpen(); err != nil {
+		return 0, false, err
+	}
+	if err := ValidateID(id); err != nil {
+		return 0, false, err
+	}
+	r, ok, err := e.acquire(id, false)
+	if !ok || err != nil {
+		return 0, false, err
+	}
+	defer r.e.unlock()
+	if !e.liveLocked(&r, e.nowNano()) {
+		return 0, false, nil
+	}
+	if r.e.version < floor {
+		r.e.version = floor | r.e.version&(1<<32-1) // >= floor
+		e.markDirtyLocked(&r)
+	}
+	return r.e.version, true, nil
+}

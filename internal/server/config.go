@@ -76,7 +76,7 @@ type Config struct {
 	MaxClientQueue        int           // --max-queue-per-client: HTTP requests of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
-	ClusterTiming string // --cluster-timing: fast (dead after ~1 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
+	ClusterTiming string // --cluster-timing: fast (dead after ~0.6 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
 	// the event pipeline (pipeline.go, docs/pipeline.md)
 	Events EventsConfig
 
@@ -283,7 +283,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
-	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 1 s) or lan (memberlist LAN defaults, about 5 s)")
+	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 0.6 s) or lan (memberlist LAN defaults, about 5 s)")
 	c.bindEventsFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }

@@ -193,7 +193,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
-			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking),
+			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
 			Events:     eventsAdder(pl),
 		})
 		go func() {

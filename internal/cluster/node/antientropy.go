@@ -75,12 +75,12 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	n.idem.put(resp.Idem)
 	if len(resp.States) > 0 {
 		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			return err
 		}
 	}
+	n.putReceived(ctx, resp.Idem)
 	repairs := len(resp.States) + len(resp.Want)
 	n.metrics.antiEntropy.Add(float64(repairs))
 	if len(resp.Want) == 0 {

@@ -104,6 +104,11 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 	}
 	var res []engine.Result
 	err := n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
+		// Again under the gate: the op may have waited (fence) while the
+		// ring shrank to this node's side of a partition.
+		if err := n.checkMajority(local); err != nil {
+			return err
+		}
 		res, err = n.applyKeyed(ctx, ops, batch, wo)
 		return err
 	})
@@ -119,7 +124,7 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 // with the next push of its ids.
 func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
 	if wo.IdempotencyKey == "" {
-		return n.applyStore(ctx, ops, batch, wo)
+		return n.applyOwned(ctx, ops, batch, wo)
 	}
 	fp := engine.Fingerprint(ops)
 	if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
@@ -127,12 +132,12 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 	}
 	unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
 	defer unlock()
-	res, err := n.applyStore(ctx, ops, batch, wo)
+	res, err := n.applyOwned(ctx, ops, batch, wo)
 	if err != nil {
 		return nil, err
 	}
-	if rec := newIdemRecord(wo.IdempotencyKey, fp, ops, res); rec != nil {
-		n.idem.put([]idemRecord{*rec})
+	if rec := newIdemRecord(n.self, wo.IdempotencyKey, fp, ops, res); rec != nil {
+		n.putRecords(ctx, []idemRecord{*rec})
 	}
 	return res, nil
 }
@@ -176,6 +181,36 @@ func (n *Node) applyHere(ctx context.Context, ops []engine.Op, batch bool, wo en
 		return nil, err
 	}
 	return res, n.replicateAfter(ctx, ops, res, wo)
+}
+
+// applyOwned applies ops to the store and lifts the version of each id
+// written as its owner to the epoch this node claimed for it (epoch.go),
+// so that what it writes beats every state of a previous owner.
+func (n *Node) applyOwned(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+	res, err := n.applyStore(ctx, ops, batch, wo)
+	if err != nil {
+		return nil, err
+	}
+	v := n.ring.Version() // under the gate when owned: the fence's version
+	for i := range res {
+		if res[i].Replayed || !res[i].Changed || isCRDT(res[i].Kind) {
+			continue
+		}
+		floor := epochFloor(n.fence.epoch(v, ops[i].ID))
+		if res[i].Version >= floor {
+			continue
+		}
+		ver, ok, err := n.store.RaiseVersion(ops[i].ID, floor)
+		switch {
+		case err != nil:
+			return nil, err
+		case ok:
+			res[i].Version = ver
+		default: // deleted: its tombstone carries the epoch
+			res[i].Version = floor | res[i].Version&(1<<epochBits-1)
+		}
+	}
+	return res, nil
 }
 
 func (n *Node) applyStore(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {

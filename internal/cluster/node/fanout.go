@@ -289,7 +289,7 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 			return err
 		}
 		if fence {
-			if _, err := n.fence.ensure(ctx, n, ids); err != nil {
+			if _, err := n.fence.ensure(ctx, n, ids, false); err != nil {
 				return err
 			}
 		}

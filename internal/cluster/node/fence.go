@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -15,60 +16,125 @@ import (
 )
 
 // fencer remembers which ids this node has read-repaired as owner at the
-// current ring version. Before serving its first operation on an id after
-// a ring change, an owner pulls the id's state from the other replicas
-// (answers count only from peers that agree on the ring) and merges it, so
-// it never applies on top of a stale version.
+// current ring version, and the ownership epoch it claimed for each
+// (epoch.go). Before serving its first operation on an id after a ring
+// change, an owner pulls the id's state from the other replicas (answers
+// count only from peers that agree on the ring and accepted its claim)
+// and merges it, so it never applies on top of a stale version.
 type fencer struct {
-	mu      sync.Mutex          // guards version, done
-	version uint64              // ring version done refers to
-	done    map[string]struct{} // ids fenced at version
+	mu      sync.Mutex        // guards version, done, running
+	version uint64            // ring version done refers to
+	done    map[string]uint32 // ids fenced at version: the epoch claimed, 0 if none (a read view's fence)
+	// running has a channel per id being fenced, closed when that fence
+	// ends: one fence per id at a time, so concurrent first operations do
+	// not claim over each other.
+	running map[string]chan struct{}
 }
 
-func (f *fencer) init() { f.done = map[string]struct{}{} }
+func (f *fencer) init() { f.done, f.running = map[string]uint32{}, map[string]chan struct{}{} }
 
-// pending returns the ids of ids not yet fenced at ring version v.
-func (f *fencer) pending(v uint64, ids []string) []string {
+// start takes the ids of todo that no other fence is running for, and
+// returns them, a channel of a running fence of the others (nil if none)
+// and the function that ends this fence.
+func (f *fencer) start(todo []string) (mine []string, wait chan struct{}, end func()) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	chs := map[string]chan struct{}{}
+	for _, id := range todo {
+		if ch, ok := f.running[id]; ok {
+			wait = ch
+			continue
+		}
+		ch := make(chan struct{})
+		f.running[id], chs[id] = ch, ch
+		mine = append(mine, id)
+	}
+	return mine, wait, func() {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for id, ch := range chs {
+			close(ch)
+			delete(f.running, id)
+		}
+	}
+}
+
+// pending returns the ids of ids not yet fenced at ring version v (with a
+// claim when claim).
+func (f *fencer) pending(v uint64, ids []string, claim bool) []string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.version != v {
-		f.version, f.done = v, map[string]struct{}{}
+		f.version, f.done = v, map[string]uint32{}
 	}
 	var out []string
 	for _, id := range ids {
-		if _, ok := f.done[id]; !ok {
+		if e, ok := f.done[id]; !ok || claim && e == 0 {
 			out = append(out, id)
 		}
 	}
 	return out
 }
 
-func (f *fencer) markDone(v uint64, ids []string) {
+func (f *fencer) markDone(v uint64, ids []string, epochs map[string]uint32) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.version != v {
 		return
 	}
 	for _, id := range ids {
-		f.done[id] = struct{}{}
+		f.done[id] = max(f.done[id], epochs[id])
 	}
 }
 
+// epoch is the epoch this node claimed for id at ring version v (0: none).
+func (f *fencer) epoch(v uint64, id string) uint32 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.version != v {
+		return 0
+	}
+	return f.done[id]
+}
+
 // ensure fences ids at the current ring version and returns that version.
-func (f *fencer) ensure(ctx context.Context, n *Node, ids []string) (uint64, error) {
-	s := n.ring.Snapshot()
-	if s.Len() <= 1 || len(ids) == 0 {
-		return s.Version(), nil
+// With claim (an owner's operation), it also claims a new ownership epoch
+// for each id from a write quorum of its replicas; without (a read view's
+// designated answerer, which may not be the owner) it only pulls.
+func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) (uint64, error) {
+	for {
+		s := n.ring.Snapshot()
+		if s.Len() <= 1 || len(ids) == 0 {
+			return s.Version(), nil
+		}
+		todo := f.pending(s.Version(), ids, claim)
+		if len(todo) == 0 {
+			return s.Version(), nil
+		}
+		mine, wait, end := f.start(todo)
+		if len(mine) > 0 {
+			epochs, err := n.pullQuorum(ctx, s, mine, claim)
+			if err == nil {
+				if claim {
+					n.recheckRecords(mine, epochs)
+				}
+				f.markDone(s.Version(), mine, epochs)
+			}
+			end()
+			if err != nil {
+				return 0, err
+			}
+		} else {
+			end()
+		}
+		if wait != nil {
+			select { // another fence of some of ids; then look again
+			case <-wait:
+			case <-ctx.Done():
+				return 0, &UnavailableError{Op: "takeover fence", Err: ctx.Err()}
+			}
+		}
 	}
-	todo := f.pending(s.Version(), ids)
-	if len(todo) == 0 {
-		return s.Version(), nil
-	}
-	if err := n.pullQuorum(ctx, s, todo); err != nil {
-		return 0, err
-	}
-	f.markDone(s.Version(), todo)
-	return s.Version(), nil
 }
 
 // nodesHash fingerprints a ring's node set.
@@ -76,106 +142,147 @@ func nodesHash(s *ring.Snapshot) uint64 { return xxhash.Sum64String(strings.Join
 
 // pullQuorum fetches ids from the other replicas in s and merges them. It
 // succeeds when, for every id, enough replicas agreeing on the ring have
-// answered to complete a write quorum with this node, and no reachable
-// replica still disagrees (the previous owner, which is in the new replica
-// set after a join, must have seen the change and so stopped applying). It
-// retries until FenceTimeout.
-func (n *Node) pullQuorum(ctx context.Context, s *ring.Snapshot, ids []string) error {
+// answered (and, with claim, promised the epoch this node claims for the
+// id) to complete a write quorum with this node, and no reachable replica
+// still disagrees (the previous owner, which is in the new replica set
+// after a join, must have seen the change and so stopped applying). A
+// claim refused by a replica that promised a higher epoch is made again
+// above it. It retries until FenceTimeout and returns the epochs claimed.
+func (n *Node) pullQuorum(ctx context.Context, s *ring.Snapshot, ids []string, claim bool) (map[string]uint32, error) {
 	want := nodesHash(s)
 	need := map[string]int{}
-	byPeer := map[string][]string{}
-	for _, id := range ids {
+	ask := map[string]map[string]bool{} // peer -> ids to ask it
+	epochs := map[string]uint32{}
+	reset := func(id string, above uint32) {
 		reps := s.Replicas(id, 0)
 		if k := quorum(len(reps)) - 1; k > 0 {
 			need[id] = k
 		}
 		for _, r := range reps {
 			if r != n.self {
-				byPeer[r] = append(byPeer[r], id)
+				if ask[r] == nil {
+					ask[r] = map[string]bool{}
+				}
+				ask[r][id] = true
 			}
 		}
+		if claim {
+			epochs[id] = n.claimLocal(id, above)
+		}
+	}
+	for _, id := range ids {
+		reset(id, 0)
 	}
 	deadline := time.Now().Add(n.cfg.FenceTimeout)
 	for start := time.Now(); ; {
-		agreed, disagreed := n.fetchRound(ctx, byPeer, want)
-		for _, peer := range agreed {
-			for _, id := range byPeer[peer] {
+		answers := n.fetchRound(ctx, ask, epochs, want)
+		disagreed := 0
+		refused := map[string]uint32{}
+		for peer, a := range answers {
+			if !a.sameRing {
+				disagreed++
+				continue
+			}
+			for id, p := range a.refused {
+				if claim && p != 0 {
+					refused[id] = max(refused[id], p)
+					continue
+				}
+				delete(ask[peer], id)
 				if need[id]--; need[id] <= 0 {
 					delete(need, id)
 				}
 			}
-			delete(byPeer, peer)
+			if len(ask[peer]) == 0 {
+				delete(ask, peer)
+			}
+		}
+		for id, p := range refused {
+			reset(id, p) // claim above the higher promise, from every replica again
 		}
 		if len(need) == 0 && disagreed == 0 {
 			n.metrics.fence.Observe(time.Since(start).Seconds())
-			return nil
+			return epochs, nil
 		}
 		if n.ring.Version() != s.Version() {
-			return errRingChanged
+			return nil, errRingChanged
 		}
 		if time.Now().After(deadline) {
-			return &UnavailableError{Op: "takeover fence", Err: fmt.Errorf("%d ids lack a replica quorum that agrees on ring v%d", len(need), s.Version())}
+			return nil, &UnavailableError{Op: "takeover fence", Err: fmt.Errorf("%d ids lack a replica quorum that agrees on ring v%d", len(need), s.Version())}
 		}
 		select {
 		case <-ctx.Done():
-			return &UnavailableError{Op: "takeover fence", Err: ctx.Err()}
+			return nil, &UnavailableError{Op: "takeover fence", Err: ctx.Err()}
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
 
-// fetchRound asks every peer in byPeer for its ids once and merges every
-// state received. It returns the peers that answered with ring hash want,
-// and how many answered with another ring (unreachable peers are neither).
-func (n *Node) fetchRound(ctx context.Context, byPeer map[string][]string, want uint64) (agreed []string, disagreed int) {
+// fetchAnswer is one peer's answer in a fence round: whether it agrees on
+// the ring, and per id asked 0 when it accepted the claim (or none was
+// made), else the epoch it promised another claimant.
+type fetchAnswer struct {
+	sameRing bool
+	refused  map[string]uint32
+}
+
+// fetchRound asks every peer in ask for its ids once (claiming epochs, when
+// given) and merges every state received. It returns the answers of the
+// peers that answered for all their ids (unreachable peers are missing).
+func (n *Node) fetchRound(ctx context.Context, ask map[string]map[string]bool, epochs map[string]uint32, want uint64) map[string]fetchAnswer {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	for peer, ids := range byPeer {
+	out := map[string]fetchAnswer{}
+	for peer, set := range ask {
+		ids := slices.Sorted(maps.Keys(set))
 		wg.Go(func() {
-			same, ok := true, true
+			a := fetchAnswer{sameRing: true, refused: map[string]uint32{}}
 			for chunk := range slices.Chunk(ids, maxIDsPerFetch) {
-				agrees, err := n.fetchMerge(ctx, peer, chunk, want)
-				if err != nil {
-					ok = false
-					break
+				if err := n.fetchMerge(ctx, peer, chunk, epochs, want, &a); err != nil {
+					return
 				}
-				same = same && agrees
-			}
-			if !ok {
-				return
 			}
 			mu.Lock()
-			defer mu.Unlock()
-			if same {
-				agreed = append(agreed, peer)
-			} else {
-				disagreed++
-			}
+			out[peer] = a
+			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	return agreed, disagreed
+	return out
 }
 
-// fetchMerge fetches ids from peer and merges them; it reports whether the
-// peer's ring node set hashes to want.
-func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, want uint64) (bool, error) {
+// fetchMerge fetches ids from peer, claiming epochs[id] for each id when
+// epochs holds it, merges the states and adds the peer's answer to a.
+func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs map[string]uint32, want uint64, a *fetchAnswer) error {
 	req := &fetchRequest{header: n.header(false), IDs: ids}
+	if len(epochs) > 0 {
+		req.Claims = make([]uint32, len(ids))
+		for i, id := range ids {
+			req.Claims[i] = epochs[id]
+		}
+	}
 	var resp fetchResponse
 	if err := n.call(ctx, peer, "Fetch", req, &resp); err != nil {
-		return false, err
+		return err
 	}
 	if err := resp.Err.err(peer, nil); err != nil {
-		return false, err
+		return err
 	}
-	n.idem.put(resp.Idem)
 	if len(resp.States) > 0 {
 		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
 			n.log.Warn("cluster: fence merge", "from", peer, "err", err)
-			return false, err
+			return err
 		}
 	}
-	return resp.Nodes == want, nil
+	n.putReceived(ctx, resp.Idem)
+	a.sameRing = a.sameRing && resp.Nodes == want
+	for i, id := range ids {
+		a.refused[id] = 0 // a peer without epochs enforces none: accepted
+		if i < len(resp.Refused) {
+			a.refused[id] = resp.Refused[i]
+		}
+	}
+	return nil
 }
 
 func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
@@ -184,5 +291,30 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 	n.gate.RLock()
 	s := n.ring.Snapshot()
 	n.gate.RUnlock()
-	return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
+	if len(req.Claims) == 0 {
+		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
+	}
+	if len(req.Claims) != len(req.IDs) {
+		return &fetchResponse{Err: toWire(fmt.Errorf("%w: %d claims for %d ids", engine.ErrInvalidArgument, len(req.Claims), len(req.IDs)))}
+	}
+	// A claim and the export it answers with are one step against the
+	// check and merge of a push (serveReplicate): a push merged before
+	// the claim is in the export, one after it is answered stale.
+	unlock := n.promises.lockIDs(req.IDs)
+	defer unlock()
+	resp := &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Refused: make([]uint32, len(req.IDs))}
+	floors := map[string]uint32{}
+	for _, st := range resp.States {
+		floors[st.ID] = epochOf(st.Version)
+	}
+	for i, id := range req.IDs {
+		if req.Claims[i] == 0 {
+			continue
+		}
+		if p := n.promises.claim(id, req.Claims[i], req.From, floors[id]); p != (promise{req.Claims[i], req.From}) {
+			resp.Refused[i] = max(p.Epoch, 1)
+		}
+	}
+	resp.Idem = n.idem.forIDs(req.IDs, time.Time{})
+	return resp
 }

@@ -17,6 +17,7 @@ type metrics struct {
 	antiEntropy    prometheus.Counter
 	ringVersion    prometheus.Gauge
 	failover       *prometheus.CounterVec // by result: probe_failed, rerouted, timeout
+	duplicates     prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -55,13 +56,17 @@ func newMetrics() *metrics {
 			Name: "counterd_cluster_failover_total",
 			Help: "Forwarded requests whose owner failed a direct probe after a failed call (probe_failed), then were sent to the new owner (rerouted) or gave up waiting for the ring to move (timeout).",
 		}, []string{"result"}),
+		duplicates: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_cluster_duplicates_undone_total",
+			Help: "Keyed pn/sharded adds this node applied that another node had applied first (a retry after a crash or partition), taken back from this node's slot.",
+		}),
 	}
 }
 
 // Collectors returns the node's metrics, for the server's registry.
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.metrics
-	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover}
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates}
 }
 
 // metricsHandler serves the node's metrics alone (at /cluster/metrics) for

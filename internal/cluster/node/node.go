@@ -147,13 +147,14 @@ type Node struct {
 
 	initialRing *ring.Snapshot // the one-node ring before Start: the first handoff's base
 
-	fence   fencer
-	dirty   dirtySet
-	idem    idemCache     // idempotency records shipped by other owners
-	stripes stripes       // keyed applies vs exports (idem.go)
-	tombs   tombs         // recently deleted ids (tombstones.go)
-	handoff chan struct{} // 1-buffered: a ring change to hand off
-	rl      RateLimit     // set before Start (ratelimit.go)
+	fence    fencer
+	promises promises // ownership epochs promised to claimants (epoch.go)
+	dirty    dirtySet
+	idem     idemCache     // idempotency records shipped by other owners
+	stripes  stripes       // keyed applies vs exports (idem.go)
+	tombs    tombs         // recently deleted ids (tombstones.go)
+	handoff  chan struct{} // 1-buffered: a ring change to hand off
+	rl       RateLimit     // set before Start (ratelimit.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
@@ -186,6 +187,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		cancel:  cancel,
 	}
 	n.fence.init()
+	n.promises.init()
 	n.dirty.init()
 	n.idem.init()
 	n.ring.Set([]string{n.self})
@@ -219,12 +221,14 @@ func (n *Node) Start(meta Meta) error {
 		return fmt.Errorf("cluster: %w", err)
 	}
 	n.members.Store(m)
+	recs := n.reloadRecords()
 	n.refresh()
 	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
 	n.goLoop(n.joinLoop)
 	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
+	n.goLoop(func() { n.announceRecords(recs) })
 	if n.rl.Limiter != nil && n.cfg.LimitReplication > 0 {
 		n.goLoop(func() { n.tick(n.cfg.LimitReplication, "rate-limit replication", n.replicateLimits) })
 	}
@@ -313,8 +317,17 @@ func (n *Node) refresh() {
 			alive = append(alive, mem.ID)
 		}
 	}
-	n.minority.Store(len(alive)*2 <= len(alive)+dead)
+	// The flag turns on before the ring shrinks and off after it grows:
+	// whoever reads the ring and then the flag (replicateNow) never pairs
+	// a ring of the small side with a cleared flag.
+	minority := len(alive)*2 <= len(alive)+dead
+	if minority {
+		n.minority.Store(true)
+	}
 	n.setRing(alive)
+	if !minority {
+		n.minority.Store(false)
+	}
 }
 
 // setRing installs a new node set, waiting for owner operations admitted

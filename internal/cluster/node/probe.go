@@ -19,7 +19,7 @@ import (
 // then sends the request once more to the new owner (whose takeover fence
 // pulls the replicas' states and idempotency records first). The client
 // sees a slower answer instead of a 503 for the time detection takes
-// (about 1 s with membership.TimingFast).
+// (about 0.6 s with membership.TimingFast).
 //
 // Only single-op writes take this path (reads fall back to a replica at
 // once), and only those that cannot apply twice: keyed writes (the new

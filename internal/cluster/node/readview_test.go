@@ -179,7 +179,7 @@ func TestReadViewExactThroughMembershipChanges(t *testing.T) {
 	var load sync.WaitGroup
 	var stopOnce sync.Once
 	stop := func() { stopOnce.Do(func() { close(stopLoad) }); load.Wait() }
-	defer stop() // also when a step fails: no load on a stopped cluster
+	defer stop()     // also when a step fails: no load on a stopped cluster
 	load.Go(func() { // churn on other ids: the ring changes under writes
 		for i := 0; ; i++ {
 			select {

@@ -78,13 +78,22 @@ type change struct {
 // replica). Peers that fail are retried by the push loop.
 func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool) error {
 	s := n.ring.Snapshot()
-	plan := n.planPush(s, n.exportChanges(changes))
+	states := n.exportChanges(changes)
+	// The minority flag is set before the ring shrinks (refresh): a write
+	// applied under a larger ring must not count this smaller one's
+	// quorum, which may be this node alone.
+	if n.minority.Load() && slices.ContainsFunc(states, func(st State) bool { return !isCRDT(st.Kind) }) {
+		n.dirty.mark(changes)
+		return errMinority
+	}
+	plan := n.planPush(s, states)
 	if len(plan.byPeer) == 0 {
 		return nil
 	}
 	type ack struct {
-		peer string
-		err  error
+		peer  string
+		stale map[string]bool
+		err   error
 	}
 	acks := make(chan ack, len(plan.byPeer))
 	for peer, states := range plan.byPeer {
@@ -93,7 +102,8 @@ func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool)
 			// answer still completes.
 			cctx, cancel := context.WithTimeout(n.ctx, n.cfg.RPCTimeout)
 			defer cancel()
-			acks <- ack{peer, n.pushStates(cctx, peer, states, durable)}
+			stale, err := n.pushStatesStale(cctx, peer, states, durable)
+			acks <- ack{peer, stale, err}
 		}()
 	}
 	missing := plan.need
@@ -109,6 +119,9 @@ func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool)
 			continue
 		}
 		for _, st := range plan.byPeer[a.peer] {
+			if a.stale[st.ID] {
+				continue // the peer promised a newer owner: no acknowledgement
+			}
 			if missing[st.ID]--; missing[st.ID] <= 0 {
 				delete(missing, st.ID)
 			}
@@ -203,18 +216,33 @@ func stateChanges(states []State) []change {
 // pushStates sends states to peer in chunks, each with the recent
 // idempotency records of its ids; durable asks for fsync.
 func (n *Node) pushStates(ctx context.Context, peer string, states []State, durable bool) error {
+	_, err := n.pushStatesStale(ctx, peer, states, durable)
+	return err
+}
+
+// pushStatesStale is pushStates returning the ids whose states peer
+// merged but answered stale: written in an ownership epoch below the one
+// it promised (epoch.go).
+func (n *Node) pushStatesStale(ctx context.Context, peer string, states []State, durable bool) (map[string]bool, error) {
 	since := time.Now().Add(-idemPushWindow)
+	var stale map[string]bool
 	for _, chunk := range chunks(states) {
 		req := &replicateRequest{header: n.header(false), States: chunk, Sync: durable, Idem: n.idem.forIDs(stateIDs(chunk), since)}
 		var resp replicateResponse
 		if err := n.call(ctx, peer, "Replicate", req, &resp); err != nil {
-			return err
+			return stale, err
 		}
 		if err := resp.Err.err(peer, nil); err != nil {
-			return err
+			return stale, err
+		}
+		for _, id := range resp.Stale {
+			if stale == nil {
+				stale = map[string]bool{}
+			}
+			stale[id] = true
 		}
 	}
-	return nil
+	return stale, nil
 }
 
 func stateIDs(states []State) []string {
@@ -230,9 +258,32 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 	if req.Sync {
 		wo.Durability = engine.Sync
 	}
-	// Records first: a merge that fails its fsync wait (the sender gave
-	// up) has still changed memory, and its retry must replay.
-	n.idem.put(req.Idem)
-	changed, err := n.merge(ctx, req.States, wo)
-	return &replicateResponse{Changed: changed, Err: toWire(err)}
+	// The epoch check and the merge (in memory) are one step against a
+	// claim and its export (serveFetch): see epoch.go. A stale state (an
+	// old owner's write after the claim) is not merged and its records
+	// are not kept: that write will lose to the new owner's. Records go in
+	// before the wait for the disk (which comes after, without the lock):
+	// a merge whose wait fails (the sender gave up) has still changed
+	// memory, and its retry must replay.
+	unlock := n.promises.lockIDs(stateIDs(req.States))
+	var stale []string
+	fresh := make([]State, 0, len(req.States))
+	for _, st := range req.States {
+		if !isCRDT(st.Kind) && n.promises.stale(st.ID, st.Version, req.From) {
+			stale = append(stale, st.ID)
+			continue
+		}
+		fresh = append(fresh, st)
+	}
+	changed, err := n.merge(ctx, fresh, engine.WriteOptions{Durability: engine.Async})
+	if err == nil {
+		n.putReceived(ctx, slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
+			return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
+		}))
+	}
+	unlock()
+	if err == nil && wo.Durability == engine.Sync {
+		_, err = n.store.Merge(ctx, nil, wo) // waits until what was merged is on disk
+	}
+	return &replicateResponse{Changed: changed, Stale: stale, Err: toWire(err)}
 }

@@ -77,7 +77,7 @@ func (n *Node) ownerDo(ctx context.Context, ids []string, exempt func(string) bo
 		if err := n.checkOwner(owned); err != nil {
 			return err
 		}
-		v, err := n.fence.ensure(ctx, n, owned)
+		v, err := n.fence.ensure(ctx, n, owned, true)
 		if errors.Is(err, errRingChanged) && try < 3 {
 			continue
 		}

@@ -119,14 +119,21 @@ type replicateRequest struct {
 }
 
 type replicateResponse struct {
-	Changed int        `json:"changed"`
-	Err     *wireError `json:"err,omitempty"`
+	Changed int `json:"changed"`
+	// Stale lists the ids whose state was written in an ownership epoch
+	// below the one this replica promised (epoch.go): merged like any
+	// state, but not an acknowledgement of the write.
+	Stale []string   `json:"stale,omitempty"`
+	Err   *wireError `json:"err,omitempty"`
 }
 
 // fetchRequest pulls states (takeover fence, anti-entropy).
 type fetchRequest struct {
 	header
 	IDs []string `json:"ids"`
+	// Claims, when set, has one ownership epoch per id that the sender
+	// claims as the id's new owner (0: no claim for that id); see epoch.go.
+	Claims []uint32 `json:"claims,omitempty"`
 }
 
 type fetchResponse struct {
@@ -135,7 +142,11 @@ type fetchResponse struct {
 	// counts answers from peers that agree on the ring.
 	Nodes uint64       `json:"nodes"`
 	Idem  []idemRecord `json:"idem,omitempty"` // records of keyed mutations of the ids
-	Err   *wireError   `json:"err,omitempty"`
+	// Refused has one entry per id when the request had Claims: 0 when
+	// the claim was accepted (or none was made), else the epoch promised
+	// to another claimant, which a new claim must exceed.
+	Refused []uint32   `json:"refused,omitempty"`
+	Err     *wireError `json:"err,omitempty"`
 }
 
 // digestRequest is one anti-entropy round: the sender's digest of the ids

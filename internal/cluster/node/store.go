@@ -21,4 +21,11 @@ type Store interface {
 	Merge(ctx context.Context, states []State, wo engine.WriteOptions) (changed int, err error)
 	// Drop removes id if its version is still version (after a handoff).
 	Drop(ctx context.Context, id string, version uint64) (bool, error)
+	// RaiseVersion lifts id's version to at least floor, keeping its low
+	// 32 bits and the value (an owner's epoch, epoch.go); it returns the
+	// version afterwards, ok false when id does not exist.
+	RaiseVersion(id string, floor uint64) (version uint64, ok bool, err error)
+	// IdemRecords calls fn with the idempotency records on disk created
+	// at or after since (unix ns), with the ids they wrote.
+	IdemRecords(since int64, fn func(engine.IdemRecord)) error
 }

@@ -28,6 +28,14 @@ func (s engineStore) Merge(ctx context.Context, states []State, wo engine.WriteO
 	return s.e.Merge(ctx, states, wo)
 }
 
+func (s engineStore) RaiseVersion(id string, floor uint64) (uint64, bool, error) {
+	return s.e.RaiseVersion(id, floor)
+}
+
+func (s engineStore) IdemRecords(since int64, fn func(engine.IdemRecord)) error {
+	return s.e.IdemRecords(since, fn)
+}
+
 func (s engineStore) Drop(ctx context.Context, id string, version uint64) (bool, error) {
 	return s.e.Drop(ctx, id, version)
 }

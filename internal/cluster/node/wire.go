@@ -434,13 +434,30 @@ func (d *decoder) state(p *pb.State) State {
 }
 
 func pbIdem(r *idemRecord) *pb.IdemRecord {
-	return &pb.IdemRecord{Key: []byte(r.Key), Fp: r.FP, CreatedUnixNs: r.Created, Pending: r.Pending, Claim: r.Claim,
-		Ids: r.IDs, Results: encodeEach(r.Results, pbResult)}
+	p := &pb.IdemRecord{Key: []byte(r.Key), Fp: r.FP, CreatedUnixNs: r.Created, Pending: r.Pending, Claim: r.Claim,
+		Ids: r.IDs, Results: encodeEach(r.Results, pbResult), Origin: r.Origin, Undo: encodeEach(r.Undo, pbOp)}
+	if len(r.Wrote) > 0 {
+		p.Wrote = make(map[string]*pb.Versions, len(r.Wrote))
+		for id, ws := range r.Wrote {
+			p.Wrote[id] = &pb.Versions{Versions: ws}
+		}
+	}
+	return p
 }
 
 func (d *decoder) idem(p *pb.IdemRecord) idemRecord {
-	return idemRecord{Key: string(p.GetKey()), FP: p.GetFp(), Created: p.GetCreatedUnixNs(), Pending: p.GetPending(),
-		Claim: p.GetClaim(), IDs: orNil(p.GetIds()), Results: decodeEach(p.GetResults(), d.result)}
+	r := idemRecord{
+		IdemRecord: engine.IdemRecord{Key: string(p.GetKey()), FP: p.GetFp(), Created: p.GetCreatedUnixNs(), Pending: p.GetPending(),
+			Claim: p.GetClaim(), IDs: orNil(p.GetIds()), Results: decodeEach(p.GetResults(), d.result)},
+		Origin: p.GetOrigin(), Undo: decodeEach(p.GetUndo(), d.op),
+	}
+	if len(p.GetWrote()) > 0 {
+		r.Wrote = make(map[string][]uint64, len(p.GetWrote()))
+		for id, vs := range p.GetWrote() {
+			r.Wrote[id] = orNil(vs.GetVersions())
+		}
+	}
+	return r
 }
 
 // Rollup types.
@@ -652,29 +669,29 @@ func (d *decoder) replicateRequest(p *pb.ReplicateRequest) replicateRequest {
 }
 
 func pbReplicateResponse(r *replicateResponse) *pb.ReplicateResponse {
-	return &pb.ReplicateResponse{Changed: int64(r.Changed), Err: pbError(r.Err)}
+	return &pb.ReplicateResponse{Changed: int64(r.Changed), Err: pbError(r.Err), Stale: r.Stale}
 }
 
 func (d *decoder) replicateResponse(p *pb.ReplicateResponse) replicateResponse {
-	return replicateResponse{Changed: int(p.GetChanged()), Err: goError(p.GetErr())}
+	return replicateResponse{Changed: int(p.GetChanged()), Err: goError(p.GetErr()), Stale: orNil(p.GetStale())}
 }
 
 func pbFetchRequest(r *fetchRequest) *pb.FetchRequest {
-	return &pb.FetchRequest{Header: pbHeader(&r.header), Ids: r.IDs}
+	return &pb.FetchRequest{Header: pbHeader(&r.header), Ids: r.IDs, Claims: r.Claims}
 }
 
 func (d *decoder) fetchRequest(p *pb.FetchRequest) fetchRequest {
-	return fetchRequest{header: goHeader(p.GetHeader()), IDs: orNil(p.GetIds())}
+	return fetchRequest{header: goHeader(p.GetHeader()), IDs: orNil(p.GetIds()), Claims: orNil(p.GetClaims())}
 }
 
 func pbFetchResponse(r *fetchResponse) *pb.FetchResponse {
 	return &pb.FetchResponse{States: encodeEach(r.States, pbState), Nodes: r.Nodes, Idem: encodeEach(r.Idem, pbIdem),
-		Err: pbError(r.Err)}
+		Err: pbError(r.Err), Refused: r.Refused}
 }
 
 func (d *decoder) fetchResponse(p *pb.FetchResponse) fetchResponse {
 	return fetchResponse{States: decodeEach(p.GetStates(), d.state), Nodes: p.GetNodes(),
-		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr())}
+		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr()), Refused: orNil(p.GetRefused())}
 }
 
 func pbDigestRequest(r *digestRequest) *pb.DigestRequest {

@@ -145,6 +145,7 @@ var utf8Fields = map[string]bool{
 	"seriesQuery.ID": true, "State.ID": true, "IdemRecord.Claim": true, "IdemRecord.IDs": true,
 	"digestItem.ID": true, "digestResponse.Want": true, "fetchRequest.IDs": true,
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
+	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
 }
 
 // enumStrings are string fields that hold one of a few names.
@@ -215,6 +216,16 @@ func fill(t *rapid.T, v reflect.Value, field string) {
 		for i := 0; i < typ.Len(); i++ {
 			fill(t, v.Index(i), field)
 		}
+	case reflect.Map:
+		n := rapid.IntRange(0, 3).Draw(t, field+" len")
+		m := reflect.MakeMap(typ)
+		for i := 0; i < n; i++ {
+			k, e := reflect.New(typ.Key()).Elem(), reflect.New(typ.Elem()).Elem()
+			fill(t, k, field) // a map's keys: protobuf strings when utf8Fields says so
+			fill(t, e, field+" value")
+			m.SetMapIndex(k, e)
+		}
+		v.Set(m)
 	case reflect.Pointer:
 		if rapid.Bool().Draw(t, field+" set") {
 			v.Set(reflect.New(typ.Elem()))
@@ -268,6 +279,17 @@ func canonInto(out, v reflect.Value) {
 		for i := 0; i < v.Len(); i++ {
 			canonInto(out.Index(i), v.Index(i))
 		}
+	case reflect.Map:
+		if v.Len() == 0 {
+			return
+		}
+		m := reflect.MakeMap(v.Type())
+		for it := v.MapRange(); it.Next(); {
+			e := reflect.New(v.Type().Elem()).Elem()
+			canonInto(e, it.Value())
+			m.SetMapIndex(it.Key(), e)
+		}
+		out.Set(m)
 	case reflect.Pointer:
 		if !v.IsNil() {
 			out.Set(reflect.New(v.Type().Elem()))
@@ -450,16 +472,17 @@ func FuzzWireDecode(f *testing.F) {
 		applyRequest{header: header{From: "n1", RingVersion: 2, Hop: true}, Ops: []engine.Op{{Type: engine.OpAdd, ID: "a", Delta: 1}}, IdemKey: "k"},
 		readRequest{Op: "series", ID: "a", From: time.Unix(60, 0).UTC(), To: time.Unix(120, 0).UTC()},
 		localRequest{Op: "aggregate", Prefix: "a", View: &viewRequest{Nodes: []string{"n1"}}},
-		replicateRequest{States: []State{{ID: "a", Kind: engine.KindHLL, Data: []byte{1, 2, 3}}}, Idem: []idemRecord{{Key: "k", Results: []engine.Result{{ID: "a"}}}}},
-		fetchRequest{IDs: []string{"a", "b"}},
+		replicateRequest{States: []State{{ID: "a", Kind: engine.KindHLL, Data: []byte{1, 2, 3}}}, Idem: []idemRecord{{IdemRecord: engine.IdemRecord{Key: "k", Results: []engine.Result{{ID: "a"}}}, Origin: "n2",
+			Undo: []engine.Op{{Type: engine.OpAdd, ID: "a", Kind: engine.KindPN, Delta: -1}}, Wrote: map[string][]uint64{"a": {1 << 32, 7 << 32}}}}},
+		fetchRequest{IDs: []string{"a", "b"}, Claims: []uint32{3, 0}},
 		digestRequest{Items: []digestItem{{ID: "a", Version: 1, Sum: 2}}},
 		limitsRequest{Entries: []ratelimit.Entry{{Key: "k", Log: [][2]int64{{1, 2}}}}},
 		policiesRequest{Records: []ratelimit.PolicyRecord{{Name: "p", Policy: &ratelimit.Policy{Name: "p", Limit: 3}}}},
 		applyResponse{Results: []wireResult{{Result: engine.Result{ID: "a", Fields: []counter.Field{{Name: "f", Value: 1}}}}}},
 		readResponse{View: &engine.View{ID: "a", Buckets: []counter.Bucket{{Start: time.Unix(60, 0).UTC(), Count: 2}}}, Err: &wireError{Code: "not_found", Index: -1}},
 		localResponse{Aggregate: engine.Aggregate{Prefix: "a", Value: 3, Count: 1}, View: &viewAnswer{Version: 4}},
-		replicateResponse{Changed: 2},
-		fetchResponse{Nodes: 77},
+		replicateResponse{Changed: 2, Stale: []string{"a"}},
+		fetchResponse{Nodes: 77, Refused: []uint32{0, 5}},
 		digestResponse{Want: []string{"a"}},
 		limitsResponse{Merged: 1},
 		policiesResponse{Err: &wireError{Code: "unavailable", Index: -1}},

@@ -2740,6 +2740,14 @@ type IdemRecord struct {
 	Claim         string                 `protobuf:"bytes,5,opt,name=claim,proto3" json:"claim,omitempty"`
 	Ids           []string               `protobuf:"bytes,6,rep,name=ids,proto3" json:"ids,omitempty"`
 	Results       []*Result              `protobuf:"bytes,7,rep,name=results,proto3" json:"results,omitempty"`
+	// origin is the node that applied the mutation.
+	Origin string `protobuf:"bytes,8,opt,name=origin,proto3" json:"origin,omitempty"`
+	// undo: the pn/sharded adds origin made into its own slots, to take
+	// back if the mutation turns out to have been applied twice.
+	Undo []*Op `protobuf:"bytes,9,rep,name=undo,proto3" json:"undo,omitempty"`
+	// wrote: per owner-replicated id written, versions that contain the
+	// write (a receiver keeps the record only if its state contains it).
+	Wrote         map[string]*Versions `protobuf:"bytes,10,rep,name=wrote,proto3" json:"wrote,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2823,6 +2831,71 @@ func (x *IdemRecord) GetResults() []*Result {
 	return nil
 }
 
+func (x *IdemRecord) GetOrigin() string {
+	if x != nil {
+		return x.Origin
+	}
+	return ""
+}
+
+func (x *IdemRecord) GetUndo() []*Op {
+	if x != nil {
+		return x.Undo
+	}
+	return nil
+}
+
+func (x *IdemRecord) GetWrote() map[string]*Versions {
+	if x != nil {
+		return x.Wrote
+	}
+	return nil
+}
+
+type Versions struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Versions      []uint64               `protobuf:"varint,1,rep,packed,name=versions,proto3" json:"versions,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Versions) Reset() {
+	*x = Versions{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Versions) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Versions) ProtoMessage() {}
+
+func (x *Versions) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Versions.ProtoReflect.Descriptor instead.
+func (*Versions) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *Versions) GetVersions() []uint64 {
+	if x != nil {
+		return x.Versions
+	}
+	return nil
+}
+
 type ReplicateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
@@ -2835,7 +2908,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2847,7 +2920,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2860,7 +2933,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReplicateRequest) GetHeader() *Header {
@@ -2892,16 +2965,19 @@ func (x *ReplicateRequest) GetIdem() []*IdemRecord {
 }
 
 type ReplicateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Changed       int64                  `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
-	Err           *Error                 `protobuf:"bytes,2,opt,name=err,proto3" json:"err,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Changed int64                  `protobuf:"varint,1,opt,name=changed,proto3" json:"changed,omitempty"`
+	Err     *Error                 `protobuf:"bytes,2,opt,name=err,proto3" json:"err,omitempty"`
+	// stale: ids whose state was written in an ownership epoch below the
+	// one this replica promised another node; not merged, no acknowledgement.
+	Stale         []string `protobuf:"bytes,3,rep,name=stale,proto3" json:"stale,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2913,7 +2989,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2926,7 +3002,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicateResponse) GetChanged() int64 {
@@ -2943,17 +3019,27 @@ func (x *ReplicateResponse) GetErr() *Error {
 	return nil
 }
 
+func (x *ReplicateResponse) GetStale() []string {
+	if x != nil {
+		return x.Stale
+	}
+	return nil
+}
+
 type FetchRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	Ids           []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Ids    []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
+	// claims, when set, has one ownership epoch per id that the sender
+	// claims as the id's new owner (0: no claim for that id).
+	Claims        []uint32 `protobuf:"varint,3,rep,packed,name=claims,proto3" json:"claims,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2965,7 +3051,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2978,7 +3064,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *FetchRequest) GetHeader() *Header {
@@ -2995,20 +3081,30 @@ func (x *FetchRequest) GetIds() []string {
 	return nil
 }
 
+func (x *FetchRequest) GetClaims() []uint32 {
+	if x != nil {
+		return x.Claims
+	}
+	return nil
+}
+
 type FetchResponse struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
 	States []*State               `protobuf:"bytes,1,rep,name=states,proto3" json:"states,omitempty"`
 	// nodes is the hash of the responder's ring node set.
-	Nodes         uint64        `protobuf:"fixed64,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
-	Idem          []*IdemRecord `protobuf:"bytes,3,rep,name=idem,proto3" json:"idem,omitempty"`
-	Err           *Error        `protobuf:"bytes,4,opt,name=err,proto3" json:"err,omitempty"`
+	Nodes uint64        `protobuf:"fixed64,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	Idem  []*IdemRecord `protobuf:"bytes,3,rep,name=idem,proto3" json:"idem,omitempty"`
+	Err   *Error        `protobuf:"bytes,4,opt,name=err,proto3" json:"err,omitempty"`
+	// refused, with claims: per id 0 when the claim was accepted, else the
+	// epoch promised to another claimant, which a new claim must exceed.
+	Refused       []uint32 `protobuf:"varint,5,rep,packed,name=refused,proto3" json:"refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3116,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3129,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FetchResponse) GetStates() []*State {
@@ -3064,6 +3160,13 @@ func (x *FetchResponse) GetErr() *Error {
 	return nil
 }
 
+func (x *FetchResponse) GetRefused() []uint32 {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
 type DigestItem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3075,7 +3178,7 @@ type DigestItem struct {
 
 func (x *DigestItem) Reset() {
 	*x = DigestItem{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3087,7 +3190,7 @@ func (x *DigestItem) String() string {
 func (*DigestItem) ProtoMessage() {}
 
 func (x *DigestItem) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3100,7 +3203,7 @@ func (x *DigestItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestItem.ProtoReflect.Descriptor instead.
 func (*DigestItem) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DigestItem) GetId() string {
@@ -3134,7 +3237,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3249,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3262,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DigestRequest) GetHeader() *Header {
@@ -3188,7 +3291,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3200,7 +3303,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3213,7 +3316,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DigestResponse) GetWant() []string {
@@ -3257,7 +3360,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3269,7 +3372,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3282,7 +3385,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3331,7 +3434,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3446,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3459,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3386,7 +3489,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3501,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3514,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3454,7 +3557,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3466,7 +3569,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3479,7 +3582,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -3513,7 +3616,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3525,7 +3628,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3538,7 +3641,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -3572,7 +3675,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3584,7 +3687,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3597,7 +3700,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Policy) GetName() string {
@@ -3676,7 +3779,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3688,7 +3791,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3701,7 +3804,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -3749,7 +3852,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3761,7 +3864,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3774,7 +3877,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -3801,7 +3904,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3813,7 +3916,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3826,7 +3929,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4045,7 +4148,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x12updated_at_unix_ns\x18\x04 \x01(\x03R\x0fupdatedAtUnixNs\x12+\n" +
 	"\x12expires_at_unix_ns\x18\x05 \x01(\x03R\x0fexpiresAtUnixNs\x12\x18\n" +
 	"\adeleted\x18\x06 \x01(\bR\adeleted\x12\x12\n" +
-	"\x04data\x18\a \x01(\fR\x04data\"\xcf\x01\n" +
+	"\x04data\x18\a \x01(\fR\x04data\"\xaf\x03\n" +
 	"\n" +
 	"IdemRecord\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\fR\x03key\x12\x0e\n" +
@@ -4054,23 +4157,36 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\apending\x18\x04 \x01(\bR\apending\x12\x14\n" +
 	"\x05claim\x18\x05 \x01(\tR\x05claim\x12\x10\n" +
 	"\x03ids\x18\x06 \x03(\tR\x03ids\x125\n" +
-	"\aresults\x18\a \x03(\v2\x1b.counterd.cluster.v1.ResultR\aresults\"\xc4\x01\n" +
+	"\aresults\x18\a \x03(\v2\x1b.counterd.cluster.v1.ResultR\aresults\x12\x16\n" +
+	"\x06origin\x18\b \x01(\tR\x06origin\x12+\n" +
+	"\x04undo\x18\t \x03(\v2\x17.counterd.cluster.v1.OpR\x04undo\x12@\n" +
+	"\x05wrote\x18\n" +
+	" \x03(\v2*.counterd.cluster.v1.IdemRecord.WroteEntryR\x05wrote\x1aW\n" +
+	"\n" +
+	"WroteEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
+	"\x05value\x18\x02 \x01(\v2\x1d.counterd.cluster.v1.VersionsR\x05value:\x028\x01\"&\n" +
+	"\bVersions\x12\x1a\n" +
+	"\bversions\x18\x01 \x03(\x04R\bversions\"\xc4\x01\n" +
 	"\x10ReplicateRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x12\x12\n" +
 	"\x04sync\x18\x03 \x01(\bR\x04sync\x123\n" +
-	"\x04idem\x18\x04 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\"[\n" +
+	"\x04idem\x18\x04 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\"q\n" +
 	"\x11ReplicateResponse\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\x03R\achanged\x12,\n" +
-	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"U\n" +
+	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x14\n" +
+	"\x05stale\x18\x03 \x03(\tR\x05stale\"m\n" +
 	"\fFetchRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12\x10\n" +
-	"\x03ids\x18\x02 \x03(\tR\x03ids\"\xbc\x01\n" +
+	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x16\n" +
+	"\x06claims\x18\x03 \x03(\rR\x06claims\"\xd6\x01\n" +
 	"\rFetchResponse\x122\n" +
 	"\x06states\x18\x01 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x06R\x05nodes\x123\n" +
 	"\x04idem\x18\x03 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x12,\n" +
-	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"H\n" +
+	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x18\n" +
+	"\arefused\x18\x05 \x03(\rR\arefused\"H\n" +
 	"\n" +
 	"DigestItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -4226,7 +4342,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 42)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -4263,23 +4379,25 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(*LocalResponse)(nil),         // 32: counterd.cluster.v1.LocalResponse
 	(*State)(nil),                 // 33: counterd.cluster.v1.State
 	(*IdemRecord)(nil),            // 34: counterd.cluster.v1.IdemRecord
-	(*ReplicateRequest)(nil),      // 35: counterd.cluster.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 36: counterd.cluster.v1.ReplicateResponse
-	(*FetchRequest)(nil),          // 37: counterd.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),         // 38: counterd.cluster.v1.FetchResponse
-	(*DigestItem)(nil),            // 39: counterd.cluster.v1.DigestItem
-	(*DigestRequest)(nil),         // 40: counterd.cluster.v1.DigestRequest
-	(*DigestResponse)(nil),        // 41: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 42: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 43: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 44: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 45: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 46: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 47: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 48: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 49: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 50: counterd.cluster.v1.PoliciesResponse
-	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
+	(*Versions)(nil),              // 35: counterd.cluster.v1.Versions
+	(*ReplicateRequest)(nil),      // 36: counterd.cluster.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 37: counterd.cluster.v1.ReplicateResponse
+	(*FetchRequest)(nil),          // 38: counterd.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),         // 39: counterd.cluster.v1.FetchResponse
+	(*DigestItem)(nil),            // 40: counterd.cluster.v1.DigestItem
+	(*DigestRequest)(nil),         // 41: counterd.cluster.v1.DigestRequest
+	(*DigestResponse)(nil),        // 42: counterd.cluster.v1.DigestResponse
+	(*Limit)(nil),                 // 43: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 44: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 45: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 46: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 47: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 48: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 49: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 50: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 51: counterd.cluster.v1.PoliciesResponse
+	nil,                           // 52: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
@@ -4298,12 +4416,12 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	9,  // 13: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
 	7,  // 14: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
 	4,  // 15: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	51, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	51, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	51, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	53, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	53, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	53, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
 	0,  // 19: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	51, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	51, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	53, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
 	19, // 22: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
 	20, // 23: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
 	12, // 24: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
@@ -4311,19 +4429,19 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	21, // 26: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
 	4,  // 27: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
 	4,  // 28: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	51, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	51, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	53, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	53, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
 	4,  // 31: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	51, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	51, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	53, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	53, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
 	22, // 34: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
 	23, // 35: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
 	24, // 36: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
 	10, // 37: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
 	0,  // 38: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
 	4,  // 39: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	51, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	51, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	53, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	53, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
 	9,  // 42: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
 	8,  // 43: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
 	26, // 44: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
@@ -4336,52 +4454,55 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	23, // 51: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
 	0,  // 52: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
 	15, // 53: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
-	9,  // 54: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 55: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
-	34, // 56: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 57: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 58: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 59: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 60: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 61: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 62: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	39, // 63: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	33, // 64: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 65: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 66: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 67: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	42, // 68: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	43, // 69: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,  // 70: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	44, // 71: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10, // 72: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 73: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	47, // 74: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,  // 75: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	48, // 76: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	48, // 77: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10, // 78: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	16, // 79: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	18, // 80: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	30, // 81: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	35, // 82: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	37, // 83: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	40, // 84: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	45, // 85: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	49, // 86: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	17, // 87: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	25, // 88: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	32, // 89: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	36, // 90: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	38, // 91: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	41, // 92: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	46, // 93: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	50, // 94: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	87, // [87:95] is the sub-list for method output_type
-	79, // [79:87] is the sub-list for method input_type
-	79, // [79:79] is the sub-list for extension type_name
-	79, // [79:79] is the sub-list for extension extendee
-	0,  // [0:79] is the sub-list for field type_name
+	14, // 54: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
+	52, // 55: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	9,  // 56: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
+	33, // 57: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
+	34, // 58: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 59: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 60: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	33, // 61: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	34, // 62: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 63: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 64: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	40, // 65: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	33, // 66: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	34, // 67: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 68: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 69: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	43, // 70: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	44, // 71: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,  // 72: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	45, // 73: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10, // 74: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 75: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	48, // 76: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,  // 77: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	49, // 78: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	49, // 79: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10, // 80: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	35, // 81: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	16, // 82: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	18, // 83: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	30, // 84: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	36, // 85: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	38, // 86: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	41, // 87: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	46, // 88: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	50, // 89: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	17, // 90: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	25, // 91: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	32, // 92: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	37, // 93: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	39, // 94: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	42, // 95: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	47, // 96: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	51, // 97: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	90, // [90:98] is the sub-list for method output_type
+	82, // [82:90] is the sub-list for method input_type
+	82, // [82:82] is the sub-list for extension type_name
+	82, // [82:82] is the sub-list for extension extendee
+	0,  // [0:82] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -4395,7 +4516,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   42,
+			NumMessages:   44,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
