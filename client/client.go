@@ -151,7 +151,7 @@ type request struct {
 	method string
 	path   string     // escaped path below the base, starting with "/"
 	query  url.Values // may be nil
-	body   any        // JSON-encoded when not nil
+	body   any        // JSON-encoded when not nil; a []byte is sent as it is
 	mutate bool       // sends Idempotency-Key and durability
 	once   bool       // never retried (it consumes, and has no idempotency key)
 	key    string     // Cluster: route to the owner of key; default: the id in path
@@ -166,8 +166,8 @@ func (c *Client) mutation(method, path string, body any, o callOptions) *request
 // do sends r and decodes a 2xx answer's body into out (when not nil). It
 // reports whether the answer was a replay of an earlier attempt.
 func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, err error) {
-	var body []byte
-	if r.body != nil {
+	body, rawBody := r.body.([]byte)
+	if r.body != nil && !rawBody {
 		body, err = json.Marshal(r.body)
 		if err != nil {
 			return false, fmt.Errorf("client: encode %s %s: %w", r.method, r.path, err)
@@ -192,7 +192,9 @@ func (c *Client) do(ctx context.Context, r *request, out any) (replayed bool, er
 	if c.cfg.token != "" {
 		header.Set("Authorization", "Bearer "+c.cfg.token)
 	}
-	if body != nil {
+	if rawBody {
+		header.Set("Content-Type", "application/octet-stream")
+	} else if body != nil {
 		header.Set("Content-Type", "application/json")
 	}
 	retries := c.cfg.maxRetries
@@ -291,7 +293,9 @@ func (c *Client) attempt(ctx context.Context, method, target string, header http
 		return false, retryAfter, resp.Header, decodeError(resp.StatusCode, raw)
 	}
 	replayed = resp.Header.Get("Idempotency-Replayed") == "true"
-	if out != nil {
+	if b, ok := out.(*[]byte); ok {
+		*b = raw
+	} else if out != nil {
 		if err := json.Unmarshal(raw, out); err != nil {
 			return replayed, 0, resp.Header, fmt.Errorf("client: %s %s: decode answer: %w", method, req.URL.Path, err)
 		}

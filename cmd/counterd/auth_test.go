@@ -169,6 +169,9 @@ func TestAuthMatrix(t *testing.T) {
 			{matrixOp{"rate-limit check", auth.Write, []string{"page_views"}, false}, "POST", "/ratelimit/check",
 				`{"key":"page_views:api","limits":[{"limit":1000,"period":"1m"}]}`, 200},
 			{matrixOp{"rate-limit policy", auth.Admin, nil, true}, "DELETE", "/ratelimit/policies/nope", "", 200},
+			{matrixOp{"regions", auth.Read, nil, false}, "GET", "/regions", "", 200},
+			{matrixOp{"snapshot manifest", auth.Admin, nil, true}, "GET", "/admin/snapshot/manifest", "", 200},
+			{matrixOp{"restore an empty chunk", auth.Admin, nil, true}, "POST", "/admin/snapshot/chunks", "CSC1\x00", 200},
 		}
 		for _, u := range matrixUsers {
 			for _, op := range ops {

@@ -9,13 +9,15 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ui"
 )
 
 // TestHTTPNeedsCoverRoutes: every route of the HTTP API and of the
 // rate-limit API maps to a permission, and httpNeeds names no route that
-// does not exist (besides the cluster and pipeline routes mounted by Run).
+// does not exist (besides the cluster, pipeline, region and snapshot routes
+// mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
 	routes := append(append(httpapi.Routes(), ratelimit.HTTPRoutes()...), ui.Routes()...)
 	for _, r := range routes {
@@ -23,7 +25,7 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := []string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget", "POST /events"}
+	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget", "POST /events", "GET /regions"}, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {
 			t.Errorf("httpNeeds names %q, which is not a route", pat)

@@ -81,6 +81,13 @@ var httpNeeds = map[string]auth.Need{
 	"GET /cluster/{$}":     needRead,
 	"GET /cluster/metrics": needRead,
 	"POST /cluster/forget": needAdminAll, // retires a member of the whole cluster
+
+	"GET /regions": needRead, // this region and its configured peers
+
+	// embedded mode: chunked snapshots read and write every counter
+	"GET /admin/snapshot/manifest":     needAdminAll,
+	"GET /admin/snapshot/blobs/{hash}": needAdminAll,
+	"POST /admin/snapshot/chunks":      needAdminAll,
 }
 
 // unmatchedNeed is required of a request no route matches: it gets the
@@ -88,10 +95,11 @@ var httpNeeds = map[string]auth.Need{
 var unmatchedNeed = needRead
 
 // outsidePrefixes are the paths Run serves beside the counters API
-// (rate limits, cluster status, the console): the middleware matches their
-// routes itself. Counter routes are checked by httpapi's Authorize hook,
-// which reuses the API's own route match (one match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events"}
+// (rate limits, cluster status, the console, events, snapshots, regions):
+// the middleware matches their routes itself. Counter routes are checked by
+// httpapi's Authorize hook, which reuses the API's own route match (one
+// match per request).
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events", "/admin/", "/regions"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

@@ -12,8 +12,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
+	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/region"
 )
 
 // node is what Run serves: a Backend and what its deployment mode adds.
@@ -87,8 +89,13 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 		return nil, err
 	}
 	dur, _ := engine.ParseDurability(cfg.Durability)
-	return &node{Backend: engine.Local(eng), close: closeEngine(eng, log), rlShared: engineLimits(eng, nil, nil, log),
-		nonBlocking: dur == engine.Async}, nil
+	return &node{
+		Backend:     engine.Local(eng),
+		close:       closeEngine(eng, log),
+		rlShared:    engineLimits(eng, nil, nil, log),
+		nonBlocking: dur == engine.Async,
+		routes:      map[string]http.Handler{"/admin/snapshot/": chunksync.NewHandler(eng, chunksync.Options{})},
+	}, nil
 }
 
 // openEngine opens the embedded engine in cfg.Data.
@@ -110,6 +117,10 @@ func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {
 	eng, err := engine.Open(ecfg)
 	if err != nil {
 		return nil, err
+	}
+	if err := region.Record(eng, cfg.Region); err != nil {
+		_ = eng.Close()
+		return nil, fmt.Errorf("server: %s: %w", cfg.Data, err)
 	}
 	log.Info("engine open", "data", cfg.Data, "counters", eng.Len(), "durability", dur.String(), "took", time.Since(start).Round(time.Millisecond))
 	return eng, nil

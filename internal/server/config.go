@@ -11,6 +11,7 @@ import (
 
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/region"
 )
 
 // Config is everything counterd reads from its flags and environment.
@@ -25,6 +26,9 @@ type Config struct {
 	Join       string // --join: comma-separated gossip addresses (cluster mode)
 	Redis      string // --redis: Redis URL (tiered mode); several addr= parameters or cluster=true: Redis Cluster
 	Postgres   string // --postgres: PostgreSQL DSN (tiered mode)
+
+	Region      string // --region: this cluster's region, recorded in the data directory (default none)
+	PeerRegions string // --peer-regions: NAME=HOST:PORT,... gRPC addresses of other regions (default none; listed by GET /regions)
 
 	SnapshotInterval time.Duration // --snapshot-interval: tiered mode: scheduled PostgreSQL snapshots (default 0 = on demand only)
 	AuditNamespaces  string        // --audit-namespaces: tiered mode: comma-separated namespaces written to the audit log, "*" all (default none)
@@ -135,6 +139,9 @@ func (c *Config) Validate() error {
 	if (c.Redis == "") != (c.Postgres == "") {
 		return errors.New("server: tiered mode needs both --redis and --postgres")
 	}
+	if err := c.validateRegions(); err != nil {
+		return err
+	}
 	if c.SnapshotInterval < 0 {
 		return errors.New("server: --snapshot-interval must not be negative")
 	}
@@ -168,6 +175,22 @@ func (c *Config) Validate() error {
 	}
 	if c.FlushInterval <= 0 || c.IdempotencyRetention <= 0 || c.IdempotencyMemory <= 0 || c.MaxBodyBytes <= 0 || c.MaxBatch <= 0 {
 		return errors.New("server: durations and limits must be positive")
+	}
+	return nil
+}
+
+// validateRegions checks --region and --peer-regions.
+func (c *Config) validateRegions() error {
+	if c.Region != "" {
+		if err := region.ValidateName(c.Region); err != nil {
+			return fmt.Errorf("server: --region: %w", err)
+		}
+	}
+	if c.PeerRegions != "" && c.Region == "" {
+		return errors.New("server: --peer-regions needs --region (peers tell regions apart by name)")
+	}
+	if _, err := region.ParsePeers(c.PeerRegions, c.Region); err != nil {
+		return fmt.Errorf("server: --peer-regions: %w", err)
 	}
 	return nil
 }
@@ -212,6 +235,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.RateLimitPolicies, "ratelimit-policies", "YAML file of rate-limit policies (docs/ratelimit.md)")
 	str(&c.Durability, "durability", "default acknowledgement mode: sync or async")
 	str(&c.NodeID, "node-id", "node name")
+	str(&c.Region, "region", "this cluster's region (letters, digits, _ - .), recorded in the data directory")
+	str(&c.PeerRegions, "peer-regions", "other regions as NAME=HOST:PORT,... (gRPC addresses; listed by GET /regions)")
 	str(&c.Gossip, "gossip", "gossip bind address (cluster mode)")
 	str(&c.Join, "join", "gossip addresses of nodes to join, comma-separated (cluster mode)")
 	str(&c.Redis, "redis", "Redis URL (tiered mode): redis://host:port/db; Redis Cluster: redis://host:port?addr=host:port&addr=host:port, or one seed node with ?cluster=true")

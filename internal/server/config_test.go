@@ -49,6 +49,11 @@ func TestValidate(t *testing.T) {
 		"flush":      func(c *Config) { c.FlushInterval = 0 },
 		"redis only": func(c *Config) { c.Redis = "redis://127.0.0.1:6379" },
 		"snapshots":  func(c *Config) { c.SnapshotInterval = -time.Second },
+		// regions
+		"bad region":           func(c *Config) { c.Region = "eu west" },
+		"peers without region": func(c *Config) { c.PeerRegions = "us=127.0.0.1:9090" },
+		"peer is self":         func(c *Config) { c.Region = "eu"; c.PeerRegions = "eu=127.0.0.1:9090" },
+		"peer without port":    func(c *Config) { c.Region = "eu"; c.PeerRegions = "us=host" },
 		// security: hardening
 		"pprof without admin": func(c *Config) { c.Pprof = true; c.Admin = "" },
 		"admin on the API":    func(c *Config) { c.Admin = c.HTTP },

@@ -32,6 +32,7 @@ import (
 //     default application/x-www-form-urlencoded (415). The form type stays
 //     accepted because `curl -d '{"delta":1}'` sends it; a browser that
 //     sends it also sends an Origin, which the rule above refuses;
+//     application/octet-stream is accepted on the snapshot chunk route;
 //   - sets the body's read deadline (--http-read-body-timeout), so a
 //     client that trickles a body holds its connection that long at most;
 //   - admits the request through the overload limiter, or answers 503
@@ -121,15 +122,23 @@ func (g *guardConfig) originAllowed(origin string) bool {
 	return g.anyOrigin || g.origins[strings.ToLower(origin)]
 }
 
+// binaryBodyPaths take application/octet-stream bodies (snapshot chunks):
+// a type browsers never send cross-site without a preflight.
+var binaryBodyPaths = map[string]bool{"/admin/snapshot/chunks": true}
+
 // bodyContentTypeOK reports whether a request body's Content-Type may be
-// decoded as JSON (see the guard's comment for the form type).
-func bodyContentTypeOK(ct string) bool {
+// decoded as JSON (see the guard's comment for the form type), or is
+// binary on a path that takes binary bodies.
+func bodyContentTypeOK(ct, path string) bool {
 	if ct == "" {
 		return true
 	}
 	mt, _, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return false
+	}
+	if mt == "application/octet-stream" {
+		return binaryBodyPaths[path]
 	}
 	return mt == "application/json" || strings.HasSuffix(mt, "+json") || mt == "application/x-www-form-urlencoded" ||
 		mt == "application/x-ndjson" // POST /events batches; not a type browsers send without a preflight
@@ -161,7 +170,7 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 			}
 			h.Set("Access-Control-Expose-Headers", "Retry-After, "+ringVersionHeader)
 		}
-		if r.ContentLength != 0 && !bodyContentTypeOK(r.Header.Get("Content-Type")) {
+		if r.ContentLength != 0 && !bodyContentTypeOK(r.Header.Get("Content-Type"), r.URL.Path) {
 			guardError(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia,
 				"request bodies are JSON: send Content-Type: application/json")
 			return

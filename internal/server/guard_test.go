@@ -71,6 +71,22 @@ func TestGuard(t *testing.T) {
 	}
 }
 
+// TestGuardBinaryBodies: application/octet-stream is a snapshot chunk's
+// type, accepted on that route only.
+func TestGuardBinaryBodies(t *testing.T) {
+	h := guard(newGuardConfig(DefaultConfig(), "127.0.0.1:8080", nil), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for path, want := range map[string]int{"/admin/snapshot/chunks": 200, "/counters/a/increment": 415, "/batch": 415} {
+		r := httptest.NewRequest("POST", path, strings.NewReader("CSC1\x00"))
+		r.Host = "localhost"
+		r.Header.Set("Content-Type", "application/octet-stream")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != want {
+			t.Errorf("octet-stream POST %s: %d, want %d", path, w.Code, want)
+		}
+	}
+}
+
 func TestGuardWildcardBind(t *testing.T) {
 	for _, bound := range []string{"0.0.0.0:8080", "[::]:8080"} {
 		g := newGuardConfig(DefaultConfig(), bound, nil)

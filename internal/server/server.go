@@ -23,6 +23,7 @@ import (
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/ui"
 )
 
@@ -81,6 +82,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	defer func() { _ = nd.close() }()
 	be := nd.Backend
+	peers, _ := region.ParsePeers(cfg.PeerRegions, cfg.Region) // validated
+	if nd.routes == nil {
+		nd.routes = map[string]http.Handler{}
+	}
+	nd.routes["/regions"] = region.Handler(region.Status{Region: cfg.Region, Node: cfg.NodeID, Peers: peers})
 
 	lim, err := newLimiter(cfg.RateLimitPolicies, nd.rlKeepKeys)
 	if err != nil {

@@ -1,0 +1,5 @@
+//go:build !race
+
+package chunksync
+
+const raceEnabled = false

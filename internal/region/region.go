@@ -1,0 +1,147 @@
+// Package region names the region a counterd cluster runs in and the other
+// regions it knows (issue #15, multi-region). A region is an ordinary
+// cluster; --region names it and --peer-regions lists the gRPC addresses of
+// the other regions' gateways.
+//
+// What exists so far: the names are validated, the region is recorded in
+// the data directory on first start (a later start under another region is
+// refused, so one region's state never silently becomes another's), and
+// GET /regions reports the configuration. Replication between regions is
+// not built yet: nothing is sent to the peers.
+package region
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+)
+
+var (
+	// ErrInvalid: a region name or a --peer-regions list is malformed.
+	ErrInvalid = errors.New("region: invalid")
+	// ErrChanged: the data directory was recorded under another region.
+	ErrChanged = errors.New("region: data directory belongs to another region")
+)
+
+// MaxNameLen is the longest region name.
+const MaxNameLen = 64
+
+// ValidateName reports whether name is a region name: 1..64 ASCII letters,
+// digits, '_', '-' or '.' (such as DC_EUROPE_0 or us-east-1).
+func ValidateName(name string) error {
+	if name == "" || len(name) > MaxNameLen {
+		return fmt.Errorf("%w: region name %q must have 1 to %d characters", ErrInvalid, name, MaxNameLen)
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return fmt.Errorf("%w: region name %q: byte %d is not a letter, digit, '_', '-' or '.'", ErrInvalid, name, i)
+		}
+	}
+	return nil
+}
+
+// Peer is another region and the gRPC address of its gateway.
+type Peer struct {
+	Name string `json:"name"`
+	Addr string `json:"addr"`
+}
+
+// ParsePeers parses a --peer-regions list, "NAME=HOST:PORT,...", of regions
+// other than self. Names must be valid and distinct; an empty list is
+// none.
+func ParsePeers(list, self string) ([]Peer, error) {
+	var peers []Peer
+	if strings.TrimSpace(list) == "" {
+		return nil, nil
+	}
+	seen := map[string]bool{}
+	for _, item := range strings.Split(list, ",") {
+		name, addr, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("%w: peer region %q is not NAME=HOST:PORT", ErrInvalid, item)
+		}
+		if err := ValidateName(name); err != nil {
+			return nil, err
+		}
+		if name == self {
+			return nil, fmt.Errorf("%w: peer region %q is this region", ErrInvalid, name)
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("%w: peer region %q listed twice", ErrInvalid, name)
+		}
+		seen[name] = true
+		host, port, err := net.SplitHostPort(addr)
+		if err != nil || host == "" || port == "" {
+			return nil, fmt.Errorf("%w: peer region %q: address %q is not HOST:PORT", ErrInvalid, name, addr)
+		}
+		peers = append(peers, Peer{Name: name, Addr: addr})
+	}
+	return peers, nil
+}
+
+// MetaStore is where Record keeps the region: the engine's metadata.
+type MetaStore interface {
+	Meta(prefix string) (map[string][]byte, error)
+	PutMeta(kv map[string][]byte) error
+}
+
+const metaKey = "region/name"
+
+// Record checks name against the region recorded in m and records it on
+// first use. A data directory recorded under one region refuses another
+// name, and refuses to start without one; one without a record takes
+// name. An empty name with no record records nothing.
+func Record(m MetaStore, name string) error {
+	kv, err := m.Meta(metaKey)
+	if err != nil {
+		return err
+	}
+	if old, ok := kv[metaKey]; ok {
+		if string(old) != name {
+			return fmt.Errorf("%w: it was recorded under --region %q, not %q", ErrChanged, old, name)
+		}
+		return nil
+	}
+	if name == "" {
+		return nil
+	}
+	return m.PutMeta(map[string][]byte{metaKey: []byte(name)})
+}
+
+// Status is the JSON of GET /regions.
+type Status struct {
+	Region string `json:"region"` // "" without --region
+	Node   string `json:"node"`
+	Peers  []Peer `json:"peers"` // as configured; nothing is exchanged with them yet
+}
+
+// Handler serves GET /regions with st. Other paths under /regions are 404
+// and other methods 405, as the HTTP API's errors.
+func Handler(st Status) http.Handler {
+	if st.Peers == nil {
+		st.Peers = []Peer{}
+	}
+	body, _ := json.Marshal(st)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path != "/regions":
+			writeError(w, http.StatusNotFound, "not_found", "no such route")
+		case r.Method != http.MethodGet && r.Method != http.MethodHead:
+			w.Header().Set("Allow", "GET, HEAD")
+			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /regions only")
+		default:
+			w.Header().Set("Content-Type", "application/json")
+			_, _ = w.Write(append(body, '\n'))
+		}
+	})
+}
+
+func writeError(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{"status": "error", "error": map[string]string{"code": code, "message": msg}})
+}
