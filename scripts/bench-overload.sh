@@ -46,8 +46,8 @@ flags() {
   case $1 in
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
-    after) echo "" ;;
-    nopace) echo "--shed-rate-per-client 0" ;;
+    after) echo "--http-admission" ;;
+    nopace) echo "--http-admission --shed-rate-per-client 0" ;;
     cap) echo "--http-max-conns $CAP" ;;
     *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
   esac

@@ -623,7 +623,7 @@ func TestAttackOverloadFairness(t *testing.T) {
 	} else if c != nil {
 		c.Close()
 	}
-	p := start(t, filepath.Join(t.TempDir(), "data"), "--max-inflight", "2", "--max-queue", "8",
+	p := start(t, filepath.Join(t.TempDir(), "data"), "--http-admission", "--max-inflight", "2", "--max-queue", "8",
 		"--max-queue-per-client", "2", "--max-queue-wait", "2s")
 	host := strings.TrimPrefix(p.addr, "http://")
 	req := []byte("POST /counters/flood/increment HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: application/json\r\nContent-Length: 11\r\n\r\n{\"delta\":1}")
