@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -89,4 +90,16 @@ func shedUnary(lim *shed.Limiter) grpc.UnaryServerInterceptor {
 		defer lim.Release()
 		return h(ctx, req)
 	}
+}
+
+// buildInfoGauge is counterd_build_info{version}, always 1: dashboards
+// show which version each node runs.
+func buildInfoGauge() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "counterd_build_info",
+		Help:        "Always 1; the version label is the running binary's version.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
+	})
+	g.Set(1)
+	return g
 }

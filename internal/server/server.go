@@ -21,6 +21,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -40,10 +41,6 @@ func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
 	}
 	return ratelimit.New(cfg)
 }
-
-// Version is reported by INFO and logs; set at build time with
-// -ldflags "-X github.com/counterd/counterd/internal/server.Version=..."
-var Version = "0.1.0-dev"
 
 // NewLogger builds the process logger from the config.
 func NewLogger(cfg *Config) *slog.Logger {
@@ -99,6 +96,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
+	reg.MustRegister(buildInfoGauge())
 
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
 		MaxBodyBytes: cfg.MaxBodyBytes,
@@ -158,7 +156,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var rs *resp.Server
 	if lns.resp != nil {
 		rs = resp.New(be, resp.Options{
-			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store,
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: buildinfo.Version(), RateLimiter: rlc, Auth: store,
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,

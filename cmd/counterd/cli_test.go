@@ -1,0 +1,79 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestStrayArgumentIsUsageError: "counterd version" exits 2 with a
+// message and the usage instead of starting a server that ignores it.
+func TestStrayArgumentIsUsageError(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	for _, tc := range []struct{ arg, hint string }{
+		{"version", "(did you mean --version?)"},
+		{"serve", "counterd takes flags only"},
+	} {
+		cmd := exec.Command(counterdBin(t), "--data", t.TempDir(), "--http", "127.0.0.1:0", "--resp", "", "--grpc", "", tc.arg)
+		out, err := cmd.CombinedOutput()
+		ee, ok := err.(*exec.ExitError)
+		if !ok || ee.ExitCode() != 2 {
+			t.Fatalf("counterd %s: %v, want exit status 2\n%s", tc.arg, err, out)
+		}
+		want := fmt.Sprintf("counterd: unexpected argument %q: counterd takes flags only", tc.arg)
+		if !strings.Contains(string(out), want) || !strings.Contains(string(out), tc.hint) || !strings.Contains(string(out), "-data string") {
+			t.Errorf("counterd %s printed:\n%s\nwant %q, %q and the usage", tc.arg, out, want, tc.hint)
+		}
+	}
+}
+
+// TestVersionStamped: --version prints what -ldflags -X stamped into
+// internal/buildinfo (what make build does with git describe).
+func TestVersionStamped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the counterd binary")
+	}
+	bin := filepath.Join(t.TempDir(), "counterd")
+	const v = "v9.8.7-test"
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/counterd/counterd/internal/buildinfo.version="+v, "-o", bin, ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	out, err := exec.Command(bin, "--version").CombinedOutput()
+	if err != nil || string(out) != "counterd "+v+"\n" {
+		t.Fatalf("--version: %q, %v; want %q", out, err, "counterd "+v+"\n")
+	}
+	// Unstamped, it still answers (devel or the module version).
+	out, err = exec.Command(counterdBin(t), "--version").CombinedOutput()
+	if err != nil || !strings.HasPrefix(string(out), "counterd ") || len(strings.TrimSpace(string(out))) <= len("counterd ") {
+		t.Fatalf("unstamped --version: %q, %v", out, err)
+	}
+}
+
+// TestSecondInstanceOnDataDir: a second counterd on a data directory in
+// use exits 1 naming the directory and the first one's pid.
+func TestSecondInstanceOnDataDir(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	p := start(t, dir)
+	cmd := exec.Command(counterdBin(t), "--data", dir, "--http", "127.0.0.1:0", "--resp", "", "--grpc", "")
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 1 {
+		t.Fatalf("second counterd: %v, want exit status 1\n%s", err, out)
+	}
+	want := fmt.Sprintf("data directory %s is in use by another counterd (pid %d)", dir, p.cmd.Process.Pid)
+	if !strings.Contains(string(out), want) {
+		t.Fatalf("second counterd printed:\n%s\nwant %q", out, want)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "counterd.pid")); err != nil {
+		t.Fatal(err)
+	}
+	p.term(t)
+}
