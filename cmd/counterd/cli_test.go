@@ -2,9 +2,11 @@ package main
 
 import (
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -76,4 +78,35 @@ func TestSecondInstanceOnDataDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.term(t)
+}
+
+// TestREADMETieredExampleIsolated: the README's tiered example points at
+// a database and a Redis DB of counterd's own, not the shared defaults
+// (postgres, DB 0), so copying it pollutes nothing.
+func TestREADMETieredExampleIsolated(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^counterd --redis (redis://\S+) --postgres '(postgres://[^']+)'$`).FindSubmatch(readme)
+	if m == nil {
+		t.Fatal("README has no tiered example line (counterd --redis URL --postgres 'DSN')")
+	}
+	ru, err := url.Parse(string(m[1]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db := strings.Trim(ru.Path, "/"); db == "" || db == "0" {
+		t.Errorf("tiered example uses Redis DB %q: give counterd a DB of its own", db)
+	}
+	pu, err := url.Parse(string(m[2]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if db := strings.Trim(pu.Path, "/"); db == "" || db == "postgres" {
+		t.Errorf("tiered example uses PostgreSQL database %q: give counterd a database of its own", db)
+	}
+	if !strings.Contains(string(readme), "createdb -h 127.0.0.1 -U postgres "+strings.Trim(pu.Path, "/")) {
+		t.Errorf("README does not say how to create the database %s", pu.Path)
+	}
 }

@@ -3,7 +3,6 @@ package tiered
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -83,7 +82,8 @@ func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancel()
 	if err := b.agg.Sync(ctx); err != nil {
-		return fmt.Errorf("%w: sync write not yet committed in PostgreSQL (it is applied and will be written when PostgreSQL answers): %w", ErrUnavailable, err)
+		return &storeError{sentinel: ErrUnavailable, cause: err,
+			msg: "engine: unavailable: sync write not yet committed in PostgreSQL (it is applied and will be written when PostgreSQL answers)"}
 	}
 	return nil
 }
@@ -161,7 +161,7 @@ var opFuncs = map[engine.OpType]opFunc{
 func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, error) {
 	res, err := opFuncs[op.Type](b, ctx, op)
 	if err != nil {
-		return engine.Result{}, mapErr(err)
+		return engine.Result{}, mapOpErr(op.ID, err)
 	}
 	res.ID = op.ID
 	if res.Version > 0 && op.Type != engine.OpAdd { // add records it with its delta

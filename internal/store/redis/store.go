@@ -880,6 +880,20 @@ func isRefused(err error) bool {
 	return false
 }
 
+// ReplyError is an error reply of one of the store's scripts that means
+// bad input or a conflict rather than a failure: Kind is the sentinel
+// (ErrWrongKind, ErrOverflow, ErrVersionConflict, ErrInvalidArgument),
+// Reply the reply as Redis sent it, Detail the part of it fit to show a
+// client ("version is 1, not 0").
+type ReplyError struct {
+	Kind   error
+	Reply  string
+	Detail string
+}
+
+func (e *ReplyError) Error() string { return e.Kind.Error() + ": " + e.Reply }
+func (e *ReplyError) Unwrap() error { return e.Kind }
+
 func mapError(err error) error {
 	if errors.Is(err, redis.ErrClosed) {
 		return ErrClosed
@@ -890,21 +904,21 @@ func mapError(err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
-		word, _, _ := strings.Cut(msg, " ")
+		word, rest, _ := strings.Cut(msg, " ")
 		switch word {
 		case "WRONGKIND", "WRONGTYPE":
-			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
+			return &ReplyError{Kind: ErrWrongKind, Reply: msg, Detail: rest}
 		case "OVERFLOW":
-			return fmt.Errorf("%w: %s", ErrOverflow, msg)
+			return &ReplyError{Kind: ErrOverflow, Reply: msg, Detail: rest}
 		case "VERSIONCONFLICT":
-			return fmt.Errorf("%w: %s", ErrVersionConflict, msg)
+			return &ReplyError{Kind: ErrVersionConflict, Reply: msg, Detail: rest}
 		case "INVALID":
-			return fmt.Errorf("%w: %s", ErrInvalidArgument, msg)
+			return &ReplyError{Kind: ErrInvalidArgument, Reply: msg, Detail: rest}
 		case "LOADING", "MASTERDOWN", "CLUSTERDOWN", "TRYAGAIN", "BUSY", "READONLY":
 			return fmt.Errorf("%w: %s", ErrUnavailable, msg)
 		}
 		if strings.Contains(msg, "hash value is not an integer") || strings.Contains(msg, "not an integer or out of range") {
-			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
+			return &ReplyError{Kind: ErrWrongKind, Reply: msg, Detail: "a stored value is not an integer"}
 		}
 		return fmt.Errorf("redisstore: %w", err)
 	}
