@@ -106,6 +106,7 @@ type Backend struct {
 
 	ops     atomic.Uint64
 	flushes atomic.Uint64
+	failed  atomic.Uint64         // failed write-behind and sketch flushes
 	lastErr atomic.Pointer[error] // last failed flush, nil after a good one
 
 	uq     uniques       // per-unit unique-count sketches (uniques.go)
@@ -163,6 +164,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 
 func (b *Backend) flushFailed(err error) {
 	b.lastErr.Store(&err)
+	b.failed.Add(1)
 	b.opts.Logger.Warn("tiered: write-behind flush failed; will retry the same batch", "err", err)
 }
 
@@ -258,7 +260,7 @@ func (b *Backend) Now() time.Time { return b.opts.Now() }
 
 // Stats reports mutations and flushes since Open.
 func (b *Backend) Stats() engine.Stats {
-	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load()}
+	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load(), FlushFailures: b.failed.Load()}
 }
 
 // Ready is nil while Redis and PostgreSQL both answer within a second and

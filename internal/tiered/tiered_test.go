@@ -360,6 +360,14 @@ func TestPostgresRestartKeepsSyncWrites(t *testing.T) {
 	if err := e.b.Ready(); !isUnavailable(err) {
 		t.Fatalf("Ready with PostgreSQL down: %v", err)
 	}
+	// The failed write-behind flushes are counted
+	// (counterd_engine_flush_failures_total).
+	for deadline := time.Now().Add(10 * time.Second); e.b.Stats().FlushFailures == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no flush failure counted with PostgreSQL down")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	pg.Start(t)
 	deadline := time.Now().Add(10 * time.Second)
 	for e.b.Ready() != nil && time.Now().Before(deadline) {

@@ -276,7 +276,13 @@ func mergeEncoded(old, add []byte) ([]byte, error) {
 
 // uniquesLoop flushes the pending sketches every FlushInterval until Close.
 func (b *Backend) uniquesLoop() {
-	b.periodically(b.uqDone, b.opts.FlushInterval, 30*time.Second, "tiered: unique-count sketch flush failed; will retry", b.flushUniques)
+	b.periodically(b.uqDone, b.opts.FlushInterval, 30*time.Second, "tiered: unique-count sketch flush failed; will retry", func(ctx context.Context) error {
+		err := b.flushUniques(ctx)
+		if err != nil {
+			b.failed.Add(1)
+		}
+		return err
+	})
 }
 
 // maxUnits is the largest n Uniques answers for unit under spec: the
