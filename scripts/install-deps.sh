@@ -11,6 +11,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network namespaces for the cluster partition test
+command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool checks deploy/prometheus and the dashboard's queries
 if [ ${#need[@]} -eq 0 ]; then
   exit 0
 fi
