@@ -1,15 +1,25 @@
 # counterd — run `make help` for the targets.
 GO ?= go
 PKGS ?= ./...
+# VERSION is stamped into both binaries (counterd --version, counterctl --version).
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
 
-.PHONY: help build test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+.PHONY: help build image install test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
 
-build: ## build bin/counterd and bin/counterctl
-	$(GO) build -o bin/counterd ./cmd/counterd
-	$(GO) build -o bin/counterctl ./cmd/counterctl
+build: ## build bin/counterd and bin/counterctl, stamped with VERSION (git describe)
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/counterd ./cmd/counterd
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/counterctl ./cmd/counterctl
+
+install: ## go install both commands, stamped with VERSION
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/counterd ./cmd/counterctl
+
+image: ## container image counterd:VERSION from scratch (static binaries; pulls no base image)
+	VERSION=$(VERSION) ./scripts/image-context.sh bin/image
+	docker build -t counterd:$(VERSION) bin/image
 
 run: ## run counterd on its embedded default (./data, :8080 HTTP, :6380 RESP)
 	$(GO) run ./cmd/counterd
