@@ -16,16 +16,27 @@ import (
 	"github.com/counterd/counterd/internal/shed"
 )
 
+// adminRoutes are the --admin listener's ServeMux patterns (any method);
+// "/debug/pprof/" also serves the named profiles, /debug/pprof/{profile}.
+var adminRoutes = []struct {
+	pattern string
+	fn      http.HandlerFunc
+}{
+	{"/debug/pprof/", pprof.Index},
+	{"/debug/pprof/cmdline", pprof.Cmdline},
+	{"/debug/pprof/profile", pprof.Profile},
+	{"/debug/pprof/symbol", pprof.Symbol},
+	{"/debug/pprof/trace", pprof.Trace},
+}
+
 // adminHandler serves the --admin listener: pprof, which exposes the
 // command line (with any password in it) and heap contents, so it is
 // never on the API port.
 func adminHandler(bound string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for _, rt := range adminRoutes {
+		mux.HandleFunc(rt.pattern, rt.fn)
+	}
 	// The same Host check as the API: a rebinding page must not read
 	// profiles either.
 	g := newGuardConfig(Config{}, bound, nil)
