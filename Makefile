@@ -5,7 +5,7 @@ PKGS ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
 
-.PHONY: help build image install test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+.PHONY: help build image install docs test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
@@ -29,6 +29,9 @@ test: ## run every test with the race detector (what CI runs)
 
 test-short: ## quick tests without the race detector or subprocess tests
 	$(GO) test -short -count=1 $(PKGS)
+
+docs: ## regenerate docs/http-reference.md from the OpenAPI document
+	$(GO) generate ./internal/api/httpapi
 
 vet: ## go vet
 	$(GO) vet $(PKGS)
