@@ -5,10 +5,15 @@ PKGS ?= ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
 
-.PHONY: help build image install docs test test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
+PROTOC_GEN_GO_VERSION ?= v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
+GOBIN ?= $(shell $(GO) env GOPATH)/bin
+PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
+
+.PHONY: help build image install docs test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth fuzz vet fmt deps run clean
 
 help: ## list the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
 build: ## build bin/counterd and bin/counterctl, stamped with VERSION (git describe)
 	$(GO) build -ldflags "$(LDFLAGS)" -o bin/counterd ./cmd/counterd
@@ -63,6 +68,21 @@ fuzz: ## run each fuzz target for FUZZTIME (default 20s)
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $${FUZZTIME:-20s} $$pkg || exit 1; \
 	  done; \
 	done
+
+generate: ## regenerate the Go code of api/**/*.proto (protoc + pinned protoc-gen-go, protoc-gen-go-grpc)
+	@command -v protoc >/dev/null || { echo "generate: protoc not found; run make deps (Debian package protobuf-compiler)" >&2; exit 1; }
+	@$(GOBIN)/protoc-gen-go --version 2>/dev/null | grep -qx 'protoc-gen-go $(PROTOC_GEN_GO_VERSION)' || \
+	  $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
+	@$(GOBIN)/protoc-gen-go-grpc --version 2>/dev/null | grep -qx 'protoc-gen-go-grpc $(patsubst v%,%,$(PROTOC_GEN_GO_GRPC_VERSION))' || \
+	  $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	protoc -I api \
+	  --plugin=protoc-gen-go=$(GOBIN)/protoc-gen-go --go_out=api --go_opt=paths=source_relative \
+	  --plugin=protoc-gen-go-grpc=$(GOBIN)/protoc-gen-go-grpc --go-grpc_out=api --go-grpc_opt=paths=source_relative \
+	  $(patsubst api/%,%,$(PROTOS))
+
+check-generate: generate ## fail if the checked-in generated code differs from make generate's
+	@git diff --exit-code -- api || { echo "check-generate: generated code is stale; run make generate and commit" >&2; exit 1; }
+	@test -z "$$(git ls-files --others --exclude-standard -- api)" || { echo "check-generate: untracked generated files in api/:" >&2; git ls-files --others --exclude-standard -- api >&2; exit 1; }
 
 deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk)
 	./scripts/install-deps.sh

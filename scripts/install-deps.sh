@@ -2,7 +2,10 @@
 # Installs the system packages counterd's tests and benchmark scripts use:
 # redis-cli, redis-server and redis-benchmark (Debian package redis-server
 # pulls in redis-tools), PostgreSQL's server binaries (initdb, pg_ctl: the
-# tests start private servers from them) and wrk (scripts/bench-http.sh).
+# tests start private servers from them), wrk (scripts/bench-http.sh),
+# protoc (protobuf-compiler: make generate regenerates api/*.proto's Go code)
+# and promtool (Debian package prometheus: deploy/'s tests check the alert
+# rules and dashboard with it).
 # Safe to run repeatedly; does nothing when everything is present.
 set -euo pipefail
 need=()
@@ -11,6 +14,7 @@ command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v ip >/dev/null 2>&1 || need+=(iproute2) # network namespaces for the cluster partition test
+command -v protoc >/dev/null 2>&1 || need+=(protobuf-compiler) # make generate / check-generate (api/*.proto)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus) # promtool checks deploy/prometheus and the dashboard's queries
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -25,6 +26,7 @@ import (
 	"time"
 
 	cdclient "github.com/counterd/counterd/client"
+	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
 // modeUnsupported is what counterd prints when this build cannot run the
@@ -237,32 +239,20 @@ func loopback(tb testing.TB, _ int) (string, []string, func(string, ...string) *
 
 // handedOut holds the ports freePorts returned, so that no two nodes of
 // this process get the same one between picking ports and binding them.
-var handedOut = struct {
-	sync.Mutex
-	ports map[string]bool
-}{ports: map[string]bool{}}
-
 // freePorts returns n ports free for TCP and UDP (gossip uses both) on
-// 127.0.0.1 and not returned before by this process.
+// 127.0.0.1, below the kernel's ephemeral range and not returned before by
+// this process.
 func freePorts(tb testing.TB, n int) []string {
 	tb.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	var ports []string
-	for len(ports) < n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer ln.Close()
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
-		if pc, err := net.ListenPacket("udp", "127.0.0.1:"+port); err == nil && !handedOut.ports[port] {
-			pc.Close()
-			handedOut.ports[port] = true
-			ports = append(ports, port)
-		}
+	ps, err := ports.Free(n)
+	if err != nil {
+		tb.Fatal(err)
 	}
-	return ports
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = strconv.Itoa(p)
+	}
+	return out
 }
 
 // testCluster is a set of counterd processes joined into one cluster.

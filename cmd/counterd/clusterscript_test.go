@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	cdclient "github.com/counterd/counterd/client"
+	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
 // TestClusterScript runs scripts/cluster.sh as the README shows it: the
@@ -158,36 +158,17 @@ func TestClusterScript(t *testing.T) {
 // nodes are free, below the kernel's ephemeral range.
 func scriptPortOffset(t *testing.T, n int) int {
 	t.Helper()
-	handedOut.Lock()
-	defer handedOut.Unlock()
-next:
 	for try := 0; try < 200; try++ {
 		off := 1000 + 10*rand.IntN(2000)
-		var ports []string
+		var ps []int
 		for i := 1; i <= n; i++ {
 			for _, base := range []int{8180, 6380, 9190, 7940} {
-				ports = append(ports, strconv.Itoa(base+i+off))
+				ps = append(ps, base+i+off)
 			}
 		}
-		for _, p := range ports {
-			if handedOut.ports[p] {
-				continue next
-			}
-			ln, err := net.Listen("tcp", "127.0.0.1:"+p)
-			if err != nil {
-				continue next
-			}
-			ln.Close()
-			pc, err := net.ListenPacket("udp", "127.0.0.1:"+p)
-			if err != nil {
-				continue next
-			}
-			pc.Close()
+		if ports.Claim(ps...) {
+			return off
 		}
-		for _, p := range ports {
-			handedOut.ports[p] = true
-		}
-		return off
 	}
 	t.Fatal("no free port range for scripts/cluster.sh")
 	return 0

@@ -35,6 +35,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
+	clusterv1 "github.com/counterd/counterd/api/counterd/cluster/v1"
 	cdclient "github.com/counterd/counterd/client"
 	_ "github.com/counterd/counterd/internal/cluster/node" // registers the peer codec
 	"github.com/counterd/counterd/internal/cluster/ring"
@@ -450,8 +451,8 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 		defer conn.Close()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		var out struct{}
-		return conn.Invoke(cctx, "/counterd.cluster.v1.Peer/Read", &struct{}{}, &out, grpc.CallContentSubtype("counterd-json"))
+		_, err = clusterv1.NewPeerClient(conn).Read(cctx, &clusterv1.ReadRequest{Header: &clusterv1.Header{From: "n3"}, Op: clusterv1.ReadOp_READ_OP_GET, Id: "x"})
+		return err
 	}
 	if err := peerCall(&tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", GetClientCertificate: presenting(&rogue)}); status.Code(err) != codes.Unavailable {
 		t.Fatalf("peer call with another CA's certificate: %v, want Unavailable (handshake refused)", err)

@@ -62,8 +62,8 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 	return n.applySplit(ctx, ops, wo, true)
 }
 
-// validateIDs checks read ids before they are sent: the wire (JSON) would
-// replace invalid UTF-8, turning an invalid id into another, valid one.
+// validateIDs checks read ids before they are sent: ids are protobuf
+// strings on the wire, which must be valid UTF-8.
 func validateIDs(ids ...string) error {
 	for _, id := range ids {
 		if err := engine.ValidateID(id); err != nil {

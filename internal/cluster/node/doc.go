@@ -4,9 +4,10 @@
 // Membership is gossip (internal/cluster/membership); the alive members form
 // a consistent-hash ring (internal/cluster/ring, 100 vnodes, R replicas per
 // id). An operation on an id runs on the id's owner: a node that does not
-// own it forwards it there in one gRPC hop (JSON messages over a
-// hand-written ServiceDesc), and a node that receives a forwarded request it
-// does not own answers ErrWrongOwner instead of forwarding again.
+// own it forwards it there in one gRPC hop (protobuf messages of
+// api/counterd/cluster/v1/peer.proto, converted in wire.go), and a node
+// that receives a forwarded request it does not own answers ErrWrongOwner
+// instead of forwarding again.
 //
 // The owner replicates the resulting state (engine.State) to the other
 // replicas: at once to a write quorum for sync writes, in 100 ms batches

@@ -79,9 +79,7 @@ func (p *peers) conn(node string) (*grpc.ClientConn, error) {
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls)
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.CallContentSubtype(codecName)))
+	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}
@@ -114,7 +112,7 @@ func (n *Node) call(ctx context.Context, node, method string, req, resp any) err
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.RPCTimeout)
 		defer cancel()
 	}
-	if err := conn.Invoke(ctx, "/"+serviceName+"/"+method, req, resp); err != nil {
+	if err := invoke(ctx, conn, method, req, resp); err != nil {
 		return &UnavailableError{Node: node, Op: method, Err: err}
 	}
 	return nil

@@ -1,33 +1,20 @@
 package node
 
 import (
-	"context"
-	"encoding/json"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/encoding"
 
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// Peer traffic is gRPC with JSON messages: a hand-written ServiceDesc and a
-// codec registered under codecName (no protoc in the build). Every request
-// carries the sender's id; forwarded requests carry the hop flag and ring
-// version.
+// Peer traffic is gRPC with protobuf messages generated from
+// api/counterd/cluster/v1/peer.proto. The node works with the structs
+// below; wire.go converts them to and from the generated messages. Every
+// request carries the sender's id; forwarded requests carry the hop flag
+// and ring version.
 
-const (
-	serviceName = "counterd.cluster.v1.Peer"
-	codecName   = "counterd-json"
-)
-
-type jsonCodec struct{}
-
-func (jsonCodec) Marshal(v any) ([]byte, error)   { return json.Marshal(v) }
-func (jsonCodec) Unmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
-func (jsonCodec) Name() string                    { return codecName }
-func init()                                       { encoding.RegisterCodec(jsonCodec{}) }
+// serviceName is the Peer service of peer.proto.
+const serviceName = "counterd.cluster.v1.Peer"
 
 // header is the common part of every peer request.
 type header struct {
@@ -170,45 +157,3 @@ type digestResponse struct {
 	Idem   []idemRecord `json:"idem,omitempty"`   // recent idempotency records of those ids
 	Err    *wireError   `json:"err,omitempty"`
 }
-
-// unary builds a MethodDesc for f, decoding requests with the JSON codec.
-func unary[Req any, Resp any](name string, f func(*Node, context.Context, *Req) *Resp) grpc.MethodDesc {
-	return grpc.MethodDesc{
-		MethodName: name,
-		Handler: func(srv any, ctx context.Context, dec func(any) error, ic grpc.UnaryServerInterceptor) (any, error) {
-			req := new(Req)
-			if err := dec(req); err != nil {
-				return nil, err
-			}
-			if h, ok := any(req).(interface{ sender() string }); ok {
-				if err := srv.(*Node).refusePeer(h.sender()); err != nil {
-					return nil, err // forget.go
-				}
-			}
-			h := func(ctx context.Context, r any) (any, error) { return f(srv.(*Node), ctx, r.(*Req)), nil }
-			if ic == nil {
-				return h(ctx, req)
-			}
-			return ic(ctx, req, &grpc.UnaryServerInfo{Server: srv, FullMethod: "/" + serviceName + "/" + name}, h)
-		},
-	}
-}
-
-var serviceDesc = grpc.ServiceDesc{
-	ServiceName: serviceName,
-	HandlerType: (*any)(nil),
-	Methods: []grpc.MethodDesc{
-		unary("Apply", (*Node).serveApply),
-		unary("Read", (*Node).serveRead),
-		unary("Local", (*Node).serveLocal),
-		unary("Replicate", (*Node).serveReplicate),
-		unary("Fetch", (*Node).serveFetch),
-		unary("Digest", (*Node).serveDigest),
-		unary("Limits", (*Node).serveLimits),
-		unary("Policies", (*Node).servePolicies),
-	},
-	Metadata: "counterd/cluster/peer",
-}
-
-// Register adds the peer service to s (the --grpc server).
-func (n *Node) Register(s *grpc.Server) { s.RegisterService(&serviceDesc, n) }

@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
+	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
 	"github.com/counterd/counterd/internal/cluster/ring"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
@@ -119,10 +122,16 @@ func TestSeriesRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(toWireSeries(want))
-	var w wireSeries
-	_ = json.Unmarshal(b, &w)
-	got, err := w.series()
+	b, err := proto.Marshal(pbSeries(toWireSeries(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m pb.Series
+	if err := proto.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	var d decoder
+	got, err := d.series(&m).series()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,7 +29,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -43,6 +42,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/testutil/ports"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -368,14 +368,9 @@ func (s *Server) run(timeout time.Duration, name string, args ...string) ([]byte
 	return out, err
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a port below the kernel's ephemeral range (see package
+// ports), so no other process's connection takes it before the server binds.
+func freePort() (int, error) { return ports.One() }
 
 func tail(b []byte) string {
 	s := strings.TrimSpace(string(b))

@@ -28,6 +28,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
 // Environment variables read by New.
@@ -300,11 +302,6 @@ func ping(addr string, timeout time.Duration) error {
 	return nil
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// freePort picks a port below the kernel's ephemeral range (see package
+// ports), so no other process's connection takes it before the server binds.
+func freePort() (int, error) { return ports.One() }
