@@ -1,6 +1,7 @@
 package deploy
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"go/ast"
@@ -221,7 +222,14 @@ func registeredCounterdMetrics(t *testing.T) map[string]bool {
 		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
 			return nil
 		}
-		f, err := parser.ParseFile(fset, path, nil, 0)
+		src, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if !bytes.Contains(src, []byte("prometheus.")) {
+			return nil // registers nothing (and parsing it is slow under -race)
+		}
+		f, err := parser.ParseFile(fset, path, src, 0)
 		if err != nil {
 			return err
 		}
