@@ -4,11 +4,11 @@ import (
 	"context"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +20,7 @@ import (
 	"github.com/counterd/counterd/internal/api/httpapi"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
 // TestOpenAPIMatchesMountedRouter runs a real node in cluster mode with
@@ -222,17 +223,15 @@ func startClusterNode(t *testing.T) (httpBase, adminBase string) {
 	return "http://" + h.addrs["http listening"], "http://" + h.addrs["admin listening"]
 }
 
-// freeTCPUDPPort returns a loopback port free for TCP (gossip uses the
-// same port for UDP; a clash fails Run, which the test reports).
+// freeTCPUDPPort returns a loopback port free for TCP and UDP (gossip
+// uses both), from below the kernel's ephemeral range.
 func freeTCPUDPPort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := ports.One()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	_, port, _ := net.SplitHostPort(l.Addr().String())
-	return port
+	return strconv.Itoa(p)
 }
 
 // addrCapture is a slog.Handler that records the addr of the "http
