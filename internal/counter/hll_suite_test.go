@@ -27,6 +27,9 @@ func TestHLLErrorAcrossSeeds(t *testing.T) {
 				if raceEnabled {
 					t.Skip("40M adds under the race detector")
 				}
+				if testing.Short() {
+					t.Skip("40M adds (go test without -short runs them)")
+				}
 				seeds = 4
 			}
 			var sumSq, worst float64
