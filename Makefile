@@ -30,9 +30,9 @@ run: ## run counterd on its embedded default (./data, :8080 HTTP, :6380 RESP)
 	$(GO) run ./cmd/counterd
 
 # TESTP packages are tested at once. Most of the suite waits (on child
-# servers, gossip timeouts, sync flushes) rather than computes: a -short
-# run used 65 s of CPU in 5 min with go test's default of one package per
-# core, and 2 min with 8 at once on the same 2 cores (docs/testing.md).
+# servers, gossip timeouts, sync flushes) rather than computes: the race
+# run took 26.5 min with go test's default of one package per core and
+# 7.75 min with 8 at once, on the same loaded 2 cores (docs/testing.md).
 TESTP ?= 8
 
 test: ## run every test with the race detector (what CI runs)
