@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/counterd/counterd/client"
@@ -34,12 +35,31 @@ func setupLimit(fs *flag.FlagSet) runFunc {
 		if e.json {
 			return printJSON(e.stdout, d)
 		}
-		reset := time.Duration(d.ResetMS) * time.Millisecond
 		if d.Allowed {
-			_, err = fmt.Fprintf(e.stdout, "allowed  %d of %d left, resets in %v\n", d.Remaining, d.Limit, reset)
+			_, err = fmt.Fprintf(e.stdout, "allowed  %d of %d left, %s\n", d.Remaining, d.Limit, fullAgain(*algorithm, *period, d))
 		} else {
 			_, err = fmt.Fprintf(e.stdout, "denied  retry after %v (%d of %d left)\n", time.Duration(d.RetryAfterMS)*time.Millisecond, d.Remaining, d.Limit)
 		}
 		return err
 	}
+}
+
+// fullAgain says when all of a limit is available again (the decision's
+// reset). A sliding window's hits weigh on the window after theirs too, so
+// its reset may be up to two periods away: say why rather than print a
+// reset longer than the period unexplained.
+func fullAgain(algorithm string, period time.Duration, d *client.LimitDecision) string {
+	reset := time.Duration(d.ResetMS) * time.Millisecond
+	if reset == 0 {
+		return "all available"
+	}
+	shown := reset
+	if shown > time.Second {
+		shown = shown.Round(time.Second)
+	}
+	msg := fmt.Sprintf("all %d available again in %v", d.Limit, shown)
+	if strings.EqualFold(algorithm, "sliding_window") && reset > period {
+		msg += fmt.Sprintf(" (sliding window: hits count, less and less, until the end of the %v window after theirs)", period)
+	}
+	return msg
 }

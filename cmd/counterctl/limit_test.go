@@ -16,9 +16,15 @@ func TestLimitCommand(t *testing.T) {
 	srv := httptest.NewServer(ratelimit.NewHTTPHandler(l, ratelimit.HTTPOptions{}))
 	t.Cleanup(func() { srv.Close(); l.Close() })
 
-	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  1 of 2 left, resets in .+\n$`)
-	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  0 of 2 left, resets in .+\n$`)
+	// A sliding window's hit weighs on the next window too: its reset is
+	// between one and two periods away, and the output says why.
+	const why = ` \(sliding window: hits count, less and less, until the end of the 1m0s window after theirs\)`
+	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  1 of 2 left, all 2 available again in (1m\d+s|2m0s)`+why+`\n$`)
+	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^allowed  0 of 2 left, all 2 available again in (1m\d+s|2m0s)`+why+`\n$`)
 	wantMatch(t, ok(t, srv.URL, "limit", "user:1", "--limit", "2", "--period", "1m"), `^denied  retry after .+ \(0 of 2 left\)\n$`)
+
+	// A fixed window resets within its period: no explanation.
+	wantMatch(t, ok(t, srv.URL, "limit", "user:3", "--limit", "2", "--period", "1m", "--algorithm", "fixed_window"), `^allowed  1 of 2 left, all 2 available again in (\d+s|1m0s)\n$`)
 
 	var d struct {
 		Allowed   bool  `json:"allowed"`

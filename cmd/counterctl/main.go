@@ -1,6 +1,7 @@
 // Command counterctl is the command-line client of counterd, over the Go
 // client package (and so over the HTTP API).
 //
+//	counterctl --version
 //	counterctl [--addr URL] [--token T] [--ca FILE] [--json] [--timeout D] [--durability sync|async] CMD [ARGS]
 //
 // Run "counterctl help" for the commands. Global flags may also follow the
@@ -27,6 +28,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/client"
+	"github.com/counterd/counterd/internal/buildinfo"
 )
 
 const defaultAddr = "http://127.0.0.1:8080"
@@ -140,6 +142,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("counterctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	e.globalFlags(fs)
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			printUsage(stdout, fs)
@@ -148,6 +151,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "counterctl: %v\n", err)
 		printUsage(stderr, fs)
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, "counterctl", buildinfo.Version())
+		return 0
 	}
 	args = fs.Args()
 	if len(args) == 0 {

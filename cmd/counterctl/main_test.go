@@ -647,3 +647,12 @@ func TestRollupCommand(t *testing.T) {
 		t.Fatalf("rollup set of a retention shorter than a bucket: exit %d, stderr %q", code, errOut)
 	}
 }
+
+// TestVersionFlag: --version prints the binary's version and needs no
+// server.
+func TestVersionFlag(t *testing.T) {
+	code, out, errOut := ctl(t, "http://127.0.0.1:1", "--version")
+	if code != 0 || !strings.HasPrefix(out, "counterctl ") || len(strings.TrimSpace(out)) <= len("counterctl") || errOut != "" {
+		t.Fatalf("--version: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}

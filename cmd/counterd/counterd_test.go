@@ -23,6 +23,9 @@ import (
 	"time"
 )
 
+// e2eVersion is the version stamped into the counterd binary the tests run.
+const e2eVersion = "v0.0.0-e2e"
+
 var (
 	buildOnce sync.Once
 	binPath   string
@@ -38,7 +41,8 @@ func counterdBin(t testing.TB) string {
 			return
 		}
 		binPath = filepath.Join(dir, "counterd")
-		out, err := exec.Command("go", "build", "-o", binPath, ".").CombinedOutput()
+		// Stamped like make build does (TestVersionStamped checks it).
+		out, err := exec.Command("go", "build", "-ldflags", "-X github.com/counterd/counterd/internal/buildinfo.version="+e2eVersion, "-o", binPath, ".").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}
@@ -273,10 +277,7 @@ func TestREADMEExamples(t *testing.T) {
 	respPort := freePort(t)
 	p := start(t, t.TempDir(), "--resp", "127.0.0.1:"+respPort)
 	httpHostPort := strings.TrimPrefix(p.addr, "http://")
-	ctl := filepath.Join(filepath.Dir(counterdBin(t)), "counterctl")
-	if out, err := exec.Command("go", "build", "-o", ctl, "../counterctl").CombinedOutput(); err != nil {
-		t.Fatalf("build counterctl: %v\n%s", err, out)
-	}
+	ctl := counterctlBin(t) // built once per test binary
 	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
 	ran := 0
 	for _, b := range blocks {

@@ -65,6 +65,9 @@ func isUnknownAuthority(err error) bool {
 }
 
 func TestTLSFrontEnds(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs counterd processes")
+	}
 	dir := t.TempDir()
 	ca, wrong := certtest.NewCA(t, "counterd test CA"), certtest.NewCA(t, "wrong CA")
 	certFile, keyFile := ca.Issue(t, "node").Write(t, dir, "node")
@@ -179,6 +182,9 @@ func getOn(c *tls.Conn, rd *bufio.Reader) error {
 }
 
 func TestTLSCertificateReload(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs counterd processes")
+	}
 	dir := t.TempDir()
 	ca := certtest.NewCA(t, "counterd test CA")
 	certFile, keyFile := ca.Issue(t, "first").Write(t, dir, "node")
@@ -310,6 +316,9 @@ func forwardedOK(t *testing.T, hc *http.Client, n *tlsNode) float64 {
 }
 
 func TestTLSClusterMutualTLS(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs counterd processes")
+	}
 	dir := t.TempDir()
 	ca, other := certtest.NewCA(t, "cluster CA"), certtest.NewCA(t, "other CA")
 	caFile := ca.WriteCA(t, dir, "ca.pem")

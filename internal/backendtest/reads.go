@@ -3,6 +3,7 @@ package backendtest
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
@@ -198,6 +199,21 @@ func rollupCases() []tcase {
 			est, err = e.b.Uniques(e.ctx, e.id("uq")+":missing", rollup.Day, 3)
 			if err != nil || est.Value != 0 {
 				e.t.Errorf("uniques of a missing hll = %+v, %v; want 0", est, err)
+			}
+		}},
+		{"uniques of an hll without sketches says how to keep them", func(e *env) {
+			ns := e.id("nosk")
+			id := ns + ":u"
+			e.apply(pfadd(id, "a", "b"))
+			for _, c := range []struct {
+				unit rollup.Granularity
+				hint string
+			}{{rollup.Day, "rollup set " + ns + " --unique-days"}, {rollup.Hour, "rollup set " + ns + " --unique-hours"}} {
+				_, err := e.b.Uniques(e.ctx, id, c.unit, 1)
+				e.wantErr("uniques of an hll without sketches", err, engine.ErrNotFound)
+				if err != nil && (!strings.Contains(err.Error(), "is an hll without per-"+c.unit.String()+" sketches") || !strings.Contains(err.Error(), c.hint)) {
+					e.t.Errorf("uniques by %s of an hll without sketches: %q; want it to say so and suggest %q", c.unit, err, c.hint)
+				}
 			}
 		}},
 	}

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"os"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -48,6 +49,7 @@ type Engine struct {
 	cfg    Config
 	limits Limits // from cfg: what Apply and ApplyBatch accept
 	db     *pebble.DB
+	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
 	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
@@ -81,13 +83,22 @@ func Open(cfg Config) (*Engine, error) {
 	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
 	e.limits = Limits{MaxBatch: cfg.MaxBatch, MaxShards: cfg.MaxShards}.withDefaults()
 	e.now.Store(time.Now().UnixNano())
+	if !cfg.InMemory && cfg.FS == nil {
+		lock, err := lockDir(cfg.Dir)
+		if err != nil {
+			return nil, err
+		}
+		e.lock = lock
+	}
 	db, err := openPebble(cfg)
 	if err != nil {
+		e.unlockDir()
 		return nil, err
 	}
 	e.db = db
 	if err := e.load(); err != nil {
 		db.Close()
+		e.unlockDir()
 		return nil, err
 	}
 	e.idem.init(cfg.IdempotencyMemory)
@@ -115,8 +126,16 @@ func (e *Engine) Close() error {
 		if cerr := e.db.Close(); err == nil {
 			err = cerr
 		}
+		e.unlockDir()
 	})
 	return err
+}
+
+// unlockDir releases the data directory's lock, if held.
+func (e *Engine) unlockDir() {
+	if e.lock != nil {
+		e.lock.Close()
+	}
 }
 
 func (e *Engine) tickClock() {

@@ -21,7 +21,8 @@ type flusher struct {
 	kick chan struct{} // a sync writer is waiting
 
 	flushes   atomic.Uint64
-	lastFlush atomic.Int64 // unix ns
+	failures  atomic.Uint64 // failed flushes
+	lastFlush atomic.Int64  // unix ns
 	lastErr   atomic.Pointer[error]
 }
 
@@ -187,6 +188,7 @@ func (e *Engine) flushOnce() error {
 
 func (e *Engine) failCycle(c *cycle, err error) error {
 	e.fl.lastErr.Store(&err)
+	e.fl.failures.Add(1)
 	if c != nil {
 		c.err = err
 		close(c.done)

@@ -251,10 +251,11 @@ func (e *Engine) FlushAll(ctx context.Context, wo WriteOptions) error {
 // Stats returns counters for INFO and metrics.
 func (e *Engine) Stats() Stats {
 	s := Stats{
-		Keys:        e.Len(),
-		Expires:     int(e.expires.Load()),
-		Flushes:     e.fl.flushes.Load(),
-		IdemRecords: e.idem.size(),
+		Keys:          e.Len(),
+		Expires:       int(e.expires.Load()),
+		Flushes:       e.fl.flushes.Load(),
+		FlushFailures: e.fl.failures.Load(),
+		IdemRecords:   e.idem.size(),
 	}
 	if t := e.fl.lastFlush.Load(); t != 0 {
 		s.LastFlush = time.Unix(0, t)
@@ -268,13 +269,16 @@ func (e *Engine) Stats() Stats {
 
 // Stats are counters for INFO and metrics.
 type Stats struct {
-	Keys        int    // live counters
-	Expires     int    // live counters with a TTL
-	Ops         uint64 // mutations applied since Open
-	Flushes     uint64 // durable flushes since Open
-	LastFlush   time.Time
-	DirtyKeys   int // counters changed since the last flush
-	IdemRecords int // idempotency records held in memory
+	Keys    int    // live counters
+	Expires int    // live counters with a TTL
+	Ops     uint64 // mutations applied since Open
+	Flushes uint64 // durable flushes since Open
+	// FlushFailures counts flushes that failed since Open (each is
+	// retried; Ready reports the last one until a flush succeeds).
+	FlushFailures uint64
+	LastFlush     time.Time
+	DirtyKeys     int // counters changed since the last flush
+	IdemRecords   int // idempotency records held in memory
 }
 
 // Ready returns nil while the engine serves requests and its last flush

@@ -657,9 +657,11 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 	}
 	now := e.nowNano()
 	var v *rollup.SketchView
+	isHLL := false
 	if r, ok, _ := e.acquire(id, false); ok {
 		var err error
 		if e.liveLocked(&r, now) {
+			isHLL = r.e.kind == KindHLL
 			switch x := r.e.ext; {
 			case r.e.kind != KindHLL:
 				err = fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", ErrWrongKind, id, r.e.kind)
@@ -680,7 +682,7 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 			v, ok = st.SketchView(unit)
 		}
 		if !ok {
-			return nil, fmt.Errorf("%w: %q: %v (%s sketches)", ErrNotFound, id, errNoRollups, unit)
+			return nil, NoSketches(id, unit, isHLL)
 		}
 	}
 	est, err := v.Uniques(rollupStore{e.db, id}, n, now)

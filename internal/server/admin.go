@@ -12,19 +12,31 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/shed"
 )
+
+// adminRoutes are the --admin listener's ServeMux patterns (any method);
+// "/debug/pprof/" also serves the named profiles, /debug/pprof/{profile}.
+var adminRoutes = []struct {
+	pattern string
+	fn      http.HandlerFunc
+}{
+	{"/debug/pprof/", pprof.Index},
+	{"/debug/pprof/cmdline", pprof.Cmdline},
+	{"/debug/pprof/profile", pprof.Profile},
+	{"/debug/pprof/symbol", pprof.Symbol},
+	{"/debug/pprof/trace", pprof.Trace},
+}
 
 // adminHandler serves the --admin listener: pprof, which exposes the
 // command line (with any password in it) and heap contents, so it is
 // never on the API port.
 func adminHandler(bound string) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	for _, rt := range adminRoutes {
+		mux.HandleFunc(rt.pattern, rt.fn)
+	}
 	// The same Host check as the API: a rebinding page must not read
 	// profiles either.
 	g := newGuardConfig(Config{}, bound, nil)
@@ -89,4 +101,16 @@ func shedUnary(lim *shed.Limiter) grpc.UnaryServerInterceptor {
 		defer lim.Release()
 		return h(ctx, req)
 	}
+}
+
+// buildInfoGauge is counterd_build_info{version}, always 1: dashboards
+// show which version each node runs.
+func buildInfoGauge() prometheus.Collector {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name:        "counterd_build_info",
+		Help:        "Always 1; the version label is the running binary's version.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Version()},
+	})
+	g.Set(1)
+	return g
 }

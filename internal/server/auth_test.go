@@ -10,6 +10,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/chunksync"
+	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ui"
 )
@@ -25,7 +26,8 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := append([]string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget", "POST /events", "GET /regions"}, chunksync.Routes...)
+	extra := append(cnode.HTTPRoutes(), "POST /events", "GET /regions")
+	extra = append(extra, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {
 			t.Errorf("httpNeeds names %q, which is not a route", pat)

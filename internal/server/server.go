@@ -22,6 +22,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/ui"
@@ -43,10 +44,6 @@ func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
 	}
 	return ratelimit.New(cfg)
 }
-
-// Version is reported by INFO and logs; set at build time with
-// -ldflags "-X github.com/counterd/counterd/internal/server.Version=..."
-var Version = "0.1.0-dev"
 
 // NewLogger builds the process logger from the config.
 func NewLogger(cfg *Config) *slog.Logger {
@@ -110,6 +107,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reg.MustRegister(nd.collectors...)
 	countAuthFailures(store, reg)
+	reg.MustRegister(buildInfoGauge())
 
 	pl, err := openPipeline(ctx, cfg, be, reg, log)
 	if err != nil {
@@ -127,7 +125,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Authorize:    routeAuthorizer(store),
 	})
 	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
-	console := ui.Handler(ui.Options{Auth: store != nil, Version: Version})
+	console := ui.Handler(ui.Options{Auth: store != nil, Version: buildinfo.Version()})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
 	var handler http.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -188,7 +186,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var rs *resp.Server
 	if lns.resp != nil {
 		rs = resp.New(be, resp.Options{
-			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: Version, RateLimiter: rlc, Auth: store,
+			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: buildinfo.Version(), RateLimiter: rlc, Auth: store,
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,

@@ -83,7 +83,8 @@ func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
 	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
 	defer cancel()
 	if err := b.agg.Sync(ctx); err != nil {
-		return fmt.Errorf("%w: sync write not yet committed in PostgreSQL (it is applied and will be written when PostgreSQL answers): %w", ErrUnavailable, err)
+		return &storeError{sentinel: ErrUnavailable, cause: err,
+			msg: "engine: unavailable: sync write not yet committed in PostgreSQL (it is applied and will be written when PostgreSQL answers)"}
 	}
 	return nil
 }
@@ -171,7 +172,7 @@ func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, erro
 	}
 	res, err := f(b, ctx, op)
 	if err != nil {
-		return engine.Result{}, mapErr(err)
+		return engine.Result{}, mapOpErr(op.ID, err)
 	}
 	res.ID = op.ID
 	if res.Version > 0 && op.Type != engine.OpAdd { // add records it with its delta

@@ -110,6 +110,9 @@ func TestTiered(t *testing.T) {
 		}
 	})
 	t.Run("cluster", func(t *testing.T) {
+		if testing.Short() {
+			t.Skip("starts a Redis Cluster; the single-Redis cases ran")
+		}
 		cl := redistest.NewCluster(t)
 		for _, c := range tieredCases {
 			t.Run(c.name, func(t *testing.T) {

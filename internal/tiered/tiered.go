@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -105,6 +106,7 @@ type Backend struct {
 
 	ops     atomic.Uint64
 	flushes atomic.Uint64
+	failed  atomic.Uint64         // failed write-behind and sketch flushes
 	lastErr atomic.Pointer[error] // last failed flush, nil after a good one
 
 	uq     uniques       // per-unit unique-count sketches (uniques.go)
@@ -162,6 +164,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 
 func (b *Backend) flushFailed(err error) {
 	b.lastErr.Store(&err)
+	b.failed.Add(1)
 	b.opts.Logger.Warn("tiered: write-behind flush failed; will retry the same batch", "err", err)
 }
 
@@ -257,7 +260,7 @@ func (b *Backend) Now() time.Time { return b.opts.Now() }
 
 // Stats reports mutations and flushes since Open.
 func (b *Backend) Stats() engine.Stats {
-	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load()}
+	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load(), FlushFailures: b.failed.Load()}
 }
 
 // Ready is nil while Redis and PostgreSQL both answer within a second and
@@ -277,15 +280,30 @@ func (b *Backend) Ready() error {
 	return nil
 }
 
-// mapErr turns store errors into engine sentinels; anything else from
-// Redis or PostgreSQL is ErrUnavailable.
-func mapErr(err error) error {
+// mapErr turns store errors into engine sentinels with messages fit for
+// clients; anything else from Redis or PostgreSQL is ErrUnavailable.
+func mapErr(err error) error { return mapOpErr("", err) }
+
+// mapOpErr is mapErr for an error of an op on id ("" for none), which the
+// message names.
+func mapOpErr(id string, err error) error {
 	if err == nil {
 		return nil
 	}
 	for _, m := range errMap {
 		if errors.Is(err, m.from) {
-			return fmt.Errorf("%w: %v", m.to, err)
+			if m.to == ErrUnavailable {
+				return unavailable(err)
+			}
+			detail := "rejected by the store"
+			var re *redisstore.ReplyError
+			if errors.As(err, &re) && re.Detail != "" {
+				detail = re.Detail
+			}
+			if id != "" {
+				detail = strconv.Quote(id) + ": " + detail
+			}
+			return &storeError{sentinel: m.to, msg: m.to.Error() + ": " + detail, cause: err}
 		}
 	}
 	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow, engine.ErrNotFloat, engine.ErrFloatRange, engine.ErrNotInteger,
@@ -310,10 +328,32 @@ var errMap = []struct{ from, to error }{
 	{context.DeadlineExceeded, ErrUnavailable},
 }
 
+// unavailableMsg is what clients read of a Redis or PostgreSQL failure;
+// the cause (addresses, driver errors) goes to the server log only.
+const unavailableMsg = "engine: unavailable: the tiered store did not answer; the request may be retried"
+
 // unavailable wraps a PostgreSQL (or other infrastructure) error.
 func unavailable(err error) error {
 	if err == nil || errors.Is(err, engine.ErrUnavailable) {
 		return err
 	}
-	return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	return &storeError{sentinel: ErrUnavailable, msg: unavailableMsg, cause: err}
+}
+
+// storeError is a Redis or PostgreSQL error as front ends see it: the
+// engine sentinel and a message without the stores' internals (script
+// replies, addresses, SQL). errors.Is reaches the sentinel and the cause;
+// logs (slog) get the cause too.
+type storeError struct {
+	sentinel error
+	msg      string
+	cause    error
+}
+
+func (e *storeError) Error() string   { return e.msg }
+func (e *storeError) Unwrap() []error { return []error{e.sentinel, e.cause} }
+
+// LogValue puts the cause in the server's logs.
+func (e *storeError) LogValue() slog.Value {
+	return slog.StringValue(e.msg + " (cause: " + e.cause.Error() + ")")
 }

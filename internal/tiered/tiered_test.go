@@ -1,10 +1,13 @@
 package tiered_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -314,8 +317,18 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	if err := e.b.Ready(); !isUnavailable(err) {
 		t.Fatalf("Ready with Redis down: %v", err)
 	}
-	if _, err := e.b.Apply(ctx, add("r", engine.KindNone, 1), engine.WriteOptions{}); !isUnavailable(err) {
+	_, err := e.b.Apply(ctx, add("r", engine.KindNone, 1), engine.WriteOptions{})
+	if !isUnavailable(err) {
 		t.Fatalf("Apply with Redis down: %v", err)
+	}
+	// Clients read a clean message; the log gets the cause.
+	if strings.Contains(err.Error(), e.redisURL()[len("redis://"):]) || strings.Contains(err.Error(), "redisstore") || !strings.HasPrefix(err.Error(), "engine: unavailable: ") {
+		t.Errorf("Apply with Redis down: message %q leaks the store's internals", err)
+	}
+	var logged bytes.Buffer
+	slog.New(slog.NewTextHandler(&logged, nil)).Error("failed", "err", err)
+	if !strings.Contains(logged.String(), "cause: ") {
+		t.Errorf("log of the failure %q has no cause", logged.String())
 	}
 	e.rd.Start(t) // comes back empty: values come back from PostgreSQL
 	if err := e.b.Ready(); err != nil {
@@ -346,6 +359,14 @@ func TestPostgresRestartKeepsSyncWrites(t *testing.T) {
 	}
 	if err := e.b.Ready(); !isUnavailable(err) {
 		t.Fatalf("Ready with PostgreSQL down: %v", err)
+	}
+	// The failed write-behind flushes are counted
+	// (counterd_engine_flush_failures_total).
+	for deadline := time.Now().Add(10 * time.Second); e.b.Stats().FlushFailures == 0; {
+		if time.Now().After(deadline) {
+			t.Fatal("no flush failure counted with PostgreSQL down")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	pg.Start(t)
 	deadline := time.Now().Add(10 * time.Second)
@@ -387,5 +408,42 @@ func testCancelledWritesStayConsistent(t *testing.T, s setup) {
 	rec, _, err := e.b.Postgres().Load(ctx, "cx")
 	if err != nil || rec.Value != v.Value {
 		t.Fatalf("Redis %d, PostgreSQL %d (%v)", v.Value, rec.Value, err)
+	}
+}
+
+// TestErrorsDoNotLeakInternals: a conflict or wrong kind reported by a
+// Redis script reaches clients as the engine's sentinel with a clean
+// message (no package prefixes, no script reply codes), and nothing
+// changes.
+func TestErrorsDoNotLeakInternals(t *testing.T) {
+	e := newEnv(t, nil)
+	ctx := context.Background()
+	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "v", Value: 7})
+	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a")}})
+	for _, c := range []struct {
+		name string
+		op   engine.Op
+		want error
+		msg  string
+	}{
+		{"stale version", engine.Op{Type: engine.OpSet, ID: "v", Value: 9, CheckVersion: true, ExpectedVersion: 5}, engine.ErrVersionConflict,
+			`engine: version conflict: "v": version is 1, not 5`},
+		{"add to an hll", add("u", engine.KindNone, 1), engine.ErrWrongKind, `engine: operation against a counter of the wrong kind: "u": `},
+	} {
+		_, err := e.b.Apply(ctx, c.op, engine.WriteOptions{})
+		if !errors.Is(err, c.want) {
+			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
+		}
+		if !strings.HasPrefix(err.Error(), c.msg) {
+			t.Errorf("%s: message %q, want it to start %q", c.name, err, c.msg)
+		}
+		for _, leak := range []string{"redisstore", "VERSIONCONFLICT", "WRONGKIND", "redis:"} {
+			if strings.Contains(err.Error(), leak) {
+				t.Errorf("%s: message %q leaks %q", c.name, err, leak)
+			}
+		}
+	}
+	if v := view(t, e.b, "v"); v.Value != 7 || v.Version != 1 {
+		t.Fatalf("v = %d (version %d) after the refused ops, want 7 (version 1)", v.Value, v.Version)
 	}
 }

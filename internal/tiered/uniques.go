@@ -276,7 +276,13 @@ func mergeEncoded(old, add []byte) ([]byte, error) {
 
 // uniquesLoop flushes the pending sketches every FlushInterval until Close.
 func (b *Backend) uniquesLoop() {
-	b.periodically(b.uqDone, b.opts.FlushInterval, 30*time.Second, "tiered: unique-count sketch flush failed; will retry", b.flushUniques)
+	b.periodically(b.uqDone, b.opts.FlushInterval, 30*time.Second, "tiered: unique-count sketch flush failed; will retry", func(ctx context.Context) error {
+		err := b.flushUniques(ctx)
+		if err != nil {
+			b.failed.Add(1)
+		}
+		return err
+	})
 }
 
 // maxUnits is the largest n Uniques answers for unit under spec: the
@@ -314,18 +320,18 @@ func (b *Backend) Uniques(ctx context.Context, id string, unit rollup.Granularit
 	if v.Exists && v.Kind != engine.KindHLL {
 		return nil, fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", engine.ErrWrongKind, id, v.Kind)
 	}
-	return b.uniques(ctx, id, su, n)
+	return b.uniques(ctx, id, su, n, v.Exists)
 }
 
 // uniques is Uniques once the arguments and kind are checked.
-func (b *Backend) uniques(ctx context.Context, id string, su sketchUnit, n int) (*rollup.Estimate, error) {
+func (b *Backend) uniques(ctx context.Context, id string, su sketchUnit, n int, exists bool) (*rollup.Estimate, error) {
 	unit := su.g
 	spec, ok, err := b.sketchSpec(ctx, id)
 	if err != nil {
 		return nil, err
 	}
 	if !ok || spec.SketchRetention(unit) <= 0 {
-		return nil, fmt.Errorf("%w: %q: no rollups configured (%s sketches)", engine.ErrNotFound, id, unit)
+		return nil, engine.NoSketches(id, unit, exists)
 	}
 	if mx := maxUnits(&spec, unit); n > mx {
 		return nil, fmt.Errorf("%w: %q: last %d %ss: the %s sketches answer 1..%d", engine.ErrInvalidArgument, id, n, unit, unit, mx)

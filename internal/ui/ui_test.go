@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/server"
 	"github.com/counterd/counterd/internal/ui"
 )
@@ -96,7 +97,7 @@ func TestConsoleServed(t *testing.T) {
 				Auth    bool   `json:"auth"`
 				Version string `json:"version"`
 			}
-			if err := json.Unmarshal([]byte(b), &cfg); err != nil || res.StatusCode != 200 || cfg.Auth != withAuth || cfg.Version != server.Version {
+			if err := json.Unmarshal([]byte(b), &cfg); err != nil || res.StatusCode != 200 || cfg.Auth != withAuth || cfg.Version != buildinfo.Version() {
 				t.Errorf("config.json: %d %s", res.StatusCode, b)
 			}
 			if res, b := fetch(t, "GET", base+"/ui/nope.js"); res.StatusCode != 404 || !strings.Contains(b, `"not_found"`) {

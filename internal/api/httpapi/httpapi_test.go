@@ -674,7 +674,7 @@ func TestServiceRoutes(t *testing.T) {
 	ready = nil
 
 	a := s.ok("GET", "/openapi.json", "")
-	if a.Body["openapi"] != "3.1.0" {
+	if a.Body["openapi"] != "3.0.3" {
 		t.Errorf("openapi: %.100s", a.Raw)
 	}
 

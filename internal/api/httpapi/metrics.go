@@ -70,13 +70,14 @@ var (
 	descExpires   = prometheus.NewDesc("counterd_engine_expires", "Live counters with a TTL.", nil, nil)
 	descOps       = prometheus.NewDesc("counterd_engine_ops_total", "Mutations applied since the engine opened.", nil, nil)
 	descFlushes   = prometheus.NewDesc("counterd_engine_flushes_total", "Durable flushes since the engine opened.", nil, nil)
+	descFlushFail = prometheus.NewDesc("counterd_engine_flush_failures_total", "Flushes that failed since the engine opened (to disk; in tiered mode to PostgreSQL); each is retried.", nil, nil)
 	descLastFlush = prometheus.NewDesc("counterd_engine_last_flush_timestamp_seconds", "Time of the last durable flush.", nil, nil)
 	descDirty     = prometheus.NewDesc("counterd_engine_dirty_keys", "Counters changed since the last flush.", nil, nil)
 	descIdem      = prometheus.NewDesc("counterd_engine_idempotency_records", "Idempotency records held in memory.", nil, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKeys, descExpires, descOps, descFlushes, descLastFlush, descDirty, descIdem} {
+	for _, d := range []*prometheus.Desc{descKeys, descExpires, descOps, descFlushes, descFlushFail, descLastFlush, descDirty, descIdem} {
 		ch <- d
 	}
 }
@@ -91,6 +92,7 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descExpires, float64(st.Expires))
 	counter(descOps, float64(st.Ops))
 	counter(descFlushes, float64(st.Flushes))
+	counter(descFlushFail, float64(st.FlushFailures))
 	if !st.LastFlush.IsZero() {
 		gauge(descLastFlush, float64(st.LastFlush.UnixNano())/1e9)
 	}

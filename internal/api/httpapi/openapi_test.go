@@ -52,14 +52,16 @@ func loadOpenAPI(t *testing.T) openapiDoc {
 	if err := json.Unmarshal(openapiJSON, &doc); err != nil {
 		t.Fatalf("openapi.json: %v", err)
 	}
-	if doc.OpenAPI != "3.1.0" {
+	if doc.OpenAPI != "3.0.3" {
 		t.Fatalf("openapi version %q", doc.OpenAPI)
 	}
 	return doc
 }
 
 // TestOpenAPICoversRoutes fails when a registered route is missing from
-// openapi.json or openapi.json describes a route that is not registered.
+// openapi.json. The document also describes the routes the server mounts
+// beside this package's (rate limits, cluster, admin): internal/server's
+// TestOpenAPIMatchesMountedRouter checks it against the whole router.
 func TestOpenAPICoversRoutes(t *testing.T) {
 	doc := loadOpenAPI(t)
 	methods := map[string]bool{"get": true, "put": true, "post": true, "delete": true, "patch": true, "head": true, "options": true, "trace": true}
@@ -80,24 +82,15 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 			}
 		}
 	}
-	var missing, extra []string
+	var missing []string
 	for k := range registered {
 		if !documented[k] {
 			missing = append(missing, k)
 		}
 	}
-	for k := range documented {
-		if !registered[k] {
-			extra = append(extra, k)
-		}
-	}
 	sort.Strings(missing)
-	sort.Strings(extra)
 	for _, k := range missing {
 		t.Errorf("route %s is not in openapi.json", k)
-	}
-	for _, k := range extra {
-		t.Errorf("openapi.json describes %s, which is not a route", k)
 	}
 }
 

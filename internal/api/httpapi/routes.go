@@ -372,6 +372,8 @@ func (h *Handler) serveMetrics(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
+//go:generate go run ./httpref/cmd/httpref -o ../../../docs/http-reference.md openapi.json
+
 //go:embed openapi.json
 var openapiJSON []byte
 

@@ -48,6 +48,13 @@ package resp
 //
 // Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH (see multi.go).
 //
+// Rate limits: RL.CHECK key [limit period_ms [cost [algorithm [burst]]]]
+// checks and consumes a rate limit on key (the policies matching key when
+// only the key is given) and answers [allowed 0|1, remaining, reset_ms,
+// retry_after_ms]; served when Options.RateLimiter is set, as counterd
+// always sets it. Semantics, errors and examples: docs/ratelimit.md
+// ("RESP: RL.CHECK").
+//
 // Replies and errors are worded as Redis 7 words them: WRONGTYPE, "ERR
 // value is not an integer or out of range", "ERR increment or decrement
 // would overflow", "ERR wrong number of arguments for 'incr' command",

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -172,6 +174,10 @@ func TestRejoinAfterKill(t *testing.T) {
 	dir := c.node("n2").dir
 	c.kill("n2")
 	c.waitRing("n1", "n3")
+	// The survivors export the crashed member (the node-down alert).
+	if got := membersByState(t, c.node("n1").n); got["alive"] != 2 || got["dead"] != 1 {
+		t.Errorf("counterd_cluster_members on n1 after n2 crashed: %v, want 2 alive, 1 dead", got)
+	}
 	for i := 0; i < 20; i++ {
 		if _, err := c.node("n3").n.Apply(ctx, add(fmt.Sprintf("r:%d", i), 1), syncWO); err != nil {
 			t.Fatal(err)
@@ -187,4 +193,25 @@ func TestRejoinAfterKill(t *testing.T) {
 			}
 		}
 	}
+}
+
+// membersByState gathers n's counterd_cluster_members gauge.
+func membersByState(t *testing.T, n *Node) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(n.Collectors()...)
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() != "counterd_cluster_members" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			out[m.GetLabel()[0].GetValue()] = m.GetGauge().GetValue()
+		}
+	}
+	return out
 }

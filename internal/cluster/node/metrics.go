@@ -66,7 +66,28 @@ func newMetrics() *metrics {
 // Collectors returns the node's metrics, for the server's registry.
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.metrics
-	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates}
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates, membersCollector{n}}
+}
+
+// descMembers is counterd_cluster_members{state}: the members this node
+// sees by state (alive, dead, left), read from Status at each scrape. A
+// peer that crashed shows as dead on every node still up, which alerts
+// even when the crashed node's own scrape target is gone too.
+var descMembers = prometheus.NewDesc("counterd_cluster_members",
+	"Cluster members this node sees, by state (alive, dead, left).", []string{"state"}, nil)
+
+type membersCollector struct{ n *Node }
+
+func (c membersCollector) Describe(ch chan<- *prometheus.Desc) { ch <- descMembers }
+
+func (c membersCollector) Collect(ch chan<- prometheus.Metric) {
+	counts := map[string]int{"alive": 0, "dead": 0, "left": 0}
+	for _, m := range c.n.Status().Members {
+		counts[m.State]++
+	}
+	for state, n := range counts {
+		ch <- prometheus.MustNewConstMetric(descMembers, prometheus.GaugeValue, float64(n), state)
+	}
 }
 
 // metricsHandler serves the node's metrics alone (at /cluster/metrics) for

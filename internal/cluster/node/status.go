@@ -62,6 +62,12 @@ func (n *Node) Status() Status {
 // RingVersionHeader is set on /cluster answers.
 const RingVersionHeader = "Counterd-Ring-Version"
 
+// HTTPRoutes lists the routes Routes serves, as "METHOD pattern" (the
+// access-control table must name each; HEAD is served with GET).
+func HTTPRoutes() []string {
+	return []string{"GET /cluster", "GET /cluster/{$}", "GET /cluster/metrics", "POST /cluster/forget"}
+}
+
 // Routes are the node's extra HTTP handlers by path prefix: GET /cluster
 // (Status as JSON), GET /cluster/metrics (the node's metrics alone) and
 // POST /cluster/forget (forget.go).

@@ -41,10 +41,12 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	}
 
 	t.Run("Empty", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		want(t, newStore(t))
 	})
 
 	t.Run("PutAppendsAndReplacesInPlace", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		a, b, c := Policy("a", 1), Policy("b", 2), Policy("c", 3)
 		for _, p := range []ratelimit.Policy{a, b, c} {
@@ -63,6 +65,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	})
 
 	t.Run("EveryField", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		p := ratelimit.Policy{Name: "full.policy-1_x", Match: `user:[^a]*\*?`, Namespace: "tenant",
 			Algorithm: ratelimit.LeakyBucket, Limit: 1 << 40, Period: 366 * 24 * time.Hour, Burst: 7, Cost: 7, Final: true}
@@ -77,6 +80,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	})
 
 	t.Run("Delete", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		a, b, c := Policy("a", 1), Policy("b", 2), Policy("c", 3)
 		if err := st.ReplacePolicies(ctx, []ratelimit.Policy{a, b, c}); err != nil {
@@ -97,6 +101,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	})
 
 	t.Run("ReplaceKeepsOrder", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		a, b, c := Policy("a", 1), Policy("b", 2), Policy("c", 3)
 		if err := st.ReplacePolicies(ctx, []ratelimit.Policy{c, a}); err != nil {
@@ -114,6 +119,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	})
 
 	t.Run("InvalidChangesNothing", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		a := Policy("a", 1)
 		if err := st.PutPolicy(ctx, a); err != nil {
@@ -144,6 +150,7 @@ func Run(t *testing.T, newStore func(t *testing.T) ratelimit.PolicyStore) {
 	})
 
 	t.Run("ConcurrentWritersSeeAll", func(t *testing.T) {
+		t.Parallel() // each subtest has a store of its own
 		st := newStore(t)
 		const n = 16
 		var wg sync.WaitGroup

@@ -987,6 +987,21 @@ var replyWords = map[string]error{
 	"TRYAGAIN": ErrUnavailable, "BUSY": ErrUnavailable, "READONLY": ErrUnavailable,
 }
 
+// ReplyError is an error reply of one of the store's scripts that means
+// bad input or a conflict rather than a failure: Kind is the sentinel
+// (ErrWrongKind, ErrOverflow, ErrVersionConflict, ErrInvalidArgument,
+// ErrNotFloat, ErrFloatRange, ErrNotInteger),
+// Reply the reply as Redis sent it, Detail the part of it fit to show a
+// client ("version is 1, not 0").
+type ReplyError struct {
+	Kind   error
+	Reply  string
+	Detail string
+}
+
+func (e *ReplyError) Error() string { return e.Kind.Error() + ": " + e.Reply }
+func (e *ReplyError) Unwrap() error { return e.Kind }
+
 func mapError(err error) error {
 	if errors.Is(err, redis.ErrClosed) {
 		return ErrClosed
@@ -997,12 +1012,15 @@ func mapError(err error) error {
 	var rerr redis.Error
 	if errors.As(err, &rerr) {
 		msg := rerr.Error()
-		word, _, _ := strings.Cut(msg, " ")
+		word, rest, _ := strings.Cut(msg, " ")
 		if sentinel, ok := replyWords[word]; ok {
-			return fmt.Errorf("%w: %s", sentinel, msg)
+			if sentinel == ErrUnavailable {
+				return fmt.Errorf("%w: %s", ErrUnavailable, msg)
+			}
+			return &ReplyError{Kind: sentinel, Reply: msg, Detail: rest}
 		}
 		if strings.Contains(msg, "hash value is not an integer") || strings.Contains(msg, "not an integer or out of range") {
-			return fmt.Errorf("%w: %s", ErrWrongKind, msg)
+			return &ReplyError{Kind: ErrWrongKind, Reply: msg, Detail: "a stored value is not an integer"}
 		}
 		return fmt.Errorf("redisstore: %w", err)
 	}

@@ -1,0 +1,264 @@
+package server
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/counterd/counterd/internal/api/httpapi"
+	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/testutil/ports"
+)
+
+// TestOpenAPIMatchesMountedRouter runs a real node in cluster mode with
+// --pprof (so every router Run mounts is there: the counters API, rate
+// limits, /cluster, the admin listener), loads the OpenAPI document it
+// serves with kin-openapi and validates it, then checks both ways that
+// the document and the mounted routes agree: every route of the mounted
+// router (httpNeeds, which TestHTTPNeedsCoverRoutes keeps complete, and
+// the admin routes) is documented, and every documented operation is
+// served. It walks the document: each operation is sent to the running
+// node and must reach a handler (not the "no route" 404 or a 405), and
+// kin-openapi's router must resolve the request to that operation.
+func TestOpenAPIMatchesMountedRouter(t *testing.T) {
+	base, admin := startClusterNode(t)
+
+	res, err := http.Get(base + "/openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(raw)
+	if err != nil {
+		t.Fatalf("kin-openapi cannot load /openapi.json: %v", err)
+	}
+	if err := doc.Validate(loader.Context); err != nil {
+		t.Fatalf("/openapi.json is not a valid OpenAPI document: %v", err)
+	}
+
+	// The routes Run mounts, in OpenAPI form ("METHOD /path/{name}").
+	mounted := map[string]bool{}
+	for pat := range httpNeeds {
+		mounted[openapiRoute(pat)] = true
+	}
+	for _, src := range [][]string{httpapi.Routes(), ratelimit.HTTPRoutes(), cnode.HTTPRoutes()} {
+		for _, r := range src {
+			if !mounted[openapiRoute(r)] {
+				t.Errorf("route %s is served but not in httpNeeds", r)
+			}
+		}
+	}
+	for _, rt := range adminRoutes {
+		mounted["GET "+rt.pattern] = true
+	}
+	mounted["GET /debug/pprof/{profile}"] = true // the index handler serves named profiles
+	mounted["POST /debug/pprof/symbol"] = true   // symbol lookups post their addresses
+
+	documented := map[string]*openapi3.Operation{}
+	for path, item := range doc.Paths.Map() {
+		for method, op := range item.Operations() {
+			documented[method+" "+path] = op
+		}
+	}
+	for _, k := range sortedKeys(mounted) {
+		if documented[k] == nil {
+			t.Errorf("route %s is mounted but not in the OpenAPI document", k)
+		}
+	}
+	for _, k := range sortedKeys(documented) {
+		if !mounted[k] {
+			t.Errorf("the OpenAPI document describes %s, which is not mounted", k)
+		}
+	}
+
+	// The admin routes are served on --admin: their paths name that
+	// server. kin-openapi v0.133's gorillamux router carries a path's
+	// servers over to the paths after it, so the router is built with
+	// the admin paths on the document's main server instead.
+	for path, item := range doc.Paths.Map() {
+		admin := strings.HasPrefix(path, "/debug/")
+		if onAdmin := len(item.Servers) == 1 && strings.HasSuffix(item.Servers[0].URL, ":6060"); admin != onAdmin {
+			t.Errorf("%s: servers %v; want the admin listener exactly for /debug/ paths", path, item.Servers)
+		}
+		item.Servers = nil
+	}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range sortedKeys(documented) {
+		method, path, _ := strings.Cut(k, " ")
+		concrete := fillPath(path)
+		target := base
+		if strings.HasPrefix(path, "/debug/") {
+			target = admin
+			concrete += "?seconds=1"
+		}
+		const routed = "http://127.0.0.1:8080" // the document's server
+		// kin-openapi resolves the request to the documented operation.
+		rreq, _ := http.NewRequest(method, routed+concrete, nil)
+		route, _, err := router.FindRoute(rreq)
+		if err != nil {
+			t.Errorf("%s %s: kin-openapi finds no route: %v", method, concrete, err)
+		} else if route.Operation != documented[k] {
+			t.Errorf("%s %s: kin-openapi resolves it to %s %s", method, concrete, route.Method, route.Path)
+		}
+		// The node serves it.
+		req, _ := http.NewRequest(method, target+concrete, nil)
+		if method == http.MethodPost || method == http.MethodPut {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Errorf("%s %s: %v", method, concrete, err)
+			continue
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if routeMissed(method, concrete, res.StatusCode, string(body)) {
+			t.Errorf("%s %s is documented but not routed: %d %s", method, concrete, res.StatusCode, body)
+		}
+	}
+	if len(documented) < 40 {
+		t.Errorf("only %d operations documented", len(documented))
+	}
+}
+
+// openapiRoute converts a ServeMux "METHOD pattern" to "METHOD path" as
+// OpenAPI writes it: "{$}" (exact match of a trailing slash) goes away.
+func openapiRoute(pat string) string { return strings.ReplaceAll(pat, "{$}", "") }
+
+var pathParamRE = regexp.MustCompile(`\{([^{}]+)\}`)
+
+// fillPath gives each path parameter a value the route accepts.
+func fillPath(path string) string {
+	return pathParamRE.ReplaceAllStringFunc(path, func(m string) string {
+		switch m {
+		case "{profile}":
+			return "heap"
+		case "{field}":
+			return "f"
+		case "{name}":
+			return "walk-policy"
+		}
+		return url.PathEscape("walk:a")
+	})
+}
+
+// routeMissed reports whether an answer is a router's "no such route"
+// (the API's and the rate-limit API's JSON 404, ServeMux's text 404) or
+// a method mismatch, rather than a handler's own answer.
+func routeMissed(method, path string, status int, body string) bool {
+	switch {
+	case status == http.StatusMethodNotAllowed:
+		return true
+	case status != http.StatusNotFound:
+		return false
+	}
+	p, _, _ := strings.Cut(path, "?")
+	return strings.Contains(body, "no route for") || strings.Contains(body, "not found: "+method+" "+p) ||
+		strings.HasPrefix(body, "404 page not found")
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// startClusterNode runs a one-node cluster (its --join names itself) with
+// --pprof in this process and returns its HTTP and admin base URLs; the
+// node stops when the test ends.
+func startClusterNode(t *testing.T) (httpBase, adminBase string) {
+	t.Helper()
+	cfg := DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.NodeID = "walk"
+	cfg.HTTP, cfg.RESP, cfg.GRPC = "127.0.0.1:0", "", "127.0.0.1:0"
+	cfg.Admin = "127.0.0.1:" + freeTCPUDPPort(t) // port 0 would clash with --http's in validation
+	cfg.Gossip = "127.0.0.1:" + freeTCPUDPPort(t)
+	cfg.Join = cfg.Gossip
+	cfg.Pprof = true
+	cfg.ShutdownTimeout = 5 * time.Second
+	h := &addrCapture{addrs: map[string]string{}, ready: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	var runErr error
+	done := make(chan struct{})
+	go func() { runErr = Run(ctx, cfg, slog.New(h)); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Error("node did not stop")
+		}
+	})
+	select {
+	case <-h.ready:
+	case <-done:
+		t.Fatalf("Run: %v", runErr)
+	case <-time.After(60 * time.Second):
+		t.Fatal("node did not start")
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return "http://" + h.addrs["http listening"], "http://" + h.addrs["admin listening"]
+}
+
+// freeTCPUDPPort returns a loopback port free for TCP and UDP (gossip
+// uses both), from below the kernel's ephemeral range.
+func freeTCPUDPPort(t *testing.T) string {
+	t.Helper()
+	p, err := ports.One()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strconv.Itoa(p)
+}
+
+// addrCapture is a slog.Handler that records the addr of the "http
+// listening" and "admin listening" records and discards everything.
+type addrCapture struct {
+	mu    sync.Mutex
+	addrs map[string]string
+	ready chan struct{}
+}
+
+func (h *addrCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (h *addrCapture) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *addrCapture) WithGroup(string) slog.Handler            { return h }
+func (h *addrCapture) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "http listening" && r.Message != "admin listening" {
+		return nil
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		if a.Key == "addr" {
+			h.mu.Lock()
+			h.addrs[r.Message] = a.Value.String()
+			if len(h.addrs) == 2 {
+				close(h.ready)
+			}
+			h.mu.Unlock()
+		}
+		return true
+	})
+	return nil
+}
