@@ -118,7 +118,11 @@ func TestOpenAPIMatchesMountedRouter(t *testing.T) {
 		} else if route.Operation != documented[k] {
 			t.Errorf("%s %s: kin-openapi resolves it to %s %s", method, concrete, route.Method, route.Path)
 		}
-		// The node serves it.
+		// The node serves it, unless the route belongs to another mode
+		// (its own tests call it there).
+		if _, other := otherModeRoutes[k]; other {
+			continue
+		}
 		req, _ := http.NewRequest(method, target+concrete, nil)
 		if method == http.MethodPost || method == http.MethodPut {
 			req.Header.Set("Content-Type", "application/json")
@@ -137,6 +141,16 @@ func TestOpenAPIMatchesMountedRouter(t *testing.T) {
 	if len(documented) < 40 {
 		t.Errorf("only %d operations documented", len(documented))
 	}
+}
+
+// otherModeRoutes are mounted only in a mode the cluster node of
+// TestOpenAPIMatchesMountedRouter is not in, with the mode, and the test
+// that serves them there.
+var otherModeRoutes = map[string]string{
+	"GET /admin/snapshot/manifest":     "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
+	"GET /admin/snapshot/blobs/{hash}": "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
+	"POST /admin/snapshot/chunks":      "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
+	"POST /events":                     "--rules, --kafka or --nats (cmd/counterd TestPipeline*)",
 }
 
 // openapiRoute converts a ServeMux "METHOD pattern" to "METHOD path" as
