@@ -10,9 +10,9 @@
 #            percentiles mix 200s and 503s).
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
-#   handler : only the limit inside the HTTP handler (--http-admission=false)
-#   after   : defaults (admission per client before the HTTP server)
-#   nopace  : defaults but refused connections never paused (--shed-rate-per-client 0)
+#   handler : only the limit inside the HTTP handler (the default)
+#   after   : --http-admission (admission per client before the HTTP server)
+#   nopace  : --http-admission, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
