@@ -202,23 +202,11 @@ const publishTimeout = time.Second
 func (n *Node) publishPolicies(recs []ratelimit.PolicyRecord) {
 	ctx, cancel := context.WithTimeout(n.ctx, min(publishTimeout, n.cfg.RPCTimeout))
 	defer cancel()
-	var wg sync.WaitGroup
-	for _, p := range n.ring.Snapshot().Nodes() {
-		if p == n.self {
-			continue
+	n.eachPeerPolicies(ctx, recs, func(p string, _ []ratelimit.PolicyRecord, err error) {
+		if err != nil {
+			n.log.Warn("cluster: policy push failed; the next exchange repairs it", "to", p, "err", err)
 		}
-		wg.Go(func() {
-			var resp policiesResponse
-			err := n.call(ctx, p, "Policies", &policiesRequest{header: n.header(false), Records: recs}, &resp)
-			if err == nil {
-				err = resp.Err.err(p, nil)
-			}
-			if err != nil {
-				n.log.Warn("cluster: policy push failed; the next exchange repairs it", "to", p, "err", err)
-			}
-		})
-	}
-	wg.Wait()
+	})
 }
 
 // exchangePolicies sends this node's whole policy log to every peer and
@@ -231,10 +219,26 @@ func (n *Node) exchangePolicies(ctx context.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, publishTimeout)
 	defer cancel()
-	recs := pl.Records()
 	var mu sync.Mutex
-	var wg sync.WaitGroup
 	var errs []error
+	n.eachPeerPolicies(ctx, pl.Records(), func(_ string, theirs []ratelimit.PolicyRecord, err error) {
+		if err == nil {
+			_, err = pl.Merge(theirs)
+		}
+		if err != nil {
+			mu.Lock()
+			errs = append(errs, err)
+			mu.Unlock()
+		}
+	})
+	return errors.Join(errs...)
+}
+
+// eachPeerPolicies sends recs to every peer at once and calls done (from
+// the peer's goroutine) with the peer's answer: its own records, or the
+// error of the call. It returns when every peer has answered or failed.
+func (n *Node) eachPeerPolicies(ctx context.Context, recs []ratelimit.PolicyRecord, done func(peer string, theirs []ratelimit.PolicyRecord, err error)) {
+	var wg sync.WaitGroup
 	for _, p := range n.ring.Snapshot().Nodes() {
 		if p == n.self {
 			continue
@@ -245,18 +249,10 @@ func (n *Node) exchangePolicies(ctx context.Context) error {
 			if err == nil {
 				err = resp.Err.err(p, nil)
 			}
-			if err == nil {
-				_, err = pl.Merge(resp.Records)
-			}
-			if err != nil {
-				mu.Lock()
-				errs = append(errs, err)
-				mu.Unlock()
-			}
+			done(p, resp.Records, err)
 		})
 	}
 	wg.Wait()
-	return errors.Join(errs...)
 }
 
 func (n *Node) servePolicies(_ context.Context, req *policiesRequest) *policiesResponse {
