@@ -157,12 +157,16 @@ func (e *Engine) flushOnce() error {
 		sh.mu.Unlock()
 	}
 	recs := e.idem.takePending()
+	stored := e.idem.takeStored()
 	e.gate.Unlock()
 
 	for _, r := range recs {
 		b.Set(idemKey(r.key), r.encode(), nil)
 	}
-	err := e.writeRollups(b, rfs)
+	err := writeStored(b, stored)
+	if err == nil {
+		err = e.writeRollups(b, rfs)
+	}
 	if err == nil && !b.Empty() {
 		err = b.Commit(pebble.Sync)
 	}
@@ -171,6 +175,7 @@ func (e *Engine) flushOnce() error {
 		// We no longer know what reached disk: write everything next time.
 		e.markAllDirty()
 		e.idem.requeue(recs)
+		e.idem.requeueStored(stored)
 		e.rollupsFailed(rfs)
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}

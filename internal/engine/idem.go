@@ -37,6 +37,7 @@ type idemTable struct {
 	order    []*idemRec           // insertion order for eviction, guarded by mu
 	inflight map[string]*idemCall // keys being applied now, guarded by mu
 	pending  []*idemRec           // not yet on disk, guarded by mu
+	stored   []StoredRecord       // stored records not yet on disk, guarded by mu (storedrec.go)
 }
 
 func (t *idemTable) init(max int) {
@@ -263,10 +264,12 @@ func (e *Engine) purgeIdempotency() error {
 	if err := it.Close(); err != nil {
 		return err
 	}
-	if b.Empty() {
-		return nil
+	if !b.Empty() {
+		if err := b.Commit(pebble.NoSync); err != nil {
+			return err
+		}
 	}
-	return b.Commit(pebble.NoSync)
+	return e.purgeStored(cutoff)
 }
 
 // opsIDs lists the distinct ids ops write, in order of first appearance.
