@@ -75,12 +75,9 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if len(resp.States) > 0 {
-		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
-			return err
-		}
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, engine.WriteOptions{Durability: engine.Async}); err != nil {
+		return err
 	}
-	n.putReceived(ctx, resp.Idem)
 	repairs := len(resp.States) + len(resp.Want)
 	n.metrics.antiEntropy.Add(float64(repairs))
 	if len(resp.Want) == 0 {

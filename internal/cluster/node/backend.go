@@ -130,6 +130,13 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
 		return cached, nil
 	}
+	if n.anyCRDTLocal(ctx, ops, wo.IdempotencyKey) {
+		// Applied where it arrives: an earlier attempt may have been
+		// applied by another node (idem.go).
+		if found, err := n.lookupRecord(ctx, wo.IdempotencyKey, fp, opIDs(ops)); err != nil || found != nil {
+			return found, err
+		}
+	}
 	unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
 	defer unlock()
 	res, err := n.applyOwned(ctx, ops, batch, wo)
@@ -137,7 +144,7 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 		return nil, err
 	}
 	if rec := newIdemRecord(n.self, wo.IdempotencyKey, fp, ops, res); rec != nil {
-		n.putRecords(ctx, []idemRecord{*rec})
+		n.keepRecords(ctx, []idemRecord{*rec})
 	}
 	return res, nil
 }

@@ -268,13 +268,10 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if len(resp.States) > 0 {
-		if _, err := n.merge(ctx, resp.States, engine.WriteOptions{Durability: engine.Async}); err != nil {
-			n.log.Warn("cluster: fence merge", "from", peer, "err", err)
-			return err
-		}
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, engine.WriteOptions{Durability: engine.Async}); err != nil {
+		n.log.Warn("cluster: fence merge", "from", peer, "err", err)
+		return err
 	}
-	n.putReceived(ctx, resp.Idem)
 	a.sameRing = a.sameRing && resp.Nodes == want
 	for i, id := range ids {
 		a.refused[id] = 0 // a peer without epochs enforces none: accepted
@@ -291,6 +288,13 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 	n.gate.RLock()
 	s := n.ring.Snapshot()
 	n.gate.RUnlock()
+	if req.IdemKey != "" { // lookupRecord (idem.go): the record alone
+		resp := &fetchResponse{Nodes: nodesHash(s)}
+		if r, ok := n.idem.record(req.IdemKey, req.IdemFP); ok {
+			resp.Idem = []idemRecord{r}
+		}
+		return resp
+	}
 	if len(req.Claims) == 0 {
 		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
 	}

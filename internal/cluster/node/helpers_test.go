@@ -38,6 +38,8 @@ type testCluster struct {
 	rl bool
 	// rlReplication is Config.LimitReplication (0: the default).
 	rlReplication time.Duration
+	// antiEntropy is Config.AntiEntropyInterval (0: 300 ms).
+	antiEntropy time.Duration
 }
 
 type testNode struct {
@@ -87,11 +89,15 @@ func (c *testCluster) start(id, dir string) *testNode {
 		join = append(join, o.n.members.Load().Addr())
 	}
 	c.mu.Unlock()
+	ae := c.antiEntropy
+	if ae == 0 {
+		ae = 300 * time.Millisecond
+	}
 	n, err := New(Config{
 		NodeID:              id,
 		Gossip:              "127.0.0.1:0",
 		Join:                join,
-		AntiEntropyInterval: 300 * time.Millisecond,
+		AntiEntropyInterval: ae,
 		RejoinInterval:      200 * time.Millisecond,
 		RPCTimeout:          2 * time.Second,
 		FenceTimeout:        2 * time.Second,

@@ -3,6 +3,7 @@ package node
 import (
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -20,8 +21,20 @@ import (
 // the owner also keeps each keyed mutation's results in this cache, every
 // push of states carries the recent records of their ids (with the write
 // quorum for sync writes), a fence pulls all records of the ids it fences,
-// and an owner checks the cache before applying a keyed op. Records live in
-// memory: a record is lost when all nodes holding it restart.
+// and an owner checks the cache before applying a keyed op. A node that is
+// about to apply a keyed pn/sharded add (applied by whichever node receives
+// it) and finds no record also asks the id's replicas (lookupRecord).
+//
+// Records are kept on disk too, in the engine's stored records: a received
+// record in the same flush batch as the states it came with (MergeRecords),
+// so a replica that has the effect after a restart has the record, and this
+// node's own records (with Origin, Undo and Wrote, which the engine's
+// table lacks) with the next flush. A (re)starting node loads them before
+// it joins (loadStoredRecords). Bounds: the cache holds idemCacheMax
+// records, oldest evicted first (and deleted on disk); on disk a record
+// also goes when it is older than the engine's idempotency retention
+// (--idempotency-retention, 24 h by default); a retry is replayed from the
+// cache only within idemCacheRetention.
 
 // idemRecord is the results of one keyed mutation (one op, or the part of a
 // batch one owner applied), identified by key and the ops' fingerprint, in
@@ -98,6 +111,39 @@ type idemID struct {
 	fp  uint64
 }
 
+// storedKeyPrefix starts the engine stored-record keys of idempotency
+// records.
+const storedKeyPrefix = "idem/"
+
+// storedKey names k's record among the engine's stored records.
+func (k idemID) storedKey() string { return fmt.Sprintf("%s%016x/%s", storedKeyPrefix, k.fp, k.key) }
+
+// storedOf is r as the engine stores it: the shared record format
+// (engine.IdemRecord's JSON) with the cluster's fields beside.
+func storedOf(r idemRecord) engine.StoredRecord {
+	b, err := json.Marshal(r)
+	if err != nil {
+		panic(fmt.Sprintf("cluster: idempotency record does not encode: %v", err))
+	}
+	return engine.StoredRecord{Key: idemID{r.Key, r.FP}.storedKey(), Created: r.Created, Data: b}
+}
+
+// deletedOf deletes k's stored record.
+func deletedOf(k idemID) engine.StoredRecord { return engine.StoredRecord{Key: k.storedKey()} }
+
+// decodeStored parses a stored record; a malformed one is an error wrapping
+// engine.ErrCorrupt, never a replay.
+func decodeStored(s engine.StoredRecord) (idemRecord, error) {
+	var r idemRecord
+	if err := json.Unmarshal(s.Data, &r); err != nil {
+		return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q: %v", engine.ErrCorrupt, s.Key, err)
+	}
+	if r.Key == "" || len(r.Results) == 0 || r.Pending || (idemID{r.Key, r.FP}).storedKey() != s.Key {
+		return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q does not match its key or has no results", engine.ErrCorrupt, s.Key)
+	}
+	return r, nil
+}
+
 // idemCache holds the records received from other owners, oldest evicted
 // first. Safe for concurrent use.
 type idemCache struct {
@@ -132,14 +178,15 @@ func (c *idemCache) forIDs(ids []string, since time.Time) []idemRecord {
 	return out
 }
 
-// put stores recs. Two records of one key and fingerprint from different
+// put stores recs and returns, in stored, what changed for the disk
+// (records added or updated, and deletions of the evicted ones). Two records of one key and fingerprint from different
 // nodes are one mutation applied twice: its first node died (or was cut
 // off) before the record reached the node that took the client's retry.
 // The earlier application stands (before): its record is kept, and
 // shipped from then on. put returns this node's own records that lost,
 // once each, for the caller to take their adds back (undoDuplicates);
 // owner-replicated kinds need nothing (the later owner's epoch wins).
-func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
+func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord, stored []engine.StoredRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, r := range recs {
@@ -149,6 +196,7 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 			c.order = append(c.order, k)
 			c.recs[k] = r
 			c.indexLocked(k, r.IDs)
+			stored = append(stored, storedOf(r))
 			continue
 		}
 		if cur.Origin == r.Origin || cur.Origin == "" || r.Origin == "" {
@@ -164,8 +212,12 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 						wrote[id] = addWrote(wrote[id], w)
 					}
 				}
+				grew := !maps.EqualFunc(wrote, cur.Wrote, slices.Equal[[]uint64])
 				cur.Wrote = wrote
 				c.recs[k] = cur
+				if grew {
+					stored = append(stored, storedOf(cur))
+				}
 			}
 			continue
 		}
@@ -174,6 +226,7 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 			loser = cur
 			c.recs[k] = r
 			c.indexLocked(k, r.IDs)
+			stored = append(stored, storedOf(r))
 		}
 		if loser.Origin == self && len(loser.Undo) > 0 && !c.undone[k] {
 			c.undone[k] = true
@@ -182,24 +235,26 @@ func (c *idemCache) put(recs []idemRecord, self string) (lost []idemRecord) {
 	}
 	for len(c.order) > idemCacheMax {
 		c.evictLocked(c.order[0])
+		stored = append(stored, deletedOf(c.order[0]))
 		c.order = c.order[1:]
 	}
-	return lost
+	return lost, stored
 }
 
-// rebase moves r's writes to the epochs claimed (keep), or drops r.
-func (c *idemCache) rebase(r idemRecord, keep bool, epochs map[string]uint32) {
+// rebase moves r's writes to the epochs claimed (keep), or drops r; it
+// returns the change for the disk (ok false: none).
+func (c *idemCache) rebase(r idemRecord, keep bool, epochs map[string]uint32) (engine.StoredRecord, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := idemID{r.Key, r.FP}
 	cur, ok := c.recs[k]
 	if !ok || cur.Origin != r.Origin {
-		return
+		return engine.StoredRecord{}, false
 	}
 	if !keep {
 		c.evictLocked(k)
 		c.order = slices.DeleteFunc(c.order, func(x idemID) bool { return x == k })
-		return
+		return deletedOf(k), true
 	}
 	wrote := maps.Clone(cur.Wrote)
 	for id := range wrote {
@@ -209,6 +264,7 @@ func (c *idemCache) rebase(r idemRecord, keep bool, epochs map[string]uint32) {
 	}
 	cur.Wrote = wrote
 	c.recs[k] = cur
+	return storedOf(cur), true
 }
 
 func (c *idemCache) indexLocked(k idemID, ids []string) {
@@ -234,17 +290,26 @@ func (c *idemCache) evictLocked(k idemID) {
 
 // get returns the results recorded for key and fp, marked replayed.
 func (c *idemCache) get(key string, fp uint64) ([]engine.Result, bool) {
-	if key == "" {
+	r, ok := c.record(key, fp)
+	if !ok {
 		return nil, false
+	}
+	out, err := r.Replay(key, fp)
+	return out, err == nil
+}
+
+// record returns the record of key and fp, if it is within the retention.
+func (c *idemCache) record(key string, fp uint64) (idemRecord, bool) {
+	if key == "" {
+		return idemRecord{}, false
 	}
 	c.mu.Lock()
 	r, ok := c.recs[idemID{key, fp}]
 	c.mu.Unlock()
 	if !ok || time.Since(time.Unix(0, r.Created)) > idemCacheRetention {
-		return nil, false
+		return idemRecord{}, false
 	}
-	out, err := r.Replay(key, fp)
-	return out, err == nil
+	return r, true
 }
 
 // newIdemRecord records the results of keyed ops that node applied,
@@ -297,12 +362,39 @@ func (n *Node) holdsWrites(wrote map[string][]uint64) bool {
 	return true
 }
 
-// putReceived stores records received from a peer, keeping only those
-// whose writes this node holds (call after merging the states that came
-// with them), and takes back this node's duplicates among them.
-func (n *Node) putReceived(ctx context.Context, recs []idemRecord) {
-	if len(recs) > 0 {
-		n.putRecords(ctx, n.containedRecords(recs))
+// mergeWithRecords merges states received from a peer (tombstoned ids
+// filtered) and keeps the records that came with them whose writes this
+// node then holds: in the cache, and on disk in the same flush batch as
+// the states (durable per wo). It takes back this node's duplicates among
+// them.
+func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idemRecord, wo engine.WriteOptions) (int, error) {
+	states = n.tombs.filter(states)
+	if len(states) == 0 && len(recs) == 0 {
+		return 0, nil
+	}
+	var lost []idemRecord
+	changed, err := n.store.MergeRecords(ctx, states, wo, func() []engine.StoredRecord {
+		if len(recs) == 0 {
+			return nil
+		}
+		var stored []engine.StoredRecord
+		lost, stored = n.idem.put(n.containedRecords(recs), n.self)
+		return stored
+	})
+	if len(lost) > 0 {
+		n.undoDuplicates(ctx, lost)
+	}
+	return changed, err
+}
+
+// persist writes changes of the record cache to disk with the next flush.
+func (n *Node) persist(stored []engine.StoredRecord) {
+	if len(stored) == 0 {
+		return
+	}
+	_, err := n.store.MergeRecords(n.ctx, nil, engine.WriteOptions{Durability: engine.Async}, func() []engine.StoredRecord { return stored })
+	if err != nil {
+		n.log.Warn("cluster: storing idempotency records", "records", len(stored), "err", err)
 	}
 }
 
@@ -310,22 +402,29 @@ func (n *Node) putReceived(ctx context.Context, recs []idemRecord) {
 // each id: records of those ids whose writes the fenced state holds move
 // to the new epoch, the others are dropped.
 func (n *Node) recheckRecords(ids []string, epochs map[string]uint32) {
+	var stored []engine.StoredRecord
 	for _, r := range n.idem.forIDs(ids, time.Time{}) {
 		if len(r.Wrote) == 0 {
 			continue
 		}
 		keep := n.holdsWrites(r.Wrote)
-		n.idem.rebase(r, keep, epochs)
+		if st, ok := n.idem.rebase(r, keep, epochs); ok {
+			stored = append(stored, st)
+		}
 	}
+	n.persist(stored)
 }
 
 // undoKeyPrefix starts the idempotency key of a taken-back add.
 const undoKeyPrefix = "counterd-undo-"
 
-// putRecords stores records received from peers and takes back this
+// keepRecords stores records this node made (or found by lookupRecord)
+// in the cache and, with the next flush, on disk, and takes back this
 // node's duplicates among them.
-func (n *Node) putRecords(ctx context.Context, recs []idemRecord) {
-	if lost := n.idem.put(recs, n.self); len(lost) > 0 {
+func (n *Node) keepRecords(ctx context.Context, recs []idemRecord) {
+	lost, stored := n.idem.put(recs, n.self)
+	n.persist(stored)
+	if len(lost) > 0 {
 		n.undoDuplicates(ctx, lost)
 	}
 }
@@ -434,8 +533,141 @@ func (n *Node) reloadRecords() []idemRecord {
 		slices.SortFunc(recs, func(a, b idemRecord) int { return cmp.Compare(a.Created, b.Created) })
 		recs = recs[len(recs)-idemCacheMax:]
 	}
-	n.idem.put(recs, n.self)
+	n.idem.put(recs, n.self) // on disk already (the engine's table)
 	return recs
+}
+
+// loadStoredRecords puts the records this node kept on disk (its own and
+// those it received; see the top of this file) into the cache, the newest
+// idemCacheMax within the retention. Call before the node joins.
+func (n *Node) loadStoredRecords() {
+	var recs []idemRecord
+	bad := 0
+	err := n.store.StoredRecords(time.Now().Add(-idemCacheRetention).UnixNano(), func(s engine.StoredRecord) {
+		if !strings.HasPrefix(s.Key, storedKeyPrefix) {
+			return
+		}
+		r, err := decodeStored(s)
+		if err != nil {
+			bad++
+			return
+		}
+		recs = append(recs, r)
+	})
+	if err != nil {
+		n.log.Warn("cluster: reading stored idempotency records", "err", err)
+	}
+	if bad > 0 {
+		n.log.Warn("cluster: skipped malformed stored idempotency records", "records", bad)
+	}
+	slices.SortFunc(recs, func(a, b idemRecord) int { return cmp.Compare(a.Created, b.Created) })
+	if len(recs) > idemCacheMax {
+		recs = recs[len(recs)-idemCacheMax:]
+	}
+	n.idem.put(recs, n.self) // what put returns is on disk already
+	if len(recs) > 0 {
+		n.log.Info("cluster: loaded stored idempotency records", "records", len(recs))
+	}
+}
+
+// lookupWait bounds how long a lookup waits for the replicas that have not
+// answered once a quorum has.
+const lookupWait = time.Second
+
+// lookupRecord asks the other replicas of ids for the record of key and
+// fp before this node applies a keyed pn/sharded add it has no record of:
+// the add may have been applied by a node that died (or whose answer was
+// lost) after its push reached some replicas but not this node, and the
+// client retried here. It returns the recorded results (replayed, and the
+// record kept here) if any replica holds the record; nil if every replica
+// answered without it, or a write quorum of the replicas (this node
+// included when it is one) did and the others did not answer within
+// lookupWait (a dead node fails at once: connection refused); else an
+// *UnavailableError, retryable with the same key. A push that is still on
+// its way when the lookup asks is not seen: that add counts twice until
+// the records meet (undoDuplicates).
+func (n *Node) lookupRecord(ctx context.Context, key string, fp uint64, ids []string) ([]engine.Result, error) {
+	s := n.ring.Snapshot()
+	need := map[string]int{}       // per id: peer answers still needed for a quorum
+	peers := map[string][]string{} // peer: the ids it replicates
+	var reps []string
+	for _, id := range ids {
+		reps = s.AppendReplicas(reps[:0], id, 0)
+		q := quorum(len(reps))
+		if slices.Contains(reps, n.self) {
+			q--
+		}
+		if q > 0 {
+			need[id] = q
+		}
+		for _, r := range reps {
+			if r != n.self {
+				peers[r] = append(peers[r], id)
+			}
+		}
+	}
+	if len(peers) == 0 {
+		return nil, nil
+	}
+	type answer struct {
+		peer string
+		rec  *idemRecord
+		err  error
+	}
+	cctx, cancel := context.WithTimeout(ctx, n.cfg.RPCTimeout)
+	defer cancel()
+	answers := make(chan answer, len(peers))
+	for peer, pids := range peers {
+		go func() {
+			var resp fetchResponse
+			err := n.call(cctx, peer, "Fetch", &fetchRequest{header: n.header(false), IDs: pids, IdemKey: key, IdemFP: fp}, &resp)
+			if err == nil {
+				err = resp.Err.err(peer, nil)
+			}
+			a := answer{peer: peer, err: err}
+			for i := range resp.Idem {
+				if resp.Idem[i].Key == key && resp.Idem[i].FP == fp && len(resp.Idem[i].Results) > 0 {
+					a.rec = &resp.Idem[i]
+					break
+				}
+			}
+			answers <- a
+		}()
+	}
+	var wait <-chan time.Time
+loop:
+	for range peers {
+		var a answer
+		select {
+		case a = <-answers:
+		case <-wait:
+			break loop
+		case <-ctx.Done():
+			return nil, &UnavailableError{Op: "idempotency lookup", Err: ctx.Err()}
+		}
+		if a.err != nil {
+			continue
+		}
+		if a.rec != nil {
+			n.keepRecords(ctx, []idemRecord{*a.rec})
+			n.metrics.forwarded.WithLabelValues("idem_lookup", "found").Inc()
+			return a.rec.Replay(key, fp)
+		}
+		for _, id := range peers[a.peer] {
+			if need[id]--; need[id] <= 0 {
+				delete(need, id)
+			}
+		}
+		if len(need) == 0 && wait == nil {
+			wait = time.After(lookupWait)
+		}
+	}
+	if len(need) > 0 {
+		n.metrics.forwarded.WithLabelValues("idem_lookup", "unavailable").Inc()
+		return nil, &UnavailableError{Op: "idempotency lookup", Err: fmt.Errorf("no write quorum of the replicas of %q answered", firstKey(need))}
+	}
+	n.metrics.forwarded.WithLabelValues("idem_lookup", "none").Inc()
+	return nil, nil
 }
 
 // announceRecords sends recs to every other member of the ring, retrying
@@ -477,4 +709,15 @@ func (n *Node) announceRecords(recs []idemRecord) {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// anyCRDTLocal reports whether some op of ops is a pn/sharded add, applied
+// by the node that receives it.
+func (n *Node) anyCRDTLocal(ctx context.Context, ops []engine.Op, key string) bool {
+	for i := range ops {
+		if n.crdtLocal(ctx, &ops[i], key) {
+			return true
+		}
+	}
+	return false
 }

@@ -92,7 +92,8 @@ func TestIdemCachePutKeepsTheFirstApplication(t *testing.T) {
 		lost := 0
 		for len(perm) > 0 {
 			k := rapid.IntRange(1, len(perm)).Draw(t, "batch")
-			for _, l := range c.put(perm[:k], "a") {
+			lost1, _ := c.put(perm[:k], "a")
+			for _, l := range lost1 {
 				if l.Origin != "a" {
 					t.Fatalf("reported another node's record as ours: %+v", l)
 				}

@@ -212,6 +212,7 @@ func (n *Node) Start(meta Meta) error {
 		return err
 	}
 	n.peers.set(n.self, meta)
+	n.loadStoredRecords() // before any peer can see this node
 	mc := n.cfg.Membership
 	mc.NodeID, mc.BindAddr, mc.Join, mc.Meta = n.self, n.cfg.Gossip, nil, b
 	mc.Logger = n.cfg.Logger

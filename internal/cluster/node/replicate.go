@@ -275,12 +275,11 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 		}
 		fresh = append(fresh, st)
 	}
-	changed, err := n.merge(ctx, fresh, engine.WriteOptions{Durability: engine.Async})
-	if err == nil {
-		n.putReceived(ctx, slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
-			return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
-		}))
-	}
+	// The records go to disk in the same batch as the states (idem.go).
+	recs := slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
+		return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
+	})
+	changed, err := n.mergeWithRecords(ctx, fresh, recs, engine.WriteOptions{Durability: engine.Async})
 	unlock()
 	if err == nil && wo.Durability == engine.Sync {
 		_, err = n.store.Merge(ctx, nil, wo) // waits until what was merged is on disk

@@ -134,6 +134,10 @@ type fetchRequest struct {
 	// Claims, when set, has one ownership epoch per id that the sender
 	// claims as the id's new owner (0: no claim for that id); see epoch.go.
 	Claims []uint32 `json:"claims,omitempty"`
+	// IdemKey, when set, asks only for the record of IdemKey and IdemFP
+	// among the ids' records, without states (lookupRecord, idem.go).
+	IdemKey string `json:"idem_key,omitempty"`
+	IdemFP  uint64 `json:"idem_fp,omitempty"`
 }
 
 type fetchResponse struct {

@@ -28,4 +28,11 @@ type Store interface {
 	// IdemRecords calls fn with the idempotency records on disk created
 	// at or after since (unix ns), with the ids they wrote.
 	IdemRecords(since int64, fn func(engine.IdemRecord)) error
+	// MergeRecords is Merge that also stores the records then returns
+	// (then runs after the merge, before any flush), in the same batch as
+	// the merged states: the cluster's idempotency records (idem.go).
+	MergeRecords(ctx context.Context, states []State, wo engine.WriteOptions, then func() []engine.StoredRecord) (changed int, err error)
+	// StoredRecords calls fn with the stored records on disk created at
+	// or after since (unix ns).
+	StoredRecords(since int64, fn func(engine.StoredRecord)) error
 }

@@ -39,3 +39,11 @@ func (s engineStore) IdemRecords(since int64, fn func(engine.IdemRecord)) error 
 func (s engineStore) Drop(ctx context.Context, id string, version uint64) (bool, error) {
 	return s.e.Drop(ctx, id, version)
 }
+
+func (s engineStore) MergeRecords(ctx context.Context, states []State, wo engine.WriteOptions, then func() []engine.StoredRecord) (int, error) {
+	return s.e.MergeRecords(ctx, states, wo, then)
+}
+
+func (s engineStore) StoredRecords(since int64, fn func(engine.StoredRecord)) error {
+	return s.e.StoredRecords(since, fn)
+}

@@ -680,11 +680,12 @@ func (d *decoder) replicateResponse(p *pb.ReplicateResponse) replicateResponse {
 }
 
 func pbFetchRequest(r *fetchRequest) *pb.FetchRequest {
-	return &pb.FetchRequest{Header: pbHeader(&r.header), Ids: r.IDs, Claims: r.Claims}
+	return &pb.FetchRequest{Header: pbHeader(&r.header), Ids: r.IDs, Claims: r.Claims, IdemKey: []byte(r.IdemKey), IdemFp: r.IdemFP}
 }
 
 func (d *decoder) fetchRequest(p *pb.FetchRequest) fetchRequest {
-	return fetchRequest{header: goHeader(p.GetHeader()), IDs: orNil(p.GetIds()), Claims: orNil(p.GetClaims())}
+	return fetchRequest{header: goHeader(p.GetHeader()), IDs: orNil(p.GetIds()), Claims: orNil(p.GetClaims()),
+		IdemKey: string(p.GetIdemKey()), IdemFP: p.GetIdemFp()}
 }
 
 func pbFetchResponse(r *fetchResponse) *pb.FetchResponse {

@@ -3079,7 +3079,12 @@ type FetchRequest struct {
 	Ids    []string               `protobuf:"bytes,2,rep,name=ids,proto3" json:"ids,omitempty"`
 	// claims, when set, has one ownership epoch per id that the sender
 	// claims as the id's new owner (0: no claim for that id).
-	Claims        []uint32 `protobuf:"varint,3,rep,packed,name=claims,proto3" json:"claims,omitempty"`
+	Claims []uint32 `protobuf:"varint,3,rep,packed,name=claims,proto3" json:"claims,omitempty"`
+	// idem_key, when set, asks only for the idempotency record of this key
+	// and idem_fp among the ids' records (no states): a node that is about
+	// to apply a keyed pn/sharded add looks for an earlier application.
+	IdemKey       []byte `protobuf:"bytes,4,opt,name=idem_key,json=idemKey,proto3" json:"idem_key,omitempty"`
+	IdemFp        uint64 `protobuf:"fixed64,5,opt,name=idem_fp,json=idemFp,proto3" json:"idem_fp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3133,6 +3138,20 @@ func (x *FetchRequest) GetClaims() []uint32 {
 		return x.Claims
 	}
 	return nil
+}
+
+func (x *FetchRequest) GetIdemKey() []byte {
+	if x != nil {
+		return x.IdemKey
+	}
+	return nil
+}
+
+func (x *FetchRequest) GetIdemFp() uint64 {
+	if x != nil {
+		return x.IdemFp
+	}
+	return 0
 }
 
 type FetchResponse struct {
@@ -4231,11 +4250,13 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x11ReplicateResponse\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\x03R\achanged\x12,\n" +
 	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x14\n" +
-	"\x05stale\x18\x03 \x03(\tR\x05stale\"m\n" +
+	"\x05stale\x18\x03 \x03(\tR\x05stale\"\xa1\x01\n" +
 	"\fFetchRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x16\n" +
-	"\x06claims\x18\x03 \x03(\rR\x06claims\"\xd6\x01\n" +
+	"\x06claims\x18\x03 \x03(\rR\x06claims\x12\x19\n" +
+	"\bidem_key\x18\x04 \x01(\fR\aidemKey\x12\x17\n" +
+	"\aidem_fp\x18\x05 \x01(\x06R\x06idemFp\"\xd6\x01\n" +
 	"\rFetchResponse\x122\n" +
 	"\x06states\x18\x01 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x06R\x05nodes\x123\n" +
