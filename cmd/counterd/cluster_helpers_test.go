@@ -565,16 +565,7 @@ var (
 // converged returns nil when every node reads the same value for every id
 // of sp, within [acked, sent] of led, and exactly acked where exact says so.
 func converged(nodes []*cnode, led *ledger, sp []counterSpec, exact func(counterSpec) bool) error {
-	return convergedSlack(nodes, led, sp, exact, 0)
-}
-
-// convergedSlack is converged allowing the ids together to exceed their
-// sent counts by up to slack: increments in flight on a node when it was
-// SIGKILLed may have been applied there durably and, retried elsewhere,
-// applied again (docs/cluster.md, "Not done yet").
-func convergedSlack(nodes []*cnode, led *ledger, sp []counterSpec, exact func(counterSpec) bool, slack int64) error {
 	var errs []error
-	var excess int64 // over all ids, as read on the first node
 	for _, s := range sp {
 		acked, sent := led.counts(s.id)
 		var vals []string
@@ -588,20 +579,14 @@ func convergedSlack(nodes []*cnode, led *ledger, sp []counterSpec, exact func(co
 				errs = append(errs, fmt.Errorf("%s on %s: %v", s.id, n.id, err))
 				ok = false
 				continue
-			case exact(s) && got.Value != acked, got.Value < acked, got.Value > sent+slack:
+			case exact(s) && got.Value != acked, got.Value < acked, got.Value > sent:
 				ok = false
-			}
-			if len(vals) == 0 && got.Value > sent {
-				excess += got.Value - sent
 			}
 			vals = append(vals, fmt.Sprintf("%s=%d", n.id, got.Value))
 		}
 		if !ok || len(vals) > 0 && !allEqual(vals) {
 			errs = append(errs, fmt.Errorf("%s (%s): %s; acknowledged %d, sent %d, exact %v", s.id, s.kind, strings.Join(vals, " "), acked, sent, exact(s)))
 		}
-	}
-	if excess > slack {
-		errs = append(errs, fmt.Errorf("%d increments counted twice in all, more than the %d that can have been in flight", excess, slack))
 	}
 	return errors.Join(errs...)
 }

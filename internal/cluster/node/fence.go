@@ -289,6 +289,10 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 	s := n.ring.Snapshot()
 	n.gate.RUnlock()
 	if req.IdemKey != "" { // lookupRecord (idem.go): the record alone
+		// Under the ids' locks: a push being merged (serveReplicate)
+		// has its records in the cache when the lock is free.
+		unlock := n.promises.lockIDs(req.IDs)
+		defer unlock()
 		resp := &fetchResponse{Nodes: nodesHash(s)}
 		if r, ok := n.idem.record(req.IdemKey, req.IdemFP); ok {
 			resp.Idem = []idemRecord{r}
