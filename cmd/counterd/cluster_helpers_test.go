@@ -7,6 +7,7 @@ package main
 // directory removed by t.Cleanup; node logs are printed when a test fails.
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -600,4 +601,22 @@ func allEqual(vals []string) bool {
 		}
 	}
 	return true
+}
+
+// idemMetrics returns a node's idempotency lookups (by result) and
+// duplicates taken back, from /cluster/metrics, for the test log.
+func idemMetrics(nd *cnode) string {
+	resp, err := pollc.Get(nd.url + "/cluster/metrics")
+	if err != nil {
+		return err.Error()
+	}
+	defer resp.Body.Close()
+	var out []string
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if l := sc.Text(); strings.Contains(l, `op="idem_lookup"`) || strings.HasPrefix(l, "counterd_cluster_duplicates_undone_total ") {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "; ")
 }

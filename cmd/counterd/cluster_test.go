@@ -229,6 +229,9 @@ func TestClusterKillOwner(t *testing.T) {
 	if err := poll(10*time.Second, func() error { return converged(survivors, led, sp, exactResolved) }); err != nil {
 		t.Errorf("after SIGKILL of %s the survivors lost or double-counted acknowledged sync increments, or disagree:\n%v", victim.id, err)
 	}
+	for _, n := range survivors {
+		t.Logf("%s: %s", n.id, idemMetrics(n))
+	}
 
 	victim.start(t)
 	restarted := time.Now()
