@@ -38,6 +38,8 @@ type testCluster struct {
 	rl bool
 	// rlReplication is Config.LimitReplication (0: the default).
 	rlReplication time.Duration
+	// tune, when set, adjusts every node's Config before New (lease_test.go).
+	tune func(*Config)
 }
 
 type testNode struct {
@@ -87,7 +89,7 @@ func (c *testCluster) start(id, dir string) *testNode {
 		join = append(join, o.n.members.Load().Addr())
 	}
 	c.mu.Unlock()
-	n, err := New(Config{
+	cfg := Config{
 		NodeID:              id,
 		Gossip:              "127.0.0.1:0",
 		Join:                join,
@@ -96,6 +98,10 @@ func (c *testCluster) start(id, dir string) *testNode {
 		RPCTimeout:          2 * time.Second,
 		FenceTimeout:        2 * time.Second,
 		LimitReplication:    c.rlReplication,
+		// Long enough that a loaded -race run does not lose leases to
+		// slow renewals; a new owner then waits up to about a second
+		// after detection for a killed owner's lease.
+		LeaseDuration: 2 * time.Second,
 		Membership: membership.Config{
 			// Fast, but not so fast that a loaded -race run suspects
 			// healthy nodes: a killed node is dead in about a second.
@@ -108,7 +114,11 @@ func (c *testCluster) start(id, dir string) *testNode {
 			DeadRetention:    time.Second,
 		},
 		Logger: testLogger(id),
-	}, EngineStore(eng))
+	}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	n, err := New(cfg, EngineStore(eng))
 	if err != nil {
 		t.Fatal(err)
 	}
