@@ -299,9 +299,10 @@ func TestLeaseGrantsOnlyRingMembers(t *testing.T) {
 	c.waitRing("n2", "n3")
 	// n1's renewals stopped with it; the grant above (or a later renewal)
 	// may still run: the report says for how long, at most lease + drift.
+	hold := n2.cfg.LeaseDuration + n2.cfg.LeaseDrift
 	r := n2.serveLease(context.Background(), &leaseRequest{header: header{From: "n3"}})
-	if r.Wait < 0 || r.Wait > DefaultLeaseDuration+DefaultLeaseDrift {
-		t.Fatalf("report after n1 left the ring: wait %v, want within [0, %v]", r.Wait, DefaultLeaseDuration+DefaultLeaseDrift)
+	if r.Wait < 0 || r.Wait > hold {
+		t.Fatalf("report after n1 left the ring: wait %v, want within [0, %v]", r.Wait, hold)
 	}
 	if r := n2.serveLease(context.Background(), &leaseRequest{header: header{From: "n1"}}); r.Granted {
 		t.Fatalf("n2 granted a lease to n1 after dropping it from its ring: %+v", r)
@@ -310,8 +311,8 @@ func TestLeaseGrantsOnlyRingMembers(t *testing.T) {
 	n2.lease.mu.Lock()
 	n2.lease.granted["n1"] = n2.lease.now()
 	n2.lease.mu.Unlock()
-	if r := n2.serveLease(context.Background(), &leaseRequest{header: header{From: "n3"}}); r.Wait <= DefaultLeaseDuration {
-		t.Fatalf("a lease granted to n1 just now is reported as running %v, want more than %v", r.Wait, DefaultLeaseDuration)
+	if r := n2.serveLease(context.Background(), &leaseRequest{header: header{From: "n3"}}); r.Wait <= n2.cfg.LeaseDuration {
+		t.Fatalf("a lease granted to n1 just now is reported as running %v, want more than %v", r.Wait, n2.cfg.LeaseDuration)
 	}
 	if !slices.Contains(n2.Ring().Nodes(), "n3") {
 		t.Fatal("n3 is off n2's ring")
