@@ -26,13 +26,18 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 	}
 	dur, _ := engine.ParseDurability(cfg.Durability)
 	ccfg := cnode.Config{
-		NodeID:     cfg.NodeID,
-		Gossip:     cfg.Gossip,
-		Join:       splitList(cfg.Join),
-		Durability: dur,
-		Limits:     eng.Limits(),
-		Logger:     log,
-		PeerTLS:    sec.peerClient(),
+		NodeID:        cfg.NodeID,
+		Gossip:        cfg.Gossip,
+		Join:          splitList(cfg.Join),
+		Durability:    dur,
+		Limits:        eng.Limits(),
+		Logger:        log,
+		PeerTLS:       sec.peerClient(),
+		LeaseDuration: cfg.ClusterLease,
+		LeaseDrift:    cfg.ClusterLeaseDrift,
+	}
+	if cfg.ClusterLease == 0 {
+		ccfg.LeaseDuration = -1 // no lease; the node's zero means its default
 	}
 	// Beside the engine's files: a node that forgot members still refuses
 	// them after a restart.

@@ -77,6 +77,9 @@ type Config struct {
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~0.6 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
+	// owner leases (docs/cluster.md: Owner leases)
+	ClusterLease      time.Duration // --cluster-lease: how long an owner serves without a majority's renewal, 0 = no lease (default 400ms)
+	ClusterLeaseDrift time.Duration // --cluster-lease-drift: clock-drift bound a new owner adds to the old owner's lease (default 100ms)
 	// the event pipeline (pipeline.go, docs/pipeline.md)
 	Events EventsConfig
 
@@ -98,6 +101,8 @@ func DefaultConfig() Config {
 		NodeID:               host,
 		Gossip:               "127.0.0.1:7946",
 		ClusterTiming:        "fast",
+		ClusterLease:         400 * time.Millisecond,
+		ClusterLeaseDrift:    100 * time.Millisecond,
 		FlushInterval:        time.Second,
 		IdempotencyRetention: 24 * time.Hour,
 		IdempotencyMemory:    100000,
@@ -165,6 +170,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := membership.ParseTiming(c.ClusterTiming); err != nil {
 		return fmt.Errorf("server: --cluster-timing: %w", err)
+	}
+	if c.ClusterLease < 0 || c.ClusterLease > 0 && c.ClusterLease < 10*time.Millisecond || c.ClusterLeaseDrift < 0 {
+		return fmt.Errorf("server: --cluster-lease must be 0 (no lease) or at least 10ms, and --cluster-lease-drift not negative (got %v, %v)", c.ClusterLease, c.ClusterLeaseDrift)
 	}
 	if err := c.validateHardening(); err != nil {
 		return err
@@ -283,6 +291,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
 	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
 	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 0.6 s) or lan (memberlist LAN defaults, about 5 s)")
+	dur(&c.ClusterLease, "cluster-lease", "owner lease: an owner serves owner operations only this long after a majority renewed it (every quarter of it); a new owner waits for a dropped node's lease to run out (0: no lease)")
+	dur(&c.ClusterLeaseDrift, "cluster-lease-drift", "clock-drift bound a new owner adds to a dropped owner's lease before it serves its ids")
 	c.bindEventsFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }

@@ -115,7 +115,16 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if err != nil {
 		return nil, err
 	}
-	return res, n.replicateAfter(ctx, ops, res, wo)
+	if err := n.replicateAfter(ctx, ops, res, wo); err != nil {
+		return res, err
+	}
+	if n.durability(wo) != engine.Sync {
+		// Acknowledged within the lease. A sync write needs no check: it
+		// is acknowledged only once a write quorum merged it without a
+		// newer epoch's promise, so the new owner's fence pulled it.
+		err = n.leaseAck(opIDs(ops), local)
+	}
+	return res, err
 }
 
 // applyKeyed applies ops to the store. A keyed mutation that another node
@@ -503,7 +512,12 @@ func (n *Node) localRead(ctx context.Context, req *readRequest) *readResponse {
 	if req.AnyReplica {
 		err = n.readStore(ctx, req, resp)
 	} else {
-		err = n.ownerDo(ctx, ids, nil, func() error { return n.readStore(ctx, req, resp) })
+		err = n.ownerDo(ctx, ids, nil, func() error {
+			if err := n.readStore(ctx, req, resp); err != nil {
+				return err
+			}
+			return n.leaseAck(ids, nil) // served within the lease
+		})
 	}
 	resp.Err = toWire(err)
 	return resp

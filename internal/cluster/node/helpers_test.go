@@ -40,6 +40,8 @@ type testCluster struct {
 	rlReplication time.Duration
 	// antiEntropy is Config.AntiEntropyInterval (0: 300 ms).
 	antiEntropy time.Duration
+	// tune, when set, adjusts every node's Config before New (lease_test.go).
+	tune func(*Config)
 }
 
 type testNode struct {
@@ -93,7 +95,7 @@ func (c *testCluster) start(id, dir string) *testNode {
 	if ae == 0 {
 		ae = 300 * time.Millisecond
 	}
-	n, err := New(Config{
+	cfg := Config{
 		NodeID:              id,
 		Gossip:              "127.0.0.1:0",
 		Join:                join,
@@ -102,6 +104,10 @@ func (c *testCluster) start(id, dir string) *testNode {
 		RPCTimeout:          2 * time.Second,
 		FenceTimeout:        2 * time.Second,
 		LimitReplication:    c.rlReplication,
+		// Long enough that a loaded -race run does not lose leases to
+		// slow renewals; a new owner then waits up to about a second
+		// after detection for a killed owner's lease.
+		LeaseDuration: 2 * time.Second,
 		Membership: membership.Config{
 			// Fast, but not so fast that a loaded -race run suspects
 			// healthy nodes: a killed node is dead in about a second.
@@ -114,7 +120,11 @@ func (c *testCluster) start(id, dir string) *testNode {
 			DeadRetention:    time.Second,
 		},
 		Logger: testLogger(id),
-	}, EngineStore(eng))
+	}
+	if c.tune != nil {
+		c.tune(&cfg)
+	}
+	n, err := New(cfg, EngineStore(eng))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ type metrics struct {
 	ringVersion    prometheus.Gauge
 	failover       *prometheus.CounterVec // by result: probe_failed, rerouted, timeout
 	duplicates     prometheus.Counter
+	lease          *prometheus.CounterVec // by result: no_lease, lapsed, takeover_waited, takeover_timeout (lease.go)
 }
 
 func newMetrics() *metrics {
@@ -60,13 +61,17 @@ func newMetrics() *metrics {
 			Name: "counterd_cluster_duplicates_undone_total",
 			Help: "Keyed pn/sharded adds this node applied that another node had applied first (a retry after a crash or partition), taken back from this node's slot.",
 		}),
+		lease: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "counterd_cluster_lease_total",
+			Help: "Owner lease events: owner operations refused without a lease (no_lease) or whose lease ran out before the acknowledgement (lapsed); new owners that waited for dropped nodes' leases (takeover_waited) or gave up (takeover_timeout).",
+		}, []string{"result"}),
 	}
 }
 
 // Collectors returns the node's metrics, for the server's registry.
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.metrics
-	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates, membersCollector{n}}
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates, m.lease, membersCollector{n}}
 }
 
 // descMembers is counterd_cluster_members{state}: the members this node

@@ -53,6 +53,15 @@ type Config struct {
 	// an id away from an owner that failed a call and a direct probe
 	// (probe.go); default 3s.
 	FailoverWait time.Duration
+	// LeaseDuration is how long an owner may serve owner operations after
+	// the renewal round that a majority of the members granted (lease.go);
+	// renewed every LeaseDuration/4. Default 400ms; negative: no lease
+	// (owners serve while they own ids on their ring).
+	LeaseDuration time.Duration
+	// LeaseDrift is added to a lease by the nodes that wait for it to run
+	// out (a new owner): the bound on how much two nodes' clocks may
+	// disagree about a lease's length. Default 100ms.
+	LeaseDrift time.Duration
 
 	// Limits are what Apply and ApplyBatch accept, checked before any op
 	// is routed (so a bad op in a batch that spans owners applies
@@ -83,6 +92,8 @@ func (c Config) withDefaults() Config {
 	set(&c.FenceTimeout, DefaultFenceTimeout)
 	set(&c.LimitReplication, DefaultLimitReplication)
 	set(&c.FailoverWait, DefaultFailoverWait)
+	set(&c.LeaseDuration, DefaultLeaseDuration)
+	set(&c.LeaseDrift, DefaultLeaseDrift)
 	if c.Durability == engine.DurabilityDefault {
 		c.Durability = engine.Async
 	}
@@ -108,6 +119,9 @@ func (c Config) Validate() error {
 	}
 	if c.PushInterval < 0 || c.AntiEntropyInterval < 0 || c.RejoinInterval < 0 || c.RPCTimeout < 0 || c.FenceTimeout < 0 {
 		return errors.New("cluster: negative interval")
+	}
+	if c.LeaseDuration > 0 && c.LeaseDuration < 10*time.Millisecond || c.LeaseDrift < 0 {
+		return errors.New("cluster: lease duration below 10ms, or negative lease drift")
 	}
 	return nil
 }
@@ -149,6 +163,7 @@ type Node struct {
 
 	fence    fencer
 	promises promises // ownership epochs promised to claimants (epoch.go)
+	lease    leases   // owner leases (lease.go)
 	dirty    dirtySet
 	idem     idemCache     // idempotency records shipped by other owners
 	stripes  stripes       // keyed applies vs exports (idem.go)
@@ -188,6 +203,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	}
 	n.fence.init()
 	n.promises.init()
+	n.lease.init()
 	n.dirty.init()
 	n.idem.init()
 	n.ring.Set([]string{n.self})
@@ -229,6 +245,7 @@ func (n *Node) Start(meta Meta) error {
 	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
+	n.goLoop(n.leaseLoop)
 	n.goLoop(func() { n.announceRecords(recs) })
 	if n.rl.Limiter != nil && n.cfg.LimitReplication > 0 {
 		n.goLoop(func() { n.tick(n.cfg.LimitReplication, "rate-limit replication", n.replicateLimits) })
@@ -303,7 +320,9 @@ func (n *Node) refresh() {
 	}
 	var alive []string
 	dead := 0
-	for _, mem := range m.Members() {
+	members := m.Members()
+	n.leaseMembers(members)
+	for _, mem := range members {
 		if mem.State == membership.StateDead {
 			dead++
 		}
@@ -342,6 +361,7 @@ func (n *Node) setRing(nodes []string) {
 		return
 	}
 	s := n.ring.Snapshot()
+	n.leaseRingChanged(s)
 	for _, id := range s.Nodes() {
 		if id != n.self && !slices.Contains(old.Nodes(), id) {
 			n.peers.resetBackoff(id) // a (re)joined node: reconnect now (reconnect.go)

@@ -72,12 +72,24 @@ func (n *Node) ownerDo(ctx context.Context, ids []string, exempt func(string) bo
 	if err := n.joinedOrAlone(); err != nil {
 		return err
 	}
+	if len(ownedIDs(ids, exempt)) > 0 {
+		if err := n.awaitLease(ctx); err != nil {
+			return err // cut off: claim nothing, serve nothing
+		}
+	}
 	for try := 0; ; try++ {
 		owned := ownedIDs(ids, exempt)
 		if err := n.checkOwner(owned); err != nil {
 			return err
 		}
 		v, err := n.fence.ensure(ctx, n, owned, true)
+		if errors.Is(err, errRingChanged) && try < 3 {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		err = n.leaseGuard(ctx, owned, v)
 		if errors.Is(err, errRingChanged) && try < 3 {
 			continue
 		}

@@ -73,6 +73,8 @@ func encodeRequest(req any) (in, out proto.Message, err error) {
 		return pbLimitsRequest(r), new(pb.LimitsResponse), nil
 	case *policiesRequest:
 		return pbPoliciesRequest(r), new(pb.PoliciesResponse), nil
+	case *leaseRequest:
+		return pbLeaseRequest(r), new(pb.LeaseResponse), nil
 	}
 	return nil, nil, fmt.Errorf("cluster: no peer message for %T", req)
 }
@@ -97,6 +99,8 @@ func decodeResponse(out proto.Message, resp any) error {
 		*r = d.limitsResponse(out.(*pb.LimitsResponse))
 	case *policiesResponse:
 		*r = d.policiesResponse(out.(*pb.PoliciesResponse))
+	case *leaseResponse:
+		*r = d.leaseResponse(out.(*pb.LeaseResponse))
 	default:
 		return fmt.Errorf("cluster: no peer message for %T", resp)
 	}

@@ -487,6 +487,8 @@ func FuzzWireDecode(f *testing.F) {
 		digestResponse{Want: []string{"a"}},
 		limitsResponse{Merged: 1},
 		policiesResponse{Err: &wireError{Code: "unavailable", Index: -1}},
+		leaseRequest{header: header{From: "n1", RingVersion: 3}},
+		leaseResponse{Granted: true, Nodes: 77, Wait: time.Second},
 	}
 	for i, c := range wireCases {
 		m, err := c.encode(seeds[i])

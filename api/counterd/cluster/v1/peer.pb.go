@@ -3233,6 +3233,124 @@ func (x *FetchResponse) GetRefused() []uint32 {
 	return nil
 }
 
+type LeaseRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseRequest) Reset() {
+	*x = LeaseRequest{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseRequest) ProtoMessage() {}
+
+func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
+func (*LeaseRequest) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *LeaseRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+type LeaseResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// granted: the receiver granted the sender's lease (the sender is on the
+	// receiver's ring).
+	Granted bool `protobuf:"varint,1,opt,name=granted,proto3" json:"granted,omitempty"`
+	// nodes is the hash of the responder's ring node set.
+	Nodes uint64 `protobuf:"fixed64,2,opt,name=nodes,proto3" json:"nodes,omitempty"`
+	// wait_nanos is how long a lease the responder granted to a node that is
+	// off its ring (and did not leave gracefully) may still run, clock drift
+	// bound included; 0 if none.
+	WaitNanos     int64  `protobuf:"varint,3,opt,name=wait_nanos,json=waitNanos,proto3" json:"wait_nanos,omitempty"`
+	Err           *Error `protobuf:"bytes,4,opt,name=err,proto3" json:"err,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseResponse) Reset() {
+	*x = LeaseResponse{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseResponse) ProtoMessage() {}
+
+func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
+func (*LeaseResponse) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *LeaseResponse) GetGranted() bool {
+	if x != nil {
+		return x.Granted
+	}
+	return false
+}
+
+func (x *LeaseResponse) GetNodes() uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetWaitNanos() int64 {
+	if x != nil {
+		return x.WaitNanos
+	}
+	return 0
+}
+
+func (x *LeaseResponse) GetErr() *Error {
+	if x != nil {
+		return x.Err
+	}
+	return nil
+}
+
 type DigestItem struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -3244,7 +3362,7 @@ type DigestItem struct {
 
 func (x *DigestItem) Reset() {
 	*x = DigestItem{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3374,7 @@ func (x *DigestItem) String() string {
 func (*DigestItem) ProtoMessage() {}
 
 func (x *DigestItem) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3387,7 @@ func (x *DigestItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestItem.ProtoReflect.Descriptor instead.
 func (*DigestItem) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *DigestItem) GetId() string {
@@ -3303,7 +3421,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3315,7 +3433,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3328,7 +3446,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DigestRequest) GetHeader() *Header {
@@ -3357,7 +3475,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3369,7 +3487,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3382,7 +3500,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DigestResponse) GetWant() []string {
@@ -3426,7 +3544,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3556,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3569,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3500,7 +3618,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3512,7 +3630,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3525,7 +3643,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3555,7 +3673,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3567,7 +3685,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3580,7 +3698,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3623,7 +3741,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3635,7 +3753,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3648,7 +3766,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -3682,7 +3800,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3694,7 +3812,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3707,7 +3825,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -3741,7 +3859,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3753,7 +3871,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3766,7 +3884,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Policy) GetName() string {
@@ -3845,7 +3963,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3857,7 +3975,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3870,7 +3988,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -3918,7 +4036,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3930,7 +4048,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3943,7 +4061,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -3970,7 +4088,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3982,7 +4100,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3995,7 +4113,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4262,7 +4380,15 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x05nodes\x18\x02 \x01(\x06R\x05nodes\x123\n" +
 	"\x04idem\x18\x03 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x12,\n" +
 	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x18\n" +
-	"\arefused\x18\x05 \x03(\rR\arefused\"H\n" +
+	"\arefused\x18\x05 \x03(\rR\arefused\"C\n" +
+	"\fLeaseRequest\x123\n" +
+	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\"\x8c\x01\n" +
+	"\rLeaseResponse\x12\x18\n" +
+	"\agranted\x18\x01 \x01(\bR\agranted\x12\x14\n" +
+	"\x05nodes\x18\x02 \x01(\x06R\x05nodes\x12\x1d\n" +
+	"\n" +
+	"wait_nanos\x18\x03 \x01(\x03R\twaitNanos\x12,\n" +
+	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"H\n" +
 	"\n" +
 	"DigestItem\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
@@ -4400,7 +4526,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x11LOCAL_OP_FLUSHALL\x10\x05\x12\x16\n" +
 	"\x12LOCAL_OP_SETROLLUP\x10\x06\x12\x19\n" +
 	"\x15LOCAL_OP_DELETEROLLUP\x10\a\x12\x13\n" +
-	"\x0fLOCAL_OP_SERIES\x10\b2\x9e\x05\n" +
+	"\x0fLOCAL_OP_SERIES\x10\b2\xee\x05\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Apply\x12!.counterd.cluster.v1.ApplyRequest\x1a\".counterd.cluster.v1.ApplyResponse\x12K\n" +
 	"\x04Read\x12 .counterd.cluster.v1.ReadRequest\x1a!.counterd.cluster.v1.ReadResponse\x12N\n" +
@@ -4409,7 +4535,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x05Fetch\x12!.counterd.cluster.v1.FetchRequest\x1a\".counterd.cluster.v1.FetchResponse\x12Q\n" +
 	"\x06Digest\x12\".counterd.cluster.v1.DigestRequest\x1a#.counterd.cluster.v1.DigestResponse\x12Q\n" +
 	"\x06Limits\x12\".counterd.cluster.v1.LimitsRequest\x1a#.counterd.cluster.v1.LimitsResponse\x12W\n" +
-	"\bPolicies\x12$.counterd.cluster.v1.PoliciesRequest\x1a%.counterd.cluster.v1.PoliciesResponseB@Z>github.com/counterd/counterd/api/counterd/cluster/v1;clusterv1b\x06proto3"
+	"\bPolicies\x12$.counterd.cluster.v1.PoliciesRequest\x1a%.counterd.cluster.v1.PoliciesResponse\x12N\n" +
+	"\x05Lease\x12!.counterd.cluster.v1.LeaseRequest\x1a\".counterd.cluster.v1.LeaseResponseB@Z>github.com/counterd/counterd/api/counterd/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_counterd_cluster_v1_peer_proto_rawDescOnce sync.Once
@@ -4424,7 +4551,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 44)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -4466,20 +4593,22 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(*ReplicateResponse)(nil),     // 37: counterd.cluster.v1.ReplicateResponse
 	(*FetchRequest)(nil),          // 38: counterd.cluster.v1.FetchRequest
 	(*FetchResponse)(nil),         // 39: counterd.cluster.v1.FetchResponse
-	(*DigestItem)(nil),            // 40: counterd.cluster.v1.DigestItem
-	(*DigestRequest)(nil),         // 41: counterd.cluster.v1.DigestRequest
-	(*DigestResponse)(nil),        // 42: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 43: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 44: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 45: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 46: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 47: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 48: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 49: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 50: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 51: counterd.cluster.v1.PoliciesResponse
-	nil,                           // 52: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 53: google.protobuf.Timestamp
+	(*LeaseRequest)(nil),          // 40: counterd.cluster.v1.LeaseRequest
+	(*LeaseResponse)(nil),         // 41: counterd.cluster.v1.LeaseResponse
+	(*DigestItem)(nil),            // 42: counterd.cluster.v1.DigestItem
+	(*DigestRequest)(nil),         // 43: counterd.cluster.v1.DigestRequest
+	(*DigestResponse)(nil),        // 44: counterd.cluster.v1.DigestResponse
+	(*Limit)(nil),                 // 45: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 46: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 47: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 48: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 49: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 50: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 51: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 52: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 53: counterd.cluster.v1.PoliciesResponse
+	nil,                           // 54: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 55: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
@@ -4498,12 +4627,12 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	9,  // 13: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
 	7,  // 14: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
 	4,  // 15: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	53, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	53, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	53, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	55, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	55, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	55, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
 	0,  // 19: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	53, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	53, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	55, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	55, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
 	19, // 22: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
 	20, // 23: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
 	12, // 24: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
@@ -4511,19 +4640,19 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	21, // 26: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
 	4,  // 27: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
 	4,  // 28: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	53, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	53, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	55, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	55, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
 	4,  // 31: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	53, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	53, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	55, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	55, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
 	22, // 34: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
 	23, // 35: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
 	24, // 36: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
 	10, // 37: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
 	0,  // 38: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
 	4,  // 39: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	53, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	53, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	55, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	55, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
 	9,  // 42: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
 	8,  // 43: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
 	26, // 44: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
@@ -4537,7 +4666,7 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	0,  // 52: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
 	15, // 53: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
 	14, // 54: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	52, // 55: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	54, // 55: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
 	9,  // 56: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
 	33, // 57: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
 	34, // 58: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
@@ -4546,45 +4675,49 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	33, // 61: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
 	34, // 62: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
 	10, // 63: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 64: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	40, // 65: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	33, // 66: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 67: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 68: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 69: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	43, // 70: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	44, // 71: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,  // 72: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	45, // 73: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10, // 74: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 75: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	48, // 76: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,  // 77: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	49, // 78: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	49, // 79: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10, // 80: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	35, // 81: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	16, // 82: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	18, // 83: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	30, // 84: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	36, // 85: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	38, // 86: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	41, // 87: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	46, // 88: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	50, // 89: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	17, // 90: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	25, // 91: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	32, // 92: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	37, // 93: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	39, // 94: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	42, // 95: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	47, // 96: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	51, // 97: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	90, // [90:98] is the sub-list for method output_type
-	82, // [82:90] is the sub-list for method input_type
-	82, // [82:82] is the sub-list for extension type_name
-	82, // [82:82] is the sub-list for extension extendee
-	0,  // [0:82] is the sub-list for field type_name
+	9,  // 64: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10, // 65: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 66: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	42, // 67: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	33, // 68: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	34, // 69: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 70: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 71: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	45, // 72: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	46, // 73: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,  // 74: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	47, // 75: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10, // 76: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 77: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	50, // 78: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,  // 79: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	51, // 80: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	51, // 81: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10, // 82: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	35, // 83: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	16, // 84: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	18, // 85: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	30, // 86: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	36, // 87: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	38, // 88: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	43, // 89: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	48, // 90: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	52, // 91: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	40, // 92: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	17, // 93: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	25, // 94: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	32, // 95: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	37, // 96: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	39, // 97: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	44, // 98: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	49, // 99: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	53, // 100: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	41, // 101: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	93, // [93:102] is the sub-list for method output_type
+	84, // [84:93] is the sub-list for method input_type
+	84, // [84:84] is the sub-list for extension type_name
+	84, // [84:84] is the sub-list for extension extendee
+	0,  // [0:84] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -4598,7 +4731,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   44,
+			NumMessages:   46,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	Peer_Digest_FullMethodName    = "/counterd.cluster.v1.Peer/Digest"
 	Peer_Limits_FullMethodName    = "/counterd.cluster.v1.Peer/Limits"
 	Peer_Policies_FullMethodName  = "/counterd.cluster.v1.Peer/Policies"
+	Peer_Lease_FullMethodName     = "/counterd.cluster.v1.Peer/Lease"
 )
 
 // PeerClient is the client API for Peer service.
@@ -65,6 +66,11 @@ type PeerClient interface {
 	Limits(ctx context.Context, in *LimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 	// Policies exchanges rate-limit policy logs.
 	Policies(ctx context.Context, in *PoliciesRequest, opts ...grpc.CallOption) (*PoliciesResponse, error)
+	// Lease renews the sender's owner lease: the receiver grants it while the
+	// sender is on its ring, and reports how long the leases it granted to
+	// nodes that are off its ring may still run (a new owner waits that long
+	// before it serves their ids).
+	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
 }
 
 type peerClient struct {
@@ -155,6 +161,16 @@ func (c *peerClient) Policies(ctx context.Context, in *PoliciesRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LeaseResponse)
+	err := c.cc.Invoke(ctx, Peer_Lease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -178,6 +194,11 @@ type PeerServer interface {
 	Limits(context.Context, *LimitsRequest) (*LimitsResponse, error)
 	// Policies exchanges rate-limit policy logs.
 	Policies(context.Context, *PoliciesRequest) (*PoliciesResponse, error)
+	// Lease renews the sender's owner lease: the receiver grants it while the
+	// sender is on its ring, and reports how long the leases it granted to
+	// nodes that are off its ring may still run (a new owner waits that long
+	// before it serves their ids).
+	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -211,6 +232,9 @@ func (UnimplementedPeerServer) Limits(context.Context, *LimitsRequest) (*LimitsR
 }
 func (UnimplementedPeerServer) Policies(context.Context, *PoliciesRequest) (*PoliciesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Policies not implemented")
+}
+func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -377,6 +401,24 @@ func _Peer_Policies_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).Lease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_Lease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).Lease(ctx, req.(*LeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -415,6 +457,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Policies",
 			Handler:    _Peer_Policies_Handler,
+		},
+		{
+			MethodName: "Lease",
+			Handler:    _Peer_Lease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
