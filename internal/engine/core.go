@@ -314,11 +314,13 @@ func (e *Engine) clearLocked(r *ref) {
 	if en.kind() != KindNone {
 		e.keys.Add(-1)
 	}
-	if en.ext() != nil && en.ext().expires != 0 {
-		e.expires.Add(-1)
-	}
-	if en.ext() != nil && en.ext().roll != nil {
-		en.setFlags(flagRollReset) // a deleted counter has no history
+	if x := en.ext(); x != nil {
+		if x.expires != 0 {
+			e.expires.Add(-1)
+		}
+		if x.roll != nil {
+			en.setFlags(flagRollReset) // a deleted counter has no history
+		}
 	}
 	en.setKind(KindNone)
 	en.value = 0
@@ -334,19 +336,21 @@ func (e *Engine) clearLocked(r *ref) {
 // lock and r is live.
 func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	en := r.e
-	had := en.ext() != nil && en.ext().expires != 0
+	x := en.ext()
+	had := x != nil && x.expires != 0
 	switch {
 	case at == 0 && had:
-		en.ext().expires = 0
+		x.expires = 0
 		e.expires.Add(-1)
-		if en.ext().state == nil && en.ext().roll == nil {
+		if x.state == nil && x.roll == nil {
 			en.setExt(nil)
 		}
 	case at != 0:
-		if en.ext() == nil {
-			en.setExt(&ext{})
+		if x == nil {
+			x = &ext{}
+			en.setExt(x)
 		}
-		en.ext().expires = at
+		x.expires = at
 		if !had {
 			e.expires.Add(1)
 			r.sh.trackTTL(r.idx)

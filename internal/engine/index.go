@@ -533,24 +533,19 @@ func (s *shard) removeLocked(i uint32, h uint64) {
 	s.used--
 	s.tombs++
 	if s.garbage > arenaChunk*16 && s.garbage*2 > len(a.chunks)*arenaChunk {
-		// The live ids take at most as many chunks as a has.
-		base := a.end()
-		if base+a.end()-uint64(a.base)+arenaChunk > 1<<32 {
-			base = arenaFirst
-		}
-		s.compactArenaLocked(uint32(base))
+		s.compactArenaLocked(a.end())
 	}
 }
 
 // compactArenaLocked copies live ids into a new arena starting at logical
-// offset base, which is past the end of the current one (or, when the
-// offsets wrap, at the bottom). Readers holding a reference into the old
-// arena find it outside the new one and look again under mu.
-func (s *shard) compactArenaLocked(base uint32) {
+// offset base, past the end of the current one, or at the bottom if the
+// offsets would wrap before the live ids fit. Readers holding a reference
+// into the old arena find it outside the new one and look again under mu.
+func (s *shard) compactArenaLocked(base uint64) {
 	old := s.ar.Load()
-	s.ar.Store(&arena{base: base})
 	t := s.tab.Load()
-	refs := make(map[*atomic.Uint32]uint32)
+	var live []*atomic.Uint32
+	size := uint64(0)
 	if t != nil {
 		for _, v := range t.slots {
 			if v == slotEmpty || v == slotTombstone {
@@ -558,11 +553,23 @@ func (s *shard) compactArenaLocked(base uint32) {
 			}
 			_, rp := s.at(v&slotIndexMask - 1)
 			b, _ := idOf(old, rp.Load())
-			refs[rp] = s.appendIDLocked(string(b))
+			live = append(live, rp)
+			size += uint64(1 + len(b))
 		}
 	}
-	for rp, ref := range refs {
-		rp.Store(ref)
+	// Each chunk but the last wastes less than one longest id.
+	need := (size/(arenaChunk-1-MaxIDLen) + 2) * arenaChunk
+	if base < arenaFirst || base+need > 1<<32 {
+		base = arenaFirst
+	}
+	s.ar.Store(&arena{base: uint32(base)})
+	refs := make([]uint32, len(live))
+	for i, rp := range live {
+		b, _ := idOf(old, rp.Load())
+		refs[i] = s.appendIDLocked(string(b))
+	}
+	for i, rp := range live {
+		rp.Store(refs[i])
 	}
 	s.garbage = 0
 }

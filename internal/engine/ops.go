@@ -137,15 +137,16 @@ func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
 	en := r.e
 	en.setKind(k)
 	en.value = v
-	switch {
+	switch x := en.ext(); {
 	case st != nil:
-		if en.ext() == nil {
-			en.setExt(&ext{})
+		if x == nil {
+			x = &ext{}
+			en.setExt(x)
 		}
-		en.ext().state = st
-	case en.ext() != nil:
-		en.ext().state = nil
-		if en.ext().expires == 0 && en.ext().roll == nil {
+		x.state = st
+	case x != nil:
+		x.state = nil
+		if x.expires == 0 && x.roll == nil {
 			en.setExt(nil)
 		}
 	}
@@ -217,7 +218,7 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 		e.deletedLocked(r, res)
 		return nil
 	case ttl == 0:
-		if en.ext() == nil || en.ext().expires == 0 {
+		if x := en.ext(); x == nil || x.expires == 0 {
 			res.Kind, res.Value, res.Version = en.kind(), en.value, en.version()
 			return nil
 		}
