@@ -120,7 +120,11 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 			return overflow(op.ID)
 		}
 		en.value = v
-		e.touch(&r, e.nowNano())
+		en.ver++ // touch, by hand: touch is too big to inline
+		en.updated = e.nowNano()
+		if en.lk.Load()&flagDirty == 0 || en.ver == 0 {
+			touchSlow(&r)
+		}
 		*res = Result{ID: op.ID, Kind: KindCounter, Value: v, Version: en.version(), Changed: true}
 		en.unlock()
 		return nil

@@ -285,8 +285,20 @@ func unlockAll(locked []*entry) {
 // Caller holds r's lock.
 func (e *Engine) touch(r *ref, now int64) {
 	en := r.e
-	en.incVersion()
+	en.ver++
 	en.updated = now
+	if en.flags()&flagDirty == 0 || en.ver == 0 {
+		touchSlow(r)
+	}
+}
+
+// touchSlow is the rest of touch, once per flush interval: the dirty mark
+// (and the version's carry into its high half, once per 2^32 changes).
+func touchSlow(r *ref) {
+	en := r.e
+	if en.ver == 0 {
+		en.carry()
+	}
 	if en.flags()&flagDirty == 0 {
 		en.setFlags(flagDirty)
 		r.sh.markDirty(r.idx)

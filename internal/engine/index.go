@@ -153,6 +153,10 @@ func (en *entry) lock() {
 	if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
 		return
 	}
+	en.lockSlow()
+}
+
+func (en *entry) lockSlow() {
 	for spin := 0; ; spin++ {
 		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
 			return
@@ -188,11 +192,15 @@ func (en *entry) plainCounter() bool {
 }
 
 func (en *entry) version() uint64 {
-	v := uint64(en.ver)
-	if en.lk.Load()&flagHi != 0 {
-		v |= uint64(en.chunk().hs.Load()[en.index()]) << 32
+	if en.lk.Load()&flagHi == 0 {
+		return uint64(en.ver)
 	}
-	return v
+	return en.versionHi()
+}
+
+//go:noinline
+func (en *entry) versionHi() uint64 {
+	return uint64(en.chunk().hs.Load()[en.index()])<<32 | uint64(en.ver)
 }
 
 func (en *entry) setVersion(v uint64) {
@@ -220,9 +228,14 @@ func (en *entry) setVersion(v uint64) {
 // incVersion adds one to the version.
 func (en *entry) incVersion() {
 	if en.ver++; en.ver == 0 {
-		en.setVersion(en.version() + 1<<32) // the low half wrapped
+		en.carry()
 	}
 }
+
+// carry moves the version's high half up when its low half wrapped.
+//
+//go:noinline
+func (en *entry) carry() { en.setVersion(en.version() + 1<<32) }
 
 func (en *entry) ext() *ext {
 	if en.lk.Load()&flagExt == 0 {
@@ -327,22 +340,15 @@ func (s *shard) refOf(i uint32) uint32 {
 
 // idOf returns the bytes of the id that ref locates in arena a, or false if
 // it is not in a (freed, or a is an older or newer arena than ref's).
+// (0 is below every arena's base.)
 func idOf(a *arena, ref uint32) ([]byte, bool) {
-	if ref == 0 || a == nil || ref < a.base {
+	if a == nil || ref < a.base || (ref-a.base)>>arenaOffBits >= uint32(len(a.chunks)) {
 		return nil, false
 	}
 	rel := ref - a.base
-	c := int(rel >> arenaOffBits)
-	if c >= len(a.chunks) {
-		return nil, false
-	}
-	o := int(rel & arenaOffMask)
-	ch := a.chunks[c]
-	n := int(ch[o])
-	if o+1+n > arenaChunk {
-		return nil, false
-	}
-	return ch[o+1 : o+1+n], true
+	o := rel & arenaOffMask
+	// A record never crosses its chunk's end; min keeps a torn one in it.
+	return a.chunks[rel>>arenaOffBits][o+1 : min(o+1+uint32(a.chunks[rel>>arenaOffBits][o]), arenaChunk)], true
 }
 
 // idLocked returns a copy of the id of slab index i. Caller holds mu.
