@@ -179,7 +179,7 @@ type ref struct {
 // lock locks r's entry and reports whether it still holds r's id; if not,
 // the entry is left unlocked and the caller looks the id up again.
 func (r *ref) lock() bool {
-	r.e.lock()
+	r.e.lockAs(hotGuess(r.idx))
 	if r.sh.refOf(r.idx) == r.idRef {
 		return true
 	}

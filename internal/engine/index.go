@@ -156,6 +156,23 @@ func (en *entry) lock() {
 	en.lockSlow()
 }
 
+// lockAs is lock for a caller that can guess the unlocked word: one
+// compare-and-swap with the guess takes the entry's cache line exclusive at
+// once, where lock's load first fetches it shared and the swap then fetches
+// it again (a second move between cores when a hot counter's line
+// alternates between them).
+func (en *entry) lockAs(guess uint32) {
+	if !en.lk.CompareAndSwap(guess, guess|lockBit) {
+		en.lock()
+	}
+}
+
+// hotGuess is the unlocked word of a plain counter at slab index i that
+// changed since the last flush: what a hot counter's word almost always is.
+func hotGuess(i uint32) uint32 {
+	return i%slabChunk<<idxShift | uint32(KindCounter)<<kindShift | flagDirty
+}
+
 func (en *entry) lockSlow() {
 	for spin := 0; ; spin++ {
 		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
