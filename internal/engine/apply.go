@@ -112,7 +112,7 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 		return nil
 	}
 	en := r.e
-	if op.Type == OpAdd && en.kind == KindCounter && en.ext == nil && (op.Kind == KindNone || op.Kind == KindCounter) {
+	if op.Type == OpAdd && en.plainCounter() && (op.Kind == KindNone || op.Kind == KindCounter) {
 		// Fast path for the hottest operation: a plain counter without TTL.
 		v, ok := addInt64(en.value, op.Delta)
 		if !ok {
@@ -120,8 +120,12 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 			return overflow(op.ID)
 		}
 		en.value = v
-		e.touch(&r, e.nowNano())
-		*res = Result{ID: op.ID, Kind: KindCounter, Value: v, Version: en.version, Changed: true}
+		en.ver++ // touch, by hand: touch is too big to inline
+		en.updated = e.nowNano()
+		if en.lk.Load()&flagDirty == 0 || en.ver == 0 {
+			touchSlow(&r)
+		}
+		*res = Result{ID: op.ID, Kind: KindCounter, Value: v, Version: en.version(), Changed: true}
 		en.unlock()
 		return nil
 	}
@@ -188,7 +192,7 @@ type savedEntry struct {
 	value, updated int64
 	version        uint64
 	kind           Kind
-	flags          uint8
+	flags          uint32 // the rollup flags
 	hasExt         bool
 	exp            int64
 	state          any
@@ -196,11 +200,11 @@ type savedEntry struct {
 }
 
 func save(en *entry) savedEntry {
-	s := savedEntry{value: en.value, updated: en.updated, version: en.version, kind: en.kind, flags: en.flags}
-	if en.ext != nil {
-		s.hasExt, s.exp, s.state = true, en.ext.expires, cloneState(en.ext.state)
-		if en.ext.roll != nil {
-			s.roll = en.ext.roll.Clone()
+	s := savedEntry{value: en.value, updated: en.updated, version: en.version(), kind: en.kind(), flags: en.flags() & rollFlags}
+	if en.ext() != nil {
+		s.hasExt, s.exp, s.state = true, en.ext().expires, cloneState(en.ext().state)
+		if en.ext().roll != nil {
+			s.roll = en.ext().roll.Clone()
 		}
 	}
 	return s
@@ -209,13 +213,17 @@ func save(en *entry) savedEntry {
 // restore puts back s. The dirty mark stays: the entry is on the dirty set.
 func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
-	wasLive, wasTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
-	en.value, en.updated, en.version, en.kind, en.ext = s.value, s.updated, s.version, s.kind, nil
-	en.flags = en.flags&flagDirty | s.flags&^flagDirty
+	wasLive, wasTTL := en.kind() != KindNone, en.ext() != nil && en.ext().expires != 0
+	en.value, en.updated = s.value, s.updated
+	en.setVersion(s.version)
+	en.setKind(s.kind)
+	en.clearFlags(rollFlags)
+	en.setFlags(s.flags)
+	en.setExt(nil)
 	if s.hasExt {
-		en.ext = &ext{expires: s.exp, state: s.state, roll: s.roll}
+		en.setExt(&ext{expires: s.exp, state: s.state, roll: s.roll})
 	}
-	isLive, isTTL := en.kind != KindNone, en.ext != nil && en.ext.expires != 0
+	isLive, isTTL := en.kind() != KindNone, en.ext() != nil && en.ext().expires != 0
 	e.keys.Add(b2i(isLive) - b2i(wasLive))
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
 }
@@ -311,9 +319,11 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 	case KindFloat:
 		st = &counter.Float{}
 	}
-	en.kind, en.value, en.version = k, 0, 0
+	en.setKind(k)
+	en.value = 0
+	en.setVersion(0)
 	if st != nil {
-		en.ext = &ext{state: st}
+		en.setExt(&ext{state: st})
 	}
 	e.attachRollLocked(r, op.ID, k)
 	e.keys.Add(1)
@@ -360,7 +370,7 @@ func expiry(now int64, ttl time.Duration) int64 { return now + int64(ttl) }
 // addLocked adds op.Delta to the additive counter r. On error nothing changes.
 func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 	en := r.e
-	switch en.kind {
+	switch en.kind() {
 	case KindCounter:
 		v, err := counter.AddInt64(en.value, op.Delta)
 		if err != nil {
@@ -368,7 +378,7 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 		}
 		en.value = v
 	case KindSharded:
-		s := en.ext.state.(*counter.Sharded)
+		s := en.ext().state.(*counter.Sharded)
 		i := op.Shard - 1
 		if op.Shard == 0 {
 			i = rand.IntN(s.Len())
@@ -378,13 +388,13 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 		}
 		en.value = s.Value()
 	case KindPN:
-		p := en.ext.state.(*counter.PN)
+		p := en.ext().state.(*counter.PN)
 		if err := p.Add(e.cfg.NodeID, op.Delta); err != nil {
 			return mapErr(op.ID, err)
 		}
 		en.value = p.Value()
 	case KindWindow:
-		if err := en.ext.state.(*counter.Window).Add(time.Unix(0, now), op.Delta); err != nil {
+		if err := en.ext().state.(*counter.Window).Add(time.Unix(0, now), op.Delta); err != nil {
 			return mapErr(op.ID, err)
 		}
 	}

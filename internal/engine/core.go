@@ -172,14 +172,14 @@ type ref struct {
 	sh      *shard
 	shardNo int
 	idx     uint32
-	idRef   uint64
+	idRef   uint32
 	e       *entry
 }
 
 // lock locks r's entry and reports whether it still holds r's id; if not,
 // the entry is left unlocked and the caller looks the id up again.
 func (r *ref) lock() bool {
-	r.e.lock()
+	r.e.lockAs(hotGuess(r.idx))
 	if r.sh.refOf(r.idx) == r.idRef {
 		return true
 	}
@@ -210,7 +210,7 @@ func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 			return ref{}, false, fmt.Errorf("%w: shard full", ErrInvalidArgument)
 		}
 		en.lock()
-		en.flags |= flagDirty
+		en.setFlags(flagDirty)
 		sh.markDirty(i)
 		en.unlock()
 	}
@@ -285,10 +285,22 @@ func unlockAll(locked []*entry) {
 // Caller holds r's lock.
 func (e *Engine) touch(r *ref, now int64) {
 	en := r.e
-	en.version++
+	en.ver++
 	en.updated = now
-	if en.flags&flagDirty == 0 {
-		en.flags |= flagDirty
+	if en.flags()&flagDirty == 0 || en.ver == 0 {
+		touchSlow(r)
+	}
+}
+
+// touchSlow is the rest of touch, once per flush interval: the dirty mark
+// (and the version's carry into its high half, once per 2^32 changes).
+func touchSlow(r *ref) {
+	en := r.e
+	if en.ver == 0 {
+		en.carry()
+	}
+	if en.flags()&flagDirty == 0 {
+		en.setFlags(flagDirty)
 		r.sh.markDirty(r.idx)
 	}
 }
@@ -297,10 +309,10 @@ func (e *Engine) touch(r *ref, now int64) {
 // has passed. Caller holds r's lock.
 func (e *Engine) liveLocked(r *ref, now int64) bool {
 	en := r.e
-	if en == nil || en.kind == KindNone {
+	if en == nil || en.kind() == KindNone {
 		return false
 	}
-	if x := en.ext; x != nil && x.expires != 0 && x.expires <= now {
+	if x := en.ext(); x != nil && x.expires != 0 && x.expires <= now {
 		e.clearLocked(r)
 		return false
 	}
@@ -311,19 +323,23 @@ func (e *Engine) liveLocked(r *ref, now int64) bool {
 // the slot). Caller holds r's lock.
 func (e *Engine) clearLocked(r *ref) {
 	en := r.e
-	if en.kind != KindNone {
+	if en.kind() != KindNone {
 		e.keys.Add(-1)
 	}
-	if en.ext != nil && en.ext.expires != 0 {
-		e.expires.Add(-1)
+	if x := en.ext(); x != nil {
+		if x.expires != 0 {
+			e.expires.Add(-1)
+		}
+		if x.roll != nil {
+			en.setFlags(flagRollReset) // a deleted counter has no history
+		}
 	}
-	if en.ext != nil && en.ext.roll != nil {
-		en.flags |= flagRollReset // a deleted counter has no history
-	}
-	en.kind, en.value, en.ext = KindNone, 0, nil
-	en.version = 0
-	if en.flags&flagDirty == 0 {
-		en.flags |= flagDirty
+	en.setKind(KindNone)
+	en.value = 0
+	en.setExt(nil)
+	en.setVersion(0)
+	if en.flags()&flagDirty == 0 {
+		en.setFlags(flagDirty)
 		r.sh.markDirty(r.idx)
 	}
 }
@@ -332,19 +348,21 @@ func (e *Engine) clearLocked(r *ref) {
 // lock and r is live.
 func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	en := r.e
-	had := en.ext != nil && en.ext.expires != 0
+	x := en.ext()
+	had := x != nil && x.expires != 0
 	switch {
 	case at == 0 && had:
-		en.ext.expires = 0
+		x.expires = 0
 		e.expires.Add(-1)
-		if en.ext.state == nil && en.ext.roll == nil {
-			en.ext = nil
+		if x.state == nil && x.roll == nil {
+			en.setExt(nil)
 		}
 	case at != 0:
-		if en.ext == nil {
-			en.ext = &ext{}
+		if x == nil {
+			x = &ext{}
+			en.setExt(x)
 		}
-		en.ext.expires = at
+		x.expires = at
 		if !had {
 			e.expires.Add(1)
 			r.sh.trackTTL(r.idx)

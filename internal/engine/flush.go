@@ -121,10 +121,10 @@ func (e *Engine) flushOnce() error {
 			en.lock()
 			idRef := rp.Load()
 			id, _ := idOf(a, idRef)
-			en.flags &^= flagDirty
+			en.clearFlags(flagDirty)
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
-			if en.kind == KindNone {
+			if en.kind() == KindNone {
 				b.Delete(key, nil)
 				reap = append(reap, reapItem{no, i, idRef})
 			} else {
@@ -204,7 +204,7 @@ func (e *Engine) failCycle(c *cycle, err error) error {
 type reapItem struct {
 	shard int
 	idx   uint32
-	idRef uint64
+	idRef uint32
 }
 
 // reap frees the slots of counters whose deletion is on disk, unless they
@@ -215,7 +215,7 @@ func (e *Engine) reap(items []reapItem) {
 		sh.mu.Lock()
 		r := ref{sh: sh, shardNo: it.shard, idx: it.idx, idRef: it.idRef, e: sh.entryAt(it.idx)}
 		if r.lock() {
-			if r.e.kind == KindNone && r.e.flags&flagDirty == 0 {
+			if r.e.kind() == KindNone && r.e.flags()&flagDirty == 0 {
 				sh.removeLocked(it.idx, hashID(sh.idLocked(it.idx))) // unlocks
 			} else {
 				r.e.unlock()
@@ -235,8 +235,8 @@ func (e *Engine) markAllDirty() {
 		for i := 0; i < sh.nslab; i++ {
 			en := sh.entryAt(uint32(i))
 			en.lock()
-			if sh.refOf(uint32(i)) != 0 && en.flags&flagDirty == 0 {
-				en.flags |= flagDirty
+			if sh.refOf(uint32(i)) != 0 && en.flags()&flagDirty == 0 {
+				en.setFlags(flagDirty)
 				sh.markDirty(uint32(i))
 			}
 			en.unlock()
@@ -307,7 +307,7 @@ func (e *Engine) expireDue() {
 			}
 			r := ref{sh: sh, shardNo: no, idx: i, e: en}
 			en.lock()
-			if !e.liveLocked(&r, now) || en.ext == nil || en.ext.expires == 0 {
+			if !e.liveLocked(&r, now) || en.ext() == nil || en.ext().expires == 0 {
 				drop = append(drop, i)
 			}
 			en.unlock()

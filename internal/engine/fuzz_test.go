@@ -30,19 +30,19 @@ func FuzzDecodeEntry(f *testing.F) {
 	}
 	f.Add([]byte{entryFormat, byte(KindHash), 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var en entry
+		var en stored
 		if err := decodeEntry(b, &en); err != nil {
 			return
 		}
-		out, err := encodeEntry(nil, &en)
+		out, err := encodeStored(nil, &en)
 		if err != nil {
 			t.Fatalf("decoded entry does not encode: %v", err)
 		}
-		var again entry
+		var again stored
 		if err := decodeEntry(out, &again); err != nil {
 			t.Fatalf("re-encoded entry does not decode: %v", err)
 		}
-		out2, _ := encodeEntry(nil, &again)
+		out2, _ := encodeStored(nil, &again)
 		if !bytes.Equal(out, out2) {
 			t.Fatalf("encoding not stable: %x vs %x", out, out2)
 		}

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -14,72 +15,128 @@ import (
 // The in-memory index: ids are split over numShards shards by the top byte of
 // their xxhash. Each shard keeps
 //
-//   - a slab of entries in fixed chunks, so *entry pointers never move;
-//   - the id bytes in an arena of fixed chunks (no per-id allocation);
+//   - a slab of 24-byte entries in fixed chunks, so *entry pointers never
+//     move;
+//   - the id bytes in an arena of fixed chunks (no per-id allocation), each
+//     id as a length byte and its bytes;
 //   - an open-addressing table of uint32 slots: 8 bits of hash tag and the
 //     entry's slab index + 1 (0 = empty, tombstone = tag 0xFF, index 0).
 //
-// An idle counter costs about 80 bytes of heap (entry, id bytes, slots)
-// instead of the ~150 a map[string]*struct would.
+// An idle counter with a 24-byte id costs about 63 bytes of heap (entry,
+// id reference, id bytes, slots, chunk slack; BENCHMARKS.md) instead of the
+// ~150 a map[string]*struct would.
 //
 // Concurrency: lookups take no lock. Writers to the index (insert, remove,
 // resize, arena compaction) hold shard.mu and publish with atomic stores:
 // slots are stored atomically, the table, chunk list and arena are
-// published through atomic pointers, and an entry's idRef (arena epoch,
-// offset, length) is stored atomically after its bytes are written. A
-// reader that finds anything inconsistent (an arena from another epoch, an
-// index past the chunk list) falls back to a lookup under shard.mu.
+// published through atomic pointers, and an entry's id reference (a
+// logical arena offset) is stored atomically after its bytes are written.
+// Logical offsets only grow: a compacted arena starts where the one it
+// replaces ended, so a reference and an arena that do not belong together
+// fall outside the arena's range, and a reader that finds anything
+// inconsistent (a reference outside its arena, an index past the chunk
+// list) falls back to a lookup under shard.mu.
 //
 // Each entry carries its own lock word. The id reference of slot i lives in
 // a separate array (chunk.refs), so lookups read only cold, read-mostly
 // cache lines and a hot counter's own line moves between cores once per
-// operation. A reference is never reused for another id (arena offsets only
-// grow within an epoch), so "lock the entry, then check refs[i] still holds
-// the reference the lookup matched" proves the slot still holds that id.
-// All entry fields are guarded by the entry's lock.
+// operation. A reference is never reused for another id (offsets only grow,
+// until the 32-bit space wraps after 4 GiB of ids were written to one
+// shard), so "lock the entry, then check refs[i] still holds the reference
+// the lookup matched" proves the slot still holds that id. All entry
+// fields, and the chunk's side tables at the entry's index, are guarded by
+// the entry's lock.
 
 const (
 	numShards     = 256
-	slabChunk     = 256      // entries per slab chunk
-	arenaChunk    = 16 << 10 // bytes per arena chunk
-	arenaOffBits  = 14       // log2(arenaChunk)
+	slabChunk     = 218     // entries per slab chunk: a chunk is one 6 KiB size class
+	arenaChunk    = 4 << 10 // bytes per arena chunk
+	arenaOffBits  = 12      // log2(arenaChunk)
 	arenaOffMask  = arenaChunk - 1
-	maxShardEntry = 1<<24 - 2 // slab index + 1 must fit in 24 bits
+	arenaFirst    = arenaChunk // logical offset of the first arena (0 = no id)
+	maxShardEntry = 1<<24 - 2  // slab index + 1 must fit in 24 bits
 	slotEmpty     = 0
 	slotTombstone = 0xFF << 24
 	slotIndexMask = 1<<24 - 1
 	minTableSize  = 16
 )
 
-// entry is one counter: 40 bytes, plus 8 for its id reference in chunk.refs.
+// entry is one counter: 24 bytes, plus 4 for its id reference in
+// chunk.refs. What most counters do not need lives in side tables of the
+// entry's chunk, found from the entry's index in its chunk (kept in the
+// lock word): the ext pointer and the high 32 bits of the version (a
+// cluster owner's epoch, docs/cluster.md). Flags in the lock word say
+// whether an entry has either, so a plain counter never reads them.
 type entry struct {
-	value   int64 // counter value (KindCounter) or cached value of the state
-	version uint64
-	updated int64 // unix nanoseconds
-	ext     *ext  // nil for a plain counter without TTL
-	lk      atomic.Uint32
-	kind    Kind
-	flags   uint8
+	value   int64  // counter value (KindCounter) or cached value of the state
+	updated int64  // unix nanoseconds
+	ver     uint32 // low 32 bits of the version
+	// lk is the lock bit, the flags, the kind and the entry's index in its
+	// chunk. Only the lock's holder changes the flags and the kind (with
+	// atomic stores: waiters read the word to see the lock bit).
+	lk atomic.Uint32
 }
 
+// The lock word.
+const (
+	lockBit           uint32 = 1 << iota
+	flagDirty                // changed since the last flush; on the shard's dirty set
+	flagRollReset            // stored rollups of this id must be deleted (rollup.go)
+	flagRollResetting        // that deletion is in the flush being written
+	flagExt                  // chunk.xs holds the entry's ext
+	flagHi                   // chunk.hs holds the version's high 32 bits (non-zero)
+
+	kindShift        = 8
+	kindMask  uint32 = 0xF << kindShift
+	idxShift         = 12
+	idxMask   uint32 = 1<<9 - 1 // slabChunk entries
+
+	// rollFlags are the flags apply.go's undo log saves and restores.
+	rollFlags = flagRollReset | flagRollResetting
+)
+
 // chunk is a slab chunk. refs[i] locates entry i's id in the shard's arena
-// (epoch<<40 | len<<32 | offset; 0 when the slot is free); it is written
-// under shard.mu and read atomically.
+// (a logical offset; 0 when the slot is free); it is written under shard.mu
+// and read atomically. xs and hs are the side tables, allocated for the
+// first entry of the chunk that needs them.
 type chunk struct {
+	xs   atomic.Pointer[[slabChunk]*ext]
+	hs   atomic.Pointer[[slabChunk]uint32]
 	e    [slabChunk]entry
-	refs [slabChunk]atomic.Uint64
+	refs [slabChunk]atomic.Uint32
 }
+
+// Compile-time checks: a chunk with its allocation header fits the
+// 14336-byte size class, every kind fits its 4 bits, every index in a chunk
+// its 9 bits, and an entry is 24 bytes.
+const (
+	_ = uint(6144 - 8 - unsafe.Sizeof(chunk{}))
+	_ = uint(kindMask>>kindShift - uint32(kindLast))
+	_ = uint(idxMask - (slabChunk - 1))
+	_ = uint(24-unsafe.Sizeof(entry{})) + uint(unsafe.Sizeof(entry{})-24)
+)
+
+func newChunk() *chunk {
+	c := new(chunk)
+	for i := range c.e {
+		c.e[i].lk.Store(uint32(i) << idxShift)
+	}
+	return c
+}
+
+// chunk returns the chunk en is in, from en's index in it. en must be an
+// entry of a slab chunk.
+func (en *entry) chunk() *chunk {
+	i := int(en.lk.Load() >> idxShift & idxMask)
+	return (*chunk)(unsafe.Add(unsafe.Pointer(en), -int(unsafe.Offsetof(chunk{}.e))-i*int(unsafe.Sizeof(entry{}))))
+}
+
+func (en *entry) index() int { return int(en.lk.Load() >> idxShift & idxMask) }
 
 // dirtyBits is the dirty set of a slab chunk: bit i%64 of word i/64 is
 // entry i. It is a separate allocation so that a chunk stays exactly a
-// size class (12 KiB).
-type dirtyBits [slabChunk / 64]atomic.Uint64
-
-const (
-	flagDirty         uint8 = 1 << iota // changed since the last flush; on the shard's dirty set
-	flagRollReset                       // stored rollups of this id must be deleted (rollup.go)
-	flagRollResetting                   // that deletion is in the flush being written
-)
+// size class.
+type dirtyBits [(slabChunk + 63) / 64]atomic.Uint64
 
 // ext holds what most counters do not need.
 type ext struct {
@@ -93,11 +150,32 @@ type ext struct {
 // line instead of stealing it from the holder) and yields the processor
 // after a while, in case the holder was descheduled.
 func (en *entry) lock() {
-	if en.lk.CompareAndSwap(0, 1) {
+	if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
 		return
 	}
+	en.lockSlow()
+}
+
+// lockAs is lock for a caller that can guess the unlocked word: one
+// compare-and-swap with the guess takes the entry's cache line exclusive at
+// once, where lock's load first fetches it shared and the swap then fetches
+// it again (a second move between cores when a hot counter's line
+// alternates between them).
+func (en *entry) lockAs(guess uint32) {
+	if !en.lk.CompareAndSwap(guess, guess|lockBit) {
+		en.lock()
+	}
+}
+
+// hotGuess is the unlocked word of a plain counter at slab index i that
+// changed since the last flush: what a hot counter's word almost always is.
+func hotGuess(i uint32) uint32 {
+	return i%slabChunk<<idxShift | uint32(KindCounter)<<kindShift | flagDirty
+}
+
+func (en *entry) lockSlow() {
 	for spin := 0; ; spin++ {
-		if en.lk.Load() == 0 && en.lk.CompareAndSwap(0, 1) {
+		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
 			return
 		}
 		if spin >= 100 {
@@ -107,15 +185,124 @@ func (en *entry) lock() {
 	}
 }
 
-func (en *entry) unlock() { en.lk.Store(0) }
+// The methods below are for the lock's holder.
+
+func (en *entry) unlock() { en.lk.Store(en.lk.Load() &^ lockBit) }
+
+func (en *entry) kind() Kind { return Kind(en.lk.Load() & kindMask >> kindShift) }
+
+func (en *entry) setKind(k Kind) {
+	en.lk.Store(en.lk.Load()&^kindMask | uint32(k)<<kindShift&kindMask)
+}
+
+// flags returns the lock word; callers test flag bits in it.
+func (en *entry) flags() uint32 { return en.lk.Load() }
+
+func (en *entry) setFlags(f uint32) { en.lk.Store(en.lk.Load() | f) }
+
+func (en *entry) clearFlags(f uint32) { en.lk.Store(en.lk.Load() &^ f) }
+
+// plainCounter reports whether en is a KindCounter without ext (no TTL,
+// no rollups): the add fast path.
+func (en *entry) plainCounter() bool {
+	return en.lk.Load()&(kindMask|flagExt) == uint32(KindCounter)<<kindShift
+}
+
+func (en *entry) version() uint64 {
+	if en.lk.Load()&flagHi == 0 {
+		return uint64(en.ver)
+	}
+	return en.versionHi()
+}
+
+//go:noinline
+func (en *entry) versionHi() uint64 {
+	return uint64(en.chunk().hs.Load()[en.index()])<<32 | uint64(en.ver)
+}
+
+func (en *entry) setVersion(v uint64) {
+	en.ver = uint32(v)
+	hi := uint32(v >> 32)
+	w := en.lk.Load()
+	switch {
+	case hi != 0:
+		c := en.chunk()
+		hs := c.hs.Load()
+		if hs == nil {
+			c.hs.CompareAndSwap(nil, new([slabChunk]uint32))
+			hs = c.hs.Load()
+		}
+		hs[en.index()] = hi
+		if w&flagHi == 0 {
+			en.lk.Store(w | flagHi)
+		}
+	case w&flagHi != 0:
+		en.chunk().hs.Load()[en.index()] = 0
+		en.lk.Store(w &^ flagHi)
+	}
+}
+
+// incVersion adds one to the version.
+func (en *entry) incVersion() {
+	if en.ver++; en.ver == 0 {
+		en.carry()
+	}
+}
+
+// carry moves the version's high half up when its low half wrapped.
+//
+//go:noinline
+func (en *entry) carry() { en.setVersion(en.version() + 1<<32) }
+
+func (en *entry) ext() *ext {
+	if en.lk.Load()&flagExt == 0 {
+		return nil
+	}
+	return en.chunk().xs.Load()[en.index()]
+}
+
+func (en *entry) setExt(x *ext) {
+	w := en.lk.Load()
+	switch {
+	case x != nil:
+		c := en.chunk()
+		xs := c.xs.Load()
+		if xs == nil {
+			c.xs.CompareAndSwap(nil, new([slabChunk]*ext))
+			xs = c.xs.Load()
+		}
+		xs[en.index()] = x
+		if w&flagExt == 0 {
+			en.lk.Store(w | flagExt)
+		}
+	case w&flagExt != 0:
+		en.chunk().xs.Load()[en.index()] = nil
+		en.lk.Store(w &^ flagExt)
+	}
+}
+
+// reset makes en an empty KindNone entry with no flags (its lock bit and
+// index are kept).
+func (en *entry) reset() {
+	en.setExt(nil)
+	en.setVersion(0)
+	en.value, en.updated = 0, 0
+	en.lk.Store(en.lk.Load() & (lockBit | idxMask<<idxShift))
+}
 
 type table struct{ slots []uint32 } // slots are read and written atomically
 
+// arena holds a shard's ids. Offsets are logical: the byte at logical
+// offset base+c*arenaChunk+o is chunks[c][o]. Each id is a length byte
+// followed by its bytes, never across two chunks.
 type arena struct {
-	epoch  uint64
+	base   uint32
 	chunks []*[arenaChunk]byte
 	used   int // bytes used in the last chunk, guarded by shard.mu
 }
+
+// end is the logical offset after a's last chunk.
+func (a *arena) end() uint64 { return uint64(a.base) + uint64(len(a.chunks))*arenaChunk }
 
 type shard struct {
 	mu      sync.Mutex               // serializes writers of the fields below
@@ -152,7 +339,7 @@ func tagOf(h uint64) uint32 {
 
 // at returns the entry at slab index i and its id reference, or nil if the
 // chunk list seen does not reach it.
-func (s *shard) at(i uint32) (*entry, *atomic.Uint64) {
+func (s *shard) at(i uint32) (*entry, *atomic.Uint32) {
 	cp := s.chunks.Load()
 	if cp == nil || int(i/slabChunk) >= len(*cp) {
 		return nil, nil
@@ -163,24 +350,22 @@ func (s *shard) at(i uint32) (*entry, *atomic.Uint64) {
 
 func (s *shard) entryAt(i uint32) *entry { en, _ := s.at(i); return en }
 
-func (s *shard) refOf(i uint32) uint64 {
+func (s *shard) refOf(i uint32) uint32 {
 	_, r := s.at(i)
 	return r.Load()
 }
 
 // idOf returns the bytes of the id that ref locates in arena a, or false if
-// it is not in a (freed, or a was replaced by a compaction).
-func idOf(a *arena, ref uint64) ([]byte, bool) {
-	if ref == 0 || a == nil || ref>>40 != a.epoch {
+// it is not in a (freed, or a is an older or newer arena than ref's).
+// (0 is below every arena's base.)
+func idOf(a *arena, ref uint32) ([]byte, bool) {
+	if a == nil || ref < a.base || (ref-a.base)>>arenaOffBits >= uint32(len(a.chunks)) {
 		return nil, false
 	}
-	n, off := uint32(ref>>32)&0xFF, uint32(ref)
-	c := int(off >> arenaOffBits)
-	if c >= len(a.chunks) {
-		return nil, false
-	}
-	o := off & arenaOffMask
-	return a.chunks[c][o : o+n], true
+	rel := ref - a.base
+	o := rel & arenaOffMask
+	// A record never crosses its chunk's end; min keeps a torn one in it.
+	return a.chunks[rel>>arenaOffBits][o+1 : min(o+1+uint32(a.chunks[rel>>arenaOffBits][o]), arenaChunk)], true
 }
 
 // idLocked returns a copy of the id of slab index i. Caller holds mu.
@@ -192,7 +377,7 @@ func (s *shard) idLocked(i uint32) string {
 // find returns the slab index, entry and id reference of id without
 // locking. A miss may be spurious while a writer reorganises the shard;
 // callers that must know call findLocked.
-func (s *shard) find(id string, h uint64) (uint32, *entry, uint64, bool) {
+func (s *shard) find(id string, h uint64) (uint32, *entry, uint32, bool) {
 	t := s.tab.Load()
 	if t == nil {
 		return 0, nil, 0, false
@@ -222,13 +407,13 @@ func (s *shard) find(id string, h uint64) (uint32, *entry, uint64, bool) {
 }
 
 // findLocked is find under mu, where it cannot miss spuriously.
-func (s *shard) findLocked(id string, h uint64) (uint32, *entry, uint64, bool) {
+func (s *shard) findLocked(id string, h uint64) (uint32, *entry, uint32, bool) {
 	return s.find(id, h)
 }
 
 // insertLocked adds id, which must not be present, and returns its new
 // entry (KindNone, unlocked) and id reference. Caller holds mu.
-func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint64, bool) {
+func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint32, bool) {
 	t := s.tab.Load()
 	if t == nil || (s.used+s.tombs+1)*4 >= len(t.slots)*3 {
 		t = s.resizeLocked()
@@ -252,7 +437,7 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint64, bool)
 			}
 			nb := append(oldBits[:len(oldBits):len(oldBits)], new(dirtyBits))
 			s.dbits.Store(&nb) // before the chunk: markDirty finds the bits of any chunk it sees
-			nc := append(old[:len(old):len(old)], new(chunk))
+			nc := append(old[:len(old):len(old)], newChunk())
 			s.chunks.Store(&nc)
 		}
 		i = uint32(s.nslab)
@@ -261,8 +446,7 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint64, bool)
 	en, rp := s.at(i)
 	// Lock it: scans (Scan, the janitor) lock entries by slab index.
 	en.lock()
-	en.value, en.version, en.updated, en.ext = 0, 0, 0, nil
-	en.kind, en.flags = KindNone, 0
+	en.reset()
 	ref := s.appendIDLocked(id)
 	rp.Store(ref)
 	en.unlock()
@@ -313,24 +497,34 @@ func (s *shard) resizeLocked() *table {
 	return t
 }
 
-// appendIDLocked copies id into the arena and returns its idRef.
-func (s *shard) appendIDLocked(id string) uint64 {
+// appendIDLocked copies id into the arena and returns its reference.
+func (s *shard) appendIDLocked(id string) uint32 {
 	a := s.ar.Load()
 	if a == nil {
-		a = &arena{epoch: 1}
+		a = &arena{base: arenaFirst}
 		s.ar.Store(a)
 	}
-	if len(a.chunks) == 0 || a.used+len(id) > arenaChunk {
-		// Publish a new arena value (same epoch, one more chunk): readers
-		// may be reading the old value's chunk list.
-		chunks := append(a.chunks[:len(a.chunks):len(a.chunks)], new([arenaChunk]byte))
-		a = &arena{epoch: a.epoch, chunks: chunks}
-		s.ar.Store(a)
+	if len(a.chunks) == 0 || a.used+1+len(id) > arenaChunk {
+		if a.end()+arenaChunk > 1<<32 {
+			// The logical offsets would wrap: start again from the
+			// bottom with the live ids (a reference can only be
+			// reused after 4 GiB of ids were written to this shard).
+			s.compactArenaLocked(arenaFirst)
+			a = s.ar.Load()
+		}
+		if len(a.chunks) == 0 || a.used+1+len(id) > arenaChunk {
+			// Publish a new arena value (same base, one more chunk):
+			// readers may be reading the old value's chunk list.
+			chunks := append(a.chunks[:len(a.chunks):len(a.chunks)], new([arenaChunk]byte))
+			a = &arena{base: a.base, chunks: chunks}
+			s.ar.Store(a)
+		}
 	}
 	c := len(a.chunks) - 1
-	copy(a.chunks[c][a.used:], id)
-	ref := a.epoch<<40 | uint64(len(id))<<32 | uint64(c)<<arenaOffBits | uint64(a.used)
-	a.used += len(id)
+	a.chunks[c][a.used] = byte(len(id))
+	copy(a.chunks[c][a.used+1:], id)
+	ref := a.base + uint32(c)<<arenaOffBits + uint32(a.used)
+	a.used += 1 + len(id)
 	return ref
 }
 
@@ -351,37 +545,54 @@ func (s *shard) removeLocked(i uint32, h uint64) {
 		}
 	}
 	en, rp := s.at(i)
-	s.garbage += int(rp.Load()>>32) & 0xFF
+	a := s.ar.Load()
+	if b, ok := idOf(a, rp.Load()); ok {
+		s.garbage += 1 + len(b)
+	}
 	rp.Store(0)
-	en.value, en.version, en.updated, en.ext, en.kind, en.flags = 0, 0, 0, nil, KindNone, 0
+	en.reset()
 	en.unlock()
 	s.free = append(s.free, i)
 	s.used--
 	s.tombs++
-	if a := s.ar.Load(); s.garbage > arenaChunk*4 && s.garbage*2 > len(a.chunks)*arenaChunk {
-		s.compactArenaLocked()
+	if s.garbage > arenaChunk*16 && s.garbage*2 > len(a.chunks)*arenaChunk {
+		s.compactArenaLocked(a.end())
 	}
 }
 
-// compactArenaLocked copies live ids into an arena of the next epoch.
-// Readers holding an idRef of the old epoch see it does not match and look
-// again under mu.
-func (s *shard) compactArenaLocked() {
+// compactArenaLocked copies live ids into a new arena starting at logical
+// offset base, past the end of the current one, or at the bottom if the
+// offsets would wrap before the live ids fit. Readers holding a reference
+// into the old arena find it outside the new one and look again under mu.
+func (s *shard) compactArenaLocked(base uint64) {
 	old := s.ar.Load()
-	na := &arena{epoch: old.epoch + 1}
-	refs := make(map[*atomic.Uint64]uint64)
-	s.ar.Store(na)
 	t := s.tab.Load()
-	for _, v := range t.slots {
-		if v == slotEmpty || v == slotTombstone {
-			continue
+	var live []*atomic.Uint32
+	size := uint64(0)
+	if t != nil {
+		for _, v := range t.slots {
+			if v == slotEmpty || v == slotTombstone {
+				continue
+			}
+			_, rp := s.at(v&slotIndexMask - 1)
+			b, _ := idOf(old, rp.Load())
+			live = append(live, rp)
+			size += uint64(1 + len(b))
 		}
-		_, rp := s.at(v&slotIndexMask - 1)
-		b, _ := idOf(old, rp.Load())
-		refs[rp] = s.appendIDLocked(string(b))
 	}
-	for rp, ref := range refs {
-		rp.Store(ref)
+	// Each chunk but the last wastes less than one longest id.
+	need := (size/(arenaChunk-1-MaxIDLen) + 2) * arenaChunk
+	if base < arenaFirst || base+need > 1<<32 {
+		base = arenaFirst
+	}
+	s.ar.Store(&arena{base: uint32(base)})
+	refs := make([]uint32, len(live))
+	for i, rp := range live {
+		b, _ := idOf(old, rp.Load())
+		refs[i] = s.appendIDLocked(string(b))
+	}
+	for i, rp := range live {
+		rp.Store(refs[i])
 	}
 	s.garbage = 0
 }
@@ -390,7 +601,8 @@ func (s *shard) compactArenaLocked() {
 // lock and has just set flagDirty.
 func (s *shard) markDirty(i uint32) {
 	bp := s.dbits.Load()
-	(*bp)[i/slabChunk][i%slabChunk/64].Or(1 << (i % 64))
+	j := i % slabChunk
+	(*bp)[i/slabChunk][j/64].Or(1 << (j % 64))
 	s.ndirty.Add(1)
 }
 

@@ -17,21 +17,21 @@ import (
 // kind and version in res.
 func (e *Engine) changedLocked(r *ref, now int64, res *Result) {
 	e.touch(r, now)
-	res.Kind, res.Version, res.Changed = r.e.kind, r.e.version, true
+	res.Kind, res.Version, res.Changed = r.e.kind(), r.e.version(), true
 }
 
 // deletedLocked deletes the live counter r and reports it in res with the
 // version it is deleted at (a tombstone's, replica.go).
 func (e *Engine) deletedLocked(r *ref, res *Result) {
-	res.Kind, res.Version, res.Changed = r.e.kind, r.e.version+1, true
+	res.Kind, res.Version, res.Changed = r.e.kind(), r.e.version()+1, true
 	e.clearLocked(r)
 }
 
 // additiveValue is the value an add or set reports: a window counter's sum
 // at now, else the entry's value.
 func additiveValue(en *entry, now int64) int64 {
-	if en.kind == KindWindow {
-		return en.ext.state.(*counter.Window).Sum(time.Unix(0, now))
+	if en.kind() == KindWindow {
+		return en.ext().state.(*counter.Window).Sum(time.Unix(0, now))
 	}
 	return en.value
 }
@@ -42,11 +42,11 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 	if k == KindFloat {
 		return e.applyAddFloat(r, op, now, live, res)
 	}
-	if live && en.kind == KindFloat && (k == KindNone || k == KindCounter) {
+	if live && en.kind() == KindFloat && (k == KindNone || k == KindCounter) {
 		// Redis's INCR after INCRBYFLOAT: an integer value is a counter again.
-		v, ok := en.ext.state.(*counter.Float).Int64()
+		v, ok := en.ext().state.(*counter.Float).Int64()
 		if !ok {
-			t := en.ext.state.(*counter.Float).Text()
+			t := en.ext().state.(*counter.Float).Text()
 			if len(t) > 40 {
 				t = t[:40] + "..."
 			}
@@ -58,8 +58,8 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 		e.setKindLocked(r, KindCounter, v, nil)
 	}
 	if live {
-		if !en.kind.Additive() || (k != KindNone && k != en.kind) {
-			return wrongKind(op.ID, en.kind, op.Type)
+		if !en.kind().Additive() || (k != KindNone && k != en.kind()) {
+			return wrongKind(op.ID, en.kind(), op.Type)
 		}
 	} else {
 		if k == KindNone {
@@ -75,7 +75,7 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 		}
 		return err
 	}
-	if x := en.ext; x != nil && x.roll != nil {
+	if x := en.ext(); x != nil && x.roll != nil {
 		x.roll.Add(now, op.Delta)
 	}
 	e.changedLocked(r, now, res)
@@ -95,8 +95,8 @@ func (e *Engine) checkExpireAt(op *Op, now int64) error {
 // it, or converting a counter of kind counter (its int64 is exact).
 func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindFloat && en.kind != KindCounter {
-		return wrongKind(op.ID, en.kind, op.Type)
+	if live && en.kind() != KindFloat && en.kind() != KindCounter {
+		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	d, err := counter.ParseFloat(op.Float)
 	if err != nil {
@@ -106,10 +106,10 @@ func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result
 	switch {
 	case !live:
 		f = &counter.Float{}
-	case en.kind == KindCounter:
+	case en.kind() == KindCounter:
 		f = counter.FloatOf(en.value)
 	default:
-		f = en.ext.state.(*counter.Float).Clone()
+		f = en.ext().state.(*counter.Float).Clone()
 	}
 	if _, err := f.AddValue(d); err != nil {
 		return fmt.Errorf("%w: %q", ErrFloatRange, op.ID)
@@ -119,11 +119,11 @@ func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result
 		if err := e.create(r, KindFloat, op); err != nil {
 			return err
 		}
-		en.ext.state = f
-	case en.kind == KindCounter:
+		en.ext().state = f
+	case en.kind() == KindCounter:
 		e.setKindLocked(r, KindFloat, 0, f)
 	default:
-		en.ext.state = f
+		en.ext().state = f
 	}
 	e.changedLocked(r, now, res)
 	res.Float = f.Text()
@@ -135,36 +135,38 @@ func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result
 // float, the two kinds Redis converts between). Caller holds r's lock.
 func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
 	en := r.e
-	en.kind, en.value = k, v
-	switch {
+	en.setKind(k)
+	en.value = v
+	switch x := en.ext(); {
 	case st != nil:
-		if en.ext == nil {
-			en.ext = &ext{}
+		if x == nil {
+			x = &ext{}
+			en.setExt(x)
 		}
-		en.ext.state = st
-	case en.ext != nil:
-		en.ext.state = nil
-		if en.ext.expires == 0 && en.ext.roll == nil {
-			en.ext = nil
+		x.state = st
+	case x != nil:
+		x.state = nil
+		if x.expires == 0 && x.roll == nil {
+			en.setExt(nil)
 		}
 	}
 }
 
 func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindCounter && en.kind != KindFloat {
-		return wrongKind(op.ID, en.kind, op.Type)
+	if live && en.kind() != KindCounter && en.kind() != KindFloat {
+		return wrongKind(op.ID, en.kind(), op.Type)
 	}
-	if op.CheckVersion && ((live && en.version != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
+	if op.CheckVersion && ((live && en.version() != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
 		have := uint64(0)
 		if live {
-			have = en.version
+			have = en.version()
 		}
 		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, op.ID, have, op.ExpectedVersion)
 	}
 	if (op.SetMode == SetIfAbsent && live) || (op.SetMode == SetIfExists && !live) {
 		if live {
-			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+			res.Kind, res.Value, res.Version = en.kind(), en.value, en.version()
 		}
 		return nil
 	}
@@ -173,7 +175,7 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	if !live {
 		e.create(r, KindCounter, op)
-	} else if en.kind == KindFloat { // Redis SET overwrites any string
+	} else if en.kind() == KindFloat { // Redis SET overwrites any string
 		e.setKindLocked(r, KindCounter, 0, nil)
 	}
 	en.value = op.Value
@@ -216,8 +218,8 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 		e.deletedLocked(r, res)
 		return nil
 	case ttl == 0:
-		if en.ext == nil || en.ext.expires == 0 {
-			res.Kind, res.Value, res.Version = en.kind, en.value, en.version
+		if x := en.ext(); x == nil || x.expires == 0 {
+			res.Kind, res.Value, res.Version = en.kind(), en.value, en.version()
 			return nil
 		}
 		e.setExpiresLocked(r, 0)
@@ -230,8 +232,8 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 
 func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindHLL {
-		return wrongKind(op.ID, en.kind, op.Type)
+	if live && en.kind() != KindHLL {
+		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	if !live {
 		if err := e.create(r, KindHLL, op); err != nil {
@@ -239,9 +241,9 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 		}
 		res.Changed = true // like Redis: creating the key counts as a change
 	}
-	h := en.ext.state.(*counter.HLL)
+	h := en.ext().state.(*counter.HLL)
 	rollChanged := false
-	if roll := en.ext.roll; roll == nil {
+	if roll := en.ext().roll; roll == nil {
 		for _, it := range op.Items {
 			if h.Add(it) {
 				res.Changed = true
@@ -265,7 +267,7 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 		if rollChanged { // today's sketch changed, the counter did not
 			e.markDirtyLocked(r)
 		}
-		res.Kind, res.Version = en.kind, en.version
+		res.Kind, res.Version = en.kind(), en.version()
 		return nil
 	}
 	e.changedLocked(r, now, res)
@@ -274,8 +276,8 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 
 func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, res *Result) error {
 	en := r.e
-	if live && en.kind != KindHLL {
-		return wrongKind(op.ID, en.kind, op.Type)
+	if live && en.kind() != KindHLL {
+		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	var hs []*counter.HLL
 	for i := range srcs {
@@ -283,14 +285,14 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 		if s.e == nil || s.e == en || !e.liveLocked(s, now) {
 			continue
 		}
-		if s.e.kind != KindHLL {
-			return wrongKind(op.Sources[i], s.e.kind, op.Type)
+		if s.e.kind() != KindHLL {
+			return wrongKind(op.Sources[i], s.e.kind(), op.Type)
 		}
-		hs = append(hs, s.e.ext.state.(*counter.HLL))
+		hs = append(hs, s.e.ext().state.(*counter.HLL))
 	}
 	var dst *counter.HLL
 	if live {
-		dst = en.ext.state.(*counter.HLL).Clone()
+		dst = en.ext().state.(*counter.HLL).Clone()
 	} else {
 		p := op.HLLPrecision
 		if p == 0 && len(hs) > 0 {
@@ -312,8 +314,8 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 	if !live {
 		e.create(r, KindHLL, op)
 	}
-	en.ext.state = dst
-	if roll := en.ext.roll; roll != nil {
+	en.ext().state = dst
+	if roll := en.ext().roll; roll != nil {
 		for _, h := range hs {
 			if err := roll.MergeSketch(now, h); err != nil {
 				return mapErr(op.ID, err)
@@ -329,13 +331,13 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 // if r is a counter of another kind.
 func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
 	en := r.e
-	if live && en.kind != KindHash {
-		return nil, wrongKind(op.ID, en.kind, op.Type)
+	if live && en.kind() != KindHash {
+		return nil, wrongKind(op.ID, en.kind(), op.Type)
 	}
 	if !live {
 		e.create(r, KindHash, op)
 	}
-	return en.ext.state.(*counter.Hash), nil
+	return en.ext().state.(*counter.Hash), nil
 }
 
 func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
@@ -368,7 +370,7 @@ func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) er
 	n := h.Set(fs, op.SetMode == SetIfAbsent)
 	res.Value = int64(n)
 	if n == 0 && op.SetMode == SetIfAbsent {
-		res.Kind, res.Version = en.kind, en.version
+		res.Kind, res.Version = en.kind(), en.version()
 		return nil
 	}
 	e.changedLocked(r, now, res)
@@ -380,15 +382,15 @@ func (e *Engine) applyHDel(r *ref, op *Op, now int64, live bool, res *Result) er
 		return nil
 	}
 	en := r.e
-	if en.kind != KindHash {
-		return wrongKind(op.ID, en.kind, op.Type)
+	if en.kind() != KindHash {
+		return wrongKind(op.ID, en.kind(), op.Type)
 	}
-	h := en.ext.state.(*counter.Hash)
+	h := en.ext().state.(*counter.Hash)
 	n := h.Del(op.Names...)
 	res.Value = int64(n)
 	switch {
 	case n == 0:
-		res.Kind, res.Version = en.kind, en.version
+		res.Kind, res.Version = en.kind(), en.version()
 	case h.Len() == 0: // like Redis: a hash without fields does not exist
 		e.deletedLocked(r, res)
 	default:

@@ -33,15 +33,15 @@ func (e *Engine) Get(id string) (View, error) {
 // viewLocked fills v from the live entry r. Caller holds r's lock.
 func (e *Engine) viewLocked(r *ref, now int64, v *View) {
 	en := r.e
-	v.Kind, v.Exists, v.Value, v.Version = en.kind, true, en.value, en.version
+	v.Kind, v.Exists, v.Value, v.Version = en.kind(), true, en.value, en.version()
 	v.UpdatedAt = time.Unix(0, en.updated).UTC()
-	if en.ext == nil {
+	if en.ext() == nil {
 		return
 	}
-	if en.ext.expires != 0 {
-		v.ExpiresAt = time.Unix(0, en.ext.expires).UTC()
+	if en.ext().expires != 0 {
+		v.ExpiresAt = time.Unix(0, en.ext().expires).UTC()
 	}
-	switch s := en.ext.state.(type) {
+	switch s := en.ext().state.(type) {
 	case *counter.Sharded:
 		v.Shards, v.ShardSlots = s.Shards(), s.Slots()
 	case *counter.PN:
@@ -71,10 +71,10 @@ func (e *Engine) HGet(id, field string) (int64, bool, error) {
 	if !e.liveLocked(&r, e.nowNano()) {
 		return 0, false, nil
 	}
-	if r.e.kind != KindHash {
-		return 0, false, wrongKind(id, r.e.kind, OpHAdd)
+	if r.e.kind() != KindHash {
+		return 0, false, wrongKind(id, r.e.kind(), OpHAdd)
 	}
-	v, ok := r.e.ext.state.(*counter.Hash).Get(field)
+	v, ok := r.e.ext().state.(*counter.Hash).Get(field)
 	return v, ok, nil
 }
 
@@ -101,9 +101,9 @@ func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
 		}
 		var err error
 		if e.liveLocked(&r, e.nowNano()) {
-			if r.e.kind != KindHLL {
-				err = wrongKind(id, r.e.kind, OpPFAdd)
-			} else if h := r.e.ext.state.(*counter.HLL); union == nil {
+			if r.e.kind() != KindHLL {
+				err = wrongKind(id, r.e.kind(), OpPFAdd)
+			} else if h := r.e.ext().state.(*counter.HLL); union == nil {
 				union = h.Clone()
 			} else {
 				err = mapErr(id, union.Merge(h))
@@ -135,7 +135,7 @@ func (e *Engine) TTL(id string) (ttl time.Duration, hasTTL, exists bool) {
 	if !e.liveLocked(&r, now) {
 		return 0, false, false
 	}
-	if x := r.e.ext; x != nil && x.expires != 0 {
+	if x := r.e.ext(); x != nil && x.expires != 0 {
 		return time.Duration(x.expires - now), true, true
 	}
 	return 0, false, true
@@ -207,12 +207,12 @@ func (e *Engine) Aggregate(prefix string) (Aggregate, error) {
 	var err error
 	for no := 0; no < numShards && err == nil; no++ {
 		e.each(no, 0, func(id []byte, r *ref, now int64) bool {
-			if !strings.HasPrefix(string(id), prefix) || !r.e.kind.Additive() {
+			if !strings.HasPrefix(string(id), prefix) || !r.e.kind().Additive() {
 				return true
 			}
 			v := r.e.value
-			if r.e.kind == KindWindow {
-				v = r.e.ext.state.(*counter.Window).Sum(time.Unix(0, now))
+			if r.e.kind() == KindWindow {
+				v = r.e.ext().state.(*counter.Window).Sum(time.Unix(0, now))
 			}
 			if a.Value, err = counter.AddInt64(a.Value, v); err != nil {
 				err = fmt.Errorf("%w: sum of %q*", ErrOverflow, prefix)

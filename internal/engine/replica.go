@@ -88,12 +88,13 @@ func (e *Engine) Export(id string) (s State, ok bool, err error) {
 
 // exportLocked returns the state of the live entry en. Caller holds its lock.
 func exportLocked(id string, en *entry) (State, error) {
-	s := State{ID: id, Kind: en.kind, Version: en.version, UpdatedAt: en.updated}
-	if en.ext != nil {
-		s.ExpiresAt = en.ext.expires
+	st := storedOf(en)
+	s := State{ID: id, Kind: st.kind, Version: st.version, UpdatedAt: st.updated}
+	if st.ext != nil {
+		s.ExpiresAt = st.ext.expires
 	}
 	var err error
-	if s.Data, err = appendData(nil, en); err != nil {
+	if s.Data, err = appendData(nil, &st); err != nil {
 		return State{}, fmt.Errorf("engine: export %q: %w", id, err)
 	}
 	return s, nil
@@ -212,14 +213,14 @@ func (e *Engine) mergeOne(s *State, in *incoming) (bool, error) {
 	live := e.liveLocked(&r, now)
 	switch {
 	case gone:
-		if !live || s.Version < en.version {
+		if !live || s.Version < en.version() {
 			return false, nil
 		}
 		e.clearLocked(&r)
 	case !live:
 		e.adoptLocked(&r, s, in)
-	case en.kind != s.Kind:
-		if s.Version <= en.version {
+	case en.kind() != s.Kind:
+		if s.Version <= en.version() {
 			return false, nil
 		}
 		e.clearLocked(&r)
@@ -227,17 +228,18 @@ func (e *Engine) mergeOne(s *State, in *incoming) (bool, error) {
 	case s.Kind == KindPN || s.Kind == KindSharded || s.Kind == KindHLL:
 		return e.joinLocked(&r, s, in), nil
 	default:
-		if s.Version <= en.version {
+		if s.Version <= en.version() {
 			return false, nil
 		}
 		en.value = in.value
-		if en.ext != nil {
-			en.ext.state = in.st
+		if en.ext() != nil {
+			en.ext().state = in.st
 		} else if in.st != nil {
-			en.ext = &ext{state: in.st}
+			en.setExt(&ext{state: in.st})
 		}
 		e.setExpiresLocked(&r, s.ExpiresAt)
-		en.version, en.updated = s.Version, s.UpdatedAt
+		en.setVersion(s.Version)
+		en.updated = s.UpdatedAt
 		e.markDirtyLocked(&r)
 	}
 	return true, nil
@@ -251,9 +253,11 @@ func (e *Engine) adoptLocked(r *ref, s *State, in *incoming) {
 		_ = sh.SetReplica(e.cfg.NodeID)
 		in.value = sh.Value()
 	}
-	en.kind, en.value, en.version, en.updated = s.Kind, in.value, s.Version, s.UpdatedAt
+	en.setKind(s.Kind)
+	en.setVersion(s.Version)
+	en.value, en.updated = in.value, s.UpdatedAt
 	if in.st != nil {
-		en.ext = &ext{state: in.st}
+		en.setExt(&ext{state: in.st})
 	}
 	e.attachRollLocked(r, s.ID, s.Kind)
 	e.keys.Add(1)
@@ -266,7 +270,7 @@ func (e *Engine) adoptLocked(r *ref, s *State, in *incoming) {
 func (e *Engine) joinLocked(r *ref, s *State, in *incoming) bool {
 	en := r.e
 	changed := false
-	switch st := en.ext.state.(type) {
+	switch st := en.ext().state.(type) {
 	case *counter.PN:
 		before := st.Clone()
 		st.Merge(in.st.(*counter.PN))
@@ -281,14 +285,14 @@ func (e *Engine) joinLocked(r *ref, s *State, in *incoming) bool {
 		after, _ := st.MarshalBinary()
 		changed = !bytes.Equal(before, after)
 	}
-	if s.Version > en.version && s.ExpiresAt != en.ext.expires {
+	if s.Version > en.version() && s.ExpiresAt != en.ext().expires {
 		e.setExpiresLocked(r, s.ExpiresAt)
 		changed = true
 	}
 	if !changed {
 		return false
 	}
-	en.version = max(en.version, s.Version) + 1
+	en.setVersion(max(en.version(), s.Version) + 1)
 	en.updated = max(en.updated, s.UpdatedAt)
 	e.markDirtyLocked(r)
 	return true
@@ -313,7 +317,7 @@ func (e *Engine) Drop(ctx context.Context, id string, version uint64) (bool, err
 		return false, err
 	}
 	defer r.e.unlock()
-	if !e.liveLocked(&r, e.nowNano()) || r.e.version != version {
+	if !e.liveLocked(&r, e.nowNano()) || r.e.version() != version {
 		return false, nil
 	}
 	e.clearLocked(&r)
@@ -341,9 +345,9 @@ func (e *Engine) RaiseVersion(id string, floor uint64) (version uint64, ok bool,
 	if !e.liveLocked(&r, e.nowNano()) {
 		return 0, false, nil
 	}
-	if r.e.version < floor {
-		r.e.version = floor | r.e.version&(1<<32-1) // >= floor
+	if r.e.version() < floor {
+		r.e.setVersion(floor | r.e.version()&(1<<32-1)) // >= floor
 		e.markDirtyLocked(&r)
 	}
-	return r.e.version, true, nil
+	return r.e.version(), true, nil
 }

@@ -99,30 +99,30 @@ func (e *Engine) attachRollLocked(r *ref, id string, k Kind) {
 		return
 	}
 	en := r.e
-	st.SetNoStore(en.flags&(flagRollReset|flagRollResetting) != 0)
-	if en.ext == nil {
-		en.ext = &ext{}
+	st.SetNoStore(en.flags()&(flagRollReset|flagRollResetting) != 0)
+	if en.ext() == nil {
+		en.setExt(&ext{})
 	}
-	en.ext.roll = st
+	en.ext().roll = st
 }
 
 // detachRollLocked drops r's rollup state and schedules the deletion of its
 // stored rollups. Caller holds r's lock.
 func (e *Engine) detachRollLocked(r *ref) {
 	en := r.e
-	en.ext.roll = nil
-	if en.ext.state == nil && en.ext.expires == 0 {
-		en.ext = nil
+	en.ext().roll = nil
+	if en.ext().state == nil && en.ext().expires == 0 {
+		en.setExt(nil)
 	}
-	en.flags |= flagRollReset
+	en.setFlags(flagRollReset)
 	e.markDirtyLocked(r)
 }
 
 // markDirtyLocked puts r on the dirty set without a new version. Caller
 // holds r's lock.
 func (e *Engine) markDirtyLocked(r *ref) {
-	if r.e.flags&flagDirty == 0 {
-		r.e.flags |= flagDirty
+	if r.e.flags()&flagDirty == 0 {
+		r.e.setFlags(flagDirty)
 		r.sh.markDirty(r.idx)
 	}
 }
@@ -249,12 +249,12 @@ func (e *Engine) applyRollups(key string) {
 func (e *Engine) reconcileLocked(r *ref, id string) {
 	spec := e.rollupSpec(id)
 	var cur *rollup.State
-	if r.e.ext != nil {
-		cur = r.e.ext.roll
+	if r.e.ext() != nil {
+		cur = r.e.ext().roll
 	}
 	switch {
 	case cur == nil && spec != nil:
-		e.attachRollLocked(r, id, r.e.kind)
+		e.attachRollLocked(r, id, r.e.kind())
 		e.markDirtyLocked(r)
 	case cur != nil && spec == nil:
 		e.detachRollLocked(r)
@@ -308,24 +308,24 @@ func (e *Engine) loadRollupHeads() error {
 		h := hashID(id)
 		sh := &e.shards[shardOf(h)]
 		_, en, _, ok := sh.findLocked(id, h)
-		if !ok || en.kind == KindNone {
+		if !ok || en.kind() == KindNone {
 			continue
 		}
 		spec := e.rollupSpec(id)
-		if newRollState(spec, en.kind) == nil {
+		if newRollState(spec, en.kind()) == nil {
 			continue
 		}
-		st, err := rollup.UnmarshalHead(spec, en.kind == KindHLL, it.Value())
+		st, err := rollup.UnmarshalHead(spec, en.kind() == KindHLL, it.Value())
 		if err != nil {
 			return fmt.Errorf("engine: load rollups of %q: %w", id, err)
 		}
 		if st == nil {
 			continue
 		}
-		if en.ext == nil {
-			en.ext = &ext{}
+		if en.ext() == nil {
+			en.setExt(&ext{})
 		}
-		en.ext.roll = st
+		en.ext().roll = st
 	}
 	if err := it.Error(); err != nil {
 		return err
@@ -336,11 +336,11 @@ func (e *Engine) loadRollupHeads() error {
 		for i := 0; i < sh.nslab; i++ {
 			en, rp := sh.at(uint32(i))
 			id, ok := idOf(a, rp.Load())
-			if !ok || en.kind == KindNone || (en.ext != nil && en.ext.roll != nil) {
+			if !ok || en.kind() == KindNone || (en.ext() != nil && en.ext().roll != nil) {
 				continue
 			}
 			r := ref{sh: sh, shardNo: no, idx: uint32(i), e: en}
-			e.attachRollLocked(&r, string(id), en.kind)
+			e.attachRollLocked(&r, string(id), en.kind())
 		}
 	}
 	return nil
@@ -387,7 +387,7 @@ type rollFlush struct {
 	id     string
 	shard  int
 	idx    uint32
-	idRef  uint64
+	idRef  uint32
 	reset  bool // delete the id's stored rollups first
 	state  bool // data holds the entry's state
 	closed bool // data has closed chunks or sketches
@@ -396,18 +396,19 @@ type rollFlush struct {
 
 // takeRollupLocked returns what the flusher must write for the dirty entry
 // en, if anything. Caller holds en's lock, the gate and the shard's mutex.
-func (e *Engine) takeRollupLocked(en *entry, id []byte, no int, i uint32, idRef uint64, gen uint64) (rollFlush, bool, error) {
-	hasState := en.kind != KindNone && en.ext != nil && en.ext.roll != nil
-	if en.flags&flagRollReset == 0 && !hasState {
+func (e *Engine) takeRollupLocked(en *entry, id []byte, no int, i uint32, idRef uint32, gen uint64) (rollFlush, bool, error) {
+	hasState := en.kind() != KindNone && en.ext() != nil && en.ext().roll != nil
+	if en.flags()&flagRollReset == 0 && !hasState {
 		return rollFlush{}, false, nil
 	}
 	rf := rollFlush{id: string(id), shard: no, idx: i, idRef: idRef}
-	if en.flags&flagRollReset != 0 {
+	if en.flags()&flagRollReset != 0 {
 		rf.reset = true
-		en.flags = en.flags&^flagRollReset | flagRollResetting
+		en.clearFlags(flagRollReset)
+		en.setFlags(flagRollResetting)
 	}
 	if hasState {
-		d, err := en.ext.roll.TakeFlush(gen)
+		d, err := en.ext().roll.TakeFlush(gen)
 		if err != nil {
 			return rf, true, err
 		}
@@ -494,10 +495,10 @@ func (e *Engine) rollupsCommitted(rfs []rollFlush, gen uint64) {
 			continue
 		}
 		en := r.e
-		en.flags &^= flagRollResetting
-		if x := en.ext; x != nil && x.roll != nil {
+		en.clearFlags(flagRollResetting)
+		if x := en.ext(); x != nil && x.roll != nil {
 			x.roll.Committed(gen)
-			if en.flags&flagRollReset == 0 {
+			if en.flags()&flagRollReset == 0 {
 				x.roll.SetNoStore(false)
 			}
 		}
@@ -513,8 +514,9 @@ func (e *Engine) rollupsFailed(rfs []rollFlush) {
 			continue
 		}
 		if r, ok := e.relock(rf); ok {
-			if r.e.flags&flagRollResetting != 0 {
-				r.e.flags = r.e.flags&^flagRollResetting | flagRollReset
+			if r.e.flags()&flagRollResetting != 0 {
+				r.e.clearFlags(flagRollResetting)
+				r.e.setFlags(flagRollReset)
 			}
 			r.e.unlock()
 		}
@@ -618,9 +620,9 @@ func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*r
 	if r, ok, _ := e.acquire(id, false); ok {
 		var err error
 		if e.liveLocked(&r, now) {
-			switch x := r.e.ext; {
-			case !r.e.kind.Additive():
-				err = fmt.Errorf("%w: %q is a %s counter; series need an additive one", ErrWrongKind, id, r.e.kind)
+			switch x := r.e.ext(); {
+			case !r.e.kind().Additive():
+				err = fmt.Errorf("%w: %q is a %s counter; series need an additive one", ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v = x.roll.CountsView()
 			}
@@ -661,10 +663,10 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 	if r, ok, _ := e.acquire(id, false); ok {
 		var err error
 		if e.liveLocked(&r, now) {
-			isHLL = r.e.kind == KindHLL
-			switch x := r.e.ext; {
-			case r.e.kind != KindHLL:
-				err = fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", ErrWrongKind, id, r.e.kind)
+			isHLL = r.e.kind() == KindHLL
+			switch x := r.e.ext(); {
+			case r.e.kind() != KindHLL:
+				err = fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v, _ = x.roll.SketchView(unit)
 			}
@@ -711,7 +713,7 @@ func (e *Engine) purgeRollups() error {
 	var items []item
 	for no := range e.shards {
 		e.each(no, 0, func(id []byte, r *ref, now int64) bool {
-			if x := r.e.ext; x != nil && x.roll != nil {
+			if x := r.e.ext(); x != nil && x.roll != nil {
 				if pr := x.roll.PurgeRanges(now); len(pr) > 0 {
 					items = append(items, item{string(id), pr})
 				}

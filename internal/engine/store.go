@@ -43,8 +43,27 @@ func openPebble(cfg Config) (*pebble.DB, error) {
 	return db, nil
 }
 
+// stored is what the durable form of an entry holds, decoded.
+type stored struct {
+	kind    Kind
+	version uint64
+	updated int64
+	value   int64
+	ext     *ext
+}
+
+// storedOf returns en's fields. Caller holds en's lock.
+func storedOf(en *entry) stored {
+	return stored{kind: en.kind(), version: en.version(), updated: en.updated, value: en.value, ext: en.ext()}
+}
+
 // encodeEntry appends en's durable form to buf. Caller holds en's lock.
 func encodeEntry(buf []byte, en *entry) ([]byte, error) {
+	s := storedOf(en)
+	return encodeStored(buf, &s)
+}
+
+func encodeStored(buf []byte, en *stored) ([]byte, error) {
 	buf = append(buf, entryFormat, byte(en.kind))
 	buf = binary.AppendUvarint(buf, en.version)
 	buf = binary.AppendVarint(buf, en.updated)
@@ -58,8 +77,8 @@ func encodeEntry(buf []byte, en *entry) ([]byte, error) {
 
 // appendData appends the encoding of en's value or state (the Data of a
 // State): a zigzag varint for a counter, the state's MarshalBinary for the
-// other kinds. Caller holds en's lock.
-func appendData(buf []byte, en *entry) ([]byte, error) {
+// other kinds.
+func appendData(buf []byte, en *stored) ([]byte, error) {
 	if en.kind == KindCounter {
 		return binary.AppendVarint(buf, en.value), nil
 	}
@@ -78,7 +97,7 @@ func appendData(buf []byte, en *entry) ([]byte, error) {
 }
 
 // decodeEntry fills en (kind, version, updated, value, ext) from b.
-func decodeEntry(b []byte, en *entry) error {
+func decodeEntry(b []byte, en *stored) error {
 	if len(b) < 2 || b[0] != entryFormat {
 		return fmt.Errorf("%w: bad header", ErrCorrupt)
 	}
@@ -177,7 +196,7 @@ func (e *Engine) load() error {
 		h := hashID(id)
 		no := shardOf(h)
 		sh := &e.shards[no]
-		var d entry
+		var d stored
 		if err := decodeEntry(it.Value(), &d); err != nil {
 			if errors.Is(err, counter.ErrTooManyBuckets) {
 				// Stored before the bound (docs/security.md, "Limits"): not
@@ -192,15 +211,18 @@ func (e *Engine) load() error {
 		if !ok {
 			return fmt.Errorf("engine: load: shard %d full", no)
 		}
-		en.kind, en.version, en.updated, en.value, en.ext = d.kind, d.version, d.updated, d.value, d.ext
-		if en.kind == KindSharded {
-			s := en.ext.state.(*counter.Sharded)
+		en.setKind(d.kind)
+		en.setVersion(d.version)
+		en.updated, en.value = d.updated, d.value
+		en.setExt(d.ext)
+		if en.kind() == KindSharded {
+			s := en.ext().state.(*counter.Sharded)
 			// Old data's shards (and a renamed node's) become this node's.
 			_ = s.SetReplica(e.cfg.NodeID)
 			en.value = s.Value()
 		}
 		e.keys.Add(1)
-		if en.ext != nil && en.ext.expires != 0 {
+		if en.ext() != nil && en.ext().expires != 0 {
 			e.expires.Add(1)
 			sh.trackTTL(i)
 		}
