@@ -9,13 +9,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -148,7 +147,12 @@ func Open(cfg Config) (*Replicator, error) {
 			return nil, fmt.Errorf("region: copy of %s: %w", p.Name, err)
 		}
 		r.remote[p.Name] = eng
-		conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds))
+		// Reconnect within an interval of a healed cut (the default
+		// backoff grows to two minutes).
+		bo := backoff.DefaultConfig
+		bo.BaseDelay, bo.MaxDelay = min(100*time.Millisecond, cfg.Interval), cfg.Interval
+		conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(cfg.Interval, 5*time.Second)}))
 		if err != nil {
 			r.closeEngines()
 			return nil, fmt.Errorf("region: dial %s: %w", p.Name, err)
@@ -231,12 +235,12 @@ func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, 
 	return merged, from, nil
 }
 
+// peerNames lists the peers in --peer-regions order.
 func (r *Replicator) peerNames() []string {
-	names := make([]string, 0, len(r.peers))
-	for n := range r.peers {
-		names = append(names, n)
+	names := make([]string, 0, len(r.cfg.Peers))
+	for _, p := range r.cfg.Peers {
+		names = append(names, p.Name)
 	}
-	slices.Sort(names)
 	return names
 }
 
@@ -479,13 +483,6 @@ func (r *Replicator) blob(name string, h chunksync.Hash) ([]byte, error) {
 
 // Name is this region's name.
 func (r *Replicator) Name() string { return r.cfg.Name }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return strings.TrimSpace(err.Error())
-}
 
 // Status reports every link (GET /regions).
 func (r *Replicator) Status() Status {
