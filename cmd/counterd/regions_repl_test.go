@@ -1,16 +1,21 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
+	cdclient "github.com/counterd/counterd/client"
 	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
@@ -129,7 +134,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	}
 	const interval = 200 * time.Millisecond
 	names := []string{"a", "b", "c"}
-	gp, err := ports.Free(3)
+	gp, err := ports.Free(4) // three gRPC ports and a's RESP port
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,9 +168,14 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		return strings.Join(l, ",")
 	}
 	data := map[string]string{}
+	respA := fmt.Sprintf("127.0.0.1:%d", gp[3])
 	startRegion := func(n string) *proc {
-		return start(t, data[n], "--region", n, "--node-id", n+"-1", "--grpc", grpcAddr[n],
-			"--peer-regions", peersOf(n), "--region-interval", interval.String(), "--durability", "sync")
+		args := []string{"--region", n, "--node-id", n + "-1", "--grpc", grpcAddr[n],
+			"--peer-regions", peersOf(n), "--region-interval", interval.String(), "--durability", "sync"}
+		if n == "a" {
+			args = append(args, "--resp", respA)
+		}
+		return start(t, data[n], args...)
 	}
 	procs := map[string]*proc{}
 	for _, n := range names {
@@ -297,4 +307,40 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	}
 	write(3)
 	converged("after c's bootstrap")
+
+	// The same global read through the Go client and RESP.
+	ctx := context.Background()
+	cl, err := cdclient.New(procs["a"].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.GetGlobal(ctx, "views:home")
+	if v, _ := g.Value.Int64(); err != nil || v != want["views:home"] || len(g.Regions) != 3 {
+		t.Fatalf("client GetGlobal: %+v %v, want %d", g, err, want["views:home"])
+	}
+	for _, r := range g.Regions {
+		if r.AsOf == nil || time.Since(*r.AsOf) > time.Minute {
+			t.Fatalf("region %s: as_of %v", r.Region, r.AsOf)
+		}
+	}
+	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, procs["a"].addr, "views:home") {
+		t.Fatalf("client GetScope local: %+v %v", c, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: respA, Protocol: 2})
+	defer rdb.Close()
+	rep, err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "global").Slice()
+	if err != nil || len(rep) != 1+3*3 || rep[0] != strconv.FormatInt(want["views:home"], 10) || rep[1] != "a" {
+		t.Fatalf("COUNTERD.GET SCOPE global: %v %v", rep, err)
+	}
+	if err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "planet").Err(); err == nil || !strings.Contains(err.Error(), "SCOPE must be") {
+		t.Fatalf("bad scope: %v", err)
+	}
+	resp, err := client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("scope=planet: %d, want 400", resp.StatusCode)
+	}
 }

@@ -5,8 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"strconv"
 	"time"
 
+	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/region"
 )
 
@@ -69,4 +72,39 @@ func globalAggregate(rep *region.Replicator) func(context.Context, string) (any,
 		return nil
 	}
 	return func(ctx context.Context, prefix string) (any, error) { return rep.GlobalAggregate(ctx, prefix) }
+}
+
+// respGlobal serves COUNTERD.GET key SCOPE global from rep.
+func respGlobal(rep *region.Replicator) resp.GlobalReader {
+	if rep == nil {
+		return nil
+	}
+	return func(ctx context.Context, id string) (string, bool, []resp.RegionValue, error) {
+		g, err := rep.Global(ctx, id)
+		if err != nil {
+			return "", false, nil, err
+		}
+		if g.Kind == engine.KindHash.String() {
+			return "", false, nil, fmt.Errorf("%w: %q is a hash (read its fields over HTTP with scope=global)", engine.ErrWrongKind, id)
+		}
+		out := make([]resp.RegionValue, 0, len(g.Regions))
+		for _, r := range g.Regions {
+			rv := resp.RegionValue{Region: r.Region, Value: valueText(r.Value)}
+			if r.AsOf != nil {
+				rv.AsOfMS = r.AsOf.UnixMilli()
+			}
+			out = append(out, rv)
+		}
+		return valueText(g.Value), g.Exists, out, nil
+	}
+}
+
+func valueText(v any) string {
+	switch x := v.(type) {
+	case int64:
+		return strconv.FormatInt(x, 10)
+	case float64:
+		return strconv.FormatFloat(x, 'f', -1, 64)
+	}
+	return fmt.Sprint(v)
 }

@@ -206,6 +206,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
 			Events:     eventsAdder(pl),
+			Global:     respGlobal(rep),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
