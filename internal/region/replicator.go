@@ -271,12 +271,13 @@ func (r *Replicator) pushLoop(ctx context.Context, p *peerLink) {
 	}
 }
 
-// pushOnce sends one batch to p and moves p's position on success.
-func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err error) {
+// buildBatch encodes the next batch for peer: the current state of the
+// ids changed after its acknowledged position, up to the batch limits; hi
+// is the sequence the peer acknowledges by storing it (0: none).
+func (r *Replicator) buildBatch(peer string) (msg []byte, b *Batch, hi uint64, more bool, err error) {
 	asOf := time.Now().UnixNano()
-	ids, more := r.t.pending(p.Name, r.cfg.MaxBatchIDs)
-	b := &Batch{From: r.cfg.Name, Incarnation: r.incarnation, AsOf: asOf}
-	var hi uint64
+	ids, more := r.t.pending(peer, r.cfg.MaxBatchIDs)
+	b = &Batch{From: r.cfg.Name, Incarnation: r.incarnation, AsOf: asOf}
 	bytes := 0
 	for i, pid := range ids {
 		if bytes >= r.cfg.MaxBatchBytes {
@@ -286,7 +287,7 @@ func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err 
 		}
 		st, ok, err := r.local.Export(pid.id)
 		if err != nil {
-			return false, err
+			return nil, nil, 0, false, err
 		}
 		if pid.del > 0 {
 			b.Tombs = append(b.Tombs, engine.State{ID: pid.id, Deleted: true, Version: pid.del})
@@ -302,12 +303,17 @@ func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err 
 		hi = pid.seq
 	}
 	b.Complete = !more
-	if len(ids) == 0 {
-		hi = 0
-	}
 	chunksync.SortStates(b.Tombs)
 	chunksync.SortStates(b.States)
-	msg := EncodeBatch(nil, b)
+	return EncodeBatch(nil, b), b, hi, more, nil
+}
+
+// pushOnce sends one batch to p and moves p's position on success.
+func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err error) {
+	msg, b, hi, more, err := r.buildBatch(p.Name)
+	if err != nil {
+		return false, err
+	}
 	cctx, cancel := context.WithTimeout(ctx, max(10*r.cfg.Interval, 10*time.Second))
 	defer cancel()
 	if _, err := invoke(cctx, p.conn, "Push", msg); err != nil {
