@@ -171,7 +171,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	respA := fmt.Sprintf("127.0.0.1:%d", gp[3])
 	startRegion := func(n string) *proc {
 		args := []string{"--region", n, "--node-id", n + "-1", "--grpc", grpcAddr[n],
-			"--peer-regions", peersOf(n), "--region-interval", interval.String(), "--durability", "sync"}
+			"--peer-regions", peersOf(n), "--region-interval", interval.String()}
 		if n == "a" {
 			args = append(args, "--resp", respA)
 		}
