@@ -13,6 +13,7 @@ func TestCommandAccessCoversTable(t *testing.T) {
 	cmds := buildCommands()
 	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
 	cmds[EventsCommandName] = eventsCommand(nil) // registered with Options.Events
+	cmds[ScopedGetCommandName] = scopedGetCommand(nil) // registered by New
 	for name := range cmds {
 		if _, ok := commandAccess[name]; !ok {
 			t.Errorf("command %q has no entry in commandAccess", name)
