@@ -12,7 +12,7 @@ import (
 func TestCommandAccessCoversTable(t *testing.T) {
 	cmds := buildCommands()
 	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
-	cmds[EventsCommandName] = eventsCommand(nil) // registered with Options.Events
+	cmds[EventsCommandName] = eventsCommand(nil)       // registered with Options.Events
 	cmds[ScopedGetCommandName] = scopedGetCommand(nil) // registered by New
 	for name := range cmds {
 		if _, ok := commandAccess[name]; !ok {
