@@ -21,7 +21,7 @@ func TestRegionSnapshotRestore(t *testing.T) {
 		t.Skip("builds and runs the counterd and counterctl binaries")
 	}
 	data := filepath.Join(t.TempDir(), "data")
-	p := start(t, data, "--region", "eu", "--peer-regions", "us=127.0.0.1:9999,DC_ASIA_0=127.0.0.1:9998", "--node-id", "eu-1")
+	p := start(t, data, "--region", "eu", "--peer-regions", "us=127.0.0.1:9999,DC_ASIA_0=127.0.0.1:9998", "--node-id", "eu-1", "--grpc", "127.0.0.1:0")
 
 	resp, err := client.Get(p.addr + "/regions")
 	if err != nil {

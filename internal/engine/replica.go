@@ -183,8 +183,33 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 			return 0, &StateError{Index: i, ID: states[i].ID, Err: err}
 		}
 	}
+	return e.mergeAll(ctx, states, in, wo, false)
+}
+
+// Replace stores each state as sent when its Version is higher than the
+// local counter's (or there is none), for every kind: the CRDTs are not
+// joined and a sharded state keeps its replica names. It is Merge for a
+// copy of another region's state (internal/region), where one writer
+// assigns every version, so that the copy exports byte for byte what the
+// writer exports and hash-addressed sync finds nothing to move once both
+// agree. Tombstones and expired states delete as in Merge. Invalid states
+// fail the call with a *StateError before anything is stored.
+func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
+	if err := e.checkOpen(); err != nil {
+		return 0, err
+	}
+	in := make([]incoming, len(states))
 	for i := range states {
-		c, err := e.mergeOne(&states[i], &in[i])
+		if err := e.checkState(&states[i], &in[i]); err != nil {
+			return 0, &StateError{Index: i, ID: states[i].ID, Err: err}
+		}
+	}
+	return e.mergeAll(ctx, states, in, wo, true)
+}
+
+func (e *Engine) mergeAll(ctx context.Context, states []State, in []incoming, wo WriteOptions, verbatim bool) (changed int, err error) {
+	for i := range states {
+		c, err := e.mergeOne(&states[i], &in[i], verbatim)
 		if err != nil {
 			return changed, err
 		}
@@ -201,7 +226,7 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 }
 
 // mergeOne merges one validated state under its entry's lock.
-func (e *Engine) mergeOne(s *State, in *incoming) (bool, error) {
+func (e *Engine) mergeOne(s *State, in *incoming, verbatim bool) (bool, error) {
 	now := e.nowNano()
 	gone := s.Deleted || (s.ExpiresAt != 0 && s.ExpiresAt <= now)
 	r, ok, err := e.acquire(s.ID, !gone)
@@ -218,14 +243,14 @@ func (e *Engine) mergeOne(s *State, in *incoming) (bool, error) {
 		}
 		e.clearLocked(&r)
 	case !live:
-		e.adoptLocked(&r, s, in)
+		e.adoptLocked(&r, s, in, verbatim)
 	case en.kind() != s.Kind:
 		if s.Version <= en.version() {
 			return false, nil
 		}
 		e.clearLocked(&r)
-		e.adoptLocked(&r, s, in)
-	case s.Kind == KindPN || s.Kind == KindSharded || s.Kind == KindHLL:
+		e.adoptLocked(&r, s, in, verbatim)
+	case (!verbatim && s.Kind == KindPN) || s.Kind == KindSharded || s.Kind == KindHLL:
 		return e.joinLocked(&r, s, in), nil
 	default:
 		if s.Version <= en.version() {
@@ -246,9 +271,9 @@ func (e *Engine) mergeOne(s *State, in *incoming) (bool, error) {
 }
 
 // adoptLocked makes the none entry r the counter s. Caller holds r's lock.
-func (e *Engine) adoptLocked(r *ref, s *State, in *incoming) {
+func (e *Engine) adoptLocked(r *ref, s *State, in *incoming, verbatim bool) {
 	en := r.e
-	if sh, ok := in.st.(*counter.Sharded); ok {
+	if sh, ok := in.st.(*counter.Sharded); ok && !verbatim {
 		// The sender's shards become its slot; ours start from our slot.
 		_ = sh.SetReplica(e.cfg.NodeID)
 		in.value = sh.Value()

@@ -61,7 +61,7 @@ func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptio
 	}
 	e.gate.RLock()
 	for i := range states {
-		c, merr := e.mergeOne(&states[i], &in[i])
+		c, merr := e.mergeOne(&states[i], &in[i], false)
 		if merr != nil {
 			e.gate.RUnlock()
 			return changed, merr

@@ -3,11 +3,16 @@
 // cluster; --region names it and --peer-regions lists the gRPC addresses of
 // the other regions' gateways.
 //
-// What exists so far: the names are validated, the region is recorded in
-// the data directory on first start (a later start under another region is
-// refused, so one region's state never silently becomes another's), and
-// GET /regions reports the configuration. Replication between regions is
-// not built yet: nothing is sent to the peers.
+// The region is recorded in the data directory on first start (a later
+// start under another region is refused, so one region's state never
+// silently becomes another's). A Replicator (replicator.go) ships this
+// region's changes to every peer region every interval over the region
+// gRPC service (service.go), resuming from the position each peer
+// acknowledged; keeps a copy of every peer's state, each in its own engine
+// (the region-qualified namespace: global = local + the sum of the
+// copies, global.go); and repairs and bootstraps copies by chunked,
+// hash-addressed sync (internal/chunksync). GET /regions reports each
+// link.
 package region
 
 import (
@@ -116,16 +121,41 @@ func Record(m MetaStore, name string) error {
 type Status struct {
 	Region string `json:"region"` // "" without --region
 	Node   string `json:"node"`
-	Peers  []Peer `json:"peers"` // as configured; nothing is exchanged with them yet
+	// IntervalMS is the replication period (0 without peers).
+	IntervalMS int64        `json:"interval_ms"`
+	Peers      []PeerStatus `json:"peers"`
 }
 
-// Handler serves GET /regions with st. Other paths under /regions are 404
-// and other methods 405, as the HTTP API's errors.
-func Handler(st Status) http.Handler {
-	if st.Peers == nil {
-		st.Peers = []Peer{}
-	}
-	body, _ := json.Marshal(st)
+// PeerStatus is one peer region's link.
+type PeerStatus struct {
+	Peer
+	// Sending: Pending ids changed here that the peer has not
+	// acknowledged; LagSeconds is the age of the oldest of them (0: none).
+	Pending     int     `json:"pending"`
+	LagSeconds  float64 `json:"lag_seconds"`
+	LastContact *string `json:"last_contact"` // last push either way (RFC 3339)
+	LastPush    *string `json:"last_push"`    // last push the peer acknowledged
+	LastError   string  `json:"last_error,omitempty"`
+	Pushes      uint64  `json:"pushes"`
+	PushErrors  uint64  `json:"push_errors"`
+	BytesSent   uint64  `json:"bytes_sent"`
+	StatesSent  uint64  `json:"states_sent"`
+	// Receiving: the as-of of the peer's last complete push (what global
+	// reads report for it) and what it sent.
+	AsOf          *string `json:"as_of"`
+	BytesReceived uint64  `json:"bytes_received"`
+	// Anti-entropy: pulls of the peer's state into the local copy.
+	Syncs          uint64  `json:"syncs"`
+	LastSync       *string `json:"last_sync"`
+	ChunksCompared uint64  `json:"chunks_compared"`
+	ChunksFetched  uint64  `json:"chunks_fetched"`
+	SyncBytes      uint64  `json:"sync_bytes"`
+	SyncFullBytes  uint64  `json:"sync_full_bytes"` // what full copies would have moved
+}
+
+// Handler serves GET /regions with the status st returns. Other paths
+// under /regions are 404 and other methods 405, as the HTTP API's errors.
+func Handler(st func() Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path != "/regions":
@@ -134,6 +164,11 @@ func Handler(st Status) http.Handler {
 			w.Header().Set("Allow", "GET, HEAD")
 			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /regions only")
 		default:
+			s := st()
+			if s.Peers == nil {
+				s.Peers = []PeerStatus{}
+			}
+			body, _ := json.Marshal(s)
 			w.Header().Set("Content-Type", "application/json")
 			_, _ = w.Write(append(body, '\n'))
 		}

@@ -118,7 +118,9 @@ func TestRecord(t *testing.T) {
 }
 
 func TestHandler(t *testing.T) {
-	srv := httptest.NewServer(Handler(Status{Region: "eu", Node: "n1", Peers: []Peer{{"us", "10.0.0.1:9090"}}}))
+	srv := httptest.NewServer(Handler(func() Status {
+		return Status{Region: "eu", Node: "n1", Peers: []PeerStatus{{Peer: Peer{"us", "10.0.0.1:9090"}}}}
+	}))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/regions")
 	if err != nil {
@@ -127,7 +129,7 @@ func TestHandler(t *testing.T) {
 	var st Status
 	err = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode != 200 || st.Region != "eu" || st.Node != "n1" || len(st.Peers) != 1 || st.Peers[0] != (Peer{"us", "10.0.0.1:9090"}) {
+	if err != nil || resp.StatusCode != 200 || st.Region != "eu" || st.Node != "n1" || len(st.Peers) != 1 || st.Peers[0].Peer != (Peer{"us", "10.0.0.1:9090"}) {
 		t.Fatalf("GET /regions: %d %+v %v", resp.StatusCode, st, err)
 	}
 	for path, want := range map[string]int{"/regions/x": 404, "/regionsx": 404} {
@@ -150,8 +152,8 @@ func TestHandler(t *testing.T) {
 	}
 	// Without --region the peers list is empty, not null.
 	rec := httptest.NewRecorder()
-	Handler(Status{Node: "n1"}).ServeHTTP(rec, httptest.NewRequest("GET", "/regions", nil))
-	if got := rec.Body.String(); got != `{"region":"","node":"n1","peers":[]}`+"\n" {
+	Handler(func() Status { return Status{Node: "n1"} }).ServeHTTP(rec, httptest.NewRequest("GET", "/regions", nil))
+	if got := rec.Body.String(); got != `{"region":"","node":"n1","interval_ms":0,"peers":[]}`+"\n" {
 		t.Fatalf("no region: %s", got)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/counterd/counterd/internal/auth"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/region"
 )
 
 // grpcNeeds maps every client-facing gRPC method to its permission;
@@ -24,6 +25,10 @@ var grpcNeeds = map[string]auth.Need{
 // peerMethodPrefix is the peer service, authenticated by the cluster's
 // transport (mTLS), not by client tokens.
 const peerMethodPrefix = "/" + cnode.ServiceName + "/"
+
+// regionMethodPrefix is the region service (peer regions' pushes and
+// syncs), authenticated like the peer service.
+const regionMethodPrefix = "/" + region.ServiceName + "/"
 
 // grpcAuthOptions installs token authentication on a gRPC server; none
 // without a store (no --auth).
@@ -52,7 +57,7 @@ func grpcAuthOptions(store *auth.Store) []grpc.ServerOption {
 // grpcAuthenticate checks the "authorization: Bearer <token>" metadata
 // and the method's permission, and returns ctx carrying the principal.
 func grpcAuthenticate(ctx context.Context, store *auth.Store, method string) (context.Context, error) {
-	if strings.HasPrefix(method, peerMethodPrefix) {
+	if strings.HasPrefix(method, peerMethodPrefix) || strings.HasPrefix(method, regionMethodPrefix) {
 		return ctx, nil
 	}
 	need, ok := grpcNeeds[method]

@@ -54,6 +54,8 @@ type node struct {
 	ringVersion func() uint64
 	// collectors are the mode's Prometheus metrics, served on /metrics.
 	collectors []prometheus.Collector
+	// eng is the embedded engine (nil in cluster and tiered mode).
+	eng *engine.Engine
 }
 
 // sharedLimits are the rate limits of a mode that shares their state.
@@ -91,6 +93,7 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	dur, _ := engine.ParseDurability(cfg.Durability)
 	return &node{
 		Backend:     engine.Local(eng),
+		eng:         eng,
 		close:       closeEngine(eng, log),
 		rlShared:    engineLimits(eng, nil, nil, log),
 		nonBlocking: dur == engine.Async,

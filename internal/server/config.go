@@ -29,6 +29,13 @@ type Config struct {
 
 	Region      string // --region: this cluster's region, recorded in the data directory (default none)
 	PeerRegions string // --peer-regions: NAME=HOST:PORT,... gRPC addresses of other regions (default none; listed by GET /regions)
+	// RegionInterval: how often changes are shipped to every peer region
+	// (--region-interval, default 1s).
+	RegionInterval time.Duration
+	// RegionSyncInterval: period of anti-entropy with every peer region
+	// (--region-sync-interval, default 10m; 0: only at start and after a
+	// peer restarted).
+	RegionSyncInterval time.Duration
 
 	SnapshotInterval time.Duration // --snapshot-interval: tiered mode: scheduled PostgreSQL snapshots (default 0 = on demand only)
 	AuditNamespaces  string        // --audit-namespaces: tiered mode: comma-separated namespaces written to the audit log, "*" all (default none)
@@ -104,6 +111,8 @@ func DefaultConfig() Config {
 		ClusterLease:         400 * time.Millisecond,
 		ClusterLeaseDrift:    100 * time.Millisecond,
 		FlushInterval:        time.Second,
+		RegionInterval:       time.Second,
+		RegionSyncInterval:   10 * time.Minute,
 		IdempotencyRetention: 24 * time.Hour,
 		IdempotencyMemory:    100000,
 		MaxBodyBytes:         1 << 20,
@@ -196,8 +205,21 @@ func (c *Config) validateRegions() error {
 	if c.PeerRegions != "" && c.Region == "" {
 		return errors.New("server: --peer-regions needs --region (peers tell regions apart by name)")
 	}
-	if _, err := region.ParsePeers(c.PeerRegions, c.Region); err != nil {
+	peers, err := region.ParsePeers(c.PeerRegions, c.Region)
+	if err != nil {
 		return fmt.Errorf("server: --peer-regions: %w", err)
+	}
+	if c.RegionInterval < 0 {
+		return errors.New("server: --region-interval must not be negative")
+	}
+	if c.RegionSyncInterval < 0 {
+		return errors.New("server: --region-sync-interval must not be negative")
+	}
+	if len(peers) > 0 && (c.Redis != "" || c.Join != "") {
+		return errors.New("server: --peer-regions: replication between regions needs embedded mode (one node per region); cluster and tiered regions are not supported yet")
+	}
+	if len(peers) > 0 && c.GRPC == "" {
+		return errors.New("server: --peer-regions needs --grpc: peer regions push to this region's gRPC address")
 	}
 	return nil
 }
@@ -244,6 +266,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Region, "region", "this cluster's region (letters, digits, _ - .), recorded in the data directory")
 	str(&c.PeerRegions, "peer-regions", "other regions as NAME=HOST:PORT,... (gRPC addresses; listed by GET /regions)")
+	dur(&c.RegionInterval, "region-interval", "how often changes are shipped to every peer region")
+	dur(&c.RegionSyncInterval, "region-sync-interval", "period of anti-entropy (hash-addressed comparison) with every peer region; 0: only at start and after a peer restarted")
 	str(&c.Gossip, "gossip", "gossip bind address (cluster mode)")
 	str(&c.Join, "join", "gossip addresses of nodes to join, comma-separated (cluster mode)")
 	str(&c.Redis, "redis", "Redis URL (tiered mode): redis://host:port/db; Redis Cluster: redis://host:port?addr=host:port&addr=host:port, or one seed node with ?cluster=true")

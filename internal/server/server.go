@@ -78,12 +78,20 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = nd.close() }()
+	rep, err := openRegions(ctx, cfg, nd, sec, log)
+	if err != nil {
+		return err
+	}
+	if rep != nil {
+		defer func() { _ = rep.Close() }() // before the engine closes
+		nd.Backend = rep.Wrap(nd.Backend)
+		nd.collectors = append(nd.collectors, rep.Collector())
+	}
 	be := nd.Backend
-	peers, _ := region.ParsePeers(cfg.PeerRegions, cfg.Region) // validated
 	if nd.routes == nil {
 		nd.routes = map[string]http.Handler{}
 	}
-	nd.routes["/regions"] = region.Handler(region.Status{Region: cfg.Region, Node: cfg.NodeID, Peers: peers})
+	nd.routes["/regions"] = region.Handler(regionStatus(cfg, rep))
 
 	lim, err := newLimiter(cfg.RateLimitPolicies, nd.rlKeepKeys)
 	if err != nil {
@@ -117,12 +125,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		defer pl.Close()
 	}
 	api := httpapi.New(guardBackend(store, be), httpapi.Options{
-		MaxBodyBytes: cfg.MaxBodyBytes,
-		MaxBatch:     cfg.MaxBatch,
-		Registerer:   reg,
-		Gatherer:     reg,
-		Logger:       log,
-		Authorize:    routeAuthorizer(store),
+		MaxBodyBytes:    cfg.MaxBodyBytes,
+		MaxBatch:        cfg.MaxBatch,
+		Registerer:      reg,
+		Gatherer:        reg,
+		Logger:          log,
+		Authorize:       routeAuthorizer(store),
+		Global:          globalRead(rep),
+		GlobalAggregate: globalAggregate(rep),
 	})
 	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
 	console := ui.Handler(ui.Options{Auth: store != nil, Version: buildinfo.Version()})
@@ -176,6 +186,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if sec.tlsOn() && lns.resp != nil {
 		lns.resp = tls.NewListener(lns.resp, sec.server())
 	}
+	if rep != nil {
+		rep.Start(ctx)
+	}
 	errc := make(chan error, 4)
 	hs := &http.Server{
 		Handler:           handler,
@@ -193,6 +206,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
 			Events:     eventsAdder(pl),
+			Global:     respGlobal(rep),
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
@@ -207,6 +221,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
+		}
+		if rep != nil {
+			rep.Register(gs)
 		}
 		go func() {
 			if err := gs.Serve(lns.grpc); err != nil {

@@ -156,7 +156,7 @@ func (s *security) grpcOptions() []grpc.ServerOption {
 // checkPeer refuses a peer-service call whose client did not present a
 // certificate signed by the peer CA.
 func checkPeer(ctx context.Context, method string) error {
-	if !strings.HasPrefix(method, "/"+cnode.PeerService+"/") {
+	if !strings.HasPrefix(method, "/"+cnode.PeerService+"/") && !strings.HasPrefix(method, regionMethodPrefix) {
 		return nil
 	}
 	if p, ok := peer.FromContext(ctx); ok {
@@ -164,7 +164,7 @@ func checkPeer(ctx context.Context, method string) error {
 			return nil
 		}
 	}
-	return status.Error(codes.Unauthenticated, "cluster: peer calls need a client certificate signed by --peer-ca")
+	return status.Error(codes.Unauthenticated, "peer and region calls need a client certificate signed by --peer-ca")
 }
 
 // peerOnlyForwarded refuses, with --peer-ca, a rate-limit check marked as

@@ -7,6 +7,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -54,6 +55,13 @@ type Options struct {
 	// Ready backs GET /readyz: nil error answers 200, else 503. nil means
 	// the engine's Ready method.
 	Ready func() error
+	// Global, when set, answers GET /counters/{id}?scope=global and
+	// GlobalAggregate GET /counters/{prefix}*/aggregate?scope=global (a
+	// region's value plus every peer region's, internal/region): the
+	// returned value is encoded as the JSON answer. Unset: scope=global
+	// is 400 invalid_argument (no --peer-regions).
+	Global          func(ctx context.Context, id string) (any, error)
+	GlobalAggregate func(ctx context.Context, prefix string) (any, error)
 }
 
 // Handler serves the counterd HTTP API. Create it with New.

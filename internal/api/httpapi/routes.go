@@ -147,12 +147,47 @@ func (h *Handler) get(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
+	scope, err := readScope(r)
+	if err != nil {
+		return err
+	}
+	if scope == "global" {
+		if h.opts.Global == nil {
+			return invalidArgf("scope=global needs --peer-regions (this node knows no other region)")
+		}
+		body, err := h.opts.Global(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, body)
+		return nil
+	}
 	v, err := h.eng.Get(r.Context(), id)
 	if err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, viewBody(id, v))
 	return nil
+}
+
+// readScope reads ?scope=local|region|global of a read (default local;
+// local and region answer the same: this region's value).
+func readScope(r *http.Request) (string, error) {
+	if r.URL.RawQuery == "" {
+		return "local", nil
+	}
+	q, err := url.ParseQuery(r.URL.RawQuery)
+	if err != nil {
+		return "", invalidArgf("query: %v", err)
+	}
+	switch s := q.Get("scope"); s {
+	case "", "local":
+		return "local", nil
+	case "region", "global":
+		return s, nil
+	default:
+		return "", invalidArgf("scope must be local, region or global, not %q", truncate(s, 64))
+	}
 }
 
 func (h *Handler) ttl(w http.ResponseWriter, r *http.Request) error {
@@ -281,6 +316,21 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 		if err := engine.ValidateID(prefix); err != nil {
 			return err
 		}
+	}
+	scope, err := readScope(r)
+	if err != nil {
+		return err
+	}
+	if scope == "global" {
+		if h.opts.GlobalAggregate == nil {
+			return invalidArgf("scope=global needs --peer-regions (this node knows no other region)")
+		}
+		body, err := h.opts.GlobalAggregate(r.Context(), prefix)
+		if err != nil {
+			return err
+		}
+		writeJSON(w, http.StatusOK, body)
+		return nil
 	}
 	a, err := h.eng.Aggregate(r.Context(), prefix)
 	if err != nil {

@@ -53,6 +53,7 @@ var commandAccess = map[string]access{
 	"pfmerge":                 {need: auth.Need{Perm: auth.Write}, sourcesRead: true},
 	ratelimit.RESPCommandName: needWrite, // consumes the key's limit
 	EventsCommandName:         needWriteAll,
+	ScopedGetCommandName:      needReadKey,
 
 	// connection: AUTH, HELLO, QUIT and RESET work before authentication,
 	// as in Redis; the rest need an authenticated user.

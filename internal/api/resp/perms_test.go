@@ -12,7 +12,8 @@ import (
 func TestCommandAccessCoversTable(t *testing.T) {
 	cmds := buildCommands()
 	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
-	cmds[EventsCommandName] = eventsCommand(nil) // registered with Options.Events
+	cmds[EventsCommandName] = eventsCommand(nil)       // registered with Options.Events
+	cmds[ScopedGetCommandName] = scopedGetCommand(nil) // registered by New
 	for name := range cmds {
 		if _, ok := commandAccess[name]; !ok {
 			t.Errorf("command %q has no entry in commandAccess", name)

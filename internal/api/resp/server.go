@@ -102,6 +102,9 @@ type Options struct {
 
 	// Events, when set, serves EVENTS.ADD (docs/pipeline.md).
 	Events EventsAdder
+	// Global, when set, answers COUNTERD.GET key SCOPE global (a region's
+	// value plus every peer region's); COUNTERD.GET is always served.
+	Global GlobalReader
 
 	// Auth, when set, requires every connection to authenticate (AUTH,
 	// HELLO AUTH) and checks each command and its keys against the user's
@@ -216,6 +219,7 @@ func New(eng engine.Backend, opts Options) *Server {
 	if opts.Events != nil {
 		s.cmds[EventsCommandName] = eventsCommand(opts.Events)
 	}
+	s.cmds[ScopedGetCommandName] = scopedGetCommand(opts.Global)
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
 	}

@@ -1,0 +1,346 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	cdclient "github.com/counterd/counterd/client"
+	"github.com/counterd/counterd/internal/testutil/ports"
+)
+
+// cutProxy forwards TCP connections to a target until cut: then it closes
+// every open connection and closes new ones at once, as a network cut
+// would make every call fail; heal forwards again. It stands between
+// regions so that one region can be cut off while it keeps running and
+// accepting writes.
+type cutProxy struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	cut    bool
+	conns  map[net.Conn]bool
+}
+
+func newCutProxy(t *testing.T, target string) *cutProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
+	t.Cleanup(func() { ln.Close(); p.setCut(true) })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go p.serve(c)
+		}
+	}()
+	return p
+}
+
+func (p *cutProxy) addr() string { return p.ln.Addr().String() }
+
+func (p *cutProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cut {
+		c.Close()
+		return false
+	}
+	p.conns[c] = true
+	return true
+}
+
+func (p *cutProxy) serve(c net.Conn) {
+	if !p.track(c) {
+		return
+	}
+	u, err := net.Dial("tcp", p.target)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if !p.track(u) {
+		c.Close()
+		return
+	}
+	go func() { _, _ = io.Copy(u, c); u.Close() }()
+	_, _ = io.Copy(c, u)
+	c.Close()
+}
+
+func (p *cutProxy) setCut(cut bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cut = cut
+	if cut {
+		for c := range p.conns {
+			c.Close()
+		}
+		p.conns = map[net.Conn]bool{}
+	}
+}
+
+type globalView struct {
+	Kind    string
+	Exists  bool
+	Value   int64
+	Regions []struct {
+		Region string
+		Value  int64
+		AsOf   *time.Time `json:"as_of"`
+	}
+}
+
+func getGlobal(t *testing.T, base, id string) globalView {
+	t.Helper()
+	resp, err := client.Get(base + "/counters/" + id + "?scope=global")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var g globalView
+	if err := json.NewDecoder(resp.Body).Decode(&g); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("global read of %s: %d %v", id, resp.StatusCode, err)
+	}
+	return g
+}
+
+// TestRegionsCutAndHeal runs three regions (one counterd process each) on
+// loopback. Every link into and out of region c goes through a proxy that
+// can cut it. Writes go to every region: counters every region shares and
+// pn counters, each region's own. Then c is cut off, every region keeps
+// accepting writes, the link heals, and the global value read in every
+// region converges to exactly the sum of the acknowledged writes. Last, c
+// restarts from an empty data directory and bootstraps by chunked sync
+// from the other regions' copies of its state.
+func TestRegionsCutAndHeal(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs three counterd processes")
+	}
+	const interval = 200 * time.Millisecond
+	names := []string{"a", "b", "c"}
+	gp, err := ports.Free(4) // three gRPC ports and a's RESP port
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr := map[string]string{}
+	for i, n := range names {
+		grpcAddr[n] = fmt.Sprintf("127.0.0.1:%d", gp[i])
+	}
+	// Every link touching c goes through a proxy: toC (a and b dial c)
+	// and fromC[x] (c dials x).
+	toC := newCutProxy(t, grpcAddr["c"])
+	fromC := map[string]*cutProxy{"a": newCutProxy(t, grpcAddr["a"]), "b": newCutProxy(t, grpcAddr["b"])}
+	cut := func(on bool) {
+		toC.setCut(on)
+		for _, p := range fromC {
+			p.setCut(on)
+		}
+	}
+	peersOf := func(self string) string {
+		var l []string
+		for _, n := range names {
+			switch {
+			case n == self:
+			case self == "c":
+				l = append(l, n+"="+fromC[n].addr())
+			case n == "c":
+				l = append(l, "c="+toC.addr())
+			default:
+				l = append(l, n+"="+grpcAddr[n])
+			}
+		}
+		return strings.Join(l, ",")
+	}
+	data := map[string]string{}
+	respA := fmt.Sprintf("127.0.0.1:%d", gp[3])
+	startRegion := func(n string) *proc {
+		args := []string{"--region", n, "--node-id", n + "-1", "--grpc", grpcAddr[n],
+			"--peer-regions", peersOf(n), "--region-interval", interval.String()}
+		if n == "a" {
+			args = append(args, "--resp", respA)
+		}
+		return start(t, data[n], args...)
+	}
+	procs := map[string]*proc{}
+	for _, n := range names {
+		data[n] = filepath.Join(t.TempDir(), n)
+		procs[n] = startRegion(n)
+	}
+
+	// want is the sum of acknowledged writes per id; own is each
+	// region's part.
+	var mu sync.Mutex
+	want := map[string]int64{}
+	own := map[string]map[string]int64{"a": {}, "b": {}, "c": {}}
+	shared := []string{"views:home", "views:about", "views:pricing"}
+	write := func(round int) {
+		var wg sync.WaitGroup
+		for ri, n := range names {
+			wg.Add(1)
+			go func(ri int, n string) {
+				defer wg.Done()
+				for i := 0; i < 30; i++ {
+					id, body := shared[i%len(shared)], fmt.Sprintf(`{"delta":%d}`, 1+(i+ri+round)%5)
+					delta := int64(1 + (i+ri+round)%5)
+					if i%3 == 2 {
+						id, body, delta = fmt.Sprintf("likes:%s-%d", n, i%4), `{"delta":2,"kind":"pn"}`, 2
+					}
+					code, _, _, err := post(procs[n].addr+"/counters/"+id+"/increment", "", body)
+					if err != nil || code != 200 {
+						continue // not acknowledged: not counted
+					}
+					mu.Lock()
+					want[id] += delta
+					own[n][id] += delta
+					mu.Unlock()
+				}
+			}(ri, n)
+		}
+		wg.Wait()
+	}
+	// converged waits until every region's global value of every id is
+	// want's and returns how long it took.
+	converged := func(what string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		deadline := start.Add(90 * time.Second)
+		for {
+			bad := ""
+			for _, n := range names {
+				for id, v := range want {
+					if g := getGlobal(t, procs[n].addr, id); g.Value != v {
+						bad = fmt.Sprintf("region %s: global %s = %d, want %d (%+v)", n, id, g.Value, v, g.Regions)
+						break
+					}
+				}
+				if bad != "" {
+					break
+				}
+			}
+			if bad == "" {
+				return time.Since(start)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not converged after 90 s: %s", what, bad)
+			}
+			time.Sleep(interval / 2)
+		}
+	}
+
+	write(0)
+	converged("before the cut")
+	for _, n := range names {
+		for id, v := range own[n] {
+			if got := getValue(t, procs[n].addr, id); got != v && !strings.HasPrefix(id, "views:") {
+				t.Fatalf("region %s local %s = %d, want %d", n, id, got, v)
+			}
+		}
+	}
+
+	cut(true)
+	write(1) // every region, c included, accepts writes while cut off
+	write(2)
+	// a and b do not see c's new writes yet; c reports them pending.
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var st struct {
+			Peers []struct {
+				Name       string
+				Pending    int
+				LagSeconds float64 `json:"lag_seconds"`
+			}
+		}
+		resp, err := client.Get(procs["c"].addr + "/regions")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = json.NewDecoder(resp.Body).Decode(&st)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Peers) == 2 && st.Peers[0].Pending > 0 && st.Peers[0].LagSeconds > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("c reports nothing pending during the cut: %+v", st)
+		}
+		time.Sleep(interval)
+	}
+	if g := getGlobal(t, procs["a"].addr, "likes:c-2"); g.Value == want["likes:c-2"] {
+		t.Fatalf("a already sees c's writes made during the cut: %+v", g)
+	}
+	time.Sleep(3 * interval) // the pushes keep failing for a while
+	cut(false)
+	took := converged("after the heal")
+	t.Logf("converged %v (%.1f replication intervals of %v) after the heal", took.Round(time.Millisecond), float64(took)/float64(interval), interval)
+
+	// c restarts from an empty data directory: it gets its own counters
+	// back from a's and b's copies of its state, and the copies of
+	// theirs, by chunked sync.
+	procs["c"].term(t)
+	data["c"] = filepath.Join(t.TempDir(), "c-empty")
+	procs["c"] = startRegion("c")
+	if !strings.Contains(procs["c"].logs(), "region bootstrap done") {
+		t.Fatalf("c did not bootstrap:\n%s", procs["c"].logs())
+	}
+	for id, v := range own["c"] {
+		if got := getValue(t, procs["c"].addr, id); got != v {
+			t.Fatalf("c after bootstrap: local %s = %d, want %d", id, got, v)
+		}
+	}
+	write(3)
+	converged("after c's bootstrap")
+
+	// The same global read through the Go client and RESP.
+	ctx := context.Background()
+	cl, err := cdclient.New(procs["a"].addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := cl.GetGlobal(ctx, "views:home")
+	if v, _ := g.Value.Int64(); err != nil || v != want["views:home"] || len(g.Regions) != 3 {
+		t.Fatalf("client GetGlobal: %+v %v, want %d", g, err, want["views:home"])
+	}
+	for _, r := range g.Regions {
+		if r.AsOf == nil || time.Since(*r.AsOf) > time.Minute {
+			t.Fatalf("region %s: as_of %v", r.Region, r.AsOf)
+		}
+	}
+	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, procs["a"].addr, "views:home") {
+		t.Fatalf("client GetScope local: %+v %v", c, err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: respA, Protocol: 2})
+	defer rdb.Close()
+	rep, err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "global").Slice()
+	if err != nil || len(rep) != 1+3*3 || rep[0] != strconv.FormatInt(want["views:home"], 10) || rep[1] != "a" {
+		t.Fatalf("COUNTERD.GET SCOPE global: %v %v", rep, err)
+	}
+	if err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "planet").Err(); err == nil || !strings.Contains(err.Error(), "SCOPE must be") {
+		t.Fatalf("bad scope: %v", err)
+	}
+	resp, err := client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 400 {
+		t.Fatalf("scope=planet: %d, want 400", resp.StatusCode)
+	}
+}

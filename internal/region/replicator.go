@@ -1,0 +1,530 @@
+package region
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// Config configures a Replicator.
+type Config struct {
+	Name  string // this region
+	Node  string // this node's id (GET /regions)
+	Peers []Peer
+	// Local is this region's engine: its writes are what this region
+	// ships (through the Backend Wrap returns).
+	Local *engine.Engine
+	// Dir holds the copies of the peer regions' states, one engine each
+	// under Dir/NAME (default: a "regions" directory next to Local's).
+	Dir string
+	// Interval is the replication period (default 1 s).
+	Interval time.Duration
+	// SyncInterval is the period of anti-entropy (a full hash-addressed
+	// comparison of each peer's state with the local copy of it); 0: only
+	// at start and when a peer restarted.
+	SyncInterval time.Duration
+	// MaxBatchIDs and MaxBatchBytes bound one push (default 5000 ids,
+	// 2 MiB of state data).
+	MaxBatchIDs, MaxBatchBytes int
+	// TLS, when set, is the client side of the links (the peer
+	// certificate); nil: plaintext.
+	TLS *tls.Config
+	// Chunks says how states are cut for anti-entropy.
+	Chunks chunksync.Options
+	Logger *slog.Logger
+}
+
+// Replicator ships this region's changes to the peer regions, keeps a copy
+// of each peer's state, and answers scoped reads (docs/operations.md,
+// "Regions").
+type Replicator struct {
+	cfg         Config
+	local       *engine.Engine
+	remote      map[string]*engine.Engine // peer name -> its state's copy
+	peers       map[string]*peerLink
+	t           *tracker
+	incarnation uint64
+	log         *slog.Logger
+
+	cutMu sync.Mutex
+	cuts  map[string][2]*cutEntry // state name -> last two cuts served
+
+	stop   context.CancelFunc
+	wg     sync.WaitGroup
+	closed atomic.Bool
+}
+
+type cutEntry struct{ snap *chunksync.Snapshot }
+
+// peerLink is one peer region: the connection and the counters of
+// GET /regions and /metrics.
+type peerLink struct {
+	Peer
+	conn *grpc.ClientConn
+
+	mu sync.Mutex
+	// sending side
+	lastPush    time.Time // last acknowledged push
+	lastErr     string
+	pushes      uint64
+	pushErrors  uint64
+	bytesSent   uint64
+	statesSent  uint64
+	lastShipped uint64 // sequence acknowledged
+	// receiving side
+	lastHeard   time.Time // last push received
+	asOf        int64     // peer's as-of of its last complete push (unix ns)
+	incarnation uint64    // of the last push received
+	synced      uint64    // incarnation of the last full sync (0: none yet)
+	syncWanted  bool
+	// anti-entropy (pulls of the peer's state into our copy)
+	syncs          uint64
+	chunksCompared uint64
+	chunksFetched  uint64
+	syncBytes      uint64
+	syncFullBytes  uint64
+	lastSync       time.Time
+	bytesReceived  uint64
+}
+
+// Open opens the copies of the peer regions' states.
+func Open(cfg Config) (*Replicator, error) {
+	if err := ValidateName(cfg.Name); err != nil {
+		return nil, err
+	}
+	if cfg.Local == nil {
+		return nil, fmt.Errorf("%w: multi-region replication needs the embedded engine", ErrInvalid)
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.MaxBatchIDs <= 0 {
+		cfg.MaxBatchIDs = 5000
+	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = 2 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	r := &Replicator{
+		cfg: cfg, local: cfg.Local, remote: map[string]*engine.Engine{}, peers: map[string]*peerLink{},
+		t: newTracker(cfg.Peers, time.Now), incarnation: rand.Uint64() | 1, log: cfg.Logger,
+		cuts: map[string][2]*cutEntry{},
+	}
+	creds := insecure.NewCredentials()
+	if cfg.TLS != nil {
+		creds = credentials.NewTLS(cfg.TLS)
+	}
+	for _, p := range cfg.Peers {
+		ecfg := engine.DefaultConfig()
+		ecfg.Dir = filepath.Join(cfg.Dir, p.Name)
+		ecfg.NodeID = p.Name
+		ecfg.Logger = cfg.Logger.With("region_copy", p.Name)
+		if err := os.MkdirAll(ecfg.Dir, 0o755); err != nil {
+			r.closeEngines()
+			return nil, fmt.Errorf("region: copy of %s: %w", p.Name, err)
+		}
+		eng, err := engine.Open(ecfg)
+		if err != nil {
+			r.closeEngines()
+			return nil, fmt.Errorf("region: copy of %s: %w", p.Name, err)
+		}
+		r.remote[p.Name] = eng
+		// Reconnect within an interval of a healed cut (the default
+		// backoff grows to two minutes).
+		bo := backoff.DefaultConfig
+		bo.BaseDelay, bo.MaxDelay = min(100*time.Millisecond, cfg.Interval), cfg.Interval
+		conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds),
+			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(cfg.Interval, 5*time.Second)}))
+		if err != nil {
+			r.closeEngines()
+			return nil, fmt.Errorf("region: dial %s: %w", p.Name, err)
+		}
+		r.peers[p.Name] = &peerLink{Peer: p, conn: conn, syncWanted: true}
+	}
+	return r, nil
+}
+
+func (r *Replicator) closeEngines() {
+	for _, p := range r.peers {
+		_ = p.conn.Close()
+	}
+	for _, e := range r.remote {
+		_ = e.Close()
+	}
+}
+
+// Wrap returns be (serving r's local engine) recording every acknowledged
+// mutation, so that it is shipped to every peer region.
+func (r *Replicator) Wrap(be engine.Backend) engine.Backend {
+	return &trackedBackend{Backend: be, t: r.t, eng: r.local}
+}
+
+// Start runs the push loop of every peer and anti-entropy until Close.
+func (r *Replicator) Start(ctx context.Context) {
+	ctx, r.stop = context.WithCancel(ctx)
+	for _, p := range r.peers {
+		r.wg.Add(2)
+		go r.pushLoop(ctx, p)
+		go r.syncLoop(ctx, p)
+	}
+}
+
+// Close stops the loops and closes the copies (flushing them).
+func (r *Replicator) Close() error {
+	if r.closed.Swap(true) {
+		return nil
+	}
+	if r.stop != nil {
+		r.stop()
+	}
+	r.wg.Wait()
+	var errs []error
+	for _, p := range r.peers {
+		_ = p.conn.Close()
+	}
+	for _, e := range r.remote {
+		errs = append(errs, e.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Bootstrap fills an empty local engine with this region's state as the
+// peer regions hold it (their copies), by hash-addressed sync, so a region
+// restarted from an empty data directory gets back what it had shipped.
+// Every reachable peer is asked (the copies are merged: the newest
+// version of each counter wins); unreachable ones are skipped. It returns
+// the counters merged and the peers that answered.
+func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, err error) {
+	var errs []error
+	for _, name := range r.peerNames() {
+		p := r.peers[name]
+		t := &chunksync.EngineTarget{Engine: r.local, WO: engine.WriteOptions{Durability: engine.Sync}}
+		st, err := chunksync.Pull(ctx, &grpcSource{conn: p.conn, name: r.cfg.Name}, t, nil)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+			continue
+		}
+		p.mu.Lock()
+		p.bytesReceived += uint64(st.BytesFetched)
+		p.mu.Unlock()
+		merged += t.Merged
+		from = append(from, name)
+		r.log.Info("region bootstrap", "from", name, "counters", st.Keys, "chunks_fetched", st.ChunksFetched, "bytes", st.BytesFetched)
+	}
+	if len(from) == 0 && len(errs) > 0 {
+		return 0, nil, errors.Join(errs...)
+	}
+	return merged, from, nil
+}
+
+// peerNames lists the peers in --peer-regions order.
+func (r *Replicator) peerNames() []string {
+	names := make([]string, 0, len(r.cfg.Peers))
+	for _, p := range r.cfg.Peers {
+		names = append(names, p.Name)
+	}
+	return names
+}
+
+// pushLoop ships, every interval, what peer p has not acknowledged. A
+// failed push is retried from the same position at the next tick; a push
+// that hit a batch limit continues at once.
+func (r *Replicator) pushLoop(ctx context.Context, p *peerLink) {
+	defer r.wg.Done()
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	for {
+		more, err := r.pushOnce(ctx, p)
+		if err != nil {
+			p.mu.Lock()
+			p.pushErrors++
+			p.lastErr = err.Error()
+			p.mu.Unlock()
+			r.log.Debug("region push", "peer", p.Name, "err", err)
+		}
+		if more && err == nil {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// buildBatch encodes the next batch for peer: the current state of the
+// ids changed after its acknowledged position, up to the batch limits; hi
+// is the sequence the peer acknowledges by storing it (0: none).
+func (r *Replicator) buildBatch(peer string) (msg []byte, b *Batch, hi uint64, more bool, err error) {
+	asOf := time.Now().UnixNano()
+	ids, more := r.t.pending(peer, r.cfg.MaxBatchIDs)
+	b = &Batch{From: r.cfg.Name, Incarnation: r.incarnation, AsOf: asOf}
+	bytes := 0
+	for i, pid := range ids {
+		if bytes >= r.cfg.MaxBatchBytes {
+			more = true
+			ids = ids[:i]
+			break
+		}
+		st, ok, err := r.local.Export(pid.id)
+		if err != nil {
+			return nil, nil, 0, false, err
+		}
+		if pid.del > 0 {
+			b.Tombs = append(b.Tombs, engine.State{ID: pid.id, Deleted: true, Version: pid.del})
+		}
+		if ok {
+			b.States = append(b.States, st)
+			bytes += len(st.ID) + len(st.Data) + 24
+		} else if pid.del == 0 {
+			// Expired or deleted by a path that did not say so: a
+			// tombstone at the highest version shipped deletes the copy.
+			b.Tombs = append(b.Tombs, engine.State{ID: pid.id, Deleted: true, Version: pid.ver})
+		}
+		hi = pid.seq
+	}
+	b.Complete = !more
+	chunksync.SortStates(b.Tombs)
+	chunksync.SortStates(b.States)
+	return EncodeBatch(nil, b), b, hi, more, nil
+}
+
+// pushOnce sends one batch to p and moves p's position on success.
+func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err error) {
+	msg, b, hi, more, err := r.buildBatch(p.Name)
+	if err != nil {
+		return false, err
+	}
+	cctx, cancel := context.WithTimeout(ctx, max(10*r.cfg.Interval, 10*time.Second))
+	defer cancel()
+	if _, err := invoke(cctx, p.conn, "Push", msg); err != nil {
+		return false, err
+	}
+	if hi > 0 {
+		r.t.ack(p.Name, hi)
+	}
+	p.mu.Lock()
+	p.lastPush = time.Now()
+	p.lastErr = ""
+	p.pushes++
+	p.bytesSent += uint64(len(msg))
+	p.statesSent += uint64(len(b.States) + len(b.Tombs))
+	if hi > 0 {
+		p.lastShipped = hi
+	}
+	p.mu.Unlock()
+	return more, nil
+}
+
+// receive applies a batch pushed by a peer to the copy of its state,
+// durably, before the push is acknowledged.
+func (r *Replicator) receive(ctx context.Context, msg []byte) error {
+	b, err := DecodeBatch(msg)
+	if err != nil {
+		return err
+	}
+	p, eng := r.peers[b.From], r.remote[b.From]
+	if p == nil {
+		return fmt.Errorf("%w: region %q is not in --peer-regions", ErrUnknownRegion, b.From)
+	}
+	wo := engine.WriteOptions{Durability: engine.Sync}
+	if len(b.Tombs) > 0 {
+		if _, err := eng.Replace(ctx, b.Tombs, wo); err != nil {
+			return err
+		}
+	}
+	if len(b.States) > 0 {
+		if _, err := eng.Replace(ctx, b.States, wo); err != nil {
+			return err
+		}
+	}
+	p.mu.Lock()
+	p.lastHeard = time.Now()
+	p.bytesReceived += uint64(len(msg))
+	if b.Complete && b.AsOf > p.asOf {
+		p.asOf = b.AsOf
+	}
+	if b.Incarnation != p.incarnation {
+		p.incarnation = b.Incarnation
+	}
+	if p.synced != b.Incarnation {
+		p.syncWanted = true // a restarted peer may have lost unshipped changes
+	}
+	p.mu.Unlock()
+	return nil
+}
+
+// ErrUnknownRegion: a message names a region this one does not know.
+var ErrUnknownRegion = errors.New("region: unknown region")
+
+// syncLoop runs anti-entropy with p: at start, when p's incarnation
+// changed, and every SyncInterval.
+func (r *Replicator) syncLoop(ctx context.Context, p *peerLink) {
+	defer r.wg.Done()
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var last time.Time
+	for {
+		p.mu.Lock()
+		want := p.syncWanted || (r.cfg.SyncInterval > 0 && time.Since(last) >= r.cfg.SyncInterval)
+		p.mu.Unlock()
+		if want {
+			if err := r.SyncFrom(ctx, p.Name); err != nil {
+				r.log.Debug("region anti-entropy", "peer", p.Name, "err", err)
+			} else {
+				last = time.Now()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// SyncFrom compares the peer's state with the local copy of it by hash
+// and fetches only the chunks that differ.
+func (r *Replicator) SyncFrom(ctx context.Context, name string) error {
+	p, eng := r.peers[name], r.remote[name]
+	if p == nil {
+		return fmt.Errorf("%w: %q", ErrUnknownRegion, name)
+	}
+	have, err := chunksync.FromEngine(ctx, eng, r.cfg.Chunks)
+	if err != nil {
+		return err
+	}
+	src := &grpcSource{conn: p.conn, name: name}
+	t := &replaceTarget{eng: eng, have: have}
+	st, err := chunksync.Pull(ctx, src, t, nil)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.chunksCompared += uint64(st.Chunks)
+	p.chunksFetched += uint64(st.ChunksFetched)
+	p.syncBytes += uint64(st.BytesFetched)
+	p.syncFullBytes += uint64(st.FullBytes)
+	if err != nil {
+		return err
+	}
+	p.syncs++
+	p.lastSync = time.Now()
+	p.syncWanted = false
+	p.synced = src.incarnation
+	return nil
+}
+
+// replaceTarget stores pulled chunks in a peer's copy with engine.Replace.
+type replaceTarget struct {
+	eng  *engine.Engine
+	have *chunksync.Snapshot
+}
+
+func (t *replaceTarget) Has(h chunksync.Hash) bool { return t.have != nil && t.have.Has(h) }
+func (t *replaceTarget) PutChunk(ctx context.Context, _ chunksync.Hash, _ []byte, states []engine.State) error {
+	_, err := t.eng.Replace(ctx, states, engine.WriteOptions{Durability: engine.Sync})
+	return err
+}
+func (t *replaceTarget) PutRange(context.Context, chunksync.Hash, []byte) error { return nil }
+
+// stateOf returns the engine holding the state named name: this region's
+// own, or the copy of a peer's.
+func (r *Replicator) stateOf(name string) (*engine.Engine, bool) {
+	if name == r.cfg.Name {
+		return r.local, true
+	}
+	e, ok := r.remote[name]
+	return e, ok
+}
+
+// manifest cuts the state named name and keeps the cut for fetches.
+func (r *Replicator) manifest(ctx context.Context, name string) ([]byte, error) {
+	eng, ok := r.stateOf(name)
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownRegion, name)
+	}
+	s, err := chunksync.FromEngine(ctx, eng, r.cfg.Chunks)
+	if err != nil {
+		return nil, err
+	}
+	r.cutMu.Lock()
+	c := r.cuts[name]
+	r.cuts[name] = [2]*cutEntry{{snap: s}, c[0]}
+	r.cutMu.Unlock()
+	return s.ManifestBlob(), nil
+}
+
+func (r *Replicator) blob(name string, h chunksync.Hash) ([]byte, error) {
+	r.cutMu.Lock()
+	c := r.cuts[name]
+	r.cutMu.Unlock()
+	for _, e := range c {
+		if e == nil {
+			continue
+		}
+		if b, ok := e.snap.Blob(h); ok {
+			return b, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: %s", chunksync.ErrNotFound, h)
+}
+
+// Name is this region's name.
+func (r *Replicator) Name() string { return r.cfg.Name }
+
+// Status reports every link (GET /regions).
+func (r *Replicator) Status() Status {
+	st := Status{Region: r.cfg.Name, Node: r.cfg.Node, IntervalMS: r.cfg.Interval.Milliseconds()}
+	now := time.Now()
+	for _, name := range r.peerNames() {
+		p := r.peers[name]
+		n, oldest := r.t.lag(name)
+		p.mu.Lock()
+		ps := PeerStatus{
+			Peer: p.Peer, Pending: n, LastPush: timeStr(p.lastPush), LastError: p.lastErr,
+			Pushes: p.pushes, PushErrors: p.pushErrors, BytesSent: p.bytesSent, StatesSent: p.statesSent,
+			BytesReceived: p.bytesReceived, Syncs: p.syncs, LastSync: timeStr(p.lastSync),
+			ChunksCompared: p.chunksCompared, ChunksFetched: p.chunksFetched, SyncBytes: p.syncBytes, SyncFullBytes: p.syncFullBytes,
+		}
+		contact := p.lastPush
+		if p.lastHeard.After(contact) {
+			contact = p.lastHeard
+		}
+		ps.LastContact = timeStr(contact)
+		if p.asOf != 0 {
+			ps.AsOf = timeStr(time.Unix(0, p.asOf))
+		}
+		p.mu.Unlock()
+		if oldest != 0 {
+			ps.LagSeconds = max(0, now.Sub(time.Unix(0, oldest)).Seconds())
+		}
+		st.Peers = append(st.Peers, ps)
+	}
+	return st
+}
+
+func timeStr(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format(time.RFC3339Nano)
+	return &s
+}

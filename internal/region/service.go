@@ -1,0 +1,146 @@
+package region
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// ServiceName is the gRPC service regions call each other on, served on
+// --grpc beside the others. Its messages are google.protobuf.BytesValue
+// carrying this package's encodings (wire.go), so it needs no generated
+// code:
+//
+//	Push(batch)                  -> empty: the batch is durable in the copy
+//	Manifest(name)               -> incarnation (uvarint) + manifest blob of
+//	                                the state named name (this region's own
+//	                                or its copy of a peer's)
+//	Fetch(name + hash)           -> a blob of one of the last two manifests
+//
+// Like the cluster's peer service it is authenticated by the transport
+// (a peer certificate with --peer-ca), not by client tokens.
+const ServiceName = "counterd.region.v1.Region"
+
+// maxFetch bounds a fetched blob (a chunk of MaxChunkKeys dense HLLs).
+const maxFetch = 64 << 20
+
+// Register serves the region service of r on s.
+func (r *Replicator) Register(s *grpc.Server) {
+	s.RegisterService(&serviceDesc, r)
+}
+
+var serviceDesc = grpc.ServiceDesc{
+	ServiceName: ServiceName,
+	HandlerType: (*any)(nil),
+	Methods: []grpc.MethodDesc{
+		{MethodName: "Push", Handler: handler("Push", func(r *Replicator, ctx context.Context, in []byte) ([]byte, error) {
+			return nil, r.receive(ctx, in)
+		})},
+		{MethodName: "Manifest", Handler: handler("Manifest", func(r *Replicator, ctx context.Context, in []byte) ([]byte, error) {
+			name, h, err := decodeFetch(in)
+			if err == nil && h != nil {
+				err = fmt.Errorf("%w: manifest request with a hash", ErrCorrupt)
+			}
+			if err != nil {
+				return nil, err
+			}
+			m, err := r.manifest(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			return append(binary.AppendUvarint(nil, r.incarnation), m...), nil
+		})},
+		{MethodName: "Fetch", Handler: handler("Fetch", func(r *Replicator, _ context.Context, in []byte) ([]byte, error) {
+			name, h, err := decodeFetch(in)
+			if err == nil && h == nil {
+				err = fmt.Errorf("%w: fetch without a hash", ErrCorrupt)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return r.blob(name, *h)
+		})},
+	},
+	Metadata: "internal/region/service.go",
+}
+
+func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byte, error)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+	full := "/" + ServiceName + "/" + method
+	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
+		in := new(wrapperspb.BytesValue)
+		if err := dec(in); err != nil {
+			return nil, err
+		}
+		h := func(ctx context.Context, req any) (any, error) {
+			out, err := fn(srv.(*Replicator), ctx, req.(*wrapperspb.BytesValue).GetValue())
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			return wrapperspb.Bytes(out), nil
+		}
+		if icpt == nil {
+			return h(ctx, in)
+		}
+		return icpt(ctx, in, &grpc.UnaryServerInfo{Server: srv, FullMethod: full}, h)
+	}
+}
+
+func toStatus(err error) error {
+	var se *engine.StateError
+	switch {
+	case errors.Is(err, ErrCorrupt), errors.As(err, &se), errors.Is(err, engine.ErrInvalidArgument), errors.Is(err, engine.ErrInvalidID):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, ErrUnknownRegion), errors.Is(err, chunksync.ErrNotFound):
+		return status.Error(codes.NotFound, err.Error())
+	case errors.Is(err, engine.ErrClosed):
+		return status.Error(codes.Unavailable, err.Error())
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// invoke calls method of the region service on conn.
+func invoke(ctx context.Context, conn *grpc.ClientConn, method string, in []byte) ([]byte, error) {
+	out := new(wrapperspb.BytesValue)
+	err := conn.Invoke(ctx, "/"+ServiceName+"/"+method, wrapperspb.Bytes(in), out, grpc.MaxCallRecvMsgSize(maxFetch))
+	if err != nil {
+		if status.Code(err) == codes.NotFound {
+			return nil, fmt.Errorf("%w: %w", chunksync.ErrNotFound, err)
+		}
+		return nil, err
+	}
+	return out.GetValue(), nil
+}
+
+// grpcSource is a peer region's state (name: the peer's own, or the
+// peer's copy of another region's) as a chunksync.Source.
+type grpcSource struct {
+	conn        *grpc.ClientConn
+	name        string
+	incarnation uint64 // the peer's, from the manifest answer
+}
+
+func (s *grpcSource) Manifest(ctx context.Context) ([]byte, error) {
+	b, err := invoke(ctx, s.conn, "Manifest", encodeFetch(s.name, nil))
+	if err != nil {
+		return nil, err
+	}
+	inc, k := binary.Uvarint(b)
+	if k <= 0 {
+		return nil, fmt.Errorf("%w: manifest answer", ErrCorrupt)
+	}
+	s.incarnation = inc
+	return b[k:], nil
+}
+
+func (s *grpcSource) Fetch(ctx context.Context, h chunksync.Hash) ([]byte, error) {
+	return invoke(ctx, s.conn, "Fetch", encodeFetch(s.name, &h))
+}

@@ -1,0 +1,187 @@
+package region
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// tracker records which counters this region changed, in order, so that
+// each peer region is sent what changed since the position it
+// acknowledged. A change is a sequence number; an id remembers the last
+// one. Ids every peer has acknowledged are forgotten, so the set holds
+// what some peer still lacks (during a cut: every id changed since).
+type tracker struct {
+	mu    sync.Mutex
+	seq   uint64
+	marks map[string]*mark
+	acks  map[string]uint64 // peer -> acknowledged sequence
+	now   func() time.Time
+}
+
+type mark struct {
+	seq uint64
+	at  int64  // unix ns of the change with seq
+	ver uint64 // highest version seen for the id
+	// del is the version the id was last deleted at since every peer
+	// acknowledged it (0: none): a tombstone ships before its new state.
+	del uint64
+}
+
+func newTracker(peers []Peer, now func() time.Time) *tracker {
+	t := &tracker{marks: map[string]*mark{}, acks: map[string]uint64{}, now: now}
+	for _, p := range peers {
+		t.acks[p.Name] = 0
+	}
+	return t
+}
+
+// note records a successful op and its result.
+func (t *tracker) note(op *engine.Op, res *engine.Result) {
+	if op.ID == "" {
+		return
+	}
+	del := op.Type == engine.OpDelete && res.Changed || op.Type == engine.OpExpire && op.TTL < 0 && op.ExpireAt == 0
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.seq++
+	m := t.marks[op.ID]
+	if m == nil {
+		m = &mark{}
+		t.marks[op.ID] = m
+	}
+	m.seq, m.at = t.seq, t.now().UnixNano()
+	m.ver = max(m.ver, res.Version)
+	if del {
+		m.del = max(m.del, res.Version)
+	}
+}
+
+// pendingID is an id to ship and what the tracker knows of it.
+type pendingID struct {
+	id       string
+	seq      uint64
+	ver, del uint64
+}
+
+// pending returns the ids changed after peer's acknowledged position, in
+// sequence order, at most limit of them; more reports that others remain.
+func (t *tracker) pending(peer string, limit int) (ids []pendingID, more bool) {
+	t.mu.Lock()
+	ack := t.acks[peer]
+	for id, m := range t.marks {
+		if m.seq > ack {
+			ids = append(ids, pendingID{id: id, seq: m.seq, ver: m.ver, del: m.del})
+		}
+	}
+	t.mu.Unlock()
+	slices.SortFunc(ids, func(a, b pendingID) int { return cmpU64(a.seq, b.seq) })
+	if len(ids) > limit {
+		return ids[:limit], true
+	}
+	return ids, false
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// ack moves peer's position to seq and forgets what every peer has.
+func (t *tracker) ack(peer string, seq uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if seq <= t.acks[peer] {
+		return
+	}
+	t.acks[peer] = seq
+	low := seq
+	for _, a := range t.acks {
+		low = min(low, a)
+	}
+	for id, m := range t.marks {
+		if m.seq <= low {
+			delete(t.marks, id)
+		}
+	}
+}
+
+// lag returns how many ids peer lacks and the time of the oldest change
+// among them (0 when none).
+func (t *tracker) lag(peer string) (n int, oldest int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ack := t.acks[peer]
+	for _, m := range t.marks {
+		if m.seq > ack {
+			n++
+			if oldest == 0 || m.at < oldest {
+				oldest = m.at
+			}
+		}
+	}
+	return n, oldest
+}
+
+// head is the last sequence number given out.
+func (t *tracker) head() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
+// trackedBackend records every successful mutation of the wrapped backend
+// in the tracker before answering, so an acknowledged write is always
+// shipped.
+type trackedBackend struct {
+	engine.Backend
+	t   *tracker
+	eng *engine.Engine
+}
+
+func (b *trackedBackend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+	res, err := b.Backend.Apply(ctx, op, wo)
+	if err == nil {
+		b.t.note(&op, &res)
+	}
+	return res, err
+}
+
+func (b *trackedBackend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+	res, err := b.Backend.ApplyBatch(ctx, ops, wo)
+	if err == nil {
+		for i := range ops {
+			if i < len(res) {
+				b.t.note(&ops[i], &res[i])
+			}
+		}
+	}
+	return res, err
+}
+
+// FlushAll records every counter as deleted first (at its version + 1,
+// the version a delete gives it), then flushes.
+func (b *trackedBackend) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+	var gone []engine.State
+	if err := b.eng.ExportAll(ctx, func(s engine.State) error {
+		gone = append(gone, engine.State{ID: s.ID, Version: s.Version})
+		return nil
+	}); err != nil {
+		return err
+	}
+	err := b.Backend.FlushAll(ctx, wo)
+	if err == nil {
+		for _, s := range gone {
+			b.t.note(&engine.Op{Type: engine.OpDelete, ID: s.ID}, &engine.Result{Changed: true, Version: s.Version + 1})
+		}
+	}
+	return err
+}
