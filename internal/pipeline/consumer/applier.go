@@ -138,7 +138,6 @@ func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record
 		seen[mk] = true
 		evs = append(evs, &pending{rec: recs[i], marker: mk, hits: hits})
 	}
-
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := evs[:0]
 	for _, p := range evs {
