@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -68,4 +70,17 @@ func (c *Client) SendEventsRaw(ctx context.Context, batch []byte) (EventsResult,
 	var out EventsResult
 	_, err := c.do(ctx, &request{method: http.MethodPost, path: "/events", body: json.RawMessage(batch)}, &out)
 	return out, err
+}
+
+// EventDeadLetters returns the newest limit dead letters a node without a
+// stream kept (GET /events/dead), oldest first, each in the dead-letter
+// stream's JSON form: source, partition, offset, index, reason and the
+// event. A node on Kafka or NATS answers ErrNotFound: its dead letters are
+// on the stream.
+func (c *Client) EventDeadLetters(ctx context.Context, limit int) ([]json.RawMessage, error) {
+	var out struct {
+		DeadLetters []json.RawMessage `json:"dead_letters"`
+	}
+	_, err := c.do(ctx, &request{method: http.MethodGet, path: "/events/dead", query: url.Values{"limit": {strconv.Itoa(limit)}}}, &out)
+	return out.DeadLetters, err
 }

@@ -44,7 +44,7 @@ func init() {
 		{"list", "[PREFIX]", "List the ids starting with PREFIX (all ids without one).", 0, 1, setupList},
 		{"auth", "token | hash", "Make a new API token and its digest, or print the digest of a token read from stdin (docs/security.md).", 1, 1, setupAuth},
 		{"cluster", "status | forget NODE [--force]", "Show the cluster as a node sees it, or forget a member that is gone for good (docs/cluster.md).", 1, 2, setupCluster},
-		{"events", "FILE [--batch N] [--concurrency C]", "Send a file of events (NDJSON or a JSON array; - for stdin) to POST /events with a progress bar (docs/pipeline.md).", 1, 1, setupEvents},
+		{"events", "FILE [--batch N] [--concurrency C] | --dead N", "Send a file of events (NDJSON or a JSON array; - for stdin) to POST /events with a progress bar; --dead N prints the newest dead letters a node without a stream kept (docs/pipeline.md).", 0, 1, setupEvents},
 		{"snapshot", "DIR [--no-progress]", "Write the node's state to DIR as content-addressed chunks; a later snapshot writes only changed chunks (docs/operations.md).", 1, 1, setupSnapshot},
 		{"restore", "DIR [--no-progress]", "Merge the latest snapshot in DIR into the node, such as an empty one (docs/operations.md).", 1, 1, setupRestore},
 		{"bench", "[flags]", "Run a concurrent load against the server and print throughput and latency.", 0, 0, setupBench},

@@ -22,6 +22,7 @@ type eventsConfig struct {
 	batch       int
 	concurrency int
 	noProgress  bool
+	dead        int // > 0: list that many kept dead letters instead of sending
 }
 
 func setupEvents(fs *flag.FlagSet) runFunc {
@@ -29,7 +30,17 @@ func setupEvents(fs *flag.FlagSet) runFunc {
 	fs.IntVar(&cfg.batch, "batch", 1000, "events per POST /events")
 	fs.IntVar(&cfg.concurrency, "concurrency", 4, "batches in flight at once")
 	fs.BoolVar(&cfg.noProgress, "no-progress", false, "do not show a progress bar")
+	fs.IntVar(&cfg.dead, "dead", 0, "instead of sending: print the newest N dead letters a node without a stream kept")
 	return func(ctx context.Context, e *env, args []string) error {
+		if cfg.dead > 0 {
+			if len(args) > 0 {
+				return usagef("events --dead takes no FILE")
+			}
+			return printDeadLetters(ctx, e, cfg.dead)
+		}
+		if len(args) != 1 {
+			return usagef("events needs a FILE (or --dead N)")
+		}
 		return sendEvents(ctx, e, cfg, args[0])
 	}
 }
@@ -175,4 +186,17 @@ func eventsProgress(e *env, cfg eventsConfig, total int64, sent *atomic.Int64) (
 		}
 	})
 	return func() { close(quit); wg.Wait() }
+}
+
+// printDeadLetters prints the node's kept dead letters, one JSON object a
+// line (the same with --json).
+func printDeadLetters(ctx context.Context, e *env, n int) error {
+	dls, err := e.c.EventDeadLetters(ctx, n)
+	if err != nil {
+		return err
+	}
+	for _, d := range dls {
+		fmt.Fprintf(e.stdout, "%s\n", d)
+	}
+	return nil
 }

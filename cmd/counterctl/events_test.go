@@ -37,12 +37,13 @@ func startPipelineServer(t *testing.T) string {
     add: "1"
 `), 0o644)
 	be := engine.Local(eng)
-	pl, err := pipeline.Open(context.Background(), pipeline.Config{Rules: rules}, be, nil, slog.New(slog.DiscardHandler))
+	pl, err := pipeline.Open(context.Background(), pipeline.Config{Rules: rules, DeadLetterFile: filepath.Join(t.TempDir(), "dead.ndjson")}, be, nil, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/events", pl.Handler())
+	mux.Handle("/events/dead", pl.Handler())
 	mux.Handle("/", httpapi.New(be, httpapi.Options{Logger: slog.New(slog.DiscardHandler)}))
 	srv := httptest.NewServer(mux)
 	t.Cleanup(func() {
@@ -69,6 +70,7 @@ func TestEventsCommand(t *testing.T) {
 
 	out := ok(t, addr, "events", file, "--batch", "300", "--no-progress")
 	wantMatch(t, out, `^sent 2501 events in 9 batches in .* \(\d+ events/s\)\ndead letter: event 1234 \(e1234\): rules: evaluation failed: rule "views" counter: no such key: post\n$`)
+	wantMatch(t, ok(t, addr, "events", "--dead", "5"), `^\{"source":"http","partition":0,"offset":\d+,"index":0,"reason":"rules: evaluation failed: rule \\"views\\" counter: no such key: post","event":\{"id":"e1234","type":"view","ts":1\}\}\n$`)
 	wantMatch(t, ok(t, addr, "get", "views:p0"), `^views:p0  1249  `)
 	wantMatch(t, ok(t, addr, "get", "views:p1"), `^views:p1  1250  `)
 

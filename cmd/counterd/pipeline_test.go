@@ -436,3 +436,50 @@ func TestPipelineEmbeddedRules(t *testing.T) {
 		t.Fatalf("after a refused reload v2:p1 = %d, want %d", v, before+10)
 	}
 }
+
+// TestPipelineEmbeddedDeadLetters: without a stream, the events the rules
+// cannot apply are answered, and kept in the data directory: after a
+// SIGKILL and a restart on the same directory GET /events/dead still
+// lists each of them with its reason.
+func TestPipelineEmbeddedDeadLetters(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	rulesPath := filepath.Join(dir, "rules.yaml")
+	os.WriteFile(rulesPath, []byte("rules:\n  - name: views\n    counter: '\"views:\" + event.post'\n    add: '1'\n"), 0o644)
+	data := filepath.Join(dir, "data")
+	p := start(t, data, "--rules", rulesPath)
+	code, m, _, err := post(p.addr+"/events", "", `[{"id":"a","type":"view","ts":1,"post":"p1"},{"id":"bad1","type":"view","ts":1},{"id":"bad2","type":"view","ts":1,"post":7}]`)
+	if err != nil || code != http.StatusAccepted {
+		t.Fatalf("POST /events: %d %v %v", code, m, err)
+	}
+	if dl, _ := m["dead_letters"].([]any); len(dl) != 2 {
+		t.Fatalf("answer %v, want 2 dead letters", m)
+	}
+	p.kill(t)
+	p = start(t, data, "--rules", rulesPath)
+	var got struct {
+		DeadLetters []struct {
+			Source string
+			Reason string
+			Event  struct{ ID string }
+		} `json:"dead_letters"`
+	}
+	resp, err := client.Get(p.addr + "/events/dead?limit=10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&got)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || len(got.DeadLetters) != 2 || got.DeadLetters[0].Event.ID != "bad1" || got.DeadLetters[1].Event.ID != "bad2" ||
+		!strings.Contains(got.DeadLetters[0].Reason, `rule "views" counter`) || got.DeadLetters[0].Source != "http" {
+		t.Fatalf("after a restart GET /events/dead: %d %+v", resp.StatusCode, got)
+	}
+	if v := getValue(t, p.addr, "views:p1"); v != 1 {
+		t.Fatalf("views:p1 = %d, want 1", v)
+	}
+	if resp, err := client.Get(p.addr + "/events/dead?limit=0"); err != nil || resp.StatusCode != http.StatusBadRequest {
+		t.Fatalf("limit=0: %v %v", resp.Status, err)
+	}
+}

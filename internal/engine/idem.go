@@ -275,8 +275,20 @@ func (e *Engine) purgeIdempotency() error {
 // opsIDs lists the distinct ids ops write, in order of first appearance.
 func opsIDs(ops []Op) []string {
 	ids := make([]string, 0, len(ops))
+	if len(ops) <= 16 {
+		for i := range ops {
+			if !slices.Contains(ids, ops[i].ID) {
+				ids = append(ids, ops[i].ID)
+			}
+		}
+		return ids
+	}
+	// A set past a few ops: the pipeline's batches hold thousands, where
+	// the linear search was a seventh of the consumer's CPU.
+	seen := make(map[string]struct{}, len(ops))
 	for i := range ops {
-		if !slices.Contains(ids, ops[i].ID) {
+		if _, ok := seen[ops[i].ID]; !ok {
+			seen[ops[i].ID] = struct{}{}
 			ids = append(ids, ops[i].ID)
 		}
 	}

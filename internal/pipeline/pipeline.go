@@ -9,12 +9,14 @@ package pipeline
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -38,6 +40,10 @@ type Config struct {
 	NoConsume    bool
 	MaxBodyBytes int64 // --events-max-body: largest POST /events body (default 16 MiB)
 	Limits       event.Limits
+	// DeadLetterFile keeps the dead letters of the embedded mode (no
+	// stream) across restarts; counterd uses events-dead.ndjson in its
+	// data directory. Empty: they are only answered and logged.
+	DeadLetterFile string
 }
 
 // Enabled reports whether the config asks for the pipeline at all.
@@ -64,6 +70,7 @@ type Pipeline struct {
 	m       *consumer.Metrics
 	col     *collector.Collector
 	applier *consumer.Applier // nil without rules
+	dead    *deadLog          // embedded mode with DeadLetterFile; else nil
 
 	closers []func() error
 	cancel  context.CancelFunc
@@ -127,7 +134,15 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 			cons = js
 		}
 	case p.applier != nil:
-		sink = embeddedSink{a: p.applier, log: log}
+		if cfg.DeadLetterFile != "" {
+			dl, err := openDeadLog(cfg.DeadLetterFile, defaultDeadLogBytes)
+			if err != nil {
+				return nil, err
+			}
+			p.dead = dl
+			p.closers = append(p.closers, dl.Close)
+		}
+		sink = embeddedSink{a: p.applier, log: log, dead: p.dead}
 	}
 	p.col = collector.New(sink, collector.Options{Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes,
 		Collected: func(fe string, n int) { p.m.Collected.WithLabelValues(fe).Add(float64(n)) }})
@@ -208,8 +223,66 @@ func (p *Pipeline) reloadOnHUP(ctx context.Context) {
 	}()
 }
 
-// Handler serves POST /events.
-func (p *Pipeline) Handler() http.Handler { return p.col }
+// Handler serves POST /events and GET /events/dead.
+func (p *Pipeline) Handler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/events/dead" {
+			p.serveDead(w, r)
+			return
+		}
+		p.col.ServeHTTP(w, r)
+	})
+}
+
+// ErrNoDeadLetterFile: dead letters are on the stream (or not kept).
+var ErrNoDeadLetterFile = errors.New("pipeline: this node keeps no dead letters: with --kafka or --nats they are on the dead-letter topic or subject")
+
+// DeadLetters returns the newest n dead letters the embedded mode kept,
+// oldest first, in their stream form (docs/pipeline.md).
+func (p *Pipeline) DeadLetters(n int) ([]json.RawMessage, error) {
+	if p.dead == nil {
+		return nil, ErrNoDeadLetterFile
+	}
+	return p.dead.Last(n)
+}
+
+// serveDead serves GET /events/dead?limit=N (default 100, at most 10000).
+func (p *Pipeline) serveDead(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	fail := func(status int, code, msg string) {
+		w.WriteHeader(status)
+		b, _ := json.Marshal(map[string]any{"status": "error", "error": map[string]string{"code": code, "message": msg}})
+		w.Write(append(b, '\n'))
+	}
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		fail(http.StatusMethodNotAllowed, "method_not_allowed", "use GET")
+		return
+	}
+	n := 100
+	if s := r.URL.Query().Get("limit"); s != "" {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 1 || v > 10000 {
+			fail(http.StatusBadRequest, "invalid_argument", "limit must be 1..10000")
+			return
+		}
+		n = v
+	}
+	dls, err := p.DeadLetters(n)
+	if errors.Is(err, ErrNoDeadLetterFile) {
+		fail(http.StatusNotFound, "not_found", err.Error())
+		return
+	}
+	if err != nil {
+		fail(http.StatusServiceUnavailable, "unavailable", err.Error())
+		return
+	}
+	if dls == nil {
+		dls = []json.RawMessage{}
+	}
+	b, _ := json.Marshal(map[string]any{"status": "ok", "dead_letters": dls})
+	w.Write(append(b, '\n'))
+}
 
 // AddEvents appends a batch from another front end (RESP EVENTS.ADD) and
 // returns how many events were accepted.
@@ -235,8 +308,9 @@ func (p *Pipeline) Close() error {
 // embeddedSink applies a batch at once (no stream): durable before it
 // returns, dead letters in the answer and the log.
 type embeddedSink struct {
-	a   *consumer.Applier
-	log *slog.Logger
+	a    *consumer.Applier
+	log  *slog.Logger
+	dead *deadLog // nil: not kept
 }
 
 func (s embeddedSink) Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]collector.DeadLetter, error) {
@@ -244,6 +318,11 @@ func (s embeddedSink) Append(ctx context.Context, evs []event.Event, enc [][]byt
 	dead, err := s.a.Events(ctx, seq, enc)
 	if err != nil {
 		return nil, err
+	}
+	if s.dead != nil {
+		if err := s.dead.Append("http", dead); err != nil {
+			return nil, err
+		}
 	}
 	out := make([]collector.DeadLetter, len(dead))
 	for i, d := range dead {

@@ -151,6 +151,7 @@ var otherModeRoutes = map[string]string{
 	"GET /admin/snapshot/blobs/{hash}": "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
 	"POST /admin/snapshot/chunks":      "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
 	"POST /events":                     "--rules, --kafka or --nats (cmd/counterd TestPipeline*)",
+	"GET /events/dead":                 "--rules without a stream (cmd/counterd TestPipelineEmbeddedDeadLetters)",
 }
 
 // openapiRoute converts a ServeMux "METHOD pattern" to "METHOD path" as

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -91,6 +92,7 @@ func openPipeline(ctx context.Context, cfg Config, be engine.Backend, reg promet
 	if !pc.Enabled() {
 		return nil, nil
 	}
+	pc.DeadLetterFile = filepath.Join(cfg.Data, "events-dead.ndjson") // used without a stream only
 	return pipeline.Open(ctx, pc, be, reg, log)
 }
 

@@ -150,7 +150,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			console.ServeHTTP(w, r)
 			return
 		}
-		if pl != nil && r.URL.Path == "/events" {
+		if pl != nil && (r.URL.Path == "/events" || r.URL.Path == "/events/dead") {
 			pl.Handler().ServeHTTP(w, r)
 			return
 		}

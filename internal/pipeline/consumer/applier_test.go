@@ -80,11 +80,12 @@ func records(n int) (recs []stream.Record, views map[string]int64, bad map[int64
 		if err != nil || e.Type != "view" || seen[e.ID] {
 			continue
 		}
-		if _, ok := e.Attrs["post"]; !ok {
+		post, ok := e.Attr("post")
+		if !ok {
 			continue
 		}
 		seen[e.ID] = true
-		views[e.Attrs["post"].(string)]++
+		views[post.(string)]++
 	}
 	return recs, views, bad
 }

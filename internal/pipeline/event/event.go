@@ -12,12 +12,10 @@
 package event
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"math"
 	"strconv"
 	"time"
@@ -61,13 +59,48 @@ func (l Limits) withDefaults() Limits {
 // MaxFieldLen is the longest id or type, in bytes.
 const MaxFieldLen = 255
 
-// Event is one decoded event. Attrs holds the other members as
-// encoding/json decodes them with UseNumber (json.Number for numbers).
+// Event is one decoded event. Its attributes stay raw JSON, slices of
+// the bytes it was decoded from (which must not change while the event is
+// used), and are decoded when read (Attr).
 type Event struct {
 	ID    string
 	Type  string
 	TS    int64 // Unix milliseconds
-	Attrs map[string]any
+	attrs []Attr
+}
+
+// Attr is one attribute: its name (unescaped) and its JSON value as sent.
+type Attr struct {
+	Name  []byte
+	Value []byte
+}
+
+// NewEvent returns an event with attributes given as Go values (tests,
+// tools); they must encode as JSON.
+func NewEvent(id, typ string, ts int64, attrs map[string]any) Event {
+	e := Event{ID: id, Type: typ, TS: ts}
+	for k, v := range attrs {
+		b, err := json.Marshal(v)
+		if err != nil {
+			panic(fmt.Sprintf("event: attribute %q does not encode: %v", k, err))
+		}
+		e.attrs = append(e.attrs, Attr{Name: []byte(k), Value: b})
+	}
+	return e
+}
+
+// Attrs returns the attributes, in the order sent, each name once.
+func (e *Event) Attrs() []Attr { return e.attrs }
+
+// Attr decodes attribute name: string, bool, nil, int64 (a whole number
+// that fits), float64 (other numbers), []any or map[string]any.
+func (e *Event) Attr(name string) (any, bool) {
+	for i := range e.attrs {
+		if string(e.attrs[i].Name) == name {
+			return decodeValue(e.attrs[i].Value), true
+		}
+	}
+	return nil, false
 }
 
 // Time returns TS as a time.Time in UTC.
@@ -101,110 +134,115 @@ func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	if len(trimmed) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
-	var raws []json.RawMessage
+	var raws [][]byte
+	var err error
 	if trimmed[0] == '[' {
-		dec := json.NewDecoder(bytes.NewReader(trimmed))
-		if err := dec.Decode(&raws); err != nil {
-			return nil, nil, fmt.Errorf("%w: batch is not a JSON array of objects: %v", ErrInvalid, err)
-		}
-		if _, err := dec.Token(); err != io.EOF {
-			return nil, nil, fmt.Errorf("%w: data after the JSON array", ErrInvalid)
-		}
-		if len(raws) > l.MaxEvents {
-			return nil, nil, fmt.Errorf("%w: %d events, at most %d", ErrTooLarge, len(raws), l.MaxEvents)
-		}
+		raws, err = splitArray(trimmed, l)
 	} else {
-		sc := bufio.NewScanner(bytes.NewReader(trimmed))
-		sc.Buffer(nil, l.MaxEventBytes+1)
-		for sc.Scan() {
-			line := bytes.TrimSpace(sc.Bytes())
-			if len(line) == 0 {
-				continue
-			}
-			if len(raws) == l.MaxEvents {
-				return nil, nil, fmt.Errorf("%w: more than %d events", ErrTooLarge, l.MaxEvents)
-			}
-			raws = append(raws, json.RawMessage(bytes.Clone(line))) // the scanner reuses its buffer
-		}
-		if err := sc.Err(); err != nil {
-			if errors.Is(err, bufio.ErrTooLong) {
-				return nil, nil, &Error{Index: len(raws), Err: fmt.Errorf("%w: event longer than %d bytes", ErrTooLarge, l.MaxEventBytes)}
-			}
-			return nil, nil, fmt.Errorf("%w: %v", ErrInvalid, err)
-		}
+		raws, err = splitLines(trimmed, l)
+	}
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(raws) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
 	out := make([]Event, len(raws))
-	enc := make([][]byte, len(raws))
 	for i, raw := range raws {
-		if err := decode(raw, l, &out[i]); err != nil {
+		if err := decodeInto(raw, l, &out[i]); err != nil {
 			return nil, nil, &Error{Index: i, Err: err}
 		}
 		if bytes.ContainsAny(raw, "\r\n") { // only whitespace between tokens: strings cannot hold them raw
 			var b bytes.Buffer
-			_ = json.Compact(&b, raw) // decode accepted it
-			raw = b.Bytes()
+			_ = json.Compact(&b, raw) // decodeInto accepted it
+			raws[i] = b.Bytes()
+			// The attributes point into raw; decode the compact form so
+			// that they point into what is forwarded.
+			_ = decodeInto(raws[i], l, &out[i])
 		}
-		enc[i] = raw
 	}
-	return out, enc, nil
+	return out, raws, nil
 }
 
-// Decode parses one event as stored on a stream (or sent alone).
+// splitArray returns the elements of the JSON array data, checking the
+// whole array's grammar first (a syntax error anywhere refuses the batch
+// without an index) and then the number of elements.
+func splitArray(data []byte, l Limits) ([][]byte, error) {
+	s := scanner{b: data}
+	var raws [][]byte
+	i := s.ws(1)
+	bad := func() ([][]byte, error) {
+		return nil, fmt.Errorf("%w: batch is not a JSON array of objects", ErrInvalid)
+	}
+	if i < len(data) && data[i] == ']' {
+		i++
+	} else {
+		for {
+			end := s.value(i)
+			if end < 0 {
+				return bad()
+			}
+			raws = append(raws, data[i:end])
+			if i = s.ws(end); i >= len(data) {
+				return bad()
+			}
+			if data[i] == ']' {
+				i++
+				break
+			}
+			if data[i] != ',' {
+				return bad()
+			}
+			i = s.ws(i + 1)
+		}
+	}
+	if s.ws(i) != len(data) {
+		return nil, fmt.Errorf("%w: data after the JSON array", ErrInvalid)
+	}
+	if len(raws) > l.MaxEvents {
+		return nil, fmt.Errorf("%w: %d events, at most %d", ErrTooLarge, len(raws), l.MaxEvents)
+	}
+	return raws, nil
+}
+
+// splitLines returns the non-blank lines of data (NDJSON), trimmed. A
+// line longer than MaxEventBytes is refused before it is parsed.
+func splitLines(data []byte, l Limits) ([][]byte, error) {
+	var raws [][]byte
+	for len(data) > 0 {
+		line := data
+		if nl := bytes.IndexByte(data, '\n'); nl >= 0 {
+			line, data = data[:nl], data[nl+1:]
+		} else {
+			data = nil
+		}
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if len(line) > l.MaxEventBytes {
+			return nil, &Error{Index: len(raws), Err: fmt.Errorf("%w: event longer than %d bytes", ErrTooLarge, l.MaxEventBytes)}
+		}
+		if len(raws) == l.MaxEvents {
+			return nil, fmt.Errorf("%w: more than %d events", ErrTooLarge, l.MaxEvents)
+		}
+		raws = append(raws, line)
+	}
+	return raws, nil
+}
+
+// Decode parses one event as stored on a stream (or sent alone). The
+// event's attributes point into data.
 func Decode(data []byte, l Limits) (Event, error) {
 	var e Event
-	err := decode(data, l.withDefaults(), &e)
+	err := decodeInto(data, l.withDefaults(), &e)
 	return e, err
 }
 
-func decode(raw []byte, l Limits, e *Event) error {
-	if len(raw) > l.MaxEventBytes {
-		return fmt.Errorf("%w: event of %d bytes, at most %d", ErrTooLarge, len(raw), l.MaxEventBytes)
-	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil || m == nil {
-		return fmt.Errorf("%w: not a JSON object", ErrInvalid)
-	}
-	if dec.More() {
-		return fmt.Errorf("%w: data after the JSON object", ErrInvalid)
-	}
-	var err error
-	if e.ID, err = text(m, "id"); err != nil {
-		return err
-	}
-	if e.Type, err = text(m, "type"); err != nil {
-		return err
-	}
-	if e.TS, err = timestamp(m["ts"]); err != nil {
-		return err
-	}
-	delete(m, "id")
-	delete(m, "type")
-	delete(m, "ts")
-	if len(m) > l.MaxAttrs {
-		return fmt.Errorf("%w: %d attributes, at most %d", ErrTooLarge, len(m), l.MaxAttrs)
-	}
-	e.Attrs = m
-	return nil
-}
-
-func text(m map[string]any, name string) (string, error) {
-	v, ok := m[name]
-	if !ok {
-		return "", fmt.Errorf("%w: no %q", ErrInvalid, name)
-	}
-	s, ok := v.(string)
-	if !ok {
-		return "", fmt.Errorf("%w: %q is not a string", ErrInvalid, name)
-	}
-	if err := ValidateText(s); err != nil {
-		return "", fmt.Errorf("%w: %q %v", ErrInvalid, name, err)
-	}
-	return s, nil
+// DecodeInto is Decode into e, reusing e's attribute storage (the
+// consumer decodes every event of a poll into one Event).
+func DecodeInto(e *Event, data []byte, l Limits) error {
+	return decodeInto(data, l.withDefaults(), e)
 }
 
 // ValidateText checks an id or type: 1..255 bytes of printable UTF-8.
@@ -259,16 +297,17 @@ func timestamp(v any) (int64, error) {
 }
 
 // Encode returns the event's stream form: compact JSON with "ts" in Unix
-// milliseconds. Decode(Encode(e)) equals e.
+// milliseconds and the attributes as sent, compacted. Decode(Encode(e))
+// equals e.
 func Encode(e *Event) []byte {
-	m := make(map[string]any, len(e.Attrs)+3)
-	for k, v := range e.Attrs {
-		m[k] = v
+	m := make(map[string]any, len(e.attrs)+3)
+	for _, a := range e.attrs {
+		m[string(a.Name)] = json.RawMessage(a.Value)
 	}
 	m["id"], m["type"], m["ts"] = e.ID, e.Type, e.TS
 	b, err := json.Marshal(m)
 	if err != nil {
-		// Attrs came from encoding/json, so they encode.
+		// The attributes passed the scanner, so they are valid JSON.
 		panic(fmt.Sprintf("event: decoded event does not encode: %v", err))
 	}
 	return b

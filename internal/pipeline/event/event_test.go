@@ -107,7 +107,7 @@ func FuzzParseBatch(f *testing.F) {
 func TestFrame(t *testing.T) {
 	var enc [][]byte
 	for i := range 50 {
-		e := Event{ID: strings.Repeat("i", 1+i%7), Type: "t", TS: int64(i), Attrs: map[string]any{"x": strings.Repeat("y", i*3)}}
+		e := NewEvent(strings.Repeat("i", 1+i%7), "t", int64(i), map[string]any{"x": strings.Repeat("y", i*3)})
 		enc = append(enc, Encode(&e))
 	}
 	for _, max := range []int{1, 100, 1000, 1 << 20} {

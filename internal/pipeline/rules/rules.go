@@ -371,49 +371,18 @@ type Hit struct {
 	Op   engine.Op
 }
 
-// Input is the CEL form of an event: attributes with JSON numbers turned
-// into int64 (whole) or float64. Build it once per event with NewInput.
-type Input map[string]any
-
-// NewInput converts e for Eval.
-func NewInput(e *event.Event) Input {
-	m := make(map[string]any, len(e.Attrs)+3)
-	for k, v := range e.Attrs {
-		m[k] = celValue(v)
-	}
-	m["id"], m["type"], m["ts"] = e.ID, e.Type, e.TS
-	return m
-}
-
-func celValue(v any) any {
-	switch t := v.(type) {
-	case interface{ Int64() (int64, error) }: // json.Number
-		if n, err := t.Int64(); err == nil {
-			return n
-		}
-		f, _ := strconv.ParseFloat(fmt.Sprint(t), 64)
-		return f
-	case map[string]any:
-		out := make(map[string]any, len(t))
-		for k, x := range t {
-			out[k] = celValue(x)
-		}
-		return out
-	case []any:
-		out := make([]any, len(t))
-		for i, x := range t {
-			out[i] = celValue(x)
-		}
-		return out
-	}
-	return v
+// NewInput returns e's Input.
+func NewInput(e *event.Event) *Input {
+	in := &Input{}
+	in.Reset(e)
+	return in
 }
 
 // Eval appends to hits the rules that match in and the op of each. An
 // error (wrapping ErrEval) names the rule and expression that failed; the
 // event then has no effect at all.
-func (s *Set) Eval(in Input, hits []Hit) ([]Hit, error) {
-	act := map[string]any{"event": map[string]any(in)}
+func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
+	act := in
 	start := len(hits)
 	for _, r := range s.Rules {
 		if r.filter != nil {
@@ -434,7 +403,7 @@ func (s *Set) Eval(in Input, hits []Hit) ([]Hit, error) {
 	return hits, nil
 }
 
-func (r *Rule) op(act map[string]any) (engine.Op, error) {
+func (r *Rule) op(act *Input) (engine.Op, error) {
 	id, err := evalString(r.id, act)
 	if err != nil {
 		return engine.Op{}, fmt.Errorf("counter: %v", err)
@@ -474,7 +443,7 @@ func (r *Rule) op(act map[string]any) (engine.Op, error) {
 	return op, nil
 }
 
-func eval(p cel.Program, act map[string]any) (ref.Val, error) {
+func eval(p cel.Program, act *Input) (ref.Val, error) {
 	v, _, err := p.Eval(act)
 	if err != nil {
 		return nil, err
@@ -485,7 +454,7 @@ func eval(p cel.Program, act map[string]any) (ref.Val, error) {
 	return v, nil
 }
 
-func evalBool(p cel.Program, act map[string]any) (bool, error) {
+func evalBool(p cel.Program, act *Input) (bool, error) {
 	v, err := eval(p, act)
 	if err != nil {
 		return false, err
@@ -497,7 +466,7 @@ func evalBool(p cel.Program, act map[string]any) (bool, error) {
 	return bool(b), nil
 }
 
-func evalString(p cel.Program, act map[string]any) (string, error) {
+func evalString(p cel.Program, act *Input) (string, error) {
 	v, err := eval(p, act)
 	if err != nil {
 		return "", err
@@ -511,7 +480,7 @@ func evalString(p cel.Program, act map[string]any) (string, error) {
 
 // evalInt evaluates an int expression; nil p is 1. A whole double is
 // accepted, since JSON numbers in attributes may arrive as either.
-func evalInt(p cel.Program, act map[string]any) (int64, error) {
+func evalInt(p cel.Program, act *Input) (int64, error) {
 	if p == nil {
 		return 1, nil
 	}

@@ -30,7 +30,7 @@ rules:
     window: {granularity: 1m, span: 1h}
 `
 
-func mustEvent(t *testing.T, js string) Input {
+func mustEvent(t *testing.T, js string) *Input {
 	t.Helper()
 	e, err := event.Decode([]byte(js), event.Limits{})
 	if err != nil {
@@ -124,7 +124,8 @@ func FuzzLoad(f *testing.F) {
 	f.Add([]byte("rules:\n  - counter: '\"x:\" + event.id'\n    add: event.ts\n"))
 	f.Add([]byte("rules:\n  - counter: 'event.id'\n    hadd: {field: 'event.type', by: '2'}\n    rollup: {key: a, minute: 1h}\n"))
 	f.Add([]byte("dedupe: 1h\nrules:\n  - filter: '[1,2,3].all(x, x > 0)'\n    counter: '\"w\"'\n    window: {granularity: 1s, span: 1m, fixed: true}\n"))
-	in := NewInput(&event.Event{ID: "e1", Type: "impression", TS: 5, Attrs: map[string]any{"post": "p", "user": "u", "n": 3.0}})
+	ev := event.NewEvent("e1", "impression", 5, map[string]any{"post": "p", "user": "u", "n": 3.0})
+	in := NewInput(&ev)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		s, err := Load("f.yaml", data)
 		if err != nil {
@@ -146,4 +147,39 @@ func FuzzLoad(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestInputMap: the event variable behaves as a CEL map whatever an
+// expression asks of it, though its attributes are decoded on demand.
+func TestInputMap(t *testing.T) {
+	env, err := newEnv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := mustEvent(t, `{"id":"e1","type":"impression","ts":5,"post":"p","n":3,"f":2.5,"o":{"k":[1,"x"]},"b":false}`)
+	for _, src := range []string{
+		`event.post == "p" && event.n == 3 && event.f == 2.5 && event.ts == 5`,
+		`has(event.post) && !has(event.nope)`,
+		`event.?nope.orValue(7) == 7 && event.?n.orValue(0) == 3`,
+		`"post" in event && !("nope" in event)`,
+		`event["type"] == "impression"`,
+		`size(event) == 8`,
+		`event.exists(k, k == "o") && event.all(k, k != "")`,
+		`event.o.k[0] == 1 && event.o.k[1] == "x"`,
+		`!event.b`,
+		`event == {"id":"e1","type":"impression","ts":5,"post":"p","n":3,"f":2.5,"o":{"k":[1,"x"]},"b":false}`,
+	} {
+		ast, iss := env.Compile(src)
+		if iss.Err() != nil {
+			t.Fatalf("%s: %v", src, iss.Err())
+		}
+		p, err := env.Program(ast)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ok, err := evalBool(p, in)
+		if err != nil || !ok {
+			t.Errorf("%s = %v, %v", src, ok, err)
+		}
+	}
 }
