@@ -361,11 +361,13 @@ func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) er
 		return err
 	}
 	en := r.e
-	fs := make([]counter.Field, len(op.Fields))
-	for i, f := range op.Fields {
-		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	n, err := h.Set(op.Fields, op.SetMode == SetIfAbsent)
+	if err != nil { // Validate checks the texts: not reached
+		if !live {
+			e.clearLocked(r)
+		}
+		return mapErr(op.ID, err)
 	}
-	n := h.Set(fs, op.SetMode == SetIfAbsent)
 	res.Value = int64(n)
 	if n == 0 && op.SetMode == SetIfAbsent {
 		res.Kind, res.Version = en.kind, en.version
