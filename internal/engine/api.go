@@ -30,12 +30,19 @@ var (
 	ErrFloatRange = errors.New("engine: increment would produce NaN or Infinity")
 	// ErrNotInteger: an integer add to a float counter whose value is not
 	// an integer (Redis: "value is not an integer or out of range").
+	// An integer add to a float hash field says HashNotInteger in its
+	// message (Redis words that case differently).
 	ErrNotInteger = errors.New("engine: value is not an integer")
 	ErrClosed     = errors.New("engine: closed")
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
 )
+
+// HashNotInteger is in the message of an ErrNotInteger from an integer add
+// to a float hash field (Redis: "hash value is not an integer"), also
+// across a cluster peer call, which keeps messages.
+const HashNotInteger = "hash value is not an integer"
 
 // MaxIDLen is the longest counter id accepted, in bytes.
 const MaxIDLen = 255
