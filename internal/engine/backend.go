@@ -120,5 +120,5 @@ func (l local) Ready() error   { return l.e.Ready() }
 // Capabilities: the embedded engine is the reference behaviour.
 func (l local) Capabilities() Capabilities {
 	return Capabilities{Mode: "embedded", Batches: BatchAtomic, MultiKeyAnyOwner: true,
-		GlobalIdempotencyKeys: true, Limits: l.e.Limits()}
+		GlobalIdempotencyKeys: true, Limits: l.e.Limits(), FloatHashFields: true}
 }

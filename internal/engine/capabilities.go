@@ -51,6 +51,11 @@ type Capabilities struct {
 	// rollup.DefaultSpec's retention when no spec covers its id. False:
 	// Series of an id no spec covers is ErrNotFound.
 	SeriesWithoutSpec bool `json:"series_without_spec"`
+
+	// FloatHashFields: hash fields may hold floats (Redis HINCRBYFLOAT,
+	// HSET of a float's text; counter.Hash). False: an op with a float
+	// field fails with ErrInvalidArgument and changes nothing.
+	FloatHashFields bool `json:"float_hash_fields"`
 }
 
 // BatchAtomicity is what a failed ApplyBatch leaves behind.
