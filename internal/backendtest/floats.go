@@ -215,6 +215,24 @@ func floatCases() []tcase {
 			_, err := e.b.Apply(e.ctx, hadd(c, ff("a", "1")), engine.WriteOptions{})
 			e.wantErr("hincrbyfloat of a counter", err, engine.ErrWrongKind)
 		}},
+		{"set of a float", func(e *env) {
+			id := e.id("f")
+			op := engine.Op{Type: engine.OpSet, ID: id, Float: "2.5"}
+			if !e.b.Capabilities().FloatHashFields { // the tiered mode: refused like float fields
+				_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+				e.wantErr("set of a float in the tiered mode", err, engine.ErrInvalidArgument)
+				e.wantMissing(id)
+				return
+			}
+			if r := e.apply(op); r.Kind != engine.KindFloat || r.Float != "2.5" {
+				e.t.Errorf("set float = %+v", r)
+			}
+			e.apply(addf(id, "0.25"))
+			e.wantFloat(id, "2.75", 2)
+			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpSet, ID: id, Float: "2.50"}, engine.WriteOptions{})
+			e.wantErr("set of a non-canonical float", err, engine.ErrInvalidArgument)
+			e.wantFloat(id, "2.75", 2)
+		}},
 		{"expire at", func(e *env) {
 			id := e.id("c")
 			e.apply(add(id, engine.KindNone, 1))

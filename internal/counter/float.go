@@ -414,3 +414,15 @@ func CanonicalFloat(s string) bool {
 	f, err := ParseFloat(s)
 	return err == nil && finite(f) && formatLD(f) == s
 }
+
+// FloatOfText returns a Float holding the canonical text t
+// (CanonicalFloat), or an error wrapping ErrInvalid.
+func FloatOfText(t string) (*Float, error) {
+	if !CanonicalFloat(t) {
+		return nil, fmt.Errorf("%w: %s is not a float in canonical text", ErrInvalid, shortText(t))
+	}
+	if t == "0" {
+		t = ""
+	}
+	return &Float{text: t}, nil
+}

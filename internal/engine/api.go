@@ -218,6 +218,9 @@ type Op struct {
 	// a counter of kind counter makes it a float counter; an integer add
 	// (Kind KindNone or KindCounter) to a float counter whose value is an
 	// integer makes it a counter again, as Redis's INCR after INCRBYFLOAT.
+	// For OpSet: a float value in canonical text (counter.CanonicalFloat)
+	// that the counter takes as kind float, Value 0 (Redis SET of a
+	// float's text).
 	Float string
 
 	Value int64 // OpSet

@@ -53,8 +53,10 @@ type Capabilities struct {
 	SeriesWithoutSpec bool `json:"series_without_spec"`
 
 	// FloatHashFields: hash fields may hold floats (Redis HINCRBYFLOAT,
-	// HSET of a float's text; counter.Hash). False: an op with a float
-	// field fails with ErrInvalidArgument and changes nothing.
+	// HSET of a float's text; counter.Hash), and a set may give a float
+	// value (Op.Float, Redis SET k 1.5). False: such an op fails with
+	// ErrInvalidArgument and changes nothing (float increments of float
+	// counters work on every backend).
 	FloatHashFields bool `json:"float_hash_fields"`
 }
 

@@ -208,3 +208,36 @@ func TestHashFloatFields(t *testing.T) {
 		t.Fatalf("replica %+v", v.Fields)
 	}
 }
+
+// TestSetFloat: a set of a float's canonical text makes a float counter
+// (Redis SET k 1.5); other texts are refused and change nothing.
+func TestSetFloat(t *testing.T) {
+	e := openMem(t)
+	mustApply(t, e, Op{Type: OpAdd, ID: "c", Delta: 5})
+	r := mustApply(t, e, Op{Type: OpSet, ID: "c", Float: "1.5", TTL: time.Hour})
+	if r.Kind != KindFloat || r.Float != "1.5" {
+		t.Fatalf("set float over a counter: %+v", r)
+	}
+	if v := mustGet(t, e, "c"); v.Kind != KindFloat || v.Float != "1.5" || v.ExpiresAt.IsZero() {
+		t.Fatalf("get %+v", v)
+	}
+	if r, _ := addFloat(e, "c", "0.5"); r.Float != "2" {
+		t.Fatalf("add to a set float: %+v", r)
+	}
+	mustApply(t, e, Op{Type: OpSet, ID: "n", Float: "-0.25", SetMode: SetIfAbsent})
+	if v := mustGet(t, e, "n"); v.Float != "-0.25" {
+		t.Fatalf("set nx float %+v", v)
+	}
+	for _, bad := range []Op{{Type: OpSet, ID: "n", Float: "1.50"}, {Type: OpSet, ID: "n", Float: "1e3"}, {Type: OpSet, ID: "n", Float: "1.5", Value: 1}} {
+		if _, err := e.Apply(bg, bad, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	if v := mustGet(t, e, "n"); v.Float != "-0.25" || v.Version != 1 {
+		t.Fatalf("refused sets changed %+v", v)
+	}
+	mustApply(t, e, Op{Type: OpSet, ID: "n", Value: 3})
+	if v := mustGet(t, e, "n"); v.Kind != KindCounter || v.Value != 3 {
+		t.Fatalf("integer set over a float %+v", v)
+	}
+}

@@ -171,9 +171,22 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	if err := e.checkExpireAt(op, now); err != nil {
 		return err
 	}
-	if !live {
+	var fl *counter.Float
+	if op.Float != "" {
+		var err error
+		if fl, err = counter.FloatOfText(op.Float); err != nil { // Validate checks it: not reached
+			return mapErr(op.ID, err)
+		}
+	}
+	switch {
+	case !live && fl != nil:
+		e.create(r, KindFloat, op)
+		en.ext.state = fl
+	case !live:
 		e.create(r, KindCounter, op)
-	} else if en.kind == KindFloat { // Redis SET overwrites any string
+	case fl != nil: // Redis SET overwrites any string
+		e.setKindLocked(r, KindFloat, 0, fl)
+	case en.kind == KindFloat:
 		e.setKindLocked(r, KindCounter, 0, nil)
 	}
 	en.value = op.Value
@@ -187,6 +200,9 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	e.changedLocked(r, now, res)
 	res.Value = additiveValue(en, now)
+	if fl != nil {
+		res.Float = fl.Text()
+	}
 	return nil
 }
 

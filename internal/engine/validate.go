@@ -122,7 +122,12 @@ func (op *Op) validate(l *Limits) error {
 	switch op.Type {
 	case OpAdd:
 		return op.validateAdd(*l)
-	case OpSet, OpDelete, OpExpire:
+	case OpSet:
+		if op.Float != "" && (op.Value != 0 || !counter.CanonicalFloat(op.Float)) {
+			return fmt.Errorf("%w: a float set takes one value, a float in canonical text, not %q", ErrInvalidArgument, clip(op.Float))
+		}
+		return nil
+	case OpDelete, OpExpire:
 		return nil
 	case OpPFAdd:
 		return l.maxItems(len(op.Items), "items")

@@ -63,10 +63,13 @@ func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.Wri
 }
 
 // refuseFloatFields refuses float hash fields (HINCRBYFLOAT, HSET of a
-// float): the write-behind keeps hash fields as int64 deltas in
+// float) and sets of a float value (SET k 1.5): the write-behind keeps hash fields as int64 deltas in
 // PostgreSQL's counter_fields, which cannot hold them yet
 // (Capabilities.FloatHashFields is false).
 func refuseFloatFields(op *engine.Op) error {
+	if op.Type == engine.OpSet && op.Float != "" {
+		return fmt.Errorf("%w: %q: a set of a float value is not supported in the tiered mode (add it with a float increment)", engine.ErrInvalidArgument, op.ID)
+	}
 	if op.Type != engine.OpHAdd && op.Type != engine.OpHSet {
 		return nil
 	}

@@ -78,6 +78,18 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"HINCRBYFLOAT", "nope", "a", "abc"}, {"EXISTS", "nope"}, {"HINCRBYFLOAT", "new", "a", "0"}, {"HGETALL", "new"}, {"TYPE", "new"},
 			{"EXPIRE", "h", "100"}, {"HINCRBYFLOAT", "h", "g", "1"}, {"TTL", "h"},
 		},
+		"setfloat": {
+			{"SET", "k", "1.5"}, {"GET", "k"}, {"TYPE", "k"}, {"INCRBYFLOAT", "k", "0.5"}, {"INCR", "k"}, {"GET", "k"},
+			{"SET", "k", "0.1"}, {"INCR", "k"}, {"INCRBY", "k", "abc"}, {"DECRBY", "k", "1"}, {"INCRBYFLOAT", "k", "0.2"},
+			{"SET", "k", "-7.25", "XX"}, {"SET", "k", "3.5", "NX"}, {"GET", "k"}, {"SETNX", "k", "2.5"}, {"SETNX", "n", "2.5"},
+			{"MSET", "a", "1.5", "b", "2", "c", "100000000000000000000"}, {"MGET", "a", "b", "c", "nope"},
+			{"INCR", "c"}, {"INCRBYFLOAT", "c", "1"}, {"SET", "a", "3", "KEEPTTL"}, {"INCR", "a"},
+			{"SETEX", "e", "100", "2.5"}, {"GET", "e"}, {"TTL", "e"}, {"PSETEX", "e", "100000", "0.001"}, {"GET", "e"}, {"TTL", "e"},
+			{"SET", "e", "0.5", "EX", "100"}, {"TTL", "e"}, {"SET", "e", "0.25", "KEEPTTL"}, {"TTL", "e"}, {"SET", "e", "4.5"}, {"TTL", "e"},
+			{"SETEX", "e", "0", "2.5"}, {"SETEX", "e", "abc", "2.5"}, {"GETEX", "e", "EX", "50"}, {"TTL", "e"},
+			{"HINCRBY", "h", "f", "1"}, {"INCRBYFLOAT", "h", "1.5"}, {"GET", "h"},
+			{"SET", "k", "1.5", "EX", "abc"}, {"SET", "k", "2.5", "FOO"}, {"GET", "k"},
+		},
 		"setex": {
 			{"SETEX", "k", "100", "5"}, {"GET", "k"}, {"SETEX", "k", "0", "5"}, {"SETEX", "k", "-1", "5"},
 			{"SETEX", "k", "abc", "5"}, {"SETEX", "k", "1.5", "5"}, {"SETEX", "k", "9223372036854775807", "5"},
@@ -155,7 +167,7 @@ func runCompat(t *testing.T, name string, counterd, real doer) {
 }
 
 func seqNames() []string {
-	return []string{"incrbyfloat", "hincrbyfloat", "setex", "getex", "hset", "expire"}
+	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire"}
 }
 
 func TestCompatGoRedis(t *testing.T) {

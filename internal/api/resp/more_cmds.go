@@ -74,11 +74,11 @@ func prepSetEx(unit, name string) func(*client, [][]byte, []engine.Op) ([]engine
 		if !ok {
 			return ops, "ERR invalid expire time in '" + name + "' command", true
 		}
-		v, ok := parseInt(args[3])
-		if !ok {
+		op := engine.Op{Type: engine.OpSet, ID: str(args[1]), TTL: ttl}
+		if !setValue(&op, args[3]) {
 			return ops, errNotInteger, true
 		}
-		return append(ops, engine.Op{Type: engine.OpSet, ID: str(args[1]), Value: v, TTL: ttl}), "", true
+		return append(ops, op), "", true
 	}
 }
 
