@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"iter"
 	"net/http"
 	"net/url"
@@ -269,6 +270,23 @@ func (c *Client) HIncr(ctx context.Context, id string, fields map[string]int64, 
 	return r.Fields, nil
 }
 
+// HIncrFloat adds incr, a decimal number as text ("0.1", "-2.5e3"), to the
+// field of the hash id like Redis HINCRBYFLOAT, and returns the field's
+// new value as exact decimal text (an integer's text when it is one).
+func (c *Client) HIncrFloat(ctx context.Context, id, field, incr string, opts ...CallOption) (string, error) {
+	body := struct {
+		Fields map[string]string `json:"fields"`
+	}{map[string]string{field: incr}}
+	r, err := c.mutate(ctx, http.MethodPost, counterPath(id, "hincr"), id, body, applyCall(opts))
+	if err != nil {
+		return "", err
+	}
+	if t, ok := r.FloatFields[field]; ok {
+		return t, nil
+	}
+	return strconv.FormatInt(r.Fields[field], 10), nil
+}
+
 // HIncrBy adds delta to one field of the hash id and returns its new value.
 func (c *Client) HIncrBy(ctx context.Context, id, field string, delta int64, opts ...CallOption) (int64, error) {
 	fs, err := c.HIncr(ctx, id, map[string]int64{field: delta}, opts...)
@@ -276,20 +294,25 @@ func (c *Client) HIncrBy(ctx context.Context, id, field string, delta int64, opt
 }
 
 // HGetAll returns the fields of the hash id; empty if it does not exist.
+// A hash with float fields is an error: Get has them (Counter.FloatFields).
 func (c *Client) HGetAll(ctx context.Context, id string) (map[string]int64, error) {
 	if err := checkID(id); err != nil {
 		return nil, err
 	}
 	var w struct {
-		Fields map[string]int64 `json:"fields"`
+		Fields wireFields `json:"fields"`
 	}
 	if _, err := c.do(ctx, &request{method: http.MethodGet, path: counterPath(id, "fields")}, &w); err != nil {
 		return nil, err
 	}
-	if w.Fields == nil {
-		w.Fields = map[string]int64{}
+	ints, floats := w.Fields.split()
+	for name := range floats {
+		return nil, fmt.Errorf("client: HGetAll %q: field %q holds a float: read the hash with Get", id, name)
 	}
-	return w.Fields, nil
+	if ints == nil {
+		ints = map[string]int64{}
+	}
+	return ints, nil
 }
 
 // HGet returns the value of one field of the hash id and whether it exists.
@@ -298,13 +321,16 @@ func (c *Client) HGet(ctx context.Context, id, field string) (value int64, exist
 		return 0, false, err
 	}
 	var w struct {
-		Value  int64 `json:"value"`
-		Exists bool  `json:"exists"`
+		Value  wireNumber `json:"value"`
+		Exists bool       `json:"exists"`
 	}
 	if _, err := c.do(ctx, &request{method: http.MethodGet, path: counterPath(id, "fields", escape(field))}, &w); err != nil {
 		return 0, false, err
 	}
-	return w.Value, w.Exists, nil
+	if !w.Value.isInt {
+		return 0, w.Exists, fmt.Errorf("client: HGet %q: field %q holds the float %s: read the hash with Get", id, field, w.Value.text)
+	}
+	return w.Value.int, w.Exists, nil
 }
 
 // HDel deletes one field of the hash id and reports whether it existed.

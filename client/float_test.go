@@ -39,3 +39,37 @@ func TestIncrFloat(t *testing.T) {
 		t.Fatalf("get huge float: %+v", v)
 	}
 }
+
+func TestHIncrFloat(t *testing.T) {
+	c, ctx := newClient(t)
+	if got := must(c.HIncrFloat(ctx, "cart", "price", "0.1")).ok(t); got != "0.1" {
+		t.Fatalf("first: %q", got)
+	}
+	if got := must(c.HIncrFloat(ctx, "cart", "price", "0.2")).ok(t); got != "0.3" {
+		t.Fatalf("0.1 + 0.2 = %q", got)
+	}
+	must(c.HIncrBy(ctx, "cart", "items", 2)).ok(t)
+	if got := must(c.HIncrFloat(ctx, "cart", "items", "0.5")).ok(t); got != "2.5" {
+		t.Fatalf("items: %q", got)
+	}
+	if got := must(c.HIncrFloat(ctx, "cart", "items", "0.5")).ok(t); got != "3" {
+		t.Fatalf("an integral float field: %q", got)
+	}
+	v := must(c.Get(ctx, "cart")).ok(t)
+	if v.FloatFields["price"] != "0.3" || v.Fields["items"] != 3 || len(v.Fields) != 1 || len(v.FloatFields) != 1 {
+		t.Fatalf("get: %+v", v)
+	}
+	if n, ok, err := c.HGet(ctx, "cart", "items"); n != 3 || !ok || err != nil {
+		t.Fatalf("hget items: %d %v %v", n, ok, err)
+	}
+	if _, ok, err := c.HGet(ctx, "cart", "price"); !ok || err == nil {
+		t.Fatalf("hget of a float field: %v %v", ok, err)
+	}
+	if _, err := c.HGetAll(ctx, "cart"); err == nil {
+		t.Fatal("HGetAll of a hash with a float field")
+	}
+	_, err := c.HIncrFloat(ctx, "cart", "price", "abc")
+	wantCode(t, err, 400, client.CodeInvalidArgument, client.ErrInvalidArgument)
+	_, err = c.HIncrBy(ctx, "cart", "price", 1)
+	wantCode(t, err, 409, client.CodeWrongKind, client.ErrWrongKind)
+}

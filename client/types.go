@@ -33,8 +33,10 @@ type Result struct {
 	// Changed reports whether the mutation changed state: false for a
 	// Delete of a missing counter or a PFAdd that altered no register.
 	Changed bool `json:"changed"`
-	// Fields holds, for HIncr, the new values of the fields it touched.
-	Fields map[string]int64 `json:"fields,omitempty"`
+	// Fields holds, for HIncr, the new values of the integer fields it
+	// touched; FloatFields the exact text of the float ones (HIncrFloat).
+	Fields      map[string]int64  `json:"fields,omitempty"`
+	FloatFields map[string]string `json:"float_fields,omitempty"`
 	// Replayed is set when the server answered from its idempotency table:
 	// an earlier attempt with the same key had already been applied.
 	Replayed bool `json:"replayed,omitempty"`
@@ -56,9 +58,11 @@ type Counter struct {
 	Replicas  []Replica        `json:"replicas,omitempty"`  // pn
 	StdError  float64          `json:"std_error,omitempty"` // hll: relative standard error of Value
 	Precision int              `json:"precision,omitempty"` // hll
-	Fields    map[string]int64 `json:"fields,omitempty"`    // hash
-	Window    *WindowSpec      `json:"window,omitempty"`    // window
-	Buckets   []Bucket         `json:"buckets,omitempty"`   // window: oldest first
+	Fields    map[string]int64 `json:"fields,omitempty"`    // hash: integer fields
+	// FloatFields are a hash's float fields, as exact decimal text.
+	FloatFields map[string]string `json:"float_fields,omitempty"`
+	Window      *WindowSpec       `json:"window,omitempty"`  // window
+	Buckets     []Bucket          `json:"buckets,omitempty"` // window: oldest first
 }
 
 // Replica is one replica's slots of a pn counter.
@@ -117,13 +121,36 @@ const (
 // server versions do not break the client.
 
 type wireResult struct {
-	ID      string           `json:"id"`
-	Kind    string           `json:"kind"`
-	Value   wireNumber       `json:"value"`
-	Version uint64           `json:"version"`
-	Changed *bool            `json:"changed"`
-	Deleted *bool            `json:"deleted"`
-	Fields  map[string]int64 `json:"fields"`
+	ID      string     `json:"id"`
+	Kind    string     `json:"kind"`
+	Value   wireNumber `json:"value"`
+	Version uint64     `json:"version"`
+	Changed *bool      `json:"changed"`
+	Deleted *bool      `json:"deleted"`
+	Fields  wireFields `json:"fields"`
+}
+
+// wireFields are hash fields: integers, and floats as their text (a JSON
+// number, or a string beyond the float64 range).
+type wireFields map[string]wireNumber
+
+// split returns the integer fields and the float ones (nil when none).
+func (w wireFields) split() (ints map[string]int64, floats map[string]string) {
+	if w == nil {
+		return nil, nil
+	}
+	ints = make(map[string]int64, len(w))
+	for name, n := range w {
+		if n.isInt {
+			ints[name] = n.int
+			continue
+		}
+		if floats == nil {
+			floats = map[string]string{}
+		}
+		floats[name] = n.text
+	}
+	return ints, floats
 }
 
 func (w *wireResult) result() Result {
@@ -132,8 +159,8 @@ func (w *wireResult) result() Result {
 		Kind:    Kind(w.Kind),
 		Value:   w.Value.int,
 		Version: w.Version,
-		Fields:  w.Fields,
 	}
+	r.Fields, r.FloatFields = w.Fields.split()
 	if r.Kind == KindFloat {
 		r.Float = w.Value.text
 	}
@@ -149,22 +176,22 @@ func (w *wireResult) result() Result {
 }
 
 type wireCounter struct {
-	ID          string           `json:"id"`
-	Kind        string           `json:"kind"`
-	Exists      bool             `json:"exists"`
-	Value       wireNumber       `json:"value"`
-	Version     uint64           `json:"version"`
-	UpdatedAt   wireTime         `json:"updated_at"`
-	ExpiresAt   wireTime         `json:"expires_at"`
-	Shards      []int64          `json:"shards"`
-	Replicas    []Replica        `json:"replicas"`
-	StdError    float64          `json:"std_error"`
-	Precision   int              `json:"precision"`
-	Fields      map[string]int64 `json:"fields"`
-	Granularity wireDuration     `json:"granularity"`
-	Window      wireDuration     `json:"window"`
-	Fixed       bool             `json:"fixed"`
-	Buckets     []wireBucket     `json:"buckets"`
+	ID          string       `json:"id"`
+	Kind        string       `json:"kind"`
+	Exists      bool         `json:"exists"`
+	Value       wireNumber   `json:"value"`
+	Version     uint64       `json:"version"`
+	UpdatedAt   wireTime     `json:"updated_at"`
+	ExpiresAt   wireTime     `json:"expires_at"`
+	Shards      []int64      `json:"shards"`
+	Replicas    []Replica    `json:"replicas"`
+	StdError    float64      `json:"std_error"`
+	Precision   int          `json:"precision"`
+	Fields      wireFields   `json:"fields"`
+	Granularity wireDuration `json:"granularity"`
+	Window      wireDuration `json:"window"`
+	Fixed       bool         `json:"fixed"`
+	Buckets     []wireBucket `json:"buckets"`
 }
 
 func (w *wireCounter) counter() Counter {
@@ -180,9 +207,9 @@ func (w *wireCounter) counter() Counter {
 		Replicas:  w.Replicas,
 		StdError:  w.StdError,
 		Precision: w.Precision,
-		Fields:    w.Fields,
 		Buckets:   buckets(w.Buckets),
 	}
+	c.Fields, c.FloatFields = w.Fields.split()
 	if c.Kind == KindFloat {
 		c.Float = w.Value.text
 	}
@@ -232,8 +259,9 @@ func buckets(ws []wireBucket) []Bucket {
 // (kept exact, not rounded to a float64), a JSON number or, beyond the
 // float64 range, a string.
 type wireNumber struct {
-	int  int64
-	text string
+	int   int64
+	text  string
+	isInt bool // text is an int64 (a JSON integer)
 }
 
 func (n *wireNumber) UnmarshalJSON(b []byte) error {
@@ -245,8 +273,8 @@ func (n *wireNumber) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	n.text = num.String()
-	if v, err := num.Int64(); err == nil {
-		n.int = v
+	if v, err := num.Int64(); err == nil && strconv.FormatInt(v, 10) == n.text {
+		n.int, n.isInt = v, true
 	}
 	return nil
 }

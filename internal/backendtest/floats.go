@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"errors"
 	"slices"
 	"time"
 
@@ -152,6 +153,85 @@ func floatCases() []tcase {
 			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpHSet, ID: c, Fields: []counter.FieldDelta{fd("a", 1)}}, engine.WriteOptions{})
 			e.wantErr("hset of a counter", err, engine.ErrWrongKind)
 			e.unchanged(c, before)
+		}},
+		{"float hash fields", func(e *env) {
+			id := e.id("h")
+			ff := func(name, text string) counter.FieldDelta { return counter.FieldDelta{Name: name, Float: text} }
+			if !e.b.Capabilities().FloatHashFields {
+				e.apply(hadd(id, fd("a", 1)))
+				before := e.snap(id)
+				_, err := e.b.Apply(e.ctx, hadd(id, fd("a", 1), ff("b", "0.5")), engine.WriteOptions{})
+				e.wantErr("hincrbyfloat without FloatHashFields", err, engine.ErrInvalidArgument)
+				_, err = e.b.ApplyBatch(e.ctx, []engine.Op{hadd(id, fd("a", 1)), {Type: engine.OpHSet, ID: id, Fields: []counter.FieldDelta{ff("b", "0.5")}}}, engine.WriteOptions{})
+				e.wantErr("hset of a float without FloatHashFields", err, engine.ErrInvalidArgument)
+				e.unchanged(id, before)
+				return
+			}
+			for i, c := range []struct{ incr, want string }{{"0.1", "0.1"}, {"0.2", "0.3"}, {"1e30", "1000000000000000000024696061952"}, {"-1e30", "0"}} {
+				r := e.apply(hadd(id, ff("f", c.incr)))
+				if len(r.Fields) != 1 || r.Fields[0].Text() != c.want || r.Kind != engine.KindHash || writes(r.Version) != uint64(i+1) {
+					e.t.Errorf("hincrbyfloat %s = %+v, want %s at version %d", c.incr, r, c.want, i+1)
+				}
+			}
+			// 0 is an integer field again; 1.5 + 0.5 too.
+			e.apply(hadd(id, fd("f", 3), ff("g", "1.5"), ff("g", "0.5"), fd("g", 1)))
+			e.apply(engine.Op{Type: engine.OpHSet, ID: id, Fields: []counter.FieldDelta{ff("p", "2.5"), fd("q", 7)}})
+			e.apply(hadd(id, ff("p", "0.25"), ff("r", "-7.125")))
+			want := []counter.Field{{Name: "f", Value: 3}, {Name: "g", Value: 3}, {Name: "p", Float: "2.75"}, {Name: "q", Value: 7}, {Name: "r", Float: "-7.125"}}
+			if v := e.get(id); !slices.Equal(v.Fields, want) || writes(v.Version) != 7 {
+				e.t.Errorf("get = %+v, want %v at version 7", v.Fields, want)
+			}
+			if _, ok, err := e.b.HGet(e.ctx, id, "p"); !ok || !errors.Is(err, engine.ErrNotInteger) {
+				e.t.Errorf("hget of a float field = %v, %v; want ErrNotInteger", ok, err)
+			}
+			if v, ok, err := e.b.HGet(e.ctx, id, "g"); v != 3 || !ok || err != nil {
+				e.t.Errorf("hget g = %d %v %v", v, ok, err)
+			}
+			// Refused, nothing changes (the first fields of an op included).
+			before := e.snap(id)
+			for _, c := range []struct {
+				op   engine.Op
+				want error
+			}{
+				{hadd(id, fd("q", 1), fd("p", 1)), engine.ErrNotInteger},
+				{hadd(id, ff("q", "1"), ff("p", "abc")), engine.ErrNotFloat},
+				{hadd(id, ff("q", "1"), ff("p", "inf")), engine.ErrFloatRange},
+				{hadd(id, ff("q", "1"), ff("n", "1e4932"), ff("n", "1e4932")), engine.ErrFloatRange},
+				{engine.Op{Type: engine.OpHSet, ID: id, Fields: []counter.FieldDelta{fd("q", 1), ff("p", "1.50")}}, engine.ErrInvalidArgument},
+			} {
+				_, err := e.b.Apply(e.ctx, c.op, engine.WriteOptions{})
+				e.wantErr("refused hash float op", err, c.want)
+			}
+			e.unchanged(id, before)
+			// An idempotent retry answers the first text.
+			key := e.keyOf("hf")
+			r1, err1 := e.applyKey(hadd(id, ff("p", "0.1")), key)
+			r2, err2 := e.applyKey(hadd(id, ff("p", "0.1")), key)
+			if err1 != nil || err2 != nil || len(r2.Fields) != 1 || r2.Fields[0].Float != "2.85" || r1.Fields[0].Float != "2.85" {
+				e.t.Errorf("retry = %+v %v, first %+v %v", r2, err2, r1, err1)
+			}
+			c := e.id("c")
+			e.apply(add(c, engine.KindNone, 1))
+			_, err := e.b.Apply(e.ctx, hadd(c, ff("a", "1")), engine.WriteOptions{})
+			e.wantErr("hincrbyfloat of a counter", err, engine.ErrWrongKind)
+		}},
+		{"set of a float", func(e *env) {
+			id := e.id("f")
+			op := engine.Op{Type: engine.OpSet, ID: id, Float: "2.5"}
+			if !e.b.Capabilities().FloatHashFields { // the tiered mode: refused like float fields
+				_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+				e.wantErr("set of a float in the tiered mode", err, engine.ErrInvalidArgument)
+				e.wantMissing(id)
+				return
+			}
+			if r := e.apply(op); r.Kind != engine.KindFloat || r.Float != "2.5" {
+				e.t.Errorf("set float = %+v", r)
+			}
+			e.apply(addf(id, "0.25"))
+			e.wantFloat(id, "2.75", 2)
+			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpSet, ID: id, Float: "2.50"}, engine.WriteOptions{})
+			e.wantErr("set of a non-canonical float", err, engine.ErrInvalidArgument)
+			e.wantFloat(id, "2.75", 2)
 		}},
 		{"expire at", func(e *env) {
 			id := e.id("c")

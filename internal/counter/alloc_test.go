@@ -24,7 +24,7 @@ func TestAddAllocs(t *testing.T) {
 	w, _ := NewWindow(WindowSpec{Granularity: time.Second, Span: time.Minute})
 	_ = w.Add(t0, 1)
 	hash := NewHash()
-	deltas := []FieldDelta{{"a", 1}, {"b", 2}}
+	deltas := []FieldDelta{{Name: "a", Delta: 1}, {Name: "b", Delta: 2}}
 	_, _ = hash.Add(deltas)
 	now := t0
 	var i uint64

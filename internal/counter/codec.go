@@ -14,6 +14,9 @@ const (
 	formatHLL     byte = 0x31
 	formatWindow  byte = 0x41
 	formatHash    byte = 0x51
+	// formatHashFloat is a hash with float fields (hash.go); one without
+	// keeps formatHash, so its encoding did not change.
+	formatHashFloat byte = 0x52
 )
 
 // decoder reads the varint-based encodings of this package. Every failure

@@ -24,6 +24,13 @@ var (
 	// returns it (it folds the finer sketch down to the coarser precision);
 	// HLL.Fold returns it when asked for a finer precision than the sketch has.
 	ErrPrecision = errors.New("counter: hll precision mismatch")
+	// ErrNotInteger: an integer increment of a hash field that holds a
+	// float (Redis: "hash value is not an integer"). Nothing changes.
+	ErrNotInteger = errors.New("counter: hash value is not an integer")
+	// ErrFloatRange: a float increment of a hash field is infinite or
+	// would make the field infinite (Redis: "increment would produce NaN
+	// or Infinity"). Nothing changes.
+	ErrFloatRange = errors.New("counter: increment would produce NaN or Infinity")
 )
 
 // AddInt64 returns a+b, or ErrOverflow (unwrapped, without allocating) when

@@ -395,3 +395,34 @@ func (x *Float) UnmarshalBinary(b []byte) error {
 	x.text = t
 	return nil
 }
+
+// CanonicalFloat reports whether s is a finite float written exactly as
+// Float.Text writes one (Redis's INCRBYFLOAT text): what a SET or HSET may
+// store as a float, since reading it back answers s unchanged. "0" is
+// canonical, "0.0", "1e3" and "-0" are not.
+func CanonicalFloat(s string) bool {
+	if s == "" || len(s) > MaxFloatText {
+		return false
+	}
+	// Canonical text is digits, at most one point, an optional leading
+	// '-': refuse anything else before the costly parse.
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; (c < '0' || c > '9') && c != '.' && !(c == '-' && i == 0) {
+			return false
+		}
+	}
+	f, err := ParseFloat(s)
+	return err == nil && finite(f) && formatLD(f) == s
+}
+
+// FloatOfText returns a Float holding the canonical text t
+// (CanonicalFloat), or an error wrapping ErrInvalid.
+func FloatOfText(t string) (*Float, error) {
+	if !CanonicalFloat(t) {
+		return nil, fmt.Errorf("%w: %s is not a float in canonical text", ErrInvalid, shortText(t))
+	}
+	if t == "0" {
+		t = ""
+	}
+	return &Float{text: t}, nil
+}

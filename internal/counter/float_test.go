@@ -83,12 +83,21 @@ func FuzzParseFloat(f *testing.F) {
 			if !errors.Is(err, ErrInvalid) {
 				t.Fatalf("ParseFloat(%q): %v does not wrap ErrInvalid", a, err)
 			}
+			if CanonicalFloat(a) {
+				t.Fatalf("CanonicalFloat(%q) accepts what ParseFloat refuses", a)
+			}
 			return
 		}
 		if v.IsInf() {
 			return
 		}
 		text := formatLD(v)
+		if canon := CanonicalFloat(a); canon != (a == text) {
+			t.Fatalf("CanonicalFloat(%q) = %v, prints as %q", a, canon, text)
+		}
+		if !CanonicalFloat(text) {
+			t.Fatalf("%q prints as %q, which CanonicalFloat refuses", a, text)
+		}
 		again, err := ParseFloat(text)
 		if err != nil || formatLD(again) != text {
 			t.Fatalf("%q prints as %q, which parses back to %v (%v)", a, text, again, err)

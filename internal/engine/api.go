@@ -30,12 +30,19 @@ var (
 	ErrFloatRange = errors.New("engine: increment would produce NaN or Infinity")
 	// ErrNotInteger: an integer add to a float counter whose value is not
 	// an integer (Redis: "value is not an integer or out of range").
+	// An integer add to a float hash field says HashNotInteger in its
+	// message (Redis words that case differently).
 	ErrNotInteger = errors.New("engine: value is not an integer")
 	ErrClosed     = errors.New("engine: closed")
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
 )
+
+// HashNotInteger is in the message of an ErrNotInteger from an integer add
+// to a float hash field (Redis: "hash value is not an integer"), also
+// across a cluster peer call, which keeps messages.
+const HashNotInteger = "hash value is not an integer"
 
 // MaxIDLen is the longest counter id accepted, in bytes.
 const MaxIDLen = 255
@@ -211,6 +218,9 @@ type Op struct {
 	// a counter of kind counter makes it a float counter; an integer add
 	// (Kind KindNone or KindCounter) to a float counter whose value is an
 	// integer makes it a counter again, as Redis's INCR after INCRBYFLOAT.
+	// For OpSet: a float value in canonical text (counter.CanonicalFloat)
+	// that the counter takes as kind float, Value 0 (Redis SET of a
+	// float's text).
 	Float string
 
 	Value int64 // OpSet

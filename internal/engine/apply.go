@@ -272,6 +272,10 @@ func mapErr(id string, err error) error {
 	switch {
 	case errors.Is(err, counter.ErrOverflow):
 		return overflow(id)
+	case errors.Is(err, counter.ErrNotInteger):
+		return fmt.Errorf("%w: %q: %v", ErrNotInteger, id, err)
+	case errors.Is(err, counter.ErrFloatRange):
+		return fmt.Errorf("%w: %q: %v", ErrFloatRange, id, err)
 	case errors.Is(err, counter.ErrPrecision), errors.Is(err, counter.ErrInvalid):
 		return fmt.Errorf("%w: %q: %v", ErrInvalidArgument, id, err)
 	}

@@ -18,6 +18,8 @@ type Backend interface {
 	ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error)
 
 	Get(ctx context.Context, id string) (View, error)
+	// HGet reads an integer field; a float field (counter.Field.Float) is
+	// an error wrapping ErrNotInteger, with ok true: Get has its text.
 	HGet(ctx context.Context, id, field string) (value int64, ok bool, err error)
 	PFCount(ctx context.Context, ids ...string) (estimate uint64, stdErr float64, err error)
 	// TTL of an id that is not valid reports a missing counter, no error
@@ -118,5 +120,5 @@ func (l local) Ready() error   { return l.e.Ready() }
 // Capabilities: the embedded engine is the reference behaviour.
 func (l local) Capabilities() Capabilities {
 	return Capabilities{Mode: "embedded", Batches: BatchAtomic, MultiKeyAnyOwner: true,
-		GlobalIdempotencyKeys: true, Limits: l.e.Limits()}
+		GlobalIdempotencyKeys: true, Limits: l.e.Limits(), FloatHashFields: true}
 }

@@ -51,6 +51,13 @@ type Capabilities struct {
 	// rollup.DefaultSpec's retention when no spec covers its id. False:
 	// Series of an id no spec covers is ErrNotFound.
 	SeriesWithoutSpec bool `json:"series_without_spec"`
+
+	// FloatHashFields: hash fields may hold floats (Redis HINCRBYFLOAT,
+	// HSET of a float's text; counter.Hash), and a set may give a float
+	// value (Op.Float, Redis SET k 1.5). False: such an op fails with
+	// ErrInvalidArgument and changes nothing (float increments of float
+	// counters work on every backend).
+	FloatHashFields bool `json:"float_hash_fields"`
 }
 
 // BatchAtomicity is what a failed ApplyBatch leaves behind.

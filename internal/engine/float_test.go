@@ -2,8 +2,11 @@ package engine
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/counter"
 )
 
 func addFloat(e *Engine, id, incr string) (Result, error) {
@@ -126,4 +129,115 @@ func reopen(t *testing.T, e *Engine, cfg Config) *Engine {
 		t.Fatal(err)
 	}
 	return mustOpen(t, cfg)
+}
+
+func hincrFloat(e *Engine, id, field, incr string) (Result, error) {
+	return e.Apply(bg, Op{Type: OpHAdd, ID: id, Fields: []counter.FieldDelta{{Name: field, Float: incr}}}, WriteOptions{})
+}
+
+// TestHashFloatFields: HINCRBYFLOAT through the engine, its errors, reads,
+// idempotent retries, restart and replication.
+func TestHashFloatFields(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	e := mustOpen(t, cfg)
+	for _, c := range []struct{ incr, want string }{{"0.1", "0.1"}, {"0.2", "0.3"}} {
+		r, err := hincrFloat(e, "h", "f", c.incr)
+		if err != nil || len(r.Fields) != 1 || r.Fields[0].Text() != c.want || r.Kind != KindHash {
+			t.Fatalf("hincrbyfloat %s: %+v %v", c.incr, r, err)
+		}
+	}
+	mustApply(t, e, Op{Type: OpHSet, ID: "h", Fields: []counter.FieldDelta{{Name: "g", Float: "2.5"}, {Name: "i", Delta: 4}}})
+	for _, c := range []struct {
+		op   Op
+		want error
+	}{
+		{Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}}, ErrNotInteger},
+		{Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "i", Float: "abc"}}}, ErrNotFloat},
+		{Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "i", Float: "inf"}}}, ErrFloatRange},
+		{Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "i", Float: "1e4932"}, {Name: "i", Float: "1e4932"}}}, ErrFloatRange},
+		{Op{Type: OpHSet, ID: "h", Fields: []counter.FieldDelta{{Name: "i", Float: "1.50"}}}, ErrInvalidArgument},
+		{Op{Type: OpHSet, ID: "h", Fields: []counter.FieldDelta{{Name: "i", Float: "1.5", Delta: 1}}}, ErrInvalidArgument},
+		// A bad increment is refused before the kind is looked at (Redis).
+		{Op{Type: OpHAdd, ID: "c", Fields: []counter.FieldDelta{{Name: "i", Float: "x"}}}, ErrNotFloat},
+	} {
+		if c.op.ID == "c" {
+			mustApply(t, e, Op{Type: OpAdd, ID: "c", Delta: 1})
+		}
+		if _, err := e.Apply(bg, c.op, WriteOptions{}); !errors.Is(err, c.want) {
+			t.Fatalf("%+v: %v, want %v", c.op, err, c.want)
+		}
+	}
+	if _, err := hincrFloat(e, "c", "f", "1"); !errors.Is(err, ErrWrongKind) {
+		t.Fatalf("hincrbyfloat on a counter: %v", err)
+	}
+	want := []counter.Field{{Name: "f", Float: "0.3"}, {Name: "g", Float: "2.5"}, {Name: "i", Value: 4}}
+	if v := mustGet(t, e, "h"); !slices.Equal(v.Fields, want) || v.Version != 3 {
+		t.Fatalf("get %+v", v)
+	}
+	if _, ok, err := e.HGet("h", "f"); !ok || !errors.Is(err, ErrNotInteger) {
+		t.Fatalf("HGet of a float field: %v %v", ok, err)
+	}
+	if v, ok, err := e.HGet("h", "i"); v != 4 || !ok || err != nil {
+		t.Fatalf("HGet of an integer field: %d %v %v", v, ok, err)
+	}
+	// An idempotent retry answers the first result; another text is
+	// another request.
+	wo := WriteOptions{IdempotencyKey: "k1"}
+	op := Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "g", Float: "0.25"}}}
+	r1, err1 := e.Apply(bg, op, wo)
+	r2, err2 := e.Apply(bg, op, wo)
+	if err1 != nil || err2 != nil || !r2.Replayed || r2.Fields[0].Float != "2.75" || r1.Fields[0].Float != "2.75" {
+		t.Fatalf("retry: %+v %v / %+v %v", r1, err1, r2, err2)
+	}
+	op.Fields[0].Float = "0.5"
+	if _, err := e.Apply(bg, op, wo); !errors.Is(err, ErrIdempotencyReuse) {
+		t.Fatalf("same key, other increment: %v", err)
+	}
+	want[1].Float = "2.75"
+	s, _, _ := e.Export("h")
+	e = reopen(t, e, cfg)
+	if v := mustGet(t, e, "h"); !slices.Equal(v.Fields, want) {
+		t.Fatalf("after restart %+v", v.Fields)
+	}
+	r := openMem(t)
+	if n, err := r.Merge(bg, []State{s}, WriteOptions{}); err != nil || n != 1 {
+		t.Fatal(n, err)
+	}
+	if v := mustGet(t, r, "h"); !slices.Equal(v.Fields, want) {
+		t.Fatalf("replica %+v", v.Fields)
+	}
+}
+
+// TestSetFloat: a set of a float's canonical text makes a float counter
+// (Redis SET k 1.5); other texts are refused and change nothing.
+func TestSetFloat(t *testing.T) {
+	e := openMem(t)
+	mustApply(t, e, Op{Type: OpAdd, ID: "c", Delta: 5})
+	r := mustApply(t, e, Op{Type: OpSet, ID: "c", Float: "1.5", TTL: time.Hour})
+	if r.Kind != KindFloat || r.Float != "1.5" {
+		t.Fatalf("set float over a counter: %+v", r)
+	}
+	if v := mustGet(t, e, "c"); v.Kind != KindFloat || v.Float != "1.5" || v.ExpiresAt.IsZero() {
+		t.Fatalf("get %+v", v)
+	}
+	if r, _ := addFloat(e, "c", "0.5"); r.Float != "2" {
+		t.Fatalf("add to a set float: %+v", r)
+	}
+	mustApply(t, e, Op{Type: OpSet, ID: "n", Float: "-0.25", SetMode: SetIfAbsent})
+	if v := mustGet(t, e, "n"); v.Float != "-0.25" {
+		t.Fatalf("set nx float %+v", v)
+	}
+	for _, bad := range []Op{{Type: OpSet, ID: "n", Float: "1.50"}, {Type: OpSet, ID: "n", Float: "1e3"}, {Type: OpSet, ID: "n", Float: "1.5", Value: 1}} {
+		if _, err := e.Apply(bg, bad, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
+			t.Fatalf("%+v: %v", bad, err)
+		}
+	}
+	if v := mustGet(t, e, "n"); v.Float != "-0.25" || v.Version != 1 {
+		t.Fatalf("refused sets changed %+v", v)
+	}
+	mustApply(t, e, Op{Type: OpSet, ID: "n", Value: 3})
+	if v := mustGet(t, e, "n"); v.Kind != KindCounter || v.Value != 3 {
+		t.Fatalf("integer set over a float %+v", v)
+	}
 }

@@ -106,6 +106,10 @@ func Fingerprint(ops []Op) uint64 {
 		for _, f := range op.Fields {
 			str(f.Name)
 			b = binary.AppendVarint(b, f.Delta)
+			if f.Float != "" { // only then, so older fingerprints still match
+				b = append(b, 0xf2)
+				str(f.Float)
+			}
 		}
 		b = binary.AppendUvarint(b, uint64(len(op.Names)))
 		for _, n := range op.Names {

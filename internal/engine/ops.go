@@ -173,9 +173,22 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	if err := e.checkExpireAt(op, now); err != nil {
 		return err
 	}
-	if !live {
+	var fl *counter.Float
+	if op.Float != "" {
+		var err error
+		if fl, err = counter.FloatOfText(op.Float); err != nil { // Validate checks it: not reached
+			return mapErr(op.ID, err)
+		}
+	}
+	switch {
+	case !live && fl != nil:
+		e.create(r, KindFloat, op)
+		en.ext().state = fl
+	case !live:
 		e.create(r, KindCounter, op)
-	} else if en.kind() == KindFloat { // Redis SET overwrites any string
+	case fl != nil: // Redis SET overwrites any string
+		e.setKindLocked(r, KindFloat, 0, fl)
+	case en.kind() == KindFloat:
 		e.setKindLocked(r, KindCounter, 0, nil)
 	}
 	en.value = op.Value
@@ -189,6 +202,9 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	e.changedLocked(r, now, res)
 	res.Value = additiveValue(en, now)
+	if fl != nil {
+		res.Float = fl.Text()
+	}
 	return nil
 }
 
@@ -363,11 +379,13 @@ func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) er
 		return err
 	}
 	en := r.e
-	fs := make([]counter.Field, len(op.Fields))
-	for i, f := range op.Fields {
-		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
+	n, err := h.Set(op.Fields, op.SetMode == SetIfAbsent)
+	if err != nil { // Validate checks the texts: not reached
+		if !live {
+			e.clearLocked(r)
+		}
+		return mapErr(op.ID, err)
 	}
-	n := h.Set(fs, op.SetMode == SetIfAbsent)
 	res.Value = int64(n)
 	if n == 0 && op.SetMode == SetIfAbsent {
 		res.Kind, res.Version = en.kind(), en.version()

@@ -74,8 +74,17 @@ func (e *Engine) HGet(id, field string) (int64, bool, error) {
 	if r.e.kind() != KindHash {
 		return 0, false, wrongKind(id, r.e.kind(), OpHAdd)
 	}
-	v, ok := r.e.ext().state.(*counter.Hash).Get(field)
-	return v, ok, nil
+	f, ok := r.e.ext().state.(*counter.Hash).GetField(field)
+	if f.IsFloat() {
+		return 0, true, fieldIsFloat(id, field)
+	}
+	return f.Value, ok, nil
+}
+
+// fieldIsFloat is HGet's error for a float field, whose value is text:
+// Get has it (View.Fields).
+func fieldIsFloat(id, field string) error {
+	return fmt.Errorf("%w: %q field %q holds a float: read the hash", ErrNotInteger, id, field)
 }
 
 // PFCount estimates the number of distinct items in the union of the hll

@@ -122,7 +122,12 @@ func (op *Op) validate(l *Limits) error {
 	switch op.Type {
 	case OpAdd:
 		return op.validateAdd(*l)
-	case OpSet, OpDelete, OpExpire:
+	case OpSet:
+		if op.Float != "" && (op.Value != 0 || !counter.CanonicalFloat(op.Float)) {
+			return fmt.Errorf("%w: a float set takes one value, a float in canonical text, not %q", ErrInvalidArgument, clip(op.Float))
+		}
+		return nil
+	case OpDelete, OpExpire:
 		return nil
 	case OpPFAdd:
 		return l.maxItems(len(op.Items), "items")
@@ -188,8 +193,14 @@ func (op *Op) validateFields(l Limits) error {
 		return err
 	}
 	for i := range op.Fields {
-		if err := l.validateField(op.Fields[i].Name); err != nil {
+		f := &op.Fields[i]
+		if err := l.validateField(f.Name); err != nil {
 			return err
+		}
+		if f.Float != "" {
+			if err := op.validateFieldFloat(f); err != nil {
+				return err
+			}
 		}
 	}
 	for _, name := range op.Names {
@@ -198,6 +209,39 @@ func (op *Op) validateFields(l Limits) error {
 		}
 	}
 	return nil
+}
+
+// validateFieldFloat checks a float field increment (OpHAdd: Redis's
+// HINCRBYFLOAT parses it before it looks at the key) or value (OpHSet:
+// canonical text, so that a read answers it unchanged).
+func (op *Op) validateFieldFloat(f *counter.FieldDelta) error {
+	switch {
+	case op.Type == OpHDel:
+		return fmt.Errorf("%w: hdel takes names only", ErrInvalidArgument)
+	case f.Delta != 0:
+		return fmt.Errorf("%w: field %q: a float field takes its value as text, not also as an integer", ErrInvalidArgument, f.Name)
+	case op.Type == OpHSet:
+		if !counter.CanonicalFloat(f.Float) {
+			return fmt.Errorf("%w: field %q: %q is not an integer or a float in canonical text", ErrInvalidArgument, f.Name, clip(f.Float))
+		}
+		return nil
+	}
+	d, err := counter.ParseFloat(f.Float)
+	if err != nil {
+		return fmt.Errorf("%w: field %q: %q", ErrNotFloat, f.Name, clip(f.Float))
+	}
+	if d.IsInf() {
+		return fmt.Errorf("%w: field %q: the increment is infinite", ErrFloatRange, f.Name)
+	}
+	return nil
+}
+
+// clip cuts s to 40 bytes for an error message.
+func clip(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
 }
 
 func (l Limits) validateField(name string) error {

@@ -5,7 +5,7 @@ import "github.com/counterd/counterd/internal/engine"
 // Capabilities: batches are undone by inverse ops (ApplyBatch); the limits
 // are Redis' (limits); Aggregate sums PostgreSQL's totals (window counters'
 // in-window sums live in Redis only); every additive counter gets time
-// series (Series).
+// series (Series); hash fields are integers (refuseFloatFields).
 func (b *Backend) Capabilities() engine.Capabilities {
 	return engine.Capabilities{
 		Mode:             "tiered",

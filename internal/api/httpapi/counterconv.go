@@ -21,7 +21,16 @@ func newFieldDelta(name string, delta int64) counter.FieldDelta {
 	return counter.FieldDelta{Name: name, Delta: delta}
 }
 
-func fieldValue(f counter.Field) (name string, value int64) {
+// newFloatFieldDelta is a float increment of a hash field (HINCRBYFLOAT).
+func newFloatFieldDelta(name, text string) counter.FieldDelta {
+	return counter.FieldDelta{Name: name, Float: text}
+}
+
+// fieldValue is a field's JSON value: its int64, or floatValue of its text.
+func fieldValue(f counter.Field) (name string, value any) {
+	if f.Float != "" {
+		return f.Name, floatValue(f.Float)
+	}
 	return f.Name, f.Value
 }
 

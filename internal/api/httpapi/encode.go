@@ -95,9 +95,9 @@ type valueAnswer struct {
 }
 
 type hincrAnswer struct {
-	ID     string           `json:"id"`
-	Fields map[string]int64 `json:"fields"`
-	Status string           `json:"status"`
+	ID     string         `json:"id"`
+	Fields map[string]any `json:"fields"` // int64, or floatValue for a float field
+	Status string         `json:"status"`
 }
 
 type batchAnswer struct {
@@ -117,14 +117,14 @@ type pfcountAnswer struct {
 }
 
 type fieldsAnswer struct {
-	ID     string           `json:"id"`
-	Fields map[string]int64 `json:"fields"`
+	ID     string         `json:"id"`
+	Fields map[string]any `json:"fields"`
 }
 
 type hgetAnswer struct {
 	ID     string `json:"id"`
 	Field  string `json:"field"`
-	Value  int64  `json:"value"`
+	Value  any    `json:"value"` // int64, or floatValue for a float field
 	Exists bool   `json:"exists"`
 }
 
@@ -169,9 +169,10 @@ func resultBody(name string, res engine.Result) any {
 	}
 }
 
-// fieldMap turns hash fields into a JSON object (never null).
-func fieldMap(fs []counter.Field) map[string]int64 {
-	m := make(map[string]int64, len(fs))
+// fieldMap turns hash fields into a JSON object (never null): integer
+// fields as numbers, float fields as floatValue writes a float counter.
+func fieldMap(fs []counter.Field) map[string]any {
+	m := make(map[string]any, len(fs))
 	for _, f := range fs {
 		name, v := fieldValue(f)
 		m[name] = v
@@ -193,22 +194,22 @@ type bucketJSON struct {
 // viewJSON is the answer of GET /counters/{id}. Kind-specific members are
 // pointers so that they appear exactly for their kind.
 type viewJSON struct {
-	ID          string            `json:"id"`
-	Kind        string            `json:"kind"`
-	Value       any               `json:"value"` // int64, or floatValue for a float counter
-	Version     uint64            `json:"version"`
-	UpdatedAt   *string           `json:"updated_at"`
-	Exists      bool              `json:"exists"`
-	ExpiresAt   *string           `json:"expires_at,omitempty"`
-	Shards      *[]int64          `json:"shards,omitempty"`
-	Replicas    *[]replicaJSON    `json:"replicas,omitempty"`
-	StdError    *float64          `json:"std_error,omitempty"`
-	Precision   *uint8            `json:"precision,omitempty"`
-	Fields      *map[string]int64 `json:"fields,omitempty"`
-	Granularity *string           `json:"granularity,omitempty"`
-	Window      *string           `json:"window,omitempty"`
-	Fixed       *bool             `json:"fixed,omitempty"`
-	Buckets     *[]bucketJSON     `json:"buckets,omitempty"`
+	ID          string          `json:"id"`
+	Kind        string          `json:"kind"`
+	Value       any             `json:"value"` // int64, or floatValue for a float counter
+	Version     uint64          `json:"version"`
+	UpdatedAt   *string         `json:"updated_at"`
+	Exists      bool            `json:"exists"`
+	ExpiresAt   *string         `json:"expires_at,omitempty"`
+	Shards      *[]int64        `json:"shards,omitempty"`
+	Replicas    *[]replicaJSON  `json:"replicas,omitempty"`
+	StdError    *float64        `json:"std_error,omitempty"`
+	Precision   *uint8          `json:"precision,omitempty"`
+	Fields      *map[string]any `json:"fields,omitempty"`
+	Granularity *string         `json:"granularity,omitempty"`
+	Window      *string         `json:"window,omitempty"`
+	Fixed       *bool           `json:"fixed,omitempty"`
+	Buckets     *[]bucketJSON   `json:"buckets,omitempty"`
 }
 
 func viewBody(id string, v engine.View) viewJSON {

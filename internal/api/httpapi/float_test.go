@@ -56,3 +56,56 @@ func TestFloatCounter(t *testing.T) {
 		t.Fatalf("huge float: %s", a.Raw)
 	}
 }
+
+// TestFloatHashFields: hincr with a non-integer number or a string is
+// Redis's HINCRBYFLOAT; reads answer float fields with their exact text.
+func TestFloatHashFields(t *testing.T) {
+	s := newTestServer(t, Options{})
+	text := func(v any) string {
+		if n, ok := v.(interface{ String() string }); ok {
+			return n.String()
+		}
+		s, _ := v.(string)
+		return s
+	}
+	a := s.ok("POST", "/counters/h/hincr", `{"fields":{"price":0.1,"n":2}}`)
+	a = s.ok("POST", "/counters/h/hincr", `{"fields":{"price":"0.2"}}`)
+	if f := a.Body["fields"].(map[string]any); text(f["price"]) != "0.3" {
+		t.Fatalf("hincr: %s", a.Raw)
+	}
+	if g := s.ok("GET", "/counters/h/fields/price", ""); text(g.Body["value"]) != "0.3" || g.Body["exists"] != true {
+		t.Fatalf("hget: %s", g.Raw)
+	}
+	if g := s.ok("GET", "/counters/h/fields/n", ""); text(g.Body["value"]) != "2" {
+		t.Fatalf("hget integer: %s", g.Raw)
+	}
+	f := s.ok("GET", "/counters/h/fields", "").Body["fields"].(map[string]any)
+	if text(f["price"]) != "0.3" || text(f["n"]) != "2" {
+		t.Fatalf("fields: %v", f)
+	}
+	v := s.ok("GET", "/counters/h", "")
+	if text(v.Body["fields"].(map[string]any)["price"]) != "0.3" {
+		t.Fatalf("view: %s", v.Raw)
+	}
+	// 1.5 + 0.5 is the integer 2: integer adds apply again.
+	s.ok("POST", "/counters/h/hincr", `{"fields":{"m":1.5}}`)
+	s.ok("POST", "/counters/h/hincr", `{"fields":{"m":0.5}}`)
+	if a := s.ok("POST", "/counters/h/hincr", `{"fields":{"m":1}}`); text(a.Body["fields"].(map[string]any)["m"]) != "3" {
+		t.Fatalf("integer add after floats: %s", a.Raw)
+	}
+	// Refused, nothing changes.
+	s.fail(http.StatusConflict, codeWrongKind, "POST", "/counters/h/hincr", `{"fields":{"price":1}}`)
+	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":"abc","n":1}}`)
+	s.fail(http.StatusUnprocessableEntity, codeOverflow, "POST", "/counters/h/hincr", `{"fields":{"price":"inf"}}`)
+	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":null}}`)
+	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"n":99999999999999999999}}`)
+	if g := s.ok("GET", "/counters/h/fields", ""); text(g.Body["fields"].(map[string]any)["price"]) != "0.3" || text(g.Body["fields"].(map[string]any)["n"]) != "2" {
+		t.Fatalf("refused requests changed %s", g.Raw)
+	}
+	// In a batch, and beyond float64 as a string.
+	s.ok("POST", "/batch", `{"ops":[{"op":"hincr","id":"h2","fields":{"x":"1e400"}},{"op":"hincr","id":"h2","fields":{"y":0.25}}]}`)
+	f = s.ok("GET", "/counters/h2/fields", "").Body["fields"].(map[string]any)
+	if x, ok := f["x"].(string); !ok || len(x) != 401 || text(f["y"]) != "0.25" {
+		t.Fatalf("batch floats: %v", f)
+	}
+}

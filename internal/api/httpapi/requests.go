@@ -202,9 +202,11 @@ func (q *pfmergeRequest) op(id string) (engine.Op, error) {
 	return op, nil
 }
 
-// hincrRequest is the body of hincr.
+// hincrRequest is the body of hincr. A JSON integer adds an integer (Redis
+// HINCRBY); any other number, or a string holding one, is a float
+// increment kept as text (HINCRBYFLOAT).
 type hincrRequest struct {
-	Fields map[string]jsonInt `json:"fields"`
+	Fields map[string]jsonDelta `json:"fields"`
 }
 
 func (q *hincrRequest) op(id string) (engine.Op, error) {
@@ -218,7 +220,14 @@ func (q *hincrRequest) op(id string) (engine.Op, error) {
 	}
 	sort.Strings(names) // deterministic op (idempotency compares requests)
 	for _, name := range names {
-		op.Fields = append(op.Fields, newFieldDelta(name, q.Fields[name].V))
+		d := q.Fields[name]
+		if v, err := d.integer(); err == nil {
+			op.Fields = append(op.Fields, newFieldDelta(name, v))
+			continue
+		} else if !d.Str && isJSONInteger([]byte(d.Text)) {
+			return op, err // an integer beyond int64
+		}
+		op.Fields = append(op.Fields, newFloatFieldDelta(name, d.Text))
 	}
 	return op, nil
 }

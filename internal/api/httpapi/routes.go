@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	_ "embed"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -290,6 +291,21 @@ func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
 		return invalidArgf("field: empty name")
 	}
 	val, ok, err := h.eng.HGet(r.Context(), id, field)
+	if ok && errors.Is(err, engine.ErrNotInteger) { // a float field: its text is in the view
+		v, err := h.eng.Get(r.Context(), id)
+		if err != nil {
+			return err
+		}
+		for _, f := range v.Fields {
+			if f.Name == field {
+				_, fv := fieldValue(f)
+				writeJSON(w, http.StatusOK, hgetAnswer{ID: id, Field: field, Value: fv, Exists: true})
+				return nil
+			}
+		}
+		writeJSON(w, http.StatusOK, hgetAnswer{ID: id, Field: field, Value: int64(0), Exists: false})
+		return nil
+	}
 	if err != nil {
 		return err
 	}

@@ -147,6 +147,9 @@ func engineError(err error) string {
 	case errors.Is(err, engine.ErrFloatRange):
 		return errFloatRange
 	case errors.Is(err, engine.ErrNotInteger):
+		if strings.Contains(err.Error(), engine.HashNotInteger) { // HINCRBY of a float field
+			return "ERR " + engine.HashNotInteger
+		}
 		return errNotInteger
 	case errors.Is(err, engine.ErrInvalidID):
 		return "ERR invalid key: " + errDetail(err, engine.ErrInvalidID)

@@ -51,6 +51,45 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"HINCRBY", "h", "x", "1"}, {"INCRBYFLOAT", "h", "abc"}, {"INCRBYFLOAT", "h", "1"},
 			{"EXPIRE", "f", "100"}, {"INCRBYFLOAT", "f", "1"}, {"TTL", "f"}, {"GETEX", "f", "PERSIST"}, {"TTL", "f"},
 		},
+		"hincrbyfloat": {
+			{"HINCRBYFLOAT", "h", "a", "0.1"}, {"HINCRBYFLOAT", "h", "a", "0.2"}, {"HGET", "h", "a"},
+			{"HINCRBYFLOAT", "h", "b", "1.5"}, {"HINCRBYFLOAT", "h", "b", "0.5"}, {"HINCRBY", "h", "b", "1"}, {"HGET", "h", "b"},
+			{"HINCRBY", "h", "a", "1"}, {"HINCRBY", "h", "a", "abc"}, {"HINCRBY", "h", "a", "0"},
+			{"HINCRBYFLOAT", "h", "c", "1e30"}, {"HINCRBY", "h", "c", "1"}, {"HINCRBYFLOAT", "h", "c", "-1e30"}, {"HGET", "h", "c"},
+			{"HINCRBYFLOAT", "h", "d", "9223372036854775807"}, {"HINCRBY", "h", "d", "1"}, {"HINCRBYFLOAT", "h", "d", "1"}, {"HINCRBY", "h", "d", "1"},
+			{"HINCRBYFLOAT", "h", "e", "-0"}, {"HGET", "h", "e"}, {"HINCRBY", "h", "e", "5"},
+			{"HINCRBYFLOAT", "h", "a", "abc"}, {"HINCRBYFLOAT", "h", "a", ""}, {"HINCRBYFLOAT", "h", "a", " 1"},
+			{"HINCRBYFLOAT", "h", "a", "nan"}, {"HINCRBYFLOAT", "h", "a", "inf"}, {"HINCRBYFLOAT", "h", "a", "-Infinity"},
+			{"HINCRBYFLOAT", "h", "a", "1e5000"}, {"HINCRBYFLOAT", "h", "a", "0x1p3"}, {"HINCRBYFLOAT", "h", "a", "5."},
+			{"HINCRBYFLOAT", "big", "f", "1e4932"}, {"HINCRBYFLOAT", "big", "f", "1e4932"}, {"HINCRBYFLOAT", "big", "f", "-1e4932"}, {"HGET", "big", "f"},
+			{"HMGET", "h", "a", "b", "c", "zz", "e"}, {"HLEN", "h"}, {"HEXISTS", "h", "a"}, {"HEXISTS", "h", "c"}, {"HEXISTS", "h", "zz"},
+			{"HGETALL", "h"}, {"HVALS", "h"}, {"HKEYS", "h"},
+			{"HSET", "h", "g", "2.5"}, {"HSET", "h", "g", "0.1"}, {"HINCRBYFLOAT", "h", "g", "0.2"}, {"HSETNX", "h", "g", "7"},
+			{"HSETNX", "h", "i", "-7.25"}, {"HINCRBY", "h", "i", "1"}, {"HINCRBYFLOAT", "h", "i", "7.25"}, {"HINCRBY", "h", "i", "1"},
+			{"HSET", "h", "j", "3.14159"}, {"HGET", "h", "j"}, {"HSET", "h", "j", "100000000000000000000"}, {"HINCRBY", "h", "j", "1"},
+			{"HINCRBYFLOAT", "h", "j", "1"}, {"HDEL", "h", "a", "c"}, {"HLEN", "h"}, {"HGETALL", "h"},
+			{"HINCRBYFLOAT", "h"}, {"HINCRBYFLOAT", "h", "a"}, {"HINCRBYFLOAT", "h", "a", "1", "2"},
+			// wrong kinds and their order against bad numbers
+			{"INCR", "str"}, {"HINCRBYFLOAT", "str", "a", "abc"}, {"HINCRBYFLOAT", "str", "a", "inf"}, {"HINCRBYFLOAT", "str", "a", "1"},
+			{"HINCRBY", "str", "a", "abc"}, {"HINCRBY", "str", "a", "1"}, {"HGET", "str", "a"}, {"HGETALL", "str"}, {"HVALS", "str"},
+			{"INCR", "h"}, {"INCRBY", "h", "abc"}, {"INCRBY", "h", "1"}, {"DECRBY", "h", "x"}, {"INCRBYFLOAT", "h", "abc"}, {"INCRBYFLOAT", "h", "1"},
+			{"GET", "h"}, {"GETEX", "h", "EX", "10"}, {"MGET", "h", "nope"},
+			{"INCRBYFLOAT", "fl", "1.5"}, {"HINCRBYFLOAT", "fl", "a", "1"}, {"HSET", "fl", "a", "1.5"}, {"HSET", "fl", "a", "x"}, {"HGET", "fl", "a"},
+			{"HINCRBYFLOAT", "nope", "a", "abc"}, {"EXISTS", "nope"}, {"HINCRBYFLOAT", "new", "a", "0"}, {"HGETALL", "new"}, {"TYPE", "new"},
+			{"EXPIRE", "h", "100"}, {"HINCRBYFLOAT", "h", "g", "1"}, {"TTL", "h"},
+		},
+		"setfloat": {
+			{"SET", "k", "1.5"}, {"GET", "k"}, {"TYPE", "k"}, {"INCRBYFLOAT", "k", "0.5"}, {"INCR", "k"}, {"GET", "k"},
+			{"SET", "k", "0.1"}, {"INCR", "k"}, {"INCRBY", "k", "abc"}, {"DECRBY", "k", "1"}, {"INCRBYFLOAT", "k", "0.2"},
+			{"SET", "k", "-7.25", "XX"}, {"SET", "k", "3.5", "NX"}, {"GET", "k"}, {"SETNX", "k", "2.5"}, {"SETNX", "n", "2.5"},
+			{"MSET", "a", "1.5", "b", "2", "c", "100000000000000000000"}, {"MGET", "a", "b", "c", "nope"},
+			{"INCR", "c"}, {"INCRBYFLOAT", "c", "1"}, {"SET", "a", "3", "KEEPTTL"}, {"INCR", "a"},
+			{"SETEX", "e", "100", "2.5"}, {"GET", "e"}, {"TTL", "e"}, {"PSETEX", "e", "100000", "0.001"}, {"GET", "e"}, {"TTL", "e"},
+			{"SET", "e", "0.5", "EX", "100"}, {"TTL", "e"}, {"SET", "e", "0.25", "KEEPTTL"}, {"TTL", "e"}, {"SET", "e", "4.5"}, {"TTL", "e"},
+			{"SETEX", "e", "0", "2.5"}, {"SETEX", "e", "abc", "2.5"}, {"GETEX", "e", "EX", "50"}, {"TTL", "e"},
+			{"HINCRBY", "h", "f", "1"}, {"INCRBYFLOAT", "h", "1.5"}, {"GET", "h"},
+			{"SET", "k", "1.5", "EX", "abc"}, {"SET", "k", "2.5", "FOO"}, {"GET", "k"},
+		},
 		"setex": {
 			{"SETEX", "k", "100", "5"}, {"GET", "k"}, {"SETEX", "k", "0", "5"}, {"SETEX", "k", "-1", "5"},
 			{"SETEX", "k", "abc", "5"}, {"SETEX", "k", "1.5", "5"}, {"SETEX", "k", "9223372036854775807", "5"},
@@ -127,7 +166,9 @@ func runCompat(t *testing.T, name string, counterd, real doer) {
 	}
 }
 
-func seqNames() []string { return []string{"incrbyfloat", "setex", "getex", "hset", "expire"} }
+func seqNames() []string {
+	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire"}
+}
 
 func TestCompatGoRedis(t *testing.T) {
 	addr, real := compatServers(t)

@@ -26,12 +26,25 @@ package resp
 // with Redis strings, INCRBYFLOAT on a plain counter makes it a float,
 // INCR/INCRBY/DECR on a float whose text is an integer make it a counter
 // again (any other float: "ERR value is not an integer or out of range"),
-// and SET over a float stores the integer. The text is the state: it is
-// what Pebble stores, peers replicate and GET answers.
+// and SET over a float stores the integer. SET, SETNX, MSET, SETEX and
+// PSETEX of a float written as INCRBYFLOAT writes one (1.5, -0.25, 0.001;
+// not 1.50, 1e3 or -0) make a float counter holding that text. The text
+// is the state: it is what Pebble stores, peers replicate and GET
+// answers.
 //
-// Hashes (named int64 fields): HSET and HSETNX (answer the fields
-// created), HINCRBY, HGET, HMGET, HGETALL, HKEYS, HVALS, HDEL, HLEN,
-// HEXISTS. HyperLogLogs: PFADD, PFCOUNT (several keys: the
+// Hashes (named fields holding an int64 or a float): HSET and HSETNX
+// (answer the fields created), HINCRBY, HINCRBYFLOAT, HGET, HMGET,
+// HGETALL, HKEYS, HVALS, HDEL, HLEN, HEXISTS. HINCRBYFLOAT adds like
+// INCRBYFLOAT and answers the field's text; its increment is checked
+// first ("ERR value is not a valid float", "ERR value is NaN or
+// Infinity"), then the key's type, as in Redis. A float field whose text
+// is an integer is an integer field again (1.5 + 0.5 is 2, and HINCRBY
+// applies); HINCRBY of any other float field is "ERR hash value is not an
+// integer". HSET and HSETNX take integers and floats in INCRBYFLOAT's
+// text. Reads answer a float field's text. Float fields are not available
+// in the tiered mode (Capabilities.FloatHashFields: PostgreSQL keeps hash
+// fields as int64), where they are refused with "ERR ... not supported in
+// the tiered mode". HyperLogLogs: PFADD, PFCOUNT (several keys: the
 // union), PFMERGE.
 //
 // Keys: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE (with NX|XX|GT|LT),
@@ -65,9 +78,13 @@ package resp
 //
 // # Differences from Redis
 //
-//   - Values are int64 counters: SET, SETNX and MSET refuse a value that is
-//     not an integer with Redis's own "ERR value is not an integer or out
-//     of range". SET's GET option is not supported.
+//   - Values are numbers: SET, SETNX, MSET, SETEX, PSETEX, HSET and HSETNX
+//     refuse a value that is not an int64 or a float in INCRBYFLOAT's text
+//     (Redis stores any string; "1.50" or "1e3" would come back unchanged
+//     from Redis, so they are refused rather than rewritten) with Redis's
+//     own "ERR value is not an integer or out of range", after the
+//     WRONGTYPE check where Redis makes one. SET's GET option is not
+//     supported.
 //   - Keys are counter ids: 1 to 255 bytes of printable UTF-8. Any other
 //     key is refused with "ERR invalid key: <why>" by the commands that
 //     name one key; the multi-key reads and DEL treat it as missing.
@@ -84,12 +101,11 @@ package resp
 //     GETEX with EXAT/PXAT in the past delete it too (SET NX creates it and
 //     it expires within the engine's clock tick). EXAT/PXAT are stored as
 //     given, so EXPIRETIME/PEXPIRETIME answer them exactly.
-//   - HSET, HSETNX, SETEX and PSETEX take integer values only ("ERR value
-//     is not an integer or out of range", after the WRONGTYPE check where
-//     Redis makes one). HINCRBYFLOAT is not supported: hash fields are
-//     int64. INCRBYFLOAT on a sharded, pn, window, hll or hash counter is
-//     WRONGTYPE (Redis would convert the first three, which it sees as
-//     strings).
+//   - HGETALL, HKEYS and HVALS answer fields sorted by name (Redis: in
+//     insertion order while the hash is small). INCRBYFLOAT on a sharded,
+//     pn, window, hll or hash counter is WRONGTYPE (Redis would convert the
+//     first three, which it sees as strings). SETNX of an existing hash is
+//     WRONGTYPE (Redis answers 0).
 //   - EXPIRE NX/XX/GT/LT read the TTL and then write: not atomic against a
 //     concurrent TTL change by another client.
 //   - WATCH compares versions just before EXEC applies; a write landing in

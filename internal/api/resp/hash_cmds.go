@@ -1,8 +1,12 @@
 package resp
 
-// Hash commands: HINCRBY, HDEL and the hash reads.
+// Hash commands: HINCRBY, HINCRBYFLOAT, HDEL and the hash reads. A field
+// holds an int64 or a float's text (counter.Field); reads answer either as
+// Redis does, the text.
 
 import (
+	"errors"
+
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -17,6 +21,37 @@ func prepHIncrBy(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string
 	// reads them during the call, and the hash copies a name it keeps.
 	c.field[0] = counter.FieldDelta{Name: str(args[2]), Delta: d}
 	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
+}
+
+// HINCRBYFLOAT key field increment: the increment is parsed first, as
+// Redis does (before the key's type); the text travels to the engine.
+func prepHIncrByFloat(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+	d, err := counter.ParseFloat(str(args[3]))
+	if err != nil {
+		return ops, errNotFloat, true
+	}
+	if d.IsInf() {
+		return ops, "ERR value is NaN or Infinity", true
+	}
+	c.field[0] = counter.FieldDelta{Name: str(args[2]), Float: str(args[3])}
+	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
+}
+
+func doneHIncrByFloat(c *client, args [][]byte, res []engine.Result) {
+	if len(res[0].Fields) == 0 {
+		c.writeError("ERR internal error: no field in result")
+		return
+	}
+	c.writeBulkString(res[0].Fields[0].Text())
+}
+
+// writeField writes a field's value as a bulk string.
+func writeField(c *client, f *counter.Field) {
+	if f.Float != "" {
+		c.writeBulkString(f.Float)
+		return
+	}
+	c.writeBulkInt(f.Value)
 }
 
 func doneHIncrBy(c *client, args [][]byte, res []engine.Result) {
@@ -70,10 +105,21 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 	return v.Fields, true
 }
 
-// HGET key field
+// HGET key field. The engine's HGet answers integer fields; a float one
+// is read from the whole hash.
 func cmdHGet(s *Server, c *client, args [][]byte) {
 	v, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
 	switch {
+	case ok && errors.Is(err, engine.ErrNotInteger):
+		fields, ok := hashView(s, c, args[1])
+		if !ok {
+			return
+		}
+		if f, ok := findField(fields, args[2]); ok {
+			writeField(c, &f)
+		} else { // deleted in between
+			c.writeNull()
+		}
 	case err != nil:
 		c.writeError(engineError(err))
 	case !ok:
@@ -87,7 +133,7 @@ func cmdHGet(s *Server, c *client, args [][]byte) {
 func cmdHExists(s *Server, c *client, args [][]byte) {
 	_, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
 	switch {
-	case err != nil:
+	case err != nil && !(ok && errors.Is(err, engine.ErrNotInteger)): // a float field exists
 		c.writeError(engineError(err))
 	case ok:
 		c.writeInt(1)
@@ -97,7 +143,7 @@ func cmdHExists(s *Server, c *client, args [][]byte) {
 }
 
 // findField finds name in fields, which the engine sorts by name.
-func findField(fields []counter.Field, name []byte) (int64, bool) {
+func findField(fields []counter.Field, name []byte) (counter.Field, bool) {
 	lo, hi := 0, len(fields)
 	for lo < hi {
 		m := int(uint(lo+hi) >> 1)
@@ -108,9 +154,9 @@ func findField(fields []counter.Field, name []byte) (int64, bool) {
 		}
 	}
 	if lo < len(fields) && fields[lo].Name == str(name) {
-		return fields[lo].Value, true
+		return fields[lo], true
 	}
-	return 0, false
+	return counter.Field{}, false
 }
 
 // HMGET key field [field ...]
@@ -122,7 +168,7 @@ func cmdHMGet(s *Server, c *client, args [][]byte) {
 	c.writeArray(len(args) - 2)
 	for _, f := range args[2:] {
 		if v, ok := findField(fields, f); ok {
-			c.writeBulkInt(v)
+			writeField(c, &v)
 		} else {
 			c.writeNull()
 		}
@@ -136,9 +182,9 @@ func cmdHGetAll(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.writeMap(len(fields))
-	for _, f := range fields {
-		c.writeBulkString(f.Name)
-		c.writeBulkInt(f.Value)
+	for i := range fields {
+		c.writeBulkString(fields[i].Name)
+		writeField(c, &fields[i])
 	}
 }
 
@@ -161,8 +207,8 @@ func cmdHVals(s *Server, c *client, args [][]byte) {
 		return
 	}
 	c.writeArray(len(fields))
-	for _, f := range fields {
-		c.writeBulkInt(f.Value)
+	for i := range fields {
+		writeField(c, &fields[i])
 	}
 }
 

@@ -1,7 +1,7 @@
 package resp
 
 // The rest of Redis's counter-family commands: INCRBYFLOAT, SETEX,
-// PSETEX, GETEX, HSET, HSETNX. Each answers, and fails, as Redis 7.0
+// PSETEX, GETEX, HSET, HSETNX, HINCRBYFLOAT. Each answers, and fails, as Redis 7.0
 // does, in Redis's order of checks (compat_test.go runs the same command
 // sequences against counterd and a real redis-server).
 
@@ -20,11 +20,11 @@ func moreCommands() []*command {
 		f = flagFast
 	)
 	hset := &command{name: "hset", arity: -4, flags: w | f, first: 1, last: 1, step: 1,
-		doc: &cmdDoc{"hash", "Creates or modifies the integer value of fields in a hash.", "2.0.0", "O(1) for each field/value pair added, so O(N) to add N field/value pairs when the command is called with multiple field/value pairs.",
+		doc: &cmdDoc{"hash", "Creates or modifies the value (integer or float) of fields in a hash.", "2.0.0", "O(1) for each field/value pair added, so O(N) to add N field/value pairs when the command is called with multiple field/value pairs.",
 			[]argDoc{aKey("key"), aMany(aBlock("data", aStr("field"), aInt("value")))}},
 		prep: prepHSet(engine.SetAlways), done: doneValue}
 	hsetnx := &command{name: "hsetnx", arity: 4, flags: w | f, first: 1, last: 1, step: 1,
-		doc:  &cmdDoc{"hash", "Sets the integer value of a field in a hash only when the field doesn't exist.", "2.0.0", "O(1)", []argDoc{aKey("key"), aStr("field"), aInt("value")}},
+		doc:  &cmdDoc{"hash", "Sets the value (integer or float) of a field in a hash only when the field doesn't exist.", "2.0.0", "O(1)", []argDoc{aKey("key"), aStr("field"), aInt("value")}},
 		prep: prepHSet(engine.SetIfAbsent), done: doneValue}
 	for _, cmd := range []*command{hset, hsetnx} {
 		cmd := cmd
@@ -47,6 +47,9 @@ func moreCommands() []*command {
 					argDoc{name: "unix-time-milliseconds", typ: "unix-time", token: "PXAT"}, aTok("PERSIST")))}},
 			fn: cmdGetEx},
 		hset, hsetnx,
+		{name: "hincrbyfloat", arity: 4, flags: w | f, first: 1, last: 1, step: 1,
+			doc:  &cmdDoc{"hash", "Increments the floating point value of a field by a number. Uses 0 as initial value if the field doesn't exist.", "2.6.0", "O(1)", []argDoc{aKey("key"), aStr("field"), {name: "increment", typ: "double"}}},
+			prep: prepHIncrByFloat, done: doneHIncrByFloat},
 	}
 }
 
@@ -71,11 +74,11 @@ func prepSetEx(unit, name string) func(*client, [][]byte, []engine.Op) ([]engine
 		if !ok {
 			return ops, "ERR invalid expire time in '" + name + "' command", true
 		}
-		v, ok := parseInt(args[3])
-		if !ok {
+		op := engine.Op{Type: engine.OpSet, ID: str(args[1]), TTL: ttl}
+		if !setValue(&op, args[3]) {
 			return ops, errNotInteger, true
 		}
-		return append(ops, engine.Op{Type: engine.OpSet, ID: str(args[1]), Value: v, TTL: ttl}), "", true
+		return append(ops, op), "", true
 	}
 }
 
@@ -204,8 +207,9 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 }
 
 // HSET key field value [field value ...], HSETNX key field value: values
-// are int64s. A value that is not one is Redis's "not an integer" error,
-// after the WRONGTYPE check Redis makes first (hsetCmd).
+// are int64s or floats in the canonical text INCRBYFLOAT writes (so that
+// HGET answers them unchanged). Any other value is Redis's "not an
+// integer" error, after the WRONGTYPE check Redis makes first (hsetCmd).
 func prepHSet(mode engine.SetMode) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
 	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
 		if len(args)%2 != 0 {
@@ -213,21 +217,33 @@ func prepHSet(mode engine.SetMode) func(*client, [][]byte, []engine.Op) ([]engin
 		}
 		fs := make([]counter.FieldDelta, 0, (len(args)-2)/2)
 		for i := 2; i < len(args); i += 2 {
+			// Field names and texts are copied: the hash keeps them.
+			f := counter.FieldDelta{Name: string(args[i])}
 			v, ok := parseInt(args[i+1])
-			if !ok {
+			switch {
+			case ok:
+				f.Delta = v
+			case counter.CanonicalFloat(str(args[i+1])):
+				f.Float = string(args[i+1])
+			default:
 				return ops, "", false // the kind decides the error: hsetCmd
 			}
-			// Field names are copied: the hash keeps them.
-			fs = append(fs, counter.FieldDelta{Name: string(args[i]), Delta: v})
+			fs = append(fs, f)
 		}
 		return append(ops, engine.Op{Type: engine.OpHSet, ID: str(args[1]), Fields: fs, SetMode: mode}), "", true
 	}
 }
 
+// hsetValue reports whether HSET can store b: an int64 or a canonical float.
+func hsetValue(b []byte) bool {
+	_, ok := parseInt(b)
+	return ok || counter.CanonicalFloat(str(b))
+}
+
 func hsetCmd(s *Server, c *client, cmd *command, args [][]byte) {
 	valid := len(args)%2 == 0 // an arity error is prep's
 	for i := 3; i < len(args) && valid; i += 2 {
-		_, valid = parseInt(args[i])
+		valid = hsetValue(args[i])
 	}
 	if valid || len(args)%2 != 0 {
 		s.applyOps(c, cmd, args)

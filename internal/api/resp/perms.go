@@ -46,7 +46,7 @@ var commandAccess = map[string]access{
 	"dbsize":      needRead, // a count only
 	"incrbyfloat": needWrite, "setex": needWrite, "psetex": needWrite, "getex": needWrite,
 	"hset": needWrite, "hsetnx": needWrite,
-	"hincrby": needWrite, "hdel": needWrite,
+	"hincrby": needWrite, "hincrbyfloat": needWrite, "hdel": needWrite,
 	"hget": needRead, "hmget": needRead, "hgetall": needRead, "hkeys": needRead,
 	"hvals": needRead, "hlen": needRead, "hexists": needRead,
 	"pfadd": needWrite, "pfcount": needRead,

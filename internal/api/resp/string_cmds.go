@@ -7,6 +7,7 @@ import (
 	"math"
 	"time"
 
+	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -68,11 +69,9 @@ func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bo
 			return ops, errSyntax, true
 		}
 	}
-	v, ok := parseInt(args[2])
-	if !ok {
+	if !setValue(&op, args[2]) {
 		return ops, errNotInteger, true
 	}
-	op.Value = v
 	ops = append(ops, op)
 	if op.TTL == pastTTL && op.SetMode != engine.SetIfAbsent {
 		// EXAT/PXAT in the past: like Redis, the key is gone at once.
@@ -147,11 +146,27 @@ func doneSet(c *client, args [][]byte, res []engine.Result) {
 
 // SETNX key value
 func prepSetNX(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-	v, ok := parseInt(args[2])
-	if !ok {
+	op := engine.Op{Type: engine.OpSet, ID: str(args[1]), SetMode: engine.SetIfAbsent}
+	if !setValue(&op, args[2]) {
 		return ops, errNotInteger, true
 	}
-	return append(ops, engine.Op{Type: engine.OpSet, ID: str(args[1]), Value: v, SetMode: engine.SetIfAbsent}), "", true
+	return append(ops, op), "", true
+}
+
+// setValue sets op's value from a SET-family argument: an int64, or a
+// float in the canonical text INCRBYFLOAT writes (a float counter, whose
+// GET answers that text unchanged). Anything else is false (Redis would
+// store any string; counterd's values are numbers).
+func setValue(op *engine.Op, b []byte) bool {
+	if v, ok := parseInt(b); ok {
+		op.Value = v
+		return true
+	}
+	if counter.CanonicalFloat(str(b)) {
+		op.Float = string(b)
+		return true
+	}
+	return false
 }
 
 // MSET key value [key value ...]
@@ -160,11 +175,11 @@ func prepMSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, b
 		return ops, "ERR wrong number of arguments for 'mset' command", true
 	}
 	for i := 1; i < len(args); i += 2 {
-		v, ok := parseInt(args[i+1])
-		if !ok {
+		op := engine.Op{Type: engine.OpSet, ID: str(args[i])}
+		if !setValue(&op, args[i+1]) {
 			return ops, errNotInteger, true
 		}
-		ops = append(ops, engine.Op{Type: engine.OpSet, ID: str(args[i]), Value: v})
+		ops = append(ops, op)
 	}
 	return ops, "", true
 }

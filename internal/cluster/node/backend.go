@@ -374,7 +374,8 @@ func (n *Node) HGet(ctx context.Context, id, field string) (int64, bool, error) 
 	}
 	resp, err := n.read(ctx, readRequest{Op: "hget", ID: id, Field: field})
 	if err != nil {
-		return 0, false, err
+		// ErrNotInteger is HGet's answer for a float field, which exists.
+		return 0, errors.Is(err, engine.ErrNotInteger), err
 	}
 	return resp.Int, resp.OK, nil
 }

@@ -332,9 +332,20 @@ func goWindow(p *pb.WindowSpec) counter.WindowSpec {
 	return counter.WindowSpec{Granularity: time.Duration(p.GetGranularityNs()), Span: time.Duration(p.GetSpanNs()), Fixed: p.GetFixed()}
 }
 
-func pbField(f *counter.Field) *pb.Field { return &pb.Field{Name: []byte(f.Name), Value: f.Value} }
+func pbField(f *counter.Field) *pb.Field {
+	return &pb.Field{Name: []byte(f.Name), Value: f.Value, FloatText: bytesOf(f.Float)}
+}
+
+// bytesOf is s as bytes, nil when empty (so the field is not sent).
+func bytesOf(s string) []byte {
+	if s == "" {
+		return nil
+	}
+	return []byte(s)
+}
+
 func goField(p *pb.Field) counter.Field {
-	return counter.Field{Name: string(p.GetName()), Value: p.GetValue()}
+	return counter.Field{Name: string(p.GetName()), Value: p.GetValue(), Float: string(p.GetFloatText())}
 }
 
 func pbOp(o *engine.Op) *pb.Op {
@@ -345,7 +356,7 @@ func pbOp(o *engine.Op) *pb.Op {
 		SetMode: pb.SetMode(o.SetMode), KeepTtl: o.KeepTTL, TtlNs: int64(o.TTL),
 		Items: o.Items, Sources: o.Sources,
 		Fields: encodeEach(o.Fields, func(f *counter.FieldDelta) *pb.FieldDelta {
-			return &pb.FieldDelta{Name: []byte(f.Name), Delta: f.Delta}
+			return &pb.FieldDelta{Name: []byte(f.Name), Delta: f.Delta, FloatText: bytesOf(f.Float)}
 		}),
 		Names: encodeEach(o.Names, toBytes), Window: pbWindow(&o.Window),
 		Shards: int64(o.Shards), Shard: int64(o.Shard),
@@ -364,7 +375,7 @@ func (d *decoder) op(p *pb.Op) engine.Op {
 		KeepTTL: p.GetKeepTtl(), TTL: time.Duration(p.GetTtlNs()),
 		Items: orNil(p.GetItems()), Sources: orNil(p.GetSources()),
 		Fields: decodeEach(p.GetFields(), func(f *pb.FieldDelta) counter.FieldDelta {
-			return counter.FieldDelta{Name: string(f.GetName()), Delta: f.GetDelta()}
+			return counter.FieldDelta{Name: string(f.GetName()), Delta: f.GetDelta(), Float: string(f.GetFloatText())}
 		}),
 		Names: decodeEach(p.GetNames(), toString), Window: goWindow(p.GetWindow()),
 		Shards: int(p.GetShards()), Shard: int(p.GetShard()),

@@ -758,9 +758,12 @@ func (x *Error) GetId() string {
 }
 
 type FieldDelta struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Delta         int64                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Delta int64                  `protobuf:"varint,2,opt,name=delta,proto3" json:"delta,omitempty"`
+	// float_text, when not empty, replaces delta: a float increment (hadd,
+	// Redis HINCRBYFLOAT) or a float value in canonical text (hset).
+	FloatText     []byte `protobuf:"bytes,3,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -809,10 +812,19 @@ func (x *FieldDelta) GetDelta() int64 {
 	return 0
 }
 
+func (x *FieldDelta) GetFloatText() []byte {
+	if x != nil {
+		return x.FloatText
+	}
+	return nil
+}
+
 type Field struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Value         int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Value int64                  `protobuf:"varint,2,opt,name=value,proto3" json:"value,omitempty"`
+	// float_text is a float field's value as decimal text (value is 0).
+	FloatText     []byte `protobuf:"bytes,3,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -859,6 +871,13 @@ func (x *Field) GetValue() int64 {
 		return x.Value
 	}
 	return 0
+}
+
+func (x *Field) GetFloatText() []byte {
+	if x != nil {
+		return x.FloatText
+	}
+	return nil
 }
 
 type WindowSpec struct {
@@ -4145,14 +4164,18 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x05index\x18\x03 \x01(\x12R\x05index\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04ring\x18\x05 \x01(\x04R\x04ring\x12\x0e\n" +
-	"\x02id\x18\x06 \x01(\tR\x02id\"6\n" +
+	"\x02id\x18\x06 \x01(\tR\x02id\"U\n" +
 	"\n" +
 	"FieldDelta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
-	"\x05delta\x18\x02 \x01(\x03R\x05delta\"1\n" +
+	"\x05delta\x18\x02 \x01(\x03R\x05delta\x12\x1d\n" +
+	"\n" +
+	"float_text\x18\x03 \x01(\fR\tfloatText\"P\n" +
 	"\x05Field\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value\"b\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value\x12\x1d\n" +
+	"\n" +
+	"float_text\x18\x03 \x01(\fR\tfloatText\"b\n" +
 	"\n" +
 	"WindowSpec\x12%\n" +
 	"\x0egranularity_ns\x18\x01 \x01(\x03R\rgranularityNs\x12\x17\n" +
