@@ -47,7 +47,9 @@ func TestShedUnary(t *testing.T) {
 	for _, ip := range []string{"10.0.0.1", "10.0.0.2"} {
 		go func() { _, err := ic(from(ip), nil, client, h); queued <- err }()
 	}
-	waitFor(t, func() bool { return sm.shedCount("grpc", "overload")+sm.shedCount("grpc", "client") == 0 && fairQueued(fair) == 2 })
+	waitFor(t, func() bool {
+		return sm.shedCount("grpc", "overload")+sm.shedCount("grpc", "client") == 0 && fairQueued(fair) == 2
+	})
 	if _, err := ic(from("10.0.0.3"), nil, client, h); status.Code(err) != codes.Unavailable {
 		t.Fatalf("client call with the queue full: %v, want UNAVAILABLE", err)
 	}
