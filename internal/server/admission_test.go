@@ -237,8 +237,14 @@ func TestAdmissionIOWaitFreesSlot(t *testing.T) {
 	cpu := dialFrom(t, addr, "")
 	cpu.send(post("/cpu"))
 	<-entered
-	close(unblock) // both finish
-	for _, c := range []*wireConn{syncW, cpu} {
+	waiting := dialFrom(t, addr, "")
+	waiting.send(post("/y"))
+	waiting.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := waiting.rd.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a request was answered while the only slot ran a request that does not wait on I/O (read %d, %v)", n, err)
+	}
+	close(unblock) // both finish, then the waiting one runs
+	for _, c := range []*wireConn{syncW, cpu, waiting} {
 		if resp := c.answer(); resp.StatusCode != 200 {
 			t.Fatalf("after the wait: %d", resp.StatusCode)
 		}
