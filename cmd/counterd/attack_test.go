@@ -746,6 +746,7 @@ func TestAttackOverloadFairnessRESP(t *testing.T) {
 		name string
 		args []string
 	}{
+		{"goroutines", []string{"--resp-event-loops", "-1", "--max-inflight", "2", "--max-queue", "8", "--max-queue-per-client", "2", "--max-queue-wait", "2s"}},
 		{"goroutines-sync", []string{"--durability", "sync", "--max-inflight", "2", "--max-queue", "8", "--max-queue-per-client", "2", "--max-queue-wait", "2s"}},
 		{"event-loop", []string{"--resp-event-loops", "1"}},
 	} {
@@ -823,10 +824,16 @@ func TestAttackOverloadFairnessRESP(t *testing.T) {
 			if other.Load() != 0 {
 				t.Fatalf("flood: %d connections broken or unexpected replies", other.Load())
 			}
-			if mode.name == "event-loop" {
+			switch mode.name {
+			case "event-loop":
 				if deferred == 0 {
 					t.Fatal("the flood's reads were never deferred to a later loop round")
 				}
+				return
+			case "goroutines-sync":
+				// Each batch waits for an fsync parked out of its slot, so
+				// the flood is bound by the disk, not the slots: it may
+				// never be shed, and the normal client is served anyway.
 				return
 			}
 			if busyClient.Load() == 0 || shedCounted(metrics, "resp") == 0 {
