@@ -10,10 +10,12 @@
 #            percentiles mix 200s and 503s).
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
-#   handler : only the limit inside the HTTP handler (the default)
-#   after   : --http-admission (admission per client before the HTTP server)
-#   nopace  : --http-admission, refused connections never paused (--shed-rate-per-client 0)
+#   handler : only the limit inside the HTTP handler (--http-admission=false)
+#   after   : the defaults (admission per client before the HTTP server)
+#   nopace  : the defaults, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
+#   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
+#             (compares two admissions in one session; skipped without BASE_BIN)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
 #
@@ -46,8 +48,9 @@ flags() {
   case $1 in
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
-    after) echo "--http-admission" ;;
-    nopace) echo "--http-admission --shed-rate-per-client 0" ;;
+    after) echo "" ;;
+    nopace) echo "--shed-rate-per-client 0" ;;
+    base) echo "--http-admission" ;;
     cap) echo "--http-max-conns $CAP" ;;
     *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
   esac
@@ -55,8 +58,13 @@ flags() {
 
 run() { # $1 = mode
   rm -rf "$tmp/data"
+  local bin=$tmp/counterd
+  if [ "$1" = base ]; then
+    [ -n "${BASE_BIN:-}" ] || return 0
+    bin=$BASE_BIN
+  fi
   # shellcheck disable=SC2046
-  "$tmp/counterd" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --grpc "" --log-level error $(flags "$1") &
+  "$bin" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --grpc "" --log-level error $(flags "$1") &
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   local load; load=$(cut -d' ' -f1 /proc/loadavg)

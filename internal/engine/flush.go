@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // flusher writes changed counters to Pebble: on a timer (async durability)
@@ -37,7 +39,10 @@ func (f *flusher) init() {
 }
 
 // waitDurable blocks until every change applied before the call is on disk.
+// The wait is on I/O, not CPU: the request's admission slot is given to
+// the next request meanwhile (shed.IOWait).
 func (e *Engine) waitDurable(ctx context.Context) error {
+	defer shed.IOWait(ctx).Resume()
 	f := &e.fl
 	f.mu.Lock()
 	c := f.cur

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // ForwardedHeader marks a check that a Router forwarded to the owner of its
@@ -308,6 +309,9 @@ func (r *Router) forward(ctx context.Context, addr string, hits []Hit, out []Sta
 	if tok := auth.TokenFromContext(ctx); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	// Waiting for the owner is I/O: the request's admission slot goes to
+	// the next request meanwhile (shed.IOWait).
+	defer shed.IOWait(ctx).Resume()
 	resp, err := r.hc.Do(req)
 	if err != nil {
 		return Status{}, &ownerError{addr, err}

@@ -2,10 +2,10 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"net"
 	"net/netip"
-	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,9 +53,10 @@ const (
 
 // admission is the shared part of every admitConn.
 type admission struct {
-	fair *shed.Fair
-	pace *shed.Pacer   // nil: shed connections are read again at once
-	idle time.Duration // read deadline after a shed answer (--http-idle-timeout)
+	fair   *shed.Fair
+	onShed func(shed.Verdict) // counts shed requests (metrics); nil: none
+	pace   *shed.Pacer        // nil: shed connections are read again at once
+	idle   time.Duration      // read deadline after a shed answer (--http-idle-timeout)
 	// onPass counts connections turned to pass-through (metrics).
 	onPass func()
 }
@@ -87,10 +88,12 @@ type admitConn struct {
 	key       netip.Addr
 	rx        *rxReader // reads with the kernel's receive time; nil: unknown
 	state     admitState
-	paused    bool        // the last shed answer paused the connection
-	remaining int64       // body bytes still to come (admitBody)
-	holding   atomic.Bool // holds a slot of a.fair, granted at admitted
-	admitted  time.Time
+	resumed   time.Time // end of the pause after the last shed answer (zero: none)
+	remaining int64     // body bytes still to come (admitBody)
+	// ticket holds the slot of a.fair of the request being served; the
+	// request's context carries it (connContext), so that its waits on
+	// I/O park it (shed.IOWait).
+	ticket shed.Ticket
 	// The HTTP server's background read took the next request's first
 	// byte (early); the server holds it, so that request cannot be
 	// answered here.
@@ -143,29 +146,27 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			return n, err
 		}
 		if !f.neverShed && c.a.fair != nil {
-			admitted, at := c.a.fair.Acquire(c.key, waited)
-			if admitted {
-				c.paused = false
-				c.admitted = at
-				c.holding.Store(true)
+			v := c.a.fair.Acquire(&c.ticket, c.key, waited)
+			if v != shed.Admitted && c.a.onShed != nil {
+				c.a.onShed(v)
+			}
+			if v == shed.Admitted {
+				c.resumed = time.Time{}
 			} else if !early && f.total == n {
-				if err := c.shedAnswer(f.close); err != nil || f.close {
+				if err := c.shedAnswer(v, f.close); err != nil || f.close {
 					// Closed after its answer, or the answer could not be
 					// written whole: the connection cannot carry another.
 					return 0, io.EOF
 				}
 				// A client refused too often has its refused connection
-				// paused (shed.Pacer). The request read right after a
-				// pause has waited through it and is refused as stale,
-				// without pausing again: the one its client sends next is
-				// fresh, and competes for a slot like any other.
-				if !c.paused {
-					if d := c.a.pace.Pause(c.key); d > 0 {
-						time.Sleep(d)
-						c.paused = true
-					}
-				} else {
-					c.paused = false
+				// paused (shed.Pacer). The request read after a pause
+				// was sent during it (its client retries at once): its
+				// wait in the socket counts from the pause's end, so it
+				// competes for a slot like a fresh one instead of being
+				// refused as stale.
+				if d := c.a.pace.Pause(c.key); d > 0 {
+					time.Sleep(d)
+					c.resumed = time.Now()
 				}
 				continue // the next request on this connection
 			}
@@ -196,17 +197,26 @@ func (c *admitConn) readRequest(p []byte) (int, time.Duration, error) {
 	if at.IsZero() {
 		return n, 0, err
 	}
+	if at.Before(c.resumed) { // sent during a pause (see Read)
+		at = c.resumed
+	}
 	return n, max(0, time.Since(at)), err
 }
 
-// shedAnswer writes the prebuilt 503 for a shed request whose bytes are
-// all read. On an error, or with closeAfter, the connection is closed
-// (a partly written answer would corrupt the next).
-func (c *admitConn) shedAnswer(closeAfter bool) error {
+// shedAnswer writes the prebuilt answer for a request shed with v (503,
+// or 429 for a client over its share) whose bytes are all read. On an
+// error, or with closeAfter, the connection is closed (a partly written
+// answer would corrupt the next).
+func (c *admitConn) shedAnswer(v shed.Verdict, closeAfter bool) error {
 	_ = c.Conn.SetWriteDeadline(time.Now().Add(time.Second))
-	msg := shedAnswer
-	if closeAfter {
-		msg = shedAnswerClose
+	msg := shedAnswers[0][0]
+	switch {
+	case v == shed.ShedClient && closeAfter:
+		msg = shedAnswers[1][1]
+	case v == shed.ShedClient:
+		msg = shedAnswers[1][0]
+	case closeAfter:
+		msg = shedAnswers[0][1]
 	}
 	_, err := c.Conn.Write(msg)
 	if err != nil || closeAfter {
@@ -229,8 +239,8 @@ func (c *admitConn) pass() {
 }
 
 func (c *admitConn) release() {
-	if c.holding.CompareAndSwap(true, false) {
-		c.a.fair.Release(c.admitted)
+	if c.ticket.Holding() {
+		c.a.fair.Release(&c.ticket) // a no-op if Close released it first
 	}
 }
 
@@ -238,16 +248,24 @@ func (c *admitConn) release() {
 // mid-request) and closes the connection.
 func (c *admitConn) Close() error {
 	err := c.Conn.Close()
-	c.release() // at most once: holding is swapped
+	c.release() // at most once: Release empties the ticket under the Fair's lock
 	return err
 }
 
-// shedAnswer is the early 503: the guard's error body (code "overloaded")
-// with Retry-After, on a connection kept alive.
-var shedAnswer, shedAnswerClose = func() ([]byte, []byte) {
-	body := `{"status":"error","error":{"code":"overloaded","message":"server overloaded, retry later"}}` + "\n"
-	head := "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nContent-Length: " + itoa(len(body)) + "\r\n"
-	return []byte(head + "\r\n" + body), []byte(head + "Connection: close\r\n\r\n" + body)
+// shedAnswers are the early answers, by [client over its share][close]:
+// the guard's error body with Retry-After, 503 "overloaded" when the
+// node is overloaded, 429 "too_many_requests" when the client's own
+// queue is full while other clients are served.
+var shedAnswers = func() (a [2][2][]byte) {
+	for i, st := range []struct{ status, code, msg string }{
+		{"503 Service Unavailable", codeOverloaded, "server overloaded, retry later"},
+		{"429 Too Many Requests", codeTooManyRequests, "too many requests of this client waiting, retry later"},
+	} {
+		body := `{"status":"error","error":{"code":"` + st.code + `","message":"` + st.msg + `"}}` + "\n"
+		head := "HTTP/1.1 " + st.status + "\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nRetry-After: 1\r\nContent-Length: " + itoa(len(body)) + "\r\n"
+		a[i][0], a[i][1] = []byte(head+"\r\n"+body), []byte(head+"Connection: close\r\n\r\n"+body)
+	}
+	return a
 }()
 
 // framed is what frameRequest found in a request's head.
@@ -343,28 +361,44 @@ var (
 	neverShedPaths      = [][]byte{[]byte("/metrics"), []byte("/healthz"), []byte("/readyz")}
 )
 
-// newAdmission returns the HTTP admission of cfg, nil when shedding is
-// off (--max-inflight -1) or --http-admission is off, and registers its
-// metrics on reg. lim is the handler limiter, whose bounds it shares.
-func newAdmission(cfg Config, lim *shed.Limiter, sm *shedMetrics, reg prometheus.Registerer) *admission {
-	if lim == nil || !cfg.HTTPAdmission {
+// newFair returns the per-client admission shared by HTTP, RESP and gRPC
+// (docs/security.md, Overload), nil when shedding is off (--max-inflight
+// -1). lim is the handler limiter, whose bounds it shares.
+func newFair(cfg Config, lim *shed.Limiter, reg prometheus.Registerer) *shed.Fair {
+	if lim == nil {
 		return nil
 	}
 	lc := lim.Config()
 	fair := shed.NewFair(shed.FairConfig{
-		MaxLimit: lc.MaxInflight, MaxQueue: max(lc.MaxQueue, 1), MaxClientQueue: cfg.MaxClientQueue, MaxWait: lc.MaxWait,
+		MaxLimit: lc.MaxInflight, MinLimit: admissionMinLimit(lc.MaxInflight), MaxQueue: max(lc.MaxQueue, 1), MaxClientQueue: cfg.MaxClientQueue, MaxWait: lc.MaxWait,
 	})
-	shedHTTP := sm.shed.WithLabelValues("http")
-	fair.OnShed = shedHTTP.Inc
+	registerFairGauges(reg, fair)
+	return fair
+}
+
+// newAdmission returns the HTTP admission in front of the HTTP server,
+// nil when fair is nil or --http-admission is off, and registers its
+// metrics on reg.
+func newAdmission(cfg Config, fair *shed.Fair, sm *shedMetrics, reg prometheus.Registerer) *admission {
+	if fair == nil || !cfg.HTTPAdmission {
+		return nil
+	}
 	passed := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "counterd_http_admission_passthrough_total",
 		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
 	})
-	reg.MustRegister(passed, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "counterd_http_admission_limit",
-		Help: "HTTP requests admitted at once: adapts to latency between GOMAXPROCS and --max-inflight.",
-	}, func() float64 { return float64(fair.Limit()) }))
-	return &admission{fair: fair, pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
+	reg.MustRegister(passed)
+	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
+}
+
+// connContext puts the ticket of an admitted connection into the context
+// of its requests (http.Server.ConnContext), so that their waits on I/O
+// (fsync, peers, remote stores) park it: see shed.IOWait.
+func (a *admission) connContext(ctx context.Context, c net.Conn) context.Context {
+	if ac, ok := c.(*admitConn); ok {
+		return shed.WithTicket(ctx, &ac.ticket)
+	}
+	return ctx
 }
 
 // wrap returns ln with admission in front of its connections (ln itself

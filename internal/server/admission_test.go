@@ -65,7 +65,7 @@ func admissionServer(t *testing.T, h http.Handler) (addr string, passed *atomic.
 		idle:   time.Minute,
 		onPass: func() { passed.Add(1) },
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
 	go hs.Serve(a.wrap(newLimitListener(ln, 100, rejectHTTP, nil)))
 	t.Cleanup(func() { hs.Close() })
 	return ln.Addr().String(), passed
@@ -116,7 +116,7 @@ func post(path string, extra ...string) string {
 }
 
 // TestAdmissionWire: with the one slot busy, a client's request beyond
-// its queue is answered 503 with Retry-After before the HTTP server sees
+// its queue is answered 429 with Retry-After before the HTTP server sees
 // it, on a connection that stays usable; health checks are never shed;
 // another client's request queues beside the flooding one and both are
 // served once the slot is free; Connection: close is honoured; a chunked
@@ -149,7 +149,7 @@ func TestAdmissionWire(t *testing.T) {
 		shedC.send(post("/c"))
 		resp := shedC.answer()
 		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), `"overloaded"`) || resp.Close {
+		if resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "1" || !strings.Contains(string(body), `"too_many_requests"`) || resp.Close {
 			t.Fatalf("over the client's queue: %d %v %s", resp.StatusCode, resp.Header, body)
 		}
 	}
@@ -159,7 +159,7 @@ func TestAdmissionWire(t *testing.T) {
 	}
 	closer := dialFrom(t, addr, "127.0.0.1")
 	closer.send(post("/d", "Connection: close\r\n"))
-	if resp := closer.answer(); resp.StatusCode != 503 || !resp.Close {
+	if resp := closer.answer(); resp.StatusCode != 429 || !resp.Close {
 		t.Fatalf("shed with Connection: close: %d close=%v", resp.StatusCode, resp.Close)
 	}
 	closer.c.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -197,5 +197,56 @@ func TestAdmissionWire(t *testing.T) {
 	split.send(post("/g"))
 	if resp := split.answer(); resp.StatusCode != 200 || passed.Load() != 1 {
 		t.Fatalf("after a split body: %d, %d connections passed through", resp.StatusCode, passed.Load())
+	}
+}
+
+// TestAdmissionIOWaitFreesSlot: a request whose handler waits on I/O
+// (shed.IOWait, as a sync write's fsync does) gives the only slot to the
+// next request, of any client, for the length of the wait; an
+// overloaded node still answers 503.
+func TestAdmissionIOWaitFreesSlot(t *testing.T) {
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	addr, _ := admissionServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		switch r.URL.Path {
+		case "/fsync":
+			p := shed.IOWait(r.Context())
+			if p == nil {
+				t.Error("an admitted request's context carries no slot to park")
+			}
+			entered <- struct{}{}
+			<-unblock
+			p.Resume()
+		case "/cpu":
+			entered <- struct{}{}
+			<-unblock
+		}
+		w.Write([]byte("ok " + r.URL.Path))
+	}))
+	syncW := dialFrom(t, addr, "")
+	syncW.send(post("/fsync"))
+	<-entered // parked in its I/O wait
+	for i := 0; i < 3; i++ {
+		other := dialFrom(t, addr, "")
+		other.send(post("/x"))
+		if resp := other.answer(); resp.StatusCode != 200 {
+			t.Fatalf("request %d while the slot's holder waits on I/O: %d", i, resp.StatusCode)
+		}
+	}
+	// A request that holds the slot without parking makes the next wait.
+	cpu := dialFrom(t, addr, "")
+	cpu.send(post("/cpu"))
+	<-entered
+	waiting := dialFrom(t, addr, "")
+	waiting.send(post("/y"))
+	waiting.c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+	if n, err := waiting.rd.Read(make([]byte, 1)); n != 0 || err == nil {
+		t.Fatalf("a request was answered while the only slot ran a request that does not wait on I/O (read %d, %v)", n, err)
+	}
+	close(unblock) // both finish, then the waiting one runs
+	for _, c := range []*wireConn{syncW, cpu, waiting} {
+		if resp := c.answer(); resp.StatusCode != 200 {
+			t.Fatalf("after the wait: %d", resp.StatusCode)
+		}
 	}
 }

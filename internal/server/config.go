@@ -79,8 +79,8 @@ type Config struct {
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
-	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default false)
-	MaxClientQueue        int           // --max-queue-per-client: HTTP requests of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
+	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default true)
+	MaxClientQueue        int           // --max-queue-per-client: requests (HTTP, RESP, gRPC) of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~0.6 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
@@ -133,6 +133,7 @@ func DefaultConfig() Config {
 		RESPMaxArgs:           32768,
 		MaxQueueWait:          20 * time.Millisecond,
 		ShedRatePerClient:     1000,
+		HTTPAdmission:         true,
 		Events:                defaultEventsConfig(),
 	}
 }
@@ -301,9 +302,9 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
 	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
 	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
-	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client IP, round-robin, before the HTTP server parses them; shed ones get a cheap 503 (default off: only the handler limit; see docs/security.md, Overload)")
+	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client IP, round-robin, before the HTTP server parses them; shed ones get a cheap 503 or 429 (false: only the handler limit; docs/security.md, Overload)")
 	fs.IntVar(&c.ShedRatePerClient, "shed-rate-per-client", envInt("shed-rate-per-client", c.ShedRatePerClient), "HTTP 503 answers a second per client IP; beyond, a refused connection is not read again for up to 250ms (0: never paused)")
-	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "HTTP requests of one client IP waiting for a slot before its next is shed (0: max-queue / 4)")
+	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "requests (HTTP, RESP batches, gRPC calls) of one client IP waiting for a slot before its next is shed with 429 / -BUSY / RESOURCE_EXHAUSTED (0: max-queue / 4)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
 	// security: auth

@@ -44,6 +44,7 @@ const (
 	codeOriginNotAllowed = "origin_not_allowed"
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeOverloaded       = "overloaded"
+	codeTooManyRequests  = "too_many_requests"
 )
 
 // guardConfig is what the guard checks against. It is read-only once
@@ -183,7 +184,9 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 				r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
 			}
 		}
-		if g.shed != nil && !neverShed(r) {
+		// A request admitted before the HTTP server (admission.go) holds
+		// a slot already.
+		if g.shed != nil && !neverShed(r) && !shed.TicketFrom(r.Context()).Holding() {
 			if err := g.shed.Acquire(r.Context(), "http"); err != nil {
 				if errors.Is(err, shed.ErrOverloaded) {
 					w.Header().Set("Retry-After", g.retryAfter)

@@ -173,8 +173,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
 	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
+	fair := newFair(cfg, shedder, reg) // per-client admission of HTTP, RESP and gRPC
+	var adm *admission
 	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
-		lns.http = newAdmission(cfg, shedder, sm, reg).wrap(lns.http)
+		adm = newAdmission(cfg, fair, sm, reg)
+		lns.http = adm.wrap(lns.http)
 	}
 	if nd.start != nil {
 		bound := Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}
@@ -196,6 +199,9 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		WriteTimeout:      cfg.HTTPWriteTimeout,
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 	}
+	if adm != nil {
+		hs.ConnContext = adm.connContext
+	}
 	var rs *resp.Server
 	if lns.resp != nil {
 		rs = resp.New(be, resp.Options{
@@ -203,7 +209,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
-			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs, Shed: shedder,
+			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
+			Admission: fair, OnShed: sm.onShed("resp"),
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
 			Events:     eventsAdder(pl),
 			Global:     respGlobal(rep),
@@ -217,7 +224,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(shedder))), grpcAuthOptions(store)...)...)
+		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(fair, sm))), grpcAuthOptions(store)...)...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)

@@ -1,6 +1,7 @@
 package shed
 
 import (
+	"context"
 	"math"
 	"net/netip"
 	"runtime"
@@ -22,16 +23,26 @@ import (
 // lowest such average seen recently. While it stays within Tolerance of
 // that baseline and requests had to wait, the limit grows by about its
 // square root per window; when it rises above, the limit shrinks in
-// proportion (at most by half per window), down to MinLimit. So slots
-// follow what the node can serve without queueing inside itself: more
-// when requests wait on I/O (a slow disk, a remote tier), fewer when
-// they compete for the CPU.
+// proportion (at most by half per window), down to MinLimit.
+//
+// Waiting on I/O is not overload. A request that waits for an fsync, a
+// peer or a remote store (it calls IOWait with the context its Ticket is
+// in) gives its slot to the next waiter for as long as it waits: it is
+// parked, not running. Parked requests do not count against the limit,
+// and the time they are parked is left out of the latency the limit
+// adapts to: only the time a request runs (admission to release, less
+// its parked time) is measured. A slow disk or a slow peer therefore
+// neither fills the slots nor shrinks the limit; CPU work and queueing
+// inside the node do. When the wait ends the request runs on without
+// waiting for a slot (its write may already be durable: it must not be
+// refused now), over the limit for a moment if need be.
 type Fair struct {
 	cfg FairConfig
 
 	mu      sync.Mutex
 	limit   float64
-	running int
+	running int // requests admitted and not parked
+	parked  int // requests admitted and waiting on I/O (IOWait)
 	queued  int
 	clients map[netip.Addr]*fairClient
 	ring    []*fairClient // clients with waiters, served round-robin
@@ -47,8 +58,123 @@ type Fair struct {
 	limitNow atomic.Int64 // for metrics, read without the lock
 	shed     atomic.Uint64
 	pool     sync.Pool // *fairWaiter
-	// OnShed, when set before use, is called for every shed request.
-	OnShed func()
+	now      func() time.Time
+	// OnShed, when set before use, is called for every shed request
+	// with the reason (ShedOverload or ShedClient).
+	OnShed func(Verdict)
+}
+
+// Verdict is what Acquire decided.
+type Verdict uint8
+
+const (
+	// Admitted: the request holds a slot until Release.
+	Admitted Verdict = iota
+	// ShedOverload: the node is overloaded (the queue is full, or the
+	// request waited MaxWait). HTTP 503, RESP -BUSY, gRPC UNAVAILABLE.
+	ShedOverload
+	// ShedClient: the client's own queue (MaxClientQueue) is full while
+	// other clients are served. HTTP 429, RESP -BUSY, gRPC
+	// RESOURCE_EXHAUSTED.
+	ShedClient
+)
+
+// String names the verdict (a metrics label).
+func (v Verdict) String() string {
+	switch v {
+	case Admitted:
+		return "admitted"
+	case ShedClient:
+		return "client"
+	}
+	return "overload"
+}
+
+// Ticket is one request's hold on a Fair's slot: Acquire fills it,
+// Release empties it, and in between IOWait on a context carrying it
+// (WithTicket) parks it. A ticket is reused by the next request of the
+// same connection once released; the zero Ticket is ready to use.
+type Ticket struct {
+	f      *Fair
+	state  atomic.Uint32 // ticketIdle, ticketRunning or ticketParked; changed under f.mu
+	since  time.Time     // admitted, or last resumed (under f.mu)
+	active time.Duration // time run before the last park (under f.mu)
+}
+
+const (
+	ticketIdle uint32 = iota
+	ticketRunning
+	ticketParked
+)
+
+// Holding reports whether t holds a slot (running or parked).
+func (t *Ticket) Holding() bool { return t != nil && t.state.Load() != ticketIdle }
+
+type ticketKey struct{}
+
+// WithTicket returns ctx carrying t, for IOWait.
+func WithTicket(ctx context.Context, t *Ticket) context.Context {
+	return context.WithValue(ctx, ticketKey{}, t)
+}
+
+// TicketFrom returns the ticket ctx carries, or nil.
+func TicketFrom(ctx context.Context) *Ticket {
+	t, _ := ctx.Value(ticketKey{}).(*Ticket)
+	return t
+}
+
+// IOWait parks the request of ctx's ticket for a wait on I/O (an fsync,
+// a peer, a remote store): its slot goes to the next waiter, and the
+// wait is not counted as the request's latency. It returns the parked
+// ticket, whose Resume must be called when the wait ends:
+//
+//	defer shed.IOWait(ctx).Resume()
+//
+// Without a ticket in ctx, or one that holds no running slot (already
+// parked, released, or never admitted), it does nothing and returns nil,
+// whose Resume does nothing either.
+func IOWait(ctx context.Context) *Ticket {
+	t := TicketFrom(ctx)
+	if t == nil || t.state.Load() != ticketRunning {
+		return nil
+	}
+	if !t.f.park(t) {
+		return nil
+	}
+	return t
+}
+
+// Resume ends the wait IOWait began: the request runs on, holding a slot
+// again without waiting for one. Safe on nil, and after the ticket was
+// released meanwhile (a connection closed while its request waited).
+func (t *Ticket) Resume() {
+	if t == nil {
+		return
+	}
+	f := t.f
+	f.mu.Lock()
+	if t.state.Load() == ticketParked {
+		t.state.Store(ticketRunning)
+		t.since = f.now()
+		f.parked--
+		f.running++
+	}
+	f.mu.Unlock()
+}
+
+// park moves a running ticket to parked and passes its slot on.
+func (f *Fair) park(t *Ticket) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if t.state.Load() != ticketRunning {
+		return false
+	}
+	now := f.now()
+	t.active += now.Sub(t.since)
+	t.state.Store(ticketParked)
+	f.parked++
+	f.handOff(now)
+	return true
 }
 
 // FairConfig sets a Fair's bounds; zero fields take the defaults.
@@ -109,6 +235,7 @@ type fairWaiter struct {
 	deadline time.Time // shed if not admitted by then
 	client   *fairClient
 	done     bool // handed a slot or shed (under Fair.mu)
+	ticket   *Ticket
 	timer    *time.Timer
 }
 
@@ -116,7 +243,7 @@ type fairWaiter struct {
 // (the limit grows within a few windows when requests wait).
 func NewFair(cfg FairConfig) *Fair {
 	cfg = cfg.withDefaults()
-	f := &Fair{cfg: cfg, limit: float64(cfg.MinLimit), clients: map[netip.Addr]*fairClient{}}
+	f := &Fair{cfg: cfg, limit: float64(cfg.MinLimit), clients: map[netip.Addr]*fairClient{}, now: time.Now}
 	f.limitNow.Store(int64(cfg.MinLimit))
 	return f
 }
@@ -133,30 +260,34 @@ func ClientKey(ip netip.Addr) netip.Addr {
 	return ip
 }
 
-// Acquire admits a request of client or sheds it (false). waited is how
-// long the request already waited before it got here (in a socket): a
-// request waits for a slot at most MaxWait in all, and one that already
-// waited that long is shed at once. An admitted request must call
-// Release once with the time it was admitted (the returned time).
-func (f *Fair) Acquire(client netip.Addr, waited time.Duration) (bool, time.Time) {
-	now := time.Now()
-	budget := f.cfg.MaxWait - waited
-	if budget <= 0 {
-		f.shedOne()
-		return false, now
-	}
+// Acquire admits a request of client into t, or sheds it. waited is how
+// long the request already waited before it got here (in a socket). A
+// request that finds a slot free and nobody queued is admitted whatever
+// it waited: serving it costs about what refusing it would, and the wait
+// was not spent behind other requests of this node (a starved process on
+// a busy machine also makes requests wait in their sockets). Otherwise it
+// waits for a slot at most MaxWait in all, and one that already waited
+// that long is shed at once. An admitted request must call Release(t)
+// once.
+func (f *Fair) Acquire(t *Ticket, client netip.Addr, waited time.Duration) Verdict {
 	f.mu.Lock()
+	now := f.now()
 	if f.queued == 0 && float64(f.running) < f.limit {
 		f.running++
+		f.admit(t, now)
 		f.mu.Unlock()
-		return true, now
+		return Admitted
 	}
 	f.winWait = true
-	c := f.clients[client]
-	if f.queued >= f.cfg.MaxQueue || c != nil && len(c.waiters) >= f.cfg.MaxClientQueue {
+	budget := f.cfg.MaxWait - waited
+	if budget <= 0 || f.queued >= f.cfg.MaxQueue {
 		f.mu.Unlock()
-		f.shedOne()
-		return false, now
+		return f.shedOne(ShedOverload)
+	}
+	c := f.clients[client]
+	if c != nil && len(c.waiters) >= f.cfg.MaxClientQueue {
+		f.mu.Unlock()
+		return f.shedOne(ShedClient)
 	}
 	if c == nil {
 		c = &fairClient{key: client}
@@ -167,7 +298,7 @@ func (f *Fair) Acquire(client netip.Addr, waited time.Duration) (bool, time.Time
 		w = &fairWaiter{admit: make(chan bool, 1), timer: time.NewTimer(time.Hour)}
 		w.timer.Stop()
 	}
-	w.deadline, w.client, w.done = now.Add(budget), c, false
+	w.deadline, w.client, w.done, w.ticket = now.Add(budget), c, false, t
 	c.waiters = append(c.waiters, w)
 	if !c.inRing {
 		c.inRing = true
@@ -195,12 +326,18 @@ func (f *Fair) Acquire(client netip.Addr, waited time.Duration) (bool, time.Time
 		default:
 		}
 	}
-	if !ok {
-		f.shedOne()
-	}
-	w.client = nil
+	w.client, w.ticket = nil, nil
 	f.pool.Put(w)
-	return ok, time.Now()
+	if !ok {
+		return f.shedOne(ShedOverload)
+	}
+	return Admitted
+}
+
+// admit fills t with a slot just taken. Under mu.
+func (f *Fair) admit(t *Ticket, now time.Time) {
+	t.f, t.since, t.active = f, now, 0
+	t.state.Store(ticketRunning)
 }
 
 // dropWaiter removes a timed-out waiter from its client's queue. Under mu.
@@ -239,13 +376,29 @@ func (f *Fair) maybeForget(c *fairClient) {
 	}
 }
 
-// Release gives back the slot of a request admitted at admitted, hands
-// it to the next waiter round-robin across clients, and sheds the
-// waiters found older than MaxWait on the way.
-func (f *Fair) Release(admitted time.Time) {
+// Release gives back t's slot (a running or parked request), hands a
+// freed slot to the next waiter round-robin across clients, and sheds
+// the waiters found older than MaxWait on the way. Releasing a ticket
+// that holds nothing does nothing.
+func (f *Fair) Release(t *Ticket) {
 	f.mu.Lock()
-	now := time.Now()
-	f.sample(now, now.Sub(admitted))
+	now := f.now()
+	switch t.state.Load() {
+	case ticketRunning:
+		t.state.Store(ticketIdle)
+		f.sample(now, t.active+now.Sub(t.since))
+		f.handOff(now)
+	case ticketParked:
+		t.state.Store(ticketIdle)
+		f.parked--
+		f.sample(now, t.active)
+	}
+	f.mu.Unlock()
+}
+
+// handOff passes the slot of a request that stops running (released or
+// parked) to the next waiter, or frees it. Under mu.
+func (f *Fair) handOff(now time.Time) {
 	for f.queued > 0 && float64(f.running-1) < f.limit {
 		if f.next >= len(f.ring) {
 			f.next = 0
@@ -263,12 +416,11 @@ func (f *Fair) Release(admitted time.Time) {
 			w.admit <- false // waited too long: its timer is about to fire
 			continue
 		}
+		f.admit(w.ticket, now)
 		w.admit <- true // the slot passes to w: running is unchanged
-		f.mu.Unlock()
 		return
 	}
 	f.running--
-	f.mu.Unlock()
 }
 
 // sample adds one admission's latency to the window and, at the end of
@@ -297,11 +449,12 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 	f.winStart, f.winSum, f.winN, f.winWait = now, 0, 0, false
 }
 
-func (f *Fair) shedOne() {
+func (f *Fair) shedOne(v Verdict) Verdict {
 	f.shed.Add(1)
 	if f.OnShed != nil {
-		f.OnShed()
+		f.OnShed(v)
 	}
+	return v
 }
 
 // Limit returns the current concurrency limit.
@@ -310,9 +463,23 @@ func (f *Fair) Limit() int { return int(f.limitNow.Load()) }
 // Shed returns how many requests were shed so far.
 func (f *Fair) Shed() uint64 { return f.shed.Load() }
 
-// Running returns how many requests hold a slot now.
+// Running returns how many requests hold a running slot now.
 func (f *Fair) Running() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.running
+}
+
+// Queued returns how many requests wait for a slot now.
+func (f *Fair) Queued() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queued
+}
+
+// Parked returns how many admitted requests wait on I/O now (IOWait).
+func (f *Fair) Parked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.parked
 }

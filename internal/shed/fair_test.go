@@ -1,6 +1,7 @@
 package shed
 
 import (
+	"context"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -37,8 +38,8 @@ func waitQueued(t *testing.T, f *Fair, n int) {
 // requests and then B one; B is served second, before A's later ones.
 func TestFairRoundRobin(t *testing.T) {
 	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxClientQueue: 8, MaxWait: time.Minute})
-	ok, at := f.Acquire(clientA, 0)
-	if !ok {
+	var first Ticket
+	if f.Acquire(&first, clientA, 0) != Admitted {
 		t.Fatal("first request shed")
 	}
 	order := make(chan string, 4)
@@ -47,13 +48,13 @@ func TestFairRoundRobin(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ok, at := f.Acquire(c, 0)
-			if !ok {
+			var tk Ticket
+			if f.Acquire(&tk, c, 0) != Admitted {
 				order <- name + " shed"
 				return
 			}
 			order <- name
-			f.Release(at)
+			f.Release(&tk)
 		}()
 		waitQueued(t, f, queuedBefore+1)
 	}
@@ -61,7 +62,7 @@ func TestFairRoundRobin(t *testing.T) {
 	enqueue("a2", clientA, 1)
 	enqueue("a3", clientA, 2)
 	enqueue("b1", clientB, 3)
-	f.Release(at)
+	f.Release(&first)
 	wg.Wait()
 	close(order)
 	var got []string
@@ -84,34 +85,45 @@ func TestFairRoundRobin(t *testing.T) {
 // is shed without queueing; a queued one is shed after MaxWait.
 func TestFairSheds(t *testing.T) {
 	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxClientQueue: 1, MaxWait: 300 * time.Millisecond})
-	var shed atomic.Int64
-	f.OnShed = func() { shed.Add(1) }
-	ok, at := f.Acquire(clientA, 0)
-	if !ok {
+	var shed, shedClient atomic.Int64
+	f.OnShed = func(v Verdict) {
+		shed.Add(1)
+		if v == ShedClient {
+			shedClient.Add(1)
+		}
+	}
+	var first Ticket
+	if f.Acquire(&first, clientA, 0) != Admitted {
 		t.Fatal("first request shed")
 	}
-	res := make(chan bool, 2)
-	go func() { ok, _ := f.Acquire(clientA, 0); res <- ok }()
+	res := make(chan Verdict, 2)
+	go func() { var tk Ticket; res <- f.Acquire(&tk, clientA, 0) }()
 	waitQueued(t, f, 1)
 	start := time.Now()
-	if ok, _ := f.Acquire(clientA, 0); ok || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("over A's queue: admitted %v after %v", ok, time.Since(start))
+	var tk Ticket
+	if v := f.Acquire(&tk, clientA, 0); v != ShedClient || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("over A's queue: %v after %v, want shed as client", v, time.Since(start))
 	}
-	if ok, _ := f.Acquire(clientB, time.Second); ok {
-		t.Fatal("a request that already waited MaxWait was admitted")
+	if v := f.Acquire(&tk, clientB, time.Second); v != ShedOverload {
+		t.Fatalf("a request that already waited MaxWait while all slots were busy: %v, want shed as overload", v)
 	}
-	go func() { ok, _ := f.Acquire(clientB, 0); res <- ok }()
+	go func() { var tk Ticket; res <- f.Acquire(&tk, clientB, 0) }()
 	// Nothing is released: both queued requests time out.
-	if <-res || <-res {
-		t.Fatal("a queued request was admitted without a free slot")
+	if v1, v2 := <-res, <-res; v1 != ShedOverload || v2 != ShedOverload {
+		t.Fatalf("queued requests without a free slot: %v %v, want shed as overload", v1, v2)
 	}
 	if time.Since(start) < 250*time.Millisecond {
 		t.Fatalf("queued requests shed after %v, before MaxWait", time.Since(start))
 	}
-	if shed.Load() != 4 || f.Shed() != 4 {
-		t.Fatalf("shed %d (%d), want 4", shed.Load(), f.Shed())
+	if shed.Load() != 4 || f.Shed() != 4 || shedClient.Load() != 1 {
+		t.Fatalf("shed %d (%d), %d as client, want 4 and 1", shed.Load(), f.Shed(), shedClient.Load())
 	}
-	f.Release(at)
+	f.Release(&first)
+	// A free slot and nobody queued: admitted whatever it waited before.
+	if v := f.Acquire(&tk, clientB, time.Hour); v != Admitted {
+		t.Fatalf("a stale request finding a free slot: %v, want admitted", v)
+	}
+	f.Release(&tk)
 	if f.Running() != 0 || len(f.clients) != 0 || len(f.ring) != 0 {
 		t.Fatalf("left running %d, clients %d, ring %d", f.Running(), len(f.clients), len(f.ring))
 	}
@@ -134,8 +146,8 @@ func TestFairBounds(t *testing.T) {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				ok, at := f.Acquire(netip.AddrFrom4([4]byte{10, 0, 0, byte(c)}), 0)
-				if !ok {
+				var tk Ticket
+				if f.Acquire(&tk, netip.AddrFrom4([4]byte{10, 0, 0, byte(c)}), 0) != Admitted {
 					return
 				}
 				mu.Lock()
@@ -146,7 +158,7 @@ func TestFairBounds(t *testing.T) {
 				mu.Lock()
 				cur--
 				mu.Unlock()
-				f.Release(at)
+				f.Release(&tk)
 			}()
 		}
 		wg.Wait()
@@ -224,11 +236,133 @@ func BenchmarkFairAcquireRelease(b *testing.B) {
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			ok, at := f.Acquire(clientA, 0)
-			if !ok {
+			var tk Ticket
+			if f.Acquire(&tk, clientA, 0) != Admitted {
 				b.Fatal("shed")
 			}
-			f.Release(at)
+			f.Release(&tk)
+		}
+	})
+}
+
+// TestFairIOWaitFreesSlot: a request parked in IOWait gives its slot to
+// the next request at once, resumes without waiting for one (over the
+// limit if need be), and a parked request released meanwhile (its
+// connection closed) resumes as a no-op.
+func TestFairIOWaitFreesSlot(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxWait: time.Minute})
+	var a, b Ticket
+	if f.Acquire(&a, clientA, 0) != Admitted {
+		t.Fatal("first request shed")
+	}
+	ctx := WithTicket(context.Background(), &a)
+	p := IOWait(ctx)
+	if p == nil || f.Running() != 0 || f.Parked() != 1 || !a.Holding() {
+		t.Fatalf("parked: %v, running %d, parked %d", p != nil, f.Running(), f.Parked())
+	}
+	if IOWait(ctx) != nil {
+		t.Fatal("a parked request parked again")
+	}
+	done := make(chan Verdict, 1)
+	go func() { done <- f.Acquire(&b, clientB, 0) }()
+	select {
+	case v := <-done:
+		if v != Admitted {
+			t.Fatalf("request while the only slot's holder waits on I/O: %v", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a request waited for the slot of a request parked on I/O")
+	}
+	p.Resume()
+	if f.Running() != 2 || f.Parked() != 0 {
+		t.Fatalf("resumed over the limit: running %d, parked %d, want 2 and 0", f.Running(), f.Parked())
+	}
+	var c Ticket
+	go func() { done <- f.Acquire(&c, clientB, 0) }()
+	waitQueued(t, f, 1)
+	f.Release(&b) // still one running with a limit of one: c waits
+	if f.Running() != 1 {
+		t.Fatalf("running %d after a release over the limit, want 1", f.Running())
+	}
+	f.Release(&a)
+	if v := <-done; v != Admitted {
+		t.Fatalf("queued request: %v", v)
+	}
+	// Released while parked (its connection closed): Resume is a no-op.
+	p = IOWait(WithTicket(context.Background(), &c))
+	f.Release(&c)
+	p.Resume()
+	if f.Running() != 0 || f.Parked() != 0 || c.Holding() {
+		t.Fatalf("left running %d, parked %d", f.Running(), f.Parked())
+	}
+	if IOWait(context.Background()) != nil || IOWait(WithTicket(context.Background(), &Ticket{})) != nil {
+		t.Fatal("IOWait without an admitted ticket parked something")
+	}
+	(*Ticket)(nil).Resume()
+}
+
+// TestFairLimitIgnoresIOWaits: a workload whose windows alternate between
+// cheap requests and requests that also wait 20 ms for an fsync shrinks
+// the limit when the fsync wait holds the slot (what made sync writes
+// look like overload), and leaves it alone when the wait is parked in
+// IOWait; the same 20 ms spent running (CPU) still shrinks it.
+func TestFairLimitIgnoresIOWaits(t *testing.T) {
+	type kind int
+	const (
+		held   kind = iota // the fsync wait holds the slot
+		parked             // the fsync wait is in IOWait
+		cpu                // the 20 ms are spent running
+	)
+	run := func(k kind) int {
+		clock := time.Unix(0, 0)
+		f := NewFair(FairConfig{MaxLimit: 64, MinLimit: 2, Window: time.Nanosecond})
+		f.now = func() time.Time { return clock }
+		f.limit = 32
+		for w := 0; w < 60; w++ {
+			slow := w%2 == 1
+			for i := 0; i < 10; i++ {
+				var tk Ticket
+				if f.Acquire(&tk, clientA, 0) != Admitted {
+					t.Fatal("shed with a free slot")
+				}
+				clock = clock.Add(time.Millisecond)
+				if slow && i%2 == 0 {
+					switch k {
+					case held, cpu:
+						clock = clock.Add(20 * time.Millisecond)
+					case parked:
+						p := IOWait(WithTicket(context.Background(), &tk))
+						clock = clock.Add(20 * time.Millisecond)
+						p.Resume()
+					}
+				}
+				f.Release(&tk)
+			}
+		}
+		return f.Limit()
+	}
+	if l := run(held); l >= 16 {
+		t.Fatalf("fsync waits holding the slot: limit %d, want it shrunk from 32 (the behaviour IOWait removes)", l)
+	}
+	if l := run(parked); l < 32 {
+		t.Fatalf("fsync waits parked in IOWait: limit %d, want it kept at 32 or more", l)
+	}
+	if l := run(cpu); l >= 16 {
+		t.Fatalf("20 ms of running: limit %d, want it shrunk from 32", l)
+	}
+}
+
+// BenchmarkIOWait is what parking costs a request that waits on I/O.
+func BenchmarkIOWait(b *testing.B) {
+	f := NewFair(FairConfig{})
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		var tk Ticket
+		ctx := WithTicket(context.Background(), &tk)
+		for pb.Next() {
+			f.Acquire(&tk, clientA, 0)
+			IOWait(ctx).Resume()
+			f.Release(&tk)
 		}
 	})
 }

@@ -64,7 +64,7 @@ func BenchmarkPipelinedINCR(b *testing.B) {
 // BenchmarkPipelinedINCRShed: the same with the overload limiter on (one
 // admission per batch).
 func BenchmarkPipelinedINCRShed(b *testing.B) {
-	benchPipeline(b, resp.Options{Shed: shed.New(shed.Config{})}, 100, func(int) string { return incrCmd })
+	benchPipeline(b, resp.Options{Admission: shed.NewFair(shed.FairConfig{})}, 100, func(int) string { return incrCmd })
 }
 
 func BenchmarkPipelinedINCRMetrics(b *testing.B) {

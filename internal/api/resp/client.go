@@ -1,9 +1,11 @@
 package resp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"strconv"
 	"sync"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // Buffer sizes of a connection.
@@ -45,16 +48,24 @@ type client struct {
 	out []byte // replies not yet written
 
 	// Event loop state (loop_linux.go), used only by the loop.
-	fd        int       // the connection's descriptor
+	fd        int  // the connection's descriptor
+	onLoop    bool // served by an event loop (not its own goroutine)
+	share     *loopShare
 	outOff    int       // out[:outOff] is written
 	wantWrite bool      // waiting for the socket to take out[outOff:]
 	lastRead  time.Time // idle timeout
 
-	auth     authState // the login, with Options.Auth
-	first    bool      // no command parsed yet (looksLikeHTTP)
-	admitted bool      // holds a slot of Options.Shed (endAdmission)
-	proto    int       // 2 or 3
-	closing  bool      // QUIT or a panic: stop after flushing the replies
+	auth  authState // the login, with Options.Auth
+	first bool      // no command parsed yet (looksLikeHTTP)
+	// Admission (Options.Admission): the client the connection belongs
+	// to (its IP address), the slot of the batch being run, and the
+	// context of engine calls, which carries that slot so that waits on
+	// I/O (fsync, peers, remote stores) park it (shed.IOWait).
+	key     netip.Addr
+	ticket  shed.Ticket
+	ctx     context.Context
+	proto   int  // 2 or 3
+	closing bool // QUIT or a panic: stop after flushing the replies
 
 	tstart      time.Time // metrics: when the current command started
 	deadlineSet time.Time // when the read deadline was last moved (fill)
@@ -80,6 +91,13 @@ type client struct {
 	libVer  string
 }
 
+// loopShare is one client's use of its loop's rounds.
+type loopShare struct {
+	conns int    // its connections on the loop
+	round uint64 // the round used counts
+	used  int    // commands run in that round
+}
+
 type queued struct {
 	cmd  *command
 	args [][]byte
@@ -103,6 +121,13 @@ func newClient(s *Server, nc net.Conn) *client {
 	}
 	if a := nc.RemoteAddr(); a != nil {
 		c.addr = a.String()
+		if ap, err := netip.ParseAddrPort(c.addr); err == nil {
+			c.key = shed.ClientKey(ap.Addr())
+		}
+	}
+	c.ctx = s.ctx
+	if s.opts.Admission != nil {
+		c.ctx = shed.WithTicket(s.ctx, &c.ticket)
 	}
 	if a := nc.LocalAddr(); a != nil {
 		c.laddr = a.String()
@@ -224,9 +249,8 @@ func (s *Server) budgetExceeded(c *client) {
 
 // endAdmission gives back the batch's overload slot, if it holds one.
 func (c *client) endAdmission() {
-	if c.admitted {
-		c.admitted = false
-		c.s.opts.Shed.Release()
+	if c.ticket.Holding() {
+		c.s.opts.Admission.Release(&c.ticket)
 	}
 }
 

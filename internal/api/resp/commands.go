@@ -200,7 +200,7 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 	switch len(ops) {
 	case 0:
 	case 1:
-		r, err := s.eng.Apply(s.ctx, ops[0], engine.WriteOptions{})
+		r, err := s.eng.Apply(c.ctx, ops[0], engine.WriteOptions{})
 		if err != nil {
 			c.writeError(engineError(err))
 			clearOps(ops)
@@ -210,13 +210,13 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 		res = c.res1[:]
 	default:
 		var err error
-		res, err = s.eng.ApplyBatch(s.ctx, ops, engine.WriteOptions{})
+		res, err = s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{})
 		if errors.Is(err, engine.ErrBatchTooLarge) {
 			// Too many keys for one atomic batch (a huge DEL): apply one
 			// by one, as Redis would, without the atomicity.
 			res = make([]engine.Result, len(ops))
 			for i := range ops {
-				if res[i], err = s.eng.Apply(s.ctx, ops[i], engine.WriteOptions{}); err != nil {
+				if res[i], err = s.eng.Apply(c.ctx, ops[i], engine.WriteOptions{}); err != nil {
 					break
 				}
 			}

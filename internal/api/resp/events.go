@@ -27,7 +27,7 @@ func eventsCommand(add EventsAdder) *command {
 		fn: func(s *Server, c *client, args [][]byte) {
 			n := 0
 			for _, b := range args[1:] {
-				k, err := add(c.authContext(s.ctx), b)
+				k, err := add(c.authContext(c.ctx), b)
 				if err != nil {
 					c.writeError("ERR " + err.Error())
 					return

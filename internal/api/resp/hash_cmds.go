@@ -90,7 +90,7 @@ func doneSumValue(c *client, args [][]byte, res []engine.Result) {
 // hashView reads a hash; ok is false after a reply was written (error).
 // A missing key reads as an empty hash.
 func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
-	v, err := s.eng.Get(s.ctx, str(key))
+	v, err := s.eng.Get(c.ctx, str(key))
 	if err != nil {
 		c.writeError(engineError(err))
 		return nil, false
@@ -108,7 +108,7 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 // HGET key field. The engine's HGet answers integer fields; a float one
 // is read from the whole hash.
 func cmdHGet(s *Server, c *client, args [][]byte) {
-	v, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
+	v, ok, err := s.eng.HGet(c.ctx, str(args[1]), str(args[2]))
 	switch {
 	case ok && errors.Is(err, engine.ErrNotInteger):
 		fields, ok := hashView(s, c, args[1])
@@ -131,7 +131,7 @@ func cmdHGet(s *Server, c *client, args [][]byte) {
 
 // HEXISTS key field
 func cmdHExists(s *Server, c *client, args [][]byte) {
-	_, ok, err := s.eng.HGet(s.ctx, str(args[1]), str(args[2]))
+	_, ok, err := s.eng.HGet(c.ctx, str(args[1]), str(args[2]))
 	switch {
 	case err != nil && !(ok && errors.Is(err, engine.ErrNotInteger)): // a float field exists
 		c.writeError(engineError(err))

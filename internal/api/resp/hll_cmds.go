@@ -45,7 +45,7 @@ func cmdPFCount(s *Server, c *client, args [][]byte) {
 	for i, a := range args[1:] {
 		ids[i] = str(a)
 	}
-	n, _, err := s.eng.PFCount(s.ctx, ids...)
+	n, _, err := s.eng.PFCount(c.ctx, ids...)
 	if err != nil {
 		c.writeError(engineError(err))
 		return

@@ -105,7 +105,7 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			return
 		}
 		id := str(args[1])
-		cur, has, exists, err := s.eng.TTL(s.ctx, id)
+		cur, has, exists, err := s.eng.TTL(c.ctx, id)
 		if err != nil {
 			c.writeError(engineError(err))
 			return
@@ -130,7 +130,7 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			c.writeInt(0)
 			return
 		}
-		r, err := s.eng.Apply(s.ctx, engine.Op{Type: engine.OpExpire, ID: id, TTL: ttl}, engine.WriteOptions{})
+		r, err := s.eng.Apply(c.ctx, engine.Op{Type: engine.OpExpire, ID: id, TTL: ttl}, engine.WriteOptions{})
 		if err != nil {
 			c.writeError(engineError(err))
 			return
@@ -152,7 +152,7 @@ func prepPersist(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string
 func cmdExists(s *Server, c *client, args [][]byte) {
 	var n int64
 	for _, k := range args[1:] {
-		_, _, ok, err := s.eng.TTL(s.ctx, str(k))
+		_, _, ok, err := s.eng.TTL(c.ctx, str(k))
 		if err != nil {
 			c.writeError(engineError(err))
 			return
@@ -171,7 +171,7 @@ func cmdType(s *Server, c *client, args [][]byte) {
 		c.writeStatus("none")
 		return
 	}
-	v, err := s.eng.Get(s.ctx, id)
+	v, err := s.eng.Get(c.ctx, id)
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -194,7 +194,7 @@ func typeName(k engine.Kind) string {
 // TTL key, PTTL key: -2 missing, -1 no TTL.
 func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
-		ttl, has, exists, err := s.eng.TTL(s.ctx, str(args[1]))
+		ttl, has, exists, err := s.eng.TTL(c.ctx, str(args[1]))
 		switch {
 		case err != nil:
 			c.writeError(engineError(err))
@@ -217,7 +217,7 @@ func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte)
 			c.writeInt(-2)
 			return
 		}
-		v, err := s.eng.Get(s.ctx, id)
+		v, err := s.eng.Get(c.ctx, id)
 		switch {
 		case err != nil:
 			c.writeError(engineError(err))
@@ -274,7 +274,7 @@ func cmdScan(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	ids, next, err := s.eng.Scan(s.ctx, cursor, match, count)
+	ids, next, err := s.eng.Scan(c.ctx, cursor, match, count)
 	if err != nil {
 		c.writeError(engineError(err))
 		return
@@ -282,7 +282,7 @@ func cmdScan(s *Server, c *client, args [][]byte) {
 	if typ != "" {
 		kept := ids[:0]
 		for _, id := range ids {
-			if v, err := s.eng.Get(s.ctx, id); err == nil && v.Exists && typeName(v.Kind) == typ {
+			if v, err := s.eng.Get(c.ctx, id); err == nil && v.Exists && typeName(v.Kind) == typ {
 				kept = append(kept, id)
 			}
 		}
@@ -306,7 +306,7 @@ func cmdKeys(s *Server, c *client, args [][]byte) {
 	var all []string
 	var cursor uint64
 	for {
-		ids, next, err := s.eng.Scan(s.ctx, cursor, match, 1000)
+		ids, next, err := s.eng.Scan(c.ctx, cursor, match, 1000)
 		if err != nil {
 			c.writeError(engineError(err))
 			return
@@ -325,7 +325,7 @@ func cmdKeys(s *Server, c *client, args [][]byte) {
 
 // DBSIZE
 func cmdDBSize(s *Server, c *client, args [][]byte) {
-	n, err := s.eng.Len(s.ctx)
+	n, err := s.eng.Len(c.ctx)
 	if err != nil {
 		c.writeError(engineError(err))
 		return

@@ -26,7 +26,10 @@ var errQueryBudget = errors.New("resp: query buffer budget exhausted")
 const (
 	errBudgetReply = "ERR max query buffer memory reached, closing connection"
 	errBusyReply   = "BUSY server overloaded, retry later"
-	securityLogMsg = "resp: Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to counterd. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your counterd instance. Connection aborted."
+	// errBusyClientReply: the client's own admission queue is full while
+	// other clients are served (shed.ShedClient).
+	errBusyClientReply = "BUSY too many commands of this client waiting, retry later"
+	securityLogMsg     = "resp: Possible SECURITY ATTACK detected. It looks like somebody is sending POST or Host: commands to counterd. This is likely due to an attacker attempting to use Cross Protocol Scripting to compromise your counterd instance. Connection aborted."
 )
 
 // httpMethods are the request-line methods of HTTP/1.x.

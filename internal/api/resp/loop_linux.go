@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -55,6 +56,38 @@ type eventLoop struct {
 
 	woken atomic.Bool // a byte is in the wake pipe
 	now   time.Time   // when the current epoll_wait returned (idle timeout)
+
+	// Fairness between clients (IP addresses) of the loop: in one round
+	// (one epoll_wait's events) a client runs at most loopClientBudget
+	// commands; its connections with more input are not read until the
+	// next round (level-triggered epoll reports them again), so a client
+	// flooding on many connections delays another client by at most
+	// about one budget per flooding client, not one batch per connection.
+	round  uint64
+	shares map[netip.Addr]*loopShare
+}
+
+// loopClientBudget is the most commands one client runs in a loop round
+// while it has input on several connections (about half a millisecond of
+// INCRs).
+const loopClientBudget = 512
+
+// overBudget reports whether c's client used its share of this round.
+func (l *eventLoop) overBudget(c *client) bool {
+	sh := c.share
+	return sh != nil && sh.round == l.round && sh.used >= loopClientBudget
+}
+
+// charge counts the commands c just ran against its client's share.
+func (l *eventLoop) charge(c *client) {
+	sh := c.share
+	if sh == nil {
+		return
+	}
+	if sh.round != l.round {
+		sh.round, sh.used = l.round, 0
+	}
+	sh.used += int(c.ncmds)
 }
 
 // fdConn is the net.Conn of a connection on an event loop: only Close and
@@ -157,6 +190,7 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	return &eventLoop{
 		s: s, epfd: epfd, epf: epf, rc: rc, wakeR: p[0], wakeW: p[1],
 		conns:  make(map[int]*client),
+		shares: make(map[netip.Addr]*loopShare),
 		events: make([]syscall.EpollEvent, 256),
 		done:   make(chan struct{}),
 	}, nil
@@ -200,7 +234,7 @@ func (s *Server) detach(nc net.Conn) *fdConn {
 // attach hands a registered client whose nc is an fdConn to its loop.
 func (s *Server) attach(c *client) {
 	f := c.nc.(*fdConn)
-	c.fd = f.fd
+	c.fd, c.onLoop = f.fd, true
 	l := f.loop
 	l.mu.Lock()
 	l.adds = append(l.adds, c)
@@ -238,6 +272,7 @@ func (l *eventLoop) run() {
 				l.epf.SetReadDeadline(l.now.Add(sweep))
 			}
 		}
+		l.round++
 		if err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				continue
@@ -317,6 +352,13 @@ func (l *eventLoop) woke() bool {
 		}
 		c.lastRead = now
 		l.conns[c.fd] = c
+		sh := l.shares[c.key]
+		if sh == nil {
+			sh = &loopShare{}
+			l.shares[c.key] = sh
+		}
+		sh.conns++
+		c.share = sh
 	}
 	for _, c := range l.conns {
 		if c.nc.(*fdConn).closed.Load() {
@@ -371,6 +413,12 @@ func (l *eventLoop) closeConn(c *client, err error) {
 	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	syscall.Close(c.fd)
 	delete(l.conns, c.fd)
+	if sh := c.share; sh != nil {
+		c.share = nil
+		if sh.conns--; sh.conns == 0 {
+			delete(l.shares, c.key)
+		}
+	}
 	c.nc.(*fdConn).closed.Store(true) // connDone's Close is then a no-op
 	l.s.connDone(c, err)
 }
@@ -397,6 +445,10 @@ func (l *eventLoop) serve(c *client, events uint32) {
 	}
 	if events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
 		return
+	}
+	if l.overBudget(c) {
+		l.s.deferredReads.Add(1)
+		return // its client had its share of this round: read next round
 	}
 	if err := c.makeRoom(); err != nil {
 		if errors.Is(err, errQueryBudget) {
@@ -428,6 +480,7 @@ func (l *eventLoop) serve(c *client, events uint32) {
 func (l *eventLoop) process(c *client) bool {
 	for {
 		st := l.s.runBuffered(c)
+		l.charge(c)
 		c.endBatch()
 		if !l.flush(c) {
 			return false

@@ -171,7 +171,7 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 		return
 	}
 	id := str(args[1])
-	v, err := s.eng.Get(s.ctx, id)
+	v, err := s.eng.Get(c.ctx, id)
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -199,7 +199,7 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 		writeStringValue(c, &v)
 		return
 	}
-	if _, err := s.eng.Apply(s.ctx, op, engine.WriteOptions{}); err != nil {
+	if _, err := s.eng.Apply(c.ctx, op, engine.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}
@@ -249,7 +249,7 @@ func hsetCmd(s *Server, c *client, cmd *command, args [][]byte) {
 		s.applyOps(c, cmd, args)
 		return
 	}
-	v, err := s.eng.Get(s.ctx, str(args[1]))
+	v, err := s.eng.Get(c.ctx, str(args[1]))
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))

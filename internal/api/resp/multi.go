@@ -76,7 +76,7 @@ func cmdWatch(s *Server, c *client, args [][]byte) {
 	for _, k := range args[1:] {
 		id := string(k)
 		w := watch{id: id}
-		if v, err := s.eng.Get(s.ctx, id); err == nil {
+		if v, err := s.eng.Get(c.ctx, id); err == nil {
 			w.exists, w.version, w.updated = v.Exists, v.Version, v.UpdatedAt
 		}
 		c.watched = append(c.watched, w)
@@ -92,7 +92,7 @@ func cmdUnwatch(s *Server, c *client, args [][]byte) {
 // watchedChanged reports whether a watched key changed since WATCH.
 func (s *Server) watchedChanged(c *client) bool {
 	for _, w := range c.watched {
-		v, err := s.eng.Get(s.ctx, w.id)
+		v, err := s.eng.Get(c.ctx, w.id)
 		if err != nil {
 			continue // an invalid id cannot exist, so it cannot change
 		}
@@ -175,7 +175,7 @@ func (s *Server) execBatch(c *client, queue []queued) bool {
 	if len(ops) > 0 {
 		var err error
 		start := time.Now()
-		res, err = s.eng.ApplyBatch(s.ctx, ops, engine.WriteOptions{})
+		res, err = s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{})
 		if err != nil {
 			// Nothing was applied: run the commands one by one instead so
 			// that each gets its own reply, as in Redis.

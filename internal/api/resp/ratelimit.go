@@ -24,7 +24,7 @@ func rateLimitCommand(l ratelimit.Checker) *command {
 			var r [4]int64
 			var err error
 			if cc, ok := l.(ctxChecker); ok && c.auth.ok {
-				r, err = cc.CheckArgsContext(c.authContext(s.ctx), args[1:])
+				r, err = cc.CheckArgsContext(c.authContext(c.ctx), args[1:])
 			} else {
 				r, err = l.CheckArgs(args[1:])
 			}

@@ -88,12 +88,21 @@ type Options struct {
 	// (DefaultMaxQueryBufferTotal).
 	MaxQueryBufferTotal int
 
-	// Shed, when set, admits reading and writing commands (outside MULTI)
-	// through this limiter, once per batch of pipelined commands: the
-	// first such command of a batch takes a slot, held until the batch's
-	// replies are written. A shed command is answered "-BUSY server
-	// overloaded, retry later". Default nil: no limit.
-	Shed *shed.Limiter
+	// Admission, when set, admits reading and writing commands (outside
+	// MULTI) per client IP address, once per batch of pipelined commands:
+	// the first such command of a batch takes a slot, held until the
+	// batch's replies are written. Waiting clients are served
+	// round-robin, so a client flooding on many connections waits behind
+	// its own commands (shed.Fair). A shed command is answered
+	// "-BUSY server overloaded, retry later", or "-BUSY too many
+	// commands of this client waiting, retry later" when the client's own
+	// queue is full; OnShed counts them. Connections on an event loop
+	// are not admitted through it (a loop runs one batch at a time and
+	// cannot be over-committed): they get a per-client share of each loop
+	// round instead (loop_linux.go). Default nil: no limit.
+	Admission *shed.Fair
+	// OnShed, when set, is called for every command Admission shed.
+	OnShed func(shed.Verdict)
 
 	// RateLimiter, when set, serves RL.CHECK (docs/ratelimit.md): a
 	// *ratelimit.Limiter, or a *ratelimit.Router in a cluster. Default
@@ -170,6 +179,7 @@ type Server struct {
 	rejectedConns atomic.Uint64
 	totalCmds     atomic.Uint64
 	protoErrors   atomic.Uint64
+	deferredReads atomic.Uint64 // event loops: reads put off to the next round (loopClientBudget)
 
 	cmds    map[string]*command // by lower-case name
 	unknown *command            // metrics for unknown commands
@@ -232,6 +242,10 @@ func New(eng engine.Backend, opts Options) *Server {
 		}
 		s.unknown.calls = s.m.calls.WithLabelValues("unknown")
 		s.unknown.dur = s.m.dur.WithLabelValues("unknown")
+		register(opts.Registerer, s.log, prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "counterd_resp_loop_deferred_reads_total",
+			Help: "Event loops: reads of a connection put off to the next loop round because its client (IP address) ran its share of the round.",
+		}, func() float64 { return float64(s.deferredReads.Load()) }))
 	}
 	return s
 }
@@ -447,12 +461,19 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 		c.writeStatus("QUEUED")
 		return
 	}
-	if s.opts.Shed != nil && !c.admitted && cmd.flags&(flagWrite|flagReadonly) != 0 {
-		if err := s.opts.Shed.Acquire(s.ctx, "resp"); err != nil {
-			c.writeError(errBusyReply)
+	if s.opts.Admission != nil && !c.onLoop && !c.ticket.Holding() && cmd.flags&(flagWrite|flagReadonly) != 0 {
+		// Held until the batch's replies are written (client.endAdmission).
+		if v := s.opts.Admission.Acquire(&c.ticket, c.key, 0); v != shed.Admitted {
+			if s.opts.OnShed != nil {
+				s.opts.OnShed(v)
+			}
+			if v == shed.ShedClient {
+				c.writeError(errBusyClientReply)
+			} else {
+				c.writeError(errBusyReply)
+			}
 			return
 		}
-		c.admitted = true // until the batch's replies are written (client.endAdmission)
 	}
 	s.run(c, cmd, args)
 }

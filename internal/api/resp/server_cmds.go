@@ -285,7 +285,7 @@ func cmdFlush(s *Server, c *client, args [][]byte) {
 		c.writeError("ERR " + strings.ToUpper(string(args[0])) + " is disabled on this counterd server (start it with --allow-flushall to enable it)")
 		return
 	}
-	if err := s.eng.FlushAll(s.ctx, engine.WriteOptions{}); err != nil {
+	if err := s.eng.FlushAll(c.ctx, engine.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}

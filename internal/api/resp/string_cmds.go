@@ -187,7 +187,7 @@ func prepMSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, b
 // GET key: the value of an additive counter (sum for sharded, pn and
 // window counters); WRONGTYPE for hashes and hlls.
 func cmdGet(s *Server, c *client, args [][]byte) {
-	v, err := s.eng.Get(s.ctx, str(args[1]))
+	v, err := s.eng.Get(c.ctx, str(args[1]))
 	if err != nil {
 		c.writeError(engineError(err))
 		return
@@ -217,7 +217,7 @@ func writeStringValue(c *client, v *engine.View) {
 func cmdMGet(s *Server, c *client, args [][]byte) {
 	c.writeArray(len(args) - 1)
 	for _, k := range args[1:] {
-		v, err := s.eng.Get(s.ctx, str(k))
+		v, err := s.eng.Get(c.ctx, str(k))
 		if err != nil || !v.Exists || v.Kind == engine.KindHash || v.Kind == engine.KindHLL {
 			c.writeNull()
 			continue

@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // PeerService is the gRPC service of peer traffic: a server that requires
@@ -112,6 +114,9 @@ func (n *Node) call(ctx context.Context, node, method string, req, resp any) err
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.RPCTimeout)
 		defer cancel()
 	}
+	// Waiting for a peer is I/O: the request's admission slot goes to
+	// the next request meanwhile (shed.IOWait).
+	defer shed.IOWait(ctx).Resume()
 	if err := invoke(ctx, conn, method, req, resp); err != nil {
 		return &UnavailableError{Node: node, Op: method, Err: err}
 	}

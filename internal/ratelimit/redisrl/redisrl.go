@@ -44,6 +44,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 //go:embed check.lua
@@ -159,7 +160,9 @@ func (d *Decider) CheckMultiContext(ctx context.Context, hits []ratelimit.Hit, o
 		ctx, cancel = context.WithTimeout(ctx, d.timeout)
 		defer cancel()
 	}
+	p := shed.IOWait(ctx) // a Redis round trip is I/O: the admission slot goes to the next request
 	res, err := checkScript.Run(ctx, d.rdb, keys, args...).StringSlice()
+	p.Resume()
 	if err != nil {
 		if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			return ratelimit.Status{}, fmt.Errorf("redisrl: check: %w", ctx.Err())

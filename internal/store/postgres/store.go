@@ -128,6 +128,7 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.MaxConnIdleTime = opts.MaxConnIdleTime
 	cfg.HealthCheckPeriod = opts.HealthCheckPeriod
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
+	cfg.ConnConfig.Tracer = ioTracer{} // admission: waits on PostgreSQL are I/O (iowait.go)
 	if opts.StatementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
 	}

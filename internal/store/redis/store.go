@@ -34,6 +34,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/shed"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -928,6 +929,9 @@ func (s *Store) run(ctx context.Context, sc *script, id string, args ...any) ([]
 // the command (either way it did not run). Errors are mapped to the
 // sentinels.
 func (s *Store) do(ctx context.Context, op string, write bool, f func(ctx context.Context) error) error {
+	// Round trips to Redis are I/O: the request's admission slot goes to
+	// the next request meanwhile (shed.IOWait).
+	defer shed.IOWait(ctx).Resume()
 	backoff := s.opts.MinRetryBackoff
 	for attempt := 0; ; attempt++ {
 		err := f(ctx)
