@@ -106,9 +106,9 @@ func (e *Engine) flushOnce() error {
 
 	b := e.db.NewBatch()
 	var reap []reapItem
-	var buf []byte
-	var rfs []rollFlush // rollups to write, taken with their entries
-	var list []uint32   // one shard's dirty slab indexes
+	var buf, vbuf []byte // key and value scratch: Batch.Set copies them
+	var rfs []rollFlush  // rollups to write, taken with their entries
+	var list []uint32    // one shard's dirty slab indexes
 	e.roll.gen++
 	gen := e.roll.gen
 
@@ -133,7 +133,7 @@ func (e *Engine) flushOnce() error {
 				b.Delete(key, nil)
 				reap = append(reap, reapItem{no, i, idRef})
 			} else {
-				val, err := encodeEntry(nil, en)
+				val, err := encodeEntry(vbuf[:0], en)
 				if err != nil {
 					en.unlock()
 					sh.mu.Unlock()
@@ -143,6 +143,7 @@ func (e *Engine) flushOnce() error {
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				b.Set(key, val, nil)
+				vbuf = val
 			}
 			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
 				rfs = append(rfs, rf)
