@@ -38,14 +38,16 @@ func parseMeta(b []byte) Meta {
 type peers struct {
 	tls *tls.Config // Config.PeerTLS: nil dials in plaintext
 
-	mu     sync.Mutex                  // guards meta, conns, closed
-	meta   map[string]Meta             // by node id
-	conns  map[string]*grpc.ClientConn // by gRPC address
-	closed bool
+	mu    sync.Mutex                  // guards meta, conns, closed
+	meta  map[string]Meta             // by node id
+	conns map[string]*grpc.ClientConn // by gRPC address
+	// retiring holds connections resetBackoff replaced, until closed.
+	retiring map[*grpc.ClientConn]struct{}
+	closed   bool
 }
 
 func newPeers(tlsc *tls.Config) *peers {
-	return &peers{tls: tlsc, meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}}
+	return &peers{tls: tlsc, meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}, retiring: map[*grpc.ClientConn]struct{}{}}
 }
 
 func (p *peers) set(id string, m Meta) {
@@ -96,6 +98,10 @@ func (p *peers) close() {
 	for a, c := range p.conns {
 		_ = c.Close()
 		delete(p.conns, a)
+	}
+	for c := range p.retiring {
+		_ = c.Close()
+		delete(p.retiring, c)
 	}
 }
 
