@@ -200,9 +200,11 @@ func TestClusterLifecycle(t *testing.T) {
 	if !allAlive([]*Membership{n1, n2}, "n1", "n2") {
 		t.Fatalf("alive after crash: %v %v", n1.Alive(), n2.Alive())
 	}
-	if !rec.find(EventLeave, "n3", StateDead) {
-		t.Fatal("no leave event with state dead for n3")
-	}
+	// Events are dispatched on their own goroutine: the leave event may
+	// arrive after the state reads dead.
+	eventually(t, 5*time.Second, "a leave event with state dead for n3", func() bool {
+		return rec.find(EventLeave, "n3", StateDead)
+	})
 
 	// Restart n3 on the same address.
 	cfg3 := fastConfig(t, "n3", n1.Addr())

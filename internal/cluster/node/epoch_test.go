@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -29,6 +30,17 @@ func TestEpochFencesOldOwner(t *testing.T) {
 	e1 := epochOf(first.Version)
 	if e1 == 0 {
 		t.Fatalf("the owner's first write is at version %#x: no epoch claimed", first.Version)
+	}
+	// A sync write is acknowledged once a quorum (n1 and one replica) has
+	// it: wait until n3, the replica asked below, has it too (the takeover
+	// fence asks every replica and keeps the newest; this test asks one).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, ok, err := n3.store.Export(id); err == nil && ok && st.Version == first.Version {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("n3 never received the owner's acknowledged write")
+		}
 	}
 	// n2 takes over: claims above n1's epoch on itself and on n3.
 	e2 := n2.claimLocal(id, e1)
