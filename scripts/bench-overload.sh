@@ -11,7 +11,7 @@
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
-#   after   : the defaults (admission per client before the HTTP server)
+#   after   : --http-admission (admission per client before the HTTP server)
 #   nopace  : the defaults, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
 #   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
@@ -48,7 +48,7 @@ flags() {
   case $1 in
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
-    after) echo "" ;;
+    after) echo "--http-admission" ;;
     nopace) echo "--shed-rate-per-client 0" ;;
     base) echo "--http-admission" ;;
     cap) echo "--http-max-conns $CAP" ;;

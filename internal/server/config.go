@@ -79,7 +79,7 @@ type Config struct {
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
-	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default true)
+	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default false: opt-in; docs/security.md, Overload)
 	MaxClientQueue        int           // --max-queue-per-client: requests (HTTP, RESP, gRPC) of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
@@ -133,7 +133,7 @@ func DefaultConfig() Config {
 		RESPMaxArgs:           32768,
 		MaxQueueWait:          20 * time.Millisecond,
 		ShedRatePerClient:     1000,
-		HTTPAdmission:         true,
+		HTTPAdmission:         false,
 		Events:                defaultEventsConfig(),
 	}
 }
