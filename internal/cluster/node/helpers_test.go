@@ -55,7 +55,18 @@ type testNode struct {
 }
 
 func newTestCluster(t testing.TB, ids ...string) *testCluster {
-	c := &testCluster{t: t, nodes: map[string]*testNode{}}
+	return startTestCluster(&testCluster{t: t, nodes: map[string]*testNode{}}, ids...)
+}
+
+// newClusterNoAntiEntropy is newTestCluster without anti-entropy (an hour
+// apart), for tests that play a partition or a lost push by hand:
+// anti-entropy would heal it behind their back.
+func newClusterNoAntiEntropy(t testing.TB, ids ...string) *testCluster {
+	return startTestCluster(&testCluster{t: t, nodes: map[string]*testNode{}, antiEntropy: time.Hour}, ids...)
+}
+
+func startTestCluster(c *testCluster, ids ...string) *testCluster {
+	t := c.t
 	t.Cleanup(c.closeAll)
 	for _, id := range ids {
 		c.start(id, "")

@@ -67,12 +67,7 @@ func TestKeyedRetryFindsRecordOnAnotherReplica(t *testing.T) {
 	for _, kind := range []engine.Kind{engine.KindPN, engine.KindSharded} {
 		t.Run(kind.String(), func(t *testing.T) {
 			// No anti-entropy: it would bring n2's record to n3.
-			c := &testCluster{t: t, nodes: map[string]*testNode{}, antiEntropy: time.Hour}
-			t.Cleanup(c.closeAll)
-			for _, id := range []string{"n1", "n2", "n3"} {
-				c.start(id, "")
-			}
-			c.waitRing("n1", "n2", "n3")
+			c := newClusterNoAntiEntropy(t, "n1", "n2", "n3")
 			ctx := context.Background()
 			id := "lookup:" + kind.String()
 			base := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: kind}
