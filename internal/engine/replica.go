@@ -166,6 +166,19 @@ func (e *Engine) checkState(s *State, in *incoming) error {
 	return nil
 }
 
+// checkStates validates states for Merge, Replace and MergeRecords: the
+// first invalid one fails the call with a *StateError before anything is
+// stored.
+func (e *Engine) checkStates(states []State) ([]incoming, error) {
+	in := make([]incoming, len(states))
+	for i := range states {
+		if err := e.checkState(&states[i], &in[i]); err != nil {
+			return nil, &StateError{Index: i, ID: states[i].ID, Err: err}
+		}
+	}
+	return in, nil
+}
+
 // Merge joins each state into the local counter of the same id, each state
 // atomically, durable according to wo (Sync: fsynced before return, via the
 // same group commit as Apply); see the rules at the top of this file. It
@@ -177,11 +190,9 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 	if err := e.checkOpen(); err != nil {
 		return 0, err
 	}
-	in := make([]incoming, len(states))
-	for i := range states {
-		if err := e.checkState(&states[i], &in[i]); err != nil {
-			return 0, &StateError{Index: i, ID: states[i].ID, Err: err}
-		}
+	in, err := e.checkStates(states)
+	if err != nil {
+		return 0, err
 	}
 	return e.mergeAll(ctx, states, in, wo, false)
 }
@@ -198,11 +209,9 @@ func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (
 	if err := e.checkOpen(); err != nil {
 		return 0, err
 	}
-	in := make([]incoming, len(states))
-	for i := range states {
-		if err := e.checkState(&states[i], &in[i]); err != nil {
-			return 0, &StateError{Index: i, ID: states[i].ID, Err: err}
-		}
+	in, err := e.checkStates(states)
+	if err != nil {
+		return 0, err
 	}
 	return e.mergeAll(ctx, states, in, wo, true)
 }

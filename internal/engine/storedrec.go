@@ -53,11 +53,9 @@ func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptio
 	if err := e.checkOpen(); err != nil {
 		return 0, err
 	}
-	in := make([]incoming, len(states))
-	for i := range states {
-		if err := e.checkState(&states[i], &in[i]); err != nil {
-			return 0, &StateError{Index: i, ID: states[i].ID, Err: err}
-		}
+	in, err := e.checkStates(states)
+	if err != nil {
+		return 0, err
 	}
 	e.gate.RLock()
 	for i := range states {
