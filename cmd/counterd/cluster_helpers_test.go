@@ -620,3 +620,24 @@ func idemMetrics(nd *cnode) string {
 	}
 	return strings.Join(out, "; ")
 }
+
+// agreedValue reads id on every node and returns its value when all nodes
+// answer the same one.
+func agreedValue(nodes []*cnode, id string) (int64, error) {
+	var vals []int64
+	for _, n := range nodes {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		v, err := n.c.Get(ctx, id)
+		cancel()
+		if err != nil {
+			return 0, err
+		}
+		vals = append(vals, v.Value)
+	}
+	for _, v := range vals {
+		if v != vals[0] {
+			return 0, fmt.Errorf("nodes disagree: %v", vals)
+		}
+	}
+	return vals[0], nil
+}

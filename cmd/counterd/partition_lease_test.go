@@ -129,23 +129,12 @@ func TestClusterPartitionLeases(t *testing.T) {
 		t.Errorf("n3 acknowledged %d sync increments without a write quorum", syncs.n)
 	}
 	check := func() error {
-		var vals []int64
-		for _, n := range c.nodes {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			v, err := n.c.Get(ctx, id)
-			cancel()
-			if err != nil {
-				return err
-			}
-			vals = append(vals, v.Value)
+		v, err := agreedValue(c.nodes, id)
+		if err != nil {
+			return err
 		}
-		for _, v := range vals {
-			if v != vals[0] {
-				return fmt.Errorf("nodes disagree: %v", vals)
-			}
-		}
-		if vals[0] != acked {
-			return fmt.Errorf("value %d, want exactly the %d increments of 1 the majority acknowledged (n3's attempts, of 1000 and 1,000,000, lose to the new owner's epoch)", vals[0], acked)
+		if v != acked {
+			return fmt.Errorf("value %d, want exactly the %d increments of 1 the majority acknowledged (n3's attempts, of 1000 and 1,000,000, lose to the new owner's epoch)", v, acked)
 		}
 		return nil
 	}

@@ -183,24 +183,13 @@ func TestClusterPartitionFencesOldOwner(t *testing.T) {
 	waitAlive(t, c.nodes, 30*time.Second)
 	t.Logf("the minority acknowledged %d of %d attempts", minorityAcked.Load(), attempts)
 	check := func() error {
-		var vals []int64
-		for _, n := range c.nodes {
-			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-			v, err := n.c.Get(ctx, id)
-			cancel()
-			if err != nil {
-				return err
-			}
-			vals = append(vals, v.Value)
+		v, err := agreedValue(c.nodes, id)
+		if err != nil {
+			return err
 		}
-		for _, v := range vals {
-			if v != vals[0] {
-				return fmt.Errorf("nodes disagree: %v", vals)
-			}
-		}
-		small, big := vals[0]%1000, vals[0]/1000
+		small, big := v%1000, v/1000
 		if small != acked || big != attempts {
-			return fmt.Errorf("value %d: want %d acknowledged increments of 1 (got %d) and exactly %d of 1000, each acknowledged once (got %d)", vals[0], acked, small, attempts, big)
+			return fmt.Errorf("value %d: want %d acknowledged increments of 1 (got %d) and exactly %d of 1000, each acknowledged once (got %d)", v, acked, small, attempts, big)
 		}
 		return nil
 	}
