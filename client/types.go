@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 )
@@ -279,34 +280,45 @@ func (n *wireNumber) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// wireText reads a JSON null (null is true), string (quoted is true; its
+// text) or bare number (its text), the forms wireDuration and wireTime take.
+func wireText(b []byte) (text string, quoted, null bool, err error) {
+	if bytes.Equal(b, []byte("null")) {
+		return "", false, true, nil
+	}
+	if len(b) > 0 && b[0] == '"' {
+		err = json.Unmarshal(b, &text)
+		return text, true, false, err
+	}
+	return string(b), false, false, nil
+}
+
 // wireDuration is a Go duration string ("1s") or a number of milliseconds.
 type wireDuration time.Duration
 
 func (d *wireDuration) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		if s == "" {
-			*d = 0
-			return nil
-		}
+	s, quoted, null, err := wireText(b)
+	switch {
+	case err != nil || null:
+		return err
+	case quoted && s == "":
+		*d = 0
+	case quoted:
 		v, err := time.ParseDuration(s)
 		if err != nil {
 			return err
 		}
 		*d = wireDuration(v)
-		return nil
+	default:
+		ms, err := strconv.ParseFloat(s, 64)
+		if err != nil {
+			return fmt.Errorf("duration %s: %w", b, err)
+		}
+		if math.Abs(ms) >= math.MaxInt64/float64(time.Millisecond) {
+			return fmt.Errorf("duration %s ms: out of range", b)
+		}
+		*d = wireDuration(ms * float64(time.Millisecond))
 	}
-	ms, err := strconv.ParseFloat(string(b), 64)
-	if err != nil {
-		return fmt.Errorf("duration %s: %w", b, err)
-	}
-	*d = wireDuration(ms * float64(time.Millisecond))
 	return nil
 }
 
@@ -314,28 +326,22 @@ func (d *wireDuration) UnmarshalJSON(b []byte) error {
 type wireTime time.Time
 
 func (t *wireTime) UnmarshalJSON(b []byte) error {
-	if bytes.Equal(b, []byte("null")) {
-		return nil
-	}
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		if s == "" {
-			return nil
-		}
+	s, quoted, null, err := wireText(b)
+	switch {
+	case err != nil || null || (quoted && s == ""):
+		return err
+	case quoted:
 		v, err := time.Parse(time.RFC3339Nano, s)
 		if err != nil {
 			return err
 		}
 		*t = wireTime(v)
-		return nil
+	default:
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return fmt.Errorf("time %s: %w", b, err)
+		}
+		*t = wireTime(time.UnixMilli(ms).UTC())
 	}
-	ms, err := strconv.ParseInt(string(b), 10, 64)
-	if err != nil {
-		return fmt.Errorf("time %s: %w", b, err)
-	}
-	*t = wireTime(time.UnixMilli(ms).UTC())
 	return nil
 }
