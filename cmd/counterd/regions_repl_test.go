@@ -106,7 +106,7 @@ type globalView struct {
 	}
 }
 
-func getGlobal(t *testing.T, base, id string) globalView {
+func getGlobal(t testing.TB, base, id string) globalView {
 	t.Helper()
 	resp, err := client.Get(base + "/counters/" + id + "?scope=global")
 	if err != nil {
