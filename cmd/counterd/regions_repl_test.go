@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -120,32 +121,40 @@ func getGlobal(t testing.TB, base, id string) globalView {
 	return g
 }
 
-// TestRegionsCutAndHeal runs three regions (one counterd process each) on
-// loopback. Every link into and out of region c goes through a proxy that
-// can cut it. Writes go to every region: counters every region shares and
-// pn counters, each region's own. Then c is cut off, every region keeps
-// accepting writes, the link heals, and the global value read in every
-// region converges to exactly the sum of the acknowledged writes. Last, c
-// restarts from an empty data directory and bootstraps by chunked sync
-// from the other regions' copies of its state.
+// TestRegionsCutAndHeal runs three regions on loopback: a and c one
+// counterd process each, b a cluster of two (b1, b2, --join), each of
+// whose nodes ships the counters it owns and receives pushes of its own
+// (every region lists both of b's gateways). Every link into and out of
+// region c goes through a proxy that can cut it. Writes go to every
+// region (in b, to both nodes: forwarded to the owner, or pn adds applied
+// where they arrive and pushed to the owner): counters every region
+// shares and pn counters, each region's own. Then c is cut off, every
+// region keeps accepting writes, the link heals, and the global value read
+// on every node converges to exactly the sum of the acknowledged writes.
+// Last, c restarts from an empty data directory and bootstraps by chunked
+// sync from the other regions' copies of its state.
 func TestRegionsCutAndHeal(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs three counterd processes")
+		t.Skip("builds and runs four counterd processes")
 	}
 	const interval = 200 * time.Millisecond
 	names := []string{"a", "b", "c"}
-	gp, err := ports.Free(4) // three gRPC ports and a's RESP port
+	gp, err := ports.Free(3) // a's and c's gRPC ports and a's RESP port
 	if err != nil {
 		t.Fatal(err)
 	}
-	grpcAddr := map[string]string{}
-	for i, n := range names {
-		grpcAddr[n] = fmt.Sprintf("127.0.0.1:%d", gp[i])
-	}
-	// Every link touching c goes through a proxy: toC (a and b dial c)
-	// and fromC[x] (c dials x).
+	b1 := newNode(t, "b1", "127.0.0.1", freePorts(t, 4), exec.Command)
+	b2 := newNode(t, "b2", "127.0.0.1", freePorts(t, 4), exec.Command)
+	bNodes := []*cnode{b1, b2}
+	grpcAddr := map[string]string{"a": fmt.Sprintf("127.0.0.1:%d", gp[0]), "c": fmt.Sprintf("127.0.0.1:%d", gp[1]), "b1": b1.grpc, "b2": b2.grpc}
+	gateways := map[string][]string{"a": {"a"}, "b": {"b1", "b2"}, "c": {"c"}}
+	// Every link touching c goes through a proxy: toC (the others dial
+	// c) and fromC[x] (c dials gateway x).
 	toC := newCutProxy(t, grpcAddr["c"])
-	fromC := map[string]*cutProxy{"a": newCutProxy(t, grpcAddr["a"]), "b": newCutProxy(t, grpcAddr["b"])}
+	fromC := map[string]*cutProxy{}
+	for _, g := range []string{"a", "b1", "b2"} {
+		fromC[g] = newCutProxy(t, grpcAddr[g])
+	}
 	cut := func(on bool) {
 		toC.setCut(on)
 		for _, p := range fromC {
@@ -155,32 +164,56 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	peersOf := func(self string) string {
 		var l []string
 		for _, n := range names {
-			switch {
-			case n == self:
-			case self == "c":
-				l = append(l, n+"="+fromC[n].addr())
-			case n == "c":
-				l = append(l, "c="+toC.addr())
-			default:
-				l = append(l, n+"="+grpcAddr[n])
+			for _, g := range gateways[n] {
+				switch {
+				case n == self:
+				case self == "c":
+					l = append(l, n+"="+fromC[g].addr())
+				case n == "c":
+					l = append(l, "c="+toC.addr())
+				default:
+					l = append(l, n+"="+grpcAddr[g])
+				}
 			}
 		}
 		return strings.Join(l, ",")
 	}
+	regionFlags := func(n string) []string {
+		return []string{"--region", n, "--peer-regions", peersOf(n), "--region-interval", interval.String()}
+	}
 	data := map[string]string{}
-	respA := fmt.Sprintf("127.0.0.1:%d", gp[3])
+	respA := fmt.Sprintf("127.0.0.1:%d", gp[2])
 	startRegion := func(n string) *proc {
-		args := []string{"--region", n, "--node-id", n + "-1", "--grpc", grpcAddr[n],
-			"--peer-regions", peersOf(n), "--region-interval", interval.String()}
+		args := append([]string{"--node-id", n + "-1", "--grpc", grpcAddr[n]}, regionFlags(n)...)
 		if n == "a" {
 			args = append(args, "--resp", respA)
 		}
 		return start(t, data[n], args...)
 	}
 	procs := map[string]*proc{}
-	for _, n := range names {
+	for _, n := range []string{"a", "c"} {
 		data[n] = filepath.Join(t.TempDir(), n)
 		procs[n] = startRegion(n)
+	}
+	for _, nd := range bNodes {
+		nd.join = b1.gossip + "," + b2.gossip
+		nd.extra = regionFlags("b")
+		nd.start(t)
+	}
+	waitAlive(t, bNodes, 60*time.Second)
+	// nodes lists the HTTP addresses of each region's nodes.
+	// nodes lists the HTTP addresses of each region's running nodes.
+	nodes := func(n string) []string {
+		if n == "b" {
+			var l []string
+			for _, nd := range bNodes {
+				if nd.p != nil {
+					l = append(l, nd.p.addr)
+				}
+			}
+			return l
+		}
+		return []string{procs[n].addr}
 	}
 
 	// want is the sum of acknowledged writes per id; own is each
@@ -201,7 +234,8 @@ func TestRegionsCutAndHeal(t *testing.T) {
 					if i%3 == 2 {
 						id, body, delta = fmt.Sprintf("likes:%s-%d", n, i%4), `{"delta":2,"kind":"pn"}`, 2
 					}
-					code, _, _, err := post(procs[n].addr+"/counters/"+id+"/increment", "", body)
+					at := nodes(n)[i%len(nodes(n))]
+					code, _, _, err := post(at+"/counters/"+id+"/increment", "", body)
 					if err != nil || code != 200 {
 						continue // not acknowledged: not counted
 					}
@@ -214,23 +248,23 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	// converged waits until every region's global value of every id is
-	// want's and returns how long it took.
+	// converged waits until the global value of every id read on every
+	// node of every region is want's and returns how long it took.
 	converged := func(what string) time.Duration {
 		t.Helper()
 		start := time.Now()
 		deadline := start.Add(90 * time.Second)
 		for {
 			bad := ""
+		all:
 			for _, n := range names {
-				for id, v := range want {
-					if g := getGlobal(t, procs[n].addr, id); g.Value != v {
-						bad = fmt.Sprintf("region %s: global %s = %d, want %d (%+v)", n, id, g.Value, v, g.Regions)
-						break
+				for _, at := range nodes(n) {
+					for id, v := range want {
+						if g := getGlobal(t, at, id); g.Value != v {
+							bad = fmt.Sprintf("region %s at %s: global %s = %d, want %d (%+v)", n, at, id, g.Value, v, g.Regions)
+							break all
+						}
 					}
-				}
-				if bad != "" {
-					break
 				}
 			}
 			if bad == "" {
@@ -246,9 +280,11 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	write(0)
 	converged("before the cut")
 	for _, n := range names {
-		for id, v := range own[n] {
-			if got := getValue(t, procs[n].addr, id); got != v && !strings.HasPrefix(id, "views:") {
-				t.Fatalf("region %s local %s = %d, want %d", n, id, got, v)
+		for _, at := range nodes(n) {
+			for id, v := range own[n] {
+				if got := getValue(t, at, id); got != v && !strings.HasPrefix(id, "views:") {
+					t.Fatalf("region %s at %s: local %s = %d, want %d", n, at, id, got, v)
+				}
 			}
 		}
 	}
@@ -261,7 +297,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	for {
 		var st struct {
 			Peers []struct {
-				Name       string
+				Name, Addr string
 				Pending    int
 				LagSeconds float64 `json:"lag_seconds"`
 			}
@@ -275,7 +311,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Peers) == 2 && st.Peers[0].Pending > 0 && st.Peers[0].LagSeconds > 0 {
+		if len(st.Peers) == 2 && st.Peers[0].Pending > 0 && st.Peers[0].LagSeconds > 0 && st.Peers[1].Name == "b" && strings.Count(st.Peers[1].Addr, ",") == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -283,13 +319,45 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		}
 		time.Sleep(interval)
 	}
-	if g := getGlobal(t, procs["a"].addr, "likes:c-2"); g.Value == want["likes:c-2"] {
-		t.Fatalf("a already sees c's writes made during the cut: %+v", g)
+	for _, at := range append(nodes("a"), nodes("b")...) {
+		if g := getGlobal(t, at, "likes:c-2"); g.Value == want["likes:c-2"] {
+			t.Fatalf("%s already sees c's writes made during the cut: %+v", at, g)
+		}
 	}
 	time.Sleep(3 * interval) // the pushes keep failing for a while
 	cut(false)
 	took := converged("after the heal")
 	t.Logf("converged %v (%.1f replication intervals of %v) after the heal", took.Round(time.Millisecond), float64(took)/float64(interval), interval)
+
+	// Both of b's nodes push to a; a's view of b is the older of their
+	// as-ofs.
+	var st struct {
+		Peers []struct {
+			Name    string
+			Senders []struct{ Node string }
+		}
+	}
+	resp, err := client.Get(procs["a"].addr + "/regions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Peers) != 2 || st.Peers[0].Name != "b" || len(st.Peers[0].Senders) != 2 || st.Peers[0].Senders[1].Node != "b2" {
+		t.Fatalf("a's GET /regions: %+v %v", st, err)
+	}
+
+	// Ownership in b changes: b2 leaves (handing its counters to b1,
+	// which ships every counter it now owns), writes go on, b2 comes
+	// back and takes its counters again. Nothing is lost or counted
+	// twice.
+	b2.term(t)
+	write(4)
+	converged("after b2 left")
+	b2.start(t)
+	waitAlive(t, bNodes, 60*time.Second)
+	write(5)
+	converged("after b2 came back")
 
 	// c restarts from an empty data directory: it gets its own counters
 	// back from a's and b's copies of its state, and the copies of
@@ -335,7 +403,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	if err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "planet").Err(); err == nil || !strings.Contains(err.Error(), "SCOPE must be") {
 		t.Fatalf("bad scope: %v", err)
 	}
-	resp, err := client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
+	resp, err = client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
 	if err != nil {
 		t.Fatal(err)
 	}
