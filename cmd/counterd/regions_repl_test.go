@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	cdclient "github.com/counterd/counterd/client"
-	"github.com/counterd/counterd/internal/testutil/ports"
+	"github.com/counterd/counterd/internal/testutil/netns"
 )
 
 // cutProxy forwards TCP connections to a target until cut: then it closes
@@ -121,100 +119,141 @@ func getGlobal(t testing.TB, base, id string) globalView {
 	return g
 }
 
-// TestRegionsCutAndHeal runs three regions on loopback: a and c one
-// counterd process each, b a cluster of two (b1, b2, --join), each of
-// whose nodes ships the counters it owns and receives pushes of its own
-// (every region lists both of b's gateways). Every link into and out of
-// region c goes through a proxy that can cut it. Writes go to every
-// region (in b, to both nodes: forwarded to the owner, or pn adds applied
-// where they arrive and pushed to the owner): counters every region
-// shares and pn counters, each region's own. Then c is cut off, every
-// region keeps accepting writes, the link heals, and the global value read
-// on every node converges to exactly the sum of the acknowledged writes.
-// Last, c restarts from an empty data directory and bootstraps by chunked
-// sync from the other regions' copies of its state.
+// regionNet is where TestRegionsCutAndHeal's four nodes run (a1, b1,
+// b2, c1: node i of place) and how region c is cut off from the others.
+type regionNet struct {
+	place placement
+	setup func(nodes []*cnode)         // once the nodes' addresses are known
+	dial  func(from, to *cnode) string // the gRPC address from dials to reach to
+	cut   func(on bool)
+}
+
+// TestRegionsCutAndHeal runs three regions on loopback (runRegionsCutAndHeal).
+// Every link into and out of region c goes through a proxy that can cut it.
 func TestRegionsCutAndHeal(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs four counterd processes")
 	}
-	const interval = 200 * time.Millisecond
-	names := []string{"a", "b", "c"}
-	gp, err := ports.Free(3) // a's and c's gRPC ports and a's RESP port
-	if err != nil {
-		t.Fatal(err)
-	}
-	b1 := newNode(t, "b1", "127.0.0.1", freePorts(t, 4), exec.Command)
-	b2 := newNode(t, "b2", "127.0.0.1", freePorts(t, 4), exec.Command)
-	bNodes := []*cnode{b1, b2}
-	grpcAddr := map[string]string{"a": fmt.Sprintf("127.0.0.1:%d", gp[0]), "c": fmt.Sprintf("127.0.0.1:%d", gp[1]), "b1": b1.grpc, "b2": b2.grpc}
-	gateways := map[string][]string{"a": {"a"}, "b": {"b1", "b2"}, "c": {"c"}}
-	// Every link touching c goes through a proxy: toC (the others dial
-	// c) and fromC[x] (c dials gateway x).
-	toC := newCutProxy(t, grpcAddr["c"])
+	var toC *cutProxy
 	fromC := map[string]*cutProxy{}
-	for _, g := range []string{"a", "b1", "b2"} {
-		fromC[g] = newCutProxy(t, grpcAddr[g])
+	runRegionsCutAndHeal(t, regionNet{
+		place: loopback,
+		// toC: the others dial c through it; fromC[x]: c dials x.
+		setup: func(nodes []*cnode) {
+			toC = newCutProxy(t, nodes[3].grpc)
+			for _, n := range nodes[:3] {
+				fromC[n.id] = newCutProxy(t, n.grpc)
+			}
+		},
+		dial: func(from, to *cnode) string {
+			switch {
+			case from.id == "c1":
+				return fromC[to.id].addr()
+			case to.id == "c1":
+				return toC.addr()
+			}
+			return to.grpc
+		},
+		cut: func(on bool) {
+			toC.setCut(on)
+			for _, p := range fromC {
+				p.setCut(on)
+			}
+		},
+	})
+}
+
+// TestRegionsCutAndHealNetns is TestRegionsCutAndHeal with every node in
+// its own network namespace (root only: netns.New skips otherwise), region
+// c cut off by prohibit routes, and every packet delayed by 10 ms (a link
+// 20 ms) with tc netem when the kernel has it (without, the test says so
+// and runs without the delay).
+func TestRegionsCutAndHealNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four counterd processes in network namespaces")
 	}
-	cut := func(on bool) {
-		toC.setCut(on)
-		for _, p := range fromC {
-			p.setCut(on)
+	nw := netns.New(t, 4)
+	for i := range 4 {
+		if err := nw.Delay(i, 10*time.Millisecond); err != nil {
+			t.Logf("running without a delay: %v", err)
+			break
 		}
 	}
-	peersOf := func(self string) string {
+	runRegionsCutAndHeal(t, regionNet{
+		place: inNetns(nw),
+		dial:  func(_, to *cnode) string { return to.grpc },
+		cut: func(on bool) {
+			err := nw.Heal()
+			if on {
+				err = nw.Partition([]int{3}, []int{0, 1, 2})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+// runRegionsCutAndHeal runs three regions: a and c one counterd process
+// each, b a cluster of two (b1, b2, --join), each of whose nodes ships the
+// counters it owns and receives pushes of its own (every region lists
+// both of b's gateways). Writes go to every region (in b, to both nodes:
+// forwarded to the owner, or pn adds applied where they arrive and pushed
+// to the owner): counters every region shares and pn counters, each
+// region's own. Then c is cut off, every region keeps accepting writes,
+// the link heals, and the global value read on every node converges to
+// exactly the sum of the acknowledged writes. b2 leaves and comes back
+// (ownership moves in b both ways), with the same check. Last, c restarts
+// from an empty data directory and bootstraps by chunked sync from the
+// other regions' copies of its state.
+func runRegionsCutAndHeal(t *testing.T, net regionNet) {
+	const interval = 200 * time.Millisecond
+	names := []string{"a", "b", "c"}
+	var all []*cnode
+	for i, id := range []string{"a1", "b1", "b2", "c1"} {
+		host, ports, command := net.place(t, i)
+		all = append(all, newNode(t, id, host, ports, command))
+	}
+	a1, b1, b2, c1 := all[0], all[1], all[2], all[3]
+	bNodes := []*cnode{b1, b2}
+	gateways := map[string][]*cnode{"a": {a1}, "b": bNodes, "c": {c1}}
+	if net.setup != nil {
+		net.setup(all)
+	}
+	peersOf := func(self *cnode, region string) string {
 		var l []string
 		for _, n := range names {
 			for _, g := range gateways[n] {
-				switch {
-				case n == self:
-				case self == "c":
-					l = append(l, n+"="+fromC[g].addr())
-				case n == "c":
-					l = append(l, "c="+toC.addr())
-				default:
-					l = append(l, n+"="+grpcAddr[g])
+				if n != region {
+					l = append(l, n+"="+net.dial(self, g))
 				}
 			}
 		}
 		return strings.Join(l, ",")
 	}
-	regionFlags := func(n string) []string {
-		return []string{"--region", n, "--peer-regions", peersOf(n), "--region-interval", interval.String()}
-	}
-	data := map[string]string{}
-	respA := fmt.Sprintf("127.0.0.1:%d", gp[2])
-	startRegion := func(n string) *proc {
-		args := append([]string{"--node-id", n + "-1", "--grpc", grpcAddr[n]}, regionFlags(n)...)
-		if n == "a" {
-			args = append(args, "--resp", respA)
+	for _, n := range names {
+		for _, nd := range gateways[n] {
+			nd.extra = []string{"--region", n, "--peer-regions", peersOf(nd, n), "--region-interval", interval.String()}
 		}
-		return start(t, data[n], args...)
-	}
-	procs := map[string]*proc{}
-	for _, n := range []string{"a", "c"} {
-		data[n] = filepath.Join(t.TempDir(), n)
-		procs[n] = startRegion(n)
 	}
 	for _, nd := range bNodes {
 		nd.join = b1.gossip + "," + b2.gossip
-		nd.extra = regionFlags("b")
+	}
+	for _, nd := range all {
 		nd.start(t)
 	}
 	waitAlive(t, bNodes, 60*time.Second)
-	// nodes lists the HTTP addresses of each region's nodes.
 	// nodes lists the HTTP addresses of each region's running nodes.
 	nodes := func(n string) []string {
-		if n == "b" {
-			var l []string
-			for _, nd := range bNodes {
-				if nd.p != nil {
-					l = append(l, nd.p.addr)
-				}
+		var l []string
+		for _, nd := range gateways[n] {
+			if nd.p != nil {
+				l = append(l, nd.url)
 			}
-			return l
 		}
-		return []string{procs[n].addr}
+		return l
 	}
+	cut := net.cut
 
 	// want is the sum of acknowledged writes per id; own is each
 	// region's part.
@@ -302,7 +341,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 				LagSeconds float64 `json:"lag_seconds"`
 			}
 		}
-		resp, err := client.Get(procs["c"].addr + "/regions")
+		resp, err := client.Get(c1.url + "/regions")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -337,7 +376,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 			Senders []struct{ Node string }
 		}
 	}
-	resp, err := client.Get(procs["a"].addr + "/regions")
+	resp, err := client.Get(a1.url + "/regions")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,14 +401,14 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	// c restarts from an empty data directory: it gets its own counters
 	// back from a's and b's copies of its state, and the copies of
 	// theirs, by chunked sync.
-	procs["c"].term(t)
-	data["c"] = filepath.Join(t.TempDir(), "c-empty")
-	procs["c"] = startRegion("c")
-	if !strings.Contains(procs["c"].logs(), "region bootstrap done") {
-		t.Fatalf("c did not bootstrap:\n%s", procs["c"].logs())
+	c1.term(t)
+	c1.dir = t.TempDir()
+	c1.start(t)
+	if log := c1.logs.tail(400); !strings.Contains(log[max(0, strings.LastIndex(log, "=== ")):], "region bootstrap done") {
+		t.Fatalf("c did not bootstrap:\n%s", log)
 	}
 	for id, v := range own["c"] {
-		if got := getValue(t, procs["c"].addr, id); got != v {
+		if got := getValue(t, c1.url, id); got != v {
 			t.Fatalf("c after bootstrap: local %s = %d, want %d", id, got, v)
 		}
 	}
@@ -378,7 +417,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 
 	// The same global read through the Go client and RESP.
 	ctx := context.Background()
-	cl, err := cdclient.New(procs["a"].addr)
+	cl, err := cdclient.New(a1.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -391,10 +430,10 @@ func TestRegionsCutAndHeal(t *testing.T) {
 			t.Fatalf("region %s: as_of %v", r.Region, r.AsOf)
 		}
 	}
-	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, procs["a"].addr, "views:home") {
+	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, a1.url, "views:home") {
 		t.Fatalf("client GetScope local: %+v %v", c, err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: respA, Protocol: 2})
+	rdb := redis.NewClient(&redis.Options{Addr: a1.resp, Protocol: 2})
 	defer rdb.Close()
 	rep, err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "global").Slice()
 	if err != nil || len(rep) != 1+3*3 || rep[0] != strconv.FormatInt(want["views:home"], 10) || rep[1] != "a" {
@@ -403,7 +442,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	if err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "planet").Err(); err == nil || !strings.Contains(err.Error(), "SCOPE must be") {
 		t.Fatalf("bad scope: %v", err)
 	}
-	resp, err = client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
+	resp, err = client.Get(a1.url + "/counters/views:home?scope=planet")
 	if err != nil {
 		t.Fatal(err)
 	}
