@@ -8,7 +8,8 @@
 // silently becomes another's). A Replicator (replicator.go) ships this
 // region's changes to every peer region every interval over the region
 // gRPC service (service.go), resuming from the position each peer
-// acknowledged; keeps a copy of every peer's state, each in its own engine
+// acknowledged (on a node of a cluster region: the counters it owns, each
+// node to every gateway of every peer region); keeps a copy of every peer's state, each in its own engine
 // (the region-qualified namespace: global = local + the sum of the
 // copies, global.go); and repairs and bootstraps copies by chunked,
 // hash-addressed sync (internal/chunksync). GET /regions reports each

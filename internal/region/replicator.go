@@ -154,6 +154,12 @@ func Open(cfg Config) (*Replicator, error) {
 	if cfg.Local == nil {
 		return nil, fmt.Errorf("%w: multi-region replication needs the embedded engine", ErrInvalid)
 	}
+	if cfg.Node == "" {
+		cfg.Node = cfg.Name // pushes name their node
+	}
+	if len(cfg.Node) > MaxNodeLen {
+		return nil, fmt.Errorf("%w: node id of %d bytes (at most %d)", ErrInvalid, len(cfg.Node), MaxNodeLen)
+	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
 	}
