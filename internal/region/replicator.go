@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -402,10 +403,30 @@ func (r *Replicator) pushLoop(ctx context.Context, p *dest) {
 		if more && err == nil {
 			continue
 		}
+		if err != nil && waitReady(ctx, p.conn, 10*r.cfg.Interval) {
+			continue // the link is back: push at once, not a tick later
+		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// waitReady waits up to d for conn to become ready (reconnecting with its
+// backoff, capped at one interval), and reports whether it did.
+func waitReady(ctx context.Context, conn *grpc.ClientConn, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return true
+		}
+		conn.Connect()
+		if !conn.WaitForStateChange(ctx, s) {
+			return false
 		}
 	}
 }
