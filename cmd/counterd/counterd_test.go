@@ -34,6 +34,11 @@ var (
 
 func counterdBin(t testing.TB) string {
 	t.Helper()
+	if _, bench := t.(*testing.B); bench {
+		if p := os.Getenv("COUNTERD_BIN"); p != "" {
+			return p // a benchmark of another build (an A/B against a base)
+		}
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "counterd-e2e")
 		if err != nil {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,7 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	cdclient "github.com/counterd/counterd/client"
-	"github.com/counterd/counterd/internal/testutil/ports"
+	"github.com/counterd/counterd/internal/testutil/netns"
 )
 
 // cutProxy forwards TCP connections to a target until cut: then it closes
@@ -106,7 +105,7 @@ type globalView struct {
 	}
 }
 
-func getGlobal(t *testing.T, base, id string) globalView {
+func getGlobal(t testing.TB, base, id string) globalView {
 	t.Helper()
 	resp, err := client.Get(base + "/counters/" + id + "?scope=global")
 	if err != nil {
@@ -120,68 +119,141 @@ func getGlobal(t *testing.T, base, id string) globalView {
 	return g
 }
 
-// TestRegionsCutAndHeal runs three regions (one counterd process each) on
-// loopback. Every link into and out of region c goes through a proxy that
-// can cut it. Writes go to every region: counters every region shares and
-// pn counters, each region's own. Then c is cut off, every region keeps
-// accepting writes, the link heals, and the global value read in every
-// region converges to exactly the sum of the acknowledged writes. Last, c
-// restarts from an empty data directory and bootstraps by chunked sync
-// from the other regions' copies of its state.
+// regionNet is where TestRegionsCutAndHeal's four nodes run (a1, b1,
+// b2, c1: node i of place) and how region c is cut off from the others.
+type regionNet struct {
+	place placement
+	setup func(nodes []*cnode)         // once the nodes' addresses are known
+	dial  func(from, to *cnode) string // the gRPC address from dials to reach to
+	cut   func(on bool)
+}
+
+// TestRegionsCutAndHeal runs three regions on loopback (runRegionsCutAndHeal).
+// Every link into and out of region c goes through a proxy that can cut it.
 func TestRegionsCutAndHeal(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds and runs three counterd processes")
+		t.Skip("builds and runs four counterd processes")
 	}
-	const interval = 200 * time.Millisecond
-	names := []string{"a", "b", "c"}
-	gp, err := ports.Free(4) // three gRPC ports and a's RESP port
-	if err != nil {
-		t.Fatal(err)
+	var toC *cutProxy
+	fromC := map[string]*cutProxy{}
+	runRegionsCutAndHeal(t, regionNet{
+		place: loopback,
+		// toC: the others dial c through it; fromC[x]: c dials x.
+		setup: func(nodes []*cnode) {
+			toC = newCutProxy(t, nodes[3].grpc)
+			for _, n := range nodes[:3] {
+				fromC[n.id] = newCutProxy(t, n.grpc)
+			}
+		},
+		dial: func(from, to *cnode) string {
+			switch {
+			case from.id == "c1":
+				return fromC[to.id].addr()
+			case to.id == "c1":
+				return toC.addr()
+			}
+			return to.grpc
+		},
+		cut: func(on bool) {
+			toC.setCut(on)
+			for _, p := range fromC {
+				p.setCut(on)
+			}
+		},
+	})
+}
+
+// TestRegionsCutAndHealNetns is TestRegionsCutAndHeal with every node in
+// its own network namespace (root only: netns.New skips otherwise), region
+// c cut off by prohibit routes, and every packet delayed by 10 ms (a link
+// 20 ms) with tc netem when the kernel has it (without, the test says so
+// and runs without the delay).
+func TestRegionsCutAndHealNetns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs four counterd processes in network namespaces")
 	}
-	grpcAddr := map[string]string{}
-	for i, n := range names {
-		grpcAddr[n] = fmt.Sprintf("127.0.0.1:%d", gp[i])
-	}
-	// Every link touching c goes through a proxy: toC (a and b dial c)
-	// and fromC[x] (c dials x).
-	toC := newCutProxy(t, grpcAddr["c"])
-	fromC := map[string]*cutProxy{"a": newCutProxy(t, grpcAddr["a"]), "b": newCutProxy(t, grpcAddr["b"])}
-	cut := func(on bool) {
-		toC.setCut(on)
-		for _, p := range fromC {
-			p.setCut(on)
+	nw := netns.New(t, 4)
+	for i := range 4 {
+		if err := nw.Delay(i, 10*time.Millisecond); err != nil {
+			t.Logf("running without a delay: %v", err)
+			break
 		}
 	}
-	peersOf := func(self string) string {
+	runRegionsCutAndHeal(t, regionNet{
+		place: inNetns(nw),
+		dial:  func(_, to *cnode) string { return to.grpc },
+		cut: func(on bool) {
+			err := nw.Heal()
+			if on {
+				err = nw.Partition([]int{3}, []int{0, 1, 2})
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+// runRegionsCutAndHeal runs three regions: a and c one counterd process
+// each, b a cluster of two (b1, b2, --join), each of whose nodes ships the
+// counters it owns and receives pushes of its own (every region lists
+// both of b's gateways). Writes go to every region (in b, to both nodes:
+// forwarded to the owner, or pn adds applied where they arrive and pushed
+// to the owner): counters every region shares and pn counters, each
+// region's own. Then c is cut off, every region keeps accepting writes,
+// the link heals, and the global value read on every node converges to
+// exactly the sum of the acknowledged writes. b2 leaves and comes back
+// (ownership moves in b both ways), with the same check. Last, c restarts
+// from an empty data directory and bootstraps by chunked sync from the
+// other regions' copies of its state.
+func runRegionsCutAndHeal(t *testing.T, net regionNet) {
+	const interval = 200 * time.Millisecond
+	names := []string{"a", "b", "c"}
+	var all []*cnode
+	for i, id := range []string{"a1", "b1", "b2", "c1"} {
+		host, ports, command := net.place(t, i)
+		all = append(all, newNode(t, id, host, ports, command))
+	}
+	a1, b1, b2, c1 := all[0], all[1], all[2], all[3]
+	bNodes := []*cnode{b1, b2}
+	gateways := map[string][]*cnode{"a": {a1}, "b": bNodes, "c": {c1}}
+	if net.setup != nil {
+		net.setup(all)
+	}
+	peersOf := func(self *cnode, region string) string {
 		var l []string
 		for _, n := range names {
-			switch {
-			case n == self:
-			case self == "c":
-				l = append(l, n+"="+fromC[n].addr())
-			case n == "c":
-				l = append(l, "c="+toC.addr())
-			default:
-				l = append(l, n+"="+grpcAddr[n])
+			for _, g := range gateways[n] {
+				if n != region {
+					l = append(l, n+"="+net.dial(self, g))
+				}
 			}
 		}
 		return strings.Join(l, ",")
 	}
-	data := map[string]string{}
-	respA := fmt.Sprintf("127.0.0.1:%d", gp[3])
-	startRegion := func(n string) *proc {
-		args := []string{"--region", n, "--node-id", n + "-1", "--grpc", grpcAddr[n],
-			"--peer-regions", peersOf(n), "--region-interval", interval.String()}
-		if n == "a" {
-			args = append(args, "--resp", respA)
-		}
-		return start(t, data[n], args...)
-	}
-	procs := map[string]*proc{}
 	for _, n := range names {
-		data[n] = filepath.Join(t.TempDir(), n)
-		procs[n] = startRegion(n)
+		for _, nd := range gateways[n] {
+			nd.extra = []string{"--region", n, "--peer-regions", peersOf(nd, n), "--region-interval", interval.String()}
+		}
 	}
+	for _, nd := range bNodes {
+		nd.join = b1.gossip + "," + b2.gossip
+	}
+	for _, nd := range all {
+		nd.start(t)
+	}
+	waitAlive(t, bNodes, 60*time.Second)
+	// nodes lists the HTTP addresses of each region's running nodes.
+	nodes := func(n string) []string {
+		var l []string
+		for _, nd := range gateways[n] {
+			if nd.p != nil {
+				l = append(l, nd.url)
+			}
+		}
+		return l
+	}
+	cut := net.cut
 
 	// want is the sum of acknowledged writes per id; own is each
 	// region's part.
@@ -201,7 +273,8 @@ func TestRegionsCutAndHeal(t *testing.T) {
 					if i%3 == 2 {
 						id, body, delta = fmt.Sprintf("likes:%s-%d", n, i%4), `{"delta":2,"kind":"pn"}`, 2
 					}
-					code, _, _, err := post(procs[n].addr+"/counters/"+id+"/increment", "", body)
+					at := nodes(n)[i%len(nodes(n))]
+					code, _, _, err := post(at+"/counters/"+id+"/increment", "", body)
 					if err != nil || code != 200 {
 						continue // not acknowledged: not counted
 					}
@@ -214,23 +287,23 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		}
 		wg.Wait()
 	}
-	// converged waits until every region's global value of every id is
-	// want's and returns how long it took.
+	// converged waits until the global value of every id read on every
+	// node of every region is want's and returns how long it took.
 	converged := func(what string) time.Duration {
 		t.Helper()
 		start := time.Now()
 		deadline := start.Add(90 * time.Second)
 		for {
 			bad := ""
+		all:
 			for _, n := range names {
-				for id, v := range want {
-					if g := getGlobal(t, procs[n].addr, id); g.Value != v {
-						bad = fmt.Sprintf("region %s: global %s = %d, want %d (%+v)", n, id, g.Value, v, g.Regions)
-						break
+				for _, at := range nodes(n) {
+					for id, v := range want {
+						if g := getGlobal(t, at, id); g.Value != v {
+							bad = fmt.Sprintf("region %s at %s: global %s = %d, want %d (%+v)", n, at, id, g.Value, v, g.Regions)
+							break all
+						}
 					}
-				}
-				if bad != "" {
-					break
 				}
 			}
 			if bad == "" {
@@ -246,9 +319,11 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	write(0)
 	converged("before the cut")
 	for _, n := range names {
-		for id, v := range own[n] {
-			if got := getValue(t, procs[n].addr, id); got != v && !strings.HasPrefix(id, "views:") {
-				t.Fatalf("region %s local %s = %d, want %d", n, id, got, v)
+		for _, at := range nodes(n) {
+			for id, v := range own[n] {
+				if got := getValue(t, at, id); got != v && !strings.HasPrefix(id, "views:") {
+					t.Fatalf("region %s at %s: local %s = %d, want %d", n, at, id, got, v)
+				}
 			}
 		}
 	}
@@ -261,12 +336,12 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	for {
 		var st struct {
 			Peers []struct {
-				Name       string
+				Name, Addr string
 				Pending    int
 				LagSeconds float64 `json:"lag_seconds"`
 			}
 		}
-		resp, err := client.Get(procs["c"].addr + "/regions")
+		resp, err := client.Get(c1.url + "/regions")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -275,7 +350,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(st.Peers) == 2 && st.Peers[0].Pending > 0 && st.Peers[0].LagSeconds > 0 {
+		if len(st.Peers) == 2 && st.Peers[0].Pending > 0 && st.Peers[0].LagSeconds > 0 && st.Peers[1].Name == "b" && strings.Count(st.Peers[1].Addr, ",") == 1 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -283,25 +358,57 @@ func TestRegionsCutAndHeal(t *testing.T) {
 		}
 		time.Sleep(interval)
 	}
-	if g := getGlobal(t, procs["a"].addr, "likes:c-2"); g.Value == want["likes:c-2"] {
-		t.Fatalf("a already sees c's writes made during the cut: %+v", g)
+	for _, at := range append(nodes("a"), nodes("b")...) {
+		if g := getGlobal(t, at, "likes:c-2"); g.Value == want["likes:c-2"] {
+			t.Fatalf("%s already sees c's writes made during the cut: %+v", at, g)
+		}
 	}
 	time.Sleep(3 * interval) // the pushes keep failing for a while
 	cut(false)
 	took := converged("after the heal")
 	t.Logf("converged %v (%.1f replication intervals of %v) after the heal", took.Round(time.Millisecond), float64(took)/float64(interval), interval)
 
+	// Both of b's nodes push to a; a's view of b is the older of their
+	// as-ofs.
+	var st struct {
+		Peers []struct {
+			Name    string
+			Senders []struct{ Node string }
+		}
+	}
+	resp, err := client.Get(a1.url + "/regions")
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if err != nil || len(st.Peers) != 2 || st.Peers[0].Name != "b" || len(st.Peers[0].Senders) != 2 || st.Peers[0].Senders[1].Node != "b2" {
+		t.Fatalf("a's GET /regions: %+v %v", st, err)
+	}
+
+	// Ownership in b changes: b2 leaves (handing its counters to b1,
+	// which ships every counter it now owns), writes go on, b2 comes
+	// back and takes its counters again. Nothing is lost or counted
+	// twice.
+	b2.term(t)
+	write(4)
+	converged("after b2 left")
+	b2.start(t)
+	waitAlive(t, bNodes, 60*time.Second)
+	write(5)
+	converged("after b2 came back")
+
 	// c restarts from an empty data directory: it gets its own counters
 	// back from a's and b's copies of its state, and the copies of
 	// theirs, by chunked sync.
-	procs["c"].term(t)
-	data["c"] = filepath.Join(t.TempDir(), "c-empty")
-	procs["c"] = startRegion("c")
-	if !strings.Contains(procs["c"].logs(), "region bootstrap done") {
-		t.Fatalf("c did not bootstrap:\n%s", procs["c"].logs())
+	c1.term(t)
+	c1.dir = t.TempDir()
+	c1.start(t)
+	if log := c1.logs.tail(400); !strings.Contains(log[max(0, strings.LastIndex(log, "=== ")):], "region bootstrap done") {
+		t.Fatalf("c did not bootstrap:\n%s", log)
 	}
 	for id, v := range own["c"] {
-		if got := getValue(t, procs["c"].addr, id); got != v {
+		if got := getValue(t, c1.url, id); got != v {
 			t.Fatalf("c after bootstrap: local %s = %d, want %d", id, got, v)
 		}
 	}
@@ -310,7 +417,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 
 	// The same global read through the Go client and RESP.
 	ctx := context.Background()
-	cl, err := cdclient.New(procs["a"].addr)
+	cl, err := cdclient.New(a1.url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -323,10 +430,10 @@ func TestRegionsCutAndHeal(t *testing.T) {
 			t.Fatalf("region %s: as_of %v", r.Region, r.AsOf)
 		}
 	}
-	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, procs["a"].addr, "views:home") {
+	if c, err := cl.GetScope(ctx, "views:home", cdclient.ScopeLocal); err != nil || c.Value != getValue(t, a1.url, "views:home") {
 		t.Fatalf("client GetScope local: %+v %v", c, err)
 	}
-	rdb := redis.NewClient(&redis.Options{Addr: respA, Protocol: 2})
+	rdb := redis.NewClient(&redis.Options{Addr: a1.resp, Protocol: 2})
 	defer rdb.Close()
 	rep, err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "global").Slice()
 	if err != nil || len(rep) != 1+3*3 || rep[0] != strconv.FormatInt(want["views:home"], 10) || rep[1] != "a" {
@@ -335,7 +442,7 @@ func TestRegionsCutAndHeal(t *testing.T) {
 	if err := rdb.Do(ctx, "COUNTERD.GET", "views:home", "SCOPE", "planet").Err(); err == nil || !strings.Contains(err.Error(), "SCOPE must be") {
 		t.Fatalf("bad scope: %v", err)
 	}
-	resp, err := client.Get(procs["a"].addr + "/counters/views:home?scope=planet")
+	resp, err = client.Get(a1.url + "/counters/views:home?scope=planet")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,8 @@ import (
 	"context"
 	"testing"
 
+	"pgregory.net/rapid"
+
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -53,4 +55,82 @@ func TestReplaceVerbatim(t *testing.T) {
 	if v, _ := dst.Get("c:1"); v.Exists {
 		t.Fatal("c:1 survived its tombstone")
 	}
+}
+
+// TestReplaceJoinsClusterRegion: the nodes of a cluster region add to a
+// pn counter in their own slots, replicate to each other (Merge, which
+// raises Lamport versions), and each ships whatever it holds to a peer
+// region's copy (Replace) in any order, any number of times: the copy
+// never holds more than the region's sum of adds per slot, and once every
+// node has shipped its final state it holds exactly the sum.
+func TestReplaceJoinsClusterRegion(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		ctx := context.Background()
+		open := func(id string) *Engine {
+			cfg := DefaultConfig()
+			cfg.InMemory, cfg.NodeID = true, id
+			e, err := Open(cfg)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return e
+		}
+		nodes := []*Engine{open("n1"), open("n2"), open("n3")}
+		cp := open("eu")
+		defer func() {
+			for _, e := range append(nodes, cp) {
+				e.Close()
+			}
+		}()
+		ids := []string{"pn:a", "pn:b"}
+		want := map[string]int64{}
+		export := func(e *Engine, id string) (State, bool) {
+			s, ok, err := e.Export(id)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			return s, ok
+		}
+		steps := rapid.IntRange(1, 40).Draw(rt, "steps")
+		for range steps {
+			i := rapid.IntRange(0, len(nodes)-1).Draw(rt, "node")
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			switch rapid.IntRange(0, 2).Draw(rt, "what") {
+			case 0:
+				d := rapid.Int64Range(-5, 9).Draw(rt, "delta")
+				if _, err := nodes[i].Apply(ctx, Op{Type: OpAdd, ID: id, Kind: KindPN, Delta: d}, WriteOptions{}); err != nil {
+					rt.Fatal(err)
+				}
+				want[id] += d
+			case 1: // replication inside the region
+				j := rapid.IntRange(0, len(nodes)-1).Draw(rt, "to")
+				if s, ok := export(nodes[i], id); ok {
+					if _, err := nodes[j].Merge(ctx, []State{s}, WriteOptions{}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			case 2: // node i ships what it holds to the peer region
+				if s, ok := export(nodes[i], id); ok {
+					if _, err := cp.Replace(ctx, []State{s}, WriteOptions{}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			}
+		}
+		for _, n := range nodes {
+			for _, id := range ids {
+				if s, ok := export(n, id); ok {
+					if _, err := cp.Replace(ctx, []State{s}, WriteOptions{}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			}
+		}
+		for _, id := range ids {
+			v, err := cp.Get(id)
+			if err != nil || v.Value != want[id] {
+				rt.Fatalf("copy of %s = %d (%v), want the region's sum %d", id, v.Value, err, want[id])
+			}
+		}
+	})
 }

@@ -197,14 +197,19 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 	return e.mergeAll(ctx, states, in, wo, false)
 }
 
-// Replace stores each state as sent when its Version is higher than the
-// local counter's (or there is none), for every kind: the CRDTs are not
-// joined and a sharded state keeps its replica names. It is Merge for a
-// copy of another region's state (internal/region), where one writer
-// assigns every version, so that the copy exports byte for byte what the
-// writer exports and hash-addressed sync finds nothing to move once both
-// agree. Tombstones and expired states delete as in Merge. Invalid states
-// fail the call with a *StateError before anything is stored.
+// Replace is Merge for a copy of another region's state
+// (internal/region): counter, hash, window and float states are stored as
+// sent when their Version is higher than the local counter's (or there is
+// none); the CRDTs (pn, sharded, hll) join as in Merge, keeping the
+// sender's replica names (a sharded state is not renamed to this node),
+// and the copy takes the highest Version sent, not one more. The nodes of
+// a cluster region each send the states they hold, whose CRDT slots and
+// Lamport versions differ: joining never loses a slot and never counts
+// one twice. A copy that has everything its one sender has exports byte
+// for byte what the sender exports, so hash-addressed sync finds nothing
+// to move once both agree. Tombstones and expired states delete as in
+// Merge. Invalid states fail the call with a *StateError before anything
+// is stored.
 func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
 	if err := e.checkOpen(); err != nil {
 		return 0, err
@@ -259,8 +264,8 @@ func (e *Engine) mergeOne(s *State, in *incoming, verbatim bool) (bool, error) {
 		}
 		e.clearLocked(&r)
 		e.adoptLocked(&r, s, in, verbatim)
-	case (!verbatim && s.Kind == KindPN) || s.Kind == KindSharded || s.Kind == KindHLL:
-		return e.joinLocked(&r, s, in), nil
+	case s.Kind == KindPN || s.Kind == KindSharded || s.Kind == KindHLL:
+		return e.joinLocked(&r, s, in, verbatim), nil
 	default:
 		if s.Version <= en.version() {
 			return false, nil
@@ -301,7 +306,7 @@ func (e *Engine) adoptLocked(r *ref, s *State, in *incoming, verbatim bool) {
 
 // joinLocked joins the CRDT state s into the live entry r of the same kind.
 // Caller holds r's lock.
-func (e *Engine) joinLocked(r *ref, s *State, in *incoming) bool {
+func (e *Engine) joinLocked(r *ref, s *State, in *incoming, verbatim bool) bool {
 	en := r.e
 	changed := false
 	switch st := en.ext().state.(type) {
@@ -323,10 +328,20 @@ func (e *Engine) joinLocked(r *ref, s *State, in *incoming) bool {
 		e.setExpiresLocked(r, s.ExpiresAt)
 		changed = true
 	}
-	if !changed {
+	switch {
+	case verbatim:
+		// A copy is never written here: it keeps the highest version
+		// sent, so it exports what the sender exports once it has sent
+		// everything.
+		if !changed && s.Version <= en.version() {
+			return false
+		}
+		en.setVersion(max(en.version(), s.Version))
+	case !changed:
 		return false
+	default:
+		en.setVersion(max(en.version(), s.Version) + 1)
 	}
-	en.setVersion(max(en.version(), s.Version) + 1)
 	en.updated = max(en.updated, s.UpdatedAt)
 	e.markDirtyLocked(r)
 	return true

@@ -70,8 +70,20 @@ func (r *Replicator) regionStates() (names []string, engs []*engine.Engine) {
 	return names, engs
 }
 
-// Global reads id in every region and combines the values.
-func (r *Replicator) Global(_ context.Context, id string) (GlobalView, error) {
+// get reads id in the i-th region state: this region's (i == 0; in a
+// cluster region, the cluster's value, from the id's owner) or a copy.
+func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id string) (engine.View, error) {
+	if i == 0 && r.cfg.Cluster != nil {
+		return r.cfg.Cluster.Region.Get(ctx, id)
+	}
+	return eng.Get(id)
+}
+
+// Global reads id in every region and combines the values. An hll's
+// union takes this region's sketch from this node's engine: on a node of
+// a cluster region that holds no replica of the id, this region's
+// registers are missing from the union (docs/operations.md).
+func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) {
 	if err := engine.ValidateID(id); err != nil {
 		return GlobalView{}, err
 	}
@@ -83,7 +95,7 @@ func (r *Replicator) Global(_ context.Context, id string) (GlobalView, error) {
 	isFloat := false
 	var hll *counter.HLL
 	for i, eng := range engs {
-		v, err := eng.Get(id)
+		v, err := r.get(ctx, i, eng, id)
 		if err != nil {
 			return GlobalView{}, err
 		}
@@ -162,12 +174,15 @@ type AggregateView struct {
 
 // GlobalAggregate sums the counters whose id starts with prefix in every
 // region (engine.Aggregate's rule in each).
-func (r *Replicator) GlobalAggregate(_ context.Context, prefix string) (AggregateView, error) {
+func (r *Replicator) GlobalAggregate(ctx context.Context, prefix string) (AggregateView, error) {
 	av := AggregateView{Prefix: prefix, Scope: ScopeGlobal}
 	names, engs := r.regionStates()
 	now := time.Now().UTC()
 	for i, eng := range engs {
 		a, err := eng.Aggregate(prefix)
+		if i == 0 && r.cfg.Cluster != nil {
+			a, err = r.cfg.Cluster.Region.Aggregate(ctx, prefix) // the whole cluster's
+		}
 		if err != nil {
 			return AggregateView{}, err
 		}
@@ -191,10 +206,11 @@ func (r *Replicator) asOf(name string) time.Time {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.asOf == 0 {
+	asOf := p.asOfLocked(time.Now())
+	if asOf == 0 {
 		return time.Time{}
 	}
-	return time.Unix(0, p.asOf).UTC()
+	return time.Unix(0, asOf).UTC()
 }
 
 // RegionNames lists this region and its peers.

@@ -35,25 +35,15 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	now := time.Now()
 	for _, name := range c.r.peerNames() {
-		p := c.r.peers[name]
-		n, oldest := c.r.t.lag(name)
-		lag := 0.0
-		if oldest != 0 {
-			lag = max(0, now.Sub(time.Unix(0, oldest)).Seconds())
-		}
-		p.mu.Lock()
-		contact := p.lastPush
-		if p.lastHeard.After(contact) {
-			contact = p.lastHeard
-		}
+		ps := c.r.peerStatus(c.r.peers[name], now)
+		lag, n, contact := ps.LagSeconds, ps.Pending, ps.contact
 		stale := -1.0
-		if p.asOf != 0 {
-			stale = max(0, now.Sub(time.Unix(0, p.asOf)).Seconds())
+		if ps.asOf != 0 {
+			stale = max(0, now.Sub(time.Unix(0, ps.asOf)).Seconds())
 		}
-		ok, failed := p.pushes, p.pushErrors
-		sent, recv := p.bytesSent, p.bytesReceived
-		cmp, fet, sb, sf := p.chunksCompared, p.chunksFetched, p.syncBytes, p.syncFullBytes
-		p.mu.Unlock()
+		ok, failed := ps.Pushes, ps.PushErrors
+		sent, recv := ps.BytesSent, ps.BytesReceived
+		cmp, fet, sb, sf := ps.ChunksCompared, ps.ChunksFetched, ps.SyncBytes, ps.SyncFullBytes
 		ts := 0.0
 		if !contact.IsZero() {
 			ts = float64(contact.UnixNano()) / 1e9

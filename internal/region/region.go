@@ -8,7 +8,8 @@
 // silently becomes another's). A Replicator (replicator.go) ships this
 // region's changes to every peer region every interval over the region
 // gRPC service (service.go), resuming from the position each peer
-// acknowledged; keeps a copy of every peer's state, each in its own engine
+// acknowledged (on a node of a cluster region: the counters it owns, each
+// node to every gateway of every peer region); keeps a copy of every peer's state, each in its own engine
 // (the region-qualified namespace: global = local + the sum of the
 // copies, global.go); and repairs and bootstraps copies by chunked,
 // hash-addressed sync (internal/chunksync). GET /regions reports each
@@ -56,7 +57,9 @@ type Peer struct {
 }
 
 // ParsePeers parses a --peer-regions list, "NAME=HOST:PORT,...", of regions
-// other than self. Names must be valid and distinct; an empty list is
+// other than self. A name listed several times names several gateways of
+// one region (the nodes of a cluster region: each gets its own pushes and
+// keeps its own copies); an address may not repeat. An empty list is
 // none.
 func ParsePeers(list, self string) ([]Peer, error) {
 	var peers []Peer
@@ -75,14 +78,14 @@ func ParsePeers(list, self string) ([]Peer, error) {
 		if name == self {
 			return nil, fmt.Errorf("%w: peer region %q is this region", ErrInvalid, name)
 		}
-		if seen[name] {
-			return nil, fmt.Errorf("%w: peer region %q listed twice", ErrInvalid, name)
-		}
-		seen[name] = true
 		host, port, err := net.SplitHostPort(addr)
 		if err != nil || host == "" || port == "" {
 			return nil, fmt.Errorf("%w: peer region %q: address %q is not HOST:PORT", ErrInvalid, name, addr)
 		}
+		if seen[addr] {
+			return nil, fmt.Errorf("%w: peer region %q: address %s listed twice", ErrInvalid, name, addr)
+		}
+		seen[addr] = true
 		peers = append(peers, Peer{Name: name, Addr: addr})
 	}
 	return peers, nil
@@ -141,9 +144,13 @@ type PeerStatus struct {
 	BytesSent   uint64  `json:"bytes_sent"`
 	StatesSent  uint64  `json:"states_sent"`
 	// Receiving: the as-of of the peer's last complete push (what global
-	// reads report for it) and what it sent.
-	AsOf          *string `json:"as_of"`
-	BytesReceived uint64  `json:"bytes_received"`
+	// reads report for it: the oldest of its sending nodes') and what it
+	// sent.
+	AsOf *string `json:"as_of"`
+	// Senders are the peer's nodes that push here (a cluster region's
+	// each ship the counters they own), by node id.
+	Senders       []SenderStatus `json:"senders,omitempty"`
+	BytesReceived uint64         `json:"bytes_received"`
 	// Anti-entropy: pulls of the peer's state into the local copy.
 	Syncs          uint64  `json:"syncs"`
 	LastSync       *string `json:"last_sync"`
@@ -151,6 +158,13 @@ type PeerStatus struct {
 	ChunksFetched  uint64  `json:"chunks_fetched"`
 	SyncBytes      uint64  `json:"sync_bytes"`
 	SyncFullBytes  uint64  `json:"sync_full_bytes"` // what full copies would have moved
+}
+
+// SenderStatus is one node of a peer region that pushes here.
+type SenderStatus struct {
+	Node      string  `json:"node"`
+	AsOf      *string `json:"as_of"` // its last complete push's; null before one
+	LastHeard *string `json:"last_heard"`
 }
 
 // Handler serves GET /regions with the status st returns. Other paths

@@ -27,7 +27,8 @@ func TestParsePeers(t *testing.T) {
 		"empty name":    {list: "=a:1", bad: true},
 		"bad name":      {list: "u s=a:1", bad: true},
 		"self":          {list: "eu=a:1", bad: true},
-		"twice":         {list: "us=a:1,us=b:2", bad: true},
+		"two gateways":  {list: "us=a:1,asia=c:3,us=b:2", want: []Peer{{"us", "a:1"}, {"asia", "c:3"}, {"us", "b:2"}}},
+		"address twice": {list: "us=a:1,asia=a:1", bad: true},
 		"no port":       {list: "us=a", bad: true},
 		"no host":       {list: "us=:9090", bad: true},
 		"trailing ,":    {list: "us=a:1,", bad: true},
@@ -49,7 +50,7 @@ func TestParsePeers(t *testing.T) {
 	}
 }
 
-// FuzzParsePeers: a list parses into valid, distinct peers other than self
+// FuzzParsePeers: a list parses into valid peers other than self at distinct addresses
 // that format back to a list parsing the same, or fails with ErrInvalid.
 func FuzzParsePeers(f *testing.F) {
 	f.Add("us=10.0.0.1:9090,asia=[::1]:1")
@@ -66,10 +67,10 @@ func FuzzParsePeers(f *testing.F) {
 		var parts []string
 		seen := map[string]bool{}
 		for _, p := range peers {
-			if ValidateName(p.Name) != nil || p.Name == "eu" || seen[p.Name] {
+			if ValidateName(p.Name) != nil || p.Name == "eu" || seen[p.Addr] {
 				t.Fatalf("accepted peer %+v", p)
 			}
-			seen[p.Name] = true
+			seen[p.Addr] = true
 			parts = append(parts, p.Name+"="+p.Addr)
 		}
 		again, err := ParsePeers(strings.Join(parts, ","), "eu")

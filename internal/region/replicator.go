@@ -9,12 +9,15 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -27,9 +30,16 @@ type Config struct {
 	Name  string // this region
 	Node  string // this node's id (GET /regions)
 	Peers []Peer
-	// Local is this region's engine: its writes are what this region
-	// ships (through the Backend Wrap returns).
+	// Local is this node's engine: its writes are what this region
+	// ships (through the Backend Wrap returns, or Changes).
 	Local *engine.Engine
+	// Cluster, set on a node of a cluster region (--join), says which
+	// counters this node ships and serves this region's part of global
+	// reads (nil: an embedded region of one node).
+	Cluster *Cluster
+	// Changes, when set, is where the node's changes are recorded (a
+	// cluster node's store records them, not the front end; NewChanges).
+	Changes *Changes
 	// Dir holds the copies of the peer regions' states, one engine each
 	// under Dir/NAME (default: a "regions" directory next to Local's).
 	Dir string
@@ -50,6 +60,17 @@ type Config struct {
 	Logger *slog.Logger
 }
 
+// Cluster describes the cluster a region node belongs to. Each node ships
+// the counters it owns at the current ring (Owns); after a ring change it
+// ships every counter it now owns once more, so a counter whose owner
+// changed reaches the peer regions from its new owner. Region is the
+// cluster as a Backend: this region's part of a global read.
+type Cluster struct {
+	Owns        func(id string) bool
+	RingVersion func() uint64
+	Region      engine.Backend
+}
+
 // Replicator ships this region's changes to the peer regions, keeps a copy
 // of each peer's state, and answers scoped reads (docs/operations.md,
 // "Regions").
@@ -57,7 +78,7 @@ type Replicator struct {
 	cfg         Config
 	local       *engine.Engine
 	remote      map[string]*engine.Engine // peer name -> its state's copy
-	peers       map[string]*peerLink
+	peers       map[string]*peerLink      // peer name -> its links
 	t           *tracker
 	incarnation uint64
 	log         *slog.Logger
@@ -72,27 +93,18 @@ type Replicator struct {
 
 type cutEntry struct{ snap *chunksync.Snapshot }
 
-// peerLink is one peer region: the connection and the counters of
-// GET /regions and /metrics.
+// peerLink is one peer region: its gateways (one dest each, in
+// --peer-regions order), what it sent, and the counters of GET /regions
+// and /metrics.
 type peerLink struct {
-	Peer
-	conn *grpc.ClientConn
+	Name  string
+	dests []*dest
 
 	mu sync.Mutex
-	// sending side
-	lastPush    time.Time // last acknowledged push
-	lastErr     string
-	pushes      uint64
-	pushErrors  uint64
-	bytesSent   uint64
-	statesSent  uint64
-	lastShipped uint64 // sequence acknowledged
 	// receiving side
-	lastHeard   time.Time // last push received
-	asOf        int64     // peer's as-of of its last complete push (unix ns)
-	incarnation uint64    // of the last push received
-	synced      uint64    // incarnation of the last full sync (0: none yet)
-	syncWanted  bool
+	lastHeard  time.Time          // last push received
+	senders    map[string]*sender // by sending node
+	syncWanted bool
 	// anti-entropy (pulls of the peer's state into our copy)
 	syncs          uint64
 	chunksCompared uint64
@@ -103,6 +115,38 @@ type peerLink struct {
 	bytesReceived  uint64
 }
 
+// dest is one gateway of a peer region: the connection, the tracker's
+// position (key) and the sending counters.
+type dest struct {
+	Peer
+	key  string // the tracker's name of the link
+	conn *grpc.ClientConn
+
+	mu          sync.Mutex
+	lastPush    time.Time // last acknowledged push
+	lastErr     string
+	pushes      uint64
+	pushErrors  uint64
+	bytesSent   uint64
+	statesSent  uint64
+	lastShipped uint64 // sequence acknowledged
+}
+
+// sender is one node of a peer region that pushes here: each ships the
+// counters it owns, so the region's as-of is the oldest of theirs.
+type sender struct {
+	incarnation uint64
+	asOf        int64 // as-of of its last complete push (unix ns; 0: none)
+	lastHeard   time.Time
+}
+
+// senderForget: a sending node not heard from for this long (a node that
+// left its cluster) no longer holds back its region's as-of.
+const senderForget = 10 * time.Minute
+
+// linkKey names the link to one gateway in the tracker.
+func linkKey(p Peer) string { return p.Name + "=" + p.Addr }
+
 // Open opens the copies of the peer regions' states.
 func Open(cfg Config) (*Replicator, error) {
 	if err := ValidateName(cfg.Name); err != nil {
@@ -110,6 +154,12 @@ func Open(cfg Config) (*Replicator, error) {
 	}
 	if cfg.Local == nil {
 		return nil, fmt.Errorf("%w: multi-region replication needs the embedded engine", ErrInvalid)
+	}
+	if cfg.Node == "" {
+		cfg.Node = cfg.Name // pushes name their node
+	}
+	if len(cfg.Node) > MaxNodeLen {
+		return nil, fmt.Errorf("%w: node id of %d bytes (at most %d)", ErrInvalid, len(cfg.Node), MaxNodeLen)
 	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = time.Second
@@ -123,9 +173,12 @@ func Open(cfg Config) (*Replicator, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Changes == nil {
+		cfg.Changes = NewChanges(cfg.Peers)
+	}
 	r := &Replicator{
 		cfg: cfg, local: cfg.Local, remote: map[string]*engine.Engine{}, peers: map[string]*peerLink{},
-		t: newTracker(cfg.Peers, time.Now), incarnation: rand.Uint64() | 1, log: cfg.Logger,
+		t: cfg.Changes.t, incarnation: rand.Uint64() | 1, log: cfg.Logger,
 		cuts: map[string][2]*cutEntry{},
 	}
 	creds := insecure.NewCredentials()
@@ -133,6 +186,15 @@ func Open(cfg Config) (*Replicator, error) {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
 	for _, p := range cfg.Peers {
+		if pl := r.peers[p.Name]; pl != nil { // another gateway of a region
+			d, err := r.dial(p, creds)
+			if err != nil {
+				r.closeEngines()
+				return nil, err
+			}
+			pl.dests = append(pl.dests, d)
+			continue
+		}
 		ecfg := engine.DefaultConfig()
 		ecfg.Dir = filepath.Join(cfg.Dir, p.Name)
 		ecfg.NodeID = p.Name
@@ -147,43 +209,103 @@ func Open(cfg Config) (*Replicator, error) {
 			return nil, fmt.Errorf("region: copy of %s: %w", p.Name, err)
 		}
 		r.remote[p.Name] = eng
-		// Reconnect within an interval of a healed cut (the default
-		// backoff grows to two minutes).
-		bo := backoff.DefaultConfig
-		bo.BaseDelay, bo.MaxDelay = min(100*time.Millisecond, cfg.Interval), cfg.Interval
-		conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds),
-			grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(cfg.Interval, 5*time.Second)}))
+		pl := &peerLink{Name: p.Name, senders: map[string]*sender{}, syncWanted: true}
+		r.peers[p.Name] = pl
+		d, err := r.dial(p, creds)
 		if err != nil {
 			r.closeEngines()
-			return nil, fmt.Errorf("region: dial %s: %w", p.Name, err)
+			return nil, err
 		}
-		r.peers[p.Name] = &peerLink{Peer: p, conn: conn, syncWanted: true}
+		pl.dests = append(pl.dests, d)
 	}
 	return r, nil
 }
 
-func (r *Replicator) closeEngines() {
-	for _, p := range r.peers {
-		_ = p.conn.Close()
+// dial opens the connection to one gateway of a peer region.
+func (r *Replicator) dial(p Peer, creds credentials.TransportCredentials) (*dest, error) {
+	// Reconnect within an interval of a healed cut (the default backoff
+	// grows to two minutes).
+	bo := backoff.DefaultConfig
+	bo.BaseDelay, bo.MaxDelay = min(100*time.Millisecond, r.cfg.Interval), r.cfg.Interval
+	conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds),
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(r.cfg.Interval, 5*time.Second)}))
+	if err != nil {
+		return nil, fmt.Errorf("region: dial %s at %s: %w", p.Name, p.Addr, err)
 	}
+	return &dest{Peer: p, key: linkKey(p), conn: conn}, nil
+}
+
+func (r *Replicator) closeConns() {
+	for _, p := range r.peers {
+		for _, d := range p.dests {
+			_ = d.conn.Close()
+		}
+	}
+}
+
+func (r *Replicator) closeEngines() {
+	r.closeConns()
 	for _, e := range r.remote {
 		_ = e.Close()
 	}
 }
 
 // Wrap returns be (serving r's local engine) recording every acknowledged
-// mutation, so that it is shipped to every peer region.
+// mutation, so that it is shipped to every peer region. On a cluster node
+// be is returned as is: its store records the changes (Changes).
 func (r *Replicator) Wrap(be engine.Backend) engine.Backend {
-	return &trackedBackend{Backend: be, t: r.t, eng: r.local}
+	if r.cfg.Cluster != nil {
+		return be
+	}
+	return r.cfg.Changes.Wrap(be, r.local)
 }
 
-// Start runs the push loop of every peer and anti-entropy until Close.
+// Start runs the push loop of every gateway of every peer and
+// anti-entropy until Close.
 func (r *Replicator) Start(ctx context.Context) {
 	ctx, r.stop = context.WithCancel(ctx)
 	for _, p := range r.peers {
-		r.wg.Add(2)
-		go r.pushLoop(ctx, p)
+		for _, d := range p.dests {
+			r.wg.Add(1)
+			go r.pushLoop(ctx, d)
+		}
+		r.wg.Add(1)
 		go r.syncLoop(ctx, p)
+	}
+	if r.cfg.Cluster != nil {
+		r.wg.Add(1)
+		go r.ringLoop(ctx)
+	}
+}
+
+// ringLoop records every counter this node owns as changed after each
+// ring change, so the new owner of a counter ships it (the old one stops
+// at its next batch: it ships only what it owns).
+func (r *Replicator) ringLoop(ctx context.Context) {
+	defer r.wg.Done()
+	tick := time.NewTicker(r.cfg.Interval)
+	defer tick.Stop()
+	var seen uint64
+	for {
+		if v := r.cfg.Cluster.RingVersion(); v != seen {
+			n := 0
+			err := r.local.ExportAll(ctx, func(s engine.State) error {
+				if r.cfg.Cluster.Owns(s.ID) {
+					r.t.touch(s.ID, s.Version)
+					n++
+				}
+				return nil
+			})
+			if err == nil {
+				seen = v
+				r.log.Debug("region: ring changed; owned counters to ship again", "ring", v, "counters", n)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
 	}
 }
 
@@ -197,9 +319,7 @@ func (r *Replicator) Close() error {
 	}
 	r.wg.Wait()
 	var errs []error
-	for _, p := range r.peers {
-		_ = p.conn.Close()
-	}
+	r.closeConns()
 	for _, e := range r.remote {
 		errs = append(errs, e.Close())
 	}
@@ -217,7 +337,11 @@ func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, 
 	for _, name := range r.peerNames() {
 		p := r.peers[name]
 		t := &chunksync.EngineTarget{Engine: r.local, WO: engine.WriteOptions{Durability: engine.Sync}}
-		st, err := chunksync.Pull(ctx, &grpcSource{conn: p.conn, name: r.cfg.Name}, t, nil)
+		var st chunksync.Stats
+		err := p.eachDest(func(d *dest) (err error) {
+			st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: r.cfg.Name}, t, nil)
+			return err
+		})
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
@@ -235,19 +359,35 @@ func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, 
 	return merged, from, nil
 }
 
-// peerNames lists the peers in --peer-regions order.
+// peerNames lists the peer regions in --peer-regions order (of their
+// first gateway).
 func (r *Replicator) peerNames() []string {
 	names := make([]string, 0, len(r.cfg.Peers))
 	for _, p := range r.cfg.Peers {
-		names = append(names, p.Name)
+		if !slices.Contains(names, p.Name) {
+			names = append(names, p.Name)
+		}
 	}
 	return names
 }
 
-// pushLoop ships, every interval, what peer p has not acknowledged. A
+// eachDest runs fn on the region's gateways in order until one succeeds.
+func (p *peerLink) eachDest(fn func(*dest) error) error {
+	var errs []error
+	for _, d := range p.dests {
+		err := fn(d)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w", d.Addr, err))
+	}
+	return errors.Join(errs...)
+}
+
+// pushLoop ships, every interval, what gateway p has not acknowledged. A
 // failed push is retried from the same position at the next tick; a push
 // that hit a batch limit continues at once.
-func (r *Replicator) pushLoop(ctx context.Context, p *peerLink) {
+func (r *Replicator) pushLoop(ctx context.Context, p *dest) {
 	defer r.wg.Done()
 	tick := time.NewTicker(r.cfg.Interval)
 	defer tick.Stop()
@@ -258,10 +398,13 @@ func (r *Replicator) pushLoop(ctx context.Context, p *peerLink) {
 			p.pushErrors++
 			p.lastErr = err.Error()
 			p.mu.Unlock()
-			r.log.Debug("region push", "peer", p.Name, "err", err)
+			r.log.Debug("region push", "peer", p.Name, "addr", p.Addr, "err", err)
 		}
 		if more && err == nil {
 			continue
+		}
+		if err != nil && waitReady(ctx, p.conn, 10*r.cfg.Interval) {
+			continue // the link is back: push at once, not a tick later
 		}
 		select {
 		case <-ctx.Done():
@@ -271,19 +414,42 @@ func (r *Replicator) pushLoop(ctx context.Context, p *peerLink) {
 	}
 }
 
-// buildBatch encodes the next batch for peer: the current state of the
-// ids changed after its acknowledged position, up to the batch limits; hi
-// is the sequence the peer acknowledges by storing it (0: none).
-func (r *Replicator) buildBatch(peer string) (msg []byte, b *Batch, hi uint64, more bool, err error) {
+// waitReady waits up to d for conn to become ready (reconnecting with its
+// backoff, capped at one interval), and reports whether it did.
+func waitReady(ctx context.Context, conn *grpc.ClientConn, d time.Duration) bool {
+	ctx, cancel := context.WithTimeout(ctx, d)
+	defer cancel()
+	for {
+		s := conn.GetState()
+		if s == connectivity.Ready {
+			return true
+		}
+		conn.Connect()
+		if !conn.WaitForStateChange(ctx, s) {
+			return false
+		}
+	}
+}
+
+// buildBatch encodes the next batch for the link key: the current state
+// of the ids changed after its acknowledged position, up to the batch
+// limits; hi is the sequence the peer acknowledges by storing it (0:
+// none). A cluster node skips the ids it does not own (their owner ships
+// them; ringLoop hands them over when the owner changes).
+func (r *Replicator) buildBatch(key string) (msg []byte, b *Batch, hi uint64, more bool, err error) {
 	asOf := time.Now().UnixNano()
-	ids, more := r.t.pending(peer, r.cfg.MaxBatchIDs)
-	b = &Batch{From: r.cfg.Name, Incarnation: r.incarnation, AsOf: asOf}
+	ids, more := r.t.pending(key, r.cfg.MaxBatchIDs)
+	b = &Batch{From: r.cfg.Name, Node: r.cfg.Node, Incarnation: r.incarnation, AsOf: asOf}
 	bytes := 0
 	for i, pid := range ids {
 		if bytes >= r.cfg.MaxBatchBytes {
 			more = true
 			ids = ids[:i]
 			break
+		}
+		if r.cfg.Cluster != nil && !r.cfg.Cluster.Owns(pid.id) {
+			hi = pid.seq
+			continue
 		}
 		st, ok, err := r.local.Export(pid.id)
 		if err != nil {
@@ -309,8 +475,8 @@ func (r *Replicator) buildBatch(peer string) (msg []byte, b *Batch, hi uint64, m
 }
 
 // pushOnce sends one batch to p and moves p's position on success.
-func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err error) {
-	msg, b, hi, more, err := r.buildBatch(p.Name)
+func (r *Replicator) pushOnce(ctx context.Context, p *dest) (more bool, err error) {
+	msg, b, hi, more, err := r.buildBatch(p.key)
 	if err != nil {
 		return false, err
 	}
@@ -320,7 +486,7 @@ func (r *Replicator) pushOnce(ctx context.Context, p *peerLink) (more bool, err 
 		return false, err
 	}
 	if hi > 0 {
-		r.t.ack(p.Name, hi)
+		r.t.ack(p.key, hi)
 	}
 	p.mu.Lock()
 	p.lastPush = time.Now()
@@ -346,6 +512,9 @@ func (r *Replicator) receive(ctx context.Context, msg []byte) error {
 	if p == nil {
 		return fmt.Errorf("%w: region %q is not in --peer-regions", ErrUnknownRegion, b.From)
 	}
+	if len(b.Node) == 0 {
+		return fmt.Errorf("%w: push without a sending node", ErrCorrupt)
+	}
 	wo := engine.WriteOptions{Durability: engine.Sync}
 	if len(b.Tombs) > 0 {
 		if _, err := eng.Replace(ctx, b.Tombs, wo); err != nil {
@@ -357,20 +526,46 @@ func (r *Replicator) receive(ctx context.Context, msg []byte) error {
 			return err
 		}
 	}
+	now := time.Now()
 	p.mu.Lock()
-	p.lastHeard = time.Now()
+	p.lastHeard = now
 	p.bytesReceived += uint64(len(msg))
-	if b.Complete && b.AsOf > p.asOf {
-		p.asOf = b.AsOf
+	s := p.senders[b.Node]
+	if s == nil {
+		s = &sender{incarnation: b.Incarnation}
+		p.senders[b.Node] = s
 	}
-	if b.Incarnation != p.incarnation {
-		p.incarnation = b.Incarnation
+	if s.incarnation != b.Incarnation {
+		// A restarted node may have lost changes it had not shipped.
+		s.incarnation, s.asOf = b.Incarnation, 0
+		p.syncWanted = true
 	}
-	if p.synced != b.Incarnation {
-		p.syncWanted = true // a restarted peer may have lost unshipped changes
+	s.lastHeard = now
+	if b.Complete && b.AsOf > s.asOf {
+		s.asOf = b.AsOf
 	}
 	p.mu.Unlock()
 	return nil
+}
+
+// asOfLocked is the region's as-of: the oldest of its sending nodes'
+// (unix ns; 0 while one of them has not completed a push). Caller holds
+// p.mu.
+func (p *peerLink) asOfLocked(now time.Time) int64 {
+	var asOf int64
+	for node, s := range p.senders {
+		if now.Sub(s.lastHeard) > senderForget {
+			delete(p.senders, node)
+			continue
+		}
+		if s.asOf == 0 {
+			return 0
+		}
+		if asOf == 0 || s.asOf < asOf {
+			asOf = s.asOf
+		}
+	}
+	return asOf
 }
 
 // ErrUnknownRegion: a message names a region this one does not know.
@@ -413,9 +608,12 @@ func (r *Replicator) SyncFrom(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	src := &grpcSource{conn: p.conn, name: name}
 	t := &replaceTarget{eng: eng, have: have}
-	st, err := chunksync.Pull(ctx, src, t, nil)
+	var st chunksync.Stats
+	err = p.eachDest(func(d *dest) (err error) {
+		st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: name}, t, nil)
+		return err
+	})
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.chunksCompared += uint64(st.Chunks)
@@ -428,7 +626,6 @@ func (r *Replicator) SyncFrom(ctx context.Context, name string) error {
 	p.syncs++
 	p.lastSync = time.Now()
 	p.syncWanted = false
-	p.synced = src.incarnation
 	return nil
 }
 
@@ -490,35 +687,80 @@ func (r *Replicator) blob(name string, h chunksync.Hash) ([]byte, error) {
 // Name is this region's name.
 func (r *Replicator) Name() string { return r.cfg.Name }
 
-// Status reports every link (GET /regions).
+// Status reports every peer region (GET /regions).
 func (r *Replicator) Status() Status {
 	st := Status{Region: r.cfg.Name, Node: r.cfg.Node, IntervalMS: r.cfg.Interval.Milliseconds()}
 	now := time.Now()
 	for _, name := range r.peerNames() {
-		p := r.peers[name]
-		n, oldest := r.t.lag(name)
-		p.mu.Lock()
-		ps := PeerStatus{
-			Peer: p.Peer, Pending: n, LastPush: timeStr(p.lastPush), LastError: p.lastErr,
-			Pushes: p.pushes, PushErrors: p.pushErrors, BytesSent: p.bytesSent, StatesSent: p.statesSent,
-			BytesReceived: p.bytesReceived, Syncs: p.syncs, LastSync: timeStr(p.lastSync),
-			ChunksCompared: p.chunksCompared, ChunksFetched: p.chunksFetched, SyncBytes: p.syncBytes, SyncFullBytes: p.syncFullBytes,
-		}
-		contact := p.lastPush
-		if p.lastHeard.After(contact) {
-			contact = p.lastHeard
-		}
-		ps.LastContact = timeStr(contact)
-		if p.asOf != 0 {
-			ps.AsOf = timeStr(time.Unix(0, p.asOf))
-		}
-		p.mu.Unlock()
-		if oldest != 0 {
-			ps.LagSeconds = max(0, now.Sub(time.Unix(0, oldest)).Seconds())
-		}
-		st.Peers = append(st.Peers, ps)
+		st.Peers = append(st.Peers, r.peerStatus(r.peers[name], now).PeerStatus)
 	}
 	return st
+}
+
+// peerState is a peer region's status with its times, for the metrics.
+type peerState struct {
+	PeerStatus
+	contact time.Time
+	asOf    int64
+}
+
+// peerStatus sums the sending side over the region's gateways (pending
+// and lag: the most behind of them; last push: the oldest).
+func (r *Replicator) peerStatus(p *peerLink, now time.Time) peerState {
+	ps := PeerStatus{Peer: Peer{Name: p.Name}}
+	var addrs, errs []string
+	var contact, lastPush time.Time
+	var oldest int64
+	for i, d := range p.dests {
+		n, old := r.t.lag(d.key)
+		ps.Pending = max(ps.Pending, n)
+		if old != 0 && (oldest == 0 || old < oldest) {
+			oldest = old
+		}
+		addrs = append(addrs, d.Addr)
+		d.mu.Lock()
+		if d.lastErr != "" {
+			errs = append(errs, d.Addr+": "+d.lastErr)
+		}
+		ps.Pushes += d.pushes
+		ps.PushErrors += d.pushErrors
+		ps.BytesSent += d.bytesSent
+		ps.StatesSent += d.statesSent
+		if i == 0 || d.lastPush.Before(lastPush) {
+			lastPush = d.lastPush
+		}
+		if d.lastPush.After(contact) {
+			contact = d.lastPush
+		}
+		d.mu.Unlock()
+	}
+	ps.Addr = strings.Join(addrs, ",")
+	ps.LastError = strings.Join(errs, "; ")
+	ps.LastPush = timeStr(lastPush)
+	if oldest != 0 {
+		ps.LagSeconds = max(0, now.Sub(time.Unix(0, oldest)).Seconds())
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	ps.BytesReceived, ps.Syncs, ps.LastSync = p.bytesReceived, p.syncs, timeStr(p.lastSync)
+	ps.ChunksCompared, ps.ChunksFetched, ps.SyncBytes, ps.SyncFullBytes = p.chunksCompared, p.chunksFetched, p.syncBytes, p.syncFullBytes
+	if p.lastHeard.After(contact) {
+		contact = p.lastHeard
+	}
+	ps.LastContact = timeStr(contact)
+	asOf := p.asOfLocked(now)
+	if asOf != 0 {
+		ps.AsOf = timeStr(time.Unix(0, asOf))
+	}
+	for node, snd := range p.senders {
+		ss := SenderStatus{Node: node, LastHeard: timeStr(snd.lastHeard)}
+		if snd.asOf != 0 {
+			ss.AsOf = timeStr(time.Unix(0, snd.asOf))
+		}
+		ps.Senders = append(ps.Senders, ss)
+	}
+	slices.SortFunc(ps.Senders, func(a, b SenderStatus) int { return strings.Compare(a.Node, b.Node) })
+	return peerState{PeerStatus: ps, contact: contact, asOf: asOf}
 }
 
 func timeStr(t time.Time) *string {

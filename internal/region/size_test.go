@@ -65,7 +65,7 @@ func TestScatteredChangesShipLittle(t *testing.T) {
 		}
 		sent, batches, states := 0, 0, 0
 		for {
-			msg, b, hi, more, err := r.buildBatch("us")
+			msg, b, hi, more, err := r.buildBatch(linkKey(Peer{Name: "us", Addr: "127.0.0.1:1"}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -73,7 +73,7 @@ func TestScatteredChangesShipLittle(t *testing.T) {
 			batches++
 			states += len(b.States)
 			if hi > 0 {
-				r.t.ack("us", hi)
+				r.t.ack(linkKey(Peer{Name: "us", Addr: "127.0.0.1:1"}), hi)
 			}
 			if !more {
 				break

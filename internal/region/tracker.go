@@ -31,12 +31,45 @@ type mark struct {
 	del uint64
 }
 
+// newTracker tracks changes for every link of peers (one per gateway).
 func newTracker(peers []Peer, now func() time.Time) *tracker {
 	t := &tracker{marks: map[string]*mark{}, acks: map[string]uint64{}, now: now}
 	for _, p := range peers {
-		t.acks[p.Name] = 0
+		t.acks[linkKey(p)] = 0
 	}
 	return t
+}
+
+// Changes records which counters this node changed, for shipping to the
+// peer regions. An embedded node records them at its front end
+// (Replicator.Wrap); a cluster node records every change to its store
+// (Note, NoteStates: the owner's writes, the replicas and handoffs it
+// receives), and ships those it owns.
+type Changes struct{ t *tracker }
+
+// NewChanges records changes for the links of peers (ParsePeers).
+func NewChanges(peers []Peer) *Changes { return &Changes{t: newTracker(peers, time.Now)} }
+
+// Note records a successful op and its result.
+func (c *Changes) Note(op *engine.Op, res *engine.Result) { c.t.note(op, res) }
+
+// NoteStates records states merged into the store (a deleted one as a
+// deletion at its version).
+func (c *Changes) NoteStates(states []engine.State) {
+	for i := range states {
+		s := &states[i]
+		if s.Deleted {
+			c.t.note(&engine.Op{Type: engine.OpDelete, ID: s.ID}, &engine.Result{Changed: true, Version: s.Version})
+		} else {
+			c.t.touch(s.ID, s.Version)
+		}
+	}
+}
+
+// Wrap returns be recording every acknowledged mutation; eng is the
+// engine be serves (FlushAll records its counters as deleted).
+func (c *Changes) Wrap(be engine.Backend, eng *engine.Engine) engine.Backend {
+	return &trackedBackend{Backend: be, t: c.t, eng: eng}
 }
 
 // note records a successful op and its result.
@@ -58,6 +91,11 @@ func (t *tracker) note(op *engine.Op, res *engine.Result) {
 	if del {
 		m.del = max(m.del, res.Version)
 	}
+}
+
+// touch records a change of id at version ver.
+func (t *tracker) touch(id string, ver uint64) {
+	t.note(&engine.Op{Type: engine.OpAdd, ID: id}, &engine.Result{Version: ver})
 }
 
 // pendingID is an id to ship and what the tracker knows of it.

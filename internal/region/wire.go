@@ -17,6 +17,10 @@ var ErrCorrupt = errors.New("region: corrupt message")
 // acknowledged last, up to Hi.
 type Batch struct {
 	From string // the sending region
+	// Node is the sending node (--node-id): each node of a cluster region
+	// ships the counters it owns, and the receiver keeps the as-of and
+	// incarnation of every sending node apart.
+	Node string
 	// Incarnation names the sender's process run: a new one means the
 	// sender lost its record of unshipped changes (a restart), so the
 	// receiver runs a full hash-addressed sync of the sender's state.
@@ -32,15 +36,20 @@ type Batch struct {
 	States []engine.State
 }
 
-const batchMagic = "RGB1"
+const batchMagic = "RGB2"
 
-// EncodeBatch appends b's encoding to dst: magic, from, incarnation, as-of,
+// MaxNodeLen bounds Batch.Node.
+const MaxNodeLen = 255
+
+// EncodeBatch appends b's encoding to dst: magic, from, node, incarnation, as-of,
 // flags, the tombstones' chunk (length-prefixed) and the states' chunk
 // (chunksync.EncodeChunk, ids prefix-compressed).
 func EncodeBatch(dst []byte, b *Batch) []byte {
 	dst = append(dst, batchMagic...)
 	dst = binary.AppendUvarint(dst, uint64(len(b.From)))
 	dst = append(dst, b.From...)
+	dst = binary.AppendUvarint(dst, uint64(len(b.Node)))
+	dst = append(dst, b.Node...)
 	dst = binary.AppendUvarint(dst, b.Incarnation)
 	dst = binary.AppendVarint(dst, b.AsOf)
 	var flags byte
@@ -74,6 +83,10 @@ func DecodeBatch(p []byte) (*Batch, error) {
 	if err := ValidateName(b.From); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
+	if n, k = binary.Uvarint(p); k <= 0 || n > MaxNodeLen || uint64(len(p)-k) < n {
+		return fail("node name")
+	}
+	b.Node, p = string(p[k:k+int(n)]), p[k+int(n):]
 	if b.Incarnation, k = binary.Uvarint(p); k <= 0 {
 		return fail("incarnation")
 	}

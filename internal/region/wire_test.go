@@ -42,6 +42,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := &Batch{
 			From:        rapid.StringMatching(`[A-Za-z0-9_.-]{1,64}`).Draw(t, "from"),
+			Node:        rapid.StringMatching(`[a-z0-9-]{0,20}`).Draw(t, "node"),
 			Incarnation: rapid.Uint64().Draw(t, "inc"),
 			AsOf:        rapid.Int64().Draw(t, "asof"),
 			Complete:    rapid.Bool().Draw(t, "complete"),
@@ -52,7 +53,7 @@ func TestBatchRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.From != b.From || got.Incarnation != b.Incarnation || got.AsOf != b.AsOf || got.Complete != b.Complete ||
+		if got.From != b.From || got.Node != b.Node || got.Incarnation != b.Incarnation || got.AsOf != b.AsOf || got.Complete != b.Complete ||
 			len(got.Tombs) != len(b.Tombs) || len(got.States) != len(b.States) {
 			t.Fatalf("got %+v, want %+v", got, b)
 		}
@@ -68,7 +69,7 @@ func TestBatchRoundTrip(t *testing.T) {
 // FuzzDecodeBatch: any bytes decode to a batch or an ErrCorrupt, never a
 // panic; what decodes encodes back to the same bytes.
 func FuzzDecodeBatch(f *testing.F) {
-	f.Add(EncodeBatch(nil, &Batch{From: "eu", Incarnation: 7, AsOf: time.Now().UnixNano(), Complete: true,
+	f.Add(EncodeBatch(nil, &Batch{From: "eu", Node: "eu-1", Incarnation: 7, AsOf: time.Now().UnixNano(), Complete: true,
 		Tombs:  []engine.State{{ID: "a:1", Deleted: true, Version: 3}},
 		States: []engine.State{{ID: "a:2", Kind: engine.KindCounter, Version: 2, Data: []byte{2}}}}))
 	f.Add([]byte("RGB1"))

@@ -56,6 +56,9 @@ type node struct {
 	collectors []prometheus.Collector
 	// eng is the embedded engine (nil in cluster and tiered mode).
 	eng *engine.Engine
+	// region is set on a cluster node with --peer-regions: its engine,
+	// where its store records changes, and its ring (openRegions).
+	region *clusterRegion
 }
 
 // sharedLimits are the rate limits of a mode that shares their state.

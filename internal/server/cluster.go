@@ -52,7 +52,8 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 		ccfg.Membership.SecretKey = sec.gossipKey
 		ccfg.Membership.Admit = sec.admitPeer()
 	}
-	cn, err := cnode.New(ccfg, cnode.EngineStore(eng))
+	store, changes := regionStore(cfg, eng)
+	cn, err := cnode.New(ccfg, store)
 	if err != nil {
 		_ = eng.Close()
 		return nil, err
@@ -74,6 +75,7 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 		rlKeepKeys:  true,
 		ringVersion: cn.RingVersion,
 		collectors:  cn.Collectors(),
+		region:      clusterRegionOf(cn, eng, changes),
 	}, nil
 }
 

@@ -54,6 +54,10 @@ func TestValidate(t *testing.T) {
 		"peers without region": func(c *Config) { c.PeerRegions = "us=127.0.0.1:9090" },
 		"peer is self":         func(c *Config) { c.Region = "eu"; c.PeerRegions = "eu=127.0.0.1:9090" },
 		"peer without port":    func(c *Config) { c.Region = "eu"; c.PeerRegions = "us=host" },
+		"tiered region": func(c *Config) {
+			c.Region, c.PeerRegions, c.GRPC = "eu", "us=127.0.0.1:9090", "127.0.0.1:0"
+			c.Redis, c.Postgres = "redis://x", "postgres://x"
+		},
 		// security: hardening
 		"pprof without admin": func(c *Config) { c.Pprof = true; c.Admin = "" },
 		"admin on the API":    func(c *Config) { c.Admin = c.HTTP },
@@ -78,6 +82,17 @@ func TestValidate(t *testing.T) {
 		if err := cfg.Validate(); !errors.Is(err, ErrUnsupportedMode) {
 			t.Errorf("%s: %v, want ErrUnsupportedMode", name, err)
 		}
+	}
+}
+
+// TestValidateClusterRegion: a cluster node (--join) may replicate to
+// peer regions, naming several gateways of one region.
+func TestValidateClusterRegion(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Region, cfg.GRPC, cfg.Join = "eu", "127.0.0.1:0", "10.0.0.2:7946"
+	cfg.PeerRegions = "us=10.1.0.1:9090,us=10.1.0.2:9090,ap=10.2.0.1:9090"
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }
 

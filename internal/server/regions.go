@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/region"
 )
@@ -27,19 +28,26 @@ func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *
 	if len(peers) == 0 {
 		return nil, nil
 	}
-	if nd.eng == nil {
-		return nil, fmt.Errorf("server: --peer-regions: %w: needs embedded mode", ErrUnsupportedMode)
-	}
-	rep, err := region.Open(region.Config{
+	rcfg := region.Config{
 		Name: cfg.Region, Node: cfg.NodeID, Peers: peers, Local: nd.eng,
 		Dir:      filepath.Join(cfg.Data, "regions"),
 		Interval: cfg.RegionInterval, SyncInterval: cfg.RegionSyncInterval,
 		TLS: sec.peerClient(), Logger: log,
-	})
+	}
+	switch {
+	case nd.region != nil:
+		rcfg.Local, rcfg.Changes = nd.region.eng, nd.region.changes
+		rcfg.Cluster = &region.Cluster{Owns: nd.region.owns, RingVersion: nd.region.ringVersion, Region: nd.Backend}
+	case nd.eng == nil:
+		return nil, fmt.Errorf("server: --peer-regions: %w: needs embedded or cluster mode", ErrUnsupportedMode)
+	}
+	rep, err := region.Open(rcfg)
 	if err != nil {
 		return nil, err
 	}
-	if nd.eng.Len() == 0 {
+	// A cluster node that starts empty gets its counters from the other
+	// members (handoff), not from the peer regions' copies.
+	if nd.eng != nil && nd.eng.Len() == 0 {
 		bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
 		n, from, err := rep.Bootstrap(bctx)
 		cancel()
@@ -50,6 +58,74 @@ func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *
 		}
 	}
 	return rep, nil
+}
+
+// clusterRegion is what a cluster node gives the region replicator: the
+// node's engine, the changes its store records, and which ids it owns.
+type clusterRegion struct {
+	eng         *engine.Engine
+	changes     *region.Changes
+	owns        func(id string) bool
+	ringVersion func() uint64
+}
+
+func clusterRegionOf(cn *cnode.Node, eng *engine.Engine, changes *region.Changes) *clusterRegion {
+	if changes == nil {
+		return nil
+	}
+	return &clusterRegion{
+		eng: eng, changes: changes, ringVersion: cn.RingVersion,
+		owns: func(id string) bool { return cn.Ring().Owner(id) == cn.ID() },
+	}
+}
+
+// regionStore returns the store of a cluster node: with --peer-regions,
+// one recording every change to the node's engine (its writes as the
+// owner, the states it merges as a replica or a new owner) for shipping
+// to the peer regions; the node ships the ids it owns.
+func regionStore(cfg Config, eng *engine.Engine) (cnode.Store, *region.Changes) {
+	st := cnode.EngineStore(eng)
+	peers, _ := region.ParsePeers(cfg.PeerRegions, cfg.Region) // validated
+	if len(peers) == 0 {
+		return st, nil
+	}
+	ch := region.NewChanges(peers)
+	return &trackedStore{Store: st, tracked: ch.Wrap(st, eng), ch: ch}, ch
+}
+
+// trackedStore is a cluster node's store recording its changes.
+type trackedStore struct {
+	cnode.Store
+	tracked engine.Backend // Apply, ApplyBatch and FlushAll, recorded
+	ch      *region.Changes
+}
+
+func (s *trackedStore) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+	return s.tracked.Apply(ctx, op, wo)
+}
+
+func (s *trackedStore) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+	return s.tracked.ApplyBatch(ctx, ops, wo)
+}
+
+func (s *trackedStore) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+	return s.tracked.FlushAll(ctx, wo)
+}
+
+func (s *trackedStore) Merge(ctx context.Context, states []engine.State, wo engine.WriteOptions) (int, error) {
+	n, err := s.Store.Merge(ctx, states, wo)
+	if n > 0 {
+		s.ch.NoteStates(states)
+	}
+	return n, err
+}
+
+func (s *trackedStore) MergeRecords(ctx context.Context, states []engine.State, wo engine.WriteOptions, then func() []engine.StoredRecord) (int, error) {
+	n, err := s.Store.MergeRecords(ctx, states, wo, then)
+	if n > 0 {
+		s.ch.NoteStates(states)
+	}
+	return n, err
 }
 
 // regionStatus is GET /regions: the replicator's, or the configuration.

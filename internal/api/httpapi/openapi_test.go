@@ -208,3 +208,38 @@ func TestRouteTableRegistered(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenAPIScopeParameter: every read that takes ?scope= (it refuses
+// an unknown scope by name) declares the scope query parameter, and
+// every operation declaring it takes it.
+func TestOpenAPIScopeParameter(t *testing.T) {
+	doc := loadOpenAPI(t)
+	s := newTestServer(t, Options{})
+	takes := 0
+	for _, rt := range routeTable() {
+		if rt.Method != http.MethodGet {
+			continue
+		}
+		var op openapiOp
+		_ = json.Unmarshal(doc.Paths[openapiPath(t, rt.Pattern)]["get"], &op)
+		declared := false
+		for _, p := range op.Parameters {
+			if name, ok := strings.CutPrefix(p.Ref, "#/components/parameters/"); ok {
+				p = doc.Components.Parameters[name]
+			}
+			declared = declared || p.In == "query" && p.Name == "scope"
+		}
+		path := wildcardRE.ReplaceAllStringFunc(rt.Pattern, func(string) string { return "x*" })
+		a := s.do(http.MethodGet, path+"?scope=nowhere", "")
+		refused := a.Status == http.StatusBadRequest && strings.Contains(string(a.Raw), "scope must be")
+		if refused != declared {
+			t.Errorf("GET %s: refuses ?scope=nowhere: %v, declares scope: %v (%d %s)", rt.Pattern, refused, declared, a.Status, a.Raw)
+		}
+		if refused {
+			takes++
+		}
+	}
+	if takes < 2 {
+		t.Errorf("%d reads take ?scope=, want at least GET /counters/{id} and its aggregate", takes)
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // EnvRequireServices set to 1 makes New fail, instead of skip, when it runs
@@ -213,6 +214,18 @@ func (nw *Network) Partition(a, b []int) error {
 				nw.cuts[c] = true
 			}
 		}
+	}
+	return nil
+}
+
+// Delay adds d to every packet node i sends (tc netem on the namespace's
+// end of its veth pair), so a link between two nodes takes 2d both ways.
+// It fails on a kernel without the netem qdisc (sch_netem).
+func (nw *Network) Delay(i int, d time.Duration) error {
+	out, err := exec.Command("ip", "netns", "exec", nw.ns[i], "tc", "qdisc", "replace", "dev",
+		nw.tag+"p"+strconv.Itoa(i+1), "root", "netem", "delay", strconv.FormatInt(d.Microseconds(), 10)+"us").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("tc netem in %s: %v: %s", nw.ns[i], err, strings.TrimSpace(string(out)))
 	}
 	return nil
 }

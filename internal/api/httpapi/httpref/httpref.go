@@ -181,6 +181,13 @@ func schemaType(s *openapi3.SchemaRef) string {
 		return fmt.Sprintf("[%s](#schema-%s)", n, strings.ToLower(n))
 	}
 	v := s.Value
+	if v != nil && len(v.OneOf) > 0 && (v.Type == nil || len(*v.Type) == 0) {
+		alts := make([]string, len(v.OneOf))
+		for i, a := range v.OneOf {
+			alts[i] = schemaType(a)
+		}
+		return "one of " + strings.Join(alts, ", ")
+	}
 	if v == nil || v.Type == nil || len(*v.Type) == 0 {
 		return "any"
 	}
