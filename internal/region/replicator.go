@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -221,14 +222,30 @@ func Open(cfg Config) (*Replicator, error) {
 	return r, nil
 }
 
+// linkUserTimeout is how long a region link's sent data may stay
+// unacknowledged before the connection is dropped and redialled: two
+// replication intervals, at least 500 ms (a slow but working link acks
+// within its round trip; a batch resumes from its acknowledged position on
+// the new connection).
+func linkUserTimeout(interval time.Duration) time.Duration {
+	return max(2*interval, 500*time.Millisecond)
+}
+
 // dial opens the connection to one gateway of a peer region.
 func (r *Replicator) dial(p Peer, creds credentials.TransportCredentials) (*dest, error) {
 	// Reconnect within an interval of a healed cut (the default backoff
 	// grows to two minutes).
 	bo := backoff.DefaultConfig
 	bo.BaseDelay, bo.MaxDelay = min(100*time.Millisecond, r.cfg.Interval), r.cfg.Interval
+	// A connect whose SYN was lost in a cut is retried after the kernel's
+	// 1 s SYN timeout, then 3 s: give up sooner and let the backoff start a
+	// fresh attempt (500 ms at least: a far region's round trip).
+	dialer := &net.Dialer{Timeout: max(r.cfg.Interval, 500*time.Millisecond), Control: userTimeoutControl(linkUserTimeout(r.cfg.Interval))}
 	conn, err := grpc.NewClient("passthrough:///"+p.Addr, grpc.WithTransportCredentials(creds),
-		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(r.cfg.Interval, 5*time.Second)}))
+		grpc.WithConnectParams(grpc.ConnectParams{Backoff: bo, MinConnectTimeout: max(r.cfg.Interval, 5*time.Second)}),
+		grpc.WithContextDialer(func(ctx context.Context, addr string) (net.Conn, error) {
+			return dialer.DialContext(ctx, "tcp", addr)
+		}))
 	if err != nil {
 		return nil, fmt.Errorf("region: dial %s at %s: %w", p.Name, p.Addr, err)
 	}
