@@ -53,6 +53,7 @@ type client struct {
 	share     *loopShare
 	outOff    int       // out[:outOff] is written
 	wantWrite bool      // waiting for the socket to take out[outOff:]
+	queuedOut bool      // on the loop's list of replies written at the round's end
 	lastRead  time.Time // idle timeout
 
 	auth  authState // the login, with Options.Auth
