@@ -59,12 +59,12 @@ type eventLoop struct {
 	stop bool
 
 	woken atomic.Bool // a byte is in the wake pipe
+	now   int64       // nanotime when the current epoll_wait returned
 
 	// outq lists the connections whose replies are written at the end of
 	// the round (flushQueued), after every connection with input was
 	// read and served, as Redis does (handleClientsWithPendingWrites).
 	outq []*client
-	now  time.Time // when the current epoll_wait returned (idle timeout)
 
 	// Fairness between clients (IP addresses) of the loop: in one round
 	// (one epoll_wait's events) a client runs at most loopClientBudget
@@ -76,16 +76,15 @@ type eventLoop struct {
 	shares map[netip.Addr]*loopShare
 }
 
-// loopYieldRounds: the loop yields its processor every that many rounds.
-// A goroutine that runs for 10 ms without passing through the scheduler
-// (the loop's system calls do not) is seen by Go's system monitor as
-// stuck: it sends the thread a preemption signal and takes the processor
-// away during the next epoll_wait, and each time that sends the monitor
-// back to waking every 20 µs for a millisecond or more (perf stat: ~0.1
-// nanosleep calls per request). A yield every 32 rounds (a round is one
-// epoll_wait, well under 10 ms / 32 under load) costs a few hundred
-// scheduler passes a second instead.
-const loopYieldRounds = 32
+// loopYieldEvery: the loop yields its processor that often. A goroutine
+// that runs for 10 ms without passing through the scheduler (the loop's
+// system calls do not) is seen by Go's system monitor as stuck: it sends
+// the thread a preemption signal and takes the processor away during the
+// next epoll_wait, and each time that sends the monitor back to waking
+// every 20 µs for a millisecond or more (perf stat on the server under
+// redis-benchmark -P 1: ~0.1 nanosleep calls per request, 0.01 with the
+// yield). A yield costs one scheduler pass, a few hundred a second.
+const loopYieldEvery = 2 * time.Millisecond
 
 // loopClientBudget is the most commands one client runs in a loop round
 // while it has input on several connections (about half a millisecond of
@@ -252,27 +251,26 @@ func (l *eventLoop) run() {
 	var sweep time.Duration // 0: no idle timeout
 	if t := l.s.opts.IdleTimeout; t > 0 {
 		sweep = min(max(t/8, 10*time.Millisecond), time.Second)
-		l.now = time.Now()
 	}
-	lastSweep := l.now
+	l.now = nanotime()
+	lastSweep, lastYield := l.now, l.now
 	for {
 		wait := -1 // ms; -1: until an event
 		if sweep > 0 {
-			wait = int((sweep - l.now.Sub(lastSweep) + time.Millisecond - 1) / time.Millisecond)
+			wait = int((sweep - time.Duration(l.now-lastSweep) + time.Millisecond - 1) / time.Millisecond)
 			wait = max(wait, 0)
 		}
 		n, err := epollWait(l.epfd, l.events, wait)
-		if sweep > 0 {
-			l.now = time.Now()
-			if l.now.Sub(lastSweep) >= sweep {
-				lastSweep = l.now
-				l.sweepIdle()
-			}
+		l.now = nanotime()
+		if sweep > 0 && time.Duration(l.now-lastSweep) >= sweep {
+			lastSweep = l.now
+			l.sweepIdle()
 		}
-		l.round++
-		if l.round%loopYieldRounds == 0 {
+		if l.now-lastYield >= int64(loopYieldEvery) {
+			lastYield = l.now
 			runtime.Gosched()
 		}
+		l.round++
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -367,7 +365,7 @@ func (l *eventLoop) woke() bool {
 	adds, stop := l.adds, l.stop
 	l.adds = nil
 	l.mu.Unlock()
-	now := time.Now()
+	now := nanotime()
 	for _, c := range adds {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.fd)}
 		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
@@ -424,7 +422,7 @@ func (l *eventLoop) closeAll(err error) {
 func (l *eventLoop) sweepIdle() {
 	t := l.s.opts.IdleTimeout
 	for _, c := range l.conns {
-		if l.now.Sub(c.lastRead) >= t {
+		if time.Duration(l.now-c.lastRead) >= t {
 			l.closeConn(c, nil)
 		}
 	}
@@ -496,7 +494,8 @@ func (l *eventLoop) serve(c *client, events uint32) {
 	}
 	c.w += n
 	c.lastN = n
-	c.lastRead = l.now // zero without an idle timeout: then never read
+	c.lastRead = l.now
+	c.tstart = l.now // the batch's commands started when the round did
 	l.process(c)
 }
 
