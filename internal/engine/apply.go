@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -43,11 +44,16 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 	if err := e.limits.validateID(id); err != nil {
 		return true, err
 	}
-	h := hashID(id)
-	sh := &e.shards[shardOf(h)]
-	i, en, rp, idRef, ok := sh.findRef(id, h)
+	cell := e.recent.cell()
+	sh, i, en, rp, idRef, ok := e.recentFind(cell, id)
 	if !ok {
-		return false, nil
+		h := hashID(id)
+		no := shardOf(h)
+		sh = &e.shards[no]
+		if i, en, rp, idRef, ok = sh.findRef(id, h); !ok {
+			return false, nil
+		}
+		cell.Store(uint64(no)<<32 | uint64(i+1))
 	}
 	en.lockAs(hotGuess(i))
 	if rp.Load() != idRef || !en.plainCounter() {
@@ -58,6 +64,49 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 	err = e.addPlainLocked(sh, i, en, id, delta, res)
 	en.unlock()
 	return true, err
+}
+
+// recentIDs remembers, per processor (P), where the id of the last
+// addPlain on that P lives: shard<<32 | slab index+1 (0: none). A hot
+// counter's adds then skip hashing the id and probing the table; the
+// entry's id is still compared with the id asked for, as a probe does,
+// and checked again under the entry's lock, so a stale hint (the entry
+// freed or reused) only costs the normal lookup. One word per P, read
+// and written atomically: no lock, no allocation, nothing a concurrent
+// P can tear.
+type recentIDs struct {
+	cells [64]struct {
+		loc atomic.Uint64
+		_   [56]byte
+	}
+}
+
+// cell returns the running P's cell (the P may change right after; the
+// cell is only a hint, so that is harmless).
+func (r *recentIDs) cell() *atomic.Uint64 {
+	p := procPin()
+	procUnpin()
+	return &r.cells[p&63].loc
+}
+
+// recentFind looks id up at the location cell remembers: like
+// shard.findRef, without the hash and the table.
+func (e *Engine) recentFind(cell *atomic.Uint64, id string) (*shard, uint32, *entry, *atomic.Uint32, uint32, bool) {
+	loc := cell.Load()
+	if loc == 0 {
+		return nil, 0, nil, nil, 0, false
+	}
+	sh := &e.shards[uint8(loc>>32)]
+	i := uint32(loc) - 1
+	en, rp := sh.at(i)
+	if en == nil {
+		return nil, 0, nil, nil, 0, false
+	}
+	ref := rp.Load()
+	if b, ok := idOf(sh.ar.Load(), ref); !ok || string(b) != id {
+		return nil, 0, nil, nil, 0, false
+	}
+	return sh, i, en, rp, ref, true
 }
 
 // addPlainLocked adds delta to the plain counter en (slab index i of sh),

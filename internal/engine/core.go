@@ -52,6 +52,7 @@ type Engine struct {
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
+	recent recentIDs    // addPlain's per-P hint of where the last id lives
 	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
 	closed atomic.Bool
 
