@@ -49,18 +49,8 @@ for p in "${PORTS[@]}"; do
 		sleep 0.05
 	done
 done
-args() {
-	case $1 in
-	incr_p1) echo "-t incr -P 1" ;;
-	incr_p16) echo "-t incr -P 16" ;;
-	incr_rand) echo "-t incr -r 100000" ;;
-	get) echo "-r 100000 get counter:__rand_int__" ;;
-	hincrby) echo "-r 1000 hincrby bench:h f:__rand_int__ 1" ;;
-	pfadd) echo "-r 1000000 pfadd bench:hll __rand_int__" ;;
-	*) echo "bench-resp-ab: unknown test $1" >&2; exit 2 ;;
-	esac
-}
-ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# shellcheck source=scripts/benchlib.sh
+. "$(dirname "$0")/benchlib.sh"
 TCK=$(getconf CLK_TCK)
 K=${#PORTS[@]}
 echo "start $(uptime)"
@@ -69,7 +59,7 @@ for r in $(seq "$ROUNDS"); do
 		for j in $(seq 0 $((K - 1))); do
 			idx=$(((j + r) % K))
 			pc=""
-			t0=$(ticks "${SPIDS[$idx]}")
+			t0=$(cputicks "${SPIDS[$idx]}")
 			if [ -n "${PERF:-}" ]; then
 				perf stat -x, -e context-switches,syscalls:sys_enter_epoll_wait,syscalls:sys_enter_epoll_pwait,syscalls:sys_enter_nanosleep,syscalls:sys_enter_futex,syscalls:sys_enter_read,syscalls:sys_enter_write \
 					-p "${SPIDS[$idx]}" -o "$T/perf.out" &
@@ -77,9 +67,9 @@ for r in $(seq "$ROUNDS"); do
 				sleep 0.3
 			fi
 			# shellcheck disable=SC2046
-			out=$(redis-benchmark -h 127.0.0.1 -p "${PORTS[$idx]}" -c 50 -n "$N" --csv $(args "$t") 2>&1 |
+			out=$(redis-benchmark -h 127.0.0.1 -p "${PORTS[$idx]}" -c 50 -n "$N" --csv $(resp_test_args "$t") 2>&1 |
 				grep -v '^"test"' | grep '^"' | tail -1 | tr -d '"')
-			t1=$(ticks "${SPIDS[$idx]}")
+			t1=$(cputicks "${SPIDS[$idx]}")
 			if [ -n "${PERF:-}" ]; then
 				kill -INT "$PP"
 				wait "$PP"
