@@ -140,17 +140,9 @@ echo "counterd on :$RESP_PORT (durability async); $(nproc 2>/dev/null || echo '?
 echo
 
 # test_args name: the redis-benchmark arguments of a test.
-test_args() {
-	case $1 in
-	incr_p1) echo "-t incr -P 1" ;;
-	incr_p16) echo "-t incr -P 16" ;;
-	incr_rand) echo "-t incr -r 100000" ;;
-	get) echo "-r 100000 get counter:__rand_int__" ;;
-	hincrby) echo "-r 1000 hincrby bench:h f:__rand_int__ 1" ;;
-	pfadd) echo "-r 1000000 pfadd bench:hll __rand_int__" ;;
-	*) echo "bench-resp: unknown test $1" >&2; exit 2 ;;
-	esac
-}
+# shellcheck source=scripts/benchlib.sh
+. "$ROOT/scripts/benchlib.sh"
+test_args() { resp_test_args "$1"; }
 
 RESULTS=$TMP/results.txt # target test round rps p50 p99 cpu_us_per_request
 

@@ -1,4 +1,5 @@
-# Shared helpers of the A/B benchmark scripts (bench-auth.sh, bench-tls.sh);
+# Shared helpers of the A/B benchmark scripts (bench-auth.sh, bench-tls.sh,
+# bench-resp.sh, bench-resp-ab.sh);
 # source it, don't run it.
 
 # cputicks PID: the process's user + system CPU time, in clock ticks.
@@ -16,3 +17,17 @@ wrksummary() {
 
 # median X...: the median of numbers (the upper one of an even count).
 median() { printf '%s\n' "$@" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+
+# resp_test_args NAME: the redis-benchmark arguments of a RESP test
+# (bench-resp.sh lists what each does).
+resp_test_args() {
+  case $1 in
+  incr_p1) echo "-t incr -P 1" ;;
+  incr_p16) echo "-t incr -P 16" ;;
+  incr_rand) echo "-t incr -r 100000" ;;
+  get) echo "-r 100000 get counter:__rand_int__" ;;
+  hincrby) echo "-r 1000 hincrby bench:h f:__rand_int__ 1" ;;
+  pfadd) echo "-r 1000000 pfadd bench:hll __rand_int__" ;;
+  *) echo "unknown RESP test $1" >&2; exit 2 ;;
+  esac
+}

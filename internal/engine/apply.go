@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -17,13 +18,140 @@ const MaxItems = 10000
 
 // Add adds delta to the additive counter id (creating a KindCounter).
 func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOptions) (Result, error) {
+	if wo.IdempotencyKey == "" && !e.closed.Load() {
+		var res Result
+		if done, err := e.addPlain(id, delta, &res); done {
+			if err == nil {
+				err = e.finishPlain(ctx, wo)
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			return res, nil
+		}
+	}
 	return e.Apply(ctx, Op{Type: OpAdd, ID: id, Delta: delta}, wo)
+}
+
+// addPlain is the path of the hottest operation, an add to an existing
+// plain counter (entry.plainCounter: KindCounter, no TTL, no rollups): one
+// lock-free lookup, the entry's lock, the add. It builds no Op and does
+// not go through Apply's dispatch. done is false, with nothing changed,
+// when id is not such a counter (missing, another kind, a TTL); the
+// caller then takes the general path, which decides everything again
+// under the lock.
+func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err error) {
+	if err := e.limits.validateID(id); err != nil {
+		return true, err
+	}
+	cell := e.recent.cell()
+	sh, i, en, rp, idRef, ok := e.recentFind(cell, id)
+	if !ok {
+		h := hashID(id)
+		no := shardOf(h)
+		sh = &e.shards[no]
+		if i, en, rp, idRef, ok = sh.findRef(id, h); !ok {
+			return false, nil
+		}
+		cell.Store(uint64(no)<<32 | uint64(i+1))
+	}
+	en.lockAs(hotGuess(i))
+	if rp.Load() != idRef || !en.plainCounter() {
+		// Freed and reused since the lookup, or not a plain counter.
+		en.unlock()
+		return false, nil
+	}
+	err = e.addPlainLocked(sh, i, en, id, delta, res)
+	en.unlock()
+	return true, err
+}
+
+// recentIDs remembers, per processor (P), where the id of the last
+// addPlain on that P lives: shard<<32 | slab index+1 (0: none). A hot
+// counter's adds then skip hashing the id and probing the table; the
+// entry's id is still compared with the id asked for, as a probe does,
+// and checked again under the entry's lock, so a stale hint (the entry
+// freed or reused) only costs the normal lookup. One word per P, read
+// and written atomically: no lock, no allocation, nothing a concurrent
+// P can tear.
+type recentIDs struct {
+	cells [64]struct {
+		loc atomic.Uint64
+		_   [56]byte
+	}
+}
+
+// cell returns the running P's cell (the P may change right after; the
+// cell is only a hint, so that is harmless).
+func (r *recentIDs) cell() *atomic.Uint64 {
+	p := procPin()
+	procUnpin()
+	return &r.cells[p&63].loc
+}
+
+// recentFind looks id up at the location cell remembers: like
+// shard.findRef, without the hash and the table.
+func (e *Engine) recentFind(cell *atomic.Uint64, id string) (*shard, uint32, *entry, *atomic.Uint32, uint32, bool) {
+	loc := cell.Load()
+	if loc == 0 {
+		return nil, 0, nil, nil, 0, false
+	}
+	sh := &e.shards[uint8(loc>>32)]
+	i := uint32(loc) - 1
+	en, rp := sh.at(i)
+	if en == nil {
+		return nil, 0, nil, nil, 0, false
+	}
+	ref := rp.Load()
+	if b, ok := idOf(sh.ar.Load(), ref); !ok || string(b) != id {
+		return nil, 0, nil, nil, 0, false
+	}
+	return sh, i, en, rp, ref, true
+}
+
+// addPlainLocked adds delta to the plain counter en (slab index i of sh),
+// whose lock the caller holds: what INCR on a counter without TTL does.
+func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta int64, res *Result) error {
+	v, ok := addInt64(en.value, delta)
+	if !ok {
+		return overflow(id)
+	}
+	en.value = v
+	en.ver++ // touch, by hand: touch is too big to inline
+	en.updated = e.nowNano()
+	if en.lk.Load()&flagDirty == 0 || en.ver == 0 {
+		touchSlow(sh, i, en)
+	}
+	*res = Result{ID: id, Kind: KindCounter, Value: v, Version: en.version(), Changed: true}
+	return nil
+}
+
+// finishPlain ends an addPlain that succeeded: it counts the op and waits
+// for durability as Apply does.
+func (e *Engine) finishPlain(ctx context.Context, wo WriteOptions) error {
+	e.ops.inc()
+	if e.durability(wo) == Sync {
+		return e.waitDurable(ctx)
+	}
+	return nil
 }
 
 // Apply applies one mutation.
 func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, error) {
 	if err := e.checkOpen(); err != nil {
 		return Result{}, err
+	}
+	if wo.IdempotencyKey == "" && op.plainAdd() {
+		var res Result
+		if done, err := e.addPlain(op.ID, op.Delta, &res); done {
+			if err == nil {
+				err = e.finishPlain(ctx, wo)
+			}
+			if err != nil {
+				return Result{}, err
+			}
+			return res, nil
+		}
 	}
 	if err := op.validate(&e.limits); err != nil {
 		return Result{}, err
@@ -114,20 +242,9 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 	en := r.e
 	if op.Type == OpAdd && en.plainCounter() && (op.Kind == KindNone || op.Kind == KindCounter) {
 		// Fast path for the hottest operation: a plain counter without TTL.
-		v, ok := addInt64(en.value, op.Delta)
-		if !ok {
-			en.unlock()
-			return overflow(op.ID)
-		}
-		en.value = v
-		en.ver++ // touch, by hand: touch is too big to inline
-		en.updated = e.nowNano()
-		if en.lk.Load()&flagDirty == 0 || en.ver == 0 {
-			touchSlow(&r)
-		}
-		*res = Result{ID: op.ID, Kind: KindCounter, Value: v, Version: en.version(), Changed: true}
+		err := e.addPlainLocked(r.sh, r.idx, en, op.ID, op.Delta, res)
 		en.unlock()
-		return nil
+		return err
 	}
 	err = e.applyLocked(&r, op, nil, e.nowNano(), res)
 	en.unlock()

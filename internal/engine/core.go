@@ -52,6 +52,7 @@ type Engine struct {
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
+	recent recentIDs    // addPlain's per-P hint of where the last id lives
 	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
 	closed atomic.Bool
 
@@ -288,20 +289,19 @@ func (e *Engine) touch(r *ref, now int64) {
 	en.ver++
 	en.updated = now
 	if en.flags()&flagDirty == 0 || en.ver == 0 {
-		touchSlow(r)
+		touchSlow(r.sh, r.idx, en)
 	}
 }
 
 // touchSlow is the rest of touch, once per flush interval: the dirty mark
 // (and the version's carry into its high half, once per 2^32 changes).
-func touchSlow(r *ref) {
-	en := r.e
+func touchSlow(sh *shard, i uint32, en *entry) {
 	if en.ver == 0 {
 		en.carry()
 	}
 	if en.flags()&flagDirty == 0 {
 		en.setFlags(flagDirty)
-		r.sh.markDirty(r.idx)
+		sh.markDirty(i)
 	}
 }
 

@@ -378,9 +378,17 @@ func (s *shard) idLocked(i uint32) string {
 // locking. A miss may be spurious while a writer reorganises the shard;
 // callers that must know call findLocked.
 func (s *shard) find(id string, h uint64) (uint32, *entry, uint32, bool) {
+	i, en, _, ref, ok := s.findRef(id, h)
+	return i, en, ref, ok
+}
+
+// findRef is find that also returns where the entry's id reference lives
+// (its chunk's refs[i], which never moves), so that a caller can check it
+// again once the entry is locked without looking the chunk up again.
+func (s *shard) findRef(id string, h uint64) (uint32, *entry, *atomic.Uint32, uint32, bool) {
 	t := s.tab.Load()
 	if t == nil {
-		return 0, nil, 0, false
+		return 0, nil, nil, 0, false
 	}
 	a := s.ar.Load()
 	mask := uint64(len(t.slots) - 1)
@@ -388,7 +396,7 @@ func (s *shard) find(id string, h uint64) (uint32, *entry, uint32, bool) {
 	for p, n := h&mask, 0; n < len(t.slots); p, n = (p+1)&mask, n+1 {
 		v := atomic.LoadUint32(&t.slots[p])
 		if v == slotEmpty {
-			return 0, nil, 0, false
+			return 0, nil, nil, 0, false
 		}
 		if v>>24 != tag || v&slotIndexMask == 0 {
 			continue
@@ -396,14 +404,14 @@ func (s *shard) find(id string, h uint64) (uint32, *entry, uint32, bool) {
 		i := v&slotIndexMask - 1
 		en, rp := s.at(i)
 		if en == nil {
-			return 0, nil, 0, false
+			return 0, nil, nil, 0, false
 		}
 		ref := rp.Load()
 		if b, ok := idOf(a, ref); ok && string(b) == id {
-			return i, en, ref, true
+			return i, en, rp, ref, true
 		}
 	}
-	return 0, nil, 0, false
+	return 0, nil, nil, 0, false
 }
 
 // findLocked is find under mu, where it cannot miss spuriously.

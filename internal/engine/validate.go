@@ -93,9 +93,15 @@ func (op *Op) Validate(l Limits) error {
 
 // validate is Validate with l's defaults already filled in (the engine
 // fills them once, at Open, instead of on every op).
+// plainAdd reports whether op is an add of Delta and nothing else (no
+// kind, TTL, window, shard or float): Add's arguments.
+func (op *Op) plainAdd() bool {
+	return op.Type == OpAdd && op.TTL == 0 && op.HLLPrecision == 0 && op.Kind == KindNone &&
+		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 && op.Float == "" && op.ExpireAt == 0
+}
+
 func (op *Op) validate(l *Limits) error {
-	if op.Type == OpAdd && op.TTL == 0 && op.HLLPrecision == 0 && op.Kind == KindNone &&
-		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 && op.Float == "" && op.ExpireAt == 0 {
+	if op.plainAdd() {
 		// The hottest op, a plain add: only its id needs checking.
 		return l.validateID(op.ID)
 	}

@@ -51,9 +51,10 @@ type client struct {
 	fd        int  // the connection's descriptor
 	onLoop    bool // served by an event loop (not its own goroutine)
 	share     *loopShare
-	outOff    int       // out[:outOff] is written
-	wantWrite bool      // waiting for the socket to take out[outOff:]
-	lastRead  time.Time // idle timeout
+	outOff    int   // out[:outOff] is written
+	wantWrite bool  // waiting for the socket to take out[outOff:]
+	queuedOut bool  // on the loop's list of replies written at the round's end
+	lastRead  int64 // nanotime of the last read (idle timeout)
 
 	auth  authState // the login, with Options.Auth
 	first bool      // no command parsed yet (looksLikeHTTP)
@@ -67,7 +68,7 @@ type client struct {
 	proto   int  // 2 or 3
 	closing bool // QUIT or a panic: stop after flushing the replies
 
-	tstart      time.Time // metrics: when the current command started
+	tstart      int64     // metrics: nanotime when the current command started
 	deadlineSet time.Time // when the read deadline was last moved (fill)
 	ncmds       uint64    // commands run in this batch, for INFO
 
@@ -186,8 +187,8 @@ const (
 // does not depend on how the connection does I/O (its own goroutine, or an
 // event loop).
 func (s *Server) runBuffered(c *client) step {
-	if s.m != nil {
-		c.tstart = time.Now()
+	if s.m != nil && !c.onLoop {
+		c.tstart = nanotime() // a loop sets it once per round (serve)
 	}
 	for c.r < c.w {
 		n, args, perr := c.p.parse(c.in[c.r:c.w])
