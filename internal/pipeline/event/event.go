@@ -89,6 +89,17 @@ func NewEvent(id, typ string, ts int64, attrs map[string]any) Event {
 	return e
 }
 
+// Decode decodes the attribute's value like Event.Attr.
+func (a *Attr) Decode() any { return decodeValue(a.Value) }
+
+// Text returns the attribute's value when it is a JSON string, unescaped.
+func (a *Attr) Text() (string, bool) {
+	if len(a.Value) == 0 || a.Value[0] != '"' {
+		return "", false
+	}
+	return unquote(a.Value, plainString(a.Value)), true
+}
+
 // Attrs returns the attributes, in the order sent, each name once.
 func (e *Event) Attrs() []Attr { return e.attrs }
 
@@ -97,7 +108,7 @@ func (e *Event) Attrs() []Attr { return e.attrs }
 func (e *Event) Attr(name string) (any, bool) {
 	for i := range e.attrs {
 		if string(e.attrs[i].Name) == name {
-			return decodeValue(e.attrs[i].Value), true
+			return e.attrs[i].Decode(), true
 		}
 	}
 	return nil, false
