@@ -50,7 +50,8 @@ func fastNode(e ast.Expr) fastExpr {
 			return nil
 		}
 		var key ref.Val = types.String(s.FieldName()) // boxed once
-		if s.IsTestOnly() { // has(event.name)
+		if s.IsTestOnly() {
+			// has(event.name)
 			return func(in *Input) (ref.Val, bool) {
 				_, found := in.Find(key)
 				return types.Bool(found), true
