@@ -140,6 +140,41 @@ func ParseBatch(data []byte, l Limits) ([]Event, error) {
 // reads it back to the same event). The collector forwards it instead of
 // encoding the event again.
 func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
+	b, evs, err := parseBatch(data, l, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return evs, b.Events, nil
+}
+
+// Batch is a checked batch in the form the collector forwards.
+type Batch struct {
+	// Events are each event's JSON as sent, compacted (ParseBatchRaw's
+	// second result).
+	Events [][]byte
+	// joined is Events joined by '\n' when the batch was sent as exactly
+	// that (compact NDJSON, one event a line): a slice of the input,
+	// which Frame forwards without copying. Otherwise nil.
+	joined []byte
+}
+
+// CheckBatch checks a batch like ParseBatch and returns its forwarded
+// form; the decoded events are not kept. The Batch points into data.
+func CheckBatch(data []byte, l Limits) (*Batch, error) {
+	b, _, err := parseBatch(data, l, false)
+	return b, err
+}
+
+// Frame returns the stream messages of the batch (Frame of its Events).
+func (b *Batch) Frame(maxBytes int) [][]byte {
+	if b.joined != nil && len(b.joined) <= maxBytes {
+		return [][]byte{b.joined}
+	}
+	return Frame(b.Events, maxBytes)
+}
+
+// parseBatch checks data; keep returns the decoded events too.
+func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 	l = l.withDefaults()
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -147,10 +182,11 @@ func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	}
 	var raws [][]byte
 	var err error
-	if trimmed[0] == '[' {
-		raws, err = splitArray(trimmed, l)
-	} else {
+	ndjson := trimmed[0] != '['
+	if ndjson {
 		raws, err = splitLines(trimmed, l)
+	} else {
+		raws, err = splitArray(trimmed, l)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -158,21 +194,42 @@ func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	if len(raws) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
-	out := make([]Event, len(raws))
+	var out []Event
+	if keep {
+		out = make([]Event, len(raws))
+	}
+	var scratch Event
+	compacted := false
+	joinedLen := len(raws) - 1 // the newlines between the events
 	for i, raw := range raws {
-		if err := decodeInto(raw, l, &out[i]); err != nil {
+		e := &scratch
+		if keep {
+			e = &out[i]
+		}
+		if err := decodeInto(raw, l, e); err != nil {
 			return nil, nil, &Error{Index: i, Err: err}
 		}
 		if bytes.ContainsAny(raw, "\r\n") { // only whitespace between tokens: strings cannot hold them raw
 			var b bytes.Buffer
 			_ = json.Compact(&b, raw) // decodeInto accepted it
 			raws[i] = b.Bytes()
-			// The attributes point into raw; decode the compact form so
-			// that they point into what is forwarded.
-			_ = decodeInto(raws[i], l, &out[i])
+			compacted = true
+			if keep {
+				// The attributes point into raw; decode the compact form
+				// so that they point into what is forwarded.
+				_ = decodeInto(raws[i], l, e)
+			}
 		}
+		joinedLen += len(raws[i])
 	}
-	return out, raws, nil
+	b := &Batch{Events: raws}
+	// The lines are ordered, disjoint slices of trimmed, each ended by a
+	// newline but the last: when their bytes and one newline between each
+	// two add up to trimmed (less a final newline), nothing else is there.
+	if ndjson && !compacted && (len(trimmed) == joinedLen || len(trimmed) == joinedLen+1 && trimmed[joinedLen] == '\n') {
+		b.joined = trimmed[:joinedLen]
+	}
+	return b, out, nil
 }
 
 // splitArray returns the elements of the JSON array data, checking the

@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,14 +71,30 @@ func FuzzParseBatch(f *testing.F) {
 	f.Add([]byte(`[{"id":"a","type":"t","ts":1}]`))
 	f.Add([]byte("{\"id\":\"a\",\"type\":\"t\",\"ts\":\"2026-01-02T03:04:05Z\",\"x\":[1,2.5,\"s\"]}\n{\"id\":\"b\",\"type\":\"u\",\"ts\":0}"))
 	f.Add([]byte(`[{"id":"\u00e9","type":"t","ts":253402300799999,"n":1e400}]`))
+	f.Add([]byte("{\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n{\"id\":\"b\",\"type\":\"t\",\"ts\":2}\n"))
+	f.Add([]byte(" {\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n\n{\"id\":\"b\",\"type\":\"t\",\"ts\":2} \n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l := Limits{MaxEvents: 50, MaxEventBytes: 4096, MaxAttrs: 16}
 		evs, raws, err := ParseBatchRaw(data, l)
+		b, cerr := CheckBatch(data, l)
+		if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
+			t.Fatalf("ParseBatchRaw: %v, CheckBatch: %v", err, cerr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
+		}
+		// CheckBatch forwards the same events; its messages, taken from
+		// the input as is when they can be, are those Frame builds.
+		if !slices.EqualFunc(b.Events, raws, bytes.Equal) {
+			t.Fatalf("CheckBatch events %q, ParseBatchRaw %q", b.Events, raws)
+		}
+		for _, max := range []int{1, 64, 1 << 20} {
+			if got, want := b.Frame(max), Frame(raws, max); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("Batch.Frame(%d) = %q, Frame = %q", max, got, want)
+			}
 		}
 		if len(evs) == 0 || len(evs) > l.MaxEvents {
 			t.Fatalf("%d events", len(evs))

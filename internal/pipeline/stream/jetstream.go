@@ -105,12 +105,10 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStream, error)
 	return s, nil
 }
 
-// Append publishes the events several per message (event.Frame), each
-// message with a Nats-Msg-Id derived from its content, so a batch sent
-// again within the duplicates window is dropped by the server; then it
-// waits for every ack.
-func (s *JetStream) Append(ctx context.Context, evs []event.Event, enc [][]byte) error {
-	msgs := event.Frame(enc, MaxMessageBytes)
+// Append publishes the messages, each with a Nats-Msg-Id derived from
+// its content, so a batch sent again within the duplicates window is
+// dropped by the server; then it waits for every ack.
+func (s *JetStream) Append(ctx context.Context, msgs [][]byte) error {
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		sum := sha256.Sum256(m)
