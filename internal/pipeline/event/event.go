@@ -407,5 +407,24 @@ func Frame(enc [][]byte, maxBytes int) [][]byte {
 
 // Unframe splits a stream message into its events (Frame's inverse).
 func Unframe(msg []byte) [][]byte {
-	return bytes.Split(msg, []byte{'\n'})
+	out := make([][]byte, 0, Framed(msg))
+	EachFramed(msg, func(_ int, ev []byte) { out = append(out, ev) })
+	return out
+}
+
+// Framed returns how many events the stream message msg holds.
+func Framed(msg []byte) int { return bytes.Count(msg, []byte{'\n'}) + 1 }
+
+// EachFramed calls fn with each event of msg and its index, like ranging
+// over Unframe(msg) without building the slice.
+func EachFramed(msg []byte, fn func(i int, ev []byte)) {
+	for i := 0; ; i++ {
+		nl := bytes.IndexByte(msg, '\n')
+		if nl < 0 {
+			fn(i, msg)
+			return
+		}
+		fn(i, msg[:nl])
+		msg = msg[nl+1:]
+	}
 }

@@ -134,6 +134,16 @@ func TestFrame(t *testing.T) {
 				t.Fatalf("max %d: message of %d bytes holds %d events", max, len(m), len(parts))
 			}
 			back = append(back, Unframe(m)...)
+			n := 0
+			EachFramed(m, func(i int, _ []byte) {
+				if i != n {
+					t.Fatalf("EachFramed index %d after %d events", i, n)
+				}
+				n++
+			})
+			if split := bytes.Split(m, []byte{'\n'}); !slices.EqualFunc(Unframe(m), split, bytes.Equal) || Framed(m) != n || n != len(split) {
+				t.Fatalf("Unframe %q, Framed %d, EachFramed %d events; split %q", Unframe(m), Framed(m), n, split)
+			}
 		}
 		if len(back) != len(enc) {
 			t.Fatalf("max %d: %d events back, want %d", max, len(back), len(enc))

@@ -28,12 +28,59 @@ type fastExpr func(in *Input) (v ref.Val, ok bool)
 type program struct {
 	cel  cel.Program
 	fast fastExpr // nil: CEL only
+	// str is fast for an expression of strings (a literal, an attribute,
+	// a concatenation of those) without boxing each into a ref.Val.
+	str fastString // nil: use fast
 }
 
-// fastOf returns the fast path of a checked expression, or nil when the
-// expression is outside the subset.
-func fastOf(a *cel.Ast) fastExpr {
-	return fastNode(a.NativeRep().Expr())
+// fastString evaluates a string expression; ok false declines.
+type fastString func(in *Input) (s string, ok bool)
+
+// newProgram returns the program of a checked expression.
+func newProgram(a *cel.Ast, p cel.Program) *program {
+	e := a.NativeRep().Expr()
+	return &program{cel: p, fast: fastNode(e), str: fastStr(e)}
+}
+
+// fastStr returns the string fast path of e: a string literal, an
+// attribute (declining when it is not a string) or a concatenation of
+// those; nil for anything else.
+func fastStr(e ast.Expr) fastString {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		if s, ok := e.AsLiteral().(types.String); ok {
+			return func(*Input) (string, bool) { return string(s), true }
+		}
+	case ast.SelectKind:
+		s := e.AsSelect()
+		if s.IsTestOnly() || s.Operand().Kind() != ast.IdentKind || s.Operand().AsIdent() != "event" {
+			return nil
+		}
+		var key ref.Val = types.String(s.FieldName())
+		return func(in *Input) (string, bool) {
+			v, found := in.Find(key)
+			s, ok := v.(types.String)
+			return string(s), found && ok
+		}
+	case ast.CallKind:
+		c := e.AsCall()
+		if c.FunctionName() != operators.Add || c.IsMemberFunction() || len(c.Args()) != 2 {
+			return nil
+		}
+		l, r := fastStr(c.Args()[0]), fastStr(c.Args()[1])
+		if l == nil || r == nil {
+			return nil
+		}
+		return func(in *Input) (string, bool) {
+			a, ok := l(in)
+			if !ok {
+				return "", false
+			}
+			b, ok := r(in)
+			return a + b, ok
+		}
+	}
+	return nil
 }
 
 func fastNode(e ast.Expr) fastExpr {

@@ -253,7 +253,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err)
 		}
-		return &program{cel: p, fast: fastOf(ast)}, nil
+		return newProgram(ast, p), nil
 	}
 	var err error
 	if y.Filter != "" {
@@ -472,6 +472,11 @@ func evalBool(p *program, act *Input) (bool, error) {
 }
 
 func evalString(p *program, act *Input) (string, error) {
+	if p.str != nil {
+		if s, ok := p.str(act); ok {
+			return s, nil
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return "", err

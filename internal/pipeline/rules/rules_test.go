@@ -177,7 +177,7 @@ func TestInputMap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, prog := range []*program{{cel: p}, {cel: p, fast: fastOf(ast)}} {
+		for _, prog := range []*program{{cel: p}, newProgram(ast, p)} {
 			ok, err := evalBool(prog, in)
 			if err != nil || !ok {
 				t.Errorf("%s (fast path %v) = %v, %v", src, prog.fast != nil, ok, err)

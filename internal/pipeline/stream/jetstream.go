@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -170,13 +171,14 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 			if err != nil {
 				continue
 			}
-			for i, ev := range event.Unframe(m.Data()) {
+			g = slices.Grow(g, event.Framed(m.Data()))
+			event.EachFramed(m.Data(), func(i int, ev []byte) {
 				r := Record{Offset: int64(md.Sequence.Stream), Index: int32(i), Value: ev}
 				if i == 0 {
 					r.ack = func() { _ = m.Ack() }
 				}
 				g = append(g, r)
-			}
+			})
 		}
 		if err := b.Error(); err != nil && len(g) == 0 && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("%w: nats: fetch: %v", ErrUnavailable, err)

@@ -216,11 +216,15 @@ func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 			if len(p.Records) == 0 {
 				return
 			}
-			var g []Record
+			n := 0
 			for _, r := range p.Records {
-				for i, ev := range event.Unframe(r.Value) {
+				n += event.Framed(r.Value)
+			}
+			g := make([]Record, 0, n)
+			for _, r := range p.Records {
+				event.EachFramed(r.Value, func(i int, ev []byte) {
 					g = append(g, Record{Partition: r.Partition, Offset: r.Offset, Index: int32(i), Value: ev})
-				}
+				})
 			}
 			c.lag[p.Partition] = p.HighWatermark - (g[len(g)-1].Offset + 1)
 			out = append(out, g)
