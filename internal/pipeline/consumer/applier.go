@@ -23,6 +23,7 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -55,7 +56,7 @@ func MarkerID(id string) string {
 // atomicBatchOps bounds a batch applied with engine.AtomicApplier: big
 // enough that events of the same counters coalesce, small enough that
 // the flusher does not wait long for its locks.
-const atomicBatchOps = 8192
+const atomicBatchOps = 16384
 
 // Applier applies records exactly once. Safe for concurrent use; SetRules
 // swaps the rules atomically.
@@ -110,6 +111,7 @@ func (a *Applier) Metrics() *Metrics { return a.m }
 // pending is one event on its way into a batch.
 type pending struct {
 	rec    *stream.Record
+	g      int // the record's group (ApplyGroups)
 	marker string
 	hits   []rules.Hit
 	drop   bool // duplicate or dead-lettered
@@ -117,47 +119,95 @@ type pending struct {
 
 // Apply applies recs, records of one partition of source in offset order,
 // and returns the dead letters (records that decode badly, fail a rule or
-// whose op the engine refuses), which the caller publishes. An error
-// means some batches may not have been applied; applying recs again is
-// safe.
+// whose op the engine refuses), in offset order, which the caller
+// publishes. An error means some batches may not have been applied;
+// applying recs again is safe.
 func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record) ([]stream.DeadLetter, error) {
+	dead, err := a.ApplyGroups(ctx, source, [][]stream.Record{recs})
+	if err != nil {
+		return nil, err
+	}
+	return dead[0], nil
+}
+
+// ApplyGroups is Apply of each group (the records of one partition, as
+// a poll returns them) with one wait for durability for them all; dead[i]
+// are the dead letters of groups[i]. Events of different groups share
+// engine batches.
+func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, error) {
 	rs := a.rules.Load()
 	s := a.scratch.Get().(*scratch)
 	defer a.scratch.Put(s)
-	var dead []stream.DeadLetter
+	dead := make([][]stream.DeadLetter, len(groups))
 	applied := false
-	for len(recs) > 0 {
-		seg := recs[:min(segmentEvents, len(recs))]
-		recs = recs[len(seg):]
-		ok, err := a.applySegment(ctx, source, rs, s, seg, &dead)
+	var parts []part // the segment: up to segmentEvents records
+	n := 0
+	apply := func() error {
+		ok, err := a.applySegment(ctx, source, rs, s, parts, dead)
 		s.clear()
-		if err != nil {
-			return nil, err
-		}
+		parts, n = parts[:0], 0
 		applied = applied || ok
-		if len(recs) == 0 && applied {
-			// The chunks went in with async durability, each atomic on
-			// disk (ApplyAtomic, or with its idempotency record); one
-			// synced write of the progress counter waits for all of them
-			// (engine group commit).
-			last := seg[len(seg)-1]
-			op := engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset}
-			if _, err := a.be.Apply(ctx, op, engine.WriteOptions{Durability: engine.Sync}); err != nil {
-				return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+		return err
+	}
+	for g, recs := range groups {
+		for len(recs) > 0 {
+			take := min(segmentEvents-n, len(recs))
+			parts = append(parts, part{g, recs[:take]})
+			n, recs = n+take, recs[take:]
+			if n == segmentEvents {
+				if err := apply(); err != nil {
+					return nil, err
+				}
 			}
 		}
 	}
-	a.m.Dead.Add(float64(len(dead)))
-	if len(dead) > 0 {
-		a.m.Events.WithLabelValues("dead").Add(float64(len(dead)))
+	if n > 0 {
+		if err := apply(); err != nil {
+			return nil, err
+		}
+	}
+	if applied {
+		// The batches went in with async durability, each atomic on disk
+		// (ApplyAtomic, or with its idempotency record); one synced write
+		// of the progress counters waits for all of them (engine group
+		// commit).
+		var ops []engine.Op
+		for _, g := range groups {
+			if len(g) > 0 {
+				last := g[len(g)-1]
+				ops = append(ops, engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset})
+			}
+		}
+		if _, err := a.be.ApplyBatch(ctx, ops, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+		}
+	}
+	total := 0
+	for _, d := range dead {
+		// Decoding and rule failures come before the engine's refusals:
+		// publish them in the stream's order.
+		slices.SortStableFunc(d, func(x, y stream.DeadLetter) int {
+			return cmp.Or(cmp.Compare(x.Record.Offset, y.Record.Offset), cmp.Compare(x.Record.Index, y.Record.Index))
+		})
+		total += len(d)
+	}
+	a.m.Dead.Add(float64(total))
+	if total > 0 {
+		a.m.Events.WithLabelValues("dead").Add(float64(total))
 	}
 	return dead, nil
+}
+
+// part is records of group g of an ApplyGroups call.
+type part struct {
+	g    int
+	recs []stream.Record
 }
 
 // segmentEvents is how many records Apply evaluates before it applies
 // them: enough for several per counter to coalesce, few enough that the
 // scratch space of their ops stays small and is reused.
-const segmentEvents = 2048
+const segmentEvents = 8192
 
 // scratch is the working space of applying a segment, reused.
 type scratch struct {
@@ -177,45 +227,49 @@ func (s *scratch) clear() {
 	s.c.reset()
 }
 
-// applySegment applies recs (at most segmentEvents) and reports whether
-// it applied an engine batch.
-func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set, s *scratch, recs []stream.Record, dead *[]stream.DeadLetter) (bool, error) {
+// applySegment applies the records of parts (at most segmentEvents) and
+// reports whether it applied an engine batch. Dead letters of group g go
+// to dead[g].
+func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set, s *scratch, parts []part, dead [][]stream.DeadLetter) (bool, error) {
 	var ev event.Event // decoded into again for every record
 	in := rules.NewInput(&ev)
 	var filtered, duplicates int
-	for i := range recs {
-		if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
-			*dead = append(*dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
-			continue
+	for _, pt := range parts {
+		recs := pt.recs
+		for i := range recs {
+			if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
+				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+				continue
+			}
+			in.Reset(&ev)
+			from := len(s.arena)
+			var err error
+			s.arena, err = rs.Eval(in, s.arena)
+			hits := s.arena[from:len(s.arena):len(s.arena)]
+			if err == nil {
+				err = a.validate(hits)
+			}
+			if err != nil {
+				s.arena = s.arena[:from]
+				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+				continue
+			}
+			for j := range hits {
+				s.hits[hits[j].Rule]++
+			}
+			if len(hits) == 0 {
+				filtered++
+				continue
+			}
+			mk := MarkerID(ev.ID)
+			if _, ok := s.seen[mk]; ok {
+				duplicates++
+				s.arena = s.arena[:from]
+				continue
+			}
+			s.seen[mk] = struct{}{}
+			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits})
 		}
-		in.Reset(&ev)
-		from := len(s.arena)
-		var err error
-		s.arena, err = rs.Eval(in, s.arena)
-		hits := s.arena[from:len(s.arena):len(s.arena)]
-		if err == nil {
-			err = a.validate(hits)
-		}
-		if err != nil {
-			s.arena = s.arena[:from]
-			*dead = append(*dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
-			continue
-		}
-		for j := range hits {
-			s.hits[hits[j].Rule]++
-		}
-		if len(hits) == 0 {
-			filtered++
-			continue
-		}
-		mk := MarkerID(ev.ID)
-		if _, ok := s.seen[mk]; ok {
-			duplicates++
-			s.arena = s.arena[:from]
-			continue
-		}
-		s.seen[mk] = struct{}{}
-		s.evs = append(s.evs, pending{rec: &recs[i], marker: mk, hits: hits})
 	}
 	for r, n := range s.hits {
 		a.m.RuleHits.WithLabelValues(r.Name).Add(float64(n))
@@ -369,7 +423,7 @@ func ProgressID(source string, partition int32) string {
 // applyChunk builds one batch in c from the front of evs, applies it and
 // returns how many events it consumed (applied, duplicate or dead) and
 // whether it applied a batch.
-func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, c *chunk, evs []pending, dead *[]stream.DeadLetter) (int, bool, error) {
+func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, c *chunk, evs []pending, dead [][]stream.DeadLetter) (int, bool, error) {
 	maxItems := a.opLim.MaxItems
 	if maxItems <= 0 {
 		maxItems = engine.MaxItems
@@ -432,7 +486,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
-			*dead = append(*dead, stream.DeadLetter{Record: *p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
+			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
 		}
 		if attempt > len(evs)+1 {
 			panic("consumer: a batch kept failing after every event it named was dropped")

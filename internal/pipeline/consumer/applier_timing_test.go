@@ -105,4 +105,4 @@ rules:
     hadd: {field: event.country}
 `
 
-var applyDiskPoll = 4000
+var applyDiskPoll = 16000

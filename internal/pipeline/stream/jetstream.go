@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"time"
 
@@ -165,13 +164,18 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: nats: fetch: %v", ErrUnavailable, err)
 		}
-		var g []Record
+		var msgs []jetstream.Msg
+		n := 0
 		for m := range b.Messages() {
+			msgs = append(msgs, m)
+			n += event.Framed(m.Data())
+		}
+		g := make([]Record, 0, n)
+		for _, m := range msgs {
 			md, err := m.Metadata()
 			if err != nil {
 				continue
 			}
-			g = slices.Grow(g, event.Framed(m.Data()))
 			event.EachFramed(m.Data(), func(i int, ev []byte) {
 				r := Record{Offset: int64(md.Sequence.Stream), Index: int32(i), Value: ev}
 				if i == 0 {
