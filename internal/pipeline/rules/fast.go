@@ -145,28 +145,16 @@ func fastCall(c ast.CallExpr) fastExpr {
 			b, ok := fastBool(x, in)
 			return types.Bool(!b), ok
 		}
-	case c.FunctionName() == operators.LogicalAnd && len(fs) == 2:
-		l, r := fs[0], fs[1]
+	case (c.FunctionName() == operators.LogicalAnd || c.FunctionName() == operators.LogicalOr) && len(fs) == 2:
+		// false && anything (an error too) is false in CEL, true || anything true.
+		l, r, short := fs[0], fs[1], c.FunctionName() == operators.LogicalOr
 		return func(in *Input) (ref.Val, bool) {
 			b, ok := fastBool(l, in)
 			if !ok {
 				return nil, false
 			}
-			if !b {
-				return types.False, true // false && anything, error too, is false in CEL
-			}
-			b, ok = fastBool(r, in)
-			return types.Bool(b), ok
-		}
-	case c.FunctionName() == operators.LogicalOr && len(fs) == 2:
-		l, r := fs[0], fs[1]
-		return func(in *Input) (ref.Val, bool) {
-			b, ok := fastBool(l, in)
-			if !ok {
-				return nil, false
-			}
-			if b {
-				return types.True, true
+			if b == short {
+				return types.Bool(short), true
 			}
 			b, ok = fastBool(r, in)
 			return types.Bool(b), ok
@@ -201,19 +189,11 @@ func fastCall(c ast.CallExpr) fastExpr {
 	case c.FunctionName() == operators.Add && len(fs) == 2:
 		l, r := fs[0], fs[1]
 		return func(in *Input) (ref.Val, bool) { // string concatenation only
-			a, ok := l(in)
+			x, ok := fastText(l, in)
 			if !ok {
 				return nil, false
 			}
-			x, ok := a.(types.String)
-			if !ok {
-				return nil, false
-			}
-			b, ok := r(in)
-			if !ok {
-				return nil, false
-			}
-			y, ok := b.(types.String)
+			y, ok := fastText(r, in)
 			if !ok {
 				return nil, false
 			}
@@ -251,6 +231,16 @@ func fastOrValue(target, def ast.Expr) fastExpr {
 		}
 		return fastValue(v, true)
 	}
+}
+
+// fastText evaluates f, declining unless it is a string.
+func fastText(f fastExpr, in *Input) (types.String, bool) {
+	v, ok := f(in)
+	if !ok {
+		return "", false
+	}
+	s, ok := v.(types.String)
+	return s, ok
 }
 
 func fastBool(f fastExpr, in *Input) (bool, bool) {
