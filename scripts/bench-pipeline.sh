@@ -10,6 +10,12 @@
 #
 #   scripts/bench-pipeline.sh [EVENTS_THOUSANDS] [COUNT]
 #
+# Each run also reports the CPU each process spent per event
+# (collector-, consumer-, nats- and bench-cpu-us/event; bench is the
+# sender, the pollers and, with Kafka, kfake). COUNTERD_BENCH_PROFILE=DIR
+# writes CPU profiles of the collector and the consumer of each run (the
+# first COUNTERD_BENCH_PROFILE_SECONDS, default 5).
+#
 # Defaults: 100 (100,000 events), 3 runs of each. NATS: COUNTERD_TEST_NATS
 # names a server; else a private nats-server -js is started (apt-get install
 # nats-server). Everything shares the machine's cores; the load average is

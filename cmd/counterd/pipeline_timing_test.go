@@ -8,6 +8,7 @@ package main
 // HTTP requests (one per counter op). Each b.N is 1000 events.
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,6 +21,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,32 +47,142 @@ func benchEvents(n int) (batches []string, posts []string) {
 	return batches, posts
 }
 
-var lagRE = regexp.MustCompile(`(?m)^counterd_pipeline_consumer_lag\{partition="\d+"\} (\S+)$`)
+var (
+	lagRE     = regexp.MustCompile(`(?m)^counterd_pipeline_consumer_lag\{partition="\d+"\} (\S+)$`)
+	appliedRE = regexp.MustCompile(`(?m)^counterd_pipeline_events_total\{result="applied"\} (\S+)$`)
+)
 
-// consumerLag sums the consumer's lag gauges.
-func consumerLag(addr string) float64 {
+// consumerProgress reads the consumer's /metrics: its lag gauges summed
+// and the events it applied (-1, -1 when it does not answer). Cheap for
+// the consumer, unlike an aggregate over every counter (the markers too).
+func consumerProgress(addr string) (lag, applied float64) {
 	resp, err := client.Get(addr + "/metrics")
 	if err != nil {
-		return -1
+		return -1, -1
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	var sum float64
-	for _, m := range lagRE.FindAllStringSubmatch(string(body), -1) {
-		v, _ := strconv.ParseFloat(m[1], 64)
-		sum += v
+	for _, m := range lagRE.FindAllSubmatch(body, -1) {
+		v, _ := strconv.ParseFloat(string(m[1]), 64)
+		lag += v
 	}
-	return sum
+	if m := appliedRE.FindSubmatch(body); m != nil {
+		applied, _ = strconv.ParseFloat(string(m[1]), 64)
+	}
+	return lag, applied
 }
 
-func benchPipeline(b *testing.B, streamArgs []string) {
+// procCPU returns the CPU time (user + system) process pid used so far.
+func procCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// The fields after the command name (which may hold spaces), from
+	// field 3 on: utime and stime are fields 14 and 15, in clock ticks.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100 // USER_HZ is 100 on Linux
+}
+
+// selfCPU returns the CPU time of the benchmark process (the sender, the
+// pollers and, with Kafka, kfake).
+func selfCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// natsServerPID finds the nats-server listening on url's port (0: none
+// found, e.g. a server on another machine).
+func natsServerPID(url string) int {
+	_, port, _ := strings.Cut(strings.TrimPrefix(url, "nats://"), ":")
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		cl, _ := os.ReadFile("/proc/" + d.Name() + "/cmdline")
+		args := strings.Split(string(cl), "\x00")
+		if len(args) == 0 || filepath.Base(args[0]) != "nats-server" {
+			continue
+		}
+		if port == "" || slices.Contains(args, port) || port == "4222" && !slices.Contains(args, "-p") {
+			return pid
+		}
+	}
+	return 0
+}
+
+var adminRE = regexp.MustCompile(`msg="admin listening" addr=(\S+)`)
+
+// profileDir is where benchPipeline writes CPU profiles of the collector
+// and the consumer (COUNTERD_BENCH_PROFILE=DIR), each of the first
+// COUNTERD_BENCH_PROFILE_SECONDS (default 5) of the run.
+func profileArgs() []string {
+	if os.Getenv("COUNTERD_BENCH_PROFILE") == "" {
+		return nil
+	}
+	return []string{"--pprof", "--admin", "127.0.0.2:0"}
+}
+
+// startProfile fetches a CPU profile of p into COUNTERD_BENCH_PROFILE/name.pprof.
+func startProfile(b *testing.B, p *proc, name string) (wait func()) {
+	dir := os.Getenv("COUNTERD_BENCH_PROFILE")
+	if dir == "" {
+		return func() {}
+	}
+	m := adminRE.FindStringSubmatch(p.logs())
+	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond) // logged after "http listening"
+		m = adminRE.FindStringSubmatch(p.logs())
+	}
+	if m == nil {
+		b.Fatalf("%s: no admin listener in the log", name)
+	}
+	secs := os.Getenv("COUNTERD_BENCH_PROFILE_SECONDS")
+	if secs == "" {
+		secs = "5"
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		hc := &http.Client{Timeout: 5 * time.Minute}
+		resp, err := hc.Get("http://" + m[1] + "/debug/pprof/profile?seconds=" + secs)
+		if err != nil {
+			b.Logf("%s: profile: %v", name, err)
+			return
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		os.WriteFile(filepath.Join(dir, name+".pprof"), body, 0o644)
+	}()
+	return func() { <-done }
+}
+
+// benchPipeline runs the events of b.N batches through a collector and a
+// consumer on the stream of streamArgs. natsPID, when not 0, is the
+// stream server's process, whose CPU is reported too.
+func benchPipeline(b *testing.B, streamArgs []string, natsPID int) {
 	rulesPath := filepath.Join(b.TempDir(), "rules.yaml")
 	os.WriteFile(rulesPath, []byte(pipelineRules), 0o644)
-	col := start(b, b.TempDir(), append([]string{"--events-no-consume"}, streamArgs...)...)
-	cons := start(b, b.TempDir(), append([]string{"--rules", rulesPath, "--node-id", "bench"}, streamArgs...)...)
+	col := start(b, b.TempDir(), append(append([]string{"--events-no-consume"}, profileArgs()...), streamArgs...)...)
+	cons := start(b, b.TempDir(), append(append([]string{"--rules", rulesPath, "--node-id", "bench"}, profileArgs()...), streamArgs...)...)
 	n := b.N * 1000
 	batches, _ := benchEvents(n)
+	name := strings.TrimPrefix(b.Name(), "BenchmarkPipeline")
+	if i := strings.IndexByte(name, '-'); i >= 0 {
+		name = name[:i]
+	}
+	cpu0 := [4]time.Duration{procCPU(col.cmd.Process.Pid), procCPU(cons.cmd.Process.Pid), selfCPU(), procCPU(natsPID)}
 	b.ResetTimer()
+	waitCol := startProfile(b, col, name+"-collector")
+	waitCons := startProfile(b, cons, name+"-consumer")
 	began := time.Now()
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -95,11 +207,24 @@ func benchPipeline(b *testing.B, streamArgs []string) {
 			}
 		})
 	}
+	// Until the consumer's metrics count every event applied, sample its
+	// lag every 20 ms; then read the counters until they hold them all.
 	var lags []float64
 	for {
 		if e := sendErr.Load(); e != nil {
 			b.Fatal(*e)
 		}
+		if time.Since(began) > 10*time.Minute {
+			b.Fatalf("events not applied after 10 minutes")
+		}
+		lag, applied := consumerProgress(cons.addr)
+		if applied >= float64(n) {
+			break
+		}
+		lags = append(lags, lag)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for {
 		resp, err := client.Get(cons.addr + "/counters/views:*/aggregate")
 		if err != nil {
 			b.Fatal(err)
@@ -113,14 +238,23 @@ func benchPipeline(b *testing.B, streamArgs []string) {
 		if time.Since(began) > 10*time.Minute {
 			b.Fatalf("%d of %d events applied after 10 minutes", m.Value, n)
 		}
-		lags = append(lags, consumerLag(cons.addr))
-		time.Sleep(20 * time.Millisecond)
+		time.Sleep(5 * time.Millisecond)
 	}
 	el := time.Since(began)
 	wg.Wait()
 	b.StopTimer()
+	cpu1 := [4]time.Duration{procCPU(col.cmd.Process.Pid), procCPU(cons.cmd.Process.Pid), selfCPU(), procCPU(natsPID)}
+	waitCol()
+	waitCons()
 	b.ReportMetric(float64(n)/el.Seconds(), "events/s")
 	b.ReportMetric(0, "ns/op")
+	// CPU per event of each process (µs): where the two cores went.
+	for i, what := range []string{"collector", "consumer", "bench", "nats"} {
+		if i == 3 && natsPID == 0 {
+			continue
+		}
+		b.ReportMetric(float64(cpu1[i]-cpu0[i])/float64(time.Microsecond)/float64(n), what+"-cpu-us/event")
+	}
 	if len(lags) > 0 {
 		slices.Sort(lags)
 		b.ReportMetric(lags[min(len(lags)-1, len(lags)*99/100)], "lag-p99-records")
@@ -133,14 +267,14 @@ func BenchmarkPipelineKafka(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer kc.Close()
-	benchPipeline(b, []string{"--kafka", kc.ListenAddrs()[0], "--kafka-partitions", "4"})
+	benchPipeline(b, []string{"--kafka", kc.ListenAddrs()[0], "--kafka-partitions", "4"}, 0)
 }
 
 func BenchmarkPipelineJetStream(b *testing.B) {
 	url := natstest.New(b)
 	name := natstest.Name("B")
 	benchPipeline(b, []string{"--nats", url, "--nats-stream", name, "--nats-subject", name + ".events",
-		"--nats-dead-subject", name + ".dead", "--nats-consumer", name})
+		"--nats-dead-subject", name + ".dead", "--nats-consumer", name}, natsServerPID(url))
 }
 
 // BenchmarkPipelineHTTPIncrements sends the same events' ops as individual

@@ -313,9 +313,9 @@ type embeddedSink struct {
 	dead *deadLog // nil: not kept
 }
 
-func (s embeddedSink) Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]collector.DeadLetter, error) {
+func (s embeddedSink) Append(ctx context.Context, b *event.Batch) ([]collector.DeadLetter, error) {
 	seq := time.Now().UnixNano()
-	dead, err := s.a.Events(ctx, seq, enc)
+	dead, err := s.a.Events(ctx, seq, b.Events)
 	if err != nil {
 		return nil, err
 	}
@@ -327,8 +327,9 @@ func (s embeddedSink) Append(ctx context.Context, evs []event.Event, enc [][]byt
 	out := make([]collector.DeadLetter, len(dead))
 	for i, d := range dead {
 		idx := int(d.Record.Offset - seq)
-		out[i] = collector.DeadLetter{Index: idx, ID: evs[idx].ID, Reason: d.Reason}
-		s.log.Warn("pipeline: dead letter", "id", evs[idx].ID, "reason", d.Reason)
+		ev, _ := event.Decode(b.Events[idx], event.Limits{}) // checked by the collector
+		out[i] = collector.DeadLetter{Index: idx, ID: ev.ID, Reason: d.Reason}
+		s.log.Warn("pipeline: dead letter", "id", ev.ID, "reason", d.Reason)
 	}
 	return out, nil
 }

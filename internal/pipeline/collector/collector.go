@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"sync"
 
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/stream"
@@ -20,17 +21,20 @@ import (
 
 // Sink takes a checked batch. Dead letters are returned by the embedded
 // sink, which applies the rules at once; stream sinks return none (the
-// consumers dead-letter later).
+// consumers dead-letter later). The batch's bytes are the request's
+// buffer, reused once Append returned without an error: a Sink keeps no
+// reference to them.
 type Sink interface {
-	Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]DeadLetter, error)
+	Append(ctx context.Context, b *event.Batch) ([]DeadLetter, error)
 }
 
-// ProducerSink adapts a stream.Producer.
+// ProducerSink adapts a stream.Producer: a batch is one stream message,
+// or several when larger than stream.MaxMessageBytes.
 type ProducerSink struct{ P stream.Producer }
 
 // Append appends to the stream.
-func (s ProducerSink) Append(ctx context.Context, evs []event.Event, enc [][]byte) ([]DeadLetter, error) {
-	return nil, s.P.Append(ctx, evs, enc)
+func (s ProducerSink) Append(ctx context.Context, b *event.Batch) ([]DeadLetter, error) {
+	return nil, s.P.Append(ctx, b.Frame(stream.MaxMessageBytes))
 }
 
 // ErrNoSink: the node has no stream and no rules to apply events with.
@@ -83,18 +87,18 @@ func (c *Collector) Add(ctx context.Context, frontend string, body []byte) (Resu
 	if c.sink == nil {
 		return Result{}, ErrNoSink
 	}
-	evs, enc, err := event.ParseBatchRaw(body, c.opts.Limits)
+	b, err := event.CheckBatch(body, c.opts.Limits)
 	if err != nil {
 		return Result{}, err
 	}
-	dead, err := c.sink.Append(ctx, evs, enc)
+	dead, err := c.sink.Append(ctx, b)
 	if err != nil {
 		return Result{}, err
 	}
 	if c.opts.Collected != nil {
-		c.opts.Collected(frontend, len(evs))
+		c.opts.Collected(frontend, len(b.Events))
 	}
-	return Result{Accepted: len(evs), DeadLetters: dead}, nil
+	return Result{Accepted: len(b.Events), DeadLetters: dead}, nil
 }
 
 // Wire error codes of POST /events (docs/pipeline.md).
@@ -124,8 +128,10 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusMethodNotAllowed, errorBody(codeMethod, "use POST", nil))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, c.opts.MaxBodyBytes))
+	buf := bodyBuffers.Get().(*[]byte)
+	body, err := readBody(http.MaxBytesReader(w, r.Body, c.opts.MaxBodyBytes), (*buf)[:0], r.ContentLength, c.opts.MaxBodyBytes)
 	if err != nil {
+		bodyBuffers.Put(buf)
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
 			err = fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, c.opts.MaxBodyBytes)
@@ -137,13 +143,46 @@ func (c *Collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	res, err := c.Add(r.Context(), "http", body)
 	if err != nil {
+		// A stream's client may still hold the body (a publish that did
+		// not answer): the buffer is not reused.
 		c.fail(w, err)
 		return
+	}
+	if cap(body) <= maxPooledBody {
+		*buf = body[:0]
+		bodyBuffers.Put(buf)
 	}
 	writeJSON(w, http.StatusAccepted, struct {
 		Status string `json:"status"`
 		Result
 	}{"accepted", res})
+}
+
+// bodyBuffers holds request body buffers for reuse (*[]byte); bodies up
+// to maxPooledBody are kept.
+var bodyBuffers = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledBody = 4 << 20
+
+// readBody reads r into buf, sized from the request's Content-Length
+// (when it declares one up to max) instead of growing as it reads.
+func readBody(r io.Reader, buf []byte, contentLength, max int64) ([]byte, error) {
+	if contentLength > 0 && contentLength <= max && int64(cap(buf)) < contentLength+1 {
+		buf = make([]byte, 0, contentLength+1) // +1: the read that finds the end
+	}
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := r.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err == io.EOF {
+			return buf, nil
+		}
+		if err != nil {
+			return buf, err
+		}
+	}
 }
 
 func (c *Collector) fail(w http.ResponseWriter, err error) {

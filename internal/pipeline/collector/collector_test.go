@@ -1,6 +1,7 @@
 package collector
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"net/http"
@@ -18,10 +19,12 @@ type memSink struct {
 	got [][]byte
 }
 
-func (s *memSink) Append(_ context.Context, _ []event.Event, enc [][]byte) ([]DeadLetter, error) {
+func (s *memSink) Append(_ context.Context, b *event.Batch) ([]DeadLetter, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.got = append(s.got, enc...)
+	for _, e := range b.Events {
+		s.got = append(s.got, bytes.Clone(e)) // the batch is the request's buffer
+	}
 	return nil, nil
 }
 

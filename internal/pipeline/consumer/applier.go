@@ -23,11 +23,14 @@
 package consumer
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -50,6 +53,11 @@ func MarkerID(id string) string {
 	return MarkerPrefix + "#" + hex.EncodeToString(sum[:16])
 }
 
+// atomicBatchOps bounds a batch applied with engine.AtomicApplier: big
+// enough that events of the same counters coalesce, small enough that
+// the flusher does not wait long for its locks.
+const atomicBatchOps = 16384
+
 // Applier applies records exactly once. Safe for concurrent use; SetRules
 // swaps the rules atomically.
 type Applier struct {
@@ -59,6 +67,9 @@ type Applier struct {
 	opLim  engine.Limits
 	maxOps int
 	m      *Metrics
+	atomic engine.AtomicApplier // be's, when it has one
+
+	scratch sync.Pool // of *scratch
 }
 
 // NewApplier returns an Applier over be with rules rs. m may be nil.
@@ -78,7 +89,13 @@ func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*
 	if a.maxOps <= 0 {
 		a.maxOps = engine.DefaultLimits().MaxBatch
 	}
+	if aa, ok := be.(engine.AtomicApplier); ok {
+		a.atomic, a.maxOps = aa, atomicBatchOps
+	}
 	a.rules.Store(rs)
+	a.scratch.New = func() any {
+		return &scratch{seen: map[string]struct{}{}, hits: map[*rules.Rule]int{}, c: chunk{byKey: map[opKey]int{}}}
+	}
 	return a, nil
 }
 
@@ -93,7 +110,8 @@ func (a *Applier) Metrics() *Metrics { return a.m }
 
 // pending is one event on its way into a batch.
 type pending struct {
-	rec    stream.Record
+	rec    *stream.Record
+	g      int // the record's group (ApplyGroups)
 	marker string
 	hits   []rules.Hit
 	drop   bool // duplicate or dead-lettered
@@ -101,80 +119,186 @@ type pending struct {
 
 // Apply applies recs, records of one partition of source in offset order,
 // and returns the dead letters (records that decode badly, fail a rule or
-// whose op the engine refuses), which the caller publishes. An error
-// means some batches may not have been applied; applying recs again is
-// safe.
+// whose op the engine refuses), in offset order, which the caller
+// publishes. An error means some batches may not have been applied;
+// applying recs again is safe.
 func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record) ([]stream.DeadLetter, error) {
-	rs := a.rules.Load()
-	var dead []stream.DeadLetter
-	evs := make([]*pending, 0, len(recs))
-	seen := make(map[string]bool, len(recs))
-	var ev event.Event // decoded into again for every record
-	in := rules.NewInput(&ev)
-	for i := range recs {
-		if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
-			dead = append(dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
-			continue
-		}
-		in.Reset(&ev)
-		hits, err := rs.Eval(in, nil)
-		if err == nil {
-			err = a.validate(hits)
-		}
-		if err != nil {
-			dead = append(dead, stream.DeadLetter{Record: recs[i], Reason: err.Error()})
-			continue
-		}
-		a.m.ruleHits(hits)
-		if len(hits) == 0 {
-			a.m.Events.WithLabelValues("filtered").Inc()
-			continue
-		}
-		mk := MarkerID(ev.ID)
-		if seen[mk] {
-			a.m.Events.WithLabelValues("duplicate").Inc()
-			continue
-		}
-		seen[mk] = true
-		evs = append(evs, &pending{rec: recs[i], marker: mk, hits: hits})
+	dead, err := a.ApplyGroups(ctx, source, [][]stream.Record{recs})
+	if err != nil {
+		return nil, err
 	}
-	// Skip what an earlier delivery (or an earlier copy) applied.
-	live := evs[:0]
-	for _, p := range evs {
-		_, _, exists, err := a.be.TTL(ctx, p.marker)
-		if err != nil {
+	return dead[0], nil
+}
+
+// ApplyGroups is Apply of each group (the records of one partition, as
+// a poll returns them) with one wait for durability for them all; dead[i]
+// are the dead letters of groups[i]. Events of different groups share
+// engine batches.
+func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, error) {
+	rs := a.rules.Load()
+	s := a.scratch.Get().(*scratch)
+	defer a.scratch.Put(s)
+	dead := make([][]stream.DeadLetter, len(groups))
+	applied := false
+	var parts []part // the segment: up to segmentEvents records
+	n := 0
+	apply := func() error {
+		ok, err := a.applySegment(ctx, source, rs, s, parts, dead)
+		s.clear()
+		parts, n = parts[:0], 0
+		applied = applied || ok
+		return err
+	}
+	for g, recs := range groups {
+		for len(recs) > 0 {
+			take := min(segmentEvents-n, len(recs))
+			parts = append(parts, part{g, recs[:take]})
+			n, recs = n+take, recs[take:]
+			if n == segmentEvents {
+				if err := apply(); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	if n > 0 {
+		if err := apply(); err != nil {
 			return nil, err
 		}
+	}
+	if applied {
+		// The batches went in with async durability, each atomic on disk
+		// (ApplyAtomic, or with its idempotency record); one synced write
+		// of the progress counters waits for all of them (engine group
+		// commit).
+		var ops []engine.Op
+		for _, g := range groups {
+			if len(g) > 0 {
+				last := g[len(g)-1]
+				ops = append(ops, engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset})
+			}
+		}
+		if _, err := a.be.ApplyBatch(ctx, ops, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+		}
+	}
+	total := 0
+	for _, d := range dead {
+		// Decoding and rule failures come before the engine's refusals:
+		// publish them in the stream's order.
+		slices.SortStableFunc(d, func(x, y stream.DeadLetter) int {
+			return cmp.Or(cmp.Compare(x.Record.Offset, y.Record.Offset), cmp.Compare(x.Record.Index, y.Record.Index))
+		})
+		total += len(d)
+	}
+	a.m.Dead.Add(float64(total))
+	if total > 0 {
+		a.m.Events.WithLabelValues("dead").Add(float64(total))
+	}
+	return dead, nil
+}
+
+// part is records of group g of an ApplyGroups call.
+type part struct {
+	g    int
+	recs []stream.Record
+}
+
+// segmentEvents is how many records Apply evaluates before it applies
+// them: enough for several per counter to coalesce, few enough that the
+// scratch space of their ops stays small and is reused.
+const segmentEvents = 8192
+
+// scratch is the working space of applying a segment, reused.
+type scratch struct {
+	evs   []pending
+	arena []rules.Hit // the hits of every event, each event's a slice of it
+	seen  map[string]struct{}
+	hits  map[*rules.Rule]int // rule hits, for the metric
+	c     chunk
+}
+
+func (s *scratch) clear() {
+	clear(s.evs)
+	clear(s.arena)
+	s.evs, s.arena = s.evs[:0], s.arena[:0]
+	clear(s.seen)
+	clear(s.hits)
+	s.c.reset()
+}
+
+// applySegment applies the records of parts (at most segmentEvents) and
+// reports whether it applied an engine batch. Dead letters of group g go
+// to dead[g].
+func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set, s *scratch, parts []part, dead [][]stream.DeadLetter) (bool, error) {
+	var ev event.Event // decoded into again for every record
+	in := rules.NewInput(&ev)
+	var filtered, duplicates int
+	for _, pt := range parts {
+		recs := pt.recs
+		for i := range recs {
+			if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
+				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+				continue
+			}
+			in.Reset(&ev)
+			from := len(s.arena)
+			var err error
+			s.arena, err = rs.Eval(in, s.arena)
+			hits := s.arena[from:len(s.arena):len(s.arena)]
+			if err == nil {
+				err = a.validate(hits)
+			}
+			if err != nil {
+				s.arena = s.arena[:from]
+				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+				continue
+			}
+			for j := range hits {
+				s.hits[hits[j].Rule]++
+			}
+			if len(hits) == 0 {
+				filtered++
+				continue
+			}
+			mk := MarkerID(ev.ID)
+			if _, ok := s.seen[mk]; ok {
+				duplicates++
+				s.arena = s.arena[:from]
+				continue
+			}
+			s.seen[mk] = struct{}{}
+			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits})
+		}
+	}
+	for r, n := range s.hits {
+		a.m.RuleHits.WithLabelValues(r.Name).Add(float64(n))
+	}
+	a.m.Events.WithLabelValues("filtered").Add(float64(filtered))
+	// Skip what an earlier delivery (or an earlier copy) applied.
+	live := s.evs[:0]
+	for _, p := range s.evs {
+		_, _, exists, err := a.be.TTL(ctx, p.marker)
+		if err != nil {
+			return false, err
+		}
 		if exists {
-			a.m.Events.WithLabelValues("duplicate").Inc()
+			duplicates++
 			continue
 		}
 		live = append(live, p)
 	}
+	a.m.Events.WithLabelValues("duplicate").Add(float64(duplicates))
 	applied := false
 	for len(live) > 0 {
-		n, ok, err := a.applyChunk(ctx, source, rs, live, &dead)
+		n, ok, err := a.applyChunk(ctx, source, rs, &s.c, live, dead)
 		if err != nil {
-			return nil, err
+			return false, err
 		}
 		applied = applied || ok
 		live = live[n:]
 	}
-	if applied {
-		// The chunks went in with async durability, each atomic on disk
-		// with its idempotency record; one synced write of the progress
-		// counter waits for all of them (engine group commit).
-		last := recs[len(recs)-1]
-		op := engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset}
-		if _, err := a.be.Apply(ctx, op, engine.WriteOptions{Durability: engine.Sync}); err != nil {
-			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
-		}
-	}
-	a.m.Dead.Add(float64(len(dead)))
-	if len(dead) > 0 {
-		a.m.Events.WithLabelValues("dead").Add(float64(len(dead)))
-	}
-	return dead, nil
+	return applied, nil
 }
 
 // validate checks the ops of hits against the backend's limits, so that
@@ -188,12 +312,21 @@ func (a *Applier) validate(hits []rules.Hit) error {
 	return nil
 }
 
-// chunk is one engine batch being built: markers and coalesced ops.
+// chunk is one engine batch being built: markers and coalesced ops. Its
+// storage is reused from one batch to the next.
 type chunk struct {
 	ops    []engine.Op
-	from   [][]int // from[i]: indexes (in the chunk's events) of the events behind ops[i]
 	byKey  map[opKey]int
 	events []*pending
+	// opOf lists, event after event of events, the index in ops of each
+	// of its hits and then of its marker (len(hits)+1 entries an event).
+	opOf []int32
+}
+
+func (c *chunk) reset() {
+	clear(c.ops) // drop the references to the last batch's ids and items
+	c.ops, c.events, c.opOf = c.ops[:0], c.events[:0], c.opOf[:0]
+	clear(c.byKey)
 }
 
 type opKey struct {
@@ -202,47 +335,35 @@ type opKey struct {
 	window counter.WindowSpec
 }
 
-// add adds p's ops to c unless that would pass maxOps; it reports whether
-// it did.
+// add adds p's ops to c unless that could pass maxOps (each of p's hits
+// might need an op of its own: a merge that would overflow or pass
+// maxItems keeps them apart); it reports whether it did.
 func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
-	need := 1
-	for i := range p.hits {
-		op := &p.hits[i].Op
-		if _, ok := c.byKey[opKey{op.Type, op.ID, op.Window}]; !ok {
-			need++
-		}
-	}
-	if len(c.ops)+need > maxOps {
+	if len(c.ops)+len(p.hits)+1 > maxOps {
 		return false
 	}
 	for i := range p.hits {
 		op := &p.hits[i].Op
-		j, ok := c.byKey[opKey{op.Type, op.ID, op.Window}]
-		if ok && !merge(&c.ops[j], op, maxItems) {
-			if len(c.ops)+1 > maxOps {
-				return false
-			}
-			ok = false
-		}
-		if !ok {
+		k := opKey{op.Type, op.ID, op.Window}
+		j, ok := c.byKey[k]
+		if !ok || !merge(&c.ops[j], op, maxItems) {
 			j = len(c.ops)
-			c.byKey[opKey{op.Type, op.ID, op.Window}] = j
-			c.ops = append(c.ops, cloneOp(op))
-			c.from = append(c.from, nil)
+			c.byKey[k] = j
+			c.ops = append(c.ops, *op)
+			o := &c.ops[j]
+			// The hit's items stay its own: clipped, a merge's append
+			// copies them first. A merge adds to fields in place: copied.
+			o.Items = slices.Clip(o.Items)
+			if len(o.Fields) > 0 {
+				o.Fields = slices.Clone(o.Fields)
+			}
 		}
-		c.from[j] = append(c.from[j], len(c.events))
+		c.opOf = append(c.opOf, int32(j))
 	}
+	c.opOf = append(c.opOf, int32(len(c.ops)))
 	c.ops = append(c.ops, engine.Op{Type: engine.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
-	c.from = append(c.from, []int{len(c.events)})
 	c.events = append(c.events, p)
 	return true
-}
-
-func cloneOp(op *engine.Op) engine.Op {
-	o := *op
-	o.Items = append([][]byte(nil), op.Items...)
-	o.Fields = append([]counter.FieldDelta(nil), op.Fields...)
-	return o
 }
 
 // merge folds src into dst (same type and id); false when it cannot
@@ -299,23 +420,23 @@ func ProgressID(source string, partition int32) string {
 	return id
 }
 
-// applyChunk builds one batch from the front of evs, applies it and
+// applyChunk builds one batch in c from the front of evs, applies it and
 // returns how many events it consumed (applied, duplicate or dead) and
 // whether it applied a batch.
-func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, evs []*pending, dead *[]stream.DeadLetter) (int, bool, error) {
+func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, c *chunk, evs []pending, dead [][]stream.DeadLetter) (int, bool, error) {
 	maxItems := a.opLim.MaxItems
 	if maxItems <= 0 {
 		maxItems = engine.MaxItems
 	}
 	for attempt := 0; ; attempt++ {
-		c := chunk{byKey: map[opKey]int{}}
+		c.reset()
 		n := 0
 		for n < len(evs) {
 			if evs[n].drop {
 				n++
 				continue
 			}
-			if !c.add(evs[n], a.maxOps, maxItems) {
+			if !c.add(&evs[n], a.maxOps, maxItems) {
 				break
 			}
 			n++
@@ -329,12 +450,19 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			}
 		}
 		first, last := c.events[0].rec, c.events[len(c.events)-1].rec
-		key := fmt.Sprintf("pipeline:%s:%d:%d.%d-%d.%d:%x", source, first.Partition, first.Offset, first.Index, last.Offset, last.Index, engine.Fingerprint(c.ops))
-		if len(key) > engine.MaxIdempotencyKeyLen {
-			sum := sha256.Sum256([]byte(key))
-			key = "pipeline:#" + hex.EncodeToString(sum[:16])
+		pos := fmt.Sprintf("%s:%d:%d.%d-%d.%d", source, first.Partition, first.Offset, first.Index, last.Offset, last.Index)
+		var err error
+		if a.atomic != nil {
+			// The markers make a retry safe without an idempotency record.
+			err = a.atomic.ApplyAtomic(ctx, c.ops, engine.WriteOptions{Durability: engine.Async})
+		} else {
+			key := fmt.Sprintf("pipeline:%s:%x", pos, engine.Fingerprint(c.ops))
+			if len(key) > engine.MaxIdempotencyKeyLen {
+				sum := sha256.Sum256([]byte(key))
+				key = "pipeline:#" + hex.EncodeToString(sum[:16])
+			}
+			_, err = a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
 		}
-		_, err := a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
 		if err == nil {
 			a.m.Events.WithLabelValues("applied").Add(float64(len(c.events)))
 			a.m.Batches.Inc()
@@ -342,17 +470,23 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		}
 		var be *engine.BatchError
 		if !errors.As(err, &be) || be.Index < 0 || be.Index >= len(c.ops) {
-			return 0, false, fmt.Errorf("consumer: apply %s: %w", key, err)
+			return 0, false, fmt.Errorf("consumer: apply %s: %w", pos, err)
 		}
+		// Drop the events behind the failing op.
 		op := &c.ops[be.Index]
-		for _, ei := range c.from[be.Index] {
-			p := c.events[ei]
+		at := 0
+		for _, p := range c.events {
+			behind := slices.Contains(c.opOf[at:at+len(p.hits)+1], int32(be.Index))
+			at += len(p.hits) + 1
+			if !behind {
+				continue
+			}
 			p.drop = true
 			if op.Type == engine.OpSet && errors.Is(err, engine.ErrVersionConflict) {
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
-			*dead = append(*dead, stream.DeadLetter{Record: p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
+			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
 		}
 		if attempt > len(evs)+1 {
 			panic("consumer: a batch kept failing after every event it named was dropped")

@@ -27,22 +27,25 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 			}
 			continue
 		}
-		for _, g := range groups {
-			if !retry(ctx, log, "apply", func() error {
-				dead, err := a.Apply(ctx, c.Name(), g)
-				if err != nil {
-					return err
+		if !retry(ctx, log, "apply", func() error {
+			dead, err := a.ApplyGroups(ctx, c.Name(), groups)
+			if err != nil {
+				return err
+			}
+			for _, dl := range dead {
+				if len(dl) == 0 {
+					continue
 				}
-				if len(dead) == 0 {
-					return nil
-				}
-				for _, d := range dead {
+				for _, d := range dl {
 					log.Debug("pipeline: dead letter", "pos", d.Record.Pos(), "reason", d.Reason)
 				}
-				return c.DeadLetter(ctx, dead)
-			}) {
-				return nil
+				if err := c.DeadLetter(ctx, dl); err != nil {
+					return err
+				}
 			}
+			return nil
+		}) {
+			return nil
 		}
 		if !retry(ctx, log, "commit", func() error { return c.Commit(ctx, groups) }) {
 			return nil

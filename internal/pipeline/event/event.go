@@ -89,6 +89,17 @@ func NewEvent(id, typ string, ts int64, attrs map[string]any) Event {
 	return e
 }
 
+// Decode decodes the attribute's value like Event.Attr.
+func (a *Attr) Decode() any { return decodeValue(a.Value) }
+
+// Text returns the attribute's value when it is a JSON string, unescaped.
+func (a *Attr) Text() (string, bool) {
+	if len(a.Value) == 0 || a.Value[0] != '"' {
+		return "", false
+	}
+	return unquote(a.Value, plainString(a.Value)), true
+}
+
 // Attrs returns the attributes, in the order sent, each name once.
 func (e *Event) Attrs() []Attr { return e.attrs }
 
@@ -97,7 +108,7 @@ func (e *Event) Attrs() []Attr { return e.attrs }
 func (e *Event) Attr(name string) (any, bool) {
 	for i := range e.attrs {
 		if string(e.attrs[i].Name) == name {
-			return decodeValue(e.attrs[i].Value), true
+			return e.attrs[i].Decode(), true
 		}
 	}
 	return nil, false
@@ -129,6 +140,41 @@ func ParseBatch(data []byte, l Limits) ([]Event, error) {
 // reads it back to the same event). The collector forwards it instead of
 // encoding the event again.
 func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
+	b, evs, err := parseBatch(data, l, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	return evs, b.Events, nil
+}
+
+// Batch is a checked batch in the form the collector forwards.
+type Batch struct {
+	// Events are each event's JSON as sent, compacted (ParseBatchRaw's
+	// second result).
+	Events [][]byte
+	// joined is Events joined by '\n' when the batch was sent as exactly
+	// that (compact NDJSON, one event a line): a slice of the input,
+	// which Frame forwards without copying. Otherwise nil.
+	joined []byte
+}
+
+// CheckBatch checks a batch like ParseBatch and returns its forwarded
+// form; the decoded events are not kept. The Batch points into data.
+func CheckBatch(data []byte, l Limits) (*Batch, error) {
+	b, _, err := parseBatch(data, l, false)
+	return b, err
+}
+
+// Frame returns the stream messages of the batch (Frame of its Events).
+func (b *Batch) Frame(maxBytes int) [][]byte {
+	if b.joined != nil && len(b.joined) <= maxBytes {
+		return [][]byte{b.joined}
+	}
+	return Frame(b.Events, maxBytes)
+}
+
+// parseBatch checks data; keep returns the decoded events too.
+func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 	l = l.withDefaults()
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -136,10 +182,11 @@ func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	}
 	var raws [][]byte
 	var err error
-	if trimmed[0] == '[' {
-		raws, err = splitArray(trimmed, l)
-	} else {
+	ndjson := trimmed[0] != '['
+	if ndjson {
 		raws, err = splitLines(trimmed, l)
+	} else {
+		raws, err = splitArray(trimmed, l)
 	}
 	if err != nil {
 		return nil, nil, err
@@ -147,21 +194,42 @@ func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
 	if len(raws) == 0 {
 		return nil, nil, fmt.Errorf("%w: empty batch", ErrInvalid)
 	}
-	out := make([]Event, len(raws))
+	var out []Event
+	if keep {
+		out = make([]Event, len(raws))
+	}
+	var scratch Event
+	compacted := false
+	joinedLen := len(raws) - 1 // the newlines between the events
 	for i, raw := range raws {
-		if err := decodeInto(raw, l, &out[i]); err != nil {
+		e := &scratch
+		if keep {
+			e = &out[i]
+		}
+		if err := decodeInto(raw, l, e); err != nil {
 			return nil, nil, &Error{Index: i, Err: err}
 		}
 		if bytes.ContainsAny(raw, "\r\n") { // only whitespace between tokens: strings cannot hold them raw
 			var b bytes.Buffer
 			_ = json.Compact(&b, raw) // decodeInto accepted it
 			raws[i] = b.Bytes()
-			// The attributes point into raw; decode the compact form so
-			// that they point into what is forwarded.
-			_ = decodeInto(raws[i], l, &out[i])
+			compacted = true
+			if keep {
+				// The attributes point into raw; decode the compact form
+				// so that they point into what is forwarded.
+				_ = decodeInto(raws[i], l, e)
+			}
 		}
+		joinedLen += len(raws[i])
 	}
-	return out, raws, nil
+	b := &Batch{Events: raws}
+	// The lines are ordered, disjoint slices of trimmed, each ended by a
+	// newline but the last: when their bytes and one newline between each
+	// two add up to trimmed (less a final newline), nothing else is there.
+	if ndjson && !compacted && (len(trimmed) == joinedLen || len(trimmed) == joinedLen+1 && trimmed[joinedLen] == '\n') {
+		b.joined = trimmed[:joinedLen]
+	}
+	return b, out, nil
 }
 
 // splitArray returns the elements of the JSON array data, checking the
@@ -339,5 +407,24 @@ func Frame(enc [][]byte, maxBytes int) [][]byte {
 
 // Unframe splits a stream message into its events (Frame's inverse).
 func Unframe(msg []byte) [][]byte {
-	return bytes.Split(msg, []byte{'\n'})
+	out := make([][]byte, 0, Framed(msg))
+	EachFramed(msg, func(_ int, ev []byte) { out = append(out, ev) })
+	return out
+}
+
+// Framed returns how many events the stream message msg holds.
+func Framed(msg []byte) int { return bytes.Count(msg, []byte{'\n'}) + 1 }
+
+// EachFramed calls fn with each event of msg and its index, like ranging
+// over Unframe(msg) without building the slice.
+func EachFramed(msg []byte, fn func(i int, ev []byte)) {
+	for i := 0; ; i++ {
+		nl := bytes.IndexByte(msg, '\n')
+		if nl < 0 {
+			fn(i, msg)
+			return
+		}
+		fn(i, msg[:nl])
+		msg = msg[nl+1:]
+	}
 }

@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -70,14 +71,30 @@ func FuzzParseBatch(f *testing.F) {
 	f.Add([]byte(`[{"id":"a","type":"t","ts":1}]`))
 	f.Add([]byte("{\"id\":\"a\",\"type\":\"t\",\"ts\":\"2026-01-02T03:04:05Z\",\"x\":[1,2.5,\"s\"]}\n{\"id\":\"b\",\"type\":\"u\",\"ts\":0}"))
 	f.Add([]byte(`[{"id":"\u00e9","type":"t","ts":253402300799999,"n":1e400}]`))
+	f.Add([]byte("{\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n{\"id\":\"b\",\"type\":\"t\",\"ts\":2}\n"))
+	f.Add([]byte(" {\"id\":\"a\",\"type\":\"t\",\"ts\":1}\n\n{\"id\":\"b\",\"type\":\"t\",\"ts\":2} \n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l := Limits{MaxEvents: 50, MaxEventBytes: 4096, MaxAttrs: 16}
 		evs, raws, err := ParseBatchRaw(data, l)
+		b, cerr := CheckBatch(data, l)
+		if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
+			t.Fatalf("ParseBatchRaw: %v, CheckBatch: %v", err, cerr)
+		}
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err)
 			}
 			return
+		}
+		// CheckBatch forwards the same events; its messages, taken from
+		// the input as is when they can be, are those Frame builds.
+		if !slices.EqualFunc(b.Events, raws, bytes.Equal) {
+			t.Fatalf("CheckBatch events %q, ParseBatchRaw %q", b.Events, raws)
+		}
+		for _, max := range []int{1, 64, 1 << 20} {
+			if got, want := b.Frame(max), Frame(raws, max); !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Fatalf("Batch.Frame(%d) = %q, Frame = %q", max, got, want)
+			}
 		}
 		if len(evs) == 0 || len(evs) > l.MaxEvents {
 			t.Fatalf("%d events", len(evs))
@@ -117,6 +134,16 @@ func TestFrame(t *testing.T) {
 				t.Fatalf("max %d: message of %d bytes holds %d events", max, len(m), len(parts))
 			}
 			back = append(back, Unframe(m)...)
+			n := 0
+			EachFramed(m, func(i int, _ []byte) {
+				if i != n {
+					t.Fatalf("EachFramed index %d after %d events", i, n)
+				}
+				n++
+			})
+			if split := bytes.Split(m, []byte{'\n'}); !slices.EqualFunc(Unframe(m), split, bytes.Equal) || Framed(m) != n || n != len(split) {
+				t.Fatalf("Unframe %q, Framed %d, EachFramed %d events; split %q", Unframe(m), Framed(m), n, split)
+			}
 		}
 		if len(back) != len(enc) {
 			t.Fatalf("max %d: %d events back, want %d", max, len(back), len(enc))

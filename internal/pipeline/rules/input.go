@@ -19,9 +19,10 @@ import (
 // map, built on first use. Not safe for concurrent use; Reset reuses it
 // for the next event.
 type Input struct {
-	e    *event.Event
-	vals []ref.Val // decoded attributes by index in e.Attrs(); nil: not yet
-	full traits.Mapper
+	e       *event.Event
+	id, typ ref.Val   // e.ID and e.Type as CEL values; nil: not yet
+	vals    []ref.Val // decoded attributes by index in e.Attrs(); nil: not yet
+	full    traits.Mapper
 }
 
 var (
@@ -32,7 +33,7 @@ var (
 // Reset makes in the input of e.
 func (in *Input) Reset(e *event.Event) {
 	in.e = e
-	in.full = nil
+	in.id, in.typ, in.full = nil, nil, nil
 	n := len(e.Attrs())
 	if cap(in.vals) < n {
 		in.vals = make([]ref.Val, n)
@@ -60,19 +61,30 @@ func (in *Input) Find(key ref.Val) (ref.Val, bool) {
 	}
 	switch k {
 	case "id":
-		return types.String(in.e.ID), true
+		if in.id == nil {
+			in.id = types.String(in.e.ID)
+		}
+		return in.id, true
 	case "type":
-		return types.String(in.e.Type), true
+		if in.typ == nil {
+			in.typ = types.String(in.e.Type)
+		}
+		return in.typ, true
 	case "ts":
 		return types.Int(in.e.TS), true
 	}
-	for i, a := range in.e.Attrs() {
+	attrs := in.e.Attrs()
+	for i := range attrs {
+		a := &attrs[i]
 		if string(a.Name) != string(k) {
 			continue
 		}
 		if in.vals[i] == nil {
-			v, _ := in.e.Attr(string(k))
-			in.vals[i] = types.DefaultTypeAdapter.NativeToValue(v)
+			if s, ok := a.Text(); ok {
+				in.vals[i] = types.String(s)
+			} else {
+				in.vals[i] = types.DefaultTypeAdapter.NativeToValue(a.Decode())
+			}
 		}
 		return in.vals[i], true
 	}

@@ -73,7 +73,7 @@ type Rule struct {
 	RollupKey string
 	Rollup    rollup.Spec
 
-	filter, id, by, item, field cel.Program
+	filter, id, by, item, field *program // nil: absent
 }
 
 // Set is a loaded rules file.
@@ -237,7 +237,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 			return nil, fmt.Errorf("%d: rule name %v", line(n, "name"), err)
 		}
 	}
-	prog := func(node *yaml.Node, key, src string, want *cel.Type) (cel.Program, error) {
+	prog := func(node *yaml.Node, key, src string, want *cel.Type) (*program, error) {
 		ln := line(node, key)
 		if len(src) > MaxExprLen {
 			return nil, fmt.Errorf("%d: rule %q %s: expression longer than %d bytes", ln, y.Name, key, MaxExprLen)
@@ -253,7 +253,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err)
 		}
-		return p, nil
+		return newProgram(ast, p), nil
 	}
 	var err error
 	if y.Filter != "" {
@@ -276,7 +276,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 	if ops != 1 {
 		return nil, fmt.Errorf("%d: rule %q needs exactly one operation of add, pfadd, hadd, window", n.Line, y.Name)
 	}
-	by := func(node *yaml.Node, src string) (cel.Program, error) {
+	by := func(node *yaml.Node, src string) (*program, error) {
 		if src == "" {
 			return nil, nil // by 1
 		}
@@ -443,8 +443,13 @@ func (r *Rule) op(act *Input) (engine.Op, error) {
 	return op, nil
 }
 
-func eval(p cel.Program, act *Input) (ref.Val, error) {
-	v, _, err := p.Eval(act)
+func eval(p *program, act *Input) (ref.Val, error) {
+	if p.fast != nil {
+		if v, ok := p.fast(act); ok {
+			return v, nil
+		}
+	}
+	v, _, err := p.cel.Eval(act)
 	if err != nil {
 		return nil, err
 	}
@@ -454,7 +459,7 @@ func eval(p cel.Program, act *Input) (ref.Val, error) {
 	return v, nil
 }
 
-func evalBool(p cel.Program, act *Input) (bool, error) {
+func evalBool(p *program, act *Input) (bool, error) {
 	v, err := eval(p, act)
 	if err != nil {
 		return false, err
@@ -466,7 +471,12 @@ func evalBool(p cel.Program, act *Input) (bool, error) {
 	return bool(b), nil
 }
 
-func evalString(p cel.Program, act *Input) (string, error) {
+func evalString(p *program, act *Input) (string, error) {
+	if p.str != nil {
+		if s, ok := p.str(act); ok {
+			return s, nil
+		}
+	}
 	v, err := eval(p, act)
 	if err != nil {
 		return "", err
@@ -480,7 +490,7 @@ func evalString(p cel.Program, act *Input) (string, error) {
 
 // evalInt evaluates an int expression; nil p is 1. A whole double is
 // accepted, since JSON numbers in attributes may arrive as either.
-func evalInt(p cel.Program, act *Input) (int64, error) {
+func evalInt(p *program, act *Input) (int64, error) {
 	if p == nil {
 		return 1, nil
 	}

@@ -177,9 +177,11 @@ func TestInputMap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ok, err := evalBool(p, in)
-		if err != nil || !ok {
-			t.Errorf("%s = %v, %v", src, ok, err)
+		for _, prog := range []*program{{cel: p}, newProgram(ast, p)} {
+			ok, err := evalBool(prog, in)
+			if err != nil || !ok {
+				t.Errorf("%s (fast path %v) = %v, %v", src, prog.fast != nil, ok, err)
+			}
 		}
 	}
 }

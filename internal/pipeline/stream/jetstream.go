@@ -105,12 +105,10 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStream, error)
 	return s, nil
 }
 
-// Append publishes the events several per message (event.Frame), each
-// message with a Nats-Msg-Id derived from its content, so a batch sent
-// again within the duplicates window is dropped by the server; then it
-// waits for every ack.
-func (s *JetStream) Append(ctx context.Context, evs []event.Event, enc [][]byte) error {
-	msgs := event.Frame(enc, MaxMessageBytes)
+// Append publishes the messages, each with a Nats-Msg-Id derived from
+// its content, so a batch sent again within the duplicates window is
+// dropped by the server; then it waits for every ack.
+func (s *JetStream) Append(ctx context.Context, msgs [][]byte) error {
 	futs := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
 		sum := sha256.Sum256(m)
@@ -166,19 +164,25 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%w: nats: fetch: %v", ErrUnavailable, err)
 		}
-		var g []Record
+		var msgs []jetstream.Msg
+		n := 0
 		for m := range b.Messages() {
+			msgs = append(msgs, m)
+			n += event.Framed(m.Data())
+		}
+		g := make([]Record, 0, n)
+		for _, m := range msgs {
 			md, err := m.Metadata()
 			if err != nil {
 				continue
 			}
-			for i, ev := range event.Unframe(m.Data()) {
+			event.EachFramed(m.Data(), func(i int, ev []byte) {
 				r := Record{Offset: int64(md.Sequence.Stream), Index: int32(i), Value: ev}
 				if i == 0 {
 					r.ack = func() { _ = m.Ack() }
 				}
 				g = append(g, r)
-			}
+			})
 		}
 		if err := b.Error(); err != nil && len(g) == 0 && !errors.Is(err, nats.ErrTimeout) {
 			return nil, fmt.Errorf("%w: nats: fetch: %v", ErrUnavailable, err)

@@ -98,7 +98,7 @@ func EnsureKafkaTopics(ctx context.Context, cfg KafkaConfig) error {
 }
 
 // KafkaProducer appends events to the events topic, several per record
-// (event.Frame). Copies of an event may land in different partitions: the
+// (event.Frame: the collector frames them). Copies of an event may land in different partitions: the
 // consumers deduplicate by event id across partitions. Safe for concurrent
 // use.
 type KafkaProducer struct {
@@ -119,11 +119,11 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 	return &KafkaProducer{cl: cl, topic: cfg.Topic}, nil
 }
 
-// Append produces the batch with acks from all in-sync replicas.
-func (p *KafkaProducer) Append(ctx context.Context, evs []event.Event, enc [][]byte) error {
-	var recs []*kgo.Record
-	for _, m := range event.Frame(enc, MaxMessageBytes) {
-		recs = append(recs, &kgo.Record{Value: m})
+// Append produces the messages with acks from all in-sync replicas.
+func (p *KafkaProducer) Append(ctx context.Context, msgs [][]byte) error {
+	recs := make([]*kgo.Record, len(msgs))
+	for i, m := range msgs {
+		recs[i] = &kgo.Record{Value: m}
 	}
 	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("%w: kafka: produce: %v", ErrUnavailable, err)
@@ -216,11 +216,15 @@ func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 			if len(p.Records) == 0 {
 				return
 			}
-			var g []Record
+			n := 0
 			for _, r := range p.Records {
-				for i, ev := range event.Unframe(r.Value) {
+				n += event.Framed(r.Value)
+			}
+			g := make([]Record, 0, n)
+			for _, r := range p.Records {
+				event.EachFramed(r.Value, func(i int, ev []byte) {
 					g = append(g, Record{Partition: r.Partition, Offset: r.Offset, Index: int32(i), Value: ev})
-				}
+				})
 			}
 			c.lag[p.Partition] = p.HighWatermark - (g[len(g)-1].Offset + 1)
 			out = append(out, g)

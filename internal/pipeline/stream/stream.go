@@ -12,8 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-
-	"github.com/counterd/counterd/internal/pipeline/event"
 )
 
 // ErrUnavailable: the stream could not be reached or did not acknowledge.
@@ -84,11 +82,12 @@ func DecodeDeadLetter(b []byte) (source string, partition int32, offset int64, r
 
 // Producer appends events to a stream.
 type Producer interface {
-	// Append appends the batch (events and their Encode form) and
-	// returns once the stream acknowledged every event; an error wraps
-	// ErrUnavailable and some events may have been appended (the
-	// consumers deduplicate by event id, so the caller may retry).
-	Append(ctx context.Context, evs []event.Event, enc [][]byte) error
+	// Append appends msgs, each the events of a message joined by '\n'
+	// (event.Frame), and returns once the stream acknowledged every
+	// message; an error wraps ErrUnavailable and some messages may have
+	// been appended (the consumers deduplicate by event id, so the
+	// caller may retry).
+	Append(ctx context.Context, msgs [][]byte) error
 	Close() error
 }
 

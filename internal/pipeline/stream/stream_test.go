@@ -113,7 +113,7 @@ func TestJetStreamRoundTrip(t *testing.T) {
 		enc = append(enc, event.Encode(&e))
 	}
 	for range 2 {
-		if err := js.Append(ctx, evs, enc); err != nil {
+		if err := js.Append(ctx, event.Frame(enc, MaxMessageBytes)); err != nil {
 			t.Fatal(err)
 		}
 	}

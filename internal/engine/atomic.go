@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+)
+
+// AtomicApplier is a Backend that applies a batch atomically in memory
+// and on disk without an idempotency record (the embedded engine's, from
+// Local). The event pipeline's consumer uses it: its batches carry their
+// own deduplication (a marker counter per event, created with
+// ExpectedVersion 0 in the same batch), so the record, which holds the id
+// and result of every op, would only be written and compacted for nothing.
+type AtomicApplier interface {
+	ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error
+}
+
+// ApplyAtomic applies ops like ApplyBatch (all or none; the error of a
+// failing op is a *BatchError naming it) and, like a batch with an
+// idempotency key, atomically on disk: the flush that writes any of their
+// effects writes all of them. It keeps no idempotency record, returns no
+// results and takes up to maxAtomicOps ops (the caller bounds its batches;
+// MaxBatch bounds what clients send).
+func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error {
+	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if len(ops) == 0 {
+		return fmt.Errorf("%w: empty batch", ErrInvalidArgument)
+	}
+	if len(ops) > maxAtomicOps {
+		return fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), maxAtomicOps)
+	}
+	for i := range ops {
+		if err := ops[i].validate(&e.limits); err != nil {
+			return &BatchError{Index: i, Err: err}
+		}
+	}
+	res := make([]Result, len(ops))
+	e.gate.RLock() // the flusher's snapshot sees all of the batch or none
+	err := e.applyMulti(ops, res, true)
+	e.gate.RUnlock()
+	if err != nil {
+		return err
+	}
+	e.ops.add(len(ops))
+	if e.durability(wo) == Sync {
+		return e.waitDurable(ctx)
+	}
+	return nil
+}
+
+// maxAtomicOps bounds an ApplyAtomic batch: its locks and the flusher's
+// wait for it grow with it.
+const maxAtomicOps = 1 << 16
+
+func (l local) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error {
+	return l.e.ApplyAtomic(ctx, ops, wo)
+}
