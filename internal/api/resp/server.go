@@ -59,6 +59,10 @@ type Options struct {
 	// answered "-ERR max number of clients reached" and closed, like Redis.
 	// Default 10000 (DefaultMaxConns).
 	MaxConns int
+	// ClientConns, when set, caps the connections of one client address
+	// (--max-conns-per-client): one more is answered "-ERR max number of
+	// clients from this address reached" and closed.
+	ClientConns *shed.ConnCounter
 
 	// MaxBulkLen is the longest bulk string (one argument) accepted, in
 	// bytes; Redis's proto-max-bulk-len. Default 8 MiB (DefaultMaxBulkLen).
@@ -327,15 +331,28 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			nc.Close()
 			continue
 		}
+		slot, ok := s.opts.ClientConns.Take(nc.RemoteAddr())
+		if !ok {
+			s.rejectedConns.Add(1)
+			if s.m != nil {
+				s.m.rejected.Inc()
+			}
+			nc.SetWriteDeadline(time.Now().Add(time.Second))
+			nc.Write([]byte("-" + errMaxClientsAddr + "\r\n"))
+			nc.Close()
+			continue
+		}
 		f := s.detach(nc) // nil: the connection keeps its goroutine
 		if f != nil {
 			nc = f
 		}
 		c := newClient(s, nc)
+		c.connSlot = slot
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
+			s.opts.ClientConns.Give(slot)
 			return nil
 		}
 		s.clients[c] = struct{}{}
@@ -387,7 +404,10 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-const errMaxClients = "ERR max number of clients reached"
+const (
+	errMaxClients     = "ERR max number of clients reached"
+	errMaxClientsAddr = "ERR max number of clients from this address reached"
+)
 
 // connDone unregisters a connection whose goroutine is ending.
 func (s *Server) connDone(c *client, err error) {
@@ -397,6 +417,7 @@ func (s *Server) connDone(c *client, err error) {
 		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
 	}
 	c.endAdmission()
+	s.opts.ClientConns.Give(c.connSlot)
 	s.queryBytes.Add(-int64(c.held))
 	s.mu.Lock()
 	delete(s.clients, c)
@@ -463,7 +484,7 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 	}
 	if s.opts.Admission != nil && !c.onLoop && !c.ticket.Holding() && cmd.flags&(flagWrite|flagReadonly) != 0 {
 		// Held until the batch's replies are written (client.endAdmission).
-		if v := s.opts.Admission.Acquire(&c.ticket, c.key, 0); v != shed.Admitted {
+		if v := s.opts.Admission.Acquire(&c.ticket, s.admissionKey(c), 0); v != shed.Admitted {
 			if s.opts.OnShed != nil {
 				s.opts.OnShed(v)
 			}
