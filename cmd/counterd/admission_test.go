@@ -284,36 +284,11 @@ func TestAdmissionTrustedProxyKeys(t *testing.T) {
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			var floodRefused atomic.Int64
-			for range 40 {
-				wg.Go(func() {
-					c, err := net.Dial("tcp", host)
-					if err != nil {
-						return
-					}
-					defer c.Close()
-					rd := bufio.NewReader(c)
-					for {
-						select {
-						case <-stop:
-							return
-						default:
-						}
-						c.SetDeadline(time.Now().Add(10 * time.Second))
-						if _, err := c.Write(flood); err != nil {
-							return
-						}
-						resp, err := http.ReadResponse(rd, nil)
-						if err != nil {
-							return
-						}
-						io.Copy(io.Discard, resp.Body)
-						resp.Body.Close()
-						if resp.StatusCode == 429 || resp.StatusCode == 503 {
-							floodRefused.Add(1)
-						}
-					}
-				})
-			}
+			floodHTTP(&wg, host, flood, 40, stop, func(resp *http.Response) {
+				if resp.StatusCode == 429 || resp.StatusCode == 503 {
+					floodRefused.Add(1)
+				}
+			}, func() {})
 			for floodRefused.Load() == 0 {
 				time.Sleep(10 * time.Millisecond)
 			}
@@ -354,6 +329,56 @@ func TestAdmissionTrustedProxyKeys(t *testing.T) {
 			}
 			if !tc.trusted && overShare != 0 {
 				t.Fatalf("without --trusted-proxies %v requests were refused as over their client's share: the forwarded addresses were believed (one peer address is one client)", overShare)
+			}
+		})
+	}
+}
+
+// floodHTTP opens n keep-alive connections to host, each sending req
+// again as soon as it has an answer, until stop is closed: answer gets
+// every answer (its body read), broken every connection that failed.
+func floodHTTP(wg *sync.WaitGroup, host string, req []byte, n int, stop <-chan struct{}, answer func(*http.Response), broken func()) {
+	flood(wg, host, req, n, stop, func(rd *bufio.Reader) bool {
+		resp, err := http.ReadResponse(rd, nil)
+		if err != nil {
+			broken()
+			return false
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		answer(resp)
+		return true
+	}, broken)
+}
+
+// flood opens n connections to addr, each writing req again as soon as
+// read has read its answers (false: the connection is done), until stop
+// is closed; broken is called for a connection that could not be opened
+// or written.
+func flood(wg *sync.WaitGroup, addr string, req []byte, n int, stop <-chan struct{}, read func(*bufio.Reader) bool, broken func()) {
+	for range n {
+		wg.Go(func() {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				broken()
+				return
+			}
+			defer c.Close()
+			rd := bufio.NewReader(c)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				if _, err := c.Write(req); err != nil {
+					broken()
+					return
+				}
+				if !read(rd) {
+					return
+				}
 			}
 		})
 	}

@@ -164,6 +164,23 @@ func TestFairTimeSheds(t *testing.T) {
 	}
 }
 
+// answer is what request i of a test got.
+type answer struct {
+	i int
+	v Verdict
+}
+
+// try makes request i of client, which already waited waited, sends
+// what it got to res, and releases its slot if it was admitted.
+func try(f *Fair, i int, client Key, waited time.Duration, res chan<- answer) {
+	var tk Ticket
+	v := f.Acquire(&tk, client, waited)
+	res <- answer{i, v}
+	if v == Admitted {
+		f.Release(&tk)
+	}
+}
+
 // TestFairLoneClientFillsQueue: a client alone may fill the whole queue
 // (only the queue bound sheds it); another client's request then takes
 // the place of its newest one; its next is shed as over its share.
@@ -173,20 +190,16 @@ func TestFairLoneClientFillsQueue(t *testing.T) {
 	if f.Acquire(&first, clientA, 0) != Admitted {
 		t.Fatal("first request shed")
 	}
-	type answer struct {
-		i int
-		v Verdict
-	}
 	res := make(chan answer, 8)
 	for i := range 4 {
-		go func() { var tk Ticket; v := f.Acquire(&tk, clientA, 0); res <- answer{i, v}; f.Release(&tk) }()
+		go try(f, i, clientA, 0, res)
 		waitQueued(t, f, i+1)
 	}
 	var tk Ticket
 	if v := f.Acquire(&tk, clientA, 0); v != ShedOverload || f.ShedBy(CauseQueueFull) != 1 {
 		t.Fatalf("a lone client past the whole queue: %v, want shed as overload (queue full)", v)
 	}
-	go func() { var tk Ticket; v := f.Acquire(&tk, clientB, 0); res <- answer{9, v}; f.Release(&tk) }()
+	go try(f, 9, clientB, 0, res)
 	if a := <-res; a.i != 3 || a.v != ShedClient {
 		t.Fatalf("B into a queue full of A's: answer %+v, want A's newest (3) shed as client", a)
 	}
@@ -225,10 +238,6 @@ func TestFairShareRule(t *testing.T) {
 		if f.Acquire(&hold, clientA, 0) != Admitted {
 			t.Fatal("first request shed")
 		}
-		type answer struct {
-			i int
-			v Verdict
-		}
 		res := make(chan answer, 64)
 		var waiting [3][]int // the model: request indices waiting, per client, oldest first
 		n := rapid.IntRange(1, 40).Draw(t, "n")
@@ -250,14 +259,7 @@ func TestFairShareRule(t *testing.T) {
 			}
 			mine, others := len(waiting[c]), queued-len(waiting[c])
 			key := ClientKey(netip.AddrFrom4([4]byte{10, 0, 0, byte(c)}))
-			go func() {
-				var tk Ticket
-				v := f.Acquire(&tk, key, waited)
-				res <- answer{i, v}
-				if v == Admitted {
-					f.Release(&tk)
-				}
-			}()
+			go try(f, i, key, waited, res)
 			// Wait until the request is queued or answered (and a
 			// pushed-out one answered).
 			deadline := time.Now().Add(10 * time.Second)

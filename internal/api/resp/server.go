@@ -321,25 +321,12 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 		}
 		backoff = 0
 		if s.nconns.Load() >= int64(s.opts.MaxConns) {
-			s.rejectedConns.Add(1)
-			if s.m != nil {
-				s.m.rejected.Inc()
-			}
-			// Like Redis: tell the client why, then close.
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			nc.Write([]byte("-" + errMaxClients + "\r\n"))
-			nc.Close()
+			s.refuseConn(nc, errMaxClients)
 			continue
 		}
 		slot, ok := s.opts.ClientConns.Take(nc.RemoteAddr())
 		if !ok {
-			s.rejectedConns.Add(1)
-			if s.m != nil {
-				s.m.rejected.Inc()
-			}
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			nc.Write([]byte("-" + errMaxClientsAddr + "\r\n"))
-			nc.Close()
+			s.refuseConn(nc, errMaxClientsAddr)
 			continue
 		}
 		f := s.detach(nc) // nil: the connection keeps its goroutine
@@ -370,6 +357,18 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			go s.serveConn(c)
 		}
 	}
+}
+
+// refuseConn answers a connection over a cap with msg and closes it
+// (like Redis: the client is told why), counting it.
+func (s *Server) refuseConn(nc net.Conn, msg string) {
+	s.rejectedConns.Add(1)
+	if s.m != nil {
+		s.m.rejected.Inc()
+	}
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write([]byte("-" + msg + "\r\n"))
+	nc.Close()
 }
 
 // Close stops accepting, closes every connection and waits for their
