@@ -155,7 +155,9 @@ func TestAttackSlowBodies(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the counterd binary")
 	}
-	p := start(t, filepath.Join(t.TempDir(), "data"), "--http-max-conns", "100", "--http-read-body-timeout", "1s")
+	// Every connection comes from 127.0.0.1: the listener's cap is
+	// tested, not the cap per client (TestAdmissionConnCapPerClient).
+	p := start(t, filepath.Join(t.TempDir(), "data"), "--http-max-conns", "100", "--max-conns-per-client", "-1", "--http-read-body-timeout", "1s")
 	host := strings.TrimPrefix(p.addr, "http://")
 	before := rssBytes(t, p.cmd.Process.Pid)
 	conns := make([]net.Conn, 0, 300)
@@ -475,7 +477,8 @@ func TestAttackIdleRESP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the counterd binary")
 	}
-	_, addr := startRESP(t, "--resp-max-conns", "50", "--resp-idle-timeout", "1s")
+	// All from 127.0.0.1: the listener's cap, not the one per client.
+	_, addr := startRESP(t, "--resp-max-conns", "50", "--max-conns-per-client", "-1", "--resp-idle-timeout", "1s")
 	var idle []net.Conn
 	defer func() {
 		for _, c := range idle {

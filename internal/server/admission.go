@@ -156,7 +156,10 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			c.pass()
 			return n, err
 		}
-		if !f.neverShed && c.a.fair != nil {
+		// A request whose body is still to come is left to the handler
+		// limit: admitted here, it would hold a slot while a slow client
+		// trickles its body (up to --http-read-body-timeout).
+		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
 			v := c.a.fair.Acquire(&c.ticket, key, waited)
 			if v != shed.Admitted && c.a.onShed != nil {
