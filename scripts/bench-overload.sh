@@ -11,11 +11,14 @@
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
-#   after   : --http-admission (admission per client before the HTTP server)
+#   after   : the defaults (HTTP admission per client before the HTTP server,
+#             --max-conns-per-client a quarter of --http-max-conns)
+#   nocap   : the defaults without the per-client connection cap (--max-conns-per-client -1)
 #   nopace  : the defaults, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
 #   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
 #             (compares two admissions in one session; skipped without BASE_BIN)
+#   basedef : BASE_BIN with its own defaults
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
 #
@@ -48,9 +51,11 @@ flags() {
   case $1 in
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
-    after) echo "--http-admission" ;;
+    after) echo "" ;;
+    nocap) echo "--max-conns-per-client -1" ;;
     nopace) echo "--shed-rate-per-client 0" ;;
     base) echo "--http-admission" ;;
+    basedef) echo "" ;;
     cap) echo "--http-max-conns $CAP" ;;
     *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
   esac
@@ -59,7 +64,7 @@ flags() {
 run() { # $1 = mode
   rm -rf "$tmp/data"
   local bin=$tmp/counterd
-  if [ "$1" = base ]; then
+  if [ "$1" = base ] || [ "$1" = basedef ]; then
     [ -n "${BASE_BIN:-}" ] || return 0
     bin=$BASE_BIN
   fi

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/shed"
 )
@@ -109,7 +110,18 @@ func registerFairGauges(reg prometheus.Registerer, f *shed.Fair) {
 			Name: "counterd_admission_parked",
 			Help: "Admitted requests waiting on I/O (an fsync, a peer, a remote store): they hold no slot meanwhile.",
 		}, func() float64 { return float64(f.Parked()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "counterd_admission_queued",
+			Help: "Requests waiting for an admission slot (at most --max-queue).",
+		}, func() float64 { return float64(f.Queued()) }),
 	)
+	for _, c := range shed.Causes() {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "counterd_admission_shed_total",
+			Help:        "Requests (HTTP, RESP batches, gRPC calls) the per-client admission shed, by cause: queue_full (--max-queue reached), stale (waited --max-queue-wait before it was read, while others waited), timeout (waited --max-queue-wait in the queue), client (over its share of the queue while other clients waited).",
+			ConstLabels: prometheus.Labels{"cause": c.String()},
+		}, func() float64 { return float64(f.ShedBy(c)) }))
+	}
 }
 
 // admissionMinLimit is the floor of an adaptive admission limit: 8 x
@@ -127,7 +139,7 @@ func admissionMinLimit(maxInflight int) int {
 const peerService = "/counterd.cluster.v1.Peer/"
 
 // shedUnary admits client gRPC calls (the Envoy rate-limit service) per
-// client IP address through fair (nil: no limit): a call shed because the
+// client (its user with --auth, else its IP address) through fair (nil: no limit): a call shed because the
 // node is overloaded fails with UNAVAILABLE, one shed because its
 // client's own queue is full with RESOURCE_EXHAUSTED; both carry a
 // retry-after trailer. The call's context carries its slot, so that its
@@ -138,8 +150,10 @@ func shedUnary(fair *shed.Fair, sm *shedMetrics) grpc.UnaryServerInterceptor {
 		if fair == nil || strings.HasPrefix(info.FullMethod, peerService) {
 			return h(ctx, req)
 		}
-		var key netip.Addr
-		if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		var key shed.Key
+		if p := auth.FromContext(ctx); p != nil { // --auth: authenticated before (grpcAuthOptions comes first)
+			key = shed.UserKey(p.User)
+		} else if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
 			if ap, err := netip.ParseAddrPort(p.Addr.String()); err == nil {
 				key = shed.ClientKey(ap.Addr())
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -25,7 +26,10 @@ import (
 //   - the kernel's receive time of its bytes (rxReader) says how long it
 //     already waited in the socket, which counts against --max-queue-wait;
 //   - the request then waits for a slot of a shed.Fair, which serves
-//     clients (by IP address) round-robin and adapts its limit to latency;
+//     clients round-robin and adapts its limit to latency; a client is
+//     the user of a valid bearer token (with --auth), else the address a
+//     --trusted-proxies peer forwards for, else the peer's IP address
+//     (requestKey);
 //   - a request shed by it is answered here with a prebuilt 503 and
 //     Retry-After, its bytes consumed, and the connection kept for the
 //     next request: the HTTP server never sees it; a client refused
@@ -59,6 +63,12 @@ type admission struct {
 	idle   time.Duration      // read deadline after a shed answer (--http-idle-timeout)
 	// onPass counts connections turned to pass-through (metrics).
 	onPass func()
+	// auth (--auth) names the client of a request with a valid bearer
+	// token; nil: clients are addresses.
+	auth *auth.Store
+	// trusted (--trusted-proxies): peers whose X-Forwarded-For or
+	// Forwarded header names the client.
+	trusted []netip.Prefix
 }
 
 type admitListener struct {
@@ -71,11 +81,11 @@ func (l *admitListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	var key netip.Addr
+	ac := &admitConn{Conn: c, a: l.a}
 	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		key = shed.ClientKey(ap.Addr())
+		ac.key = shed.ClientKey(ap.Addr())
+		ac.proxied = shed.InPrefixes(l.a.trusted, ap.Addr())
 	}
-	ac := &admitConn{Conn: c, a: l.a, key: key}
 	if lc, ok := c.(*limitConn); ok {
 		ac.rx = newRxReader(lc.Conn)
 	}
@@ -85,7 +95,8 @@ func (l *admitListener) Accept() (net.Conn, error) {
 type admitConn struct {
 	net.Conn
 	a         *admission
-	key       netip.Addr
+	key       shed.Key  // the peer's address as a client
+	proxied   bool      // the peer is a --trusted-proxies address
 	rx        *rxReader // reads with the kernel's receive time; nil: unknown
 	state     admitState
 	resumed   time.Time // end of the pause after the last shed answer (zero: none)
@@ -145,8 +156,12 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			c.pass()
 			return n, err
 		}
-		if !f.neverShed && c.a.fair != nil {
-			v := c.a.fair.Acquire(&c.ticket, c.key, waited)
+		// A request whose body is still to come is left to the handler
+		// limit: admitted here, it would hold a slot while a slow client
+		// trickles its body (up to --http-read-body-timeout).
+		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
+			key := c.requestKey(&f)
+			v := c.a.fair.Acquire(&c.ticket, key, waited)
 			if v != shed.Admitted && c.a.onShed != nil {
 				c.a.onShed(v)
 			}
@@ -164,7 +179,7 @@ func (c *admitConn) Read(p []byte) (int, error) {
 				// wait in the socket counts from the pause's end, so it
 				// competes for a slot like a fresh one instead of being
 				// refused as stale.
-				if d := c.a.pace.Pause(c.key); d > 0 {
+				if d := c.a.pace.Pause(key); d > 0 {
 					time.Sleep(d)
 					c.resumed = time.Now()
 				}
@@ -273,6 +288,28 @@ type framed struct {
 	total     int  // bytes of head and body
 	close     bool // Connection: close
 	neverShed bool // GET /metrics, /healthz or /readyz
+	// Header values that name the client (requestKey), slices of the
+	// request's bytes: Authorization, and the last maxForwardLines lines
+	// of X-Forwarded-For and of Forwarded.
+	authz     []byte
+	xff, fwd  [maxForwardLines][]byte
+	nxff, nfw int
+}
+
+// maxForwardLines is how many X-Forwarded-For (or Forwarded) lines of a
+// request are kept: the client is found from the right, so the oldest
+// lines are the ones dropped.
+const maxForwardLines = 4
+
+// keep appends line to lines (n kept so far), dropping the oldest beyond
+// maxForwardLines.
+func keep(lines *[maxForwardLines][]byte, n *int, line []byte) {
+	if *n == maxForwardLines {
+		copy(lines[:], lines[1:])
+		*n--
+	}
+	lines[*n] = line
+	*n++
 }
 
 // frameRequest frames the HTTP/1.1 request at the start of b: its head
@@ -332,6 +369,12 @@ func frameRequest(b []byte) (f framed, ok bool) {
 			if containsFold(val, tokClose) {
 				f.close = true
 			}
+		case bytes.EqualFold(name, hdrAuthorization):
+			f.authz = val
+		case bytes.EqualFold(name, hdrXForwardedFor):
+			keep(&f.xff, &f.nxff, val)
+		case bytes.EqualFold(name, hdrForwarded):
+			keep(&f.fwd, &f.nfw, val)
 		}
 	}
 	f.total = end + 4 + int(clen)
@@ -357,6 +400,9 @@ var (
 	hdrExpect           = []byte("Expect")
 	hdrUpgrade          = []byte("Upgrade")
 	hdrConnection       = []byte("Connection")
+	hdrAuthorization    = []byte("Authorization")
+	hdrXForwardedFor    = []byte("X-Forwarded-For")
+	hdrForwarded        = []byte("Forwarded")
 	tokClose            = []byte("close")
 	neverShedPaths      = [][]byte{[]byte("/metrics"), []byte("/healthz"), []byte("/readyz")}
 )
@@ -379,7 +425,7 @@ func newFair(cfg Config, lim *shed.Limiter, reg prometheus.Registerer) *shed.Fai
 // newAdmission returns the HTTP admission in front of the HTTP server,
 // nil when fair is nil or --http-admission is off, and registers its
 // metrics on reg.
-func newAdmission(cfg Config, fair *shed.Fair, sm *shedMetrics, reg prometheus.Registerer) *admission {
+func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetrics, reg prometheus.Registerer) *admission {
 	if fair == nil || !cfg.HTTPAdmission {
 		return nil
 	}
@@ -388,7 +434,8 @@ func newAdmission(cfg Config, fair *shed.Fair, sm *shedMetrics, reg prometheus.R
 		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
 	})
 	reg.MustRegister(passed)
-	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc}
+	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
+		auth: store, trusted: cfg.trustedProxies()}
 }
 
 // connContext puts the ticket of an admitted connection into the context
@@ -415,3 +462,115 @@ func (a *admission) wrap(ln net.Listener) net.Listener {
 // immediate retries costs little, short enough that a well-behaved
 // client sharing the flood's address is delayed at most this much.
 const maxShedPause = 250 * time.Millisecond
+
+// requestKey is the client a framed request is admitted as: the user of
+// its bearer token when --auth accepts it (an invalid token counts as
+// none: a client cannot pick a fresh key per request), else, from a
+// --trusted-proxies peer, the client address its X-Forwarded-For (or,
+// without one, Forwarded) header names, else the peer's address.
+func (c *admitConn) requestKey(f *framed) shed.Key {
+	if c.a.auth != nil && len(f.authz) > 0 {
+		if tok := bearerToken(f.authz); len(tok) > 0 {
+			if p, err := c.a.auth.Authenticate("", tok); err == nil {
+				return shed.UserKey(p.User)
+			}
+		}
+	}
+	if c.proxied {
+		if ip, ok := forwardedFor(f, c.a.trusted); ok {
+			return shed.ClientKey(ip)
+		}
+	}
+	return c.key
+}
+
+// bearerToken is auth.BearerToken on a header's bytes.
+func bearerToken(h []byte) []byte {
+	sp := bytes.IndexByte(h, ' ')
+	if sp < 0 || !bytes.EqualFold(h[:sp], []byte("Bearer")) {
+		return nil
+	}
+	return bytes.TrimSpace(h[sp+1:])
+}
+
+// forwardedFor finds the client in a proxied request's X-Forwarded-For
+// lines (or, when it has none, its Forwarded lines' for= parameters):
+// reading from the right, as each proxy appends the address it received
+// from, the first address that is not a trusted proxy. Entries left of it
+// were written by the client itself and are not believed. ok is false
+// when there is no such header or an entry does not parse (obfuscated
+// or "unknown"): the peer's own address is used then.
+func forwardedFor(f *framed, trusted []netip.Prefix) (netip.Addr, bool) {
+	lines, n, forwarded := f.xff[:f.nxff], f.nxff, false
+	if n == 0 {
+		lines, n, forwarded = f.fwd[:f.nfw], f.nfw, true
+	}
+	var last netip.Addr
+	for i := n - 1; i >= 0; i-- {
+		line := lines[i]
+		for len(line) > 0 {
+			elem := line
+			if j := bytes.LastIndexByte(line, ','); j >= 0 {
+				elem, line = line[j+1:], line[:j]
+			} else {
+				line = nil
+			}
+			if forwarded {
+				elem = forwardedForParam(elem)
+			}
+			ip, ok := parseForwardedAddr(bytes.TrimSpace(elem))
+			if !ok {
+				return netip.Addr{}, false
+			}
+			if !shed.InPrefixes(trusted, ip) {
+				return ip, true
+			}
+			last = ip
+		}
+	}
+	// Every entry a trusted proxy: the leftmost is the nearest to the client.
+	return last, last.IsValid()
+}
+
+// forwardedForParam returns the value of the for= parameter of one
+// Forwarded element ("for=192.0.2.1;proto=http"), nil if it has none.
+func forwardedForParam(elem []byte) []byte {
+	for len(elem) > 0 {
+		pair := elem
+		if j := bytes.IndexByte(elem, ';'); j >= 0 {
+			pair, elem = elem[:j], elem[j+1:]
+		} else {
+			elem = nil
+		}
+		pair = bytes.TrimSpace(pair)
+		if len(pair) > 4 && bytes.EqualFold(pair[:4], []byte("for=")) {
+			return pair[4:]
+		}
+	}
+	return nil
+}
+
+// parseForwardedAddr parses an address as proxies write it: "192.0.2.1",
+// "192.0.2.1:4711", "2001:db8::1", "[2001:db8::1]:4711", any of them
+// quoted (Forwarded).
+func parseForwardedAddr(v []byte) (netip.Addr, bool) {
+	if len(v) >= 2 && v[0] == '"' && v[len(v)-1] == '"' {
+		v = v[1 : len(v)-1]
+	}
+	if len(v) == 0 || len(v) > 64 {
+		return netip.Addr{}, false
+	}
+	s := string(v) // short; one allocation per proxied request
+	if ip, err := netip.ParseAddr(s); err == nil {
+		return ip.Unmap(), true
+	}
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap.Addr().Unmap(), true
+	}
+	if len(s) > 2 && s[0] == '[' && s[len(s)-1] == ']' { // "[v6]" without a port
+		if ip, err := netip.ParseAddr(s[1 : len(s)-1]); err == nil {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}

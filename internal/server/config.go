@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -79,8 +80,10 @@ type Config struct {
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
 	MaxQueueWait          time.Duration // --max-queue-wait: longest wait for a slot (default 20ms)
-	HTTPAdmission         bool          // --http-admission: admit HTTP requests per client before the HTTP server parses them (default false: opt-in; docs/security.md, Overload)
-	MaxClientQueue        int           // --max-queue-per-client: requests (HTTP, RESP, gRPC) of one client IP waiting for a slot, 0 = max-queue / 4 (default 0)
+	HTTPAdmission         bool          // --http-admission: admit plaintext HTTP requests per client before the HTTP server parses them (default true; docs/security.md, Overload)
+	MaxClientQueue        int           // --max-queue-per-client: a client's share of the queue (HTTP, RESP, gRPC), 0 = max-queue / 4 (default 0)
+	MaxConnsPerClient     int           // --max-conns-per-client: HTTP and RESP connections of one client address, each, 0 = a quarter of --http-max-conns / --resp-max-conns, -1 unlimited (default 0)
+	TrustedProxies        string        // --trusted-proxies: CIDRs whose X-Forwarded-For / Forwarded names the client for admission and the connection cap, comma-separated (default none)
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused, 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
 	ClusterTiming string // --cluster-timing: fast (dead after ~0.6 s) or lan (memberlist LAN defaults, ~5 s) (default fast)
@@ -133,7 +136,7 @@ func DefaultConfig() Config {
 		RESPMaxArgs:           32768,
 		MaxQueueWait:          20 * time.Millisecond,
 		ShedRatePerClient:     1000,
-		HTTPAdmission:         false,
+		HTTPAdmission:         true,
 		Events:                defaultEventsConfig(),
 	}
 }
@@ -302,9 +305,11 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
 	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
 	dur(&c.MaxQueueWait, "max-queue-wait", "longest wait for a slot before a request is shed")
-	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client IP, round-robin, before the HTTP server parses them; shed ones get a cheap 503 or 429 (false: only the handler limit; docs/security.md, Overload)")
+	fs.BoolVar(&c.HTTPAdmission, "http-admission", envBool("http-admission", c.HTTPAdmission), "admit plaintext HTTP requests per client, round-robin, before the HTTP server parses them; shed ones get a cheap 503 or 429 (false: only the handler limit; docs/security.md, Overload)")
 	fs.IntVar(&c.ShedRatePerClient, "shed-rate-per-client", envInt("shed-rate-per-client", c.ShedRatePerClient), "HTTP 503 answers a second per client IP; beyond, a refused connection is not read again for up to 250ms (0: never paused)")
-	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "requests (HTTP, RESP batches, gRPC calls) of one client IP waiting for a slot before its next is shed with 429 / -BUSY / RESOURCE_EXHAUSTED (0: max-queue / 4)")
+	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "a client's share of the queue (HTTP requests, RESP batches, gRPC calls): beyond it, while other clients wait, its next is shed with 429 / -BUSY / RESOURCE_EXHAUSTED, and its requests waiting longer than --max-queue-wait are shed (0: max-queue / 4)")
+	fs.IntVar(&c.MaxConnsPerClient, "max-conns-per-client", envInt("max-conns-per-client", c.MaxConnsPerClient), "most HTTP connections, and most Redis-protocol connections, of one client address (IPv6: /64); --trusted-proxies addresses are not capped (0: a quarter of --http-max-conns / --resp-max-conns; -1: unlimited)")
+	str(&c.TrustedProxies, "trusted-proxies", "CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client, for per-client admission, comma-separated (default none: the peer address is the client)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
 	// security: auth
@@ -377,6 +382,12 @@ func (c *Config) validateHardening() error {
 			return fmt.Errorf("server: --%s must not be negative", d.name)
 		}
 	}
+	if _, err := parseTrustedProxies(c.TrustedProxies); err != nil {
+		return err
+	}
+	if c.MaxConnsPerClient < -1 {
+		return errors.New("server: --max-conns-per-client must be -1 or more")
+	}
 	if c.MaxClientQueue < 0 || c.ShedRatePerClient < 0 {
 		return errors.New("server: --max-queue-per-client and --shed-rate-per-client must not be negative")
 	}
@@ -390,4 +401,28 @@ func (c *Config) validateHardening() error {
 		return errors.New("server: need --resp-max-bulk <= --resp-max-command <= --resp-query-buffer-total")
 	}
 	return nil
+}
+
+// parseTrustedProxies parses --trusted-proxies: CIDRs or single addresses,
+// comma-separated.
+func parseTrustedProxies(v string) ([]netip.Prefix, error) {
+	var ps []netip.Prefix
+	for _, e := range splitList(v) {
+		p, err := netip.ParsePrefix(e)
+		if err != nil {
+			ip, aerr := netip.ParseAddr(e)
+			if aerr != nil {
+				return nil, fmt.Errorf("server: --trusted-proxies: %q is neither a CIDR nor an address", e)
+			}
+			p = netip.PrefixFrom(ip.Unmap(), ip.Unmap().BitLen())
+		}
+		ps = append(ps, p.Masked())
+	}
+	return ps, nil
+}
+
+// trustedProxies is --trusted-proxies parsed (Validate checked it).
+func (c *Config) trustedProxies() []netip.Prefix {
+	ps, _ := parseTrustedProxies(c.TrustedProxies)
+	return ps
 }

@@ -6,34 +6,39 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/counterd/counterd/internal/shed"
 )
 
-// limitListener serves at most max connections at once. One more is
-// accepted, answered by reject and closed at once, rather than left in
-// the kernel's backlog: the client learns quickly that the node is full,
-// and a flood of connections cannot use up the file descriptors that the
-// served clients and the other listeners need. It is safe for concurrent
-// use, like the listener it wraps.
+// limitListener serves at most max connections at once, and at most
+// perClient of one client address (shed.ConnCounter). One more is accepted,
+// answered by reject and closed at once, rather than left in the
+// kernel's backlog: the client learns quickly that the node is full, and
+// a flood of connections cannot use up the file descriptors that the
+// served clients and the other listeners need, nor one address every
+// slot. It is safe for concurrent use, like the listener it wraps.
 type limitListener struct {
 	net.Listener
 	max       int64
-	n         atomic.Int64   // connections being served
-	rejecting atomic.Int64   // reject calls running
-	reject    func(net.Conn) // answers and closes a refused connection
-	onReject  func()         // counts it (metrics)
+	n         atomic.Int64      // connections being served
+	rejecting atomic.Int64      // reject calls running
+	reject    func(net.Conn)    // answers and closes a refused connection
+	onReject  func()            // counts it (metrics)
+	clients   *shed.ConnCounter // nil: no cap per client
 }
 
 // maxRejecting bounds the refused connections being answered at once;
 // beyond it they are closed without an answer.
 const maxRejecting = 256
 
-func newLimitListener(ln net.Listener, max int, reject func(net.Conn), onReject func()) *limitListener {
-	return &limitListener{Listener: ln, max: int64(max), reject: reject, onReject: onReject}
+func newLimitListener(ln net.Listener, max int, clients *shed.ConnCounter, reject func(net.Conn), onReject func()) *limitListener {
+	return &limitListener{Listener: ln, max: int64(max), clients: clients, reject: reject, onReject: onReject}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -43,7 +48,10 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		if l.n.Add(1) <= l.max {
-			return &limitConn{Conn: c, l: l}, nil
+			client, ok := l.clients.Take(c.RemoteAddr())
+			if ok {
+				return &limitConn{Conn: c, l: l, client: client}, nil
+			}
 		}
 		l.n.Add(-1)
 		if l.onReject != nil {
@@ -61,17 +69,34 @@ func (l *limitListener) Accept() (net.Conn, error) {
 	}
 }
 
-// limitConn gives its slot back on its first Close.
+// limitConn gives its slots back on its first Close.
 type limitConn struct {
 	net.Conn
-	l    *limitListener
-	once sync.Once
+	l      *limitListener
+	client netip.Addr // counted in l.clients (invalid: not counted)
+	once   sync.Once
 }
 
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
-	c.once.Do(func() { c.l.n.Add(-1) })
+	c.once.Do(func() {
+		c.l.n.Add(-1)
+		c.l.clients.Give(c.client)
+	})
 	return err
+}
+
+// perClientCap resolves --max-conns-per-client for a listener whose cap
+// is listenerCap: -1 none, 0 a quarter of the listener's cap (so that at
+// least four addresses share it), else the value.
+func perClientCap(v, listenerCap int) int {
+	switch {
+	case v > 0:
+		return v
+	case v < 0:
+		return 0
+	}
+	return max(1, listenerCap/4)
 }
 
 // httpBusy is the answer to an HTTP connection over --http-max-conns.

@@ -25,6 +25,7 @@ import (
 	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/shed"
 	"github.com/counterd/counterd/internal/ui"
 )
 
@@ -172,11 +173,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
-	lns.http = newLimitListener(lns.http, connCap(cfg.HTTPMaxConns), rejectHTTP, sm.httpConnsRejected.Inc)
+	httpCap := connCap(cfg.HTTPMaxConns)
+	lns.http = newLimitListener(lns.http, httpCap, shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, httpCap), cfg.trustedProxies()), rejectHTTP, sm.httpConnsRejected.Inc)
 	fair := newFair(cfg, shedder, reg) // per-client admission of HTTP, RESP and gRPC
 	var adm *admission
 	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
-		adm = newAdmission(cfg, fair, sm, reg)
+		adm = newAdmission(cfg, fair, store, sm, reg)
 		lns.http = adm.wrap(lns.http)
 	}
 	if nd.start != nil {
@@ -208,7 +210,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			AllowFlush: cfg.AllowFlush, Registerer: reg, Logger: log, Version: buildinfo.Version(), RateLimiter: rlc, Auth: store,
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
-			MaxBulkLen: cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
+			ClientConns: shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, connCap(cfg.RESPMaxConns)), cfg.trustedProxies()),
+			MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
@@ -224,7 +227,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	}
 	var gs *grpc.Server
 	if lns.grpc != nil {
-		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpc.ChainUnaryInterceptor(shedUnary(fair, sm))), grpcAuthOptions(store)...)...)
+		// Authentication first: calls are admitted by their user (shedUnary).
+		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpcAuthOptions(store)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)

@@ -14,9 +14,25 @@ import (
 // slots are busy the waiting requests are served round-robin across
 // clients, oldest first within a client. A client that floods the node
 // therefore waits behind its own requests, while a client with one
-// request waiting gets the next free slot. A request that has waited
-// MaxWait, or finds its client's queue (MaxClientQueue) or the whole
-// queue (MaxQueue) full, is shed: refused at once instead of queued.
+// request waiting gets the next free slot.
+//
+// What is shed (refused at once instead of queued) follows the share
+// rule: a client's share of the queue is MaxClientQueue requests.
+//
+//   - A client over its share while other clients wait is shed (its next
+//     request: ShedClient). A lone client may fill the whole queue.
+//   - When the whole queue (MaxQueue) is full, a request of a client with
+//     fewer waiting than the longest queue takes the place of that
+//     queue's newest request, which is shed (ShedClient); otherwise the
+//     request is shed: ShedClient when others wait and its client holds
+//     at least its equal part of the queue, else ShedOverload.
+//   - Waiting MaxWait (in its socket before Acquire, and in the queue)
+//     sheds a request only while its client has more than its share
+//     waiting (ShedOverload): the latency bound applies to the excess of
+//     a flood. A client within its share, such as one with fewer
+//     connections than MaxClientQueue (one request each), is never
+//     refused for time: its waits are bounded by its own concurrency,
+//     and a refusal would only make it retry.
 //
 // Limit adapts to latency (a gradient limiter): the time between
 // admission and release, averaged over a window, is compared with the
@@ -44,7 +60,7 @@ type Fair struct {
 	running int // requests admitted and not parked
 	parked  int // requests admitted and waiting on I/O (IOWait)
 	queued  int
-	clients map[netip.Addr]*fairClient
+	clients map[Key]*fairClient
 	ring    []*fairClient // clients with waiters, served round-robin
 	next    int           // ring index served next
 	// gradient window
@@ -57,7 +73,8 @@ type Fair struct {
 
 	limitNow atomic.Int64 // for metrics, read without the lock
 	shed     atomic.Uint64
-	pool     sync.Pool // *fairWaiter
+	causes   [numCauses]atomic.Uint64 // shed requests by Cause
+	pool     sync.Pool                // *fairWaiter
 	now      func() time.Time
 	// OnShed, when set before use, is called for every shed request
 	// with the reason (ShedOverload or ShedClient).
@@ -89,6 +106,34 @@ func (v Verdict) String() string {
 	}
 	return "overload"
 }
+
+// Cause is why a request was shed, finer than its Verdict (metrics:
+// counterd_admission_shed_total{cause}).
+type Cause uint8
+
+const (
+	// CauseQueueFull: the whole queue (MaxQueue) was full.
+	CauseQueueFull Cause = iota
+	// CauseStale: it had already waited MaxWait (in its socket) when it
+	// arrived and would have had to queue.
+	CauseStale
+	// CauseTimeout: it waited MaxWait in the queue without a slot.
+	CauseTimeout
+	// CauseClient: its client was over its share of the queue.
+	CauseClient
+	numCauses
+)
+
+// String names the cause (a metrics label).
+func (c Cause) String() string {
+	return [...]string{"queue_full", "stale", "timeout", "client"}[c]
+}
+
+// ShedBy returns how many requests were shed for cause c so far.
+func (f *Fair) ShedBy(c Cause) uint64 { return f.causes[c].Load() }
+
+// Causes lists every Cause, for metrics.
+func Causes() []Cause { return []Cause{CauseQueueFull, CauseStale, CauseTimeout, CauseClient} }
 
 // Ticket is one request's hold on a Fair's slot: Acquire fills it,
 // Release empties it, and in between IOWait on a context carrying it
@@ -223,15 +268,16 @@ func (c FairConfig) withDefaults() FairConfig {
 }
 
 type fairClient struct {
-	key     netip.Addr
+	key     Key
 	waiters []*fairWaiter // FIFO; head at index 0
 	inRing  bool
 }
 
-// fairWaiter is one queued request. admit receives true when it is given
-// a slot, false when it is shed.
+// fairWaiter is one queued request. admit receives Admitted when it is
+// given a slot, else the verdict it is shed with (cause set before).
 type fairWaiter struct {
-	admit    chan bool
+	admit    chan Verdict
+	cause    Cause
 	deadline time.Time // shed if not admitted by then
 	client   *fairClient
 	done     bool // handed a slot or shed (under Fair.mu)
@@ -243,14 +289,26 @@ type fairWaiter struct {
 // (the limit grows within a few windows when requests wait).
 func NewFair(cfg FairConfig) *Fair {
 	cfg = cfg.withDefaults()
-	f := &Fair{cfg: cfg, limit: float64(cfg.MinLimit), clients: map[netip.Addr]*fairClient{}, now: time.Now}
+	f := &Fair{cfg: cfg, limit: float64(cfg.MinLimit), clients: map[Key]*fairClient{}, now: time.Now}
 	f.limitNow.Store(int64(cfg.MinLimit))
 	return f
 }
 
-// ClientKey is the client a remote address belongs to: its IP, or its /64
-// for IPv6 (one host usually holds a whole /64).
-func ClientKey(ip netip.Addr) netip.Addr {
+// Key is the client a request belongs to, by which Fair shares its
+// slots and its queue: an authenticated identity when there is one, else
+// an address. The zero Key is one client (requests of unknown origin).
+type Key struct {
+	addr netip.Addr
+	user string
+}
+
+// ClientKey is the client of a remote address: ClientAddr's.
+func ClientKey(ip netip.Addr) Key { return Key{addr: ClientAddr(ip)} }
+
+// ClientAddr is the address that stands for a remote address's client:
+// its IP, or its /64 for IPv6 (one host usually holds a whole /64).
+// Connection caps per client count by it.
+func ClientAddr(ip netip.Addr) netip.Addr {
 	ip = ip.Unmap()
 	if ip.Is6() {
 		if p, err := ip.Prefix(64); err == nil {
@@ -260,16 +318,27 @@ func ClientKey(ip netip.Addr) netip.Addr {
 	return ip
 }
 
+// UserKey is the client of an authenticated user (a token's identity),
+// wherever its requests come from.
+func UserKey(user string) Key { return Key{user: user} }
+
+// String names the key (logs, tests).
+func (k Key) String() string {
+	if k.user != "" {
+		return "user:" + k.user
+	}
+	return k.addr.String()
+}
+
 // Acquire admits a request of client into t, or sheds it. waited is how
 // long the request already waited before it got here (in a socket). A
 // request that finds a slot free and nobody queued is admitted whatever
 // it waited: serving it costs about what refusing it would, and the wait
 // was not spent behind other requests of this node (a starved process on
 // a busy machine also makes requests wait in their sockets). Otherwise it
-// waits for a slot at most MaxWait in all, and one that already waited
-// that long is shed at once. An admitted request must call Release(t)
-// once.
-func (f *Fair) Acquire(t *Ticket, client netip.Addr, waited time.Duration) Verdict {
+// queues, and is shed by the share rule (see Fair). An admitted request
+// must call Release(t) once.
+func (f *Fair) Acquire(t *Ticket, client Key, waited time.Duration) Verdict {
 	f.mu.Lock()
 	now := f.now()
 	if f.queued == 0 && float64(f.running) < f.limit {
@@ -279,15 +348,34 @@ func (f *Fair) Acquire(t *Ticket, client netip.Addr, waited time.Duration) Verdi
 		return Admitted
 	}
 	f.winWait = true
-	budget := f.cfg.MaxWait - waited
-	if budget <= 0 || f.queued >= f.cfg.MaxQueue {
-		f.mu.Unlock()
-		return f.shedOne(ShedOverload)
-	}
 	c := f.clients[client]
-	if c != nil && len(c.waiters) >= f.cfg.MaxClientQueue {
+	mine := 0
+	if c != nil {
+		mine = len(c.waiters)
+	}
+	others := f.queued - mine
+	budget := f.cfg.MaxWait - waited
+	switch {
+	case budget <= 0 && mine >= f.cfg.MaxClientQueue:
 		f.mu.Unlock()
-		return f.shedOne(ShedClient)
+		return f.shedOne(ShedOverload, CauseStale)
+	case mine >= f.cfg.MaxClientQueue && others > 0:
+		f.mu.Unlock()
+		return f.shedOne(ShedClient, CauseClient)
+	case f.queued >= f.cfg.MaxQueue:
+		if !f.pushOut(mine) {
+			// At or over its equal part of the full queue while others
+			// wait: its own excess; else the node is full.
+			n := len(f.ring)
+			if c == nil {
+				n++
+			}
+			f.mu.Unlock()
+			if others > 0 && mine*n >= f.cfg.MaxQueue {
+				return f.shedOne(ShedClient, CauseClient)
+			}
+			return f.shedOne(ShedOverload, CauseQueueFull)
+		}
 	}
 	if c == nil {
 		c = &fairClient{key: client}
@@ -295,7 +383,7 @@ func (f *Fair) Acquire(t *Ticket, client netip.Addr, waited time.Duration) Verdi
 	}
 	w, _ := f.pool.Get().(*fairWaiter)
 	if w == nil {
-		w = &fairWaiter{admit: make(chan bool, 1), timer: time.NewTimer(time.Hour)}
+		w = &fairWaiter{admit: make(chan Verdict, 1), timer: time.NewTimer(time.Hour)}
 		w.timer.Stop()
 	}
 	w.deadline, w.client, w.done, w.ticket = now.Add(budget), c, false, t
@@ -307,31 +395,63 @@ func (f *Fair) Acquire(t *Ticket, client netip.Addr, waited time.Duration) Verdi
 	f.queued++
 	f.mu.Unlock()
 
-	w.timer.Reset(budget)
-	var ok bool
-	select {
-	case ok = <-w.admit:
-		w.timer.Stop()
-	case <-w.timer.C:
+	v, timed := Admitted, false
+	if budget > 0 {
+		w.timer.Reset(budget)
+		select {
+		case v = <-w.admit:
+			w.timer.Stop()
+		case <-w.timer.C:
+			timed = true
+		}
+	} else {
+		timed = true // already waited MaxWait: it waits on within its share only
+	}
+	if timed {
 		f.mu.Lock()
-		if !w.done {
-			w.done = true
+		if !w.done && len(w.client.waiters) > f.cfg.MaxClientQueue {
+			// Past MaxWait with its client over its share: shed.
+			w.done, w.cause = true, CauseTimeout
 			f.dropWaiter(w)
+			w.admit <- ShedOverload
 		}
 		f.mu.Unlock()
-		// Either it was just dropped (shed), or a slot or a shed was
-		// handed to it at the same time: take that answer.
-		select {
-		case ok = <-w.admit:
-		default:
-		}
+		// Shed just now, or a slot or a shed was handed to it meanwhile,
+		// or (within its share) it waits on for its turn.
+		v = <-w.admit
 	}
+	cause := w.cause
 	w.client, w.ticket = nil, nil
 	f.pool.Put(w)
-	if !ok {
-		return f.shedOne(ShedOverload)
+	if v != Admitted {
+		return f.shedOne(v, cause)
 	}
 	return Admitted
+}
+
+// pushOut makes room in a full queue for a request of a client with mine
+// requests waiting: the newest request of the client with the most
+// waiting is shed, if that client has more than mine+1 (so that the
+// arrival does not become the longest itself). Under mu.
+func (f *Fair) pushOut(mine int) bool {
+	var long *fairClient
+	for _, c := range f.ring {
+		if long == nil || len(c.waiters) > len(long.waiters) {
+			long = c
+		}
+	}
+	if long == nil || len(long.waiters) <= mine+1 {
+		return false
+	}
+	i := len(long.waiters) - 1
+	w := long.waiters[i]
+	long.waiters[i] = nil
+	long.waiters = long.waiters[:i]
+	f.queued--
+	f.maybeForget(long)
+	w.done, w.cause = true, CauseClient
+	w.admit <- ShedClient
+	return true
 }
 
 // admit fills t with a slot just taken. Under mu.
@@ -412,12 +532,15 @@ func (f *Fair) handOff(now time.Time) {
 		f.next++
 		f.maybeForget(c)
 		w.done = true
-		if now.After(w.deadline) {
-			w.admit <- false // waited too long: its timer is about to fire
+		if now.After(w.deadline) && len(c.waiters) >= f.cfg.MaxClientQueue {
+			// Waited too long, its client over its share (counting w):
+			// its timer is about to fire.
+			w.cause = CauseTimeout
+			w.admit <- ShedOverload
 			continue
 		}
 		f.admit(w.ticket, now)
-		w.admit <- true // the slot passes to w: running is unchanged
+		w.admit <- Admitted // the slot passes to w: running is unchanged
 		return
 	}
 	f.running--
@@ -449,8 +572,9 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 	f.winStart, f.winSum, f.winN, f.winWait = now, 0, 0, false
 }
 
-func (f *Fair) shedOne(v Verdict) Verdict {
+func (f *Fair) shedOne(v Verdict, c Cause) Verdict {
 	f.shed.Add(1)
+	f.causes[c].Add(1)
 	if f.OnShed != nil {
 		f.OnShed(v)
 	}

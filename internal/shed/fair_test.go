@@ -12,8 +12,8 @@ import (
 )
 
 var (
-	clientA = netip.MustParseAddr("10.0.0.1")
-	clientB = netip.MustParseAddr("10.0.0.2")
+	clientA = ClientKey(netip.MustParseAddr("10.0.0.1"))
+	clientB = ClientKey(netip.MustParseAddr("10.0.0.2"))
 )
 
 // waitQueued polls until n requests wait in f.
@@ -44,7 +44,7 @@ func TestFairRoundRobin(t *testing.T) {
 	}
 	order := make(chan string, 4)
 	var wg sync.WaitGroup
-	enqueue := func(name string, c netip.Addr, queuedBefore int) {
+	enqueue := func(name string, c Key, queuedBefore int) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -80,9 +80,10 @@ func TestFairRoundRobin(t *testing.T) {
 	}
 }
 
-// TestFairSheds: a full client queue sheds that client's next request at
-// once but not another client's; a request that already waited MaxWait
-// is shed without queueing; a queued one is shed after MaxWait.
+// TestFairSheds: a client over its share while another waits is shed at
+// once; a stale request or a queued one past MaxWait is shed only while
+// its client is over its share; a stale request finding a free slot is
+// admitted.
 func TestFairSheds(t *testing.T) {
 	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxClientQueue: 1, MaxWait: 300 * time.Millisecond})
 	var shed, shedClient atomic.Int64
@@ -96,37 +97,241 @@ func TestFairSheds(t *testing.T) {
 	if f.Acquire(&first, clientA, 0) != Admitted {
 		t.Fatal("first request shed")
 	}
-	res := make(chan Verdict, 2)
+	res := make(chan Verdict, 4)
 	go func() { var tk Ticket; res <- f.Acquire(&tk, clientA, 0) }()
 	waitQueued(t, f, 1)
+	go func() { var tk Ticket; res <- f.Acquire(&tk, clientB, time.Second) }() // stale, within B's share: queued
+	waitQueued(t, f, 2)
 	start := time.Now()
 	var tk Ticket
 	if v := f.Acquire(&tk, clientA, 0); v != ShedClient || time.Since(start) > 100*time.Millisecond {
-		t.Fatalf("over A's queue: %v after %v, want shed as client", v, time.Since(start))
+		t.Fatalf("over A's share while B waits: %v after %v, want shed as client", v, time.Since(start))
 	}
-	if v := f.Acquire(&tk, clientB, time.Second); v != ShedOverload {
-		t.Fatalf("a request that already waited MaxWait while all slots were busy: %v, want shed as overload", v)
+	if v := f.Acquire(&tk, clientB, time.Second); v != ShedOverload || f.ShedBy(CauseStale) != 1 {
+		t.Fatalf("a stale request of a client at its share: %v (stale %d), want shed as overload", v, f.ShedBy(CauseStale))
 	}
-	go func() { var tk Ticket; res <- f.Acquire(&tk, clientB, 0) }()
-	// Nothing is released: both queued requests time out.
-	if v1, v2 := <-res, <-res; v1 != ShedOverload || v2 != ShedOverload {
-		t.Fatalf("queued requests without a free slot: %v %v, want shed as overload", v1, v2)
-	}
-	if time.Since(start) < 250*time.Millisecond {
-		t.Fatalf("queued requests shed after %v, before MaxWait", time.Since(start))
-	}
-	if shed.Load() != 4 || f.Shed() != 4 || shedClient.Load() != 1 {
-		t.Fatalf("shed %d (%d), %d as client, want 4 and 1", shed.Load(), f.Shed(), shedClient.Load())
+	// Nothing is released for longer than MaxWait: the queued requests,
+	// each within its client's share, are not shed for time.
+	time.Sleep(400 * time.Millisecond)
+	if n := len(res); n != 0 || f.Queued() != 2 {
+		t.Fatalf("%d answers, %d queued after MaxWait within their shares, want 0 and 2", n, f.Queued())
 	}
 	f.Release(&first)
-	// A free slot and nobody queued: admitted whatever it waited before.
-	if v := f.Acquire(&tk, clientB, time.Hour); v != Admitted {
-		t.Fatalf("a stale request finding a free slot: %v, want admitted", v)
+	if v := <-res; v != Admitted {
+		t.Fatalf("A's queued request: %v, want admitted", v)
 	}
-	f.Release(&tk)
-	if f.Running() != 0 || len(f.clients) != 0 || len(f.ring) != 0 {
-		t.Fatalf("left running %d, clients %d, ring %d", f.Running(), len(f.clients), len(f.ring))
+	// (the admitted one holds the slot until the end of the test)
+	if shed.Load() != 2 || f.Shed() != 2 || shedClient.Load() != 1 {
+		t.Fatalf("shed %d (%d), %d as client, want 2 and 1", shed.Load(), f.Shed(), shedClient.Load())
 	}
+}
+
+// TestFairTimeSheds: a lone client over its share has its excess shed
+// after MaxWait (the oldest beyond the share), and keeps its share
+// queued.
+func TestFairTimeSheds(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 8, MaxClientQueue: 2, MaxWait: 100 * time.Millisecond})
+	var first Ticket
+	if f.Acquire(&first, clientA, 0) != Admitted {
+		t.Fatal("first request shed")
+	}
+	res := make(chan Verdict, 5)
+	for i := range 5 {
+		go func() {
+			var tk Ticket
+			v := f.Acquire(&tk, clientA, 0)
+			res <- v
+			if v == Admitted {
+				f.Release(&tk)
+			}
+		}()
+		waitQueued(t, f, i+1) // alone: the whole queue is A's
+	}
+	for range 3 {
+		if v := <-res; v != ShedOverload {
+			t.Fatalf("A's excess past MaxWait: %v, want shed as overload", v)
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if f.Queued() != 2 || f.ShedBy(CauseTimeout) != 3 {
+		t.Fatalf("queued %d, timeouts %d, want A's share (2) queued and 3 shed", f.Queued(), f.ShedBy(CauseTimeout))
+	}
+	f.Release(&first)
+	for range 2 {
+		if v := <-res; v != Admitted {
+			t.Fatalf("A's share: %v, want admitted", v)
+		}
+	}
+}
+
+// answer is what request i of a test got.
+type answer struct {
+	i int
+	v Verdict
+}
+
+// try makes request i of client, which already waited waited, sends
+// what it got to res, and releases its slot if it was admitted.
+func try(f *Fair, i int, client Key, waited time.Duration, res chan<- answer) {
+	var tk Ticket
+	v := f.Acquire(&tk, client, waited)
+	res <- answer{i, v}
+	if v == Admitted {
+		f.Release(&tk)
+	}
+}
+
+// TestFairLoneClientFillsQueue: a client alone may fill the whole queue
+// (only the queue bound sheds it); another client's request then takes
+// the place of its newest one; its next is shed as over its share.
+func TestFairLoneClientFillsQueue(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 4, MaxClientQueue: 1, MaxWait: time.Hour})
+	var first Ticket
+	if f.Acquire(&first, clientA, 0) != Admitted {
+		t.Fatal("first request shed")
+	}
+	res := make(chan answer, 8)
+	for i := range 4 {
+		go try(f, i, clientA, 0, res)
+		waitQueued(t, f, i+1)
+	}
+	var tk Ticket
+	if v := f.Acquire(&tk, clientA, 0); v != ShedOverload || f.ShedBy(CauseQueueFull) != 1 {
+		t.Fatalf("a lone client past the whole queue: %v, want shed as overload (queue full)", v)
+	}
+	go try(f, 9, clientB, 0, res)
+	if a := <-res; a.i != 3 || a.v != ShedClient {
+		t.Fatalf("B into a queue full of A's: answer %+v, want A's newest (3) shed as client", a)
+	}
+	waitQueued(t, f, 4)
+	if v := f.Acquire(&tk, clientA, 0); v != ShedClient {
+		t.Fatalf("A over its share while B waits: %v, want shed as client", v)
+	}
+	f.Release(&first)
+	var order []int
+	for range 4 {
+		a := <-res
+		if a.v != Admitted {
+			t.Fatalf("queued request %d: %v, want admitted", a.i, a.v)
+		}
+		order = append(order, a.i)
+	}
+	if order[0] != 0 || order[1] != 9 {
+		t.Fatalf("served %v, want A's oldest then B's", order)
+	}
+}
+
+// TestFairShareRule (rapid): with every slot busy, arrivals of a few
+// clients, fresh or stale, in any order: the queue never exceeds
+// MaxQueue; a fresh request of a client alone in the queue is shed only
+// when the queue is full; a client with nothing waiting is never shed
+// while another client has two or more waiting (it takes the newest's
+// place); a request taken out of the queue is always the newest of the
+// client with the most waiting; a stale request is shed only when its
+// client has its share waiting or the queue is full. Then every queued
+// request is answered, every fresh one admitted.
+func TestFairShareRule(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		maxQueue := rapid.IntRange(1, 10).Draw(t, "queue")
+		share := rapid.IntRange(1, 5).Draw(t, "share")
+		f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: maxQueue, MaxClientQueue: share, MaxWait: time.Hour})
+		var hold Ticket
+		if f.Acquire(&hold, clientA, 0) != Admitted {
+			t.Fatal("first request shed")
+		}
+		res := make(chan answer, 64)
+		var waiting [3][]int // the model: request indices waiting, per client, oldest first
+		staleReq := map[int]bool{}
+		n := rapid.IntRange(1, 40).Draw(t, "n")
+		answered := 0
+		for i := range n {
+			c := rapid.IntRange(0, 2).Draw(t, "client")
+			stale := rapid.Bool().Draw(t, "stale")
+			waited := time.Duration(0)
+			if stale {
+				waited = 2 * time.Hour
+				staleReq[i] = true
+			}
+			queued := 0
+			longest := 0
+			for k := range waiting {
+				queued += len(waiting[k])
+				if len(waiting[k]) > len(waiting[longest]) {
+					longest = k
+				}
+			}
+			mine, others := len(waiting[c]), queued-len(waiting[c])
+			key := ClientKey(netip.AddrFrom4([4]byte{10, 0, 0, byte(c)}))
+			go try(f, i, key, waited, res)
+			// Wait until the request is queued or answered (and a
+			// pushed-out one answered).
+			deadline := time.Now().Add(10 * time.Second)
+			var got []answer
+			for {
+				select {
+				case a := <-res:
+					got = append(got, a)
+					answered++
+					continue
+				default:
+				}
+				if f.Queued()+answered == i+1 {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("request %d neither queued nor answered", i)
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			self := -1
+			for _, a := range got {
+				if a.v == Admitted {
+					t.Fatalf("request %d admitted with every slot busy", a.i)
+				}
+				if a.i == i {
+					self = int(a.v)
+					continue
+				}
+				// pushed out: the newest of a longest queue, another client's
+				from := -1
+				for k, w := range waiting {
+					if len(w) == len(waiting[longest]) && len(w) > 0 && w[len(w)-1] == a.i {
+						from = k
+					}
+				}
+				if from < 0 || from == c || len(waiting[from]) <= mine+1 || a.v != ShedClient {
+					t.Fatalf("request %d pushed out (%v); waiting %v, arrival of client %d with %d", a.i, a.v, waiting, c, mine)
+				}
+				waiting[from] = waiting[from][:len(waiting[from])-1]
+			}
+			if self < 0 {
+				waiting[c] = append(waiting[c], i)
+			} else {
+				switch {
+				case stale && mine < share && queued < maxQueue:
+					t.Fatalf("stale request of a client with %d waiting (share %d) shed, queue not full", mine, share)
+				case !stale && others == 0 && queued < maxQueue:
+					t.Fatalf("fresh request of a lone client shed with the queue at %d of %d", queued, maxQueue)
+				case mine == 0 && len(waiting[longest]) >= 2:
+					t.Fatalf("client with nothing waiting shed while another has %d waiting", len(waiting[longest]))
+				}
+			}
+			if q := f.Queued(); q > maxQueue {
+				t.Fatalf("%d queued, bound %d", q, maxQueue)
+			}
+		}
+		// Every queued request is answered in turn: admitted, or (one
+		// that had waited past MaxWait before it came) shed when its
+		// turn comes while its client has more than its share waiting.
+		f.Release(&hold)
+		left := f.Queued()
+		for range left {
+			a := <-res
+			if a.v != Admitted && !staleReq[a.i] {
+				t.Fatalf("queued fresh request %d: %v after the slot was freed, want admitted", a.i, a.v)
+			}
+		}
+	})
 }
 
 // TestFairBounds: whatever the arrivals, releases and timeouts, no more
@@ -147,7 +352,7 @@ func TestFairBounds(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				var tk Ticket
-				if f.Acquire(&tk, netip.AddrFrom4([4]byte{10, 0, 0, byte(c)}), 0) != Admitted {
+				if f.Acquire(&tk, ClientKey(netip.AddrFrom4([4]byte{10, 0, 0, byte(c)})), 0) != Admitted {
 					return
 				}
 				mu.Lock()

@@ -1,7 +1,6 @@
 package shed
 
 import (
-	"net/netip"
 	"sync"
 	"time"
 )
@@ -22,7 +21,7 @@ type Pacer struct {
 	maxPause time.Duration
 
 	mu      sync.Mutex
-	clients map[netip.Addr]*pace
+	clients map[Key]*pace
 }
 
 type pace struct {
@@ -36,7 +35,7 @@ func NewPacer(rate float64, maxPause time.Duration) *Pacer {
 	if rate <= 0 {
 		return nil
 	}
-	return &Pacer{rate: rate, burst: max(1, rate/10), maxPause: maxPause, clients: map[netip.Addr]*pace{}}
+	return &Pacer{rate: rate, burst: max(1, rate/10), maxPause: maxPause, clients: map[Key]*pace{}}
 }
 
 // maxPaceClients bounds the clients remembered; idle ones are dropped
@@ -46,7 +45,7 @@ const maxPaceClients = 4096
 // Pause counts one shed answer to client and returns how long the
 // connection that got it should not be read (0: at once). Safe on a nil
 // Pacer (no pacing).
-func (p *Pacer) Pause(client netip.Addr) time.Duration {
+func (p *Pacer) Pause(client Key) time.Duration {
 	if p == nil {
 		return 0
 	}

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"github.com/counterd/counterd/internal/shed"
 	"strings"
 
 	"github.com/counterd/counterd/internal/auth"
@@ -199,4 +200,17 @@ func (s *Server) execDenials(c *client, queue []queued) []string {
 		s.opts.Auth.Failed("resp", authFailureReason(e))
 	}
 	return denied
+}
+
+// admissionKey is the client c's commands are admitted as (Options.
+// Admission): its user once it has authenticated (with Options.Auth),
+// so that a user's connections from many addresses share one queue and
+// users behind one address do not; else its address.
+func (s *Server) admissionKey(c *client) shed.Key {
+	if s.opts.Auth != nil {
+		if p := c.principal(s.opts.Auth); p != nil {
+			return shed.UserKey(p.User)
+		}
+	}
+	return shed.ClientKey(c.key)
 }

@@ -62,11 +62,13 @@ type client struct {
 	// to (its IP address), the slot of the batch being run, and the
 	// context of engine calls, which carries that slot so that waits on
 	// I/O (fsync, peers, remote stores) park it (shed.IOWait).
-	key     netip.Addr
-	ticket  shed.Ticket
-	ctx     context.Context
-	proto   int  // 2 or 3
-	closing bool // QUIT or a panic: stop after flushing the replies
+	key    netip.Addr
+	ticket shed.Ticket
+	// connSlot: the client address counted in Options.ClientConns.
+	connSlot netip.Addr
+	ctx      context.Context
+	proto    int  // 2 or 3
+	closing  bool // QUIT or a panic: stop after flushing the replies
 
 	tstart      int64     // metrics: nanotime when the current command started
 	deadlineSet time.Time // when the read deadline was last moved (fill)
@@ -123,7 +125,7 @@ func newClient(s *Server, nc net.Conn) *client {
 	if a := nc.RemoteAddr(); a != nil {
 		c.addr = a.String()
 		if ap, err := netip.ParseAddrPort(c.addr); err == nil {
-			c.key = shed.ClientKey(ap.Addr())
+			c.key = shed.ClientAddr(ap.Addr())
 		}
 	}
 	c.ctx = s.ctx

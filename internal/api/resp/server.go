@@ -60,6 +60,10 @@ type Options struct {
 	// answered "-ERR max number of clients reached" and closed, like Redis.
 	// Default 10000 (DefaultMaxConns).
 	MaxConns int
+	// ClientConns, when set, caps the connections of one client address
+	// (--max-conns-per-client): one more is answered "-ERR max number of
+	// clients from this address reached" and closed.
+	ClientConns *shed.ConnCounter
 
 	// MaxBulkLen is the longest bulk string (one argument) accepted, in
 	// bytes; Redis's proto-max-bulk-len. Default 8 MiB (DefaultMaxBulkLen).
@@ -318,14 +322,12 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 		}
 		backoff = 0
 		if s.nconns.Load() >= int64(s.opts.MaxConns) {
-			s.rejectedConns.Add(1)
-			if s.m != nil {
-				s.m.rejected.Inc()
-			}
-			// Like Redis: tell the client why, then close.
-			nc.SetWriteDeadline(time.Now().Add(time.Second))
-			nc.Write([]byte("-" + errMaxClients + "\r\n"))
-			nc.Close()
+			s.refuseConn(nc, errMaxClients)
+			continue
+		}
+		slot, ok := s.opts.ClientConns.Take(nc.RemoteAddr())
+		if !ok {
+			s.refuseConn(nc, errMaxClientsAddr)
 			continue
 		}
 		f := s.detach(nc) // nil: the connection keeps its goroutine
@@ -333,10 +335,12 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			nc = f
 		}
 		c := newClient(s, nc)
+		c.connSlot = slot
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
 			nc.Close()
+			s.opts.ClientConns.Give(slot)
 			return nil
 		}
 		s.clients[c] = struct{}{}
@@ -354,6 +358,18 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			go s.serveConn(c)
 		}
 	}
+}
+
+// refuseConn answers a connection over a cap with msg and closes it
+// (like Redis: the client is told why), counting it.
+func (s *Server) refuseConn(nc net.Conn, msg string) {
+	s.rejectedConns.Add(1)
+	if s.m != nil {
+		s.m.rejected.Inc()
+	}
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	nc.Write([]byte("-" + msg + "\r\n"))
+	nc.Close()
 }
 
 // Close stops accepting, closes every connection and waits for their
@@ -388,7 +404,10 @@ func (s *Server) Addr() net.Addr {
 	return s.ln.Addr()
 }
 
-const errMaxClients = "ERR max number of clients reached"
+const (
+	errMaxClients     = "ERR max number of clients reached"
+	errMaxClientsAddr = "ERR max number of clients from this address reached"
+)
 
 // connDone unregisters a connection whose goroutine is ending.
 func (s *Server) connDone(c *client, err error) {
@@ -398,6 +417,7 @@ func (s *Server) connDone(c *client, err error) {
 		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
 	}
 	c.endAdmission()
+	s.opts.ClientConns.Give(c.connSlot)
 	s.queryBytes.Add(-int64(c.held))
 	s.mu.Lock()
 	delete(s.clients, c)
@@ -464,7 +484,7 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 	}
 	if s.opts.Admission != nil && !c.onLoop && !c.ticket.Holding() && cmd.flags&(flagWrite|flagReadonly) != 0 {
 		// Held until the batch's replies are written (client.endAdmission).
-		if v := s.opts.Admission.Acquire(&c.ticket, c.key, 0); v != shed.Admitted {
+		if v := s.opts.Admission.Acquire(&c.ticket, s.admissionKey(c), 0); v != shed.Admitted {
 			if s.opts.OnShed != nil {
 				s.opts.OnShed(v)
 			}

@@ -1,0 +1,82 @@
+package shed
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// ConnCounter caps the connections of each client address (ClientAddr:
+// an IPv6 /64 is one client), so that one address cannot take every
+// connection slot of a listener. Addresses in its trusted prefixes (the
+// --trusted-proxies, through which many clients connect) are not
+// counted. Safe for concurrent use; a nil *ConnCounter caps nothing.
+type ConnCounter struct {
+	max     int
+	trusted []netip.Prefix
+	mu      sync.Mutex
+	n       map[netip.Addr]int
+}
+
+// NewConnCounter returns a cap of max connections per client address,
+// nil for none (max <= 0).
+func NewConnCounter(max int, trusted []netip.Prefix) *ConnCounter {
+	if max <= 0 {
+		return nil
+	}
+	return &ConnCounter{max: max, trusted: trusted, n: map[netip.Addr]int{}}
+}
+
+// Take counts a connection from addr. ok is false when its client is at
+// the cap (nothing counted then). client is what Give must be passed
+// when the connection ends (the zero Addr when nothing was counted).
+func (cc *ConnCounter) Take(addr net.Addr) (client netip.Addr, ok bool) {
+	if cc == nil || addr == nil {
+		return netip.Addr{}, true
+	}
+	ap, err := netip.ParseAddrPort(addr.String())
+	if err != nil || InPrefixes(cc.trusted, ap.Addr()) {
+		return netip.Addr{}, true
+	}
+	client = ClientAddr(ap.Addr())
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	if cc.n[client] >= cc.max {
+		return netip.Addr{}, false
+	}
+	cc.n[client]++
+	return client, true
+}
+
+// Give uncounts a connection Take counted; the zero Addr does nothing.
+func (cc *ConnCounter) Give(client netip.Addr) {
+	if cc == nil || !client.IsValid() {
+		return
+	}
+	cc.mu.Lock()
+	if cc.n[client]--; cc.n[client] <= 0 {
+		delete(cc.n, client)
+	}
+	cc.mu.Unlock()
+}
+
+// Clients returns how many client addresses hold connections now.
+func (cc *ConnCounter) Clients() int {
+	if cc == nil {
+		return 0
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return len(cc.n)
+}
+
+// InPrefixes reports whether ip is in one of ps.
+func InPrefixes(ps []netip.Prefix, ip netip.Addr) bool {
+	ip = ip.Unmap()
+	for _, p := range ps {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
