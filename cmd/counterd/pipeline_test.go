@@ -34,24 +34,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/counterd/counterd/internal/testutil/natstest"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
 
-const pipelineRules = `dedupe: 24h
-rules:
-  - name: views
-    filter: event.type == "impression" && !event.?bot.orValue(false)
-    counter: '"views:" + event.post'
-    add: "1"
-  - name: viewers
-    filter: event.type == "impression"
-    counter: '"viewers:" + event.post'
-    pfadd: event.user
-    rollup: {key: viewers, unique_days: 400d}
-  - name: countries
-    filter: event.type == "impression"
-    counter: '"countries:" + event.post'
-    hadd: {field: event.country}
-`
+const pipelineRules = pipelinetest.ImpressionRules
 
 // workload is the events of a run and what they must count.
 type workload struct {

@@ -11,6 +11,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
 
 // BenchmarkApply: the consumer's part of the pipeline alone (decode,
@@ -87,22 +88,6 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// benchRules are cmd/counterd's pipelineRules (the end-to-end rules).
-const benchRules = `dedupe: 24h
-rules:
-  - name: views
-    filter: event.type == "impression" && !event.?bot.orValue(false)
-    counter: '"views:" + event.post'
-    add: "1"
-  - name: viewers
-    filter: event.type == "impression"
-    counter: '"viewers:" + event.post'
-    pfadd: event.user
-    rollup: {key: viewers, unique_days: 400d}
-  - name: countries
-    filter: event.type == "impression"
-    counter: '"countries:" + event.post'
-    hadd: {field: event.country}
-`
+const benchRules = pipelinetest.ImpressionRules
 
 var applyDiskPoll = 16000
