@@ -29,6 +29,11 @@ var forgetMsg = []byte("counterd/forget\x00")
 // pushPullState is this package's part of memberlist's state exchange.
 type pushPullState struct {
 	Forgotten []string `json:"forgotten,omitempty"`
+	// Left: members this node saw leave gracefully. A member that missed
+	// a leaver's direct intent (lost, or sent while it was suspected) and
+	// declared it dead learns it left here, so the leaver stops counting
+	// as dead toward the majority (docs/cluster.md "Majority check").
+	Left []string `json:"left,omitempty"`
 }
 
 // Forget retires member id: it leaves Members and Alive, no later gossip
@@ -136,7 +141,15 @@ func (m *Membership) forgetMessage(b []byte) bool {
 }
 
 func (m *Membership) localState() []byte {
-	b, _ := json.Marshal(pushPullState{Forgotten: m.Forgotten()})
+	st := pushPullState{Forgotten: m.Forgotten()}
+	m.mu.Lock()
+	for id, mem := range m.members {
+		if mem.State == StateLeft {
+			st.Left = append(st.Left, id)
+		}
+	}
+	m.mu.Unlock()
+	b, _ := json.Marshal(st)
 	return b
 }
 
@@ -149,6 +162,9 @@ func (m *Membership) mergeRemoteState(b []byte) {
 	defer m.mu.Unlock()
 	for _, id := range st.Forgotten {
 		m.forgetIDLocked(id)
+	}
+	for _, id := range st.Left {
+		m.leftLocked(id)
 	}
 }
 

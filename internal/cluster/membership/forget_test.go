@@ -56,9 +56,9 @@ func TestForget(t *testing.T) {
 			t.Fatalf("%s reports the forgotten c again: %v", m.ID(), m.Members())
 		}
 	}
-	if !allAlive(ms, "a", "b", "d") {
-		t.Fatalf("alive sets changed: %v %v %v", a.Alive(), b.Alive(), d.Alive())
-	}
+	// Under load a member may be suspected for a moment (fast probe
+	// timings); what must hold is that a, b and d stay the cluster.
+	eventually(t, 5*time.Second, "a, b, d still alive", func() bool { return allAlive(ms, "a", "b", "d") })
 }
 
 // TestForgottenMergeIsAUnion: merging push-pull states is a set union,
@@ -159,4 +159,33 @@ func FuzzParseForgotten(f *testing.F) {
 			t.Fatalf("round trip %q: %q %v", out, back, err)
 		}
 	})
+}
+
+// TestLeftFromPeerState: a member that declared a leaver dead (it missed
+// the leave intent) learns from a peer's push-pull state that it left;
+// a member alive or unknown here is not touched by that word.
+func TestLeftFromPeerState(t *testing.T) {
+	m := &Membership{members: map[string]Member{
+		"gone":  {ID: "gone", State: StateDead},
+		"back":  {ID: "back", State: StateAlive},
+		"crash": {ID: "crash", State: StateDead},
+	}, leaving: map[string]bool{}}
+	m.mergeRemoteState([]byte(`{"left":["gone","back","nobody"]}`))
+	want := map[string]State{"gone": StateLeft, "back": StateAlive, "crash": StateDead}
+	for id, s := range want {
+		if got := m.members[id].State; got != s {
+			t.Errorf("%s: %v, want %v", id, got, s)
+		}
+	}
+	if _, ok := m.members["nobody"]; ok {
+		t.Error("an unknown id became a member")
+	}
+	// The state this member sends on lists what it knows left.
+	var st pushPullState
+	if err := json.Unmarshal(m.localState(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(st.Left, []string{"gone"}) {
+		t.Errorf("local state lists %v as left, want [gone]", st.Left)
+	}
 }

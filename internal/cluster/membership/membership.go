@@ -582,9 +582,14 @@ func (d *delegate) NotifyMsg(b []byte) {
 	m := (*Membership)(d)
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	name := string(id)
-	m.leaving[name] = true
-	if mem, ok := m.members[name]; ok && mem.State == StateDead {
+	m.leaving[string(id)] = true
+	m.leftLocked(string(id))
+}
+
+// leftLocked moves member id from dead to left, if it is dead: its leave
+// intent (or a peer's word that it left) came after it was declared dead.
+func (m *Membership) leftLocked(id string) {
+	if mem, ok := m.members[id]; ok && mem.State == StateDead {
 		mem.State = StateLeft
 		m.emitLocked(EventUpdate, mem)
 	}
