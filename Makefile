@@ -35,13 +35,17 @@ run: ## run counterd on its embedded default (./data, :8080 HTTP, :6380 RESP)
 # 7.75 min with 8 at once, on the same loaded 2 cores (docs/testing.md).
 TESTP ?= 8
 
-# The in-process cluster tests (gossip probes, 400 ms owner leases) run
-# after the rest, not beside the process-level floods and region tests: on
-# 2 cores those starved their leases and probes in CI (docs/testing.md).
+# Three steps: the packages that only compute or wait, then the real-binary
+# tests of cmd/counterd (floods, overload, clusters and regions of
+# processes) alone, then the in-process cluster tests (gossip probes,
+# 400 ms owner leases). Run side by side on 2 cores, the floods starved
+# the others' leases, probes and deadlines in CI rehearsals
+# (docs/testing.md).
 TIMED_PKGS ?= ./internal/cluster/... ./internal/backendtest/
 
 test: ## run every test with the race detector (what CI runs)
-	$(GO) test -race -count=1 -p $(TESTP) $$($(GO) list $(PKGS) | grep -v -e /internal/cluster/ -e /internal/backendtest)
+	$(GO) test -race -count=1 -p $(TESTP) $$($(GO) list $(PKGS) | grep -v -e /internal/cluster/ -e /internal/backendtest -e '/cmd/counterd$$')
+	$(GO) test -race -count=1 ./cmd/counterd/
 	$(GO) test -race -count=1 -p $(TESTP) $(TIMED_PKGS)
 
 test-short: ## quick tests without the race detector or subprocess tests

@@ -43,9 +43,9 @@ func TestProbe(t *testing.T) {
 	a := start(t, fastConfig(t, "a"))
 	b := start(t, fastConfig(t, "b", a.Addr()))
 	eventually(t, 5*time.Second, "a sees b", func() bool { return allAlive([]*Membership{a, b}, "a", "b") })
-	if err := a.Probe("b"); err != nil {
-		t.Fatalf("probe of a live member: %v", err)
-	}
+	// One UDP ping may miss its short timeout on a loaded machine: a live
+	// member must answer one of the probes within a few seconds.
+	eventually(t, 5*time.Second, "a probe of the live member b answered", func() bool { return a.Probe("b") == nil })
 	if err := a.Probe("nobody"); !errors.Is(err, ErrNotMember) {
 		t.Fatalf("probe of an unknown member: %v, want ErrNotMember", err)
 	}
