@@ -49,6 +49,24 @@ func kindCases() []tcase {
 			e.wantResult("add -2", e.apply(add(id, engine.KindCounter, -2)), engine.KindCounter, 3, true)
 			e.wantValue(id, engine.KindCounter, 3)
 		}},
+		{"plain adds to counters that are not plain", func(e *env) {
+			// The embedded engine serves adds to an existing counter
+			// without TTL on a fast path; every other counter takes
+			// the general one. Both must answer alike on every backend.
+			id := e.id("pt")
+			e.apply(add(id, engine.KindNone, 1))
+			e.apply(engine.Op{Type: engine.OpExpire, ID: id, TTL: time.Hour})
+			e.wantResult("add to a counter with a TTL", e.apply(add(id, engine.KindNone, 2)), engine.KindCounter, 3, true)
+			e.wantTTL(id, time.Hour) // INCR keeps the TTL, as in Redis
+			e.apply(engine.Op{Type: engine.OpExpire, ID: id, TTL: 0})
+			e.wantResult("add after persist", e.apply(add(id, engine.KindNone, 4)), engine.KindCounter, 7, true)
+			e.wantNoTTL(id)
+			u := e.id("pu")
+			e.apply(pfadd(u, "a"))
+			_, err := e.applyKey(add(u, engine.KindNone, 1), "")
+			e.wantErr("add to an hll", err, engine.ErrWrongKind)
+			e.wantResult("the hll after the refused add", e.apply(pfadd(u, "a")), engine.KindHLL, 0, false)
+		}},
 		{"sharded", func(e *env) {
 			id := e.id("sh")
 			for i := range 10 {
