@@ -391,7 +391,12 @@ func TestClusterSlotMigration(t *testing.T) {
 func TestClusterFailover(t *testing.T) {
 	cl := redistest.NewCluster(t)
 	tg := onCluster(t, cl)
-	s := open(t, tg.url, redisstore.Options{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	// A manual failover can leave a node answering CLUSTERDOWN until the
+	// new master's configuration has spread, which on a loaded machine
+	// takes longer than the default three retries (about 60 ms): give
+	// the store a retry budget of about 10 s, as a deployment riding
+	// through failovers would.
+	s := open(t, tg.url, redisstore.Options{ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second, MaxRetries: 40})
 	ctx := context.Background()
 	const id = "failover"
 	if _, _, err := s.Add(ctx, id, redisstore.KindCounter, 1, redisstore.AddOptions{}); err != nil {
