@@ -58,7 +58,12 @@ type Config struct {
 	TLS *tls.Config
 	// Chunks says how states are cut for anti-entropy.
 	Chunks chunksync.Options
-	Logger *slog.Logger
+	// CallTimeout bounds each anti-entropy and bootstrap call (a manifest
+	// or a fetch) to a peer (default: 30 intervals, at least 30 s), so a
+	// peer that takes the call and never answers cannot hold a sync, nor
+	// its loop, for good.
+	CallTimeout time.Duration
+	Logger      *slog.Logger
 }
 
 // Cluster describes the cluster a region node belongs to. Each node ships
@@ -90,6 +95,15 @@ type Replicator struct {
 	stop   context.CancelFunc
 	wg     sync.WaitGroup
 	closed atomic.Bool
+
+	// Incoming calls (service.go): each runs under a context that
+	// StopServing cancels, and Close waits for them (bounded) before it
+	// closes the copies they write to.
+	serveCtx    context.Context
+	serveCancel context.CancelFunc
+	hmu         sync.Mutex
+	hstopped    bool
+	handlers    sync.WaitGroup
 }
 
 type cutEntry struct{ snap *chunksync.Snapshot }
@@ -171,6 +185,9 @@ func Open(cfg Config) (*Replicator, error) {
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = 2 << 20
 	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = max(30*cfg.Interval, 30*time.Second)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -182,6 +199,7 @@ func Open(cfg Config) (*Replicator, error) {
 		t: cfg.Changes.t, incarnation: rand.Uint64() | 1, log: cfg.Logger,
 		cuts: map[string][2]*cutEntry{},
 	}
+	r.serveCtx, r.serveCancel = context.WithCancel(context.Background())
 	creds := insecure.NewCredentials()
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
@@ -326,17 +344,71 @@ func (r *Replicator) ringLoop(ctx context.Context) {
 	}
 }
 
-// Close stops the loops and closes the copies (flushing them).
+// closeWait bounds how long Close waits for the loops and the incoming
+// calls to end once they are cancelled (they end at once unless stuck in
+// a call that ignores its context); then it closes the copies anyway.
+const closeWait = 5 * time.Second
+
+// ErrStopping answers a region call that arrives, or was running, after
+// StopServing (gRPC Unavailable: the caller retries it elsewhere or later).
+var ErrStopping = errors.New("region: node is shutting down")
+
+// StopServing refuses every later region call and cancels those in
+// progress (a push not yet stored is not acknowledged: its sender ships it
+// again; a sync resumes from the next manifest). A node stopping calls it
+// before it stops its gRPC server, so that a call from a peer that is cut
+// off or slow does not hold the server's graceful stop. Idempotent.
+func (r *Replicator) StopServing() {
+	r.hmu.Lock()
+	r.hstopped = true
+	r.hmu.Unlock()
+	r.serveCancel()
+}
+
+// serving admits an incoming call: ctx, cancelled by StopServing as well,
+// and done, to call when it ends. After StopServing it refuses.
+func (r *Replicator) serving(ctx context.Context) (context.Context, func(), error) {
+	r.hmu.Lock()
+	if r.hstopped {
+		r.hmu.Unlock()
+		return nil, nil, ErrStopping
+	}
+	r.handlers.Add(1)
+	r.hmu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.serveCtx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+		r.handlers.Done()
+	}, nil
+}
+
+// Close stops serving (StopServing), stops the loops, closes the
+// connections to the peers (ending any call in flight on them), waits up
+// to closeWait for the loops and the incoming calls to end, and closes the
+// copies (flushing them).
 func (r *Replicator) Close() error {
 	if r.closed.Swap(true) {
 		return nil
 	}
+	r.StopServing()
 	if r.stop != nil {
 		r.stop()
 	}
-	r.wg.Wait()
-	var errs []error
 	r.closeConns()
+	ended := make(chan struct{})
+	go func() {
+		r.wg.Wait()
+		r.handlers.Wait()
+		close(ended)
+	}()
+	select {
+	case <-ended:
+	case <-time.After(closeWait):
+		r.log.Warn("region: replication loops or incoming calls still running; closing the copies anyway", "waited", closeWait)
+	}
+	var errs []error
 	for _, e := range r.remote {
 		errs = append(errs, e.Close())
 	}
@@ -356,7 +428,7 @@ func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, 
 		t := &chunksync.EngineTarget{Engine: r.local, WO: engine.WriteOptions{Durability: engine.Sync}}
 		var st chunksync.Stats
 		err := p.eachDest(func(d *dest) (err error) {
-			st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: r.cfg.Name}, t, nil)
+			st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: r.cfg.Name, timeout: r.cfg.CallTimeout}, t, nil)
 			return err
 		})
 		if err != nil {
@@ -628,7 +700,7 @@ func (r *Replicator) SyncFrom(ctx context.Context, name string) error {
 	t := &replaceTarget{eng: eng, have: have}
 	var st chunksync.Stats
 	err = p.eachDest(func(d *dest) (err error) {
-		st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: name}, t, nil)
+		st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: name, timeout: r.cfg.CallTimeout}, t, nil)
 		return err
 	})
 	p.mu.Lock()

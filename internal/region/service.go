@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -81,7 +82,19 @@ func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byt
 			return nil, err
 		}
 		h := func(ctx context.Context, req any) (any, error) {
-			out, err := fn(srv.(*Replicator), ctx, req.(*wrapperspb.BytesValue).GetValue())
+			r := srv.(*Replicator)
+			ctx, done, err := r.serving(ctx)
+			if err != nil {
+				return nil, toStatus(err)
+			}
+			defer done()
+			if testHookServe != nil {
+				testHookServe(ctx, method)
+			}
+			out, err := fn(r, ctx, req.(*wrapperspb.BytesValue).GetValue())
+			if err != nil && r.serveCtx.Err() != nil {
+				err = fmt.Errorf("%w: %w", ErrStopping, err) // cancelled by StopServing
+			}
 			if err != nil {
 				return nil, toStatus(err)
 			}
@@ -94,9 +107,17 @@ func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byt
 	}
 }
 
+// testHookServe, set by tests only, runs at the start of every incoming
+// call (a call stuck on a slow disk or a lock).
+var testHookServe func(ctx context.Context, method string)
+
 func toStatus(err error) error {
 	var se *engine.StateError
 	switch {
+	case errors.Is(err, ErrStopping):
+		return status.Error(codes.Unavailable, err.Error())
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return status.FromContextError(err).Err()
 	case errors.Is(err, ErrCorrupt), errors.As(err, &se), errors.Is(err, engine.ErrInvalidArgument), errors.Is(err, engine.ErrInvalidID):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrUnknownRegion), errors.Is(err, chunksync.ErrNotFound):
@@ -125,11 +146,22 @@ func invoke(ctx context.Context, conn *grpc.ClientConn, method string, in []byte
 type grpcSource struct {
 	conn        *grpc.ClientConn
 	name        string
-	incarnation uint64 // the peer's, from the manifest answer
+	timeout     time.Duration // of each call (0: none)
+	incarnation uint64        // the peer's, from the manifest answer
+}
+
+// call invokes method with the source's per-call deadline.
+func (s *grpcSource) call(ctx context.Context, method string, in []byte) ([]byte, error) {
+	if s.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.timeout)
+		defer cancel()
+	}
+	return invoke(ctx, s.conn, method, in)
 }
 
 func (s *grpcSource) Manifest(ctx context.Context) ([]byte, error) {
-	b, err := invoke(ctx, s.conn, "Manifest", encodeFetch(s.name, nil))
+	b, err := s.call(ctx, "Manifest", encodeFetch(s.name, nil))
 	if err != nil {
 		return nil, err
 	}
@@ -142,5 +174,5 @@ func (s *grpcSource) Manifest(ctx context.Context) ([]byte, error) {
 }
 
 func (s *grpcSource) Fetch(ctx context.Context, h chunksync.Hash) ([]byte, error) {
-	return invoke(ctx, s.conn, "Fetch", encodeFetch(s.name, &h))
+	return s.call(ctx, "Fetch", encodeFetch(s.name, &h))
 }
