@@ -15,6 +15,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -281,14 +282,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if rs != nil {
 		rs.Close()
 	}
+	if rep != nil {
+		// Region calls from peers are cancelled and refused from here
+		// on (their senders retry them): a cut or slow peer's call must
+		// not hold the gRPC server's graceful stop.
+		rep.StopServing()
+	}
 	if gs != nil {
-		stopped := make(chan struct{})
-		go func() { gs.GracefulStop(); close(stopped) }()
-		select {
-		case <-stopped:
-		case <-sctx.Done():
-			gs.Stop()
-		}
+		stopGRPC(gs, sctx, log)
 	}
 	if serr := hs.Shutdown(sctx); serr != nil {
 		log.Warn("http shutdown", "err", serr)
@@ -297,6 +298,35 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		_ = as.Close() // profiles in progress are not worth waiting for
 	}
 	return err
+}
+
+// grpcStopWait bounds the wait for grpc.Server.Stop once the graceful
+// stop ran out of time. Stop closes every connection and cancels every
+// call, but it also waits for connections still in their handshake (up to
+// gRPC's connection timeout, 2 minutes: a peer that connected and sent
+// nothing, as through a cut link), and for a graceful stop already waiting
+// on a call that ignores its cancellation. Past it, the node shuts down
+// without them.
+const grpcStopWait = 2 * time.Second
+
+// stopGRPC stops gs gracefully until ctx is done, then forcibly, waiting
+// at most grpcStopWait more.
+func stopGRPC(gs *grpc.Server, ctx context.Context, log *slog.Logger) {
+	graceful := make(chan struct{})
+	go func() { gs.GracefulStop(); close(graceful) }()
+	select {
+	case <-graceful:
+		return
+	case <-ctx.Done():
+	}
+	stopped := make(chan struct{})
+	go func() { gs.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-graceful:
+	case <-time.After(grpcStopWait):
+		log.Warn("grpc: connections still open after the shutdown timeout; exiting without them", "waited", grpcStopWait)
+	}
 }
 
 // ringVersionHeader carries the cluster ring's version (client.RingVersionHeader).
