@@ -79,10 +79,17 @@ func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id stri
 	return eng.Get(id)
 }
 
+// export reads id's state in the i-th region state, as get does.
+func (r *Replicator) export(ctx context.Context, i int, eng *engine.Engine, id string) (engine.State, bool, error) {
+	if i == 0 && r.cfg.Cluster != nil && r.cfg.Cluster.Export != nil {
+		return r.cfg.Cluster.Export(ctx, id)
+	}
+	return eng.Export(id)
+}
+
 // Global reads id in every region and combines the values. An hll's
-// union takes this region's sketch from this node's engine: on a node of
-// a cluster region that holds no replica of the id, this region's
-// registers are missing from the union (docs/operations.md).
+// union takes this region's sketch from the id's owner in a cluster
+// region (Cluster.Export), else from this node's engine.
 func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) {
 	if err := engine.ValidateID(id); err != nil {
 		return GlobalView{}, err
@@ -127,7 +134,7 @@ func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) 
 				gv.Fields[f.Name] += f.Value
 			}
 		case engine.KindHLL:
-			st, ok, err := eng.Export(id)
+			st, ok, err := r.export(ctx, i, eng, id)
 			if err != nil {
 				return GlobalView{}, err
 			}

@@ -75,6 +75,10 @@ type Cluster struct {
 	Owns        func(id string) bool
 	RingVersion func() uint64
 	Region      engine.Backend
+	// Export, when set, reads an id's state from its owner (or another
+	// replica): this region's registers in a global hll union, which the
+	// node's own engine lacks when it holds no replica of the id.
+	Export func(ctx context.Context, id string) (engine.State, bool, error)
 }
 
 // Replicator ships this region's changes to the peer regions, keeps a copy

@@ -37,7 +37,7 @@ func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *
 	switch {
 	case nd.region != nil:
 		rcfg.Local, rcfg.Changes = nd.region.eng, nd.region.changes
-		rcfg.Cluster = &region.Cluster{Owns: nd.region.owns, RingVersion: nd.region.ringVersion, Region: nd.Backend}
+		rcfg.Cluster = &region.Cluster{Owns: nd.region.owns, RingVersion: nd.region.ringVersion, Region: nd.Backend, Export: nd.region.export}
 	case nd.eng == nil:
 		return nil, fmt.Errorf("server: --peer-regions: %w: needs embedded or cluster mode", ErrUnsupportedMode)
 	}
@@ -67,6 +67,7 @@ type clusterRegion struct {
 	changes     *region.Changes
 	owns        func(id string) bool
 	ringVersion func() uint64
+	export      func(ctx context.Context, id string) (engine.State, bool, error)
 }
 
 func clusterRegionOf(cn *cnode.Node, eng *engine.Engine, changes *region.Changes) *clusterRegion {
@@ -74,7 +75,7 @@ func clusterRegionOf(cn *cnode.Node, eng *engine.Engine, changes *region.Changes
 		return nil
 	}
 	return &clusterRegion{
-		eng: eng, changes: changes, ringVersion: cn.RingVersion,
+		eng: eng, changes: changes, ringVersion: cn.RingVersion, export: cn.ExportState,
 		owns: func(id string) bool { return cn.Ring().Owner(id) == cn.ID() },
 	}
 }

@@ -554,3 +554,38 @@ func (n *Node) readStore(ctx context.Context, req *readRequest, resp *readRespon
 
 func (n *Node) Now() time.Time      { return n.store.Now() }
 func (n *Node) Stats() engine.Stats { return n.store.Stats() }
+
+// ExportState returns id's state as its owner holds it, or, if the owner
+// does not answer, as the first other replica that does (a replica may
+// lag the owner by one push). It serves reads of a raw state on any
+// member, such as a region's part of a global hll union on a node that
+// holds no replica of the id. ok is false when the id does not exist.
+func (n *Node) ExportState(ctx context.Context, id string) (st State, ok bool, err error) {
+	if err := validateIDs(id); err != nil {
+		return State{}, false, err
+	}
+	for _, r := range n.ring.Snapshot().Replicas(id, 0) {
+		if r == n.self {
+			st, ok, err = n.export(id)
+		} else {
+			var resp fetchResponse
+			if err = n.call(ctx, r, "Fetch", &fetchRequest{header: n.header(false), IDs: []string{id}}, &resp); err == nil {
+				err = resp.Err.err(r, nil)
+			}
+			if err == nil {
+				for _, s := range resp.States {
+					if s.ID == id {
+						st, ok = s, true
+					}
+				}
+			}
+		}
+		if err == nil {
+			return st, ok, nil
+		}
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return State{}, false, err
+}
