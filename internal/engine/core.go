@@ -68,6 +68,7 @@ type Engine struct {
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL
+	expMu   sync.Mutex   // serializes expireDue passes
 
 	stop chan struct{} // closed when Close starts
 	done chan struct{} // closed when Close has flushed
@@ -328,7 +329,7 @@ func (e *Engine) clearLocked(r *ref) {
 	}
 	if x := en.ext(); x != nil {
 		if x.expires != 0 {
-			e.expires.Add(-1)
+			e.expires.Add(-1) // its expiry item stays until due (expiry.go)
 		}
 		if x.roll != nil {
 			en.setFlags(flagRollReset) // a deleted counter has no history
@@ -353,7 +354,7 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	switch {
 	case at == 0 && had:
 		x.expires = 0
-		e.expires.Add(-1)
+		e.expires.Add(-1) // its expiry item stays until due (expiry.go)
 		if x.state == nil && x.roll == nil {
 			en.setExt(nil)
 		}
@@ -362,10 +363,17 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 			x = &ext{}
 			en.setExt(x)
 		}
+		old := x.expires
 		x.expires = at
-		if !had {
+		switch {
+		case !had:
 			e.expires.Add(1)
-			r.sh.trackTTL(r.idx)
+			r.sh.exp.push(at, r.idx)
+		case expSecond(at) < expSecond(old):
+			// Earlier than the item already there: a new one (the old one
+			// goes stale). A later expiry (a refresh) keeps the item: the
+			// janitor moves it when it comes due (expiry.go).
+			r.sh.exp.push(at, r.idx)
 		}
 	}
 }
