@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -240,8 +240,11 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 // missing id when !create) and the distinct locked refs, for unlockAll.
 func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) {
 	refs := make([]ref, len(ids))
+	// keys sorts the refs found by lock order: order() in the high 32 bits,
+	// the index in refs in the low (a plain integer sort, no closure).
+	keys := make([]uint64, 0, len(ids))
 	for {
-		order := make([]*ref, 0, len(ids))
+		keys = keys[:0]
 		for i, id := range ids {
 			r, ok, err := e.lookup(id, hashID(id), create)
 			if err != nil {
@@ -250,20 +253,23 @@ func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) 
 			refs[i] = ref{}
 			if ok {
 				refs[i] = r
-				order = append(order, &refs[i])
+				keys = append(keys, uint64(r.order())<<32|uint64(i))
 			}
 		}
-		sort.Slice(order, func(a, b int) bool { return order[a].order() < order[b].order() })
-		locked := make([]*entry, 0, len(order))
+		slices.Sort(keys)
+		locked := make([]*entry, 0, len(keys))
 		valid := true
-		for i, r := range order {
-			if i > 0 && order[i-1].e == r.e {
-				if order[i-1].idRef != r.idRef {
+		var prev *ref
+		for _, k := range keys {
+			r := &refs[uint32(k)]
+			if prev != nil && prev.e == r.e {
+				if prev.idRef != r.idRef {
 					valid = false
 					break
 				}
 				continue
 			}
+			prev = r
 			if !r.lock() {
 				valid = false
 				break
