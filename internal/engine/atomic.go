@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"sync"
 )
 
 // AtomicApplier is a Backend that applies a batch atomically in memory
@@ -36,10 +37,16 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) err
 			return &BatchError{Index: i, Err: err}
 		}
 	}
-	res := make([]Result, len(ops))
+	rp := atomicResults.Get().(*[]Result)
+	if cap(*rp) < len(ops) {
+		*rp = make([]Result, len(ops))
+	}
+	res := (*rp)[:len(ops)]
 	e.gate.RLock() // the flusher's snapshot sees all of the batch or none
 	err := e.applyMulti(ops, res, true)
 	e.gate.RUnlock()
+	clear(res) // drop the ids and fields they point to
+	atomicResults.Put(rp)
 	if err != nil {
 		return err
 	}
@@ -49,6 +56,10 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) err
 	}
 	return nil
 }
+
+// atomicResults recycles the results ApplyAtomic computes and drops (a
+// consumer batch of thousands of ops would allocate them anew each time).
+var atomicResults = sync.Pool{New: func() any { return new([]Result) }}
 
 // maxAtomicOps bounds an ApplyAtomic batch: its locks and the flusher's
 // wait for it grow with it.

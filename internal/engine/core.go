@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,6 +68,7 @@ type Engine struct {
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL
+	expMu   sync.Mutex   // serializes expireDue passes
 
 	stop chan struct{} // closed when Close starts
 	done chan struct{} // closed when Close has flushed
@@ -239,8 +240,11 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 // missing id when !create) and the distinct locked refs, for unlockAll.
 func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) {
 	refs := make([]ref, len(ids))
+	// keys sorts the refs found by lock order: order() in the high 32 bits,
+	// the index in refs in the low (a plain integer sort, no closure).
+	keys := make([]uint64, 0, len(ids))
 	for {
-		order := make([]*ref, 0, len(ids))
+		keys = keys[:0]
 		for i, id := range ids {
 			r, ok, err := e.lookup(id, hashID(id), create)
 			if err != nil {
@@ -249,20 +253,23 @@ func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) 
 			refs[i] = ref{}
 			if ok {
 				refs[i] = r
-				order = append(order, &refs[i])
+				keys = append(keys, uint64(r.order())<<32|uint64(i))
 			}
 		}
-		sort.Slice(order, func(a, b int) bool { return order[a].order() < order[b].order() })
-		locked := make([]*entry, 0, len(order))
+		slices.Sort(keys)
+		locked := make([]*entry, 0, len(keys))
 		valid := true
-		for i, r := range order {
-			if i > 0 && order[i-1].e == r.e {
-				if order[i-1].idRef != r.idRef {
+		var prev *ref
+		for _, k := range keys {
+			r := &refs[uint32(k)]
+			if prev != nil && prev.e == r.e {
+				if prev.idRef != r.idRef {
 					valid = false
 					break
 				}
 				continue
 			}
+			prev = r
 			if !r.lock() {
 				valid = false
 				break
@@ -328,7 +335,7 @@ func (e *Engine) clearLocked(r *ref) {
 	}
 	if x := en.ext(); x != nil {
 		if x.expires != 0 {
-			e.expires.Add(-1)
+			e.expires.Add(-1) // its expiry item stays until due (expiry.go)
 		}
 		if x.roll != nil {
 			en.setFlags(flagRollReset) // a deleted counter has no history
@@ -353,7 +360,7 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 	switch {
 	case at == 0 && had:
 		x.expires = 0
-		e.expires.Add(-1)
+		e.expires.Add(-1) // its expiry item stays until due (expiry.go)
 		if x.state == nil && x.roll == nil {
 			en.setExt(nil)
 		}
@@ -362,10 +369,17 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 			x = &ext{}
 			en.setExt(x)
 		}
+		old := x.expires
 		x.expires = at
-		if !had {
+		switch {
+		case !had:
 			e.expires.Add(1)
-			r.sh.trackTTL(r.idx)
+			r.sh.exp.push(at, r.idx)
+		case expSecond(at) < expSecond(old):
+			// Earlier than the item already there: a new one (the old one
+			// goes stale). A later expiry (a refresh) keeps the item: the
+			// janitor moves it when it comes due (expiry.go).
+			r.sh.exp.push(at, r.idx)
 		}
 	}
 }

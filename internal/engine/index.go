@@ -321,8 +321,7 @@ type shard struct {
 	ndirty atomic.Int64
 	dbits  atomic.Pointer[[]*dirtyBits] // one per chunk, published like chunks
 
-	ttlMu sync.Mutex
-	ttl   map[uint32]struct{} // slab indexes that had a TTL set, guarded by ttlMu
+	exp expIndex // counters with a TTL by expiry (expiry.go)
 }
 
 func hashID(id string) uint64 { return xxhash.Sum64String(id) }
@@ -638,14 +637,4 @@ func (s *shard) takeDirty(list []uint32) []uint32 {
 	}
 	s.ndirty.Add(-int64(n))
 	return list
-}
-
-// trackTTL remembers that slab index i has a TTL, for active expiry.
-func (s *shard) trackTTL(i uint32) {
-	s.ttlMu.Lock()
-	if s.ttl == nil {
-		s.ttl = make(map[uint32]struct{})
-	}
-	s.ttl[i] = struct{}{}
-	s.ttlMu.Unlock()
 }

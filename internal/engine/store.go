@@ -224,7 +224,7 @@ func (e *Engine) load() error {
 		e.keys.Add(1)
 		if en.ext() != nil && en.ext().expires != 0 {
 			e.expires.Add(1)
-			sh.trackTTL(i)
+			sh.exp.push(en.ext().expires, i)
 		}
 	}
 	if err := it.Error(); err != nil {
