@@ -13,7 +13,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/types/known/emptypb"
 )
 
@@ -277,4 +279,45 @@ func TestRunShutdownBounded(t *testing.T) {
 		t.Fatalf("Run: %v", runErr)
 	}
 	waitClosed(t, hc, 2*time.Second)
+}
+
+// TestGRPCKeepaliveClientPings: a client pinging as often as gRPC allows
+// its clients (every 10 s), without calls in flight, keeps its connection:
+// the server's policy (grpcMinPingInterval, PermitWithoutStream) does not
+// answer it GOAWAY "too_many_pings" (gRPC's default policy does after the
+// third ping).
+func TestGRPCKeepaliveClientPings(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for three keepalive pings, 30 s")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	close(release)
+	gs := grpc.NewServer(grpcConnOptions(grpcConnectionTimeout)...)
+	gs.RegisterService(stuckService(entered, release), struct{}{})
+	go gs.Serve(ln)
+	defer gs.Stop()
+	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: grpcMinPingInterval, Timeout: 5 * time.Second, PermitWithoutStream: true}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := conn.Invoke(ctx, "/test.Stuck/Call", new(emptypb.Empty), new(emptypb.Empty)); err != nil {
+		t.Fatalf("call: %v", err)
+	}
+	<-entered
+	wctx, wcancel := context.WithTimeout(context.Background(), 3*grpcMinPingInterval+3*time.Second)
+	defer wcancel()
+	if st := conn.GetState(); st != connectivity.Ready {
+		t.Fatalf("state after a call: %v", st)
+	}
+	if conn.WaitForStateChange(wctx, connectivity.Ready) {
+		t.Fatalf("connection left READY (now %v) while the client pinged every %v", conn.GetState(), grpcMinPingInterval)
+	}
 }
