@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/keepalive"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/resp"
@@ -229,7 +230,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	var gs *grpc.Server
 	if lns.grpc != nil {
 		// Authentication first: calls are admitted by their user (shedUnary).
-		gs = grpc.NewServer(append(append(sec.grpcOptions(), grpcAuthOptions(store)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
+		gopts := append(grpcConnOptions(grpcConnectionTimeout), sec.grpcOptions()...)
+		gs = grpc.NewServer(append(append(gopts, grpcAuthOptions(store)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
 		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
@@ -279,8 +281,15 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			log.Warn("drain", "err", derr)
 		}
 	}
+	// RESP connections are closed at once (their commands are cancelled);
+	// waiting for their goroutines, which only a command ignoring its
+	// cancellation can hold, runs alongside the other front ends' stops,
+	// until the shutdown timeout.
+	respDone := make(chan error, 1)
 	if rs != nil {
-		rs.Close()
+		go func() { respDone <- rs.Shutdown(sctx) }()
+	} else {
+		respDone <- nil
 	}
 	if rep != nil {
 		// Region calls from peers are cancelled and refused from here
@@ -292,7 +301,13 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		stopGRPC(gs, sctx, log)
 	}
 	if serr := hs.Shutdown(sctx); serr != nil {
+		// Out of time: close the connections still serving requests
+		// (their handlers are not waited for).
 		log.Warn("http shutdown", "err", serr)
+		_ = hs.Close()
+	}
+	if rerr := <-respDone; rerr != nil {
+		log.Warn("resp: a command still running after the shutdown timeout; exiting without it", "err", rerr)
 	}
 	if as != nil {
 		_ = as.Close() // profiles in progress are not worth waiting for
@@ -326,6 +341,37 @@ func stopGRPC(gs *grpc.Server, ctx context.Context, log *slog.Logger) {
 	case <-graceful:
 	case <-time.After(grpcStopWait):
 		log.Warn("grpc: connections still open after the shutdown timeout; exiting without them", "waited", grpcStopWait)
+	}
+}
+
+// grpcConnectionTimeout bounds a gRPC connection's TLS and HTTP/2
+// handshake: a peer that connects and sends nothing (or stops halfway)
+// is closed after it rather than after gRPC's default of 2 minutes. A
+// variable for tests.
+var grpcConnectionTimeout = 10 * time.Second
+
+// Server-side gRPC keepalive: a connection that carried nothing for
+// grpcKeepaliveTime is pinged, and closed if the ping is not answered
+// within grpcKeepaliveTimeout, so a peer gone without a FIN or RST (a
+// cut link, a crashed host) holds its connection and calls for at most
+// about 50 s. Clients may ping every grpcMinPingInterval, with or without
+// calls in flight (counterd's own cluster and region clients do not ping;
+// Envoy and other clients often do, every 30 to 60 s: gRPC's default
+// policy would answer them GOAWAY "too_many_pings" below 5 minutes).
+const (
+	grpcKeepaliveTime    = 30 * time.Second
+	grpcKeepaliveTimeout = 20 * time.Second
+	grpcMinPingInterval  = 10 * time.Second
+)
+
+// grpcConnOptions are the connection settings of counterd's gRPC server,
+// which serves the client API, Envoy's rate-limit service, cluster peer
+// calls and region calls.
+func grpcConnOptions(handshake time.Duration) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ConnectionTimeout(handshake),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: grpcKeepaliveTime, Timeout: grpcKeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: grpcMinPingInterval, PermitWithoutStream: true}),
 	}
 }
 

@@ -9,6 +9,7 @@ package resp
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"io"
@@ -286,10 +287,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	// Close every connection and wait for their goroutines, so that Serve
 	// (and Close) return with nothing left behind.
 	s.mu.Lock()
+	open := make([]net.Conn, 0, len(s.clients))
 	for c := range s.clients {
-		c.nc.Close()
+		open = append(open, c.nc)
 	}
 	s.mu.Unlock()
+	for _, nc := range open {
+		closeNow(nc)
+	}
 	s.conns.Wait()
 	s.stopLoops()
 	return err
@@ -372,9 +377,34 @@ func (s *Server) refuseConn(nc net.Conn, msg string) {
 	nc.Close()
 }
 
+// closeNow closes a connection at once, so that its goroutine's blocked
+// read or write returns. A TLS connection's own Close first sends a
+// close_notify alert, which waits up to 5 s for a peer that does not read
+// (while no write is in flight): its TCP connection is closed instead (the
+// goroutine's later Close of the TLS connection then fails at once).
+func closeNow(nc net.Conn) {
+	if tc, ok := nc.(*tls.Conn); ok {
+		nc = tc.NetConn()
+	}
+	nc.SetDeadline(time.Now())
+	nc.Close()
+}
+
 // Close stops accepting, closes every connection and waits for their
 // goroutines. It is idempotent and safe to call before or without Serve.
+// It is Shutdown without a deadline.
 func (s *Server) Close() error {
+	return s.Shutdown(context.Background())
+}
+
+// Shutdown stops accepting, closes every connection (cancelling the
+// context of their commands) and waits until their goroutines and the
+// event loops have ended or ctx is done. A connection's goroutine can
+// outlive its closing only in a command that ignores its cancellation (a
+// backend stuck on a lock, a disk or a peer): then Shutdown returns
+// ctx.Err() once ctx is done, leaving that goroutine to end on its own.
+// It is idempotent and safe to call before or without Serve.
+func (s *Server) Shutdown(ctx context.Context) error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
 		s.closed = true
@@ -388,10 +418,15 @@ func (s *Server) Close() error {
 	s.mu.Lock()
 	done := s.serveDone
 	s.mu.Unlock()
-	if done != nil {
-		<-done
+	if done == nil {
+		return nil
 	}
-	return nil
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // Addr returns the listener's address, or nil before Serve.
