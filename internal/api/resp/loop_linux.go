@@ -98,7 +98,7 @@ type eventLoop struct {
 // every 20 µs for a millisecond or more (perf stat on the server under
 // redis-benchmark -P 1: ~0.1 nanosleep calls per request, 0.01 with the
 // yield). A yield costs one scheduler pass, a few hundred a second.
-const loopYieldEvery = 2 * time.Millisecond
+const loopYieldEvery = 5 * time.Millisecond
 
 // loopClientBudget is the most commands one client runs in a loop round
 // while it has input on several connections (about half a millisecond of
