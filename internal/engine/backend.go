@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/counterd/counterd/internal/coarse"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -114,8 +115,12 @@ func (l local) Rollup(_ context.Context, key string) (rollup.Spec, bool, error) 
 func (l local) Rollups(context.Context) (map[string]rollup.Spec, error) { return l.e.Rollups(), nil }
 
 func (l local) Now() time.Time { return l.e.Now() }
-func (l local) Stats() Stats   { return l.e.Stats() }
-func (l local) Ready() error   { return l.e.Ready() }
+
+// CoarseClock is the engine's (Engine.CoarseClock): the Redis-protocol
+// event loops drive it.
+func (l local) CoarseClock() *coarse.Clock { return l.e.CoarseClock() }
+func (l local) Stats() Stats               { return l.e.Stats() }
+func (l local) Ready() error               { return l.e.Ready() }
 
 // Capabilities: the embedded engine is the reference behaviour.
 func (l local) Capabilities() Capabilities {

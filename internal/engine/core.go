@@ -7,9 +7,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/counterd/counterd/internal/coarse"
 )
 
 // opsCounter counts mutations without a shared hot cache line: each add
@@ -52,8 +53,8 @@ type Engine struct {
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
-	recent recentIDs    // addPlain's per-P hint of where the last id lives
-	now    atomic.Int64 // coarse clock in unix ns, when cfg.Clock is nil
+	recent recentIDs     // addPlain's per-P hint of where the last id lives
+	clk    *coarse.Clock // the clock when cfg.Clock is nil
 	closed atomic.Bool
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
@@ -84,10 +85,13 @@ func Open(cfg Config) (*Engine, error) {
 	}
 	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
 	e.limits = Limits{MaxBatch: cfg.MaxBatch, MaxShards: cfg.MaxShards}.withDefaults()
-	e.now.Store(time.Now().UnixNano())
+	if cfg.Clock == nil {
+		e.clk = coarse.New()
+	}
 	if !cfg.InMemory && cfg.FS == nil {
 		lock, err := lockDir(cfg.Dir)
 		if err != nil {
+			e.closeClock()
 			return nil, err
 		}
 		e.lock = lock
@@ -95,20 +99,18 @@ func Open(cfg Config) (*Engine, error) {
 	db, err := openPebble(cfg)
 	if err != nil {
 		e.unlockDir()
+		e.closeClock()
 		return nil, err
 	}
 	e.db = db
 	if err := e.load(); err != nil {
 		db.Close()
 		e.unlockDir()
+		e.closeClock()
 		return nil, err
 	}
 	e.idem.init(cfg.IdempotencyMemory)
 	e.fl.init()
-	if cfg.Clock == nil {
-		e.wg.Add(1)
-		go e.tickClock()
-	}
 	e.wg.Add(2)
 	go e.flushLoop()
 	go e.janitorLoop()
@@ -129,8 +131,17 @@ func (e *Engine) Close() error {
 			err = cerr
 		}
 		e.unlockDir()
+		e.closeClock()
 	})
 	return err
+}
+
+// closeClock stops the coarse clock's goroutine; reads after it read the
+// system clock.
+func (e *Engine) closeClock() {
+	if e.clk != nil {
+		e.clk.Close()
+	}
 }
 
 // unlockDir releases the data directory's lock, if held.
@@ -140,26 +151,21 @@ func (e *Engine) unlockDir() {
 	}
 }
 
-func (e *Engine) tickClock() {
-	defer e.wg.Done()
-	t := time.NewTicker(time.Millisecond)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.stop:
-			return
-		case now := <-t.C:
-			e.now.Store(now.UnixNano())
-		}
+// nowNano is the engine's time in unix ns: Config.Clock, or the coarse
+// clock (internal/coarse: a load while something keeps it fresh, the
+// system clock otherwise).
+func (e *Engine) nowNano() int64 {
+	if e.clk != nil {
+		return e.clk.Now()
 	}
+	return e.cfg.Clock().UnixNano()
 }
 
-func (e *Engine) nowNano() int64 {
-	if e.cfg.Clock != nil {
-		return e.cfg.Clock().UnixNano()
-	}
-	return e.now.Load()
-}
+// CoarseClock returns the engine's coarse clock, nil when Config.Clock is
+// set. A front end whose goroutine reads the monotonic clock anyway (the
+// Redis-protocol event loop) drives it (coarse.Clock.Drive), which spares
+// the clock its ticker under load.
+func (e *Engine) CoarseClock() *coarse.Clock { return e.clk }
 
 func (e *Engine) durability(wo WriteOptions) Durability {
 	if wo.Durability == DurabilityDefault {

@@ -45,8 +45,11 @@ type Config struct {
 	RollupPurgeInterval time.Duration
 
 	// Clock, when set, is called for every timestamp (tests inject one).
-	// When nil (the default) the engine reads a coarse clock updated every
-	// millisecond, which keeps time.Now off the hot path.
+	// When nil (the default) the engine reads a coarse clock
+	// (internal/coarse), which keeps time.Now off the hot path: at most
+	// about a millisecond old while reads come often, refreshed by the
+	// Redis-protocol event loop per round while it serves, and read from
+	// the system clock when idle, without a ticker waking the process.
 	Clock  func() time.Time
 	Logger *slog.Logger // default slog.Default()
 }

@@ -4,13 +4,15 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/counterd/counterd/internal/coarse"
 )
 
 // Defaults of Config.
 const (
 	DefaultEvictInterval = 5 * time.Second
 	// ClockResolution is the resolution of the default clock.
-	ClockResolution = time.Millisecond
+	ClockResolution = coarse.Resolution
 )
 
 // Limits of one check.
@@ -21,10 +23,13 @@ const (
 
 // Config configures a Limiter. The zero value is valid.
 type Config struct {
-	// Clock returns the current time. Default nil: a monotonic clock
-	// refreshed every millisecond (ClockResolution) by a goroutine the
-	// Limiter owns, which keeps time.Now off the hot path. Tests inject
-	// their clock here (time.Now inside a testing/synctest bubble works).
+	// Clock returns the current time. Default nil: a coarse monotonic
+	// clock (internal/coarse) the Limiter owns, which keeps time.Now off
+	// the hot path: at most about a millisecond (ClockResolution) old
+	// while checks come often, read from the system clock when they do
+	// not, and no ticker waking the process while idle. Tests inject
+	// their clock here (time.Now inside a testing/synctest bubble works,
+	// and so does the default clock).
 	Clock func() time.Time
 
 	// EvictInterval is how often a janitor goroutine frees the state of
@@ -61,9 +66,9 @@ type Hit struct {
 // creates it with New must call Close, which stops its goroutines; Close
 // is idempotent and checks after it fail with ErrClosed.
 type Limiter struct {
-	clock  func() time.Time // nil: coarse
-	coarse atomic.Int64     // unix ns, monotonic, when clock is nil
-	start  time.Time
+	clock func() time.Time // nil: clk
+	clk   *coarse.Clock    // when clock is nil
+	base  int64            // unix ns at clk's monotonic 0: now is base + clk.Mono()
 
 	shards [numShards]shard
 	keep   bool // Config.KeepKeys
@@ -83,12 +88,12 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{clock: cfg.Clock, start: time.Now(), stop: make(chan struct{}), keep: cfg.KeepKeys}
+	l := &Limiter{clock: cfg.Clock, stop: make(chan struct{}), keep: cfg.KeepKeys}
 	l.pols.Store(ps)
 	if l.clock == nil {
-		l.tick()
-		l.wg.Add(1)
-		go l.runClock()
+		l.clk = coarse.New()
+		start := time.Now()
+		l.base = start.UnixNano() - l.clk.Mono()
 	}
 	iv := cfg.EvictInterval
 	if iv == 0 {
@@ -107,27 +112,11 @@ func (l *Limiter) Close() error {
 		l.closed.Store(true)
 		close(l.stop)
 		l.wg.Wait()
+		if l.clk != nil {
+			l.clk.Close()
+		}
 	})
 	return nil
-}
-
-func (l *Limiter) tick() {
-	// start carries a monotonic reading, so this never goes backwards.
-	l.coarse.Store(l.start.UnixNano() + int64(time.Since(l.start)))
-}
-
-func (l *Limiter) runClock() {
-	defer l.wg.Done()
-	t := time.NewTicker(ClockResolution)
-	defer t.Stop()
-	for {
-		select {
-		case <-l.stop:
-			return
-		case <-t.C:
-			l.tick()
-		}
-	}
 }
 
 func (l *Limiter) runJanitor(iv time.Duration) {
@@ -149,7 +138,8 @@ func (l *Limiter) now() int64 {
 	if l.clock != nil {
 		return l.clock().UnixNano()
 	}
-	return l.coarse.Load()
+	// Monotonic: never goes backwards, whatever the wall clock does.
+	return l.base + l.clk.Mono()
 }
 
 // Now returns the Limiter's current time (its clock).

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"time"
 	"unsafe"
+
+	"github.com/counterd/counterd/internal/coarse"
 )
 
 // Event loops (Options.EventLoops): Redis's I/O model for plain TCP
@@ -61,6 +63,18 @@ type eventLoop struct {
 	woken atomic.Bool // a byte is in the wake pipe
 	now   int64       // nanotime when the current epoll_wait returned
 
+	// clk is the backend's coarse clock (engine.Engine.CoarseClock), nil
+	// if it has none. The loop drives it (coarse.Clock.Drive) from
+	// epoll_wait's return to the next epoll_wait, with the nanotime it
+	// reads anyway: the commands of a round read the time with a load,
+	// and the clock's ticker, which woke the process every millisecond
+	// (about three context switches each), stays parked under load.
+	// cmds counts the commands run since the last refresh; every
+	// clockRefreshCmds the loop reads the time again, so that a long
+	// round does not run on its start's time.
+	clk  *coarse.Clock
+	cmds int
+
 	// outq lists the connections whose replies are written at the end of
 	// the round (flushQueued), after every connection with input was
 	// read and served, as Redis does (handleClientsWithPendingWrites).
@@ -83,13 +97,20 @@ type eventLoop struct {
 // next epoll_wait, and each time that sends the monitor back to waking
 // every 20 µs for a millisecond or more (perf stat on the server under
 // redis-benchmark -P 1: ~0.1 nanosleep calls per request, 0.01 with the
-// yield). A yield costs one scheduler pass, a few hundred a second.
-const loopYieldEvery = 2 * time.Millisecond
+// yield). A yield costs one scheduler pass, and its wakep wakes the
+// thread of an idle P (a futex call and two context switches) that finds
+// nothing to do: hence every 5 ms, half the monitor's 10 ms (every 2 ms
+// was 0.025 futex calls per request under -P 1, 5 ms 0.013).
+const loopYieldEvery = 5 * time.Millisecond
 
 // loopClientBudget is the most commands one client runs in a loop round
 // while it has input on several connections (about half a millisecond of
 // INCRs).
 const loopClientBudget = 512
+
+// clockRefreshCmds: during a round the loop refreshes the coarse clock
+// after this many commands (some 50 µs of INCRs).
+const clockRefreshCmds = 64
 
 // overBudget reports whether c's client used its share of this round.
 func (l *eventLoop) overBudget(c *client) bool {
@@ -185,8 +206,12 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 		syscall.Close(p[1])
 		return nil, fmt.Errorf("resp: epoll_ctl: %w", err)
 	}
+	var clk *coarse.Clock
+	if cc, ok := s.eng.(interface{ CoarseClock() *coarse.Clock }); ok {
+		clk = cc.CoarseClock()
+	}
 	return &eventLoop{
-		s: s, epfd: epfd, wakeR: p[0], wakeW: p[1],
+		s: s, epfd: epfd, wakeR: p[0], wakeW: p[1], clk: clk,
 		conns:  make(map[int]*client),
 		shares: make(map[netip.Addr]*loopShare),
 		events: make([]syscall.EpollEvent, 256),
@@ -267,8 +292,12 @@ func (l *eventLoop) run() {
 			l.sweepIdle()
 		}
 		if l.now-lastYield >= int64(loopYieldEvery) {
-			lastYield = l.now
 			runtime.Gosched()
+			if l.clk != nil {
+				l.clk.Sync() // now and then, the wall clock too (a step)
+			}
+			l.now = nanotime()
+			lastYield = l.now
 		}
 		l.round++
 		if err != nil {
@@ -280,20 +309,34 @@ func (l *eventLoop) run() {
 			l.waitStop()
 			return
 		}
+		if l.clk != nil {
+			l.clk.Drive(l.now)
+			l.cmds = 0
+		}
 		for i := 0; i < n; i++ {
 			ev := &l.events[i]
 			fd := int(ev.Fd)
 			if fd == l.wakeR {
 				if l.woke() {
+					if l.clk != nil {
+						l.clk.Release()
+					}
 					return
 				}
 				continue
 			}
 			if c := l.conns[fd]; c != nil {
 				l.serve(c, ev.Events)
+				if l.cmds >= clockRefreshCmds && l.clk != nil {
+					l.cmds = 0
+					l.clk.Refresh(nanotime())
+				}
 			}
 		}
 		l.flushQueued()
+		if l.clk != nil {
+			l.clk.Release() // before epoll_wait may block
+		}
 	}
 }
 
@@ -507,6 +550,7 @@ func (l *eventLoop) process(c *client) bool {
 	for {
 		st := l.s.runBuffered(c)
 		l.charge(c)
+		l.cmds += int(c.ncmds)
 		c.endBatch()
 		if st == stepRead && !c.wantWrite {
 			if len(c.out) > c.outOff && !c.queuedOut {
