@@ -297,6 +297,54 @@ func opCases() []tcase {
 			e.wantResult("add after expiry", e.apply(add(id, engine.KindNone, 2)), engine.KindCounter, 2, true)
 			e.wantNoTTL(id)
 		}},
+		{"the last ttl set wins, and active expiry keeps to it", func(e *env) {
+			// u is the unit of every ttl here: on the suite's clock, or
+			// real time where the store expires by its own clock.
+			u := time.Minute
+			if !e.s.ExpiryFollowsClock {
+				u = 300 * time.Millisecond
+			}
+			longer, persisted, recreated := e.id("longer"), e.id("persisted"), e.id("recreated")
+			for _, id := range []string{longer, persisted, recreated} {
+				e.apply(set(id, 1))
+			}
+			e.apply(engine.Op{Type: engine.OpExpire, ID: longer, TTL: 3 * u})
+			e.apply(engine.Op{Type: engine.OpExpire, ID: longer, TTL: u})     // shorter
+			e.apply(engine.Op{Type: engine.OpExpire, ID: longer, TTL: 2 * u}) // then longer again
+			e.apply(engine.Op{Type: engine.OpExpire, ID: persisted, TTL: u})
+			e.apply(engine.Op{Type: engine.OpExpire, ID: persisted, TTL: 0}) // persist
+			e.apply(engine.Op{Type: engine.OpExpire, ID: recreated, TTL: u})
+			e.apply(engine.Op{Type: engine.OpDelete, ID: recreated})
+			e.apply(add(recreated, engine.KindNone, 7))
+			e.settle()
+			// Past the first, shorter ttls: nothing may be gone, even
+			// after an active expiry pass (the engine's runs every
+			// second) has seen their times come.
+			e.s.Clock.Advance(u + u/2)
+			if e.s.ExpiryFollowsClock {
+				time.Sleep(1200 * time.Millisecond) // one active expiry pass
+			} else {
+				time.Sleep(u + u/2)
+			}
+			e.wantValue(longer, engine.KindCounter, 1)
+			e.wantTTL(longer, u)
+			e.wantValue(persisted, engine.KindCounter, 1)
+			e.wantNoTTL(persisted)
+			e.wantValue(recreated, engine.KindCounter, 7)
+			e.wantNoTTL(recreated)
+			// Past the last ttl: gone.
+			e.s.Clock.Advance(u)
+			if !e.s.ExpiryFollowsClock {
+				time.Sleep(u)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for e.get(longer).Exists && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			e.wantMissing(longer)
+			e.wantValue(persisted, engine.KindCounter, 1)
+			e.wantValue(recreated, engine.KindCounter, 7)
+		}},
 		{"expire with a negative ttl deletes", func(e *env) {
 			id := e.id("n")
 			e.apply(set(id, 3))
