@@ -35,10 +35,19 @@ func (cc *ConnCounter) Take(addr net.Addr) (client netip.Addr, ok bool) {
 		return netip.Addr{}, true
 	}
 	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil || InPrefixes(cc.trusted, ap.Addr()) {
+	if err != nil {
 		return netip.Addr{}, true
 	}
-	client = ClientAddr(ap.Addr())
+	return cc.TakeIP(ap.Addr())
+}
+
+// TakeIP is Take of a connection from ip; an invalid ip is not counted
+// (ok).
+func (cc *ConnCounter) TakeIP(ip netip.Addr) (client netip.Addr, ok bool) {
+	if cc == nil || !ip.IsValid() || InPrefixes(cc.trusted, ip) {
+		return netip.Addr{}, true
+	}
+	client = ClientAddr(ip)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.n[client] >= cc.max {

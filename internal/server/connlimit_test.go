@@ -1,0 +1,149 @@
+package server
+
+import (
+	"bufio"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/shed"
+)
+
+// limitServer serves 200 behind a limitListener with a cap of perClient
+// connections per address, refusals paced by pace, at most refusing of
+// them at once (0: maxRejecting).
+func limitServer(t *testing.T, perClient int, pace *shed.Pacer, reject func(net.Conn), refusing int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ll := newLimitListener(ln, 1000, shed.NewConnCounter(perClient, nil), pace, reject, nil)
+	if refusing > 0 {
+		ll.refusing = make(chan struct{}, refusing)
+	}
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), ReadHeaderTimeout: 10 * time.Second}
+	go hs.Serve(ll)
+	t.Cleanup(func() { hs.Close() })
+	return ln.Addr().String()
+}
+
+// getOnce opens a connection from d, sends one GET and returns the
+// status (0: closed without an answer) and the Retry-After header.
+func getOnce(t *testing.T, d *net.Dialer, addr string) (int, string, net.Conn) {
+	t.Helper()
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := c.Write([]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")); err != nil {
+		return 0, "", c
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		return 0, "", c
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After"), c
+}
+
+// TestLimitListenerPacesRefusals: a client over its connection cap that
+// reconnects as soon as it is refused (a flood's reconnect loop) gets
+// its 503s at no more than the pacing rate, not as fast as it can
+// reconnect, while another address is served at once.
+func TestLimitListenerPacesRefusals(t *testing.T) {
+	const rate = 20.0 // refusals a second; burst 2
+	addr := limitServer(t, 1, shed.NewPacer(rate, 300*time.Millisecond), rejectHTTP, 0)
+	local := &net.Dialer{Timeout: 5 * time.Second}
+	st, _, held := getOnce(t, local, addr)
+	defer held.Close()
+	if st != 200 {
+		t.Fatalf("first connection: status %d", st)
+	}
+	other := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	if c, err := other.Dial("tcp", addr); err != nil {
+		t.Skipf("cannot connect from 127.0.0.2 (needs a Linux loopback that routes 127/8): %v", err)
+	} else {
+		c.Close()
+	}
+	start := time.Now()
+	refused := 0
+	for time.Since(start) < time.Second {
+		st, ra, c := getOnce(t, local, addr)
+		c.Close()
+		if st != 503 || ra == "" {
+			t.Fatalf("connection over the cap: status %d, Retry-After %q; want 503 with Retry-After", st, ra)
+		}
+		refused++
+	}
+	elapsed := time.Since(start).Seconds()
+	// The burst, the rate over the time, and the last refusal's pause.
+	if most := 2 + int(rate*elapsed) + 2; refused > most {
+		t.Fatalf("%d refusals in %.2fs; paced at %.0f/s (burst 2) there are at most %d", refused, elapsed, rate, most)
+	}
+	// The pacing holds only the refused connections: another address is
+	// served at once, even while one of the flood's is held.
+	go func() {
+		if _, _, c := getOnce(t, local, addr); c != nil {
+			c.Close()
+		}
+	}()
+	t0 := time.Now()
+	st, _, c := getOnce(t, other, addr)
+	c.Close()
+	if st != 200 {
+		t.Fatalf("another address while the flood is paced: status %d", st)
+	}
+	if d := time.Since(t0); d > 200*time.Millisecond {
+		t.Fatalf("another address waited %v while the flood was paced", d)
+	}
+}
+
+// TestLimitListenerBoundsRefusals: at most maxRejecting (here 3) refused
+// connections are held or answered at once, and every refused
+// connection still gets its 503: beyond the bound Accept waits, leaving
+// them in the backlog, instead of closing them unanswered.
+func TestLimitListenerBoundsRefusals(t *testing.T) {
+	var now, most atomic.Int64
+	reject := func(c net.Conn) {
+		n := now.Add(1)
+		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+		}
+		time.Sleep(20 * time.Millisecond)
+		now.Add(-1)
+		rejectHTTP(c)
+	}
+	addr := limitServer(t, 1, nil, reject, 3)
+	local := &net.Dialer{Timeout: 5 * time.Second}
+	st, _, held := getOnce(t, local, addr)
+	defer held.Close()
+	if st != 200 {
+		t.Fatalf("first connection: status %d", st)
+	}
+	const n = 24
+	var wg sync.WaitGroup
+	statuses := make(chan int, n)
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, _, c := getOnce(t, local, addr)
+			c.Close()
+			statuses <- st
+		}()
+	}
+	wg.Wait()
+	close(statuses)
+	for st := range statuses {
+		if st != 503 {
+			t.Fatalf("a refused connection got status %d, want 503", st)
+		}
+	}
+	if m := most.Load(); m > 3 || m < 1 {
+		t.Fatalf("%d refusals at once; the bound is 3", m)
+	}
+}
