@@ -4,10 +4,13 @@ package resp
 
 import (
 	"bufio"
+	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -60,5 +63,115 @@ func TestEventLoopServesPlainTCP(t *testing.T) {
 	}
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("connection still open after Close")
+	}
+}
+
+// TestEventLoopSharesByUser: a loop's rounds are shared by client as
+// admission keys them: connections from one address are one client until
+// they authenticate, then one client per user, and a user's connections
+// share one budget (the share moves when AUTH changes the user).
+func TestEventLoopSharesByUser(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	const tokA, tokB = "token-of-user-a-0123456789", "token-of-user-b-0123456789"
+	table, err := auth.Parse(strings.NewReader(fmt.Sprintf("users:\n  a:\n    tokens: [%s]\n    grants: {\"*\": write}\n  b:\n    tokens: [%s]\n    grants: {\"*\": write}\n",
+		auth.Hash([]byte(tokA)), auth.Hash([]byte(tokB)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(engine.Local(eng), Options{EventLoops: 1, Auth: auth.NewStore(table)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	send := func(c net.Conn, rd *bufio.Reader, args ...string) string {
+		t.Helper()
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return line
+	}
+	type conn struct {
+		c  net.Conn
+		rd *bufio.Reader
+	}
+	var conns []conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		conns = append(conns, conn{c, bufio.NewReader(c)})
+	}
+	for _, c := range conns {
+		if line := send(c.c, c.rd, "INCR", "k"); !strings.HasPrefix(line, "-NOAUTH") {
+			t.Fatalf("INCR before AUTH: %q", line)
+		}
+	}
+	if got := loopShares(t, s); len(got) != 1 || got["127.0.0.1"] != 3 {
+		t.Fatalf("before AUTH: shares %v, want one of 3 connections for 127.0.0.1", got)
+	}
+	for i, tok := range []string{tokA, tokA, tokB} {
+		if line := send(conns[i].c, conns[i].rd, "AUTH", tok); line != "+OK\r\n" {
+			t.Fatalf("AUTH: %q", line)
+		}
+	}
+	if got := loopShares(t, s); len(got) != 2 || got["user:a"] != 2 || got["user:b"] != 1 {
+		t.Fatalf("after AUTH: shares %v, want user:a with 2 connections and user:b with 1", got)
+	}
+	conns[2].c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := loopShares(t, s)
+		if len(got) == 1 && got["user:a"] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after user b's connection closed: shares %v, want only user:a with 2", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// loopShares returns the connections of each client share of s's first
+// event loop, read on the loop's goroutine.
+func loopShares(t *testing.T, s *Server) map[string]int {
+	t.Helper()
+	s.mu.Lock()
+	l := s.loops[0]
+	s.mu.Unlock()
+	got := make(chan map[string]int, 1)
+	l.onLoop(func() {
+		m := map[string]int{}
+		for k, sh := range l.shares {
+			m[k.String()] = sh.conns
+		}
+		got <- m
+	})
+	select {
+	case m := <-got:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event loop did not run a call in 10s")
+		return nil
 	}
 }

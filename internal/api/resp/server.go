@@ -249,7 +249,7 @@ func New(eng engine.Backend, opts Options) *Server {
 		s.unknown.dur = s.m.dur.WithLabelValues("unknown")
 		register(opts.Registerer, s.log, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "counterd_resp_loop_deferred_reads_total",
-			Help: "Event loops: reads of a connection put off to the next loop round because its client (IP address) ran its share of the round.",
+			Help: "Event loops: reads of a connection put off to the next loop round because its client (its user once authenticated, else its IP address) ran its share of the round.",
 		}, func() float64 { return float64(s.deferredReads.Load()) }))
 	}
 	return s
