@@ -425,7 +425,7 @@ func newFair(cfg Config, lim *shed.Limiter, reg prometheus.Registerer) *shed.Fai
 // newAdmission returns the HTTP admission in front of the HTTP server,
 // nil when fair is nil or --http-admission is off, and registers its
 // metrics on reg.
-func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, pace *shed.Pacer, sm *shedMetrics, reg prometheus.Registerer) *admission {
+func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetrics, reg prometheus.Registerer) *admission {
 	if fair == nil || !cfg.HTTPAdmission {
 		return nil
 	}
@@ -434,7 +434,7 @@ func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, pace *shed.Pac
 		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
 	})
 	reg.MustRegister(passed)
-	return &admission{fair: fair, onShed: sm.onShed("http"), pace: pace, idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
+	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
 		auth: store, trusted: cfg.trustedProxies()}
 }
 

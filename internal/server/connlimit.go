@@ -23,35 +23,48 @@ import (
 // of connections cannot use up the file descriptors that the served
 // clients and the other listeners need, nor one address every slot.
 //
-// Refusals are paced per client address (pace, the --shed-rate-per-client
-// bucket that HTTP admission's refusals draw on too): a client over its
-// rate has its refused connection held unread for the pause before it is
-// answered. A flood that reconnects as soon as it is refused (wrk, or a
-// client pool) otherwise spins the node on accept, answer and close: at
-// 5,000 connections against a cap of 2,468, a quarter of the node's CPU
-// went to that churn, and the requests of other clients waited behind
-// it. At most maxRejecting refused connections are held or answered at
-// once; beyond that Accept waits for one to finish, leaving the next
-// connections in the kernel's backlog, where they cost nothing.
+// Refusals are paced per client address (pace: --shed-rate-per-client
+// refusals a second, beyond which a refused connection is held unread
+// before its answer, up to maxConnHold). A flood that reconnects as soon
+// as it is refused (wrk, a client pool) otherwise spins the node on
+// accept, answer and close: at 5,000 connections against a cap of 2,468,
+// a quarter of the node's CPU went to that churn, and the requests of
+// other clients waited behind it. A held connection takes a slot of the
+// listener (max) while it is held, and one address holds at most
+// perClient (held); a refusal that finds no such slot (the listener is
+// full, or its address holds perClient already) is one of at most
+// maxRejecting answered beyond the cap, after the same pause, and past
+// those it is closed unanswered. Accept itself never waits: a new client
+// is not stuck in the backlog behind a flood's connections.
 // It is safe for concurrent use, like the listener it wraps.
 type limitListener struct {
 	net.Listener
-	max      int64
-	n        atomic.Int64      // connections being served
-	refusing chan struct{}     // a token per refused connection being held or answered
-	reject   func(net.Conn)    // answers and closes a refused connection
-	onReject func()            // counts it (metrics)
-	clients  *shed.ConnCounter // nil: no cap per client
-	pace     *shed.Pacer       // nil: refusals answered at once
+	max       int64
+	n         atomic.Int64      // connections being served or held
+	rejecting atomic.Int64      // refusals being answered beyond max
+	reject    func(net.Conn)    // answers and closes a refused connection
+	onReject  func()            // counts it (metrics)
+	clients   *shed.ConnCounter // nil: no cap per client
+	held      *shed.ConnCounter // refused connections held, per client (clients' cap)
+	pace      *shed.Pacer       // nil: refusals answered at once
+	// maxRejecting bounds the refusals answered beyond max at once
+	// (the constant; tests lower it).
+	maxRejecting int64
 }
 
-// maxRejecting bounds the refused connections being held or answered at
-// once; beyond it Accept waits.
+// maxRejecting bounds the refused connections being answered beyond the
+// listener's cap at once; past it they are closed unanswered.
 const maxRejecting = 256
 
+// maxConnHold is the longest a refused connection is held unread before
+// its answer (with --shed-rate-per-client refusals a second, one address
+// that keeps reconnecting holds about rate x maxConnHold connections, at
+// most its cap).
+const maxConnHold = 2 * time.Second
+
 func newLimitListener(ln net.Listener, max int, clients *shed.ConnCounter, pace *shed.Pacer, reject func(net.Conn), onReject func()) *limitListener {
-	return &limitListener{Listener: ln, max: int64(max), clients: clients, pace: pace, reject: reject, onReject: onReject,
-		refusing: make(chan struct{}, maxRejecting)}
+	return &limitListener{Listener: ln, max: int64(max), clients: clients, held: clients.Clone(), pace: pace, reject: reject, onReject: onReject,
+		maxRejecting: maxRejecting}
 }
 
 func (l *limitListener) Accept() (net.Conn, error) {
@@ -66,23 +79,43 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			if ok {
 				return &limitConn{Conn: c, l: l, client: client}, nil
 			}
+			// Over its address's cap: held in the slot taken, if its
+			// address holds fewer than its cap already.
+			if h, ok := l.held.TakeIP(ip); ok {
+				l.refuse(c, ip, func() { l.held.Give(h); l.n.Add(-1) })
+				continue
+			}
 		}
 		l.n.Add(-1)
-		if l.onReject != nil {
-			l.onReject()
-		}
-		var pause time.Duration
-		if ip.IsValid() {
-			pause = l.pace.Pause(shed.ClientKey(ip))
-		}
-		l.refusing <- struct{}{} // waits while maxRejecting are being refused
-		go func() {
-			defer func() { <-l.refusing }()
-			if pause > 0 {
-				time.Sleep(pause)
+		if l.rejecting.Add(1) > l.maxRejecting {
+			l.rejecting.Add(-1)
+			if l.onReject != nil {
+				l.onReject()
 			}
-			l.reject(c)
-		}()
+			c.Close()
+			continue
+		}
+		l.refuse(c, ip, func() { l.rejecting.Add(-1) })
+	}
+}
+
+// refuse answers c with reject after its client's pause, then calls done.
+func (l *limitListener) refuse(c net.Conn, ip netip.Addr, done func()) {
+	if l.onReject != nil {
+		l.onReject()
+	}
+	var pause time.Duration
+	if ip.IsValid() {
+		pause = l.pace.Pause(shed.ClientKey(ip))
+	}
+	run := func() {
+		defer done()
+		l.reject(c)
+	}
+	if pause > 0 {
+		time.AfterFunc(pause, run) // no goroutine while it is held
+	} else {
+		go run()
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -13,22 +12,22 @@ import (
 )
 
 // limitServer serves 200 behind a limitListener with a cap of perClient
-// connections per address, refusals paced by pace, at most refusing of
-// them at once (0: maxRejecting).
-func limitServer(t *testing.T, perClient int, pace *shed.Pacer, reject func(net.Conn), refusing int) string {
+// connections per address, refusals paced by pace, at most rejecting of
+// them answered beyond the cap at once (0: maxRejecting).
+func limitServer(t *testing.T, perClient int, pace *shed.Pacer, reject func(net.Conn), rejecting int) (string, *limitListener) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	ll := newLimitListener(ln, 1000, shed.NewConnCounter(perClient, nil), pace, reject, nil)
-	if refusing > 0 {
-		ll.refusing = make(chan struct{}, refusing)
+	if rejecting > 0 {
+		ll.maxRejecting = int64(rejecting)
 	}
 	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), ReadHeaderTimeout: 10 * time.Second}
 	go hs.Serve(ll)
 	t.Cleanup(func() { hs.Close() })
-	return ln.Addr().String()
+	return ln.Addr().String(), ll
 }
 
 // getOnce opens a connection from d, sends one GET and returns the
@@ -57,7 +56,7 @@ func getOnce(t *testing.T, d *net.Dialer, addr string) (int, string, net.Conn) {
 // reconnect, while another address is served at once.
 func TestLimitListenerPacesRefusals(t *testing.T) {
 	const rate = 20.0 // refusals a second; burst 2
-	addr := limitServer(t, 1, shed.NewPacer(rate, 300*time.Millisecond), rejectHTTP, 0)
+	addr, _ := limitServer(t, 1, shed.NewPacer(rate, 300*time.Millisecond), rejectHTTP, 0)
 	local := &net.Dialer{Timeout: 5 * time.Second}
 	st, _, held := getOnce(t, local, addr)
 	defer held.Close()
@@ -103,28 +102,29 @@ func TestLimitListenerPacesRefusals(t *testing.T) {
 	}
 }
 
-// TestLimitListenerBoundsRefusals: at most maxRejecting (here 3) refused
-// connections are held or answered at once, and every refused
-// connection still gets its 503: beyond the bound Accept waits, leaving
-// them in the backlog, instead of closing them unanswered.
+// TestLimitListenerBoundsRefusals: refused connections held for their
+// pause take a slot of the listener, at most the per-client cap of them
+// per address, and at most maxRejecting more are held beyond the
+// listener's cap; past those a refused connection is closed unanswered.
+// Accept never waits for them: a new connection of another address is
+// served at once while they are held.
 func TestLimitListenerBoundsRefusals(t *testing.T) {
-	var now, most atomic.Int64
-	reject := func(c net.Conn) {
-		n := now.Add(1)
-		for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
-		}
-		time.Sleep(20 * time.Millisecond)
-		now.Add(-1)
-		rejectHTTP(c)
-	}
-	addr := limitServer(t, 1, nil, reject, 3)
+	// One refusal a second (burst 1): every refusal after the first is
+	// held for up to a second.
+	addr, ll := limitServer(t, 1, shed.NewPacer(1, time.Second), rejectHTTP, 2)
 	local := &net.Dialer{Timeout: 5 * time.Second}
 	st, _, held := getOnce(t, local, addr)
 	defer held.Close()
 	if st != 200 {
 		t.Fatalf("first connection: status %d", st)
 	}
-	const n = 24
+	other := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	if c, err := other.Dial("tcp", addr); err != nil {
+		t.Skipf("cannot connect from 127.0.0.2 (needs a Linux loopback that routes 127/8): %v", err)
+	} else {
+		c.Close()
+	}
+	const n = 8
 	var wg sync.WaitGroup
 	statuses := make(chan int, n)
 	for range n {
@@ -136,14 +136,39 @@ func TestLimitListenerBoundsRefusals(t *testing.T) {
 			statuses <- st
 		}()
 	}
+	var mostHeld, mostBeyond int64
+	for end := time.Now().Add(400 * time.Millisecond); time.Now().Before(end); time.Sleep(5 * time.Millisecond) {
+		mostHeld = max(mostHeld, ll.n.Load()-1) // less the served connection
+		mostBeyond = max(mostBeyond, ll.rejecting.Load())
+	}
+	t0 := time.Now()
+	st, _, c := getOnce(t, other, addr)
+	c.Close()
+	if st != 200 {
+		t.Fatalf("another address while refusals are held: status %d", st)
+	}
+	if d := time.Since(t0); d > 300*time.Millisecond {
+		t.Fatalf("another address waited %v for its connection while refusals were held", d)
+	}
 	wg.Wait()
 	close(statuses)
+	answered, closed := 0, 0
 	for st := range statuses {
-		if st != 503 {
-			t.Fatalf("a refused connection got status %d, want 503", st)
+		switch st {
+		case 503:
+			answered++
+		case 0:
+			closed++
+		default:
+			t.Fatalf("a refused connection got status %d, want 503 or none", st)
 		}
 	}
-	if m := most.Load(); m > 3 || m < 1 {
-		t.Fatalf("%d refusals at once; the bound is 3", m)
+	if mostHeld > 1 || mostBeyond > 2 {
+		t.Fatalf("held %d refusals in slots (cap 1) and %d beyond the cap (bound 2)", mostHeld, mostBeyond)
+	}
+	// At most the burst, the one in a slot and the two beyond the cap are
+	// answered in the pause; the others were closed.
+	if answered < 1 || closed < 1 || answered > 1+1+2+1 {
+		t.Fatalf("%d refusals answered, %d closed unanswered", answered, closed)
 	}
 }

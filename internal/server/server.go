@@ -174,14 +174,14 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
 	httpCap := connCap(cfg.HTTPMaxConns)
-	// One pacing of HTTP refusals per client: connections over a cap and
-	// requests shed by admission draw on the same --shed-rate-per-client.
-	pace := shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause)
-	lns.http = newLimitListener(lns.http, httpCap, shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, httpCap), cfg.trustedProxies()), pace, rejectHTTP, sm.httpConnsRejected.Inc)
+	// Refused connections are paced like shed requests (--shed-rate-per-
+	// client), but held up to maxConnHold: a refused client reconnects.
+	connPace := shed.NewPacer(float64(cfg.ShedRatePerClient), maxConnHold)
+	lns.http = newLimitListener(lns.http, httpCap, shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, httpCap), cfg.trustedProxies()), connPace, rejectHTTP, sm.httpConnsRejected.Inc)
 	fair := newFair(cfg, shedder, reg) // per-client admission of HTTP, RESP and gRPC
 	var adm *admission
 	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
-		adm = newAdmission(cfg, fair, store, pace, sm, reg)
+		adm = newAdmission(cfg, fair, store, sm, reg)
 		lns.http = adm.wrap(lns.http)
 	}
 	if nd.start != nil {

@@ -27,6 +27,15 @@ func NewConnCounter(max int, trusted []netip.Prefix) *ConnCounter {
 	return &ConnCounter{max: max, trusted: trusted, n: map[netip.Addr]int{}}
 }
 
+// Clone returns an empty ConnCounter with cc's cap and trusted
+// prefixes (nil for nil).
+func (cc *ConnCounter) Clone() *ConnCounter {
+	if cc == nil {
+		return nil
+	}
+	return NewConnCounter(cc.max, cc.trusted)
+}
+
 // Take counts a connection from addr. ok is false when its client is at
 // the cap (nothing counted then). client is what Give must be passed
 // when the connection ends (the zero Addr when nothing was counted).
