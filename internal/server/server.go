@@ -214,6 +214,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			ClientConns: shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, connCap(cfg.RESPMaxConns)), cfg.trustedProxies()),
+			RefusePace:  shed.NewPacer(float64(cfg.ShedRatePerClient), maxConnHold),
 			MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),

@@ -12,6 +12,7 @@ import (
 
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // TestEventLoopServesPlainTCP checks that with EventLoops a plain TCP
@@ -174,4 +175,65 @@ func loopShares(t *testing.T, s *Server) map[string]int {
 		t.Fatal("the event loop did not run a call in 10s")
 		return nil
 	}
+}
+
+// TestRefusedConnsPaced: a client over its connection cap that
+// reconnects as soon as it is refused gets its "-ERR max number of
+// clients from this address reached" at no more than RefusePace's rate,
+// not as fast as it reconnects (which spun the accept loop), while its
+// served connection keeps working.
+func TestRefusedConnsPaced(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	const rate = 20.0 // refusals a second; burst 2
+	s := New(engine.Local(eng), Options{MaxConns: 100, ClientConns: shed.NewConnCounter(1, nil), RefusePace: shed.NewPacer(rate, 300*time.Millisecond)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	served, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer served.Close()
+	served.SetDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(served)
+	incr := func() {
+		t.Helper()
+		if _, err := served.Write([]byte("*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
+			t.Fatalf("INCR on the served connection: %q, %v", line, err)
+		}
+	}
+	incr()
+	start := time.Now()
+	refused := 0
+	for time.Since(start) < time.Second {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || line != "-ERR max number of clients from this address reached\r\n" {
+			t.Fatalf("connection over the cap: %q, %v", line, err)
+		}
+		refused++
+	}
+	elapsed := time.Since(start).Seconds()
+	if most := 2 + int(rate*elapsed) + 2; refused > most {
+		t.Fatalf("%d refusals in %.2fs; paced at %.0f/s (burst 2) there are at most %d", refused, elapsed, rate, most)
+	}
+	incr()
 }
