@@ -2,8 +2,10 @@ package server
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"sync"
 	"testing"
 	"time"
@@ -171,4 +173,71 @@ func TestLimitListenerBoundsRefusals(t *testing.T) {
 	if answered < 1 || closed < 1 || answered > 1+1+2+1 {
 		t.Fatalf("%d refusals answered, %d closed unanswered", answered, closed)
 	}
+}
+
+// feedConn is a net.Conn whose reads return one request each, n times,
+// then EOF; writes are dropped.
+type feedConn struct {
+	net.Conn
+	req []byte
+	n   int
+}
+
+func (f *feedConn) Read(p []byte) (int, error) {
+	if f.n == 0 {
+		return 0, io.EOF
+	}
+	f.n--
+	return copy(p, f.req), nil
+}
+func (f *feedConn) Write(p []byte) (int, error)      { return len(p), nil }
+func (f *feedConn) SetReadDeadline(time.Time) error  { return nil }
+func (f *feedConn) SetWriteDeadline(time.Time) error { return nil }
+func (f *feedConn) Close() error                     { return nil }
+func (f *feedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 1} }
+
+// TestAdmissionShedAllocs: refusing a flood's request in front of the
+// HTTP server (framing it, the share check, the prebuilt 503) allocates
+// nothing, so refusals cost the garbage collector nothing however many
+// a flood makes.
+func TestAdmissionShedAllocs(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 1, MaxClientQueue: 1, MaxWait: time.Hour})
+	var running shed.Ticket
+	if fair.Acquire(&running, shed.ClientKey(netip.MustParseAddr("192.0.2.1")), 0) != shed.Admitted {
+		t.Fatal("first request not admitted")
+	}
+	// Another client waits, filling the queue: every request of the
+	// connection below is refused at once (the queue is full).
+	waiting := make(chan shed.Verdict)
+	go func() {
+		var tk shed.Ticket
+		v := fair.Acquire(&tk, shed.ClientKey(netip.MustParseAddr("192.0.2.2")), 0)
+		if v == shed.Admitted {
+			fair.Release(&tk)
+		}
+		waiting <- v
+	}()
+	for fair.Queued() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	var sheds int
+	a := &admission{fair: fair, idle: time.Minute, onShed: func(shed.Verdict) { sheds++ }}
+	const perRun = 100
+	fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}")}
+	c := &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}
+	buf := make([]byte, 4096)
+	allocs := testing.AllocsPerRun(20, func() {
+		fc.n = perRun
+		if n, err := c.Read(buf); n != 0 || err != io.EOF {
+			t.Fatalf("Read: %d bytes, %v; want every request refused, then EOF", n, err)
+		}
+	})
+	if sheds < 20*perRun {
+		t.Fatalf("%d requests refused, want at least %d", sheds, 20*perRun)
+	}
+	if allocs/perRun > 0.05 {
+		t.Fatalf("%.2f allocations per refused request, want none", allocs/perRun)
+	}
+	fair.Release(&running)
+	<-waiting
 }
