@@ -66,7 +66,7 @@ func admissionServer(t *testing.T, h http.Handler) (addr string, passed *atomic.
 		onPass: func() { passed.Add(1) },
 	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
-	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, rejectHTTP, nil)))
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
 	t.Cleanup(func() { hs.Close() })
 	return ln.Addr().String(), passed
 }

@@ -176,7 +176,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	shedder, sm := newShedder(cfg, reg)
 	handler = guard(newGuardConfig(cfg, addrOf(lns.http), shedder), handler)
 	httpCap := connCap(cfg.HTTPMaxConns)
-	lns.http = newLimitListener(lns.http, httpCap, shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, httpCap), cfg.trustedProxies()), rejectHTTP, sm.httpConnsRejected.Inc)
+	// Refused connections are paced like shed requests (--shed-rate-per-
+	// client), but held up to maxConnHold: a refused client reconnects.
+	connPace := shed.NewPacer(float64(cfg.ShedRatePerClient), maxConnHold)
+	lns.http = newLimitListener(lns.http, httpCap, shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, httpCap), cfg.trustedProxies()), connPace, rejectHTTP, sm.httpConnsRejected.Inc)
 	fair := newFair(cfg, shedder, reg) // per-client admission of HTTP, RESP and gRPC
 	var adm *admission
 	if !sec.tlsOn() { // admission frames plaintext HTTP/1.1 only
@@ -213,6 +216,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			// security: hardening
 			MaxConns: connCap(cfg.RESPMaxConns), IdleTimeout: cfg.RESPIdleTimeout,
 			ClientConns: shed.NewConnCounter(perClientCap(cfg.MaxConnsPerClient, connCap(cfg.RESPMaxConns)), cfg.trustedProxies()),
+			RefusePace:  shed.NewPacer(float64(cfg.ShedRatePerClient), maxConnHold),
 			MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),

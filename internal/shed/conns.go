@@ -27,6 +27,15 @@ func NewConnCounter(max int, trusted []netip.Prefix) *ConnCounter {
 	return &ConnCounter{max: max, trusted: trusted, n: map[netip.Addr]int{}}
 }
 
+// Clone returns an empty ConnCounter with cc's cap and trusted
+// prefixes (nil for nil).
+func (cc *ConnCounter) Clone() *ConnCounter {
+	if cc == nil {
+		return nil
+	}
+	return NewConnCounter(cc.max, cc.trusted)
+}
+
 // Take counts a connection from addr. ok is false when its client is at
 // the cap (nothing counted then). client is what Give must be passed
 // when the connection ends (the zero Addr when nothing was counted).
@@ -35,10 +44,19 @@ func (cc *ConnCounter) Take(addr net.Addr) (client netip.Addr, ok bool) {
 		return netip.Addr{}, true
 	}
 	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil || InPrefixes(cc.trusted, ap.Addr()) {
+	if err != nil {
 		return netip.Addr{}, true
 	}
-	client = ClientAddr(ap.Addr())
+	return cc.TakeIP(ap.Addr())
+}
+
+// TakeIP is Take of a connection from ip; an invalid ip is not counted
+// (ok).
+func (cc *ConnCounter) TakeIP(ip netip.Addr) (client netip.Addr, ok bool) {
+	if cc == nil || !ip.IsValid() || InPrefixes(cc.trusted, ip) {
+		return netip.Addr{}, true
+	}
+	client = ClientAddr(ip)
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
 	if cc.n[client] >= cc.max {

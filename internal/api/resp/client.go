@@ -51,10 +51,11 @@ type client struct {
 	fd        int  // the connection's descriptor
 	onLoop    bool // served by an event loop (not its own goroutine)
 	share     *loopShare
-	outOff    int   // out[:outOff] is written
-	wantWrite bool  // waiting for the socket to take out[outOff:]
-	queuedOut bool  // on the loop's list of replies written at the round's end
-	lastRead  int64 // nanotime of the last read (idle timeout)
+	shareKey  shed.Key // the client share is of (its key in the loop's shares)
+	outOff    int      // out[:outOff] is written
+	wantWrite bool     // waiting for the socket to take out[outOff:]
+	queuedOut bool     // on the loop's list of replies written at the round's end
+	lastRead  int64    // nanotime of the last read (idle timeout)
 
 	auth  authState // the login, with Options.Auth
 	first bool      // no command parsed yet (looksLikeHTTP)

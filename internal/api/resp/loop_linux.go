@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/netip"
 	"runtime"
 	"runtime/debug"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // Event loops (Options.EventLoops): Redis's I/O model for plain TCP
@@ -56,9 +56,10 @@ type eventLoop struct {
 	events []syscall.EpollEvent
 	done   chan struct{}
 
-	mu   sync.Mutex // guards adds and stop
-	adds []*client  // connections handed over, not yet in the epoll set
-	stop bool
+	mu    sync.Mutex // guards adds, calls and stop
+	adds  []*client  // connections handed over, not yet in the epoll set
+	calls []func()   // run on the loop's goroutine at its next wake (onLoop)
+	stop  bool
 
 	woken atomic.Bool // a byte is in the wake pipe
 	now   int64       // nanotime when the current epoll_wait returned
@@ -80,14 +81,16 @@ type eventLoop struct {
 	// read and served, as Redis does (handleClientsWithPendingWrites).
 	outq []*client
 
-	// Fairness between clients (IP addresses) of the loop: in one round
-	// (one epoll_wait's events) a client runs at most loopClientBudget
+	// Fairness between clients of the loop: in one round (one
+	// epoll_wait's events) a client runs at most loopClientBudget
 	// commands; its connections with more input are not read until the
 	// next round (level-triggered epoll reports them again), so a client
 	// flooding on many connections delays another client by at most
 	// about one budget per flooding client, not one batch per connection.
+	// A client is what admission keys by (Server.admissionKey): the
+	// connection's user once it has authenticated, else its address.
 	round  uint64
-	shares map[netip.Addr]*loopShare
+	shares map[shed.Key]*loopShare
 }
 
 // loopYieldEvery: the loop yields its processor that often. A goroutine
@@ -118,16 +121,48 @@ func (l *eventLoop) overBudget(c *client) bool {
 	return sh != nil && sh.round == l.round && sh.used >= loopClientBudget
 }
 
-// charge counts the commands c just ran against its client's share.
+// charge counts the commands c just ran against its client's share,
+// moving c first to the share of the client it now is if those commands
+// changed that (AUTH, or a reload that revoked its token).
 func (l *eventLoop) charge(c *client) {
 	sh := c.share
 	if sh == nil {
 		return
 	}
+	if l.s.opts.Auth != nil {
+		if k := l.s.admissionKey(c); k != c.shareKey {
+			l.leaveShare(c)
+			l.joinShare(c, k)
+			sh = c.share
+		}
+	}
 	if sh.round != l.round {
 		sh.round, sh.used = l.round, 0
 	}
 	sh.used += int(c.ncmds)
+}
+
+// joinShare makes c one of client k's connections on the loop.
+func (l *eventLoop) joinShare(c *client, k shed.Key) {
+	sh := l.shares[k]
+	if sh == nil {
+		sh = &loopShare{}
+		l.shares[k] = sh
+	}
+	sh.conns++
+	c.share, c.shareKey = sh, k
+}
+
+// leaveShare undoes joinShare.
+func (l *eventLoop) leaveShare(c *client) {
+	sh := c.share
+	if sh == nil {
+		return
+	}
+	if sh.conns--; sh.conns == 0 {
+		delete(l.shares, c.shareKey)
+	}
+	c.share, c.shareKey = nil, shed.Key{}
 }
 
 // fdConn is the net.Conn of a connection on an event loop: only Close and
@@ -213,7 +248,7 @@ func newEventLoop(s *Server) (*eventLoop, error) {
 	return &eventLoop{
 		s: s, epfd: epfd, wakeR: p[0], wakeW: p[1], clk: clk,
 		conns:  make(map[int]*client),
-		shares: make(map[netip.Addr]*loopShare),
+		shares: make(map[shed.Key]*loopShare),
 		events: make([]syscall.EpollEvent, 256),
 		done:   make(chan struct{}),
 	}, nil
@@ -261,6 +296,15 @@ func (s *Server) attach(c *client) {
 	l := f.loop
 	l.mu.Lock()
 	l.adds = append(l.adds, c)
+	l.mu.Unlock()
+	l.wake()
+}
+
+// onLoop runs f on the loop's goroutine, between rounds, where the
+// loop's state may be read (tests, diagnostics); f must not block.
+func (l *eventLoop) onLoop(f func()) {
+	l.mu.Lock()
+	l.calls = append(l.calls, f)
 	l.mu.Unlock()
 	l.wake()
 }
@@ -405,10 +449,15 @@ func (l *eventLoop) woke() bool {
 	// again, and one before it is seen below (its change precedes it).
 	l.woken.Store(false)
 	l.mu.Lock()
-	adds, stop := l.adds, l.stop
-	l.adds = nil
+	adds, stop, calls := l.adds, l.stop, l.calls
+	l.adds, l.calls = nil, nil
 	l.mu.Unlock()
 	now := nanotime()
+	defer func() {
+		for _, f := range calls {
+			f()
+		}
+	}()
 	for _, c := range adds {
 		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.fd)}
 		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
@@ -418,13 +467,7 @@ func (l *eventLoop) woke() bool {
 		}
 		c.lastRead = now
 		l.conns[c.fd] = c
-		sh := l.shares[c.key]
-		if sh == nil {
-			sh = &loopShare{}
-			l.shares[c.key] = sh
-		}
-		sh.conns++
-		c.share = sh
+		l.joinShare(c, l.s.admissionKey(c))
 	}
 	for _, c := range l.conns {
 		if c.nc.(*fdConn).closed.Load() {
@@ -479,12 +522,7 @@ func (l *eventLoop) closeConn(c *client, err error) {
 	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, nil)
 	syscall.Close(c.fd)
 	delete(l.conns, c.fd)
-	if sh := c.share; sh != nil {
-		c.share = nil
-		if sh.conns--; sh.conns == 0 {
-			delete(l.shares, c.key)
-		}
-	}
+	l.leaveShare(c)
 	c.queuedOut = false
 	c.nc.(*fdConn).closed.Store(true) // connDone's Close is then a no-op
 	l.s.connDone(c, err)

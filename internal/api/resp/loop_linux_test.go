@@ -6,10 +6,13 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // TestEventLoopServesPlainTCP checks that with EventLoops a plain TCP
@@ -129,4 +132,175 @@ func TestEventLoopDrivesClock(t *testing.T) {
 	roundTrip("*3\r\n$7\r\nPEXPIRE\r\n$1\r\nk\r\n$3\r\n100\r\n", ":1\r\n")
 	time.Sleep(150 * time.Millisecond)
 	roundTrip("*2\r\n$6\r\nEXISTS\r\n$1\r\nk\r\n", ":0\r\n")
+}
+
+// TestEventLoopSharesByUser: a loop's rounds are shared by client as
+// admission keys them: connections from one address are one client until
+// they authenticate, then one client per user, and a user's connections
+// share one budget (the share moves when AUTH changes the user).
+func TestEventLoopSharesByUser(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	const tokA, tokB = "token-of-user-a-0123456789", "token-of-user-b-0123456789"
+	table, err := auth.Parse(strings.NewReader(fmt.Sprintf("users:\n  a:\n    tokens: [%s]\n    grants: {\"*\": write}\n  b:\n    tokens: [%s]\n    grants: {\"*\": write}\n",
+		auth.Hash([]byte(tokA)), auth.Hash([]byte(tokB)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(engine.Local(eng), Options{EventLoops: 1, Auth: auth.NewStore(table)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	send := func(c net.Conn, rd *bufio.Reader, args ...string) string {
+		t.Helper()
+		var b strings.Builder
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
+		if _, err := c.Write([]byte(b.String())); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		return line
+	}
+	type conn struct {
+		c  net.Conn
+		rd *bufio.Reader
+	}
+	var conns []conn
+	for range 3 {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		conns = append(conns, conn{c, bufio.NewReader(c)})
+	}
+	for _, c := range conns {
+		if line := send(c.c, c.rd, "INCR", "k"); !strings.HasPrefix(line, "-NOAUTH") {
+			t.Fatalf("INCR before AUTH: %q", line)
+		}
+	}
+	if got := loopShares(t, s); len(got) != 1 || got["127.0.0.1"] != 3 {
+		t.Fatalf("before AUTH: shares %v, want one of 3 connections for 127.0.0.1", got)
+	}
+	for i, tok := range []string{tokA, tokA, tokB} {
+		if line := send(conns[i].c, conns[i].rd, "AUTH", tok); line != "+OK\r\n" {
+			t.Fatalf("AUTH: %q", line)
+		}
+	}
+	if got := loopShares(t, s); len(got) != 2 || got["user:a"] != 2 || got["user:b"] != 1 {
+		t.Fatalf("after AUTH: shares %v, want user:a with 2 connections and user:b with 1", got)
+	}
+	conns[2].c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := loopShares(t, s)
+		if len(got) == 1 && got["user:a"] == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after user b's connection closed: shares %v, want only user:a with 2", got)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// loopShares returns the connections of each client share of s's first
+// event loop, read on the loop's goroutine.
+func loopShares(t *testing.T, s *Server) map[string]int {
+	t.Helper()
+	s.mu.Lock()
+	l := s.loops[0]
+	s.mu.Unlock()
+	got := make(chan map[string]int, 1)
+	l.onLoop(func() {
+		m := map[string]int{}
+		for k, sh := range l.shares {
+			m[k.String()] = sh.conns
+		}
+		got <- m
+	})
+	select {
+	case m := <-got:
+		return m
+	case <-time.After(10 * time.Second):
+		t.Fatal("the event loop did not run a call in 10s")
+		return nil
+	}
+}
+
+// TestRefusedConnsPaced: a client over its connection cap that
+// reconnects as soon as it is refused gets its "-ERR max number of
+// clients from this address reached" at no more than RefusePace's rate,
+// not as fast as it reconnects (which spun the accept loop), while its
+// served connection keeps working.
+func TestRefusedConnsPaced(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	const rate = 20.0 // refusals a second; burst 2
+	s := New(engine.Local(eng), Options{MaxConns: 100, ClientConns: shed.NewConnCounter(1, nil), RefusePace: shed.NewPacer(rate, 300*time.Millisecond)})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go s.Serve(ln)
+	defer s.Close()
+	served, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer served.Close()
+	served.SetDeadline(time.Now().Add(20 * time.Second))
+	rd := bufio.NewReader(served)
+	incr := func() {
+		t.Helper()
+		if _, err := served.Write([]byte("*2\r\n$4\r\nINCR\r\n$1\r\nk\r\n")); err != nil {
+			t.Fatal(err)
+		}
+		if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
+			t.Fatalf("INCR on the served connection: %q, %v", line, err)
+		}
+	}
+	incr()
+	start := time.Now()
+	refused := 0
+	for time.Since(start) < time.Second {
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		c.Close()
+		if err != nil || line != "-ERR max number of clients from this address reached\r\n" {
+			t.Fatalf("connection over the cap: %q, %v", line, err)
+		}
+		refused++
+	}
+	elapsed := time.Since(start).Seconds()
+	if most := 2 + int(rate*elapsed) + 2; refused > most {
+		t.Fatalf("%d refusals in %.2fs; paced at %.0f/s (burst 2) there are at most %d", refused, elapsed, rate, most)
+	}
+	incr()
 }

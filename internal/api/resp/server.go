@@ -15,6 +15,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -65,6 +66,15 @@ type Options struct {
 	// (--max-conns-per-client): one more is answered "-ERR max number of
 	// clients from this address reached" and closed.
 	ClientConns *shed.ConnCounter
+	// RefusePace, when set, paces the refusals of connections over
+	// MaxConns or ClientConns per client address: beyond its rate a
+	// refused connection is held unread for the pause before its error,
+	// so that a client reconnecting as soon as it is refused does not
+	// spin the server on accept, answer and close. A held connection
+	// counts against MaxConns while held, at most ClientConns' cap of
+	// them per address; maxRejecting more are held beyond MaxConns, and
+	// past those a refusal is answered at once.
+	RefusePace *shed.Pacer
 
 	// MaxBulkLen is the longest bulk string (one argument) accepted, in
 	// bytes; Redis's proto-max-bulk-len. Default 8 MiB (DefaultMaxBulkLen).
@@ -177,8 +187,11 @@ type Server struct {
 
 	conns      sync.WaitGroup // live connection goroutines
 	nconns     atomic.Int64   // live connections
-	nextID     atomic.Int64   // client ids
-	queryBytes atomic.Int64   // read buffers counted against MaxQueryBufferTotal
+	held       atomic.Int64   // refused connections held for their pause in a slot of MaxConns (RefusePace)
+	heldBeyond atomic.Int64   // refused connections held beyond MaxConns
+	heldConns  *shed.ConnCounter
+	nextID     atomic.Int64 // client ids
+	queryBytes atomic.Int64 // read buffers counted against MaxQueryBufferTotal
 	started    time.Time
 
 	totalConns    atomic.Uint64
@@ -226,6 +239,8 @@ func New(eng engine.Backend, opts Options) *Server {
 		log:     opts.Logger,
 		clients: make(map[*client]struct{}),
 		started: time.Now(),
+		// Refused connections held in slots: at most ClientConns' cap per address.
+		heldConns: opts.ClientConns.Clone(),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cmds = buildCommands()
@@ -250,7 +265,7 @@ func New(eng engine.Backend, opts Options) *Server {
 		s.unknown.dur = s.m.dur.WithLabelValues("unknown")
 		register(opts.Registerer, s.log, prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "counterd_resp_loop_deferred_reads_total",
-			Help: "Event loops: reads of a connection put off to the next loop round because its client (IP address) ran its share of the round.",
+			Help: "Event loops: reads of a connection put off to the next loop round because its client (its user once authenticated, else its IP address) ran its share of the round.",
 		}, func() float64 { return float64(s.deferredReads.Load()) }))
 	}
 	return s
@@ -326,13 +341,13 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 			continue
 		}
 		backoff = 0
-		if s.nconns.Load() >= int64(s.opts.MaxConns) {
-			s.refuseConn(nc, errMaxClients)
+		if s.nconns.Load()+s.held.Load() >= int64(s.opts.MaxConns) {
+			s.refuseConn(nc, errMaxClients, false)
 			continue
 		}
 		slot, ok := s.opts.ClientConns.Take(nc.RemoteAddr())
 		if !ok {
-			s.refuseConn(nc, errMaxClientsAddr)
+			s.refuseConn(nc, errMaxClientsAddr, true)
 			continue
 		}
 		f := s.detach(nc) // nil: the connection keeps its goroutine
@@ -367,14 +382,51 @@ func (s *Server) acceptLoop(ln net.Listener) error {
 
 // refuseConn answers a connection over a cap with msg and closes it
 // (like Redis: the client is told why), counting it.
-func (s *Server) refuseConn(nc net.Conn, msg string) {
+// With Options.RefusePace, a client over its rate has the connection held
+// for its pause first: in a slot of MaxConns when inSlot (it is over its
+// address's cap, not the server's) and its address holds fewer than its
+// cap, else as one of maxRejecting beyond; past those it is answered at
+// once.
+func (s *Server) refuseConn(nc net.Conn, msg string, inSlot bool) {
 	s.rejectedConns.Add(1)
 	if s.m != nil {
 		s.m.rejected.Inc()
 	}
-	nc.SetWriteDeadline(time.Now().Add(time.Second))
-	nc.Write([]byte("-" + msg + "\r\n"))
-	nc.Close()
+	answer := func() {
+		nc.SetWriteDeadline(time.Now().Add(time.Second))
+		nc.Write([]byte("-" + msg + "\r\n"))
+		nc.Close()
+	}
+	var pause time.Duration
+	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
+		pause = s.opts.RefusePace.Pause(shed.ClientKey(ap.Addr()))
+	}
+	if pause <= 0 {
+		answer()
+		return
+	}
+	if inSlot {
+		if h, ok := s.heldConns.Take(nc.RemoteAddr()); ok {
+			if s.nconns.Load()+s.held.Add(1) <= int64(s.opts.MaxConns) {
+				time.AfterFunc(pause, func() {
+					defer func() { s.held.Add(-1); s.heldConns.Give(h) }()
+					answer()
+				})
+				return
+			}
+			s.held.Add(-1)
+			s.heldConns.Give(h)
+		}
+	}
+	if s.heldBeyond.Add(1) <= maxRejecting {
+		time.AfterFunc(pause, func() {
+			defer s.heldBeyond.Add(-1)
+			answer()
+		})
+		return
+	}
+	s.heldBeyond.Add(-1)
+	answer()
 }
 
 // closeNow closes a connection at once, so that its goroutine's blocked
@@ -389,6 +441,9 @@ func closeNow(nc net.Conn) {
 	nc.SetDeadline(time.Now())
 	nc.Close()
 }
+
+// maxRejecting bounds the refused connections held beyond MaxConns.
+const maxRejecting = 256
 
 // Close stops accepting, closes every connection and waits for their
 // goroutines. It is idempotent and safe to call before or without Serve.
