@@ -59,18 +59,7 @@ func getOnce(t *testing.T, d *net.Dialer, addr string) (int, string, net.Conn) {
 func TestLimitListenerPacesRefusals(t *testing.T) {
 	const rate = 20.0 // refusals a second; burst 2
 	addr, _ := limitServer(t, 1, shed.NewPacer(rate, 300*time.Millisecond), rejectHTTP, 0)
-	local := &net.Dialer{Timeout: 5 * time.Second}
-	st, _, held := getOnce(t, local, addr)
-	defer held.Close()
-	if st != 200 {
-		t.Fatalf("first connection: status %d", st)
-	}
-	other := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-	if c, err := other.Dial("tcp", addr); err != nil {
-		t.Skipf("cannot connect from 127.0.0.2 (needs a Linux loopback that routes 127/8): %v", err)
-	} else {
-		c.Close()
-	}
+	local, other := servedAndOther(t, addr)
 	start := time.Now()
 	refused := 0
 	for time.Since(start) < time.Second {
@@ -114,18 +103,7 @@ func TestLimitListenerBoundsRefusals(t *testing.T) {
 	// One refusal a second (burst 1): every refusal after the first is
 	// held for up to a second.
 	addr, ll := limitServer(t, 1, shed.NewPacer(1, time.Second), rejectHTTP, 2)
-	local := &net.Dialer{Timeout: 5 * time.Second}
-	st, _, held := getOnce(t, local, addr)
-	defer held.Close()
-	if st != 200 {
-		t.Fatalf("first connection: status %d", st)
-	}
-	other := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
-	if c, err := other.Dial("tcp", addr); err != nil {
-		t.Skipf("cannot connect from 127.0.0.2 (needs a Linux loopback that routes 127/8): %v", err)
-	} else {
-		c.Close()
-	}
+	local, other := servedAndOther(t, addr)
 	const n = 8
 	var wg sync.WaitGroup
 	statuses := make(chan int, n)
@@ -240,4 +218,24 @@ func TestAdmissionShedAllocs(t *testing.T) {
 	}
 	fair.Release(&running)
 	<-waiting
+}
+
+// servedAndOther takes addr's one connection for 127.0.0.1 (served, held
+// open until the end of the test) and returns dialers from 127.0.0.1 and
+// from 127.0.0.2, another client.
+func servedAndOther(t *testing.T, addr string) (local, other *net.Dialer) {
+	t.Helper()
+	local = &net.Dialer{Timeout: 5 * time.Second}
+	st, _, held := getOnce(t, local, addr)
+	t.Cleanup(func() { held.Close() })
+	if st != 200 {
+		t.Fatalf("first connection: status %d", st)
+	}
+	other = &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	if c, err := other.Dial("tcp", addr); err != nil {
+		t.Skipf("cannot connect from 127.0.0.2 (needs a Linux loopback that routes 127/8): %v", err)
+	} else {
+		c.Close()
+	}
+	return local, other
 }

@@ -19,14 +19,7 @@ import (
 // connection is moved onto a loop (not left on a goroutine), is served
 // there, and is closed by Close.
 func TestEventLoopServesPlainTCP(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.NodeID = "test"
-	eng, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := memEngine(t)
 	s := New(engine.Local(eng), Options{EventLoops: 1})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -72,14 +65,7 @@ func TestEventLoopServesPlainTCP(t *testing.T) {
 // start the clock's ticker (each of which would otherwise read the
 // clock), and a TTL still expires on time.
 func TestEventLoopDrivesClock(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.NodeID = "test"
-	eng, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := memEngine(t)
 	clk := eng.CoarseClock()
 	if clk == nil {
 		t.Fatal("the engine has no coarse clock")
@@ -139,14 +125,7 @@ func TestEventLoopDrivesClock(t *testing.T) {
 // they authenticate, then one client per user, and a user's connections
 // share one budget (the share moves when AUTH changes the user).
 func TestEventLoopSharesByUser(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.NodeID = "test"
-	eng, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := memEngine(t)
 	const tokA, tokB = "token-of-user-a-0123456789", "token-of-user-b-0123456789"
 	table, err := auth.Parse(strings.NewReader(fmt.Sprintf("users:\n  a:\n    tokens: [%s]\n    grants: {\"*\": write}\n  b:\n    tokens: [%s]\n    grants: {\"*\": write}\n",
 		auth.Hash([]byte(tokA)), auth.Hash([]byte(tokB)))))
@@ -250,14 +229,7 @@ func loopShares(t *testing.T, s *Server) map[string]int {
 // not as fast as it reconnects (which spun the accept loop), while its
 // served connection keeps working.
 func TestRefusedConnsPaced(t *testing.T) {
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.NodeID = "test"
-	eng, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
+	eng := memEngine(t)
 	const rate = 20.0 // refusals a second; burst 2
 	s := New(engine.Local(eng), Options{MaxConns: 100, ClientConns: shed.NewConnCounter(1, nil), RefusePace: shed.NewPacer(rate, 300*time.Millisecond)})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -303,4 +275,18 @@ func TestRefusedConnsPaced(t *testing.T) {
 		t.Fatalf("%d refusals in %.2fs; paced at %.0f/s (burst 2) there are at most %d", refused, elapsed, rate, most)
 	}
 	incr()
+}
+
+// memEngine opens an in-memory engine closed at the end of the test.
+func memEngine(t *testing.T) *engine.Engine {
+	t.Helper()
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.NodeID = "test"
+	eng, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return eng
 }
