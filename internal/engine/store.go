@@ -26,8 +26,42 @@ const (
 // ErrCorrupt marks a stored value that cannot be decoded.
 var ErrCorrupt = errors.New("engine: corrupt stored value")
 
+// Pebble's write-side options. The engine serves every read from memory
+// and reads Pebble back only at start, for rollup series and sketches and
+// for idempotency records past IdempotencyMemory, so what Pebble costs is
+// writing: each flush's batch, then compacting it level by level. With
+// Pebble's defaults (4 MB memtables, L0 compacted at 4 files) a stream of
+// new keys (the event pipeline's dedupe markers, one per event, keyed by
+// event id so spread over the whole key space) was flushed every few
+// hundred KB to MB and every L0 compaction rewrote the whole base level
+// under it: compaction was 40% of the consumer's CPU. Bigger memtables
+// flush far less often (9 flushes instead of about 200 for 3,000,000
+// events), and twice as many L0 files before a compaction halve the
+// rewrites of the base level (BENCHMARKS.md, "Pebble memtables and L0 for
+// the dedupe markers").
+// Memtables start at 256 KB and double only when filled, so an idle or
+// lightly written engine allocates no more than before; under a sustained
+// write load up to memTableStop memtables are held (64 MB with these).
+const (
+	memTableSize          = 32 << 20
+	memTableStop          = 2 // Pebble's default
+	l0CompactionThreshold = 8
+	l0StopWritesThreshold = 32
+)
+
+// pebbleOptions returns the options the engine opens Pebble with.
+func pebbleOptions(cfg Config) *pebble.Options {
+	return &pebble.Options{
+		Logger:                      pebbleLogger{cfg.Logger},
+		MemTableSize:                memTableSize,
+		MemTableStopWritesThreshold: memTableStop,
+		L0CompactionThreshold:       l0CompactionThreshold,
+		L0StopWritesThreshold:       l0StopWritesThreshold,
+	}
+}
+
 func openPebble(cfg Config) (*pebble.DB, error) {
-	opts := &pebble.Options{Logger: pebbleLogger{cfg.Logger}}
+	opts := pebbleOptions(cfg)
 	dir := cfg.Dir
 	switch {
 	case cfg.FS != nil:

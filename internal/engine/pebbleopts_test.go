@@ -1,0 +1,31 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+)
+
+// The engine's Pebble options pass Pebble's own checks.
+func TestPebbleOptionsValid(t *testing.T) {
+	opts := pebbleOptions(DefaultConfig()).EnsureDefaults()
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.MemTableSize != memTableSize || opts.L0CompactionThreshold != l0CompactionThreshold {
+		t.Fatalf("options not kept: memtable %d, L0 threshold %d", opts.MemTableSize, opts.L0CompactionThreshold)
+	}
+}
+
+// Bigger memtables cost an idle or lightly written engine nothing: Pebble
+// starts with a small memtable and doubles it only when one fills.
+func TestPebbleMemtableStartsSmall(t *testing.T) {
+	e := openMem(t)
+	for i := range 1000 {
+		if _, err := e.Add(bg, fmt.Sprintf("page_views:art_%09d", i), 1, WriteOptions{Durability: Sync}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := e.db.Metrics().MemTable.Size; got > 1<<20 || got >= memTableSize {
+		t.Fatalf("memtables hold %d bytes after 1000 small writes, want at most 1 MB", got)
+	}
+}
