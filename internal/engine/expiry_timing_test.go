@@ -2,7 +2,6 @@ package engine
 
 import (
 	"fmt"
-	"runtime"
 	"testing"
 	"time"
 )
@@ -50,23 +49,8 @@ func BenchmarkExpireDue(b *testing.B) {
 // (1M counters of 24-byte ids, like BenchmarkIdleCounterBytes): the entry,
 // its ext and the expiry index's item. b.N is ignored: it measures one fill.
 func BenchmarkTTLCounterBytes(b *testing.B) {
-	const n = 1_000_000
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("page_views:art_%09d", i) // 24 bytes
-	}
-	e := openMem(b, func(c *Config) { c.FlushInterval = 1 << 62 })
-	runtime.GC()
-	var before, after runtime.MemStats
-	runtime.ReadMemStats(&before)
-	for _, id := range ids {
-		if _, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: 1, TTL: 1000 * time.Hour}, WriteOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "B/counter")
-	b.ReportMetric(0, "ns/op")
-	runtime.KeepAlive(ids)
+	heapPerCounter(b, func(e *Engine, id string) error {
+		_, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: 1, TTL: 1000 * time.Hour}, WriteOptions{})
+		return err
+	})
 }
