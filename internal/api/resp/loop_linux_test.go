@@ -21,13 +21,8 @@ import (
 func TestEventLoopServesPlainTCP(t *testing.T) {
 	eng := memEngine(t)
 	s := New(engine.Local(eng), Options{EventLoops: 1})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	addr, done := serveLoopback(t, s)
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,19 +66,14 @@ func TestEventLoopDrivesClock(t *testing.T) {
 		t.Fatal("the engine has no coarse clock")
 	}
 	s := New(engine.Local(eng), Options{EventLoops: 1})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
+	addr, done := serveLoopback(t, s)
 	defer func() {
 		s.Close()
 		if err := <-done; err != nil {
 			t.Errorf("Serve: %v", err)
 		}
 	}()
-	c, err := net.Dial("tcp", ln.Addr().String())
+	c, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,12 +123,7 @@ func TestEventLoopSharesByUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(engine.Local(eng), Options{EventLoops: 1, Auth: auth.NewStore(table)})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Close()
+	addr, _ := serveLoopback(t, s)
 	send := func(c net.Conn, rd *bufio.Reader, args ...string) string {
 		t.Helper()
 		var b strings.Builder
@@ -161,7 +146,7 @@ func TestEventLoopSharesByUser(t *testing.T) {
 	}
 	var conns []conn
 	for range 3 {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -232,13 +217,8 @@ func TestRefusedConnsPaced(t *testing.T) {
 	eng := memEngine(t)
 	const rate = 20.0 // refusals a second; burst 2
 	s := New(engine.Local(eng), Options{MaxConns: 100, ClientConns: shed.NewConnCounter(1, nil), RefusePace: shed.NewPacer(rate, 300*time.Millisecond)})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go s.Serve(ln)
-	defer s.Close()
-	served, err := net.Dial("tcp", ln.Addr().String())
+	addr, _ := serveLoopback(t, s)
+	served, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +238,7 @@ func TestRefusedConnsPaced(t *testing.T) {
 	start := time.Now()
 	refused := 0
 	for time.Since(start) < time.Second {
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -289,4 +269,18 @@ func memEngine(t *testing.T) *engine.Engine {
 	}
 	t.Cleanup(func() { eng.Close() })
 	return eng
+}
+
+// serveLoopback runs s on a free loopback port until the end of the test
+// (or an earlier Close); done receives Serve's result.
+func serveLoopback(t *testing.T, s *Server) (addr string, done <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := make(chan error, 1)
+	go func() { ch <- s.Serve(ln) }()
+	t.Cleanup(func() { s.Close() })
+	return ln.Addr().String(), ch
 }
