@@ -82,9 +82,9 @@ func (l *admitListener) Accept() (net.Conn, error) {
 		return nil, err
 	}
 	ac := &admitConn{Conn: c, a: l.a}
-	if ap, err := netip.ParseAddrPort(c.RemoteAddr().String()); err == nil {
-		ac.key = shed.ClientKey(ap.Addr())
-		ac.proxied = shed.InPrefixes(l.a.trusted, ap.Addr())
+	if ip := shed.AddrIP(c.RemoteAddr()); ip.IsValid() {
+		ac.key = shed.ClientKey(ip)
+		ac.proxied = shed.InPrefixes(l.a.trusted, ip)
 	}
 	if lc, ok := c.(*limitConn); ok {
 		ac.rx = newRxReader(lc.Conn)

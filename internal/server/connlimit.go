@@ -73,7 +73,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		if err != nil {
 			return nil, err
 		}
-		ip := remoteIP(c)
+		ip := shed.AddrIP(c.RemoteAddr())
 		if l.n.Add(1) <= l.max {
 			client, ok := l.clients.TakeIP(ip)
 			if ok {
@@ -116,22 +116,6 @@ func (l *limitListener) refuse(c net.Conn, ip netip.Addr, done func()) {
 		time.AfterFunc(pause, run) // no goroutine while it is held
 	} else {
 		go run()
-	}
-}
-
-// remoteIP is c's peer address (the zero Addr if not IP).
-func remoteIP(c net.Conn) netip.Addr {
-	switch a := c.RemoteAddr().(type) {
-	case *net.TCPAddr:
-		return a.AddrPort().Addr().Unmap()
-	case nil:
-		return netip.Addr{}
-	default:
-		ap, err := netip.ParseAddrPort(a.String())
-		if err != nil {
-			return netip.Addr{}
-		}
-		return ap.Addr().Unmap()
 	}
 }
 

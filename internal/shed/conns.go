@@ -40,14 +40,27 @@ func (cc *ConnCounter) Clone() *ConnCounter {
 // the cap (nothing counted then). client is what Give must be passed
 // when the connection ends (the zero Addr when nothing was counted).
 func (cc *ConnCounter) Take(addr net.Addr) (client netip.Addr, ok bool) {
-	if cc == nil || addr == nil {
+	if cc == nil {
 		return netip.Addr{}, true
 	}
-	ap, err := netip.ParseAddrPort(addr.String())
-	if err != nil {
-		return netip.Addr{}, true
+	return cc.TakeIP(AddrIP(addr))
+}
+
+// AddrIP is the IP of a connection's address (the zero Addr when it has
+// none, as a Unix socket's).
+func AddrIP(a net.Addr) netip.Addr {
+	switch a := a.(type) {
+	case *net.TCPAddr:
+		return a.AddrPort().Addr().Unmap()
+	case nil:
+		return netip.Addr{}
+	default:
+		ap, err := netip.ParseAddrPort(a.String())
+		if err != nil {
+			return netip.Addr{}
+		}
+		return ap.Addr().Unmap()
 	}
-	return cc.TakeIP(ap.Addr())
 }
 
 // TakeIP is Take of a connection from ip; an invalid ip is not counted

@@ -15,7 +15,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -398,8 +397,8 @@ func (s *Server) refuseConn(nc net.Conn, msg string, inSlot bool) {
 		nc.Close()
 	}
 	var pause time.Duration
-	if ap, err := netip.ParseAddrPort(nc.RemoteAddr().String()); err == nil {
-		pause = s.opts.RefusePace.Pause(shed.ClientKey(ap.Addr()))
+	if ip := shed.AddrIP(nc.RemoteAddr()); ip.IsValid() {
+		pause = s.opts.RefusePace.Pause(shed.ClientKey(ip))
 	}
 	if pause <= 0 {
 		answer()
