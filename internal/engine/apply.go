@@ -55,13 +55,25 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 		}
 		cell.Store(uint64(no)<<32 | uint64(i+1))
 	}
-	en.lockAs(hotGuess(i))
+	if h := en.hotOf(); h != nil && rp.Load() == idRef {
+		// A hot counter (hot.go): h was loaded before the id was checked,
+		// and an open h proves the entry was not locked (so not reused)
+		// since h was hung there, so h is this id's.
+		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
+			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			return true, nil
+		}
+	}
+	contended := en.lockAs(hotGuess(i))
 	if rp.Load() != idRef || !en.plainCounter() {
 		// Freed and reused since the lookup, or not a plain counter.
 		en.unlock()
 		return false, nil
 	}
 	err = e.addPlainLocked(sh, i, en, id, delta, res)
+	if contended && err == nil && !e.noHot {
+		en.heat(sh, i)
+	}
 	en.unlock()
 	return true, err
 }

@@ -56,6 +56,7 @@ type Engine struct {
 	recent recentIDs     // addPlain's per-P hint of where the last id lives
 	clk    *coarse.Clock // the clock when cfg.Clock is nil
 	closed atomic.Bool
+	noHot  bool // no hot counters (hot.go): tests compare with it
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
 	// that record an idempotency result hold it shared, the flusher holds it

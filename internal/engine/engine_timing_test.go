@@ -23,6 +23,29 @@ func BenchmarkHotKeyAdd(b *testing.B) {
 	})
 }
 
+// BenchmarkHotKeyAddHot is BenchmarkHotKeyAdd with the counter made hot
+// first and no flush to cool it: the hot path alone, for a path length
+// measured without contention (callgrind, -test.cpu 1), where
+// BenchmarkHotKeyAdd would never turn the counter hot.
+func BenchmarkHotKeyAddHot(b *testing.B) {
+	e := openMem(b, func(c *Config) { c.FlushInterval = 1 << 62 })
+	if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if !e.heatForTest("page_views:article_123") {
+		b.Fatal("not hot")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkRawAtomicAdd is the floor: one atomic.Int64 shared by all
 // goroutines.
 func BenchmarkRawAtomicAdd(b *testing.B) {

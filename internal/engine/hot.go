@@ -1,0 +1,131 @@
+package engine
+
+import "sync/atomic"
+
+// Hot counters.
+//
+// A plain counter (KindCounter, no TTL, no rollups) whose lock is found
+// held by another add turns hot: an out-of-line hotCtr, allocated then and
+// hung in its chunk's ht side table (flagHot in the lock word), takes its
+// adds without the entry's lock. Idle counters pay nothing for it: the
+// entry stays 24 bytes, the side table is allocated for the first hot
+// counter of a chunk.
+//
+// The hot state is one 64-bit word, changed by compare-and-swap only:
+// the sum of the deltas added since the counter turned hot (high 39 bits,
+// signed), a closed bit, and the number of those adds (low 24 bits). The
+// word after an add is that add's linearization point, so the add returns
+// exactly the value (base + sum) and the version (base version + count) a
+// sequence of locked adds would have, and every add bumps the version by
+// one as it does on the locked path. An add is taken only when its result
+// provably fits (the delta and the sum in their bits, the count below its
+// limit, base + sum in an int64); anything else falls back to the locked
+// path, which folds first and so reports an overflow exactly as before.
+//
+// Whoever takes the entry's lock folds the hot state back into the entry
+// as the first thing under the lock (entry.lock calls cool): it closes the
+// word (later adds to it fail and take the locked path), adds the sum and
+// count to the entry's value and version and frees the state. So every
+// holder of the lock — reads, sets, TTLs, deletes, replication, export,
+// idempotent writes, the flusher — sees the entry's fields as the whole
+// truth, and nothing outside this file knows about hot counters. The
+// flusher's pass is such a lock: a hot counter cools at every flush (and
+// on every read) and turns hot again at its next contended add.
+//
+// Durability: a hot counter's entry is dirty (it turned hot under the lock
+// right after a locked add marked it), and stays so until the flusher
+// locks it, which folds every add taken before; an add taken after that
+// fold finds the word closed and goes through the locked path, which marks
+// the entry dirty again. Sync writes then wait for the flush as before.
+type hotCtr struct {
+	w    atomic.Uint64 // sum<<hotSumShift | hotClosed | count
+	upd  atomic.Int64  // latest time of an add, unix ns
+	base int64         // the entry's value when it turned hot (immutable)
+	ver  uint64        // the entry's version when it turned hot (immutable)
+	_    [32]byte      // a cache line of its own
+}
+
+const (
+	hotCountBits        = 24
+	hotCountMask uint64 = 1<<hotCountBits - 1
+	hotClosed    uint64 = 1 << hotCountBits
+	hotSumShift         = hotCountBits + 1
+	hotSumMax           = 1<<(63-hotSumShift) - 1 // the sum's range: ±2^38
+	hotSumMin           = -1 << (63 - hotSumShift)
+)
+
+// hotAdd adds delta to the open hot state h and returns the counter's new
+// value and version; ok is false, with nothing changed, when h is closed or
+// the add does not provably fit (the caller takes the locked path). now is
+// the add's time.
+func hotAdd(h *hotCtr, delta, now int64) (v int64, ver uint64, ok bool) {
+	if delta > hotSumMax || delta < hotSumMin {
+		return 0, 0, false
+	}
+	for {
+		o := h.w.Load()
+		n := o&hotCountMask + 1
+		s := int64(o)>>hotSumShift + delta
+		if o&hotClosed != 0 || n > hotCountMask || s > hotSumMax || s < hotSumMin {
+			return 0, 0, false
+		}
+		if v, ok = addInt64(h.base, s); !ok {
+			return 0, 0, false
+		}
+		// The time goes in before the add, so a fold that sees the add
+		// sees its time too.
+		if u := h.upd.Load(); u < now {
+			h.upd.CompareAndSwap(u, now) // a lost race leaves a time as recent
+		}
+		if h.w.CompareAndSwap(o, uint64(s)<<hotSumShift|n) {
+			return v, h.ver + n, true
+		}
+	}
+}
+
+// hotOf returns en's hot state, nil if it has none. No lock needed.
+func (en *entry) hotOf() *hotCtr {
+	if en.lk.Load()&flagHot == 0 {
+		return nil
+	}
+	ht := en.chunk().ht.Load()
+	if ht == nil {
+		return nil
+	}
+	return ht[en.index()].Load()
+}
+
+// heat makes the plain counter en (slab index i of sh) hot. Caller holds
+// en's lock. The entry is made dirty if it is not (it is after an add): a
+// hot counter must be on the dirty set until the flusher folds it.
+func (en *entry) heat(sh *shard, i uint32) {
+	if en.flags()&flagDirty == 0 {
+		en.setFlags(flagDirty)
+		sh.markDirty(i)
+	}
+	c := en.chunk()
+	ht := c.ht.Load()
+	if ht == nil {
+		c.ht.CompareAndSwap(nil, new([slabChunk]atomic.Pointer[hotCtr]))
+		ht = c.ht.Load()
+	}
+	h := &hotCtr{base: en.value, ver: en.version()}
+	h.upd.Store(en.updated)
+	ht[en.index()].Store(h)
+	en.setFlags(flagHot)
+}
+
+// cool folds en's hot state into en and frees it. Caller has just taken
+// en's lock and en has flagHot.
+func (en *entry) cool() {
+	slot := &en.chunk().ht.Load()[en.index()]
+	h := slot.Load()
+	o := h.w.Or(hotClosed)
+	en.value = h.base + int64(o)>>hotSumShift // hotAdd proved it fits
+	en.setVersion(h.ver + o&hotCountMask)
+	if u := h.upd.Load(); u > en.updated {
+		en.updated = u
+	}
+	slot.Store(nil)
+	en.clearFlags(flagHot)
+}
