@@ -59,6 +59,7 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 		// A hot counter (hot.go): h was loaded before the id was checked,
 		// and an open h proves the entry was not locked (so not reused)
 		// since h was hung there, so h is this id's.
+		// The add is counted in the hot word (Stats.Ops reads it there).
 		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
 			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
 			return true, nil
@@ -71,8 +72,11 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 		return false, nil
 	}
 	err = e.addPlainLocked(sh, i, en, id, delta, res)
-	if contended && err == nil && !e.noHot {
-		en.heat(sh, i)
+	if err == nil {
+		e.ops.inc()
+		if contended && !e.noHot {
+			en.heat(sh, i, &e.hot)
+		}
 	}
 	en.unlock()
 	return true, err
@@ -138,10 +142,9 @@ func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta
 	return nil
 }
 
-// finishPlain ends an addPlain that succeeded: it counts the op and waits
-// for durability as Apply does.
+// finishPlain ends an addPlain that succeeded (and counted its op): it
+// waits for durability as Apply does.
 func (e *Engine) finishPlain(ctx context.Context, wo WriteOptions) error {
-	e.ops.inc()
 	if e.durability(wo) == Sync {
 		return e.waitDurable(ctx)
 	}

@@ -53,6 +53,7 @@ type Engine struct {
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
+	hot    hotSet        // hot counters (hot.go), whose adds Stats.Ops counts
 	recent recentIDs     // addPlain's per-P hint of where the last id lives
 	clk    *coarse.Clock // the clock when cfg.Clock is nil
 	closed atomic.Bool

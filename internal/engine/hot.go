@@ -1,6 +1,9 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // Hot counters.
 //
@@ -42,7 +45,29 @@ type hotCtr struct {
 	upd  atomic.Int64  // latest time of an add, unix ns
 	base int64         // the entry's value when it turned hot (immutable)
 	ver  uint64        // the entry's version when it turned hot (immutable)
-	_    [32]byte      // a cache line of its own
+	set  *hotSet       // the engine's (immutable)
+	_    [24]byte      // a cache line of its own
+}
+
+// hotSet is the engine's open hot states, for Stats.Ops: a hot add is
+// counted in its hot word only (an atomic add to the per-P ops counter
+// would be a second locked instruction per add), and in folded when its
+// state is folded. Heats and folds take mu; adds never do.
+type hotSet struct {
+	mu     sync.Mutex
+	open   map[*hotCtr]struct{}
+	folded uint64 // adds of folded hot states, guarded by mu
+}
+
+// ops returns the number of hot adds since Open.
+func (s *hotSet) ops() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := s.folded
+	for h := range s.open {
+		n += h.w.Load() & hotCountMask
+	}
+	return n
 }
 
 const (
@@ -95,10 +120,11 @@ func (en *entry) hotOf() *hotCtr {
 	return ht[en.index()].Load()
 }
 
-// heat makes the plain counter en (slab index i of sh) hot. Caller holds
-// en's lock. The entry is made dirty if it is not (it is after an add): a
-// hot counter must be on the dirty set until the flusher folds it.
-func (en *entry) heat(sh *shard, i uint32) {
+// heat makes the plain counter en (slab index i of sh) hot, its state
+// one of set's. Caller holds en's lock. The entry is made dirty if it is
+// not (it is after an add): a hot counter must be on the dirty set until
+// the flusher folds it.
+func (en *entry) heat(sh *shard, i uint32, set *hotSet) {
 	if en.flags()&flagDirty == 0 {
 		en.setFlags(flagDirty)
 		sh.markDirty(i)
@@ -109,8 +135,14 @@ func (en *entry) heat(sh *shard, i uint32) {
 		c.ht.CompareAndSwap(nil, new([slabChunk]atomic.Pointer[hotCtr]))
 		ht = c.ht.Load()
 	}
-	h := &hotCtr{base: en.value, ver: en.version()}
+	h := &hotCtr{base: en.value, ver: en.version(), set: set}
 	h.upd.Store(en.updated)
+	set.mu.Lock()
+	if set.open == nil {
+		set.open = make(map[*hotCtr]struct{})
+	}
+	set.open[h] = struct{}{}
+	set.mu.Unlock()
 	ht[en.index()].Store(h)
 	en.setFlags(flagHot)
 }
@@ -128,4 +160,9 @@ func (en *entry) cool() {
 	}
 	slot.Store(nil)
 	en.clearFlags(flagHot)
+	s := h.set
+	s.mu.Lock()
+	delete(s.open, h)
+	s.folded += o & hotCountMask
+	s.mu.Unlock()
 }

@@ -26,7 +26,7 @@ func (e *Engine) heatForTest(id string) bool {
 	if !r.e.plainCounter() {
 		return false
 	}
-	r.e.heat(r.sh, r.idx)
+	r.e.heat(r.sh, r.idx, &e.hot)
 	return true
 }
 
@@ -239,6 +239,9 @@ func TestHotCounterConcurrentAdds(t *testing.T) {
 	if v := mustGet(t, e, "hot"); v.Value != sum || v.Version != workers*per {
 		t.Fatalf("after the run: %+v, want value %d version %d", v, sum, workers*per)
 	}
+	if n := e.Stats().Ops; n != workers*per {
+		t.Fatalf("Stats.Ops %d, want %d", n, workers*per)
+	}
 }
 
 func mustGetE(t *testing.T, e *Engine, id string) View {
@@ -405,4 +408,26 @@ func mustGetR(rt *rapid.T, e *Engine, id string) View {
 		rt.Fatal(err)
 	}
 	return v
+}
+
+// TestHotCounterOpsCounted: Stats.Ops counts a hot counter's adds, open
+// and folded.
+func TestHotCounterOpsCounted(t *testing.T) {
+	e := openMem(t)
+	if _, err := e.Add(bg, "k", 1, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.heatForTest("k")
+	for range 10 {
+		if _, err := e.Add(bg, "k", 1, WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !e.isHot("k") || e.Stats().Ops != 11 {
+		t.Fatalf("open hot state: hot %v, ops %d, want 11", e.isHot("k"), e.Stats().Ops)
+	}
+	mustGet(t, e, "k") // folds
+	if e.isHot("k") || e.Stats().Ops != 11 {
+		t.Fatalf("folded: hot %v, ops %d, want 11", e.isHot("k"), e.Stats().Ops)
+	}
 }

@@ -269,7 +269,7 @@ func (e *Engine) Stats() Stats {
 	if t := e.fl.lastFlush.Load(); t != 0 {
 		s.LastFlush = time.Unix(0, t)
 	}
-	s.Ops = e.ops.load()
+	s.Ops = e.ops.load() + e.hot.ops()
 	for i := range e.shards {
 		s.DirtyKeys += int(e.shards[i].ndirty.Load())
 	}
