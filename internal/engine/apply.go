@@ -41,11 +41,14 @@ func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOption
 // caller then takes the general path, which decides everything again
 // under the lock.
 func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err error) {
-	if err := e.limits.validateID(id); err != nil {
-		return true, err
-	}
 	cell := e.recent.cell()
 	sh, i, en, rp, idRef, ok := e.recentFind(cell, id)
+	if !ok || e.limits.RedisHashTags {
+		// An id found through the hint is valid (recentIDs).
+		if err := e.limits.validateID(id); err != nil {
+			return true, err
+		}
+	}
 	if !ok {
 		h := hashID(id)
 		no := shardOf(h)
@@ -90,6 +93,13 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 // freed or reused) only costs the normal lookup. One word per P, read
 // and written atomically: no lock, no allocation, nothing a concurrent
 // P can tear.
+//
+// An id the hint finds needs no validation: a hint is stored only for an
+// id that passed it, and a slot only takes ids that passed ValidateID
+// (every insert after Open validates: Apply's ops, Merge's states), so an
+// id equal to the one at a hinted slot is either the id the hint was
+// stored for or one inserted since, valid either way. (Limits'
+// RedisHashTags rule, which Merge does not apply, is still checked.)
 type recentIDs struct {
 	cells [64]struct {
 		loc atomic.Uint64

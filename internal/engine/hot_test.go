@@ -7,6 +7,7 @@ import (
 	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -429,5 +430,28 @@ func TestHotCounterOpsCounted(t *testing.T) {
 	mustGet(t, e, "k") // folds
 	if e.isHot("k") || e.Stats().Ops != 11 {
 		t.Fatalf("folded: hot %v, ops %d, want 11", e.isHot("k"), e.Stats().Ops)
+	}
+}
+
+// TestAddValidatesPastTheHint: ids the per-P hint cannot match are still
+// refused with ErrInvalidID after an add set the hint, on a hot counter
+// too.
+func TestAddValidatesPastTheHint(t *testing.T) {
+	e := openMem(t)
+	for _, hot := range []bool{false, true} {
+		if _, err := e.Add(bg, "page", 1, WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if hot {
+			e.heatForTest("page")
+		}
+		for _, id := range []string{"", "page\x00", "pa\nge", "page\x7f", strings.Repeat("p", MaxIDLen+1), "pag\xff"} {
+			if _, err := e.Add(bg, id, 1, WriteOptions{}); !errors.Is(err, ErrInvalidID) {
+				t.Fatalf("hot %v: add to %q: %v, want ErrInvalidID", hot, id, err)
+			}
+		}
+	}
+	if v := mustGet(t, e, "page"); v.Value != 2 || v.Version != 2 {
+		t.Fatalf("after the refused adds: %+v", v)
 	}
 }
