@@ -1,8 +1,10 @@
 package engine
 
 import (
+	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Hot counters.
@@ -25,15 +27,19 @@ import (
 // limit, base + sum in an int64); anything else falls back to the locked
 // path, which folds first and so reports an overflow exactly as before.
 //
-// Whoever takes the entry's lock folds the hot state back into the entry
-// as the first thing under the lock (entry.lock calls cool): it closes the
+// Whoever takes the entry's lock (but Get) folds the hot state back into
+// the entry as the first thing under the lock (entry.lock calls cool): it closes the
 // word (later adds to it fail and take the locked path), adds the sum and
 // count to the entry's value and version and frees the state. So every
 // holder of the lock — reads, sets, TTLs, deletes, replication, export,
 // idempotent writes, the flusher — sees the entry's fields as the whole
 // truth, and nothing outside this file knows about hot counters. The
-// flusher's pass is such a lock: a hot counter cools at every flush (and
-// on every read) and turns hot again at its next contended add.
+// flusher's pass is such a lock: a hot counter cools at every flush and
+// turns hot again at its next contended add. Get, the one exception,
+// leaves a hot counter hot: under the lock (which no adder takes) it reads
+// the entry's fields as the base and adds one load of the word
+// (acquireKeepHot, hotCtr.view), so a counter read while it is counted
+// does not fold and re-heat (an allocation) at every read.
 //
 // Durability: a hot counter's entry is dirty (it turned hot under the lock
 // right after a locked add marked it), and stays so until the flusher
@@ -165,4 +171,45 @@ func (en *entry) cool() {
 	delete(s.open, h)
 	s.folded += o & hotCountMask
 	s.mu.Unlock()
+}
+
+// view completes v, a view of h's entry filled from its fields (the base),
+// with the adds in h's word. Caller holds the entry's lock, so h is open.
+func (h *hotCtr) view(v *View) {
+	o := h.w.Load()
+	v.Value = h.base + int64(o)>>hotSumShift
+	v.Version = h.ver + o&hotCountMask
+	if u := h.upd.Load(); u > v.UpdatedAt.UnixNano() {
+		v.UpdatedAt = time.Unix(0, u).UTC()
+	}
+}
+
+// acquireKeepHot is acquire(id, false) for Get: a hot counter is left
+// hot (see view).
+func (e *Engine) acquireKeepHot(id string) (ref, bool) {
+	h := hashID(id)
+	for {
+		r, ok, _ := e.lookup(id, h, false)
+		if !ok {
+			return r, false
+		}
+		r.e.lockKeepHot()
+		if r.sh.refOf(r.idx) == r.idRef {
+			return r, true
+		}
+		r.e.unlock() // freed since the lookup: look again
+	}
+}
+
+// lockKeepHot is entry.lock without the fold.
+func (en *entry) lockKeepHot() {
+	for spin := 0; ; spin++ {
+		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
+			return
+		}
+		if spin >= 100 {
+			runtime.Gosched()
+			spin = 0
+		}
+	}
 }
