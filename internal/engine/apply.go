@@ -68,11 +68,26 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 			return true, nil
 		}
 	}
-	contended := en.lockAs(hotGuess(i))
+	// Locked without the fold: a counter another add made hot while this
+	// one waited takes this add in its word (open: only the lock's
+	// holders close it), rather than fold and turn hot again at once.
+	contended := false
+	if g := hotGuess(i); !en.lk.CompareAndSwap(g, g|lockBit) {
+		contended = en.lockSlow(false)
+	}
 	if rp.Load() != idRef || !en.plainCounter() {
-		// Freed and reused since the lookup, or not a plain counter.
+		// Freed and reused since the lookup, or not a plain counter
+		// (nothing read or changed: a hot state stays).
 		en.unlock()
 		return false, nil
+	}
+	if h := en.hotOf(); h != nil {
+		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
+			en.unlock()
+			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			return true, nil
+		}
+		en.cool() // the add does not fit the word: fold, and add under the lock
 	}
 	err = e.addPlainLocked(sh, i, en, id, delta, res)
 	if err == nil {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -193,23 +192,10 @@ func (e *Engine) acquireKeepHot(id string) (ref, bool) {
 		if !ok {
 			return r, false
 		}
-		r.e.lockKeepHot()
+		r.e.lockSlow(false)
 		if r.sh.refOf(r.idx) == r.idRef {
 			return r, true
 		}
 		r.e.unlock() // freed since the lookup: look again
-	}
-}
-
-// lockKeepHot is entry.lock without the fold.
-func (en *entry) lockKeepHot() {
-	for spin := 0; ; spin++ {
-		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
-			return
-		}
-		if spin >= 100 {
-			runtime.Gosched()
-			spin = 0
-		}
 	}
 }

@@ -161,7 +161,7 @@ func (en *entry) lock() {
 		}
 		return
 	}
-	en.lockSlow()
+	en.lockSlow(true)
 }
 
 // lockAs is lock for a caller that can guess the unlocked word: one
@@ -172,7 +172,7 @@ func (en *entry) lock() {
 // holder. The guess must not have flagHot (lock folds a hot counter).
 func (en *entry) lockAs(guess uint32) (contended bool) {
 	if !en.lk.CompareAndSwap(guess, guess|lockBit) {
-		return en.lockSlow()
+		return en.lockSlow(true)
 	}
 	return false
 }
@@ -183,13 +183,14 @@ func hotGuess(i uint32) uint32 {
 	return i%slabChunk<<idxShift | uint32(KindCounter)<<kindShift | flagDirty
 }
 
-// lockSlow is lock after a failed first attempt. It reports whether it
-// saw the lock held by someone else (contention: hot.go's signal).
-func (en *entry) lockSlow() (contended bool) {
+// lockSlow is lock after a failed first attempt, with the fold of a hot
+// counter or (fold false) without. It reports whether it saw the lock
+// held by someone else (contention: hot.go's signal).
+func (en *entry) lockSlow(fold bool) (contended bool) {
 	for spin := 0; ; spin++ {
 		w := en.lk.Load()
 		if w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
-			if w&flagHot != 0 {
+			if fold && w&flagHot != 0 {
 				en.cool()
 			}
 			return contended
