@@ -26,19 +26,20 @@ import (
 // limit, base + sum in an int64); anything else falls back to the locked
 // path, which folds first and so reports an overflow exactly as before.
 //
-// Whoever takes the entry's lock (but Get) folds the hot state back into
-// the entry as the first thing under the lock (entry.lock calls cool): it closes the
-// word (later adds to it fail and take the locked path), adds the sum and
-// count to the entry's value and version and frees the state. So every
-// holder of the lock — reads, sets, TTLs, deletes, replication, export,
-// idempotent writes, the flusher — sees the entry's fields as the whole
-// truth, and nothing outside this file knows about hot counters. The
-// flusher's pass is such a lock: a hot counter cools at every flush and
-// turns hot again at its next contended add. Get, the one exception,
-// leaves a hot counter hot: under the lock (which no adder takes) it reads
-// the entry's fields as the base and adds one load of the word
-// (acquireKeepHot, hotCtr.view), so a counter read while it is counted
-// does not fold and re-heat (an allocation) at every read.
+// Whoever takes the entry's lock folds the hot state back into the entry
+// as the first thing under the lock (entry.lock calls cool): it closes
+// the word (later adds to it fail and take the locked path), adds the sum
+// and count to the entry's value and version and frees the state. So
+// every holder of the lock — sets, TTLs, deletes, batches, replication,
+// export, idempotent writes, the flusher — sees the entry's fields as the
+// whole truth, and nothing outside this file and addPlain knows about hot
+// counters. The flusher's pass is such a lock: a hot counter cools at
+// every flush and turns hot again at its next contended add. Two holders
+// lock without the fold (entry.lockSlow(false)): Get, which reads the
+// entry's fields as the base and adds one load of the word (hotCtr.view),
+// so a counter read while it is counted does not fold and re-heat (an
+// allocation) at every read; and addPlain's locked path, whose add goes
+// into the word if the counter turned hot while it waited.
 //
 // Durability: a hot counter's entry is dirty (it turned hot under the lock
 // right after a locked add marked it), and stays so until the flusher
@@ -104,8 +105,7 @@ func hotAdd(h *hotCtr, delta, now int64) (v int64, ver uint64, ok bool) {
 		}
 		// The time goes in before the add, so a fold that sees the add
 		// sees its time too.
-		if u := h.upd.Load(); u < now {
-			h.upd.CompareAndSwap(u, now) // a lost race leaves a time as recent
+		for u := h.upd.Load(); u < now && !h.upd.CompareAndSwap(u, now); u = h.upd.Load() {
 		}
 		if h.w.CompareAndSwap(o, uint64(s)<<hotSumShift|n) {
 			return v, h.ver + n, true
