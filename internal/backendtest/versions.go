@@ -1,7 +1,10 @@
 package backendtest
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
@@ -39,6 +42,45 @@ func versionCases() []tcase {
 					e.t.Errorf("%s: result version %d, get version %d", s.name, r.Version, v.Version)
 				}
 				last = r.Version
+			}
+		}},
+		{"concurrent adds to one counter are all counted, each with its own value and version", func(e *env) {
+			// A hot counter (the engine's lock-free path for contended
+			// counters) must give each add what a sequence of adds would:
+			// the values 1..n once each, versions rising with them, and
+			// the read after them the last add's value and version.
+			id := e.id("hot")
+			const workers, per = 4, 250
+			res := make([][]engine.Result, workers)
+			var wg sync.WaitGroup
+			for w := range workers {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for range per {
+						r, err := e.b.Apply(e.ctx, add(id, engine.KindNone, 1), engine.WriteOptions{})
+						if err != nil {
+							e.t.Errorf("add: %v", err)
+							return
+						}
+						res[w] = append(res[w], r)
+					}
+				}()
+			}
+			wg.Wait()
+			all := slices.Concat(res...)
+			if len(all) != workers*per {
+				return // the error is reported
+			}
+			slices.SortFunc(all, func(a, b engine.Result) int { return cmp.Compare(a.Value, b.Value) })
+			for i, r := range all {
+				if r.Value != int64(i+1) || (i > 0 && r.Version <= all[i-1].Version) {
+					e.t.Fatalf("add with value rank %d: %+v (previous %+v): want value %d, version above the previous", i, r, all[max(i-1, 0)], i+1)
+				}
+			}
+			last := all[len(all)-1]
+			if v := e.get(id); v.Value != workers*per || v.Version != last.Version {
+				e.t.Errorf("get after the adds: value %d version %d, want %d version %d", v.Value, v.Version, workers*per, last.Version)
 			}
 		}},
 		{"compare and set", func(e *env) {

@@ -41,11 +41,14 @@ func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOption
 // caller then takes the general path, which decides everything again
 // under the lock.
 func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err error) {
-	if err := e.limits.validateID(id); err != nil {
-		return true, err
-	}
 	cell := e.recent.cell()
 	sh, i, en, rp, idRef, ok := e.recentFind(cell, id)
+	if !ok || e.limits.RedisHashTags {
+		// An id found through the hint is valid (recentIDs).
+		if err := e.limits.validateID(id); err != nil {
+			return true, err
+		}
+	}
 	if !ok {
 		h := hashID(id)
 		no := shardOf(h)
@@ -55,13 +58,44 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 		}
 		cell.Store(uint64(no)<<32 | uint64(i+1))
 	}
-	en.lockAs(hotGuess(i))
+	if h := en.hotOf(); h != nil && rp.Load() == idRef {
+		// A hot counter (hot.go): h was loaded before the id was checked,
+		// and an open h proves the entry was not locked (so not reused)
+		// since h was hung there, so h is this id's.
+		// The add is counted in the hot word (Stats.Ops reads it there).
+		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
+			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			return true, nil
+		}
+	}
+	// Locked without the fold: a counter another add made hot while this
+	// one waited takes this add in its word (open: only the lock's
+	// holders close it), rather than fold and turn hot again at once.
+	contended := false
+	if g := hotGuess(i); !en.lk.CompareAndSwap(g, g|lockBit) {
+		contended = en.lockSlow(false)
+	}
 	if rp.Load() != idRef || !en.plainCounter() {
-		// Freed and reused since the lookup, or not a plain counter.
+		// Freed and reused since the lookup, or not a plain counter
+		// (nothing read or changed: a hot state stays).
 		en.unlock()
 		return false, nil
 	}
+	if h := en.hotOf(); h != nil {
+		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
+			en.unlock()
+			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			return true, nil
+		}
+		en.cool() // the add does not fit the word: fold, and add under the lock
+	}
 	err = e.addPlainLocked(sh, i, en, id, delta, res)
+	if err == nil {
+		e.ops.inc()
+		if contended && !e.noHot {
+			en.heat(sh, i, &e.hot)
+		}
+	}
 	en.unlock()
 	return true, err
 }
@@ -74,6 +108,13 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 // freed or reused) only costs the normal lookup. One word per P, read
 // and written atomically: no lock, no allocation, nothing a concurrent
 // P can tear.
+//
+// An id the hint finds needs no validation: a hint is stored only for an
+// id that passed it, and a slot only takes ids that passed ValidateID
+// (every insert after Open validates: Apply's ops, Merge's states), so an
+// id equal to the one at a hinted slot is either the id the hint was
+// stored for or one inserted since, valid either way. (Limits'
+// RedisHashTags rule, which Merge does not apply, is still checked.)
 type recentIDs struct {
 	cells [64]struct {
 		loc atomic.Uint64
@@ -126,10 +167,9 @@ func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta
 	return nil
 }
 
-// finishPlain ends an addPlain that succeeded: it counts the op and waits
-// for durability as Apply does.
+// finishPlain ends an addPlain that succeeded (and counted its op): it
+// waits for durability as Apply does.
 func (e *Engine) finishPlain(ctx context.Context, wo WriteOptions) error {
-	e.ops.inc()
 	if e.durability(wo) == Sync {
 		return e.waitDurable(ctx)
 	}

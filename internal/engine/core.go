@@ -53,9 +53,11 @@ type Engine struct {
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
 	ops    opsCounter
+	hot    hotSet        // hot counters (hot.go), whose adds Stats.Ops counts
 	recent recentIDs     // addPlain's per-P hint of where the last id lives
 	clk    *coarse.Clock // the clock when cfg.Clock is nil
 	closed atomic.Bool
+	noHot  bool // no hot counters (hot.go): tests compare with it
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
 	// that record an idempotency result hold it shared, the flusher holds it

@@ -23,6 +23,51 @@ func BenchmarkHotKeyAdd(b *testing.B) {
 	})
 }
 
+// BenchmarkHotKeyAddHot is BenchmarkHotKeyAdd with the counter made hot
+// first and no flush to cool it: the hot path alone, for a path length
+// measured without contention (callgrind, -test.cpu 1), where
+// BenchmarkHotKeyAdd would never turn the counter hot.
+func BenchmarkHotKeyAddHot(b *testing.B) {
+	e := openMem(b, func(c *Config) { c.FlushInterval = 1 << 62 })
+	if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	if !e.heatForTest("page_views:article_123") {
+		b.Fatal("not hot")
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkHotKeyAddGet is BenchmarkHotKeyAdd with every 16th op a Get of
+// the counter: reads of a hot counter leave it hot (no fold and re-heat,
+// no allocation).
+func BenchmarkHotKeyAddGet(b *testing.B) {
+	e := openMem(b)
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for i := 0; pb.Next(); i++ {
+			if i%16 == 15 {
+				if _, err := e.Get("page_views:article_123"); err != nil {
+					b.Fatal(err)
+				}
+				continue
+			}
+			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
 // BenchmarkRawAtomicAdd is the floor: one atomic.Int64 shared by all
 // goroutines.
 func BenchmarkRawAtomicAdd(b *testing.B) {

@@ -85,6 +85,7 @@ const (
 	flagRollResetting        // that deletion is in the flush being written
 	flagExt                  // chunk.xs holds the entry's ext
 	flagHi                   // chunk.hs holds the version's high 32 bits (non-zero)
+	flagHot                  // chunk.ht holds the entry's hot state (hot.go)
 
 	kindShift        = 8
 	kindMask  uint32 = 0xF << kindShift
@@ -97,11 +98,12 @@ const (
 
 // chunk is a slab chunk. refs[i] locates entry i's id in the shard's arena
 // (a logical offset; 0 when the slot is free); it is written under shard.mu
-// and read atomically. xs and hs are the side tables, allocated for the
-// first entry of the chunk that needs them.
+// and read atomically. xs, hs and ht are the side tables, allocated for
+// the first entry of the chunk that needs them.
 type chunk struct {
 	xs   atomic.Pointer[[slabChunk]*ext]
 	hs   atomic.Pointer[[slabChunk]uint32]
+	ht   atomic.Pointer[[slabChunk]atomic.Pointer[hotCtr]]
 	e    [slabChunk]entry
 	refs [slabChunk]atomic.Uint32
 }
@@ -149,22 +151,30 @@ type ext struct {
 // instructions. It waits on plain loads (so waiting cores share the cache
 // line instead of stealing it from the holder) and yields the processor
 // after a while, in case the holder was descheduled.
+//
+// A hot counter (hot.go) is folded back into the entry as the lock is
+// taken, so every holder sees the entry's fields as the whole truth.
 func (en *entry) lock() {
 	if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
+		if w&flagHot != 0 {
+			en.cool()
+		}
 		return
 	}
-	en.lockSlow()
+	en.lockSlow(true)
 }
 
 // lockAs is lock for a caller that can guess the unlocked word: one
 // compare-and-swap with the guess takes the entry's cache line exclusive at
 // once, where lock's load first fetches it shared and the swap then fetches
 // it again (a second move between cores when a hot counter's line
-// alternates between them).
-func (en *entry) lockAs(guess uint32) {
+// alternates between them). It reports whether it had to wait for another
+// holder. The guess must not have flagHot (lock folds a hot counter).
+func (en *entry) lockAs(guess uint32) (contended bool) {
 	if !en.lk.CompareAndSwap(guess, guess|lockBit) {
-		en.lock()
+		return en.lockSlow(true)
 	}
+	return false
 }
 
 // hotGuess is the unlocked word of a plain counter at slab index i that
@@ -173,11 +183,19 @@ func hotGuess(i uint32) uint32 {
 	return i%slabChunk<<idxShift | uint32(KindCounter)<<kindShift | flagDirty
 }
 
-func (en *entry) lockSlow() {
+// lockSlow is lock after a failed first attempt, with the fold of a hot
+// counter or (fold false) without. It reports whether it saw the lock
+// held by someone else (contention: hot.go's signal).
+func (en *entry) lockSlow(fold bool) (contended bool) {
 	for spin := 0; ; spin++ {
-		if w := en.lk.Load(); w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
-			return
+		w := en.lk.Load()
+		if w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
+			if fold && w&flagHot != 0 {
+				en.cool()
+			}
+			return contended
 		}
+		contended = contended || w&lockBit != 0
 		if spin >= 100 {
 			runtime.Gosched()
 			spin = 0

@@ -17,7 +17,7 @@ func (e *Engine) Get(id string) (View, error) {
 		return View{}, err
 	}
 	v := View{ID: id}
-	r, ok, _ := e.acquire(id, false)
+	r, ok := e.acquireKeepHot(id)
 	if !ok {
 		return v, nil
 	}
@@ -27,6 +27,9 @@ func (e *Engine) Get(id string) (View, error) {
 		return v, nil
 	}
 	e.viewLocked(&r, now, &v)
+	if h := r.e.hotOf(); h != nil {
+		h.view(&v)
+	}
 	return v, nil
 }
 
@@ -269,7 +272,7 @@ func (e *Engine) Stats() Stats {
 	if t := e.fl.lastFlush.Load(); t != 0 {
 		s.LastFlush = time.Unix(0, t)
 	}
-	s.Ops = e.ops.load()
+	s.Ops = e.ops.load() + e.hot.ops()
 	for i := range e.shards {
 		s.DirtyKeys += int(e.shards[i].ndirty.Load())
 	}
