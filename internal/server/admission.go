@@ -6,6 +6,8 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"runtime"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +71,28 @@ type admission struct {
 	// trusted (--trusted-proxies): peers whose X-Forwarded-For or
 	// Forwarded header names the client.
 	trusted []netip.Prefix
+	// gate (--max-busy-conns-per-client) parks a client's connections
+	// beyond its requests in hand while the node is overloaded; nil:
+	// none. lag is the socket wait that counts as overload, overUntil
+	// (Unix nanoseconds) when the last sign of overload expires.
+	gate      *shed.Gate
+	lag       time.Duration
+	overUntil atomic.Int64
+}
+
+// overloadHold is how long a sign of overload (a shed request, or one
+// that waited --max-queue-wait / 2 in its socket) keeps the gate parking.
+const overloadHold = time.Second
+
+// overloaded reports whether a sign of overload was seen within
+// overloadHold (the gate's overload function).
+func (a *admission) overloaded() bool { return time.Now().UnixNano() < a.overUntil.Load() }
+
+// sawOverload records a sign of overload.
+func (a *admission) sawOverload() {
+	if until := time.Now().Add(overloadHold).UnixNano(); until > a.overUntil.Load()+int64(10*time.Millisecond) {
+		a.overUntil.Store(until)
+	}
 }
 
 type admitListener struct {
@@ -85,6 +109,9 @@ func (l *admitListener) Accept() (net.Conn, error) {
 	if ip := shed.AddrIP(c.RemoteAddr()); ip.IsValid() {
 		ac.key = shed.ClientKey(ip)
 		ac.proxied = shed.InPrefixes(l.a.trusted, ip)
+		// The clients behind a trusted proxy share its connections:
+		// they are not gated by its address.
+		ac.gated = l.a.gate != nil && !ac.proxied
 	}
 	if lc, ok := c.(*limitConn); ok {
 		ac.rx = newRxReader(lc.Conn)
@@ -110,6 +137,15 @@ type admitConn struct {
 	// answered here.
 	early     bool
 	earlyByte byte
+	// gated: the connection's requests count against a.gate by key;
+	// permit: it holds one of the gate's permits (a request in hand),
+	// given back once, by its goroutine or by Close.
+	gated  bool
+	permit atomic.Bool
+	// quiet: the socket signals no readiness (rxReader.quiet), while
+	// the connection takes turns at the gate.
+	quiet bool
+	gw    shed.GateWaiter
 }
 
 // Read frames requests and admits them; see the comment above.
@@ -142,9 +178,19 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		c.state = admitIdle
 	}
 	for {
-		n, waited, err := c.readRequest(p)
+		n, waited, parked, err := c.readGated(p)
 		if n == 0 {
+			c.givePermit()
 			return n, err
+		}
+		if !parked && waited >= c.a.lag && c.a.lag > 0 {
+			c.a.sawOverload()
+		}
+		if c.gated && !c.permit.Load() {
+			if !c.a.gate.Take(c.key, &c.gw) {
+				return 0, net.ErrClosed // closed while it waited
+			}
+			c.permit.Store(true)
 		}
 		buf, early := p[:n], c.early
 		if early { // rare: frame the request with its first byte
@@ -162,12 +208,16 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
 			v := c.a.fair.Acquire(&c.ticket, key, waited)
-			if v != shed.Admitted && c.a.onShed != nil {
-				c.a.onShed(v)
+			if v != shed.Admitted {
+				c.a.sawOverload()
+				if c.a.onShed != nil {
+					c.a.onShed(v)
+				}
 			}
 			if v == shed.Admitted {
 				c.resumed = time.Time{}
 			} else if !early && f.total == n {
+				c.givePermit()
 				if err := c.shedAnswer(v, f.close); err != nil || f.close {
 					// Closed after its answer, or the answer could not be
 					// written whole: the connection cannot carry another.
@@ -194,10 +244,57 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			c.state = admitAwait
 		case f.total > len(buf):
 			c.state, c.remaining = admitBody, int64(f.total-len(buf))
+			c.loud() // its body is read in the poller
 		default:
 			c.pass() // pipelined
 		}
 		return n, err
+	}
+}
+
+// readGated reads the start of a request like readRequest, first
+// parking the connection at the gate when its client has its requests in
+// hand while the node is overloaded (shed.Gate.Wait). A connection handed
+// a permit that finds its socket empty (idle) gives it back and reads
+// like any other. parked reports that the bytes read waited in the
+// socket while the connection was parked: their wait is counted from
+// the end of the park, and is no sign of overload.
+func (c *admitConn) readGated(p []byte) (n int, waited time.Duration, parked bool, err error) {
+	if c.gated && c.rx != nil && c.a.gate.Wait(c.key, &c.gw) {
+		c.permit.Store(true)
+		c.resumed = time.Now()
+		if !c.quiet {
+			// Parked once: it stays quiet while it takes turns.
+			c.rx.quiet(true)
+			c.quiet = true
+		}
+		n, at, empty, err := c.rx.tryRead(p)
+		if !empty {
+			if at.Before(c.resumed) {
+				at = c.resumed
+			}
+			return n, max(0, time.Since(at)), true, err
+		}
+		c.givePermit()
+	}
+	c.loud()
+	n, waited, err = c.readRequest(p)
+	return n, waited, false, err
+}
+
+// loud makes a quiet socket signal readiness again, before the
+// connection waits in the poller.
+func (c *admitConn) loud() {
+	if c.quiet {
+		c.rx.quiet(false)
+		c.quiet = false
+	}
+}
+
+// givePermit gives back the connection's gate permit, if it holds one.
+func (c *admitConn) givePermit() {
+	if c.permit.CompareAndSwap(true, false) {
+		c.a.gate.Give(c.key)
 	}
 }
 
@@ -247,6 +344,7 @@ func (c *admitConn) shedAnswer(v shed.Verdict, closeAfter bool) error {
 // pass turns the connection to pass-through, giving back its slot.
 func (c *admitConn) pass() {
 	c.release()
+	c.loud()
 	c.state = admitPassing
 	if c.a.onPass != nil {
 		c.a.onPass()
@@ -257,13 +355,18 @@ func (c *admitConn) release() {
 	if c.ticket.Holding() {
 		c.a.fair.Release(&c.ticket) // a no-op if Close released it first
 	}
+	c.givePermit()
 }
 
-// Close releases the slot (a connection closed after its answer, or
-// mid-request) and closes the connection.
+// Close releases the slot and the gate's permit (a connection closed
+// after its answer, or mid-request), ends a wait at the gate, and closes
+// the connection.
 func (c *admitConn) Close() error {
 	err := c.Conn.Close()
 	c.release() // at most once: Release empties the ticket under the Fair's lock
+	if c.gated {
+		c.a.gate.Cancel(&c.gw)
+	}
 	return err
 }
 
@@ -434,9 +537,32 @@ func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetric
 		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
 	})
 	reg.MustRegister(passed)
-	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
-		auth: store, trusted: cfg.trustedProxies()}
+	a := &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
+		auth: store, trusted: cfg.trustedProxies(), lag: cfg.MaxQueueWait / 2}
+	a.gate = shed.NewGate(busyCap(cfg.MaxBusyConnsPerClient), a.overloaded)
+	if a.gate != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "counterd_http_conns_waiting_turn",
+			Help: "HTTP connections not read while their client has --max-busy-conns-per-client requests in hand on an overloaded node (docs/security.md, Overload).",
+		}, func() float64 { return float64(a.gate.Waiting()) }))
+	}
+	return a
 }
+
+// busyCap resolves --max-busy-conns-per-client: -1 none (0 returned), 0
+// defaultBusyConns, else the value.
+func busyCap(v int) int {
+	switch {
+	case v > 0:
+		return v
+	case v < 0:
+		return 0
+	}
+	return defaultBusyConns()
+}
+
+// defaultBusyConns is --max-busy-conns-per-client's default.
+func defaultBusyConns() int { return 32 * runtime.GOMAXPROCS(0) }
 
 // connContext puts the ticket of an admitted connection into the context
 // of its requests (http.Server.ConnContext), so that their waits on I/O

@@ -1,0 +1,123 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/shed"
+)
+
+// TestAdmissionGate: while the node is overloaded, a client with its
+// --max-busy-conns-per-client requests in hand (here one) has its other
+// connections wait unread (their requests reach the HTTP server one at a
+// time, in turn), another client is served meanwhile, and a connection
+// handed a turn with nothing to read (an idle one) gives it back, so its
+// client's next request on any connection is served.
+func TestAdmissionGate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 10 * time.Second}),
+		idle: time.Minute,
+	}
+	a.gate = shed.NewGate(1, func() bool { return true }) // overloaded throughout
+	entered, unblock := make(chan string, 4), make(chan struct{})
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			entered <- r.URL.Path
+			<-unblock
+		}
+		w.Write([]byte("ok"))
+	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+	flood := shed.ClientKey(netip.MustParseAddr("127.0.0.1"))
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not reached in 5s (held %d, waiting %d)", what, a.gate.Held(flood), a.gate.Waiting())
+			}
+		}
+	}
+	expect := func(path string) {
+		t.Helper()
+		select {
+		case got := <-entered:
+			if got != path {
+				t.Fatalf("the server got %s, want %s", got, path)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s never reached the server", path)
+		}
+	}
+
+	ca, cb := dialFrom(t, addr, "127.0.0.1"), dialFrom(t, addr, "127.0.0.1")
+	ca.send(post("/a1"))
+	expect("/a1")
+	cb.send(post("/b1"))
+	waitUntil("the flood's second request waits for its turn", func() bool { return a.gate.Waiting() == 1 })
+
+	other := dialFrom(t, addr, "127.0.0.2")
+	other.send(post("/fast"))
+	if resp := other.answer(); resp.StatusCode != 200 {
+		t.Fatalf("another client while the flood waits: %d", resp.StatusCode)
+	}
+	select {
+	case p := <-entered:
+		t.Fatalf("%s reached the server while its client had its request in hand", p)
+	default:
+	}
+
+	unblock <- struct{}{} // /a1 answered: its turn passes to /b1
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/a1: %d", resp.StatusCode)
+	}
+	expect("/b1")
+	// ca, answered, waits unread for its next turn behind /b1. A
+	// request sent meanwhile whose body comes later is read when ca gets
+	// its turn, the rest of it in the poller.
+	waitUntil("the answered connection parks", func() bool { return a.gate.Waiting() == 1 })
+	split := post("/fast")
+	ca.send(split[:len(split)-4])
+	unblock <- struct{}{}
+	if resp := cb.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/b1: %d", resp.StatusCode)
+	}
+	time.Sleep(20 * time.Millisecond)
+	ca.send(split[len(split)-4:])
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("a request whose body came after its turn: %d", resp.StatusCode)
+	}
+
+	// A connection handed its turn with nothing to read (idle) gives it
+	// back.
+	ca.send(post("/a2"))
+	expect("/a2")
+	cb.send(post("/b2"))
+	waitUntil("/b2 waits for its turn", func() bool { return a.gate.Waiting() == 1 })
+	unblock <- struct{}{}
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/a2: %d", resp.StatusCode)
+	}
+	expect("/b2")
+	waitUntil("ca parks behind /b2", func() bool { return a.gate.Waiting() == 1 })
+	unblock <- struct{}{}
+	if resp := cb.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/b2: %d", resp.StatusCode)
+	}
+	waitUntil("an idle connection holds no turn", func() bool { return a.gate.Waiting() == 0 && a.gate.Held(flood) == 0 })
+	for _, c := range []*wireConn{ca, cb, ca} {
+		c.send(post("/fast"))
+		if resp := c.answer(); resp.StatusCode != 200 {
+			t.Fatalf("after its turns: %d", resp.StatusCode)
+		}
+	}
+	waitUntil("every turn given back", func() bool { return a.gate.Held(flood) == 0 })
+}
