@@ -187,10 +187,16 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			c.a.sawOverload()
 		}
 		if c.gated && !c.permit.Load() {
-			if !c.a.gate.Take(c.key, &c.gw) {
+			t0 := time.Now()
+			ok, waitedTurn := c.a.gate.Take(c.key, &c.gw)
+			if !ok {
 				return 0, net.ErrClosed // closed while it waited
 			}
 			c.permit.Store(true)
+			if waitedTurn {
+				waited += time.Since(t0)
+				parked = true
+			}
 		}
 		buf, early := p[:n], c.early
 		if early { // rare: frame the request with its first byte
@@ -207,7 +213,16 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		// trickles its body (up to --http-read-body-timeout).
 		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
-			v := c.a.fair.Acquire(&c.ticket, key, waited)
+			var v shed.Verdict
+			if parked && waited >= c.a.fair.MaxWait() {
+				// It waited for its client's turn (the client over
+				// its busy connections) past the latency bound: the
+				// excess of a flood, refused like a stale request of
+				// a client over its share of the queue.
+				v = c.a.fair.ShedStale()
+			} else {
+				v = c.a.fair.Acquire(&c.ticket, key, waited)
+			}
 			if v != shed.Admitted {
 				c.a.sawOverload()
 				if c.a.onShed != nil {
@@ -257,12 +272,12 @@ func (c *admitConn) Read(p []byte) (int, error) {
 // hand while the node is overloaded (shed.Gate.Wait). A connection handed
 // a permit that finds its socket empty (idle) gives it back and reads
 // like any other. parked reports that the bytes read waited in the
-// socket while the connection was parked: their wait is counted from
-// the end of the park, and is no sign of overload.
+// socket while the connection was parked: waiting for its client's
+// turn, which is no sign of overload of the node (but counts against
+// --max-queue-wait).
 func (c *admitConn) readGated(p []byte) (n int, waited time.Duration, parked bool, err error) {
 	if c.gated && c.rx != nil && c.a.gate.Wait(c.key, &c.gw) {
 		c.permit.Store(true)
-		c.resumed = time.Now()
 		if !c.quiet {
 			// Parked once: it stays quiet while it takes turns.
 			c.rx.quiet(true)
@@ -270,10 +285,14 @@ func (c *admitConn) readGated(p []byte) (n int, waited time.Duration, parked boo
 		}
 		n, at, empty, err := c.rx.tryRead(p)
 		if !empty {
-			if at.Before(c.resumed) {
-				at = c.resumed
+			var waited time.Duration
+			if !at.IsZero() {
+				if at.Before(c.resumed) { // sent during a pause (see Read)
+					at = c.resumed
+				}
+				waited = max(0, time.Since(at))
 			}
-			return n, max(0, time.Since(at)), true, err
+			return n, waited, true, err
 		}
 		c.givePermit()
 	}

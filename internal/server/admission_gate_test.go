@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -120,4 +121,61 @@ func TestAdmissionGate(t *testing.T) {
 		}
 	}
 	waitUntil("every turn given back", func() bool { return a.gate.Held(flood) == 0 })
+}
+
+// TestAdmissionGateStaleTurn: a request that waited for its client's
+// turn past --max-queue-wait is refused on the spot (503, Retry-After),
+// on a connection that stays usable; a fresh one is served.
+func TestAdmissionGateStaleTurn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 30 * time.Millisecond}),
+		idle: time.Minute,
+	}
+	a.gate = shed.NewGate(1, func() bool { return true })
+	entered, unblock := make(chan struct{}, 1), make(chan struct{})
+	var served atomic.Int64
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-unblock
+		}
+		w.Write([]byte("ok"))
+	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+
+	holder, late := dialFrom(t, addr, "127.0.0.1"), dialFrom(t, addr, "127.0.0.1")
+	holder.send(post("/block"))
+	<-entered
+	late.send(post("/late"))
+	for end := time.Now().Add(5 * time.Second); a.gate.Waiting() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the second request never waited for its turn")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past --max-queue-wait
+	close(unblock)
+	if resp := holder.answer(); resp.StatusCode != 200 {
+		t.Fatalf("holder: %d", resp.StatusCode)
+	}
+	resp := late.answer()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Close {
+		t.Fatalf("a request that waited its turn past the bound: %d %v close=%v", resp.StatusCode, resp.Header, resp.Close)
+	}
+	if got := a.fair.ShedBy(shed.CauseStale); got != 1 {
+		t.Fatalf("stale refusals counted: %d, want 1", got)
+	}
+	late.send(post("/fresh"))
+	if resp := late.answer(); resp.StatusCode != 200 {
+		t.Fatalf("a fresh request after the refusal: %d", resp.StatusCode)
+	}
+	if got := served.Load(); got != 2 {
+		t.Fatalf("the HTTP server served %d requests, want 2 (the refused one never reached it)", got)
+	}
 }

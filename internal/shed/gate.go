@@ -151,11 +151,11 @@ func (g *Gate) Wait(client Key, w *GateWaiter) bool {
 // Take counts a request of client just read, by a connection that holds
 // no permit. When the gate parks and client has Max requests in hand
 // already, it waits for a permit first, after the client's connections
-// parked before it. It returns false only when Cancel ended the wait
-// (no permit held then).
-func (g *Gate) Take(client Key, w *GateWaiter) bool {
+// parked before it (parked reports that it did). ok is false only when
+// Cancel ended the wait (no permit held then).
+func (g *Gate) Take(client Key, w *GateWaiter) (ok, parked bool) {
 	if g == nil {
-		return true
+		return true, false
 	}
 	g.mu.Lock()
 	c := g.clients[client]
@@ -166,9 +166,9 @@ func (g *Gate) Take(client Key, w *GateWaiter) bool {
 	if c.held < g.max && c.n == 0 || !g.engaged() {
 		c.held++
 		g.mu.Unlock()
-		return true
+		return true, false
 	}
-	return g.park(c, client, w)
+	return g.park(c, client, w), true
 }
 
 // park queues w behind client's waiters and blocks until it is handed a

@@ -22,8 +22,8 @@ func TestGateNotOverloaded(t *testing.T) {
 		if g.Wait(k, &w[i]) {
 			t.Fatal("Wait parked without overload")
 		}
-		if !g.Take(k, &w[i]) {
-			t.Fatal("Take refused")
+		if ok, parked := g.Take(k, &w[i]); !ok || parked {
+			t.Fatal("Take refused or parked")
 		}
 	}
 	if got := g.Held(k); got != 5 {
@@ -47,7 +47,7 @@ func TestGateTurns(t *testing.T) {
 	flood, other := gateKey("192.0.2.1"), gateKey("192.0.2.2")
 	var held [2]GateWaiter
 	for i := range held {
-		if !g.Take(flood, &held[i]) {
+		if ok, _ := g.Take(flood, &held[i]); !ok {
 			t.Fatal("Take refused")
 		}
 	}
@@ -70,7 +70,7 @@ func TestGateTurns(t *testing.T) {
 	}
 	// Another client is neither parked nor counted against the flood.
 	var ow GateWaiter
-	if g.Wait(other, &ow) || !g.Take(other, &ow) {
+	if ok, parked := g.Take(other, &ow); g.Wait(other, &ow) || !ok || parked {
 		t.Fatal("another client was held by the flood's turns")
 	}
 	g.Give(other)
@@ -107,7 +107,12 @@ func TestGateTakeParksAfterWaiters(t *testing.T) {
 	got := make(chan string, 2)
 	go func() { g.Wait(k, &b); got <- "b" }()
 	waitFor(t, func() bool { return g.Waiting() == 1 })
-	go func() { g.Take(k, &c); got <- "c" }()
+	go func() {
+		if _, parked := g.Take(k, &c); !parked {
+			t.Error("Take behind a parked connection did not park")
+		}
+		got <- "c"
+	}()
 	waitFor(t, func() bool { return g.Waiting() == 2 })
 	g.Give(k)
 	if first := <-got; first != "b" {
@@ -156,7 +161,7 @@ func TestGateNil(t *testing.T) {
 	}
 	var w GateWaiter
 	k := gateKey("192.0.2.1")
-	if g.Wait(k, &w) || !g.Take(k, &w) || g.Waiting() != 0 || g.Held(k) != 0 {
+	if ok, parked := g.Take(k, &w); g.Wait(k, &w) || !ok || parked || g.Waiting() != 0 || g.Held(k) != 0 {
 		t.Fatal("nil gate parked or counted")
 	}
 	g.Give(k)
@@ -176,9 +181,11 @@ func TestGateConcurrent(t *testing.T) {
 			k := keys[i%2]
 			var w GateWaiter
 			for range 200 {
-				if !g.Wait(k, &w) && !g.Take(k, &w) {
-					t.Error("refused without Cancel")
-					return
+				if !g.Wait(k, &w) {
+					if ok, _ := g.Take(k, &w); !ok {
+						t.Error("refused without Cancel")
+						return
+					}
 				}
 				if n := g.Held(k); n > 3 {
 					t.Errorf("client holds %d permits, max 3", n)
