@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"net/netip"
-	"runtime"
 	"sync/atomic"
 	"time"
 
@@ -558,7 +557,7 @@ func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetric
 	reg.MustRegister(passed)
 	a := &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
 		auth: store, trusted: cfg.trustedProxies(), lag: cfg.MaxQueueWait / 2}
-	a.gate = shed.NewGate(busyCap(cfg.MaxBusyConnsPerClient), a.overloaded)
+	a.gate = shed.NewGate(busyCap(cfg.MaxBusyConnsPerClient, fair), a.overloaded)
 	if a.gate != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "counterd_http_conns_waiting_turn",
@@ -569,19 +568,19 @@ func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetric
 }
 
 // busyCap resolves --max-busy-conns-per-client: -1 none (0 returned), 0
-// defaultBusyConns, else the value.
-func busyCap(v int) int {
+// a client's share of fair's queue (--max-queue-per-client, 128 on 2
+// cores), else the value. The default keeps the share rule's promise: a
+// client with at most its share of connections, one request each,
+// never waits for a turn, so it is never refused for time.
+func busyCap(v int, fair *shed.Fair) int {
 	switch {
 	case v > 0:
 		return v
 	case v < 0:
 		return 0
 	}
-	return defaultBusyConns()
+	return fair.MaxClientQueue()
 }
-
-// defaultBusyConns is --max-busy-conns-per-client's default.
-func defaultBusyConns() int { return 32 * runtime.GOMAXPROCS(0) }
 
 // connContext puts the ticket of an admitted connection into the context
 // of its requests (http.Server.ConnContext), so that their waits on I/O

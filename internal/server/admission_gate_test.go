@@ -179,3 +179,18 @@ func TestAdmissionGateStaleTurn(t *testing.T) {
 		t.Fatalf("the HTTP server served %d requests, want 2 (the refused one never reached it)", got)
 	}
 }
+
+// TestBusyCap: --max-busy-conns-per-client defaults to a client's share
+// of the queue, so a client within that share of connections never
+// waits for a turn (the share rule's promise); -1 is no gate.
+func TestBusyCap(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 16, MaxQueue: 40})
+	for _, c := range []struct{ v, want int }{{0, 10}, {-1, 0}, {5, 5}} {
+		if got := busyCap(c.v, fair); got != c.want {
+			t.Errorf("busyCap(%d) = %d, want %d", c.v, got, c.want)
+		}
+	}
+	if shed.NewGate(busyCap(-1, fair), nil) != nil {
+		t.Error("-1 made a gate")
+	}
+}

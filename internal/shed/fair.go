@@ -577,6 +577,9 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 // Gate, the client over its share there) and returns ShedOverload.
 func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) }
 
+// MaxClientQueue returns a client's share of the queue.
+func (f *Fair) MaxClientQueue() int { return f.cfg.MaxClientQueue }
+
 // MaxWait returns the longest a request waits for a slot.
 func (f *Fair) MaxWait() time.Duration { return f.cfg.MaxWait }
 
