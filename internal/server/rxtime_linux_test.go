@@ -54,9 +54,11 @@ func TestRxReaderQuiet(t *testing.T) {
 	if readable() {
 		t.Fatal("a quiet socket holding one request was reported readable")
 	}
-	n, at, empty, err := r.tryRead(buf)
-	if empty || err != nil || n != len(req) || at.IsZero() {
-		t.Fatalf("tryRead on a quiet socket: n=%d empty=%v err=%v at=%v", n, empty, err, at)
+	// (Its receive time may be unknown: the kernel stamps TCP segments
+	// only once timestamps are on system-wide, which it does lazily.)
+	n, _, empty, err := r.tryRead(buf)
+	if empty || err != nil || n != len(req) {
+		t.Fatalf("tryRead on a quiet socket: n=%d empty=%v err=%v", n, empty, err)
 	}
 	client.Write(req)
 	time.Sleep(20 * time.Millisecond)
