@@ -16,6 +16,9 @@
 #   nocap   : the defaults without the per-client connection cap (--max-conns-per-client -1)
 #   nopace  : the defaults, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
+#   pcN     : defaults plus --max-conns-per-client N (e.g. pc256)
+#   nogate  : the defaults without turns per client (--max-busy-conns-per-client -1)
+#   busyN   : defaults plus --max-busy-conns-per-client N (e.g. busy16)
 #   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
 #             (compares two admissions in one session; skipped without BASE_BIN)
 #   basedef : BASE_BIN with its own defaults
@@ -57,6 +60,9 @@ flags() {
     base) echo "--http-admission" ;;
     basedef) echo "" ;;
     cap) echo "--http-max-conns $CAP" ;;
+    pc*) echo "--max-conns-per-client ${1#pc}" ;;
+    nogate) echo "--max-busy-conns-per-client -1" ;;
+    busy*) echo "--max-busy-conns-per-client ${1#busy}" ;;
     *) echo "bench-overload: unknown mode $1" >&2; exit 2 ;;
   esac
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,6 +70,28 @@ type admission struct {
 	// trusted (--trusted-proxies): peers whose X-Forwarded-For or
 	// Forwarded header names the client.
 	trusted []netip.Prefix
+	// gate (--max-busy-conns-per-client) parks a client's connections
+	// beyond its requests in hand while the node is overloaded; nil:
+	// none. lag is the socket wait that counts as overload, overUntil
+	// (Unix nanoseconds) when the last sign of overload expires.
+	gate      *shed.Gate
+	lag       time.Duration
+	overUntil atomic.Int64
+}
+
+// overloadHold is how long a sign of overload (a shed request, or one
+// that waited --max-queue-wait / 2 in its socket) keeps the gate parking.
+const overloadHold = time.Second
+
+// overloaded reports whether a sign of overload was seen within
+// overloadHold (the gate's overload function).
+func (a *admission) overloaded() bool { return time.Now().UnixNano() < a.overUntil.Load() }
+
+// sawOverload records a sign of overload.
+func (a *admission) sawOverload() {
+	if until := time.Now().Add(overloadHold).UnixNano(); until > a.overUntil.Load()+int64(10*time.Millisecond) {
+		a.overUntil.Store(until)
+	}
 }
 
 type admitListener struct {
@@ -85,6 +108,9 @@ func (l *admitListener) Accept() (net.Conn, error) {
 	if ip := shed.AddrIP(c.RemoteAddr()); ip.IsValid() {
 		ac.key = shed.ClientKey(ip)
 		ac.proxied = shed.InPrefixes(l.a.trusted, ip)
+		// The clients behind a trusted proxy share its connections:
+		// they are not gated by its address.
+		ac.gated = l.a.gate != nil && !ac.proxied
 	}
 	if lc, ok := c.(*limitConn); ok {
 		ac.rx = newRxReader(lc.Conn)
@@ -110,6 +136,15 @@ type admitConn struct {
 	// answered here.
 	early     bool
 	earlyByte byte
+	// gated: the connection's requests count against a.gate by key;
+	// permit: it holds one of the gate's permits (a request in hand),
+	// given back once, by its goroutine or by Close.
+	gated  bool
+	permit atomic.Bool
+	// quiet: the socket signals no readiness (rxReader.quiet), while
+	// the connection takes turns at the gate.
+	quiet bool
+	gw    shed.GateWaiter
 }
 
 // Read frames requests and admits them; see the comment above.
@@ -142,9 +177,25 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		c.state = admitIdle
 	}
 	for {
-		n, waited, err := c.readRequest(p)
+		n, waited, parked, err := c.readGated(p)
 		if n == 0 {
+			c.givePermit()
 			return n, err
+		}
+		if !parked && waited >= c.a.lag && c.a.lag > 0 {
+			c.a.sawOverload()
+		}
+		if c.gated && !c.permit.Load() {
+			t0 := time.Now()
+			ok, waitedTurn := c.a.gate.Take(c.key, &c.gw)
+			if !ok {
+				return 0, net.ErrClosed // closed while it waited
+			}
+			c.permit.Store(true)
+			if waitedTurn {
+				waited += time.Since(t0)
+				parked = true
+			}
 		}
 		buf, early := p[:n], c.early
 		if early { // rare: frame the request with its first byte
@@ -161,13 +212,26 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		// trickles its body (up to --http-read-body-timeout).
 		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
-			v := c.a.fair.Acquire(&c.ticket, key, waited)
-			if v != shed.Admitted && c.a.onShed != nil {
-				c.a.onShed(v)
+			var v shed.Verdict
+			if parked && waited >= c.a.fair.MaxWait() {
+				// It waited for its client's turn (the client over
+				// its busy connections) past the latency bound: the
+				// excess of a flood, refused like a stale request of
+				// a client over its share of the queue.
+				v = c.a.fair.ShedStale()
+			} else {
+				v = c.a.fair.Acquire(&c.ticket, key, waited)
+			}
+			if v != shed.Admitted {
+				c.a.sawOverload()
+				if c.a.onShed != nil {
+					c.a.onShed(v)
+				}
 			}
 			if v == shed.Admitted {
 				c.resumed = time.Time{}
 			} else if !early && f.total == n {
+				c.givePermit()
 				if err := c.shedAnswer(v, f.close); err != nil || f.close {
 					// Closed after its answer, or the answer could not be
 					// written whole: the connection cannot carry another.
@@ -194,10 +258,61 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			c.state = admitAwait
 		case f.total > len(buf):
 			c.state, c.remaining = admitBody, int64(f.total-len(buf))
+			c.loud() // its body is read in the poller
 		default:
 			c.pass() // pipelined
 		}
 		return n, err
+	}
+}
+
+// readGated reads the start of a request like readRequest, first
+// parking the connection at the gate when its client has its requests in
+// hand while the node is overloaded (shed.Gate.Wait). A connection handed
+// a permit that finds its socket empty (idle) gives it back and reads
+// like any other. parked reports that the bytes read waited in the
+// socket while the connection was parked: waiting for its client's
+// turn, which is no sign of overload of the node (but counts against
+// --max-queue-wait).
+func (c *admitConn) readGated(p []byte) (n int, waited time.Duration, parked bool, err error) {
+	if c.gated && c.rx != nil && c.a.gate.Wait(c.key, &c.gw) {
+		c.permit.Store(true)
+		if !c.quiet {
+			// Parked once: it stays quiet while it takes turns.
+			c.rx.quiet(true)
+			c.quiet = true
+		}
+		n, at, empty, err := c.rx.tryRead(p)
+		if !empty {
+			var waited time.Duration
+			if !at.IsZero() {
+				if at.Before(c.resumed) { // sent during a pause (see Read)
+					at = c.resumed
+				}
+				waited = max(0, time.Since(at))
+			}
+			return n, waited, true, err
+		}
+		c.givePermit()
+	}
+	c.loud()
+	n, waited, err = c.readRequest(p)
+	return n, waited, false, err
+}
+
+// loud makes a quiet socket signal readiness again, before the
+// connection waits in the poller.
+func (c *admitConn) loud() {
+	if c.quiet {
+		c.rx.quiet(false)
+		c.quiet = false
+	}
+}
+
+// givePermit gives back the connection's gate permit, if it holds one.
+func (c *admitConn) givePermit() {
+	if c.permit.CompareAndSwap(true, false) {
+		c.a.gate.Give(c.key)
 	}
 }
 
@@ -247,6 +362,7 @@ func (c *admitConn) shedAnswer(v shed.Verdict, closeAfter bool) error {
 // pass turns the connection to pass-through, giving back its slot.
 func (c *admitConn) pass() {
 	c.release()
+	c.loud()
 	c.state = admitPassing
 	if c.a.onPass != nil {
 		c.a.onPass()
@@ -257,13 +373,18 @@ func (c *admitConn) release() {
 	if c.ticket.Holding() {
 		c.a.fair.Release(&c.ticket) // a no-op if Close released it first
 	}
+	c.givePermit()
 }
 
-// Close releases the slot (a connection closed after its answer, or
-// mid-request) and closes the connection.
+// Close releases the slot and the gate's permit (a connection closed
+// after its answer, or mid-request), ends a wait at the gate, and closes
+// the connection.
 func (c *admitConn) Close() error {
 	err := c.Conn.Close()
 	c.release() // at most once: Release empties the ticket under the Fair's lock
+	if c.gated {
+		c.a.gate.Cancel(&c.gw)
+	}
 	return err
 }
 
@@ -434,8 +555,31 @@ func newAdmission(cfg Config, fair *shed.Fair, store *auth.Store, sm *shedMetric
 		Help: "HTTP connections whose requests could not be framed before the HTTP server (split heads, chunked bodies, pipelining, HTTP/1.0): admitted by --max-inflight only.",
 	})
 	reg.MustRegister(passed)
-	return &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
-		auth: store, trusted: cfg.trustedProxies()}
+	a := &admission{fair: fair, onShed: sm.onShed("http"), pace: shed.NewPacer(float64(cfg.ShedRatePerClient), maxShedPause), idle: cfg.HTTPIdleTimeout, onPass: passed.Inc,
+		auth: store, trusted: cfg.trustedProxies(), lag: cfg.MaxQueueWait / 2}
+	a.gate = shed.NewGate(busyCap(cfg.MaxBusyConnsPerClient, fair), a.overloaded)
+	if a.gate != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "counterd_http_conns_waiting_turn",
+			Help: "HTTP connections not read while their client has --max-busy-conns-per-client requests in hand on an overloaded node (docs/security.md, Overload).",
+		}, func() float64 { return float64(a.gate.Waiting()) }))
+	}
+	return a
+}
+
+// busyCap resolves --max-busy-conns-per-client: -1 none (0 returned), 0
+// a client's share of fair's queue (--max-queue-per-client, 128 on 2
+// cores), else the value. The default keeps the share rule's promise: a
+// client with at most its share of connections, one request each,
+// never waits for a turn, so it is never refused for time.
+func busyCap(v int, fair *shed.Fair) int {
+	switch {
+	case v > 0:
+		return v
+	case v < 0:
+		return 0
+	}
+	return fair.MaxClientQueue()
 }
 
 // connContext puts the ticket of an admitted connection into the context

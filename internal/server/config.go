@@ -83,6 +83,7 @@ type Config struct {
 	HTTPAdmission         bool          // --http-admission: admit plaintext HTTP requests per client before the HTTP server parses them (default true; docs/security.md, Overload)
 	MaxClientQueue        int           // --max-queue-per-client: a client's share of the queue (HTTP, RESP, gRPC), 0 = max-queue / 4 (default 0)
 	MaxConnsPerClient     int           // --max-conns-per-client: HTTP and RESP connections of one client address, each, 0 = a quarter of --http-max-conns / --resp-max-conns, -1 unlimited (default 0)
+	MaxBusyConnsPerClient int           // --max-busy-conns-per-client: HTTP connections of one client address with a request in hand while the node is overloaded (its others wait unread), 0 = --max-queue-per-client's value, -1 unlimited (default 0; docs/security.md, Overload)
 	TrustedProxies        string        // --trusted-proxies: CIDRs whose X-Forwarded-For / Forwarded names the client for admission and the connection cap, comma-separated (default none)
 	ShedRatePerClient     int           // --shed-rate-per-client: HTTP 503s a second per client IP before its refused connections are paused (shed requests, and separately connections over a cap), 0 = no pause (default 1000)
 	// cluster failure detection (docs/cluster.md: Failover timing)
@@ -309,6 +310,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.ShedRatePerClient, "shed-rate-per-client", envInt("shed-rate-per-client", c.ShedRatePerClient), "HTTP 503 answers a second per client IP; beyond, a refused connection is not read again for up to 250ms; likewise HTTP and RESP connections refused over a connection cap, held up to 2s before their answer (0: never paused)")
 	fs.IntVar(&c.MaxClientQueue, "max-queue-per-client", envInt("max-queue-per-client", c.MaxClientQueue), "a client's share of the queue (HTTP requests, RESP batches, gRPC calls): beyond it, while other clients wait, its next is shed with 429 / -BUSY / RESOURCE_EXHAUSTED, and its requests waiting longer than --max-queue-wait are shed (0: max-queue / 4)")
 	fs.IntVar(&c.MaxConnsPerClient, "max-conns-per-client", envInt("max-conns-per-client", c.MaxConnsPerClient), "most HTTP connections, and most Redis-protocol connections, of one client address (IPv6: /64); --trusted-proxies addresses are not capped (0: a quarter of --http-max-conns / --resp-max-conns; -1: unlimited)")
+	fs.IntVar(&c.MaxBusyConnsPerClient, "max-busy-conns-per-client", envInt("max-busy-conns-per-client", c.MaxBusyConnsPerClient), "while the node is overloaded (requests shed, or waiting --max-queue-wait / 2 in their sockets, within the last second), most HTTP connections of one client address (IPv6: /64) with a request in hand: its other connections are not read until one of those is answered, taking turns, so a client flooding on many connections does not fill the scheduler's queue ahead of other clients; a request that waited its turn past --max-queue-wait is answered 503; no limit otherwise, nor for --trusted-proxies addresses (0: --max-queue-per-client's value, 128 on 2 cores; -1: unlimited)")
 	str(&c.TrustedProxies, "trusted-proxies", "CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client, for per-client admission, comma-separated (default none: the peer address is the client)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
@@ -385,8 +387,8 @@ func (c *Config) validateHardening() error {
 	if _, err := parseTrustedProxies(c.TrustedProxies); err != nil {
 		return err
 	}
-	if c.MaxConnsPerClient < -1 {
-		return errors.New("server: --max-conns-per-client must be -1 or more")
+	if c.MaxConnsPerClient < -1 || c.MaxBusyConnsPerClient < -1 {
+		return errors.New("server: --max-conns-per-client and --max-busy-conns-per-client must be -1 or more")
 	}
 	if c.MaxClientQueue < 0 || c.ShedRatePerClient < 0 {
 		return errors.New("server: --max-queue-per-client and --shed-rate-per-client must not be negative")

@@ -67,6 +67,7 @@ func TestValidate(t *testing.T) {
 		"bulk over command":   func(c *Config) { c.RESPMaxBulk = c.RESPMaxCommand + 1 },
 		"command over budget": func(c *Config) { c.RESPMaxCommand = c.RESPQueryBufferTotal + 1 },
 		"negative queue":      func(c *Config) { c.MaxQueue = -3 },
+		"busy conns -2":       func(c *Config) { c.MaxBusyConnsPerClient = -2 },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)

@@ -14,3 +14,7 @@ type rxReader struct{}
 func newRxReader(net.Conn) *rxReader { return nil }
 
 func (*rxReader) read([]byte) (int, time.Time, error) { panic("unreachable") }
+
+func (*rxReader) tryRead([]byte) (int, time.Time, bool, error) { panic("unreachable") }
+
+func (*rxReader) quiet(bool) { panic("unreachable") }

@@ -572,6 +572,17 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 	f.winStart, f.winSum, f.winN, f.winWait = now, 0, 0, false
 }
 
+// ShedStale counts a request refused without a slot for having waited
+// MaxWait before it could ask for one (for a turn of its client at a
+// Gate, the client over its share there) and returns ShedOverload.
+func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) }
+
+// MaxClientQueue returns a client's share of the queue.
+func (f *Fair) MaxClientQueue() int { return f.cfg.MaxClientQueue }
+
+// MaxWait returns the longest a request waits for a slot.
+func (f *Fair) MaxWait() time.Duration { return f.cfg.MaxWait }
+
 func (f *Fair) shedOne(v Verdict, c Cause) Verdict {
 	f.shed.Add(1)
 	f.causes[c].Add(1)

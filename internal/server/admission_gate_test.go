@@ -1,0 +1,196 @@
+package server
+
+import (
+	"net"
+	"net/http"
+	"net/netip"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/shed"
+)
+
+// TestAdmissionGate: while the node is overloaded, a client with its
+// --max-busy-conns-per-client requests in hand (here one) has its other
+// connections wait unread (their requests reach the HTTP server one at a
+// time, in turn), another client is served meanwhile, and a connection
+// handed a turn with nothing to read (an idle one) gives it back, so its
+// client's next request on any connection is served.
+func TestAdmissionGate(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 10 * time.Second}),
+		idle: time.Minute,
+	}
+	a.gate = shed.NewGate(1, func() bool { return true }) // overloaded throughout
+	entered, unblock := make(chan string, 4), make(chan struct{})
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/fast" {
+			entered <- r.URL.Path
+			<-unblock
+		}
+		w.Write([]byte("ok"))
+	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+	flood := shed.ClientKey(netip.MustParseAddr("127.0.0.1"))
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for end := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("%s: not reached in 5s (held %d, waiting %d)", what, a.gate.Held(flood), a.gate.Waiting())
+			}
+		}
+	}
+	expect := func(path string) {
+		t.Helper()
+		select {
+		case got := <-entered:
+			if got != path {
+				t.Fatalf("the server got %s, want %s", got, path)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s never reached the server", path)
+		}
+	}
+
+	ca, cb := dialFrom(t, addr, "127.0.0.1"), dialFrom(t, addr, "127.0.0.1")
+	ca.send(post("/a1"))
+	expect("/a1")
+	cb.send(post("/b1"))
+	waitUntil("the flood's second request waits for its turn", func() bool { return a.gate.Waiting() == 1 })
+
+	other := dialFrom(t, addr, "127.0.0.2")
+	other.send(post("/fast"))
+	if resp := other.answer(); resp.StatusCode != 200 {
+		t.Fatalf("another client while the flood waits: %d", resp.StatusCode)
+	}
+	select {
+	case p := <-entered:
+		t.Fatalf("%s reached the server while its client had its request in hand", p)
+	default:
+	}
+
+	unblock <- struct{}{} // /a1 answered: its turn passes to /b1
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/a1: %d", resp.StatusCode)
+	}
+	expect("/b1")
+	// ca, answered, waits unread for its next turn behind /b1. A
+	// request sent meanwhile whose body comes later is read when ca gets
+	// its turn, the rest of it in the poller.
+	waitUntil("the answered connection parks", func() bool { return a.gate.Waiting() == 1 })
+	split := post("/fast")
+	ca.send(split[:len(split)-4])
+	unblock <- struct{}{}
+	if resp := cb.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/b1: %d", resp.StatusCode)
+	}
+	time.Sleep(20 * time.Millisecond)
+	ca.send(split[len(split)-4:])
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("a request whose body came after its turn: %d", resp.StatusCode)
+	}
+
+	// A connection handed its turn with nothing to read (idle) gives it
+	// back.
+	ca.send(post("/a2"))
+	expect("/a2")
+	cb.send(post("/b2"))
+	waitUntil("/b2 waits for its turn", func() bool { return a.gate.Waiting() == 1 })
+	unblock <- struct{}{}
+	if resp := ca.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/a2: %d", resp.StatusCode)
+	}
+	expect("/b2")
+	waitUntil("ca parks behind /b2", func() bool { return a.gate.Waiting() == 1 })
+	unblock <- struct{}{}
+	if resp := cb.answer(); resp.StatusCode != 200 {
+		t.Fatalf("/b2: %d", resp.StatusCode)
+	}
+	waitUntil("an idle connection holds no turn", func() bool { return a.gate.Waiting() == 0 && a.gate.Held(flood) == 0 })
+	for _, c := range []*wireConn{ca, cb, ca} {
+		c.send(post("/fast"))
+		if resp := c.answer(); resp.StatusCode != 200 {
+			t.Fatalf("after its turns: %d", resp.StatusCode)
+		}
+	}
+	waitUntil("every turn given back", func() bool { return a.gate.Held(flood) == 0 })
+}
+
+// TestAdmissionGateStaleTurn: a request that waited for its client's
+// turn past --max-queue-wait is refused on the spot (503, Retry-After),
+// on a connection that stays usable; a fresh one is served.
+func TestAdmissionGateStaleTurn(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 30 * time.Millisecond}),
+		idle: time.Minute,
+	}
+	a.gate = shed.NewGate(1, func() bool { return true })
+	entered, unblock := make(chan struct{}, 1), make(chan struct{})
+	var served atomic.Int64
+	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served.Add(1)
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-unblock
+		}
+		w.Write([]byte("ok"))
+	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
+	t.Cleanup(func() { hs.Close() })
+	addr := ln.Addr().String()
+
+	holder, late := dialFrom(t, addr, "127.0.0.1"), dialFrom(t, addr, "127.0.0.1")
+	holder.send(post("/block"))
+	<-entered
+	late.send(post("/late"))
+	for end := time.Now().Add(5 * time.Second); a.gate.Waiting() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatal("the second request never waited for its turn")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // past --max-queue-wait
+	close(unblock)
+	if resp := holder.answer(); resp.StatusCode != 200 {
+		t.Fatalf("holder: %d", resp.StatusCode)
+	}
+	resp := late.answer()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Close {
+		t.Fatalf("a request that waited its turn past the bound: %d %v close=%v", resp.StatusCode, resp.Header, resp.Close)
+	}
+	if got := a.fair.ShedBy(shed.CauseStale); got != 1 {
+		t.Fatalf("stale refusals counted: %d, want 1", got)
+	}
+	late.send(post("/fresh"))
+	if resp := late.answer(); resp.StatusCode != 200 {
+		t.Fatalf("a fresh request after the refusal: %d", resp.StatusCode)
+	}
+	if got := served.Load(); got != 2 {
+		t.Fatalf("the HTTP server served %d requests, want 2 (the refused one never reached it)", got)
+	}
+}
+
+// TestBusyCap: --max-busy-conns-per-client defaults to a client's share
+// of the queue, so a client within that share of connections never
+// waits for a turn (the share rule's promise); -1 is no gate.
+func TestBusyCap(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 16, MaxQueue: 40})
+	for _, c := range []struct{ v, want int }{{0, 10}, {-1, 0}, {5, 5}} {
+		if got := busyCap(c.v, fair); got != c.want {
+			t.Errorf("busyCap(%d) = %d, want %d", c.v, got, c.want)
+		}
+	}
+	if shed.NewGate(busyCap(-1, fair), nil) != nil {
+		t.Error("-1 made a gate")
+	}
+}
