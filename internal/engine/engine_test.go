@@ -514,13 +514,7 @@ func TestCrashKeepsSyncWrites(t *testing.T) {
 	e.Add(bg, "async", 1, WriteOptions{Durability: Async})
 	fs.SetIgnoreSyncs(true) // the crash: nothing from here on is durable
 	e.Add(bg, "sync", 1000, WriteOptions{Durability: Async})
-	e.Close()
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
-	e, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	defer e.Close()
 	if v := mustGet(t, e, "sync"); v.Value != 400 {
 		t.Fatalf("after crash sync = %d, want the 400 acknowledged sync increments", v.Value)

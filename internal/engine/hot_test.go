@@ -519,14 +519,7 @@ func TestHotCounterSyncAddsSurviveCrash(t *testing.T) {
 		fs.SetIgnoreSyncs(true)
 		close(stop)
 		wg.Wait()
-		e.Close()
-		fs.ResetToSyncedState()
-		fs.SetIgnoreSyncs(false)
-
-		e, err = Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e = reopenAfterPowerLoss(t, e, fs, cfg)
 		v := mustGet(t, e, "hot")
 		e.Close()
 		if v.Value < durable || v.Value > sent.Load() || v.Version != uint64(v.Value) {

@@ -54,14 +54,7 @@ func TestIdempotencyRecordAndEffectCrashTogether(t *testing.T) {
 		fs.SetIgnoreSyncs(true) // power loss: nothing from here on is durable
 		close(stop)
 		wg.Wait()
-		e.Close()
-		fs.ResetToSyncedState()
-		fs.SetIgnoreSyncs(false)
-
-		e, err = Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e = reopenAfterPowerLoss(t, e, fs, cfg)
 		total := sent.Load()
 		for n := int64(1); n <= total; n++ {
 			if _, err := e.Add(bg, fmt.Sprintf("c%d", n%3), 1, WriteOptions{IdempotencyKey: fmt.Sprint("k", n)}); err != nil {

@@ -257,6 +257,16 @@ func strictMemDir(t testing.TB, dir string) *vfs.MemFS {
 	return fs
 }
 
+// reopenAfterPowerLoss closes e and reopens cfg's engine with only what
+// fs had synced: the power loss that fs.SetIgnoreSyncs(true) began.
+func reopenAfterPowerLoss(t testing.TB, e *Engine, fs *vfs.MemFS, cfg Config) *Engine {
+	t.Helper()
+	e.Close()
+	fs.ResetToSyncedState()
+	fs.SetIgnoreSyncs(false)
+	return mustOpen(t, cfg)
+}
+
 // TestReplicaMergeSyncSurvivesCrash: a Sync merge is on disk when Merge
 // returns; an Async one after it is lost by the same power loss.
 func TestReplicaMergeSyncSurvivesCrash(t *testing.T) {
@@ -285,10 +295,7 @@ func TestReplicaMergeSyncSurvivesCrash(t *testing.T) {
 	wg.Wait()
 	mustMerge(t, e, WriteOptions{Durability: Async}, mustExport(t, src, "late"))
 	fs.SetIgnoreSyncs(true) // power loss
-	e.Close()
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
-	e = mustOpen(t, cfg)
+	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	for id, want := range map[string]int64{"pn": 5, "sh": 6, "c": 7} {
 		if v := mustGet(t, e, id); v.Value != want {
 			t.Fatalf("after the crash %q = %+v, want %d", id, v, want)

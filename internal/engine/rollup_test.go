@@ -212,13 +212,7 @@ func TestRollupCrashKeepsSyncWrites(t *testing.T) {
 	wg.Wait()
 	fs.SetIgnoreSyncs(true)
 	e.Add(bg, "page_views:a", 1000, WriteOptions{Durability: Async})
-	e.Close()
-	fs.ResetToSyncedState()
-	fs.SetIgnoreSyncs(false)
-	e, err = Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
+	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	defer e.Close()
 	s := mustSeries(t, e, "page_views:a", rollup.Day, rollT0, clk.Now().Add(time.Second))
 	if fmt.Sprint(s.Values) != "[60 0 60]" {

@@ -50,14 +50,7 @@ func TestStoredRecordsWithMergedStateCrashTogether(t *testing.T) {
 				fs.SetIgnoreSyncs(true) // power loss: nothing from here on is durable
 			}
 		}
-		e.Close()
-		fs.ResetToSyncedState()
-		fs.SetIgnoreSyncs(false)
-
-		e, err = Open(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
+		e = reopenAfterPowerLoss(t, e, fs, cfg)
 		var v int64
 		if _, ok, err := e.Export("x"); err != nil {
 			t.Fatal(err)
