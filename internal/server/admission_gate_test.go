@@ -18,26 +18,14 @@ import (
 // handed a turn with nothing to read (an idle one) gives it back, so its
 // client's next request on any connection is served.
 func TestAdmissionGate(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &admission{
-		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 10 * time.Second}),
-		idle: time.Minute,
-	}
-	a.gate = shed.NewGate(1, func() bool { return true }) // overloaded throughout
 	entered, unblock := make(chan string, 4), make(chan struct{})
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a, addr := gatedServer(t, 10*time.Second, func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/fast" {
 			entered <- r.URL.Path
 			<-unblock
 		}
 		w.Write([]byte("ok"))
-	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
-	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
-	t.Cleanup(func() { hs.Close() })
-	addr := ln.Addr().String()
+	})
 	flood := shed.ClientKey(netip.MustParseAddr("127.0.0.1"))
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
@@ -127,28 +115,16 @@ func TestAdmissionGate(t *testing.T) {
 // turn past --max-queue-wait is refused on the spot (503, Retry-After),
 // on a connection that stays usable; a fresh one is served.
 func TestAdmissionGateStaleTurn(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &admission{
-		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: 30 * time.Millisecond}),
-		idle: time.Minute,
-	}
-	a.gate = shed.NewGate(1, func() bool { return true })
 	entered, unblock := make(chan struct{}, 1), make(chan struct{})
 	var served atomic.Int64
-	hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	a, addr := gatedServer(t, 30*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
 		served.Add(1)
 		if r.URL.Path == "/block" {
 			entered <- struct{}{}
 			<-unblock
 		}
 		w.Write([]byte("ok"))
-	}), ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
-	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
-	t.Cleanup(func() { hs.Close() })
-	addr := ln.Addr().String()
+	})
 
 	holder, late := dialFrom(t, addr, "127.0.0.1"), dialFrom(t, addr, "127.0.0.1")
 	holder.send(post("/block"))
@@ -193,4 +169,24 @@ func TestBusyCap(t *testing.T) {
 	if shed.NewGate(busyCap(-1, fair), nil) != nil {
 		t.Error("-1 made a gate")
 	}
+}
+
+// gatedServer serves h behind an admission whose gate gives each client
+// one request in hand and always finds the node overloaded, with a queue
+// wait bound of maxWait; it returns the admission and the address.
+func gatedServer(t *testing.T, maxWait time.Duration, h http.HandlerFunc) (*admission, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: maxWait}),
+		idle: time.Minute,
+	}
+	a.gate = shed.NewGate(1, func() bool { return true }) // overloaded throughout
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
+	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
+	t.Cleanup(func() { hs.Close() })
+	return a, ln.Addr().String()
 }
