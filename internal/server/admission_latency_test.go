@@ -210,3 +210,31 @@ func TestAdmissionAdmitAllocs(t *testing.T) {
 		t.Fatalf("%.2f allocations per admitted request, want none", allocs/perRun)
 	}
 }
+
+// BenchmarkAdmissionAdmit: the cost of admitting a request in front of
+// the HTTP server (framing, the slot, its release at the next read), with
+// and without observing its latency.
+func BenchmarkAdmissionAdmit(b *testing.B) {
+	for _, observe := range []bool{false, true} {
+		name := "none"
+		if observe {
+			name = "latency"
+		}
+		b.Run(name, func(b *testing.B) {
+			a := &admission{fair: shed.NewFair(shed.FairConfig{MaxLimit: 4, MinLimit: 4, MaxWait: time.Hour}), idle: time.Minute}
+			if observe {
+				a.latency = latencyObservers(newAdmittedLatency())
+			}
+			fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}"), n: b.N}
+			c := &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}
+			buf := make([]byte, 4096)
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if _, err := c.Read(buf); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
