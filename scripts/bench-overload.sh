@@ -5,9 +5,17 @@
 # (scripts/overload-probe.py: one keep-alive connection, an increment
 # every 10 ms) report their own latencies:
 #   normal  from 127.0.0.2: another client than the flood;
-#   flood-ip from 127.0.0.1: a client sharing the flood's address, whose
-#            200s stand for the flood's admitted requests (wrk's own
-#            percentiles mix 200s and 503s).
+#   flood-ip from 127.0.0.1: a client sharing the flood's address (often
+#            over its connection cap: never served then).
+# and the server's own figures for ALL admitted requests (the flood's
+# included), from its /metrics scraped before and after the run (from
+# 127.0.0.3, another client): the p50 and p99 of
+# counterd_http_admitted_latency_seconds (each admitted request, from the
+# kernel's receive time of its bytes, so its wait in the socket counts,
+# to its written answer), interpolated within the bucket as Prometheus'
+# histogram_quantile does, and the shed fraction from its counters
+# (wrk's own percentiles mix 200s and 503s). A binary without that
+# histogram (an older BASE_BIN) prints "-" there.
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
@@ -79,6 +87,7 @@ run() { # $1 = mode
   pid=$!
   for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
   local load; load=$(cut -d' ' -f1 /proc/loadavg)
+  scrape "$tmp/m0"
   python3 scripts/overload-probe.py "127.0.0.1:$port" "$((SECS - 1))" 127.0.0.2 > "$tmp/normal" &
   local p1=$!
   python3 scripts/overload-probe.py "127.0.0.1:$port" "$((SECS - 1))" 127.0.0.1 > "$tmp/floodip" &
@@ -87,8 +96,9 @@ run() { # $1 = mode
   wrk -t2 -c"$CONNS" -d"${SECS}s" --latency -s "$tmp/incr.lua" "http://127.0.0.1:$port" > "$tmp/wrk" 2>&1 || true
   local cpu; cpu=$(python3 -c "print(($(cputicks $pid) - $t0) / $(getconf CLK_TCK))")
   wait $p1 $p2
+  scrape "$tmp/m1"
   kill $pid; wait $pid 2>/dev/null || true; pid=
-  python3 - "$1" "$load" "$cpu" "$tmp/wrk" "$tmp/normal" "$tmp/floodip" <<'PY' || { echo "bench-overload: unreadable output:" >&2; cat "$tmp/wrk" "$tmp/normal" "$tmp/floodip" >&2; }
+  python3 - "$1" "$load" "$cpu" "$tmp/wrk" "$tmp/normal" "$tmp/floodip" "$tmp/m0" "$tmp/m1" <<'PY' || { echo "bench-overload: unreadable output:" >&2; cat "$tmp/wrk" "$tmp/normal" "$tmp/floodip" >&2; }
 import re, sys
 mode, load, cpu, w = sys.argv[1], sys.argv[2], float(sys.argv[3]), open(sys.argv[4]).read()
 normal, floodip = open(sys.argv[5]).read().split(), open(sys.argv[6]).read().split()
@@ -111,9 +121,53 @@ shed = non2xx / max(answers, 1)
 def probe(p):  # sent ok shed errors ok_p50 ok_p99 all_p99 all_max
     return f"{p[1]:>4s}/{p[0]:<4s} {p[4]:>7s} {p[5]:>7s}"
 secs = answers / max(rps, 1)
+
+def metrics(path):  # {(name, labels): value} of a Prometheus text exposition
+    out = {}
+    for line in open(path):
+        m = re.match(r'([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)', line)
+        if m and not line.startswith("#"):
+            out[(m.group(1), m.group(2) or "")] = float(m.group(3))
+    return out
+def delta(m0, m1, name, want=lambda labels: True):
+    return sum(v - m0.get(k, 0) for k, v in m1.items() if k[0] == name and want(k[1]))
+def quantile(q, buckets):  # Prometheus' histogram_quantile over [(le, cumulative count)]
+    total = buckets[-1][1]
+    rank = q * total
+    i = next(i for i, (le, c) in enumerate(buckets) if c >= rank)
+    if i == len(buckets) - 1:  # in +Inf: the highest finite bound
+        return buckets[-2][0]
+    lo, clo = (0.0, 0.0) if i == 0 else buckets[i - 1]
+    le, c = buckets[i]
+    return lo + (le - lo) * (rank - clo) / (c - clo)
+m0, m1 = metrics(sys.argv[7]), metrics(sys.argv[8])
+hist = "counterd_http_admitted_latency_seconds"
+server = f"{'-':>8s} {'-':>5s} {'-':>7s} {'-':>7s}"
+if any(k[0] == hist + "_count" for k in m1):
+    admitted = delta(m0, m1, hist + "_count")
+    shed_srv = (delta(m0, m1, "counterd_shed_requests_total", lambda l: 'front_end="http"' in l)
+                + delta(m0, m1, "counterd_http_rejected_connections_total"))
+    bounds = sorted({re.search(r'le="([^"]+)"', k[1]).group(1) for k in m1 if k[0] == hist + "_bucket"}, key=float)
+    buckets = [(float(le), delta(m0, m1, hist + "_bucket", lambda l, le=le: f'le="{le}"' in l)) for le in bounds]
+    def qms(q):
+        if admitted <= 0:
+            return "nan"
+        v = quantile(q, buckets) * 1e3
+        return f"{v:.1f}" if v < buckets[-2][0] * 1e3 else f">{v:.0f}"
+    server = (f"{admitted / secs:8.0f} {shed_srv * 100 / max(admitted + shed_srv, 1):5.1f} "
+              f"{qms(.5):>7s} {qms(.99):>7s}")
 print(f"{mode:8s} {load:>5s} {cpu/secs:4.2f} {cpu*1e6/max(answers,1):6.1f} {rps:8.0f} {rps*(1-shed):8.0f} {shed*100:5.1f} {p50:7.1f} {p99:7.1f} {timeouts:>5s} | "
-      f"{probe(normal)} | {probe(floodip)}")
+      f"{server} | {probe(normal)} | {probe(floodip)}")
 PY
+}
+
+scrape() { # $1 = file: the /metrics of the counterd under test, as another client (127.0.0.3)
+  : > "$1"
+  for _ in 1 2 3 4 5; do
+    curl -sf --max-time 5 --interface 127.0.0.3 "http://127.0.0.1:$port/metrics" > "$1" && return
+    sleep 0.2
+  done
+  echo "bench-overload: could not scrape /metrics" >&2
 }
 
 cat <<EOF
@@ -121,9 +175,14 @@ cat <<EOF
 # counterd, wrk and the probes. Per run: load = 1-min load average at its start; req/s = wrk's answers/s,
 # ok/s = its 200s/s; shed% = 503s / answers; wrk p50/p99 over all answers (200 and 503); tmo = wrk timeouts;
 # cores = CPU counterd got (user+sys / wall), us/ans = its CPU microseconds per wrk answer (less load-sensitive).
+# server (its /metrics, deltas over the run, probes included): adm/s = requests admitted before the HTTP
+# server per second of wrk's run; shed% = refusals (counterd_shed_requests_total{front_end="http"} and
+# counterd_http_rejected_connections_total) / (those + admitted); adm50/adm99 = p50/p99 in ms of
+# counterd_http_admitted_latency_seconds: from the receive time of each admitted request to its written
+# answer, socket wait included (">5000": beyond the last bucket); "-": the binary has no such histogram.
 # normal = client at 127.0.0.2, flood-ip = client at 127.0.0.1 (one request per 10 ms each): 200s/sent,
-# then p50 and p99 in ms of their 200s. Goal (issue 11): admitted p99 <= 50 ms.
-mode      load cores us/ans  req/s     ok/s shed%  wrk50  wrk99   tmo | normal: ok/sent p50  p99    | flood-ip: ok/sent p50 p99
+# then p50 and p99 in ms of their 200s. Goal (issue 11): admitted p99 (adm99) <= 50 ms.
+mode      load cores us/ans  req/s     ok/s shed%  wrk50  wrk99   tmo | server: adm/s shed%   adm50   adm99 | normal: ok/sent p50  p99    | flood-ip: ok/sent p50 p99
 EOF
 for r in $(seq "$ROUNDS"); do
   if (( r % 2 )); then order=$MODES; else order=$(echo "$MODES" | tr ' ' '\n' | tac | tr '\n' ' '); fi
