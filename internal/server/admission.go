@@ -206,6 +206,8 @@ func (c *admitConn) Read(p []byte) (int, error) {
 			rxAt = time.Now()
 		}
 		waited := c.socketWait(at)
+		// Sent during the pause after a shed answer (see below).
+		inPause := !at.IsZero() && at.Before(c.resumed)
 		if !parked && waited >= c.a.lag && c.a.lag > 0 {
 			c.a.sawOverload()
 		}
@@ -238,11 +240,13 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
 			var v shed.Verdict
-			if parked && waited >= c.a.fair.MaxWait() {
+			if (parked || inPause) && waited >= c.a.fair.MaxWait() {
 				// It waited for its client's turn (the client over
-				// its busy connections) past the latency bound: the
-				// excess of a flood, refused like a stale request of
-				// a client over its share of the queue.
+				// its busy connections), or through the pause its
+				// client was given for being refused too often, past
+				// the latency bound: the excess of a flood, refused
+				// like a stale request of a client over its share of
+				// the queue.
 				v = c.a.fair.ShedStale()
 			} else {
 				v = c.a.fair.Acquire(&c.ticket, key, waited)
@@ -264,11 +268,14 @@ func (c *admitConn) Read(p []byte) (int, error) {
 					return 0, io.EOF
 				}
 				// A client refused too often has its refused connection
-				// paused (shed.Pacer). The request read after a pause
-				// was sent during it (its client retries at once): its
-				// wait in the socket counts from the pause's end, so it
-				// competes for a slot like a fresh one instead of being
-				// refused as stale.
+				// paused (shed.Pacer). A request read after a pause that
+				// was sent during it (its client retried at once, not
+				// minding Retry-After) has waited the pause in its
+				// socket: past --max-queue-wait it is refused as stale
+				// above, and the connection paused again while its client
+				// is refused too often, so the requests admitted keep to
+				// the latency bound and the flood's excess waits in its
+				// sockets, refused once a pause.
 				if d := c.a.pace.Pause(key); d > 0 {
 					time.Sleep(d)
 					c.resumed = time.Now()
@@ -350,14 +357,10 @@ func (c *admitConn) readRequest(p []byte) (int, time.Time, error) {
 }
 
 // socketWait is how long bytes received at at (zero: unknown, no wait)
-// waited in the socket before they were read, counted from the end of
-// the last pause if they were sent during it (see Read).
+// waited in the socket before they were read.
 func (c *admitConn) socketWait(at time.Time) time.Duration {
 	if at.IsZero() {
 		return 0
-	}
-	if at.Before(c.resumed) {
-		at = c.resumed
 	}
 	return max(0, time.Since(at))
 }

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -176,17 +175,68 @@ func TestBusyCap(t *testing.T) {
 // wait bound of maxWait; it returns the admission and the address.
 func gatedServer(t *testing.T, maxWait time.Duration, h http.HandlerFunc) (*admission, string) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	a := &admission{
 		fair: shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxWait: maxWait}),
 		idle: time.Minute,
 	}
 	a.gate = shed.NewGate(1, func() bool { return true }) // overloaded throughout
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
-	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
-	t.Cleanup(func() { hs.Close() })
-	return a, ln.Addr().String()
+	return a, serveAdmission(t, a, h)
+}
+
+// TestAdmissionStaleAfterPause: a client refused too often has its
+// refused connection paused; a request it sent during the pause has
+// waited the pause in its socket and, past --max-queue-wait, is refused
+// as stale even with a slot free (the admitted requests keep to the
+// bound); one sent after the pause is served.
+func TestAdmissionStaleAfterPause(t *testing.T) {
+	const pause = 200 * time.Millisecond
+	a := &admission{
+		fair: shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxClientQueue: 1, MaxWait: 30 * time.Millisecond}),
+		pace: shed.NewPacer(1, pause), // a burst of one refusal, then pauses
+		idle: time.Minute,
+	}
+	entered, unblock := make(chan struct{}), make(chan struct{})
+	addr := serveAdmission(t, a, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/block" {
+			entered <- struct{}{}
+			<-unblock
+		}
+		w.Write([]byte("ok"))
+	}))
+	holder := dialFrom(t, addr, "127.0.0.3")
+	holder.send(post("/block"))
+	<-entered // the only slot is taken
+
+	queued := dialFrom(t, addr, "127.0.0.1")
+	queued.send(post("/queued")) // the client's one place in the queue
+	time.Sleep(50 * time.Millisecond)
+	flood := dialFrom(t, addr, "127.0.0.1")
+	for i, path := range []string{"/over1", "/over2"} { // over the client's queue
+		flood.send(post(path))
+		if resp := flood.answer(); resp.StatusCode != 429 && resp.StatusCode != 503 {
+			t.Fatalf("refusal %d: %d", i+1, resp.StatusCode)
+		}
+	}
+	// The second refusal paused the connection: this request waits in
+	// its socket meanwhile, and the slot is free long before the pause
+	// ends.
+	stale := a.fair.ShedBy(shed.CauseStale)
+	flood.send(post("/during-pause"))
+	close(unblock)
+	if resp := holder.answer(); resp.StatusCode != 200 {
+		t.Fatalf("holder: %d", resp.StatusCode)
+	}
+	queued.answer() // served, or refused for its wait: the slot is free
+	resp := flood.answer()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" || resp.Close {
+		t.Fatalf("a request sent during the pause: %d %v close=%v", resp.StatusCode, resp.Header, resp.Close)
+	}
+	if got := a.fair.ShedBy(shed.CauseStale) - stale; got != 1 {
+		t.Fatalf("stale refusals counted: %d, want 1", got)
+	}
+	time.Sleep(2 * pause) // that refusal paused it again
+	flood.send(post("/after-pause"))
+	if resp := flood.answer(); resp.StatusCode != 200 {
+		t.Fatalf("a request sent after the pause: %d", resp.StatusCode)
+	}
 }

@@ -55,20 +55,27 @@ func FuzzFrameRequest(f *testing.F) {
 // admission with one slot, a queue of one per client and no pacing.
 func admissionServer(t *testing.T, h http.Handler) (addr string, passed *atomic.Int64) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
 	passed = new(atomic.Int64)
 	a := &admission{
 		fair:   shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxClientQueue: 1, MaxWait: 10 * time.Second}),
 		idle:   time.Minute,
 		onPass: func() { passed.Add(1) },
 	}
+	return serveAdmission(t, a, h), passed
+}
+
+// serveAdmission serves h on a loopback listener behind a, until the
+// test ends, and returns the address.
+func serveAdmission(t *testing.T, a *admission, h http.Handler) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ConnContext: a.connContext}
 	go hs.Serve(a.wrap(newLimitListener(ln, 100, nil, nil, rejectHTTP, nil)))
 	t.Cleanup(func() { hs.Close() })
-	return ln.Addr().String(), passed
+	return ln.Addr().String()
 }
 
 type wireConn struct {
