@@ -168,6 +168,9 @@ func (en *entry) cool() {
 	s := h.set
 	s.mu.Lock()
 	delete(s.open, h)
+	if len(s.open) == 0 {
+		s.open = nil // a map keeps its size: a burst's is dropped once all are folded
+	}
 	s.folded += o & hotCountMask
 	s.mu.Unlock()
 }
