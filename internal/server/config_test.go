@@ -67,6 +67,8 @@ func TestValidate(t *testing.T) {
 		"bulk over command":   func(c *Config) { c.RESPMaxBulk = c.RESPMaxCommand + 1 },
 		"command over budget": func(c *Config) { c.RESPMaxCommand = c.RESPQueryBufferTotal + 1 },
 		"negative queue":      func(c *Config) { c.MaxQueue = -3 },
+		"negative coalesce":   func(c *Config) { c.RESPCoalesce = -time.Microsecond },
+		"coalesce over 1ms":   func(c *Config) { c.RESPCoalesce = 2 * time.Millisecond },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)

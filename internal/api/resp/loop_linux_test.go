@@ -284,3 +284,120 @@ func serveLoopback(t *testing.T, s *Server) (addr string, done <-chan error) {
 	t.Cleanup(func() { s.Close() })
 	return ln.Addr().String(), ch
 }
+
+// TestEventLoopCoalesce: with Options.Coalesce, a round that served
+// several connections is followed by a nap, after which the requests
+// that came meanwhile are served together with the right replies; a lone
+// connection, whose rounds serve one connection, never waits for a nap.
+func TestEventLoopCoalesce(t *testing.T) {
+	eng := memEngine(t)
+	s := New(engine.Local(eng), Options{EventLoops: 1, Coalesce: 200 * time.Microsecond})
+	addr, _ := serveLoopback(t, s)
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	incr := func(c net.Conn, rd *bufio.Reader, key string) int {
+		t.Helper()
+		if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nINCR\r\n$%d\r\n%s\r\n", len(key), key); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil || len(line) < 4 || line[0] != ':' {
+			t.Fatalf("INCR %s: %q, %v", key, line, err)
+		}
+		var n int
+		fmt.Sscanf(line, ":%d", &n)
+		return n
+	}
+	naps := func() uint64 {
+		t.Helper()
+		s.mu.Lock()
+		l := s.loops[0]
+		s.mu.Unlock()
+		got := make(chan uint64, 1)
+		l.onLoop(func() { got <- l.naps })
+		select {
+		case n := <-got:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("the event loop did not run a call in 10s")
+			return 0
+		}
+	}
+
+	lone, lrd := dial()
+	for i := 1; i <= 200; i++ {
+		if n := incr(lone, lrd, "lone"); n != i {
+			t.Fatalf("INCR lone #%d = %d", i, n)
+		}
+	}
+	if n := naps(); n != 0 {
+		t.Fatalf("%d naps serving one connection; want none", n)
+	}
+
+	const conns, each = 16, 50
+	cs := make([]net.Conn, conns)
+	rds := make([]*bufio.Reader, conns)
+	for i := range cs {
+		cs[i], rds[i] = dial()
+		if n := incr(cs[i], rds[i], fmt.Sprintf("own%d", i)); n != 1 {
+			t.Fatalf("first INCR on connection %d = %d", i, n)
+		}
+	}
+	// Hold the loop while every connection sends, so that its next round
+	// finds them all ready.
+	s.mu.Lock()
+	l := s.loops[0]
+	s.mu.Unlock()
+	held := make(chan struct{})
+	l.onLoop(func() {
+		close(held)
+		time.Sleep(50 * time.Millisecond)
+	})
+	<-held
+	errs := make(chan error, conns)
+	for i := range cs {
+		go func(c net.Conn, rd *bufio.Reader) {
+			for j := 0; j < each; j++ {
+				if _, err := c.Write([]byte("*2\r\n$4\r\nINCR\r\n$6\r\nshared\r\n")); err != nil {
+					errs <- err
+					return
+				}
+				if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
+					errs <- fmt.Errorf("INCR shared: %q, %v", line, err)
+					return
+				}
+			}
+			errs <- nil
+		}(cs[i], rds[i])
+	}
+	for range cs {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := incr(lone, lrd, "shared"); n != conns*each+1 {
+		t.Fatalf("shared = %d after %d INCRs and one more; want %d", n, conns*each, conns*each+1)
+	}
+	if n := naps(); n == 0 {
+		t.Fatalf("no nap after a round that served %d connections", conns)
+	}
+}
+
+// TestCoalesceBounds: New keeps Options.Coalesce within 0..MaxCoalesce.
+func TestCoalesceBounds(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{-time.Second, 0}, {0, 0}, {20 * time.Microsecond, 20 * time.Microsecond}, {time.Hour, MaxCoalesce},
+	} {
+		if got := New(nil, Options{Coalesce: c.in}).opts.Coalesce; got != c.want {
+			t.Errorf("Coalesce %v: New made it %v, want %v", c.in, got, c.want)
+		}
+	}
+}
