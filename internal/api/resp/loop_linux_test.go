@@ -286,9 +286,10 @@ func serveLoopback(t *testing.T, s *Server) (addr string, done <-chan error) {
 }
 
 // TestEventLoopCoalesce: with Options.Coalesce, a round that served
-// several connections is followed by a nap, after which the requests
-// that came meanwhile are served together with the right replies; a lone
-// connection, whose rounds serve one connection, never waits for a nap.
+// many active connections sending one command each is followed by a
+// nap, after which what came meanwhile is served with the right replies;
+// a lone connection (few active connections) never waits for a nap, nor
+// do pipelining connections.
 func TestEventLoopCoalesce(t *testing.T) {
 	eng := memEngine(t)
 	s := New(engine.Local(eng), Options{EventLoops: 1, Coalesce: 200 * time.Microsecond})
@@ -316,19 +317,57 @@ func TestEventLoopCoalesce(t *testing.T) {
 		fmt.Sscanf(line, ":%d", &n)
 		return n
 	}
-	naps := func() uint64 {
+	var l *eventLoop // set once a connection was served (the loop then runs)
+	onLoop := func(f func()) {
 		t.Helper()
-		s.mu.Lock()
-		l := s.loops[0]
-		s.mu.Unlock()
-		got := make(chan uint64, 1)
-		l.onLoop(func() { got <- l.naps })
+		done := make(chan struct{})
+		l.onLoop(func() { f(); close(done) })
 		select {
-		case n := <-got:
-			return n
+		case <-done:
 		case <-time.After(10 * time.Second):
 			t.Fatal("the event loop did not run a call in 10s")
-			return 0
+		}
+	}
+	naps := func() (n uint64) {
+		t.Helper()
+		onLoop(func() { n = l.naps })
+		return n
+	}
+	// burst has every connection send cmds INCRs of key at once (the loop
+	// held meanwhile, so that one round finds them all) and checks the
+	// replies.
+	burst := func(cs []net.Conn, rds []*bufio.Reader, cmds int) {
+		t.Helper()
+		held := make(chan struct{})
+		l.onLoop(func() {
+			close(held)
+			time.Sleep(50 * time.Millisecond)
+		})
+		<-held
+		var req []byte
+		for range cmds {
+			req = append(req, "*2\r\n$4\r\nINCR\r\n$6\r\nshared\r\n"...)
+		}
+		errs := make(chan error, len(cs))
+		for i := range cs {
+			go func(c net.Conn, rd *bufio.Reader) {
+				if _, err := c.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				for range cmds {
+					if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
+						errs <- fmt.Errorf("INCR shared: %q, %v", line, err)
+						return
+					}
+				}
+				errs <- nil
+			}(cs[i], rds[i])
+		}
+		for range cs {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 
@@ -338,11 +377,14 @@ func TestEventLoopCoalesce(t *testing.T) {
 			t.Fatalf("INCR lone #%d = %d", i, n)
 		}
 	}
+	s.mu.Lock()
+	l = s.loops[0]
+	s.mu.Unlock()
 	if n := naps(); n != 0 {
 		t.Fatalf("%d naps serving one connection; want none", n)
 	}
 
-	const conns, each = 16, 50
+	const conns = 2 * coalesceMinActive
 	cs := make([]net.Conn, conns)
 	rds := make([]*bufio.Reader, conns)
 	for i := range cs {
@@ -351,43 +393,17 @@ func TestEventLoopCoalesce(t *testing.T) {
 			t.Fatalf("first INCR on connection %d = %d", i, n)
 		}
 	}
-	// Hold the loop while every connection sends, so that its next round
-	// finds them all ready.
-	s.mu.Lock()
-	l := s.loops[0]
-	s.mu.Unlock()
-	held := make(chan struct{})
-	l.onLoop(func() {
-		close(held)
-		time.Sleep(50 * time.Millisecond)
-	})
-	<-held
-	errs := make(chan error, conns)
-	for i := range cs {
-		go func(c net.Conn, rd *bufio.Reader) {
-			for j := 0; j < each; j++ {
-				if _, err := c.Write([]byte("*2\r\n$4\r\nINCR\r\n$6\r\nshared\r\n")); err != nil {
-					errs <- err
-					return
-				}
-				if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
-					errs <- fmt.Errorf("INCR shared: %q, %v", line, err)
-					return
-				}
-			}
-			errs <- nil
-		}(cs[i], rds[i])
-	}
-	for range cs {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-	if n := incr(lone, lrd, "shared"); n != conns*each+1 {
-		t.Fatalf("shared = %d after %d INCRs and one more; want %d", n, conns*each, conns*each+1)
-	}
-	if n := naps(); n == 0 {
+	burst(cs, rds, 1)
+	after1 := naps()
+	if after1 == 0 {
 		t.Fatalf("no nap after a round that served %d connections", conns)
+	}
+	burst(cs, rds, 4*coalesceMaxDepth)
+	if n := naps(); n != after1 {
+		t.Fatalf("%d naps after a round of %d pipelining connections; want none", n-after1, conns)
+	}
+	if n, want := incr(lone, lrd, "shared"), conns*(1+4*coalesceMaxDepth)+1; n != want {
+		t.Fatalf("shared = %d; want %d", n, want)
 	}
 }
 

@@ -164,14 +164,15 @@ type Options struct {
 	// goroutine. Default 0: a goroutine per connection.
 	EventLoops int
 
-	// Coalesce, when above 0, is how long an event loop naps after a
-	// round that served several connections (at least 4) before it polls
-	// again, instead of blocking in epoll_wait at once: the requests that
-	// arrive meanwhile are served together, and their senders do not pay
-	// for waking the loop (napPoll in loop_linux.go). It adds up to the
-	// nap (plus the kernel's timer slack) to the latency of those
-	// requests, under concurrent load only. At most MaxCoalesce. Default
-	// 0: no nap (counterd's server: 20µs, --resp-coalesce).
+	// Coalesce, when above 0, is how long an event loop naps, while many
+	// connections are active (32) and not pipelining, after a round
+	// before it polls again, instead of blocking in epoll_wait at once:
+	// the requests that arrive meanwhile are served together, and their
+	// senders do not pay for waking the loop (napPoll in loop_linux.go).
+	// It adds up to the nap (plus the kernel's timer slack) to the
+	// latency of those requests, under concurrent load only. At most
+	// MaxCoalesce. Default 0: no nap (counterd's server: 20µs,
+	// --resp-coalesce).
 	Coalesce time.Duration
 
 	// Logger receives connection and error logs. Default slog.Default().
