@@ -429,8 +429,8 @@ func (l *eventLoop) active() int {
 }
 
 // coalesceMaxDepth: and only after a round whose connections sent fewer
-// than this many commands each on average. Pipelining clients pay for a wake-up
-// once per batch, not per command, and keep the loop busy: under
+// than this many commands each on average. Pipelining clients pay for a
+// wake-up once per batch, not per command, and keep the loop busy: under
 // redis-benchmark -P 16 a nap after every round cost 10-30% of the
 // throughput (the loop, not the client, is then the bottleneck).
 const coalesceMaxDepth = 2
