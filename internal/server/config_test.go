@@ -68,6 +68,8 @@ func TestValidate(t *testing.T) {
 		"command over budget": func(c *Config) { c.RESPMaxCommand = c.RESPQueryBufferTotal + 1 },
 		"negative queue":      func(c *Config) { c.MaxQueue = -3 },
 		"busy conns -2":       func(c *Config) { c.MaxBusyConnsPerClient = -2 },
+		"negative coalesce":   func(c *Config) { c.RESPCoalesce = -time.Microsecond },
+		"coalesce over 1ms":   func(c *Config) { c.RESPCoalesce = 2 * time.Millisecond },
 	} {
 		cfg := DefaultConfig()
 		mod(&cfg)

@@ -221,6 +221,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),
 			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
+			Coalesce:   cfg.RESPCoalesce,
 			Events:     eventsAdder(pl),
 			Global:     respGlobal(rep),
 		})

@@ -55,6 +55,7 @@ type client struct {
 	outOff    int      // out[:outOff] is written
 	wantWrite bool     // waiting for the socket to take out[outOff:]
 	queuedOut bool     // on the loop's list of replies written at the round's end
+	napEpoch  int64    // the loop's activity epoch in which it last served this connection (Options.Coalesce)
 	lastRead  int64    // nanotime of the last read (idle timeout)
 
 	auth  authState // the login, with Options.Auth

@@ -284,3 +284,136 @@ func serveLoopback(t *testing.T, s *Server) (addr string, done <-chan error) {
 	t.Cleanup(func() { s.Close() })
 	return ln.Addr().String(), ch
 }
+
+// TestEventLoopCoalesce: with Options.Coalesce, a round that served
+// many active connections sending one command each is followed by a
+// nap, after which what came meanwhile is served with the right replies;
+// a lone connection (few active connections) never waits for a nap, nor
+// do pipelining connections.
+func TestEventLoopCoalesce(t *testing.T) {
+	eng := memEngine(t)
+	s := New(engine.Local(eng), Options{EventLoops: 1, Coalesce: 200 * time.Microsecond})
+	addr, _ := serveLoopback(t, s)
+	dial := func() (net.Conn, *bufio.Reader) {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c, bufio.NewReader(c)
+	}
+	incr := func(c net.Conn, rd *bufio.Reader, key string) int {
+		t.Helper()
+		if _, err := fmt.Fprintf(c, "*2\r\n$4\r\nINCR\r\n$%d\r\n%s\r\n", len(key), key); err != nil {
+			t.Fatal(err)
+		}
+		line, err := rd.ReadString('\n')
+		if err != nil || len(line) < 4 || line[0] != ':' {
+			t.Fatalf("INCR %s: %q, %v", key, line, err)
+		}
+		var n int
+		fmt.Sscanf(line, ":%d", &n)
+		return n
+	}
+	var l *eventLoop // set once a connection was served (the loop then runs)
+	onLoop := func(f func()) {
+		t.Helper()
+		done := make(chan struct{})
+		l.onLoop(func() { f(); close(done) })
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the event loop did not run a call in 10s")
+		}
+	}
+	naps := func() (n uint64) {
+		t.Helper()
+		onLoop(func() { n = l.naps })
+		return n
+	}
+	// burst has every connection send cmds INCRs of key at once (the loop
+	// held meanwhile, so that one round finds them all) and checks the
+	// replies.
+	burst := func(cs []net.Conn, rds []*bufio.Reader, cmds int) {
+		t.Helper()
+		held := make(chan struct{})
+		l.onLoop(func() {
+			close(held)
+			time.Sleep(50 * time.Millisecond)
+		})
+		<-held
+		var req []byte
+		for range cmds {
+			req = append(req, "*2\r\n$4\r\nINCR\r\n$6\r\nshared\r\n"...)
+		}
+		errs := make(chan error, len(cs))
+		for i := range cs {
+			go func(c net.Conn, rd *bufio.Reader) {
+				if _, err := c.Write(req); err != nil {
+					errs <- err
+					return
+				}
+				for range cmds {
+					if line, err := rd.ReadString('\n'); err != nil || line[0] != ':' {
+						errs <- fmt.Errorf("INCR shared: %q, %v", line, err)
+						return
+					}
+				}
+				errs <- nil
+			}(cs[i], rds[i])
+		}
+		for range cs {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+
+	lone, lrd := dial()
+	for i := 1; i <= 200; i++ {
+		if n := incr(lone, lrd, "lone"); n != i {
+			t.Fatalf("INCR lone #%d = %d", i, n)
+		}
+	}
+	s.mu.Lock()
+	l = s.loops[0]
+	s.mu.Unlock()
+	if n := naps(); n != 0 {
+		t.Fatalf("%d naps serving one connection; want none", n)
+	}
+
+	const conns = 2 * coalesceMinActive
+	cs := make([]net.Conn, conns)
+	rds := make([]*bufio.Reader, conns)
+	for i := range cs {
+		cs[i], rds[i] = dial()
+		if n := incr(cs[i], rds[i], fmt.Sprintf("own%d", i)); n != 1 {
+			t.Fatalf("first INCR on connection %d = %d", i, n)
+		}
+	}
+	burst(cs, rds, 1)
+	after1 := naps()
+	if after1 == 0 {
+		t.Fatalf("no nap after a round that served %d connections", conns)
+	}
+	burst(cs, rds, 4*coalesceMaxDepth)
+	if n := naps(); n != after1 {
+		t.Fatalf("%d naps after a round of %d pipelining connections; want none", n-after1, conns)
+	}
+	if n, want := incr(lone, lrd, "shared"), conns*(1+4*coalesceMaxDepth)+1; n != want {
+		t.Fatalf("shared = %d; want %d", n, want)
+	}
+}
+
+// TestCoalesceBounds: New keeps Options.Coalesce within 0..MaxCoalesce.
+func TestCoalesceBounds(t *testing.T) {
+	for _, c := range []struct{ in, want time.Duration }{
+		{-time.Second, 0}, {0, 0}, {20 * time.Microsecond, 20 * time.Microsecond}, {time.Hour, MaxCoalesce},
+	} {
+		if got := New(nil, Options{Coalesce: c.in}).opts.Coalesce; got != c.want {
+			t.Errorf("Coalesce %v: New made it %v, want %v", c.in, got, c.want)
+		}
+	}
+}
