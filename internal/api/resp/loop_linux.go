@@ -454,14 +454,26 @@ const coalesceMaxDepth = 2
 // only while coalesceMinActive connections or more are active, so that
 // clients always have replies to work through meanwhile, and only after
 // a round whose connections were not pipelining (coalesceMaxDepth). Its
-// cost: up to the nap (plus the kernel's timer slack, 50 us by default)
-// of latency for the requests that arrive during it.
+// cost: up to the nap of latency for the requests that arrive during
+// it; the nap's thread
+// has its timer slack set to napTimerSlack (1 us; Linux's default, 50 us,
+// made a 20 us nap last 20-70 us: p50 at -c 50 0.35-0.41 ms against
+// 0.31-0.35 ms with 1 us, for the same or more requests/s).
 //
 // The nap is a raw system call, like the loop's reads and writes: the
 // scheduler is not told, the P stays with the loop for those
 // microseconds (Options.Coalesce is at most MaxCoalesce).
+const (
+	prSetTimerSlack = 29   // prctl PR_SET_TIMERSLACK
+	napTimerSlack   = 1000 // ns: how late the kernel may end a nap
+)
+
 func (l *eventLoop) napPoll() (int, error) {
 	l.naps++
+	// The loop's goroutine moves between threads: the slack is set on the
+	// one it naps on (the default 50 us would more than double a 20 us
+	// nap, and its latency).
+	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, napTimerSlack, 0)
 	ts := syscall.Timespec{Nsec: int64(l.s.opts.Coalesce)}
 	syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0) // EINTR: poll early
 	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
