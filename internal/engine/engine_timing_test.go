@@ -12,15 +12,7 @@ import (
 // BenchmarkRawAtomicAdd from the same run (BENCHMARKS.md quotes the ratio).
 func BenchmarkHotKeyAdd(b *testing.B) {
 	e := openMem(b)
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchHotAdds(b, e)
 }
 
 // BenchmarkHotKeyAddHot is BenchmarkHotKeyAdd with the counter made hot
@@ -35,15 +27,7 @@ func BenchmarkHotKeyAddHot(b *testing.B) {
 	if !e.heatForTest("page_views:article_123") {
 		b.Fatal("not hot")
 	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchHotAdds(b, e)
 }
 
 // BenchmarkHotKeyAddGet is BenchmarkHotKeyAdd with every 16th op a Get of
@@ -61,6 +45,20 @@ func BenchmarkHotKeyAddGet(b *testing.B) {
 				}
 				continue
 			}
+			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// benchHotAdds runs the benchmark's adds of 1 to one counter from
+// GOMAXPROCS goroutines, allocations reported.
+func benchHotAdds(b *testing.B, e *Engine) {
+	b.ReportAllocs()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
 			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}

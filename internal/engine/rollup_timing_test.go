@@ -135,14 +135,7 @@ func BenchmarkUniques365Days(b *testing.B) {
 // keeps minute, hour, day and month buckets.
 func BenchmarkRollupAdd(b *testing.B) {
 	e := openMem(b, func(c *Config) { c.Rollups = map[string]rollup.Spec{"page_views": rollup.DefaultSpec()} })
-	b.ReportAllocs()
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	benchHotAdds(b, e)
 }
 
 // BenchmarkRollupPFAdd is one-item PFADD on an hll with day and hour
