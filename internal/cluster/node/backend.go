@@ -216,15 +216,14 @@ func (n *Node) applyOwned(ctx context.Context, ops []engine.Op, batch bool, wo e
 		if res[i].Version >= floor {
 			continue
 		}
-		ver, ok, err := n.store.RaiseVersion(ops[i].ID, floor)
-		switch {
-		case err != nil:
+		if _, _, err := n.store.RaiseVersion(ops[i].ID, floor); err != nil {
 			return nil, err
-		case ok:
-			res[i].Version = ver
-		default: // deleted: its tombstone carries the epoch
-			res[i].Version = floor | res[i].Version&(1<<epochBits-1)
 		}
+		// This write's version, raised as RaiseVersion raises the id's
+		// (or, deleted, its tombstone's): the id's version now may
+		// already count writes that came after this one, and two
+		// concurrent first writes of an epoch would report it both.
+		res[i].Version = floor | res[i].Version&(1<<epochBits-1)
 	}
 	return res, nil
 }
