@@ -38,6 +38,10 @@ var clusterArgs = []string{
 // for about 2 s (CLUSTER_WRITABLE_DELAY in cluster.c), whatever we do.
 const clusterTimeout = 15 * time.Second
 
+// failoverAttempt is how long Failover waits for one CLUSTER FAILOVER: more
+// than Redis's own limit for a manual failover (5 s).
+const failoverAttempt = 7 * time.Second
+
 // Cluster is a Redis Cluster of masters without replicas for one test.
 // Its methods are safe for concurrent use; t.Cleanup stops a private one.
 type Cluster struct {
@@ -314,7 +318,7 @@ func (c *Cluster) AddReplica(t testing.TB, master string) string {
 // then lists it instead of the old master.
 func (c *Cluster) Failover(t testing.TB, replica string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*failoverAttempt)
 	defer cancel()
 	r := redis.NewClient(&redis.Options{Addr: replica})
 	defer r.Close()
@@ -338,12 +342,15 @@ func (c *Cluster) Failover(t testing.TB, replica string) {
 	}
 	// A manual failover needs the masters' votes; one that masters new to
 	// the replica did not grant is abandoned by Redis, so ask again until
-	// the replica calls itself master.
+	// the replica calls itself master. Asking again resets a failover in
+	// progress, and Redis gives one up to 5 s (the replica catching up
+	// with a busy master, then the vote): an attempt waits longer than
+	// that (under a loaded CI run, attempts of 3 s never let one finish).
 	for {
 		if err := r.ClusterFailover(ctx).Err(); err != nil {
 			t.Fatalf("redistest: CLUSTER FAILOVER on %s: %v", replica, err)
 		}
-		attempt, done := context.WithTimeout(ctx, 3*time.Second)
+		attempt, done := context.WithTimeout(ctx, failoverAttempt)
 		err := poll(attempt, func() error {
 			if nodes, _ := r.ClusterNodes(attempt).Result(); !nodeLine(nodes, replica, "master") {
 				return errors.New("not promoted yet")
