@@ -39,16 +39,20 @@ func newCutProxy(t *testing.T, target string) *cutProxy {
 	}
 	p := &cutProxy{ln: ln, target: target, conns: map[net.Conn]bool{}}
 	t.Cleanup(func() { ln.Close(); p.setCut(true) })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
+	go serveEach(ln, p.serve)
 	return p
+}
+
+// serveEach hands each connection ln accepts to serve, on its own
+// goroutine, until ln is closed.
+func serveEach(ln net.Listener, serve func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go serve(c)
+	}
 }
 
 func (p *cutProxy) addr() string { return p.ln.Addr().String() }

@@ -32,15 +32,7 @@ func newPauseProxy(t *testing.T, target string) *pauseProxy {
 	p := &pauseProxy{ln: ln, target: target}
 	p.cond = sync.NewCond(&p.mu)
 	t.Cleanup(p.close)
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go p.serve(c)
-		}
-	}()
+	go serveEach(ln, p.serve)
 	return p
 }
 
