@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,4 +149,45 @@ func TestPromiseClaims(t *testing.T) {
 			}
 		}
 	})
+}
+
+// laterWriteStore is a Store whose first RaiseVersion of an id with its
+// prefix lets another add of the id land first: a concurrent write between
+// an owner's write and the raise of that write to the owner's epoch.
+type laterWriteStore struct {
+	Store
+	prefix string
+	once   atomic.Bool
+}
+
+func (s *laterWriteStore) RaiseVersion(id string, floor uint64) (uint64, bool, error) {
+	if strings.HasPrefix(id, s.prefix) && s.once.CompareAndSwap(false, true) {
+		if _, err := s.Store.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{}); err != nil {
+			return 0, false, err
+		}
+	}
+	return s.Store.RaiseVersion(id, floor)
+}
+
+// TestOwnedWriteReportsItsOwnVersion: the first write of an epoch reports
+// its own version raised to the epoch, not the id's version after the
+// raise, which counts a later write too (two concurrent first writes
+// reported one version).
+func TestOwnedWriteReportsItsOwnVersion(t *testing.T) {
+	c := &testCluster{t: t, nodes: map[string]*testNode{}, antiEntropy: time.Hour,
+		wrapStore: func(s Store) Store { return &laterWriteStore{Store: s, prefix: "raise:"} }}
+	startTestCluster(c, "n1", "n2", "n3")
+	n1 := c.node("n1").n
+	id := ownedID(c.node("n1"), "n1", "raise:")
+	r, err := n1.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: engine.KindCounter}, engine.WriteOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := n1.Get(context.Background(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if epochOf(r.Version) == 0 || r.Value != 1 || v.Value != 2 || v.Version != r.Version+1 {
+		t.Fatalf("the first write: value %d version %#x; the id after the later write: value %d version %#x", r.Value, r.Version, v.Value, v.Version)
+	}
 }

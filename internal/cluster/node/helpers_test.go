@@ -42,6 +42,8 @@ type testCluster struct {
 	antiEntropy time.Duration
 	// tune, when set, adjusts every node's Config before New (lease_test.go).
 	tune func(*Config)
+	// wrapStore, when set, wraps every node's store (epoch_test.go).
+	wrapStore func(Store) Store
 }
 
 type testNode struct {
@@ -135,7 +137,11 @@ func (c *testCluster) start(id, dir string) *testNode {
 	if c.tune != nil {
 		c.tune(&cfg)
 	}
-	n, err := New(cfg, EngineStore(eng))
+	store := EngineStore(eng)
+	if c.wrapStore != nil {
+		store = c.wrapStore(store)
+	}
+	n, err := New(cfg, store)
 	if err != nil {
 		t.Fatal(err)
 	}
