@@ -191,8 +191,7 @@ func TestAdmissionAdmitAllocs(t *testing.T) {
 	hist := newAdmittedLatency()
 	a := &admission{fair: fair, idle: time.Minute, latency: latencyObservers(hist)}
 	const perRun = 100
-	fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}")}
-	c := &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}
+	c, fc := feedAdmitConn(a, 0)
 	buf := make([]byte, 4096)
 	allocs := testing.AllocsPerRun(20, func() {
 		fc.n = perRun
@@ -225,8 +224,7 @@ func BenchmarkAdmissionAdmit(b *testing.B) {
 			if observe {
 				a.latency = latencyObservers(newAdmittedLatency())
 			}
-			fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}"), n: b.N}
-			c := &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}
+			c, _ := feedAdmitConn(a, b.N)
 			buf := make([]byte, 4096)
 			b.ReportAllocs()
 			b.ResetTimer()

@@ -174,6 +174,13 @@ func (f *feedConn) SetWriteDeadline(time.Time) error { return nil }
 func (f *feedConn) Close() error                     { return nil }
 func (f *feedConn) RemoteAddr() net.Addr             { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 9), Port: 1} }
 
+// feedAdmitConn is an admitConn of a, client 127.0.0.9, whose reads
+// return one increment request each, n times, then EOF.
+func feedAdmitConn(a *admission, n int) (*admitConn, *feedConn) {
+	fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}"), n: n}
+	return &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}, fc
+}
+
 // TestAdmissionShedAllocs: refusing a flood's request in front of the
 // HTTP server (framing it, the share check, the prebuilt 503) allocates
 // nothing, so refusals cost the garbage collector nothing however many
@@ -201,8 +208,7 @@ func TestAdmissionShedAllocs(t *testing.T) {
 	var sheds int
 	a := &admission{fair: fair, idle: time.Minute, onShed: func(shed.Verdict) { sheds++ }}
 	const perRun = 100
-	fc := &feedConn{req: []byte("POST /counters/a/increment HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 12\r\n\r\n{\"delta\": 1}")}
-	c := &admitConn{Conn: fc, a: a, key: shed.ClientKey(netip.MustParseAddr("127.0.0.9"))}
+	c, fc := feedAdmitConn(a, 0)
 	buf := make([]byte, 4096)
 	allocs := testing.AllocsPerRun(20, func() {
 		fc.n = perRun
