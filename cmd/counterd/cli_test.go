@@ -12,14 +12,17 @@ import (
 )
 
 // TestStrayArgumentIsUsageError: "counterd version" exits 2 with a
-// message and the usage instead of starting a server that ignores it.
+// one-line message pointing at --help instead of starting a server that
+// ignores it; so does an unknown flag, naming the nearest one.
 func TestStrayArgumentIsUsageError(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs the counterd binary")
 	}
-	for _, tc := range []struct{ arg, hint string }{
-		{"version", "(did you mean --version?)"},
-		{"serve", "counterd takes flags only"},
+	for _, tc := range []struct{ arg, want, hint string }{
+		{"version", `counterd: unexpected argument "version": counterd takes flags only`, "(did you mean --version?)"},
+		{"serve", `counterd: unexpected argument "serve": counterd takes flags only`, "counterd takes flags only"},
+		{"--bogus", "counterd: unknown flag --bogus", "run counterd --help for the flags"},
+		{"--htp", "counterd: unknown flag --htp", "(did you mean --http?)"},
 	} {
 		cmd := exec.Command(counterdBin(t), "--data", t.TempDir(), "--http", "127.0.0.1:0", "--resp", "", "--grpc", "", tc.arg)
 		out, err := cmd.CombinedOutput()
@@ -27,10 +30,76 @@ func TestStrayArgumentIsUsageError(t *testing.T) {
 		if !ok || ee.ExitCode() != 2 {
 			t.Fatalf("counterd %s: %v, want exit status 2\n%s", tc.arg, err, out)
 		}
-		want := fmt.Sprintf("counterd: unexpected argument %q: counterd takes flags only", tc.arg)
-		if !strings.Contains(string(out), want) || !strings.Contains(string(out), tc.hint) || !strings.Contains(string(out), "-data string") {
-			t.Errorf("counterd %s printed:\n%s\nwant %q, %q and the usage", tc.arg, out, want, tc.hint)
+		if !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), tc.hint) ||
+			!strings.Contains(string(out), "counterd --help") || strings.Count(string(out), "\n") != 1 {
+			t.Errorf("counterd %s printed:\n%s\nwant one line with %q, %q and the --help hint", tc.arg, out, tc.want, tc.hint)
 		}
+	}
+}
+
+// TestHelpGrouped: --help prints every flag grouped by topic on standard
+// output and exits 0.
+func TestHelpGrouped(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	out, err := exec.Command(counterdBin(t), "--help").Output()
+	if err != nil {
+		t.Fatalf("--help: %v", err)
+	}
+	last := -1
+	for _, g := range []string{"\nListen:\n", "\nAuthentication and TLS:\n", "\nStorage:\n", "\nCluster:\n",
+		"\nRegions:\n", "\nEvent pipeline:\n", "\nLimits:\n", "\nLogging and operation:\n"} {
+		i := strings.Index(string(out), g)
+		if i < 0 || i < last {
+			t.Fatalf("--help lacks %q or has it out of order:\n%s", g, out)
+		}
+		last = i
+	}
+	for _, f := range []string{"--data string", "--join string", "--config string", "--max-body int"} {
+		if !strings.Contains(string(out), f) {
+			t.Errorf("--help lacks %q", f)
+		}
+	}
+}
+
+// TestConfigFileFlag: counterd --config FILE takes its settings from the
+// file, below the command line's.
+func TestConfigFileFlag(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "counterd.yaml")
+	// http is overridden by start's --http 127.0.0.1:0; max-body applies.
+	if err := os.WriteFile(cfg, []byte("http: 127.0.0.1:1\nmax-body: 64\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, filepath.Join(dir, "data"), "--config", cfg)
+	small, err := client.Post(p.addr+"/counters/cfg:a/increment", "application/json", strings.NewReader(`{"delta": 1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	small.Body.Close()
+	big, err := client.Post(p.addr+"/counters/cfg:a/increment", "application/json",
+		strings.NewReader(`{"delta": 1, "pad": "`+strings.Repeat("x", 100)+`"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big.Body.Close()
+	if small.StatusCode != 200 || big.StatusCode != 413 {
+		t.Fatalf("with max-body 64 from the file: small %d (want 200), big %d (want 413)", small.StatusCode, big.StatusCode)
+	}
+	p.term(t)
+
+	if err := os.WriteFile(cfg, []byte("max-bodyy: 64\nhtp: x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(counterdBin(t), "--data", filepath.Join(dir, "data"), "--config", cfg).CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 ||
+		!strings.Contains(string(out), `line 1: unknown setting "max-bodyy" (did you mean --max-body?)`) ||
+		!strings.Contains(string(out), `line 2: unknown setting "htp" (did you mean --http?)`) {
+		t.Fatalf("bad config file: %v\n%s", err, out)
 	}
 }
 

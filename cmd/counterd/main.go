@@ -5,11 +5,12 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 
 	"github.com/counterd/counterd/internal/buildinfo"
@@ -18,10 +19,17 @@ import (
 
 func main() {
 	cfg := server.DefaultConfig()
-	fs := flag.NewFlagSet("counterd", flag.ExitOnError)
+	fs := flag.NewFlagSet("counterd", flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors are reported in one line below, help by server.PrintUsage
 	cfg.BindFlags(fs)
 	version := fs.Bool("version", false, "print the version and exit")
-	fs.Parse(os.Args[1:])
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			server.PrintUsage(os.Stdout, fs)
+			return
+		}
+		fail(2, server.FlagError(fs, err))
+	}
 	if *version {
 		fmt.Println("counterd", buildinfo.Version())
 		return
@@ -29,34 +37,27 @@ func main() {
 	if fs.NArg() > 0 {
 		// counterd takes flags only; a stray word ("counterd version")
 		// must not start a server that ignores it.
-		fmt.Fprintln(os.Stderr, "counterd:", strayArgs(fs))
-		fs.SetOutput(os.Stderr)
-		fs.Usage()
-		os.Exit(2)
+		fail(2, server.StrayArgs(fs))
+	}
+	if cfg.ConfigFile != "" {
+		if err := server.ApplyConfigFile(fs, cfg.ConfigFile); err != nil {
+			fail(2, err.Error())
+		}
 	}
 	if err := cfg.EnvErr(); err != nil {
-		fmt.Fprintln(os.Stderr, "counterd:", err)
-		os.Exit(2)
+		fail(2, err.Error())
 	}
 	if err := cfg.Validate(); err != nil {
-		fmt.Fprintln(os.Stderr, "counterd:", err)
-		os.Exit(2)
+		fail(2, err.Error())
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := server.Run(ctx, cfg, server.NewLogger(&cfg)); err != nil {
-		fmt.Fprintln(os.Stderr, "counterd:", err)
-		os.Exit(1)
+		fail(1, err.Error())
 	}
 }
 
-// strayArgs describes the positional arguments left after fs parsed the
-// command line, suggesting the flag of the same name when there is one.
-func strayArgs(fs *flag.FlagSet) string {
-	a := fs.Arg(0)
-	msg := fmt.Sprintf("unexpected argument %q: counterd takes flags only", a)
-	if f := fs.Lookup(strings.TrimLeft(a, "-")); f != nil {
-		msg += fmt.Sprintf(" (did you mean --%s?)", f.Name)
-	}
-	return msg
+func fail(code int, msg string) {
+	fmt.Fprintln(os.Stderr, "counterd:", msg)
+	os.Exit(code)
 }

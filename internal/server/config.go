@@ -53,6 +53,9 @@ type Config struct {
 	ShutdownTimeout      time.Duration // --shutdown-timeout: grace period for in-flight requests (default 10s)
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
+	// ConfigFile: --config, a YAML file of settings keyed by flag name,
+	// applied by ApplyConfigFile below flags and environment (default none).
+	ConfigFile string
 
 	// security: auth
 	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
@@ -318,6 +321,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.TrustedProxies, "trusted-proxies", "CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client, for per-client admission, comma-separated (default none: the peer address is the client)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	str(&c.ConfigFile, "config", "YAML file of settings, keys are flag names (docs/operations.md, Configuration)")
 	// security: auth
 	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")
 	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth")
