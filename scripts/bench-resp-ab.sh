@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench-resp-ab.sh: A/B of counterd builds on the Redis protocol, for a
-# noisy machine (BENCHMARKS.md, "Issue 17, third pass"). One redis-server
+# noisy machine (docs/bench/history.md, "Issue 17, third pass"). One redis-server
 # (appendonly yes, appendfsync everysec) and one counterd per build
 # (--durability async) run side by side; every round runs each test
 # against every server, rotating who goes first. Per run it prints

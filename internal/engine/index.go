@@ -23,8 +23,9 @@ import (
 //     entry's slab index + 1 (0 = empty, tombstone = tag 0xFF, index 0).
 //
 // An idle counter with a 24-byte id costs about 63 bytes of heap (entry,
-// id reference, id bytes, slots, chunk slack; BENCHMARKS.md) instead of the
-// ~150 a map[string]*struct would.
+// id reference, id bytes, slots, chunk slack; docs/bench/history.md,
+// "Engine: memory per idle counter") instead of the ~150 a
+// map[string]*struct would.
 //
 // Concurrency: lookups take no lock. Writers to the index (insert, remove,
 // resize, arena compaction) hold shard.mu and publish with atomic stores:

@@ -37,8 +37,8 @@ var ErrCorrupt = errors.New("engine: corrupt stored value")
 // under it: compaction was 40% of the consumer's CPU. Bigger memtables
 // flush far less often (9 flushes instead of about 200 for 3,000,000
 // events), and twice as many L0 files before a compaction halve the
-// rewrites of the base level (BENCHMARKS.md, "Pebble memtables and L0 for
-// the dedupe markers").
+// rewrites of the base level (docs/bench/history.md, "Pebble memtables and
+// L0 for the dedupe markers").
 // Memtables start at 256 KB and double only when filled, so an idle or
 // lightly written engine allocates no more than before; under a sustained
 // write load up to memTableStop memtables are held (64 MB with these).

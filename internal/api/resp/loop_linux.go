@@ -33,8 +33,9 @@ import (
 // The loop blocks in epoll_wait itself, like Redis's, rather than parking
 // on Go's network poller: under redis-benchmark -P 1 that cut epoll calls
 // from ~0.7 to ~0.23 per request and futex calls from ~0.09 to ~0.01
-// (perf stat, BENCHMARKS.md), and the scheduler's search for work per
-// round (findRunnable, ~10% of the CPU of a GET) went away.
+// (perf stat, docs/bench/history.md, "Redis protocol vs Redis"), and the
+// scheduler's search for work per round (findRunnable, ~10% of the CPU of
+// a GET) went away.
 //
 // The price: a command runs on the loop, so a slow command delays the other
 // connections of its loop (as in Redis). The server enables loops only for

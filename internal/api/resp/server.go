@@ -621,7 +621,7 @@ func (s *Server) run(c *client, cmd *command, args [][]byte) {
 
 // nanotime is the runtime's monotonic clock, what time.Now reads besides
 // the wall clock (half its cost; a clock read is ~0.15 µs on the VMs
-// measured in BENCHMARKS.md).
+// measured in docs/bench/history.md, "Issue 17, third pass").
 //
 //go:linkname nanotime runtime.nanotime
 func nanotime() int64
