@@ -34,9 +34,19 @@ func (e Event) MarshalJSON() ([]byte, error) {
 // EventsResult is the answer to SendEvents.
 type EventsResult struct {
 	Accepted int `json:"accepted"`
+	// Rejected are the events of the batch the server refused one by one
+	// (bad JSON, a missing id, type or ts, too large): they were
+	// dead-lettered and not appended; the others were.
+	Rejected []RejectedEvent `json:"rejected"`
 	// DeadLetters, from a node without a stream (the rules ran at once),
 	// are the events that changed nothing, with the reason.
 	DeadLetters []EventDeadLetter `json:"dead_letters"`
+}
+
+// RejectedEvent is an event of a batch that the server refused.
+type RejectedEvent struct {
+	Index int    `json:"index"`
+	Error string `json:"error"`
 }
 
 // EventDeadLetter is an event of the batch the rules could not apply.
@@ -47,8 +57,10 @@ type EventDeadLetter struct {
 }
 
 // SendEvents appends a batch of events with POST /events and returns once
-// the server's stream acknowledged all of them (202). A bad batch is
-// refused whole (ErrInvalidEvent, ErrTooLarge). Retries are safe whatever
+// the server's stream acknowledged all of them (202). Events the server
+// refuses one by one are in EventsResult.Rejected, the others appended; a
+// batch with no good event, or that is not a list of events, is refused
+// whole (ErrInvalidEvent, ErrTooLarge). Retries are safe whatever
 // happened: the pipeline counts an event id once.
 func (c *Client) SendEvents(ctx context.Context, events []Event) (EventsResult, error) {
 	if len(events) == 0 {

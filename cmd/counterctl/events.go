@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -52,6 +53,9 @@ type eventsSummary struct {
 	ElapsedMs   float64                  `json:"elapsed_ms"`
 	PerSec      float64                  `json:"events_per_sec"`
 	DeadLetters []client.EventDeadLetter `json:"dead_letters,omitempty"`
+	// Rejected are the events the server refused (not appended), with
+	// their index in the file's order.
+	Rejected []client.RejectedEvent `json:"rejected,omitempty"`
 }
 
 // readEvents reads a file of events: NDJSON, or one JSON array.
@@ -109,6 +113,7 @@ func sendEvents(ctx context.Context, e *env, cfg eventsConfig, path string) erro
 		mu       sync.Mutex
 		firstErr error
 		dead     []client.EventDeadLetter
+		rejected []client.RejectedEvent
 		next     atomic.Int64
 		wg       sync.WaitGroup
 	)
@@ -129,6 +134,10 @@ func sendEvents(ctx context.Context, e *env, cfg eventsConfig, path string) erro
 					d.Index += i * cfg.batch
 					dead = append(dead, d)
 				}
+				for _, r := range res.Rejected {
+					r.Index += i * cfg.batch
+					rejected = append(rejected, r)
+				}
 				mu.Unlock()
 				if err != nil {
 					return
@@ -144,12 +153,20 @@ func sendEvents(ctx context.Context, e *env, cfg eventsConfig, path string) erro
 	}
 	el := time.Since(start)
 	s := eventsSummary{Events: len(evs), Batches: len(batches), ElapsedMs: float64(el.Microseconds()) / 1000,
-		PerSec: float64(len(evs)) / el.Seconds(), DeadLetters: dead}
+		PerSec: float64(len(evs)) / el.Seconds(), DeadLetters: dead, Rejected: rejected}
+	sort.Slice(s.Rejected, func(a, b int) bool { return s.Rejected[a].Index < s.Rejected[b].Index })
+	sort.Slice(s.DeadLetters, func(a, b int) bool { return s.DeadLetters[a].Index < s.DeadLetters[b].Index })
 	if e.json {
 		return printJSON(e.stdout, s)
 	}
 	fmt.Fprintf(e.stdout, "sent %d events in %d batches in %s (%.0f events/s)\n", s.Events, s.Batches, human(el), s.PerSec)
-	for _, d := range dead {
+	if len(s.Rejected) > 0 {
+		fmt.Fprintf(e.stdout, "%d events refused (dead-lettered, not counted):\n", len(s.Rejected))
+	}
+	for _, r := range s.Rejected {
+		fmt.Fprintf(e.stdout, "refused: event %d: %s\n", r.Index, r.Error)
+	}
+	for _, d := range s.DeadLetters {
 		fmt.Fprintf(e.stdout, "dead letter: event %d (%s): %s\n", d.Index, d.ID, d.Reason)
 	}
 	return nil

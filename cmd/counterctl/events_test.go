@@ -79,11 +79,18 @@ func TestEventsCommand(t *testing.T) {
 	if code, _, errOut := ctl(t, addr, "events", file); code != 2 || !strings.Contains(errOut, ":2: not a JSON event") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
-	// A bad event is refused by the server, whole batch.
+	// A batch whose every event is bad is refused by the server, whole.
 	os.WriteFile(file, []byte(`[{"id":"x","type":"view"}]`), 0o644)
 	if code, _, errOut := ctl(t, addr, "events", file); code != 1 || !strings.Contains(errOut, "invalid_event") {
 		t.Fatalf("exit %d, stderr %q", code, errOut)
 	}
+	// A bad event among good ones is refused alone and reported; the
+	// good ones are counted, and the refused one is a dead letter.
+	os.WriteFile(file, []byte(`[{"id":"r1","type":"view","ts":1,"post":"p7"},{"id":"r2","type":"view","post":"p7"},{"id":"r3","type":"view","ts":1,"post":"p7"}]`), 0o644)
+	wantMatch(t, ok(t, addr, "events", file, "--no-progress"),
+		`^sent 3 events in 1 batches in .*\n1 events refused \(dead-lettered, not counted\):\nrefused: event 1: event: invalid event: no "ts"\n$`)
+	wantMatch(t, ok(t, addr, "get", "views:p7"), `^views:p7  2  `)
+	wantMatch(t, ok(t, addr, "events", "--dead", "1"), `^\{"source":"collector:http","partition":-1,"offset":-1,"index":1,"reason":"event: invalid event: no \\"ts\\"","event":\{"id":"r2","type":"view","post":"p7"\}\}\n$`)
 
 	// The Go client sends typed events.
 	c, err := client.New(addr)

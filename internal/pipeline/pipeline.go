@@ -145,7 +145,8 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 		sink = embeddedSink{a: p.applier, log: log, dead: p.dead}
 	}
 	p.col = collector.New(sink, collector.Options{Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes,
-		Collected: func(fe string, n int) { p.m.Collected.WithLabelValues(fe).Add(float64(n)) }})
+		Collected: func(fe string, n int) { p.m.Collected.WithLabelValues(fe).Add(float64(n)) },
+		Rejected:  func(fe string, n int) { p.m.Rejected.WithLabelValues(fe).Add(float64(n)) }})
 	rctx, cancel := context.WithCancel(context.Background())
 	p.cancel = cancel
 	if cons != nil {
@@ -311,6 +312,18 @@ type embeddedSink struct {
 	a    *consumer.Applier
 	log  *slog.Logger
 	dead *deadLog // nil: not kept
+}
+
+// Reject keeps the refused events in the dead-letter log, when there is
+// one, and logs them.
+func (s embeddedSink) Reject(_ context.Context, frontend string, rs []event.Rejected) error {
+	for _, r := range rs {
+		s.log.Warn("pipeline: event refused", "index", r.Index, "reason", r.Err.Err.Error())
+	}
+	if s.dead == nil {
+		return nil
+	}
+	return s.dead.Append("collector:"+frontend, collector.RejectedDeadLetters(rs))
 }
 
 func (s embeddedSink) Append(ctx context.Context, b *event.Batch) ([]collector.DeadLetter, error) {

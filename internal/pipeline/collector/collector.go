@@ -3,8 +3,10 @@
 // checks it against event.Limits and hands it to a Sink: a stream
 // producer, which answers once the stream acknowledged the batch, or in
 // the embedded mode the consumer's applier, which answers once the
-// effects are on disk. A bad batch is refused whole with a typed error and
-// appends nothing.
+// effects are on disk. A bad event is refused on its own (dead-lettered
+// and answered in Result.Rejected) while the batch's good events are
+// appended; a batch that is not a list of events, or has no good event,
+// is refused whole with a typed error and appends nothing.
 package collector
 
 import (
@@ -28,6 +30,15 @@ type Sink interface {
 	Append(ctx context.Context, b *event.Batch) ([]DeadLetter, error)
 }
 
+// Rejecter is a Sink that also keeps the events the collector refused
+// one by one (a partial batch): on the stream's dead letters, or in the
+// embedded dead-letter log. A Sink that is not one only answers them.
+// Like the batch, the events' bytes are the request's buffer: a
+// Rejecter keeps no reference to them.
+type Rejecter interface {
+	Reject(ctx context.Context, frontend string, rs []event.Rejected) error
+}
+
 // ProducerSink adapts a stream.Producer: a batch is one stream message,
 // or several when larger than stream.MaxMessageBytes.
 type ProducerSink struct{ P stream.Producer }
@@ -35,6 +46,28 @@ type ProducerSink struct{ P stream.Producer }
 // Append appends to the stream.
 func (s ProducerSink) Append(ctx context.Context, b *event.Batch) ([]DeadLetter, error) {
 	return nil, s.P.Append(ctx, b.Frame(stream.MaxMessageBytes))
+}
+
+// Reject publishes the refused events on the stream's dead letters, when
+// the producer can (stream.DeadLetterProducer).
+func (s ProducerSink) Reject(ctx context.Context, frontend string, rs []event.Rejected) error {
+	dp, ok := s.P.(stream.DeadLetterProducer)
+	if !ok {
+		return nil
+	}
+	return dp.AppendDeadLetters(ctx, "collector:"+frontend, RejectedDeadLetters(rs))
+}
+
+// RejectedDeadLetters are the dead letters of refused events: no stream
+// position (partition and offset -1), their index in the batch, their
+// bytes and the reason.
+func RejectedDeadLetters(rs []event.Rejected) []stream.DeadLetter {
+	out := make([]stream.DeadLetter, len(rs))
+	for i, r := range rs {
+		out[i] = stream.DeadLetter{Record: stream.Record{Partition: -1, Offset: -1, Index: int32(r.Index), Value: r.Raw},
+			Reason: r.Err.Err.Error()}
+	}
+	return out
 }
 
 // ErrNoSink: the node has no stream and no rules to apply events with.
@@ -50,6 +83,9 @@ type Options struct {
 	// Collected, when set, is called with the number of events accepted
 	// and the front end ("http", "resp").
 	Collected func(frontend string, n int)
+	// Rejected, when set, is called with the number of events of a
+	// partial batch that were refused, and the front end.
+	Rejected func(frontend string, n int)
 }
 
 // Collector checks batches and appends them to its sink. Safe for
@@ -70,9 +106,18 @@ func New(sink Sink, opts Options) *Collector {
 // Result is what an accepted batch answers.
 type Result struct {
 	Accepted int `json:"accepted"`
+	// Rejected are the events refused one by one (bad JSON, a missing id,
+	// type or ts, too large): they were dead-lettered, not appended.
+	Rejected []RejectedEvent `json:"rejected"`
 	// DeadLetters, in the embedded mode, are the events the rules could
 	// not apply (index in the batch and reason); they changed nothing.
 	DeadLetters []DeadLetter `json:"dead_letters,omitempty"`
+}
+
+// RejectedEvent is an event of a batch that the collector refused.
+type RejectedEvent struct {
+	Index int    `json:"index"`
+	Error string `json:"error"`
 }
 
 // DeadLetter is an event of the batch that was dead-lettered.
@@ -82,23 +127,48 @@ type DeadLetter struct {
 	Reason string `json:"reason"`
 }
 
-// Add checks a batch (JSON array or NDJSON) and appends it.
+// Add checks a batch (JSON array or NDJSON) and appends its good events.
+// Bad events are refused one by one: dead-lettered first (so a failure
+// there appends nothing and the client may retry the batch), then
+// answered in Result.Rejected. The whole batch is refused when it cannot
+// be split into events or none is good.
 func (c *Collector) Add(ctx context.Context, frontend string, body []byte) (Result, error) {
 	if c.sink == nil {
 		return Result{}, ErrNoSink
 	}
-	b, err := event.CheckBatch(body, c.opts.Limits)
+	b, err := event.CheckBatchPartial(body, c.opts.Limits)
 	if err != nil {
 		return Result{}, err
+	}
+	res := Result{Rejected: []RejectedEvent{}}
+	if len(b.Rejected) > 0 {
+		if r, ok := c.sink.(Rejecter); ok {
+			if err := r.Reject(ctx, frontend, b.Rejected); err != nil {
+				return Result{}, err
+			}
+		}
+		res.Rejected = make([]RejectedEvent, len(b.Rejected))
+		for i, r := range b.Rejected {
+			res.Rejected[i] = RejectedEvent{Index: r.Index, Error: r.Err.Err.Error()}
+		}
+		if c.opts.Rejected != nil {
+			c.opts.Rejected(frontend, len(b.Rejected))
+		}
 	}
 	dead, err := c.sink.Append(ctx, b)
 	if err != nil {
 		return Result{}, err
 	}
+	if b.Index != nil {
+		for i := range dead { // the sink numbers the events it was given
+			dead[i].Index = b.Index[dead[i].Index]
+		}
+	}
 	if c.opts.Collected != nil {
 		c.opts.Collected(frontend, len(b.Events))
 	}
-	return Result{Accepted: len(b.Events), DeadLetters: dead}, nil
+	res.Accepted, res.DeadLetters = len(b.Events), dead
+	return res, nil
 }
 
 // Wire error codes of POST /events (docs/pipeline.md).

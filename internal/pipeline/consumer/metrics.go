@@ -17,6 +17,9 @@ type Metrics struct {
 	Lag      *prometheus.GaugeVec   // records not yet consumed, by partition
 	// Collected counts events the collector accepted, by front end.
 	Collected *prometheus.CounterVec
+	// Rejected counts events of partial batches the collector refused
+	// (and dead-lettered), by front end.
+	Rejected *prometheus.CounterVec
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: none).
@@ -34,9 +37,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Records not yet consumed, by partition (JetStream: partition 0, the consumer's pending count)."}, []string{"partition"}),
 		Collected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "counterd_pipeline_collected_total",
 			Help: "Events the collector appended to the stream, by front end (http, resp)."}, []string{"frontend"}),
+		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "counterd_pipeline_rejected_total",
+			Help: "Events of accepted batches that the collector refused one by one (bad JSON, fields or size) and dead-lettered, by front end."}, []string{"frontend"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.Lag, m.Collected)
+		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.Lag, m.Collected, m.Rejected)
 	}
 	return m
 }

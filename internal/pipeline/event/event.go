@@ -140,7 +140,7 @@ func ParseBatch(data []byte, l Limits) ([]Event, error) {
 // reads it back to the same event). The collector forwards it instead of
 // encoding the event again.
 func ParseBatchRaw(data []byte, l Limits) ([]Event, [][]byte, error) {
-	b, evs, err := parseBatch(data, l, true)
+	b, evs, err := parseBatch(data, l, true, false)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -152,6 +152,11 @@ type Batch struct {
 	// Events are each event's JSON as sent, compacted (ParseBatchRaw's
 	// second result).
 	Events [][]byte
+	// Index, after CheckBatchPartial refused some events, is each of
+	// Events' place in the batch as sent; nil when Events are all of it.
+	Index []int
+	// Rejected are the events CheckBatchPartial refused, in batch order.
+	Rejected []Rejected
 	// joined is Events joined by '\n' when the batch was sent as exactly
 	// that (compact NDJSON, one event a line): a slice of the input,
 	// which Frame forwards without copying. Otherwise nil.
@@ -161,7 +166,28 @@ type Batch struct {
 // CheckBatch checks a batch like ParseBatch and returns its forwarded
 // form; the decoded events are not kept. The Batch points into data.
 func CheckBatch(data []byte, l Limits) (*Batch, error) {
-	b, _, err := parseBatch(data, l, false)
+	b, _, err := parseBatch(data, l, false, false)
+	return b, err
+}
+
+// Rejected is an event that CheckBatchPartial refused on its own.
+type Rejected struct {
+	Index int    // its place in the batch as sent
+	Raw   []byte // its bytes as sent (a slice of the input), at most MaxRejectedBytes
+	Err   *Error // wraps ErrInvalid or ErrTooLarge
+}
+
+// MaxRejectedBytes bounds the bytes of a refused event kept for its dead
+// letter: enough to find it, and never a stream message too large.
+const MaxRejectedBytes = 4096
+
+// CheckBatchPartial is CheckBatch that refuses bad events one by one:
+// the Batch holds the good ones (Index maps them back) and Rejected the
+// others. The whole batch is still refused when it cannot be split into
+// events (not a JSON array or NDJSON, empty, too many events) or when no
+// event is good (the first event's *Error).
+func CheckBatchPartial(data []byte, l Limits) (*Batch, error) {
+	b, _, err := parseBatch(data, l, false, true)
 	return b, err
 }
 
@@ -173,8 +199,9 @@ func (b *Batch) Frame(maxBytes int) [][]byte {
 	return Frame(b.Events, maxBytes)
 }
 
-// parseBatch checks data; keep returns the decoded events too.
-func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
+// parseBatch checks data; keep returns the decoded events too; partial
+// sets bad events aside instead of refusing the batch (CheckBatchPartial).
+func parseBatch(data []byte, l Limits, keep, partial bool) (*Batch, []Event, error) {
 	l = l.withDefaults()
 	trimmed := bytes.TrimLeft(data, " \t\r\n")
 	if len(trimmed) == 0 {
@@ -184,7 +211,7 @@ func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 	var err error
 	ndjson := trimmed[0] != '['
 	if ndjson {
-		raws, err = splitLines(trimmed, l)
+		raws, err = splitLines(trimmed, l, partial)
 	} else {
 		raws, err = splitArray(trimmed, l)
 	}
@@ -199,6 +226,7 @@ func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 		out = make([]Event, len(raws))
 	}
 	var scratch Event
+	var rejected []Rejected
 	compacted := false
 	joinedLen := len(raws) - 1 // the newlines between the events
 	for i, raw := range raws {
@@ -207,7 +235,12 @@ func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 			e = &out[i]
 		}
 		if err := decodeInto(raw, l, e); err != nil {
-			return nil, nil, &Error{Index: i, Err: err}
+			if !partial {
+				return nil, nil, &Error{Index: i, Err: err}
+			}
+			rejected = append(rejected, Rejected{Index: i, Raw: raw[:min(len(raw), MaxRejectedBytes)], Err: &Error{Index: i, Err: err}})
+			raws[i] = nil
+			continue
 		}
 		if bytes.ContainsAny(raw, "\r\n") { // only whitespace between tokens: strings cannot hold them raw
 			var b bytes.Buffer
@@ -222,6 +255,9 @@ func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 		}
 		joinedLen += len(raws[i])
 	}
+	if len(rejected) > 0 {
+		return partialBatch(raws, rejected)
+	}
 	b := &Batch{Events: raws}
 	// The lines are ordered, disjoint slices of trimmed, each ended by a
 	// newline but the last: when their bytes and one newline between each
@@ -230,6 +266,22 @@ func parseBatch(data []byte, l Limits, keep bool) (*Batch, []Event, error) {
 		b.joined = trimmed[:joinedLen]
 	}
 	return b, out, nil
+}
+
+// partialBatch is the Batch of the events of raws not rejected (nil in
+// raws), or the first event's error when every one was.
+func partialBatch(raws [][]byte, rejected []Rejected) (*Batch, []Event, error) {
+	if len(rejected) == len(raws) {
+		return nil, nil, rejected[0].Err
+	}
+	b := &Batch{Rejected: rejected, Events: make([][]byte, 0, len(raws)-len(rejected)), Index: make([]int, 0, len(raws)-len(rejected))}
+	for i, raw := range raws {
+		if raw != nil {
+			b.Events = append(b.Events, raw)
+			b.Index = append(b.Index, i)
+		}
+	}
+	return b, nil, nil
 }
 
 // splitArray returns the elements of the JSON array data, checking the
@@ -274,8 +326,9 @@ func splitArray(data []byte, l Limits) ([][]byte, error) {
 }
 
 // splitLines returns the non-blank lines of data (NDJSON), trimmed. A
-// line longer than MaxEventBytes is refused before it is parsed.
-func splitLines(data []byte, l Limits) ([][]byte, error) {
+// line longer than MaxEventBytes is refused before it is parsed (partial:
+// left for decodeInto to refuse as that event's error).
+func splitLines(data []byte, l Limits, partial bool) ([][]byte, error) {
 	var raws [][]byte
 	for len(data) > 0 {
 		line := data
@@ -288,7 +341,7 @@ func splitLines(data []byte, l Limits) ([][]byte, error) {
 		if len(line) == 0 {
 			continue
 		}
-		if len(line) > l.MaxEventBytes {
+		if len(line) > l.MaxEventBytes && !partial {
 			return nil, &Error{Index: len(raws), Err: fmt.Errorf("%w: event longer than %d bytes", ErrTooLarge, l.MaxEventBytes)}
 		}
 		if len(raws) == l.MaxEvents {

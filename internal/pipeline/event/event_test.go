@@ -3,6 +3,7 @@ package event
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -80,6 +81,7 @@ func FuzzParseBatch(f *testing.F) {
 		if (err == nil) != (cerr == nil) || err != nil && err.Error() != cerr.Error() {
 			t.Fatalf("ParseBatchRaw: %v, CheckBatch: %v", err, cerr)
 		}
+		checkPartial(t, data, l, b, err)
 		if err != nil {
 			if !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrTooLarge) {
 				t.Fatalf("untyped error %v", err)
@@ -153,5 +155,86 @@ func TestFrame(t *testing.T) {
 				t.Fatalf("max %d: event %d is %s, want %s", max, i, back[i], enc[i])
 			}
 		}
+	}
+}
+
+// checkPartial: CheckBatchPartial of data agrees with CheckBatch (whole
+// is CheckBatch's batch, err its error): a whole batch is the same batch
+// with nothing refused; otherwise the good and the refused events are
+// every event exactly once, in order, each good one decoding alone and
+// each refused one failing alone with the error given.
+func checkPartial(t *testing.T, data []byte, l Limits, whole *Batch, err error) {
+	t.Helper()
+	p, perr := CheckBatchPartial(data, l)
+	if err == nil {
+		if perr != nil || p.Index != nil || len(p.Rejected) != 0 || !slices.EqualFunc(p.Events, whole.Events, bytes.Equal) {
+			t.Fatalf("CheckBatchPartial of a good batch: %+v, %v", p, perr)
+		}
+		return
+	}
+	if perr != nil {
+		if !errors.Is(perr, ErrInvalid) && !errors.Is(perr, ErrTooLarge) {
+			t.Fatalf("untyped error %v", perr)
+		}
+		return
+	}
+	if len(p.Rejected) == 0 || len(p.Events) == 0 || len(p.Index) != len(p.Events) {
+		t.Fatalf("partial batch of a bad batch: %d events, %d indexes, %d refused", len(p.Events), len(p.Index), len(p.Rejected))
+	}
+	next, gi, ri := 0, 0, 0
+	for gi < len(p.Events) || ri < len(p.Rejected) {
+		switch {
+		case gi < len(p.Events) && p.Index[gi] == next:
+			if _, err := Decode(p.Events[gi], l); err != nil {
+				t.Fatalf("kept event %d does not decode: %v", next, err)
+			}
+			gi++
+		case ri < len(p.Rejected) && p.Rejected[ri].Index == next:
+			r := p.Rejected[ri]
+			if r.Err == nil || r.Err.Index != next || len(r.Raw) > MaxRejectedBytes ||
+				!errors.Is(r.Err, ErrInvalid) && !errors.Is(r.Err, ErrTooLarge) {
+				t.Fatalf("refused event %d: %+v", next, r)
+			}
+			if len(r.Raw) < MaxRejectedBytes {
+				if _, err := Decode(r.Raw, l); err == nil {
+					t.Fatalf("refused event %d (%q) decodes alone", next, r.Raw)
+				}
+			}
+			ri++
+		default:
+			t.Fatalf("event %d is neither kept nor refused (index %v)", next, p.Index)
+		}
+		next++
+	}
+}
+
+// TestCheckBatchPartial: good events are kept with their index, bad ones
+// refused with theirs, and a batch of bad events only is refused whole.
+func TestCheckBatchPartial(t *testing.T) {
+	l := Limits{MaxEventBytes: 64}
+	b, err := CheckBatchPartial([]byte(`{"id":"a","type":"t","ts":1}
+{"id":"b","ts":2}
+{"id":"c","type":"t","ts":3,"pad":"`+strings.Repeat("x", 80)+`"}
+{"id":"d","type":"t","ts":4}
+not json`), l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Index, []int{0, 3}) || len(b.Events) != 2 || string(b.Events[1]) != `{"id":"d","type":"t","ts":4}` {
+		t.Fatalf("kept %q at %v", b.Events, b.Index)
+	}
+	var got []string
+	for _, r := range b.Rejected {
+		got = append(got, fmt.Sprint(r.Index, errors.Is(r.Err, ErrTooLarge)))
+	}
+	if !slices.Equal(got, []string{"1 false", "2 true", "4 false"}) {
+		t.Fatalf("refused %v", got)
+	}
+	if string(b.Frame(1 << 20)[0]) != `{"id":"a","type":"t","ts":1}`+"\n"+`{"id":"d","type":"t","ts":4}` {
+		t.Fatalf("frame %q", b.Frame(1<<20))
+	}
+	var ee *Error
+	if _, err := CheckBatchPartial([]byte(`[{"id":"a"},{"type":"t"}]`), l); !errors.As(err, &ee) || ee.Index != 0 {
+		t.Fatalf("every event bad: %v, want the first event's error", err)
 	}
 }

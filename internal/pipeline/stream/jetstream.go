@@ -217,6 +217,20 @@ func (s *JetStream) DeadLetter(ctx context.Context, dls []DeadLetter) error {
 	return waitAcks(ctx, futs, "publish dead letter")
 }
 
+// AppendDeadLetters publishes dead letters that were never on the stream
+// (refused by the collector); a retried batch publishes them again.
+func (s *JetStream) AppendDeadLetters(ctx context.Context, source string, dls []DeadLetter) error {
+	futs := make([]jetstream.PubAckFuture, 0, len(dls))
+	for i := range dls {
+		f, err := s.js.PublishAsync(s.cfg.DeadSubject, EncodeDeadLetter(source, &dls[i]))
+		if err != nil {
+			return fmt.Errorf("%w: nats: publish dead letter: %v", ErrUnavailable, err)
+		}
+		futs = append(futs, f)
+	}
+	return waitAcks(ctx, futs, "publish dead letter")
+}
+
 // Commit acknowledges every message. A lost ack only means a redelivery,
 // which the consumer skips.
 func (s *JetStream) Commit(_ context.Context, groups [][]Record) error {

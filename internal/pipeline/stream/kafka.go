@@ -102,8 +102,9 @@ func EnsureKafkaTopics(ctx context.Context, cfg KafkaConfig) error {
 // consumers deduplicate by event id across partitions. Safe for concurrent
 // use.
 type KafkaProducer struct {
-	cl    *kgo.Client
-	topic string
+	cl        *kgo.Client
+	topic     string
+	deadTopic string
 }
 
 // NewKafkaProducer connects to cfg.Brokers. Call Close.
@@ -116,7 +117,7 @@ func NewKafkaProducer(cfg KafkaConfig) (*KafkaProducer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stream: kafka: %w", err)
 	}
-	return &KafkaProducer{cl: cl, topic: cfg.Topic}, nil
+	return &KafkaProducer{cl: cl, topic: cfg.Topic, deadTopic: cfg.DeadTopic}, nil
 }
 
 // Append produces the messages with acks from all in-sync replicas.
@@ -127,6 +128,20 @@ func (p *KafkaProducer) Append(ctx context.Context, msgs [][]byte) error {
 	}
 	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
 		return fmt.Errorf("%w: kafka: produce: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// AppendDeadLetters produces dls to the dead-letter topic (any
+// partition: they have no source partition) with acks from all in-sync
+// replicas.
+func (p *KafkaProducer) AppendDeadLetters(ctx context.Context, source string, dls []DeadLetter) error {
+	recs := make([]*kgo.Record, len(dls))
+	for i := range dls {
+		recs[i] = &kgo.Record{Topic: p.deadTopic, Value: EncodeDeadLetter(source, &dls[i])}
+	}
+	if err := p.cl.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		return fmt.Errorf("%w: kafka: produce dead letters: %v", ErrUnavailable, err)
 	}
 	return nil
 }

@@ -91,6 +91,14 @@ type Producer interface {
 	Close() error
 }
 
+// DeadLetterProducer is a Producer that can also publish dead letters
+// that never were on the stream: the events the collector refused one by
+// one (Record.Partition and Offset -1, Record.Index their place in the
+// batch). source names where they came from ("collector:http").
+type DeadLetterProducer interface {
+	AppendDeadLetters(ctx context.Context, source string, dls []DeadLetter) error
+}
+
 // Consumer reads a stream as one member of a consumer group. Not safe for
 // concurrent use: one goroutine polls, applies, dead-letters and commits.
 type Consumer interface {
