@@ -417,7 +417,22 @@ func cloneState(s any) any {
 }
 
 func wrongKind(id string, have Kind, op OpType) error {
-	return fmt.Errorf("%w: %q is a %s counter, %s needs another kind", ErrWrongKind, id, have, op)
+	return fmt.Errorf("%w: %q is of kind %s; %s needs %s", ErrWrongKind, id, have, op, op.needs())
+}
+
+// needs names the kinds op works on, for wrong-kind errors.
+func (t OpType) needs() string {
+	switch t {
+	case OpAdd:
+		return "an additive kind (counter, float, sharded, pn or window)"
+	case OpSet:
+		return "kind counter or float"
+	case OpPFAdd, OpPFMerge:
+		return "kind hll"
+	case OpHAdd, OpHDel, OpHSet:
+		return "kind hash"
+	}
+	return "another kind"
 }
 
 func overflow(id string) error {

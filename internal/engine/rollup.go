@@ -622,7 +622,7 @@ func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*r
 		if e.liveLocked(&r, now) {
 			switch x := r.e.ext(); {
 			case !r.e.kind().Additive():
-				err = fmt.Errorf("%w: %q is a %s counter; series need an additive one", ErrWrongKind, id, r.e.kind())
+				err = fmt.Errorf("%w: %q is of kind %s; series need an additive kind", ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v = x.roll.CountsView()
 			}
@@ -666,7 +666,7 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 			isHLL = r.e.kind() == KindHLL
 			switch x := r.e.ext(); {
 			case r.e.kind() != KindHLL:
-				err = fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", ErrWrongKind, id, r.e.kind())
+				err = fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v, _ = x.roll.SketchView(unit)
 			}

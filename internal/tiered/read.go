@@ -136,7 +136,7 @@ func (b *Backend) HGet(ctx context.Context, id, field string) (int64, bool, erro
 		return 0, false, err
 	}
 	if v.Kind != engine.KindHash {
-		return 0, false, fmt.Errorf("%w: %q is a %s counter", engine.ErrWrongKind, id, v.Kind)
+		return 0, false, fmt.Errorf("%w: %q is of kind %s", engine.ErrWrongKind, id, v.Kind)
 	}
 	i := sort.Search(len(v.Fields), func(i int) bool { return v.Fields[i].Name >= field })
 	if i < len(v.Fields) && v.Fields[i].Name == field {
@@ -157,7 +157,7 @@ func (b *Backend) PFCount(ctx context.Context, ids ...string) (uint64, float64, 
 			return 0, 0, err
 		}
 		if v.Exists && v.Kind != engine.KindHLL {
-			return 0, 0, fmt.Errorf("%w: %q is a %s counter", engine.ErrWrongKind, id, v.Kind)
+			return 0, 0, fmt.Errorf("%w: %q is of kind %s", engine.ErrWrongKind, id, v.Kind)
 		}
 	}
 	n, err := b.rs.PFCount(ctx, ids...)

@@ -29,7 +29,7 @@ func (b *Backend) Series(ctx context.Context, id string, g rollup.Granularity, f
 	if v, err := b.Get(ctx, id); err != nil {
 		return nil, err
 	} else if v.Exists && !v.Kind.Additive() {
-		return nil, fmt.Errorf("%w: %q is a %s counter; series need an additive one", engine.ErrWrongKind, id, v.Kind)
+		return nil, fmt.Errorf("%w: %q is of kind %s; series need an additive kind", engine.ErrWrongKind, id, v.Kind)
 	}
 	if b.agg.Pending(id) {
 		if err := b.Flush(ctx); err != nil {

@@ -318,7 +318,7 @@ func (b *Backend) Uniques(ctx context.Context, id string, unit rollup.Granularit
 		return nil, err
 	}
 	if v.Exists && v.Kind != engine.KindHLL {
-		return nil, fmt.Errorf("%w: %q is a %s counter; unique counts need an hll", engine.ErrWrongKind, id, v.Kind)
+		return nil, fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", engine.ErrWrongKind, id, v.Kind)
 	}
 	return b.uniques(ctx, id, su, n, v.Exists)
 }

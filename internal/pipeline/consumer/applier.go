@@ -476,9 +476,9 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		op := &c.ops[be.Index]
 		at := 0
 		for _, p := range c.events {
-			behind := slices.Contains(c.opOf[at:at+len(p.hits)+1], int32(be.Index))
+			hit := slices.Index(c.opOf[at:at+len(p.hits)+1], int32(be.Index))
 			at += len(p.hits) + 1
-			if !behind {
+			if hit < 0 {
 				continue
 			}
 			p.drop = true
@@ -486,12 +486,22 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
-			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, be.Err)})
+			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: applyReason(p, hit, op, be.Err)})
 		}
 		if attempt > len(evs)+1 {
 			panic("consumer: a batch kept failing after every event it named was dropped")
 		}
 	}
+}
+
+// applyReason is the dead-letter reason of event p whose hit-th op (its
+// marker when hit is len(p.hits)) failed: the rule that asked for it, the
+// op and the engine's error, such as the kind the counter already has.
+func applyReason(p *pending, hit int, op *engine.Op, err error) string {
+	if hit < len(p.hits) {
+		return fmt.Sprintf("rule %q: apply %s %q: %v", p.hits[hit].Rule.Name, op.Type, op.ID, err)
+	}
+	return fmt.Sprintf("apply %s %q: %v", op.Type, op.ID, err)
 }
 
 // Events applies a batch the collector received, in the embedded mode

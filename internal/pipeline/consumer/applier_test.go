@@ -258,3 +258,70 @@ func TestApplyGroups(t *testing.T) {
 		}
 	}
 }
+
+// TestKindConflictDeadLettersOnlyTheEventsInvolved: two rules whose
+// templates can name the same counter with different kinds (an add and a
+// pfadd). The first op on a counter gives it its kind, as applying the
+// events one by one would; only the events that then ask for another kind
+// are dead-lettered, each naming its rule and the kind the counter has;
+// every other event of the batch applies.
+func TestKindConflictDeadLettersOnlyTheEventsInvolved(t *testing.T) {
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	e, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	rs, err := rules.Load("rules.yaml", []byte(`rules:
+  - name: likes
+    filter: event.type == "like"
+    counter: '"x:" + event.post'
+    add: "1"
+  - name: viewers
+    filter: event.type == "view"
+    counter: '"x:" + event.target'
+    pfadd: event.user
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := NewApplier(engine.Local(e), rs, event.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []stream.Record
+	for i, js := range []string{
+		`{"id":"1","type":"like","ts":1,"post":"8"}`,
+		`{"id":"2","type":"view","ts":1,"target":"8","user":"u"}`, // x:8 is a counter by now
+		`{"id":"3","type":"like","ts":1,"post":"8"}`,
+		`{"id":"4","type":"view","ts":1,"target":"9","user":"u"}`,
+		`{"id":"5","type":"like","ts":1,"post":"9"}`, // x:9 is an hll by now
+		`{"id":"6","type":"like","ts":1,"post":"10"}`,
+		`{"id":"7","type":"view","ts":1,"target":"9","user":"v"}`,
+	} {
+		recs = append(recs, stream.Record{Offset: int64(i), Value: []byte(js)})
+	}
+	dead, err := a.Apply(context.Background(), "test", recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int64]string{
+		1: `rule "viewers": apply pfadd "x:8": engine: operation against a counter of the wrong kind: "x:8" is of kind counter; pfadd needs kind hll`,
+		4: `rule "likes": apply add "x:9": engine: operation against a counter of the wrong kind: "x:9" is of kind hll; add needs an additive kind`,
+	}
+	if len(dead) != len(want) {
+		t.Fatalf("dead letters %+v, want events at %v", dead, want)
+	}
+	for _, d := range dead {
+		if !strings.HasPrefix(d.Reason, want[d.Record.Offset]) {
+			t.Errorf("dead letter at %d: %q, want %q", d.Record.Offset, d.Reason, want[d.Record.Offset])
+		}
+	}
+	for id, v := range map[string]int64{"x:8": 2, "x:9": 2, "x:10": 1} {
+		got, err := e.Get(id)
+		if err != nil || got.Value != v {
+			t.Errorf("%s = %d (%v), want %d", id, got.Value, err, v)
+		}
+	}
+}

@@ -26,6 +26,7 @@ type fastExpr func(in *Input) (v ref.Val, ok bool)
 // program is a compiled expression: CEL, and the fast path when the
 // expression is in its subset.
 type program struct {
+	src  string // the expression as written
 	cel  cel.Program
 	fast fastExpr // nil: CEL only
 	// str is fast for an expression of strings (a literal, an attribute,
@@ -37,9 +38,9 @@ type program struct {
 type fastString func(in *Input) (s string, ok bool)
 
 // newProgram returns the program of a checked expression.
-func newProgram(a *cel.Ast, p cel.Program) *program {
+func newProgram(src string, a *cel.Ast, p cel.Program) *program {
 	e := a.NativeRep().Expr()
-	return &program{cel: p, fast: fastNode(e), str: fastStr(e)}
+	return &program{src: src, cel: p, fast: fastNode(e), str: fastStr(e)}
 }
 
 // fastStr returns the string fast path of e: a string literal, an

@@ -95,7 +95,7 @@ func TestFastMatchesCEL(t *testing.T) {
 		if err != nil {
 			return // a constant that fails (string(null)): Load refuses it
 		}
-		celOnly, withFast := &program{cel: p}, newProgram(ast, p)
+		celOnly, withFast := &program{cel: p}, newProgram("", ast, p)
 		for range 5 {
 			js := genEvent(t)
 			e, err := event.Decode([]byte(js), event.Limits{})

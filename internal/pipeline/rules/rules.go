@@ -152,23 +152,85 @@ func Load(name string, data []byte) (*Set, error) {
 	if err != nil {
 		return nil, fmt.Errorf("rules: CEL environment: %w", err)
 	}
+	// Every mistake of the file is reported at once, each with its line.
+	var errs []string
 	names := map[string]bool{}
 	for i := range f.Rules {
 		n := &f.Rules[i]
-		r, err := compile(env, n)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %s:%v", ErrInvalid, name, err)
+		r, rerrs := compile(env, n)
+		for _, e := range rerrs {
+			errs = append(errs, fmt.Sprintf("%s:%v", name, e))
+		}
+		if r == nil {
+			continue
 		}
 		if r.Name == "" {
 			r.Name = "rule" + strconv.Itoa(i+1)
 		}
 		if names[r.Name] {
-			return nil, fmt.Errorf("%w: %s:%d: rule name %q used twice", ErrInvalid, name, n.Line, r.Name)
+			errs = append(errs, fmt.Sprintf("%s:%d: rule name %q used twice", name, n.Line, r.Name))
 		}
 		names[r.Name] = true
 		set.Rules = append(set.Rules, r)
 	}
-	return set, nil
+	errs = append(errs, kindConflicts(name, set.Rules)...)
+	switch len(errs) {
+	case 0:
+		return set, nil
+	case 1:
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, errs[0])
+	}
+	return nil, fmt.Errorf("%w: %d errors:\n%s", ErrInvalid, len(errs), strings.Join(errs, "\n"))
+}
+
+// kind is what a rule's op makes of its counter: its kind, and for a
+// window rule its spec.
+func (r *Rule) kind() (engine.Kind, counter.WindowSpec) {
+	switch {
+	case r.Window.Span > 0:
+		return engine.KindWindow, r.Window
+	case r.Op == engine.OpPFAdd:
+		return engine.KindHLL, counter.WindowSpec{}
+	case r.Op == engine.OpHAdd:
+		return engine.KindHash, counter.WindowSpec{}
+	}
+	return engine.KindCounter, counter.WindowSpec{}
+}
+
+// kindConflicts reports rules whose counter expressions are the same (so
+// they always name the same counter) but whose ops need different kinds,
+// or window rules of different spans on one counter: one of them would
+// fail on every event. Expressions that differ may still meet at run time;
+// then only the events involved fail, with the counter's kind as reason.
+func kindConflicts(file string, rs []*Rule) []string {
+	type first struct {
+		r    *Rule
+		kind engine.Kind
+		win  counter.WindowSpec
+	}
+	seen := map[string]first{}
+	var errs []string
+	for _, r := range rs {
+		k, w := r.kind()
+		key := strings.Join(strings.Fields(r.id.src), " ")
+		f, ok := seen[key]
+		if !ok {
+			seen[key] = first{r, k, w}
+			continue
+		}
+		if f.kind != k || f.win != w {
+			errs = append(errs, fmt.Sprintf("%s:%d: rule %q makes counter %s a %s, but rule %q (line %d) makes it a %s",
+				file, r.Line, r.Name, r.id.src, kindText(k, w), f.r.Name, f.r.Line, kindText(f.kind, f.win)))
+		}
+	}
+	return errs
+}
+
+func kindText(k engine.Kind, w counter.WindowSpec) string {
+	if k == engine.KindWindow {
+		return fmt.Sprintf("window (granularity %v, span %v)", w.Granularity, w.Span)
+	}
+	return k.String()
 }
 
 // line returns the line of member key of the mapping node n (n's own
@@ -214,58 +276,69 @@ func sub(n *yaml.Node, key string) *yaml.Node {
 	return nil
 }
 
-func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
+// compile compiles one rule; it returns every mistake found in it (and
+// a nil rule when there is one), each "line: message".
+func compile(env *cel.Env, n *yaml.Node) (*Rule, []error) {
 	var y ruleYAML
 	if n.Kind != yaml.MappingNode {
-		return nil, fmt.Errorf("%d: a rule must be a mapping", n.Line)
+		return nil, []error{fmt.Errorf("%d: a rule must be a mapping", n.Line)}
 	}
 	if err := n.Decode(&y); err != nil {
-		return nil, fmt.Errorf("%d: %v", n.Line, err)
+		return nil, []error{fmt.Errorf("%d: %v", n.Line, err)}
 	}
 	r := &Rule{Name: y.Name, Line: n.Line}
-	if err := checkKeys(n, "rule "+strconv.Quote(y.Name), "name", "filter", "counter", "add", "pfadd", "hadd", "window", "rollup"); err != nil {
-		return nil, err
-	}
-	if err := checkKeys(sub(n, "hadd"), "hadd", "field", "by"); err != nil {
-		return nil, err
-	}
-	if err := checkKeys(sub(n, "window"), "window", "granularity", "span", "fixed", "by"); err != nil {
-		return nil, err
-	}
-	if y.Name != "" {
-		if err := event.ValidateText(y.Name); err != nil {
-			return nil, fmt.Errorf("%d: rule name %v", line(n, "name"), err)
+	var errs []error
+	fail := func(err error) {
+		if err != nil {
+			errs = append(errs, err)
 		}
 	}
-	prog := func(node *yaml.Node, key, src string, want *cel.Type) (*program, error) {
+	fail(checkKeys(n, "rule "+strconv.Quote(y.Name), "name", "filter", "counter", "add", "pfadd", "hadd", "window", "rollup"))
+	fail(checkKeys(sub(n, "hadd"), "hadd", "field", "by"))
+	fail(checkKeys(sub(n, "window"), "window", "granularity", "span", "fixed", "by"))
+	if y.Name != "" {
+		if err := event.ValidateText(y.Name); err != nil {
+			fail(fmt.Errorf("%d: rule name %v", line(n, "name"), err))
+		}
+	}
+	prog := func(node *yaml.Node, key, src string, want *cel.Type) *program {
 		ln := line(node, key)
 		if len(src) > MaxExprLen {
-			return nil, fmt.Errorf("%d: rule %q %s: expression longer than %d bytes", ln, y.Name, key, MaxExprLen)
+			fail(fmt.Errorf("%d: rule %q %s: expression longer than %d bytes", ln, y.Name, key, MaxExprLen))
+			return nil
 		}
 		ast, iss := env.Compile(src)
 		if iss.Err() != nil {
-			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, iss.Err())
+			fail(fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, iss.Err()))
+			return nil
 		}
-		if out := ast.OutputType(); !out.IsExactType(cel.DynType) && !out.IsExactType(want) {
-			return nil, fmt.Errorf("%d: rule %q %s: expression is %s, want %s", ln, y.Name, key, out, want)
+		out := ast.OutputType()
+		switch {
+		case out.IsExactType(want):
+		case want.IsExactType(cel.BoolType):
+			// A filter must be a condition: an attribute of unknown type
+			// (dyn) would fail at run time on every event where it is not
+			// a bool.
+			fail(fmt.Errorf("%d: rule %q %s: expression is %s, want bool (compare it, as in event.likes == true or event.likes > 0)", ln, y.Name, key, out))
+			return nil
+		case !out.IsExactType(cel.DynType):
+			fail(fmt.Errorf("%d: rule %q %s: expression is %s, want %s", ln, y.Name, key, out, want))
+			return nil
 		}
 		p, err := env.Program(ast, cel.EvalOptions(cel.OptOptimize))
 		if err != nil {
-			return nil, fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err)
+			fail(fmt.Errorf("%d: rule %q %s: %v", ln, y.Name, key, err))
+			return nil
 		}
-		return newProgram(ast, p), nil
+		return newProgram(src, ast, p)
 	}
-	var err error
 	if y.Filter != "" {
-		if r.filter, err = prog(n, "filter", y.Filter, cel.BoolType); err != nil {
-			return nil, err
-		}
+		r.filter = prog(n, "filter", y.Filter, cel.BoolType)
 	}
 	if y.Counter == "" {
-		return nil, fmt.Errorf("%d: rule %q has no counter (an id template such as '\"views:\" + event.post')", n.Line, y.Name)
-	}
-	if r.id, err = prog(n, "counter", y.Counter, cel.StringType); err != nil {
-		return nil, err
+		fail(fmt.Errorf("%d: rule %q has no counter (an id template such as '\"views:\" + event.post')", n.Line, y.Name))
+	} else {
+		r.id = prog(n, "counter", y.Counter, cel.StringType)
 	}
 	ops := 0
 	for _, set := range []bool{y.Add != "", y.PFAdd != "", y.HAdd != nil, y.Window != nil} {
@@ -274,52 +347,52 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, error) {
 		}
 	}
 	if ops != 1 {
-		return nil, fmt.Errorf("%d: rule %q needs exactly one operation of add, pfadd, hadd, window", n.Line, y.Name)
+		fail(fmt.Errorf("%d: rule %q needs exactly one operation of add, pfadd, hadd, window", n.Line, y.Name))
+		return nil, errs
 	}
-	by := func(node *yaml.Node, src string) (*program, error) {
+	by := func(node *yaml.Node, src string) *program {
 		if src == "" {
-			return nil, nil // by 1
+			return nil // by 1
 		}
 		return prog(node, "by", src, cel.IntType)
 	}
 	switch {
 	case y.Add != "":
 		r.Op = engine.OpAdd
-		r.by, err = prog(n, "add", y.Add, cel.IntType)
+		r.by = prog(n, "add", y.Add, cel.IntType)
 	case y.PFAdd != "":
 		r.Op = engine.OpPFAdd
-		r.item, err = prog(n, "pfadd", y.PFAdd, cel.StringType)
+		r.item = prog(n, "pfadd", y.PFAdd, cel.StringType)
 	case y.HAdd != nil:
 		r.Op = engine.OpHAdd
 		hn := sub(n, "hadd")
 		if y.HAdd.Field == "" {
-			return nil, fmt.Errorf("%d: rule %q hadd needs a field expression", hn.Line, y.Name)
+			fail(fmt.Errorf("%d: rule %q hadd needs a field expression", hn.Line, y.Name))
+		} else {
+			r.field = prog(hn, "field", y.HAdd.Field, cel.StringType)
 		}
-		if r.field, err = prog(hn, "field", y.HAdd.Field, cel.StringType); err == nil {
-			r.by, err = by(hn, y.HAdd.By)
-		}
+		r.by = by(hn, y.HAdd.By)
 	case y.Window != nil:
 		r.Op = engine.OpAdd
 		wn := sub(n, "window")
 		g, gerr := time.ParseDuration(y.Window.Granularity)
 		s, serr := time.ParseDuration(y.Window.Span)
 		if gerr != nil || serr != nil {
-			return nil, fmt.Errorf("%d: rule %q window needs granularity and span as Go durations (1m, 1h)", wn.Line, y.Name)
+			fail(fmt.Errorf("%d: rule %q window needs granularity and span as Go durations (1m, 1h)", wn.Line, y.Name))
+		} else {
+			r.Window = counter.WindowSpec{Granularity: g, Span: s, Fixed: y.Window.Fixed}
+			probe := engine.Op{Type: engine.OpAdd, ID: "x", Kind: engine.KindWindow, Window: r.Window}
+			if verr := probe.Validate(engine.Limits{}); verr != nil {
+				fail(fmt.Errorf("%d: rule %q window: %v", wn.Line, y.Name, verr))
+			}
 		}
-		r.Window = counter.WindowSpec{Granularity: g, Span: s, Fixed: y.Window.Fixed}
-		probe := engine.Op{Type: engine.OpAdd, ID: "x", Kind: engine.KindWindow, Window: r.Window}
-		if verr := probe.Validate(engine.Limits{}); verr != nil {
-			return nil, fmt.Errorf("%d: rule %q window: %v", wn.Line, y.Name, verr)
-		}
-		r.by, err = by(wn, y.Window.By)
-	}
-	if err != nil {
-		return nil, err
+		r.by = by(wn, y.Window.By)
 	}
 	if y.Rollup != nil {
-		if err := r.parseRollup(sub(n, "rollup"), y.Rollup); err != nil {
-			return nil, err
-		}
+		fail(r.parseRollup(sub(n, "rollup"), y.Rollup))
+	}
+	if len(errs) > 0 {
+		return nil, errs
 	}
 	return r, nil
 }

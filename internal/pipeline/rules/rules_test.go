@@ -2,6 +2,7 @@ package rules
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -177,11 +178,100 @@ func TestInputMap(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, prog := range []*program{{cel: p}, newProgram(ast, p)} {
+		for _, prog := range []*program{{cel: p}, newProgram("", ast, p)} {
 			ok, err := evalBool(prog, in)
 			if err != nil || !ok {
 				t.Errorf("%s (fast path %v) = %v, %v", src, prog.fast != nil, ok, err)
 			}
+		}
+	}
+}
+
+// TestLoadReportsEveryError: a file with several mistakes is refused with
+// all of them, each with its line, not only the first.
+func TestLoadReportsEveryError(t *testing.T) {
+	_, err := Load("r.yaml", []byte(`rules:
+  - name: a
+    counter: '"x" +'
+    add: '1'
+  - name: b
+    counter: '"y"'
+    filter: event.likes
+    add: '"one"'
+  - name: c
+    counter: '"z"'
+    add: '1'
+    flter: 'true'
+  - name: e
+    counter: '"v"'
+    add: '1'
+  - name: e
+    counter: '"w"'
+    add: '1'
+`))
+	if !errors.Is(err, ErrInvalid) {
+		t.Fatalf("err = %v, want ErrInvalid", err)
+	}
+	for _, want := range []string{
+		"5 errors:",
+		`r.yaml:3: rule "a" counter: ERROR`,
+		`r.yaml:7: rule "b" filter: expression is dyn, want bool`,
+		`r.yaml:8: rule "b" add: expression is string, want int`,
+		`r.yaml:12: rule "c": unknown member "flter"`,
+		`r.yaml:16: rule name "e" used twice`,
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("err = %v\nwant it to contain %q", err, want)
+		}
+	}
+}
+
+// TestLoadKindConflict: two rules that always name the same counter (the
+// same template) with ops of different kinds are refused at load, naming
+// both; the same template with ops of one kind loads, and different
+// templates load (they meet at run time only, where the events involved
+// are dead-lettered).
+func TestLoadKindConflict(t *testing.T) {
+	f := func(ops ...string) error {
+		var b strings.Builder
+		b.WriteString("rules:\n")
+		for i, op := range ops {
+			fmt.Fprintf(&b, "  - name: r%d\n    counter: '\"x:\" + event.post'\n    %s\n", i, op)
+		}
+		_, err := Load("r.yaml", []byte(b.String()))
+		return err
+	}
+	err := f("add: '1'", "pfadd: event.user")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), `r.yaml:5: rule "r1" makes counter "x:" + event.post a hll, but rule "r0" (line 2) makes it a counter`) {
+		t.Fatalf("add and pfadd: %v", err)
+	}
+	err = f("window: {granularity: 1s, span: 1m}", "window: {granularity: 1m, span: 1h}")
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "makes it a window (granularity 1s, span 1m0s)") {
+		t.Fatalf("two windows: %v", err)
+	}
+	if err := f("add: '1'", "add: '2'"); err != nil {
+		t.Fatalf("two adds: %v", err)
+	}
+	if _, err := Load("r.yaml", []byte("rules:\n  - counter: '\"x:\" + event.post'\n    add: '1'\n  - counter: '\"x:\" + event.target'\n    pfadd: event.user\n")); err != nil {
+		t.Fatalf("different templates: %v", err)
+	}
+}
+
+// TestFilterMustBeBool: a filter on an attribute of unknown type is
+// refused at load; compared, it loads.
+func TestFilterMustBeBool(t *testing.T) {
+	for src, ok := range map[string]bool{
+		"event.likes":                          false,
+		"event.likes == true":                  true,
+		"event.type == 'x' && event.likes > 0": true,
+		"!event.?bot.orValue(false)":           true,
+		"event.?bot.orValue(false)":            false,
+		"bool(event.likes)":                    true,
+		"event.type":                           false,
+	} {
+		_, err := Load("r.yaml", []byte("rules:\n  - counter: '\"x\"'\n    filter: \""+src+"\"\n    add: '1'\n"))
+		if (err == nil) != ok {
+			t.Errorf("filter %s: %v, want loaded %v", src, err, ok)
 		}
 	}
 }
