@@ -20,7 +20,13 @@ func TestValidateTLS(t *testing.T) {
 		"cluster tls without ca":   func(c *Config) { c.Join = "a:1"; c.TLSCert, c.TLSKey = "n.crt", "n.key" },
 		"peer-ca without gossip":   func(c *Config) { c.Join = "a:1"; c.TLSCert, c.TLSKey, c.PeerCA = "n.crt", "n.key", "ca.pem" },
 		"peer-ca outside cluster":  func(c *Config) { c.TLSCert, c.TLSKey, c.PeerCA, c.GossipKeyFile = "n.crt", "n.key", "ca.pem", "k" },
+		"peer-ca, no links":        func(c *Config) { c.TLSCert, c.TLSKey, c.PeerCA = "n.crt", "n.key", "ca.pem" },
+		"peer-ca, region only":     func(c *Config) { c.Region = "eu"; c.TLSCert, c.TLSKey, c.PeerCA = "n.crt", "n.key", "ca.pem" },
 		"gossip key outside clust": func(c *Config) { c.GossipKeyFile = "k" },
+		"gossip key with regions":  func(c *Config) { c.Region, c.PeerRegions, c.GossipKeyFile = "eu", "us=127.0.0.1:9091", "k" },
+		"region tls without ca": func(c *Config) {
+			c.Region, c.PeerRegions, c.TLSCert, c.TLSKey = "eu", "us=127.0.0.1:9091", "n.crt", "n.key"
+		},
 	}
 	for name, mod := range bad {
 		cfg := DefaultConfig()
@@ -35,6 +41,15 @@ func TestValidateTLS(t *testing.T) {
 		"gossip only": func(c *Config) { c.Join = "a:1"; c.GossipKeyFile = "k" },
 		"full": func(c *Config) {
 			c.Join = "a:1"
+			c.TLSCert, c.TLSKey, c.PeerCA, c.GossipKeyFile = "n.crt", "n.key", "ca.pem", "k"
+		},
+		// Regions need no --join (nor a gossip key) for mutual TLS.
+		"regions": func(c *Config) {
+			c.Region, c.PeerRegions = "eu", "us=10.1.0.1:9090"
+			c.TLSCert, c.TLSKey, c.PeerCA = "n.crt", "n.key", "ca.pem"
+		},
+		"cluster region": func(c *Config) {
+			c.Region, c.PeerRegions, c.Join = "eu", "us=10.1.0.1:9090", "127.0.0.1:7946"
 			c.TLSCert, c.TLSKey, c.PeerCA, c.GossipKeyFile = "n.crt", "n.key", "ca.pem", "k"
 		},
 	}

@@ -8,9 +8,12 @@
 // certificate applies to new handshakes only: established connections keep
 // the session they negotiated.
 //
-// Peers are authenticated by their chain alone: a certificate that verifies
+// Peers are authenticated by their chain: a certificate that verifies
 // against the peer CA, for both server and client use, is a cluster member,
-// whatever host names it carries. Use a CA dedicated to the cluster.
+// whatever host names it carries. Use a CA dedicated to the deployment.
+// A certificate may also name regions (URI SANs counterd-region://NAME,
+// CertRegions): region links accept it only as those regions, and a
+// cluster node only as a member of its own region.
 package tlsconfig
 
 import (
@@ -21,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -46,6 +50,10 @@ type ReloaderOptions struct {
 	Interval time.Duration    // least time between two looks at the files; default DefaultReloadInterval; negative: every handshake
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger     // reload outcomes; default slog.Default()
+	// Check, when set, must accept a certificate before it is served: a
+	// pair it refuses fails NewReloader and is not taken by a reload
+	// (the previous certificate stays in use).
+	Check func(*x509.Certificate) error
 }
 
 // Reloader serves the certificate in a pair of PEM files and follows their
@@ -55,6 +63,7 @@ type Reloader struct {
 	interval          time.Duration
 	now               func() time.Time
 	log               *slog.Logger
+	check             func(*x509.Certificate) error
 
 	cert atomic.Pointer[tls.Certificate]
 	next atomic.Int64 // unix nanoseconds of the next look at the files
@@ -68,7 +77,7 @@ type Reloader struct {
 // NewReloader loads certFile and keyFile; it fails if they do not hold a
 // matching certificate and private key.
 func NewReloader(certFile, keyFile string, opts ReloaderOptions) (*Reloader, error) {
-	r := &Reloader{certFile: certFile, keyFile: keyFile, interval: opts.Interval, now: opts.Now, log: opts.Logger}
+	r := &Reloader{certFile: certFile, keyFile: keyFile, interval: opts.Interval, now: opts.Now, log: opts.Logger, check: opts.Check}
 	if r.interval == 0 {
 		r.interval = DefaultReloadInterval
 	}
@@ -110,6 +119,11 @@ func (r *Reloader) reloadLocked() (bool, error) {
 		// Often a rotation caught between writing the two files: the
 		// next look picks up the finished pair.
 		return false, fmt.Errorf("tlsconfig: %s, %s: %w", r.certFile, r.keyFile, err)
+	}
+	if r.check != nil {
+		if err := r.check(cert.Leaf); err != nil {
+			return false, fmt.Errorf("tlsconfig: %s: %w", r.certFile, err)
+		}
 	}
 	r.certPEM, r.keyPEM = certPEM, keyPEM
 	r.cert.Store(&cert)
@@ -177,13 +191,25 @@ func Server(r *Reloader, peerCA *x509.CertPool) *tls.Config {
 // certificate and accepts a server whose chain verifies against peerCA for
 // server use, without checking host names (see the package comment).
 func PeerClient(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	return PeerClientChecked(r, peerCA, nil)
+}
+
+// PeerClientChecked is PeerClient that also requires check, when set, to
+// accept the server's verified certificate (such as naming a region).
+func PeerClientChecked(r *Reloader, peerCA *x509.CertPool, check func(*x509.Certificate) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS12,
 		GetClientCertificate: r.GetClientCertificate,
 		// The chain is checked by VerifyConnection instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyChain(cs.PeerCertificates, peerCA, x509.ExtKeyUsageServerAuth)
+			if err := verifyChain(cs.PeerCertificates, peerCA, x509.ExtKeyUsageServerAuth); err != nil {
+				return err
+			}
+			if check != nil {
+				return check(cs.PeerCertificates[0])
+			}
+			return nil
 		},
 	}
 }
@@ -201,6 +227,37 @@ func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.Ext
 		return fmt.Errorf("%w: %v", ErrNotPeer, err)
 	}
 	return nil
+}
+
+// RegionScheme is the URI scheme of a region name in a certificate's
+// subject alternative names: counterd-region://NAME.
+const RegionScheme = "counterd-region"
+
+// RegionURI is the URI SAN naming region name (RegionScheme).
+func RegionURI(name string) *url.URL { return &url.URL{Scheme: RegionScheme, Host: name} }
+
+// CertRegions lists the regions c names: the hosts of its URI SANs with
+// RegionScheme (none: a certificate of no region).
+func CertRegions(c *x509.Certificate) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, u := range c.URIs {
+		if u.Scheme == RegionScheme && u.Host != "" && u.Path == "" {
+			out = append(out, u.Host)
+		}
+	}
+	return out
+}
+
+// PeerLeaf is the verified certificate of the client of cs (IsPeer), nil
+// without one.
+func PeerLeaf(cs *tls.ConnectionState) *x509.Certificate {
+	if !IsPeer(cs) {
+		return nil
+	}
+	return cs.VerifiedChains[0][0]
 }
 
 // IsPeer reports whether the client of cs presented a certificate that
