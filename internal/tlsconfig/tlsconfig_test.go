@@ -3,12 +3,14 @@ package tlsconfig
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,6 +188,94 @@ func TestPeerMutualTLS(t *testing.T) {
 			t.Fatalf("server from another CA: %v, want ErrNotPeer", err)
 		}
 	})
+}
+
+func TestRegionIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "regions")
+	pool := ca.Pool()
+	eu := ca.IssueWith(t, "eu-1", certtest.Options{Regions: []string{"eu"}})
+	if got := CertRegions(eu.Cert); !slices.Equal(got, []string{"eu"}) {
+		t.Fatalf("CertRegions = %v, want [eu]", got)
+	}
+	if got := CertRegions(ca.Issue(t, "plain").Cert); got != nil {
+		t.Fatalf("CertRegions of a certificate without regions = %v", got)
+	}
+	if u := RegionURI("DC_EUROPE_0").String(); u != "counterd-region://DC_EUROPE_0" {
+		t.Fatalf("RegionURI = %s", u)
+	}
+	cf, kf := eu.Write(t, dir, "eu")
+	srv, err := NewReloader(cf, kf, ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf = ca.IssueWith(t, "us-1", certtest.Options{Regions: []string{"us"}}).Write(t, dir, "us")
+	cli, err := NewReloader(cf, kf, ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's verified view of the client names its region.
+	_, scs, err := handshake(t, Server(srv, pool), PeerClient(cli, pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := CertRegions(PeerLeaf(&scs)); !slices.Equal(got, []string{"us"}) {
+		t.Fatalf("client regions seen by the server = %v", got)
+	}
+	// A checked client refuses a server its check refuses.
+	errWrong := errors.New("wrong region")
+	check := func(want string) func(*x509.Certificate) error {
+		return func(c *x509.Certificate) error {
+			if !slices.Contains(CertRegions(c), want) {
+				return errWrong
+			}
+			return nil
+		}
+	}
+	if _, _, err := handshake(t, Server(srv, pool), PeerClientChecked(cli, pool, check("eu"))); err != nil {
+		t.Fatalf("server of the right region: %v", err)
+	}
+	if _, _, err := handshake(t, Server(srv, pool), PeerClientChecked(cli, pool, check("ap"))); !errors.Is(err, errWrong) {
+		t.Fatalf("server of another region: %v, want the check's error", err)
+	}
+	if PeerLeaf(&tls.ConnectionState{}) != nil || PeerLeaf(nil) != nil {
+		t.Fatal("PeerLeaf without a verified chain")
+	}
+}
+
+func TestReloaderCheck(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "regions")
+	euOnly := func(c *x509.Certificate) error {
+		if !slices.Contains(CertRegions(c), "eu") {
+			return errors.New("not region eu")
+		}
+		return nil
+	}
+	cf, kf := ca.Issue(t, "plain").Write(t, dir, "n")
+	if _, err := NewReloader(cf, kf, ReloaderOptions{Check: euOnly}); err == nil || !strings.Contains(err.Error(), "not region eu") {
+		t.Fatalf("NewReloader with a certificate the check refuses: %v", err)
+	}
+	ca.IssueWith(t, "first", certtest.Options{Regions: []string{"eu"}}).Write(t, dir, "n")
+	r, err := NewReloader(cf, kf, ReloaderOptions{Check: euOnly, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A rotation to a refused certificate keeps the previous one.
+	ca.IssueWith(t, "other-region", certtest.Options{Regions: []string{"us"}}).Write(t, dir, "n")
+	if changed, err := r.Reload(); changed || err == nil {
+		t.Fatalf("reload to a refused certificate: changed %v, err %v", changed, err)
+	}
+	if cn := r.Certificate().Leaf.Subject.CommonName; cn != "first" {
+		t.Fatalf("serving %q after a refused reload, want first", cn)
+	}
+	ca.IssueWith(t, "second", certtest.Options{Regions: []string{"eu"}}).Write(t, dir, "n")
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("reload to an accepted certificate: changed %v, err %v", changed, err)
+	}
+	if cn := r.Certificate().Leaf.Subject.CommonName; cn != "second" {
+		t.Fatalf("serving %q, want second", cn)
+	}
 }
 
 func TestParseGossipKey(t *testing.T) {
