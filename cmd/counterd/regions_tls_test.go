@@ -12,6 +12,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/binary"
 	"encoding/json"
 	"net/http"
@@ -310,19 +311,23 @@ func TestRegionsMutualTLS(t *testing.T) {
 // once (its gRPC listener shows it) and present it on its region link:
 // after the old one expired, the link to r2 (through a proxy) is cut and
 // redialled, and r1's writes still reach r2, which refuses expired
-// certificates. r2's own link to r1 keeps working throughout.
+// certificates. Then the CA itself is rotated by SIGHUP alone: both CAs
+// in --peer-ca, certificates of the new CA, the old CA retired; the
+// redialled links replicate both ways and a valid certificate of the old
+// CA is refused.
 func TestRegionsPeerCertificateRotation(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs counterd processes")
 	}
 	k := newRegionPKI(t)
 	g1, g2 := "127.0.0.1:"+freePort(t), "127.0.0.1:"+freePort(t)
-	proxy := newCutProxy(t, g2)
+	proxy, back := newCutProxy(t, g2), newCutProxy(t, g1)
+	counterdBin(t) // built before the short validity starts
 	expires := time.Now().Add(12 * time.Second)
 	old := k.ca.IssueWith(t, "r1-old", certtest.Options{Regions: []string{"r1"}, NotAfter: expires})
 	common := []string{"--region-interval", "200ms"}
 	r1Flags := k.secureFlags("r1", old)
-	r2 := start(t, t.TempDir(), append(append([]string{"--region", "r2", "--grpc", g2, "--peer-regions", "r1=" + g1}, common...),
+	r2 := start(t, t.TempDir(), append(append([]string{"--region", "r2", "--grpc", g2, "--peer-regions", "r1=" + back.addr()}, common...),
 		k.secureFlags("r2", k.ca.IssueWith(t, "r2-node", certtest.Options{Regions: []string{"r2"}}))...)...)
 	r1 := start(t, t.TempDir(), append(append([]string{"--region", "r1", "--grpc", g1, "--peer-regions", "r2=" + proxy.addr()}, common...), r1Flags...)...)
 	c1, c2 := k.client(r1), k.client(r2)
@@ -372,5 +377,74 @@ func TestRegionsPeerCertificateRotation(t *testing.T) {
 	err := regionCall(t, g2, &tls.Config{RootCAs: k.ca.Pool(), ServerName: "localhost", GetClientCertificate: presenting(&cert)}, "Manifest", manifestRequest("r2"))
 	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("a region call with the expired certificate: %v, want Unavailable (handshake refused)", err)
+	}
+
+	// CA rotation, by SIGHUP only.
+	ca2 := certtest.NewCA(t, "regions CA 2")
+	hup := func(what string) {
+		t.Helper()
+		want := []int{strings.Count(r1.logs(), what) + 1, strings.Count(r2.logs(), what) + 1}
+		for i, p := range []*proc{r1, r2} {
+			if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+				t.Fatal(err)
+			}
+			deadline := time.Now().Add(5 * time.Second)
+			for strings.Count(p.logs(), what) < want[i] {
+				if time.Now().After(deadline) {
+					t.Fatalf("no %q in the log of r%d 5 s after SIGHUP", what, i+1)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+		}
+	}
+	const caChanged = `msg="SIGHUP: --peer-ca checked" changed=true`
+	if err := os.WriteFile(k.caFile, append(append([]byte{}, k.ca.PEM...), ca2.PEM...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup(caChanged)
+	ca2.IssueWith(t, "r1-ca2", certtest.Options{Regions: []string{"r1"}}).Write(t, k.dir, "r1")
+	r2ca2 := ca2.IssueWith(t, "r2-ca2", certtest.Options{Regions: []string{"r2"}})
+	r2ca2.Write(t, k.dir, "r2")
+	hup(`msg="SIGHUP: tls certificate checked" changed=true`)
+	for addr, cn := range map[string]string{g1: "r1-ca2", g2: "r2-ca2"} {
+		if got := peerCN(t, addr, ca2.Pool()); got != cn {
+			t.Fatalf("%s serves %q after SIGHUP, want %s", addr, got, cn)
+		}
+	}
+	if err := os.WriteFile(k.caFile, ca2.PEM, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hup(caChanged)
+	for _, p := range []*cutProxy{proxy, back} {
+		p.setCut(true)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for _, p := range []*cutProxy{proxy, back} {
+		p.setCut(false)
+	}
+	// The HTTPS clients trust the new CA now.
+	k.caFile = ca2.WriteCA(t, k.dir, "ca2-client.pem")
+	c1, c2 = k.client(r1), k.client(r2)
+	if _, err := c1.Incr(ctx, "rot:a", 100); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Incr(ctx, "rot:b", 30); err != nil {
+		t.Fatal(err)
+	}
+	waitGlobal(t, c2, "rot:a", 111, 30*time.Second)
+	waitGlobal(t, c1, "rot:b", 33, 30*time.Second)
+	// A valid certificate of the retired CA is refused; the new one of r2
+	// is served (the control).
+	retired := k.ca.IssueWith(t, "r2-old-ca", certtest.Options{Regions: []string{"r2"}}).TLS(t)
+	both := x509.NewCertPool()
+	both.AddCert(k.ca.Cert)
+	both.AddCert(ca2.Cert)
+	err = regionCall(t, g1, &tls.Config{RootCAs: both, ServerName: "localhost", GetClientCertificate: presenting(&retired)}, "Manifest", manifestRequest("r1"))
+	if status.Code(err) != codes.Unavailable {
+		t.Fatalf("a region call with the retired CA's certificate: %v, want Unavailable (handshake refused)", err)
+	}
+	current := r2ca2.TLS(t)
+	if err := regionCall(t, g1, &tls.Config{RootCAs: both, ServerName: "localhost", GetClientCertificate: presenting(&current)}, "Manifest", manifestRequest("r1")); err != nil {
+		t.Fatalf("a region call with r2's new certificate: %v", err)
 	}
 }

@@ -26,7 +26,7 @@ func withClientCert(regions ...string) context.Context {
 		for _, r := range regions {
 			c.URIs = append(c.URIs, tlsconfig.RegionURI(r))
 		}
-		st.VerifiedChains = [][]*x509.Certificate{{c}}
+		st.PeerCertificates = []*x509.Certificate{c}
 	}
 	return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
 }

@@ -32,7 +32,7 @@ import (
 // *security, or zero fields, means that part is off.
 type security struct {
 	cert      *tlsconfig.Reloader // --tls-cert, --tls-key
-	peerCA    *x509.CertPool      // --peer-ca
+	peerCA    *tlsconfig.CAFile   // --peer-ca, re-read on SIGHUP
 	gossipKey []byte              // --gossip-key-file
 	region    string              // --region: a peer certificate naming regions must name this one to be a cluster member
 }
@@ -66,7 +66,7 @@ func loadSecurity(cfg Config, log *slog.Logger) (*security, error) {
 			"not_after", s.cert.Certificate().Leaf.NotAfter, "peer_ca", cfg.PeerCA)
 	}
 	if cfg.PeerCA != "" {
-		if s.peerCA, err = tlsconfig.LoadCAPool(cfg.PeerCA); err != nil {
+		if s.peerCA, err = tlsconfig.LoadCAFile(cfg.PeerCA); err != nil {
 			return nil, err
 		}
 	}
@@ -82,18 +82,28 @@ func loadSecurity(cfg Config, log *slog.Logger) (*security, error) {
 func (s *security) tlsOn() bool { return s != nil && s.cert != nil }
 
 // server is the TLS configuration of every front end.
-func (s *security) server() *tls.Config { return tlsconfig.Server(s.cert, s.peerCA) }
+func (s *security) server() *tls.Config { return tlsconfig.ServerRoots(s.cert, s.roots()) }
+
+// roots is the current --peer-ca pool's getter, nil without --peer-ca.
+func (s *security) roots() func() *x509.CertPool {
+	if s == nil || s.peerCA == nil {
+		return nil
+	}
+	return s.peerCA.Pool
+}
 
 // peerClient is the client side of peer traffic, nil without --peer-ca.
 func (s *security) peerClient() *tls.Config {
 	if s == nil || s.peerCA == nil {
 		return nil
 	}
-	return tlsconfig.PeerClient(s.cert, s.peerCA)
+	return tlsconfig.PeerClientRoots(s.cert, s.peerCA.Pool, nil)
 }
 
-// reloadOnHUP re-reads the certificate on every SIGHUP until ctx is done
-// (besides the reloader's own checks for changed files).
+// reloadOnHUP re-reads the certificate and the --peer-ca file on every
+// SIGHUP until ctx is done (besides the reloader's own checks for changed
+// certificate files). New handshakes of every front end and every cluster
+// and region link use them; open connections keep their sessions.
 func (s *security) reloadOnHUP(ctx context.Context, log *slog.Logger) {
 	if !s.tlsOn() {
 		return
@@ -111,6 +121,14 @@ func (s *security) reloadOnHUP(ctx context.Context, log *slog.Logger) {
 					log.Warn("SIGHUP: tls certificate not reloaded, keeping the previous one", "err", err)
 				} else {
 					log.Info("SIGHUP: tls certificate checked", "changed", changed)
+				}
+				if s.peerCA == nil {
+					continue
+				}
+				if changed, err := s.peerCA.Reload(); err != nil {
+					log.Warn("SIGHUP: --peer-ca not reloaded, keeping the previous CAs", "err", err)
+				} else {
+					log.Info("SIGHUP: --peer-ca checked", "changed", changed)
 				}
 			}
 		}
@@ -148,7 +166,7 @@ func (s *security) admitPeer() func(context.Context, membership.Member) error {
 		if err := json.Unmarshal(m.Meta, &meta); err != nil || meta.GRPC == "" {
 			return fmt.Errorf("%w: no gRPC address in its gossip metadata", errNotAdmitted)
 		}
-		cfg := tlsconfig.PeerClientChecked(s.cert, s.peerCA, s.clusterMember)
+		cfg := tlsconfig.PeerClientRoots(s.cert, s.peerCA.Pool, s.clusterMember)
 		cfg.NextProtos = []string{"h2"} // what the gRPC server expects
 		d := tls.Dialer{Config: cfg}
 		c, err := d.DialContext(ctx, "tcp", meta.GRPC)

@@ -131,7 +131,7 @@ func TestLoadSecurityErrors(t *testing.T) {
 // on loopback); with --insecure and no --peer-ca anyone.
 func TestPeerOnlyForwarded(t *testing.T) {
 	ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusOK) })
-	peerState := &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{{}}}}
+	peerState := &tls.ConnectionState{PeerCertificates: []*x509.Certificate{{}}}
 	for _, tc := range []struct {
 		name   string
 		sec    *security
@@ -146,9 +146,9 @@ func TestPeerOnlyForwarded(t *testing.T) {
 		{"remote, auth, no peer-ca", nil, func(c *Config) { c.Auth = "tokens.yaml" }, "192.0.2.1:5000", nil, 403},
 		{"loopback trusted proxy", nil, func(c *Config) { c.TrustedProxies = "127.0.0.1" }, "127.0.0.1:5000", nil, 403},
 		{"remote, insecure", nil, func(c *Config) { c.Insecure = true }, "10.0.0.9:5000", nil, 200},
-		{"peer-ca, no certificate, loopback", &security{peerCA: x509.NewCertPool()}, nil, "127.0.0.1:5000", &tls.ConnectionState{}, 403},
-		{"peer-ca, insecure, no certificate", &security{peerCA: x509.NewCertPool()}, func(c *Config) { c.Insecure = true }, "127.0.0.1:5000", &tls.ConnectionState{}, 403},
-		{"peer-ca, peer certificate", &security{peerCA: x509.NewCertPool()}, nil, "10.0.0.9:5000", peerState, 200},
+		{"peer-ca, no certificate, loopback", &security{peerCA: &tlsconfig.CAFile{}}, nil, "127.0.0.1:5000", &tls.ConnectionState{}, 403},
+		{"peer-ca, insecure, no certificate", &security{peerCA: &tlsconfig.CAFile{}}, func(c *Config) { c.Insecure = true }, "127.0.0.1:5000", &tls.ConnectionState{}, 403},
+		{"peer-ca, peer certificate", &security{peerCA: &tlsconfig.CAFile{}}, nil, "10.0.0.9:5000", peerState, 200},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
@@ -189,7 +189,7 @@ func TestCheckPeerRegions(t *testing.T) {
 	ctxWith := func(c *x509.Certificate) context.Context {
 		st := tls.ConnectionState{}
 		if c != nil {
-			st.VerifiedChains = [][]*x509.Certificate{{c}}
+			st.PeerCertificates = []*x509.Certificate{c}
 		}
 		return peer.NewContext(context.Background(), &peer.Peer{AuthInfo: credentials.TLSInfo{State: st}})
 	}

@@ -174,15 +174,80 @@ func LoadCAPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// CAFile is a pool of CA certificates read from a PEM file, re-read by
+// Reload (SIGHUP): the configurations built on it verify new handshakes,
+// resumed ones included, against the pool of the moment.
+type CAFile struct {
+	path string
+	mu   sync.Mutex // guards pem; held while reading the file
+	pem  []byte
+	pool atomic.Pointer[x509.CertPool]
+}
+
+// LoadCAFile reads the CA file at path.
+func LoadCAFile(path string) (*CAFile, error) {
+	f := &CAFile{path: path}
+	if _, err := f.Reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Pool is the current pool.
+func (f *CAFile) Pool() *x509.CertPool { return f.pool.Load() }
+
+// Reload re-reads the file and reports whether it changed; on error the
+// previous pool stays in use.
+func (f *CAFile) Reload() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return false, fmt.Errorf("tlsconfig: CA: %w", err)
+	}
+	if f.pool.Load() != nil && bytes.Equal(b, f.pem) {
+		return false, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return false, fmt.Errorf("%w: %s", ErrNoCertificates, f.path)
+	}
+	f.pem = b
+	f.pool.Store(pool)
+	return true, nil
+}
+
+func fixed(pool *x509.CertPool) func() *x509.CertPool {
+	if pool == nil {
+		return nil
+	}
+	return func() *x509.CertPool { return pool }
+}
+
 // Server is the server side of a front end serving r's certificate. With a
 // peerCA, clients may present a certificate and one that does not verify
 // against peerCA fails the handshake; IsPeer tells peers apart. Clients
 // without a certificate are served as before.
 func Server(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	return ServerRoots(r, fixed(peerCA))
+}
+
+// ServerRoots is Server verifying client certificates against the pool
+// roots returns at each handshake (nil: no client certificates).
+func ServerRoots(r *Reloader, roots func() *x509.CertPool) *tls.Config {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
-	if peerCA != nil {
-		c.ClientAuth = tls.VerifyClientCertIfGiven
-		c.ClientCAs = peerCA
+	if roots != nil {
+		// The chain is checked by VerifyConnection against the current
+		// pool (ClientCAs would fix it for the config's life); it runs on
+		// every handshake, resumptions included, so a connection with a
+		// client certificate has one that verified.
+		c.ClientAuth = tls.RequestClientCert
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			return verifyChain(cs.PeerCertificates, roots(), x509.ExtKeyUsageClientAuth)
+		}
 	}
 	return c
 }
@@ -197,13 +262,19 @@ func PeerClient(r *Reloader, peerCA *x509.CertPool) *tls.Config {
 // PeerClientChecked is PeerClient that also requires check, when set, to
 // accept the server's verified certificate (such as naming a region).
 func PeerClientChecked(r *Reloader, peerCA *x509.CertPool, check func(*x509.Certificate) error) *tls.Config {
+	return PeerClientRoots(r, fixed(peerCA), check)
+}
+
+// PeerClientRoots is PeerClientChecked verifying the server against the
+// pool roots returns at each handshake.
+func PeerClientRoots(r *Reloader, roots func() *x509.CertPool, check func(*x509.Certificate) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS12,
 		GetClientCertificate: r.GetClientCertificate,
 		// The chain is checked by VerifyConnection instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			if err := verifyChain(cs.PeerCertificates, peerCA, x509.ExtKeyUsageServerAuth); err != nil {
+			if err := verifyChain(cs.PeerCertificates, roots(), x509.ExtKeyUsageServerAuth); err != nil {
 				return err
 			}
 			if check != nil {
@@ -257,13 +328,14 @@ func PeerLeaf(cs *tls.ConnectionState) *x509.Certificate {
 	if !IsPeer(cs) {
 		return nil
 	}
-	return cs.VerifiedChains[0][0]
+	return cs.PeerCertificates[0]
 }
 
-// IsPeer reports whether the client of cs presented a certificate that
-// verified against the peer CA (Server with a peerCA).
+// IsPeer reports whether the client of cs, a connection served with
+// Server or ServerRoots and a peer CA, presented a certificate (which
+// verified against the peer CA, or the handshake failed).
 func IsPeer(cs *tls.ConnectionState) bool {
-	return cs != nil && len(cs.VerifiedChains) > 0
+	return cs != nil && len(cs.PeerCertificates) > 0
 }
 
 // ParseGossipKey decodes a gossip key: 16, 24 or 32 raw bytes (AES-128,

@@ -316,3 +316,65 @@ func TestParseGossipKeyProperty(t *testing.T) {
 		}
 	})
 }
+
+// TestCAFileReload: configurations built on a CAFile verify new
+// handshakes, both ways, against the pool of the last Reload.
+func TestCAFileReload(t *testing.T) {
+	dir := t.TempDir()
+	ca1, ca2 := certtest.NewCA(t, "first"), certtest.NewCA(t, "second")
+	reloader := func(ca *certtest.CA, name string) *Reloader {
+		cf, kf := ca.Issue(t, name).Write(t, dir, name)
+		r, err := NewReloader(cf, kf, ReloaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	srv1, cli1, cli2 := reloader(ca1, "srv1"), reloader(ca1, "cli1"), reloader(ca2, "cli2")
+	path := filepath.Join(dir, "peer-ca.pem")
+	write := func(pems ...[]byte) {
+		if err := os.WriteFile(path, bytes.Join(pems, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ca1.PEM)
+	f, err := LoadCAFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := ServerRoots(srv1, f.Pool)
+	client := func(r *Reloader) *tls.Config { return PeerClientRoots(r, f.Pool, nil) }
+	if _, _, err := handshake(t, server, client(cli1)); err != nil {
+		t.Fatalf("client of the CA: %v", err)
+	}
+	if _, _, err := handshake(t, server, client(cli2)); err == nil {
+		t.Fatal("client of another CA accepted")
+	}
+	write(ca1.PEM, ca2.PEM) // a CA rotation: both
+	if changed, err := f.Reload(); !changed || err != nil {
+		t.Fatalf("Reload: %v, %v", changed, err)
+	}
+	_, scs, err := handshake(t, server, client(cli2))
+	if err != nil || !IsPeer(&scs) || PeerLeaf(&scs).Subject.CommonName != "cli2" {
+		t.Fatalf("client of the added CA: %v (peer %v)", err, IsPeer(&scs))
+	}
+	write(ca2.PEM) // the old CA retired
+	if _, err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := handshake(t, server, client(cli1)); err == nil {
+		t.Fatal("client of the retired CA accepted")
+	}
+	// The client side too: a server of the retired CA is refused.
+	if _, _, err := handshake(t, Server(srv1, nil), client(cli2)); !errors.Is(err, ErrNotPeer) {
+		t.Fatalf("server of the retired CA: %v, want ErrNotPeer", err)
+	}
+	// A broken file keeps the previous pool.
+	write([]byte("not PEM"))
+	if changed, err := f.Reload(); changed || !errors.Is(err, ErrNoCertificates) {
+		t.Fatalf("Reload of a broken file: %v, %v", changed, err)
+	}
+	if _, _, err := handshake(t, ServerRoots(reloader(ca2, "srv2"), f.Pool), client(cli2)); err != nil {
+		t.Fatalf("after a broken reload: %v", err)
+	}
+}
