@@ -1,12 +1,14 @@
 // Package tlsconfig builds counterd's TLS configurations: the server side of
 // every front end (--tls-cert, --tls-key), mutual TLS between cluster peers
-// (--peer-ca) and the gossip encryption key (--gossip-key-file).
+// and between regions (--peer-ca) and the gossip encryption key
+// (--gossip-key-file).
 //
 // Certificates are served through a Reloader, which re-reads the certificate
 // and key files when their content changes (checked at most once per
 // interval, lazily on handshakes) or when Reload is called (SIGHUP). A new
 // certificate applies to new handshakes only: established connections keep
-// the session they negotiated.
+// the session they negotiated. The peer CA may be a CAFile, whose Reload
+// (SIGHUP) changes the CAs new handshakes are verified against.
 //
 // Peers are authenticated by their chain: a certificate that verifies
 // against the peer CA, for both server and client use, is a cluster member,
