@@ -482,6 +482,24 @@ func TestProtectedMode(t *testing.T) {
 			}
 		}
 	}
+	// Node-to-node links beyond loopback need their own authentication,
+	// even with --auth (refused before anything binds).
+	tokensPath := filepath.Join(dir, "links-tokens.yaml")
+	os.WriteFile(tokensPath, []byte(tokensFile("")), 0o600)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--grpc", "0.0.0.0:0", "--region", "r1", "--peer-regions", "r2=127.0.0.1:1"}, "--peer-ca FILE"},
+		{[]string{"--grpc", "127.0.0.1:0", "--gossip", "0.0.0.0:0", "--join", "127.0.0.1:1"}, "--gossip-key-file FILE"},
+	} {
+		args := append([]string{"--data", filepath.Join(dir, "links"), "--http", "127.0.0.1:0", "--resp", "", "--auth", tokensPath}, tc.args...)
+		out, err := exec.Command(counterdBin(t), args...).CombinedOutput()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(string(out), tc.want) || !strings.Contains(string(out), "--insecure") {
+			t.Fatalf("%v with --auth: %v, want exit status 2 naming %s and --insecure\n%s", tc.args, err, tc.want, out)
+		}
+	}
 	p := start(t, filepath.Join(dir, "insecure"), "--http", "0.0.0.0:0", "--insecure")
 	port := p.addr[strings.LastIndex(p.addr, ":")+1:]
 	if code, _, _, err := post("http://127.0.0.1:"+port+"/counters/page_views:x/increment", "", `{"delta":1}`); err != nil || code != 200 {

@@ -469,6 +469,19 @@ func TestTLSClusterMutualTLS(t *testing.T) {
 	if err := peerCall(&tls.Config{RootCAs: ca.Pool(), ServerName: "localhost"}); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("peer call without a certificate: %v, want Unauthenticated", err)
 	}
+	// A certificate from the cluster's CA that names a region (a node of
+	// some region sharing the CA) is no member of this cluster; one naming
+	// no region is (the control: the refusals above are for the
+	// certificate, not the call).
+	regionCert := ca.IssueWith(t, "r9-node", certtest.Options{Regions: []string{"r9"}}).TLS(t)
+	if err := peerCall(&tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", GetClientCertificate: presenting(&regionCert)}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("peer call with the certificate of region r9: %v, want PermissionDenied", err)
+	}
+	member := ca.Issue(t, "n9").TLS(t)
+	switch err := peerCall(&tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", GetClientCertificate: presenting(&member)}); status.Code(err) {
+	case codes.Unauthenticated, codes.PermissionDenied, codes.Unavailable:
+		t.Fatalf("peer call with a member's certificate: %v", err)
+	}
 	// Same for a forwarded rate-limit check over HTTP.
 	fwd := func(hc *http.Client) (int, error) {
 		req, _ := http.NewRequest(http.MethodPost, "https://"+n1.http+"/ratelimit/check", strings.NewReader(`{"key":"k","limit":{"requests":1,"per":"1s"}}`))

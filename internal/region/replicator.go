@@ -24,6 +24,7 @@ import (
 
 	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/tlsconfig"
 )
 
 // Config configures a Replicator.
@@ -54,8 +55,13 @@ type Config struct {
 	// 2 MiB of state data).
 	MaxBatchIDs, MaxBatchBytes int
 	// TLS, when set, is the client side of the links (the peer
-	// certificate); nil: plaintext.
+	// certificate); nil: plaintext. Each link also requires the server's
+	// certificate to name the region it dials (tlsconfig.CertRegions).
 	TLS *tls.Config
+	// AuthorizePeers makes every incoming call present a verified client
+	// certificate naming a peer region, and act only as that region
+	// (service.go). Set it with --peer-ca.
+	AuthorizePeers bool
 	// Chunks says how states are cut for anti-entropy.
 	Chunks chunksync.Options
 	// CallTimeout bounds each anti-entropy and bootstrap call (a manifest
@@ -204,11 +210,8 @@ func Open(cfg Config) (*Replicator, error) {
 		cuts: map[string][2]*cutEntry{},
 	}
 	r.serveCtx, r.serveCancel = context.WithCancel(context.Background())
-	creds := insecure.NewCredentials()
-	if cfg.TLS != nil {
-		creds = credentials.NewTLS(cfg.TLS)
-	}
 	for _, p := range cfg.Peers {
+		creds := linkCredentials(cfg.TLS, p.Name)
 		if pl := r.peers[p.Name]; pl != nil { // another gateway of a region
 			d, err := r.dial(p, creds)
 			if err != nil {
@@ -242,6 +245,29 @@ func Open(cfg Config) (*Replicator, error) {
 		pl.dests = append(pl.dests, d)
 	}
 	return r, nil
+}
+
+// linkCredentials is the client side of a link to region name: tc
+// (plaintext when nil), also requiring the server's certificate to name
+// the region.
+func linkCredentials(tc *tls.Config, name string) credentials.TransportCredentials {
+	if tc == nil {
+		return insecure.NewCredentials()
+	}
+	c := tc.Clone()
+	prev := c.VerifyConnection
+	c.VerifyConnection = func(cs tls.ConnectionState) error {
+		if prev != nil {
+			if err := prev(cs); err != nil {
+				return err
+			}
+		}
+		if len(cs.PeerCertificates) == 0 || !slices.Contains(tlsconfig.CertRegions(cs.PeerCertificates[0]), name) {
+			return fmt.Errorf("%w: the certificate of the gateway does not name region %s (want a URI SAN %s)", ErrNotAllowed, name, tlsconfig.RegionURI(name))
+		}
+		return nil
+	}
+	return credentials.NewTLS(c)
 }
 
 // linkUserTimeout is how long a region link's sent data may stay
@@ -596,7 +622,7 @@ func (r *Replicator) pushOnce(ctx context.Context, p *dest) (more bool, err erro
 
 // receive applies a batch pushed by a peer to the copy of its state,
 // durably, before the push is acknowledged.
-func (r *Replicator) receive(ctx context.Context, msg []byte) error {
+func (r *Replicator) receive(ctx context.Context, c caller, msg []byte) error {
 	b, err := DecodeBatch(msg)
 	if err != nil {
 		return err
@@ -604,6 +630,9 @@ func (r *Replicator) receive(ctx context.Context, msg []byte) error {
 	p, eng := r.peers[b.From], r.remote[b.From]
 	if p == nil {
 		return fmt.Errorf("%w: region %q is not in --peer-regions", ErrUnknownRegion, b.From)
+	}
+	if !c.is(b.From) {
+		return fmt.Errorf("%w: a push from region %s with a certificate of region %s", ErrNotAllowed, b.From, orNone(c.regions))
 	}
 	if len(b.Node) == 0 {
 		return fmt.Errorf("%w: push without a sending node", ErrCorrupt)

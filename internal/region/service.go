@@ -2,18 +2,24 @@ package region
 
 import (
 	"context"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/tlsconfig"
 )
 
 // ServiceName is the gRPC service regions call each other on, served on
@@ -28,7 +34,11 @@ import (
 //	Fetch(name + hash)           -> a blob of one of the last two manifests
 //
 // Like the cluster's peer service it is authenticated by the transport
-// (a peer certificate with --peer-ca), not by client tokens.
+// (a peer certificate with --peer-ca), not by client tokens. With
+// Config.AuthorizePeers every call needs a verified client certificate
+// naming a peer region (tlsconfig.CertRegions): a push is accepted only
+// from the region it claims to come from, and a manifest or fetch only of
+// this region's own state or the caller's (the copy a bootstrap pulls).
 const ServiceName = "counterd.region.v1.Region"
 
 // maxFetch bounds a fetched blob (a chunk of MaxChunkKeys dense HLLs).
@@ -43,13 +53,16 @@ var serviceDesc = grpc.ServiceDesc{
 	ServiceName: ServiceName,
 	HandlerType: (*any)(nil),
 	Methods: []grpc.MethodDesc{
-		{MethodName: "Push", Handler: handler("Push", func(r *Replicator, ctx context.Context, in []byte) ([]byte, error) {
-			return nil, r.receive(ctx, in)
+		{MethodName: "Push", Handler: handler("Push", func(r *Replicator, ctx context.Context, c caller, in []byte) ([]byte, error) {
+			return nil, r.receive(ctx, c, in)
 		})},
-		{MethodName: "Manifest", Handler: handler("Manifest", func(r *Replicator, ctx context.Context, in []byte) ([]byte, error) {
+		{MethodName: "Manifest", Handler: handler("Manifest", func(r *Replicator, ctx context.Context, c caller, in []byte) ([]byte, error) {
 			name, h, err := decodeFetch(in)
 			if err == nil && h != nil {
 				err = fmt.Errorf("%w: manifest request with a hash", ErrCorrupt)
+			}
+			if err == nil {
+				err = r.mayRead(c, name)
 			}
 			if err != nil {
 				return nil, err
@@ -60,10 +73,13 @@ var serviceDesc = grpc.ServiceDesc{
 			}
 			return append(binary.AppendUvarint(nil, r.incarnation), m...), nil
 		})},
-		{MethodName: "Fetch", Handler: handler("Fetch", func(r *Replicator, _ context.Context, in []byte) ([]byte, error) {
+		{MethodName: "Fetch", Handler: handler("Fetch", func(r *Replicator, _ context.Context, c caller, in []byte) ([]byte, error) {
 			name, h, err := decodeFetch(in)
 			if err == nil && h == nil {
 				err = fmt.Errorf("%w: fetch without a hash", ErrCorrupt)
+			}
+			if err == nil {
+				err = r.mayRead(c, name)
 			}
 			if err != nil {
 				return nil, err
@@ -74,7 +90,7 @@ var serviceDesc = grpc.ServiceDesc{
 	Metadata: "internal/region/service.go",
 }
 
-func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byte, error)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
+func handler(method string, fn func(*Replicator, context.Context, caller, []byte) ([]byte, error)) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
 	full := "/" + ServiceName + "/" + method
 	return func(srv any, ctx context.Context, dec func(any) error, icpt grpc.UnaryServerInterceptor) (any, error) {
 		in := new(wrapperspb.BytesValue)
@@ -83,6 +99,10 @@ func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byt
 		}
 		h := func(ctx context.Context, req any) (any, error) {
 			r := srv.(*Replicator)
+			c, err := r.callerOf(ctx)
+			if err != nil {
+				return nil, toStatus(err)
+			}
 			ctx, done, err := r.serving(ctx)
 			if err != nil {
 				return nil, toStatus(err)
@@ -91,7 +111,7 @@ func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byt
 			if testHookServe != nil {
 				testHookServe(ctx, method)
 			}
-			out, err := fn(r, ctx, req.(*wrapperspb.BytesValue).GetValue())
+			out, err := fn(r, ctx, c, req.(*wrapperspb.BytesValue).GetValue())
 			if err != nil && r.serveCtx.Err() != nil {
 				err = fmt.Errorf("%w: %w", ErrStopping, err) // cancelled by StopServing
 			}
@@ -111,9 +131,77 @@ func handler(method string, fn func(*Replicator, context.Context, []byte) ([]byt
 // call (a call stuck on a slow disk or a lock).
 var testHookServe func(ctx context.Context, method string)
 
+// ErrNotAllowed: a region call whose client certificate does not name the
+// region it acts as (gRPC PermissionDenied).
+var ErrNotAllowed = errors.New("region: not allowed")
+
+// errNoPeerCert: a region call without a verified client certificate
+// (gRPC Unauthenticated).
+var errNoPeerCert = errors.New("region: calls need a client certificate signed by --peer-ca")
+
+// caller is who makes an incoming region call: any region (AuthorizePeers
+// off), or the peer regions its certificate names.
+type caller struct {
+	any     bool
+	regions []string
+}
+
+// is reports whether c may act as region name.
+func (c caller) is(name string) bool { return c.any || slices.Contains(c.regions, name) }
+
+// callerOf identifies the client of an incoming call: with AuthorizePeers,
+// the configured peer regions its verified certificate names (at least
+// one, or the call is refused).
+func (r *Replicator) callerOf(ctx context.Context) (caller, error) {
+	if !r.cfg.AuthorizePeers {
+		return caller{any: true}, nil
+	}
+	var leaf *x509.Certificate
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			leaf = tlsconfig.PeerLeaf(&ti.State)
+		}
+	}
+	if leaf == nil {
+		return caller{}, errNoPeerCert
+	}
+	var c caller
+	named := tlsconfig.CertRegions(leaf)
+	for _, n := range named {
+		if r.peers[n] != nil && !slices.Contains(c.regions, n) {
+			c.regions = append(c.regions, n)
+		}
+	}
+	if len(c.regions) == 0 {
+		return caller{}, fmt.Errorf("%w: the client certificate (%s) names no peer region (regions named: %s; want a URI SAN %s://NAME of a region in --peer-regions)",
+			ErrNotAllowed, leaf.Subject, orNone(named), tlsconfig.RegionScheme)
+	}
+	return c, nil
+}
+
+func orNone(l []string) string {
+	if len(l) == 0 {
+		return "none"
+	}
+	return strings.Join(l, ", ")
+}
+
+// mayRead allows c to read the state named name: this region's own (a
+// peer's anti-entropy) or the caller's copy (its bootstrap).
+func (r *Replicator) mayRead(c caller, name string) error {
+	if name == r.cfg.Name || c.is(name) {
+		return nil
+	}
+	return fmt.Errorf("%w: a certificate of region %s may not read the state of region %s", ErrNotAllowed, orNone(c.regions), name)
+}
+
 func toStatus(err error) error {
 	var se *engine.StateError
 	switch {
+	case errors.Is(err, errNoPeerCert):
+		return status.Error(codes.Unauthenticated, err.Error())
+	case errors.Is(err, ErrNotAllowed):
+		return status.Error(codes.PermissionDenied, err.Error())
 	case errors.Is(err, ErrStopping):
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

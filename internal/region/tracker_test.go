@@ -86,11 +86,11 @@ func TestSendersAsOf(t *testing.T) {
 	ctx := context.Background()
 	push := func(node string, inc uint64, asOf int64, complete bool) {
 		t.Helper()
-		if err := r.receive(ctx, EncodeBatch(nil, &Batch{From: "us", Node: node, Incarnation: inc, AsOf: asOf, Complete: complete})); err != nil {
+		if err := r.receive(ctx, caller{any: true}, EncodeBatch(nil, &Batch{From: "us", Node: node, Incarnation: inc, AsOf: asOf, Complete: complete})); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := r.receive(ctx, EncodeBatch(nil, &Batch{From: "us", Incarnation: 1})); !errors.Is(err, ErrCorrupt) {
+	if err := r.receive(ctx, caller{any: true}, EncodeBatch(nil, &Batch{From: "us", Incarnation: 1})); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("push without a node: %v", err)
 	}
 	p := r.peers["us"]

@@ -60,6 +60,59 @@ func TestGRPCNeedsCoverMethods(t *testing.T) {
 	}
 }
 
+// TestProtectedModePeerLinks: a node with node-to-node links (a cluster,
+// peer regions) refuses, even with --auth, a non-loopback --grpc without
+// --peer-ca and a non-loopback --gossip without --gossip-key-file, and
+// dialling such links beyond loopback; --insecure allows them. A node
+// serving only clients keeps starting with --auth.
+func TestProtectedModePeerLinks(t *testing.T) {
+	mtls := func(c *Config) { c.TLSCert, c.TLSKey, c.PeerCA = "n.crt", "n.key", "ca.pem" }
+	region := func(c *Config) { c.Region, c.PeerRegions = "eu", "us=127.0.0.1:9091" }
+	cluster := func(c *Config) { c.Join = "127.0.0.1:7946" }
+	for _, tc := range []struct {
+		name     string
+		edits    []func(*Config)
+		wantFlag string // "" = valid
+	}{
+		{"loopback region, no flags", []func(*Config){region}, ""},
+		{"loopback cluster, no flags", []func(*Config){cluster}, ""},
+		{"client-only grpc with auth", []func(*Config){func(c *Config) { c.GRPC, c.Auth = "0.0.0.0:9090", "tokens.yaml" }}, ""},
+		{"region, public grpc, auth", []func(*Config){region, func(c *Config) { c.GRPC, c.Auth = "0.0.0.0:9090", "tokens.yaml" }}, "--peer-ca"},
+		{"region, public grpc, no auth", []func(*Config){region, func(c *Config) { c.GRPC = ":9090" }}, "--peer-ca"},
+		{"region, public grpc, mtls", []func(*Config){region, mtls, func(c *Config) { c.GRPC, c.Auth = "0.0.0.0:9090", "tokens.yaml" }}, ""},
+		{"region, public grpc, insecure", []func(*Config){region, func(c *Config) { c.GRPC, c.Insecure = "0.0.0.0:9090", true }}, ""},
+		{"region dials a remote peer", []func(*Config){func(c *Config) { c.Region, c.PeerRegions, c.Auth = "eu", "us=10.1.0.1:9090", "tokens.yaml" }}, "--peer-ca"},
+		{"region dials a host name", []func(*Config){func(c *Config) { c.Region, c.PeerRegions = "eu", "us=us.example:9090" }}, "--peer-ca"},
+		{"region dials a remote peer, mtls", []func(*Config){mtls, func(c *Config) { c.Region, c.PeerRegions = "eu", "us=10.1.0.1:9090" }}, ""},
+		{"cluster, public grpc, auth", []func(*Config){cluster, func(c *Config) { c.GRPC, c.Auth = "10.0.0.1:9090", "tokens.yaml" }}, "--peer-ca"},
+		{"cluster, public gossip, auth", []func(*Config){cluster, func(c *Config) { c.Gossip, c.Auth = "0.0.0.0:7946", "tokens.yaml" }}, "--gossip-key-file"},
+		{"cluster joins a remote node", []func(*Config){func(c *Config) { c.Join = "127.0.0.1:7946,10.0.0.2:7946" }}, "--gossip-key-file"},
+		{"cluster, public gossip, key", []func(*Config){cluster, func(c *Config) { c.Gossip, c.GossipKeyFile = "0.0.0.0:7946", "k" }}, ""},
+		{"cluster, public everything, secured", []func(*Config){cluster, mtls, func(c *Config) {
+			c.Gossip, c.GRPC, c.HTTP, c.RESP, c.Join = "10.0.0.1:7946", "10.0.0.1:9090", "10.0.0.1:8080", "10.0.0.1:6380", "10.0.0.2:7946"
+			c.GossipKeyFile, c.Auth = "k", "tokens.yaml"
+		}}, ""},
+		{"cluster, public gossip, insecure", []func(*Config){cluster, func(c *Config) { c.Gossip, c.GRPC, c.Insecure = "0.0.0.0:7946", "0.0.0.0:9090", true }}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := DefaultConfig()
+			for _, e := range tc.edits {
+				e(&c)
+			}
+			err := c.Validate()
+			if tc.wantFlag == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrProtectedMode) || !strings.Contains(err.Error(), tc.wantFlag+" FILE") || !strings.Contains(err.Error(), "--insecure") {
+				t.Fatalf("err %v: want protected mode naming %s FILE and --insecure", err, tc.wantFlag)
+			}
+		})
+	}
+}
+
 func TestProtectedMode(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

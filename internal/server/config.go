@@ -59,11 +59,11 @@ type Config struct {
 
 	// security: auth
 	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
-	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth (default false: refuse)
+	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth, or node-to-node links beyond loopback without --peer-ca / --gossip-key-file (default false: refuse)
 	// security: tls
 	TLSCert       string // --tls-cert: PEM certificate for HTTP, RESP and gRPC, reloaded on change (default none: plaintext)
 	TLSKey        string // --tls-key: PEM private key of --tls-cert
-	PeerCA        string // --peer-ca: PEM CA that signs every cluster node's --tls-cert: mutual TLS between peers (default none)
+	PeerCA        string // --peer-ca: PEM CA that signs every node's --tls-cert: mutual TLS between cluster peers and peer regions (default none)
 	GossipKeyFile string // --gossip-key-file: memberlist encryption key, 16/24/32 bytes raw or base64 (default none: plaintext gossip)
 	// security: hardening (docs/security.md: Browser safety, Limits, Overload)
 	AllowedHosts          string        // --allowed-hosts: Host values accepted besides loopback and the bound HTTP address, comma-separated, "*" any (default none)
@@ -247,13 +247,19 @@ func (c *Config) validateTLS() error {
 	if c.Join != "" && c.TLSCert != "" && c.PeerCA == "" {
 		return errors.New("server: a cluster with --tls-cert needs --peer-ca (peers verify each other against it)")
 	}
-	if c.PeerCA != "" && c.GossipKeyFile == "" {
+	if c.PeerRegions != "" && c.TLSCert != "" && c.PeerCA == "" {
+		return errors.New("server: peer regions with --tls-cert need --peer-ca (regions verify each other against it)")
+	}
+	if c.Join != "" && c.PeerCA != "" && c.GossipKeyFile == "" {
 		// Without it anyone who reaches the gossip port can declare
 		// members dead or lie about their addresses.
-		return errors.New("server: --peer-ca needs --gossip-key-file (unencrypted gossip is unauthenticated)")
+		return errors.New("server: --peer-ca needs --gossip-key-file in a cluster (unencrypted gossip is unauthenticated)")
 	}
-	if (c.PeerCA != "" || c.GossipKeyFile != "") && c.Join == "" {
-		return errors.New("server: --peer-ca and --gossip-key-file are for cluster mode (--join)")
+	if c.PeerCA != "" && c.Join == "" && c.PeerRegions == "" {
+		return errors.New("server: --peer-ca is for node-to-node links: cluster mode (--join) or peer regions (--peer-regions)")
+	}
+	if c.GossipKeyFile != "" && c.Join == "" {
+		return errors.New("server: --gossip-key-file is for cluster mode (--join)")
 	}
 	return nil
 }
@@ -324,12 +330,12 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.ConfigFile, "config", "YAML file of settings, keys are flag names (docs/operations.md, Configuration)")
 	// security: auth
 	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")
-	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth")
+	fs.BoolVar(&c.Insecure, "insecure", envBool("insecure", c.Insecure), "serve a non-loopback address without --auth, or node-to-node links beyond loopback without --peer-ca / --gossip-key-file")
 	// security: tls
 	str(&c.TLSCert, "tls-cert", "PEM certificate for HTTP, RESP and gRPC (with --tls-key; reloaded when the files change)")
 	str(&c.TLSKey, "tls-key", "PEM private key of --tls-cert")
-	str(&c.PeerCA, "peer-ca", "PEM CA of the cluster: peers present --tls-cert and must be signed by it (mutual TLS)")
-	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64")
+	str(&c.PeerCA, "peer-ca", "PEM CA of the nodes: cluster peers and peer regions present --tls-cert and must be signed by it (mutual TLS); with --peer-regions, --tls-cert must name the region as URI SAN counterd-region://NAME (docs/security.md, Node-to-node links). Required for a non-loopback --grpc with --join or --peer-regions")
+	str(&c.GossipKeyFile, "gossip-key-file", "gossip encryption key file: 16, 24 or 32 bytes, raw or base64 (required for a non-loopback --gossip)")
 	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 0.6 s) or lan (memberlist LAN defaults, about 5 s)")
 	dur(&c.ClusterLease, "cluster-lease", "owner lease: an owner serves owner operations only this long after a majority renewed it (every quarter of it); a new owner waits for a dropped node's lease to run out (0: no lease)")
 	dur(&c.ClusterLeaseDrift, "cluster-lease-drift", "clock-drift bound a new owner adds to a dropped owner's lease before it serves its ids")

@@ -94,6 +94,7 @@ func TestValidateClusterRegion(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Region, cfg.GRPC, cfg.Join = "eu", "127.0.0.1:0", "10.0.0.2:7946"
 	cfg.PeerRegions = "us=10.1.0.1:9090,us=10.1.0.2:9090,ap=10.2.0.1:9090"
+	cfg.Insecure = true // links beyond loopback without --peer-ca (TestProtectedModePeerLinks)
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -32,7 +32,7 @@ func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *
 		Name: cfg.Region, Node: cfg.NodeID, Peers: peers, Local: nd.eng,
 		Dir:      filepath.Join(cfg.Data, "regions"),
 		Interval: cfg.RegionInterval, SyncInterval: cfg.RegionSyncInterval,
-		TLS: sec.peerClient(), Logger: log,
+		TLS: sec.peerClient(), AuthorizePeers: sec != nil && sec.peerCA != nil, Logger: log,
 	}
 	switch {
 	case nd.region != nil:

@@ -165,7 +165,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		}
 		api.ServeHTTP(w, r)
 	})
-	handler = sec.peerOnlyForwarded(handler)
+	handler = sec.peerOnlyForwarded(cfg, handler)
 	handler = withAuth(store, handler)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.

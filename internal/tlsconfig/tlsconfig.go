@@ -1,16 +1,21 @@
 // Package tlsconfig builds counterd's TLS configurations: the server side of
 // every front end (--tls-cert, --tls-key), mutual TLS between cluster peers
-// (--peer-ca) and the gossip encryption key (--gossip-key-file).
+// and between regions (--peer-ca) and the gossip encryption key
+// (--gossip-key-file).
 //
 // Certificates are served through a Reloader, which re-reads the certificate
 // and key files when their content changes (checked at most once per
 // interval, lazily on handshakes) or when Reload is called (SIGHUP). A new
 // certificate applies to new handshakes only: established connections keep
-// the session they negotiated.
+// the session they negotiated. The peer CA may be a CAFile, whose Reload
+// (SIGHUP) changes the CAs new handshakes are verified against.
 //
-// Peers are authenticated by their chain alone: a certificate that verifies
+// Peers are authenticated by their chain: a certificate that verifies
 // against the peer CA, for both server and client use, is a cluster member,
-// whatever host names it carries. Use a CA dedicated to the cluster.
+// whatever host names it carries. Use a CA dedicated to the deployment.
+// A certificate may also name regions (URI SANs counterd-region://NAME,
+// CertRegions): region links accept it only as those regions, and a
+// cluster node only as a member of its own region.
 package tlsconfig
 
 import (
@@ -21,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/url"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -46,6 +52,10 @@ type ReloaderOptions struct {
 	Interval time.Duration    // least time between two looks at the files; default DefaultReloadInterval; negative: every handshake
 	Now      func() time.Time // default time.Now
 	Logger   *slog.Logger     // reload outcomes; default slog.Default()
+	// Check, when set, must accept a certificate before it is served: a
+	// pair it refuses fails NewReloader and is not taken by a reload
+	// (the previous certificate stays in use).
+	Check func(*x509.Certificate) error
 }
 
 // Reloader serves the certificate in a pair of PEM files and follows their
@@ -55,6 +65,7 @@ type Reloader struct {
 	interval          time.Duration
 	now               func() time.Time
 	log               *slog.Logger
+	check             func(*x509.Certificate) error
 
 	cert atomic.Pointer[tls.Certificate]
 	next atomic.Int64 // unix nanoseconds of the next look at the files
@@ -68,7 +79,7 @@ type Reloader struct {
 // NewReloader loads certFile and keyFile; it fails if they do not hold a
 // matching certificate and private key.
 func NewReloader(certFile, keyFile string, opts ReloaderOptions) (*Reloader, error) {
-	r := &Reloader{certFile: certFile, keyFile: keyFile, interval: opts.Interval, now: opts.Now, log: opts.Logger}
+	r := &Reloader{certFile: certFile, keyFile: keyFile, interval: opts.Interval, now: opts.Now, log: opts.Logger, check: opts.Check}
 	if r.interval == 0 {
 		r.interval = DefaultReloadInterval
 	}
@@ -110,6 +121,11 @@ func (r *Reloader) reloadLocked() (bool, error) {
 		// Often a rotation caught between writing the two files: the
 		// next look picks up the finished pair.
 		return false, fmt.Errorf("tlsconfig: %s, %s: %w", r.certFile, r.keyFile, err)
+	}
+	if r.check != nil {
+		if err := r.check(cert.Leaf); err != nil {
+			return false, fmt.Errorf("tlsconfig: %s: %w", r.certFile, err)
+		}
 	}
 	r.certPEM, r.keyPEM = certPEM, keyPEM
 	r.cert.Store(&cert)
@@ -160,15 +176,80 @@ func LoadCAPool(path string) (*x509.CertPool, error) {
 	return pool, nil
 }
 
+// CAFile is a pool of CA certificates read from a PEM file, re-read by
+// Reload (SIGHUP): the configurations built on it verify new handshakes,
+// resumed ones included, against the pool of the moment.
+type CAFile struct {
+	path string
+	mu   sync.Mutex // guards pem; held while reading the file
+	pem  []byte
+	pool atomic.Pointer[x509.CertPool]
+}
+
+// LoadCAFile reads the CA file at path.
+func LoadCAFile(path string) (*CAFile, error) {
+	f := &CAFile{path: path}
+	if _, err := f.Reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Pool is the current pool.
+func (f *CAFile) Pool() *x509.CertPool { return f.pool.Load() }
+
+// Reload re-reads the file and reports whether it changed; on error the
+// previous pool stays in use.
+func (f *CAFile) Reload() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b, err := os.ReadFile(f.path)
+	if err != nil {
+		return false, fmt.Errorf("tlsconfig: CA: %w", err)
+	}
+	if f.pool.Load() != nil && bytes.Equal(b, f.pem) {
+		return false, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(b) {
+		return false, fmt.Errorf("%w: %s", ErrNoCertificates, f.path)
+	}
+	f.pem = b
+	f.pool.Store(pool)
+	return true, nil
+}
+
+func fixed(pool *x509.CertPool) func() *x509.CertPool {
+	if pool == nil {
+		return nil
+	}
+	return func() *x509.CertPool { return pool }
+}
+
 // Server is the server side of a front end serving r's certificate. With a
 // peerCA, clients may present a certificate and one that does not verify
 // against peerCA fails the handshake; IsPeer tells peers apart. Clients
 // without a certificate are served as before.
 func Server(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	return ServerRoots(r, fixed(peerCA))
+}
+
+// ServerRoots is Server verifying client certificates against the pool
+// roots returns at each handshake (nil: no client certificates).
+func ServerRoots(r *Reloader, roots func() *x509.CertPool) *tls.Config {
 	c := &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: r.GetCertificate}
-	if peerCA != nil {
-		c.ClientAuth = tls.VerifyClientCertIfGiven
-		c.ClientCAs = peerCA
+	if roots != nil {
+		// The chain is checked by VerifyConnection against the current
+		// pool (ClientCAs would fix it for the config's life); it runs on
+		// every handshake, resumptions included, so a connection with a
+		// client certificate has one that verified.
+		c.ClientAuth = tls.RequestClientCert
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return nil
+			}
+			return verifyChain(cs.PeerCertificates, roots(), x509.ExtKeyUsageClientAuth)
+		}
 	}
 	return c
 }
@@ -177,13 +258,31 @@ func Server(r *Reloader, peerCA *x509.CertPool) *tls.Config {
 // certificate and accepts a server whose chain verifies against peerCA for
 // server use, without checking host names (see the package comment).
 func PeerClient(r *Reloader, peerCA *x509.CertPool) *tls.Config {
+	return PeerClientChecked(r, peerCA, nil)
+}
+
+// PeerClientChecked is PeerClient that also requires check, when set, to
+// accept the server's verified certificate (such as naming a region).
+func PeerClientChecked(r *Reloader, peerCA *x509.CertPool, check func(*x509.Certificate) error) *tls.Config {
+	return PeerClientRoots(r, fixed(peerCA), check)
+}
+
+// PeerClientRoots is PeerClientChecked verifying the server against the
+// pool roots returns at each handshake.
+func PeerClientRoots(r *Reloader, roots func() *x509.CertPool, check func(*x509.Certificate) error) *tls.Config {
 	return &tls.Config{
 		MinVersion:           tls.VersionTLS12,
 		GetClientCertificate: r.GetClientCertificate,
 		// The chain is checked by VerifyConnection instead.
 		InsecureSkipVerify: true,
 		VerifyConnection: func(cs tls.ConnectionState) error {
-			return verifyChain(cs.PeerCertificates, peerCA, x509.ExtKeyUsageServerAuth)
+			if err := verifyChain(cs.PeerCertificates, roots(), x509.ExtKeyUsageServerAuth); err != nil {
+				return err
+			}
+			if check != nil {
+				return check(cs.PeerCertificates[0])
+			}
+			return nil
 		},
 	}
 }
@@ -203,10 +302,42 @@ func verifyChain(certs []*x509.Certificate, roots *x509.CertPool, usage x509.Ext
 	return nil
 }
 
-// IsPeer reports whether the client of cs presented a certificate that
-// verified against the peer CA (Server with a peerCA).
+// RegionScheme is the URI scheme of a region name in a certificate's
+// subject alternative names: counterd-region://NAME.
+const RegionScheme = "counterd-region"
+
+// RegionURI is the URI SAN naming region name (RegionScheme).
+func RegionURI(name string) *url.URL { return &url.URL{Scheme: RegionScheme, Host: name} }
+
+// CertRegions lists the regions c names: the hosts of its URI SANs with
+// RegionScheme (none: a certificate of no region).
+func CertRegions(c *x509.Certificate) []string {
+	if c == nil {
+		return nil
+	}
+	var out []string
+	for _, u := range c.URIs {
+		if u.Scheme == RegionScheme && u.Host != "" && u.Path == "" {
+			out = append(out, u.Host)
+		}
+	}
+	return out
+}
+
+// PeerLeaf is the verified certificate of the client of cs (IsPeer), nil
+// without one.
+func PeerLeaf(cs *tls.ConnectionState) *x509.Certificate {
+	if !IsPeer(cs) {
+		return nil
+	}
+	return cs.PeerCertificates[0]
+}
+
+// IsPeer reports whether the client of cs, a connection served with
+// Server or ServerRoots and a peer CA, presented a certificate (which
+// verified against the peer CA, or the handshake failed).
 func IsPeer(cs *tls.ConnectionState) bool {
-	return cs != nil && len(cs.VerifiedChains) > 0
+	return cs != nil && len(cs.PeerCertificates) > 0
 }
 
 // ParseGossipKey decodes a gossip key: 16, 24 or 32 raw bytes (AES-128,

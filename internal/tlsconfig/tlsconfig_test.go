@@ -3,12 +3,14 @@ package tlsconfig
 import (
 	"bytes"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"errors"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,6 +190,94 @@ func TestPeerMutualTLS(t *testing.T) {
 	})
 }
 
+func TestRegionIdentity(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "regions")
+	pool := ca.Pool()
+	eu := ca.IssueWith(t, "eu-1", certtest.Options{Regions: []string{"eu"}})
+	if got := CertRegions(eu.Cert); !slices.Equal(got, []string{"eu"}) {
+		t.Fatalf("CertRegions = %v, want [eu]", got)
+	}
+	if got := CertRegions(ca.Issue(t, "plain").Cert); got != nil {
+		t.Fatalf("CertRegions of a certificate without regions = %v", got)
+	}
+	if u := RegionURI("DC_EUROPE_0").String(); u != "counterd-region://DC_EUROPE_0" {
+		t.Fatalf("RegionURI = %s", u)
+	}
+	cf, kf := eu.Write(t, dir, "eu")
+	srv, err := NewReloader(cf, kf, ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, kf = ca.IssueWith(t, "us-1", certtest.Options{Regions: []string{"us"}}).Write(t, dir, "us")
+	cli, err := NewReloader(cf, kf, ReloaderOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's verified view of the client names its region.
+	_, scs, err := handshake(t, Server(srv, pool), PeerClient(cli, pool))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := CertRegions(PeerLeaf(&scs)); !slices.Equal(got, []string{"us"}) {
+		t.Fatalf("client regions seen by the server = %v", got)
+	}
+	// A checked client refuses a server its check refuses.
+	errWrong := errors.New("wrong region")
+	check := func(want string) func(*x509.Certificate) error {
+		return func(c *x509.Certificate) error {
+			if !slices.Contains(CertRegions(c), want) {
+				return errWrong
+			}
+			return nil
+		}
+	}
+	if _, _, err := handshake(t, Server(srv, pool), PeerClientChecked(cli, pool, check("eu"))); err != nil {
+		t.Fatalf("server of the right region: %v", err)
+	}
+	if _, _, err := handshake(t, Server(srv, pool), PeerClientChecked(cli, pool, check("ap"))); !errors.Is(err, errWrong) {
+		t.Fatalf("server of another region: %v, want the check's error", err)
+	}
+	if PeerLeaf(&tls.ConnectionState{}) != nil || PeerLeaf(nil) != nil {
+		t.Fatal("PeerLeaf without a verified chain")
+	}
+}
+
+func TestReloaderCheck(t *testing.T) {
+	dir := t.TempDir()
+	ca := certtest.NewCA(t, "regions")
+	euOnly := func(c *x509.Certificate) error {
+		if !slices.Contains(CertRegions(c), "eu") {
+			return errors.New("not region eu")
+		}
+		return nil
+	}
+	cf, kf := ca.Issue(t, "plain").Write(t, dir, "n")
+	if _, err := NewReloader(cf, kf, ReloaderOptions{Check: euOnly}); err == nil || !strings.Contains(err.Error(), "not region eu") {
+		t.Fatalf("NewReloader with a certificate the check refuses: %v", err)
+	}
+	ca.IssueWith(t, "first", certtest.Options{Regions: []string{"eu"}}).Write(t, dir, "n")
+	r, err := NewReloader(cf, kf, ReloaderOptions{Check: euOnly, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A rotation to a refused certificate keeps the previous one.
+	ca.IssueWith(t, "other-region", certtest.Options{Regions: []string{"us"}}).Write(t, dir, "n")
+	if changed, err := r.Reload(); changed || err == nil {
+		t.Fatalf("reload to a refused certificate: changed %v, err %v", changed, err)
+	}
+	if cn := r.Certificate().Leaf.Subject.CommonName; cn != "first" {
+		t.Fatalf("serving %q after a refused reload, want first", cn)
+	}
+	ca.IssueWith(t, "second", certtest.Options{Regions: []string{"eu"}}).Write(t, dir, "n")
+	if changed, err := r.Reload(); !changed || err != nil {
+		t.Fatalf("reload to an accepted certificate: changed %v, err %v", changed, err)
+	}
+	if cn := r.Certificate().Leaf.Subject.CommonName; cn != "second" {
+		t.Fatalf("serving %q, want second", cn)
+	}
+}
+
 func TestParseGossipKey(t *testing.T) {
 	for _, n := range []int{16, 24, 32} {
 		key := bytes.Repeat([]byte{0xfe}, n) // not base64
@@ -225,4 +315,66 @@ func TestParseGossipKeyProperty(t *testing.T) {
 			t.Fatalf("base64 round trip: %x, %v; want %x", got, err, key)
 		}
 	})
+}
+
+// TestCAFileReload: configurations built on a CAFile verify new
+// handshakes, both ways, against the pool of the last Reload.
+func TestCAFileReload(t *testing.T) {
+	dir := t.TempDir()
+	ca1, ca2 := certtest.NewCA(t, "first"), certtest.NewCA(t, "second")
+	reloader := func(ca *certtest.CA, name string) *Reloader {
+		cf, kf := ca.Issue(t, name).Write(t, dir, name)
+		r, err := NewReloader(cf, kf, ReloaderOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	srv1, cli1, cli2 := reloader(ca1, "srv1"), reloader(ca1, "cli1"), reloader(ca2, "cli2")
+	path := filepath.Join(dir, "peer-ca.pem")
+	write := func(pems ...[]byte) {
+		if err := os.WriteFile(path, bytes.Join(pems, nil), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(ca1.PEM)
+	f, err := LoadCAFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := ServerRoots(srv1, f.Pool)
+	client := func(r *Reloader) *tls.Config { return PeerClientRoots(r, f.Pool, nil) }
+	if _, _, err := handshake(t, server, client(cli1)); err != nil {
+		t.Fatalf("client of the CA: %v", err)
+	}
+	if _, _, err := handshake(t, server, client(cli2)); err == nil {
+		t.Fatal("client of another CA accepted")
+	}
+	write(ca1.PEM, ca2.PEM) // a CA rotation: both
+	if changed, err := f.Reload(); !changed || err != nil {
+		t.Fatalf("Reload: %v, %v", changed, err)
+	}
+	_, scs, err := handshake(t, server, client(cli2))
+	if err != nil || !IsPeer(&scs) || PeerLeaf(&scs).Subject.CommonName != "cli2" {
+		t.Fatalf("client of the added CA: %v (peer %v)", err, IsPeer(&scs))
+	}
+	write(ca2.PEM) // the old CA retired
+	if _, err := f.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := handshake(t, server, client(cli1)); err == nil {
+		t.Fatal("client of the retired CA accepted")
+	}
+	// The client side too: a server of the retired CA is refused.
+	if _, _, err := handshake(t, Server(srv1, nil), client(cli2)); !errors.Is(err, ErrNotPeer) {
+		t.Fatalf("server of the retired CA: %v, want ErrNotPeer", err)
+	}
+	// A broken file keeps the previous pool.
+	write([]byte("not PEM"))
+	if changed, err := f.Reload(); changed || !errors.Is(err, ErrNoCertificates) {
+		t.Fatalf("Reload of a broken file: %v, %v", changed, err)
+	}
+	if _, _, err := handshake(t, ServerRoots(reloader(ca2, "srv2"), f.Pool), client(cli2)); err != nil {
+		t.Fatalf("after a broken reload: %v", err)
+	}
 }

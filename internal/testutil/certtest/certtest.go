@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"math/big"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
@@ -78,16 +79,37 @@ type Leaf struct {
 // for localhost, 127.0.0.1 and ::1.
 func (ca *CA) Issue(tb testing.TB, cn string) *Leaf {
 	tb.Helper()
+	return ca.IssueWith(tb, cn, Options{})
+}
+
+// Options are the optional parts of an issued certificate.
+type Options struct {
+	// Regions are named as URI SANs counterd-region://NAME (the region
+	// identity of docs/security.md).
+	Regions []string
+	// NotAfter is the end of its validity (default: a day from now).
+	NotAfter time.Time
+}
+
+// IssueWith is Issue with the options o.
+func (ca *CA) IssueWith(tb testing.TB, cn string, o Options) *Leaf {
+	tb.Helper()
 	key := newKey(tb)
+	if o.NotAfter.IsZero() {
+		o.NotAfter = time.Now().Add(24 * time.Hour)
+	}
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(tb),
 		Subject:      pkix.Name{CommonName: cn},
 		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
+		NotAfter:     o.NotAfter,
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		DNSNames:     []string{"localhost"},
 		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
+	}
+	for _, r := range o.Regions {
+		tmpl.URIs = append(tmpl.URIs, &url.URL{Scheme: "counterd-region", Host: r})
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
