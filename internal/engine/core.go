@@ -70,11 +70,12 @@ type Engine struct {
 	roll rollups
 
 	keys    atomic.Int64 // live counters
+	expires atomic.Int64 // live counters with a TTL
+	expMu   sync.Mutex   // serializes expireDue passes
+
 	// quotas are the key counts per quota (quota.go); nil without quotas.
 	quotas      atomic.Pointer[quotas]
 	quotaReload sync.Mutex // serializes SetQuotas
-	expires atomic.Int64 // live counters with a TTL
-	expMu   sync.Mutex   // serializes expireDue passes
 
 	stop chan struct{} // closed when Close starts
 	done chan struct{} // closed when Close has flushed
