@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
+
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/quota"
@@ -260,5 +262,49 @@ func TestQuotaRestart(t *testing.T) {
 	mustApply(t, e, Op{Type: OpAdd, ID: "q:new", Delta: 1})
 	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:more", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
 		t.Fatalf("after restart: %v, want the quota refused", err)
+	}
+}
+
+// TestQuotaCrash: after a power loss the counts are those of the keys
+// that survived (counted from them at Open), whatever the unsynced writes
+// counted before.
+func TestQuotaCrash(t *testing.T) {
+	fs := vfs.NewStrictMem()
+	cfg := DefaultConfig()
+	cfg.Dir, cfg.FS, cfg.FlushInterval = "/data", fs, time.Hour
+	cfg.Quotas = quotaConfig(t, "namespaces:\n  \"q:*\": {max_keys: 5}\n")
+	if err := fs.MkdirAll("/data", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root, err := fs.OpenDir("/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	root.Sync()
+	root.Close()
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := e.Apply(bg, Op{Type: OpAdd, ID: fmt.Sprintf("q:%d", i), Delta: 1}, WriteOptions{Durability: Sync}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.SetIgnoreSyncs(true) // the crash: nothing from here on is durable
+	mustApply(t, e, Op{Type: OpAdd, ID: "q:lost1", Delta: 1})
+	mustApply(t, e, Op{Type: OpAdd, ID: "q:lost2", Delta: 1})
+	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:lost3", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
+		t.Fatalf("6th key before the crash: %v", err)
+	}
+	e = reopenAfterPowerLoss(t, e, fs, cfg)
+	defer e.Close()
+	if n, keys := usageOf(e, "q:*", ""), countMatching(e, "q:*"); n != 3 || keys != 3 {
+		t.Fatalf("after the crash: usage %d, %d keys; want 3", n, keys)
+	}
+	mustApply(t, e, Op{Type: OpAdd, ID: "q:a", Delta: 1})
+	mustApply(t, e, Op{Type: OpAdd, ID: "q:b", Delta: 1})
+	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:c", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
+		t.Fatalf("6th key after the crash: %v", err)
 	}
 }
