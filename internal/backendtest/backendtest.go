@@ -51,6 +51,12 @@ type Setup struct {
 	// CheckerFollowsClock is true when Checker's decisions follow Clock
 	// (its windows move when the suite advances Clock).
 	CheckerFollowsClock bool
+	// Quotas sets and reads the backend's quotas; nil skips the quota
+	// subtests (the test log says so).
+	Quotas engine.QuotaBackend
+	// QuotaExpiryBound is how long after a key expired its room may
+	// still be taken (the backend removes expired keys in passes).
+	QuotaExpiryBound time.Duration
 }
 
 // Clock is an injectable clock: it stands still until advanced. Safe for
@@ -127,6 +133,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "aggregates", cases: aggregateCases()},
 		{name: "rollups", cases: rollupCases()},
 		{name: "ratelimit", cases: rateLimitCases()},
+		{name: "quotas", cases: quotaCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -40,12 +40,15 @@ func TestEmbedded(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = e.Close() })
+		b := engine.Local(e)
 		return backendtest.Setup{
-			Backend:             engine.Local(e),
+			Backend:             b,
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
 			Checker:             limiter(t, clk, false),
 			CheckerFollowsClock: true,
+			Quotas:              b.(engine.QuotaBackend),
+			QuotaExpiryBound:    time.Second, // the janitor's pass
 		}
 	})
 }

@@ -382,6 +382,9 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	}
 	isLive, isTTL := en.kind() != KindNone, en.ext() != nil && en.ext().expires != 0
 	e.keys.Add(b2i(isLive) - b2i(wasLive))
+	if q := e.quotaSet(); q != nil && isLive != wasLive {
+		e.quotaAddLocked(q, r, idAtLocked(r), b2i(isLive)-b2i(wasLive))
+	}
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
 }
 
@@ -494,6 +497,11 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 		st = counter.NewHash()
 	case KindFloat:
 		st = &counter.Float{}
+	}
+	if q := e.quotaSet(); q != nil {
+		if err := e.quotaReserveLocked(q, r, op.ID); err != nil {
+			return err
+		}
 	}
 	en.setKind(k)
 	en.value = 0

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -115,6 +116,11 @@ func (l local) Rollup(_ context.Context, key string) (rollup.Spec, bool, error) 
 func (l local) Rollups(context.Context) (map[string]rollup.Spec, error) { return l.e.Rollups(), nil }
 
 func (l local) Now() time.Time { return l.e.Now() }
+
+// SetQuotas and Quotas make Local a QuotaBackend.
+func (l local) SetQuotas(c *quota.Config) error { l.e.SetQuotas(c); return nil }
+
+func (l local) Quotas(context.Context) ([]quota.Usage, error) { return l.e.Quotas(), nil }
 
 // CoarseClock is the engine's (Engine.CoarseClock): the Redis-protocol
 // event loops drive it.

@@ -73,6 +73,10 @@ type Engine struct {
 	expires atomic.Int64 // live counters with a TTL
 	expMu   sync.Mutex   // serializes expireDue passes
 
+	// quotas are the key counts per quota (quota.go); nil without quotas.
+	quotas      atomic.Pointer[quotas]
+	quotaReload sync.Mutex // serializes SetQuotas
+
 	stop chan struct{} // closed when Close starts
 	done chan struct{} // closed when Close has flushed
 	wg   sync.WaitGroup
@@ -110,6 +114,9 @@ func Open(cfg Config) (*Engine, error) {
 		e.unlockDir()
 		e.closeClock()
 		return nil, err
+	}
+	if cfg.Quotas != nil {
+		e.SetQuotas(cfg.Quotas) // counts the keys just loaded
 	}
 	e.idem.init(cfg.IdempotencyMemory)
 	e.fl.init()
@@ -340,6 +347,7 @@ func (e *Engine) clearLocked(r *ref) {
 	en := r.e
 	if en.kind() != KindNone {
 		e.keys.Add(-1)
+		e.quotaGoneLocked(r)
 	}
 	if x := en.ext(); x != nil {
 		if x.expires != 0 {

@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -50,6 +51,11 @@ type Config struct {
 	// about a millisecond old while reads come often, refreshed by the
 	// Redis-protocol event loop per round while it serves, and read from
 	// the system clock when idle, without a ticker waking the process.
+	// Quotas bound the keys per namespace and the fields per hash
+	// (internal/quota); nil (the default) is no quotas, at no cost.
+	// SetQuotas replaces them.
+	Quotas *quota.Config
+
 	Clock  func() time.Time
 	Logger *slog.Logger // default slog.Default()
 }

@@ -182,10 +182,14 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	switch {
 	case !live && fl != nil:
-		e.create(r, KindFloat, op)
+		if err := e.create(r, KindFloat, op); err != nil {
+			return err
+		}
 		en.ext().state = fl
 	case !live:
-		e.create(r, KindCounter, op)
+		if err := e.create(r, KindCounter, op); err != nil {
+			return err
+		}
 	case fl != nil: // Redis SET overwrites any string
 		e.setKindLocked(r, KindFloat, 0, fl)
 	case en.kind() == KindFloat:
@@ -328,7 +332,9 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 		}
 	}
 	if !live {
-		e.create(r, KindHLL, op)
+		if err := e.create(r, KindHLL, op); err != nil {
+			return err
+		}
 	}
 	en.ext().state = dst
 	if roll := en.ext().roll; roll != nil {
@@ -350,8 +356,15 @@ func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
 	if live && en.kind() != KindHash {
 		return nil, wrongKind(op.ID, en.kind(), op.Type)
 	}
-	if !live {
-		e.create(r, KindHash, op)
+	if live {
+		h := en.ext().state.(*counter.Hash)
+		return h, e.checkHashFieldsLocked(op, h)
+	}
+	if err := e.checkHashFieldsLocked(op, nil); err != nil {
+		return nil, err
+	}
+	if err := e.create(r, KindHash, op); err != nil {
+		return nil, err
 	}
 	return en.ext().state.(*counter.Hash), nil
 }

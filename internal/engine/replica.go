@@ -300,6 +300,11 @@ func (e *Engine) adoptLocked(r *ref, s *State, in *incoming, verbatim bool) {
 	}
 	e.attachRollLocked(r, s.ID, s.Kind)
 	e.keys.Add(1)
+	if q := e.quotaSet(); q != nil {
+		// A replica's or handed-off state: counted, never refused (the
+		// owner that created it checked its quota).
+		e.quotaAddLocked(q, r, s.ID, 1)
+	}
 	e.setExpiresLocked(r, s.ExpiresAt)
 	e.markDirtyLocked(r)
 }

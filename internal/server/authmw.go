@@ -63,6 +63,8 @@ var httpNeeds = map[string]auth.Need{
 	"GET /openapi.json":                    needPublic,
 	"GET /capabilities":                    needRead, // the mode and its limits
 
+	"GET /quotas": needReadAll, // quota patterns and the usage of every namespace
+
 	"POST /ratelimit/check":             needWrite, // each key checked by guardedChecker
 	"GET /ratelimit/policies":           needRead,
 	"PUT /ratelimit/policies":           needAdminAll, // policies apply to every key

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -83,6 +84,13 @@ func addrOf(ln net.Listener) string {
 // openNode opens the backend the config asks for: tiered with --redis and
 // --postgres, a cluster member with --join, else the embedded engine.
 func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
+	quotas, err := loadQuotas(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if quotas != nil && (cfg.Redis != "" || cfg.Join != "") {
+		return nil, errors.New("server: --quotas is enforced by the embedded engine only so far; not with --join or --redis")
+	}
 	switch {
 	case cfg.Redis != "":
 		return openTiered(ctx, cfg, log)
@@ -92,6 +100,10 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	eng, err := openEngine(cfg, log)
 	if err != nil {
 		return nil, err
+	}
+	if quotas != nil {
+		eng.SetQuotas(quotas) // counts the keys loaded
+		log.Info("quotas on", "quotas_file", cfg.Quotas, "quotas", len(quotas.Rules), "default", quotas.Default != nil)
 	}
 	dur, _ := engine.ParseDurability(cfg.Durability)
 	return &node{

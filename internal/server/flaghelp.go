@@ -26,7 +26,7 @@ var flagGroups = []struct {
 	{"Event pipeline", []string{"kafka", "kafka-topic", "kafka-dead-topic", "kafka-group", "kafka-partitions",
 		"nats", "nats-stream", "nats-subject", "nats-dead-subject", "nats-consumer", "nats-ack-wait",
 		"rules", "events-no-consume", "events-max-body"}},
-	{"Limits", []string{"max-body", "max-batch", "ratelimit-policies", "http-max-conns", "resp-max-conns",
+	{"Limits", []string{"max-body", "max-batch", "quotas", "ratelimit-policies", "http-max-conns", "resp-max-conns",
 		"resp-max-bulk", "resp-max-command", "resp-query-buffer-total", "resp-max-args",
 		"max-inflight", "max-queue", "max-queue-wait", "max-queue-per-client", "http-admission",
 		"shed-rate-per-client", "max-conns-per-client", "max-busy-conns-per-client"}},

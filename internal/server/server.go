@@ -81,6 +81,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	defer func() { _ = nd.close() }()
+	qb := quotaBackend(cfg, nd.Backend)
+	reloadQuotasOnHUP(ctx, cfg, qb, log)
 	rep, err := openRegions(ctx, cfg, nd, sec, log)
 	if err != nil {
 		return err
@@ -136,6 +138,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Authorize:       routeAuthorizer(store),
 		Global:          globalRead(rep),
 		GlobalAggregate: globalAggregate(rep),
+		Quotas:          quotaUsage(qb),
 	})
 	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
 	console := ui.Handler(ui.Options{Auth: store != nil, Version: buildinfo.Version()})

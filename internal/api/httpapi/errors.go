@@ -8,6 +8,7 @@ import (
 
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // Errors of the HTTP layer itself; engine errors are used as they are.
@@ -35,6 +36,7 @@ const (
 	codeInternal         = "internal"
 	codeUnauthenticated  = "unauthenticated"
 	codeForbidden        = "forbidden"
+	codeQuotaExceeded    = "quota_exceeded"
 )
 
 // errorTable maps errors to wire codes and statuses. It is the only place
@@ -67,6 +69,7 @@ var errorTable = []struct {
 	{auth.ErrUnauthenticated, codeUnauthenticated, http.StatusUnauthorized},
 	{auth.ErrBadToken, codeUnauthenticated, http.StatusUnauthorized},
 	{auth.ErrForbidden, codeForbidden, http.StatusForbidden},
+	{engine.ErrQuotaExceeded, codeQuotaExceeded, http.StatusTooManyRequests},
 }
 
 // classify returns the wire code and HTTP status of err.
@@ -91,6 +94,16 @@ type errorDetail struct {
 	Code    string `json:"code"`
 	Message string `json:"message"`
 	Index   *int   `json:"index,omitempty"`
+	// Quota, for quota_exceeded: the quota and the limit the write
+	// would pass.
+	Quota *quotaDetail `json:"quota,omitempty"`
+}
+
+type quotaDetail struct {
+	Name      string `json:"name"`                // the quota's pattern, or "default"
+	Namespace string `json:"namespace,omitempty"` // for the default
+	Limit     string `json:"limit"`               // max_keys or max_hash_fields
+	Max       int64  `json:"max"`
 }
 
 // indexError marks the error of op Index of a batch.
@@ -113,6 +126,9 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 		msg = "internal error" // details go to the log only
 	}
 	body := errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}}
+	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
+		body.Error.Quota = &quotaDetail{Name: qe.Quota, Namespace: qe.Namespace, Limit: qe.Limit, Max: qe.Max}
+	}
 	var ie *indexError
 	var be *engine.BatchError
 	switch {

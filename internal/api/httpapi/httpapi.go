@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // Defaults for Options.
@@ -62,6 +63,10 @@ type Options struct {
 	// is 400 invalid_argument (no --peer-regions).
 	Global          func(ctx context.Context, id string) (any, error)
 	GlobalAggregate func(ctx context.Context, prefix string) (any, error)
+	// Quotas backs GET /quotas: the usage of every quota (--quotas).
+	// nil: the engine's when it is an engine.QuotaBackend, else no
+	// quotas.
+	Quotas func(ctx context.Context) ([]quota.Usage, error)
 }
 
 // Handler serves the counterd HTTP API. Create it with New.
@@ -117,7 +122,13 @@ func New(eng engine.Backend, opts Options) *Handler {
 	if h.ready == nil {
 		h.ready = eng.Ready
 	}
+	if qb, ok := eng.(engine.QuotaBackend); ok && h.opts.Quotas == nil {
+		h.opts.Quotas = qb.Quotas
+	}
 	h.metrics = newMetrics(opts.Registerer, eng, opts.Gatherer, h.log)
+	if h.opts.Quotas != nil {
+		register[prometheus.Collector](opts.Registerer, &quotaCollector{usage: h.opts.Quotas}, h.log)
+	}
 	for _, rt := range routeTable() {
 		key, fn := rt.Method+" "+rt.Pattern, rt.Handle
 		if authz := opts.Authorize; authz != nil {
@@ -181,6 +192,7 @@ func routeTable() []route {
 		{"GET", "/rollups/{key}", "rollup_get", (*Handler).rollupGet},
 		{"PUT", "/rollups/{key}", "rollup_set", (*Handler).rollupPut},
 		{"DELETE", "/rollups/{key}", "rollup_delete", (*Handler).rollupDelete},
+		{"GET", "/quotas", "quotas", (*Handler).quotas},
 		{"GET", "/capabilities", "capabilities", (*Handler).capabilities},
 		{"GET", "/healthz", "healthz", (*Handler).healthz},
 		{"GET", "/readyz", "readyz", (*Handler).readyz},

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // Redis's error replies, word for word.
@@ -165,6 +166,9 @@ func engineError(err error) string {
 		return "ERR server is shutting down"
 	case errors.Is(err, engine.ErrUnavailable):
 		return "TRYAGAIN " + errDetail(err, engine.ErrUnavailable)
+	case errors.Is(err, engine.ErrQuotaExceeded):
+		// Redis answers OOM when a write would pass maxmemory.
+		return "OOM " + quota.Message(err)
 	}
 	return "ERR " + err.Error()
 }

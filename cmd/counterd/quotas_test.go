@@ -1,0 +1,151 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestQuotasProcess: --quotas on the real binary refuses the key past
+// max_keys on HTTP (429 quota_exceeded) and RESP (-OOM), keeps the count
+// across a restart, and SIGHUP reloads the file (a broken file keeps the
+// quotas in force).
+func TestQuotasProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	qfile := filepath.Join(dir, "quotas.yaml")
+	writeQuotas := func(text string) {
+		if err := os.WriteFile(qfile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeQuotas("namespaces:\n  \"q:*\": {max_keys: 2}\n")
+	respAddr := "127.0.0.1:" + freePort(t)
+	data := filepath.Join(dir, "data")
+	p := start(t, data, "--quotas", qfile, "--resp", respAddr)
+	incr := func(p *proc, id string) (int, string) {
+		resp, err := client.Post(p.addr+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	usage := func(p *proc) int64 {
+		resp, err := client.Get(p.addr + "/quotas")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Quotas []struct {
+				Quota string
+				Keys  int64
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range a.Quotas {
+			if u.Quota == "q:*" {
+				return u.Keys
+			}
+		}
+		t.Fatalf("GET /quotas: no q:* in %+v", a)
+		return 0
+	}
+	for _, id := range []string{"q:a", "q:b", "q:a"} {
+		if s, b := incr(p, id); s != 200 {
+			t.Fatalf("%s: %d %s", id, s, b)
+		}
+	}
+	if s, b := incr(p, "q:c"); s != 429 || !strings.Contains(b, `"code":"quota_exceeded"`) || !strings.Contains(b, `"max":2`) {
+		t.Fatalf("3rd key: %d %s", s, b)
+	}
+	conn, err := net.Dial("tcp", respAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := respCmd(t, conn, bufio.NewReader(conn), "INCR", "q:c"); got != "-OOM quota exceeded for q:* (max_keys 2)" {
+		t.Fatalf("RESP INCR of a 3rd key: %q", got)
+	}
+	if n := usage(p); n != 2 {
+		t.Fatalf("usage %d, want 2", n)
+	}
+
+	// Restart: the count comes back from the stored keys.
+	p.term(t)
+	p = start(t, data, "--quotas", qfile)
+	if n := usage(p); n != 2 {
+		t.Fatalf("usage after restart %d, want 2", n)
+	}
+	if s, _ := incr(p, "q:c"); s != 429 {
+		t.Fatalf("3rd key after restart: %d", s)
+	}
+
+	// SIGHUP with a higher limit.
+	writeQuotas("namespaces:\n  \"q:*\": {max_keys: 3}\n")
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, b := incr(p, "q:c")
+		if s == 200 {
+			break
+		}
+		if s != 429 || time.Now().After(deadline) {
+			t.Fatalf("3rd key after the reload: %d %s", s, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s, _ := incr(p, "q:d"); s != 429 {
+		t.Fatalf("4th key after the reload to 3: %d", s)
+	}
+	// A broken file keeps the quotas in force.
+	writeQuotas("namespaces:\n  \"q:*\": {max_keys: 0}\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.Contains(p.logs(), "quotas file reload failed") {
+		if time.Now().After(deadline) {
+			t.Fatal("no reload failure logged")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s, _ := incr(p, "q:d"); s != 429 {
+		t.Fatalf("4th key after a broken reload: %d", s)
+	}
+	if n := usage(p); n != 3 {
+		t.Fatalf("usage %d, want 3", n)
+	}
+}
+
+// TestQuotasBadFile: counterd does not start with a quotas file that does
+// not parse, and says which line is wrong.
+func TestQuotasBadFile(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	dir := t.TempDir()
+	qfile := filepath.Join(dir, "quotas.yaml")
+	if err := os.WriteFile(qfile, []byte("namespaces:\n  \"q:*\": {max_keyz: 2}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(counterdBin(t), "--data", filepath.Join(dir, "data"), "--http", "127.0.0.1:0", "--resp", "", "--grpc", "", "--quotas", qfile)
+	out, err := cmd.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "line 2") || !strings.Contains(string(out), "max_keyz") {
+		t.Fatalf("start with a bad quotas file: %v\n%s", err, out)
+	}
+}

@@ -1,0 +1,74 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
+)
+
+// loadQuotas reads --quotas (nil without it).
+func loadQuotas(cfg Config) (*quota.Config, error) {
+	if cfg.Quotas == "" {
+		return nil, nil
+	}
+	q, err := quota.Load(cfg.Quotas)
+	if err != nil {
+		return nil, fmt.Errorf("server: --quotas: %w", err)
+	}
+	return q, nil
+}
+
+// quotaBackend is the node's backend as a QuotaBackend, nil when --quotas
+// is not set or the mode does not enforce quotas.
+func quotaBackend(cfg Config, be engine.Backend) engine.QuotaBackend {
+	if cfg.Quotas == "" {
+		return nil
+	}
+	qb, _ := be.(engine.QuotaBackend)
+	return qb
+}
+
+// reloadQuotasOnHUP re-reads --quotas on every SIGHUP until ctx is done.
+// A file that does not parse is logged and the quotas in force stay; key
+// counts are kept (engine.QuotaBackend.SetQuotas recounts them exactly).
+func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, log *slog.Logger) {
+	if qb == nil {
+		return
+	}
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	go func() {
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-hup:
+				q, err := loadQuotas(cfg)
+				if err != nil {
+					log.Error("quotas file reload failed; the quotas in force stay", "err", err)
+					continue
+				}
+				if err := qb.SetQuotas(q); err != nil {
+					log.Error("quotas reload failed; the quotas in force stay", "err", err)
+					continue
+				}
+				log.Info("quotas file reloaded", "quotas_file", cfg.Quotas, "quotas", len(q.Rules), "default", q.Default != nil)
+			}
+		}
+	}()
+}
+
+// quotaUsage backs GET /quotas and the quota metrics (nil: no quotas).
+func quotaUsage(qb engine.QuotaBackend) func(context.Context) ([]quota.Usage, error) {
+	if qb == nil {
+		return func(context.Context) ([]quota.Usage, error) { return nil, nil }
+	}
+	return qb.Quotas
+}
