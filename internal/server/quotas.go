@@ -4,9 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
@@ -41,28 +38,18 @@ func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, 
 	if qb == nil {
 		return
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				q, err := loadQuotas(cfg)
-				if err != nil {
-					log.Error("quotas file reload failed; the quotas in force stay", "err", err)
-					continue
-				}
-				if err := qb.SetQuotas(q); err != nil {
-					log.Error("quotas reload failed; the quotas in force stay", "err", err)
-					continue
-				}
-				log.Info("quotas file reloaded", "quotas_file", cfg.Quotas, "quotas", len(q.Rules), "default", q.Default != nil)
-			}
+	onSIGHUP(ctx, func() {
+		q, err := loadQuotas(cfg)
+		if err != nil {
+			log.Error("quotas file reload failed; the quotas in force stay", "err", err)
+			return
 		}
-	}()
+		if err := qb.SetQuotas(q); err != nil {
+			log.Error("quotas reload failed; the quotas in force stay", "err", err)
+			return
+		}
+		log.Info("quotas file reloaded", "quotas_file", cfg.Quotas, "quotas", len(q.Rules), "default", q.Default != nil)
+	})
 }
 
 // quotaUsage backs GET /quotas and the quota metrics (nil: no quotas).

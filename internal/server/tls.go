@@ -10,11 +10,8 @@ import (
 	"log/slog"
 	"net/http"
 	"net/netip"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -108,31 +105,21 @@ func (s *security) reloadOnHUP(ctx context.Context, log *slog.Logger) {
 	if !s.tlsOn() {
 		return
 	}
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	go func() {
-		defer signal.Stop(hup)
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-hup:
-				if changed, err := s.cert.Reload(); err != nil {
-					log.Warn("SIGHUP: tls certificate not reloaded, keeping the previous one", "err", err)
-				} else {
-					log.Info("SIGHUP: tls certificate checked", "changed", changed)
-				}
-				if s.peerCA == nil {
-					continue
-				}
-				if changed, err := s.peerCA.Reload(); err != nil {
-					log.Warn("SIGHUP: --peer-ca not reloaded, keeping the previous CAs", "err", err)
-				} else {
-					log.Info("SIGHUP: --peer-ca checked", "changed", changed)
-				}
-			}
+	onSIGHUP(ctx, func() {
+		if changed, err := s.cert.Reload(); err != nil {
+			log.Warn("SIGHUP: tls certificate not reloaded, keeping the previous one", "err", err)
+		} else {
+			log.Info("SIGHUP: tls certificate checked", "changed", changed)
 		}
-	}()
+		if s.peerCA == nil {
+			return
+		}
+		if changed, err := s.peerCA.Reload(); err != nil {
+			log.Warn("SIGHUP: --peer-ca not reloaded, keeping the previous CAs", "err", err)
+		} else {
+			log.Info("SIGHUP: --peer-ca checked", "changed", changed)
+		}
+	})
 }
 
 var errRegionCert = errors.New("server: certificate of the wrong region")
