@@ -68,6 +68,7 @@ type Engine struct {
 	idem idemTable
 	fl   flusher
 	roll rollups
+	disk *diskGuard // free space and write errors of the data directory (disk.go)
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL
@@ -98,7 +99,9 @@ func Open(cfg Config) (*Engine, error) {
 		}
 		e.lock = lock
 	}
-	db, err := openPebble(cfg)
+	fs, dir := pebbleDir(cfg)
+	e.disk = newDiskGuard(fs, dir, cfg.MinFreeDisk, cfg.Logger)
+	db, err := openPebble(cfg, e.disk)
 	if err != nil {
 		e.unlockDir()
 		e.closeClock()
@@ -125,6 +128,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.once.Do(func() {
 		close(e.stop)
+		e.disk.close() // a write waiting for space gives up: the flusher ends
 		e.wg.Wait()
 		e.closed.Store(true)
 		err = e.flushOnce()
@@ -397,6 +401,15 @@ func (e *Engine) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// checkWrite is checkOpen for a write: it also refuses while the storage
+// is not writable (disk.go), before anything is applied.
+func (e *Engine) checkWrite() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.disk.writable()
 }
 
 // Flush makes every change so far durable.
