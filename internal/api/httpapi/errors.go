@@ -35,6 +35,9 @@ const (
 	codeInternal         = "internal"
 	codeUnauthenticated  = "unauthenticated"
 	codeForbidden        = "forbidden"
+	// codeInsufficientStorage: the node cannot make writes durable (full
+	// or failing disk: docs/operations.md, "Full disk").
+	codeInsufficientStorage = "insufficient_storage"
 )
 
 // errorTable maps errors to wire codes and statuses. It is the only place
@@ -60,6 +63,7 @@ var errorTable = []struct {
 	{errMethodNotAllowed, codeMethodNotAllowed, http.StatusMethodNotAllowed},
 	{errBodyTooLarge, codeBodyTooLarge, http.StatusRequestEntityTooLarge},
 	{engine.ErrBatchTooLarge, codeBatchTooLarge, http.StatusRequestEntityTooLarge},
+	{engine.ErrInsufficientStorage, codeInsufficientStorage, http.StatusInsufficientStorage},
 	{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
 	{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 	{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
