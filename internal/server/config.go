@@ -23,11 +23,6 @@ type Config struct {
 	RESP       string // --resp: Redis-protocol address (default 127.0.0.1:6380; empty disables)
 	GRPC       string // --grpc: gRPC address: Envoy rate-limit service now, peer traffic in cluster mode (default 127.0.0.1:9090; empty disables)
 	Durability string // --durability: sync or async (default async)
-	// MinFreeDisk: --min-free-disk: writes are refused (HTTP 507, RESP
-	// MISCONF) while the data directory's filesystem has less free; a size
-	// such as 128MiB, 0 only on ENOSPC (default 128MiB; docs/operations.md,
-	// "Full disk").
-	MinFreeDisk string
 	NodeID     string // --node-id: node name (default: hostname)
 	Gossip     string // --gossip: memberlist address (default 127.0.0.1:7946; cluster mode)
 	Join       string // --join: comma-separated gossip addresses (cluster mode)
@@ -58,6 +53,12 @@ type Config struct {
 	ShutdownTimeout      time.Duration // --shutdown-timeout: grace period for in-flight requests (default 10s)
 	LogLevel             string        // --log-level: debug, info, warn, error (default info)
 	LogFormat            string        // --log-format: text or json (default text)
+
+	// MinFreeDisk: --min-free-disk: writes are refused (HTTP 507, RESP
+	// MISCONF) while the data directory's filesystem has less free; a size
+	// such as 128MiB, 0 only on ENOSPC (default 128MiB; docs/operations.md,
+	// "Full disk").
+	MinFreeDisk string
 
 	// security: auth
 	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
