@@ -51,9 +51,15 @@ import (
 // resume by themselves when space returns (not after a fault: restart).
 var ErrInsufficientStorage = errors.New("engine: insufficient storage")
 
-// DefaultMinFreeDisk is Config.MinFreeDisk's default: room for Pebble to
-// flush two full memtables (memTableSize) and compact them.
-const DefaultMinFreeDisk = 4 * memTableSize
+// MinFreeDiskAuto, as Config.MinFreeDisk (the default), reserves
+// autoMinFreeDisk or a tenth of the data directory's filesystem, whichever
+// is smaller (a small volume is not read-only from the start).
+const MinFreeDiskAuto = ^uint64(0)
+
+// autoMinFreeDisk is the automatic reserve on a volume of 1.25 GiB or more:
+// room for Pebble to flush two full memtables (memTableSize) and compact
+// them.
+const autoMinFreeDisk = 4 * memTableSize
 
 // noSpaceResumeFloor is the least free space after which a node that hit
 // ENOSPC with no reserve configured (MinFreeDisk 0) takes writes again.
@@ -99,6 +105,12 @@ type diskGuard struct {
 }
 
 func newDiskGuard(fs vfs.FS, dir string, minFree uint64, log *slog.Logger) *diskGuard {
+	if minFree == MinFreeDiskAuto {
+		minFree = autoMinFreeDisk
+		if u, err := fs.GetDiskUsage(dir); err == nil && u.TotalBytes > 0 {
+			minFree = min(minFree, u.TotalBytes/10)
+		}
+	}
 	g := &diskGuard{fs: fs, dir: dir, minFree: minFree, log: log, closing: make(chan struct{})}
 	g.freeBytes.Store(-1)
 	ch := make(chan struct{})
@@ -153,7 +165,10 @@ func (g *diskGuard) free() (uint64, bool) {
 // resumeAt is the free space above which a read-only (low) node takes
 // writes again.
 func (g *diskGuard) resumeAt() uint64 {
-	return max(g.minFree+g.minFree/10, noSpaceResumeFloor)
+	if g.minFree == 0 {
+		return noSpaceResumeFloor
+	}
+	return g.minFree + g.minFree/10
 }
 
 // check reads the free space and enters or leaves the low state; it

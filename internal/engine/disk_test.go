@@ -25,6 +25,7 @@ type testDisk struct {
 	*errorfs.FS
 	mem   *vfs.MemFS
 	avail atomic.Uint64 // GetDiskUsage's AvailBytes
+	total atomic.Uint64 // GetDiskUsage's TotalBytes
 	full  atomic.Bool   // every write fails with ENOSPC
 	eio   atomic.Bool   // every write to a log (WAL) file fails with EIO
 }
@@ -32,6 +33,7 @@ type testDisk struct {
 func newTestDisk(t *testing.T) *testDisk {
 	d := &testDisk{mem: strictMemDir(t, "/data")}
 	d.avail.Store(1 << 30)
+	d.total.Store(1 << 31)
 	d.FS = errorfs.Wrap(d.mem, errorfs.InjectorFunc(func(op errorfs.Op, path string) error {
 		if op != errorfs.OpFileWrite && op != errorfs.OpFileWriteAt {
 			return nil
@@ -48,7 +50,7 @@ func newTestDisk(t *testing.T) *testDisk {
 }
 
 func (d *testDisk) GetDiskUsage(string) (vfs.DiskUsage, error) {
-	return vfs.DiskUsage{AvailBytes: d.avail.Load(), TotalBytes: 1 << 31}, nil
+	return vfs.DiskUsage{AvailBytes: d.avail.Load(), TotalBytes: d.total.Load()}, nil
 }
 
 // logBuf collects an engine's log lines.
@@ -334,6 +336,32 @@ func TestDiskFaultEIO(t *testing.T) {
 	e = mustOpen(t, cfg)
 	defer e.Close()
 	a.check(t, e, 1)
+}
+
+// TestDiskAutoReserve: the default reserve is 128 MiB, or a tenth of a
+// smaller filesystem (which then is not read-only from the start).
+func TestDiskAutoReserve(t *testing.T) {
+	for _, c := range []struct{ total, avail, want uint64 }{
+		{1 << 40, 1 << 39, autoMinFreeDisk},
+		{3 << 20, 2 << 20, (3 << 20) / 10},
+	} {
+		d := newTestDisk(t)
+		d.total.Store(c.total)
+		d.avail.Store(c.avail)
+		var logs logBuf
+		cfg := diskConfig(d, &logs)
+		if cfg.MinFreeDisk != MinFreeDiskAuto {
+			t.Fatalf("default MinFreeDisk %d, want MinFreeDiskAuto", cfg.MinFreeDisk)
+		}
+		e := mustOpen(t, cfg)
+		if got := e.Disk().MinFree; got != c.want {
+			t.Fatalf("filesystem of %d bytes: reserve %d, want %d", c.total, got, c.want)
+		}
+		if _, err := e.Add(bg, "n", 1, syncW); err != nil {
+			t.Fatalf("filesystem of %d bytes, %d free: %v", c.total, c.avail, err)
+		}
+		e.Close()
+	}
 }
 
 // TestPebbleFatalfStorageOnly: Pebble's Fatalf still panics for what is

@@ -49,7 +49,8 @@ type Config struct {
 	// ErrInsufficientStorage until it is back above it (plus a tenth);
 	// reads are served meanwhile, and what was acknowledged is flushed
 	// while half of it remains (disk.go). 0 refuses writes only once the
-	// filesystem returned ENOSPC (default DefaultMinFreeDisk).
+	// filesystem returned ENOSPC. Default MinFreeDiskAuto: 128 MiB, or a
+	// tenth of the filesystem if that is smaller.
 	MinFreeDisk uint64
 	// DiskCheckInterval is how often the free space is read between
 	// flushes, and a read-only engine tries to flush and to resume
@@ -81,7 +82,7 @@ func DefaultConfig() Config {
 		DefaultWindow:        counter.WindowSpec{Granularity: time.Minute, Span: time.Hour},
 		HLLPrecision:         14,
 		RollupPurgeInterval:  10 * time.Minute,
-		MinFreeDisk:          DefaultMinFreeDisk,
+		MinFreeDisk:          MinFreeDiskAuto,
 		DiskCheckInterval:    time.Second,
 		Logger:               slog.Default(),
 	}

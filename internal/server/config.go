@@ -56,8 +56,8 @@ type Config struct {
 
 	// MinFreeDisk: --min-free-disk: writes are refused (HTTP 507, RESP
 	// MISCONF) while the data directory's filesystem has less free; a size
-	// such as 128MiB, 0 only on ENOSPC (default 128MiB; docs/operations.md,
-	// "Full disk").
+	// such as 128MiB, 0 only on ENOSPC, auto: 128MiB or a tenth of the
+	// filesystem if smaller (default auto; docs/operations.md, "Full disk").
 	MinFreeDisk string
 
 	// security: auth
@@ -117,7 +117,7 @@ func DefaultConfig() Config {
 		RESP:                 "127.0.0.1:6380",
 		GRPC:                 "127.0.0.1:9090",
 		Durability:           "async",
-		MinFreeDisk:          "128MiB",
+		MinFreeDisk:          "auto",
 		NodeID:               host,
 		Gossip:               "127.0.0.1:7946",
 		ClusterTiming:        "fast",
@@ -164,7 +164,7 @@ func (c *Config) Validate() error {
 	if c.HTTP == "" {
 		return errors.New("server: --http is empty")
 	}
-	if _, err := parseByteSize(c.MinFreeDisk); err != nil {
+	if _, err := parseMinFreeDisk(c.MinFreeDisk); err != nil {
 		return fmt.Errorf("server: --min-free-disk: %w", err)
 	}
 	if (c.Redis == "") != (c.Postgres == "") {
@@ -281,7 +281,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.GRPC, "grpc", "gRPC address: Envoy rate-limit service (empty disables)")
 	str(&c.RateLimitPolicies, "ratelimit-policies", "YAML file of rate-limit policies (docs/ratelimit.md)")
 	str(&c.Durability, "durability", "default acknowledgement mode: sync or async")
-	str(&c.MinFreeDisk, "min-free-disk", "free space the data directory's filesystem keeps: below it the node is read-only (writes answer HTTP 507 / RESP MISCONF, reads are served) until space returns; a size such as 128MiB or 1GiB, 0: only once the disk is full")
+	str(&c.MinFreeDisk, "min-free-disk", "free space the data directory's filesystem keeps: below it the node is read-only (writes answer HTTP 507 / RESP MISCONF, reads are served) until space returns; a size such as 128MiB or 1GiB, 0: only once the disk is full, auto: 128MiB or a tenth of the filesystem if smaller")
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Region, "region", "this cluster's region (letters, digits, _ - .), recorded in the data directory")
 	str(&c.PeerRegions, "peer-regions", "other regions as NAME=HOST:PORT,... (gRPC addresses; listed by GET /regions)")

@@ -4,7 +4,18 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/counterd/counterd/internal/engine"
 )
+
+// parseMinFreeDisk parses --min-free-disk: "auto" (the engine's default:
+// 128 MiB, or a tenth of the filesystem if smaller) or a size.
+func parseMinFreeDisk(s string) (uint64, error) {
+	if strings.EqualFold(strings.TrimSpace(s), "auto") {
+		return engine.MinFreeDiskAuto, nil
+	}
+	return parseByteSize(s)
+}
 
 // parseByteSize parses a size such as 128MiB, 1GB, 64m or 1048576 (bytes):
 // a non-negative integer with an optional unit, B, K/KB/KiB, M/MB/MiB,

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"pgregory.net/rapid"
+
+	"github.com/counterd/counterd/internal/engine"
 )
 
 func TestParseByteSize(t *testing.T) {
@@ -16,6 +18,12 @@ func TestParseByteSize(t *testing.T) {
 		if err != nil || got != want {
 			t.Errorf("parseByteSize(%q) = %d, %v; want %d", in, got, err, want)
 		}
+	}
+	if got, err := parseMinFreeDisk("auto"); err != nil || got != engine.MinFreeDiskAuto {
+		t.Errorf("parseMinFreeDisk(auto) = %d, %v", got, err)
+	}
+	if got, err := parseMinFreeDisk("64MiB"); err != nil || got != 64<<20 {
+		t.Errorf("parseMinFreeDisk(64MiB) = %d, %v", got, err)
 	}
 	for _, in := range []string{"", "MiB", "-1", "1.5GiB", "12 parsecs", "99999999999999999999", "17179869184GiB", "1e9"} {
 		if got, err := parseByteSize(in); err == nil {
