@@ -51,6 +51,11 @@ type Setup struct {
 	// CheckerFollowsClock is true when Checker's decisions follow Clock
 	// (its windows move when the suite advances Clock).
 	CheckerFollowsClock bool
+	// FillDisk, when set, makes the backend's storage full (true) or
+	// gives the space back (false), returning once writes are refused, or
+	// taken again (disk.go). nil: no local disk state (tiered), the
+	// full-disk cases are skipped.
+	FillDisk func(t testing.TB, full bool)
 }
 
 // Clock is an injectable clock: it stands still until advanced. Safe for
@@ -127,6 +132,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "aggregates", cases: aggregateCases()},
 		{name: "rollups", cases: rollupCases()},
 		{name: "ratelimit", cases: rateLimitCases()},
+		{name: "disk", cases: diskCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {
