@@ -114,6 +114,10 @@ func Open(cfg Config) (*Engine, error) {
 		e.closeClock()
 		return nil, err
 	}
+	// From here a write that finds the disk full waits for space; a node
+	// started on a disk below the reserve serves reads, read-only.
+	e.disk.opened.Store(true)
+	e.disk.check()
 	e.idem.init(cfg.IdempotencyMemory)
 	e.fl.init()
 	e.wg.Add(2)

@@ -100,6 +100,9 @@ type diskGuard struct {
 	// waiting for it.
 	stuck atomic.Pointer[chan struct{}]
 
+	// opened is set once Pebble is open and the counters loaded: before,
+	// an ENOSPC fails Open (with a clear error) instead of waiting.
+	opened  atomic.Bool
 	closing chan struct{} // closed by Close: ENOSPC retries give up
 	once    sync.Once
 }
@@ -355,6 +358,9 @@ func (g *diskGuard) noSpaceSeen(name string, err error) {
 // waitSpace waits before an ENOSPC write is retried; false when the
 // engine is closing (the write then fails).
 func (g *diskGuard) waitSpace() bool {
+	if !g.opened.Load() {
+		return false
+	}
 	t := time.NewTimer(enospcRetry)
 	defer t.Stop()
 	select {

@@ -381,3 +381,59 @@ func TestPebbleFatalfStorageOnly(t *testing.T) {
 	}()
 	p.Fatalf("L%d->L%d: %s already being compacted", 0, 6, "000012")
 }
+
+// TestDiskOpenFull: a node restarted on a disk below the reserve opens
+// read-only and serves what it loaded; on a disk that fails every write
+// with ENOSPC, Open neither hangs nor panics: it fails with the error, or
+// opens read-only.
+func TestDiskOpenFull(t *testing.T) {
+	d := newTestDisk(t)
+	var logs logBuf
+	cfg := diskConfig(d, &logs)
+	cfg.MinFreeDisk = 1 << 20
+	e := mustOpen(t, cfg)
+	if _, err := e.Add(bg, "n", 7, syncW); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	d.avail.Store(100 << 10)
+	e = mustOpen(t, cfg)
+	wantStorageErr(t, "Writable after opening below the reserve", e.Writable())
+	if v := mustGet(t, e, "n").Value; v != 7 {
+		t.Fatalf("n = %d after opening read-only, want 7", v)
+	}
+	_, err := e.Add(bg, "n", 1, asyncW)
+	wantStorageErr(t, "write after opening below the reserve", err)
+	e.Close()
+
+	d.full.Store(true)
+	type opened struct {
+		e   *Engine
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		e, err := Open(cfg)
+		done <- opened{e, err}
+	}()
+	select {
+	case o := <-done:
+		if o.err != nil {
+			if !strings.Contains(o.err.Error(), "no space left on device") {
+				t.Fatalf("Open on a full disk: %v, want it to say no space left", o.err)
+			}
+			t.Logf("Open on a full disk: %v", o.err)
+			return
+		}
+		defer o.e.Close()
+		wantStorageErr(t, "Writable after opening on a full disk", o.e.Writable())
+		if v := mustGet(t, o.e, "n").Value; v != 7 {
+			t.Fatalf("n = %d, want 7", v)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open hangs on a full disk")
+	}
+}
