@@ -27,8 +27,8 @@ import (
 //     flusher, which alone writes counters to Pebble, still commits what
 //     was acknowledged while a commit leaves half of the reserve free (the
 //     other half is Pebble's, for memtable flushes and compactions). The
-//     free space is read (statfs) before every flush and at least once a
-//     flush interval, and writes resume by themselves once it is back above
+//     free space is read (statfs) before every flush and every
+//     Config.DiskCheckInterval, and writes resume by themselves once it is back above
 //     the reserve (plus a tenth, so a node at the edge does not flap).
 //   - Pebble's filesystem is wrapped (guardFS): a write that fails with
 //     ENOSPC/EDQUOT anyway (something else filled the disk between two
@@ -214,7 +214,7 @@ func (g *diskGuard) admitFlush(size uint64) error {
 	if g.state.Load() == diskOK {
 		g.enter(diskLow, fmt.Sprintf("%s free on the data directory's filesystem, too little to flush %s", fmtBytes(free), fmtBytes(size)))
 	}
-	return fmt.Errorf("%w: %s free, a flush of %s would leave less than half of --min-free-disk %s; unflushed changes stay in memory", ErrInsufficientStorage, fmtBytes(free), fmtBytes(size), fmtBytes(g.minFree))
+	return fmt.Errorf("%w: %s free, too little to flush %s and keep half of --min-free-disk (%s); unflushed changes stay in memory", ErrInsufficientStorage, fmtBytes(free), fmtBytes(size), fmtBytes(g.minFree))
 }
 
 // enter moves to state s (low or failed) and logs once.

@@ -58,12 +58,17 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 	case f.kick <- struct{}{}:
 	default:
 	}
+	stuck := e.disk.stuckChan()
+	if e.disk.waiting.Load() > 0 {
+		// A flush is stuck waiting for space (disk.go): c runs after it.
+		return e.stuckErr()
+	}
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-e.disk.stuckChan():
+	case <-stuck:
 		// A write to Pebble failed or waits for space (disk.go): the
 		// flush may not end until space returns. The change stays in
 		// memory and is flushed then, but it was not made durable now.
@@ -71,7 +76,7 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 		case <-c.done:
 			return c.err
 		default:
-			return fmt.Errorf("%w (the change is kept in memory and flushed when space returns)", e.disk.err())
+			return e.stuckErr()
 		}
 	case <-e.stop:
 		// Close runs a final flush after the loop ends, which covers c
@@ -88,6 +93,16 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// stuckErr is waitDurable's error when the flush it waits for is stuck on a
+// full disk.
+func (e *Engine) stuckErr() error {
+	err := e.disk.err()
+	if err == nil {
+		err = fmt.Errorf("%w: a write to the data directory waits for space", ErrInsufficientStorage)
+	}
+	return fmt.Errorf("%w (the change is kept in memory and flushed when space returns)", err)
 }
 
 func (e *Engine) flushLoop() {
