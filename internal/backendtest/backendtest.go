@@ -57,6 +57,11 @@ type Setup struct {
 	// QuotaExpiryBound is how long after a key expired its room may
 	// still be taken (the backend removes expired keys in passes).
 	QuotaExpiryBound time.Duration
+	// FillDisk, when set, makes the backend's storage full (true) or
+	// gives the space back (false), returning once writes are refused, or
+	// taken again (disk.go). nil: no local disk state (tiered), the
+	// full-disk cases are skipped.
+	FillDisk func(t testing.TB, full bool)
 }
 
 // Clock is an injectable clock: it stands still until advanced. Safe for
@@ -134,6 +139,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "rollups", cases: rollupCases()},
 		{name: "ratelimit", cases: rateLimitCases()},
 		{name: "quotas", cases: quotaCases()},
+		{name: "disk", cases: diskCases()},
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -35,6 +35,8 @@ func TestEmbedded(t *testing.T) {
 		clk := backendtest.NewClock(backendtest.Start())
 		cfg := engine.DefaultConfig()
 		cfg.Dir, cfg.Clock = t.TempDir(), clk.Now
+		fs := backendtest.NewDiskFS()
+		cfg.FS, cfg.DiskCheckInterval = fs, 10*time.Millisecond
 		e, err := engine.Open(cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -49,6 +51,7 @@ func TestEmbedded(t *testing.T) {
 			CheckerFollowsClock: true,
 			Quotas:              b.(engine.QuotaBackend),
 			QuotaExpiryBound:    time.Second, // the janitor's pass
+			FillDisk:            backendtest.FillEngines([]*backendtest.DiskFS{fs}, []*engine.Engine{e}),
 		}
 	})
 }
@@ -78,8 +81,13 @@ func TestCluster(t *testing.T) {
 		for _, id := range ids {
 			lims[id] = limiter(t, clk, true)
 		}
+		fss := map[string]*backendtest.DiskFS{}
 		c := nodetest.Start(t, nodetest.Options{
 			Clock: clk.Now,
+			Engine: func(id string, c *engine.Config) {
+				fss[id] = backendtest.NewDiskFS()
+				c.FS, c.DiskCheckInterval = fss[id], 10*time.Millisecond
+			},
 			HTTP: func(id string) http.Handler {
 				return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
 			},
@@ -97,12 +105,17 @@ func TestCluster(t *testing.T) {
 			t.Cleanup(func() { _ = r.Close() })
 			cs, routers = append(cs, r), append(routers, r)
 		}
+		var disks []*backendtest.DiskFS
+		for _, id := range ids {
+			disks = append(disks, fss[id])
+		}
 		return backendtest.Setup{
 			Backend:             backendtest.RoundRobin(bs...),
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
 			Checker:             backendtest.RoundRobinChecker(cs...),
 			CheckerFollowsClock: true,
+			FillDisk:            backendtest.FillEngines(disks, c.Engines()),
 		}
 	})
 }

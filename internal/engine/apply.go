@@ -18,7 +18,7 @@ const MaxItems = 10000
 
 // Add adds delta to the additive counter id (creating a KindCounter).
 func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOptions) (Result, error) {
-	if wo.IdempotencyKey == "" && !e.closed.Load() {
+	if wo.IdempotencyKey == "" && !e.closed.Load() && e.disk.state.Load() == diskOK {
 		var res Result
 		if done, err := e.addPlain(id, delta, &res); done {
 			if err == nil {
@@ -178,7 +178,7 @@ func (e *Engine) finishPlain(ctx context.Context, wo WriteOptions) error {
 
 // Apply applies one mutation.
 func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return Result{}, err
 	}
 	if wo.IdempotencyKey == "" && op.plainAdd() {
@@ -228,7 +228,7 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 // (the error names the failing op's index). Locks on every counter involved
 // are held together, so no reader sees half a batch.
 func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return nil, err
 	}
 	if err := ValidateBatch(ops, e.limits); err != nil {

@@ -23,7 +23,7 @@ type AtomicApplier interface {
 // results and takes up to maxAtomicOps ops (the caller bounds its batches;
 // MaxBatch bounds what clients send).
 func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return err
 	}
 	if len(ops) == 0 {

@@ -68,6 +68,7 @@ type Engine struct {
 	idem idemTable
 	fl   flusher
 	roll rollups
+	disk *diskGuard // free space and write errors of the data directory (disk.go)
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL
@@ -102,7 +103,9 @@ func Open(cfg Config) (*Engine, error) {
 		}
 		e.lock = lock
 	}
-	db, err := openPebble(cfg)
+	fs, dir := pebbleDir(cfg)
+	e.disk = newDiskGuard(fs, dir, cfg.MinFreeDisk, cfg.Logger)
+	db, err := openPebble(cfg, e.disk)
 	if err != nil {
 		e.unlockDir()
 		e.closeClock()
@@ -118,6 +121,10 @@ func Open(cfg Config) (*Engine, error) {
 	if cfg.Quotas != nil {
 		e.SetQuotas(cfg.Quotas) // counts the keys just loaded
 	}
+	// From here a write that finds the disk full waits for space; a node
+	// started on a disk below the reserve serves reads, read-only.
+	e.disk.opened.Store(true)
+	e.disk.check()
 	e.idem.init(cfg.IdempotencyMemory)
 	e.fl.init()
 	e.wg.Add(2)
@@ -132,6 +139,7 @@ func (e *Engine) Close() error {
 	var err error
 	e.once.Do(func() {
 		close(e.stop)
+		e.disk.close() // a write waiting for space gives up: the flusher ends
 		e.wg.Wait()
 		e.closed.Store(true)
 		err = e.flushOnce()
@@ -405,6 +413,15 @@ func (e *Engine) checkOpen() error {
 		return ErrClosed
 	}
 	return nil
+}
+
+// checkWrite is checkOpen for a write: it also refuses while the storage
+// is not writable (disk.go), before anything is applied.
+func (e *Engine) checkWrite() error {
+	if e.closed.Load() {
+		return ErrClosed
+	}
+	return e.disk.writable()
 }
 
 // Flush makes every change so far durable.

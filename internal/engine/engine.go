@@ -45,6 +45,19 @@ type Config struct {
 	// deleted (default 10m; 0 means the default).
 	RollupPurgeInterval time.Duration
 
+	// MinFreeDisk is the free space, in bytes, below which the data
+	// directory's filesystem takes no more writes: they fail with
+	// ErrInsufficientStorage until it is back above it (plus a tenth);
+	// reads are served meanwhile, and what was acknowledged is flushed
+	// while half of it remains (disk.go). 0 refuses writes only once the
+	// filesystem returned ENOSPC. Default MinFreeDiskAuto: 128 MiB, or a
+	// tenth of the filesystem if that is smaller.
+	MinFreeDisk uint64
+	// DiskCheckInterval is how often the free space is read between
+	// flushes, and a read-only engine tries to flush and to resume
+	// (default 1s; 0 means the default).
+	DiskCheckInterval time.Duration
+
 	// Clock, when set, is called for every timestamp (tests inject one).
 	// When nil (the default) the engine reads a coarse clock
 	// (internal/coarse), which keeps time.Now off the hot path: at most
@@ -75,6 +88,8 @@ func DefaultConfig() Config {
 		DefaultWindow:        counter.WindowSpec{Granularity: time.Minute, Span: time.Hour},
 		HLLPrecision:         14,
 		RollupPurgeInterval:  10 * time.Minute,
+		MinFreeDisk:          MinFreeDiskAuto,
+		DiskCheckInterval:    time.Second,
 		Logger:               slog.Default(),
 	}
 }
@@ -114,6 +129,9 @@ func (c *Config) Validate() error {
 		if err := s.Validate(); err != nil {
 			return fmt.Errorf("engine: config: Rollups[%q]: %w", key, err)
 		}
+	}
+	if c.DiskCheckInterval < 0 {
+		return errors.New("engine: config: DiskCheckInterval is negative")
 	}
 	if c.RollupPurgeInterval < 0 {
 		return errors.New("engine: config: RollupPurgeInterval is negative")

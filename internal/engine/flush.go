@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -21,6 +22,8 @@ type flusher struct {
 	cur *cycle // next flush to start; nil until someone waits, guarded by mu
 
 	kick chan struct{} // a sync writer is waiting
+
+	taken []reapItem // the entries a flush took from the dirty sets (flusher only)
 
 	flushes   atomic.Uint64
 	failures  atomic.Uint64 // failed flushes
@@ -55,11 +58,26 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 	case f.kick <- struct{}{}:
 	default:
 	}
+	stuck := e.disk.stuckChan()
+	if e.disk.waiting.Load() > 0 {
+		// A flush is stuck waiting for space (disk.go): c runs after it.
+		return e.stuckErr()
+	}
 	select {
 	case <-c.done:
 		return c.err
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-stuck:
+		// A write to Pebble failed or waits for space (disk.go): the
+		// flush may not end until space returns. The change stays in
+		// memory and is flushed then, but it was not made durable now.
+		select {
+		case <-c.done:
+			return c.err
+		default:
+			return e.stuckErr()
+		}
 	case <-e.stop:
 		// Close runs a final flush after the loop ends, which covers c
 		// unless c was created after it.
@@ -77,18 +95,42 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 	}
 }
 
+// stuckErr is waitDurable's error when the flush it waits for is stuck on a
+// full disk.
+func (e *Engine) stuckErr() error {
+	err := e.disk.err()
+	if err == nil {
+		err = fmt.Errorf("%w: a write to the data directory waits for space", ErrInsufficientStorage)
+	}
+	return fmt.Errorf("%w (the change is kept in memory and flushed when space returns)", err)
+}
+
 func (e *Engine) flushLoop() {
 	defer e.wg.Done()
 	t := time.NewTicker(e.cfg.FlushInterval)
 	defer t.Stop()
+	every := e.cfg.DiskCheckInterval
+	if every <= 0 {
+		every = time.Second
+	}
+	dt := time.NewTicker(every)
+	defer dt.Stop()
 	for {
 		select {
 		case <-e.stop:
 			return
 		case <-t.C:
 		case <-e.fl.kick:
+		case <-dt.C:
+			if e.disk.state.Load() == diskOK {
+				e.disk.check() // turn read-only before a write finds the disk full
+				continue
+			}
+			// Read-only: flush what was acknowledged if there is room
+			// now, and resume (flushOnce reads the free space).
 		}
-		if err := e.flushOnce(); err != nil {
+		if err := e.flushOnce(); err != nil && !errors.Is(err, ErrInsufficientStorage) {
+			// (A full disk is logged once, when the node turns read-only.)
 			e.cfg.Logger.Error("flush failed", "err", err)
 		}
 	}
@@ -96,13 +138,18 @@ func (e *Engine) flushLoop() {
 
 // flushOnce writes every dirty counter and pending idempotency record in one
 // Pebble batch with fsync, then frees the slots of deleted counters. Only
-// the flush loop and Close call it.
+// the flush loop and Close call it. A batch the data directory has no room
+// for (diskGuard.admitFlush) is not committed: what it took stays dirty in
+// memory, and the storage state is read again at every call, so writes
+// resume once space returns.
 func (e *Engine) flushOnce() error {
 	f := &e.fl
 	f.mu.Lock()
 	c := f.cur
 	f.cur = nil
 	f.mu.Unlock()
+	e.disk.check()
+	taken := f.taken[:0]
 
 	b := e.db.NewBatch()
 	var reap []reapItem
@@ -127,6 +174,7 @@ func (e *Engine) flushOnce() error {
 			idRef := rp.Load()
 			id, _ := idOf(a, idRef)
 			en.clearFlags(flagDirty)
+			taken = append(taken, reapItem{no, i, idRef})
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
 			if en.kind() == KindNone {
@@ -173,13 +221,30 @@ func (e *Engine) flushOnce() error {
 	if err == nil {
 		err = e.writeRollups(b, rfs)
 	}
+	refused := false
 	if err == nil && !b.Empty() {
-		err = b.Commit(pebble.Sync)
+		if err = e.disk.admitFlush(uint64(b.Len())); err != nil {
+			refused = true
+		} else {
+			gen := e.disk.faultGen()
+			err = b.Commit(pebble.Sync)
+			if err == nil {
+				// Pebble's Apply returns nil after a Fatalf that
+				// recorded a storage fault instead of panicking.
+				err = e.disk.faultSince(gen)
+			}
+		}
 	}
 	b.Close()
+	f.taken = taken[:0]
 	if err != nil {
-		// We no longer know what reached disk: write everything next time.
-		e.markAllDirty()
+		if refused {
+			// Nothing reached Pebble: what was taken is dirty again.
+			e.remarkDirty(taken)
+		} else {
+			// We no longer know what reached disk: write everything next time.
+			e.markAllDirty()
+		}
 		e.idem.requeue(recs)
 		e.idem.requeueStored(stored)
 		e.rollupsFailed(rfs)
@@ -231,6 +296,22 @@ func (e *Engine) reap(items []reapItem) {
 	}
 }
 
+// remarkDirty puts the entries a refused flush took back on the dirty set.
+func (e *Engine) remarkDirty(items []reapItem) {
+	for _, it := range items {
+		sh := &e.shards[it.shard]
+		sh.mu.Lock()
+		en := sh.entryAt(it.idx)
+		en.lock()
+		if sh.refOf(it.idx) == it.idRef && en.flags()&flagDirty == 0 {
+			en.setFlags(flagDirty)
+			sh.markDirty(it.idx)
+		}
+		en.unlock()
+		sh.mu.Unlock()
+	}
+}
+
 // markAllDirty puts every entry on the dirty set, so the next flush writes
 // the whole state (after a failed flush, when we no longer know what reached
 // disk).
@@ -274,6 +355,9 @@ func (e *Engine) janitorLoop() {
 		case <-t.C:
 		}
 		e.expireDue()
+		if e.disk.state.Load() != diskOK {
+			continue // purges write to Pebble: not while it is short of space
+		}
 		if time.Since(lastRollPurge) >= rollEvery {
 			lastRollPurge = time.Now()
 			if err := e.purgeRollups(); err != nil {

@@ -18,7 +18,7 @@ func metaKey(key string) []byte { return append([]byte{prefixMeta}, key...) }
 // PutMeta writes every record of kv in one synced batch (all or none); a
 // nil value deletes the key. Safe for concurrent use.
 func (e *Engine) PutMeta(kv map[string][]byte) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return err
 	}
 	b := e.db.NewBatch()
@@ -37,7 +37,7 @@ func (e *Engine) PutMeta(kv map[string][]byte) error {
 			return fmt.Errorf("engine: metadata batch: %w", err)
 		}
 	}
-	if err := b.Commit(pebble.Sync); err != nil {
+	if err := e.commitGuarded(func() error { return b.Commit(pebble.Sync) }); err != nil {
 		return fmt.Errorf("engine: store metadata: %w", err)
 	}
 	return nil

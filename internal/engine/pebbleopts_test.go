@@ -7,7 +7,7 @@ import (
 
 // The engine's Pebble options pass Pebble's own checks.
 func TestPebbleOptionsValid(t *testing.T) {
-	opts := pebbleOptions(DefaultConfig()).EnsureDefaults()
+	opts := pebbleOptions(DefaultConfig(), nil).EnsureDefaults()
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -243,7 +243,7 @@ func (e *Engine) Len() int { return int(e.keys.Load()) }
 
 // FlushAll deletes every counter.
 func (e *Engine) FlushAll(ctx context.Context, wo WriteOptions) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return err
 	}
 	e.gate.RLock()
@@ -276,6 +276,8 @@ func (e *Engine) Stats() Stats {
 	for i := range e.shards {
 		s.DirtyKeys += int(e.shards[i].ndirty.Load())
 	}
+	d := e.Disk()
+	s.Disk = &d
 	return s
 }
 
@@ -291,12 +293,18 @@ type Stats struct {
 	LastFlush     time.Time
 	DirtyKeys     int // counters changed since the last flush
 	IdemRecords   int // idempotency records held in memory
+	// Disk is the data directory's storage state (disk.go); nil for a
+	// backend without local disk state (tiered).
+	Disk *DiskStatus
 }
 
 // Ready returns nil while the engine serves requests and its last flush
 // succeeded.
 func (e *Engine) Ready() error {
 	if err := e.checkOpen(); err != nil {
+		return err
+	}
+	if err := e.disk.err(); err != nil {
 		return err
 	}
 	if p := e.fl.lastErr.Load(); p != nil {

@@ -187,7 +187,7 @@ func (e *Engine) checkStates(states []State) ([]incoming, error) {
 // *StateError before anything is merged. wo.IdempotencyKey is ignored:
 // merging is idempotent.
 func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
 	in, err := e.checkStates(states)
@@ -211,7 +211,7 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 // Merge. Invalid states fail the call with a *StateError before anything
 // is stored.
 func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
 	in, err := e.checkStates(states)

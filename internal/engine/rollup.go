@@ -137,7 +137,7 @@ func ValidateRollupKey(key string) error { return ValidateID(key) }
 // returns and applies at once to existing counters: newly kept
 // granularities start empty, dropped ones are deleted by the next purge.
 func (e *Engine) SetRollup(key string, spec rollup.Spec) error {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return err
 	}
 	if err := ValidateRollupKey(key); err != nil {
@@ -152,7 +152,7 @@ func (e *Engine) SetRollup(key string, spec rollup.Spec) error {
 	}
 	e.roll.mu.Lock()
 	defer e.roll.mu.Unlock()
-	if err := e.db.Set(rollupSpecKey(key), b, pebble.Sync); err != nil {
+	if err := e.commitGuarded(func() error { return e.db.Set(rollupSpecKey(key), b, pebble.Sync) }); err != nil {
 		return fmt.Errorf("engine: store rollup spec: %w", err)
 	}
 	e.roll.dynamic[key] = &spec
@@ -166,7 +166,7 @@ func (e *Engine) SetRollup(key string, spec rollup.Spec) error {
 // in memory and on disk (with the next flush); a spec from Config.Rollups
 // for the same key applies again.
 func (e *Engine) DeleteRollup(key string) (bool, error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return false, err
 	}
 	if err := ValidateRollupKey(key); err != nil {
@@ -177,7 +177,7 @@ func (e *Engine) DeleteRollup(key string) (bool, error) {
 	if _, ok := e.roll.dynamic[key]; !ok {
 		return false, nil
 	}
-	if err := e.db.Delete(rollupSpecKey(key), pebble.Sync); err != nil {
+	if err := e.commitGuarded(func() error { return e.db.Delete(rollupSpecKey(key), pebble.Sync) }); err != nil {
 		return false, fmt.Errorf("engine: delete rollup spec: %w", err)
 	}
 	delete(e.roll.dynamic, key)

@@ -49,27 +49,35 @@ const (
 	l0StopWritesThreshold = 32
 )
 
-// pebbleOptions returns the options the engine opens Pebble with.
-func pebbleOptions(cfg Config) *pebble.Options {
+// pebbleOptions returns the options the engine opens Pebble with; g, when
+// not nil, is told of storage errors (disk.go).
+func pebbleOptions(cfg Config, g *diskGuard) *pebble.Options {
+	lg := pebbleLogger{l: cfg.Logger, g: g}
 	return &pebble.Options{
-		Logger:                      pebbleLogger{cfg.Logger},
+		Logger:                      lg,
 		MemTableSize:                memTableSize,
 		MemTableStopWritesThreshold: memTableStop,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,
+		EventListener:               &pebble.EventListener{BackgroundError: lg.backgroundError},
 	}
 }
 
-func openPebble(cfg Config) (*pebble.DB, error) {
-	opts := pebbleOptions(cfg)
-	dir := cfg.Dir
+// pebbleDir returns the filesystem and directory Pebble opens.
+func pebbleDir(cfg Config) (vfs.FS, string) {
 	switch {
 	case cfg.FS != nil:
-		opts.FS = cfg.FS
+		return cfg.FS, cfg.Dir
 	case cfg.InMemory:
-		opts.FS = vfs.NewMem()
-		dir = ""
+		return vfs.NewMem(), ""
 	}
+	return vfs.Default, cfg.Dir
+}
+
+func openPebble(cfg Config, g *diskGuard) (*pebble.DB, error) {
+	opts := pebbleOptions(cfg, g)
+	fs, dir := pebbleDir(cfg)
+	opts.FS = g.wrapFS(fs)
 	db, err := pebble.Open(dir, opts)
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", cfg.Dir, err)
@@ -268,7 +276,10 @@ func (e *Engine) load() error {
 }
 
 // pebbleLogger sends Pebble's log lines to slog.
-type pebbleLogger struct{ l *slog.Logger }
+type pebbleLogger struct {
+	l *slog.Logger
+	g *diskGuard // nil: every Fatalf panics
+}
 
 func (p pebbleLogger) Infof(format string, args ...any) {
 	p.l.Debug(fmt.Sprintf(format, args...), "component", "pebble")
@@ -276,7 +287,31 @@ func (p pebbleLogger) Infof(format string, args ...any) {
 func (p pebbleLogger) Errorf(format string, args ...any) {
 	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
 }
+
+// Fatalf panics, except for a storage error (a write or sync that failed:
+// disk.go): then the fault is recorded, the node turns read-only, and
+// Pebble goes on (its Apply returns nil after Fatalf; the engine checks
+// for the fault after every commit and commits nothing more).
 func (p pebbleLogger) Fatalf(format string, args ...any) {
-	p.l.Error(fmt.Sprintf(format, args...), "component", "pebble")
-	panic(fmt.Sprintf("pebble: "+format, args...))
+	msg := fmt.Sprintf(format, args...)
+	p.l.Error(msg, "component", "pebble")
+	if p.g != nil {
+		for _, a := range args {
+			if err, ok := a.(error); ok && isStorageError(err) {
+				p.g.fault("pebble", "commit", err)
+				return
+			}
+		}
+	}
+	panic("pebble: " + msg)
+}
+
+// backgroundError logs a failed flush or compaction, which Pebble retries;
+// a full disk turns the node read-only (logged once, by the guard).
+func (p pebbleLogger) backgroundError(err error) {
+	if p.g != nil && isNoSpace(err) {
+		p.g.noSpaceSeen("background", err)
+		return
+	}
+	p.l.Error("pebble background error", "component", "pebble", "err", err)
 }

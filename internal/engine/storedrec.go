@@ -50,7 +50,7 @@ func checkStored(recs []StoredRecord) error {
 // writes (Apply, Merge, ...): only Export and reads. With no states it
 // stores what then returns.
 func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptions, then func() []StoredRecord) (changed int, err error) {
-	if err := e.checkOpen(); err != nil {
+	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
 	in, err := e.checkStates(states)

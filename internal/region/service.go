@@ -210,7 +210,7 @@ func toStatus(err error) error {
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrUnknownRegion), errors.Is(err, chunksync.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, engine.ErrClosed):
+	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrInsufficientStorage):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())

@@ -58,6 +58,12 @@ type Config struct {
 	// applied by ApplyConfigFile below flags and environment (default none).
 	ConfigFile string
 
+	// MinFreeDisk: --min-free-disk: writes are refused (HTTP 507, RESP
+	// MISCONF) while the data directory's filesystem has less free; a size
+	// such as 128MiB, 0 only on ENOSPC, auto: 128MiB or a tenth of the
+	// filesystem if smaller (default auto; docs/operations.md, "Full disk").
+	MinFreeDisk string
+
 	// security: auth
 	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
 	Insecure bool   // --insecure: serve a non-loopback --http, --resp or --grpc without --auth, or node-to-node links beyond loopback without --peer-ca / --gossip-key-file (default false: refuse)
@@ -115,6 +121,7 @@ func DefaultConfig() Config {
 		RESP:                 "127.0.0.1:6380",
 		GRPC:                 "127.0.0.1:9090",
 		Durability:           "async",
+		MinFreeDisk:          "auto",
 		NodeID:               host,
 		Gossip:               "127.0.0.1:7946",
 		ClusterTiming:        "fast",
@@ -160,6 +167,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HTTP == "" {
 		return errors.New("server: --http is empty")
+	}
+	if _, err := parseMinFreeDisk(c.MinFreeDisk); err != nil {
+		return fmt.Errorf("server: --min-free-disk: %w", err)
 	}
 	if (c.Redis == "") != (c.Postgres == "") {
 		return errors.New("server: tiered mode needs both --redis and --postgres")
@@ -282,6 +292,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.RateLimitPolicies, "ratelimit-policies", "YAML file of rate-limit policies (docs/ratelimit.md)")
 	str(&c.Quotas, "quotas", "YAML file of quotas: keys per namespace and fields per hash (docs/security.md, Quotas); SIGHUP reloads it")
 	str(&c.Durability, "durability", "default acknowledgement mode: sync or async")
+	str(&c.MinFreeDisk, "min-free-disk", "free space the data directory's filesystem keeps: below it the node is read-only (writes answer HTTP 507 / RESP MISCONF, reads are served) until space returns; a size such as 128MiB or 1GiB, 0: only once the disk is full, auto: 128MiB or a tenth of the filesystem if smaller")
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Region, "region", "this cluster's region (letters, digits, _ - .), recorded in the data directory")
 	str(&c.PeerRegions, "peer-regions", "other regions as NAME=HOST:PORT,... (gRPC addresses; listed by GET /regions)")

@@ -37,6 +37,9 @@ const (
 	codeUnauthenticated  = "unauthenticated"
 	codeForbidden        = "forbidden"
 	codeQuotaExceeded    = "quota_exceeded"
+	// codeInsufficientStorage: the node cannot make writes durable (full
+	// or failing disk: docs/operations.md, "Full disk").
+	codeInsufficientStorage = "insufficient_storage"
 )
 
 // errorTable maps errors to wire codes and statuses. It is the only place
@@ -62,6 +65,7 @@ var errorTable = []struct {
 	{errMethodNotAllowed, codeMethodNotAllowed, http.StatusMethodNotAllowed},
 	{errBodyTooLarge, codeBodyTooLarge, http.StatusRequestEntityTooLarge},
 	{engine.ErrBatchTooLarge, codeBatchTooLarge, http.StatusRequestEntityTooLarge},
+	{engine.ErrInsufficientStorage, codeInsufficientStorage, http.StatusInsufficientStorage},
 	{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
 	{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 	{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},

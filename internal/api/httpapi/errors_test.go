@@ -24,6 +24,7 @@ func TestClassify(t *testing.T) {
 		{engine.ErrOverflow, codeOverflow, http.StatusUnprocessableEntity},
 		{engine.ErrNotFound, codeNotFound, http.StatusNotFound},
 		{engine.ErrClosed, codeUnavailable, http.StatusServiceUnavailable},
+		{engine.ErrInsufficientStorage, codeInsufficientStorage, http.StatusInsufficientStorage},
 		{engine.ErrUnavailable, codeUnavailable, http.StatusServiceUnavailable},
 		{context.DeadlineExceeded, codeUnavailable, http.StatusServiceUnavailable},
 		{auth.ErrUnauthenticated, codeUnauthenticated, http.StatusUnauthorized},

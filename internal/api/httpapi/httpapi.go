@@ -8,6 +8,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -339,7 +340,9 @@ func (h *Handler) instrument(name string, fn handlerFunc) http.Handler {
 			slog.Int64("bytes", w.bytes),
 			slog.String("remote", r.RemoteAddr),
 		}
-		if w.status >= 500 {
+		// A read-only node (full disk) logged that once; its 507s and
+		// /readyz 503s are not logged per request.
+		if w.status >= 500 && !errors.Is(w.err, engine.ErrInsufficientStorage) {
 			if w.err != nil {
 				attrs = append(attrs, slog.Any("err", w.err))
 			}

@@ -74,10 +74,19 @@ var (
 	descLastFlush = prometheus.NewDesc("counterd_engine_last_flush_timestamp_seconds", "Time of the last durable flush.", nil, nil)
 	descDirty     = prometheus.NewDesc("counterd_engine_dirty_keys", "Counters changed since the last flush.", nil, nil)
 	descIdem      = prometheus.NewDesc("counterd_engine_idempotency_records", "Idempotency records held in memory.", nil, nil)
+
+	// The data directory's storage (docs/operations.md, "Full disk");
+	// absent in tiered mode.
+	descWritable   = prometheus.NewDesc("counterd_storage_writable", "1 while the node takes writes; 0 while it is read-only because its data directory is full (below --min-free-disk) or failing.", nil, nil)
+	descFree       = prometheus.NewDesc("counterd_storage_free_bytes", "Free space last read on the data directory's filesystem.", nil, nil)
+	descMinFree    = prometheus.NewDesc("counterd_storage_min_free_bytes", "The --min-free-disk reserve: below it writes are refused.", nil, nil)
+	descRefused    = prometheus.NewDesc("counterd_storage_refused_writes_total", "Writes refused (HTTP 507, RESP MISCONF) because the node was read-only.", nil, nil)
+	descStorageErr = prometheus.NewDesc("counterd_storage_errors_total", "Write and sync errors returned by the data directory's filesystem (ENOSPC, EIO, ...).", nil, nil)
 )
 
 func (c *engineCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descKeys, descExpires, descOps, descFlushes, descFlushFail, descLastFlush, descDirty, descIdem} {
+	for _, d := range []*prometheus.Desc{descKeys, descExpires, descOps, descFlushes, descFlushFail, descLastFlush, descDirty, descIdem,
+		descWritable, descFree, descMinFree, descRefused, descStorageErr} {
 		ch <- d
 	}
 }
@@ -98,4 +107,17 @@ func (c *engineCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(descDirty, float64(st.DirtyKeys))
 	gauge(descIdem, float64(st.IdemRecords))
+	if d := st.Disk; d != nil {
+		w := 0.0
+		if d.Writable {
+			w = 1
+		}
+		gauge(descWritable, w)
+		if d.FreeBytes >= 0 {
+			gauge(descFree, float64(d.FreeBytes))
+		}
+		gauge(descMinFree, float64(d.MinFree))
+		counter(descRefused, float64(d.Refused))
+		counter(descStorageErr, float64(d.IOErrors))
+	}
 }

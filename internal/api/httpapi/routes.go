@@ -423,9 +423,13 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.err = err
 		}
+		code := codeUnavailable
+		if errors.Is(err, engine.ErrInsufficientStorage) {
+			code = codeInsufficientStorage // read-only: full or failing disk
+		}
 		writeJSON(w, http.StatusServiceUnavailable, errorBody{
 			Status: "error",
-			Error:  errorDetail{Code: codeUnavailable, Message: err.Error()},
+			Error:  errorDetail{Code: code, Message: err.Error()},
 		})
 		return nil
 	}

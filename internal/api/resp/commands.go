@@ -136,6 +136,13 @@ func parseInt(b []byte) (int64, bool) {
 	return int64(u), true
 }
 
+// A write the node cannot make durable (full or failing disk), worded
+// like Redis's MISCONF when it cannot persist: the reason goes between.
+const (
+	errMisconf    = "MISCONF counterd is currently unable to persist to disk ("
+	errMisconfEnd = "). Commands that may modify the data set are disabled until it can; reads are served. Please check the counterd logs for details."
+)
+
 // engineError words an engine error as Redis would.
 func engineError(err error) string {
 	switch {
@@ -169,6 +176,8 @@ func engineError(err error) string {
 	case errors.Is(err, engine.ErrQuotaExceeded):
 		// Redis answers OOM when a write would pass maxmemory.
 		return "OOM " + quota.Message(err)
+	case errors.Is(err, engine.ErrInsufficientStorage):
+		return errMisconf + errDetail(err, engine.ErrInsufficientStorage) + errMisconfEnd
 	}
 	return "ERR " + err.Error()
 }

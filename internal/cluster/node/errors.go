@@ -75,6 +75,7 @@ var sentinels = []struct {
 	{"batch_too_large", engine.ErrBatchTooLarge},
 	{"idempotency_reuse", engine.ErrIdempotencyReuse},
 	{"closed", engine.ErrClosed},
+	{"insufficient_storage", engine.ErrInsufficientStorage},
 	{"unavailable", engine.ErrUnavailable},
 	{"deadline", context.DeadlineExceeded},
 	{"canceled", context.Canceled},

@@ -405,6 +405,9 @@ const (
 	ErrorCode_ERROR_CODE_NOT_FLOAT         ErrorCode = 15
 	ErrorCode_ERROR_CODE_FLOAT_RANGE       ErrorCode = 16
 	ErrorCode_ERROR_CODE_NOT_INTEGER       ErrorCode = 17
+	// The peer's storage is full or failing: it is read-only (HTTP 507,
+	// RESP MISCONF).
+	ErrorCode_ERROR_CODE_INSUFFICIENT_STORAGE ErrorCode = 19
 )
 
 // Enum value maps for ErrorCode.
@@ -428,26 +431,28 @@ var (
 		15: "ERROR_CODE_NOT_FLOAT",
 		16: "ERROR_CODE_FLOAT_RANGE",
 		17: "ERROR_CODE_NOT_INTEGER",
+		19: "ERROR_CODE_INSUFFICIENT_STORAGE",
 	}
 	ErrorCode_value = map[string]int32{
-		"ERROR_CODE_UNSPECIFIED":       0,
-		"ERROR_CODE_INTERNAL":          1,
-		"ERROR_CODE_WRONG_OWNER":       2,
-		"ERROR_CODE_INVALID_ID":        3,
-		"ERROR_CODE_INVALID_ARGUMENT":  4,
-		"ERROR_CODE_WRONG_KIND":        5,
-		"ERROR_CODE_OVERFLOW":          6,
-		"ERROR_CODE_VERSION_CONFLICT":  7,
-		"ERROR_CODE_NOT_FOUND":         8,
-		"ERROR_CODE_BATCH_TOO_LARGE":   9,
-		"ERROR_CODE_IDEMPOTENCY_REUSE": 10,
-		"ERROR_CODE_CLOSED":            11,
-		"ERROR_CODE_UNAVAILABLE":       12,
-		"ERROR_CODE_DEADLINE":          13,
-		"ERROR_CODE_CANCELED":          14,
-		"ERROR_CODE_NOT_FLOAT":         15,
-		"ERROR_CODE_FLOAT_RANGE":       16,
-		"ERROR_CODE_NOT_INTEGER":       17,
+		"ERROR_CODE_UNSPECIFIED":          0,
+		"ERROR_CODE_INTERNAL":             1,
+		"ERROR_CODE_WRONG_OWNER":          2,
+		"ERROR_CODE_INVALID_ID":           3,
+		"ERROR_CODE_INVALID_ARGUMENT":     4,
+		"ERROR_CODE_WRONG_KIND":           5,
+		"ERROR_CODE_OVERFLOW":             6,
+		"ERROR_CODE_VERSION_CONFLICT":     7,
+		"ERROR_CODE_NOT_FOUND":            8,
+		"ERROR_CODE_BATCH_TOO_LARGE":      9,
+		"ERROR_CODE_IDEMPOTENCY_REUSE":    10,
+		"ERROR_CODE_CLOSED":               11,
+		"ERROR_CODE_UNAVAILABLE":          12,
+		"ERROR_CODE_DEADLINE":             13,
+		"ERROR_CODE_CANCELED":             14,
+		"ERROR_CODE_NOT_FLOAT":            15,
+		"ERROR_CODE_FLOAT_RANGE":          16,
+		"ERROR_CODE_NOT_INTEGER":          17,
+		"ERROR_CODE_INSUFFICIENT_STORAGE": 19,
 	}
 )
 
@@ -4511,7 +4516,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x80\x04\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xa5\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4531,7 +4536,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x13ERROR_CODE_CANCELED\x10\x0e\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_FLOAT\x10\x0f\x12\x1a\n" +
 	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
-	"\x16ERROR_CODE_NOT_INTEGER\x10\x11*\x93\x01\n" +
+	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12#\n" +
+	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREAD_OP_GET\x10\x01\x12\x10\n" +

@@ -37,6 +37,9 @@ type Options struct {
 	// BeforeStart, when set, is called with each node before it starts
 	// (for what must be attached first, such as Node.SetRateLimit).
 	BeforeStart func(id string, n *node.Node)
+	// Engine, when set, adjusts node id's engine configuration before it
+	// opens (such as a filesystem that can be made full).
+	Engine func(id string, c *engine.Config)
 }
 
 // Cluster is a running test cluster. It is stopped by t.Cleanup; its
@@ -60,6 +63,9 @@ func Start(t testing.TB, opts Options, ids ...string) *Cluster {
 	for _, id := range ids {
 		ecfg := engine.DefaultConfig()
 		ecfg.Dir, ecfg.NodeID, ecfg.Logger, ecfg.Clock = t.TempDir(), id, log.With("node", id), opts.Clock
+		if opts.Engine != nil {
+			opts.Engine(id, &ecfg)
+		}
 		eng, err := engine.Open(ecfg)
 		if err != nil {
 			t.Fatal(err)
