@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -17,9 +18,10 @@ import (
 )
 
 // startEmbedded runs an embedded node with HTTP only in this process,
-// after edit changes its configuration, and returns its HTTP address; the
-// node stops when the test ends.
-func startEmbedded(t *testing.T, edit func(*Config)) string {
+// after edit changes its configuration (which may add --resp or --grpc),
+// and returns its listeners' addresses by name ("http", "resp", "grpc");
+// the node stops when the test ends.
+func startEmbedded(t *testing.T, edit func(*Config)) map[string]string {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Data = t.TempDir()
@@ -29,7 +31,13 @@ func startEmbedded(t *testing.T, edit func(*Config)) string {
 	if edit != nil {
 		edit(&cfg)
 	}
-	h := &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), want: 1}
+	want := 1
+	for _, a := range []string{cfg.RESP, cfg.GRPC} {
+		if a != "" {
+			want++
+		}
+	}
+	h := &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), want: want}
 	ctx, cancel := context.WithCancel(context.Background())
 	var runErr error
 	done := make(chan struct{})
@@ -51,7 +59,7 @@ func startEmbedded(t *testing.T, edit func(*Config)) string {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.addrs["http"]
+	return maps.Clone(h.addrs)
 }
 
 // TestDeclaredBodyOverLimit sends, over raw TCP to a real node, requests
@@ -73,7 +81,7 @@ func TestDeclaredBodyOverLimit(t *testing.T) {
 		c.Events.MaxBody = 4000
 		c.Events.Rules = rules
 		c.HTTPReadBodyTimeout = 30 * time.Second
-	})
+	})["http"]
 	for _, tc := range []struct {
 		name, path, length, extra string
 		body                      string
