@@ -167,3 +167,51 @@ func TestNamespaceAdmin(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsScrape: with --auth, GET /metrics needs read on *: a
+// Prometheus scrape with the bearer token of such a user (and
+// Prometheus's Accept header) gets the exposition, a token of one
+// namespace (write, even admin) gets 403, none 401. Without --auth a
+// loopback scrape needs no token.
+func TestMetricsScrape(t *testing.T) {
+	base, _ := startWithTokens(t)
+	scrape := func(base, token string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("GET", base+"/metrics", nil)
+		req.Header.Set("Accept", "application/openmetrics-text;version=1.0.0;escaping=underscores,text/plain;version=0.0.4;q=0.5,*/*;q=0.1")
+		req.Header.Set("User-Agent", "Prometheus/3.5.0")
+		req.Header.Set("X-Prometheus-Scrape-Timeout-Seconds", "10")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res.StatusCode, string(b)
+	}
+	for _, tc := range []struct {
+		who, token string
+		want       int
+	}{
+		{"read on *", tokScraper, 200},
+		{"admin on *", tokRoot, 200},
+		{"write on nsA:*", tokWriteA, 403},
+		{"admin on nsA:*", tokNSAdmin, 403},
+		{"no token", "", 401},
+	} {
+		code, body := scrape(base, tc.token)
+		if code != tc.want {
+			t.Errorf("GET /metrics as %s: %d, want %d: %.200s", tc.who, code, tc.want, body)
+		}
+		if code == 200 && !strings.Contains(body, "counterd_build_info") {
+			t.Errorf("GET /metrics as %s: no counterd_build_info in %.200s", tc.who, body)
+		}
+	}
+	open := "http://" + startEmbedded(t, nil)["http"]
+	if code, body := scrape(open, ""); code != 200 || !strings.Contains(body, "counterd_build_info") {
+		t.Errorf("GET /metrics without --auth and without a token: %d %.200s", code, body)
+	}
+}
