@@ -127,7 +127,7 @@ func Parse(r io.Reader) (*Table, error) {
 			return nil, w.errorf(k, "user %q is listed twice (first at line %d)", name, line)
 		}
 		seen[name] = k.Line
-		p, digests, err := w.user(name, k, v)
+		p, digests, err := w.user(name, v)
 		if err != nil {
 			return nil, err
 		}
@@ -194,9 +194,9 @@ func (w *walker) top(root *yaml.Node) (*yaml.Node, error) {
 	return users, nil
 }
 
-// user reads one user's entry (key k, value v): its principal and the
+// user reads one user's entry (v): its principal and the
 // digests of its tokens.
-func (w *walker) user(name string, k, v *yaml.Node) (*Principal, []Digest, error) {
+func (w *walker) user(name string, v *yaml.Node) (*Principal, []Digest, error) {
 	p := &Principal{User: name}
 	if isNull(v) {
 		return nil, nil, fmt.Errorf("%w: user %q has no tokens", ErrInvalidFile, name)
