@@ -4,6 +4,12 @@ PKGS ?= ./...
 # VERSION is stamped into both binaries (counterd --version, counterctl --version).
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
+# Release builds (build, install, and scripts/image-context.sh alike): no
+# symbol table or DWARF (-s -w), no local paths (-trimpath), and gRPC
+# without golang.org/x/net/trace (grpcnotrace), whose /debug/requests
+# pages counterd never serves and which keeps every exported method
+# reachable. docs/deploy.md, "Building".
+BUILDFLAGS := -trimpath -tags grpcnotrace -ldflags "-s -w $(LDFLAGS)"
 
 PROTOC_GEN_GO_VERSION ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
@@ -15,12 +21,12 @@ PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-build: ## build bin/counterd and bin/counterctl, stamped with VERSION (git describe)
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/counterd ./cmd/counterd
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/counterctl ./cmd/counterctl
+build: ## build lean bin/counterd and bin/counterctl (stripped, -trimpath, grpcnotrace), stamped with VERSION (git describe)
+	$(GO) build $(BUILDFLAGS) -o bin/counterd ./cmd/counterd
+	$(GO) build $(BUILDFLAGS) -o bin/counterctl ./cmd/counterctl
 
 install: ## go install both commands, stamped with VERSION
-	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/counterd ./cmd/counterctl
+	$(GO) install $(BUILDFLAGS) ./cmd/counterd ./cmd/counterctl
 
 image: ## container image counterd:VERSION from scratch (static binaries; pulls no base image)
 	VERSION=$(VERSION) ./scripts/image-context.sh bin/image

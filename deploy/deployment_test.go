@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/x509"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -15,7 +17,7 @@ import (
 	"strings"
 	"testing"
 
-	"gopkg.in/yaml.v3"
+	"go.yaml.in/yaml/v3"
 )
 
 // k8sObjects parses every YAML document of deploy/k8s/*.yaml (but the
@@ -279,6 +281,9 @@ func TestImageContext(t *testing.T) {
 			}
 		}
 		f.Close()
+		if err := checkLean(p); err != nil {
+			t.Errorf("%s: %v", bin, err)
+		}
 		out, err := exec.Command(p, "--version").CombinedOutput()
 		if err != nil || string(out) != bin+" v1.2.3-imagetest\n" {
 			t.Errorf("%s --version: %q, %v", bin, out, err)
@@ -375,4 +380,35 @@ func keys(m map[string]map[string]any) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// checkLean reports how the binary at path differs from a release build
+// (make build, scripts/image-context.sh): stripped of its symbol table and
+// DWARF, built with -trimpath and -tags grpcnotrace.
+func checkLean(path string) error {
+	f, err := elf.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for _, name := range []string{".symtab", ".debug_info", ".zdebug_info"} {
+		if f.Section(name) != nil {
+			return fmt.Errorf("has a %s section: not built with -ldflags '-s -w'", name)
+		}
+	}
+	bi, err := buildinfo.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	settings := map[string]string{}
+	for _, s := range bi.Settings {
+		settings[s.Key] = s.Value
+	}
+	if settings["-trimpath"] != "true" {
+		return errors.New("not built with -trimpath")
+	}
+	if !slices.Contains(strings.Split(settings["-tags"], ","), "grpcnotrace") {
+		return fmt.Errorf("built with tags %q, not grpcnotrace", settings["-tags"])
+	}
+	return nil
 }

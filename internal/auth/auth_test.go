@@ -279,3 +279,103 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestParseErrorsNeverQuoteTokens: wherever a plaintext token is written
+// in the file (where its digest belongs, in place of a list or a user, as
+// a field name, as a level, after "sha256:", in a YAML syntax error), the error
+// (which the server logs on a failed start or reload) holds no part of
+// it: no four consecutive bytes of the token. Tokens are drawn from
+// upper-case letters, which no error message spells four in a row. (User
+// names and grant patterns are identifiers, which errors do name.)
+func TestParseErrorsNeverQuoteTokens(t *testing.T) {
+	good := digest("x-0123456789abcdef")
+	places := []string{
+		`users: {a: {tokens: [%s], grants: {"*": read}}}`,
+		`users: {a: {tokens: %s, grants: {"*": read}}}`,
+		`users: {a: {tokens: [{%s: 1}]}}`,
+		`users: {a: %s}`,
+		`users: %s`,
+		`%s`,
+		`%s: {a: {tokens: [` + good + `]}}`,
+		`users: {a: {%s: 1, tokens: [` + good + `]}}`,
+		`users: {a: {tokens: [` + good + `], grants: {"*": %s}}}`,
+		`users: {a: {tokens: [` + good + `], grants: {"*": [%s]}}}`,
+		`users: {a: {tokens: ["sha256:%s"]}}`,
+		`users: {a: {tokens: [*%s]}}`,
+		`users: {a: {tokens: ["%s`,
+		"users:\n  a:\n    tokens:\n      - %s\n    grants: {\"*\": read}\n",
+		"users:\n  a:\n    tokens: [" + good + "]\n  %s\n",
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		tok := rapid.StringMatching(`[A-Z]{16,64}`).Draw(t, "token")
+		for _, place := range places {
+			src := fmt.Sprintf(place, tok)
+			if strings.Contains(place, "sha256:%s") {
+				src = fmt.Sprintf(place, (tok + strings.Repeat("A", 64))[:64])
+			}
+			_, err := Parse(strings.NewReader(src))
+			if err == nil {
+				t.Fatalf("accepted %q", src)
+			}
+			if !errors.Is(err, ErrInvalidFile) {
+				t.Fatalf("%q: error %v is not ErrInvalidFile", src, err)
+			}
+			msg := err.Error()
+			for i := 0; i+4 <= len(tok); i++ {
+				if strings.Contains(msg, tok[i:i+4]) {
+					t.Fatalf("the error for %q quotes part of the token: %s", src, msg)
+				}
+			}
+		}
+	})
+}
+
+// TestParseErrorsNameTheEntry: an error says which user, which token and
+// which line, so that the entry can be found without the value.
+func TestParseErrorsNameTheEntry(t *testing.T) {
+	good := digest("x-0123456789abcdef")
+	src := "users:\n  a:\n    tokens: [" + good + "]\n  ingest:\n    tokens:\n      - " + good[:20] + "0\n      - PLAINTEXTTOKENPLAINTEXT\n"
+	_, err := Parse(strings.NewReader(src))
+	if err == nil {
+		t.Fatal("accepted")
+	}
+	for _, want := range []string{`user "ingest"`, "token 1", "line 6"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
+	}
+	src = "users:\n  ingest:\n    tokens:\n      - " + good + "\n      - PLAINTEXTTOKENPLAINTEXT\n"
+	_, err = Parse(strings.NewReader(src))
+	for _, want := range []string{`user "ingest"`, "token 2", "line 5", "counterctl auth hash"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v does not say %q", err, want)
+		}
+	}
+	if strings.Contains(err.Error(), "PLAIN") {
+		t.Errorf("error quotes the token: %v", err)
+	}
+}
+
+// TestParseAliasesBounded: aliases are followed (a shared grants block),
+// but a file whose aliases multiply its entries far beyond its size is
+// refused rather than walked.
+func TestParseAliasesBounded(t *testing.T) {
+	tab := mustParse(t, fmt.Sprintf(
+		"users:\n  a: {tokens: [%s], grants: &g {\"x:*\": write}}\n  b: {tokens: [%s], grants: *g}\n", digest("a-0123456789abcdef"), digest("b-0123456789abcdef")))
+	s := NewStore(tab)
+	p, err := s.Authenticate("b", []byte("b-0123456789abcdef"))
+	if err != nil || !p.Can(Write, "x:1") {
+		t.Fatalf("alias of grants: %v %v", p, err)
+	}
+	var b strings.Builder
+	b.WriteString("users:\n  a0:\n    tokens: [" + digest("a-0123456789abcdef") + "]\n    grants: &g\n")
+	for i := range 2000 {
+		fmt.Fprintf(&b, "      \"p%d:*\": read\n", i)
+	}
+	for i := 1; i < 500; i++ {
+		fmt.Fprintf(&b, "  a%d: {tokens: [%s], grants: *g}\n", i, digest(fmt.Sprintf("a%d-0123456789abcdef", i)))
+	}
+	if _, err := Parse(strings.NewReader(b.String())); err == nil || !strings.Contains(err.Error(), "more than") {
+		t.Fatalf("2000 grants aliased 500 times: %v", err)
+	}
+}

@@ -21,8 +21,9 @@ var Routes = []string{
 	"POST /admin/snapshot/chunks",
 }
 
-// maxChunkBody bounds a restored chunk: MaxChunkKeys dense HLLs fit.
-const maxChunkBody = 64 << 20
+// MaxChunkBody bounds a restored chunk (POST /admin/snapshot/chunks):
+// MaxChunkKeys dense HLLs fit.
+const MaxChunkBody = 64 << 20
 
 // Handler serves an engine's state as content-addressed blobs and merges
 // restored chunks into it:
@@ -104,11 +105,11 @@ func writeBlob(w http.ResponseWriter, b []byte) {
 }
 
 func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxChunkBody))
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxChunkBody))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = fmt.Errorf("%w: chunk larger than %d bytes", engine.ErrInvalidArgument, maxChunkBody)
+			err = fmt.Errorf("%w: chunk larger than %d bytes", engine.ErrInvalidArgument, MaxChunkBody)
 		}
 		httpapi.WriteError(w, err)
 		return

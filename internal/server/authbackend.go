@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/counterd/counterd/internal/auth"
@@ -165,10 +166,17 @@ func (g guardedBackend) Uniques(ctx context.Context, id string, unit rollup.Gran
 	return g.Backend.Uniques(ctx, id, unit, n)
 }
 
-// canRollup: a rollup key is a namespace (its ids are key+":"...) or an
-// id, so perm must cover both readings.
+// canRollup: a rollup key with a ':' is one id (an id's namespace is the
+// part before its first ':', so no other id takes its spec), which perm
+// must cover; a key without one is a namespace, whose spec applies to
+// every id key+":"... (and to the bare id key, which the engine counts in
+// namespace key too), so perm must cover the namespace: a grant of
+// "key:*" (or wider) suffices.
 func canRollup(p *auth.Principal, perm auth.Perm, key string) bool {
-	return p.Can(perm, key) && p.CanPrefix(perm, key+":")
+	if strings.IndexByte(key, ':') >= 0 {
+		return p.Can(perm, key)
+	}
+	return p.CanPrefix(perm, key+":")
 }
 
 func checkRollup(ctx context.Context, perm auth.Perm, key string) error {

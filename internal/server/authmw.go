@@ -59,7 +59,7 @@ var httpNeeds = map[string]auth.Need{
 	"DELETE /rollups/{key}":                needAdmin,
 	"GET /healthz":                         needPublic, // load-balancer probes carry no token
 	"GET /readyz":                          needPublic,
-	"GET /metrics":                         needRead, // node-wide figures, no counter values
+	"GET /metrics":                         needReadAll, // node-wide figures of every namespace (a tenant's token is refused)
 	"GET /openapi.json":                    needPublic,
 	"GET /capabilities":                    needRead, // the mode and its limits
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"mime"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/chunksync"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -28,6 +30,11 @@ import (
 //     server's own origin (the request's scheme and its Host, which the
 //     rule above accepted) is always allowed: the web console at /ui is
 //     served from it;
+//   - refuses a request whose declared Content-Length is over the
+//     route's body limit (--max-body, --events-max-body for /events) at
+//     once (413) and closes its connection, without reading the body: a
+//     handler's limited reader would wait for a body that never comes up
+//     to the body deadline, and the HTTP server would drain what comes;
 //   - refuses a request body whose Content-Type is neither JSON (or NDJSON) nor curl's
 //     default application/x-www-form-urlencoded (415). The form type stays
 //     accepted because `curl -d '{"delta":1}'` sends it; a browser that
@@ -45,6 +52,7 @@ const (
 	codeUnsupportedMedia = "unsupported_media_type"
 	codeOverloaded       = "overloaded"
 	codeTooManyRequests  = "too_many_requests"
+	codeBodyTooLarge     = "body_too_large" // as the API's own (httpapi)
 )
 
 // guardConfig is what the guard checks against. It is read-only once
@@ -55,6 +63,8 @@ type guardConfig struct {
 	origins     map[string]bool // lower-case origins accepted
 	anyOrigin   bool            // --cors-origin '*'
 	bodyTimeout time.Duration   // 0: none
+	maxBody     int64           // --max-body
+	eventsBody  int64           // --events-max-body: POST /events
 	shed        *shed.Limiter   // nil: no limit
 	retryAfter  string          // Retry-After of a shed answer, seconds
 }
@@ -66,6 +76,8 @@ func newGuardConfig(cfg Config, bound string, lim *shed.Limiter) guardConfig {
 		hosts:       map[string]bool{},
 		origins:     map[string]bool{},
 		bodyTimeout: cfg.HTTPReadBodyTimeout,
+		maxBody:     cfg.MaxBodyBytes,
+		eventsBody:  cfg.Events.MaxBody,
 		shed:        lim,
 		retryAfter:  "1",
 	}
@@ -145,6 +157,36 @@ func bodyContentTypeOK(ct, path string) bool {
 		mt == "application/x-ndjson" // POST /events batches; not a type browsers send without a preflight
 }
 
+// bodyLimit is the largest body the route of path reads: what its
+// handler reads through its own limit.
+func (g *guardConfig) bodyLimit(path string) (limit int64, flag string) {
+	switch path {
+	case "/events":
+		return g.eventsBody, "--events-max-body"
+	case "/admin/snapshot/chunks":
+		return chunksync.MaxChunkBody, "a snapshot chunk's bound"
+	}
+	return g.maxBody, "--max-body"
+}
+
+// refuseLargeBody answers 413 to a request whose declared body is over
+// its limit, and makes its connection close at once (HTTP/1): the body is
+// neither read nor drained. Over HTTP/2 only the stream ends.
+func refuseLargeBody(w http.ResponseWriter, r *http.Request, limit int64, flag string) {
+	if r.ProtoMajor == 1 {
+		w.Header().Set("Connection", "close")
+	}
+	guardError(w, http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+		fmt.Sprintf("request body too large: Content-Length %d is over the limit of %d bytes (%s)", r.ContentLength, limit, flag))
+	rc := http.NewResponseController(w)
+	if rc.Flush() == nil {
+		// The HTTP server closes the request's body before the
+		// connection; with the read deadline passed it does not wait
+		// for the body's bytes to close it.
+		_ = rc.SetReadDeadline(time.Now())
+	}
+}
+
 // guard wraps next with the checks above.
 func guard(g guardConfig, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -170,6 +212,12 @@ func guard(g guardConfig, next http.Handler) http.Handler {
 				return
 			}
 			h.Set("Access-Control-Expose-Headers", "Retry-After, "+ringVersionHeader)
+		}
+		if r.ContentLength > 0 {
+			if limit, flag := g.bodyLimit(r.URL.Path); r.ContentLength > limit && limit > 0 {
+				refuseLargeBody(w, r, limit, flag)
+				return
+			}
 		}
 		if r.ContentLength != 0 && !bodyContentTypeOK(r.Header.Get("Content-Type"), r.URL.Path) {
 			guardError(w, http.StatusUnsupportedMediaType, codeUnsupportedMedia,

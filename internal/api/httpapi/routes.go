@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/glob"
 )
 
 // mutate runs a single-op mutation route: validate the path id and write
@@ -382,23 +383,14 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		}
 		limit = n
 	}
-	// The engine matches Redis globs: a prefix alone becomes the pattern
-	// "prefix*" (escaped); with a match as well, the prefix filters here.
-	pattern, filter := match, ""
-	if prefix != "" {
-		if match == "" {
-			pattern = globEscape(prefix) + "*"
-		} else {
-			filter = prefix
-		}
-	}
+	pattern, keep := listPattern(prefix, match)
 	ids, next, err := h.eng.Scan(r.Context(), cursor, pattern, limit)
 	if err != nil {
 		return err
 	}
 	out := listAnswer{IDs: make([]string, 0, len(ids)), Cursor: next}
 	for _, id := range ids {
-		if strings.HasPrefix(id, filter) {
+		if keep(id) {
 			out.IDs = append(out.IDs, id)
 		}
 	}
@@ -458,6 +450,36 @@ func (h *Handler) openapi(w http.ResponseWriter, r *http.Request) error {
 }
 
 // globEscape escapes the Redis glob metacharacters of s.
+// listPattern is the Redis glob GET /counters scans with, and the filter
+// of the ids it returns, for the ids that start with prefix and match
+// match ("" for either: no condition). The scan pattern is the narrower
+// condition: the prefix as "prefix*" (escaped) when match's literal start
+// is a prefix of it (match="*" with prefix="nsA:" scans "nsA:*"), else
+// match. The backend checks permissions on the scan pattern, so a token
+// that may read the namespace nsA:* may list prefix=nsA: whatever the
+// match. Either way the ids kept are exactly those meeting both.
+func listPattern(prefix, match string) (pattern string, keep func(id string) bool) {
+	switch {
+	case prefix == "":
+		return match, func(string) bool { return true }
+	case match == "":
+		return globEscape(prefix) + "*", func(string) bool { return true }
+	}
+	if lit := globLiteral(match); len(lit) < len(prefix) && strings.HasPrefix(prefix, lit) {
+		return globEscape(prefix) + "*", func(id string) bool { return glob.Match(match, id) }
+	}
+	return match, func(id string) bool { return strings.HasPrefix(id, prefix) }
+}
+
+// globLiteral is the start of a Redis glob before its first wildcard or
+// escape: every id it matches starts with it.
+func globLiteral(pattern string) string {
+	if i := strings.IndexAny(pattern, `*?[\`); i >= 0 {
+		return pattern[:i]
+	}
+	return pattern
+}
+
 func globEscape(s string) string {
 	var b strings.Builder
 	for i := 0; i < len(s); i++ {
