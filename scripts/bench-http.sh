@@ -7,6 +7,8 @@
 # Each round runs async then sync (alternating order every round) on the
 # same server; the ratio sync/async is printed per round and as a median.
 # Needs wrk (apt-get install wrk). counterd and wrk share the machine's cores.
+# COUNTERD_ARGS adds flags to counterd's command line (such as
+# "--quotas FILE", to measure a feature's cost against a run without it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
@@ -20,7 +22,8 @@ tmp=$(mktemp -d)
 trap 'kill $pid 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$tmp"' EXIT
 go build -o "$tmp/counterd" ./cmd/counterd
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-"$tmp/counterd" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --log-level warn &
+# shellcheck disable=SC2086 # COUNTERD_ARGS is split into flags on purpose
+"$tmp/counterd" --data "$tmp/data" --http "127.0.0.1:$port" --resp "" --log-level warn ${COUNTERD_ARGS:-} &
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break; sleep 0.1; done
 
