@@ -146,6 +146,14 @@ func (p *KafkaProducer) AppendDeadLetters(ctx context.Context, source string, dl
 	return nil
 }
 
+// Ping reports whether a broker answers (a broker-only metadata request).
+func (p *KafkaProducer) Ping(ctx context.Context) error {
+	if err := p.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: kafka: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // Close flushes nothing (Append waits) and disconnects.
 func (p *KafkaProducer) Close() error { p.cl.Close(); return nil }
 
