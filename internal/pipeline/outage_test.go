@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -302,4 +303,79 @@ func gaugeValue(g prometheus.Gauge) float64 {
 	var m dto.Metric
 	g.Write(&m)
 	return m.GetGauge().GetValue()
+}
+
+// TestDownAtStartKafka: with kfake cut when the node starts, Open fails
+// with --events-fail-fast; without, it returns, answers 503
+// stream_unavailable, and connects and consumes once kfake is reachable.
+func TestDownAtStartKafka(t *testing.T) {
+	var cl *cutListener
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.ListenFn(func(network, address string) (net.Listener, error) {
+		ln, err := net.Listen(network, address)
+		if err != nil {
+			return nil, err
+		}
+		cl = &cutListener{Listener: ln, conns: map[net.Conn]bool{}}
+		return cl, nil
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cl.cut()
+	ecfg := engine.DefaultConfig()
+	ecfg.InMemory = true
+	e, err := engine.Open(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	be := engine.Local(e)
+	rules := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rules, []byte(outageRules), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Kafka: stream.KafkaConfig{Brokers: kc.ListenAddrs(), Topic: "ev", DeadTopic: "ev-dead", Partitions: 1, Group: "g"},
+		Rules: rules, EventsTimeout: time.Second, FailFast: true}
+	var logs syncBuffer
+	log := slog.New(slog.NewTextHandler(&logs, nil))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if p, err := Open(ctx, cfg, be, nil, log); err == nil || !errors.Is(err, stream.ErrUnavailable) {
+		if p != nil {
+			p.Close()
+		}
+		t.Fatalf("Open with FailFast and the stream cut: %v", err)
+	}
+	cfg.FailFast = false
+	p, err := Open(ctx, cfg, be, prometheus.NewRegistry(), log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	if st, _ := p.Stream(); st.OK || st.State != StateConnecting || st.Error == "" {
+		t.Fatalf("stream state at start: %+v", st)
+	}
+	if a := postEvents(t, srv.URL, outageBatch(0, 10, nil)); a.status != http.StatusServiceUnavailable || a.code != "stream_unavailable" {
+		t.Fatalf("before the stream was reached: %+v", a)
+	}
+	cl.restore()
+	waitFor(t, "the stream connected", time.Minute, func() bool { st, _ := p.Stream(); return st.OK })
+	truth := map[string]int64{}
+	if a := postEvents(t, srv.URL, outageBatch(0, 100, truth)); a.status != http.StatusAccepted {
+		t.Fatalf("once connected: %+v", a)
+	}
+	waitFor(t, "the batch applied", time.Minute, func() bool {
+		for post, n := range truth {
+			if v, _ := be.Get(ctx, "views:"+post); v.Value != n {
+				return false
+			}
+		}
+		return true
+	})
+	if n := strings.Count(logs.String(), `msg="pipeline: stream connected"`); n != 1 {
+		t.Errorf("%d log lines of the connection, want 1\n%s", n, logs.String())
+	}
 }

@@ -117,7 +117,14 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 		name := cfg.streamName()
 		p.link = newLink(name, cfg.EventsTimeout, reg, log)
 		sink = collector.ProducerSink{P: p.link}
-		err := p.connect(ctx, rctx)
+		// The first attempt waits at most --events-timeout unless the
+		// node is to exit on failure: serving the rest is not held up by
+		// a stream that does not answer.
+		first := connectTimeout
+		if !cfg.FailFast {
+			first = min(first, p.link.timeout)
+		}
+		err := p.connect(ctx, rctx, first)
 		switch {
 		case err == nil:
 		case cfg.FailFast || !errors.Is(err, stream.ErrUnavailable) || ctx.Err() != nil:
@@ -176,12 +183,12 @@ const (
 	retryMax       = 30 * time.Second
 )
 
-// connect makes one attempt to reach the stream: creates the topics or
+// connect makes one attempt, of at most timeout, to reach the stream: creates the topics or
 // the stream, the producer and, on a consuming node, the consumer, then
 // hands the producer to the link and starts the probe and the consumer
 // loop under rctx.
-func (p *Pipeline) connect(ctx, rctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, connectTimeout)
+func (p *Pipeline) connect(ctx, rctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cfg := p.cfg
 	consume := p.applier != nil && !cfg.NoConsume
@@ -261,7 +268,7 @@ func (p *Pipeline) reconnect(ctx context.Context) {
 		if !sleep(ctx, wait) {
 			return
 		}
-		err := p.connect(ctx, ctx)
+		err := p.connect(ctx, ctx, connectTimeout)
 		if err == nil || ctx.Err() != nil {
 			return
 		}
