@@ -131,9 +131,9 @@ func eventsAdder(p *pipeline.Pipeline) resp.EventsAdder {
 // balancer of the whole API keeps the node. GET /readyz?for=events is for
 // a load balancer of POST /events only: 503 while the stream is not
 // connected.
-func readyWithStream(p *pipeline.Pipeline, next http.Handler) http.Handler {
+func readyWithStream(streamState func() (pipeline.StreamState, bool), next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		st, ok := p.Stream()
+		st, ok := streamState()
 		if !ok || r.Method != http.MethodGet {
 			next.ServeHTTP(w, r)
 			return

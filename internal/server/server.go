@@ -158,7 +158,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			return
 		}
 		if pl != nil && r.URL.Path == "/readyz" {
-			readyWithStream(pl, api).ServeHTTP(w, r)
+			readyWithStream(pl.Stream, api).ServeHTTP(w, r)
 			return
 		}
 		for prefix, h := range nd.routes {
