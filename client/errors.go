@@ -26,6 +26,10 @@ var (
 	ErrForbidden            = errors.New("client: forbidden (the token lacks the permission)")
 	ErrInvalidEvent         = errors.New("client: invalid event")
 	ErrTooLarge             = errors.New("client: too large")
+	// ErrStreamUnavailable: POST /events could not reach the event stream
+	// (or it did not acknowledge in time); it is also ErrUnavailable, and
+	// sending the batch again is safe (event ids deduplicate).
+	ErrStreamUnavailable = fmt.Errorf("client: event stream unavailable: %w", ErrUnavailable)
 )
 
 // Error codes of the HTTP API (docs/http-api.md).
@@ -45,8 +49,9 @@ const (
 	CodeInternal             = "internal"
 	CodeUnauthenticated      = "unauthenticated"
 	CodeForbidden            = "forbidden"
-	CodeInvalidEvent         = "invalid_event" // POST /events (docs/pipeline.md)
-	CodeTooLarge             = "too_large"     // POST /events: a batch or event over the limits
+	CodeInvalidEvent         = "invalid_event"      // POST /events (docs/pipeline.md)
+	CodeTooLarge             = "too_large"          // POST /events: a batch or event over the limits
+	CodeStreamUnavailable    = "stream_unavailable" // POST /events: the event stream is not reachable (docs/pipeline.md, "Outages")
 )
 
 var sentinels = map[string]error{
@@ -64,6 +69,7 @@ var sentinels = map[string]error{
 	CodeUnavailable:          ErrUnavailable,
 	CodeInvalidEvent:         ErrInvalidEvent,
 	CodeTooLarge:             ErrTooLarge,
+	CodeStreamUnavailable:    ErrStreamUnavailable,
 	CodeInternal:             ErrInternal,
 	CodeUnauthenticated:      ErrUnauthenticated,
 	CodeForbidden:            ErrForbidden,

@@ -40,6 +40,13 @@ type Config struct {
 	NoConsume    bool
 	MaxBodyBytes int64 // --events-max-body: largest POST /events body (default 16 MiB)
 	Limits       event.Limits
+	// EventsTimeout bounds how long an append to the stream waits for its
+	// acknowledgement before POST /events answers 503 stream_unavailable
+	// (--events-timeout; default DefaultEventsTimeout).
+	EventsTimeout time.Duration
+	// FailFast makes Open fail when the stream is unreachable at start
+	// (--events-fail-fast) instead of retrying in the background.
+	FailFast bool
 	// DeadLetterFile keeps the dead letters of the embedded mode (no
 	// stream) across restarts; counterd uses events-dead.ndjson in its
 	// data directory. Empty: they are only answered and logged.
@@ -71,7 +78,9 @@ type Pipeline struct {
 	col     *collector.Collector
 	applier *consumer.Applier // nil without rules
 	dead    *deadLog          // embedded mode with DeadLetterFile; else nil
+	link    *link             // with a stream; else nil
 
+	mu      sync.Mutex // guards closers while the stream connects in the background
 	closers []func() error
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -101,37 +110,34 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 		}
 	}
 	var sink collector.Sink
-	var cons stream.Consumer
+	rctx, cancel := context.WithCancel(context.Background())
+	p.cancel = cancel
 	switch {
-	case len(cfg.Kafka.Brokers) > 0:
-		if err := stream.EnsureKafkaTopics(ctx, cfg.Kafka); err != nil {
+	case len(cfg.Kafka.Brokers) > 0 || cfg.NATS.URL != "":
+		name := cfg.streamName()
+		p.link = newLink(name, cfg.EventsTimeout, reg, log)
+		sink = collector.ProducerSink{P: p.link}
+		// The first attempt waits at most --events-timeout unless the
+		// node is to exit on failure: serving the rest is not held up by
+		// a stream that does not answer.
+		first := connectTimeout
+		if !cfg.FailFast {
+			first = min(first, p.link.timeout)
+		}
+		err := p.connect(ctx, rctx, first)
+		switch {
+		case err == nil:
+		case cfg.FailFast || !errors.Is(err, stream.ErrUnavailable) || ctx.Err() != nil:
 			return nil, err
-		}
-		prod, err := stream.NewKafkaProducer(cfg.Kafka)
-		if err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, prod.Close)
-		sink = collector.ProducerSink{P: prod}
-		if p.applier != nil && !cfg.NoConsume {
-			kc, err := stream.NewKafkaConsumer(cfg.Kafka)
-			if err != nil {
-				return nil, err
-			}
-			cons = kc
-		}
-	case cfg.NATS.URL != "":
-		js, err := stream.OpenJetStream(ctx, cfg.NATS)
-		if err != nil {
-			return nil, err
-		}
-		p.closers = append(p.closers, js.Close)
-		sink = collector.ProducerSink{P: js}
-		if p.applier != nil && !cfg.NoConsume {
-			if err := js.Consume(ctx); err != nil {
-				return nil, err
-			}
-			cons = js
+		default:
+			p.link.notYet(err)
+			log.Warn("pipeline: stream unreachable at start; serving everything else and retrying (--events-fail-fast exits instead)",
+				"stream", name, "err", err)
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				p.reconnect(rctx)
+			}()
 		}
 	case p.applier != nil:
 		if cfg.DeadLetterFile != "" {
@@ -147,22 +153,138 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 	p.col = collector.New(sink, collector.Options{Limits: cfg.Limits, MaxBodyBytes: cfg.MaxBodyBytes,
 		Collected: func(fe string, n int) { p.m.Collected.WithLabelValues(fe).Add(float64(n)) },
 		Rejected:  func(fe string, n int) { p.m.Rejected.WithLabelValues(fe).Add(float64(n)) }})
-	rctx, cancel := context.WithCancel(context.Background())
-	p.cancel = cancel
-	if cons != nil {
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			_ = consumer.Run(rctx, p.applier, cons, log)
-			cons.Close()
-		}()
-		log.Info("pipeline consuming", "stream", cons.Name(), "rules", cfg.Rules)
-	}
 	if p.applier != nil {
 		p.reloadOnHUP(rctx)
 	}
 	ok = true
 	return p, nil
+}
+
+// streamName names the stream as the consumers do ("kafka:<topic>",
+// "nats:<stream>").
+func (c *Config) streamName() string {
+	if len(c.Kafka.Brokers) > 0 {
+		if c.Kafka.Topic == "" {
+			return "kafka:counterd-events"
+		}
+		return "kafka:" + c.Kafka.Topic
+	}
+	if c.NATS.Stream == "" {
+		return "nats:COUNTERD_EVENTS"
+	}
+	return "nats:" + c.NATS.Stream
+}
+
+// Start-up connection: one attempt's longest wait, and the backoff
+// between attempts while the stream cannot be reached.
+const (
+	connectTimeout = 10 * time.Second
+	retryFirst     = time.Second
+	retryMax       = 30 * time.Second
+)
+
+// connect makes one attempt, of at most timeout, to reach the stream: creates the topics or
+// the stream, the producer and, on a consuming node, the consumer, then
+// hands the producer to the link and starts the probe and the consumer
+// loop under rctx.
+func (p *Pipeline) connect(ctx, rctx context.Context, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cfg := p.cfg
+	consume := p.applier != nil && !cfg.NoConsume
+	var (
+		prod    stream.Producer
+		ping    func(context.Context) error
+		cons    stream.Consumer
+		closers []func() error
+	)
+	if len(cfg.Kafka.Brokers) > 0 {
+		if err := stream.EnsureKafkaTopics(ctx, cfg.Kafka); err != nil {
+			return err
+		}
+		kp, err := stream.NewKafkaProducer(cfg.Kafka)
+		if err != nil {
+			return err
+		}
+		prod, ping, closers = kp, kp.Ping, append(closers, kp.Close)
+		if consume {
+			kc, err := stream.NewKafkaConsumer(cfg.Kafka)
+			if err != nil {
+				kp.Close()
+				return err
+			}
+			cons = kc
+		}
+	} else {
+		js, err := stream.OpenJetStream(ctx, cfg.NATS)
+		if err != nil {
+			return err
+		}
+		if consume {
+			if err := js.Consume(ctx); err != nil {
+				js.Close()
+				return err
+			}
+			cons = js
+		}
+		prod, ping, closers = js, js.Ping, append(closers, js.Close)
+	}
+	p.mu.Lock()
+	if rctx.Err() != nil { // closing
+		p.mu.Unlock()
+		if cons != nil {
+			cons.Close()
+		}
+		for _, c := range closers {
+			c()
+		}
+		return rctx.Err()
+	}
+	p.closers = append(p.closers, closers...)
+	p.mu.Unlock()
+	p.link.connected(prod, ping)
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.link.watch(rctx)
+	}()
+	if cons != nil {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			_ = consumer.Run(rctx, p.applier, cons, p.log)
+			cons.Close()
+		}()
+		p.log.Info("pipeline consuming", "stream", cons.Name(), "rules", cfg.Rules)
+	}
+	return nil
+}
+
+// reconnect retries connect with backoff until it succeeds or ctx is
+// done, logging each failed attempt once.
+func (p *Pipeline) reconnect(ctx context.Context) {
+	wait := retryFirst
+	for attempt := 2; ; attempt++ {
+		if !sleep(ctx, wait) {
+			return
+		}
+		err := p.connect(ctx, ctx, connectTimeout)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		p.link.notYet(err)
+		wait = min(2*wait, retryMax)
+		p.log.Warn("pipeline: stream still unreachable, retrying", "stream", p.link.name, "attempt", attempt, "in", wait, "err", err)
+	}
+}
+
+// Stream returns the stream's state as this node sees it; ok is false
+// without a stream (embedded mode).
+func (p *Pipeline) Stream() (st StreamState, ok bool) {
+	if p.link == nil {
+		return StreamState{}, false
+	}
+	return p.link.State(), true
 }
 
 // loadRules reads and compiles the rules file and attaches its rollups.
@@ -299,6 +421,8 @@ func (p *Pipeline) Close() error {
 			p.cancel()
 		}
 		p.wg.Wait()
+		p.mu.Lock()
+		defer p.mu.Unlock()
 		for _, c := range p.closers {
 			_ = c()
 		}

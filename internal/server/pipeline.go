@@ -1,10 +1,14 @@
 package server
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"log/slog"
+	"net/http"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -34,13 +38,15 @@ type EventsConfig struct {
 	Rules           string        // --rules: rules file, reloaded on SIGHUP (default none)
 	NoConsume       bool          // --events-no-consume: collect only (default false)
 	MaxBody         int64         // --events-max-body: largest POST /events body (default 16 MiB)
+	Timeout         time.Duration // --events-timeout: longest wait for the stream's acknowledgement before 503 stream_unavailable (default 5s)
+	FailFast        bool          // --events-fail-fast: exit at start when the stream is unreachable instead of retrying (default false)
 }
 
 func defaultEventsConfig() EventsConfig {
 	return EventsConfig{KafkaTopic: "counterd-events", KafkaDeadTopic: "counterd-events-dead", KafkaGroup: "counterd", KafkaPartitions: 8,
 		NATSStream: "COUNTERD_EVENTS", NATSSubject: "counterd.events", NATSDeadSubject: "counterd.events.dead", NATSConsumer: "counterd",
 		NATSAckWait: 30 * time.Second,
-		MaxBody:     16 << 20}
+		MaxBody:     16 << 20, Timeout: pipeline.DefaultEventsTimeout}
 }
 
 func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
@@ -60,6 +66,8 @@ func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
 	str(&e.Rules, "rules", "pipeline rules file (YAML with CEL expressions); SIGHUP reloads it")
 	fs.BoolVar(&e.NoConsume, "events-no-consume", envParse(c, "events-no-consume", e.NoConsume, parseBool), "with --kafka or --nats: collect events but do not consume them on this node")
 	fs.Int64Var(&e.MaxBody, "events-max-body", envParse(c, "events-max-body", e.MaxBody, atoi64), "largest POST /events body in bytes")
+	fs.DurationVar(&e.Timeout, "events-timeout", envParse(c, "events-timeout", e.Timeout, time.ParseDuration), "with --kafka or --nats: longest wait for the stream to acknowledge a batch before POST /events answers 503 stream_unavailable")
+	fs.BoolVar(&e.FailFast, "events-fail-fast", envParse(c, "events-fail-fast", e.FailFast, parseBool), "with --kafka or --nats: exit at start when the stream is unreachable instead of serving everything else and retrying")
 }
 
 func (e *EventsConfig) pipeline(nodeID string) pipeline.Config {
@@ -75,12 +83,16 @@ func (e *EventsConfig) pipeline(nodeID string) pipeline.Config {
 		NATS: stream.JetStreamConfig{URL: e.NATS, Stream: e.NATSStream, Subject: e.NATSSubject,
 			DeadSubject: e.NATSDeadSubject, Consumer: e.NATSConsumer, AckWait: e.NATSAckWait},
 		Rules: e.Rules, NoConsume: e.NoConsume, MaxBodyBytes: e.MaxBody,
+		EventsTimeout: e.Timeout, FailFast: e.FailFast,
 	}
 }
 
 func (e *EventsConfig) validate() error {
 	if e.KafkaPartitions <= 0 || e.KafkaPartitions > 1<<16 || e.MaxBody <= 0 || e.NATSAckWait <= 0 {
 		return errors.New("server: --kafka-partitions, --events-max-body and --nats-ack-wait must be positive")
+	}
+	if e.Timeout <= 0 {
+		return errors.New("server: --events-timeout must be positive")
 	}
 	pc := e.pipeline("")
 	return pc.Validate()
@@ -103,8 +115,75 @@ func eventsAdder(p *pipeline.Pipeline) resp.EventsAdder {
 	}
 	return func(ctx context.Context, b []byte) (int, error) {
 		res, err := p.AddEvents(ctx, b)
+		if errors.Is(err, stream.ErrUnavailable) {
+			// RESP answers "-ERR stream_unavailable: ...", the code of
+			// POST /events' 503 (docs/resp.md).
+			err = fmt.Errorf("stream_unavailable: %w", err)
+		}
 		return res.Accepted, err
 	}
+}
+
+// readyWithStream serves GET /readyz through next and, on a node with a
+// stream, adds the named check "stream" to the answer's "checks" object
+// (docs/operations.md, Readiness). The stream does not change the status
+// by default: reads and counter writes work without it, so a load
+// balancer of the whole API keeps the node. GET /readyz?for=events is for
+// a load balancer of POST /events only: 503 while the stream is not
+// connected.
+func readyWithStream(streamState func() (pipeline.StreamState, bool), next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st, ok := streamState()
+		if !ok || r.Method != http.MethodGet {
+			next.ServeHTTP(w, r)
+			return
+		}
+		rec := &bufferedResponse{header: http.Header{}, status: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		var body map[string]json.RawMessage
+		if json.Unmarshal(rec.body.Bytes(), &body) != nil || body == nil {
+			rec.flush(w) // not a JSON object: left as it is
+			return
+		}
+		checks := map[string]json.RawMessage{}
+		if c, ok := body["checks"]; ok {
+			_ = json.Unmarshal(c, &checks)
+		}
+		checks["stream"], _ = json.Marshal(st)
+		body["checks"], _ = json.Marshal(checks)
+		status := rec.status
+		if !st.OK && r.URL.Query().Get("for") == "events" && status < 300 {
+			status = http.StatusServiceUnavailable
+			body["status"] = json.RawMessage(`"error"`)
+			body["error"], _ = json.Marshal(map[string]string{"code": "stream_unavailable",
+				"message": "stream " + st.Stream + " " + st.State + ": " + st.Error})
+		}
+		b, _ := json.Marshal(body)
+		rec.body.Reset()
+		rec.body.Write(append(b, '\n'))
+		rec.header.Del("Content-Length")
+		rec.status = status
+		rec.flush(w)
+	})
+}
+
+// bufferedResponse holds an answer to edit before it is sent.
+type bufferedResponse struct {
+	header http.Header
+	status int
+	body   bytes.Buffer
+}
+
+func (b *bufferedResponse) Header() http.Header         { return b.header }
+func (b *bufferedResponse) WriteHeader(status int)      { b.status = status }
+func (b *bufferedResponse) Write(p []byte) (int, error) { return b.body.Write(p) }
+
+func (b *bufferedResponse) flush(w http.ResponseWriter) {
+	for k, v := range b.header {
+		w.Header()[k] = v
+	}
+	w.WriteHeader(b.status)
+	w.Write(b.body.Bytes())
 }
 
 func atoi(s string) (int, error) { return strconv.Atoi(s) }

@@ -160,6 +160,10 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			pl.Handler().ServeHTTP(w, r)
 			return
 		}
+		if pl != nil && r.URL.Path == "/readyz" {
+			readyWithStream(pl.Stream, api).ServeHTTP(w, r)
+			return
+		}
 		for prefix, h := range nd.routes {
 			if strings.HasPrefix(r.URL.Path, prefix) {
 				h.ServeHTTP(w, r)

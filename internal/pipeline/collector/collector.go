@@ -177,6 +177,11 @@ const (
 	codeTooLarge     = "too_large"
 	codeUnavailable  = "unavailable"
 	codeMethod       = "method_not_allowed"
+	// codeStreamUnavailable: the stream (Kafka, NATS JetStream) is not
+	// reachable or did not acknowledge within --events-timeout; some of
+	// the batch may have been appended, and a retry is safe (event ids
+	// deduplicate).
+	codeStreamUnavailable = "stream_unavailable"
 )
 
 // Classify returns the wire code and HTTP status of an Add error.
@@ -186,6 +191,8 @@ func Classify(err error) (code string, status int) {
 		return codeInvalidEvent, http.StatusBadRequest
 	case errors.Is(err, event.ErrTooLarge), errors.Is(err, ErrBodyTooLarge):
 		return codeTooLarge, http.StatusRequestEntityTooLarge
+	case errors.Is(err, stream.ErrUnavailable):
+		return codeStreamUnavailable, http.StatusServiceUnavailable
 	}
 	return codeUnavailable, http.StatusServiceUnavailable
 }

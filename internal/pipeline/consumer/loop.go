@@ -15,17 +15,29 @@ import (
 // with backoff, never skipped. Run returns nil when ctx is done.
 func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) error {
 	lagAt := time.Time{}
+	var failingSince time.Time // first failed poll of an outage; zero while polls work
 	for {
 		groups, err := c.Poll(ctx)
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
-			log.Warn("pipeline: poll", "stream", c.Name(), "err", err)
+			// An outage is logged once when it starts and once when it
+			// ends, not per poll: the loop keeps polling every second.
+			if failingSince.IsZero() {
+				failingSince = time.Now()
+				log.Warn("pipeline: consumer cannot poll the stream, retrying every second", "stream", c.Name(), "err", err)
+			} else {
+				log.Debug("pipeline: poll", "stream", c.Name(), "err", err)
+			}
 			if !sleep(ctx, time.Second) {
 				return nil
 			}
 			continue
+		}
+		if !failingSince.IsZero() {
+			log.Info("pipeline: consumer polling again", "stream", c.Name(), "after", time.Since(failingSince).Round(time.Millisecond))
+			failingSince = time.Time{}
 		}
 		if !retry(ctx, log, "apply", func() error {
 			dead, err := a.ApplyGroups(ctx, c.Name(), groups)
@@ -59,7 +71,8 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 	}
 }
 
-// retry runs fn until it succeeds or ctx is done (false).
+// retry runs fn until it succeeds or ctx is done (false), logging each
+// failure once per backoff step (50ms doubling to 5s).
 func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) bool {
 	wait := 50 * time.Millisecond
 	for {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -254,6 +255,23 @@ func (s *JetStream) Lag(ctx context.Context) map[int32]int64 {
 		return nil
 	}
 	return map[int32]int64{0: int64(info.NumPending)}
+}
+
+// Ping reports whether the connection is up and JetStream answers (the
+// account's JetStream info). While the server is away the connection
+// reconnects on its own; Ping tells when it is back.
+func (s *JetStream) Ping(ctx context.Context) error {
+	if !s.nc.IsConnected() {
+		reason := "connection " + strings.ToLower(s.nc.Status().String())
+		if err := s.nc.LastError(); err != nil {
+			reason += ": " + err.Error()
+		}
+		return fmt.Errorf("%w: nats: %s", ErrUnavailable, reason)
+	}
+	if _, err := s.js.AccountInfo(ctx); err != nil {
+		return fmt.Errorf("%w: nats: jetstream: %v", ErrUnavailable, err)
+	}
+	return nil
 }
 
 // Close drains nothing and disconnects.

@@ -146,6 +146,14 @@ func (p *KafkaProducer) AppendDeadLetters(ctx context.Context, source string, dl
 	return nil
 }
 
+// Ping reports whether a broker answers (a broker-only metadata request).
+func (p *KafkaProducer) Ping(ctx context.Context) error {
+	if err := p.cl.Ping(ctx); err != nil {
+		return fmt.Errorf("%w: kafka: %v", ErrUnavailable, err)
+	}
+	return nil
+}
+
 // Close flushes nothing (Append waits) and disconnects.
 func (p *KafkaProducer) Close() error { p.cl.Close(); return nil }
 
@@ -384,9 +392,12 @@ func (c *KafkaConsumer) Lag(context.Context) map[int32]int64 {
 	return out
 }
 
-// Close leaves the group without committing more and disconnects.
+// Close leaves the group without committing more and disconnects. A
+// rebalance a polled but uncommitted group still holds back is let go
+// first (its records are delivered again and skipped by the markers):
+// otherwise leaving the group would wait for it forever.
 func (c *KafkaConsumer) Close() error {
-	c.cl.Close()
+	c.cl.CloseAllowingRebalance()
 	c.dlq.Close()
 	return nil
 }

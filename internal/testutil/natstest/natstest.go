@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -79,6 +80,106 @@ func New(t testing.TB) string {
 	}
 	t.Fatalf("natstest: %v", lastErr)
 	return ""
+}
+
+// Server is a private nats-server a test can stop and start again on the
+// same port and store directory (its streams and durable consumers
+// survive), to play an outage.
+type Server struct {
+	t    testing.TB
+	bin  string
+	port int
+	dir  string
+	URL  string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// NewServer starts a private JetStream server for t (never the one named
+// by COUNTERD_TEST_NATS: it must be stoppable), stopped by t.Cleanup.
+// Without nats-server on PATH the test is skipped, or fails when
+// COUNTERD_REQUIRE_SERVICES=1.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	bin, err := exec.LookPath("nats-server")
+	if err != nil {
+		if os.Getenv(EnvRequireServices) == "1" {
+			t.Fatalf("natstest: no nats-server on PATH (%s=1)", EnvRequireServices)
+		}
+		t.Skipf("natstest: no nats-server on PATH; skipping (apt-get install nats-server)")
+	}
+	s := &Server{t: t, bin: bin, dir: t.TempDir()}
+	var lastErr error
+	for range 3 { // a free port can be taken between probing and binding
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatalf("natstest: %v", err)
+		}
+		s.port = ln.Addr().(*net.TCPAddr).Port
+		ln.Close()
+		if lastErr = s.start(); lastErr == nil {
+			s.URL = "nats://" + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+			t.Cleanup(s.Stop)
+			return s
+		}
+	}
+	t.Fatalf("natstest: %v", lastErr)
+	return nil
+}
+
+func (s *Server) start() error {
+	cmd := exec.Command(s.bin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(s.port), "-sd", s.dir)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start nats-server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	s.cmd, s.done = cmd, done
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); {
+		select {
+		case <-done:
+			s.cmd = nil
+			return fmt.Errorf("nats-server exited")
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	s.Stop()
+	return fmt.Errorf("nats-server did not listen on %s", addr)
+}
+
+// Stop stops the server (SIGTERM, so what it acknowledged is on its
+// store when it starts again; SIGKILL after 10 s). Clients see their
+// connections drop and new ones refused. Stopping a stopped server does
+// nothing.
+func (s *Server) Stop() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-s.done
+	}
+	s.cmd = nil
+}
+
+// Start starts the stopped server again on its port and store directory.
+func (s *Server) Start() {
+	s.t.Helper()
+	if s.cmd != nil {
+		return
+	}
+	if err := s.start(); err != nil {
+		s.t.Fatalf("natstest: restart: %v", err)
+	}
 }
 
 // Name returns a name unique to this call, prefixed, for streams,
