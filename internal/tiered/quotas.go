@@ -48,10 +48,12 @@ const (
 )
 
 // reserveScript: KEYS quotaKeys, quotaExpiring; ARGV field, max (0: none),
-// id. If id is in quotaExpiring (an earlier instance of it expired and was
+// id. Reply {3} when the counts are missing (never counted, or Redis lost
+// them): recount, then reserve again. If id is in quotaExpiring (an earlier instance of it expired and was
 // not swept yet) its count passes to the new one: reply {2, score}. Else
 // {1} after counting one more key, or {0, count} at the limit.
 var reserveScript = redisstore.NewScript(`
+if redis.call('HEXISTS', KEYS[1], '_seq') == 0 then return {3} end
 local score = redis.call('ZSCORE', KEYS[2], ARGV[3])
 if score then
   redis.call('ZREM', KEYS[2], ARGV[3])
@@ -67,10 +69,12 @@ return {1}
 
 // releaseScript: KEYS quotaKeys, quotaExpiring; ARGV field, id, mode.
 // mode 'del': a counted key is gone (deleted): forget its expiry, count one
-// less. 'swept': only if id is still in quotaExpiring (one sweeper wins),
+// less (nothing when the counts are missing: the recount that restores
+// them counts what exists). 'swept': only if id is still in quotaExpiring (one sweeper wins),
 // count one less. 'handback:<score>': a reservation that took over an
 // expired instance's count was not used: put the instance back.
 var releaseScript = redisstore.NewScript(`
+if redis.call('HEXISTS', KEYS[1], '_seq') == 0 then return 0 end
 local mode = ARGV[3]
 if mode == 'swept' then
   if redis.call('ZREM', KEYS[2], ARGV[2]) == 0 then return 0 end
@@ -152,13 +156,24 @@ func (b *Backend) beforeCreate(ctx context.Context, id string) error {
 	if c == nil || c.id != id || c.reserved {
 		return nil
 	}
-	r, err := b.rs.Eval(ctx, "quota_reserve", reserveScript, quotaKeyList, c.ref.field, c.ref.limits.MaxKeys, id)
-	if err != nil {
-		return err
-	}
-	rs, _ := r.([]any)
-	if len(rs) == 0 {
-		return fmt.Errorf("%w: quota reserve reply %v", redisstore.ErrUnavailable, r)
+	var rs []any
+	for attempt := 0; ; attempt++ {
+		r, err := b.rs.Eval(ctx, "quota_reserve", reserveScript, quotaKeyList, c.ref.field, c.ref.limits.MaxKeys, id)
+		if err != nil {
+			return err
+		}
+		if rs, _ = r.([]any); len(rs) == 0 {
+			return fmt.Errorf("%w: quota reserve reply %v", redisstore.ErrUnavailable, r)
+		}
+		if rs[0] != int64(3) {
+			break
+		}
+		if attempt > 0 {
+			return fmt.Errorf("%w: the quota counts are missing in Redis after a recount", redisstore.ErrUnavailable)
+		}
+		if err := b.recountNow(ctx); err != nil {
+			return err
+		}
 	}
 	switch rs[0] {
 	case int64(0):
@@ -270,16 +285,21 @@ func (b *Backend) sweepQuotas(ctx context.Context) error {
 
 // SetQuotas puts c in force (nil: none) and recounts every quota's keys
 // from what Redis and PostgreSQL hold (implements engine.QuotaBackend).
+// If the recount fails the quotas in force before stay.
 func (b *Backend) SetQuotas(c *quota.Config) error {
 	b.quotaMu.Lock()
 	defer b.quotaMu.Unlock()
-	b.quotas.Store(c)
+	prev := b.quotas.Swap(c)
 	if c == nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	return b.recountQuotas(ctx, c)
+	if err := b.recountQuotas(ctx, c); err != nil {
+		b.quotas.Store(prev) // the quotas in force stay
+		return err
+	}
+	return nil
 }
 
 // recountQuotas sets every count of c to the ids Redis and PostgreSQL hold
@@ -338,17 +358,20 @@ func (b *Backend) recountQuotas(ctx context.Context, c *quota.Config) error {
 	return nil
 }
 
+// recountNow recounts under the quotas in force.
+func (b *Backend) recountNow(ctx context.Context) error {
+	b.quotaMu.Lock()
+	defer b.quotaMu.Unlock()
+	c := b.quotas.Load()
+	if c == nil {
+		return nil
+	}
+	return b.recountQuotas(ctx, c)
+}
+
 // recountLoop recounts every QuotaRecountInterval until Close.
 func (b *Backend) recountLoop() {
-	b.periodically(b.recountDone, b.opts.QuotaRecountInterval, 5*time.Minute, "tiered: quota recount failed", func(ctx context.Context) error {
-		b.quotaMu.Lock()
-		defer b.quotaMu.Unlock()
-		c := b.quotas.Load()
-		if c == nil {
-			return nil
-		}
-		return b.recountQuotas(ctx, c)
-	})
+	b.periodically(b.recountDone, b.opts.QuotaRecountInterval, 5*time.Minute, "tiered: quota recount failed", b.recountNow)
 }
 
 // sweepLoop runs sweepQuotas every QuotaSweepInterval until Close.

@@ -42,7 +42,12 @@ func fromPG(rec postgres.Record, now time.Time) (redisstore.Record, bool, error)
 		out.Version = uint64(rec.Version)
 	}
 	if !rec.ExpiresAt.IsZero() {
-		out.TTL = max(rec.ExpiresAt.Sub(now), time.Millisecond)
+		if !rec.ExpiresAt.After(now) {
+			// Expired at this node's clock (PostgreSQL's filter uses its
+			// own): missing, not reloaded for another millisecond.
+			return redisstore.Record{}, false, nil
+		}
+		out.TTL = rec.ExpiresAt.Sub(now)
 	}
 	switch out.Kind {
 	case redisstore.KindCounter, redisstore.KindPN:
