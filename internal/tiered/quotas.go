@@ -177,6 +177,12 @@ func (b *Backend) beforeCreate(ctx context.Context, id string) error {
 	}
 	switch rs[0] {
 	case int64(0):
+		// Another write (here or on another node) may have created id
+		// since this one missed it, its reservation among those counted:
+		// then this write only adds to it.
+		if n, err := b.rs.Client().Exists(ctx, redisstore.MetaKey(id)).Result(); err == nil && n == 1 {
+			return nil
+		}
 		return c.ref.exceeded(id, "max_keys", c.ref.limits.MaxKeys)
 	case int64(2):
 		c.handback = fmt.Sprint(rs[1])

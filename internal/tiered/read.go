@@ -286,6 +286,9 @@ func (b *Backend) FlushAll(ctx context.Context, _ engine.WriteOptions) error {
 	if err != nil {
 		return unavailable(err)
 	}
-	_, err = b.rs.FlushCounters(ctx)
-	return mapErr(err)
+	if _, err = b.rs.FlushCounters(ctx); err != nil {
+		return mapErr(err)
+	}
+	// The quota counts go too: the next creation recounts (quotas.go).
+	return mapErr(b.rs.Client().Del(ctx, quotaKeys, quotaExpiring).Err())
 }
