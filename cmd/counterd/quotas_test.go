@@ -149,3 +149,99 @@ func TestQuotasBadFile(t *testing.T) {
 		t.Fatalf("start with a bad quotas file: %v\n%s", err, out)
 	}
 }
+
+// TestQuotasTieredProcess: two tiered counterd processes on one Redis and
+// PostgreSQL (--redis --postgres --quotas) share one count: keys created
+// alternately on both are refused at exactly max_keys on either (HTTP 429
+// and RESP -OOM), GET /quotas agrees on both, a delete on one gives room
+// to the other, and SIGHUP reloads the file.
+func TestQuotasTieredProcess(t *testing.T) {
+	env := newTieredEnv(t)
+	qfile := filepath.Join(t.TempDir(), "quotas.yaml")
+	if err := os.WriteFile(qfile, []byte("namespaces:\n  \"q:*\": {max_keys: 4}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	respAddr := "127.0.0.1:" + freePort(t)
+	nodes := []*proc{env.start(t, "--quotas", qfile, "--resp", respAddr), env.start(t, "--quotas", qfile)}
+	incr := func(p *proc, id string) (int, string) {
+		resp, err := client.Post(p.addr+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	usage := func(p *proc) int64 {
+		resp, err := client.Get(p.addr + "/quotas")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Quotas []struct {
+				Quota string
+				Keys  int64
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range a.Quotas {
+			if u.Quota == "q:*" {
+				return u.Keys
+			}
+		}
+		t.Fatalf("GET /quotas: no q:* in %+v", a)
+		return 0
+	}
+	for i, id := range []string{"q:a", "q:b", "q:c", "q:d"} {
+		if s, b := incr(nodes[i%2], id); s != 200 {
+			t.Fatalf("%s: %d %s", id, s, b)
+		}
+	}
+	for i, p := range nodes {
+		if s, b := incr(p, "q:e"); s != 429 || !strings.Contains(b, `"code":"quota_exceeded"`) || !strings.Contains(b, `"max":4`) {
+			t.Fatalf("node %d, 5th key: %d %s", i, s, b)
+		}
+		if n := usage(p); n != 4 {
+			t.Fatalf("node %d: usage %d, want 4", i, n)
+		}
+	}
+	conn, err := net.Dial("tcp", respAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	r := bufio.NewReader(conn)
+	if got := respCmd(t, conn, r, "INCR", "q:e"); got != "-OOM quota exceeded for q:* (max_keys 4)" {
+		t.Fatalf("RESP INCR of a 5th key: %q", got)
+	}
+	if got := respCmd(t, conn, r, "DEL", "q:a"); got != ":1" {
+		t.Fatalf("DEL q:a: %q", got)
+	}
+	if s, b := incr(nodes[1], "q:e"); s != 200 {
+		t.Fatalf("a key after a delete on the other node: %d %s", s, b)
+	}
+	// SIGHUP with a higher limit, on one node.
+	if err := os.WriteFile(qfile, []byte("namespaces:\n  \"q:*\": {max_keys: 5}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes[0].cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		s, b := incr(nodes[0], "q:f")
+		if s == 200 {
+			break
+		}
+		if s != 429 || time.Now().After(deadline) {
+			t.Fatalf("5th key after the reload: %d %s", s, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := usage(nodes[1]); n != 5 {
+		t.Fatalf("the other node counts %d keys, want 5", n)
+	}
+}

@@ -157,5 +157,8 @@ func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 		t.Cleanup(func() { _ = d.Close() })
 		cs = append(cs, d)
 	}
-	return backendtest.Setup{Backend: b, Clock: clk, Checker: backendtest.RoundRobinChecker(cs...), CheckerFollowsClock: true}
+	return backendtest.Setup{Backend: b, Clock: clk, Checker: backendtest.RoundRobinChecker(cs...), CheckerFollowsClock: true,
+		// Counted in Redis; an expired key's room returns at the next
+		// sweep (tiered.Options.QuotaSweepInterval, 1 s).
+		Quotas: b, QuotaExpiryBound: 2 * time.Second}
 }

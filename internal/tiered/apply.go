@@ -197,7 +197,17 @@ func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, erro
 		o.ResolveExpireAt(b.opts.Now())
 		op = &o
 	}
+	var c *creation
+	if creates(op.Type) {
+		if ref, ok := b.quotaRefOf(op.ID); ok {
+			c = &creation{id: op.ID, ref: ref}
+			ctx = context.WithValue(ctx, creationKey{}, c)
+		}
+	}
 	res, err := f(b, ctx, op)
+	if c != nil {
+		b.settle(c, res, err)
+	}
 	if err != nil {
 		return engine.Result{}, mapOpErr(op.ID, err)
 	}
@@ -272,6 +282,9 @@ func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error)
 		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
+	if err := b.expiring(ctx, op.ID, ttl); err != nil {
+		return engine.Result{}, err
+	}
 	return engine.Result{Kind: engine.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
 }
 
@@ -319,11 +332,17 @@ func (b *Backend) del(ctx context.Context, op *engine.Op) (engine.Result, error)
 	if err != nil {
 		return engine.Result{}, err
 	}
-	if _, err := b.rs.Delete(ctx, op.ID); err != nil {
+	existed, err := b.rs.Delete(ctx, op.ID)
+	if err != nil {
 		return engine.Result{}, err
 	}
 	if !found {
 		return engine.Result{}, nil
+	}
+	if existed {
+		if err := b.deleted(ctx, op.ID); err != nil {
+			return engine.Result{}, err
+		}
 	}
 	b.agg.Delete(op.ID)
 	if rec.Kind == redisstore.KindHLL {
@@ -347,6 +366,9 @@ func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, err
 		return engine.Result{}, err
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(op.TTL))
+	if err := b.expiring(ctx, op.ID, op.TTL); err != nil {
+		return engine.Result{}, err
+	}
 	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: ver, Changed: true}, nil
 }
 
@@ -399,9 +421,9 @@ func (b *Backend) pfmerge(ctx context.Context, op *engine.Op) (engine.Result, er
 }
 
 func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
-	fields, ver, err := b.rs.HAdd(ctx, op.ID, op.Fields)
+	fields, ver, err := b.rs.HAddMax(ctx, op.ID, op.Fields, b.maxFields(op.ID))
 	if err != nil {
-		return engine.Result{}, err
+		return engine.Result{}, b.fieldLimitErr(op.ID, err)
 	}
 	b.writeFields(op.ID, op.Fields)
 	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
@@ -412,9 +434,9 @@ func (b *Backend) hset(ctx context.Context, op *engine.Op) (engine.Result, error
 	for i, f := range op.Fields {
 		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
 	}
-	created, ver, deltas, err := b.rs.HSet(ctx, op.ID, fs, op.SetMode == engine.SetIfAbsent)
+	created, ver, deltas, err := b.rs.HSetMax(ctx, op.ID, fs, op.SetMode == engine.SetIfAbsent, b.maxFields(op.ID))
 	if err != nil {
-		return engine.Result{}, err
+		return engine.Result{}, b.fieldLimitErr(op.ID, err)
 	}
 	b.writeFields(op.ID, deltas)
 	changed := len(deltas) > 0
@@ -473,10 +495,14 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 	if err != nil || !found || rec.Kind != redisstore.KindHash || rec.Version != ver || len(rec.Fields) > 0 {
 		return err
 	}
-	if _, err := b.rs.Delete(ctx, id); err != nil {
+	existed, err := b.rs.Delete(ctx, id)
+	if err != nil {
 		return err
 	}
 	b.agg.Delete(id)
+	if existed {
+		return b.deleted(ctx, id)
+	}
 	return nil
 }
 

@@ -99,6 +99,10 @@ var tieredCases = []struct {
 	{"RESPEveryKind", testRESPEveryKind},
 	{"UniquesTiered", testUniquesTiered},
 	{"UniquesDeletedWithCounter", testUniquesDeletedWithCounter},
+	{"QuotasTwoNodesAlternate", testQuotasTwoNodesAlternate},
+	{"QuotasConcurrentCreates", testQuotasConcurrentCreates},
+	{"QuotaRecountClosesCrashWindow", testQuotaRecountClosesCrashWindow},
+	{"QuotaHashFieldsAcrossNodes", testQuotaHashFieldsAcrossNodes},
 }
 
 // TestTiered runs tieredCases on a private single Redis per case and on

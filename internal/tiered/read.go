@@ -42,7 +42,12 @@ func fromPG(rec postgres.Record, now time.Time) (redisstore.Record, bool, error)
 		out.Version = uint64(rec.Version)
 	}
 	if !rec.ExpiresAt.IsZero() {
-		out.TTL = max(rec.ExpiresAt.Sub(now), time.Millisecond)
+		if !rec.ExpiresAt.After(now) {
+			// Expired at this node's clock (PostgreSQL's filter uses its
+			// own): missing, not reloaded for another millisecond.
+			return redisstore.Record{}, false, nil
+		}
+		out.TTL = rec.ExpiresAt.Sub(now)
 	}
 	switch out.Kind {
 	case redisstore.KindCounter, redisstore.KindPN:
@@ -281,6 +286,9 @@ func (b *Backend) FlushAll(ctx context.Context, _ engine.WriteOptions) error {
 	if err != nil {
 		return unavailable(err)
 	}
-	_, err = b.rs.FlushCounters(ctx)
-	return mapErr(err)
+	if _, err = b.rs.FlushCounters(ctx); err != nil {
+		return mapErr(err)
+	}
+	// The quota counts go too: the next creation recounts (quotas.go).
+	return mapErr(b.rs.Client().Del(ctx, quotaKeys, quotaExpiring).Err())
 }

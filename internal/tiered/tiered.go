@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/store/postgres"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
@@ -62,6 +63,13 @@ type Options struct {
 	// log ("*": all). Default: none.
 	AuditNamespaces []string
 
+	// QuotaSweepInterval is how often expired keys give their quota room
+	// back (default 1 s); QuotaRecountInterval how often every quota's
+	// count is set to what Redis and PostgreSQL hold (default 10 min; < 0:
+	// only at SetQuotas). See quotas.go and docs/security.md, "Quotas".
+	QuotaSweepInterval   time.Duration
+	QuotaRecountInterval time.Duration
+
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -86,6 +94,12 @@ func (o *Options) defaults() {
 	}
 	if o.MaxBatch <= 0 {
 		o.MaxBatch = 1000
+	}
+	if o.QuotaSweepInterval <= 0 {
+		o.QuotaSweepInterval = time.Second
+	}
+	if o.QuotaRecountInterval == 0 {
+		o.QuotaRecountInterval = 10 * time.Minute
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -112,6 +126,11 @@ type Backend struct {
 	uq     uniques       // per-unit unique-count sketches (uniques.go)
 	uqDone chan struct{} // closed when uniquesLoop returns
 
+	quotas      atomic.Pointer[quota.Config] // nil: none (quotas.go)
+	quotaMu     sync.Mutex                   // one recount at a time
+	sweepDone   chan struct{}                // closed when sweepLoop returns
+	recountDone chan struct{}                // closed when recountLoop returns
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -131,9 +150,11 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tiered: %w: %w", ErrUnavailable, err)
 	}
-	b := &Backend{opts: opts, limits: limitsFor(opts.MaxBatch), pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{})}
+	b := &Backend{opts: opts, limits: limitsFor(opts.MaxBatch), pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{}),
+		sweepDone: make(chan struct{}), recountDone: make(chan struct{})}
 	ro := opts.Redis
 	ro.Loader = b.load
+	ro.BeforeCreate = b.beforeCreate
 	ro.Now = opts.Now
 	if opts.CacheTTL > 0 {
 		ro.CacheTTL = opts.CacheTTL
@@ -159,6 +180,8 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	})
 	go b.snapshots()
 	go b.uniquesLoop()
+	go b.sweepLoop()
+	go b.recountLoop()
 	return b, nil
 }
 
@@ -212,6 +235,8 @@ func (b *Backend) Close() error {
 		close(b.stop)
 		<-b.done
 		<-b.uqDone
+		<-b.sweepDone
+		<-b.recountDone
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err := errors.Join(b.flushUniques(ctx), b.agg.Close(ctx))
@@ -307,7 +332,7 @@ func mapOpErr(id string, err error) error {
 		}
 	}
 	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow, engine.ErrNotFloat, engine.ErrFloatRange, engine.ErrNotInteger,
-		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrNotFound, engine.ErrUnavailable} {
+		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrNotFound, engine.ErrQuotaExceeded, engine.ErrUnavailable} {
 		if errors.Is(err, s) {
 			return err
 		}

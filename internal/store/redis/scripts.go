@@ -63,6 +63,22 @@ local function ttlof(now)
   return fmt(t)
 end
 -- window bucket starts (ms) inside the window ending at now
+-- FIELDLIMIT error when the fields named by ARGV[from], ARGV[from+2], ...
+-- that base lacks would take it past max fields (max '0': none)
+local function fieldlimit(max, from)
+  local m = tonumber(max)
+  if m == 0 then return nil end
+  local n, seen = redis.call('HLEN', base), {}
+  local before = n
+  for i = from, #ARGV, 2 do
+    if not seen[ARGV[i]] then
+      seen[ARGV[i]] = true
+      if redis.call('HEXISTS', base, ARGV[i]) == 0 then n = n + 1 end
+    end
+  end
+  if n > before and n > m then return redis.error_reply('FIELDLIMIT ' .. max) end
+  return nil
+end
 local function wrange(now, g, span, fixed)
   local cur = now - (now % g)
   local first = cur - span + g
@@ -243,15 +259,18 @@ end
 return {'OK', cur + 1, old, was}
 `)
 
-// haddScript: ARGV now_ms, maycreate, name1, delta1, ... All deltas apply
+// haddScript: ARGV now_ms, maycreate, maxfields (0: none), name1, delta1,
+// ... All deltas apply
 // or none: on an error the ones already applied are undone (a script is
 // not rolled back by Redis). Reply {'OK', version, new values in order}.
 var haddScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
+local fl = fieldlimit(ARGV[3], 4)
+if fl then return fl end
 local done = {}
-for i = 3, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local existed = redis.call('HEXISTS', base, ARGV[i])
   local e = incr('HINCRBY', base, ARGV[i], ARGV[i + 1])
   if e then
@@ -275,11 +294,12 @@ for i = 3, #ARGV, 2 do
 end
 local ver = bump('hash', ARGV[1])
 local res = {'OK', ver}
-for i = 3, #ARGV, 2 do res[#res + 1] = redis.call('HGET', base, ARGV[i]) end
+for i = 4, #ARGV, 2 do res[#res + 1] = redis.call('HGET', base, ARGV[i]) end
 return res
 `)
 
-// hsetScript: ARGV now_ms, maycreate, nx (0/1), name1, value1, ... Sets
+// hsetScript: ARGV now_ms, maycreate, nx (0/1), maxfields (0: none),
+// name1, value1, ... Sets
 // the fields in order (with nx only absent ones). Reply {'OK', version,
 // created, then for each pair the value it replaced: ” when the field was
 // absent, false when nx skipped it}; version is unchanged when nothing was
@@ -288,9 +308,11 @@ var hsetScript = newScript(luaPrelude + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
+local fl = fieldlimit(ARGV[4], 5)
+if fl then return fl end
 local res = {'OK', 0, 0}
 local set = false
-for i = 4, #ARGV, 2 do
+for i = 5, #ARGV, 2 do
   local old = redis.call('HGET', base, ARGV[i])
   if old and ARGV[3] == '1' then
     res[#res + 1] = false

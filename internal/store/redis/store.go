@@ -52,6 +52,9 @@ var (
 	ErrFloatRange = errors.New("redisstore: increment would produce NaN or Infinity")
 	// ErrNotInteger: an integer add to a float whose value is not one.
 	ErrNotInteger = errors.New("redisstore: value is not an integer")
+	// ErrFieldLimit: a hash write that would pass HAddMax's or HSetMax's
+	// maxFields (the reply's detail is the limit).
+	ErrFieldLimit = errors.New("redisstore: too many hash fields")
 )
 
 // Kind is a counter kind, spelled as engine.Kind.String spells it.
@@ -103,6 +106,11 @@ type Options struct {
 	Loader func(ctx context.Context, id string) (Record, bool, error)
 	// CacheTTL is the time to live of a loaded record; default 60s.
 	CacheTTL time.Duration
+	// BeforeCreate, when set with a Loader, is called by a write after
+	// the Loader found nothing, right before the script that may create
+	// the counter; an error fails the write with nothing changed. (A
+	// tiered node reserves a quota's key there.)
+	BeforeCreate func(ctx context.Context, id string) error
 
 	// Now is the clock for updated_at and window buckets; default time.Now.
 	Now func() time.Time
@@ -655,7 +663,11 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 		return err
 	})
 	if err == nil && str(r[0]) == "MISS" {
-		if _, _, err = s.load(ctx, id); err == nil {
+		var found bool
+		if _, found, err = s.load(ctx, id); err == nil && !found && s.opts.BeforeCreate != nil {
+			err = s.opts.BeforeCreate(ctx, id)
+		}
+		if err == nil {
 			err = s.do(ctx, op, true, func(ctx context.Context) (err error) {
 				r, err = run(ctx, "1")
 				return err
@@ -709,6 +721,13 @@ func (s *Store) SetPrevKind(ctx context.Context, id string, value int64, expecte
 // (ErrOverflow leaves every field unchanged). It returns the new values
 // of the fields, in the order given, and the new version.
 func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta) ([]counter.Field, uint64, error) {
+	return s.HAddMax(ctx, id, deltas, 0)
+}
+
+// HAddMax is HAdd that fails with ErrFieldLimit, changing nothing, when
+// the hash would have more than maxFields fields and the add makes new
+// ones (0: no limit). The check is part of the script that adds.
+func (s *Store) HAddMax(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64) ([]counter.Field, uint64, error) {
 	if err := checkID(id); err != nil {
 		return nil, 0, err
 	}
@@ -718,8 +737,8 @@ func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta
 	var out []counter.Field
 	var ver uint64
 	err := s.write(ctx, "hadd", id, func(ctx context.Context, mayCreate string) ([]any, error) {
-		args := make([]any, 0, 2+2*len(deltas))
-		args = append(args, s.nowMS(), mayCreate)
+		args := make([]any, 0, 3+2*len(deltas))
+		args = append(args, s.nowMS(), mayCreate, maxFields)
 		for _, d := range deltas {
 			args = append(args, d.Name, d.Delta)
 		}
@@ -744,6 +763,11 @@ func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta
 // and, for a write-behind tier, the change of each field it set
 // (new - old, wrapping like the int64 it stands for).
 func (s *Store) HSet(ctx context.Context, id string, fields []counter.Field, onlyAbsent bool) (created int, ver uint64, deltas []counter.FieldDelta, err error) {
+	return s.HSetMax(ctx, id, fields, onlyAbsent, 0)
+}
+
+// HSetMax is HSet with HAddMax's maxFields.
+func (s *Store) HSetMax(ctx context.Context, id string, fields []counter.Field, onlyAbsent bool, maxFields int64) (created int, ver uint64, deltas []counter.FieldDelta, err error) {
 	if err := checkID(id); err != nil {
 		return 0, 0, nil, err
 	}
@@ -755,8 +779,8 @@ func (s *Store) HSet(ctx context.Context, id string, fields []counter.Field, onl
 		nx = "1"
 	}
 	err = s.write(ctx, "hset", id, func(ctx context.Context, mayCreate string) ([]any, error) {
-		args := make([]any, 0, 3+2*len(fields))
-		args = append(args, s.nowMS(), mayCreate, nx)
+		args := make([]any, 0, 4+2*len(fields))
+		args = append(args, s.nowMS(), mayCreate, nx, maxFields)
 		for _, f := range fields {
 			args = append(args, f.Name, f.Value)
 		}
@@ -987,6 +1011,7 @@ var replyWords = map[string]error{
 	"NOTFLOAT":        ErrNotFloat,
 	"FLOATRANGE":      ErrFloatRange,
 	"NOTINTEGER":      ErrNotInteger,
+	"FIELDLIMIT":      ErrFieldLimit,
 	"LOADING":         ErrUnavailable, "MASTERDOWN": ErrUnavailable, "CLUSTERDOWN": ErrUnavailable,
 	"TRYAGAIN": ErrUnavailable, "BUSY": ErrUnavailable, "READONLY": ErrUnavailable,
 }
