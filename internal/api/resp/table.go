@@ -243,6 +243,7 @@ func buildCommands() map[string]*command {
 			fn:  cmdUnwatch},
 	}
 	list = append(list, moreCommands()...)
+	list = append(list, scriptCommands()...)
 	m := make(map[string]*command, len(list))
 	for _, c := range list {
 		c := c
