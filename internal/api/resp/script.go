@@ -341,11 +341,11 @@ func ownerOf(f func(string) (bool, string), key string) string {
 // holds the gate exclusively.
 func (sc *scripting) run(c *client, proto *lua.FunctionProto, sha string, keys, argv [][]byte, ro bool, owner string) {
 	L := sc.L
-	parent := c.ctx
-	if parent == nil {
-		parent = sc.s.ctx
-	}
-	ctx, cancel := context.WithCancel(parent)
+	// The VM's context is the server's (a plain cancel context: deriving
+	// from the connection's, which carries an admission ticket, would
+	// cost a goroutine per script); the script's commands use the
+	// connection's.
+	ctx, cancel := context.WithCancel(sc.s.ctx)
 	sc.caller, sc.ro, sc.sha, sc.owner, sc.line = c, ro, sha, owner, 0
 	x := sc.scratch
 	x.ctx, x.auth, x.key, x.id, x.addr = c.ctx, c.auth, c.key, c.id, c.addr

@@ -2,9 +2,7 @@ package resp_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -402,6 +400,3 @@ func BenchmarkLimiter(b *testing.B) {
 		}
 	})
 }
-
-var _ = errors.New
-var _ = strconv.Itoa
