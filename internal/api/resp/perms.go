@@ -64,6 +64,11 @@ var commandAccess = map[string]access{
 	"multi": needRead, "exec": needRead, "discard": needRead,
 	"watch": needRead, "unwatch": needRead,
 
+	"expireat": needWrite, "pexpireat": needWrite, "getset": needWrite,
+	"getdel": needAdmin, // deletes, like DEL
+	"msetnx": needWrite, "hmset": needWrite,
+	"hstrlen": needRead, "strlen": needRead, "touch": needRead,
+
 	// scripting: each key a script declares needs read, and each command
 	// it calls is checked like a client's (script.go)
 	"eval": needRead, "evalsha": needRead, "eval_ro": needRead, "evalsha_ro": needRead,

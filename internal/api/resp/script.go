@@ -54,9 +54,10 @@ const maxScripts = 10000
 
 // Gate modes of a command (command.gate).
 const (
-	gateNone   uint8 = iota // runs without the gate (PING, CLIENT, SCRIPT, EVAL: it takes the exclusive side itself)
-	gateShared              // a data command: the gate's shared side
-	gateExec                // EXEC: shared, or exclusive when it runs scripts
+	gateNone      uint8 = iota // runs without the gate (PING, CLIENT, SCRIPT, EVAL: it takes the exclusive side itself)
+	gateShared                 // a data command: the gate's shared side
+	gateExec                   // EXEC: shared, or exclusive when it runs scripts
+	gateExclusive              // a read then a write no engine op makes atomic (GETDEL, MSETNX)
 )
 
 // scripting is a server's script cache, Lua VM and gate.
@@ -155,6 +156,8 @@ func setGates(cmds map[string]*command) {
 			cmd.gate = gateExec
 		case isScriptCmd(cmd.name):
 			cmd.gate = gateNone
+		case cmd.name == "getdel" || cmd.name == "msetnx":
+			cmd.gate = gateExclusive
 		case cmd.flags&(flagWrite|flagReadonly) != 0:
 			cmd.gate = gateShared
 		}
@@ -164,7 +167,7 @@ func setGates(cmds map[string]*command) {
 // enter takes the gate for cmd (its mode is not gateNone); false means c
 // was answered BUSY. leave releases what enter took.
 func (sc *scripting) enter(c *client, cmd *command) (exclusive, ok bool) {
-	if cmd.gate == gateExec && queueRunsScript(c.queue) && c.multi {
+	if cmd.gate == gateExclusive || cmd.gate == gateExec && queueRunsScript(c.queue) && c.multi {
 		if !sc.lock(c) {
 			return false, false
 		}
