@@ -39,7 +39,7 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"EXPIREAT", "k", far, "NX"}, {"EXPIREAT", "k", far, "XX"}, {"EXPIRETIME", "k"},
 			{"EXPIREAT", "k", s, "GT"}, {"EXPIREAT", "k", s, "LT"}, {"EXPIRETIME", "k"},
 			{"PEXPIREAT", "k", farMs, "GT"}, {"PEXPIRETIME", "k"}, {"PEXPIREAT", "k", ms}, {"PEXPIRETIME", "k"},
-			{"PERSIST", "k"}, {"EXPIREAT", "k", far, "XX"}, {"EXPIREAT", "k", far, "LT"}, {"TTL", "k"},
+			{"PERSIST", "k"}, {"EXPIREAT", "k", far, "XX"}, {"EXPIREAT", "k", far, "LT"}, {"EXPIRETIME", "k"},
 			{"EXPIREAT", "k", "x"}, {"EXPIREAT", "k", s, "NX", "XX"}, {"EXPIREAT", "k", s, "GT", "LT"}, {"EXPIREAT", "k", s, "FOO"},
 			{"EXPIREAT", "k"}, {"EXPIREAT", "k", "9223372036854775807"}, {"PEXPIREAT", "k", "x"},
 			{"EXPIREAT", "k", "1"}, {"EXISTS", "k"}, {"SET", "k", "1"}, {"PEXPIREAT", "k", "0"}, {"EXISTS", "k"},
