@@ -220,11 +220,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),
-			EventLoops:   respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
-			Coalesce:     cfg.RESPCoalesce,
-			LuaTimeLimit: cfg.LuaTimeLimit, KeyOwner: nd.keyOwner,
-			Events: eventsAdder(pl),
-			Global: respGlobal(rep),
+			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
+			Coalesce:   cfg.RESPCoalesce,
+			Events:     eventsAdder(pl),
+			Global:     respGlobal(rep),
+
+			LuaTimeLimit: cfg.LuaTimeLimit, KeyOwner: nd.keyOwner, // scripts
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {
