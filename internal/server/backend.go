@@ -53,6 +53,9 @@ type node struct {
 	// ringVersion, in cluster mode, is sent as the Counterd-Ring-Version
 	// header on every HTTP answer (routing clients refresh on a change).
 	ringVersion func() uint64
+	// keyOwner, in cluster mode, tells whether this node owns a key (RESP
+	// scripts run on one owner's keys).
+	keyOwner func(key string) (self bool, httpAddr string)
 	// collectors are the mode's Prometheus metrics, served on /metrics.
 	collectors []prometheus.Collector
 	// eng is the embedded engine (nil in cluster and tiered mode).

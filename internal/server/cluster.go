@@ -74,6 +74,7 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 		rlShared:    engineLimits(eng, cn, sec, log),
 		rlKeepKeys:  true,
 		ringVersion: cn.RingVersion,
+		keyOwner:    cn.KeyOwner,
 		collectors:  cn.Collectors(),
 		region:      clusterRegionOf(cn, eng, changes),
 	}, nil

@@ -88,6 +88,7 @@ type Config struct {
 	RESPQueryBufferTotal  int           // --resp-query-buffer-total: all connections' big query buffers together (default 256 MiB)
 	RESPMaxArgs           int           // --resp-max-args: most arguments of one command (default 32768)
 	RESPEventLoops        int           // --resp-event-loops: -1 a goroutine per connection, 0 auto, N loops (default 0)
+	LuaTimeLimit          time.Duration // --lua-time-limit: after it a running RESP script answers other clients BUSY and may be stopped by SCRIPT KILL (default 5s)
 	RESPCoalesce          time.Duration // --resp-coalesce: an event loop's nap under concurrent unpipelined load, 0 none (default 20µs)
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
 	MaxQueue              int           // --max-queue: requests waiting for a slot, 0 = 4 x max-inflight, -1 none (default 0)
@@ -145,6 +146,7 @@ func DefaultConfig() Config {
 		HTTPIdleTimeout:       2 * time.Minute,
 		RESPIdleTimeout:       5 * time.Minute,
 		RESPCoalesce:          20 * time.Microsecond,
+		LuaTimeLimit:          resp.DefaultLuaTimeLimit,
 		RESPMaxBulk:           8 << 20,
 		RESPMaxCommand:        32 << 20,
 		RESPQueryBufferTotal:  256 << 20,
@@ -328,6 +330,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RESPQueryBufferTotal, "resp-query-buffer-total", envInt("resp-query-buffer-total", c.RESPQueryBufferTotal), "bytes of query buffers above 64 KiB held by all Redis-protocol connections together")
 	fs.IntVar(&c.RESPMaxArgs, "resp-max-args", envInt("resp-max-args", c.RESPMaxArgs), "most arguments of one Redis-protocol command")
 	fs.IntVar(&c.RESPEventLoops, "resp-event-loops", envInt("resp-event-loops", c.RESPEventLoops), "Redis-protocol event loops (epoll, Linux; plain TCP): 0 auto (one per two cores with the embedded engine and --durability async, else none), -1 none (a goroutine per connection), N that many")
+	dur(&c.LuaTimeLimit, "lua-time-limit", "Redis's lua-time-limit: once a Redis-protocol script (EVAL) has run this long, other clients' commands are answered BUSY and SCRIPT KILL may stop it if it has not written")
 	dur(&c.RESPCoalesce, "resp-coalesce", "while 32 or more Redis-protocol connections are active and not pipelining, an event loop naps this long after a round, then serves what came meanwhile together: senders do not pay for waking it; adds up to the nap plus the kernel's timer slack to those requests' latency (0: never nap; at most 1ms)")
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")
 	fs.IntVar(&c.MaxQueue, "max-queue", envInt("max-queue", c.MaxQueue), "requests waiting for a slot before shedding (0: 4 x max-inflight; -1: none)")
@@ -406,7 +409,7 @@ func (c *Config) validateHardening() error {
 		v    time.Duration
 	}{{"http-read-header-timeout", c.HTTPReadHeaderTimeout}, {"http-read-body-timeout", c.HTTPReadBodyTimeout},
 		{"http-write-timeout", c.HTTPWriteTimeout}, {"http-idle-timeout", c.HTTPIdleTimeout},
-		{"resp-idle-timeout", c.RESPIdleTimeout}, {"max-queue-wait", c.MaxQueueWait}, {"resp-coalesce", c.RESPCoalesce}} {
+		{"resp-idle-timeout", c.RESPIdleTimeout}, {"max-queue-wait", c.MaxQueueWait}, {"resp-coalesce", c.RESPCoalesce}, {"lua-time-limit", c.LuaTimeLimit}} {
 		if d.v < 0 {
 			return fmt.Errorf("server: --%s must not be negative", d.name)
 		}

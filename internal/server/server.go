@@ -231,6 +231,8 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			Coalesce:   cfg.RESPCoalesce,
 			Events:     eventsAdder(pl),
 			Global:     respGlobal(rep),
+
+			LuaTimeLimit: cfg.LuaTimeLimit, KeyOwner: nd.keyOwner, // scripts
 		})
 		go func() {
 			if err := rs.Serve(lns.resp); err != nil {

@@ -97,6 +97,7 @@ var tieredCases = []struct {
 	{"CancelledWritesStayConsistent", testCancelledWritesStayConsistent},
 	{"HTTPEveryKind", testHTTPEveryKind},
 	{"RESPEveryKind", testRESPEveryKind},
+	{"RESPScripts", testRESPScripts},
 	{"UniquesTiered", testUniquesTiered},
 	{"UniquesDeletedWithCounter", testUniquesDeletedWithCounter},
 	{"QuotasTwoNodesAlternate", testQuotasTwoNodesAlternate},

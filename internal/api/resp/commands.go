@@ -56,6 +56,8 @@ type command struct {
 	prep func(c *client, args [][]byte, ops []engine.Op) (out []engine.Op, errReply string, batchable bool)
 	done func(c *client, args [][]byte, res []engine.Result)
 
+	gate uint8 // scripting gate mode (script.go)
+
 	calls prometheus.Counter  // nil without metrics
 	dur   prometheus.Observer // nil without metrics
 }

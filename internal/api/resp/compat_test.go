@@ -30,7 +30,46 @@ import (
 func compatSeqs(at time.Time) map[string][][]string {
 	s := strconv.FormatInt(at.Unix(), 10)
 	ms := strconv.FormatInt(at.UnixMilli()+123, 10)
+	far := strconv.FormatInt(at.Add(time.Hour).Unix(), 10)
+	farMs := strconv.FormatInt(at.Add(time.Hour).UnixMilli(), 10)
 	return map[string][][]string{
+		"idioms": {
+			// EXPIREAT / PEXPIREAT: replies, options, the past deletes
+			{"EXPIREAT", "k", s}, {"SET", "k", "1"}, {"EXPIREAT", "k", s}, {"EXPIRETIME", "k"},
+			{"EXPIREAT", "k", far, "NX"}, {"EXPIREAT", "k", far, "XX"}, {"EXPIRETIME", "k"},
+			{"EXPIREAT", "k", s, "GT"}, {"EXPIREAT", "k", s, "LT"}, {"EXPIRETIME", "k"},
+			{"PEXPIREAT", "k", farMs, "GT"}, {"PEXPIRETIME", "k"}, {"PEXPIREAT", "k", ms}, {"PEXPIRETIME", "k"},
+			{"PERSIST", "k"}, {"EXPIREAT", "k", far, "XX"}, {"EXPIREAT", "k", far, "LT"}, {"EXPIRETIME", "k"},
+			{"EXPIREAT", "k", "x"}, {"EXPIREAT", "k", s, "NX", "XX"}, {"EXPIREAT", "k", s, "GT", "LT"}, {"EXPIREAT", "k", s, "FOO"},
+			{"EXPIREAT", "k"}, {"EXPIREAT", "k", "9223372036854775807"}, {"PEXPIREAT", "k", "x"},
+			{"EXPIREAT", "k", "1"}, {"EXISTS", "k"}, {"SET", "k", "1"}, {"PEXPIREAT", "k", "0"}, {"EXISTS", "k"},
+			{"EXPIREAT", "nope", far}, {"PEXPIREAT", "nope", farMs},
+			// GETSET, SET ... GET, GETDEL
+			{"GETSET", "g", "1"}, {"GETSET", "g", "2"}, {"GET", "g"}, {"GETSET", "g"},
+			{"SET", "g", "5", "GET"}, {"SET", "g", "6", "NX", "GET"}, {"SET", "g", "7", "XX", "GET"}, {"GET", "g"},
+			{"SET", "n", "1", "XX", "GET"}, {"EXISTS", "n"}, {"SET", "n", "1", "NX", "GET"}, {"GET", "n"},
+			{"SET", "g", "8", "GET", "EX", "100"}, {"TTL", "g"}, {"SET", "g", "9", "KEEPTTL", "GET"}, {"TTL", "g"},
+			{"SET", "g", "1", "GET", "GET"}, {"SET", "g", "1", "GET", "FOO"},
+			{"HSET", "h", "a", "1"}, {"GETSET", "h", "1"}, {"SET", "h", "1", "GET"}, {"GETDEL", "h"},
+			{"GETDEL", "g"}, {"GETDEL", "g"}, {"EXISTS", "g"}, {"GETDEL"}, {"GETDEL", "a", "b"},
+			{"INCRBYFLOAT", "fl", "1.5"}, {"GETSET", "fl", "2"}, {"STRLEN", "fl"}, {"INCRBYFLOAT", "fl", "0.25"}, {"GETDEL", "fl"},
+			// MSETNX
+			{"MSETNX", "m1", "1", "m2", "2"}, {"MGET", "m1", "m2"}, {"MSETNX", "m2", "3", "m3", "3"}, {"EXISTS", "m3"},
+			{"MSETNX", "m1"}, {"MSETNX", "m4", "1", "m5"},
+			// HMSET, HSTRLEN, STRLEN, TOUCH
+			{"HMSET", "hm", "a", "1", "b", "-22"}, {"HGETALL", "hm"}, {"HMSET", "hm", "a"}, {"HMSET", "hm", "a", "1", "b"},
+			{"HSTRLEN", "hm", "b"}, {"HSTRLEN", "hm", "zz"}, {"HSTRLEN", "nope", "a"}, {"HSTRLEN", "m1", "a"},
+			{"HINCRBYFLOAT", "hm", "c", "0.5"}, {"HSTRLEN", "hm", "c"},
+			{"STRLEN", "m1"}, {"SET", "big", "-9223372036854775808"}, {"STRLEN", "big"}, {"STRLEN", "nope"}, {"STRLEN", "hm"},
+			{"TOUCH", "m1", "m2", "nope", "m1"}, {"TOUCH"},
+			// COMMAND GETKEYS
+			{"COMMAND", "GETKEYS", "get", "a"}, {"COMMAND", "GETKEYS", "mset", "a", "1", "b", "2"},
+			{"COMMAND", "GETKEYS", "msetnx", "a", "1", "b", "2"}, {"COMMAND", "GETKEYS", "touch", "a", "b"},
+			{"COMMAND", "GETKEYS", "hmset", "h", "a", "1"}, {"COMMAND", "GETKEYS", "eval", "return 1", "2", "a", "b", "c"},
+			{"COMMAND", "GETKEYS", "eval", "return 1", "0"}, {"COMMAND", "GETKEYS", "eval", "x", "5", "a"},
+			{"COMMAND", "GETKEYS", "nope", "x"}, {"COMMAND", "GETKEYS", "ping", "x"}, {"COMMAND", "GETKEYS", "get", "a", "b"},
+			{"COMMAND", "GETKEYS"}, {"COMMAND", "GETKEYS", "get"},
+		},
 		"incrbyfloat": {
 			{"INCRBYFLOAT", "f", "0.1"}, {"INCRBYFLOAT", "f", "0.2"}, {"GET", "f"},
 			{"INCRBYFLOAT", "f", "1e30"}, {"INCRBYFLOAT", "f", "-1e30"}, {"INCRBYFLOAT", "f", "-0"},
@@ -167,7 +206,7 @@ func runCompat(t *testing.T, name string, counterd, real doer) {
 }
 
 func seqNames() []string {
-	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire"}
+	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire", "idioms"}
 }
 
 func TestCompatGoRedis(t *testing.T) {

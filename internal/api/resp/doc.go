@@ -61,6 +61,10 @@ package resp
 //
 // Transactions: MULTI, EXEC, DISCARD, WATCH, UNWATCH (see multi.go).
 //
+// Scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO, SCRIPT LOAD, EXISTS,
+// FLUSH and KILL with an embedded Lua VM (see script.go and docs/resp.md,
+// "Scripting").
+//
 // Rate limits: RL.CHECK key [limit period_ms [cost [algorithm [burst]]]]
 // checks and consumes a rate limit on key (the policies matching key when
 // only the key is given) and answers [allowed 0|1, remaining, reset_ms,

@@ -64,6 +64,16 @@ var commandAccess = map[string]access{
 	"multi": needRead, "exec": needRead, "discard": needRead,
 	"watch": needRead, "unwatch": needRead,
 
+	"expireat": needWrite, "pexpireat": needWrite, "getset": needWrite,
+	"getdel": needAdmin, // deletes, like DEL
+	"msetnx": needWrite, "hmset": needWrite,
+	"hstrlen": needRead, "strlen": needRead, "touch": needRead,
+
+	// scripting: each key a script declares needs read, and each command
+	// it calls is checked like a client's (script.go)
+	"eval": needRead, "evalsha": needRead, "eval_ro": needRead, "evalsha_ro": needRead,
+	"script": {sub: scriptNeed},
+
 	// node-wide
 	"config":   needAdminAll,
 	"flushall": needAdminAll, "flushdb": needAdminAll,
@@ -82,6 +92,14 @@ func scanPattern(args [][]byte) string {
 
 func clientNeed(args [][]byte) auth.Need {
 	if eqFold(args[1], "list") || eqFold(args[1], "kill") {
+		return auth.Need{Perm: auth.Admin, All: true}
+	}
+	return auth.Need{Perm: auth.Read}
+}
+
+// scriptNeed: SCRIPT FLUSH and KILL act on every user's scripts.
+func scriptNeed(args [][]byte) auth.Need {
+	if eqFold(args[1], "flush") || eqFold(args[1], "kill") {
 		return auth.Need{Perm: auth.Admin, All: true}
 	}
 	return auth.Need{Perm: auth.Read}

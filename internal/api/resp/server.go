@@ -178,6 +178,16 @@ type Options struct {
 	// Logger receives connection and error logs. Default slog.Default().
 	Logger *slog.Logger
 
+	// LuaTimeLimit is Redis's lua-time-limit (--lua-time-limit): after
+	// it a running script makes other clients' data commands fail with
+	// BUSY, and SCRIPT KILL may stop it if it has not written. Default
+	// DefaultLuaTimeLimit.
+	LuaTimeLimit time.Duration
+	// KeyOwner, in a cluster, tells whether this node owns a key and else
+	// the owner's address: a script's keys must have one owner (else
+	// CROSSSLOT), and every key it calls that owner.
+	KeyOwner func(key string) (self bool, addr string)
+
 	// Version is counterd's version, reported as counterd_version by INFO
 	// and HELLO. Default "dev".
 	Version string
@@ -216,6 +226,8 @@ type Server struct {
 	cmds    map[string]*command // by lower-case name
 	unknown *command            // metrics for unknown commands
 	m       *metrics            // nil without a Registerer
+
+	lua *scripting // EVAL and the script gate
 
 	loops    []*eventLoop // Options.EventLoops, while serving
 	nextLoop atomic.Uint64
@@ -265,6 +277,8 @@ func New(eng engine.Backend, opts Options) *Server {
 		s.cmds[EventsCommandName] = eventsCommand(opts.Events)
 	}
 	s.cmds[ScopedGetCommandName] = scopedGetCommand(opts.Global)
+	setGates(s.cmds)
+	s.lua = newScripting(s, opts.LuaTimeLimit)
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
 	}
@@ -599,6 +613,13 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 			}
 			return
 		}
+	}
+	if cmd.gate != gateNone {
+		exclusive, ok := s.lua.enter(c, cmd)
+		if !ok {
+			return
+		}
+		defer s.lua.leave(exclusive)
 	}
 	s.run(c, cmd, args)
 }

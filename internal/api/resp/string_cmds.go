@@ -64,7 +64,7 @@ func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bo
 			haveExp = true
 			i++
 		case eqFold(a, "get"):
-			return ops, "ERR the GET option of SET is not supported", true
+			return ops, "", false // reads first: cmdSet (idiom_cmds.go)
 		default:
 			return ops, errSyntax, true
 		}

@@ -243,6 +243,8 @@ func buildCommands() map[string]*command {
 			fn:  cmdUnwatch},
 	}
 	list = append(list, moreCommands()...)
+	list = append(list, scriptCommands()...)
+	list = append(list, idiomCommands()...)
 	m := make(map[string]*command, len(list))
 	for _, c := range list {
 		c := c
@@ -252,6 +254,7 @@ func buildCommands() map[string]*command {
 		m[c.name] = c
 	}
 	// EXPIRE and PEXPIRE take NX/XX/GT/LT, which need a read first.
+	m["set"].fn = cmdSet(m["set"]) // SET ... GET reads first
 	m["expire"].fn = expireCmd(m["expire"], time.Second)
 	m["pexpire"].fn = expireCmd(m["pexpire"], time.Millisecond)
 	return m
@@ -278,6 +281,8 @@ func cmdCommand(s *Server, c *client, args [][]byte) {
 	}
 	sub := args[1]
 	switch {
+	case eqFold(sub, "getkeys"):
+		cmdCommandGetKeys(s, c, args)
 	case eqFold(sub, "count"):
 		if len(args) != 2 {
 			c.writeError(subArityError("command", "count"))
