@@ -405,6 +405,7 @@ const (
 	ErrorCode_ERROR_CODE_NOT_FLOAT         ErrorCode = 15
 	ErrorCode_ERROR_CODE_FLOAT_RANGE       ErrorCode = 16
 	ErrorCode_ERROR_CODE_NOT_INTEGER       ErrorCode = 17
+	ErrorCode_ERROR_CODE_QUOTA_EXCEEDED    ErrorCode = 18 // quota names the quota and its limit
 )
 
 // Enum value maps for ErrorCode.
@@ -428,6 +429,7 @@ var (
 		15: "ERROR_CODE_NOT_FLOAT",
 		16: "ERROR_CODE_FLOAT_RANGE",
 		17: "ERROR_CODE_NOT_INTEGER",
+		18: "ERROR_CODE_QUOTA_EXCEEDED",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":       0,
@@ -448,6 +450,7 @@ var (
 		"ERROR_CODE_NOT_FLOAT":         15,
 		"ERROR_CODE_FLOAT_RANGE":       16,
 		"ERROR_CODE_NOT_INTEGER":       17,
+		"ERROR_CODE_QUOTA_EXCEEDED":    18,
 	}
 )
 
@@ -678,9 +681,11 @@ type Error struct {
 	// index is the failing op of a batch, -1 if none.
 	Index int64 `protobuf:"zigzag64,3,opt,name=index,proto3" json:"index,omitempty"`
 	// owner, ring and id: ERROR_CODE_WRONG_OWNER only.
-	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Ring          uint64 `protobuf:"varint,5,opt,name=ring,proto3" json:"ring,omitempty"`
-	Id            string `protobuf:"bytes,6,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Ring  uint64 `protobuf:"varint,5,opt,name=ring,proto3" json:"ring,omitempty"`
+	Id    string `protobuf:"bytes,6,opt,name=id,proto3" json:"id,omitempty"`
+	// quota: ERROR_CODE_QUOTA_EXCEEDED only.
+	Quota         *QuotaError `protobuf:"bytes,7,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -757,6 +762,90 @@ func (x *Error) GetId() string {
 	return ""
 }
 
+func (x *Error) GetQuota() *QuotaError {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+// QuotaError is a write refused by a quota (internal/quota.ExceededError).
+type QuotaError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         string                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`         // the quota's pattern, or "default"
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"` // for the default: the namespace counted
+	Limit         string                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`         // "max_keys" or "max_hash_fields"
+	Max           int64                  `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	Id            string                 `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"` // the id written
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaError) Reset() {
+	*x = QuotaError{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaError) ProtoMessage() {}
+
+func (x *QuotaError) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaError.ProtoReflect.Descriptor instead.
+func (*QuotaError) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QuotaError) GetQuota() string {
+	if x != nil {
+		return x.Quota
+	}
+	return ""
+}
+
+func (x *QuotaError) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *QuotaError) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *QuotaError) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *QuotaError) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type FieldDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -770,7 +859,7 @@ type FieldDelta struct {
 
 func (x *FieldDelta) Reset() {
 	*x = FieldDelta{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -782,7 +871,7 @@ func (x *FieldDelta) String() string {
 func (*FieldDelta) ProtoMessage() {}
 
 func (x *FieldDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -795,7 +884,7 @@ func (x *FieldDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldDelta.ProtoReflect.Descriptor instead.
 func (*FieldDelta) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FieldDelta) GetName() []byte {
@@ -831,7 +920,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -843,7 +932,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -856,7 +945,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Field) GetName() []byte {
@@ -891,7 +980,7 @@ type WindowSpec struct {
 
 func (x *WindowSpec) Reset() {
 	*x = WindowSpec{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -903,7 +992,7 @@ func (x *WindowSpec) String() string {
 func (*WindowSpec) ProtoMessage() {}
 
 func (x *WindowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -916,7 +1005,7 @@ func (x *WindowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSpec.ProtoReflect.Descriptor instead.
 func (*WindowSpec) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WindowSpec) GetGranularityNs() int64 {
@@ -971,7 +1060,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1072,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1085,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Op) GetType() OpType {
@@ -1164,7 +1253,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1176,7 +1265,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1189,7 +1278,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Result) GetId() string {
@@ -1261,7 +1350,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1362,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1375,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyRequest) GetHeader() *Header {
@@ -1334,7 +1423,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1435,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1448,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplyResponse) GetResults() []*Result {
@@ -1396,7 +1485,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1408,7 +1497,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1421,7 +1510,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadRequest) GetHeader() *Header {
@@ -1505,7 +1594,7 @@ type ShardedSlot struct {
 
 func (x *ShardedSlot) Reset() {
 	*x = ShardedSlot{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1517,7 +1606,7 @@ func (x *ShardedSlot) String() string {
 func (*ShardedSlot) ProtoMessage() {}
 
 func (x *ShardedSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1530,7 +1619,7 @@ func (x *ShardedSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedSlot.ProtoReflect.Descriptor instead.
 func (*ShardedSlot) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShardedSlot) GetReplica() string {
@@ -1565,7 +1654,7 @@ type PNSlot struct {
 
 func (x *PNSlot) Reset() {
 	*x = PNSlot{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1577,7 +1666,7 @@ func (x *PNSlot) String() string {
 func (*PNSlot) ProtoMessage() {}
 
 func (x *PNSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1590,7 +1679,7 @@ func (x *PNSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PNSlot.ProtoReflect.Descriptor instead.
 func (*PNSlot) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PNSlot) GetReplica() string {
@@ -1624,7 +1713,7 @@ type Bucket struct {
 
 func (x *Bucket) Reset() {
 	*x = Bucket{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1636,7 +1725,7 @@ func (x *Bucket) String() string {
 func (*Bucket) ProtoMessage() {}
 
 func (x *Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1649,7 +1738,7 @@ func (x *Bucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bucket.ProtoReflect.Descriptor instead.
 func (*Bucket) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Bucket) GetStart() *timestamppb.Timestamp {
@@ -1691,7 +1780,7 @@ type View struct {
 
 func (x *View) Reset() {
 	*x = View{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +1792,7 @@ func (x *View) String() string {
 func (*View) ProtoMessage() {}
 
 func (x *View) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +1805,7 @@ func (x *View) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use View.ProtoReflect.Descriptor instead.
 func (*View) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *View) GetId() string {
@@ -1846,7 +1935,7 @@ type Series struct {
 
 func (x *Series) Reset() {
 	*x = Series{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1947,7 @@ func (x *Series) String() string {
 func (*Series) ProtoMessage() {}
 
 func (x *Series) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1960,7 @@ func (x *Series) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Series.ProtoReflect.Descriptor instead.
 func (*Series) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Series) GetGranularity() Granularity {
@@ -1933,7 +2022,7 @@ type Estimate struct {
 
 func (x *Estimate) Reset() {
 	*x = Estimate{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2034,7 @@ func (x *Estimate) String() string {
 func (*Estimate) ProtoMessage() {}
 
 func (x *Estimate) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2047,7 @@ func (x *Estimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Estimate.ProtoReflect.Descriptor instead.
 func (*Estimate) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Estimate) GetUnit() Granularity {
@@ -2037,7 +2126,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2138,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2151,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadResponse) GetView() *View {
@@ -2158,7 +2247,7 @@ type RollupSpec struct {
 
 func (x *RollupSpec) Reset() {
 	*x = RollupSpec{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2170,7 +2259,7 @@ func (x *RollupSpec) String() string {
 func (*RollupSpec) ProtoMessage() {}
 
 func (x *RollupSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2183,7 +2272,7 @@ func (x *RollupSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollupSpec.ProtoReflect.Descriptor instead.
 func (*RollupSpec) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RollupSpec) GetMinuteNs() int64 {
@@ -2246,7 +2335,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2347,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2360,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ViewRequest) GetNodes() []string {
@@ -2300,7 +2389,7 @@ type ViewAnswer struct {
 
 func (x *ViewAnswer) Reset() {
 	*x = ViewAnswer{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2312,7 +2401,7 @@ func (x *ViewAnswer) String() string {
 func (*ViewAnswer) ProtoMessage() {}
 
 func (x *ViewAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2325,7 +2414,7 @@ func (x *ViewAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewAnswer.ProtoReflect.Descriptor instead.
 func (*ViewAnswer) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ViewAnswer) GetIncarnation() string {
@@ -2361,7 +2450,7 @@ type SeriesQuery struct {
 
 func (x *SeriesQuery) Reset() {
 	*x = SeriesQuery{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2373,7 +2462,7 @@ func (x *SeriesQuery) String() string {
 func (*SeriesQuery) ProtoMessage() {}
 
 func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2386,7 +2475,7 @@ func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeriesQuery.ProtoReflect.Descriptor instead.
 func (*SeriesQuery) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SeriesQuery) GetId() string {
@@ -2436,7 +2525,7 @@ type LocalRequest struct {
 
 func (x *LocalRequest) Reset() {
 	*x = LocalRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2448,7 +2537,7 @@ func (x *LocalRequest) String() string {
 func (*LocalRequest) ProtoMessage() {}
 
 func (x *LocalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2461,7 +2550,7 @@ func (x *LocalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRequest.ProtoReflect.Descriptor instead.
 func (*LocalRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LocalRequest) GetHeader() *Header {
@@ -2552,7 +2641,7 @@ type Aggregate struct {
 
 func (x *Aggregate) Reset() {
 	*x = Aggregate{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2564,7 +2653,7 @@ func (x *Aggregate) String() string {
 func (*Aggregate) ProtoMessage() {}
 
 func (x *Aggregate) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2577,7 +2666,7 @@ func (x *Aggregate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aggregate.ProtoReflect.Descriptor instead.
 func (*Aggregate) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Aggregate) GetPrefix() []byte {
@@ -2617,7 +2706,7 @@ type LocalResponse struct {
 
 func (x *LocalResponse) Reset() {
 	*x = LocalResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2629,7 +2718,7 @@ func (x *LocalResponse) String() string {
 func (*LocalResponse) ProtoMessage() {}
 
 func (x *LocalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2642,7 +2731,7 @@ func (x *LocalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalResponse.ProtoReflect.Descriptor instead.
 func (*LocalResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LocalResponse) GetAggregate() *Aggregate {
@@ -2719,7 +2808,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2731,7 +2820,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2744,7 +2833,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *State) GetId() string {
@@ -2820,7 +2909,7 @@ type IdemRecord struct {
 
 func (x *IdemRecord) Reset() {
 	*x = IdemRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2832,7 +2921,7 @@ func (x *IdemRecord) String() string {
 func (*IdemRecord) ProtoMessage() {}
 
 func (x *IdemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2845,7 +2934,7 @@ func (x *IdemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdemRecord.ProtoReflect.Descriptor instead.
 func (*IdemRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IdemRecord) GetKey() []byte {
@@ -2927,7 +3016,7 @@ type Versions struct {
 
 func (x *Versions) Reset() {
 	*x = Versions{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2939,7 +3028,7 @@ func (x *Versions) String() string {
 func (*Versions) ProtoMessage() {}
 
 func (x *Versions) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2952,7 +3041,7 @@ func (x *Versions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Versions.ProtoReflect.Descriptor instead.
 func (*Versions) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Versions) GetVersions() []uint64 {
@@ -2974,7 +3063,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2986,7 +3075,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2999,7 +3088,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicateRequest) GetHeader() *Header {
@@ -3043,7 +3132,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3055,7 +3144,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3068,7 +3157,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicateResponse) GetChanged() int64 {
@@ -3110,7 +3199,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3122,7 +3211,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3135,7 +3224,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FetchRequest) GetHeader() *Header {
@@ -3189,7 +3278,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3201,7 +3290,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3214,7 +3303,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchResponse) GetStates() []*State {
@@ -3261,7 +3350,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3273,7 +3362,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3286,7 +3375,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseRequest) GetHeader() *Header {
@@ -3314,7 +3403,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3326,7 +3415,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3339,7 +3428,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseResponse) GetGranted() bool {
@@ -3381,7 +3470,7 @@ type DigestItem struct {
 
 func (x *DigestItem) Reset() {
 	*x = DigestItem{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3393,7 +3482,7 @@ func (x *DigestItem) String() string {
 func (*DigestItem) ProtoMessage() {}
 
 func (x *DigestItem) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3406,7 +3495,7 @@ func (x *DigestItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestItem.ProtoReflect.Descriptor instead.
 func (*DigestItem) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DigestItem) GetId() string {
@@ -3440,7 +3529,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3541,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3554,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DigestRequest) GetHeader() *Header {
@@ -3494,7 +3583,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3506,7 +3595,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3519,7 +3608,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DigestResponse) GetWant() []string {
@@ -3563,7 +3652,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3575,7 +3664,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3588,7 +3677,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3637,7 +3726,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3649,7 +3738,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3662,7 +3751,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3692,7 +3781,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3704,7 +3793,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3717,7 +3806,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3760,7 +3849,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +3861,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +3874,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -3819,7 +3908,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3831,7 +3920,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3844,7 +3933,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -3878,7 +3967,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3890,7 +3979,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3903,7 +3992,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Policy) GetName() string {
@@ -3982,7 +4071,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4083,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4096,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -4055,7 +4144,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4067,7 +4156,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4080,7 +4169,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -4107,7 +4196,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4119,7 +4208,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4132,7 +4221,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4157,14 +4246,22 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x06Header\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12!\n" +
 	"\fring_version\x18\x02 \x01(\x04R\vringVersion\x12\x10\n" +
-	"\x03hop\x18\x03 \x01(\bR\x03hop\"\x9d\x01\n" +
+	"\x03hop\x18\x03 \x01(\bR\x03hop\"\xd4\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.counterd.cluster.v1.ErrorCodeR\x04code\x12\x10\n" +
 	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x12R\x05index\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04ring\x18\x05 \x01(\x04R\x04ring\x12\x0e\n" +
-	"\x02id\x18\x06 \x01(\tR\x02id\"U\n" +
+	"\x02id\x18\x06 \x01(\tR\x02id\x125\n" +
+	"\x05quota\x18\a \x01(\v2\x1f.counterd.cluster.v1.QuotaErrorR\x05quota\"x\n" +
+	"\n" +
+	"QuotaError\x12\x14\n" +
+	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\tR\x05limit\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x03R\x03max\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\"U\n" +
 	"\n" +
 	"FieldDelta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
@@ -4511,7 +4608,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x80\x04\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\x9f\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4531,7 +4628,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x13ERROR_CODE_CANCELED\x10\x0e\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_FLOAT\x10\x0f\x12\x1a\n" +
 	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
-	"\x16ERROR_CODE_NOT_INTEGER\x10\x11*\x93\x01\n" +
+	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12\x1d\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x12*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREAD_OP_GET\x10\x01\x12\x10\n" +
@@ -4574,7 +4672,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -4587,160 +4685,162 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(LocalOp)(0),                  // 8: counterd.cluster.v1.LocalOp
 	(*Header)(nil),                // 9: counterd.cluster.v1.Header
 	(*Error)(nil),                 // 10: counterd.cluster.v1.Error
-	(*FieldDelta)(nil),            // 11: counterd.cluster.v1.FieldDelta
-	(*Field)(nil),                 // 12: counterd.cluster.v1.Field
-	(*WindowSpec)(nil),            // 13: counterd.cluster.v1.WindowSpec
-	(*Op)(nil),                    // 14: counterd.cluster.v1.Op
-	(*Result)(nil),                // 15: counterd.cluster.v1.Result
-	(*ApplyRequest)(nil),          // 16: counterd.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),         // 17: counterd.cluster.v1.ApplyResponse
-	(*ReadRequest)(nil),           // 18: counterd.cluster.v1.ReadRequest
-	(*ShardedSlot)(nil),           // 19: counterd.cluster.v1.ShardedSlot
-	(*PNSlot)(nil),                // 20: counterd.cluster.v1.PNSlot
-	(*Bucket)(nil),                // 21: counterd.cluster.v1.Bucket
-	(*View)(nil),                  // 22: counterd.cluster.v1.View
-	(*Series)(nil),                // 23: counterd.cluster.v1.Series
-	(*Estimate)(nil),              // 24: counterd.cluster.v1.Estimate
-	(*ReadResponse)(nil),          // 25: counterd.cluster.v1.ReadResponse
-	(*RollupSpec)(nil),            // 26: counterd.cluster.v1.RollupSpec
-	(*ViewRequest)(nil),           // 27: counterd.cluster.v1.ViewRequest
-	(*ViewAnswer)(nil),            // 28: counterd.cluster.v1.ViewAnswer
-	(*SeriesQuery)(nil),           // 29: counterd.cluster.v1.SeriesQuery
-	(*LocalRequest)(nil),          // 30: counterd.cluster.v1.LocalRequest
-	(*Aggregate)(nil),             // 31: counterd.cluster.v1.Aggregate
-	(*LocalResponse)(nil),         // 32: counterd.cluster.v1.LocalResponse
-	(*State)(nil),                 // 33: counterd.cluster.v1.State
-	(*IdemRecord)(nil),            // 34: counterd.cluster.v1.IdemRecord
-	(*Versions)(nil),              // 35: counterd.cluster.v1.Versions
-	(*ReplicateRequest)(nil),      // 36: counterd.cluster.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 37: counterd.cluster.v1.ReplicateResponse
-	(*FetchRequest)(nil),          // 38: counterd.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),         // 39: counterd.cluster.v1.FetchResponse
-	(*LeaseRequest)(nil),          // 40: counterd.cluster.v1.LeaseRequest
-	(*LeaseResponse)(nil),         // 41: counterd.cluster.v1.LeaseResponse
-	(*DigestItem)(nil),            // 42: counterd.cluster.v1.DigestItem
-	(*DigestRequest)(nil),         // 43: counterd.cluster.v1.DigestRequest
-	(*DigestResponse)(nil),        // 44: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 45: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 46: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 47: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 48: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 49: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 50: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 51: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 52: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 53: counterd.cluster.v1.PoliciesResponse
-	nil,                           // 54: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 55: google.protobuf.Timestamp
+	(*QuotaError)(nil),            // 11: counterd.cluster.v1.QuotaError
+	(*FieldDelta)(nil),            // 12: counterd.cluster.v1.FieldDelta
+	(*Field)(nil),                 // 13: counterd.cluster.v1.Field
+	(*WindowSpec)(nil),            // 14: counterd.cluster.v1.WindowSpec
+	(*Op)(nil),                    // 15: counterd.cluster.v1.Op
+	(*Result)(nil),                // 16: counterd.cluster.v1.Result
+	(*ApplyRequest)(nil),          // 17: counterd.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 18: counterd.cluster.v1.ApplyResponse
+	(*ReadRequest)(nil),           // 19: counterd.cluster.v1.ReadRequest
+	(*ShardedSlot)(nil),           // 20: counterd.cluster.v1.ShardedSlot
+	(*PNSlot)(nil),                // 21: counterd.cluster.v1.PNSlot
+	(*Bucket)(nil),                // 22: counterd.cluster.v1.Bucket
+	(*View)(nil),                  // 23: counterd.cluster.v1.View
+	(*Series)(nil),                // 24: counterd.cluster.v1.Series
+	(*Estimate)(nil),              // 25: counterd.cluster.v1.Estimate
+	(*ReadResponse)(nil),          // 26: counterd.cluster.v1.ReadResponse
+	(*RollupSpec)(nil),            // 27: counterd.cluster.v1.RollupSpec
+	(*ViewRequest)(nil),           // 28: counterd.cluster.v1.ViewRequest
+	(*ViewAnswer)(nil),            // 29: counterd.cluster.v1.ViewAnswer
+	(*SeriesQuery)(nil),           // 30: counterd.cluster.v1.SeriesQuery
+	(*LocalRequest)(nil),          // 31: counterd.cluster.v1.LocalRequest
+	(*Aggregate)(nil),             // 32: counterd.cluster.v1.Aggregate
+	(*LocalResponse)(nil),         // 33: counterd.cluster.v1.LocalResponse
+	(*State)(nil),                 // 34: counterd.cluster.v1.State
+	(*IdemRecord)(nil),            // 35: counterd.cluster.v1.IdemRecord
+	(*Versions)(nil),              // 36: counterd.cluster.v1.Versions
+	(*ReplicateRequest)(nil),      // 37: counterd.cluster.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 38: counterd.cluster.v1.ReplicateResponse
+	(*FetchRequest)(nil),          // 39: counterd.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),         // 40: counterd.cluster.v1.FetchResponse
+	(*LeaseRequest)(nil),          // 41: counterd.cluster.v1.LeaseRequest
+	(*LeaseResponse)(nil),         // 42: counterd.cluster.v1.LeaseResponse
+	(*DigestItem)(nil),            // 43: counterd.cluster.v1.DigestItem
+	(*DigestRequest)(nil),         // 44: counterd.cluster.v1.DigestRequest
+	(*DigestResponse)(nil),        // 45: counterd.cluster.v1.DigestResponse
+	(*Limit)(nil),                 // 46: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 47: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 48: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 49: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 50: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 51: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 52: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 53: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 54: counterd.cluster.v1.PoliciesResponse
+	nil,                           // 55: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
-	2,  // 1: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
-	0,  // 2: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
-	3,  // 3: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
-	11, // 4: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
-	13, // 5: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
-	0,  // 6: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
-	12, // 7: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
-	9,  // 8: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
-	14, // 9: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
-	1,  // 10: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
-	15, // 11: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
-	10, // 12: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 13: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
-	7,  // 14: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
-	4,  // 15: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	55, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	55, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
-	0,  // 19: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	55, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	55, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 22: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
-	20, // 23: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
-	12, // 24: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
-	13, // 25: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
-	21, // 26: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
-	4,  // 27: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
-	4,  // 28: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	55, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	55, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
-	4,  // 31: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	55, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	55, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
-	22, // 34: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
-	23, // 35: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
-	24, // 36: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
-	10, // 37: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
-	0,  // 38: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
-	4,  // 39: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	55, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	55, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
-	9,  // 42: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
-	8,  // 43: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
-	26, // 44: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
-	1,  // 45: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
-	27, // 46: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
-	29, // 47: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
-	31, // 48: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
-	10, // 49: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
-	28, // 50: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
-	23, // 51: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
-	0,  // 52: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
-	15, // 53: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
-	14, // 54: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	54, // 55: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
-	9,  // 56: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 57: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
-	34, // 58: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 59: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 60: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 61: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 62: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 63: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 64: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
-	10, // 65: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 66: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	42, // 67: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	33, // 68: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 69: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 70: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 71: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	45, // 72: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	46, // 73: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,  // 74: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	47, // 75: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10, // 76: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 77: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	50, // 78: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,  // 79: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	51, // 80: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	51, // 81: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10, // 82: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	35, // 83: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	16, // 84: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	18, // 85: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	30, // 86: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	36, // 87: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	38, // 88: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	43, // 89: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	48, // 90: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	52, // 91: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	40, // 92: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
-	17, // 93: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	25, // 94: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	32, // 95: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	37, // 96: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	39, // 97: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	44, // 98: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	49, // 99: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	53, // 100: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	41, // 101: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
-	93, // [93:102] is the sub-list for method output_type
-	84, // [84:93] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	11, // 1: counterd.cluster.v1.Error.quota:type_name -> counterd.cluster.v1.QuotaError
+	2,  // 2: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
+	0,  // 3: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
+	3,  // 4: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
+	12, // 5: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
+	14, // 6: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
+	0,  // 7: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
+	13, // 8: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
+	9,  // 9: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
+	15, // 10: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
+	1,  // 11: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
+	16, // 12: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
+	10, // 13: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
+	7,  // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
+	4,  // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
+	56, // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	56, // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	56, // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	0,  // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
+	56, // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
+	21, // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
+	13, // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
+	14, // 26: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
+	22, // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
+	4,  // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
+	4,  // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
+	56, // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	56, // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	4,  // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
+	56, // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	56, // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	23, // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
+	24, // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
+	25, // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
+	10, // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
+	0,  // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
+	4,  // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
+	56, // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	56, // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	9,  // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
+	8,  // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
+	27, // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
+	1,  // 46: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
+	28, // 47: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
+	30, // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
+	32, // 49: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
+	10, // 50: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
+	29, // 51: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
+	24, // 52: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
+	0,  // 53: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
+	16, // 54: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
+	15, // 55: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
+	55, // 56: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	9,  // 57: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
+	34, // 58: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
+	35, // 59: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 60: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 61: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	34, // 62: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	35, // 63: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 64: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 65: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10, // 66: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 67: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	43, // 68: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	34, // 69: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	35, // 70: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 71: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 72: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	46, // 73: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	47, // 74: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,  // 75: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	48, // 76: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10, // 77: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 78: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	51, // 79: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,  // 80: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	52, // 81: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	52, // 82: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10, // 83: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	36, // 84: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	17, // 85: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	19, // 86: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	31, // 87: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	37, // 88: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	39, // 89: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	44, // 90: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	49, // 91: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	53, // 92: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	41, // 93: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	18, // 94: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	26, // 95: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	33, // 96: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	38, // 97: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	40, // 98: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	45, // 99: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	50, // 100: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	54, // 101: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	42, // 102: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	94, // [94:103] is the sub-list for method output_type
+	85, // [85:94] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -4754,7 +4854,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
