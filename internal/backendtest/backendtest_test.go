@@ -103,6 +103,8 @@ func TestCluster(t *testing.T) {
 			ExpiryFollowsClock:  true,
 			Checker:             backendtest.RoundRobinChecker(cs...),
 			CheckerFollowsClock: true,
+			Quotas:              clusterQuotas(c.Nodes()),
+			QuotaExpiryBound:    2 * time.Second, // the owner's janitor pass, then the count's write
 		}
 	})
 }

@@ -286,7 +286,7 @@ func pbError(w *wireError) *pb.Error {
 	e := &pb.Error{Code: code, Msg: strings.ToValidUTF8(w.Msg, "\uFFFD"), Index: int64(w.Index), Owner: w.Owner, Ring: w.Ring, Id: w.ID}
 	if q := w.Quota; q != nil {
 		utf := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
-		e.Quota = &pb.QuotaError{Quota: utf(q.Quota), Namespace: utf(q.Namespace), Limit: q.Limit, Max: q.Max, Id: utf(q.ID)}
+		e.Quota = &pb.QuotaError{Quota: utf(q.Quota), Namespace: utf(q.Namespace), Limit: utf(q.Limit), Max: q.Max, Id: utf(q.ID)}
 	}
 	return e
 }
@@ -302,7 +302,7 @@ func goError(e *pb.Error) *wireError {
 		code = strings.ToLower(strings.TrimPrefix(name, "ERROR_CODE_"))
 	}
 	w := &wireError{Code: code, Msg: e.GetMsg(), Index: int(e.GetIndex()), Owner: e.GetOwner(), Ring: e.GetRing(), ID: e.GetId()}
-	if q := e.GetQuota(); q != nil && code == "quota_exceeded" {
+	if q := e.GetQuota(); q != nil {
 		w.Quota = &quota.ExceededError{Quota: q.GetQuota(), Namespace: q.GetNamespace(), Limit: q.GetLimit(), Max: q.GetMax(), ID: q.GetId()}
 	}
 	return w

@@ -148,6 +148,7 @@ var utf8Fields = map[string]bool{
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
 	"Result.Float": true, "View.Float": true, // the engine writes them: always ASCII
+	"ExceededError.Quota": true, "ExceededError.Namespace": true, "ExceededError.Limit": true, "ExceededError.ID": true,
 }
 
 // enumStrings are string fields that hold one of a few names.
