@@ -75,7 +75,7 @@ type Engine struct {
 
 	// quotas are the key counts per quota (quota.go); nil without quotas.
 	quotas      atomic.Pointer[quotas]
-	quotaReload sync.Mutex // serializes SetQuotas
+	quotaReload sync.Mutex                      // serializes SetQuotas
 	expireHook  atomic.Pointer[func(id string)] // SetExpireHook
 
 	stop chan struct{} // closed when Close starts
