@@ -88,14 +88,14 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	if quotas != nil && (cfg.Redis != "" || cfg.Join != "") {
-		return nil, errors.New("server: --quotas is enforced by the embedded engine only so far; not with --join or --redis")
+	if quotas != nil && cfg.Redis != "" {
+		return nil, errors.New("server: --quotas is enforced by the embedded engine and the peer cluster only so far; not with --redis")
 	}
 	switch {
 	case cfg.Redis != "":
 		return openTiered(ctx, cfg, log)
 	case cfg.Join != "":
-		return openCluster(ctx, cfg, sec, log)
+		return openCluster(ctx, cfg, sec, quotas, log)
 	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {

@@ -36,7 +36,8 @@ func quotaBackend(cfg Config, be engine.Backend) engine.QuotaBackend {
 
 // reloadQuotasOnHUP re-reads --quotas on every SIGHUP until ctx is done.
 // A file that does not parse is logged and the quotas in force stay; key
-// counts are kept (engine.QuotaBackend.SetQuotas recounts them exactly).
+// counts are kept (engine.QuotaBackend.SetQuotas recounts them: exactly
+// on the embedded engine, from a scan of the cluster on a cluster node).
 func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, log *slog.Logger) {
 	if qb == nil {
 		return
@@ -56,7 +57,7 @@ func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, 
 					continue
 				}
 				if err := qb.SetQuotas(q); err != nil {
-					log.Error("quotas reload failed; the quotas in force stay", "err", err)
+					log.Error("quotas reload failed", "err", err)
 					continue
 				}
 				log.Info("quotas file reloaded", "quotas_file", cfg.Quotas, "quotas", len(q.Rules), "default", q.Default != nil)

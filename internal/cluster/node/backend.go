@@ -17,6 +17,9 @@ func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) 
 	if err := op.Validate(n.cfg.Limits); err != nil {
 		return engine.Result{}, err
 	}
+	if err := n.quotaReserved([]engine.Op{op}, false); err != nil {
+		return engine.Result{}, err
+	}
 	res, err := n.applyOps(ctx, []engine.Op{op}, false, wo)
 	if err != nil {
 		return engine.Result{}, err
@@ -29,6 +32,9 @@ func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) 
 // its ops have one owner (see docs/cluster.md).
 func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
 	if err := engine.ValidateBatch(ops, n.cfg.Limits); err != nil {
+		return nil, err
+	}
+	if err := n.quotaReserved(ops, true); err != nil {
 		return nil, err
 	}
 	return n.applyOps(ctx, ops, true, wo)

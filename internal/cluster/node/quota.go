@@ -101,10 +101,16 @@ func countID(name, ns string) string {
 	return id
 }
 
-// SetQuotas makes c the node's quotas (nil: none) and recounts the
-// cluster's keys under them. Every node of a cluster must be given the
-// same file (SIGHUP each); each recount sets the counts from one scan.
+// SetQuotas makes c the node's quotas (nil: none) and, unless the node
+// had quotas that count ids the same way (same patterns in the same
+// order, only limits changed), recounts the cluster's keys under them.
+// Every node of a cluster must be given the same file (SIGHUP each); each
+// recount sets the counts from one scan.
 func (n *Node) SetQuotas(c *quota.Config) error { return n.setQuotas(c, true) }
+
+// UseQuotas makes c the node's quotas without a recount: the counts stay
+// as the cluster holds them (a node starting with --quotas).
+func (n *Node) UseQuotas(c *quota.Config) error { return n.setQuotas(c, false) }
 
 // setQuotas is SetQuotas; without recount it keeps the counts as they
 // are.
@@ -141,11 +147,30 @@ func (n *Node) setQuotas(c *quota.Config, recount bool) error {
 	}
 	qs.SetQuotas(local)
 	q := &nodeQuotas{set: quota.NewSet(c), keys: keys}
-	n.quota.cfg.Store(q)
-	if !keys || !recount {
+	old := n.quota.cfg.Swap(q)
+	if !keys || !recount || (old != nil && old.keys && sameCounts(old.set.Config(), c)) {
+		// The same counts under new limits: kept as they are.
 		return nil
 	}
-	return n.quotaRecount(n.ctx, q)
+	if err := n.quotaRecount(n.ctx, q); err != nil {
+		return fmt.Errorf("%w (the new quotas are in force with the counts as they were)", err)
+	}
+	return nil
+}
+
+// sameCounts reports whether a and b count every id in the same count:
+// the same patterns in the same order, each with max_keys or not, and a
+// default with max_keys in both or neither.
+func sameCounts(a, b *quota.Config) bool {
+	if len(a.Rules) != len(b.Rules) || (a.Default != nil && a.Default.MaxKeys > 0) != (b.Default != nil && b.Default.MaxKeys > 0) {
+		return false
+	}
+	for i := range a.Rules {
+		if a.Rules[i].Pattern != b.Rules[i].Pattern || (a.Rules[i].MaxKeys > 0) != (b.Rules[i].MaxKeys > 0) {
+			return false
+		}
+	}
+	return true
 }
 
 // quotaRecount sets every count of q from a scan of the cluster's ids,
@@ -182,13 +207,13 @@ func (n *Node) quotaRecount(ctx context.Context, q *nodeQuotas) error {
 	}
 	for _, id := range stale {
 		if _, ok := counts[id]; !ok {
-			if _, err := n.Apply(ctx, engine.Op{Type: engine.OpDelete, ID: id}, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+			if err := n.applyCount(ctx, engine.Op{Type: engine.OpDelete, ID: id}); err != nil {
 				return fmt.Errorf("cluster: quota recount: %w", err)
 			}
 		}
 	}
 	for id, v := range counts {
-		if _, err := n.Apply(ctx, engine.Op{Type: engine.OpSet, ID: id, Value: v}, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+		if err := n.applyCount(ctx, engine.Op{Type: engine.OpSet, ID: id, Value: v}); err != nil {
 			return fmt.Errorf("cluster: quota recount: %w", err)
 		}
 	}
@@ -247,6 +272,37 @@ func (n *Node) Quotas(ctx context.Context) ([]quota.Usage, error) {
 	return append(out, defs...), nil
 }
 
+// errQuotaID refuses a client's write to a quota count.
+var errQuotaID = fmt.Errorf("%w: ids starting with %q hold the cluster's quota counts; clients cannot write them while quotas are on", engine.ErrInvalidArgument, QuotaIDPrefix)
+
+// quotaReserved refuses a client's write of a quota count while quotas
+// are on (the node's own writes of the counts call applyOps).
+func (n *Node) quotaReserved(ops []engine.Op, batch bool) error {
+	if n.quota.cfg.Load() == nil {
+		return nil
+	}
+	for i := range ops {
+		bad := strings.HasPrefix(ops[i].ID, QuotaIDPrefix)
+		for _, src := range ops[i].Sources {
+			bad = bad || strings.HasPrefix(src, QuotaIDPrefix)
+		}
+		if !bad {
+			continue
+		}
+		if batch {
+			return &engine.BatchError{Index: i, Err: errQuotaID}
+		}
+		return errQuotaID
+	}
+	return nil
+}
+
+// applyCount applies op, a write of a quota count, where it belongs.
+func (n *Node) applyCount(ctx context.Context, op engine.Op) error {
+	_, err := n.applyOps(ctx, []engine.Op{op}, false, engine.WriteOptions{Durability: engine.Sync})
+	return err
+}
+
 // quotaReserve counts one more key under c for id, or refuses it at
 // max_keys: a compare-and-set on c's count at the count's owner.
 func (n *Node) quotaReserve(ctx context.Context, c *quota.Counter, id string) error {
@@ -259,8 +315,7 @@ func (n *Node) quotaReserve(ctx context.Context, c *quota.Counter, id string) er
 		if v.Value >= c.Limits().MaxKeys {
 			return c.Exceeded(id, "max_keys", c.Limits().MaxKeys)
 		}
-		_, err = n.Apply(ctx, engine.Op{Type: engine.OpSet, ID: cid, Value: v.Value + 1, CheckVersion: true, ExpectedVersion: v.Version},
-			engine.WriteOptions{Durability: engine.Sync})
+		err = n.applyCount(ctx, engine.Op{Type: engine.OpSet, ID: cid, Value: v.Value + 1, CheckVersion: true, ExpectedVersion: v.Version})
 		if !errors.Is(err, engine.ErrVersionConflict) {
 			return err
 		}
@@ -273,8 +328,7 @@ func (n *Node) quotaReserve(ctx context.Context, c *quota.Counter, id string) er
 
 // quotaAdd changes c's count by d without a check.
 func (n *Node) quotaAdd(ctx context.Context, c *quota.Counter, d int64) error {
-	_, err := n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: quotaCountID(c), Delta: d}, engine.WriteOptions{Durability: engine.Sync})
-	return err
+	return n.applyCount(ctx, engine.Op{Type: engine.OpAdd, ID: quotaCountID(c), Delta: d})
 }
 
 // quotaExpired is the engine's expire hook: the owner gives an expired

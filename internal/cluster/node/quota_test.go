@@ -131,6 +131,13 @@ func TestQuotaKeysAcrossOwners(t *testing.T) {
 	if k := quotaKeys(t, nodes[2], "q:*"); k != 5 {
 		t.Errorf("usage %d after delete and create, want 5", k)
 	}
+	// Clients cannot write the counts.
+	if _, err := nodes[0].n.Apply(ctx, engine.Op{Type: engine.OpSet, ID: QuotaIDPrefix + "r:q:*", Value: 0}, engine.WriteOptions{}); !errors.Is(err, engine.ErrInvalidArgument) {
+		t.Errorf("a client's write of a count: %v, want %v", err, engine.ErrInvalidArgument)
+	}
+	if k := quotaKeys(t, nodes[0], "q:*"); k != 5 {
+		t.Errorf("usage %d after a client's write of the count, want 5", k)
+	}
 }
 
 // TestQuotaHandoffAndRestart: the counts are ordinary counters that move
