@@ -417,17 +417,25 @@ func (n *Node) quotaApply(ctx context.Context, ops []engine.Op, run quotaRun) er
 		return run(nil, nil)
 	}
 	var ids []*quotaID
-	at := map[string]*quotaID{}
+	var at map[string]*quotaID // for batches
 	exclusive := false
 	for i := range ops {
 		c := q.counter(ops[i].ID)
 		if c == nil {
 			continue
 		}
-		qi := at[ops[i].ID]
+		var qi *quotaID
+		if len(ops) > 1 {
+			if at == nil {
+				at = map[string]*quotaID{}
+			}
+			qi = at[ops[i].ID]
+		}
 		if qi == nil {
 			qi = &quotaID{id: ops[i].ID, c: c}
-			at[qi.id] = qi
+			if len(ops) > 1 {
+				at[qi.id] = qi
+			}
 			ids = append(ids, qi)
 		}
 		if ops[i].Type != engine.OpDelete && ops[i].Type != engine.OpHDel && ops[i].Type != engine.OpExpire {
@@ -566,6 +574,15 @@ func (n *Node) quotaExclusive(ctx context.Context, ids []*quotaID, run quotaRun)
 // lock takes the quota stripes of ids in index order, shared or not; it
 // returns the unlock.
 func (s *qstate) lock(ids []*quotaID, shared bool) func() {
+	if len(ids) == 1 {
+		mu := &s.stripes[xxhash.Sum64String(ids[0].id)%uint64(len(s.stripes))]
+		if shared {
+			mu.RLock()
+			return mu.RUnlock
+		}
+		mu.Lock()
+		return mu.Unlock
+	}
 	var idx []int
 	for _, qi := range ids {
 		idx = append(idx, int(xxhash.Sum64String(qi.id)%uint64(len(s.stripes))))

@@ -255,3 +255,47 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 		t.Errorf("usage %d, want 10", k)
 	}
 }
+
+// BenchmarkQuotaAddExisting compares adds to existing counters on their
+// owner (a one-node cluster) without and with a max_keys quota over them:
+// the path quotas must keep free of any quota call.
+func BenchmarkQuotaAddExisting(b *testing.B) {
+	for _, on := range []bool{false, true} {
+		name := "none"
+		if on {
+			name = "quotas"
+		}
+		b.Run(name, func(b *testing.B) {
+			c := newTestCluster(b, "n1")
+			n := c.node("n1").n
+			ctx := context.Background()
+			if on {
+				q, err := quota.Parse(strings.NewReader("namespaces:\n  \"a:*\": {max_keys: 1000}\n  \"q:*\": {max_keys: 100000}\n"))
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := n.SetQuotas(q); err != nil {
+					b.Fatal(err)
+				}
+			}
+			ids := make([]string, 256)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("q:%d", i)
+				if _, err := n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: ids[i], Delta: 1}, engine.WriteOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := 0
+				for pb.Next() {
+					if _, err := n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: ids[i%len(ids)], Delta: 1}, engine.WriteOptions{}); err != nil {
+						b.Fatal(err)
+					}
+					i++
+				}
+			})
+		})
+	}
+}
