@@ -245,3 +245,103 @@ func TestQuotasTieredProcess(t *testing.T) {
 		t.Fatalf("the other node counts %d keys, want 5", n)
 	}
 }
+
+// TestQuotasClusterProcess: --quotas with --join: max_keys counts the
+// keys of the whole cluster, whichever node a write reaches (HTTP 429
+// quota_exceeded with the quota on a forwarded write too), every node's
+// GET /quotas shows the cluster's count, and SIGHUP reloads the file.
+func TestQuotasClusterProcess(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs the counterd binary")
+	}
+	qfile := filepath.Join(t.TempDir(), "quotas.yaml")
+	writeQuotas := func(text string) {
+		if err := os.WriteFile(qfile, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	writeQuotas("namespaces:\n  \"q:*\": {max_keys: 3}\n")
+	c := &testCluster{place: loopback}
+	var joins []string
+	for i := range 3 {
+		nd := c.newNode(t, i)
+		nd.extra = []string{"--quotas", qfile}
+		c.nodes = append(c.nodes, nd)
+		joins = append(joins, nd.gossip)
+	}
+	for _, nd := range c.nodes {
+		nd.join = strings.Join(joins, ",")
+		nd.start(t)
+	}
+	waitAlive(t, c.nodes, 60*time.Second)
+	incr := func(nd *cnode, id string) (int, string) {
+		resp, err := client.Post(nd.url+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	usage := func(nd *cnode) int64 {
+		resp, err := client.Get(nd.url + "/quotas")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var a struct {
+			Quotas []struct {
+				Quota string
+				Keys  int64
+			}
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+			t.Fatal(err)
+		}
+		for _, u := range a.Quotas {
+			if u.Quota == "q:*" {
+				return u.Keys
+			}
+		}
+		t.Fatalf("%s: GET /quotas: no q:* in %+v", nd.id, a)
+		return 0
+	}
+	for i, id := range []string{"q:a", "q:b", "q:c", "q:a"} {
+		if s, b := incr(c.nodes[i%3], id); s != 200 {
+			t.Fatalf("%s: %d %s", id, s, b)
+		}
+	}
+	for i, id := range []string{"q:d", "q:e", "q:f", "q:g"} {
+		if s, b := incr(c.nodes[i%3], id); s != 429 || !strings.Contains(b, `"code":"quota_exceeded"`) || !strings.Contains(b, `"max":3`) || !strings.Contains(b, `"q:*"`) {
+			t.Fatalf("%s past max_keys 3 through %s: %d %s", id, c.nodes[i%3].id, s, b)
+		}
+	}
+	for _, nd := range c.nodes {
+		if n := usage(nd); n != 3 {
+			t.Fatalf("%s: usage %d, want 3", nd.id, n)
+		}
+	}
+	writeQuotas("namespaces:\n  \"q:*\": {max_keys: 4}\n")
+	for _, nd := range c.nodes {
+		if err := nd.p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		s, b := incr(c.nodes[1], "q:d")
+		if s == 200 {
+			break
+		}
+		if s != 429 || time.Now().After(deadline) {
+			t.Fatalf("4th key after the reload: %d %s", s, b)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s, b := incr(c.nodes[2], "q:e"); s != 429 {
+		t.Fatalf("5th key after the reload to 4: %d %s", s, b)
+	}
+	if n := usage(c.nodes[0]); n != 4 {
+		t.Fatalf("usage %d after the reload, want 4", n)
+	}
+}

@@ -116,6 +116,8 @@ func TestCluster(t *testing.T) {
 			Checker:             backendtest.RoundRobinChecker(cs...),
 			CheckerFollowsClock: true,
 			FillDisk:            backendtest.FillEngines(disks, c.Engines()),
+			Quotas:              clusterQuotas(c.Nodes()),
+			QuotaExpiryBound:    2 * time.Second, // the owner's janitor pass, then the count's write
 		}
 	})
 }

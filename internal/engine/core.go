@@ -76,7 +76,8 @@ type Engine struct {
 
 	// quotas are the key counts per quota (quota.go); nil without quotas.
 	quotas      atomic.Pointer[quotas]
-	quotaReload sync.Mutex // serializes SetQuotas
+	quotaReload sync.Mutex                      // serializes SetQuotas
+	expireHook  atomic.Pointer[func(id string)] // SetExpireHook
 
 	stop chan struct{} // closed when Close starts
 	done chan struct{} // closed when Close has flushed
@@ -343,6 +344,7 @@ func (e *Engine) liveLocked(r *ref, now int64) bool {
 		return false
 	}
 	if x := en.ext(); x != nil && x.expires != 0 && x.expires <= now {
+		e.expiredLocked(r)
 		e.clearLocked(r)
 		return false
 	}

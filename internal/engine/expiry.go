@@ -186,6 +186,7 @@ func (e *Engine) expireDue() {
 				case at == 0: // persisted or deleted since: a stale item
 				case at <= now:
 					r := ref{sh: sh, shardNo: no, idx: i, e: en}
+					e.expiredLocked(&r)
 					e.clearLocked(&r)
 				default:
 					// Extended since the item was pushed (or a stale item of

@@ -197,3 +197,24 @@ func (e *Engine) checkHashFieldsLocked(op *Op, h *counter.Hash) error {
 	}
 	return nil
 }
+
+// SetExpireHook makes fn (nil: none) hear of every counter the engine
+// deletes because its TTL passed (by the janitor, or by the op or read
+// that found it expired), once, with the counter's id. fn runs under the
+// counter's lock: it must not block or call the engine. The cluster uses
+// it to give an expired key's room back to its quota's shared count.
+func (e *Engine) SetExpireHook(fn func(id string)) {
+	if fn == nil {
+		e.expireHook.Store(nil)
+		return
+	}
+	e.expireHook.Store(&fn)
+}
+
+// expiredLocked tells the expire hook that r's live counter expires.
+// Caller holds r's lock.
+func (e *Engine) expiredLocked(r *ref) {
+	if fn := e.expireHook.Load(); fn != nil && r.e.kind() != KindNone {
+		(*fn)(idAtLocked(r))
+	}
+}

@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,5 +307,36 @@ func TestQuotaCrash(t *testing.T) {
 	mustApply(t, e, Op{Type: OpAdd, ID: "q:b", Delta: 1})
 	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:c", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
 		t.Fatalf("6th key after the crash: %v", err)
+	}
+}
+
+// TestExpireHook: the expire hook hears of each counter the engine
+// deletes because its TTL passed, once, by the janitor or by the access
+// that finds it expired, and of no delete.
+func TestExpireHook(t *testing.T) {
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	e := openMem(t, func(c *Config) { c.Clock = clk.Now })
+	var mu sync.Mutex
+	var heard []string
+	e.SetExpireHook(func(id string) { mu.Lock(); heard = append(heard, id); mu.Unlock() })
+	for _, id := range []string{"a", "b", "c"} {
+		if _, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: 1, TTL: time.Minute}, WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := e.Apply(bg, Op{Type: OpDelete, ID: "c"}, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(2 * time.Minute)
+	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "a", Delta: 1}, WriteOptions{}); err != nil { // found expired on access
+		t.Fatal(err)
+	}
+	e.expireDue() // the janitor: b
+	e.expireDue()
+	mu.Lock()
+	defer mu.Unlock()
+	slices.Sort(heard)
+	if !slices.Equal(heard, []string{"a", "b"}) {
+		t.Errorf("expire hook heard %q, want [a b]", heard)
 	}
 }

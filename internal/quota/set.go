@@ -58,6 +58,16 @@ type Counter struct {
 	keys     atomic.Int64
 }
 
+// Name is the counter's quota: its pattern, or DefaultName.
+func (c *Counter) Name() string { return c.name }
+
+// Namespace is the namespace the default counts in ("" for a pattern).
+func (c *Counter) Namespace() string { return c.ns }
+
+// Exceeded is the refusal of id by the counter's limit (limit is
+// "max_keys" or "max_hash_fields"), for a backend that counts elsewhere.
+func (c *Counter) Exceeded(id, limit string, max int64) error { return c.exceeded(id, limit, max) }
+
 // Limits are the counter's quota's.
 func (c *Counter) Limits() Limits { return c.limits }
 

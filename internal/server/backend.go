@@ -91,14 +91,11 @@ func openNode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) 
 	if err != nil {
 		return nil, err
 	}
-	if quotas != nil && cfg.Join != "" {
-		return nil, errors.New("server: --quotas is enforced by the embedded engine and the tiered mode only so far; not with --join")
-	}
 	switch {
 	case cfg.Redis != "":
 		return openTieredQuotas(ctx, cfg, quotas, log)
 	case cfg.Join != "":
-		return openCluster(ctx, cfg, sec, log)
+		return openCluster(ctx, cfg, sec, quotas, log)
 	}
 	eng, err := openEngine(cfg, log)
 	if err != nil {

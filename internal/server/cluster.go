@@ -10,15 +10,21 @@ import (
 	"github.com/counterd/counterd/internal/cluster/membership"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // openCluster joins a peer cluster: gossip membership, ring placement,
 // forwarding and replication on top of an embedded engine whose pn replica
 // name is the node id. Gossip starts in the start hook, once the listeners
 // are bound, so peers learn the actual addresses.
-func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger) (*node, error) {
+func openCluster(_ context.Context, cfg Config, sec *security, quotas *quota.Config, log *slog.Logger) (*node, error) {
 	if cfg.GRPC == "" {
 		return nil, fmt.Errorf("server: cluster mode (--join) needs --grpc for peer traffic")
+	}
+	if quotas != nil && cfg.PeerRegions != "" {
+		// Keys that arrive from other regions are merged, not created
+		// through their owner, so no quota would count them.
+		return nil, fmt.Errorf("server: --quotas with --join is not supported with --peer-regions yet")
 	}
 	eng, err := openEngine(cfg, log) // sets the engine's NodeID to --node-id
 	if err != nil {
@@ -57,6 +63,16 @@ func openCluster(_ context.Context, cfg Config, sec *security, log *slog.Logger)
 	if err != nil {
 		_ = eng.Close()
 		return nil, err
+	}
+	if quotas != nil {
+		// The counts live in the cluster: kept as they are (SIGHUP
+		// recounts them, docs/security.md).
+		if err := cn.UseQuotas(quotas); err != nil {
+			_ = cn.Close()
+			_ = eng.Close()
+			return nil, err
+		}
+		log.Info("quotas on", "quotas_file", cfg.Quotas, "quotas", len(quotas.Rules), "default", quotas.Default != nil)
 	}
 	closeEng := closeEngine(eng, log)
 	return &node{

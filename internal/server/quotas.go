@@ -33,7 +33,8 @@ func quotaBackend(cfg Config, be engine.Backend) engine.QuotaBackend {
 
 // reloadQuotasOnHUP re-reads --quotas on every SIGHUP until ctx is done.
 // A file that does not parse is logged and the quotas in force stay; key
-// counts are kept (engine.QuotaBackend.SetQuotas recounts them exactly).
+// counts are kept (engine.QuotaBackend.SetQuotas recounts them: exactly
+// on the embedded engine, from a scan of the cluster on a cluster node).
 func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, log *slog.Logger) {
 	if qb == nil {
 		return

@@ -17,6 +17,9 @@ func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) 
 	if err := op.Validate(n.cfg.Limits); err != nil {
 		return engine.Result{}, err
 	}
+	if err := n.quotaReserved([]engine.Op{op}, false); err != nil {
+		return engine.Result{}, err
+	}
 	res, err := n.applyOps(ctx, []engine.Op{op}, false, wo)
 	if err != nil {
 		return engine.Result{}, err
@@ -31,6 +34,9 @@ func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteO
 	if err := engine.ValidateBatch(ops, n.cfg.Limits); err != nil {
 		return nil, err
 	}
+	if err := n.quotaReserved(ops, true); err != nil {
+		return nil, err
+	}
 	return n.applyOps(ctx, ops, true, wo)
 }
 
@@ -40,6 +46,9 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 		return nil, err // even CRDT adds: nobody would take its pushes
 	}
 	if err := n.checkSources(ops, batch); err != nil {
+		if !batch {
+			err = n.quotaBeforeCrossNode(ctx, &ops[0], err)
+		}
 		return nil, err
 	}
 	if !batch && n.crdtLocal(ctx, &ops[0], wo.IdempotencyKey) {
@@ -103,14 +112,26 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 		return nil, err
 	}
 	var res []engine.Result
-	err := n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
-		// Again under the gate: the op may have waited (fence) while the
-		// ring shrank to this node's side of a partition.
-		if err := n.checkMajority(local); err != nil {
+	err := n.quotaApply(ctx, ops, func(check, done func() error) error {
+		return n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
+			// Again under the gate: the op may have waited (fence) while the
+			// ring shrank to this node's side of a partition.
+			if err := n.checkMajority(local); err != nil {
+				return err
+			}
+			if check != nil {
+				if err := check(); err != nil {
+					return err
+				}
+			}
+			res, err = n.applyKeyed(ctx, ops, batch, wo)
+			if done != nil {
+				if derr := done(); derr != nil {
+					err = errors.Join(err, derr)
+				}
+			}
 			return err
-		}
-		res, err = n.applyKeyed(ctx, ops, batch, wo)
-		return err
+		})
 	})
 	if err != nil {
 		return nil, err

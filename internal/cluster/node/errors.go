@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // ErrWrongOwner is answered to a forwarded request for an id the receiver
@@ -55,6 +56,10 @@ type wireError struct {
 	Owner string `json:"owner,omitempty"`
 	Ring  uint64 `json:"ring,omitempty"`
 	ID    string `json:"id,omitempty"`
+	// Quota is the refusal of a quota (code quota_exceeded), so that the
+	// caller's front ends name the quota and its limit as the owner's
+	// would.
+	Quota *quota.ExceededError `json:"quota,omitempty"`
 }
 
 // sentinels maps wire codes to errors; order matters (first match wins).
@@ -74,6 +79,7 @@ var sentinels = []struct {
 	{"not_found", engine.ErrNotFound},
 	{"batch_too_large", engine.ErrBatchTooLarge},
 	{"idempotency_reuse", engine.ErrIdempotencyReuse},
+	{"quota_exceeded", engine.ErrQuotaExceeded},
 	{"closed", engine.ErrClosed},
 	{"insufficient_storage", engine.ErrInsufficientStorage},
 	{"unavailable", engine.ErrUnavailable},
@@ -101,6 +107,11 @@ func toWire(err error) *wireError {
 	var wo *WrongOwnerError
 	if errors.As(err, &wo) {
 		w.Owner, w.Ring, w.ID = wo.Owner, wo.RingVersion, wo.ID
+	}
+	var qe *quota.ExceededError
+	if errors.As(err, &qe) {
+		c := *qe
+		w.Quota = &c
 	}
 	return w
 }
@@ -131,6 +142,12 @@ func (w *wireError) err(node string, index func(int) int) error {
 			err = &remoteError{node: node, msg: w.Msg, sentinel: s.err}
 			break
 		}
+	}
+	if w.Code == "quota_exceeded" && w.Quota != nil {
+		// The quota's refusal itself (errors.As finds its name and limit;
+		// it is errors.Is engine.ErrQuotaExceeded).
+		c := *w.Quota
+		err = &remoteError{node: node, msg: w.Msg, sentinel: &c}
 	}
 	if w.Index >= 0 {
 		i := w.Index

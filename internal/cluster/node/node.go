@@ -170,6 +170,7 @@ type Node struct {
 	tombs    tombs         // recently deleted ids (tombstones.go)
 	handoff  chan struct{} // 1-buffered: a ring change to hand off
 	rl       RateLimit     // set before Start (ratelimit.go)
+	quota    qstate        // quotas (quota.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc

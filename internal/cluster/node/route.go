@@ -170,6 +170,12 @@ func (n *Node) crdtLocal(ctx context.Context, op *engine.Op, _ string) bool {
 			return false
 		}
 		k = v.Kind
+	} else if (k == engine.KindPN || k == engine.KindSharded) && n.quota.cfg.Load().counter(op.ID) != nil {
+		// Creating a key under max_keys: on its owner, which counts it
+		// (quota.go).
+		if _, _, exists, err := n.store.TTL(ctx, op.ID); err != nil || !exists {
+			return false
+		}
 	}
 	return k == engine.KindPN || k == engine.KindSharded
 }

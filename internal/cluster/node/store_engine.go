@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 )
 
 // State is one counter's replicable state.
@@ -47,3 +48,10 @@ func (s engineStore) MergeRecords(ctx context.Context, states []State, wo engine
 func (s engineStore) StoredRecords(since int64, fn func(engine.StoredRecord)) error {
 	return s.e.StoredRecords(since, fn)
 }
+
+// SetQuotas gives the engine c's limits that apply to one key
+// (max_hash_fields, checked at the hash's owner); max_keys are the
+// cluster's (quota.go).
+func (s engineStore) SetQuotas(c *quota.Config) { s.e.SetQuotas(c) }
+
+func (s engineStore) SetExpireHook(fn func(id string)) { s.e.SetExpireHook(fn) }

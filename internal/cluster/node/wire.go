@@ -15,6 +15,7 @@ import (
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -282,7 +283,12 @@ func pbError(w *wireError) *pb.Error {
 	if !ok {
 		code = pb.ErrorCode_ERROR_CODE_INTERNAL
 	}
-	return &pb.Error{Code: code, Msg: strings.ToValidUTF8(w.Msg, "\uFFFD"), Index: int64(w.Index), Owner: w.Owner, Ring: w.Ring, Id: w.ID}
+	e := &pb.Error{Code: code, Msg: strings.ToValidUTF8(w.Msg, "\uFFFD"), Index: int64(w.Index), Owner: w.Owner, Ring: w.Ring, Id: w.ID}
+	if q := w.Quota; q != nil {
+		utf := func(s string) string { return strings.ToValidUTF8(s, "\uFFFD") }
+		e.Quota = &pb.QuotaError{Quota: utf(q.Quota), Namespace: utf(q.Namespace), Limit: utf(q.Limit), Max: q.Max, Id: utf(q.ID)}
+	}
+	return e
 }
 
 // goError decodes e; an unknown or unspecified code is "internal" (the
@@ -295,7 +301,11 @@ func goError(e *pb.Error) *wireError {
 	if name, ok := pb.ErrorCode_name[int32(e.GetCode())]; ok && e.GetCode() != pb.ErrorCode_ERROR_CODE_UNSPECIFIED {
 		code = strings.ToLower(strings.TrimPrefix(name, "ERROR_CODE_"))
 	}
-	return &wireError{Code: code, Msg: e.GetMsg(), Index: int(e.GetIndex()), Owner: e.GetOwner(), Ring: e.GetRing(), ID: e.GetId()}
+	w := &wireError{Code: code, Msg: e.GetMsg(), Index: int(e.GetIndex()), Owner: e.GetOwner(), Ring: e.GetRing(), ID: e.GetId()}
+	if q := e.GetQuota(); q != nil {
+		w.Quota = &quota.ExceededError{Quota: q.GetQuota(), Namespace: q.GetNamespace(), Limit: q.GetLimit(), Max: q.GetMax(), ID: q.GetId()}
+	}
+	return w
 }
 
 // opName maps the op strings of read and local requests to their enum

@@ -20,6 +20,7 @@ import (
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -147,6 +148,7 @@ var utf8Fields = map[string]bool{
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
 	"Result.Float": true, "View.Float": true, // the engine writes them: always ASCII
+	"ExceededError.Quota": true, "ExceededError.Namespace": true, "ExceededError.Limit": true, "ExceededError.ID": true,
 }
 
 // enumStrings are string fields that hold one of a few names.
@@ -397,6 +399,45 @@ func TestWireErrorCodes(t *testing.T) {
 	}
 	if pbError(nil) != nil || goError(nil) != nil {
 		t.Error("nil error does not stay nil")
+	}
+}
+
+// TestWireQuotaError: a quota's refusal crosses a peer call with its
+// quota, namespace, limit and max, so the caller's front ends name them
+// (HTTP body, RESP -OOM) as the owner's would, inside a batch too.
+func TestWireQuotaError(t *testing.T) {
+	for _, in := range []error{
+		&quota.ExceededError{Quota: "q:*", Limit: "max_keys", Max: 10, ID: "q:a"},
+		&engine.BatchError{Index: 2, Err: &quota.ExceededError{Quota: quota.DefaultName, Namespace: "ns\xff", Limit: "max_hash_fields", Max: 3, ID: "ns:h"}},
+	} {
+		b, err := proto.Marshal(pbError(toWire(in)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var back pb.Error
+		if err := proto.Unmarshal(b, &back); err != nil {
+			t.Fatal(err)
+		}
+		got := goError(&back).err("n2", nil)
+		var want, qe *quota.ExceededError
+		if !errors.As(in, &want) {
+			t.Fatal("test input is not a quota error")
+		}
+		if !errors.Is(got, engine.ErrQuotaExceeded) || !errors.As(got, &qe) {
+			t.Fatalf("%v decoded as %v, not a quota error", in, got)
+		}
+		w := *want
+		w.Namespace = strings.ToValidUTF8(w.Namespace, "\uFFFD")
+		if *qe != w {
+			t.Errorf("decoded %+v, want %+v", *qe, w)
+		}
+		if m := quota.Message(got); m != w.Error() {
+			t.Errorf("message %q, want %q", m, w.Error())
+		}
+		var be *engine.BatchError
+		if errors.As(in, &be) && (!errors.As(got, &be) || be.Index != 2) {
+			t.Errorf("batch index lost: %v", got)
+		}
 	}
 }
 

@@ -405,6 +405,7 @@ const (
 	ErrorCode_ERROR_CODE_NOT_FLOAT         ErrorCode = 15
 	ErrorCode_ERROR_CODE_FLOAT_RANGE       ErrorCode = 16
 	ErrorCode_ERROR_CODE_NOT_INTEGER       ErrorCode = 17
+	ErrorCode_ERROR_CODE_QUOTA_EXCEEDED    ErrorCode = 18 // quota names the quota and its limit
 	// The peer's storage is full or failing: it is read-only (HTTP 507,
 	// RESP MISCONF).
 	ErrorCode_ERROR_CODE_INSUFFICIENT_STORAGE ErrorCode = 19
@@ -431,6 +432,7 @@ var (
 		15: "ERROR_CODE_NOT_FLOAT",
 		16: "ERROR_CODE_FLOAT_RANGE",
 		17: "ERROR_CODE_NOT_INTEGER",
+		18: "ERROR_CODE_QUOTA_EXCEEDED",
 		19: "ERROR_CODE_INSUFFICIENT_STORAGE",
 	}
 	ErrorCode_value = map[string]int32{
@@ -452,6 +454,7 @@ var (
 		"ERROR_CODE_NOT_FLOAT":            15,
 		"ERROR_CODE_FLOAT_RANGE":          16,
 		"ERROR_CODE_NOT_INTEGER":          17,
+		"ERROR_CODE_QUOTA_EXCEEDED":       18,
 		"ERROR_CODE_INSUFFICIENT_STORAGE": 19,
 	}
 )
@@ -683,9 +686,11 @@ type Error struct {
 	// index is the failing op of a batch, -1 if none.
 	Index int64 `protobuf:"zigzag64,3,opt,name=index,proto3" json:"index,omitempty"`
 	// owner, ring and id: ERROR_CODE_WRONG_OWNER only.
-	Owner         string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
-	Ring          uint64 `protobuf:"varint,5,opt,name=ring,proto3" json:"ring,omitempty"`
-	Id            string `protobuf:"bytes,6,opt,name=id,proto3" json:"id,omitempty"`
+	Owner string `protobuf:"bytes,4,opt,name=owner,proto3" json:"owner,omitempty"`
+	Ring  uint64 `protobuf:"varint,5,opt,name=ring,proto3" json:"ring,omitempty"`
+	Id    string `protobuf:"bytes,6,opt,name=id,proto3" json:"id,omitempty"`
+	// quota: ERROR_CODE_QUOTA_EXCEEDED only.
+	Quota         *QuotaError `protobuf:"bytes,7,opt,name=quota,proto3" json:"quota,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -762,6 +767,90 @@ func (x *Error) GetId() string {
 	return ""
 }
 
+func (x *Error) GetQuota() *QuotaError {
+	if x != nil {
+		return x.Quota
+	}
+	return nil
+}
+
+// QuotaError is a write refused by a quota (internal/quota.ExceededError).
+type QuotaError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Quota         string                 `protobuf:"bytes,1,opt,name=quota,proto3" json:"quota,omitempty"`         // the quota's pattern, or "default"
+	Namespace     string                 `protobuf:"bytes,2,opt,name=namespace,proto3" json:"namespace,omitempty"` // for the default: the namespace counted
+	Limit         string                 `protobuf:"bytes,3,opt,name=limit,proto3" json:"limit,omitempty"`         // "max_keys" or "max_hash_fields"
+	Max           int64                  `protobuf:"varint,4,opt,name=max,proto3" json:"max,omitempty"`
+	Id            string                 `protobuf:"bytes,5,opt,name=id,proto3" json:"id,omitempty"` // the id written
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *QuotaError) Reset() {
+	*x = QuotaError{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *QuotaError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*QuotaError) ProtoMessage() {}
+
+func (x *QuotaError) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use QuotaError.ProtoReflect.Descriptor instead.
+func (*QuotaError) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *QuotaError) GetQuota() string {
+	if x != nil {
+		return x.Quota
+	}
+	return ""
+}
+
+func (x *QuotaError) GetNamespace() string {
+	if x != nil {
+		return x.Namespace
+	}
+	return ""
+}
+
+func (x *QuotaError) GetLimit() string {
+	if x != nil {
+		return x.Limit
+	}
+	return ""
+}
+
+func (x *QuotaError) GetMax() int64 {
+	if x != nil {
+		return x.Max
+	}
+	return 0
+}
+
+func (x *QuotaError) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
 type FieldDelta struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -775,7 +864,7 @@ type FieldDelta struct {
 
 func (x *FieldDelta) Reset() {
 	*x = FieldDelta{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -787,7 +876,7 @@ func (x *FieldDelta) String() string {
 func (*FieldDelta) ProtoMessage() {}
 
 func (x *FieldDelta) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[2]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -800,7 +889,7 @@ func (x *FieldDelta) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FieldDelta.ProtoReflect.Descriptor instead.
 func (*FieldDelta) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{2}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FieldDelta) GetName() []byte {
@@ -836,7 +925,7 @@ type Field struct {
 
 func (x *Field) Reset() {
 	*x = Field{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -848,7 +937,7 @@ func (x *Field) String() string {
 func (*Field) ProtoMessage() {}
 
 func (x *Field) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[3]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -861,7 +950,7 @@ func (x *Field) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Field.ProtoReflect.Descriptor instead.
 func (*Field) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{3}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Field) GetName() []byte {
@@ -896,7 +985,7 @@ type WindowSpec struct {
 
 func (x *WindowSpec) Reset() {
 	*x = WindowSpec{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +997,7 @@ func (x *WindowSpec) String() string {
 func (*WindowSpec) ProtoMessage() {}
 
 func (x *WindowSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[4]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1010,7 @@ func (x *WindowSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSpec.ProtoReflect.Descriptor instead.
 func (*WindowSpec) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{4}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *WindowSpec) GetGranularityNs() int64 {
@@ -976,7 +1065,7 @@ type Op struct {
 
 func (x *Op) Reset() {
 	*x = Op{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -988,7 +1077,7 @@ func (x *Op) String() string {
 func (*Op) ProtoMessage() {}
 
 func (x *Op) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[5]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1001,7 +1090,7 @@ func (x *Op) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Op.ProtoReflect.Descriptor instead.
 func (*Op) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{5}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Op) GetType() OpType {
@@ -1169,7 +1258,7 @@ type Result struct {
 
 func (x *Result) Reset() {
 	*x = Result{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1181,7 +1270,7 @@ func (x *Result) String() string {
 func (*Result) ProtoMessage() {}
 
 func (x *Result) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[6]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1194,7 +1283,7 @@ func (x *Result) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Result.ProtoReflect.Descriptor instead.
 func (*Result) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{6}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Result) GetId() string {
@@ -1266,7 +1355,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1367,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[7]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1380,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{7}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ApplyRequest) GetHeader() *Header {
@@ -1339,7 +1428,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1351,7 +1440,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[8]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1364,7 +1453,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{8}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApplyResponse) GetResults() []*Result {
@@ -1401,7 +1490,7 @@ type ReadRequest struct {
 
 func (x *ReadRequest) Reset() {
 	*x = ReadRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1502,7 @@ func (x *ReadRequest) String() string {
 func (*ReadRequest) ProtoMessage() {}
 
 func (x *ReadRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[9]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1515,7 @@ func (x *ReadRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadRequest.ProtoReflect.Descriptor instead.
 func (*ReadRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{9}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ReadRequest) GetHeader() *Header {
@@ -1510,7 +1599,7 @@ type ShardedSlot struct {
 
 func (x *ShardedSlot) Reset() {
 	*x = ShardedSlot{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1522,7 +1611,7 @@ func (x *ShardedSlot) String() string {
 func (*ShardedSlot) ProtoMessage() {}
 
 func (x *ShardedSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[10]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1535,7 +1624,7 @@ func (x *ShardedSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShardedSlot.ProtoReflect.Descriptor instead.
 func (*ShardedSlot) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{10}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShardedSlot) GetReplica() string {
@@ -1570,7 +1659,7 @@ type PNSlot struct {
 
 func (x *PNSlot) Reset() {
 	*x = PNSlot{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1671,7 @@ func (x *PNSlot) String() string {
 func (*PNSlot) ProtoMessage() {}
 
 func (x *PNSlot) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[11]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1684,7 @@ func (x *PNSlot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PNSlot.ProtoReflect.Descriptor instead.
 func (*PNSlot) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{11}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *PNSlot) GetReplica() string {
@@ -1629,7 +1718,7 @@ type Bucket struct {
 
 func (x *Bucket) Reset() {
 	*x = Bucket{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1641,7 +1730,7 @@ func (x *Bucket) String() string {
 func (*Bucket) ProtoMessage() {}
 
 func (x *Bucket) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[12]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1654,7 +1743,7 @@ func (x *Bucket) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Bucket.ProtoReflect.Descriptor instead.
 func (*Bucket) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{12}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Bucket) GetStart() *timestamppb.Timestamp {
@@ -1696,7 +1785,7 @@ type View struct {
 
 func (x *View) Reset() {
 	*x = View{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1708,7 +1797,7 @@ func (x *View) String() string {
 func (*View) ProtoMessage() {}
 
 func (x *View) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[13]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1721,7 +1810,7 @@ func (x *View) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use View.ProtoReflect.Descriptor instead.
 func (*View) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{13}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *View) GetId() string {
@@ -1851,7 +1940,7 @@ type Series struct {
 
 func (x *Series) Reset() {
 	*x = Series{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +1952,7 @@ func (x *Series) String() string {
 func (*Series) ProtoMessage() {}
 
 func (x *Series) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[14]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +1965,7 @@ func (x *Series) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Series.ProtoReflect.Descriptor instead.
 func (*Series) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{14}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Series) GetGranularity() Granularity {
@@ -1938,7 +2027,7 @@ type Estimate struct {
 
 func (x *Estimate) Reset() {
 	*x = Estimate{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1950,7 +2039,7 @@ func (x *Estimate) String() string {
 func (*Estimate) ProtoMessage() {}
 
 func (x *Estimate) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[15]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1963,7 +2052,7 @@ func (x *Estimate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Estimate.ProtoReflect.Descriptor instead.
 func (*Estimate) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{15}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Estimate) GetUnit() Granularity {
@@ -2042,7 +2131,7 @@ type ReadResponse struct {
 
 func (x *ReadResponse) Reset() {
 	*x = ReadResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2054,7 +2143,7 @@ func (x *ReadResponse) String() string {
 func (*ReadResponse) ProtoMessage() {}
 
 func (x *ReadResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[16]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2067,7 +2156,7 @@ func (x *ReadResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadResponse.ProtoReflect.Descriptor instead.
 func (*ReadResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{16}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadResponse) GetView() *View {
@@ -2163,7 +2252,7 @@ type RollupSpec struct {
 
 func (x *RollupSpec) Reset() {
 	*x = RollupSpec{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2264,7 @@ func (x *RollupSpec) String() string {
 func (*RollupSpec) ProtoMessage() {}
 
 func (x *RollupSpec) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[17]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2277,7 @@ func (x *RollupSpec) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RollupSpec.ProtoReflect.Descriptor instead.
 func (*RollupSpec) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{17}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RollupSpec) GetMinuteNs() int64 {
@@ -2251,7 +2340,7 @@ type ViewRequest struct {
 
 func (x *ViewRequest) Reset() {
 	*x = ViewRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2263,7 +2352,7 @@ func (x *ViewRequest) String() string {
 func (*ViewRequest) ProtoMessage() {}
 
 func (x *ViewRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[18]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2276,7 +2365,7 @@ func (x *ViewRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewRequest.ProtoReflect.Descriptor instead.
 func (*ViewRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{18}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ViewRequest) GetNodes() []string {
@@ -2305,7 +2394,7 @@ type ViewAnswer struct {
 
 func (x *ViewAnswer) Reset() {
 	*x = ViewAnswer{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2317,7 +2406,7 @@ func (x *ViewAnswer) String() string {
 func (*ViewAnswer) ProtoMessage() {}
 
 func (x *ViewAnswer) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[19]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2330,7 +2419,7 @@ func (x *ViewAnswer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ViewAnswer.ProtoReflect.Descriptor instead.
 func (*ViewAnswer) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{19}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ViewAnswer) GetIncarnation() string {
@@ -2366,7 +2455,7 @@ type SeriesQuery struct {
 
 func (x *SeriesQuery) Reset() {
 	*x = SeriesQuery{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2378,7 +2467,7 @@ func (x *SeriesQuery) String() string {
 func (*SeriesQuery) ProtoMessage() {}
 
 func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[20]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2391,7 +2480,7 @@ func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeriesQuery.ProtoReflect.Descriptor instead.
 func (*SeriesQuery) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{20}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SeriesQuery) GetId() string {
@@ -2441,7 +2530,7 @@ type LocalRequest struct {
 
 func (x *LocalRequest) Reset() {
 	*x = LocalRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2453,7 +2542,7 @@ func (x *LocalRequest) String() string {
 func (*LocalRequest) ProtoMessage() {}
 
 func (x *LocalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2466,7 +2555,7 @@ func (x *LocalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRequest.ProtoReflect.Descriptor instead.
 func (*LocalRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *LocalRequest) GetHeader() *Header {
@@ -2557,7 +2646,7 @@ type Aggregate struct {
 
 func (x *Aggregate) Reset() {
 	*x = Aggregate{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2569,7 +2658,7 @@ func (x *Aggregate) String() string {
 func (*Aggregate) ProtoMessage() {}
 
 func (x *Aggregate) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2582,7 +2671,7 @@ func (x *Aggregate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aggregate.ProtoReflect.Descriptor instead.
 func (*Aggregate) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Aggregate) GetPrefix() []byte {
@@ -2622,7 +2711,7 @@ type LocalResponse struct {
 
 func (x *LocalResponse) Reset() {
 	*x = LocalResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2634,7 +2723,7 @@ func (x *LocalResponse) String() string {
 func (*LocalResponse) ProtoMessage() {}
 
 func (x *LocalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2647,7 +2736,7 @@ func (x *LocalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalResponse.ProtoReflect.Descriptor instead.
 func (*LocalResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *LocalResponse) GetAggregate() *Aggregate {
@@ -2724,7 +2813,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2736,7 +2825,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2749,7 +2838,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *State) GetId() string {
@@ -2825,7 +2914,7 @@ type IdemRecord struct {
 
 func (x *IdemRecord) Reset() {
 	*x = IdemRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2837,7 +2926,7 @@ func (x *IdemRecord) String() string {
 func (*IdemRecord) ProtoMessage() {}
 
 func (x *IdemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2850,7 +2939,7 @@ func (x *IdemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdemRecord.ProtoReflect.Descriptor instead.
 func (*IdemRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *IdemRecord) GetKey() []byte {
@@ -2932,7 +3021,7 @@ type Versions struct {
 
 func (x *Versions) Reset() {
 	*x = Versions{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3033,7 @@ func (x *Versions) String() string {
 func (*Versions) ProtoMessage() {}
 
 func (x *Versions) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3046,7 @@ func (x *Versions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Versions.ProtoReflect.Descriptor instead.
 func (*Versions) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Versions) GetVersions() []uint64 {
@@ -2979,7 +3068,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3080,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3093,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReplicateRequest) GetHeader() *Header {
@@ -3048,7 +3137,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3060,7 +3149,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3073,7 +3162,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicateResponse) GetChanged() int64 {
@@ -3115,7 +3204,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3127,7 +3216,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3140,7 +3229,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FetchRequest) GetHeader() *Header {
@@ -3194,7 +3283,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3206,7 +3295,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3219,7 +3308,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchResponse) GetStates() []*State {
@@ -3266,7 +3355,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3367,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3380,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *LeaseRequest) GetHeader() *Header {
@@ -3319,7 +3408,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3331,7 +3420,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3344,7 +3433,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseResponse) GetGranted() bool {
@@ -3386,7 +3475,7 @@ type DigestItem struct {
 
 func (x *DigestItem) Reset() {
 	*x = DigestItem{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3487,7 @@ func (x *DigestItem) String() string {
 func (*DigestItem) ProtoMessage() {}
 
 func (x *DigestItem) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3500,7 @@ func (x *DigestItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestItem.ProtoReflect.Descriptor instead.
 func (*DigestItem) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *DigestItem) GetId() string {
@@ -3445,7 +3534,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3457,7 +3546,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3470,7 +3559,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DigestRequest) GetHeader() *Header {
@@ -3499,7 +3588,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3511,7 +3600,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3524,7 +3613,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DigestResponse) GetWant() []string {
@@ -3568,7 +3657,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3580,7 +3669,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3593,7 +3682,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3642,7 +3731,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +3743,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +3756,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3697,7 +3786,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3709,7 +3798,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3722,7 +3811,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3765,7 +3854,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3777,7 +3866,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3790,7 +3879,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -3824,7 +3913,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3836,7 +3925,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3849,7 +3938,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -3883,7 +3972,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3895,7 +3984,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3908,7 +3997,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Policy) GetName() string {
@@ -3987,7 +4076,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3999,7 +4088,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4012,7 +4101,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -4060,7 +4149,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4072,7 +4161,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4085,7 +4174,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -4112,7 +4201,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4124,7 +4213,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4137,7 +4226,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4162,14 +4251,22 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x06Header\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12!\n" +
 	"\fring_version\x18\x02 \x01(\x04R\vringVersion\x12\x10\n" +
-	"\x03hop\x18\x03 \x01(\bR\x03hop\"\x9d\x01\n" +
+	"\x03hop\x18\x03 \x01(\bR\x03hop\"\xd4\x01\n" +
 	"\x05Error\x122\n" +
 	"\x04code\x18\x01 \x01(\x0e2\x1e.counterd.cluster.v1.ErrorCodeR\x04code\x12\x10\n" +
 	"\x03msg\x18\x02 \x01(\tR\x03msg\x12\x14\n" +
 	"\x05index\x18\x03 \x01(\x12R\x05index\x12\x14\n" +
 	"\x05owner\x18\x04 \x01(\tR\x05owner\x12\x12\n" +
 	"\x04ring\x18\x05 \x01(\x04R\x04ring\x12\x0e\n" +
-	"\x02id\x18\x06 \x01(\tR\x02id\"U\n" +
+	"\x02id\x18\x06 \x01(\tR\x02id\x125\n" +
+	"\x05quota\x18\a \x01(\v2\x1f.counterd.cluster.v1.QuotaErrorR\x05quota\"x\n" +
+	"\n" +
+	"QuotaError\x12\x14\n" +
+	"\x05quota\x18\x01 \x01(\tR\x05quota\x12\x1c\n" +
+	"\tnamespace\x18\x02 \x01(\tR\tnamespace\x12\x14\n" +
+	"\x05limit\x18\x03 \x01(\tR\x05limit\x12\x10\n" +
+	"\x03max\x18\x04 \x01(\x03R\x03max\x12\x0e\n" +
+	"\x02id\x18\x05 \x01(\tR\x02id\"U\n" +
 	"\n" +
 	"FieldDelta\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12\x14\n" +
@@ -4516,7 +4613,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xa5\x04\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xc4\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4536,7 +4633,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x13ERROR_CODE_CANCELED\x10\x0e\x12\x18\n" +
 	"\x14ERROR_CODE_NOT_FLOAT\x10\x0f\x12\x1a\n" +
 	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
-	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12#\n" +
+	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12\x1d\n" +
+	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x12\x12#\n" +
 	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
@@ -4580,7 +4678,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 46)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -4593,160 +4691,162 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(LocalOp)(0),                  // 8: counterd.cluster.v1.LocalOp
 	(*Header)(nil),                // 9: counterd.cluster.v1.Header
 	(*Error)(nil),                 // 10: counterd.cluster.v1.Error
-	(*FieldDelta)(nil),            // 11: counterd.cluster.v1.FieldDelta
-	(*Field)(nil),                 // 12: counterd.cluster.v1.Field
-	(*WindowSpec)(nil),            // 13: counterd.cluster.v1.WindowSpec
-	(*Op)(nil),                    // 14: counterd.cluster.v1.Op
-	(*Result)(nil),                // 15: counterd.cluster.v1.Result
-	(*ApplyRequest)(nil),          // 16: counterd.cluster.v1.ApplyRequest
-	(*ApplyResponse)(nil),         // 17: counterd.cluster.v1.ApplyResponse
-	(*ReadRequest)(nil),           // 18: counterd.cluster.v1.ReadRequest
-	(*ShardedSlot)(nil),           // 19: counterd.cluster.v1.ShardedSlot
-	(*PNSlot)(nil),                // 20: counterd.cluster.v1.PNSlot
-	(*Bucket)(nil),                // 21: counterd.cluster.v1.Bucket
-	(*View)(nil),                  // 22: counterd.cluster.v1.View
-	(*Series)(nil),                // 23: counterd.cluster.v1.Series
-	(*Estimate)(nil),              // 24: counterd.cluster.v1.Estimate
-	(*ReadResponse)(nil),          // 25: counterd.cluster.v1.ReadResponse
-	(*RollupSpec)(nil),            // 26: counterd.cluster.v1.RollupSpec
-	(*ViewRequest)(nil),           // 27: counterd.cluster.v1.ViewRequest
-	(*ViewAnswer)(nil),            // 28: counterd.cluster.v1.ViewAnswer
-	(*SeriesQuery)(nil),           // 29: counterd.cluster.v1.SeriesQuery
-	(*LocalRequest)(nil),          // 30: counterd.cluster.v1.LocalRequest
-	(*Aggregate)(nil),             // 31: counterd.cluster.v1.Aggregate
-	(*LocalResponse)(nil),         // 32: counterd.cluster.v1.LocalResponse
-	(*State)(nil),                 // 33: counterd.cluster.v1.State
-	(*IdemRecord)(nil),            // 34: counterd.cluster.v1.IdemRecord
-	(*Versions)(nil),              // 35: counterd.cluster.v1.Versions
-	(*ReplicateRequest)(nil),      // 36: counterd.cluster.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 37: counterd.cluster.v1.ReplicateResponse
-	(*FetchRequest)(nil),          // 38: counterd.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),         // 39: counterd.cluster.v1.FetchResponse
-	(*LeaseRequest)(nil),          // 40: counterd.cluster.v1.LeaseRequest
-	(*LeaseResponse)(nil),         // 41: counterd.cluster.v1.LeaseResponse
-	(*DigestItem)(nil),            // 42: counterd.cluster.v1.DigestItem
-	(*DigestRequest)(nil),         // 43: counterd.cluster.v1.DigestRequest
-	(*DigestResponse)(nil),        // 44: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 45: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 46: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 47: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 48: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 49: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 50: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 51: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 52: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 53: counterd.cluster.v1.PoliciesResponse
-	nil,                           // 54: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 55: google.protobuf.Timestamp
+	(*QuotaError)(nil),            // 11: counterd.cluster.v1.QuotaError
+	(*FieldDelta)(nil),            // 12: counterd.cluster.v1.FieldDelta
+	(*Field)(nil),                 // 13: counterd.cluster.v1.Field
+	(*WindowSpec)(nil),            // 14: counterd.cluster.v1.WindowSpec
+	(*Op)(nil),                    // 15: counterd.cluster.v1.Op
+	(*Result)(nil),                // 16: counterd.cluster.v1.Result
+	(*ApplyRequest)(nil),          // 17: counterd.cluster.v1.ApplyRequest
+	(*ApplyResponse)(nil),         // 18: counterd.cluster.v1.ApplyResponse
+	(*ReadRequest)(nil),           // 19: counterd.cluster.v1.ReadRequest
+	(*ShardedSlot)(nil),           // 20: counterd.cluster.v1.ShardedSlot
+	(*PNSlot)(nil),                // 21: counterd.cluster.v1.PNSlot
+	(*Bucket)(nil),                // 22: counterd.cluster.v1.Bucket
+	(*View)(nil),                  // 23: counterd.cluster.v1.View
+	(*Series)(nil),                // 24: counterd.cluster.v1.Series
+	(*Estimate)(nil),              // 25: counterd.cluster.v1.Estimate
+	(*ReadResponse)(nil),          // 26: counterd.cluster.v1.ReadResponse
+	(*RollupSpec)(nil),            // 27: counterd.cluster.v1.RollupSpec
+	(*ViewRequest)(nil),           // 28: counterd.cluster.v1.ViewRequest
+	(*ViewAnswer)(nil),            // 29: counterd.cluster.v1.ViewAnswer
+	(*SeriesQuery)(nil),           // 30: counterd.cluster.v1.SeriesQuery
+	(*LocalRequest)(nil),          // 31: counterd.cluster.v1.LocalRequest
+	(*Aggregate)(nil),             // 32: counterd.cluster.v1.Aggregate
+	(*LocalResponse)(nil),         // 33: counterd.cluster.v1.LocalResponse
+	(*State)(nil),                 // 34: counterd.cluster.v1.State
+	(*IdemRecord)(nil),            // 35: counterd.cluster.v1.IdemRecord
+	(*Versions)(nil),              // 36: counterd.cluster.v1.Versions
+	(*ReplicateRequest)(nil),      // 37: counterd.cluster.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 38: counterd.cluster.v1.ReplicateResponse
+	(*FetchRequest)(nil),          // 39: counterd.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),         // 40: counterd.cluster.v1.FetchResponse
+	(*LeaseRequest)(nil),          // 41: counterd.cluster.v1.LeaseRequest
+	(*LeaseResponse)(nil),         // 42: counterd.cluster.v1.LeaseResponse
+	(*DigestItem)(nil),            // 43: counterd.cluster.v1.DigestItem
+	(*DigestRequest)(nil),         // 44: counterd.cluster.v1.DigestRequest
+	(*DigestResponse)(nil),        // 45: counterd.cluster.v1.DigestResponse
+	(*Limit)(nil),                 // 46: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 47: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 48: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 49: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 50: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 51: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 52: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 53: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 54: counterd.cluster.v1.PoliciesResponse
+	nil,                           // 55: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,  // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
-	2,  // 1: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
-	0,  // 2: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
-	3,  // 3: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
-	11, // 4: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
-	13, // 5: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
-	0,  // 6: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
-	12, // 7: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
-	9,  // 8: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
-	14, // 9: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
-	1,  // 10: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
-	15, // 11: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
-	10, // 12: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 13: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
-	7,  // 14: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
-	4,  // 15: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	55, // 16: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	55, // 17: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	55, // 18: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
-	0,  // 19: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	55, // 20: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	55, // 21: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
-	19, // 22: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
-	20, // 23: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
-	12, // 24: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
-	13, // 25: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
-	21, // 26: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
-	4,  // 27: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
-	4,  // 28: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	55, // 29: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	55, // 30: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
-	4,  // 31: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	55, // 32: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	55, // 33: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
-	22, // 34: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
-	23, // 35: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
-	24, // 36: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
-	10, // 37: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
-	0,  // 38: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
-	4,  // 39: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	55, // 40: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	55, // 41: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
-	9,  // 42: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
-	8,  // 43: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
-	26, // 44: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
-	1,  // 45: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
-	27, // 46: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
-	29, // 47: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
-	31, // 48: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
-	10, // 49: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
-	28, // 50: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
-	23, // 51: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
-	0,  // 52: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
-	15, // 53: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
-	14, // 54: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	54, // 55: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
-	9,  // 56: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 57: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
-	34, // 58: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 59: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 60: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	33, // 61: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 62: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 63: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 64: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
-	10, // 65: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 66: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	42, // 67: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	33, // 68: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	34, // 69: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 70: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 71: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	45, // 72: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	46, // 73: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,  // 74: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	47, // 75: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10, // 76: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 77: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	50, // 78: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,  // 79: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	51, // 80: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	51, // 81: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10, // 82: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	35, // 83: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	16, // 84: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	18, // 85: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	30, // 86: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	36, // 87: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	38, // 88: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	43, // 89: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	48, // 90: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	52, // 91: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	40, // 92: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
-	17, // 93: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	25, // 94: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	32, // 95: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	37, // 96: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	39, // 97: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	44, // 98: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	49, // 99: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	53, // 100: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	41, // 101: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
-	93, // [93:102] is the sub-list for method output_type
-	84, // [84:93] is the sub-list for method input_type
-	84, // [84:84] is the sub-list for extension type_name
-	84, // [84:84] is the sub-list for extension extendee
-	0,  // [0:84] is the sub-list for field type_name
+	11, // 1: counterd.cluster.v1.Error.quota:type_name -> counterd.cluster.v1.QuotaError
+	2,  // 2: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
+	0,  // 3: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
+	3,  // 4: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
+	12, // 5: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
+	14, // 6: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
+	0,  // 7: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
+	13, // 8: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
+	9,  // 9: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
+	15, // 10: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
+	1,  // 11: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
+	16, // 12: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
+	10, // 13: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
+	7,  // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
+	4,  // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
+	56, // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	56, // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	56, // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	0,  // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
+	56, // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	56, // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
+	21, // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
+	13, // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
+	14, // 26: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
+	22, // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
+	4,  // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
+	4,  // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
+	56, // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	56, // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	4,  // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
+	56, // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	56, // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	23, // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
+	24, // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
+	25, // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
+	10, // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
+	0,  // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
+	4,  // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
+	56, // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	56, // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	9,  // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
+	8,  // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
+	27, // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
+	1,  // 46: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
+	28, // 47: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
+	30, // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
+	32, // 49: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
+	10, // 50: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
+	29, // 51: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
+	24, // 52: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
+	0,  // 53: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
+	16, // 54: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
+	15, // 55: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
+	55, // 56: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	9,  // 57: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
+	34, // 58: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
+	35, // 59: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 60: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 61: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	34, // 62: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	35, // 63: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 64: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 65: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10, // 66: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,  // 67: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	43, // 68: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	34, // 69: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	35, // 70: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10, // 71: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 72: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	46, // 73: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	47, // 74: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,  // 75: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	48, // 76: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10, // 77: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,  // 78: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	51, // 79: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,  // 80: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	52, // 81: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	52, // 82: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10, // 83: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	36, // 84: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	17, // 85: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	19, // 86: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	31, // 87: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	37, // 88: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	39, // 89: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	44, // 90: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	49, // 91: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	53, // 92: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	41, // 93: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	18, // 94: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	26, // 95: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	33, // 96: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	38, // 97: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	40, // 98: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	45, // 99: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	50, // 100: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	54, // 101: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	42, // 102: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	94, // [94:103] is the sub-list for method output_type
+	85, // [85:94] is the sub-list for method input_type
+	85, // [85:85] is the sub-list for extension type_name
+	85, // [85:85] is the sub-list for extension extendee
+	0,  // [0:85] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -4760,7 +4860,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   46,
+			NumMessages:   47,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
