@@ -33,38 +33,8 @@ func TestQuotasProcess(t *testing.T) {
 	respAddr := "127.0.0.1:" + freePort(t)
 	data := filepath.Join(dir, "data")
 	p := start(t, data, "--quotas", qfile, "--resp", respAddr)
-	incr := func(p *proc, id string) (int, string) {
-		resp, err := client.Post(p.addr+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	usage := func(p *proc) int64 {
-		resp, err := client.Get(p.addr + "/quotas")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a struct {
-			Quotas []struct {
-				Quota string
-				Keys  int64
-			}
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range a.Quotas {
-			if u.Quota == "q:*" {
-				return u.Keys
-			}
-		}
-		t.Fatalf("GET /quotas: no q:* in %+v", a)
-		return 0
-	}
+	incr := func(p *proc, id string) (int, string) { return quotaIncr(t, p.addr, id) }
+	usage := func(p *proc) int64 { return quotaKeys(t, p.addr) }
 	for _, id := range []string{"q:a", "q:b", "q:a"} {
 		if s, b := incr(p, id); s != 200 {
 			t.Fatalf("%s: %d %s", id, s, b)
@@ -163,38 +133,8 @@ func TestQuotasTieredProcess(t *testing.T) {
 	}
 	respAddr := "127.0.0.1:" + freePort(t)
 	nodes := []*proc{env.start(t, "--quotas", qfile, "--resp", respAddr), env.start(t, "--quotas", qfile)}
-	incr := func(p *proc, id string) (int, string) {
-		resp, err := client.Post(p.addr+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	usage := func(p *proc) int64 {
-		resp, err := client.Get(p.addr + "/quotas")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a struct {
-			Quotas []struct {
-				Quota string
-				Keys  int64
-			}
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range a.Quotas {
-			if u.Quota == "q:*" {
-				return u.Keys
-			}
-		}
-		t.Fatalf("GET /quotas: no q:* in %+v", a)
-		return 0
-	}
+	incr := func(p *proc, id string) (int, string) { return quotaIncr(t, p.addr, id) }
+	usage := func(p *proc) int64 { return quotaKeys(t, p.addr) }
 	for i, id := range []string{"q:a", "q:b", "q:c", "q:d"} {
 		if s, b := incr(nodes[i%2], id); s != 200 {
 			t.Fatalf("%s: %d %s", id, s, b)
@@ -274,38 +214,8 @@ func TestQuotasClusterProcess(t *testing.T) {
 		nd.start(t)
 	}
 	waitAlive(t, c.nodes, 60*time.Second)
-	incr := func(nd *cnode, id string) (int, string) {
-		resp, err := client.Post(nd.url+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
-	usage := func(nd *cnode) int64 {
-		resp, err := client.Get(nd.url + "/quotas")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		var a struct {
-			Quotas []struct {
-				Quota string
-				Keys  int64
-			}
-		}
-		if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
-			t.Fatal(err)
-		}
-		for _, u := range a.Quotas {
-			if u.Quota == "q:*" {
-				return u.Keys
-			}
-		}
-		t.Fatalf("%s: GET /quotas: no q:* in %+v", nd.id, a)
-		return 0
-	}
+	incr := func(nd *cnode, id string) (int, string) { return quotaIncr(t, nd.url, id) }
+	usage := func(nd *cnode) int64 { return quotaKeys(t, nd.url) }
 	for i, id := range []string{"q:a", "q:b", "q:c", "q:a"} {
 		if s, b := incr(c.nodes[i%3], id); s != 200 {
 			t.Fatalf("%s: %d %s", id, s, b)
@@ -344,4 +254,44 @@ func TestQuotasClusterProcess(t *testing.T) {
 	if n := usage(c.nodes[0]); n != 4 {
 		t.Fatalf("usage %d after the reload, want 4", n)
 	}
+}
+
+// quotaIncr increments id on the node at base over HTTP and returns the
+// status and body.
+func quotaIncr(t *testing.T, base, id string) (int, string) {
+	t.Helper()
+	resp, err := client.Post(base+"/counters/"+id+"/increment", "application/json", strings.NewReader(`{"delta":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// quotaKeys is the key count of quota q:* in GET /quotas of the node at
+// base.
+func quotaKeys(t *testing.T, base string) int64 {
+	t.Helper()
+	resp, err := client.Get(base + "/quotas")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var a struct {
+		Quotas []struct {
+			Quota string
+			Keys  int64
+		}
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&a); err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range a.Quotas {
+		if u.Quota == "q:*" {
+			return u.Keys
+		}
+	}
+	t.Fatalf("%s/quotas: no q:* in %+v", base, a)
+	return 0
 }

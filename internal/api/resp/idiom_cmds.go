@@ -231,28 +231,8 @@ func cmdMSetNX(s *Server, c *client, args [][]byte) {
 // (in the past: the key is deleted, as in Redis).
 func expireAtCmd(unit time.Duration, name string) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
-		var nx, xx, gt, lt bool
-		for _, a := range args[3:] {
-			switch {
-			case eqFold(a, "nx"):
-				nx = true
-			case eqFold(a, "xx"):
-				xx = true
-			case eqFold(a, "gt"):
-				gt = true
-			case eqFold(a, "lt"):
-				lt = true
-			default:
-				c.writeError("ERR Unsupported option " + string(a))
-				return
-			}
-		}
-		if nx && (xx || gt || lt) {
-			c.writeError("ERR NX and XX, GT or LT options at the same time are not compatible")
-			return
-		}
-		if gt && lt {
-			c.writeError("ERR GT and LT options at the same time are not compatible")
+		nx, xx, gt, lt, ok := expireOptions(c, args[3:])
+		if !ok {
 			return
 		}
 		n, ok := parseInt(args[2])

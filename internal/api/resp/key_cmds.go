@@ -74,28 +74,8 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			s.applyOps(c, cmd, args)
 			return
 		}
-		var nx, xx, gt, lt bool
-		for _, a := range args[3:] {
-			switch {
-			case eqFold(a, "nx"):
-				nx = true
-			case eqFold(a, "xx"):
-				xx = true
-			case eqFold(a, "gt"):
-				gt = true
-			case eqFold(a, "lt"):
-				lt = true
-			default:
-				c.writeError("ERR Unsupported option " + string(a))
-				return
-			}
-		}
-		if nx && (xx || gt || lt) {
-			c.writeError("ERR NX and XX, GT or LT options at the same time are not compatible")
-			return
-		}
-		if gt && lt {
-			c.writeError("ERR GT and LT options at the same time are not compatible")
+		nx, xx, gt, lt, ok := expireOptions(c, args[3:])
+		if !ok {
 			return
 		}
 		// Redis checks the options, then the time.
@@ -363,4 +343,33 @@ func appendUint(b []byte, u uint64) []byte {
 		}
 	}
 	return append(b, tmp[i:]...)
+}
+
+// expireOptions parses EXPIRE's and EXPIREAT's NX|XX|GT|LT; on a bad or
+// incompatible option it answers Redis's error and reports false.
+func expireOptions(c *client, opts [][]byte) (nx, xx, gt, lt, ok bool) {
+	for _, a := range opts {
+		switch {
+		case eqFold(a, "nx"):
+			nx = true
+		case eqFold(a, "xx"):
+			xx = true
+		case eqFold(a, "gt"):
+			gt = true
+		case eqFold(a, "lt"):
+			lt = true
+		default:
+			c.writeError("ERR Unsupported option " + string(a))
+			return
+		}
+	}
+	if nx && (xx || gt || lt) {
+		c.writeError("ERR NX and XX, GT or LT options at the same time are not compatible")
+		return
+	}
+	if gt && lt {
+		c.writeError("ERR GT and LT options at the same time are not compatible")
+		return
+	}
+	return nx, xx, gt, lt, true
 }
