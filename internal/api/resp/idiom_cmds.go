@@ -178,16 +178,8 @@ func cmdSet(cmd *command) func(s *Server, c *client, args [][]byte) {
 // GETDEL key (under the gate's exclusive side).
 func cmdGetDel(s *Server, c *client, args [][]byte) {
 	id := str(args[1])
-	v, err := s.eng.Get(c.ctx, id)
-	switch {
-	case err != nil:
-		c.writeError(engineError(err))
-		return
-	case !v.Exists:
-		c.writeNull()
-		return
-	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
-		c.writeError(errWrongType)
+	v, ok := getString(s, c, id)
+	if !ok {
 		return
 	}
 	if _, err := s.eng.Apply(c.ctx, engine.Op{Type: engine.OpDelete, ID: id}, engine.WriteOptions{}); err != nil {
@@ -268,18 +260,7 @@ func expireAtCmd(unit time.Duration, name string) func(s *Server, c *client, arg
 			if op.ExpireAt == 0 {
 				ttl = -1
 			}
-			apply := true
-			switch {
-			case nx:
-				apply = !has
-			case xx && !has:
-				apply = false
-			case gt:
-				apply = has && ttl > cur
-			case lt:
-				apply = !has || ttl < cur
-			}
-			if !apply {
+			if !expireApplies(nx, xx, gt, lt, has, ttl, cur) {
 				c.writeInt(0)
 				return
 			}

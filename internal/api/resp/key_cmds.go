@@ -94,19 +94,7 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			c.writeInt(0)
 			return
 		}
-		// A key without TTL counts as an infinite TTL for GT and LT.
-		apply := true
-		switch {
-		case nx:
-			apply = !has
-		case xx && !has:
-			apply = false
-		case gt:
-			apply = has && ttl > cur
-		case lt:
-			apply = !has || ttl < cur
-		}
-		if !apply {
+		if !expireApplies(nx, xx, gt, lt, has, ttl, cur) {
 			c.writeInt(0)
 			return
 		}
@@ -372,4 +360,40 @@ func expireOptions(c *client, opts [][]byte) (nx, xx, gt, lt, ok bool) {
 		return
 	}
 	return nx, xx, gt, lt, true
+}
+
+// expireApplies decides EXPIRE's and EXPIREAT's NX|XX|GT|LT for a key
+// that has (has) or lacks a TTL cur, given the new TTL ttl. A key without
+// TTL counts as an infinite TTL for GT and LT.
+func expireApplies(nx, xx, gt, lt, has bool, ttl, cur time.Duration) bool {
+	switch {
+	case nx:
+		return !has
+	case xx && !has:
+		return false
+	case gt:
+		return has && ttl > cur
+	case lt:
+		return !has || ttl < cur
+	}
+	return true
+}
+
+// getString reads id for a command on string values (GETDEL, GETEX):
+// false when it already answered (nil for a missing key, WRONGTYPE for a
+// hash or an hll, or the engine's error).
+func getString(s *Server, c *client, id string) (engine.View, bool) {
+	v, err := s.eng.Get(c.ctx, id)
+	switch {
+	case err != nil:
+		c.writeError(engineError(err))
+		return v, false
+	case !v.Exists:
+		c.writeNull()
+		return v, false
+	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
+		c.writeError(errWrongType)
+		return v, false
+	}
+	return v, true
 }

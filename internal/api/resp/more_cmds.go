@@ -171,16 +171,8 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 		return
 	}
 	id := str(args[1])
-	v, err := s.eng.Get(c.ctx, id)
-	switch {
-	case err != nil:
-		c.writeError(engineError(err))
-		return
-	case !v.Exists:
-		c.writeNull()
-		return
-	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
-		c.writeError(errWrongType)
+	v, ok := getString(s, c, id)
+	if !ok {
 		return
 	}
 	op := engine.Op{Type: engine.OpExpire, ID: id}
