@@ -37,7 +37,13 @@ func startEmbedded(t *testing.T, edit func(*Config)) map[string]string {
 			want++
 		}
 	}
-	h := &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), want: want}
+	return runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), want: want})
+}
+
+// runNode runs a node with cfg in this process until the test ends and
+// returns its listeners' addresses by name once h has seen them.
+func runNode(t *testing.T, cfg Config, h *listenCapture) map[string]string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var runErr error
 	done := make(chan struct{})

@@ -1,16 +1,13 @@
 package server
 
 import (
-	"context"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"regexp"
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -213,29 +210,8 @@ func startClusterNode(t *testing.T) (httpBase, adminBase string) {
 	cfg.Join = cfg.Gossip
 	cfg.Pprof = true
 	cfg.ShutdownTimeout = 5 * time.Second
-	h := &addrCapture{addrs: map[string]string{}, ready: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	var runErr error
-	done := make(chan struct{})
-	go func() { runErr = Run(ctx, cfg, slog.New(h)); close(done) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(30 * time.Second):
-			t.Error("node did not stop")
-		}
-	})
-	select {
-	case <-h.ready:
-	case <-done:
-		t.Fatalf("Run: %v", runErr)
-	case <-time.After(60 * time.Second):
-		t.Fatal("node did not start")
-	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return "http://" + h.addrs["http listening"], "http://" + h.addrs["admin listening"]
+	addrs := runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), need: []string{"http", "admin"}})
+	return "http://" + addrs["http"], "http://" + addrs["admin"]
 }
 
 // freeTCPUDPPort returns a loopback port free for TCP and UDP (gossip
@@ -247,33 +223,4 @@ func freeTCPUDPPort(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strconv.Itoa(p)
-}
-
-// addrCapture is a slog.Handler that records the addr of the "http
-// listening" and "admin listening" records and discards everything.
-type addrCapture struct {
-	mu    sync.Mutex
-	addrs map[string]string
-	ready chan struct{}
-}
-
-func (h *addrCapture) Enabled(context.Context, slog.Level) bool { return true }
-func (h *addrCapture) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *addrCapture) WithGroup(string) slog.Handler            { return h }
-func (h *addrCapture) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "http listening" && r.Message != "admin listening" {
-		return nil
-	}
-	r.Attrs(func(a slog.Attr) bool {
-		if a.Key == "addr" {
-			h.mu.Lock()
-			h.addrs[r.Message] = a.Value.String()
-			if len(h.addrs) == 2 {
-				close(h.ready)
-			}
-			h.mu.Unlock()
-		}
-		return true
-	})
-	return nil
 }

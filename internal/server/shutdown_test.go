@@ -166,11 +166,32 @@ func waitClosed(t *testing.T, c net.Conn, limit time.Duration) time.Duration {
 // listenCapture is a slog.Handler that records the addr of every
 // "... listening" record and the messages of warnings.
 type listenCapture struct {
-	mu    sync.Mutex
-	addrs map[string]string
-	warns []string
-	ready chan struct{}
-	want  int
+	mu     sync.Mutex
+	addrs  map[string]string
+	warns  []string
+	ready  chan struct{}
+	want   int      // close ready once this many listeners logged, or
+	need   []string // once every one of these did
+	closed bool
+}
+
+// complete reports, once, that the listeners waited for have logged
+// (ready is then closed).
+func (h *listenCapture) complete() bool {
+	if h.closed {
+		return false
+	}
+	if h.need == nil {
+		h.closed = len(h.addrs) == h.want
+		return h.closed
+	}
+	for _, n := range h.need {
+		if _, ok := h.addrs[n]; !ok {
+			return false
+		}
+	}
+	h.closed = true
+	return true
 }
 
 func (h *listenCapture) Enabled(context.Context, slog.Level) bool { return true }
@@ -188,7 +209,7 @@ func (h *listenCapture) Handle(_ context.Context, r slog.Record) error {
 	r.Attrs(func(a slog.Attr) bool {
 		if a.Key == "addr" {
 			h.addrs[strings.TrimSuffix(r.Message, " listening")] = a.Value.String()
-			if len(h.addrs) == h.want {
+			if h.complete() {
 				close(h.ready)
 			}
 		}
