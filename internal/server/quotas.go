@@ -61,17 +61,7 @@ func quotaUsage(qb engine.QuotaBackend) func(context.Context) ([]quota.Usage, er
 	return qb.Quotas
 }
 
-// openTieredQuotas opens the tiered backend and puts quotas (if any) in
-// force, counting the keys Redis and PostgreSQL hold.
-func openTieredQuotas(ctx context.Context, cfg Config, quotas *quota.Config, log *slog.Logger) (*node, error) {
-	nd, err := openTiered(ctx, cfg, log)
-	if err != nil || quotas == nil {
-		return nd, err
-	}
-	if err := nd.Backend.(engine.QuotaBackend).SetQuotas(quotas); err != nil {
-		_ = nd.close()
-		return nil, fmt.Errorf("server: --quotas: counting the keys: %w", err)
-	}
-	log.Info("quotas on", "quotas_file", cfg.Quotas, "quotas", len(quotas.Rules), "default", quotas.Default != nil)
-	return nd, nil
+// logQuotasOn reports the quotas put in force at start.
+func logQuotasOn(log *slog.Logger, cfg Config, q *quota.Config) {
+	log.Info("quotas on", "quotas_file", cfg.Quotas, "quotas", len(q.Rules), "default", q.Default != nil)
 }

@@ -23,31 +23,26 @@ const bootstrapTimeout = 60 * time.Second
 // region's state from the peers' copies of it (chunked, hash-addressed
 // sync), so a region restarted from an empty data directory gets back
 // what it had shipped before it serves.
-func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *slog.Logger) (*region.Replicator, error) {
+func openRegions(ctx context.Context, cfg Config, m mode, sec *security, log *slog.Logger) (*region.Replicator, error) {
 	peers, _ := region.ParsePeers(cfg.PeerRegions, cfg.Region) // validated
 	if len(peers) == 0 {
 		return nil, nil
 	}
 	rcfg := region.Config{
-		Name: cfg.Region, Node: cfg.NodeID, Peers: peers, Local: nd.eng,
+		Name: cfg.Region, Node: cfg.NodeID, Peers: peers,
 		Dir:      filepath.Join(cfg.Data, "regions"),
 		Interval: cfg.RegionInterval, SyncInterval: cfg.RegionSyncInterval,
 		TLS: sec.peerClient(), AuthorizePeers: sec != nil && sec.peerCA != nil, Logger: log,
 	}
-	switch {
-	case nd.region != nil:
-		rcfg.Local, rcfg.Changes = nd.region.eng, nd.region.changes
-		rcfg.Cluster = &region.Cluster{Owns: nd.region.owns, RingVersion: nd.region.ringVersion, Region: nd.Backend, Export: nd.region.export}
-	case nd.eng == nil:
-		return nil, fmt.Errorf("server: --peer-regions: %w: needs embedded or cluster mode", ErrUnsupportedMode)
+	bootstrap, err := m.peerRegions(&rcfg)
+	if err != nil {
+		return nil, err
 	}
 	rep, err := region.Open(rcfg)
 	if err != nil {
 		return nil, err
 	}
-	// A cluster node that starts empty gets its counters from the other
-	// members (handoff), not from the peer regions' copies.
-	if nd.eng != nil && nd.eng.Len() == 0 {
+	if bootstrap {
 		bctx, cancel := context.WithTimeout(ctx, bootstrapTimeout)
 		n, from, err := rep.Bootstrap(bctx)
 		cancel()
@@ -58,26 +53,6 @@ func openRegions(ctx context.Context, cfg Config, nd *node, sec *security, log *
 		}
 	}
 	return rep, nil
-}
-
-// clusterRegion is what a cluster node gives the region replicator: the
-// node's engine, the changes its store records, and which ids it owns.
-type clusterRegion struct {
-	eng         *engine.Engine
-	changes     *region.Changes
-	owns        func(id string) bool
-	ringVersion func() uint64
-	export      func(ctx context.Context, id string) (engine.State, bool, error)
-}
-
-func clusterRegionOf(cn *cnode.Node, eng *engine.Engine, changes *region.Changes) *clusterRegion {
-	if changes == nil {
-		return nil
-	}
-	return &clusterRegion{
-		eng: eng, changes: changes, ringVersion: cn.RingVersion, export: cn.ExportState,
-		owns: func(id string) bool { return cn.Ring().Owner(id) == cn.ID() },
-	}
 }
 
 // regionStore returns the store of a cluster node: with --peer-regions,

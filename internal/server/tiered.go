@@ -4,18 +4,30 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
+	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/tiered"
 )
 
-// openTiered serves counters from Redis (hot tier) and PostgreSQL (durable
-// record): migrations run, both stores open and the write-behind starts
-// before any front end serves.
-func openTiered(ctx context.Context, cfg Config, log *slog.Logger) (*node, error) {
+// tieredMode serves counters from Redis (hot tier) and PostgreSQL
+// (durable record), with stateless nodes.
+type tieredMode struct {
+	b   *tiered.Backend
+	log *slog.Logger
+}
+
+// openTiered runs the migrations, opens both stores and starts the
+// write-behind before any front end serves, then puts quotas (if any) in
+// force, counting the keys Redis and PostgreSQL hold.
+func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, log *slog.Logger) (*tieredMode, error) {
 	dur, _ := engine.ParseDurability(cfg.Durability)
 	start := time.Now()
 	b, err := tiered.Open(ctx, tiered.Options{
@@ -35,16 +47,38 @@ func openTiered(ctx context.Context, cfg Config, log *slog.Logger) (*node, error
 	}
 	log.Info("tiered backend open", "durability", dur.String(), "flush_interval", cfg.FlushInterval,
 		"took", time.Since(start).Round(time.Millisecond))
-	return &node{Backend: b, rlShared: func(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
-		return tieredRateLimits(ctx, b, lim, log)
-	}, close: func() error {
-		if err := b.Close(); err != nil {
-			log.Error("tiered close", "err", err)
-			return err
+	m := &tieredMode{b: b, log: log}
+	if quotas != nil {
+		if err := b.SetQuotas(quotas); err != nil {
+			_ = m.close()
+			return nil, fmt.Errorf("server: --quotas: counting the keys: %w", err)
 		}
-		log.Info("tiered backend flushed and closed")
-		return nil
-	}}, nil
+		logQuotasOn(log, cfg, quotas)
+	}
+	return m, nil
+}
+
+func (m *tieredMode) backend() engine.Backend               { return m.b }
+func (m *tieredMode) register(*http.ServeMux, *grpc.Server) {}
+func (m *tieredMode) start(context.Context, Addrs) error    { return nil }
+func (m *tieredMode) drain(context.Context) error           { return nil }
+func (m *tieredMode) traits() traits                        { return traits{} }
+
+func (m *tieredMode) close() error {
+	if err := m.b.Close(); err != nil {
+		m.log.Error("tiered close", "err", err)
+		return err
+	}
+	m.log.Info("tiered backend flushed and closed")
+	return nil
+}
+
+func (m *tieredMode) rateLimits(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
+	return tieredRateLimits(ctx, m.b, lim, m.log)
+}
+
+func (m *tieredMode) peerRegions(*region.Config) (bool, error) {
+	return false, fmt.Errorf("server: --peer-regions: %w: needs embedded or cluster mode", ErrUnsupportedMode)
 }
 
 // tieredRateLimits decides rate limits in Redis (one script per check, so
