@@ -8,8 +8,8 @@ import (
 	"net/http"
 	"sync"
 
-	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // Routes are the routes Handler serves ("METHOD pattern"). They read or
@@ -57,7 +57,7 @@ func NewHandler(eng *engine.Engine, opts Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pat := h.mux.Handler(r); pat == "" {
-		httpapi.WriteError(w, fmt.Errorf("%w: no snapshot route %s %s", engine.ErrNotFound, r.Method, r.URL.Path))
+		httpjson.WriteError(w, fmt.Errorf("%w: no snapshot route %s %s", engine.ErrNotFound, r.Method, r.URL.Path))
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -68,7 +68,7 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request) {
 	defer h.cut.Unlock()
 	s, err := FromEngine(r.Context(), h.eng, h.opts)
 	if err != nil {
-		httpapi.WriteError(w, err)
+		httpjson.WriteError(w, err)
 		return
 	}
 	h.mu.Lock()
@@ -81,7 +81,7 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 	hash, err := ParseHash(r.PathValue("hash"))
 	if err != nil {
-		httpapi.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
+		httpjson.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
 		return
 	}
 	h.mu.Lock()
@@ -96,7 +96,7 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	httpapi.WriteError(w, fmt.Errorf("%w: blob %s is not in the last two snapshot manifests", engine.ErrNotFound, hash))
+	httpjson.WriteError(w, fmt.Errorf("%w: blob %s is not in the last two snapshot manifests", engine.ErrNotFound, hash))
 }
 
 func writeBlob(w http.ResponseWriter, b []byte) {
@@ -111,17 +111,17 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 		if errors.As(err, &mbe) {
 			err = fmt.Errorf("%w: chunk larger than %d bytes", engine.ErrInvalidArgument, MaxChunkBody)
 		}
-		httpapi.WriteError(w, err)
+		httpjson.WriteError(w, err)
 		return
 	}
 	states, err := DecodeChunk(b)
 	if err != nil {
-		httpapi.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
+		httpjson.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
 		return
 	}
 	changed, err := h.eng.Merge(r.Context(), states, engine.WriteOptions{Durability: engine.Sync})
 	if err != nil {
-		httpapi.WriteError(w, err)
+		httpjson.WriteError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

@@ -23,6 +23,8 @@ import (
 	"net"
 	"net/http"
 	"strings"
+
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 var (
@@ -173,10 +175,10 @@ func Handler(st func() Status) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case r.URL.Path != "/regions":
-			writeError(w, http.StatusNotFound, "not_found", "no such route")
+			httpjson.WriteError(w, fmt.Errorf("%w: no route for %s %s", httpjson.ErrRouteNotFound, r.Method, r.URL.Path))
 		case r.Method != http.MethodGet && r.Method != http.MethodHead:
 			w.Header().Set("Allow", "GET, HEAD")
-			writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "GET /regions only")
+			httpjson.WriteError(w, fmt.Errorf("%w: GET /regions only", httpjson.ErrMethodNotAllowed))
 		default:
 			s := st()
 			if s.Peers == nil {
@@ -187,10 +189,4 @@ func Handler(st func() Status) http.Handler {
 			_, _ = w.Write(append(body, '\n'))
 		}
 	})
-}
-
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(map[string]any{"status": "error", "error": map[string]string{"code": code, "message": msg}})
 }

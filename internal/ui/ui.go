@@ -12,12 +12,15 @@ import (
 	"embed"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"mime"
 	"net/http"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 //go:embed static
@@ -108,7 +111,7 @@ func Handler(opts Options) http.Handler {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, http.StatusMethodNotAllowed, "method_not_allowed", "the console is read with GET")
+		httpjson.WriteError(w, fmt.Errorf("%w: the console is read with GET", httpjson.ErrMethodNotAllowed))
 		return
 	}
 	name, ok := strings.CutPrefix(r.URL.Path, Prefix)
@@ -121,7 +124,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f, ok := h.files[name]
 	if !ok {
-		writeError(w, http.StatusNotFound, "not_found", "no console file "+path.Clean("/"+name))
+		httpjson.WriteError(w, fmt.Errorf("%w: no console file %s", httpjson.ErrRouteNotFound, path.Clean("/"+name)))
 		return
 	}
 	hd := w.Header()
@@ -138,13 +141,4 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func etag(b []byte) string {
 	sum := sha256.Sum256(b)
 	return `"` + hex.EncodeToString(sum[:8]) + `"`
-}
-
-// writeError answers in the API's error body (docs/http-api.md).
-func writeError(w http.ResponseWriter, status int, code, msg string) {
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	b, _ := json.Marshal(map[string]any{"status": "error", "error": map[string]string{"code": code, "message": msg}})
-	_, _ = w.Write(append(b, '\n'))
 }

@@ -3,34 +3,23 @@ package httpapi
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // readBody reads the whole request body, at most opts.MaxBodyBytes.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
-	b, err := io.ReadAll(body)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return nil, fmt.Errorf("%w: at most %d bytes", errBodyTooLarge, mbe.Limit)
-		}
-		return nil, fmt.Errorf("%w: reading body: %v", errInvalidJSON, err)
-	}
-	return b, nil
+	return httpjson.ReadBody(w, r, h.opts.MaxBodyBytes)
 }
 
 // decodeBody reads the body and decodes it strictly into v (see
-// decodeStrict). An empty body is refused: a request that changes
+// httpjson.DecodeStrict). An empty body is refused: a request that changes
 // something says so with at least "{}", so that a body-less POST (a
 // browser form, a link prefetch) never increments by the default delta.
 func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
@@ -38,66 +27,10 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	if err != nil {
 		return err
 	}
-	if len(trimJSONSpace(b)) == 0 {
-		return fmt.Errorf("%w: empty body: send a JSON object (\"{}\" for the defaults)", errInvalidJSON)
+	if len(httpjson.TrimSpace(b)) == 0 {
+		return fmt.Errorf("%w: empty body: send a JSON object (\"{}\" for the defaults)", httpjson.ErrInvalidJSON)
 	}
-	return decodeStrict(b, v)
-}
-
-// decodeStrict decodes the JSON object b into v. It rejects unknown fields
-// and trailing data (invalid_json) and values of the wrong type
-// (invalid_argument). An empty body decodes as {}.
-func decodeStrict(b []byte, v any) error {
-	b = trimJSONSpace(b)
-	if len(b) == 0 {
-		b = []byte("{}")
-	}
-	if b[0] != '{' {
-		if json.Valid(b) {
-			return invalidArgf("body must be a JSON object")
-		}
-		return fmt.Errorf("%w: body is not a JSON object", errInvalidJSON)
-	}
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return decodeError(err)
-	}
-	if rest := trimJSONSpace(b[dec.InputOffset():]); len(rest) > 0 {
-		return fmt.Errorf("%w: trailing data after the JSON object", errInvalidJSON)
-	}
-	return nil
-}
-
-// decodeError classifies an encoding/json error.
-func decodeError(err error) error {
-	var ae *argError
-	var te *json.UnmarshalTypeError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.As(err, &te):
-		field := te.Field
-		if field == "" {
-			field = "body"
-		}
-		return invalidArgf("%s: expected %s, got JSON %s", field, te.Type, te.Value)
-	default:
-		// Syntax errors, unexpected EOF and unknown fields.
-		return fmt.Errorf("%w: %s", errInvalidJSON, strings.TrimPrefix(err.Error(), "json: "))
-	}
-}
-
-// trimJSONSpace trims JSON whitespace (space, tab, CR, LF) at both ends.
-func trimJSONSpace(b []byte) []byte {
-	isSpace := func(c byte) bool { return c == ' ' || c == '\t' || c == '\r' || c == '\n' }
-	for len(b) > 0 && isSpace(b[0]) {
-		b = b[1:]
-	}
-	for len(b) > 0 && isSpace(b[len(b)-1]) {
-		b = b[:len(b)-1]
-	}
-	return b
+	return httpjson.DecodeStrict(b, v)
 }
 
 // argError is a field-level validation error raised while decoding.

@@ -8,22 +8,17 @@ import (
 
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
-// writeJSON writes v as the JSON answer with status.
+// writeJSON writes v as the JSON answer with status (httpjson.WriteJSON);
+// an encoding failure is kept for the log.
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		b = []byte(`{"status":"error","error":{"code":"internal","message":"internal error"}}`)
+	if err := httpjson.WriteJSON(w, status, v); err != nil {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.err = err
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.WriteHeader(status)
-	_, _ = w.Write(append(b, '\n'))
 }
 
 // timeFormat is RFC 3339 in UTC with milliseconds.

@@ -3,6 +3,8 @@ package httpapi
 import (
 	"net/http"
 	"testing"
+
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // TestFloatCounter: float counters over HTTP take their delta as a JSON
@@ -29,13 +31,13 @@ func TestFloatCounter(t *testing.T) {
 		t.Fatalf("get: %s", v.Raw)
 	}
 	// Bad input: typed errors, nothing changes.
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":"abc"}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":"nan"}`)
-	s.fail(http.StatusUnprocessableEntity, codeOverflow, "POST", "/counters/price/increment", `{"kind":"float","delta":"inf"}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":null}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","shards":2}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/price/increment", `{"delta":0.5}`)
-	s.fail(http.StatusConflict, codeWrongKind, "POST", "/counters/price/increment", `{"delta":1,"kind":"pn"}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":"abc"}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":"nan"}`)
+	s.fail(http.StatusUnprocessableEntity, httpjson.CodeOverflow, "POST", "/counters/price/increment", `{"kind":"float","delta":"inf"}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","delta":null}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/price/increment", `{"kind":"float","shards":2}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/price/increment", `{"delta":0.5}`)
+	s.fail(http.StatusConflict, httpjson.CodeWrongKind, "POST", "/counters/price/increment", `{"delta":1,"kind":"pn"}`)
 	if v := s.ok("GET", "/counters/price", ""); v.Body["value"].(interface{ String() string }).String() != "-9" || v.num(t, "version") != 5 {
 		t.Fatalf("refused requests changed %s", v.Raw)
 	}
@@ -44,7 +46,7 @@ func TestFloatCounter(t *testing.T) {
 		t.Fatalf("integer add to an integral float: %s", a.Raw)
 	}
 	s.ok("POST", "/counters/price/increment", `{"kind":"float","delta":0.5}`)
-	s.fail(http.StatusConflict, codeWrongKind, "POST", "/counters/price/increment", `{"delta":1}`)
+	s.fail(http.StatusConflict, httpjson.CodeWrongKind, "POST", "/counters/price/increment", `{"delta":1}`)
 	// Batches take float increments too.
 	a = s.ok("POST", "/batch", `{"ops":[{"op":"increment","id":"b","kind":"float","delta":1.25},{"op":"increment","id":"b","kind":"float","delta":"0x1p-2"}]}`)
 	if v := s.ok("GET", "/counters/b", ""); v.Body["value"].(interface{ String() string }).String() != "1.5" {
@@ -94,11 +96,11 @@ func TestFloatHashFields(t *testing.T) {
 		t.Fatalf("integer add after floats: %s", a.Raw)
 	}
 	// Refused, nothing changes.
-	s.fail(http.StatusConflict, codeWrongKind, "POST", "/counters/h/hincr", `{"fields":{"price":1}}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":"abc","n":1}}`)
-	s.fail(http.StatusUnprocessableEntity, codeOverflow, "POST", "/counters/h/hincr", `{"fields":{"price":"inf"}}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":null}}`)
-	s.fail(http.StatusBadRequest, codeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"n":99999999999999999999}}`)
+	s.fail(http.StatusConflict, httpjson.CodeWrongKind, "POST", "/counters/h/hincr", `{"fields":{"price":1}}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":"abc","n":1}}`)
+	s.fail(http.StatusUnprocessableEntity, httpjson.CodeOverflow, "POST", "/counters/h/hincr", `{"fields":{"price":"inf"}}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"price":null}}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidArgument, "POST", "/counters/h/hincr", `{"fields":{"n":99999999999999999999}}`)
 	if g := s.ok("GET", "/counters/h/fields", ""); text(g.Body["fields"].(map[string]any)["price"]) != "0.3" || text(g.Body["fields"].(map[string]any)["n"]) != "2" {
 		t.Fatalf("refused requests changed %s", g.Raw)
 	}

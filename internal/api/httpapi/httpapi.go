@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -253,9 +254,9 @@ func (h *Handler) unmatched(w http.ResponseWriter, r *http.Request) error {
 	}
 	if cw.status == http.StatusMethodNotAllowed {
 		w.Header().Set("Allow", cw.header.Get("Allow"))
-		return fmt.Errorf("%w: %s %s", errMethodNotAllowed, r.Method, r.URL.EscapedPath())
+		return fmt.Errorf("%w: %s %s", httpjson.ErrMethodNotAllowed, r.Method, r.URL.EscapedPath())
 	}
-	return fmt.Errorf("%w: no route for %s %s", errRouteNotFound, r.Method, r.URL.EscapedPath())
+	return fmt.Errorf("%w: no route for %s %s", httpjson.ErrRouteNotFound, r.Method, r.URL.EscapedPath())
 }
 
 // discardWriter keeps the status and header of an answer and drops its body.

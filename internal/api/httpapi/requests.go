@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // anyShard is engine.Op.Shard for "add to any shard" (the engine picks one).
@@ -268,13 +269,13 @@ var batchOpNames = []string{"increment", "decrement", "set", "delete", "expire",
 // decodeBatchOp decodes one op of a batch: {"op": NAME, "id": ID, ...the
 // fields of the single route...}. It returns the op and its name.
 func decodeBatchOp(raw json.RawMessage) (engine.Op, string, error) {
-	b := trimJSONSpace(raw)
+	b := httpjson.TrimSpace(raw)
 	if len(b) == 0 || b[0] != '{' {
 		return engine.Op{}, "", invalidArgf("op must be a JSON object")
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
-		return engine.Op{}, "", decodeError(err)
+		return engine.Op{}, "", httpjson.DecodeError(err)
 	}
 	name, err := stringMember(m, "op")
 	if err != nil {
@@ -294,48 +295,48 @@ func decodeBatchOp(raw json.RawMessage) (engine.Op, string, error) {
 	delete(m, "id")
 	rest, err := json.Marshal(m)
 	if err != nil {
-		return engine.Op{}, name, fmt.Errorf("%w: %v", errInvalidJSON, err)
+		return engine.Op{}, name, fmt.Errorf("%w: %v", httpjson.ErrInvalidJSON, err)
 	}
 	var op engine.Op
 	switch name {
 	case "increment", "decrement":
 		var q incrRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id, name == "decrement")
 		}
 	case "set":
 		var q setRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id)
 		}
 	case "delete":
 		var q emptyRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op = engine.Op{Type: engine.OpDelete, ID: id}
 		}
 	case "expire":
 		var q ttlRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id, 0)
 		}
 	case "pfadd":
 		var q pfaddRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id)
 		}
 	case "pfmerge":
 		var q pfmergeRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id)
 		}
 	case "hincr":
 		var q hincrRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id)
 		}
 	case "hdel":
 		var q hdelRequest
-		if err = decodeStrict(rest, &q); err == nil {
+		if err = httpjson.DecodeStrict(rest, &q); err == nil {
 			op, err = q.op(id)
 		}
 	}
@@ -348,7 +349,7 @@ func stringMember(m map[string]json.RawMessage, key string) (string, error) {
 	if !ok {
 		return "", invalidArgf("%s: missing", key)
 	}
-	raw = trimJSONSpace(raw)
+	raw = httpjson.TrimSpace(raw)
 	var s string
 	if len(raw) == 0 || raw[0] != '"' || json.Unmarshal(raw, &s) != nil {
 		return "", invalidArgf("%s: expected a string", key)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -41,7 +42,7 @@ func newClockServer(t *testing.T, clk *testClock) *testServer {
 func TestRollupSpecRoutes(t *testing.T) {
 	clk := &testClock{t: time.Date(2024, 1, 8, 10, 0, 0, 0, time.UTC)}
 	s := newClockServer(t, clk)
-	s.fail(http.StatusNotFound, codeNotFound, "GET", "/rollups/page_views", "")
+	s.fail(http.StatusNotFound, httpjson.CodeNotFound, "GET", "/rollups/page_views", "")
 	a := s.ok("PUT", "/rollups/page_views", `{"minute": "2d", "hour": "30d", "month": "0", "precision": 12}`)
 	want := `{"key":"page_views","rollup":{"minute":"2d","hour":"30d","day":"400d","month":"0","unique_hours":"2d","unique_days":"400d","precision":12,"std_error":0.01625},"status":"ok"}`
 	if string(a.Raw) != want+"\n" {
@@ -59,26 +60,26 @@ func TestRollupSpecRoutes(t *testing.T) {
 	for _, tc := range []struct {
 		body, code string
 	}{
-		{`{"minute": "soon"}`, codeInvalidArgument},
-		{`{"minute": "-1h"}`, codeInvalidArgument},
-		{`{"hour": "30s"}`, codeInvalidArgument}, // shorter than a bucket
-		{`{"unique_days": "500d"}`, codeInvalidArgument},
-		{`{"precision": 9}`, codeInvalidArgument},
-		{`{"precision": 14.5}`, codeInvalidArgument},
-		{`{"minute": 60}`, codeInvalidArgument},
-		{`{"weeks": "1"}`, codeInvalidJSON},
-		{`[]`, codeInvalidArgument},
+		{`{"minute": "soon"}`, httpjson.CodeInvalidArgument},
+		{`{"minute": "-1h"}`, httpjson.CodeInvalidArgument},
+		{`{"hour": "30s"}`, httpjson.CodeInvalidArgument}, // shorter than a bucket
+		{`{"unique_days": "500d"}`, httpjson.CodeInvalidArgument},
+		{`{"precision": 9}`, httpjson.CodeInvalidArgument},
+		{`{"precision": 14.5}`, httpjson.CodeInvalidArgument},
+		{`{"minute": 60}`, httpjson.CodeInvalidArgument},
+		{`{"weeks": "1"}`, httpjson.CodeInvalidJSON},
+		{`[]`, httpjson.CodeInvalidArgument},
 	} {
 		s.fail(http.StatusBadRequest, tc.code, "PUT", "/rollups/x", tc.body)
 	}
-	s.fail(http.StatusBadRequest, codeInvalidID, "PUT", "/rollups/a%01b", `{}`)
+	s.fail(http.StatusBadRequest, httpjson.CodeInvalidID, "PUT", "/rollups/a%01b", `{}`)
 	if a := s.ok("DELETE", "/rollups/page_views", ""); a.Body["deleted"] != true {
 		t.Fatalf("DELETE: %s", a.Raw)
 	}
 	if a := s.ok("DELETE", "/rollups/page_views", ""); a.Body["deleted"] != false {
 		t.Fatalf("second DELETE: %s", a.Raw)
 	}
-	s.fail(http.StatusMethodNotAllowed, codeMethodNotAllowed, "POST", "/rollups/x", `{}`)
+	s.fail(http.StatusMethodNotAllowed, httpjson.CodeMethodNotAllowed, "POST", "/rollups/x", `{}`)
 }
 
 func TestSeriesRoute(t *testing.T) {
@@ -120,13 +121,13 @@ func TestSeriesRoute(t *testing.T) {
 		code   string
 		path   string
 	}{
-		{400, codeInvalidArgument, "/counters/page_views:article_123/series?granularity=week"},
-		{400, codeInvalidArgument, "/counters/page_views:article_123/series?from=yesterday"},
-		{400, codeInvalidArgument, "/counters/page_views:article_123/series?from=now&to=-1h"},
-		{400, codeInvalidArgument, "/counters/page_views:article_123/series?granularity=minute&from=-100d"},
-		{400, codeInvalidArgument, "/counters/page_views:article_123/series?from=99999999999999"},
-		{404, codeNotFound, "/counters/other/series"},
-		{409, codeWrongKind, "/counters/page_views:u/series"},
+		{400, httpjson.CodeInvalidArgument, "/counters/page_views:article_123/series?granularity=week"},
+		{400, httpjson.CodeInvalidArgument, "/counters/page_views:article_123/series?from=yesterday"},
+		{400, httpjson.CodeInvalidArgument, "/counters/page_views:article_123/series?from=now&to=-1h"},
+		{400, httpjson.CodeInvalidArgument, "/counters/page_views:article_123/series?granularity=minute&from=-100d"},
+		{400, httpjson.CodeInvalidArgument, "/counters/page_views:article_123/series?from=99999999999999"},
+		{404, httpjson.CodeNotFound, "/counters/other/series"},
+		{409, httpjson.CodeWrongKind, "/counters/page_views:u/series"},
 	} {
 		s.fail(tc.status, tc.code, "GET", tc.path, "")
 	}
@@ -163,13 +164,13 @@ func TestUniquesRoute(t *testing.T) {
 		code   string
 		query  string
 	}{
-		{400, codeInvalidArgument, "last=31d"},
-		{400, codeInvalidArgument, "last=0d"},
-		{400, codeInvalidArgument, "last=7w"},
-		{400, codeInvalidArgument, "last=+7d"},
-		{400, codeInvalidArgument, "last=d"},
-		{400, codeInvalidArgument, "last=49h"}, // unique_hours defaults to 2d
-		{404, codeNotFound, "last=1d&x=" + "y"},
+		{400, httpjson.CodeInvalidArgument, "last=31d"},
+		{400, httpjson.CodeInvalidArgument, "last=0d"},
+		{400, httpjson.CodeInvalidArgument, "last=7w"},
+		{400, httpjson.CodeInvalidArgument, "last=+7d"},
+		{400, httpjson.CodeInvalidArgument, "last=d"},
+		{400, httpjson.CodeInvalidArgument, "last=49h"}, // unique_hours defaults to 2d
+		{404, httpjson.CodeNotFound, "last=1d&x=" + "y"},
 	} {
 		if tc.status == 404 { // a namespace without sketches
 			s.ok("PUT", "/rollups/visitors", `{"unique_days": "0", "unique_hours": "0"}`)

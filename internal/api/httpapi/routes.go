@@ -12,6 +12,7 @@ import (
 
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/glob"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // mutate runs a single-op mutation route: validate the path id and write
@@ -122,7 +123,7 @@ func (h *Handler) batch(w http.ResponseWriter, r *http.Request) error {
 	for i, raw := range raws {
 		ops[i], names[i], err = decodeBatchOp(raw)
 		if err != nil {
-			return &indexError{Index: i, Err: err}
+			return &httpjson.IndexError{Index: i, Err: err}
 		}
 	}
 	results, err := h.eng.ApplyBatch(r.Context(), ops, wo)
@@ -415,13 +416,13 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 		if sw, ok := w.(*statusWriter); ok {
 			sw.err = err
 		}
-		code := codeUnavailable
+		code := httpjson.CodeUnavailable
 		if errors.Is(err, engine.ErrInsufficientStorage) {
-			code = codeInsufficientStorage // read-only: full or failing disk
+			code = httpjson.CodeInsufficientStorage // read-only: full or failing disk
 		}
-		writeJSON(w, http.StatusServiceUnavailable, errorBody{
+		writeJSON(w, http.StatusServiceUnavailable, httpjson.Body{
 			Status: "error",
-			Error:  errorDetail{Code: code, Message: err.Error()},
+			Error:  httpjson.Detail{Code: code, Message: err.Error()},
 		})
 		return nil
 	}

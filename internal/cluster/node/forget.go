@@ -3,15 +3,14 @@ package node
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // Forgetting a member (counterctl cluster forget, POST /cluster/forget)
@@ -115,27 +114,32 @@ type forgetRequest struct {
 	Force bool   `json:"force"`
 }
 
+// maxForgetBody bounds the body of POST /cluster/forget.
+const maxForgetBody = 4 << 10
+
 // serveForget is POST /cluster/forget: {"node": ID, "force": false}. It
 // answers the cluster status after the change.
 func (n *Node) serveForget(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodPost {
 		w.Header().Set("Allow", "POST")
-		http.Error(w, `{"status":"error","error":{"code":"method_not_allowed","message":"method not allowed"}}`, http.StatusMethodNotAllowed)
+		httpjson.WriteError(w, fmt.Errorf("%w: %s %s", httpjson.ErrMethodNotAllowed, r.Method, r.URL.Path))
 		return
 	}
 	var req forgetRequest
-	dec := json.NewDecoder(io.LimitReader(r.Body, 4<<10))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		httpapi.WriteError(w, fmt.Errorf("%w: body must be {\"node\": ID, \"force\": false}: %v", engine.ErrInvalidArgument, err))
+	b, err := httpjson.ReadBody(w, r, maxForgetBody)
+	if err == nil {
+		err = httpjson.DecodeStrict(b, &req)
+	}
+	if err != nil {
+		httpjson.WriteError(w, fmt.Errorf("body must be {\"node\": ID, \"force\": false}: %w", err))
 		return
 	}
 	if req.Node == "" {
-		httpapi.WriteError(w, fmt.Errorf("%w: \"node\" is required", engine.ErrInvalidArgument))
+		httpjson.WriteError(w, fmt.Errorf("%w: \"node\" is required", engine.ErrInvalidArgument))
 		return
 	}
 	if err := n.Forget(req.Node, req.Force); err != nil {
-		httpapi.WriteError(w, err)
+		httpjson.WriteError(w, err)
 		return
 	}
 	st := n.Status()

@@ -2,12 +2,14 @@ package node
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"sync"
 
 	"github.com/counterd/counterd/internal/cluster/membership"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // Status is the JSON of GET /cluster. Clients rebuild the ring with
@@ -85,12 +87,12 @@ func (n *Node) Routes() map[string]http.Handler {
 			n.serveForget(w, r)
 			return
 		default:
-			http.NotFound(w, r)
+			httpjson.WriteError(w, fmt.Errorf("%w: no route for %s %s", httpjson.ErrRouteNotFound, r.Method, r.URL.Path))
 			return
 		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			w.Header().Set("Allow", "GET, HEAD")
-			http.Error(w, `{"status":"error","error":{"code":"method_not_allowed","message":"method not allowed"}}`, http.StatusMethodNotAllowed)
+			httpjson.WriteError(w, fmt.Errorf("%w: %s %s", httpjson.ErrMethodNotAllowed, r.Method, r.URL.Path))
 			return
 		}
 		st := n.Status()
