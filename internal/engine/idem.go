@@ -134,25 +134,12 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
-	q := idem.Request{Key: key, FP: Fingerprint(ops), IDs: opsIDs(ops), Now: e.nowNano()}
-	applied := false
-	res, err := idem.Do(ctx, idemStore{e}, q, nil, func() ([]Result, error) {
-		res := make([]Result, len(ops))
-		var err error
-		if len(ops) == 1 && ops[0].Type != OpPFMerge {
-			if err = e.applySingle(&ops[0], &res[0]); err != nil && batch {
-				err = &BatchError{Index: 0, Err: err}
-			}
-		} else {
-			err = e.applyMulti(ops, res, batch)
-		}
-		applied = err == nil
-		return res, err
-	})
+	s := &idemStore{e: e, ops: ops, batch: batch}
+	res, err := idem.Do(ctx, s, idem.Request{Key: key, FP: Fingerprint(ops), Now: e.nowNano()}, nil)
 	if err != nil {
 		return nil, err
 	}
-	if applied {
+	if s.applied {
 		e.ops.add(len(ops))
 	}
 	if e.durability(wo) == Sync {
@@ -164,12 +151,17 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 	return res, nil
 }
 
-// idemStore is the engine's idem.Store: the in-memory table in front of
-// Pebble.
-type idemStore struct{ e *Engine }
+// idemStore is one keyed request's idem.Store in the engine: the
+// in-memory table in front of Pebble.
+type idemStore struct {
+	e       *Engine
+	ops     []Op
+	batch   bool
+	applied bool
+}
 
 // Claim returns the key's record (in memory, else on disk) or claims it.
-func (s idemStore) Claim(ctx context.Context, c *IdemRecord) (*IdemRecord, error) {
+func (s *idemStore) Claim(ctx context.Context, c *IdemRecord) (*IdemRecord, error) {
 	e, t, key := s.e, &s.e.idem, c.Key
 	t.mu.Lock()
 	if r := t.recs[key]; r != nil {
@@ -203,7 +195,7 @@ func (s idemStore) Claim(ctx context.Context, c *IdemRecord) (*IdemRecord, error
 }
 
 // Wait waits for the request holding held to finish.
-func (s idemStore) Wait(ctx context.Context, held *IdemRecord) error {
+func (s *idemStore) Wait(ctx context.Context, held *IdemRecord) error {
 	t := &s.e.idem
 	t.mu.Lock()
 	call := t.inflight[held.Key]
@@ -221,16 +213,26 @@ func (s idemStore) Wait(ctx context.Context, held *IdemRecord) error {
 
 // Commit applies and records under the gate, so that the record is in the
 // flush batch that holds the state it produced.
-func (s idemStore) Commit(ctx context.Context, c *IdemRecord, apply func() ([]Result, error), done func([]Result) *IdemRecord) ([]Result, error) {
-	e, t := s.e, &s.e.idem
+func (s *idemStore) Commit(ctx context.Context, c *IdemRecord) ([]Result, error) {
+	e, t, ops := s.e, &s.e.idem, s.ops
 	defer s.finish(c)
 	e.gate.RLock()
 	defer e.gate.RUnlock()
-	res, err := apply()
+	res := make([]Result, len(ops))
+	var err error
+	if len(ops) == 1 && ops[0].Type != OpPFMerge {
+		if err = e.applySingle(&ops[0], &res[0]); err != nil && s.batch {
+			err = &BatchError{Index: 0, Err: err}
+		}
+	} else {
+		err = e.applyMulti(ops, res, s.batch)
+	}
 	if err != nil {
 		return nil, err
 	}
-	r := &idemRec{IdemRecord: *done(res)}
+	s.applied = true
+	r := &idemRec{IdemRecord: c.Done(res)}
+	r.IDs = opsIDs(ops)
 	t.mu.Lock()
 	t.addLocked(r)
 	t.pending = append(t.pending, r)
@@ -239,13 +241,13 @@ func (s idemStore) Commit(ctx context.Context, c *IdemRecord, apply func() ([]Re
 }
 
 // Release ends claim c (nothing was applied under it).
-func (s idemStore) Release(ctx context.Context, c *IdemRecord) error {
+func (s *idemStore) Release(ctx context.Context, c *IdemRecord) error {
 	s.finish(c)
 	return nil
 }
 
 // finish drops claim c from the inflight table and wakes its waiters.
-func (s idemStore) finish(c *IdemRecord) {
+func (s *idemStore) finish(c *IdemRecord) {
 	t := &s.e.idem
 	t.mu.Lock()
 	call := t.inflight[c.Key]

@@ -72,7 +72,14 @@ func (r Result) AsReplayed() Result {
 
 // Fingerprint identifies a request: equal ops give equal fingerprints, and
 // a change to any field an op's result depends on changes it.
-func Fingerprint(ops []Op) uint64 { return idem.Fingerprint(ops, appendFingerprint) }
+func Fingerprint(ops []Op) uint64 {
+	f := idem.NewFingerprinter()
+	var buf [128]byte
+	for i := range ops {
+		f.Op(appendFingerprint(buf[:0], &ops[i]))
+	}
+	return f.Sum()
+}
 
 // appendFingerprint appends the bytes op is fingerprinted by (unchanged
 // since records were first stored, so stored fingerprints still match).

@@ -19,12 +19,13 @@ type Store[R Outcome[R]] interface {
 	// Wait returns when held, another request's pending claim, may have
 	// ended (or ctx did).
 	Wait(ctx context.Context, held *Record[R]) error
-	// Commit runs apply and, if it succeeds, stores done(results) in place
-	// of claim, as atomically with apply's effect as the store can (the
-	// engine: in the same flush batch). An error is apply's: nothing was
-	// applied. A record that cannot be stored after apply is the store's
-	// to report (logged); the results stand.
-	Commit(ctx context.Context, claim *Record[R], apply func() ([]R, error), done func([]R) *Record[R]) ([]R, error)
+	// Commit applies the request (a store is made per request, or told
+	// what to apply) and, if it succeeds, stores claim.Done(results) in
+	// place of claim, as atomically with the effect as the store can (the
+	// engine: in the same flush batch). An error is the apply's: nothing
+	// was applied. A record that cannot be stored after the apply is the
+	// store's to report (logged); the results stand.
+	Commit(ctx context.Context, claim *Record[R]) ([]R, error)
 	// Release removes claim if it is still the key's record (apply
 	// failed, or the claim was abandoned).
 	Release(ctx context.Context, claim *Record[R]) error
@@ -34,7 +35,6 @@ type Store[R Outcome[R]] interface {
 type Request struct {
 	Key string
 	FP  uint64
-	IDs []string // the ids it writes, for stores that index records by id
 	// Now is the time (unix ns) the request's records are created at.
 	Now int64
 	// Lease bounds how long the claim may be held (Deadline = Now+Lease);
@@ -56,11 +56,16 @@ type Active interface {
 
 // Do applies a keyed request at most once: it claims the key, replays the
 // record already there (ErrReuse for a different request), waits for
-// another request's claim, takes over an abandoned claim, or runs apply
-// through s.Commit and records its results. The replayed results have
-// AsReplayed applied; active may be nil.
-func Do[R Outcome[R]](ctx context.Context, s Store[R], q Request, active Active, apply func() ([]R, error)) ([]R, error) {
-	claim := &Record[R]{Key: q.Key, FP: q.FP, Created: q.Now, Pending: true, Claim: NewClaim(), Owner: q.Owner}
+// another request's claim, takes over an abandoned claim, or applies
+// through s.Commit, which records the results. The replayed results have
+// AsReplayed applied; active may be nil. A claim carries a token (and
+// Owner, Deadline) only when q.Owner is set: a store local to one process
+// tells claims apart by pointer.
+func Do[R Outcome[R]](ctx context.Context, s Store[R], q Request, active Active) ([]R, error) {
+	claim := &Record[R]{Key: q.Key, FP: q.FP, Created: q.Now, Pending: true}
+	if q.Owner != "" {
+		claim.Claim, claim.Owner = NewClaim(), q.Owner
+	}
 	if q.Lease > 0 {
 		claim.Deadline = q.Now + int64(q.Lease)
 	}
@@ -75,7 +80,7 @@ func Do[R Outcome[R]](ctx context.Context, s Store[R], q Request, active Active,
 		if !held.Pending || held.FP != q.FP {
 			return held.Replay(q.Key, q.FP)
 		}
-		if held.Claim == claim.Claim {
+		if held == claim || held.Claim != "" && held.Claim == claim.Claim {
 			break // our claim, resent by the store's client after it applied
 		}
 		if abandoned(held, q, active) {
@@ -88,14 +93,17 @@ func Do[R Outcome[R]](ctx context.Context, s Store[R], q Request, active Active,
 			return nil, err
 		}
 	}
-	res, err := s.Commit(ctx, claim, apply, func(res []R) *Record[R] {
-		return &Record[R]{Key: q.Key, FP: q.FP, Created: q.Now, IDs: q.IDs, Results: res}
-	})
+	res, err := s.Commit(ctx, claim)
 	if err != nil {
 		_ = s.Release(context.WithoutCancel(ctx), claim) // nothing applied: the key is free again (a failure leaves an abandoned claim)
 		return nil, err
 	}
 	return res, nil
+}
+
+// Done is the record of claim's request completed with res.
+func (r *Record[R]) Done(res []R) Record[R] {
+	return Record[R]{Key: r.Key, FP: r.FP, Created: r.Created, Results: res}
 }
 
 // abandoned reports whether held, another request's pending claim, will

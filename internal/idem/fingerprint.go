@@ -2,19 +2,22 @@ package idem
 
 import "github.com/cespare/xxhash/v2"
 
-// Fingerprint identifies a request: the hash of each op's bytes as
-// appendOp writes them (into a buffer reused between ops). Equal ops must
-// append equal bytes, and a change to any field an op's result depends on
-// must change them (length-prefix variable fields so they cannot shift
-// into each other).
-func Fingerprint[O any](ops []O, appendOp func(b []byte, op *O) []byte) uint64 {
-	var d xxhash.Digest
-	d.Reset()
-	var buf [128]byte
-	b := buf[:0]
-	for i := range ops {
-		b = appendOp(b[:0], &ops[i])
-		d.Write(b)
-	}
-	return d.Sum64()
+// Fingerprinter hashes a request into its fingerprint, one op's bytes at
+// a time: equal ops must give equal bytes, and a change to any field an
+// op's result depends on must change them (length-prefix variable fields
+// so they cannot shift into each other). A caller keeps its own buffer
+// for an op's bytes (on its stack).
+type Fingerprinter struct{ d xxhash.Digest }
+
+// NewFingerprinter starts a fingerprint.
+func NewFingerprinter() Fingerprinter {
+	var f Fingerprinter
+	f.d.Reset()
+	return f
 }
+
+// Op adds one op's bytes.
+func (f *Fingerprinter) Op(b []byte) { _, _ = f.d.Write(b) }
+
+// Sum is the fingerprint of the ops added.
+func (f *Fingerprinter) Sum() uint64 { return f.d.Sum64() }

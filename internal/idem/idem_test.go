@@ -39,6 +39,7 @@ type model struct {
 	recs        map[string]*Record[res]
 	releaseFail bool
 	waits       int
+	apply       func() ([]res, error)
 }
 
 func (m *model) Claim(_ context.Context, c *Record[res]) (*Record[res], error) {
@@ -51,12 +52,13 @@ func (m *model) Claim(_ context.Context, c *Record[res]) (*Record[res], error) {
 
 func (m *model) Wait(context.Context, *Record[res]) error { m.waits++; return errBusy }
 
-func (m *model) Commit(_ context.Context, c *Record[res], apply func() ([]res, error), done func([]res) *Record[res]) ([]res, error) {
-	out, err := apply()
+func (m *model) Commit(_ context.Context, c *Record[res]) ([]res, error) {
+	out, err := m.apply()
 	if err != nil {
 		return nil, err
 	}
-	m.recs[c.Key] = done(out)
+	d := c.Done(out)
+	m.recs[c.Key] = &d
 	return out, nil
 }
 
@@ -117,14 +119,15 @@ func TestDoProperty(t *testing.T) {
 				m.waits = 0
 				applied := false
 				q := Request{Key: key, FP: fp, Now: now, Lease: lease, Owner: "self", Clock: func() int64 { return now }}
-				got, err := Do(context.Background(), m, q, active, func() ([]res, error) {
+				m.apply = func() ([]res, error) {
 					applied = true
 					if fail {
 						return nil, errors.New("apply failed")
 					}
 					effects[key]++
 					return []res{{V: int64(effects[key]), Note: key}}, nil
-				})
+				}
+				got, err := Do(context.Background(), m, q, active)
 				after := m.recs[key]
 				takeover := before != nil && before.Pending && before.FP == fp &&
 					((before.Owner == "self" && !active[before.Claim]) || now > before.Deadline)

@@ -51,11 +51,11 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, a
 	if err := engine.ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
-	s := &redisIdem{b: b, k: idemPrefix + key, start: time.Now()}
+	s := &redisIdem{b: b, k: idemPrefix + key, start: time.Now(), apply: apply}
 	defer s.stop()
 	q := idem.Request{Key: key, FP: engine.Fingerprint(ops), Now: b.Now().UnixNano(), Lease: idemLease,
 		Owner: idem.ProcessID(), Clock: func() int64 { return b.Now().UnixNano() }}
-	return idem.Do(ctx, s, q, &b.claims, apply)
+	return idem.Do(ctx, s, q, &b.claims)
 }
 
 // redisIdem is one keyed request's idem.Store over Redis.
@@ -63,6 +63,7 @@ type redisIdem struct {
 	b     *Backend
 	k     string
 	start time.Time
+	apply func() ([]engine.Result, error)
 	claim *engine.IdemRecord // ours, once Claim ran
 	raw   []byte             // its stored form
 	held  *engine.IdemRecord // the last record another request held
@@ -118,13 +119,13 @@ func (s *redisIdem) Wait(ctx context.Context, held *engine.IdemRecord) error {
 }
 
 // Commit applies, then replaces the claim with the results.
-func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord, apply func() ([]engine.Result, error), done func([]engine.Result) *engine.IdemRecord) ([]engine.Result, error) {
-	res, err := apply()
+func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]engine.Result, error) {
+	res, err := s.apply()
 	if err != nil {
 		return nil, err
 	}
-	d := done(res)
-	d.Key, d.IDs, d.Created = "", nil, s.b.Now().UnixNano() // the key is Redis's
+	d := c.Done(res)
+	d.Key, d.Created = "", s.b.Now().UnixNano() // the key is Redis's
 	if err := s.b.rs.Client().Set(context.WithoutCancel(ctx), s.k, d.Encode(), s.b.opts.IdempotencyRetention).Err(); err != nil {
 		// Applied but not recorded: a retry within the lease waits, after
 		// it applies again. Report it rather than hide it.

@@ -157,10 +157,8 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if wo.IdempotencyKey == "" {
 		return n.applyOwned(ctx, ops, batch, wo)
 	}
-	q := idem.Request{Key: wo.IdempotencyKey, FP: engine.Fingerprint(ops), IDs: opIDs(ops)}
-	return idem.Do(ctx, clusterIdem{n: n, ops: ops}, q, nil, func() ([]engine.Result, error) {
-		return n.applyOwned(ctx, ops, batch, wo)
-	})
+	q := idem.Request{Key: wo.IdempotencyKey, FP: engine.Fingerprint(ops)}
+	return idem.Do(ctx, &clusterIdem{n: n, ops: ops, batch: batch, wo: wo}, q, nil)
 }
 
 // checkMajority refuses owner writes while this node sees at most half of

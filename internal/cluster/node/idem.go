@@ -785,14 +785,16 @@ func (n *Node) announceRecords(recs []idemRecord) {
 // (and the replicas' caches) in front of the store, whose engine claims
 // the key (so no claim here: the cache holds only completed records).
 type clusterIdem struct {
-	n   *Node
-	ops []engine.Op
+	n     *Node
+	ops   []engine.Op
+	batch bool
+	wo    engine.WriteOptions
 }
 
 // Claim returns the record of the request another node applied, if it
 // reached this node (cache) or, for a pn/sharded add applied where it
 // arrives, one of the ids' replicas (lookupRecord).
-func (s clusterIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.IdemRecord, error) {
+func (s *clusterIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.IdemRecord, error) {
 	if r, ok := s.n.idem.record(c.Key, c.FP); ok {
 		return &r.IdemRecord, nil
 	}
@@ -810,14 +812,14 @@ func (s clusterIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.I
 }
 
 // Wait is never called: Claim returns no pending records.
-func (clusterIdem) Wait(context.Context, *engine.IdemRecord) error { return nil }
+func (*clusterIdem) Wait(context.Context, *engine.IdemRecord) error { return nil }
 
 // Commit applies with the ids' stripes held (the record is in the cache
 // before any export shows the write) and keeps the record.
-func (s clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord, apply func() ([]engine.Result, error), _ func([]engine.Result) *engine.IdemRecord) ([]engine.Result, error) {
+func (s *clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]engine.Result, error) {
 	unlock := s.n.stripes.rlock(opIDs(s.ops))
 	defer unlock()
-	res, err := apply()
+	res, err := s.n.applyOwned(ctx, s.ops, s.batch, s.wo)
 	if err != nil {
 		return nil, err
 	}
@@ -828,7 +830,7 @@ func (s clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord, apply fun
 }
 
 // Release has nothing to free (the engine's claim is its own).
-func (clusterIdem) Release(context.Context, *engine.IdemRecord) error { return nil }
+func (*clusterIdem) Release(context.Context, *engine.IdemRecord) error { return nil }
 
 // anyCRDTLocal reports whether some op of ops is a pn/sharded add, applied
 // by the node that receives it.
