@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/idem"
 )
 
 // Sentinel errors. Front ends map them to their own wire errors with errors.Is;
@@ -20,7 +21,7 @@ var (
 	ErrVersionConflict  = errors.New("engine: version conflict")
 	ErrNotFound         = errors.New("engine: no such counter")
 	ErrBatchTooLarge    = errors.New("engine: batch too large")
-	ErrIdempotencyReuse = errors.New("engine: idempotency key reused with a different request")
+	ErrIdempotencyReuse = idem.ErrReuse // "engine: idempotency key reused with a different request"
 	// ErrNotFloat: a float increment is not a number (counter.ParseFloat),
 	// like Redis's "value is not a valid float".
 	ErrNotFloat = errors.New("engine: value is not a valid float")

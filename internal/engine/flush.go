@@ -215,7 +215,7 @@ func (e *Engine) flushOnce() error {
 	e.gate.Unlock()
 
 	for _, r := range recs {
-		b.Set(idemKey(r.key), r.encode(), nil)
+		b.Set(idemKey(r.Key), r.encode(), nil)
 	}
 	err := writeStored(b, stored)
 	if err == nil {

@@ -8,27 +8,31 @@ import (
 	"sync"
 
 	"github.com/cockroachdb/pebble"
+
+	"github.com/counterd/counterd/internal/idem"
 )
 
-// Idempotency: a mutation with a key records its results. The record is
-// written to Pebble in the same batch as the state it produced (see
-// Engine.gate), held in memory while recent (bounded by
-// Config.IdempotencyMemory, oldest flushed records evicted first) and read
-// back from Pebble after that, until Config.IdempotencyRetention passes.
+// Idempotency: a mutation with a key records its results (package idem
+// runs the claim, replay and record; this file is the engine's store of
+// records). The record is written to Pebble in the same batch as the state
+// it produced (Commit holds e.gate while it applies and records), held in
+// memory while recent (bounded by Config.IdempotencyMemory, oldest flushed
+// records evicted first) and read back from Pebble after that, until
+// Config.IdempotencyRetention passes. A claim is the in-memory inflight
+// entry: keys are claimed by one process only.
 
 // MaxIdempotencyKeyLen bounds an idempotency key.
-const MaxIdempotencyKeyLen = 255
+const MaxIdempotencyKeyLen = idem.MaxKeyLen
 
 type idemRec struct {
-	key     string
-	fp      uint64
-	created int64    // unix ns
-	ids     []string // the ids the mutation wrote (IdemRecords)
-	results []Result
-	flushed bool // on disk; guarded by idemTable.mu
+	IdemRecord      // Key set; IDs: the ids the mutation wrote (IdemRecords)
+	flushed    bool // on disk; guarded by idemTable.mu
 }
 
-type idemCall struct{ done chan struct{} }
+type idemCall struct {
+	claim *IdemRecord
+	done  chan struct{}
+}
 
 type idemTable struct {
 	mu       sync.Mutex
@@ -48,8 +52,10 @@ func (t *idemTable) init(max int) {
 
 func idemKey(k string) []byte { return append([]byte{prefixIdem}, k...) }
 
+// encode is r's stored form (the key is Pebble's).
 func (r *idemRec) encode() []byte {
-	rec := IdemRecord{FP: r.fp, Created: r.created, IDs: r.ids, Results: r.results}
+	rec := r.IdemRecord
+	rec.Key = ""
 	return rec.Encode()
 }
 
@@ -58,12 +64,13 @@ func decodeIdem(key string, b []byte) (*idemRec, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%q: %w", key, err)
 	}
-	return &idemRec{key: key, fp: d.FP, created: d.Created, ids: d.IDs, results: d.Results, flushed: true}, nil
+	d.Key = key
+	return &idemRec{IdemRecord: d, flushed: true}, nil
 }
 
 // addLocked remembers r and evicts the oldest flushed records over the bound.
 func (t *idemTable) addLocked(r *idemRec) {
-	t.recs[r.key] = r
+	t.recs[r.Key] = r
 	t.order = append(t.order, r)
 	t.evictLocked()
 }
@@ -71,8 +78,8 @@ func (t *idemTable) addLocked(r *idemRec) {
 func (t *idemTable) evictLocked() {
 	n := 0
 	for len(t.recs) > t.max && n < len(t.order) && t.order[n].flushed {
-		if t.recs[t.order[n].key] == t.order[n] {
-			delete(t.recs, t.order[n].key)
+		if t.recs[t.order[n].Key] == t.order[n] {
+			delete(t.recs, t.order[n].Key)
 		}
 		n++
 	}
@@ -115,13 +122,8 @@ func (t *idemTable) size() int {
 
 // ValidateIdempotencyKey checks a key: 1..255 printable bytes.
 func ValidateIdempotencyKey(k string) error {
-	if k == "" || len(k) > MaxIdempotencyKeyLen {
-		return fmt.Errorf("%w: idempotency key must be 1..%d bytes", ErrInvalidArgument, MaxIdempotencyKeyLen)
-	}
-	for i := 0; i < len(k); i++ {
-		if k[i] < 0x20 || k[i] == 0x7f {
-			return fmt.Errorf("%w: idempotency key has a control byte", ErrInvalidArgument)
-		}
+	if err := idem.ValidateKey(k); err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
 	}
 	return nil
 }
@@ -132,73 +134,16 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
-	fp := Fingerprint(ops)
-	t := &e.idem
-	var call *idemCall
-	for call == nil {
-		t.mu.Lock()
-		if r := t.recs[key]; r != nil {
-			t.mu.Unlock()
-			if !e.idemExpired(r) {
-				return e.replay(ctx, r, fp, wo)
-			}
-			t.mu.Lock()
-			if t.recs[key] == r {
-				delete(t.recs, key)
-			}
-		}
-		if c := t.inflight[key]; c != nil {
-			t.mu.Unlock()
-			select {
-			case <-c.done:
-				continue
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-		}
-		call = &idemCall{done: make(chan struct{})}
-		t.inflight[key] = call
-		t.mu.Unlock()
-	}
-	defer func() {
-		t.mu.Lock()
-		delete(t.inflight, key)
-		t.mu.Unlock()
-		close(call.done)
-	}()
-
-	if r, err := e.readIdem(key); err != nil {
-		return nil, err
-	} else if r != nil && !e.idemExpired(r) {
-		t.mu.Lock()
-		t.addLocked(r)
-		t.mu.Unlock()
-		return e.replay(ctx, r, fp, wo)
-	}
-
-	res := make([]Result, len(ops))
-	var err error
-	e.gate.RLock()
-	if len(ops) == 1 && ops[0].Type != OpPFMerge {
-		if err = e.applySingle(&ops[0], &res[0]); err != nil && batch {
-			err = &BatchError{Index: 0, Err: err}
-		}
-	} else {
-		err = e.applyMulti(ops, res, batch)
-	}
-	if err == nil {
-		r := &idemRec{key: key, fp: fp, created: e.nowNano(), ids: opsIDs(ops), results: res}
-		t.mu.Lock()
-		t.addLocked(r)
-		t.pending = append(t.pending, r)
-		t.mu.Unlock()
-	}
-	e.gate.RUnlock()
+	s := &idemStore{e: e, ops: ops, batch: batch}
+	res, err := idem.Do(ctx, s, idem.Request{Key: key, FP: Fingerprint(ops), Now: e.nowNano()}, nil)
 	if err != nil {
 		return nil, err
 	}
-	e.ops.add(len(ops))
+	if s.applied {
+		e.ops.add(len(ops))
+	}
 	if e.durability(wo) == Sync {
+		// A replayed first attempt may have been async and not yet on disk.
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err
 		}
@@ -206,23 +151,113 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 	return res, nil
 }
 
-func (e *Engine) idemExpired(r *idemRec) bool {
-	return e.nowNano()-r.created > int64(e.cfg.IdempotencyRetention)
+// idemStore is one keyed request's idem.Store in the engine: the
+// in-memory table in front of Pebble.
+type idemStore struct {
+	e       *Engine
+	ops     []Op
+	batch   bool
+	applied bool
 }
 
-func (e *Engine) replay(ctx context.Context, r *idemRec, fp uint64, wo WriteOptions) ([]Result, error) {
-	rec := IdemRecord{FP: r.fp, Results: r.results}
-	out, err := rec.Replay(r.key, fp)
+// Claim returns the key's record (in memory, else on disk) or claims it.
+func (s *idemStore) Claim(ctx context.Context, c *IdemRecord) (*IdemRecord, error) {
+	e, t, key := s.e, &s.e.idem, c.Key
+	t.mu.Lock()
+	if r := t.recs[key]; r != nil {
+		if !r.Expired(e.nowNano(), e.cfg.IdempotencyRetention) {
+			t.mu.Unlock()
+			return &r.IdemRecord, nil
+		}
+		delete(t.recs, key)
+	}
+	if call := t.inflight[key]; call != nil {
+		t.mu.Unlock()
+		return call.claim, nil
+	}
+	t.inflight[key] = &idemCall{claim: c, done: make(chan struct{})}
+	t.mu.Unlock()
+
+	r, err := e.readIdem(key)
+	if err != nil || (r != nil && !r.Expired(e.nowNano(), e.cfg.IdempotencyRetention)) {
+		if r != nil && err == nil {
+			t.mu.Lock()
+			t.addLocked(r)
+			t.mu.Unlock()
+		}
+		s.finish(c)
+		if err != nil {
+			return nil, err
+		}
+		return &r.IdemRecord, nil
+	}
+	return nil, nil
+}
+
+// Wait waits for the request holding held to finish.
+func (s *idemStore) Wait(ctx context.Context, held *IdemRecord) error {
+	t := &s.e.idem
+	t.mu.Lock()
+	call := t.inflight[held.Key]
+	t.mu.Unlock()
+	if call == nil || call.claim != held {
+		return nil
+	}
+	select {
+	case <-call.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Commit applies and records under the gate, so that the record is in the
+// flush batch that holds the state it produced.
+func (s *idemStore) Commit(ctx context.Context, c *IdemRecord) ([]Result, error) {
+	e, t, ops := s.e, &s.e.idem, s.ops
+	defer s.finish(c)
+	e.gate.RLock()
+	defer e.gate.RUnlock()
+	res := make([]Result, len(ops))
+	var err error
+	if len(ops) == 1 && ops[0].Type != OpPFMerge {
+		if err = e.applySingle(&ops[0], &res[0]); err != nil && s.batch {
+			err = &BatchError{Index: 0, Err: err}
+		}
+	} else {
+		err = e.applyMulti(ops, res, s.batch)
+	}
 	if err != nil {
 		return nil, err
 	}
-	if e.durability(wo) == Sync {
-		// The first attempt may have been async and not yet on disk.
-		if err := e.waitDurable(ctx); err != nil {
-			return nil, err
-		}
+	s.applied = true
+	r := &idemRec{IdemRecord: c.Done(res)}
+	r.IDs = opsIDs(ops)
+	t.mu.Lock()
+	t.addLocked(r)
+	t.pending = append(t.pending, r)
+	t.mu.Unlock()
+	return res, nil
+}
+
+// Release ends claim c (nothing was applied under it).
+func (s *idemStore) Release(ctx context.Context, c *IdemRecord) error {
+	s.finish(c)
+	return nil
+}
+
+// finish drops claim c from the inflight table and wakes its waiters.
+func (s *idemStore) finish(c *IdemRecord) {
+	t := &s.e.idem
+	t.mu.Lock()
+	call := t.inflight[c.Key]
+	if call == nil || call.claim != c {
+		t.mu.Unlock()
+		return
 	}
-	return out, nil
+	delete(t.inflight, c.Key)
+	t.mu.Unlock()
+	close(call.done)
 }
 
 func (e *Engine) readIdem(key string) (*idemRec, error) {
@@ -244,7 +279,7 @@ func (e *Engine) purgeIdempotency() error {
 	t := &e.idem
 	t.mu.Lock()
 	for k, r := range t.recs {
-		if r.created < cutoff && r.flushed {
+		if r.Created < cutoff && r.flushed {
 			delete(t.recs, k)
 		}
 	}
@@ -257,7 +292,7 @@ func (e *Engine) purgeIdempotency() error {
 	defer b.Close()
 	for it.First(); it.Valid(); it.Next() {
 		r, err := decodeIdem(string(it.Key()[1:]), it.Value())
-		if err != nil || r.created < cutoff {
+		if err != nil || r.Created < cutoff {
 			b.Delete(it.Key(), nil)
 		}
 	}
@@ -309,10 +344,10 @@ func (e *Engine) IdemRecords(since int64, fn func(IdemRecord)) error {
 	}
 	for it.First(); it.Valid(); it.Next() {
 		r, err := decodeIdem(string(it.Key()[1:]), it.Value())
-		if err != nil || r.created < since {
+		if err != nil || r.Created < since {
 			continue
 		}
-		fn(IdemRecord{Key: r.key, FP: r.fp, Created: r.created, IDs: r.ids, Results: r.results})
+		fn(r.IdemRecord)
 	}
 	return it.Close()
 }

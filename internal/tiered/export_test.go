@@ -1,11 +1,13 @@
 package tiered
 
+import "github.com/counterd/counterd/internal/idem"
+
 // MaxRegisters exposes maxRegisters to the tests.
 var MaxRegisters = maxRegisters
 
 // FixClaim makes every idempotency claim c until the returned func runs.
 func FixClaim(c string) (restore func()) {
-	old := newClaim
-	newClaim = func() string { return c }
-	return func() { newClaim = old }
+	old := idem.NewClaim
+	idem.NewClaim = func() string { return c }
+	return func() { idem.NewClaim = old }
 }

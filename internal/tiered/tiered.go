@@ -131,6 +131,9 @@ type Backend struct {
 	sweepDone   chan struct{}                // closed when sweepLoop returns
 	recountDone chan struct{}                // closed when recountLoop returns
 
+	claims        activeClaims   // idempotency claims running here (idem.go)
+	claimReleases sync.WaitGroup // background releases of failed claims (idem.go)
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -233,6 +236,7 @@ func (b *Backend) periodically(done chan struct{}, period, timeout time.Duration
 func (b *Backend) Close() error {
 	b.closeOnce.Do(func() {
 		close(b.stop)
+		b.claimReleases.Wait()
 		<-b.done
 		<-b.uqDone
 		<-b.sweepDone

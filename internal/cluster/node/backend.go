@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/idem"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -156,27 +157,8 @@ func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if wo.IdempotencyKey == "" {
 		return n.applyOwned(ctx, ops, batch, wo)
 	}
-	fp := engine.Fingerprint(ops)
-	if cached, ok := n.idem.get(wo.IdempotencyKey, fp); ok {
-		return cached, nil
-	}
-	if n.anyCRDTLocal(ctx, ops, wo.IdempotencyKey) {
-		// Applied where it arrives: an earlier attempt may have been
-		// applied by another node (idem.go).
-		if found, err := n.lookupRecord(ctx, wo.IdempotencyKey, fp, opIDs(ops)); err != nil || found != nil {
-			return found, err
-		}
-	}
-	unlock := n.stripes.rlock(opIDs(ops)) // the record before any export
-	defer unlock()
-	res, err := n.applyOwned(ctx, ops, batch, wo)
-	if err != nil {
-		return nil, err
-	}
-	if rec := newIdemRecord(n.self, wo.IdempotencyKey, fp, ops, res); rec != nil {
-		n.keepRecords(ctx, []idemRecord{*rec})
-	}
-	return res, nil
+	q := idem.Request{Key: wo.IdempotencyKey, FP: engine.Fingerprint(ops)}
+	return idem.Do(ctx, &clusterIdem{n: n, ops: ops, batch: batch, wo: wo}, q, nil)
 }
 
 // checkMajority refuses owner writes while this node sees at most half of

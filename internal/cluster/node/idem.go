@@ -3,7 +3,9 @@ package node
 import (
 	"cmp"
 	"context"
+	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/idem"
 )
 
 // The engine's idempotency table is local to a node. So that a keyed retry
@@ -119,24 +122,91 @@ const storedKeyPrefix = "idem/"
 func (k idemID) storedKey() string { return fmt.Sprintf("%s%016x/%s", storedKeyPrefix, k.fp, k.key) }
 
 // storedOf is r as the engine stores it: the shared record format
-// (engine.IdemRecord's JSON) with the cluster's fields beside.
+// (engine.IdemRecord) with the cluster's fields in its Ext.
 func storedOf(r idemRecord) engine.StoredRecord {
-	b, err := json.Marshal(r)
-	if err != nil {
-		panic(fmt.Sprintf("cluster: idempotency record does not encode: %v", err))
+	rec := r.IdemRecord
+	rec.Ext = r.appendExt(nil)
+	return engine.StoredRecord{Key: idemID{r.Key, r.FP}.storedKey(), Created: r.Created, Data: rec.Encode()}
+}
+
+// appendExt appends the cluster's fields: origin, undo ops (id, kind,
+// delta of adds), and the versions each id was written at (ids sorted).
+func (r *idemRecord) appendExt(b []byte) []byte {
+	b = idem.AppendString(b, r.Origin)
+	b = binary.AppendUvarint(b, uint64(len(r.Undo)))
+	for i := range r.Undo {
+		op := &r.Undo[i]
+		b = append(b, byte(op.Type), byte(op.Kind))
+		b = idem.AppendString(b, op.ID)
+		b = binary.AppendVarint(b, op.Delta)
 	}
-	return engine.StoredRecord{Key: idemID{r.Key, r.FP}.storedKey(), Created: r.Created, Data: b}
+	if r.Wrote == nil {
+		return append(b, 0)
+	}
+	b = binary.AppendUvarint(b, uint64(len(r.Wrote))+1)
+	for _, id := range slices.Sorted(maps.Keys(r.Wrote)) {
+		b = idem.AppendString(b, id)
+		b = binary.AppendUvarint(b, uint64(len(r.Wrote[id])))
+		for _, w := range r.Wrote[id] {
+			b = binary.AppendUvarint(b, w)
+		}
+	}
+	return b
+}
+
+// readExt reads what appendExt wrote into r.
+func (r *idemRecord) readExt(ext []byte) error {
+	d := idem.NewReader(ext)
+	r.Origin = d.String()
+	if n := d.Uvarint(); n > 0 && d.Err() == nil {
+		if n > uint64(len(ext)) {
+			return errors.New("undo length")
+		}
+		r.Undo = make([]engine.Op, n)
+		for i := range r.Undo {
+			r.Undo[i] = engine.Op{Type: engine.OpType(d.Byte()), Kind: engine.Kind(d.Byte()), ID: d.String(), Delta: d.Varint()}
+		}
+	}
+	if n, ok := d.Len(2); ok {
+		r.Wrote = make(map[string][]uint64, n)
+		for range n {
+			id := d.String()
+			m := d.Uvarint()
+			if m > uint64(len(ext)) {
+				return errors.New("versions length")
+			}
+			ws := make([]uint64, 0, m)
+			for range m {
+				ws = append(ws, d.Uvarint())
+			}
+			r.Wrote[id] = ws
+		}
+	}
+	return d.Done()
 }
 
 // deletedOf deletes k's stored record.
 func deletedOf(k idemID) engine.StoredRecord { return engine.StoredRecord{Key: k.storedKey()} }
 
-// decodeStored parses a stored record; a malformed one is an error wrapping
-// engine.ErrCorrupt, never a replay.
+// decodeStored parses a stored record (the binary form, or the JSON stored
+// before it); a malformed one is an error wrapping engine.ErrCorrupt,
+// never a replay.
 func decodeStored(s engine.StoredRecord) (idemRecord, error) {
 	var r idemRecord
-	if err := json.Unmarshal(s.Data, &r); err != nil {
-		return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q: %v", engine.ErrCorrupt, s.Key, err)
+	if len(s.Data) > 0 && s.Data[0] == '{' {
+		if err := json.Unmarshal(s.Data, &r); err != nil {
+			return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q: %v", engine.ErrCorrupt, s.Key, err)
+		}
+	} else {
+		rec, err := engine.DecodeIdemRecord(s.Data)
+		if err != nil {
+			return idemRecord{}, fmt.Errorf("stored idempotency record %q: %w", s.Key, err)
+		}
+		r.IdemRecord = rec
+		if err := r.readExt(rec.Ext); err != nil {
+			return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q: %v", engine.ErrCorrupt, s.Key, err)
+		}
+		r.Ext = nil
 	}
 	if r.Key == "" || len(r.Results) == 0 || r.Pending || (idemID{r.Key, r.FP}).storedKey() != s.Key {
 		return idemRecord{}, fmt.Errorf("%w: stored idempotency record %q does not match its key or has no results", engine.ErrCorrupt, s.Key)
@@ -586,7 +656,7 @@ const lookupWait = time.Second
 // *UnavailableError, retryable with the same key. A push that is still on
 // its way when the lookup asks is not seen: that add counts twice until
 // the records meet (undoDuplicates).
-func (n *Node) lookupRecord(ctx context.Context, key string, fp uint64, ids []string) ([]engine.Result, error) {
+func (n *Node) lookupRecord(ctx context.Context, key string, fp uint64, ids []string) (*idemRecord, error) {
 	s := n.ring.Snapshot()
 	need := map[string]int{}       // per id: peer answers still needed for a quorum
 	peers := map[string][]string{} // peer: the ids it replicates
@@ -651,7 +721,7 @@ loop:
 		if a.rec != nil {
 			n.keepRecords(ctx, []idemRecord{*a.rec})
 			n.metrics.forwarded.WithLabelValues("idem_lookup", "found").Inc()
-			return a.rec.Replay(key, fp)
+			return a.rec, nil
 		}
 		for _, id := range peers[a.peer] {
 			if need[id]--; need[id] <= 0 {
@@ -710,6 +780,57 @@ func (n *Node) announceRecords(recs []idemRecord) {
 		}
 	}
 }
+
+// clusterIdem is a keyed request's idem.Store on a node: the record cache
+// (and the replicas' caches) in front of the store, whose engine claims
+// the key (so no claim here: the cache holds only completed records).
+type clusterIdem struct {
+	n     *Node
+	ops   []engine.Op
+	batch bool
+	wo    engine.WriteOptions
+}
+
+// Claim returns the record of the request another node applied, if it
+// reached this node (cache) or, for a pn/sharded add applied where it
+// arrives, one of the ids' replicas (lookupRecord).
+func (s *clusterIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.IdemRecord, error) {
+	if r, ok := s.n.idem.record(c.Key, c.FP); ok {
+		return &r.IdemRecord, nil
+	}
+	if s.n.anyCRDTLocal(ctx, s.ops, c.Key) {
+		// Applied where it arrives: an earlier attempt may have been
+		// applied by another node.
+		if r, err := s.n.lookupRecord(ctx, c.Key, c.FP, opIDs(s.ops)); err != nil || r != nil {
+			if err != nil {
+				return nil, err
+			}
+			return &r.IdemRecord, nil
+		}
+	}
+	return nil, nil
+}
+
+// Wait is never called: Claim returns no pending records.
+func (*clusterIdem) Wait(context.Context, *engine.IdemRecord) error { return nil }
+
+// Commit applies with the ids' stripes held (the record is in the cache
+// before any export shows the write) and keeps the record.
+func (s *clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]engine.Result, error) {
+	unlock := s.n.stripes.rlock(opIDs(s.ops))
+	defer unlock()
+	res, err := s.n.applyOwned(ctx, s.ops, s.batch, s.wo)
+	if err != nil {
+		return nil, err
+	}
+	if rec := newIdemRecord(s.n.self, c.Key, c.FP, s.ops, res); rec != nil {
+		s.n.keepRecords(ctx, []idemRecord{*rec})
+	}
+	return res, nil
+}
+
+// Release has nothing to free (the engine's claim is its own).
+func (*clusterIdem) Release(context.Context, *engine.IdemRecord) error { return nil }
 
 // anyCRDTLocal reports whether some op of ops is a pn/sharded add, applied
 // by the node that receives it.
