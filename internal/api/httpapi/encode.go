@@ -139,6 +139,13 @@ type listAnswer struct {
 	Cursor uint64   `json:"cursor"`
 }
 
+// sortedListAnswer is GET /counters without a cursor: ids in byte order,
+// and the after of the next page ("" when this page is the last).
+type sortedListAnswer struct {
+	IDs  []string `json:"ids"`
+	Next string   `json:"next"`
+}
+
 type statusAnswer struct {
 	Status string `json:"status"`
 }

@@ -101,6 +101,17 @@ type errorDetail struct {
 	// Quota, for quota_exceeded: the quota and the limit the write
 	// would pass.
 	Quota *quotaDetail `json:"quota,omitempty"`
+	// Aggregate, for an overflowing aggregate: what the sum covers.
+	Aggregate *overflowDetail `json:"aggregate,omitempty"`
+}
+
+// overflowDetail is an aggregate whose sum does not fit in 64 bits: the
+// number of additive counters and their exact sum as decimal text.
+type overflowDetail struct {
+	Prefix   string `json:"prefix"`
+	Count    int    `json:"count"`
+	Sum      string `json:"sum"`
+	Overflow bool   `json:"overflow"` // always true
 }
 
 type quotaDetail struct {
@@ -132,6 +143,9 @@ func (h *Handler) writeError(w http.ResponseWriter, err error) {
 	body := errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}}
 	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
 		body.Error.Quota = &quotaDetail{Name: qe.Quota, Namespace: qe.Namespace, Limit: qe.Limit, Max: qe.Max}
+	}
+	if oe := (*engine.OverflowError)(nil); errors.As(err, &oe) {
+		body.Error.Aggregate = &overflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true}
 	}
 	var ie *indexError
 	var be *engine.BatchError

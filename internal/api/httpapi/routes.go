@@ -349,7 +349,7 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
-	a, err := h.eng.Aggregate(r.Context(), prefix)
+	a, err := engine.AggregateOverflow(r.Context(), h.eng, prefix)
 	if err != nil {
 		return err
 	}
@@ -370,10 +370,18 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	prefix, match := q.Get("prefix"), q.Get("match")
 	var cursor uint64
+	scan := q.Has("cursor") // scan order, paged by a numeric cursor
 	if s := q.Get("cursor"); s != "" {
 		if cursor, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return invalidArgf("cursor: %q is not an unsigned integer", truncate(s, 40))
 		}
+	}
+	after := q.Get("after")
+	if scan && after != "" {
+		return invalidArgf("after pages the sorted listing, cursor the scan: give one of them")
+	}
+	if len(after) > engine.MaxIDLen {
+		return invalidArgf("after: longer than %d bytes", engine.MaxIDLen)
 	}
 	limit := defaultListLimit
 	if s := q.Get("limit"); s != "" {
@@ -384,6 +392,18 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		limit = n
 	}
 	pattern, keep := listPattern(prefix, match)
+	if !scan {
+		ids, more, err := engine.ListSorted(r.Context(), h.eng, pattern, keep, after, limit)
+		if err != nil {
+			return err
+		}
+		out := sortedListAnswer{IDs: ids}
+		if more {
+			out.Next = ids[len(ids)-1]
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
 	ids, next, err := h.eng.Scan(r.Context(), cursor, pattern, limit)
 	if err != nil {
 		return err

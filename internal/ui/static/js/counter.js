@@ -4,6 +4,7 @@
 import { get, counterPath } from './api.js';
 import { h, replace, fmtNum, fmtTime, errorText } from './dom.js';
 import { seriesChart } from './chart.js';
+import { shownValue } from './counters.js';
 
 const GRANULARITIES = ['minute', 'hour', 'day', 'month'];
 const POLL_MS = 1000;
@@ -35,7 +36,7 @@ export function renderCounter(main, id, ctx) {
   ctx.every(async () => {
     try {
       const v = await get(counterPath(id), ctx.signal);
-      const shown = v.exists ? fmtNum(v.value) : '—';
+      const shown = shownValue(v);
       if (last !== null && shown !== last) {
         value.classList.remove('flash');
         void value.offsetWidth; // restart the animation
@@ -45,6 +46,7 @@ export function renderCounter(main, id, ctx) {
       replace(value, shown);
       replace(meta,
         h('dt', null, 'kind'), h('dd', { id: 'counter-kind' }, v.exists ? v.kind : 'does not exist'),
+        v.exists ? [h('dt', null, 'version'), h('dd', { id: 'counter-version' }, fmtNum(v.version))] : null,
         h('dt', null, 'updated'), h('dd', null, fmtTime(v.updated_at) || '—'),
         h('dt', null, 'expires'), h('dd', null, fmtTime(v.expires_at) || 'never'),
         v.std_error !== undefined ? [h('dt', null, 'std error'), h('dd', null, (v.std_error * 100).toFixed(2) + '%')] : null);
