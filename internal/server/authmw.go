@@ -62,6 +62,7 @@ var httpNeeds = map[string]auth.Need{
 	"GET /metrics":                         needReadAll, // node-wide figures of every namespace (a tenant's token is refused)
 	"GET /openapi.json":                    needPublic,
 	"GET /capabilities":                    needRead, // the mode and its limits
+	"GET /whoami":                          needRead, // the caller's own user and grants
 
 	"GET /quotas": needReadAll, // quota patterns and the usage of every namespace
 

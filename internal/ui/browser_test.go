@@ -721,3 +721,86 @@ func TestConsoleParseJSON(t *testing.T) {
 		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))
 	}
 }
+
+// TestConsoleEdit: with --auth the header names the logged-in user, and
+// the counter page offers the edits the token's grants allow: a writer
+// increments and sets (with the expected version) but cannot delete, a
+// reader edits nothing, an admin deletes after confirming. Values typed
+// and shown are exact past 2^53.
+func TestConsoleEdit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts chromium; skipped with -short")
+	}
+	const writerTok, readerTok, adminTok = "console-writer-0123456789", "console-reader-0123456789", "console-admin-0123456789ab"
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	body := fmt.Sprintf("users:\n  wendy:\n    tokens: [%q]\n    grants: {\"e:*\": write}\n  rita:\n    tokens: [%q]\n    grants: {\"e:*\": read}\n  ada:\n    tokens: [%q]\n    grants: {\"*\": admin}\n",
+		auth.Hash([]byte(writerTok)).String(), auth.Hash([]byte(readerTok)).String(), auth.Hash([]byte(adminTok)).String())
+	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, func(c *server.Config) { c.Auth = tokens })
+	call(t, "PUT", base+"/counters/e:x", adminTok, `{"value": 9007199254740993}`, 200)
+
+	login := func(b *browser, tok, user string) {
+		b.run(t, "login "+user, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#login"),
+			chromedp.SendKeys("#token", tok), chromedp.Click("#login-submit"), waitText("#user", user))
+	}
+	b := newBrowser(t)
+	login(b, writerTok, "wendy")
+	b.run(t, "writer's counter page", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"),
+		waitText("#live-value", "9,007,199,254,740,993"), waitText("#edit-perm", "(write on this id)"))
+	var deleteDisabled, incDisabled bool
+	b.run(t, "buttons", chromedp.Evaluate(`document.querySelector('#edit-delete').disabled`, &deleteDisabled),
+		chromedp.Evaluate(`document.querySelector('#edit-increment button').disabled`, &incDisabled))
+	if !deleteDisabled || incDisabled {
+		t.Errorf("writer: delete disabled %v (want true), increment disabled %v (want false)", deleteDisabled, incDisabled)
+	}
+	b.run(t, "increment", chromedp.SetValue("#edit-delta", "9007199254740993"), chromedp.Click("#edit-increment button"),
+		waitContains("#edit-result", "value 18,014,398,509,481,986"), waitText("#live-value", "18,014,398,509,481,986"))
+	// Set with a stale expected version: refused; with the current one: set.
+	b.run(t, "set stale", chromedp.SetValue("#edit-value", "9223372036854775807"), chromedp.SetValue("#edit-version", "1"),
+		chromedp.Click("#edit-set button"), waitContains("#edit-result", "version_conflict"))
+	var version string
+	b.run(t, "version", chromedp.Text("#counter-version", &version))
+	version = strings.ReplaceAll(version, ",", "")
+	b.run(t, "set", chromedp.SetValue("#edit-version", version), chromedp.Click("#edit-set button"),
+		waitContains("#edit-result", "set: value 9,223,372,036,854,775,807"), waitText("#live-value", "9,223,372,036,854,775,807"))
+	if got := call(t, "GET", base+"/counters/e:x", adminTok, "", 200); !strings.Contains(got, `"value":9223372036854775807`) {
+		t.Errorf("after the console's set: %s", got)
+	}
+	// A TTL after confirming it.
+	b.run(t, "ttl", chromedp.SetValue("#edit-ttl", "3600"), chromedp.Click("#edit-ttl-form button[type=submit]"),
+		waitContains("#confirm", "Expire e:x in 3,600 s?"), chromedp.Click("#confirm-yes"), waitContains("#edit-result", "expires in 3,600 s"))
+	if got := call(t, "GET", base+"/counters/e:x/ttl", adminTok, "", 200); strings.Contains(got, `"ttl_ms":-1`) {
+		t.Errorf("no TTL after the console set one: %s", got)
+	}
+	b.keep(t, "edit-writer")
+	if errs := b.errors(nil); len(errs) > 0 {
+		t.Errorf("writer's page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+
+	r := newBrowser(t)
+	login(r, readerTok, "rita")
+	r.run(t, "reader's counter page", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"), waitText("#edit-perm", "(read on this id)"))
+	r.run(t, "reader buttons", chromedp.Evaluate(`document.querySelector('#edit-increment button').disabled && document.querySelector('#edit-set button').disabled && document.querySelector('#edit-delete').disabled`, &incDisabled))
+	if !incDisabled {
+		t.Error("reader: edit buttons enabled")
+	}
+
+	a := newBrowser(t)
+	login(a, adminTok, "ada")
+	a.run(t, "admin deletes", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"), waitText("#edit-perm", "(admin on this id)"),
+		chromedp.Click("#edit-delete"), waitContains("#confirm", "Delete e:x?"))
+	// Cancel first: nothing deleted.
+	a.run(t, "cancel", chromedp.Click("#confirm-no"), chromedp.WaitNotPresent("#confirm-yes"))
+	call(t, "GET", base+"/counters/e:x", adminTok, "", 200)
+	a.run(t, "confirm delete", chromedp.Click("#edit-delete"), chromedp.WaitVisible("#confirm-yes"), chromedp.Click("#confirm-yes"),
+		waitContains("#edit-result", "deleted"), waitText("#live-value", "—"))
+	if got := call(t, "GET", base+"/counters/e:x", adminTok, "", 200); !strings.Contains(got, `"exists":false`) {
+		t.Errorf("after the console's delete: %s", got)
+	}
+	a.keep(t, "edit-admin")
+	if errs := a.errors(nil); len(errs) > 0 {
+		t.Errorf("admin's page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+}

@@ -464,6 +464,20 @@ func TestAggregateOverflowDetail(t *testing.T) {
 	if *e.Error.Aggregate != want {
 		t.Errorf("detail = %+v, want %+v", *e.Error.Aggregate, want)
 	}
+	// overflow=report: the same figures as a 200 answer.
+	a = s.ok("GET", "/counters/big:*/aggregate?overflow=report", "")
+	var got overflowDetail
+	if err := json.Unmarshal(a.Raw, &got); err != nil || got != want {
+		t.Errorf("overflow=report: %+v, %v; want %+v (%s)", got, err, want, a.Raw)
+	}
+	if _, ok := a.Body["value"]; ok {
+		t.Errorf("overflow=report answers a value: %s", a.Raw)
+	}
+	s.fail(422, "overflow", "GET", "/counters/big:*/aggregate?overflow=error", "")
+	s.fail(400, "invalid_argument", "GET", "/counters/big:*/aggregate?overflow=clamp", "")
+	if a := s.ok("GET", "/counters/big:c*/aggregate?overflow=report", ""); a.num(t, "value") != 2 || a.num(t, "count") != 1 {
+		t.Errorf("overflow=report without an overflow: %s", a.Raw)
+	}
 }
 
 func TestBatch(t *testing.T) {

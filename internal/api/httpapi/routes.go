@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/glob"
 )
@@ -349,7 +350,19 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
+	var report bool
+	switch o := r.URL.Query().Get("overflow"); o {
+	case "", "error":
+	case "report":
+		report = true
+	default:
+		return invalidArgf("overflow: %q is not error or report", truncate(o, 40))
+	}
 	a, err := engine.AggregateOverflow(r.Context(), h.eng, prefix)
+	if oe := (*engine.OverflowError)(nil); report && errors.As(err, &oe) {
+		writeJSON(w, http.StatusOK, overflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -413,6 +426,34 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		if keep(id) {
 			out.IDs = append(out.IDs, id)
 		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// whoami answers who the request's token belongs to and what it may do
+// (the console shows the user and offers only the edits the grants
+// allow): the user and grants with --auth, or, without --auth, no user
+// and admin on every id; with ?id=, the highest permission on that id.
+func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
+	out := whoamiAnswer{Grants: []grantJSON{{Pattern: "*", Perm: auth.Admin.String()}}}
+	p := auth.FromContext(r.Context())
+	if p != nil {
+		out.Auth, out.User, out.Grants = true, p.User, []grantJSON{}
+		for _, g := range p.Grants() {
+			out.Grants = append(out.Grants, grantJSON{Pattern: g.Pattern, Perm: g.Perm.String()})
+		}
+	}
+	if id := r.URL.Query().Get("id"); r.URL.Query().Has("id") {
+		perm := auth.Admin
+		if p != nil {
+			perm = p.PermOn(id)
+		}
+		s := "none"
+		if perm != auth.Public {
+			s = perm.String()
+		}
+		out.ID, out.Perm = &id, &s
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -64,16 +64,10 @@ export function renderCounters(main, params, ctx) {
     h('section', null, h('table', { id: 'counter-list' },
       h('thead', null, h('tr', null, h('th', null, 'id'), h('th', null, 'kind'), h('th', { class: 'num' }, 'value'))), body), shown, more));
 
-  get('/counters/' + encodeURIComponent(prefix) + '*/aggregate', ctx.signal).then((a) => {
-    replace(agg, aggregateText(prefix, a));
-  }).catch((e) => {
-    if (ctx.handled(e)) return;
-    if (e.code === 'overflow' && e.detail.aggregate) {
-      replace(agg, h('span', { id: 'aggregate-overflow' }, aggregateText(prefix, e.detail.aggregate)));
-      return;
-    }
-    replace(agg, h('span', { class: 'error' }, errorText(e)));
-  });
+  // overflow=report: a sum past 64 bits answers its count and exact sum.
+  get('/counters/' + encodeURIComponent(prefix) + '*/aggregate?overflow=report', ctx.signal).then((a) => {
+    replace(agg, a.overflow ? h('span', { id: 'aggregate-overflow' }, aggregateText(prefix, a)) : aggregateText(prefix, a));
+  }).catch((e) => { if (!ctx.handled(e)) replace(agg, h('span', { class: 'error' }, errorText(e))); });
 
   // rows holds every loaded row: its id, its view once read, its <tr>.
   const rows = [];
