@@ -8,6 +8,15 @@ import { shownValue } from './counters.js';
 
 const GRANULARITIES = ['minute', 'hour', 'day', 'month'];
 const POLL_MS = 1000;
+const SERIES_POLL_MS = 3000;
+// Time ranges of the series chart ('' : the last 60 buckets of the
+// chosen granularity), each read at the granularity that suits it.
+const RANGES = {
+  '': { label: 'last 60 buckets' },
+  '1h': { label: 'last hour', from: '-1h', granularity: 'minute' },
+  '24h': { label: 'last day', from: '-24h', granularity: 'hour' },
+  '30d': { label: 'last 30 days', from: '-30d', granularity: 'day' },
+};
 
 // specFor is the rollup spec covering id: its own, else its namespace's.
 function specFor(rollups, id) {
@@ -99,24 +108,47 @@ async function renderSeries(section, id, rollups, ctx) {
     return;
   }
   const tabs = h('div', { class: 'tabs' });
+  const rangeSel = h('select', { id: 'series-range', 'aria-label': 'time range' },
+    Object.entries(RANGES).map(([k, r]) => h('option', { value: k }, r.label)));
   const chart = h('div', { id: 'series-chart' });
   const total = h('p', { class: 'muted', id: 'series-total' });
-  replace(box, tabs, chart, total);
+  replace(box, h('div', { class: 'inline' }, tabs, rangeSel), chart, total);
   let current = grans.includes('minute') ? 'minute' : grans[0];
-  async function show(g) {
-    current = g;
-    replace(tabs, grans.map((x) => h('button', { type: 'button', class: 'tab' + (x === g ? ' active' : ''), 'data-granularity': x, onclick: () => show(x) }, x)));
+  let range = '';
+  let seq = 0; // the latest request's number: older answers are dropped
+  // draw reads the series of granularity current over range and draws it.
+  async function draw() {
+    const n = ++seq;
+    const q = new URLSearchParams({ granularity: current });
+    if (range) {
+      q.set('from', RANGES[range].from);
+      q.set('to', 'now');
+    }
     try {
-      const sr = await get(counterPath(id, '/series?granularity=' + g), ctx.signal);
-      if (current !== g) return;
+      const sr = await get(counterPath(id, '/series?' + q), ctx.signal);
+      if (n !== seq) return;
       replace(chart, seriesChart(sr));
-      chart.dataset.granularity = g;
-      replace(total, `${sr.buckets.length} ${g} buckets from ${fmtTime(sr.from)} to ${fmtTime(sr.to)}, total ${fmtNum(sr.total)} (source: ${sr.source})`);
+      chart.dataset.granularity = current;
+      chart.dataset.range = range;
+      replace(total, `${sr.buckets.length} ${current} buckets from ${fmtTime(sr.from)} to ${fmtTime(sr.to)}, total ${fmtNum(sr.total)} (source: ${sr.source}; live, every ${SERIES_POLL_MS / 1000} s)`);
     } catch (e) {
-      if (!ctx.handled(e)) replace(chart, h('p', { class: 'error' }, errorText(e)));
+      if (n === seq && !ctx.handled(e)) replace(chart, h('p', { class: 'error' }, errorText(e)));
     }
   }
+  function show(g) {
+    current = g;
+    replace(tabs, grans.map((x) => h('button', { type: 'button', class: 'tab' + (x === g ? ' active' : ''), 'data-granularity': x, onclick: () => show(x) }, x)));
+    draw();
+  }
+  rangeSel.addEventListener('change', () => {
+    range = rangeSel.value;
+    // The range picks the granularity it reads best at, among those kept.
+    const want = range ? RANGES[range].granularity : current;
+    show(grans.includes(want) ? want : grans.find((g) => GRANULARITIES.indexOf(g) >= GRANULARITIES.indexOf(want)) || grans[grans.length - 1]);
+  });
   show(current);
+  // Live: redraw while the page is shown (the view's signal stops it).
+  ctx.every(async () => { await new Promise((r) => setTimeout(r, SERIES_POLL_MS)); if (!ctx.signal.aborted) await draw(); }, 0);
 }
 
 async function renderUniques(section, id, rollups, ctx) {
