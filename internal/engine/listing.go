@@ -122,7 +122,8 @@ func (e *OverflowError) Unwrap() error { return e.Err }
 // with an *OverflowError that says how many additive counters start with
 // prefix and what they sum to. Those figures are read counter by counter
 // (Scan, then Get), not at one instant like the aggregate: a counter
-// written meanwhile is counted with the value its Get read.
+// written meanwhile is counted with the value its Get read. The ids seen
+// are kept in memory to count each once.
 func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate, error) {
 	a, err := b.Aggregate(ctx, prefix)
 	if err == nil || !errors.Is(err, ErrOverflow) {
@@ -132,15 +133,17 @@ func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate
 	pattern := escapeGlob(prefix) + "*"
 	var cursor uint64
 	var v big.Int
+	seen := map[string]struct{}{} // a Scan may list an id twice
 	for {
 		ids, next, serr := b.Scan(ctx, cursor, pattern, listScanCount)
 		if serr != nil {
 			return Aggregate{}, err // the overflow, without the figures
 		}
 		for _, id := range ids {
-			if !strings.HasPrefix(id, prefix) {
+			if _, dup := seen[id]; dup || !strings.HasPrefix(id, prefix) {
 				continue
 			}
+			seen[id] = struct{}{}
 			view, gerr := b.Get(ctx, id)
 			if gerr != nil {
 				return Aggregate{}, err
