@@ -167,6 +167,9 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1000),
+		// chromium may take more than chromedp's default 20 s to print
+		// its DevTools address on a loaded machine.
+		chromedp.WSURLReadTimeout(2 * time.Minute),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
