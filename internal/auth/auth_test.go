@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -377,5 +378,32 @@ func TestParseAliasesBounded(t *testing.T) {
 	}
 	if _, err := Parse(strings.NewReader(b.String())); err == nil || !strings.Contains(err.Error(), "more than") {
 		t.Fatalf("2000 grants aliased 500 times: %v", err)
+	}
+}
+
+// TestGrantsAndPermOn: a principal lists its grants, and PermOn is the highest permission any of them gives on an id.
+func TestGrantsAndPermOn(t *testing.T) {
+	s := NewStore(mustParse(t, testFile()))
+	writer, err := s.Authenticate("", []byte("writer-token-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := writer.Grants()
+	slices.SortFunc(got, func(a, b Grant) int { return strings.Compare(a.Pattern, b.Pattern) })
+	want := []Grant{{"likes:?", Read}, {"page_views:*", Write}}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("grants %v, want %v", got, want)
+	}
+	for id, perm := range map[string]Perm{"page_views:a": Write, "likes:x": Read, "likes:xy": Public, "other": Public} {
+		if p := writer.PermOn(id); p != perm {
+			t.Errorf("PermOn(%q) = %v, want %v", id, p, perm)
+		}
+	}
+	admin, err := s.Authenticate("", []byte("admin-token-0123456789"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := admin.PermOn("anything"); p != Admin {
+		t.Errorf("admin PermOn = %v", p)
 	}
 }

@@ -1,7 +1,10 @@
 package backendtest
 
 import (
+	"errors"
 	"fmt"
+	"math"
+	"math/big"
 	"slices"
 	"strings"
 	"time"
@@ -41,6 +44,33 @@ func aggregateCases() []tcase {
 			e.apply(set(p+"b", 1<<62))
 			_, err := e.b.Aggregate(e.ctx, p)
 			e.wantErr("sum past MaxInt64", err, engine.ErrOverflow)
+		}},
+		{"aggregate overflow figures", func(e *env) {
+			// The overflow error of engine.AggregateOverflow says what the
+			// sum covers: the additive counters only, each once, exactly.
+			p := e.id("off.")
+			e.apply(set(p+"a", math.MaxInt64))
+			e.apply(set(p+"b", math.MaxInt64))
+			e.apply(add(p+"pn", engine.KindPN, 3))
+			e.apply(pfadd(p+"u", "x"))
+			e.apply(hadd(p+"h", fd("f", 7)))
+			e.apply(set(e.id("off"), 1)) // no "." after the prefix: not covered
+			want := new(big.Int).Lsh(big.NewInt(1), 64)
+			want.Add(want, big.NewInt(1)) // 2*(2^63-1) + 3
+			e.eventually(true, func() error {
+				_, err := engine.AggregateOverflow(e.ctx, e.b, p)
+				var oe *engine.OverflowError
+				if !errors.As(err, &oe) || !errors.Is(err, engine.ErrOverflow) {
+					return fmt.Errorf("aggregate %q: %v, want an *engine.OverflowError", p, err)
+				}
+				if oe.Prefix != p || oe.Count != 3 || oe.Sum.Cmp(want) != 0 {
+					return fmt.Errorf("overflow figures %q: count %d sum %s, want count 3 sum %s", oe.Prefix, oe.Count, oe.Sum, want)
+				}
+				return nil
+			})
+			if a, err := engine.AggregateOverflow(e.ctx, e.b, p+"a"); err != nil || a.Value != math.MaxInt64 || a.Count != 1 {
+				e.t.Errorf("aggregate without overflow = %+v, %v", a, err)
+			}
 		}},
 		{"len", func(e *env) {
 			e.reset()
@@ -99,6 +129,57 @@ func aggregateCases() []tcase {
 			slices.Sort(got)
 			if !slices.Equal(got, want) {
 				e.t.Errorf("scan = %v, want %v", got, want)
+			}
+		}},
+		{"sorted listing", func(e *env) {
+			// engine.ListSorted over this backend's Scan: byte order, and
+			// paging with after visits every id exactly once.
+			p := e.id("ls.")
+			var want []string
+			for _, name := range []string{"home", "b", "a_10", "a_2", "Z", "a", "\u00e9t\u00e9", "~", "0", "a:1", "a:0", "A", "ab", "a_1"} {
+				e.apply(add(p+name, engine.KindNone, 1))
+				want = append(want, p+name)
+			}
+			for i := range 12 {
+				id := fmt.Sprintf("%sn%03d", p, 11-i)
+				e.apply(set(id, int64(i)))
+				want = append(want, id)
+			}
+			e.apply(add(p+"gone", engine.KindNone, 1))
+			e.apply(engine.Op{Type: engine.OpDelete, ID: p + "gone"})
+			e.apply(add(e.id("ls"), engine.KindNone, 1)) // outside the pattern
+			slices.Sort(want)
+			pattern := p + "*"
+			for _, limit := range []int{1, 4, len(want), len(want) + 5} {
+				var got []string
+				after := ""
+				for page := 0; ; page++ {
+					if page > len(want)+1 {
+						e.t.Fatalf("limit %d: sorted listing does not end", limit)
+					}
+					ids, more, err := engine.ListSorted(e.ctx, e.b, pattern, nil, after, limit)
+					if err != nil {
+						e.t.Fatal(err)
+					}
+					if len(ids) > limit || (more && len(ids) != limit) {
+						e.t.Fatalf("limit %d: page of %d ids, more %v", limit, len(ids), more)
+					}
+					got = append(got, ids...)
+					if !more {
+						break
+					}
+					after = ids[len(ids)-1]
+				}
+				if !slices.Equal(got, want) {
+					e.t.Errorf("limit %d: pages = %q, want %q (byte order, each id once)", limit, got, want)
+				}
+			}
+			ids, more, err := engine.ListSorted(e.ctx, e.b, pattern, func(id string) bool { return strings.HasPrefix(id, p+"a") }, p+"a_1", 100)
+			if err != nil || more || !slices.Equal(ids, []string{p + "a_10", p + "a_2", p + "ab"}) {
+				e.t.Errorf("filtered page after %q = %q, %v, %v", p+"a_1", ids, more, err)
+			}
+			if _, _, err := engine.ListSorted(e.ctx, e.b, pattern, nil, "", 0); !errors.Is(err, engine.ErrInvalidArgument) {
+				e.t.Errorf("limit 0: %v, want ErrInvalidArgument", err)
 			}
 		}},
 	}

@@ -114,6 +114,17 @@ type Detail struct {
 	// Quota, for quota_exceeded: the quota and the limit the write
 	// would pass.
 	Quota *QuotaDetail `json:"quota,omitempty"`
+	// Aggregate, for an overflowing aggregate: what the sum covers.
+	Aggregate *OverflowDetail `json:"aggregate,omitempty"`
+}
+
+// OverflowDetail is an aggregate whose sum does not fit in 64 bits: the
+// number of additive counters and their exact sum as decimal text.
+type OverflowDetail struct {
+	Prefix   string `json:"prefix"`
+	Count    int    `json:"count"`
+	Sum      string `json:"sum"`
+	Overflow bool   `json:"overflow"` // always true
 }
 
 // QuotaDetail names the quota a refused write would pass.
@@ -146,6 +157,9 @@ func Answer(err error) (status int, body Body) {
 	body = Body{Status: "error", Error: Detail{Code: code, Message: msg}}
 	if qe := (*quota.ExceededError)(nil); errors.As(err, &qe) {
 		body.Error.Quota = &QuotaDetail{Name: qe.Quota, Namespace: qe.Namespace, Limit: qe.Limit, Max: qe.Max}
+	}
+	if oe := (*engine.OverflowError)(nil); errors.As(err, &oe) {
+		body.Error.Aggregate = &OverflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true}
 	}
 	var ie *IndexError
 	var be *engine.BatchError

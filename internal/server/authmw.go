@@ -62,6 +62,7 @@ var httpNeeds = map[string]auth.Need{
 	"GET /metrics":                         needReadAll, // node-wide figures of every namespace (a tenant's token is refused)
 	"GET /openapi.json":                    needPublic,
 	"GET /capabilities":                    needRead, // the mode and its limits
+	"GET /whoami":                          needRead, // the caller's own user and grants
 
 	"GET /quotas": needReadAll, // quota patterns and the usage of every namespace
 
@@ -73,9 +74,10 @@ var httpNeeds = map[string]auth.Need{
 	"DELETE /ratelimit/policies/{name}": needAdminAll,
 	"GET /ratelimit/decisions":          needReadAll, // recent keys of every namespace
 
-	"GET /{$}": needPublic, // redirects to the console
-	"GET /ui":  needPublic, // the console's static files: its login form asks for the token
-	"GET /ui/": needPublic,
+	"GET /{$}":            needPublic, // redirects to the console
+	"GET /ui":             needPublic, // the console's static files: its login form asks for the token
+	"GET /ui/":            needPublic,
+	"GET /ui/config.json": needPublic, // whether --auth is on, the version
 
 	"POST /events":     {Perm: auth.Write, All: true}, // the rules may write any counter
 	"GET /events/dead": needReadAll,                   // embedded mode: dead events of any namespace

@@ -7,6 +7,7 @@ package ui_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"io"
@@ -16,7 +17,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -25,6 +29,7 @@ import (
 	"github.com/chromedp/cdproto/log"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"pgregory.net/rapid"
 
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/server"
@@ -163,6 +168,9 @@ func newBrowser(t *testing.T) *browser {
 		chromedp.Flag("disable-dev-shm-usage", true),
 		chromedp.UserDataDir(profile),
 		chromedp.WindowSize(1280, 1000),
+		// chromium may take more than chromedp's default 20 s to print
+		// its DevTools address on a loaded machine.
+		chromedp.WSURLReadTimeout(2 * time.Minute),
 	}
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
@@ -357,6 +365,15 @@ func TestConsoleBrowser(t *testing.T) {
 	// The live value follows an increment made through the API.
 	call(t, "POST", base+"/counters/page_views:home/increment", "", `{"delta":2}`, 200)
 	b.run(t, "live value", waitText("#live-value", "7"))
+	// The chart redraws live too, and reads a chosen time range at the
+	// granularity that suits it.
+	b.run(t, "live chart", waitContains("#series-total", "total 7"))
+	b.run(t, "range", chromedp.SetValue("#series-range", "24h"),
+		chromedp.Evaluate(`document.querySelector('#series-range').dispatchEvent(new Event('change'))`, nil),
+		chromedp.WaitVisible(`#series-chart[data-range="24h"][data-granularity="hour"] svg rect.bar`), waitContains("#series-total", "total 7"))
+	b.run(t, "range 1h", chromedp.SetValue("#series-range", "1h"),
+		chromedp.Evaluate(`document.querySelector('#series-range').dispatchEvent(new Event('change'))`, nil),
+		chromedp.WaitVisible(`#series-chart[data-range="1h"][data-granularity="minute"] svg rect.bar`), waitContains("#series-total", " minute buckets from "))
 	b.keep(t, "counter")
 
 	// Uniques of an hll counter.
@@ -462,5 +479,370 @@ func TestConsoleLogin(t *testing.T) {
 	refused := func(e string) bool { return strings.Contains(e, "status of 401") }
 	if errs := b.errors(refused); len(errs) > 0 {
 		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleExactNumbers: the console shows 64-bit values exactly (a
+// counter at 2^63-1 reads 9,223,372,036,854,775,807 in the list and on its
+// page), an overflowing aggregate as its count and a "sum exceeds 64
+// bits" note, lists ids in byte order, and filters and sorts them by kind
+// and value.
+func TestConsoleExactNumbers(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts chromium; skipped with -short")
+	}
+	b := newBrowser(t)
+	base := startServer(t, nil)
+	const maxText = "9,223,372,036,854,775,807"
+	call(t, "PUT", base+"/counters/big", "", `{"value": 9223372036854775807}`, 200)
+	for _, id := range []string{"n:home", "n:b", "n:a_10", "n:Z", "n:a_2", "n:a"} {
+		call(t, "PUT", base+"/counters/"+id, "", `{"value": 9007199254740993}`, 200) // 2^53+1
+	}
+	call(t, "POST", base+"/counters/n:a/increment", "", `{"delta": 1}`, 200)
+	call(t, "POST", base+"/counters/n:u/pfadd", "", `{"items": ["x", "y"]}`, 200)
+	call(t, "POST", base+"/counters/n:h/hincr", "", `{"fields": {"f": 9223372036854775807, "g": 1}}`, 200)
+
+	row := `#counter-list tr[data-id="big"]`
+	b.run(t, "list", chromedp.Navigate(base+"/ui/#/counters?prefix=big"), chromedp.WaitVisible(row),
+		waitText(row+" td.num", maxText), waitContains("#aggregate", "sum of additive values "+maxText))
+	b.run(t, "counter page", chromedp.Click(row+" a"), waitText("#counter-id", "big"), waitText("#live-value", maxText))
+	b.keep(t, "exact")
+
+	// Byte order, exact values past 2^53, a hash's field count.
+	var ids, values []string
+	b.run(t, "sorted list", chromedp.Navigate(base+"/ui/#/counters?prefix=n:"), chromedp.WaitVisible(`#counter-list tr[data-id="n:u"]`),
+		waitText(`#counter-list tr[data-id="n:a"] td.num`, "9,007,199,254,740,994"),
+		waitText(`#counter-list tr[data-id="n:h"] td.num`, "2 fields"),
+		chromedp.Evaluate(`[...document.querySelectorAll('#counter-list tbody tr')].map(r => r.dataset.id)`, &ids),
+		chromedp.Evaluate(`[...document.querySelectorAll('#counter-list tbody tr td.num')].map(c => c.textContent)`, &values))
+	want := []string{"n:Z", "n:a", "n:a_10", "n:a_2", "n:b", "n:h", "n:home", "n:u"}
+	if strings.Join(ids, " ") != strings.Join(want, " ") {
+		t.Errorf("rows %q, want byte order %q", ids, want)
+	}
+	if values[0] != "9,007,199,254,740,993" {
+		t.Errorf("values %q", values)
+	}
+	// Filter by kind; sort by value.
+	b.run(t, "kind filter", chromedp.Navigate(base+"/ui/#/counters?prefix=n:&kind=hll"),
+		chromedp.WaitVisible(`#counter-list tr[data-id="n:u"][data-kind="hll"]`), waitContains("#list-note", "1 of kind hll"),
+		chromedp.Evaluate(`[...document.querySelectorAll('#counter-list tbody tr')].map(r => r.dataset.id)`, &ids))
+	if strings.Join(ids, " ") != "n:u" {
+		t.Errorf("kind hll: rows %q", ids)
+	}
+	b.run(t, "sort by value", chromedp.Navigate(base+"/ui/#/counters?prefix=n:&sort=-value"),
+		waitContains("#list-note", "largest first"), waitText(`#counter-list tbody tr:first-child td.num`, "9,007,199,254,740,994"),
+		chromedp.Evaluate(`[...document.querySelectorAll('#counter-list tbody tr')].map(r => r.dataset.id)`, &ids))
+	// Ties by id; the hll's estimate 2, the hash sorts as 0.
+	want = []string{"n:a", "n:Z", "n:a_10", "n:a_2", "n:b", "n:home", "n:u", "n:h"}
+	if strings.Join(ids, " ") != strings.Join(want, " ") {
+		t.Errorf("sorted by value: rows %q, want %q", ids, want)
+	}
+
+	// An aggregate past 64 bits: its count and the note.
+	call(t, "PUT", base+"/counters/big2", "", `{"value": 9223372036854775807}`, 200)
+	b.run(t, "overflow", chromedp.Navigate(base+"/ui/#/counters?prefix=big"),
+		waitContains("#aggregate-overflow", "2 counters with prefix “big”, sum of additive values exceeds 64 bits (18,446,744,073,709,551,614)"))
+	var aggText string
+	b.run(t, "overflow text", chromedp.Text("#aggregate", &aggText))
+	if strings.Contains(aggText, "engine:") || strings.Contains(aggText, "HTTP 422") {
+		t.Errorf("aggregate shows the error text: %q", aggText)
+	}
+	b.keep(t, "overflow")
+
+	if errs := b.errors(nil); len(errs) > 0 {
+		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// genJSON draws a JSON document as text: integers anywhere in and beyond
+// 64 bits, strings with escapes and non-ASCII, nesting, and whitespace.
+func genJSON(t *rapid.T, depth int) string {
+	ws := func() string { return rapid.SampledFrom([]string{"", " ", "\n", "\t ", "\r\n"}).Draw(t, "ws") }
+	kind := rapid.IntRange(0, 7).Draw(t, "kind")
+	if depth > 3 && kind >= 6 {
+		kind = 0
+	}
+	switch kind {
+	case 0:
+		return strconv.FormatInt(rapid.Int64().Draw(t, "int"), 10)
+	case 1: // around 2^53, where JSON.parse starts to round
+		return strconv.FormatInt(rapid.Int64Range(-1<<54, 1<<54).Draw(t, "near53"), 10)
+	case 2: // past 64 bits
+		return rapid.StringMatching(`-?[1-9][0-9]{19,30}`).Draw(t, "huge")
+	case 3:
+		b, _ := json.Marshal(rapid.String().Draw(t, "string"))
+		return string(b)
+	case 4:
+		return rapid.SampledFrom([]string{"true", "false", "null", "0", "-1", "1.5", "-0.25", "2e3", "1E-2", "12345678901234567890.5"}).Draw(t, "lit")
+	case 5:
+		return `"` + rapid.SampledFrom([]string{`\u00e9`, `\"`, `\\`, `\/`, `\n`, `\ud83d\ude00`, "é", "__proto__"}).Draw(t, "esc") + `"`
+	case 6:
+		n := rapid.IntRange(0, 4).Draw(t, "len")
+		parts := make([]string, n)
+		for i := range parts {
+			parts[i] = ws() + genJSON(t, depth+1) + ws()
+		}
+		return "[" + strings.Join(parts, ",") + "]"
+	default:
+		n := rapid.IntRange(0, 4).Draw(t, "members")
+		parts := make([]string, n)
+		for i := range parts {
+			k, _ := json.Marshal(rapid.SampledFrom([]string{"a", "b", "value", "__proto__", "é", ""}).Draw(t, "key"))
+			parts[i] = ws() + string(k) + ws() + ":" + ws() + genJSON(t, depth+1) + ws()
+		}
+		return "{" + strings.Join(parts, ",") + "}"
+	}
+}
+
+// exactJSON is the document as the console must read it: every integer
+// literal as its exact digits (json.Number), each other value as Go
+// decodes it.
+func exactJSON(t *rapid.T, text string) any {
+	d := json.NewDecoder(strings.NewReader(text))
+	d.UseNumber()
+	var v any
+	if err := d.Decode(&v); err != nil {
+		t.Fatalf("generated %q is not JSON: %v", text, err)
+	}
+	return v
+}
+
+// hasFraction reports whether v holds a number written with a fraction or
+// an exponent.
+func hasFraction(v any) bool {
+	switch v := v.(type) {
+	case json.Number:
+		return strings.ContainsAny(string(v), ".eE")
+	case []any:
+		return slices.ContainsFunc(v, hasFraction)
+	case map[string]any:
+		for _, x := range v {
+			if hasFraction(x) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// TestConsoleParseJSON: the console's JSON parser (api.js parseJSON)
+// keeps every integer exactly (BigInt past 2^53), reads everything else
+// as JSON.parse does, and refuses what JSON.parse refuses; stringifyJSON
+// writes BigInts back as their digits.
+func TestConsoleParseJSON(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts chromium; skipped with -short")
+	}
+	b := newBrowser(t)
+	base := startServer(t, nil)
+	b.run(t, "open", chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#counter-list"))
+	await := func(p *runtime.EvaluateParams) *runtime.EvaluateParams { return p.WithAwaitPromise(true) }
+	// The page's answer: the value with BigInts written as {"big": digits}
+	// and numbers as {"num": text}, and whether it agrees with JSON.parse
+	// where JSON.parse is exact.
+	const probe = `import('/ui/js/api.js').then(m => {
+		const text = %s;
+		let v;
+		try { v = m.parseJSON(text); } catch (e) { return {err: String(e)}; }
+		const wrap = (x) => typeof x === 'bigint' ? {big: x.toString()} : typeof x === 'number' ? {num: String(x)} :
+			Array.isArray(x) ? x.map(wrap) : x && typeof x === 'object' ? Object.fromEntries(Object.entries(x).map(([k, y]) => [k, wrap(y)])) : x;
+		const hasBig = (x) => typeof x === 'bigint' || (x && typeof x === 'object' && Object.values(x).some(hasBig));
+		const same = hasBig(v) || JSON.stringify(v) === JSON.stringify(JSON.parse(text));
+		return {v: JSON.stringify(wrap(v)), same, back: m.stringifyJSON(v)};
+	})`
+	type answer struct {
+		Err  string `json:"err"`
+		V    string `json:"v"`
+		Same bool   `json:"same"`
+		Back string `json:"back"`
+	}
+	ask := func(t interface{ Fatalf(string, ...any) }, text string) answer {
+		lit, _ := json.Marshal(text)
+		var a answer
+		ctx, cancel := context.WithTimeout(b.ctx, 60*time.Second)
+		defer cancel()
+		if err := chromedp.Run(ctx, chromedp.Evaluate(fmt.Sprintf(probe, lit), &a, await)); err != nil {
+			t.Fatalf("evaluate: %v", err)
+		}
+		return a
+	}
+	// want is what exactJSON's value must look like through wrap.
+	var wrap func(v any) any
+	wrap = func(v any) any {
+		switch v := v.(type) {
+		case json.Number:
+			if i, err := strconv.ParseInt(string(v), 10, 64); err == nil && i >= -(1<<53-1) && i <= 1<<53-1 {
+				return map[string]any{"float": float64(i)} // exact: a safe integer
+			}
+			if !strings.ContainsAny(string(v), ".eE") {
+				return map[string]any{"big": strings.TrimPrefix(string(v), "+")}
+			}
+			f, _ := strconv.ParseFloat(string(v), 64)
+			return map[string]any{"float": f}
+		case []any:
+			out := make([]any, len(v))
+			for i, x := range v {
+				out[i] = wrap(x)
+			}
+			return out
+		case map[string]any:
+			out := map[string]any{}
+			for k, x := range v {
+				out[k] = wrap(x)
+			}
+			return out
+		}
+		return v
+	}
+	// norm turns the page's {"num": text} into {"float": value}: a JS
+	// number is a float64 (a BigInt stays {"big": digits}).
+	var norm func(v any) any
+	norm = func(v any) any {
+		switch v := v.(type) {
+		case map[string]any:
+			if n, ok := v["num"].(string); ok && len(v) == 1 {
+				f, err := strconv.ParseFloat(n, 64)
+				if err != nil {
+					return v
+				}
+				return map[string]any{"float": f}
+			}
+			out := map[string]any{}
+			for k, x := range v {
+				out[k] = norm(x)
+			}
+			return out
+		case []any:
+			out := make([]any, len(v))
+			for i, x := range v {
+				out[i] = norm(x)
+			}
+			return out
+		}
+		return v
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		text := genJSON(rt, 0)
+		a := ask(rt, text)
+		if a.Err != "" {
+			rt.Fatalf("parseJSON(%q) failed: %s", text, a.Err)
+		}
+		var got any
+		if err := json.Unmarshal([]byte(a.V), &got); err != nil {
+			rt.Fatalf("page answered %q: %v", a.V, err)
+		}
+		want := wrap(exactJSON(rt, text))
+		if !reflect.DeepEqual(norm(got), want) {
+			rt.Fatalf("parseJSON(%q) = %s, want %v", text, a.V, want)
+		}
+		if !a.Same {
+			rt.Fatalf("parseJSON(%q) differs from JSON.parse where that is exact", text)
+		}
+		// stringifyJSON writes the exact integers back (a non-integer is
+		// a float64 and may come back as an integer literal: 1.5e20).
+		if !hasFraction(exactJSON(rt, text)) && !reflect.DeepEqual(wrap(exactJSON(rt, a.Back)), want) {
+			rt.Fatalf("stringifyJSON(parseJSON(%q)) = %q", text, a.Back)
+		}
+	})
+	for _, bad := range []string{"", "{", "[1,]", "{\"a\":1,}", "01", "-", "1.", ".5", "+1", "\"\\x\"", "\"a\nb\"", "tru", "nul", "1 2", "{a:1}", "[1]x", "\"abc", "{\"a\" 1}", "NaN", "'x'"} {
+		if a := ask(t, bad); a.Err == "" {
+			t.Errorf("parseJSON(%q) = %s, want a SyntaxError as JSON.parse throws", bad, a.V)
+		}
+	}
+	if errs := b.errors(nil); len(errs) > 0 {
+		t.Errorf("the page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+}
+
+// TestConsoleEdit: with --auth the header names the logged-in user, and
+// the counter page offers the edits the token's grants allow: a writer
+// increments and sets (with the expected version) but cannot delete, a
+// reader edits nothing, an admin deletes after confirming. Values typed
+// and shown are exact past 2^53.
+func TestConsoleEdit(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts chromium; skipped with -short")
+	}
+	const writerTok, readerTok, adminTok = "console-writer-0123456789", "console-reader-0123456789", "console-admin-0123456789ab"
+	tokens := filepath.Join(t.TempDir(), "tokens.yaml")
+	body := fmt.Sprintf("users:\n  wendy:\n    tokens: [%q]\n    grants: {\"e:*\": write}\n  rita:\n    tokens: [%q]\n    grants: {\"e:*\": read}\n  ada:\n    tokens: [%q]\n    grants: {\"*\": admin}\n",
+		auth.Hash([]byte(writerTok)).String(), auth.Hash([]byte(readerTok)).String(), auth.Hash([]byte(adminTok)).String())
+	if err := os.WriteFile(tokens, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	base := startServer(t, func(c *server.Config) { c.Auth = tokens })
+	call(t, "PUT", base+"/counters/e:x", adminTok, `{"value": 9007199254740993}`, 200)
+
+	login := func(b *browser, tok, user string) {
+		b.run(t, "login "+user, chromedp.Navigate(base+"/ui/"), chromedp.WaitVisible("#login"),
+			chromedp.SendKeys("#token", tok), chromedp.Click("#login-submit"), waitText("#user", user))
+	}
+	b := newBrowser(t)
+	login(b, writerTok, "wendy")
+	b.run(t, "writer's counter page", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"),
+		waitText("#live-value", "9,007,199,254,740,993"), waitText("#edit-perm", "(write on this id)"))
+	var deleteDisabled, incDisabled bool
+	b.run(t, "buttons", chromedp.Evaluate(`document.querySelector('#edit-delete').disabled`, &deleteDisabled),
+		chromedp.Evaluate(`document.querySelector('#edit-increment button').disabled`, &incDisabled))
+	if !deleteDisabled || incDisabled {
+		t.Errorf("writer: delete disabled %v (want true), increment disabled %v (want false)", deleteDisabled, incDisabled)
+	}
+	b.run(t, "increment", chromedp.SetValue("#edit-delta", "9007199254740993"), chromedp.Click("#edit-increment button"),
+		waitContains("#edit-result", "value 18,014,398,509,481,986"), waitText("#live-value", "18,014,398,509,481,986"))
+	// Set with a stale expected version: refused; with the current one: set.
+	b.run(t, "set stale", chromedp.SetValue("#edit-value", "9223372036854775807"), chromedp.SetValue("#edit-version", "1"),
+		chromedp.Click("#edit-set button"), waitContains("#edit-result", "version_conflict"))
+	var version string
+	b.run(t, "version", chromedp.Text("#counter-version", &version))
+	version = strings.ReplaceAll(version, ",", "")
+	b.run(t, "set", chromedp.SetValue("#edit-version", version), chromedp.Click("#edit-set button"),
+		waitContains("#edit-result", "set: value 9,223,372,036,854,775,807"), waitText("#live-value", "9,223,372,036,854,775,807"))
+	if got := call(t, "GET", base+"/counters/e:x", adminTok, "", 200); !strings.Contains(got, `"value":9223372036854775807`) {
+		t.Errorf("after the console's set: %s", got)
+	}
+	// A TTL after confirming it.
+	b.run(t, "ttl", chromedp.SetValue("#edit-ttl", "3600"), chromedp.Click("#edit-ttl-form button[type=submit]"),
+		waitContains("#confirm", "Expire e:x in 3,600 s?"), chromedp.Click("#confirm-yes"), waitContains("#edit-result", "expires in 3,600 s"))
+	if got := call(t, "GET", base+"/counters/e:x/ttl", adminTok, "", 200); strings.Contains(got, `"ttl_ms":-1`) {
+		t.Errorf("no TTL after the console set one: %s", got)
+	}
+	b.keep(t, "edit-writer")
+	// Refusals the test provokes: the stale set (409), and the landing
+	// page's listing of every namespace, which a grant of e:* does not
+	// cover (403; docs/console.md).
+	provoked := func(e string) bool {
+		return strings.Contains(e, "status of 409") && strings.HasSuffix(e, "/counters/e%3Ax") ||
+			strings.Contains(e, "status of 403") && (strings.HasSuffix(e, "/counters?limit=100") || strings.HasSuffix(e, "/counters/*/aggregate?overflow=report"))
+	}
+	if errs := b.errors(provoked); len(errs) > 0 {
+		t.Errorf("writer's page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+
+	r := newBrowser(t)
+	login(r, readerTok, "rita")
+	r.run(t, "reader's counter page", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"), waitText("#edit-perm", "(read on this id)"))
+	r.run(t, "reader buttons", chromedp.Evaluate(`document.querySelector('#edit-increment button').disabled && document.querySelector('#edit-set button').disabled && document.querySelector('#edit-delete').disabled`, &incDisabled))
+	if !incDisabled {
+		t.Error("reader: edit buttons enabled")
+	}
+
+	a := newBrowser(t)
+	login(a, adminTok, "ada")
+	a.run(t, "admin deletes", chromedp.Navigate(base+"/ui/#/counter/e%3Ax"), waitText("#edit-perm", "(admin on this id)"),
+		chromedp.Click("#edit-delete"), waitContains("#confirm", "Delete e:x?"))
+	// Cancel first: nothing deleted.
+	a.run(t, "cancel", chromedp.Click("#confirm-no"), chromedp.WaitNotPresent("#confirm-yes"))
+	call(t, "GET", base+"/counters/e:x", adminTok, "", 200)
+	a.run(t, "confirm delete", chromedp.Click("#edit-delete"), chromedp.WaitVisible("#confirm-yes"), chromedp.Click("#confirm-yes"),
+		waitContains("#edit-result", "deleted"), waitText("#live-value", "—"))
+	if got := call(t, "GET", base+"/counters/e:x", adminTok, "", 200); !strings.Contains(got, `"exists":false`) {
+		t.Errorf("after the console's delete: %s", got)
+	}
+	a.keep(t, "edit-admin")
+	if errs := r.errors(provoked); len(errs) > 0 {
+		t.Errorf("reader's page reported errors:\n%s", strings.Join(errs, "\n"))
+	}
+	if errs := a.errors(nil); len(errs) > 0 {
+		t.Errorf("admin's page reported errors:\n%s", strings.Join(errs, "\n"))
 	}
 }

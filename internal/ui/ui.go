@@ -32,7 +32,9 @@ const Prefix = "/ui/"
 // Routes are the routes the console serves, as "METHOD pattern" (the
 // access-control table must name each; all are public: the files hold no
 // data, and the login form must load before there is a token).
-func Routes() []string { return []string{"GET /{$}", "GET /ui", "GET /ui/"} }
+func Routes() []string {
+	return []string{"GET /{$}", "GET /ui", "GET /ui/", "GET /ui/config.json"}
+}
 
 // Serves reports whether r is the console's: GET or HEAD of / (a
 // redirect to /ui/), and anything under /ui.

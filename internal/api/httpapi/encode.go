@@ -134,6 +134,27 @@ type listAnswer struct {
 	Cursor uint64   `json:"cursor"`
 }
 
+// whoamiAnswer is GET /whoami.
+type whoamiAnswer struct {
+	Auth   bool        `json:"auth"`
+	User   string      `json:"user"`
+	Grants []grantJSON `json:"grants"`
+	ID     *string     `json:"id,omitempty"`
+	Perm   *string     `json:"perm,omitempty"` // on ID: none, read, write or admin
+}
+
+type grantJSON struct {
+	Pattern string `json:"pattern"`
+	Perm    string `json:"perm"`
+}
+
+// sortedListAnswer is GET /counters without a cursor: ids in byte order,
+// and the after of the next page ("" when this page is the last).
+type sortedListAnswer struct {
+	IDs  []string `json:"ids"`
+	Next string   `json:"next"`
+}
+
 type statusAnswer struct {
 	Status string `json:"status"`
 }

@@ -196,6 +196,7 @@ func routeTable() []route {
 		{"DELETE", "/rollups/{key}", "rollup_delete", (*Handler).rollupDelete},
 		{"GET", "/quotas", "quotas", (*Handler).quotas},
 		{"GET", "/capabilities", "capabilities", (*Handler).capabilities},
+		{"GET", "/whoami", "whoami", (*Handler).whoami},
 		{"GET", "/healthz", "healthz", (*Handler).healthz},
 		{"GET", "/readyz", "readyz", (*Handler).readyz},
 		{"GET", "/metrics", "metrics", (*Handler).serveMetrics},

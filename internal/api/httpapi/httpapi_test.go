@@ -8,6 +8,8 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -395,6 +397,87 @@ func TestList(t *testing.T) {
 	s.fail(400, "invalid_argument", "GET", "/counters?limit=0", "")
 	s.fail(400, "invalid_argument", "GET", "/counters?limit=abc", "")
 	s.fail(400, "invalid_argument", "GET", "/counters?cursor=-1", "")
+}
+
+// TestListSorted: without a cursor, GET /counters answers ids in byte
+// order, and paging with after=next visits each once.
+func TestListSorted(t *testing.T) {
+	s := newTestServer(t, Options{})
+	var want []string
+	for _, id := range []string{"v:home", "v:b", "v:a_10", "v:a_2", "v:Z", "v:\u00e9", "v:a"} {
+		s.ok("PUT", "/counters/"+url.PathEscape(id), `{"value": 1}`)
+		want = append(want, id)
+	}
+	s.ok("PUT", "/counters/w:other", `{"value": 1}`)
+	sort.Strings(want)
+	var got []string
+	after := ""
+	for page := 0; ; page++ {
+		if page > 10 {
+			t.Fatal("sorted listing does not end")
+		}
+		a := s.ok("GET", "/counters?prefix=v:&limit=3&after="+url.QueryEscape(after), "")
+		var la sortedListAnswer
+		if err := json.Unmarshal(a.Raw, &la); err != nil {
+			t.Fatalf("list: %v %s", err, a.Raw)
+		}
+		if _, ok := a.Body["cursor"]; ok {
+			t.Errorf("sorted answer has a cursor: %s", a.Raw)
+		}
+		got = append(got, la.IDs...)
+		if la.Next == "" {
+			break
+		}
+		if la.Next != la.IDs[len(la.IDs)-1] {
+			t.Errorf("next %q is not the page's last id: %s", la.Next, a.Raw)
+		}
+		after = la.Next
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("sorted pages = %q, want %q", got, want)
+	}
+	a := s.ok("GET", "/counters?match=*:a*", "")
+	if fmt.Sprint(a.Body["ids"]) != "[v:a v:a_10 v:a_2]" {
+		t.Errorf("match, sorted: %s", a.Raw)
+	}
+	s.fail(400, "invalid_argument", "GET", "/counters?cursor=0&after=v:a", "")
+}
+
+// TestAggregateOverflowDetail: an aggregate past 64 bits is still the
+// overflow error, and says how many counters it covers and their sum.
+func TestAggregateOverflowDetail(t *testing.T) {
+	s := newTestServer(t, Options{})
+	s.ok("PUT", "/counters/big:a", `{"value": 9223372036854775807}`)
+	s.ok("PUT", "/counters/big:b", `{"value": 9223372036854775807}`)
+	s.ok("PUT", "/counters/big:c", `{"value": 2}`)
+	s.ok("POST", "/counters/big:u/pfadd", `{"items": ["x"]}`) // not additive
+	a := s.fail(422, "overflow", "GET", "/counters/big:*/aggregate", "")
+	var e struct {
+		Error struct {
+			Aggregate *overflowDetail `json:"aggregate"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(a.Raw, &e); err != nil || e.Error.Aggregate == nil {
+		t.Fatalf("no aggregate detail: %v %s", err, a.Raw)
+	}
+	want := overflowDetail{Prefix: "big:", Count: 3, Sum: "18446744073709551616", Overflow: true}
+	if *e.Error.Aggregate != want {
+		t.Errorf("detail = %+v, want %+v", *e.Error.Aggregate, want)
+	}
+	// overflow=report: the same figures as a 200 answer.
+	a = s.ok("GET", "/counters/big:*/aggregate?overflow=report", "")
+	var got overflowDetail
+	if err := json.Unmarshal(a.Raw, &got); err != nil || got != want {
+		t.Errorf("overflow=report: %+v, %v; want %+v (%s)", got, err, want, a.Raw)
+	}
+	if _, ok := a.Body["value"]; ok {
+		t.Errorf("overflow=report answers a value: %s", a.Raw)
+	}
+	s.fail(422, "overflow", "GET", "/counters/big:*/aggregate?overflow=error", "")
+	s.fail(400, "invalid_argument", "GET", "/counters/big:*/aggregate?overflow=clamp", "")
+	if a := s.ok("GET", "/counters/big:c*/aggregate?overflow=report", ""); a.num(t, "value") != 2 || a.num(t, "count") != 1 {
+		t.Errorf("overflow=report without an overflow: %s", a.Raw)
+	}
 }
 
 func TestBatch(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/httpjson"
@@ -350,7 +351,19 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 		writeJSON(w, http.StatusOK, body)
 		return nil
 	}
-	a, err := h.eng.Aggregate(r.Context(), prefix)
+	var report bool
+	switch o := r.URL.Query().Get("overflow"); o {
+	case "", "error":
+	case "report":
+		report = true
+	default:
+		return invalidArgf("overflow: %q is not error or report", truncate(o, 40))
+	}
+	a, err := engine.AggregateOverflow(r.Context(), h.eng, prefix)
+	if oe := (*engine.OverflowError)(nil); report && errors.As(err, &oe) {
+		writeJSON(w, http.StatusOK, overflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true})
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -371,10 +384,18 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	}
 	prefix, match := q.Get("prefix"), q.Get("match")
 	var cursor uint64
+	scan := q.Has("cursor") // scan order, paged by a numeric cursor
 	if s := q.Get("cursor"); s != "" {
 		if cursor, err = strconv.ParseUint(s, 10, 64); err != nil {
 			return invalidArgf("cursor: %q is not an unsigned integer", truncate(s, 40))
 		}
+	}
+	after := q.Get("after")
+	if scan && after != "" {
+		return invalidArgf("after pages the sorted listing, cursor the scan: give one of them")
+	}
+	if len(after) > engine.MaxIDLen {
+		return invalidArgf("after: longer than %d bytes", engine.MaxIDLen)
 	}
 	limit := defaultListLimit
 	if s := q.Get("limit"); s != "" {
@@ -385,6 +406,18 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		limit = n
 	}
 	pattern, keep := listPattern(prefix, match)
+	if !scan {
+		ids, more, err := engine.ListSorted(r.Context(), h.eng, pattern, keep, after, limit)
+		if err != nil {
+			return err
+		}
+		out := sortedListAnswer{IDs: ids}
+		if more {
+			out.Next = ids[len(ids)-1]
+		}
+		writeJSON(w, http.StatusOK, out)
+		return nil
+	}
 	ids, next, err := h.eng.Scan(r.Context(), cursor, pattern, limit)
 	if err != nil {
 		return err
@@ -394,6 +427,34 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 		if keep(id) {
 			out.IDs = append(out.IDs, id)
 		}
+	}
+	writeJSON(w, http.StatusOK, out)
+	return nil
+}
+
+// whoami answers who the request's token belongs to and what it may do
+// (the console shows the user and offers only the edits the grants
+// allow): the user and grants with --auth, or, without --auth, no user
+// and admin on every id; with ?id=, the highest permission on that id.
+func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
+	out := whoamiAnswer{Grants: []grantJSON{{Pattern: "*", Perm: auth.Admin.String()}}}
+	p := auth.FromContext(r.Context())
+	if p != nil {
+		out.Auth, out.User, out.Grants = true, p.User, []grantJSON{}
+		for _, g := range p.Grants() {
+			out.Grants = append(out.Grants, grantJSON{Pattern: g.Pattern, Perm: g.Perm.String()})
+		}
+	}
+	if id := r.URL.Query().Get("id"); r.URL.Query().Has("id") {
+		perm := auth.Admin
+		if p != nil {
+			perm = p.PermOn(id)
+		}
+		s := "none"
+		if perm != auth.Public {
+			s = perm.String()
+		}
+		out.ID, out.Perm = &id, &s
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

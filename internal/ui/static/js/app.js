@@ -42,14 +42,29 @@ function stopView() {
   current = null;
 }
 
+let who = null; // GET /whoami of the current token, once read
+
+// showSession says in the header who is logged in (GET /whoami) and
+// offers to log out.
 function showSession() {
   if (!config.auth) {
-    replace(session, h('span', { class: 'muted' }, 'no authentication (loopback)'));
+    replace(session, h('span', { class: 'muted', id: 'user' }, 'no authentication (loopback)'));
     return;
   }
-  replace(session, getToken()
-    ? h('button', { class: 'secondary', id: 'logout', onclick: () => { setToken(''); showLogin(''); } }, 'Log out')
-    : '');
+  if (!getToken()) {
+    who = null;
+    replace(session, '');
+    return;
+  }
+  const logout = h('button', { class: 'secondary', id: 'logout', onclick: () => { setToken(''); who = null; showLogin(''); } }, 'Log out');
+  const user = h('span', { id: 'user' }, who ? who.user : '…');
+  replace(session, h('span', { class: 'muted' }, 'logged in as '), user, ' ', logout);
+  if (who) return;
+  get('/whoami').then((w) => {
+    who = w;
+    replace(user, w.user);
+    user.title = (w.grants || []).map((g) => `${g.pattern}: ${g.perm}`).join(', ');
+  }).catch(() => { /* the view reports a refused token */ });
 }
 
 function showLogin(message) {
@@ -62,6 +77,7 @@ function showLogin(message) {
     ev.preventDefault();
     button.disabled = true;
     setToken(input.value.trim());
+    who = null;
     try {
       await get('/capabilities'); // any route that needs read: checks the token
       route();

@@ -1,7 +1,7 @@
 // A bar chart of rollup buckets drawn as SVG: one bar per bucket, the
 // largest bucket at full height, the first and last bucket starts and the
 // maximum as labels.
-import { s, fmtNum } from './dom.js';
+import { s, fmtNum, cmpNum } from './dom.js';
 
 const W = 900, H = 260, PAD = { left: 64, right: 12, top: 12, bottom: 36 };
 
@@ -19,15 +19,19 @@ function label(iso, granularity) {
 // seriesChart returns an <svg> for the buckets of GET /counters/{id}/series.
 export function seriesChart(series) {
   const buckets = series.buckets || [];
-  const max = Math.max(0, ...buckets.map((b) => b.count));
+  // Counts may be BigInts (parseJSON): exact in labels and tooltips,
+  // numbers only for the geometry.
+  const exactMax = buckets.reduce((m, b) => (cmpNum(b.count, m) > 0 ? b.count : m), 0);
+  const max = Number(exactMax);
   const iw = W - PAD.left - PAD.right, ih = H - PAD.top - PAD.bottom;
   const svg = s('svg', { class: 'chart', viewBox: `0 0 ${W} ${H}`, role: 'img',
-    'aria-label': `${series.granularity} series of ${series.id}: ${buckets.length} buckets, total ${series.total}` });
+    'aria-label': `${series.granularity} series of ${series.id}: ${buckets.length} buckets, total ${fmtNum(series.total)}` });
   const step = buckets.length ? iw / buckets.length : iw;
   const bw = Math.max(1, step * 0.8);
   buckets.forEach((b, i) => {
-    if (b.count <= 0 || max <= 0) return;
-    const bh = Math.max(1, (b.count / max) * ih);
+    const count = Number(b.count);
+    if (count <= 0 || max <= 0) return;
+    const bh = Math.max(1, (count / max) * ih);
     svg.append(s('rect', { class: 'bar', x: (PAD.left + i * step + (step - bw) / 2).toFixed(1),
       y: (PAD.top + ih - bh).toFixed(1), width: bw.toFixed(1), height: bh.toFixed(1) },
     s('title', null, `${label(b.start, series.granularity)}: ${fmtNum(b.count)}`)));
@@ -36,7 +40,7 @@ export function seriesChart(series) {
   svg.append(
     s('line', { class: 'axis', x1: PAD.left, y1: y0, x2: W - PAD.right, y2: y0 }),
     s('line', { class: 'axis', x1: PAD.left, y1: PAD.top, x2: PAD.left, y2: y0 }),
-    s('text', { x: PAD.left - 6, y: PAD.top + 10, 'text-anchor': 'end' }, fmtNum(max)),
+    s('text', { x: PAD.left - 6, y: PAD.top + 10, 'text-anchor': 'end' }, fmtNum(exactMax)),
     s('text', { x: PAD.left - 6, y: y0, 'text-anchor': 'end' }, '0'),
   );
   if (buckets.length) {

@@ -1,12 +1,22 @@
 // #/counter/ID: a counter's live value (polled every second), its rollup
 // series per granularity (GET /counters/{id}/series) and, for hll
 // counters, unique counts over the last N days (GET /counters/{id}/uniques).
-import { get, counterPath } from './api.js';
+import { get, send, counterPath } from './api.js';
 import { h, replace, fmtNum, fmtTime, errorText } from './dom.js';
 import { seriesChart } from './chart.js';
+import { shownValue } from './counters.js';
 
 const GRANULARITIES = ['minute', 'hour', 'day', 'month'];
 const POLL_MS = 1000;
+const SERIES_POLL_MS = 3000;
+// Time ranges of the series chart ('' : the last 60 buckets of the
+// chosen granularity), each read at the granularity that suits it.
+const RANGES = {
+  '': { label: 'last 60 buckets' },
+  '1h': { label: 'last hour', from: '-1h', granularity: 'minute' },
+  '24h': { label: 'last day', from: '-24h', granularity: 'hour' },
+  '30d': { label: 'last 30 days', from: '-30d', granularity: 'day' },
+};
 
 // specFor is the rollup spec covering id: its own, else its namespace's.
 function specFor(rollups, id) {
@@ -22,11 +32,14 @@ export function renderCounter(main, id, ctx) {
   const extra = h('div');
   const seriesBox = h('div', { id: 'series' });
   const uniquesBox = h('div', { id: 'uniques' });
+  const editBox = h('section', { id: 'edit' });
   replace(main,
     h('p', null, h('a', { href: '#/counters?prefix=' + encodeURIComponent(id.includes(':') ? id.slice(0, id.indexOf(':') + 1) : '') }, '← counters')),
     h('h2', { id: 'counter-id' }, id),
     h('section', null, h('h3', null, 'Value ', h('span', { class: 'muted' }, '(live)')), value, meta, extra),
-    seriesBox, uniquesBox);
+    editBox, seriesBox, uniquesBox);
+  const state = { view: null };
+  renderEdit(editBox, id, state, ctx);
 
   // What the server keeps for this id: its rollup spec, if any.
   const rollups = Promise.all([get('/capabilities', ctx.signal), get('/rollups', ctx.signal)])
@@ -35,7 +48,9 @@ export function renderCounter(main, id, ctx) {
   ctx.every(async () => {
     try {
       const v = await get(counterPath(id), ctx.signal);
-      const shown = v.exists ? fmtNum(v.value) : '—';
+      state.view = v;
+      if (state.onView) state.onView(v);
+      const shown = shownValue(v);
       if (last !== null && shown !== last) {
         value.classList.remove('flash');
         void value.offsetWidth; // restart the animation
@@ -45,6 +60,7 @@ export function renderCounter(main, id, ctx) {
       replace(value, shown);
       replace(meta,
         h('dt', null, 'kind'), h('dd', { id: 'counter-kind' }, v.exists ? v.kind : 'does not exist'),
+        v.exists ? [h('dt', null, 'version'), h('dd', { id: 'counter-version' }, fmtNum(v.version))] : null,
         h('dt', null, 'updated'), h('dd', null, fmtTime(v.updated_at) || '—'),
         h('dt', null, 'expires'), h('dd', null, fmtTime(v.expires_at) || 'never'),
         v.std_error !== undefined ? [h('dt', null, 'std error'), h('dd', null, (v.std_error * 100).toFixed(2) + '%')] : null);
@@ -92,24 +108,47 @@ async function renderSeries(section, id, rollups, ctx) {
     return;
   }
   const tabs = h('div', { class: 'tabs' });
+  const rangeSel = h('select', { id: 'series-range', 'aria-label': 'time range' },
+    Object.entries(RANGES).map(([k, r]) => h('option', { value: k }, r.label)));
   const chart = h('div', { id: 'series-chart' });
   const total = h('p', { class: 'muted', id: 'series-total' });
-  replace(box, tabs, chart, total);
+  replace(box, h('div', { class: 'inline' }, tabs, rangeSel), chart, total);
   let current = grans.includes('minute') ? 'minute' : grans[0];
-  async function show(g) {
-    current = g;
-    replace(tabs, grans.map((x) => h('button', { type: 'button', class: 'tab' + (x === g ? ' active' : ''), 'data-granularity': x, onclick: () => show(x) }, x)));
+  let range = '';
+  let seq = 0; // the latest request's number: older answers are dropped
+  // draw reads the series of granularity current over range and draws it.
+  async function draw() {
+    const n = ++seq;
+    const q = new URLSearchParams({ granularity: current });
+    if (range) {
+      q.set('from', RANGES[range].from);
+      q.set('to', 'now');
+    }
     try {
-      const sr = await get(counterPath(id, '/series?granularity=' + g), ctx.signal);
-      if (current !== g) return;
+      const sr = await get(counterPath(id, '/series?' + q), ctx.signal);
+      if (n !== seq) return;
       replace(chart, seriesChart(sr));
-      chart.dataset.granularity = g;
-      replace(total, `${sr.buckets.length} ${g} buckets from ${fmtTime(sr.from)} to ${fmtTime(sr.to)}, total ${fmtNum(sr.total)} (source: ${sr.source})`);
+      chart.dataset.granularity = current;
+      chart.dataset.range = range;
+      replace(total, `${sr.buckets.length} ${current} buckets from ${fmtTime(sr.from)} to ${fmtTime(sr.to)}, total ${fmtNum(sr.total)} (source: ${sr.source}; live, every ${SERIES_POLL_MS / 1000} s)`);
     } catch (e) {
-      if (!ctx.handled(e)) replace(chart, h('p', { class: 'error' }, errorText(e)));
+      if (n === seq && !ctx.handled(e)) replace(chart, h('p', { class: 'error' }, errorText(e)));
     }
   }
+  function show(g) {
+    current = g;
+    replace(tabs, grans.map((x) => h('button', { type: 'button', class: 'tab' + (x === g ? ' active' : ''), 'data-granularity': x, onclick: () => show(x) }, x)));
+    draw();
+  }
+  rangeSel.addEventListener('change', () => {
+    range = rangeSel.value;
+    // The range picks the granularity it reads best at, among those kept.
+    const want = range ? RANGES[range].granularity : current;
+    show(grans.includes(want) ? want : grans.find((g) => GRANULARITIES.indexOf(g) >= GRANULARITIES.indexOf(want)) || grans[grans.length - 1]);
+  });
   show(current);
+  // Live: redraw while the page is shown (the view's signal stops it).
+  ctx.every(async () => { await new Promise((r) => setTimeout(r, SERIES_POLL_MS)); if (!ctx.signal.aborted) await draw(); }, 0);
 }
 
 async function renderUniques(section, id, rollups, ctx) {
@@ -138,4 +177,95 @@ async function renderUniques(section, id, rollups, ctx) {
   replace(section, h('section', null, h('h3', null, 'Uniques'),
     h('form', { class: 'inline', id: 'uniques-form', onsubmit: run }, 'over the last', days, 'days', h('button', { type: 'submit' }, 'Count')), out));
   run();
+}
+
+// intText checks a typed integer (any size: sent as a BigInt, exactly).
+function intValue(text) {
+  const t = text.trim();
+  if (!/^-?[0-9]+$/.test(t)) throw new Error(`“${text}” is not an integer`);
+  return BigInt(t);
+}
+
+// deltaValue is an increment's delta: an integer, or for a float counter
+// decimal text (sent as a string holding the number).
+function deltaValue(text, kind) {
+  const t = text.trim();
+  if (kind === 'float' && /^-?[0-9]*\.?[0-9]+(e[-+]?[0-9]+)?$/i.test(t)) return t;
+  return intValue(t);
+}
+
+// renderEdit offers the edits the token's grants allow on id (GET
+// /whoami?id=): increment and set (with the version read as expected
+// version) and the TTL with write; delete with admin. Deletes and TTL
+// changes ask for a confirmation first.
+async function renderEdit(box, id, state, ctx) {
+  let perm = 'none';
+  try {
+    perm = (await get('/whoami?id=' + encodeURIComponent(id), ctx.signal)).perm || 'none';
+  } catch (e) {
+    if (!ctx.handled(e)) replace(box, h('p', { class: 'error' }, errorText(e)));
+    return;
+  }
+  const canWrite = perm === 'write' || perm === 'admin', canAdmin = perm === 'admin';
+  const msg = h('p', { id: 'edit-result', class: 'muted' });
+  const confirmBox = h('div', { id: 'confirm' });
+  const busy = (fn) => async (ev) => {
+    if (ev) ev.preventDefault();
+    replace(confirmBox);
+    try {
+      replace(msg, h('span', { class: 'muted' }, 'sending…'));
+      replace(msg, h('span', { class: 'ok' }, await fn()));
+    } catch (e) {
+      if (!ctx.handled(e)) replace(msg, h('span', { class: 'error' }, errorText(e)));
+    }
+  };
+  // confirm shows question with a button that runs action, and Cancel.
+  const confirm = (question, label, action) => (ev) => {
+    ev.preventDefault();
+    replace(confirmBox, h('p', { class: 'confirm' }, question, ' ',
+      h('button', { type: 'button', id: 'confirm-yes', class: 'danger', onclick: busy(action) }, label), ' ',
+      h('button', { type: 'button', id: 'confirm-no', class: 'secondary', onclick: () => replace(confirmBox) }, 'Cancel')));
+  };
+  const why = (need) => `needs ${need} on ${id} (this token has ${perm})`;
+  const delta = h('input', { id: 'edit-delta', value: '1', size: 12, autocomplete: 'off', 'aria-label': 'delta' });
+  const setValue = h('input', { id: 'edit-value', size: 22, autocomplete: 'off', placeholder: 'new value', 'aria-label': 'value' });
+  const expected = h('input', { id: 'edit-version', size: 12, autocomplete: 'off', placeholder: 'any', 'aria-label': 'expected version' });
+  const ttl = h('input', { id: 'edit-ttl', size: 8, autocomplete: 'off', placeholder: 'seconds', 'aria-label': 'TTL in seconds' });
+  const kind = () => (state.view && state.view.exists ? state.view.kind : 'counter');
+  state.onView = (v) => { if (document.activeElement !== expected && !expected.dataset.touched) expected.value = v.exists ? String(v.version) : '0'; };
+  expected.addEventListener('input', () => { expected.dataset.touched = '1'; });
+  const w = !canWrite ? { disabled: true, title: why('write') } : {};
+  replace(box, h('h3', null, 'Edit ', h('span', { class: 'muted', id: 'edit-perm' }, `(${perm} on this id)`)),
+    h('form', { class: 'inline', id: 'edit-increment', onsubmit: busy(async () => {
+      const r = await send('POST', counterPath(id, '/increment'), { delta: deltaValue(delta.value, kind()) }, ctx.signal);
+      return `incremented: value ${fmtNum(r.value)}, version ${fmtNum(r.version)}`;
+    }) }, 'add', delta, h('button', { type: 'submit', ...w }, 'Increment')),
+    h('form', { class: 'inline', id: 'edit-set', onsubmit: busy(async () => {
+      const body = { value: intValue(setValue.value) };
+      if (expected.value.trim() !== '') body.expected_version = intValue(expected.value);
+      const r = await send('PUT', counterPath(id), body, ctx.signal);
+      delete expected.dataset.touched;
+      return `set: value ${fmtNum(r.value)}, version ${fmtNum(r.version)}`;
+    }) }, 'set to', setValue, 'if version is', expected, h('button', { type: 'submit', ...w }, 'Set')),
+    h('form', { class: 'inline', id: 'edit-ttl-form', onsubmit: (ev) => {
+      ev.preventDefault();
+      let secs;
+      try { secs = intValue(ttl.value); } catch (e) { replace(msg, h('span', { class: 'error' }, e.message)); return; }
+      if (secs <= 0n) { replace(msg, h('span', { class: 'error' }, 'a TTL is a positive number of seconds')); return; }
+      confirm(`Expire ${id} in ${fmtNum(secs)} s?`, 'Set TTL', async () => {
+        const r = await send('PUT', counterPath(id, '/ttl'), { ttl_ms: secs * 1000n }, ctx.signal);
+        return r.changed ? `expires in ${fmtNum(secs)} s` : 'no TTL set (the counter does not exist)';
+      })(ev);
+    } }, 'expire in', ttl, 's', h('button', { type: 'submit', ...w }, 'Set TTL…'),
+    h('button', { type: 'button', id: 'edit-persist', class: 'secondary', ...w, onclick: confirm(`Remove the TTL of ${id}?`, 'Remove TTL', async () => {
+      const r = await send('DELETE', counterPath(id, '/ttl'), undefined, ctx.signal);
+      return r.changed ? 'TTL removed' : 'it had no TTL';
+    }) }, 'Remove TTL…')),
+    h('p', null, h('button', { type: 'button', id: 'edit-delete', class: 'danger', ...(!canAdmin ? { disabled: true, title: why('admin') } : {}),
+      onclick: confirm(`Delete ${id}? Its value and history cannot be read back.`, 'Delete', async () => {
+        const r = await send('DELETE', counterPath(id), undefined, ctx.signal);
+        return r.deleted ? 'deleted' : 'it did not exist';
+      }) }, 'Delete…')),
+    !canWrite ? h('p', { class: 'muted' }, `Editing ${why('write')}.`) : null,
+    confirmBox, msg);
 }

@@ -32,8 +32,28 @@ export function replace(el, ...children) {
   return build(el, null, children);
 }
 
+// group puts thousands separators into a decimal integer's digits.
+function group(digits) {
+  const neg = digits.startsWith('-');
+  const d = neg ? digits.slice(1) : digits;
+  return (neg ? '-' : '') + d.replace(/\B(?=([0-9]{3})+$)/g, ',');
+}
+
+// fmtNum formats a number exactly: a BigInt or a string of decimal digits
+// (64-bit values, parseJSON) digit for digit with thousands separators;
+// a safe integer the same way; other numbers as toLocaleString does.
 export function fmtNum(n) {
+  if (typeof n === 'bigint') return group(n.toString());
+  if (typeof n === 'string' && /^-?[0-9]+$/.test(n)) return group(n);
+  if (typeof n === 'number' && Number.isSafeInteger(n)) return group(String(n));
   return typeof n === 'number' ? n.toLocaleString('en-US') : String(n ?? '');
+}
+
+// cmpNum compares two integers given as numbers, BigInts or digit strings,
+// exactly.
+export function cmpNum(a, b) {
+  const x = BigInt(a ?? 0), y = BigInt(b ?? 0);
+  return x < y ? -1 : x > y ? 1 : 0;
 }
 
 export function fmtTime(iso) {
