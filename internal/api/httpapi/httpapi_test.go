@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/httpjson"
 )
 
 // The seed: POST /counters/page_views:article_123/increment {"delta": 1}
@@ -454,19 +455,19 @@ func TestAggregateOverflowDetail(t *testing.T) {
 	a := s.fail(422, "overflow", "GET", "/counters/big:*/aggregate", "")
 	var e struct {
 		Error struct {
-			Aggregate *overflowDetail `json:"aggregate"`
+			Aggregate *httpjson.OverflowDetail `json:"aggregate"`
 		} `json:"error"`
 	}
 	if err := json.Unmarshal(a.Raw, &e); err != nil || e.Error.Aggregate == nil {
 		t.Fatalf("no aggregate detail: %v %s", err, a.Raw)
 	}
-	want := overflowDetail{Prefix: "big:", Count: 3, Sum: "18446744073709551616", Overflow: true}
+	want := httpjson.OverflowDetail{Prefix: "big:", Count: 3, Sum: "18446744073709551616", Overflow: true}
 	if *e.Error.Aggregate != want {
 		t.Errorf("detail = %+v, want %+v", *e.Error.Aggregate, want)
 	}
 	// overflow=report: the same figures as a 200 answer.
 	a = s.ok("GET", "/counters/big:*/aggregate?overflow=report", "")
-	var got overflowDetail
+	var got httpjson.OverflowDetail
 	if err := json.Unmarshal(a.Raw, &got); err != nil || got != want {
 		t.Errorf("overflow=report: %+v, %v; want %+v (%s)", got, err, want, a.Raw)
 	}

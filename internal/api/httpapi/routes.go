@@ -361,7 +361,7 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 	}
 	a, err := engine.AggregateOverflow(r.Context(), h.eng, prefix)
 	if oe := (*engine.OverflowError)(nil); report && errors.As(err, &oe) {
-		writeJSON(w, http.StatusOK, overflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true})
+		writeJSON(w, http.StatusOK, httpjson.OverflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true})
 		return nil
 	}
 	if err != nil {
