@@ -8,25 +8,32 @@ LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
 # symbol table or DWARF (-s -w), no local paths (-trimpath), and gRPC
 # without golang.org/x/net/trace (grpcnotrace), whose /debug/requests
 # pages counterd never serves and which keeps every exported method
-# reachable. docs/deploy.md, "Building".
+# reachable. One build mode for make build, make install and the image:
+# static, without cgo (CGO_ENABLED=0), so a release binary is the same
+# wherever it is built and needs no C compiler or libc. docs/deploy.md,
+# "Building".
 BUILDFLAGS := -trimpath -tags grpcnotrace -ldflags "-s -w $(LDFLAGS)"
+RELEASE_GO := CGO_ENABLED=0 $(GO)
 
 PROTOC_GEN_GO_VERSION ?= v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
 
-.PHONY: help build image install docs test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report bench-pipeline fuzz vet fmt deps run clean
+.PHONY: help build check-lean image install docs test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report bench-pipeline fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-build: ## build lean bin/counterd and bin/counterctl (stripped, -trimpath, grpcnotrace), stamped with VERSION (git describe)
-	$(GO) build $(BUILDFLAGS) -o bin/counterd ./cmd/counterd
-	$(GO) build $(BUILDFLAGS) -o bin/counterctl ./cmd/counterctl
+build: ## build lean static bin/counterd and bin/counterctl (CGO_ENABLED=0, stripped, -trimpath, grpcnotrace), stamped with VERSION (git describe)
+	$(RELEASE_GO) build $(BUILDFLAGS) -o bin/counterd ./cmd/counterd
+	$(RELEASE_GO) build $(BUILDFLAGS) -o bin/counterctl ./cmd/counterctl
+
+check-lean: build ## fail if bin/counterd is over 40,000,000 bytes or links a test, browser or plotting module (deploy.TestReleaseBinary)
+	COUNTERD_RELEASE_BIN=$(CURDIR)/bin/counterd $(GO) test -count=1 -run '^TestReleaseBinary$$' ./deploy/
 
 install: ## go install both commands, stamped with VERSION
-	$(GO) install $(BUILDFLAGS) ./cmd/counterd ./cmd/counterctl
+	$(RELEASE_GO) install $(BUILDFLAGS) ./cmd/counterd ./cmd/counterctl
 
 image: ## container image counterd:VERSION from scratch (static binaries; pulls no base image)
 	VERSION=$(VERSION) ./scripts/image-context.sh bin/image

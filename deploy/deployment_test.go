@@ -382,10 +382,45 @@ func keys(m map[string]map[string]any) []string {
 	return out
 }
 
+// maxReleaseBytes bounds a release counterd (issue 24: at most 40 MB).
+const maxReleaseBytes = 40_000_000
+
+// forbiddenModules are module path prefixes a release binary must not
+// link: test, browser, plotting and documentation tools, which only tests,
+// scripts/benchreport and go generate use.
+var forbiddenModules = []string{
+	"github.com/chromedp/", "gonum.org/", "codeberg.org/go-fonts/", "codeberg.org/go-latex/",
+	"codeberg.org/go-pdf/", "git.sr.ht/~sbinet/", "github.com/ajstarks/svgo", "github.com/golang/freetype",
+	"golang.org/x/image", "github.com/getkin/kin-openapi", "github.com/campoy/embedmd",
+	"go.uber.org/goleak", "pgregory.net/rapid", "github.com/stretchr/testify",
+	"github.com/twmb/franz-go/pkg/kfake",
+}
+
+// TestReleaseBinary checks the binary COUNTERD_RELEASE_BIN (make
+// check-lean sets it to bin/counterd after make build) as checkLean does:
+// a release build, at most maxReleaseBytes, no forbidden module.
+func TestReleaseBinary(t *testing.T) {
+	p := os.Getenv("COUNTERD_RELEASE_BIN")
+	if p == "" {
+		t.Skip("set COUNTERD_RELEASE_BIN to a release counterd (make check-lean does)")
+	}
+	if err := checkLean(p); err != nil {
+		t.Error(err)
+	}
+}
+
 // checkLean reports how the binary at path differs from a release build
 // (make build, scripts/image-context.sh): stripped of its symbol table and
-// DWARF, built with -trimpath and -tags grpcnotrace.
+// DWARF, built with -trimpath, -tags grpcnotrace and CGO_ENABLED=0, at most
+// maxReleaseBytes, linking no forbiddenModules.
 func checkLean(path string) error {
+	st, err := os.Stat(path)
+	if err != nil {
+		return err
+	}
+	if st.Size() > maxReleaseBytes {
+		return fmt.Errorf("%d bytes, over the %d of a release binary (docs/deploy.md, \"Building\")", st.Size(), maxReleaseBytes)
+	}
 	f, err := elf.Open(path)
 	if err != nil {
 		return err
@@ -409,6 +444,20 @@ func checkLean(path string) error {
 	}
 	if !slices.Contains(strings.Split(settings["-tags"], ","), "grpcnotrace") {
 		return fmt.Errorf("built with tags %q, not grpcnotrace", settings["-tags"])
+	}
+	if settings["CGO_ENABLED"] != "0" {
+		return fmt.Errorf("built with CGO_ENABLED=%q, not 0", settings["CGO_ENABLED"])
+	}
+	var bad []string
+	for _, d := range bi.Deps {
+		for _, f := range forbiddenModules {
+			if strings.HasPrefix(d.Path, f) {
+				bad = append(bad, d.Path)
+			}
+		}
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("links %v: test, browser or plotting modules stay out of release binaries", bad)
 	}
 	return nil
 }

@@ -189,7 +189,7 @@ func testQuotaRecountClosesCrashWindow(t *testing.T, s setup) {
 	apply(t, e.b, add("q:a", engine.KindNone, 1))
 	apply(t, e.b, add("q:b", engine.KindNone, 1))
 	// The crash window: a reservation without its key.
-	if err := e.b.Redis().Client().HIncrBy(ctx, "{counterd:quotas}:keys", "r:q:*", 1).Err(); err != nil {
+	if err := e.b.Redis().Client().(redis.UniversalClient).HIncrBy(ctx, "{counterd:quotas}:keys", "r:q:*", 1).Err(); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -258,7 +258,7 @@ func BenchmarkQuotaAdd(b *testing.B) {
 		}
 	}
 	var trips atomic.Int64 // round trips: one per command or pipeline sent
-	be.Redis().Client().AddHook(tripCounter{&trips})
+	be.Redis().Client().(redis.UniversalClient).AddHook(tripCounter{&trips})
 	commands := func() int64 { return trips.Load() }
 	run := func(b *testing.B, op func(i int) engine.Op) {
 		c0 := commands()

@@ -59,7 +59,7 @@ const DefaultTimeout = time.Second
 type Config struct {
 	// Client is the Redis (or Redis Cluster) client. Required; the
 	// Decider does not close it.
-	Client redis.UniversalClient
+	Client redis.Scripter
 	// Local holds the policies and is the front ends' clock (headers).
 	// Required; the Decider does not close it.
 	Local *ratelimit.Limiter
@@ -79,7 +79,7 @@ type Config struct {
 // concurrent use. Close makes later checks fail with ratelimit.ErrClosed;
 // it closes neither the client nor the Limiter.
 type Decider struct {
-	rdb     redis.UniversalClient
+	rdb     redis.Scripter // only Script.Run
 	local   *ratelimit.Limiter
 	clock   func() time.Time
 	slackMS int64

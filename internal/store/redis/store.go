@@ -196,8 +196,8 @@ type AddOptions struct {
 
 // Store is the Redis tier. It is safe for concurrent use; call Close.
 type Store struct {
-	rdb     redis.UniversalClient // *redis.Client, or *redis.ClusterClient on Redis Cluster
-	cluster *redis.ClusterClient  // nil on a single Redis
+	rdb     Client               // *redis.Client, or *redis.ClusterClient on Redis Cluster
+	cluster *redis.ClusterClient // nil on a single Redis
 	opts    Options
 
 	closeOnce sync.Once
@@ -358,7 +358,7 @@ func (s *Store) Ready(ctx context.Context) error {
 
 // Client is the underlying go-redis client (a *redis.ClusterClient on
 // Redis Cluster), for single-key commands, tests and diagnostics.
-func (s *Store) Client() redis.UniversalClient { return s.rdb }
+func (s *Store) Client() Client { return s.rdb }
 
 // Key names. Every key of one id carries the hash tag {id}.
 func ValueKey(id string) string        { return "counter:{" + id + "}" }
