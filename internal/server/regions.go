@@ -19,7 +19,7 @@ import (
 const bootstrapTimeout = 60 * time.Second
 
 // openRegions opens replication with the peer regions (--peer-regions),
-// nil without any. A node whose engine is empty first fetches this
+// nil without any. An embedded node whose engine is empty first fetches this
 // region's state from the peers' copies of it (chunked, hash-addressed
 // sync), so a region restarted from an empty data directory gets back
 // what it had shipped before it serves.

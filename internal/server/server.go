@@ -1,6 +1,8 @@
-// Package server runs one counterd node: it opens the engine and serves the
-// HTTP and Redis-protocol front ends until its context is cancelled, then
-// shuts down gracefully (drains requests, flushes every change to disk).
+// Package server runs one counterd node: it opens the backend of one
+// deployment mode (embedded, cluster or tiered, each a type behind the
+// mode interface) and serves the HTTP, Redis-protocol and gRPC front ends
+// until its context is cancelled, then shuts down gracefully (the mode
+// drains, requests finish, every change is flushed).
 package server
 
 import (
