@@ -37,6 +37,11 @@ var (
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
+	// ErrTooLate: an op's event time (Op.At) is too old for what it
+	// counts in (a window counter's window, every kept rollup's
+	// retention). It always comes wrapped with ErrInvalidArgument, so front
+	// ends that map that answer an invalid argument.
+	ErrTooLate = errors.New("engine: event time too late")
 )
 
 // HashNotInteger is in the message of an ErrNotInteger from an integer add
@@ -252,6 +257,35 @@ type Op struct {
 	// Estimate, for OpPFAdd: also set Result.Value to the estimate after the
 	// add (costs a pass over the registers, so RESP PFADD does not ask).
 	Estimate bool
+	// At, for OpAdd and OpPFAdd, is the event's own time (unix ns; 0 =
+	// the apply time): a window counter counts the add in At's bucket and
+	// rollups in At's minute/hour/day/month buckets and hour/day sketches
+	// (docs/time.md). It must lie in 1900..2200 (ErrInvalidArgument). An
+	// add to a window counter whose At is older than the window (of the
+	// apply time, or of the newest bucket seen) is refused with
+	// ErrTooLate; rollup buckets past their retention drop it. A limit on
+	// future times (clock skew) is the front ends' (--events-max-skew).
+	At int64
+}
+
+// Event times are bounded like rollup queries: 1900-01-01 to 2200-01-01 UTC.
+var (
+	minAt = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	maxAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+)
+
+// ValidateAt checks an event time for Op.At: 0, or in 1900..2200.
+func ValidateAt(at int64) error {
+	if at != 0 && (at < minAt || at >= maxAt) {
+		return fmt.Errorf("%w: event time %s is outside 1900..2200", ErrInvalidArgument, time.Unix(0, at).UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// tooLate is the error of an add whose event time is too old.
+func tooLate(id string, at int64, what string) error {
+	return fmt.Errorf("%w: %w: %q: event time %s is older than %s", ErrInvalidArgument, ErrTooLate, id,
+		time.Unix(0, at).UTC().Format(time.RFC3339Nano), what)
 }
 
 // ResolveExpireAt turns ExpireAt into the TTL it means at now (negative:
