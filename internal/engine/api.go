@@ -263,8 +263,11 @@ type Op struct {
 	// (docs/time.md). It must lie in 1900..2200 (ErrInvalidArgument). An
 	// add to a window counter whose At is older than the window (of the
 	// apply time, or of the newest bucket seen) is refused with
-	// ErrTooLate; rollup buckets past their retention drop it. A limit on
-	// future times (clock skew) is the front ends' (--events-max-skew).
+	// ErrTooLate, and a window counts an At after the apply time at the
+	// apply time; rollup buckets past their retention drop it, and an add
+	// to a rolled-up counter that no kept bucket would hold is ErrTooLate.
+	// A limit on future times (clock skew) is the front ends'
+	// (--events-max-skew).
 	At int64
 }
 

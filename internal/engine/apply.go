@@ -586,13 +586,16 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 			break
 		}
 		// Event time: the add counts in At's bucket if that bucket is in
-		// the window of now (and of the newest bucket seen).
+		// the window of now (and of the newest bucket seen). A future At
+		// counts now: the window never runs ahead of the clock (its ring
+		// would then refuse buckets the window of now still holds).
+		at := min(op.At, now)
 		spec := w.Spec()
 		g := int64(spec.Granularity)
-		if floorDiv(op.At, g) <= floorDiv(now, g)-int64(spec.Buckets()) {
+		if floorDiv(at, g) <= floorDiv(now, g)-int64(spec.Buckets()) {
 			return tooLate(op.ID, op.At, "the window "+spec.Span.String())
 		}
-		ok, err := w.TryAdd(time.Unix(0, op.At), op.Delta)
+		ok, err := w.TryAdd(time.Unix(0, at), op.Delta)
 		if err != nil {
 			return mapErr(op.ID, err)
 		}
