@@ -287,3 +287,36 @@ func TestEventTimeRollupRetention(t *testing.T) {
 		t.Fatalf("counter %d", v)
 	}
 }
+
+// FuzzParseEventTime: any input parses to a valid event time or fails
+// with ErrInvalidArgument; times written either way parse back exactly.
+func FuzzParseEventTime(f *testing.F) {
+	for _, s := range []string{"2026-11-25T10:00:00Z", "1764064800000", "0", "-1", "9999-12-31T23:59:59Z", "0000-01-01T00:00:00Z",
+		"2026-11-25T10:00:00.123456789+05:30", "1e3", "", "T", "2199-12-31T23:59:59.999999999Z", "7258118400000"} {
+		f.Add(s, int64(0))
+	}
+	f.Fuzz(func(t *testing.T, s string, n int64) {
+		at, err := ParseEventTime(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidArgument) {
+				t.Fatalf("%q: untyped error %v", s, err)
+			}
+		} else if ValidateAt(at) != nil || at == 0 {
+			t.Fatalf("%q parsed to %d: outside the range, or 0 (which means now)", s, at)
+		}
+		// n as a time in range: both forms round-trip.
+		span := maxAt - minAt
+		x := minAt + ((n%span)+span)%span
+		if x/int64(time.Millisecond) == 0 {
+			x = int64(time.Millisecond) // the epoch itself is refused
+		}
+		tm := time.Unix(0, x).UTC()
+		if got, err := ParseEventTime(tm.Format(time.RFC3339Nano)); err != nil || got != x {
+			t.Fatalf("%v: RFC 3339 round trip %d %v", tm, got, err)
+		}
+		ms := x - ((x%int64(time.Millisecond))+int64(time.Millisecond))%int64(time.Millisecond)
+		if got, err := ParseEventTime(fmt.Sprint(ms / int64(time.Millisecond))); err != nil || got != ms {
+			t.Fatalf("%d ms: round trip %d %v", ms/int64(time.Millisecond), got, err)
+		}
+	})
+}

@@ -139,6 +139,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		Global:          globalRead(rep),
 		GlobalAggregate: globalAggregate(rep),
 		Quotas:          quotaUsage(qb),
+		EventMaxSkew:    cfg.Events.MaxSkew,
 	})
 	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
 	console := ui.Handler(ui.Options{Auth: store != nil, Version: buildinfo.Version()})
@@ -156,7 +157,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			console.ServeHTTP(w, r)
 			return
 		}
-		if pl != nil && (r.URL.Path == "/events" || r.URL.Path == "/events/dead") {
+		if pl != nil && (r.URL.Path == "/events" || r.URL.Path == "/events/dead" || r.URL.Path == "/events/status") {
 			pl.Handler().ServeHTTP(w, r)
 			return
 		}
@@ -227,10 +228,11 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 			MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 			MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 			Admission: fair, OnShed: sm.onShed("resp"),
-			EventLoops: respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
-			Coalesce:   cfg.RESPCoalesce,
-			Events:     eventsAdder(pl),
-			Global:     respGlobal(rep),
+			EventLoops:   respEventLoops(cfg.RESPEventLoops, nd.nonBlocking && pl == nil), // EVENTS.ADD waits for a stream or an fsync
+			Coalesce:     cfg.RESPCoalesce,
+			Events:       eventsAdder(pl),
+			Global:       respGlobal(rep),
+			EventMaxSkew: cfg.Events.MaxSkew,
 
 			LuaTimeLimit: cfg.LuaTimeLimit, KeyOwner: nd.keyOwner, // scripts
 		})

@@ -134,6 +134,31 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// jsonTime is an explicit event time ("ts" of increment, decrement and
+// pfadd): RFC 3339 text or whole Unix milliseconds, as events' ts
+// (engine.ParseEventTime).
+type jsonTime struct {
+	At  int64 // unix ns
+	Set bool
+}
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	text := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &text); err != nil {
+			return &argError{"ts: " + err.Error()}
+		}
+	} else if !isJSONInteger(b) {
+		return &argError{fmt.Sprintf("ts: expected RFC 3339 text or whole Unix milliseconds, got %s", truncate(string(b), 40))}
+	}
+	at, err := engine.ParseEventTime(text)
+	if err != nil {
+		return &argError{"ts: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidArgument.Error()+": ")}
+	}
+	t.At, t.Set = at, true
+	return nil
+}
+
 // jsonDelta is the delta of an increment: an int64 as strict as jsonInt,
 // or, for kind float, any JSON number or a string holding one, kept as
 // text so that 0.1 is added exactly as Redis INCRBYFLOAT adds "0.1".
