@@ -409,6 +409,10 @@ const (
 	// The peer's storage is full or failing: it is read-only (HTTP 507,
 	// RESP MISCONF).
 	ErrorCode_ERROR_CODE_INSUFFICIENT_STORAGE ErrorCode = 19
+	// An add's event time (at_ns) is too old for its window or every
+	// rollup retention, or too far ahead; both are invalid arguments too.
+	ErrorCode_ERROR_CODE_TOO_LATE  ErrorCode = 30
+	ErrorCode_ERROR_CODE_TOO_EARLY ErrorCode = 31
 )
 
 // Enum value maps for ErrorCode.
@@ -434,6 +438,8 @@ var (
 		17: "ERROR_CODE_NOT_INTEGER",
 		18: "ERROR_CODE_QUOTA_EXCEEDED",
 		19: "ERROR_CODE_INSUFFICIENT_STORAGE",
+		30: "ERROR_CODE_TOO_LATE",
+		31: "ERROR_CODE_TOO_EARLY",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":          0,
@@ -456,6 +462,8 @@ var (
 		"ERROR_CODE_NOT_INTEGER":          17,
 		"ERROR_CODE_QUOTA_EXCEEDED":       18,
 		"ERROR_CODE_INSUFFICIENT_STORAGE": 19,
+		"ERROR_CODE_TOO_LATE":             30,
+		"ERROR_CODE_TOO_EARLY":            31,
 	}
 )
 
@@ -4624,7 +4632,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xc4\x04\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xf7\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4646,7 +4654,9 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
 	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12\x1d\n" +
 	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x12\x12#\n" +
-	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13*\x93\x01\n" +
+	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13\x12\x17\n" +
+	"\x13ERROR_CODE_TOO_LATE\x10\x1e\x12\x18\n" +
+	"\x14ERROR_CODE_TOO_EARLY\x10\x1f*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREAD_OP_GET\x10\x01\x12\x10\n" +
