@@ -57,7 +57,11 @@ func eventTimeCases() []tcase {
 			now := e.b.Now()
 			m := now.Add(-3 * time.Hour).Truncate(time.Minute)
 			e.apply(add(id, engine.KindNone, 1)) // now: the open buckets are now's
-			at := func(d int64, t time.Time) engine.Op { op := add(id, engine.KindNone, d); op.At = t.UnixNano(); return op }
+			at := func(d int64, t time.Time) engine.Op {
+				op := add(id, engine.KindNone, d)
+				op.At = t.UnixNano()
+				return op
+			}
 			e.apply(at(5, m.Add(10*time.Second)))
 			e.apply(at(2, m.Add(time.Minute+59*time.Second)))
 			e.apply(at(3, m.Add(20*time.Second)))

@@ -42,7 +42,7 @@ import (
 var (
 	ErrInvalidArgument = errors.New("redisstore: invalid argument")
 	// ErrTooLate: a window add's event time is older than the window.
-	ErrTooLate = errors.New("redisstore: event time too late")
+	ErrTooLate         = errors.New("redisstore: event time too late")
 	ErrWrongKind       = errors.New("redisstore: operation against a counter of the wrong kind")
 	ErrOverflow        = errors.New("redisstore: increment or decrement would overflow")
 	ErrVersionConflict = errors.New("redisstore: version conflict")
