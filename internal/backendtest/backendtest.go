@@ -137,6 +137,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "batches", cases: batchCases()},
 		{name: "aggregates", cases: aggregateCases()},
 		{name: "rollups", cases: rollupCases()},
+		{name: "eventtime", cases: eventTimeCases()},
 		{name: "ratelimit", cases: rateLimitCases()},
 		{name: "quotas", cases: quotaCases()},
 		{name: "disk", cases: diskCases()},

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -38,6 +40,15 @@ var (
 	// ErrUnavailable: a backend that crosses a network (tiered store, cluster
 	// peer) could not reach what it needs; the request may be retried.
 	ErrUnavailable = errors.New("engine: unavailable")
+	// ErrTooLate: an op's event time (Op.At) is too old for what it
+	// counts in (a window counter's window, every kept rollup's
+	// retention). It always comes wrapped with ErrInvalidArgument, so front
+	// ends that map that answer an invalid argument.
+	ErrTooLate = errors.New("engine: event time too late")
+	// ErrTooEarly: an explicit event time is further ahead of the clock
+	// than the front end's skew allows (CheckEventTime). Wrapped with
+	// ErrInvalidArgument like ErrTooLate.
+	ErrTooEarly = errors.New("engine: event time too early")
 )
 
 // HashNotInteger is in the message of an ErrNotInteger from an integer add
@@ -253,6 +264,100 @@ type Op struct {
 	// Estimate, for OpPFAdd: also set Result.Value to the estimate after the
 	// add (costs a pass over the registers, so RESP PFADD does not ask).
 	Estimate bool
+	// At, for OpAdd and OpPFAdd, is the event's own time (unix ns; 0 =
+	// the apply time): a window counter counts the add in At's bucket and
+	// rollups in At's minute/hour/day/month buckets and hour/day sketches
+	// (docs/time.md). It must lie in 1900..2200 (ErrInvalidArgument). An
+	// add to a window counter whose At is older than the window (of the
+	// apply time, or of the newest bucket seen) is refused with
+	// ErrTooLate, and a window counts an At after the apply time at the
+	// apply time; rollup buckets past their retention drop it, and an add
+	// to a rolled-up counter that no kept bucket would hold is ErrTooLate.
+	// A limit on future times (clock skew) is the front ends'
+	// (--events-max-skew).
+	At int64
+}
+
+// Event times are bounded like rollup queries: 1900-01-01 to 2200-01-01 UTC.
+var (
+	minAt = time.Date(1900, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	maxAt = time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+)
+
+// ValidateAt checks an event time for Op.At: 0, or in 1900..2200.
+func ValidateAt(at int64) error {
+	if at != 0 && (at < minAt || at >= maxAt) {
+		return fmt.Errorf("%w: event time %s is outside 1900..2200", ErrInvalidArgument, time.Unix(0, at).UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// DefaultMaxSkew is how far ahead of the clock an explicit event time may
+// be by default (--events-max-skew).
+const DefaultMaxSkew = 5 * time.Minute
+
+// CheckEventTime checks an explicit event time at (unix ns, not 0) sent
+// by a client at time now: in 1900..2200 (ValidateAt) and at most maxSkew
+// (<= 0: DefaultMaxSkew) ahead of now (ErrTooEarly). Every front end
+// (HTTP "ts", RESP AT) calls it before building an Op with At.
+func CheckEventTime(at int64, now time.Time, maxSkew time.Duration) error {
+	if err := ValidateAt(at); err != nil {
+		return err
+	}
+	if maxSkew <= 0 {
+		maxSkew = DefaultMaxSkew
+	}
+	if lim := now.Add(maxSkew).UnixNano(); at > lim {
+		return fmt.Errorf("%w: %w: event time %s is more than %v ahead of the clock (%s)", ErrInvalidArgument, ErrTooEarly,
+			time.Unix(0, at).UTC().Format(time.RFC3339Nano), maxSkew, now.UTC().Format(time.RFC3339Nano))
+	}
+	return nil
+}
+
+// ParseEventTime parses an explicit event time as front ends take it:
+// RFC 3339 text ("2026-11-25T10:00:00Z", fractions allowed) or a whole
+// number of Unix milliseconds ("1764064800000", as events' ts). The
+// result is unix ns in 1900..2200; anything else is ErrInvalidArgument.
+func ParseEventTime(s string) (int64, error) {
+	bad := func(why string) (int64, error) {
+		if len(s) > 64 {
+			s = s[:64] + "..."
+		}
+		return 0, fmt.Errorf("%w: event time %q: %s", ErrInvalidArgument, s, why)
+	}
+	if s == "" {
+		return bad("empty")
+	}
+	if c := s[0]; c == '-' || (c >= '0' && c <= '9') && !strings.ContainsAny(s, "T:") {
+		ms, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return bad("not RFC 3339 text or whole Unix milliseconds")
+		}
+		if ms < minAt/int64(time.Millisecond) || ms >= maxAt/int64(time.Millisecond) {
+			return bad("outside 1900..2200")
+		}
+		if ms == 0 {
+			return bad("the Unix epoch itself (0 means now)")
+		}
+		return ms * int64(time.Millisecond), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return bad("not RFC 3339 text or whole Unix milliseconds")
+	}
+	if y := t.UTC().Year(); y < 1900 || y >= 2200 {
+		return bad("outside 1900..2200")
+	}
+	if t.UnixNano() == 0 {
+		return bad("the Unix epoch itself (0 means now)")
+	}
+	return t.UnixNano(), nil
+}
+
+// tooLate is the error of an add whose event time is too old.
+func tooLate(id string, at int64, what string) error {
+	return fmt.Errorf("%w: %w: %q: event time %s is older than %s", ErrInvalidArgument, ErrTooLate, id,
+		time.Unix(0, at).UTC().Format(time.RFC3339Nano), what)
 }
 
 // ResolveExpireAt turns ExpireAt into the TTL it means at now (negative:

@@ -578,11 +578,41 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 		}
 		en.value = p.Value()
 	case KindWindow:
-		if err := en.ext().state.(*counter.Window).Add(time.Unix(0, now), op.Delta); err != nil {
+		w := en.ext().state.(*counter.Window)
+		if op.At == 0 {
+			if err := w.Add(time.Unix(0, now), op.Delta); err != nil {
+				return mapErr(op.ID, err)
+			}
+			break
+		}
+		// Event time: the add counts in At's bucket if that bucket is in
+		// the window of now (and of the newest bucket seen). A future At
+		// counts now: the window never runs ahead of the clock (its ring
+		// would then refuse buckets the window of now still holds).
+		at := min(op.At, now)
+		spec := w.Spec()
+		g := int64(spec.Granularity)
+		if floorDiv(at, g) <= floorDiv(now, g)-int64(spec.Buckets()) {
+			return tooLate(op.ID, op.At, "the window "+spec.Span.String())
+		}
+		ok, err := w.TryAdd(time.Unix(0, at), op.Delta)
+		if err != nil {
 			return mapErr(op.ID, err)
+		}
+		if !ok {
+			return tooLate(op.ID, op.At, "the window "+spec.Span.String()+" of its newest bucket")
 		}
 	}
 	return nil
+}
+
+// floorDiv is a/b rounded toward minus infinity (b > 0).
+func floorDiv(a, b int64) int64 {
+	q := a / b
+	if a%b < 0 {
+		q--
+	}
+	return q
 }
 
 // addInt64 is a+b and whether it did not overflow.

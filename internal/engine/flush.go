@@ -221,6 +221,9 @@ func (e *Engine) flushOnce() error {
 	if err == nil {
 		err = e.writeRollups(b, rfs)
 	}
+	if err == nil {
+		e.resolveLate(rfs, gen)
+	}
 	refused := false
 	if err == nil && !b.Empty() {
 		if err = e.disk.admitFlush(uint64(b.Len())); err != nil {

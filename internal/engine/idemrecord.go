@@ -99,6 +99,10 @@ func appendFingerprint(b []byte, op *Op) []byte {
 		str(op.Float)
 		b = binary.AppendVarint(b, op.ExpireAt)
 	}
+	if op.At != 0 { // the event time; only when set, as above
+		b = append(b, 0xa7)
+		b = binary.AppendVarint(b, op.At)
+	}
 	for _, v := range [...]int64{op.Delta, op.Value, int64(op.ExpectedVersion), int64(op.TTL), int64(op.Window.Granularity), int64(op.Window.Span), int64(op.Shards), int64(op.Shard)} {
 		b = binary.AppendVarint(b, v)
 	}

@@ -77,6 +77,7 @@ func genOp(t *rapid.T) Op {
 		op.Fields = append(op.Fields, counter.FieldDelta{Name: n, Delta: rapid.Int64Range(-1, 1).Draw(t, "fd")})
 	}
 	op.Names = rapid.SliceOfN(str, 0, 2).Draw(t, "names")
+	op.At = rapid.Int64Range(0, 2).Draw(t, "at")
 	return op
 }
 

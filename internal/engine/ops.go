@@ -69,6 +69,12 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 			return err
 		}
 	}
+	if x := en.ext(); op.At != 0 && x != nil && x.roll != nil && !x.roll.Keeps(op.At, now) {
+		if !live {
+			e.clearLocked(r)
+		}
+		return tooLate(op.ID, op.At, "every kept rollup's retention")
+	}
 	if err := e.addLocked(r, op, now); err != nil {
 		if !live {
 			e.clearLocked(r)
@@ -76,7 +82,11 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 		return err
 	}
 	if x := en.ext(); x != nil && x.roll != nil {
-		x.roll.Add(now, op.Delta)
+		if op.At != 0 {
+			x.roll.AddAt(op.At, now, op.Delta)
+		} else {
+			x.roll.Add(now, op.Delta)
+		}
 	}
 	e.changedLocked(r, now, res)
 	res.Value = additiveValue(en, now)
@@ -261,6 +271,12 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 		}
 		res.Changed = true // like Redis: creating the key counts as a change
 	}
+	if roll := en.ext().roll; op.At != 0 && roll != nil && !roll.Keeps(op.At, now) {
+		if !live {
+			e.clearLocked(r)
+		}
+		return tooLate(op.ID, op.At, "every kept rollup's retention")
+	}
 	h := en.ext().state.(*counter.HLL)
 	rollChanged := false
 	if roll := en.ext().roll; roll == nil {
@@ -275,7 +291,11 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 			if h.AddHash(x) {
 				res.Changed = true
 			}
-			if roll.AddHash(now, x) {
+			if op.At != 0 {
+				if roll.AddHashAt(op.At, now, x) {
+					rollChanged = true
+				}
+			} else if roll.AddHash(now, x) {
 				rollChanged = true
 			}
 		}

@@ -392,6 +392,9 @@ type rollFlush struct {
 	state  bool // data holds the entry's state
 	closed bool // data has closed chunks or sketches
 	data   rollup.Flush
+	// late: the absolute values written for data's late chunks (Chunk.Add),
+	// in order, for State.ResolveLate before the commit.
+	late [][]int64
 }
 
 // takeRollupLocked returns what the flusher must write for the dirty entry
@@ -424,6 +427,7 @@ func (e *Engine) takeRollupLocked(en *entry, id []byte, no int, i uint32, idRef 
 // or what this batch already holds.
 func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 	var written map[string]*counter.HLL // sketch keys set in this batch
+	var chunks map[string][]int64       // chunk keys set in this batch
 	for k := range rfs {
 		rf := &rfs[k]
 		if rf.reset {
@@ -445,13 +449,37 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 		if err := b.Set(rollupHeadKey(rf.id), rf.data.Head, nil); err != nil {
 			return err
 		}
+		rf.late = rf.late[:0]
 		for _, c := range rf.data.Chunks {
-			if err := b.Set(rollupChunkKey(rf.id, c.G, c.Index), rollup.MarshalChunk(c.Values), nil); err != nil {
+			key := rollupChunkKey(rf.id, c.G, c.Index)
+			vals := c.Values
+			if c.Add {
+				// A late chunk: its deltas on top of what is stored (or
+				// was set earlier in this batch).
+				base, ok := chunks[string(key)]
+				if !ok && !rf.reset {
+					var err error
+					if base, err = readChunk(e.db, rf.id, c.G, c.Index, key); err != nil {
+						return err
+					}
+				}
+				vals = make([]int64, max(len(base), len(c.Values)))
+				copy(vals, base)
+				for i, x := range c.Values {
+					vals[i] = satAdd(vals[i], x)
+				}
+				rf.late = append(rf.late, vals)
+			}
+			if err := b.Set(key, rollup.MarshalChunk(vals), nil); err != nil {
 				return err
 			}
+			if chunks == nil {
+				chunks = map[string][]int64{}
+			}
+			chunks[string(key)] = vals
 		}
 		for _, cs := range rf.data.Sketches {
-			ws, err := rollup.BlockUpdates(cs, func(level int, idx int64) (*counter.HLL, error) {
+			read := func(level int, idx int64) (*counter.HLL, error) {
 				key := rollupSketchKey(rf.id, cs.Unit, level, idx)
 				if h, ok := written[string(key)]; ok {
 					return h, nil
@@ -460,7 +488,17 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 					return nil, nil
 				}
 				return readSketch(e.db, key)
-			})
+			}
+			var ws []rollup.SketchWrite
+			var err error
+			if cs.Late {
+				var base *counter.HLL
+				if base, err = read(0, cs.Index); err == nil {
+					ws, err = rollup.LateBlockUpdates(cs, base, read)
+				}
+			} else {
+				ws, err = rollup.BlockUpdates(cs, read)
+			}
 			if err != nil {
 				return fmt.Errorf("engine: rollups of %q: %w", rf.id, err)
 			}
@@ -481,6 +519,54 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 		}
 	}
 	return nil
+}
+
+// resolveLate gives the states of rfs the absolute values of the late
+// chunks writeRollups put in flush generation gen's batch, before it is
+// committed (State.ResolveLate).
+func (e *Engine) resolveLate(rfs []rollFlush, gen uint64) {
+	for _, rf := range rfs {
+		if len(rf.late) == 0 {
+			continue
+		}
+		r, ok := e.relock(rf)
+		if !ok {
+			continue
+		}
+		if x := r.e.ext(); x != nil && x.roll != nil {
+			x.roll.ResolveLate(gen, rf.late)
+		}
+		r.e.unlock()
+	}
+}
+
+// readChunk reads one stored chunk (nil: none).
+func readChunk(db *pebble.DB, id string, g rollup.Granularity, idx int64, key []byte) ([]int64, error) {
+	v, closer, err := db.Get(key)
+	if errors.Is(err, pebble.ErrNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer closer.Close()
+	vals, err := rollup.DecodeChunk(g, idx, v, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%w: rollups of %q: %v", ErrCorrupt, id, err)
+	}
+	return vals, nil
+}
+
+// satAdd adds without leaving the int64 range, as rollup buckets do.
+func satAdd(a, b int64) int64 {
+	c := a + b
+	if (a >= 0) == (b >= 0) && (c >= 0) != (a >= 0) {
+		if a >= 0 {
+			return math.MaxInt64
+		}
+		return math.MinInt64
+	}
+	return c
 }
 
 // rollupsCommitted tells the states of rfs that flush generation gen is on

@@ -97,7 +97,7 @@ func (op *Op) Validate(l Limits) error {
 // kind, TTL, window, shard or float): Add's arguments.
 func (op *Op) plainAdd() bool {
 	return op.Type == OpAdd && op.TTL == 0 && op.HLLPrecision == 0 && op.Kind == KindNone &&
-		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 && op.Float == "" && op.ExpireAt == 0
+		op.Window == (counter.WindowSpec{}) && op.Shards == 0 && op.Shard == 0 && op.Float == "" && op.ExpireAt == 0 && op.At == 0
 }
 
 func (op *Op) validate(l *Limits) error {
@@ -113,6 +113,14 @@ func (op *Op) validate(l *Limits) error {
 	}
 	if op.ExpireAt < 0 || (op.ExpireAt != 0 && op.Type != OpExpire && op.Type != OpSet) {
 		return fmt.Errorf("%w: expire-at only applies to expire and set", ErrInvalidArgument)
+	}
+	if op.At != 0 {
+		if op.Type != OpAdd && op.Type != OpPFAdd {
+			return fmt.Errorf("%w: an event time only applies to add and pfadd", ErrInvalidArgument)
+		}
+		if err := ValidateAt(op.At); err != nil {
+			return err
+		}
 	}
 	if op.TTL > l.MaxTTL {
 		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, l.MaxTTL)

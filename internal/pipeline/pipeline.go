@@ -47,6 +47,12 @@ type Config struct {
 	// FailFast makes Open fail when the stream is unreachable at start
 	// (--events-fail-fast) instead of retrying in the background.
 	FailFast bool
+	// AllowedLateness and MaxSkew bound events' own times
+	// (--events-allowed-lateness, --events-max-skew; zero: the defaults,
+	// consumer.DefaultAllowedLateness and DefaultMaxSkew). See
+	// docs/pipeline.md, "Event time".
+	AllowedLateness time.Duration
+	MaxSkew         time.Duration
 	// DeadLetterFile keeps the dead letters of the embedded mode (no
 	// stream) across restarts; counterd uses events-dead.ndjson in its
 	// data directory. Empty: they are only answered and logged.
@@ -108,6 +114,7 @@ func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Reg
 		if p.applier, err = consumer.NewApplier(be, rs, cfg.Limits, p.m); err != nil {
 			return nil, err
 		}
+		p.applier.SetEventTime(consumer.EventTime{AllowedLateness: cfg.AllowedLateness, MaxSkew: cfg.MaxSkew})
 	}
 	var sink collector.Sink
 	rctx, cancel := context.WithCancel(context.Background())
@@ -346,11 +353,15 @@ func (p *Pipeline) reloadOnHUP(ctx context.Context) {
 	}()
 }
 
-// Handler serves POST /events and GET /events/dead.
+// Handler serves POST /events, GET /events/dead and GET /events/status.
 func (p *Pipeline) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/events/dead" {
 			p.serveDead(w, r)
+			return
+		}
+		if r.URL.Path == "/events/status" {
+			p.serveStatus(w, r)
 			return
 		}
 		p.col.ServeHTTP(w, r)
@@ -404,6 +415,68 @@ func (p *Pipeline) serveDead(w http.ResponseWriter, r *http.Request) {
 		dls = []json.RawMessage{}
 	}
 	b, _ := json.Marshal(map[string]any{"status": "ok", "dead_letters": dls})
+	w.Write(append(b, '\n'))
+}
+
+// Status is the answer of GET /events/status.
+type Status struct {
+	Status string `json:"status"` // "ok"
+	// Consuming: this node applies events (--rules, and not
+	// --events-no-consume).
+	Consuming bool            `json:"consuming"`
+	Stream    string          `json:"stream,omitempty"` // "kafka:<topic>", "nats:<stream>"; empty without one
+	EventTime EventTimeStatus `json:"event_time"`
+}
+
+// EventTimeStatus is the event-time part of Status (docs/pipeline.md,
+// "Event time").
+type EventTimeStatus struct {
+	// Watermark: the newest event time this node's consumer applied
+	// (RFC 3339; null before the first).
+	Watermark       *time.Time `json:"watermark"`
+	AllowedLateness string     `json:"allowed_lateness"` // Go duration text
+	MaxSkew         string     `json:"max_skew"`
+	TooLate         int64      `json:"too_late"`  // events dead-lettered too_late since start
+	TooEarly        int64      `json:"too_early"` // events dead-lettered too_early since start
+}
+
+// Status reports whether the node consumes and its event-time progress.
+func (p *Pipeline) Status() Status {
+	st := Status{Status: "ok"}
+	if p.link != nil {
+		st.Stream = p.cfg.streamName()
+	}
+	ets := consumer.EventTimeStatus{AllowedLateness: p.cfg.AllowedLateness, MaxSkew: p.cfg.MaxSkew}
+	if ets.AllowedLateness <= 0 {
+		ets.AllowedLateness = consumer.DefaultAllowedLateness
+	}
+	if ets.MaxSkew <= 0 {
+		ets.MaxSkew = consumer.DefaultMaxSkew
+	}
+	if p.applier != nil {
+		st.Consuming = p.link == nil || !p.cfg.NoConsume
+		ets = p.applier.EventTimeStatus()
+	}
+	st.EventTime = EventTimeStatus{AllowedLateness: ets.AllowedLateness.String(), MaxSkew: ets.MaxSkew.String(),
+		TooLate: ets.TooLate, TooEarly: ets.TooEarly}
+	if !ets.Watermark.IsZero() {
+		w := ets.Watermark
+		st.EventTime.Watermark = &w
+	}
+	return st
+}
+
+// serveStatus serves GET /events/status.
+func (p *Pipeline) serveStatus(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/json")
+	if r.Method != http.MethodGet {
+		w.Header().Set("Allow", "GET")
+		w.WriteHeader(http.StatusMethodNotAllowed)
+		b, _ := json.Marshal(map[string]any{"status": "error", "error": map[string]string{"code": "method_not_allowed", "message": "use GET"}})
+		w.Write(append(b, '\n'))
+		return
+	}
+	b, _ := json.Marshal(p.Status())
 	w.Write(append(b, '\n'))
 }
 

@@ -22,6 +22,9 @@ type Chunk struct {
 	G      Granularity
 	Index  int64
 	Values []int64
+	// Add: Values are deltas (a late chunk, State.AddAt) to add to the
+	// stored chunk, or to the one written before in the same flush.
+	Add bool
 }
 
 // ClosedSketch is the sketch of one closed hour or day. Prev is the unit
@@ -32,6 +35,12 @@ type ClosedSketch struct {
 	HasPrev bool
 	Prev    int64
 	Sketch  *counter.HLL
+	// Late: the sketch of a unit before the open one (State.AddHashAt),
+	// to merge into the stored one; LateBlockUpdates then rebuilds the
+	// unions of the complete blocks that hold it or Prev, up to Upto
+	// (the unit before the open one).
+	Late bool
+	Upto int64
 }
 
 // TakeFlush returns what to write for s in flush generation gen (> 0) and
@@ -47,10 +56,21 @@ func (s *State) TakeFlush(gen uint64) (Flush, error) {
 	for i := range s.closed {
 		it := &s.closed[i]
 		it.gen = gen
-		if it.sketch {
+		switch {
+		case it.sketch && it.late:
+			k := s.sketches[sketchSlot(it.g)]
+			if k == nil {
+				continue // the unit is no longer kept: dropped below
+			}
+			upto := k.lastClosed
+			if k.started {
+				upto = k.idx - 1
+			}
+			f.Sketches = append(f.Sketches, ClosedSketch{Unit: it.g, Index: it.idx, HasPrev: it.hasPrev, Prev: it.prev, Sketch: it.h, Late: true, Upto: max(upto, it.idx)})
+		case it.sketch:
 			f.Sketches = append(f.Sketches, ClosedSketch{Unit: it.g, Index: it.idx, HasPrev: it.hasPrev, Prev: it.prev, Sketch: it.h})
-		} else {
-			f.Chunks = append(f.Chunks, Chunk{G: it.g, Index: it.idx, Values: it.vals})
+		default:
+			f.Chunks = append(f.Chunks, Chunk{G: it.g, Index: it.idx, Values: it.vals, Add: it.late})
 		}
 	}
 	return f, nil

@@ -26,6 +26,7 @@ type CountsView struct {
 	spec    Spec
 	noStore bool
 	mem     [numGranularities]map[int64][]int64 // chunk index -> values
+	late    [numGranularities]map[int64][]int64 // chunk index -> deltas not yet in a stored or mem chunk
 }
 
 // CountsView copies what Series needs from s.
@@ -38,7 +39,21 @@ func (s *State) CountsView() *CountsView {
 		v.mem[g][idx] = vals
 	}
 	for _, it := range s.closed {
-		if !it.sketch {
+		switch {
+		case it.sketch:
+		case it.late:
+			if v.late[it.g] == nil {
+				v.late[it.g] = make(map[int64][]int64, 1)
+			}
+			d := v.late[it.g][it.idx]
+			if d == nil {
+				d = make([]int64, len(it.vals))
+				v.late[it.g][it.idx] = d
+			}
+			for i, x := range it.vals {
+				d[i] = satAdd(d[i], x)
+			}
+		default:
 			put(it.g, it.idx, it.vals) // immutable
 		}
 	}
@@ -131,6 +146,11 @@ func (v *CountsView) Series(st Store, g Granularity, from, to, now int64) (*Seri
 			add(idx, cv)
 		}
 	}
+	for idx, cv := range v.late[src] { // late deltas count on top of either
+		if idx >= c0 && idx <= c1 {
+			add(idx, cv)
+		}
+	}
 	for _, x := range vals {
 		t, err := counter.AddInt64(out.Total, x)
 		if err != nil {
@@ -189,7 +209,11 @@ func (s *State) SketchView(unit Granularity) (v *SketchView, ok bool) {
 	}
 	v = &SketchView{spec: *s.spec, unit: unit, noStore: s.noStore, hasFlushed: k.hasFlushed, flushed: k.flushed}
 	for _, it := range s.closed {
-		if it.sketch && it.g == unit {
+		switch {
+		case !it.sketch || it.g != unit:
+		case it.late && it.gen == 0: // changed in place
+			v.mem = append(v.mem, memSketch{it.idx, it.h.Clone()})
+		default:
 			v.mem = append(v.mem, memSketch{it.idx, it.h}) // immutable
 		}
 	}
@@ -348,6 +372,66 @@ func BlockUpdates(c ClosedSketch, read func(level int, idx int64) (*counter.HLL,
 			cands = append(cands, j)
 		}
 		for _, j := range cands {
+			left, err := get(Block{k - 1, 2 * j})
+			if err != nil {
+				return nil, err
+			}
+			right, err := get(Block{k - 1, 2*j + 1})
+			if err != nil {
+				return nil, err
+			}
+			var u *counter.HLL
+			switch {
+			case left == nil && right == nil:
+				continue
+			case left == nil:
+				u = right
+			case right == nil:
+				u = left
+			default:
+				u = left.Clone()
+				if err := u.Merge(right); err != nil {
+					return nil, err
+				}
+			}
+			local[Block{k, j}] = u
+			out = append(out, SketchWrite{k, j, u})
+		}
+	}
+	return out, nil
+}
+
+// LateBlockUpdates returns what to write for a late sketch c (c.Late):
+// c's unit merged into base, the stored (or already written) sketch of
+// that unit (nil: none), then the unions of every complete block (ending
+// at or before c.Upto) that holds c's unit or c.Prev, rebuilt from their
+// halves. read is as for BlockUpdates. A union is idempotent, so writing
+// a late sketch twice (a retried flush) changes nothing.
+func LateBlockUpdates(c ClosedSketch, base *counter.HLL, read func(level int, idx int64) (*counter.HLL, error)) ([]SketchWrite, error) {
+	h := c.Sketch.Clone()
+	if base != nil {
+		h = base.Clone()
+		if err := h.Merge(c.Sketch); err != nil {
+			return nil, err
+		}
+	}
+	out := []SketchWrite{{0, c.Index, h}}
+	local := map[Block]*counter.HLL{{0, c.Index}: h}
+	get := func(b Block) (*counter.HLL, error) {
+		if h, ok := local[b]; ok {
+			return h, nil
+		}
+		return read(b.Level, b.Index)
+	}
+	for k := 1; k <= levels(c.Unit); k++ {
+		cands := []int64{c.Index >> k}
+		if c.HasPrev && c.Prev>>k != c.Index>>k {
+			cands = append(cands, c.Prev>>k)
+		}
+		for _, j := range cands {
+			if (j+1)<<k-1 > c.Upto {
+				continue // not complete: written when its last unit closes
+			}
 			left, err := get(Block{k - 1, 2 * j})
 			if err != nil {
 				return nil, err

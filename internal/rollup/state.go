@@ -60,6 +60,13 @@ type closedItem struct {
 	hasPrev bool
 	prev    int64  // sketches: the unit closed before this one
 	gen     uint64 // flush generation that last wrote it; 0: none yet
+	// late: an event-time add to a chunk or unit before the open one
+	// (AddAt, AddHashAt). A late chunk's vals are deltas that the flush
+	// adds to the stored chunk (ResolveLate then makes them the absolute
+	// values it wrote); a late sketch is merged into the stored one. A
+	// late item is changed in place while gen is 0 (views copy it) and is
+	// immutable once a flush took it.
+	late bool
 }
 
 func sketchSlot(unit Granularity) int {
@@ -218,6 +225,123 @@ func (s *State) roll(k *openSketch, now int64) *counter.HLL {
 	return k.h
 }
 
+// AddAt adds delta to the buckets of time t (unix ns), an event's own
+// time, at time now: a t before the open chunk of a granularity counts in
+// t's bucket (a late item the flush adds to the stored chunk) unless that
+// bucket has ended its retention ago, where it is dropped. A t at or after
+// the open chunk counts as Add(t, delta). The caller bounds t (the engine
+// refuses times outside 1900..2200).
+func (s *State) AddAt(t, now, delta int64) {
+	for _, c := range &s.counts {
+		if c == nil {
+			continue
+		}
+		if t >= c.lo && t < c.hi {
+			c.vals[c.off] = satAdd(c.vals[c.off], delta)
+			continue
+		}
+		b := c.g.Bucket(t)
+		ci, off := c.g.chunkOf(b)
+		if !c.started || ci >= c.idx {
+			s.addSlow(c, t, delta)
+			continue
+		}
+		if c.g.Start(b+1) <= now-int64(s.spec.Retention(c.g)) {
+			continue
+		}
+		it := s.lateItem(c.g, ci, false)
+		if it.vals == nil {
+			it.vals = make([]int64, c.g.chunkLen(ci))
+		}
+		it.vals[off] = satAdd(it.vals[off], delta)
+	}
+}
+
+// Keeps reports whether some granularity or unit s keeps still holds the
+// bucket of time t at time now (it has not ended its retention ago): an
+// AddAt or AddHashAt of t counts somewhere.
+func (s *State) Keeps(t, now int64) bool {
+	for _, c := range &s.counts {
+		if c != nil && c.g.Start(c.g.Bucket(t)+1) > now-int64(s.spec.Retention(c.g)) {
+			return true
+		}
+	}
+	for _, k := range &s.sketches {
+		if k != nil && k.unit.Start(k.unit.Bucket(t)+1) > now-int64(s.spec.SketchRetention(k.unit)) {
+			return true
+		}
+	}
+	return false
+}
+
+// lateItem returns the open (gen 0) late item of g (or unit) and index
+// idx, appending one if there is none.
+func (s *State) lateItem(g Granularity, idx int64, sketch bool) *closedItem {
+	for i := len(s.closed) - 1; i >= 0; i-- {
+		if it := &s.closed[i]; it.late && it.gen == 0 && it.sketch == sketch && it.g == g && it.idx == idx {
+			return it
+		}
+	}
+	s.closed = append(s.closed, closedItem{g: g, sketch: sketch, idx: idx, late: true})
+	return &s.closed[len(s.closed)-1]
+}
+
+// AddHashAt is AddHash at an event's time t: a t before the open unit
+// adds to a late sketch of t's unit that the flush merges into the stored
+// one (dropped when that unit has ended its retention ago at now).
+func (s *State) AddHashAt(t, now int64, x uint64) bool {
+	changed := false
+	for _, k := range &s.sketches {
+		if k == nil {
+			continue
+		}
+		if u := k.unit.Bucket(t); k.started && u < k.idx {
+			if k.unit.Start(u+1) <= now-int64(s.spec.SketchRetention(k.unit)) {
+				continue
+			}
+			it := s.lateItem(k.unit, u, true)
+			if it.h == nil {
+				// The unit counts as closed from now on (a reload takes
+				// every unit up to the last closed as stored); the one
+				// closed before it is the Prev whose blocks the flush
+				// completes.
+				it.h, it.hasPrev, it.prev = s.spec.newSketch(), k.hasClosed, k.lastClosed
+				if !k.hasClosed || u > k.lastClosed {
+					k.hasClosed, k.lastClosed = true, u
+				}
+			}
+			if it.h.AddHash(x) {
+				changed = true
+			}
+			continue
+		}
+		if s.roll(k, t).AddHash(x) {
+			changed = true
+		}
+	}
+	return changed
+}
+
+// ResolveLate tells s the absolute values flush generation gen wrote for
+// its late chunks, in the order TakeFlush returned them (Flush.Chunks with
+// Add set): each such item becomes a closed chunk of those values, so
+// that reads between the commit and Committed do not count the deltas
+// twice (once stored, once in memory).
+func (s *State) ResolveLate(gen uint64, abs [][]int64) {
+	k := 0
+	for i := range s.closed {
+		it := &s.closed[i]
+		if !it.late || it.sketch || it.gen != gen {
+			continue
+		}
+		if k == len(abs) {
+			return
+		}
+		it.vals, it.late = abs[k], false
+		k++
+	}
+}
+
 // AddHash adds an item, by its 64-bit hash (xxhash64 of the item, as
 // counter.HLL.Add uses), to the open sketch of each kept unit, and reports
 // whether a register changed.
@@ -248,6 +372,14 @@ func (s *State) MergeSketch(now int64, h *counter.HLL) error {
 // Clone returns a deep copy of s (closed data is immutable and shared).
 func (s *State) Clone() *State {
 	c := &State{spec: s.spec, noStore: s.noStore, closed: slices.Clone(s.closed), purged: slices.Clone(s.purged)}
+	for i := range c.closed {
+		if it := &c.closed[i]; it.late && it.gen == 0 { // changed in place: copy
+			it.vals = slices.Clone(it.vals)
+			if it.h != nil {
+				it.h = it.h.Clone()
+			}
+		}
+	}
 	for i, o := range s.counts {
 		if o != nil {
 			x := *o

@@ -26,7 +26,7 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := append(cnode.HTTPRoutes(), "POST /events", "GET /events/dead", "GET /regions")
+	extra := append(cnode.HTTPRoutes(), "POST /events", "GET /events/dead", "GET /events/status", "GET /regions")
 	extra = append(extra, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {

@@ -79,8 +79,9 @@ var httpNeeds = map[string]auth.Need{
 	"GET /ui/":            needPublic,
 	"GET /ui/config.json": needPublic, // whether --auth is on, the version
 
-	"POST /events":     {Perm: auth.Write, All: true}, // the rules may write any counter
-	"GET /events/dead": needReadAll,                   // embedded mode: dead events of any namespace
+	"POST /events":       {Perm: auth.Write, All: true}, // the rules may write any counter
+	"GET /events/dead":   needReadAll,                   // embedded mode: dead events of any namespace
+	"GET /events/status": needRead,                      // consuming, watermark, refusal counts
 
 	"GET /cluster":         needRead, // cluster mode: ring and node health
 	"GET /cluster/{$}":     needRead,

@@ -29,6 +29,7 @@ func (n *node) routes() *router {
 		Global:          globalRead(n.rep),
 		GlobalAggregate: globalAggregate(n.rep),
 		Quotas:          quotaUsage(n.qb),
+		EventMaxSkew:    n.cfg.Events.MaxSkew,
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/", api) // every path no other front end has: the API answers its own 404 and 405
@@ -45,6 +46,7 @@ func (n *node) routes() *router {
 	if n.pl != nil {
 		mux.Handle("/events", n.pl.Handler())
 		mux.Handle("/events/dead", n.pl.Handler())
+		mux.Handle("/events/status", n.pl.Handler())
 		mux.Handle("/readyz", readyWithStream(n.pl.Stream, api))
 	}
 	return &router{mux: mux, api: api}
@@ -95,10 +97,11 @@ func (n *node) respServer(fair *shed.Fair, sm *shedMetrics) *resp.Server {
 		MaxBulkLen:  cfg.RESPMaxBulk, MaxCommandBytes: cfg.RESPMaxCommand,
 		MaxQueryBufferTotal: cfg.RESPQueryBufferTotal, MaxArgs: cfg.RESPMaxArgs,
 		Admission: fair, OnShed: sm.onShed("resp"),
-		EventLoops: respEventLoops(cfg.RESPEventLoops, n.tr.nonBlocking && n.pl == nil), // EVENTS.ADD waits for a stream or an fsync
-		Coalesce:   cfg.RESPCoalesce,
-		Events:     eventsAdder(n.pl),
-		Global:     respGlobal(n.rep),
+		EventLoops:   respEventLoops(cfg.RESPEventLoops, n.tr.nonBlocking && n.pl == nil), // EVENTS.ADD waits for a stream or an fsync
+		Coalesce:     cfg.RESPCoalesce,
+		Events:       eventsAdder(n.pl),
+		Global:       respGlobal(n.rep),
+		EventMaxSkew: n.cfg.Events.MaxSkew,
 
 		LuaTimeLimit: cfg.LuaTimeLimit, // scripts
 	}

@@ -149,6 +149,7 @@ var otherModeRoutes = map[string]string{
 	"POST /admin/snapshot/chunks":      "embedded mode (cmd/counterd TestRegionSnapshotRestore)",
 	"POST /events":                     "--rules, --kafka or --nats (cmd/counterd TestPipeline*)",
 	"GET /events/dead":                 "--rules without a stream (cmd/counterd TestPipelineEmbeddedDeadLetters)",
+	"GET /events/status":               "--rules, --kafka or --nats (internal/pipeline TestEventsStatus)",
 }
 
 // openapiRoute converts a ServeMux "METHOD pattern" to "METHOD path" as

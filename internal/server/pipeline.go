@@ -19,6 +19,7 @@ import (
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline"
+	"github.com/counterd/counterd/internal/pipeline/consumer"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 )
 
@@ -40,13 +41,16 @@ type EventsConfig struct {
 	MaxBody         int64         // --events-max-body: largest POST /events body (default 16 MiB)
 	Timeout         time.Duration // --events-timeout: longest wait for the stream's acknowledgement before 503 stream_unavailable (default 5s)
 	FailFast        bool          // --events-fail-fast: exit at start when the stream is unreachable instead of retrying (default false)
+	AllowedLateness time.Duration // --events-allowed-lateness: events older than now minus it skip window rules (default 1h)
+	MaxSkew         time.Duration // --events-max-skew: event times (events' ts, increments' ts/AT) further ahead of the clock are refused (default 5m)
 }
 
 func defaultEventsConfig() EventsConfig {
 	return EventsConfig{KafkaTopic: "counterd-events", KafkaDeadTopic: "counterd-events-dead", KafkaGroup: "counterd", KafkaPartitions: 8,
 		NATSStream: "COUNTERD_EVENTS", NATSSubject: "counterd.events", NATSDeadSubject: "counterd.events.dead", NATSConsumer: "counterd",
 		NATSAckWait: 30 * time.Second,
-		MaxBody:     16 << 20, Timeout: pipeline.DefaultEventsTimeout}
+		MaxBody:     16 << 20, Timeout: pipeline.DefaultEventsTimeout,
+		AllowedLateness: consumer.DefaultAllowedLateness, MaxSkew: engine.DefaultMaxSkew}
 }
 
 func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
@@ -67,6 +71,8 @@ func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&e.NoConsume, "events-no-consume", envParse(c, "events-no-consume", e.NoConsume, parseBool), "with --kafka or --nats: collect events but do not consume them on this node")
 	fs.Int64Var(&e.MaxBody, "events-max-body", envParse(c, "events-max-body", e.MaxBody, atoi64), "largest POST /events body in bytes")
 	fs.DurationVar(&e.Timeout, "events-timeout", envParse(c, "events-timeout", e.Timeout, time.ParseDuration), "with --kafka or --nats: longest wait for the stream to acknowledge a batch before POST /events answers 503 stream_unavailable")
+	fs.DurationVar(&e.AllowedLateness, "events-allowed-lateness", envParse(c, "events-allowed-lateness", e.AllowedLateness, time.ParseDuration), "events whose ts is older than now minus this skip window rules (an event left with no rule is dead-lettered too_late); rollups take any ts inside their retention")
+	fs.DurationVar(&e.MaxSkew, "events-max-skew", envParse(c, "events-max-skew", e.MaxSkew, time.ParseDuration), "event times further ahead of the clock are refused: events (dead-lettered too_early), and the ts of HTTP increments and the AT of RESP COUNTERD.INCRBY/PFADD (invalid argument)")
 	fs.BoolVar(&e.FailFast, "events-fail-fast", envParse(c, "events-fail-fast", e.FailFast, parseBool), "with --kafka or --nats: exit at start when the stream is unreachable instead of serving everything else and retrying")
 }
 
@@ -84,6 +90,7 @@ func (e *EventsConfig) pipeline(nodeID string) pipeline.Config {
 			DeadSubject: e.NATSDeadSubject, Consumer: e.NATSConsumer, AckWait: e.NATSAckWait},
 		Rules: e.Rules, NoConsume: e.NoConsume, MaxBodyBytes: e.MaxBody,
 		EventsTimeout: e.Timeout, FailFast: e.FailFast,
+		AllowedLateness: e.AllowedLateness, MaxSkew: e.MaxSkew,
 	}
 }
 
@@ -93,6 +100,9 @@ func (e *EventsConfig) validate() error {
 	}
 	if e.Timeout <= 0 {
 		return errors.New("server: --events-timeout must be positive")
+	}
+	if e.AllowedLateness <= 0 || e.MaxSkew <= 0 {
+		return errors.New("server: --events-allowed-lateness and --events-max-skew must be positive")
 	}
 	pc := e.pipeline("")
 	return pc.Validate()

@@ -242,7 +242,7 @@ func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error)
 	if op.Kind == engine.KindFloat {
 		return b.addFloat(ctx, op)
 	}
-	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window}
+	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window, At: op.At}
 	if op.Shard > 0 { // engine: Shard n>0 is shard n-1; 0 is any
 		o.Fixed, o.Shard = true, op.Shard-1
 	}
@@ -256,7 +256,11 @@ func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error)
 		}
 		return engine.Result{Kind: engine.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
 	}
-	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, b.opts.Now(), r.Version)
+	at := b.opts.Now()
+	if op.At != 0 { // rollups by event time
+		at = time.Unix(0, op.At)
+	}
+	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
 	return engine.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
 }
 

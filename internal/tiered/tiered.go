@@ -319,6 +319,14 @@ func mapOpErr(id string, err error) error {
 	if err == nil {
 		return nil
 	}
+	if errors.Is(err, redisstore.ErrTooLate) { // both sentinels, as the engine's
+		detail := "event time too late"
+		var re *redisstore.ReplyError
+		if errors.As(err, &re) && re.Detail != "" {
+			detail = re.Detail
+		}
+		return fmt.Errorf("%w: %w: %q: %s", engine.ErrInvalidArgument, engine.ErrTooLate, id, detail)
+	}
 	for _, m := range errMap {
 		if errors.Is(err, m.from) {
 			if m.to == ErrUnavailable {

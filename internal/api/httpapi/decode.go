@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/counterd/counterd/internal/engine"
@@ -64,6 +65,31 @@ func (n *jsonInt) UnmarshalJSON(b []byte) error {
 		return &argError{fmt.Sprintf("integer %s out of int64 range", truncate(string(b), 40))}
 	}
 	n.V, n.Set = v, true
+	return nil
+}
+
+// jsonTime is an explicit event time ("ts" of increment, decrement and
+// pfadd): RFC 3339 text or whole Unix milliseconds, as events' ts
+// (engine.ParseEventTime).
+type jsonTime struct {
+	At  int64 // unix ns
+	Set bool
+}
+
+func (t *jsonTime) UnmarshalJSON(b []byte) error {
+	text := string(b)
+	if len(b) > 0 && b[0] == '"' {
+		if err := json.Unmarshal(b, &text); err != nil {
+			return &argError{"ts: " + err.Error()}
+		}
+	} else if !isJSONInteger(b) {
+		return &argError{fmt.Sprintf("ts: expected RFC 3339 text or whole Unix milliseconds, got %s", truncate(string(b), 40))}
+	}
+	at, err := engine.ParseEventTime(text)
+	if err != nil {
+		return &argError{"ts: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidArgument.Error()+": ")}
+	}
+	t.At, t.Set = at, true
 	return nil
 }
 

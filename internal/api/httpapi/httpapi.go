@@ -69,6 +69,10 @@ type Options struct {
 	// nil: the engine's when it is an engine.QuotaBackend, else no
 	// quotas.
 	Quotas func(ctx context.Context) ([]quota.Usage, error)
+	// EventMaxSkew bounds how far ahead of the clock an increment's or
+	// pfadd's explicit "ts" may be (--events-max-skew; <= 0:
+	// engine.DefaultMaxSkew). Later ones are 400 invalid_argument.
+	EventMaxSkew time.Duration
 }
 
 // Handler serves the counterd HTTP API. Create it with New.

@@ -27,11 +27,17 @@ type incrRequest struct {
 	Window      *string   `json:"window"`
 	Fixed       *bool     `json:"fixed"`
 	Shards      jsonInt   `json:"shards"`
+	// TS: the event time the increment counts at in window and rollup
+	// buckets (docs/time.md, "Event time"); absent: now.
+	TS jsonTime `json:"ts"`
 }
 
 func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Shard: anyShard}
+	op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Shard: anyShard, At: q.TS.At}
 	if q.Kind != nil && *q.Kind == engine.KindFloat.String() {
+		if q.TS.Set {
+			return op, invalidArgf("ts does not apply to kind float")
+		}
 		return q.floatOp(op, negate)
 	}
 	if q.Delta.Set {
@@ -170,10 +176,11 @@ type emptyRequest struct{}
 // pfaddRequest is the body of pfadd.
 type pfaddRequest struct {
 	Items *[]string `json:"items"`
+	TS    jsonTime  `json:"ts"` // event time for the hour/day sketches; absent: now
 }
 
 func (q *pfaddRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpPFAdd, ID: id, Estimate: true}
+	op := engine.Op{Type: engine.OpPFAdd, ID: id, Estimate: true, At: q.TS.At}
 	if q.Items == nil {
 		return op, invalidArgf("items: missing")
 	}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
@@ -37,6 +38,9 @@ func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, re
 	if err != nil {
 		return err
 	}
+	if err := h.checkAt(&op); err != nil {
+		return err
+	}
 	res, err := h.eng.Apply(r.Context(), op, wo)
 	if err != nil {
 		return err
@@ -46,6 +50,15 @@ func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, re
 	}
 	writeJSON(w, http.StatusOK, resultBody(name, res))
 	return nil
+}
+
+// checkAt refuses an explicit event time too far ahead of the clock
+// (Options.EventMaxSkew) or outside 1900..2200.
+func (h *Handler) checkAt(op *engine.Op) error {
+	if op.At == 0 {
+		return nil
+	}
+	return engine.CheckEventTime(op.At, time.Now(), h.opts.EventMaxSkew)
 }
 
 func (h *Handler) increment(w http.ResponseWriter, r *http.Request) error {
@@ -123,6 +136,9 @@ func (h *Handler) batch(w http.ResponseWriter, r *http.Request) error {
 	names := make([]string, len(raws))
 	for i, raw := range raws {
 		ops[i], names[i], err = decodeBatchOp(raw)
+		if err == nil {
+			err = h.checkAt(&ops[i])
+		}
 		if err != nil {
 			return &httpjson.IndexError{Index: i, Err: err}
 		}

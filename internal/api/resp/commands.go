@@ -165,6 +165,8 @@ func engineError(err error) string {
 		return "ERR invalid key: " + errDetail(err, engine.ErrInvalidID)
 	case errors.Is(err, engine.ErrVersionConflict):
 		return "ERR version conflict: " + errDetail(err, engine.ErrVersionConflict)
+	case errors.Is(err, engine.ErrTooLate), errors.Is(err, engine.ErrTooEarly):
+		return eventTimeError(err) // ERR too_late: / ERR too_early:
 	case errors.Is(err, engine.ErrInvalidArgument):
 		return "ERR " + errDetail(err, engine.ErrInvalidArgument)
 	case errors.Is(err, engine.ErrBatchTooLarge):

@@ -54,6 +54,8 @@ var commandAccess = map[string]access{
 	ratelimit.RESPCommandName: needWrite, // consumes the key's limit
 	EventsCommandName:         needWriteAll,
 	ScopedGetCommandName:      needReadKey,
+	IncrByAtCommandName:       needWrite,
+	PFAddAtCommandName:        needWrite,
 
 	// connection: AUTH, HELLO, QUIT and RESET work before authentication,
 	// as in Redis; the rest need an authenticated user.

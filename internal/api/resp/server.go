@@ -132,6 +132,10 @@ type Options struct {
 	// Global, when set, answers COUNTERD.GET key SCOPE global (a region's
 	// value plus every peer region's); COUNTERD.GET is always served.
 	Global GlobalReader
+	// EventMaxSkew bounds how far ahead of the clock the AT of
+	// COUNTERD.INCRBY and COUNTERD.PFADD may be (--events-max-skew; <= 0:
+	// engine.DefaultMaxSkew).
+	EventMaxSkew time.Duration
 
 	// Auth, when set, requires every connection to authenticate (AUTH,
 	// HELLO AUTH) and checks each command and its keys against the user's
@@ -277,6 +281,11 @@ func New(eng engine.Backend, opts Options) *Server {
 		s.cmds[EventsCommandName] = eventsCommand(opts.Events)
 	}
 	s.cmds[ScopedGetCommandName] = scopedGetCommand(opts.Global)
+	if opts.EventMaxSkew > 0 {
+		for _, c := range eventTimeCommands(opts.EventMaxSkew) {
+			s.cmds[c.name].prep = c.prep
+		}
+	}
 	setGates(s.cmds)
 	s.lua = newScripting(s, opts.LuaTimeLimit)
 	if opts.Auth != nil {

@@ -69,6 +69,8 @@ var sentinels = []struct {
 }{
 	{"wrong_owner", ErrWrongOwner},
 	{"invalid_id", engine.ErrInvalidID},
+	{"too_late", engine.ErrTooLate},   // with invalid_argument (decoded as both)
+	{"too_early", engine.ErrTooEarly}, // the same
 	{"invalid_argument", engine.ErrInvalidArgument},
 	{"wrong_kind", engine.ErrWrongKind},
 	{"overflow", engine.ErrOverflow},
@@ -139,7 +141,11 @@ func (w *wireError) err(node string, index func(int) int) error {
 	var err error = &remoteError{node: node, msg: w.Msg, sentinel: errors.New(w.Msg)}
 	for _, s := range sentinels {
 		if s.code == w.Code {
-			err = &remoteError{node: node, msg: w.Msg, sentinel: s.err}
+			sentinel := s.err
+			if s.err == engine.ErrTooLate || s.err == engine.ErrTooEarly {
+				sentinel = fmt.Errorf("%w: %w", engine.ErrInvalidArgument, s.err)
+			}
+			err = &remoteError{node: node, msg: w.Msg, sentinel: sentinel}
 			break
 		}
 	}

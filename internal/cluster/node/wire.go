@@ -371,7 +371,7 @@ func pbOp(o *engine.Op) *pb.Op {
 		Names: encodeEach(o.Names, toBytes), Window: pbWindow(&o.Window),
 		Shards: int64(o.Shards), Shard: int64(o.Shard),
 		HllPrecision: uint32(o.HLLPrecision), Estimate: o.Estimate,
-		FloatText: []byte(o.Float), ExpireAtNs: o.ExpireAt,
+		FloatText: []byte(o.Float), ExpireAtNs: o.ExpireAt, AtNs: o.At,
 	}
 }
 
@@ -390,7 +390,7 @@ func (d *decoder) op(p *pb.Op) engine.Op {
 		Names: decodeEach(p.GetNames(), toString), Window: goWindow(p.GetWindow()),
 		Shards: int(p.GetShards()), Shard: int(p.GetShard()),
 		HLLPrecision: u8(d, p.GetHllPrecision(), "hll precision"), Estimate: p.GetEstimate(),
-		Float: string(p.GetFloatText()), ExpireAt: p.GetExpireAtNs(),
+		Float: string(p.GetFloatText()), ExpireAt: p.GetExpireAtNs(), At: p.GetAtNs(),
 	}
 }
 

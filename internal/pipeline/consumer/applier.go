@@ -29,9 +29,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
@@ -68,9 +70,83 @@ type Applier struct {
 	maxOps int
 	m      *Metrics
 	atomic engine.AtomicApplier // be's, when it has one
+	et     atomic.Pointer[EventTime]
+	// newest is the newest event time (Unix ms) applied: the watermark.
+	newest atomic.Int64
+	late   atomic.Int64 // events dead-lettered as too_late
+	early  atomic.Int64 // events dead-lettered as too_early
 
 	scratch sync.Pool // of *scratch
 }
+
+// Event-time defaults (docs/pipeline.md, "Event time").
+const (
+	DefaultAllowedLateness = time.Hour
+	DefaultMaxSkew         = 5 * time.Minute
+)
+
+// EventTime is how the applier treats events' own times. Every op a rule
+// makes carries its event's ts (engine.Op.At), so window and rollup
+// buckets are chosen by it.
+type EventTime struct {
+	// AllowedLateness: an event whose ts is older than now minus it is
+	// too_late for window rules (dead-lettered; --events-allowed-lateness,
+	// default 1h). Rollups take any ts inside their retention (the engine
+	// refuses older ones with engine.ErrTooLate: too_late as well).
+	AllowedLateness time.Duration
+	// MaxSkew: an event whose ts is more than this ahead of now is
+	// refused as too_early (--events-max-skew, default 5m).
+	MaxSkew time.Duration
+	Now     func() time.Time // nil: time.Now
+}
+
+func (et *EventTime) withDefaults() *EventTime {
+	c := *et
+	if c.AllowedLateness <= 0 {
+		c.AllowedLateness = DefaultAllowedLateness
+	}
+	if c.MaxSkew <= 0 {
+		c.MaxSkew = DefaultMaxSkew
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return &c
+}
+
+// SetEventTime sets the lateness and skew bounds (zero fields: defaults).
+func (a *Applier) SetEventTime(et EventTime) { a.et.Store(et.withDefaults()) }
+
+// EventTimeStatus is the event-time part of GET /events/status.
+type EventTimeStatus struct {
+	// Watermark is the newest event time this node's consumer applied
+	// (zero before the first): event-time progress, so now minus it is
+	// how far behind in event time the node's consumption is.
+	Watermark       time.Time
+	AllowedLateness time.Duration
+	MaxSkew         time.Duration
+	TooLate         int64 // events dead-lettered as too_late
+	TooEarly        int64 // events dead-lettered as too_early
+}
+
+// EventTimeStatus reports the watermark, the bounds and the refusals.
+func (a *Applier) EventTimeStatus() EventTimeStatus {
+	et := a.et.Load()
+	st := EventTimeStatus{AllowedLateness: et.AllowedLateness, MaxSkew: et.MaxSkew, TooLate: a.late.Load(), TooEarly: a.early.Load()}
+	if ms := a.newest.Load(); ms != 0 {
+		st.Watermark = time.UnixMilli(ms).UTC()
+	}
+	return st
+}
+
+// Dead-letter reasons of the event-time checks start with these.
+const (
+	ReasonTooLate  = "too_late"
+	ReasonTooEarly = "too_early"
+	// reasonWindowOpDropped labels the window ops of late events that were
+	// dropped while the events' other ops applied.
+	reasonWindowOpDropped = "window_op_dropped"
+)
 
 // NewApplier returns an Applier over be with rules rs. m may be nil.
 func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*Applier, error) {
@@ -93,6 +169,7 @@ func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*
 		a.atomic, a.maxOps = aa, atomicBatchOps
 	}
 	a.rules.Store(rs)
+	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
 		return &scratch{seen: map[string]struct{}{}, hits: map[*rules.Rule]int{}, c: chunk{byKey: map[opKey]int{}}}
 	}
@@ -114,7 +191,8 @@ type pending struct {
 	g      int // the record's group (ApplyGroups)
 	marker string
 	hits   []rules.Hit
-	drop   bool // duplicate or dead-lettered
+	drop   bool  // duplicate or dead-lettered
+	ts     int64 // the event's time, Unix ms
 }
 
 // Apply applies recs, records of one partition of source in offset order,
@@ -234,11 +312,23 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	var ev event.Event // decoded into again for every record
 	in := rules.NewInput(&ev)
 	var filtered, duplicates int
+	et := a.et.Load()
+	now := et.Now()
+	maxTS := now.Add(et.MaxSkew).UnixMilli()
+	lateNs := now.Add(-et.AllowedLateness).UnixNano()
 	for _, pt := range parts {
 		recs := pt.recs
 		for i := range recs {
 			if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
 				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
+				continue
+			}
+			if ev.TS > maxTS {
+				a.early.Add(1)
+				a.m.EventTime.WithLabelValues(ReasonTooEarly).Inc()
+				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: fmt.Sprintf(
+					"%s: event time %s is more than %v ahead of this node's clock (%s; --events-max-skew)",
+					ReasonTooEarly, ev.Time().Format(time.RFC3339Nano), et.MaxSkew, now.UTC().Format(time.RFC3339Nano))})
 				continue
 			}
 			in.Reset(&ev)
@@ -248,6 +338,12 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			hits := s.arena[from:len(s.arena):len(s.arena)]
 			if err == nil {
 				err = a.validate(hits)
+			}
+			if err == nil {
+				var n int
+				n, err = a.eventTime(hits, ev.TS, now.UnixNano(), lateNs, et)
+				hits = hits[:n]
+				s.arena = s.arena[:from+n]
 			}
 			if err != nil {
 				s.arena = s.arena[:from]
@@ -268,7 +364,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				continue
 			}
 			s.seen[mk] = struct{}{}
-			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits})
+			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits, ts: ev.TS})
 		}
 	}
 	for r, n := range s.hits {
@@ -312,6 +408,54 @@ func (a *Applier) validate(hits []rules.Hit) error {
 	return nil
 }
 
+// eventTime gives the ops of hits the event's time ts (Unix ms): a
+// window op's At is the start of its bucket, an add's or a pfadd's the
+// start of its minute (the finest rollup bucket), so that ops of one
+// counter and bucket still coalesce. It returns how many hits stay, moved
+// to the front: a window op of an event older than lateNs (now minus the
+// allowed lateness) is dropped and counted, and an event left with no
+// op at all is too_late (an error).
+func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *EventTime) (int, error) {
+	if ts > math.MaxInt64/int64(time.Millisecond) {
+		return 0, fmt.Errorf("%s: event time %s is after 2200", ReasonTooEarly, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano))
+	}
+	at := ts * int64(time.Millisecond)
+	if err := engine.ValidateAt(at); err != nil {
+		return 0, fmt.Errorf("%s: %w", ReasonTooEarly, err)
+	}
+	n := 0
+	var lateRule string
+	for i := range hits {
+		op := &hits[i].Op
+		switch {
+		case op.Type == engine.OpAdd && op.Kind == engine.KindWindow:
+			g := int64(op.Window.Granularity)
+			if g <= 0 {
+				g = int64(time.Second)
+			}
+			op.At = at - ((at%g)+g)%g
+			// Past the lateness, or in a bucket the window of now no
+			// longer holds (the engine would refuse it).
+			if at < lateNs || (op.Window.Span > 0 && op.At+int64(op.Window.Span) <= nowNs-((nowNs%g)+g)%g) {
+				a.m.EventTime.WithLabelValues(reasonWindowOpDropped).Inc()
+				lateRule = hits[i].Rule.Name
+				continue
+			}
+		case op.Type == engine.OpAdd || op.Type == engine.OpPFAdd:
+			op.At = at - ((at%int64(time.Minute))+int64(time.Minute))%int64(time.Minute)
+		}
+		hits[n] = hits[i]
+		n++
+	}
+	if n == 0 && lateRule != "" {
+		a.late.Add(1)
+		a.m.EventTime.WithLabelValues(ReasonTooLate).Inc()
+		return 0, fmt.Errorf("%s: rule %q: event time %s is older than the allowed lateness %v of window counters (--events-allowed-lateness)",
+			ReasonTooLate, lateRule, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano), et.AllowedLateness)
+	}
+	return n, nil
+}
+
 // chunk is one engine batch being built: markers and coalesced ops. Its
 // storage is reused from one batch to the next.
 type chunk struct {
@@ -333,6 +477,7 @@ type opKey struct {
 	t      engine.OpType
 	id     string
 	window counter.WindowSpec
+	at     int64 // the event time's bucket: ops of different ones stay apart
 }
 
 // add adds p's ops to c unless that could pass maxOps (each of p's hits
@@ -344,7 +489,7 @@ func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
 	}
 	for i := range p.hits {
 		op := &p.hits[i].Op
-		k := opKey{op.Type, op.ID, op.Window}
+		k := opKey{op.Type, op.ID, op.Window, op.At}
 		j, ok := c.byKey[k]
 		if !ok || !merge(&c.ops[j], op, maxItems) {
 			j = len(c.ops)
@@ -466,6 +611,17 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		if err == nil {
 			a.m.Events.WithLabelValues("applied").Add(float64(len(c.events)))
 			a.m.Batches.Inc()
+			newest := int64(0)
+			for _, p := range c.events {
+				newest = max(newest, p.ts)
+			}
+			for {
+				cur := a.newest.Load()
+				if newest <= cur || a.newest.CompareAndSwap(cur, newest) {
+					break
+				}
+			}
+			a.m.Watermark.Set(float64(a.newest.Load()) / 1000)
 			return n, true, nil
 		}
 		var be *engine.BatchError
@@ -486,6 +642,10 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
+			if errors.Is(be.Err, engine.ErrTooLate) {
+				a.late.Add(1)
+				a.m.EventTime.WithLabelValues(ReasonTooLate).Inc()
+			}
 			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: applyReason(p, hit, op, be.Err)})
 		}
 		if attempt > len(evs)+1 {
@@ -498,6 +658,9 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 // marker when hit is len(p.hits)) failed: the rule that asked for it, the
 // op and the engine's error, such as the kind the counter already has.
 func applyReason(p *pending, hit int, op *engine.Op, err error) string {
+	if errors.Is(err, engine.ErrTooLate) {
+		return fmt.Sprintf("%s: rule %q: apply %s %q: %v", ReasonTooLate, p.hits[min(hit, len(p.hits)-1)].Rule.Name, op.Type, op.ID, err)
+	}
 	if hit < len(p.hits) {
 		return fmt.Sprintf("rule %q: apply %s %q: %v", p.hits[hit].Rule.Name, op.Type, op.ID, err)
 	}

@@ -20,6 +20,11 @@ type Metrics struct {
 	// Rejected counts events of partial batches the collector refused
 	// (and dead-lettered), by front end.
 	Rejected *prometheus.CounterVec
+	// EventTime counts events dead-lettered by their time, by reason
+	// (too_late, too_early).
+	EventTime *prometheus.CounterVec
+	// Watermark is the newest event time applied, Unix seconds.
+	Watermark prometheus.Gauge
 }
 
 // NewMetrics creates the metrics and registers them on reg (nil: none).
@@ -39,9 +44,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events the collector appended to the stream, by front end (http, resp)."}, []string{"frontend"}),
 		Rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "counterd_pipeline_rejected_total",
 			Help: "Events of accepted batches that the collector refused one by one (bad JSON, fields or size) and dead-lettered, by front end."}, []string{"frontend"}),
+		EventTime: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "counterd_pipeline_event_time_refused_total",
+			Help: "Events dead-lettered by their own time, by reason: too_late (older than --events-allowed-lateness for a window rule, or than every rollup retention), too_early (ahead of the clock by more than --events-max-skew)."}, []string{"reason"}),
+		Watermark: prometheus.NewGauge(prometheus.GaugeOpts{Name: "counterd_pipeline_watermark_seconds",
+			Help: "The newest event time (ts) this node's consumer applied, Unix seconds: its event-time progress."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.Lag, m.Collected, m.Rejected)
+		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.Lag, m.Collected, m.Rejected, m.EventTime, m.Watermark)
 	}
 	return m
 }

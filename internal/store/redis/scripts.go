@@ -89,7 +89,8 @@ end
 
 // addScript: ARGV kind (” = existing additive kind or counter), delta,
 // now_ms, maycreate, shards, random, shard (-1 = random), gran_ms, span_ms,
-// fixed. Reply {'OK', kind, version, shard, values...}: shard is the shard
+// fixed, at_ms (a window add's event time; 0 = now: engine.Op.At, an
+// older bucket than the window's is TOOLATE, a later time counts now). Reply {'OK', kind, version, shard, values...}: shard is the shard
 // added to (-1 unless sharded); values are the value for a counter, every
 // shard for sharded, the in-window bucket values for window.
 var addScript = newScript(luaPrelude + `
@@ -133,10 +134,17 @@ elseif kind == 'window' then
   local fixed = m[3] or ARGV[10]
   local nowms = tonumber(now)
   local first, cur = wrange(nowms, g, span, fixed)
-  local key = base .. ':w:' .. fmt(cur)
+  local b, life = cur, span + g
+  local at = tonumber(ARGV[11] or '0') or 0
+  if at > 0 and at < nowms then
+    b = at - (at % g)
+    if b < first then return redis.error_reply('TOOLATE event time ' .. fmt(at) .. ' ms is older than the window of ' .. fmt(span) .. ' ms') end
+    life = math.max(1, b + span + g - nowms)
+  end
+  local key = base .. ':w:' .. fmt(b)
   local e = incr('INCRBY', key, nil, delta)
   if e then return e end
-  redis.call('PEXPIRE', key, fmt(span + g))
+  redis.call('PEXPIRE', key, fmt(life))
   local ver = bump(kind, now, {'gran', fmt(g), 'span', fmt(span), 'fixed', fixed})
   local res = {'OK', kind, ver, -1}
   for b = first, cur, g do res[#res + 1] = redis.call('GET', base .. ':w:' .. fmt(b)) or '0' end

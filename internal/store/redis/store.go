@@ -41,6 +41,8 @@ import (
 // Sentinel errors; every error the store returns wraps at most one.
 var (
 	ErrInvalidArgument = errors.New("redisstore: invalid argument")
+	// ErrTooLate: a window add's event time is older than the window.
+	ErrTooLate         = errors.New("redisstore: event time too late")
 	ErrWrongKind       = errors.New("redisstore: operation against a counter of the wrong kind")
 	ErrOverflow        = errors.New("redisstore: increment or decrement would overflow")
 	ErrVersionConflict = errors.New("redisstore: version conflict")
@@ -192,6 +194,9 @@ type AddOptions struct {
 	Shard  int                // sharded: the shard to add to when FixedShard
 	Fixed  bool               // add to Shard instead of a random shard
 	Window counter.WindowSpec // creating a window counter; zero: DefaultWindow
+	// At, for a window counter: the event time (unix ns; 0: now) whose
+	// bucket takes the add; older than the window is ErrTooLate.
+	At int64
 }
 
 // Store is the Redis tier. It is safe for concurrent use; call Close.
@@ -435,7 +440,7 @@ func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64
 	var out AddReply
 	err := s.write(ctx, "add", id, func(ctx context.Context, mayCreate string) ([]any, error) {
 		return s.runAdd(ctx, id, string(kind), delta, s.nowMS(), mayCreate, shards,
-			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed)
+			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed, o.At/int64(time.Millisecond))
 	}, func(r []any) (err error) {
 		out.Kind = Kind(str(r[1]))
 		v, err1 := toInt(r[2])
@@ -1008,6 +1013,7 @@ var replyWords = map[string]error{
 	"OVERFLOW":        ErrOverflow,
 	"VERSIONCONFLICT": ErrVersionConflict,
 	"INVALID":         ErrInvalidArgument,
+	"TOOLATE":         ErrTooLate,
 	"NOTFLOAT":        ErrNotFloat,
 	"FLOATRANGE":      ErrFloatRange,
 	"NOTINTEGER":      ErrNotInteger,

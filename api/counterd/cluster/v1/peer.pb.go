@@ -409,6 +409,10 @@ const (
 	// The peer's storage is full or failing: it is read-only (HTTP 507,
 	// RESP MISCONF).
 	ErrorCode_ERROR_CODE_INSUFFICIENT_STORAGE ErrorCode = 19
+	// An add's event time (at_ns) is too old for its window or every
+	// rollup retention, or too far ahead; both are invalid arguments too.
+	ErrorCode_ERROR_CODE_TOO_LATE  ErrorCode = 30
+	ErrorCode_ERROR_CODE_TOO_EARLY ErrorCode = 31
 )
 
 // Enum value maps for ErrorCode.
@@ -434,6 +438,8 @@ var (
 		17: "ERROR_CODE_NOT_INTEGER",
 		18: "ERROR_CODE_QUOTA_EXCEEDED",
 		19: "ERROR_CODE_INSUFFICIENT_STORAGE",
+		30: "ERROR_CODE_TOO_LATE",
+		31: "ERROR_CODE_TOO_EARLY",
 	}
 	ErrorCode_value = map[string]int32{
 		"ERROR_CODE_UNSPECIFIED":          0,
@@ -456,6 +462,8 @@ var (
 		"ERROR_CODE_NOT_INTEGER":          17,
 		"ERROR_CODE_QUOTA_EXCEEDED":       18,
 		"ERROR_CODE_INSUFFICIENT_STORAGE": 19,
+		"ERROR_CODE_TOO_LATE":             30,
+		"ERROR_CODE_TOO_EARLY":            31,
 	}
 )
 
@@ -1048,17 +1056,20 @@ type Op struct {
 	KeepTtl         bool                   `protobuf:"varint,9,opt,name=keep_ttl,json=keepTtl,proto3" json:"keep_ttl,omitempty"`
 	TtlNs           int64                  `protobuf:"varint,10,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
 	// items are the raw members of a PFADD.
-	Items         [][]byte      `protobuf:"bytes,11,rep,name=items,proto3" json:"items,omitempty"`
-	Sources       []string      `protobuf:"bytes,12,rep,name=sources,proto3" json:"sources,omitempty"`
-	Fields        []*FieldDelta `protobuf:"bytes,13,rep,name=fields,proto3" json:"fields,omitempty"`
-	Names         [][]byte      `protobuf:"bytes,14,rep,name=names,proto3" json:"names,omitempty"`
-	Window        *WindowSpec   `protobuf:"bytes,15,opt,name=window,proto3" json:"window,omitempty"`
-	Shards        int64         `protobuf:"varint,16,opt,name=shards,proto3" json:"shards,omitempty"`
-	Shard         int64         `protobuf:"zigzag64,17,opt,name=shard,proto3" json:"shard,omitempty"` // -1: any shard
-	HllPrecision  uint32        `protobuf:"varint,18,opt,name=hll_precision,json=hllPrecision,proto3" json:"hll_precision,omitempty"`
-	Estimate      bool          `protobuf:"varint,19,opt,name=estimate,proto3" json:"estimate,omitempty"`
-	FloatText     []byte        `protobuf:"bytes,20,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"`       // OP_TYPE_ADD with KIND_FLOAT: the increment's text (any bytes: the engine refuses bad ones)
-	ExpireAtNs    int64         `protobuf:"varint,21,opt,name=expire_at_ns,json=expireAtNs,proto3" json:"expire_at_ns,omitempty"` // OP_TYPE_EXPIRE, OP_TYPE_SET: absolute expiry, 0 = none
+	Items        [][]byte      `protobuf:"bytes,11,rep,name=items,proto3" json:"items,omitempty"`
+	Sources      []string      `protobuf:"bytes,12,rep,name=sources,proto3" json:"sources,omitempty"`
+	Fields       []*FieldDelta `protobuf:"bytes,13,rep,name=fields,proto3" json:"fields,omitempty"`
+	Names        [][]byte      `protobuf:"bytes,14,rep,name=names,proto3" json:"names,omitempty"`
+	Window       *WindowSpec   `protobuf:"bytes,15,opt,name=window,proto3" json:"window,omitempty"`
+	Shards       int64         `protobuf:"varint,16,opt,name=shards,proto3" json:"shards,omitempty"`
+	Shard        int64         `protobuf:"zigzag64,17,opt,name=shard,proto3" json:"shard,omitempty"` // -1: any shard
+	HllPrecision uint32        `protobuf:"varint,18,opt,name=hll_precision,json=hllPrecision,proto3" json:"hll_precision,omitempty"`
+	Estimate     bool          `protobuf:"varint,19,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	FloatText    []byte        `protobuf:"bytes,20,opt,name=float_text,json=floatText,proto3" json:"float_text,omitempty"`       // OP_TYPE_ADD with KIND_FLOAT: the increment's text (any bytes: the engine refuses bad ones)
+	ExpireAtNs   int64         `protobuf:"varint,21,opt,name=expire_at_ns,json=expireAtNs,proto3" json:"expire_at_ns,omitempty"` // OP_TYPE_EXPIRE, OP_TYPE_SET: absolute expiry, 0 = none
+	// OP_TYPE_ADD, OP_TYPE_PFADD: the event time (unix ns) that picks window
+	// and rollup buckets, 0 = the apply time (engine.Op.At).
+	AtNs          int64 `protobuf:"varint,30,opt,name=at_ns,json=atNs,proto3" json:"at_ns,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1236,6 +1247,13 @@ func (x *Op) GetFloatText() []byte {
 func (x *Op) GetExpireAtNs() int64 {
 	if x != nil {
 		return x.ExpireAtNs
+	}
+	return 0
+}
+
+func (x *Op) GetAtNs() int64 {
+	if x != nil {
+		return x.AtNs
 	}
 	return 0
 }
@@ -4282,7 +4300,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"WindowSpec\x12%\n" +
 	"\x0egranularity_ns\x18\x01 \x01(\x03R\rgranularityNs\x12\x17\n" +
 	"\aspan_ns\x18\x02 \x01(\x03R\x06spanNs\x12\x14\n" +
-	"\x05fixed\x18\x03 \x01(\bR\x05fixed\"\xc3\x05\n" +
+	"\x05fixed\x18\x03 \x01(\bR\x05fixed\"\xd8\x05\n" +
 	"\x02Op\x12/\n" +
 	"\x04type\x18\x01 \x01(\x0e2\x1b.counterd.cluster.v1.OpTypeR\x04type\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\tR\x02id\x12-\n" +
@@ -4307,7 +4325,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\n" +
 	"float_text\x18\x14 \x01(\fR\tfloatText\x12 \n" +
 	"\fexpire_at_ns\x18\x15 \x01(\x03R\n" +
-	"expireAtNs\"\x80\x02\n" +
+	"expireAtNs\x12\x13\n" +
+	"\x05at_ns\x18\x1e \x01(\x03R\x04atNs\"\x80\x02\n" +
 	"\x06Result\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.counterd.cluster.v1.KindR\x04kind\x12\x14\n" +
@@ -4613,7 +4632,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x18ALGORITHM_SLIDING_WINDOW\x10\x02\x12\x19\n" +
 	"\x15ALGORITHM_SLIDING_LOG\x10\x03\x12\x1a\n" +
 	"\x16ALGORITHM_TOKEN_BUCKET\x10\x04\x12\x1a\n" +
-	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xc4\x04\n" +
+	"\x16ALGORITHM_LEAKY_BUCKET\x10\x05*\xf7\x04\n" +
 	"\tErrorCode\x12\x1a\n" +
 	"\x16ERROR_CODE_UNSPECIFIED\x10\x00\x12\x17\n" +
 	"\x13ERROR_CODE_INTERNAL\x10\x01\x12\x1a\n" +
@@ -4635,7 +4654,9 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x16ERROR_CODE_FLOAT_RANGE\x10\x10\x12\x1a\n" +
 	"\x16ERROR_CODE_NOT_INTEGER\x10\x11\x12\x1d\n" +
 	"\x19ERROR_CODE_QUOTA_EXCEEDED\x10\x12\x12#\n" +
-	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13*\x93\x01\n" +
+	"\x1fERROR_CODE_INSUFFICIENT_STORAGE\x10\x13\x12\x17\n" +
+	"\x13ERROR_CODE_TOO_LATE\x10\x1e\x12\x18\n" +
+	"\x14ERROR_CODE_TOO_EARLY\x10\x1f*\x93\x01\n" +
 	"\x06ReadOp\x12\x17\n" +
 	"\x13READ_OP_UNSPECIFIED\x10\x00\x12\x0f\n" +
 	"\vREAD_OP_GET\x10\x01\x12\x10\n" +

@@ -1,0 +1,87 @@
+package backendtest
+
+import (
+	"slices"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/rollup"
+)
+
+// eventTimeCases: adds with an explicit event time (engine.Op.At) count
+// in that time's window and rollup buckets on every backend
+// (docs/time.md, "Event time").
+func eventTimeCases() []tcase {
+	spec := counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}
+	win := func(id string, d int64, at time.Time) engine.Op {
+		op := engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindWindow, Window: spec, Delta: d}
+		if !at.IsZero() {
+			op.At = at.UnixNano()
+		}
+		return op
+	}
+	return []tcase{
+		{"window_past_bucket", func(e *env) {
+			id := e.id("w")
+			now := e.b.Now()
+			e.apply(win(id, 1, time.Time{}))
+			past := now.Add(-30 * time.Minute)
+			if r := e.apply(win(id, 10, past)); r.Value != 11 {
+				e.t.Errorf("add at -30m answered %d, want 11", r.Value)
+			}
+			v := e.get(id)
+			var got int64
+			for _, b := range v.Buckets {
+				if b.Start.Equal(past.Truncate(time.Minute)) {
+					got = b.Count
+				}
+			}
+			if v.Value != 11 || got != 10 {
+				e.t.Errorf("window = %d, bucket of -30m = %d (%+v); want 11 and 10", v.Value, got, v.Buckets)
+			}
+		}},
+		{"window_too_late", func(e *env) {
+			id := e.id("w")
+			now := e.b.Now()
+			e.apply(win(id, 1, time.Time{}))
+			_, err := e.b.Apply(e.ctx, win(id, 5, now.Add(-2*time.Hour)), engine.WriteOptions{})
+			e.wantErr("window add older than the window", err, engine.ErrTooLate)
+			e.wantErr("window add older than the window", err, engine.ErrInvalidArgument)
+			if v := e.get(id); v.Value != 1 {
+				e.t.Errorf("window after a refused add = %d, want 1", v.Value)
+			}
+		}},
+		{"rollup_past_buckets", func(e *env) {
+			id := setSpec(e, "et") + ":a"
+			now := e.b.Now()
+			m := now.Add(-3 * time.Hour).Truncate(time.Minute)
+			e.apply(add(id, engine.KindNone, 1)) // now: the open buckets are now's
+			at := func(d int64, t time.Time) engine.Op {
+				op := add(id, engine.KindNone, d)
+				op.At = t.UnixNano()
+				return op
+			}
+			e.apply(at(5, m.Add(10*time.Second)))
+			e.apply(at(2, m.Add(time.Minute+59*time.Second)))
+			e.apply(at(3, m.Add(20*time.Second)))
+			s, err := e.b.Series(e.ctx, id, rollup.Minute, m.Add(-time.Minute), m.Add(3*time.Minute))
+			if err != nil || !slices.Equal(s.Values, []int64{0, 8, 2, 0}) {
+				e.t.Errorf("minutes around -3h = %+v, %v; want [0 8 2 0]", s, err)
+			}
+			if v := e.get(id); v.Value != 11 {
+				e.t.Errorf("counter = %d, want 11", v.Value)
+			}
+		}},
+		{"invalid_time", func(e *env) {
+			op := add(e.id("c"), engine.KindNone, 1)
+			op.At = time.Date(1800, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+			e.wantErr("add at 1800", err, engine.ErrInvalidArgument)
+			op = set(e.id("c"), 1)
+			op.At = e.b.Now().UnixNano()
+			_, err = e.b.Apply(e.ctx, op, engine.WriteOptions{})
+			e.wantErr("set with an event time", err, engine.ErrInvalidArgument)
+		}},
+	}
+}
