@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/buildinfo"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -140,7 +141,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		GlobalAggregate: globalAggregate(rep),
 		Quotas:          quotaUsage(qb),
 	})
-	rl := ratelimit.NewHTTPHandler(rlc, ratelimit.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
+	rl := ratelimitapi.NewHTTPHandler(rlc, ratelimitapi.HTTPOptions{MaxBodyBytes: cfg.MaxBodyBytes, Policies: rlPolicies, Authorize: hitsAuthorizer(store), Recent: recent})
 	console := ui.Handler(ui.Options{Auth: store != nil, Version: buildinfo.Version()})
 	// Route by prefix rather than through another ServeMux, which would
 	// clean and redirect API paths before the API sees them.
@@ -246,7 +247,7 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		// Authentication first: calls are admitted by their user (shedUnary).
 		gopts := append(grpcConnOptions(grpcConnectionTimeout), sec.grpcOptions()...)
 		gs = grpc.NewServer(append(append(gopts, grpcAuthOptions(store)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
-		ratelimit.RegisterEnvoy(gs, rlc, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
+		ratelimitapi.RegisterEnvoy(gs, rlc, ratelimitapi.EnvoyOptions{Authorize: grpcHitsAuthorizer(store)})
 		if nd.grpc != nil {
 			nd.grpc(gs)
 		}

@@ -17,8 +17,14 @@ import (
 
 // readBody reads the whole request body, at most opts.MaxBodyBytes.
 func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	body := http.MaxBytesReader(w, r.Body, h.opts.MaxBodyBytes)
-	b, err := io.ReadAll(body)
+	return ReadBody(w, r, h.opts.MaxBodyBytes)
+}
+
+// ReadBody reads r's whole body, at most max bytes: a longer body is
+// body_too_large (413), a failed read invalid_json. Every front end of the
+// HTTP API reads bodies with it.
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
@@ -44,9 +50,14 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 	return decodeStrict(b, v)
 }
 
-// decodeStrict decodes the JSON object b into v. It rejects unknown fields
-// and trailing data (invalid_json) and values of the wrong type
-// (invalid_argument). An empty body decodes as {}.
+// DecodeStrict decodes the JSON object b into v, as every route of the
+// HTTP API decodes its body: unknown fields, trailing data and malformed
+// JSON are invalid_json; values of the wrong type and a body that is not
+// an object are invalid_argument; an empty body decodes as {}. An error
+// that a field's own UnmarshalJSON returns is returned as it is, for the
+// caller to classify.
+func DecodeStrict(b []byte, v any) error { return decodeStrict(b, v) }
+
 func decodeStrict(b []byte, v any) error {
 	b = trimJSONSpace(b)
 	if len(b) == 0 {
@@ -73,6 +84,7 @@ func decodeStrict(b []byte, v any) error {
 func decodeError(err error) error {
 	var ae *argError
 	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
 	switch {
 	case errors.As(err, &ae):
 		return ae
@@ -82,9 +94,13 @@ func decodeError(err error) error {
 			field = "body"
 		}
 		return invalidArgf("%s: expected %s, got JSON %s", field, te.Type, te.Value)
-	default:
+	case errors.As(err, &se), errors.Is(err, io.ErrUnexpectedEOF), strings.HasPrefix(err.Error(), "json: "):
 		// Syntax errors, unexpected EOF and unknown fields.
 		return fmt.Errorf("%w: %s", errInvalidJSON, strings.TrimPrefix(err.Error(), "json: "))
+	default:
+		// A field's UnmarshalJSON refused its value (a caller's type,
+		// such as a rate-limit policy): the caller classifies it.
+		return err
 	}
 }
 

@@ -10,6 +10,10 @@ import (
 	"github.com/counterd/counterd/internal/engine"
 )
 
+// WriteJSON writes v as a JSON answer with status, as every route of the
+// HTTP API does (Content-Type application/json, nosniff).
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+
 // writeJSON writes v as the JSON answer with status.
 func writeJSON(w http.ResponseWriter, status int, v any) {
 	b, err := json.Marshal(v)

@@ -160,6 +160,24 @@ func WriteError(w http.ResponseWriter, err error) {
 	writeJSON(w, status, errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}})
 }
 
+// WriteErrorCode writes the API's JSON error answer with an explicit code
+// and status, for an answer that is no error of the contract (the
+// rate-limit middleware's 429 "rate_limited").
+func WriteErrorCode(w http.ResponseWriter, status int, code, msg string) {
+	writeJSON(w, status, errorBody{Status: "error", Error: errorDetail{Code: code, Message: msg}})
+}
+
+// MethodNotAllowed answers 405 method_not_allowed with the Allow header.
+func MethodNotAllowed(w http.ResponseWriter, r *http.Request, allow string) {
+	w.Header().Set("Allow", allow)
+	WriteError(w, fmt.Errorf("%w: %s %s (allowed: %s)", errMethodNotAllowed, r.Method, r.URL.Path, allow))
+}
+
+// RouteNotFound is the not_found error of a request no route serves.
+func RouteNotFound(r *http.Request) error {
+	return fmt.Errorf("%w: %s %s", errRouteNotFound, r.Method, r.URL.Path)
+}
+
 // invalidArgf returns an error wrapping engine.ErrInvalidArgument.
 func invalidArgf(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", engine.ErrInvalidArgument, fmt.Sprintf(format, args...))
