@@ -5,6 +5,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -13,7 +14,7 @@ func TestLimitCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(ratelimit.NewHTTPHandler(l, ratelimit.HTTPOptions{}))
+	srv := httptest.NewServer(ratelimitapi.NewHTTPHandler(l, ratelimitapi.HTTPOptions{}))
 	t.Cleanup(func() { srv.Close(); l.Close() })
 
 	// A sliding window's hit weighs on the next window too: its reset is

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/backendtest"
 	"github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/node/nodetest"
@@ -89,7 +90,7 @@ func TestCluster(t *testing.T) {
 				c.FS, c.DiskCheckInterval = fss[id], 10*time.Millisecond
 			},
 			HTTP: func(id string) http.Handler {
-				return ratelimit.NewHTTPHandler(lims[id], ratelimit.HTTPOptions{})
+				return ratelimitapi.NewHTTPHandler(lims[id], ratelimitapi.HTTPOptions{})
 			},
 			// As the server wires it: limiter state follows the ring.
 			BeforeStart: func(id string, n *node.Node) { n.SetRateLimit(node.RateLimit{Limiter: lims[id]}) },

@@ -2,8 +2,9 @@ package ratelimit
 
 import "context"
 
-// Checker decides rate-limit checks for the front ends (NewHTTPHandler,
-// Middleware, RegisterEnvoy and the RESP command RL.CHECK). *Limiter
+// Checker decides rate-limit checks for the front ends
+// (internal/api/ratelimitapi: the HTTP API, the middleware, Envoy RLS, and
+// the RESP command RL.CHECK). *Limiter
 // decides every check itself; *Router sends each check to the node that
 // owns its key and decides there; redisrl.Decider decides in Redis, for
 // every node of the tiered mode. Implementations are safe for concurrent

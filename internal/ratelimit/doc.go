@@ -25,12 +25,13 @@
 // Policies (Policy, LoadPolicies, Limiter.SetPolicy) attach limits to keys
 // by glob or namespace. Where several nodes share one state, the policies
 // live in a PolicyStore (PostgreSQL in tiered mode) and a PolicySync
-// writes changes through it and reloads it into each node's Limiter. Front ends: NewHTTPHandler (POST /ratelimit/check,
-// /ratelimit/policies), Middleware for net/http, Limiter.CheckArgs for the
-// RESP command RL.CHECK, and RegisterEnvoy for Envoy's rate limit service
-// (envoy.service.ratelimit.v3) over gRPC.
+// writes changes through it and reloads it into each node's Limiter.
 //
-// Front ends take a Checker: a *Limiter decides itself; a *Router (the
+// The front ends live in internal/api/ratelimitapi: the HTTP API (POST
+// /ratelimit/check, /ratelimit/policies; its JSON is wire.go's), the
+// net/http middleware, the RESP command RL.CHECK (Limiter.CheckArgs parses
+// its arguments) and Envoy's rate limit service (envoy.service.ratelimit.v3)
+// over gRPC. They take a Checker: a *Limiter decides itself; a *Router (the
 // cluster mode) decides on the node owning the key, forwarding the check
 // one hop to the owner's POST /ratelimit/check, so decisions are exact
 // while one node owns a key. When the owner is unreachable it decides

@@ -4,30 +4,10 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 )
-
-func FuzzCheckArgs(f *testing.F) {
-	for _, s := range []string{"k", "k 10 1000", "k 10 1000 2 token_bucket 20", "k -1 1 1", "k 1 9223372036854775807 0 leaky_bucket", "pol:x"} {
-		f.Add(s)
-	}
-	l := newLimiter(f, newFakeClock().Now, Policy{Name: "p", Match: "pol:*", Algorithm: SlidingLog, Limit: 3, Period: time.Second})
-	f.Fuzz(func(t *testing.T, s string) {
-		reply, err := l.CheckArgs(args(s))
-		if err != nil {
-			if r := RESPError(err); !strings.HasPrefix(r, "ERR ") || strings.ContainsAny(r, "\r\n") && !strings.ContainsAny(s, "\r\n") {
-				t.Fatalf("RESPError %q", r)
-			}
-			return
-		}
-		if reply[0] != 0 && reply[0] != 1 || reply[1] < 0 || reply[2] < 0 || reply[3] < 0 || (reply[0] == 1) != (reply[3] == 0) {
-			t.Fatalf("RL.CHECK %s = %v", s, reply)
-		}
-	})
-}
 
 func FuzzLoadPolicies(f *testing.F) {
 	f.Add(examplePolicies)
@@ -50,30 +30,6 @@ func FuzzLoadPolicies(f *testing.F) {
 			if err := json.Unmarshal(b, &q); err != nil || q != p {
 				t.Fatalf("JSON round trip of %+v: %+v, %v", p, q, err)
 			}
-		}
-	})
-}
-
-func FuzzHTTPCheck(f *testing.F) {
-	f.Add(`{"key":"a","limits":[{"algorithm":"fixed_window","limit":2,"period":"1s"}]}`)
-	f.Add(`{"key":"p:1","cost":0}`)
-	f.Add(`{"key":"p:1","policy":"p","limits":[{"limit":5,"period_ms":100,"algorithm":"token_bucket","burst":7}]}`)
-	l := newLimiter(f, newFakeClock().Now, Policy{Name: "p", Match: "p:*", Algorithm: FixedWindow, Limit: 3, Period: time.Second})
-	h := NewHTTPHandler(l, HTTPOptions{})
-	f.Fuzz(func(t *testing.T, body string) {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check", strings.NewReader(body)))
-		switch rec.Code {
-		case 200, 429, 400, 404, 413:
-		default:
-			t.Fatalf("status %d for %q: %s", rec.Code, body, rec.Body)
-		}
-		var v map[string]any
-		if err := json.Unmarshal(rec.Body.Bytes(), &v); err != nil {
-			t.Fatalf("answer is not JSON: %q", rec.Body)
-		}
-		if (rec.Code == 429) != (rec.Header().Get("Retry-After") != "") {
-			t.Fatalf("status %d with Retry-After %q", rec.Code, rec.Header().Get("Retry-After"))
 		}
 	})
 }

@@ -54,3 +54,6 @@ func mustCheck(t testing.TB, l *Limiter, key string, lim Limit, cost int64) Stat
 	}
 	return s
 }
+
+// newCheckAnswer is NewCheckAnswer (the router tests' name for it).
+var newCheckAnswer = NewCheckAnswer

@@ -79,6 +79,10 @@ func (p Policy) Validate() error {
 	return nil
 }
 
+// ValidatePolicyName checks a policy or limit name: 1..64 bytes of
+// [A-Za-z0-9_.-]. Errors wrap ErrInvalidPolicy.
+func ValidatePolicyName(name string) error { return validatePolicyName(name) }
+
 func validatePolicyName(name string) error {
 	if len(name) == 0 || len(name) > 64 {
 		return errorf(ErrInvalidPolicy, "name must be 1..64 bytes, got %d", len(name))
@@ -251,8 +255,8 @@ func truncate(s string, n int) string {
 	return s[:n] + "..."
 }
 
-// policyDoc is the YAML and JSON form of a Policy.
-type policyDoc struct {
+// PolicyDoc is the YAML and JSON form of a Policy; Policy validates it.
+type PolicyDoc struct {
 	Name      string `json:"name" yaml:"name"`
 	Match     string `json:"match,omitempty" yaml:"match"`
 	Namespace string `json:"namespace,omitempty" yaml:"namespace"`
@@ -264,7 +268,7 @@ type policyDoc struct {
 	Final     bool   `json:"final,omitempty" yaml:"final"`
 }
 
-func (d *policyDoc) policy() (Policy, error) {
+func (d *PolicyDoc) Policy() (Policy, error) {
 	p := Policy{Name: d.Name, Match: d.Match, Namespace: d.Namespace, Limit: d.Limit, Burst: d.Burst, Cost: d.Cost, Final: d.Final}
 	p.Algorithm = DefaultAlgorithm
 	if d.Algorithm != "" {
@@ -285,8 +289,8 @@ func (d *policyDoc) policy() (Policy, error) {
 	return p, p.Validate()
 }
 
-func docOf(p *Policy) policyDoc {
-	d := policyDoc{Name: p.Name, Match: p.Match, Namespace: p.Namespace, Limit: p.Limit,
+func docOf(p *Policy) PolicyDoc {
+	d := PolicyDoc{Name: p.Name, Match: p.Match, Namespace: p.Namespace, Limit: p.Limit,
 		Period: FormatPeriod(p.Period), Burst: p.Burst, Cost: p.Cost, Final: p.Final}
 	if p.Algorithm != 0 {
 		d.Algorithm = p.Algorithm.String()
@@ -333,11 +337,11 @@ func (p Policy) MarshalJSON() ([]byte, error) { return json.Marshal(docOf(&p)) }
 func (p *Policy) UnmarshalJSON(b []byte) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	var d policyDoc
+	var d PolicyDoc
 	if err := dec.Decode(&d); err != nil {
 		return errorf(ErrInvalidPolicy, "%s", strings.TrimPrefix(err.Error(), "json: "))
 	}
-	v, err := d.policy()
+	v, err := d.Policy()
 	if err != nil {
 		return err
 	}
@@ -347,7 +351,7 @@ func (p *Policy) UnmarshalJSON(b []byte) error {
 
 // policyFile is the YAML file: a list under "policies".
 type policyFile struct {
-	Policies []policyDoc `yaml:"policies"`
+	Policies []PolicyDoc `yaml:"policies"`
 }
 
 // LoadPolicies reads policies from YAML (docs/ratelimit.md):
@@ -371,7 +375,7 @@ func LoadPolicies(r io.Reader) ([]Policy, error) {
 	}
 	ps := make([]Policy, 0, len(f.Policies))
 	for i := range f.Policies {
-		p, err := f.Policies[i].policy()
+		p, err := f.Policies[i].Policy()
 		if err != nil {
 			return nil, err
 		}

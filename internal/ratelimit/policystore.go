@@ -60,7 +60,7 @@ type PolicySyncConfig struct {
 }
 
 // PolicySync keeps a Limiter's policies equal to a PolicyStore's. Its
-// write methods (it is a PolicyStore itself, for HTTPOptions.Policies)
+// write methods (it is a PolicyStore itself, for ratelimitapi.HTTPOptions.Policies)
 // write through the store and then apply the same change to the Limiter,
 // so the node that made a change sees it at once; a goroutine reloads the
 // store every Interval so that every other node sees it within about

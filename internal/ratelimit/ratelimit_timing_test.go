@@ -2,9 +2,7 @@ package ratelimit
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"runtime"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -92,22 +90,6 @@ func BenchmarkCheckArgs(b *testing.B) {
 	for b.Loop() {
 		if _, err := l.CheckArgs(a); err != nil {
 			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkHTTPCheck is POST /ratelimit/check through the handler, in
-// process (no sockets).
-func BenchmarkHTTPCheck(b *testing.B) {
-	l := newLimiter(b, nil)
-	h := NewHTTPHandler(l, HTTPOptions{})
-	body := `{"key":"user:1","limits":[{"algorithm":"sliding_window","limit":1000000000,"period":"1m"}]}`
-	b.ReportAllocs()
-	for b.Loop() {
-		rec := httptest.NewRecorder()
-		h.ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check", strings.NewReader(body)))
-		if rec.Code != 200 {
-			b.Fatal(rec.Code, rec.Body)
 		}
 	}
 }

@@ -86,6 +86,9 @@ func (r *Recorder) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int6
 // Local is the wrapped Checker's Limiter.
 func (r *Recorder) Local() *Limiter { return r.c.Local() }
 
+// Capacity is how many decisions r keeps.
+func (r *Recorder) Capacity() int { return len(r.slots) }
+
 func (r *Recorder) record(hits []Hit, st Status) {
 	seq := r.seq.Add(1)
 	s := &r.slots[(seq-1)%uint64(len(r.slots))]
@@ -133,7 +136,7 @@ func (r *Recorder) Recent(max int) ([]Decision, uint64) {
 			out = append(out, Decision{
 				Seq: s.seq, Time: s.at.UTC().Format(time.RFC3339Nano), Key: string(s.key), Allowed: s.st.Allowed,
 				Policy: lim.DisplayName(), Limits: s.n, Cost: s.cost, Limit: s.st.Limit,
-				Remaining: s.st.Remaining, RetryAfterMS: ceilMillis(s.st.RetryAfter),
+				Remaining: s.st.Remaining, RetryAfterMS: CeilMillis(s.st.RetryAfter),
 			})
 		}
 		s.mu.Unlock()

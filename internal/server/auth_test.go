@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/chunksync"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -20,7 +21,7 @@ import (
 // does not exist (besides the cluster, pipeline, region and snapshot routes
 // mounted by Run).
 func TestHTTPNeedsCoverRoutes(t *testing.T) {
-	routes := append(append(httpapi.Routes(), ratelimit.HTTPRoutes()...), ui.Routes()...)
+	routes := append(append(httpapi.Routes(), ratelimitapi.HTTPRoutes()...), ui.Routes()...)
 	for _, r := range routes {
 		if _, ok := httpNeeds[r]; !ok {
 			t.Errorf("route %q has no entry in httpNeeds", r)
@@ -44,7 +45,7 @@ func TestGRPCNeedsCoverMethods(t *testing.T) {
 	}
 	defer lim.Close()
 	gs := grpc.NewServer()
-	ratelimit.RegisterEnvoy(gs, lim, ratelimit.EnvoyOptions{})
+	ratelimitapi.RegisterEnvoy(gs, lim, ratelimitapi.EnvoyOptions{})
 	n := 0
 	for svc, info := range gs.GetServiceInfo() {
 		for _, m := range info.Methods {

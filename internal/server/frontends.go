@@ -7,9 +7,9 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/buildinfo"
-	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
 	"github.com/counterd/counterd/internal/ui"
@@ -33,9 +33,9 @@ func (n *node) routes() *router {
 	})
 	mux := http.NewServeMux()
 	mux.Handle("/", api) // every path no other front end has: the API answers its own 404 and 405
-	mountPaths(mux, ratelimit.NewHTTPHandler(n.recent, ratelimit.HTTPOptions{
+	mountPaths(mux, ratelimitapi.NewHTTPHandler(n.recent, ratelimitapi.HTTPOptions{
 		MaxBodyBytes: n.cfg.MaxBodyBytes, Policies: n.rl.policies, Authorize: hitsAuthorizer(n.auth), Recent: n.recent,
-	}), ratelimit.HTTPRoutes())
+	}), ratelimitapi.HTTPRoutes())
 	// The console: GET / redirects to it (other methods on / are the
 	// API's), and it answers every method under /ui itself.
 	console := ui.Handler(ui.Options{Auth: n.auth != nil, Version: buildinfo.Version()})
@@ -117,7 +117,7 @@ func (n *node) grpcServer(fair *shed.Fair, sm *shedMetrics) *grpc.Server {
 	// Authentication first: calls are admitted by their user (shedUnary).
 	opts := append(grpcConnOptions(grpcConnectionTimeout), n.sec.grpcOptions()...)
 	gs := grpc.NewServer(append(append(opts, grpcAuthOptions(n.auth)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
-	ratelimit.RegisterEnvoy(gs, n.recent, ratelimit.EnvoyOptions{Authorize: grpcHitsAuthorizer(n.auth)})
+	ratelimitapi.RegisterEnvoy(gs, n.recent, ratelimitapi.EnvoyOptions{Authorize: grpcHitsAuthorizer(n.auth)})
 	if n.rep != nil {
 		n.rep.Register(gs)
 	}

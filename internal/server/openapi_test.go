@@ -15,8 +15,8 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
-	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/testutil/ports"
 )
 
@@ -53,7 +53,7 @@ func TestOpenAPIMatchesMountedRouter(t *testing.T) {
 	for pat := range httpNeeds {
 		mounted[openapiRoute(pat)] = true
 	}
-	for _, src := range [][]string{httpapi.Routes(), ratelimit.HTTPRoutes(), cnode.HTTPRoutes()} {
+	for _, src := range [][]string{httpapi.Routes(), ratelimitapi.HTTPRoutes(), cnode.HTTPRoutes()} {
 		for _, r := range src {
 			if !mounted[openapiRoute(r)] {
 				t.Errorf("route %s is served but not in httpNeeds", r)

@@ -89,7 +89,7 @@ func (m *tieredMode) peerRegions(*region.Config) (bool, error) {
 // file), and a warning names it when the file differs. Then lim follows
 // the store (ratelimit.PolicySync, every second).
 func tieredRateLimits(ctx context.Context, b *tiered.Backend, lim *ratelimit.Limiter, log *slog.Logger) (*sharedLimits, error) {
-	st := b.Postgres().Policies()
+	st := ratelimit.NewRecordPolicies(b)
 	if seed := lim.Policies(); len(seed) > 0 {
 		added, kept, err := ratelimit.SeedPolicies(ctx, st, seed)
 		if err := logSeeded(log, added, kept, err); err != nil {

@@ -230,3 +230,9 @@ func writeOptions(r *http.Request) (engine.WriteOptions, error) {
 	}
 	return wo, nil
 }
+
+// ReadBody reads r's whole body, at most max bytes, as every front end of
+// the HTTP API does (httpjson.ReadBody).
+func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	return httpjson.ReadBody(w, r, max)
+}

@@ -299,3 +299,7 @@ func windowBody(id string, v engine.View) windowAnswer {
 	}
 	return out
 }
+
+// WriteJSON writes v as a JSON answer with status, as every route of the
+// HTTP API does (Content-Type application/json, nosniff).
+func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }

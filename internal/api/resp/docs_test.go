@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 )
 
 // TestDocsNameEveryCommand: docs/resp.md names every command the server
@@ -17,7 +17,7 @@ func TestDocsNameEveryCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	names := []string{ratelimit.RESPCommandName}
+	names := []string{ratelimitapi.RESPCommandName}
 	for name := range buildCommands() {
 		names = append(names, name)
 	}

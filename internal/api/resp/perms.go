@@ -1,8 +1,8 @@
 package resp
 
 import (
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // access is what a command requires. Its keys are found at the command
@@ -50,12 +50,12 @@ var commandAccess = map[string]access{
 	"hget": needRead, "hmget": needRead, "hgetall": needRead, "hkeys": needRead,
 	"hvals": needRead, "hlen": needRead, "hexists": needRead,
 	"pfadd": needWrite, "pfcount": needRead,
-	"pfmerge":                 {need: auth.Need{Perm: auth.Write}, sourcesRead: true},
-	ratelimit.RESPCommandName: needWrite, // consumes the key's limit
-	EventsCommandName:         needWriteAll,
-	ScopedGetCommandName:      needReadKey,
-	IncrByAtCommandName:       needWrite,
-	PFAddAtCommandName:        needWrite,
+	"pfmerge":                    {need: auth.Need{Perm: auth.Write}, sourcesRead: true},
+	ratelimitapi.RESPCommandName: needWrite, // consumes the key's limit
+	EventsCommandName:            needWriteAll,
+	ScopedGetCommandName:         needReadKey,
+	IncrByAtCommandName:          needWrite,
+	PFAddAtCommandName:           needWrite,
 
 	// connection: AUTH, HELLO, QUIT and RESET work before authentication,
 	// as in Redis; the rest need an authenticated user.

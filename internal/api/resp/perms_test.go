@@ -3,7 +3,7 @@ package resp
 import (
 	"testing"
 
-	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 )
 
 // TestCommandAccessCoversTable: every command the server knows maps to
@@ -11,7 +11,7 @@ import (
 // exist.
 func TestCommandAccessCoversTable(t *testing.T) {
 	cmds := buildCommands()
-	cmds[ratelimit.RESPCommandName] = &command{name: ratelimit.RESPCommandName}
+	cmds[ratelimitapi.RESPCommandName] = &command{name: ratelimitapi.RESPCommandName}
 	cmds[EventsCommandName] = eventsCommand(nil)       // registered with Options.Events
 	cmds[ScopedGetCommandName] = scopedGetCommand(nil) // registered by New
 	for name := range cmds {

@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -17,7 +18,7 @@ type ctxChecker interface {
 // retry_after_ms]. Registered only when Options.RateLimiter is set.
 func rateLimitCommand(l ratelimit.Checker) *command {
 	return &command{
-		name: ratelimit.RESPCommandName, arity: ratelimit.RESPArity, flags: flagWrite | flagFast, first: 1, last: 1, step: 1,
+		name: ratelimitapi.RESPCommandName, arity: ratelimitapi.RESPArity, flags: flagWrite | flagFast, first: 1, last: 1, step: 1,
 		doc: &cmdDoc{"counterd", "Checks and consumes a rate limit on a key: allowed, remaining, reset_ms, retry_after_ms.", "0.1.0", "O(1)",
 			[]argDoc{aKey("key"), aInt("limit"), aInt("period_ms"), aOpt(aInt("cost")), aOpt(aStr("algorithm"))}},
 		fn: func(s *Server, c *client, args [][]byte) {
@@ -29,7 +30,7 @@ func rateLimitCommand(l ratelimit.Checker) *command {
 				r, err = l.CheckArgs(args[1:])
 			}
 			if err != nil {
-				c.writeError(ratelimit.RESPError(err))
+				c.writeError(ratelimitapi.RESPError(err))
 				return
 			}
 			c.writeHeader('*', len(r))

@@ -11,7 +11,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"github.com/counterd/counterd/internal/ratelimit"
 	"io"
 	"log/slog"
 	"net"
@@ -23,8 +22,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -275,7 +276,7 @@ func New(eng engine.Backend, opts Options) *Server {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.cmds = buildCommands()
 	if opts.RateLimiter != nil {
-		s.cmds[ratelimit.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
+		s.cmds[ratelimitapi.RESPCommandName] = rateLimitCommand(opts.RateLimiter)
 	}
 	if opts.Events != nil {
 		s.cmds[EventsCommandName] = eventsCommand(opts.Events)

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
@@ -249,7 +250,7 @@ func TestErrors(t *testing.T) {
 		}
 		mr, merr := mem.CheckArgs(b)
 		rr, rerr := red.CheckArgs(b)
-		if mr != rr || (merr == nil) != (rerr == nil) || (merr != nil && ratelimit.RESPError(merr) != ratelimit.RESPError(rerr)) {
+		if mr != rr || (merr == nil) != (rerr == nil) || (merr != nil && ratelimitapi.RESPError(merr) != ratelimitapi.RESPError(rerr)) {
 			t.Errorf("RL.CHECK %q: memory %v %v, redis %v %v", args, mr, merr, rr, rerr)
 		}
 	}
@@ -401,11 +402,11 @@ func TestRedisDown(t *testing.T) {
 	if !errors.Is(err, ratelimit.ErrDeciderUnavailable) {
 		t.Fatalf("Redis down: %v, want ErrDeciderUnavailable", err)
 	}
-	if msg := ratelimit.RESPError(err); !strings.HasPrefix(msg, "TRYAGAIN ") {
+	if msg := ratelimitapi.RESPError(err); !strings.HasPrefix(msg, "TRYAGAIN ") {
 		t.Errorf("RESP error %q, want TRYAGAIN", msg)
 	}
 	rec := httptest.NewRecorder()
-	ratelimit.NewHTTPHandler(d, ratelimit.HTTPOptions{}).ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check",
+	ratelimitapi.NewHTTPHandler(d, ratelimitapi.HTTPOptions{}).ServeHTTP(rec, httptest.NewRequest("POST", "/ratelimit/check",
 		strings.NewReader(`{"key":"k","limits":[{"algorithm":"fixed_window","limit":5,"period":"1m"}]}`)))
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Errorf("HTTP check with Redis down: %d %s", rec.Code, rec.Body)

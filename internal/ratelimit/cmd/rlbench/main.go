@@ -46,6 +46,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/encoding/protowire"
 
+	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -94,10 +95,10 @@ func serve(args []string) error {
 		return err
 	}
 	mux := http.NewServeMux()
-	mux.Handle("/ratelimit/", ratelimit.NewHTTPHandler(l, ratelimit.HTTPOptions{}))
+	mux.Handle("/ratelimit/", ratelimitapi.NewHTTPHandler(l, ratelimitapi.HTTPOptions{}))
 	hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	gs := grpc.NewServer()
-	ratelimit.RegisterEnvoy(gs, l, ratelimit.EnvoyOptions{OverrideAlgorithm: ratelimit.TokenBucket})
+	ratelimitapi.RegisterEnvoy(gs, l, ratelimitapi.EnvoyOptions{OverrideAlgorithm: ratelimit.TokenBucket})
 	go hs.Serve(hl)
 	go gs.Serve(gl)
 	fmt.Printf("http=%s grpc=%s\n", hl.Addr(), gl.Addr())

@@ -1,10 +1,13 @@
-package ratelimit
+package ratelimitapi
 
 import (
 	"net"
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // Middleware limits the requests of next by the key keyFunc returns:
@@ -22,14 +25,14 @@ import (
 //
 // c decides: a *Limiter, or a *Router to decide on the key's owner in a
 // cluster. Policies are c.Local()'s.
-func Middleware(c Checker, keyFunc func(*http.Request) string, limits ...Limit) func(http.Handler) http.Handler {
+func Middleware(c ratelimit.Checker, keyFunc func(*http.Request) string, limits ...ratelimit.Limit) func(http.Handler) http.Handler {
 	l := c.Local()
 	for _, lim := range limits {
 		if err := lim.Validate(); err != nil {
 			panic("ratelimit: Middleware: " + err.Error())
 		}
 	}
-	limits = append([]Limit(nil), limits...)
+	limits = append([]ratelimit.Limit(nil), limits...)
 	return func(next http.Handler) http.Handler {
 		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			key := keyFunc(r)
@@ -37,21 +40,21 @@ func Middleware(c Checker, keyFunc func(*http.Request) string, limits ...Limit) 
 				next.ServeHTTP(w, r)
 				return
 			}
-			var hbuf [8]Hit
-			var sbuf [8]Status
+			var hbuf [8]ratelimit.Hit
+			var sbuf [8]ratelimit.Status
 			hits := hbuf[:0]
 			var err error
 			if len(limits) > 0 {
 				for _, lim := range limits {
-					hits = append(hits, Hit{Key: key, Limit: lim, Cost: 1})
+					hits = append(hits, ratelimit.Hit{Key: key, Limit: lim, Cost: 1})
 				}
-			} else if hits, err = l.AppendPolicyHits(hits, key, nil, PolicyCost); err != nil {
+			} else if hits, err = l.AppendPolicyHits(hits, key, nil, ratelimit.PolicyCost); err != nil {
 				next.ServeHTTP(w, r)
 				return
 			}
 			sts := sbuf[:0]
 			if len(hits) > len(sbuf) {
-				sts = make([]Status, len(hits))
+				sts = make([]ratelimit.Status, len(hits))
 			}
 			sts = sts[:len(hits)]
 			agg, err := c.CheckMultiContext(r.Context(), hits, sts)
@@ -61,8 +64,8 @@ func Middleware(c Checker, keyFunc func(*http.Request) string, limits ...Limit) 
 			}
 			appendHeaders(w.Header().Set, l.Now(), hits, sts, agg)
 			if !agg.Allowed {
-				writeJSON(w, http.StatusTooManyRequests, errorBody{Status: "error", Error: errorDetail{
-					Code: "rate_limited", Message: rateLimitedMessagePrefix + strconv.FormatInt(retryAfterSeconds(agg), 10) + "s"}})
+				httpapi.WriteErrorCode(w, http.StatusTooManyRequests, "rate_limited",
+					rateLimitedMessagePrefix+strconv.FormatInt(retryAfterSeconds(agg), 10)+"s")
 				return
 			}
 			if agg.Delay > 0 {

@@ -2,16 +2,9 @@ package ratelimit
 
 import (
 	"context"
-	"errors"
 	"strings"
 	"time"
 	"unsafe"
-)
-
-// RESP command metadata for RL.CHECK, for the RESP server's command table.
-const (
-	RESPCommandName = "rl.check"
-	RESPArity       = -2 // the name and at least the key
 )
 
 // CheckArgs runs the RESP command RL.CHECK; args are its arguments without
@@ -27,8 +20,8 @@ const (
 //	allowed (1 or 0), remaining, reset_ms, retry_after_ms
 //
 // (milliseconds rounded up). It does not allocate; args are not kept.
-// Errors wrap the package's sentinels; RESPError formats them as Redis
-// error replies.
+// Errors wrap the package's sentinels (an *ArgError for a malformed
+// argument); the RESP front end formats them as Redis error replies.
 func (l *Limiter) CheckArgs(args [][]byte) ([4]int64, error) {
 	a, err := parseArgs(args)
 	if err != nil {
@@ -94,7 +87,7 @@ type rlArgs struct {
 // parseArgs parses the arguments of RL.CHECK without allocating.
 func parseArgs(args [][]byte) (rlArgs, error) {
 	if len(args) != 1 && (len(args) < 3 || len(args) > 6) {
-		return rlArgs{}, &argError{"wrong number of arguments for 'rl.check' command"}
+		return rlArgs{}, &ArgError{"wrong number of arguments for 'rl.check' command"}
 	}
 	a := rlArgs{key: unsafe.String(unsafe.SliceData(args[0]), len(args[0])), policies: len(args) == 1,
 		lim: Limit{Algorithm: DefaultAlgorithm}, cost: 1}
@@ -103,16 +96,16 @@ func parseArgs(args [][]byte) (rlArgs, error) {
 	}
 	var ok bool
 	if a.lim.Limit, ok = parseInt(args[1]); !ok {
-		return a, &argError{"limit is not an integer or out of range"}
+		return a, &ArgError{"limit is not an integer or out of range"}
 	}
 	ms, ok := parseInt(args[2])
 	if !ok || ms <= 0 || ms > int64(MaxPeriod/time.Millisecond) {
-		return a, &argError{"period_ms is not a positive integer in range"}
+		return a, &ArgError{"period_ms is not a positive integer in range"}
 	}
 	a.lim.Period = time.Duration(ms) * time.Millisecond
 	if len(args) > 3 {
 		if a.cost, ok = parseInt(args[3]); !ok {
-			return a, &argError{"cost is not an integer or out of range"}
+			return a, &ArgError{"cost is not an integer or out of range"}
 		}
 	}
 	if len(args) > 4 {
@@ -123,7 +116,7 @@ func parseArgs(args [][]byte) (rlArgs, error) {
 	}
 	if len(args) > 5 {
 		if a.lim.Burst, ok = parseInt(args[5]); !ok {
-			return a, &argError{"burst is not an integer or out of range"}
+			return a, &ArgError{"burst is not an integer or out of range"}
 		}
 	}
 	return a, nil
@@ -135,7 +128,7 @@ func argsReply(s Status) [4]int64 {
 	if s.Allowed {
 		allowed = 1
 	}
-	return [4]int64{allowed, s.Remaining, ceilMillis(s.Reset), ceilMillis(s.RetryAfter)}
+	return [4]int64{allowed, s.Remaining, CeilMillis(s.Reset), CeilMillis(s.RetryAfter)}
 }
 
 // parseAlgorithmBytes is ParseAlgorithm, case-insensitive, without
@@ -149,7 +142,7 @@ func parseAlgorithmBytes(b []byte) (Algorithm, error) {
 	if strings.EqualFold(string(b), "gcra") {
 		return TokenBucket, nil
 	}
-	return 0, &argError{"unknown algorithm " + truncate(string(b), 40)}
+	return 0, &ArgError{"unknown algorithm " + truncate(string(b), 40)}
 }
 
 // parseInt parses a decimal int64 like Redis (no sign '+', no spaces).
@@ -178,19 +171,4 @@ func parseInt(b []byte) (int64, bool) {
 		return 0, false
 	}
 	return int64(n), true
-}
-
-// RESPError formats an error of CheckArgs as a Redis error reply without
-// the leading '-': "ERR wrong number of arguments for 'rl.check' command",
-// "ERR limit is not an integer or out of range", "ERR invalid limit: ...".
-func RESPError(err error) string {
-	var ae *argError
-	if errors.As(err, &ae) {
-		return "ERR " + ae.msg
-	}
-	if errors.Is(err, ErrDeciderUnavailable) {
-		// Like a Redis Cluster that cannot serve right now: retryable.
-		return "TRYAGAIN " + strings.TrimPrefix(err.Error(), "ratelimit: ")
-	}
-	return "ERR " + strings.TrimPrefix(err.Error(), "ratelimit: ")
 }

@@ -1,4 +1,4 @@
-package ratelimit
+package ratelimitapi
 
 import (
 	"context"
@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // EnvoyOptions configure RegisterEnvoy. The zero value is valid.
@@ -24,7 +25,7 @@ type EnvoyOptions struct {
 	// OverrideAlgorithm is the algorithm of limits a descriptor carries
 	// itself (RateLimitDescriptor.limit). Default FixedWindow, which is
 	// how Envoy's reference rate limit service counts.
-	OverrideAlgorithm Algorithm
+	OverrideAlgorithm ratelimit.Algorithm
 	// NoHeaders leaves response_headers_to_add empty. Default false: the
 	// answer asks Envoy to add the RateLimit, RateLimit-Policy,
 	// X-RateLimit-* (and, over the limit, Retry-After) headers.
@@ -32,7 +33,7 @@ type EnvoyOptions struct {
 	// Authorize, when set, is called with every request's limits before
 	// anything is charged; an error refuses the whole request (wrap
 	// auth.ErrForbidden for PERMISSION_DENIED). Default nil: no check.
-	Authorize func(ctx context.Context, hits []Hit) error
+	Authorize func(ctx context.Context, hits []ratelimit.Hit) error
 }
 
 // RegisterEnvoy registers Envoy's rate limit service v3
@@ -44,9 +45,9 @@ type EnvoyOptions struct {
 // descriptor is not limited, code OK). All descriptors of one request
 // are checked atomically: if one is over its limit, none is charged.
 // Hits are the descriptor's hits_addend, else the request's, else 1.
-func RegisterEnvoy(s grpc.ServiceRegistrar, c Checker, opts EnvoyOptions) {
+func RegisterEnvoy(s grpc.ServiceRegistrar, c ratelimit.Checker, opts EnvoyOptions) {
 	if opts.OverrideAlgorithm == 0 {
-		opts.OverrideAlgorithm = FixedWindow
+		opts.OverrideAlgorithm = ratelimit.FixedWindow
 	}
 	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{c: c, l: c.Local(), opts: opts})
 }
@@ -77,8 +78,8 @@ func DescriptorKey(domain string, entries []*rlcommonv3.RateLimitDescriptor_Entr
 
 type envoyServer struct {
 	rlsv3.UnimplementedRateLimitServiceServer
-	c    Checker
-	l    *Limiter // c.Local()
+	c    ratelimit.Checker
+	l    *ratelimit.Limiter // c.Local()
 	opts EnvoyOptions
 }
 
@@ -89,7 +90,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		return nil, status.Error(codes.InvalidArgument, "ratelimit: domain and at least one descriptor are required")
 	}
 	addend := max(1, int64(req.GetHitsAddend()))
-	hits := make([]Hit, 0, len(descs))
+	hits := make([]ratelimit.Hit, 0, len(descs))
 	spans := make([][2]int, len(descs))
 	tooBig := make([]bool, len(descs)) // a hit above the limit's capacity can never pass
 	anyTooBig := false
@@ -97,19 +98,19 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		key := DescriptorKey(domain, d.GetEntries())
 		cost := addend
 		if h := d.GetHitsAddend(); h != nil {
-			cost = int64(min(h.GetValue(), MaxLimit+1))
+			cost = int64(min(h.GetValue(), ratelimit.MaxLimit+1))
 		}
 		start := len(hits)
 		if o := d.GetLimit(); o != nil {
-			lim := Limit{Name: "override", Algorithm: s.opts.OverrideAlgorithm, Limit: int64(o.GetRequestsPerUnit()), Period: unitPeriod(o.GetUnit())}
+			lim := ratelimit.Limit{Name: "override", Algorithm: s.opts.OverrideAlgorithm, Limit: int64(o.GetRequestsPerUnit()), Period: unitPeriod(o.GetUnit())}
 			if err := lim.Validate(); err != nil {
 				return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: %v", i, err)
 			}
-			hits = append(hits, Hit{Key: key, Limit: lim, Cost: cost})
+			hits = append(hits, ratelimit.Hit{Key: key, Limit: lim, Cost: cost})
 		} else {
 			var err error
 			hits, err = s.l.AppendPolicyHits(hits, key, nil, cost)
-			if err != nil && !errors.Is(err, ErrNoPolicy) {
+			if err != nil && !errors.Is(err, ratelimit.ErrNoPolicy) {
 				return nil, grpcError(err)
 			}
 		}
@@ -120,8 +121,8 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		}
 		spans[i] = [2]int{start, len(hits)}
 	}
-	if len(hits) > MaxHits {
-		return nil, status.Errorf(codes.InvalidArgument, "ratelimit: %d limits in one request, at most %d", len(hits), MaxHits)
+	if len(hits) > ratelimit.MaxHits {
+		return nil, status.Errorf(codes.InvalidArgument, "ratelimit: %d limits in one request, at most %d", len(hits), ratelimit.MaxHits)
 	}
 	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
 	for i := range resp.Statuses {
@@ -140,7 +141,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 			hits[i].Cost = 0 // nothing may be charged: report the state only
 		}
 	}
-	sts := make([]Status, len(hits))
+	sts := make([]ratelimit.Status, len(hits))
 	agg, err := s.c.CheckMultiContext(ctx, hits, sts)
 	if err != nil {
 		return nil, grpcError(err)
@@ -150,11 +151,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 		if sp[0] == sp[1] {
 			continue
 		}
-		var b binder
-		for j := sp[0]; j < sp[1]; j++ {
-			b.add(sts[j])
-		}
-		st := b.result()
+		st := ratelimit.Binding(sts[sp[0]:sp[1]])
 		ds := resp.Statuses[i]
 		lim := hits[sp[0]].Limit
 		for j := sp[0]; j < sp[1]; j++ {
@@ -190,10 +187,10 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 
 func grpcError(err error) error {
 	switch {
-	case errors.Is(err, ErrClosed), errors.Is(err, ErrFull), errors.Is(err, ErrOwnerUnavailable), errors.Is(err, ErrDeciderUnavailable):
+	case errors.Is(err, ratelimit.ErrClosed), errors.Is(err, ratelimit.ErrFull), errors.Is(err, ratelimit.ErrOwnerUnavailable), errors.Is(err, ratelimit.ErrDeciderUnavailable):
 		return status.Error(codes.Unavailable, err.Error())
-	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidLimit), errors.Is(err, ErrInvalidCost),
-		errors.Is(err, ErrInvalidRequest), errors.Is(err, ErrTooManyLimits):
+	case errors.Is(err, ratelimit.ErrInvalidKey), errors.Is(err, ratelimit.ErrInvalidLimit), errors.Is(err, ratelimit.ErrInvalidCost),
+		errors.Is(err, ratelimit.ErrInvalidRequest), errors.Is(err, ratelimit.ErrTooManyLimits):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, auth.ErrForbidden):
 		return status.Error(codes.PermissionDenied, err.Error())

@@ -1,4 +1,4 @@
-package ratelimit
+package ratelimitapi
 
 import (
 	"context"
@@ -14,11 +14,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // envoyClient serves RegisterEnvoy on a loopback listener and returns a
 // real gRPC client of it.
-func envoyClient(t *testing.T, l Checker, opts EnvoyOptions) rlsv3.RateLimitServiceClient {
+func envoyClient(t *testing.T, l ratelimit.Checker, opts EnvoyOptions) rlsv3.RateLimitServiceClient {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -47,8 +49,8 @@ func desc(kv ...string) *rlcommonv3.RateLimitDescriptor {
 func TestEnvoyShouldRateLimit(t *testing.T) {
 	clk := newFakeClock()
 	l := newLimiter(t, clk.Now,
-		Policy{Name: "per-ip", Match: "edge:remote_address=*", Algorithm: FixedWindow, Limit: 2, Period: time.Minute},
-		Policy{Name: "api-path", Match: "edge:path=/api*", Algorithm: TokenBucket, Limit: 100, Period: time.Second})
+		ratelimit.Policy{Name: "per-ip", Match: "edge:remote_address=*", Algorithm: ratelimit.FixedWindow, Limit: 2, Period: time.Minute},
+		ratelimit.Policy{Name: "api-path", Match: "edge:path=/api*", Algorithm: ratelimit.TokenBucket, Limit: 100, Period: time.Second})
 	c := envoyClient(t, l, EnvoyOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package ratelimit
+package ratelimitapi
 
 import (
 	"encoding/json"
@@ -11,6 +11,8 @@ import (
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 type answer struct {
@@ -105,9 +107,9 @@ func TestHTTPCheck(t *testing.T) {
 }
 
 func TestHTTPCheckPolicies(t *testing.T) {
-	ps := []Policy{
-		{Name: "per-second", Match: "api:*", Algorithm: TokenBucket, Limit: 10, Period: time.Second},
-		{Name: "uploads", Namespace: "upload", Algorithm: FixedWindow, Limit: 100, Period: time.Minute, Cost: 10},
+	ps := []ratelimit.Policy{
+		{Name: "per-second", Match: "api:*", Algorithm: ratelimit.TokenBucket, Limit: 10, Period: time.Second},
+		{Name: "uploads", Namespace: "upload", Algorithm: ratelimit.FixedWindow, Limit: 100, Period: time.Minute, Cost: 10},
 	}
 	l := newLimiter(t, newFakeClock().Now, ps...)
 	h := NewHTTPHandler(l, HTTPOptions{})
@@ -130,7 +132,7 @@ func TestHTTPCheckPolicies(t *testing.T) {
 }
 
 func TestHTTPErrors(t *testing.T) {
-	l := newLimiter(t, newFakeClock().Now, Policy{Name: "p", Match: "a*", Algorithm: FixedWindow, Limit: 1, Period: time.Second})
+	l := newLimiter(t, newFakeClock().Now, ratelimit.Policy{Name: "p", Match: "a*", Algorithm: ratelimit.FixedWindow, Limit: 1, Period: time.Second})
 	h := NewHTTPHandler(l, HTTPOptions{MaxBodyBytes: 512})
 	lim := `"limits":[{"limit":1,"period":"1s"}]`
 	for _, c := range []struct {
@@ -185,7 +187,7 @@ func TestHTTPPolicies(t *testing.T) {
 		t.Fatalf("PUT yaml: %d %s", rec.Code, rec.Body)
 	}
 	rec, _ = do(t, h, "GET", "/ratelimit/policies", "")
-	var list struct{ Policies []Policy }
+	var list struct{ Policies []ratelimit.Policy }
 	if err := json.Unmarshal(rec.Body.Bytes(), &list); err != nil || len(list.Policies) != 4 || list.Policies[2].Period != 24*time.Hour {
 		t.Fatalf("GET: %s %v", rec.Body, err)
 	}
@@ -214,7 +216,7 @@ func TestHTTPPolicies(t *testing.T) {
 
 func TestMiddleware(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := New(Config{Clock: time.Now, EvictInterval: -1})
+		l, err := ratelimit.New(ratelimit.Config{Clock: time.Now, EvictInterval: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -222,8 +224,8 @@ func TestMiddleware(t *testing.T) {
 		calls := 0
 		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls++; io.WriteString(w, "hi") })
 		mw := Middleware(l, KeyByHeader("apikey:", "X-API-Key"),
-			Limit{Name: "burst", Algorithm: TokenBucket, Limit: 1, Period: time.Second, Burst: 2},
-			Limit{Name: "hourly", Algorithm: FixedWindow, Limit: 100, Period: time.Hour})(next)
+			ratelimit.Limit{Name: "burst", Algorithm: ratelimit.TokenBucket, Limit: 1, Period: time.Second, Burst: 2},
+			ratelimit.Limit{Name: "hourly", Algorithm: ratelimit.FixedWindow, Limit: 100, Period: time.Hour})(next)
 		get := func() *httptest.ResponseRecorder {
 			req := httptest.NewRequest("GET", "/x", nil)
 			req.Header.Set("X-API-Key", "k1")
@@ -261,8 +263,8 @@ func TestMiddleware(t *testing.T) {
 
 func TestMiddlewareLeakyBucketDelays(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l, err := New(Config{Clock: time.Now, EvictInterval: -1,
-			Policies: []Policy{{Name: "queue", Match: "*", Algorithm: LeakyBucket, Limit: 10, Period: time.Second, Burst: 3}}})
+		l, err := ratelimit.New(ratelimit.Config{Clock: time.Now, EvictInterval: -1,
+			Policies: []ratelimit.Policy{{Name: "queue", Match: "*", Algorithm: ratelimit.LeakyBucket, Limit: 10, Period: time.Second, Burst: 3}}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,7 +308,7 @@ func TestMiddlewarePanicsOnInvalidLimit(t *testing.T) {
 			t.Error("no panic")
 		}
 	}()
-	Middleware(nil, KeyByRemoteIP(""), Limit{})
+	Middleware(nil, KeyByRemoteIP(""), ratelimit.Limit{})
 }
 
 func TestKeyFuncs(t *testing.T) {

@@ -1,9 +1,11 @@
-package ratelimit
+package ratelimitapi
 
 import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // Header names. RateLimit and RateLimit-Policy follow
@@ -30,7 +32,7 @@ const (
 //
 // A name listed several times (one policy on several keys) appears once
 // in each field, with the lowest remaining.
-func appendHeaders(add func(name, value string), now time.Time, hits []Hit, sts []Status, agg Status) {
+func appendHeaders(add func(name, value string), now time.Time, hits []ratelimit.Hit, sts []ratelimit.Status, agg ratelimit.Status) {
 	var pol, rl strings.Builder
 	for i := range hits {
 		name := hits[i].Limit.DisplayName()
@@ -68,7 +70,7 @@ func appendHeaders(add func(name, value string), now time.Time, hits []Hit, sts 
 	}
 }
 
-func firstWithName(hits []Hit, i int, name string) int {
+func firstWithName(hits []ratelimit.Hit, i int, name string) int {
 	for j := 0; j < i; j++ {
 		if hits[j].Limit.DisplayName() == name {
 			return j
@@ -79,27 +81,20 @@ func firstWithName(hits []Hit, i int, name string) int {
 
 // window is the draft's effective window: until reset, or, when denied,
 // until the hit may be retried (so Retry-After is not before it ends).
-func window(s Status) time.Duration {
+func window(s ratelimit.Status) time.Duration {
 	if !s.Allowed {
 		return s.RetryAfter
 	}
 	return s.Reset
 }
 
-func retryAfterSeconds(s Status) int64 { return max(1, ceilSeconds(s.RetryAfter)) }
+func retryAfterSeconds(s ratelimit.Status) int64 { return max(1, ceilSeconds(s.RetryAfter)) }
 
 func ceilSeconds(d time.Duration) int64 {
 	if d <= 0 {
 		return 0
 	}
 	return int64((d + time.Second - 1) / time.Second)
-}
-
-func ceilMillis(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Millisecond - 1) / time.Millisecond)
 }
 
 func ceilUnix(t time.Time) int64 {
