@@ -8,11 +8,12 @@ LDFLAGS := -X github.com/counterd/counterd/internal/buildinfo.version=$(VERSION)
 # symbol table or DWARF (-s -w), no local paths (-trimpath), and gRPC
 # without golang.org/x/net/trace (grpcnotrace), whose /debug/requests
 # pages counterd never serves and which keeps every exported method
-# reachable. One build mode for make build, make install and the image:
+# reachable, and net/http without its HTTP/2 (nethttpomithttp2), which the
+# HTTP front end never speaks (gRPC has its own). One build mode for make build, make install and the image:
 # static, without cgo (CGO_ENABLED=0), so a release binary is the same
 # wherever it is built and needs no C compiler or libc. docs/deploy.md,
 # "Building".
-BUILDFLAGS := -trimpath -tags grpcnotrace -ldflags "-s -w $(LDFLAGS)"
+BUILDFLAGS := -trimpath -tags grpcnotrace,nethttpomithttp2 -ldflags "-s -w $(LDFLAGS)"
 RELEASE_GO := CGO_ENABLED=0 $(GO)
 
 PROTOC_GEN_GO_VERSION ?= v1.36.12
@@ -25,7 +26,7 @@ PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
 
-build: ## build lean static bin/counterd and bin/counterctl (CGO_ENABLED=0, stripped, -trimpath, grpcnotrace), stamped with VERSION (git describe)
+build: ## build lean static bin/counterd and bin/counterctl (CGO_ENABLED=0, stripped, -trimpath, grpcnotrace, nethttpomithttp2), stamped with VERSION (git describe)
 	$(RELEASE_GO) build $(BUILDFLAGS) -o bin/counterd ./cmd/counterd
 	$(RELEASE_GO) build $(BUILDFLAGS) -o bin/counterctl ./cmd/counterctl
 

@@ -411,7 +411,7 @@ func TestReleaseBinary(t *testing.T) {
 
 // checkLean reports how the binary at path differs from a release build
 // (make build, scripts/image-context.sh): stripped of its symbol table and
-// DWARF, built with -trimpath, -tags grpcnotrace and CGO_ENABLED=0, at most
+// DWARF, built with -trimpath, -tags grpcnotrace,nethttpomithttp2 and CGO_ENABLED=0, at most
 // maxReleaseBytes, linking no forbiddenModules.
 func checkLean(path string) error {
 	st, err := os.Stat(path)
@@ -442,8 +442,10 @@ func checkLean(path string) error {
 	if settings["-trimpath"] != "true" {
 		return errors.New("not built with -trimpath")
 	}
-	if !slices.Contains(strings.Split(settings["-tags"], ","), "grpcnotrace") {
-		return fmt.Errorf("built with tags %q, not grpcnotrace", settings["-tags"])
+	for _, tag := range []string{"grpcnotrace", "nethttpomithttp2"} {
+		if !slices.Contains(strings.Split(settings["-tags"], ","), tag) {
+			return fmt.Errorf("built with tags %q, without %s", settings["-tags"], tag)
+		}
 	}
 	if settings["CGO_ENABLED"] != "0" {
 		return fmt.Errorf("built with CGO_ENABLED=%q, not 0", settings["CGO_ENABLED"])

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares the build context of the Dockerfile in DIR (default bin/image):
 # static counterd and counterctl (CGO_ENABLED=0, version stamped from
-# VERSION or git describe; stripped, -trimpath and -tags grpcnotrace like
+# VERSION or git describe; stripped, -trimpath and -tags grpcnotrace,nethttpomithttp2 like
 # make build), the CA bundle of the machine that builds (for
 # counterd's and counterctl's outgoing TLS: PostgreSQL, Redis, peers), and
 # an empty data directory. The Dockerfile starts FROM scratch, so
@@ -18,7 +18,7 @@ fi
 mkdir -p "$dir/data"
 ldflags="-s -w -X github.com/counterd/counterd/internal/buildinfo.version=$version"
 for cmd in counterd counterctl; do
-  CGO_ENABLED=0 GOOS=${GOOS:-linux} go build -trimpath -tags grpcnotrace -ldflags "$ldflags" -o "$dir/$cmd" "./cmd/$cmd"
+  CGO_ENABLED=0 GOOS=${GOOS:-linux} go build -trimpath -tags grpcnotrace,nethttpomithttp2 -ldflags "$ldflags" -o "$dir/$cmd" "./cmd/$cmd"
 done
 cp "$ca" "$dir/ca-certificates.crt"
 cp Dockerfile "$dir/Dockerfile"

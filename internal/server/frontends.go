@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/tls"
 	"net/http"
 	"strconv"
 
@@ -77,6 +78,11 @@ func (n *node) httpServer(lns *listeners, rt *router, shedder *shed.Limiter, fai
 	}
 	if n.sec.tlsOn() {
 		hs.TLSConfig = n.sec.server()
+		// HTTP/1.1 only, in every build: the release build leaves
+		// net/http's HTTP/2 out (nethttpomithttp2), so a development
+		// build must not offer it either (docs/security.md).
+		hs.TLSConfig.NextProtos = []string{"http/1.1"}
+		hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
 	} else { // admission frames plaintext HTTP/1.1 only
 		adm := newAdmission(n.cfg, fair, n.auth, sm, n.reg)
 		lns.http = adm.wrap(lns.http)
