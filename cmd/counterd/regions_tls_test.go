@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	cdclient "github.com/counterd/counterd/client"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/testutil/certtest"
@@ -123,7 +124,7 @@ func manifestRequest(name string) []byte {
 func pwnPush(from string) []byte {
 	return region.EncodeBatch(nil, &region.Batch{
 		From: from, Node: "intruder", Incarnation: 7, AsOf: time.Now().UnixNano(), Complete: true,
-		States: []engine.State{{ID: "nsB:pwned", Kind: engine.KindCounter, Version: 1, UpdatedAt: time.Now().UnixNano(), Data: binary.AppendVarint(nil, 1000000)}},
+		States: []engine.State{{ID: "nsB:pwned", Kind: contract.KindCounter, Version: 1, UpdatedAt: time.Now().UnixNano(), Data: binary.AppendVarint(nil, 1000000)}},
 	})
 }
 

@@ -1,4 +1,4 @@
-// Package backendtest is the conformance suite of engine.Backend: one set
+// Package backendtest is the conformance suite of contract.Backend: one set
 // of behaviour tests that every backend (the embedded engine, a peer
 // cluster, the tiered store on Redis or Redis Cluster) must pass.
 //
@@ -13,7 +13,7 @@
 // first (FlushAll).
 //
 // Where backends legitimately differ, the suite reads the backend's
-// engine.Capabilities and asserts the declared behaviour (for example
+// contract.Capabilities and asserts the declared behaviour (for example
 // BatchAtomic: a failing op leaves no effect; BatchUndoInverse: the adds
 // before it are undone, the sets stay). A difference the capabilities do
 // not declare is a failure.
@@ -30,14 +30,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
 // Setup is one backend under test.
 type Setup struct {
 	// Backend is what the suite calls.
-	Backend engine.Backend
+	Backend contract.Backend
 	// Clock is the clock the backend reads (Config.Clock, Options.Now):
 	// the suite advances it to move windows, rollup buckets and sketches.
 	Clock *Clock
@@ -53,7 +53,7 @@ type Setup struct {
 	CheckerFollowsClock bool
 	// Quotas sets and reads the backend's quotas; nil skips the quota
 	// subtests (the test log says so).
-	Quotas engine.QuotaBackend
+	Quotas contract.QuotaBackend
 	// QuotaExpiryBound is how long after a key expired its room may
 	// still be taken (the backend removes expired keys in passes).
 	QuotaExpiryBound time.Duration
@@ -95,8 +95,8 @@ type env struct {
 	t    *testing.T
 	ctx  context.Context
 	s    *Setup
-	b    engine.Backend
-	caps engine.Capabilities
+	b    contract.Backend
+	caps contract.Capabilities
 	p    string // prefix of this subtest's ids and keys
 }
 
@@ -175,15 +175,15 @@ func (e *env) id(name string) string { return e.p + name }
 // reset empties the backend (FlushAll).
 func (e *env) reset() {
 	e.t.Helper()
-	if err := e.b.FlushAll(e.ctx, engine.WriteOptions{}); err != nil {
+	if err := e.b.FlushAll(e.ctx, contract.WriteOptions{}); err != nil {
 		e.t.Fatalf("reset: %v", err)
 	}
 }
 
 // apply applies op and fails the test on an error.
-func (e *env) apply(op engine.Op) engine.Result {
+func (e *env) apply(op contract.Op) contract.Result {
 	e.t.Helper()
-	r, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+	r, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
 	if err != nil {
 		e.t.Fatalf("apply %s %q: %v", op.Type, op.ID, err)
 	}
@@ -191,12 +191,12 @@ func (e *env) apply(op engine.Op) engine.Result {
 }
 
 // applyKey applies op under an idempotency key.
-func (e *env) applyKey(op engine.Op, key string) (engine.Result, error) {
-	return e.b.Apply(e.ctx, op, engine.WriteOptions{IdempotencyKey: key})
+func (e *env) applyKey(op contract.Op, key string) (contract.Result, error) {
+	return e.b.Apply(e.ctx, op, contract.WriteOptions{IdempotencyKey: key})
 }
 
 // get reads id and fails the test on an error.
-func (e *env) get(id string) engine.View {
+func (e *env) get(id string) contract.View {
 	e.t.Helper()
 	v, err := e.b.Get(e.ctx, id)
 	if err != nil {
@@ -237,9 +237,9 @@ func (e *env) eventually(lag bool, check func() error) {
 }
 
 // wantValue checks id's kind and value (waiting for lagging CRDT adds).
-func (e *env) wantValue(id string, k engine.Kind, want int64) {
+func (e *env) wantValue(id string, k contract.Kind, want int64) {
 	e.t.Helper()
-	lag := k == engine.KindPN || k == engine.KindSharded
+	lag := k == contract.KindPN || k == contract.KindSharded
 	e.eventually(lag, func() error {
 		v, err := e.b.Get(e.ctx, id)
 		if err != nil {
@@ -255,7 +255,7 @@ func (e *env) wantValue(id string, k engine.Kind, want int64) {
 // wantMissing checks that id does not exist.
 func (e *env) wantMissing(id string) {
 	e.t.Helper()
-	if v := e.get(id); v.Exists || v.Kind != engine.KindNone || v.Value != 0 || v.Version != 0 || v.ID != id {
+	if v := e.get(id); v.Exists || v.Kind != contract.KindNone || v.Value != 0 || v.Version != 0 || v.ID != id {
 		e.t.Errorf("get %q = %+v, want no counter", id, v)
 	}
 }
@@ -263,7 +263,7 @@ func (e *env) wantMissing(id string) {
 // snapshot is what an error must not change: a counter's observable state.
 type snapshot struct {
 	exists  bool
-	kind    engine.Kind
+	kind    contract.Kind
 	value   int64
 	version uint64
 	fields  string

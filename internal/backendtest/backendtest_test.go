@@ -10,6 +10,7 @@ import (
 	"github.com/counterd/counterd/internal/backendtest"
 	"github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/node/nodetest"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
@@ -50,7 +51,7 @@ func TestEmbedded(t *testing.T) {
 			ExpiryFollowsClock:  true,
 			Checker:             limiter(t, clk, false),
 			CheckerFollowsClock: true,
-			Quotas:              b.(engine.QuotaBackend),
+			Quotas:              b.(contract.QuotaBackend),
 			QuotaExpiryBound:    time.Second, // the janitor's pass
 			FillDisk:            backendtest.FillEngines([]*backendtest.DiskFS{fs}, []*engine.Engine{e}),
 		}
@@ -95,7 +96,7 @@ func TestCluster(t *testing.T) {
 			// As the server wires it: limiter state follows the ring.
 			BeforeStart: func(id string, n *node.Node) { n.SetRateLimit(node.RateLimit{Limiter: lims[id]}) },
 		}, ids...)
-		var bs []engine.Backend
+		var bs []contract.Backend
 		var cs []ratelimit.Checker
 		for i, n := range c.Nodes() {
 			bs = append(bs, n)

@@ -7,11 +7,12 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
 // A full disk (docs/operations.md, "Full disk"): a backend whose storage
-// cannot take more refuses every write with engine.ErrInsufficientStorage
+// cannot take more refuses every write with contract.ErrInsufficientStorage
 // before it changes anything, sync or async, with an idempotency key or in
 // a batch; reads are served; writes are taken again once space returns,
 // without a restart. Setup.FillDisk makes the storage full; a backend
@@ -79,23 +80,23 @@ func diskCases() []tcase {
 			}
 			e.s.FillDisk(e.t, true)
 			e.t.Cleanup(func() { e.s.FillDisk(e.t, false) }) // later cases need a writable backend
-			sync, async := engine.WriteOptions{Durability: engine.Sync}, engine.WriteOptions{Durability: engine.Async}
-			for _, wo := range []engine.WriteOptions{sync, async, {}, {IdempotencyKey: e.p + "disk.key"}} {
-				for _, op := range []engine.Op{
-					add(e.id("c"), engine.KindCounter, 1),
+			sync, async := contract.WriteOptions{Durability: contract.Sync}, contract.WriteOptions{Durability: contract.Async}
+			for _, wo := range []contract.WriteOptions{sync, async, {}, {IdempotencyKey: e.p + "disk.key"}} {
+				for _, op := range []contract.Op{
+					add(e.id("c"), contract.KindCounter, 1),
 					set(e.id("c"), 9),
-					add(e.id("pn"), engine.KindPN, 1),
+					add(e.id("pn"), contract.KindPN, 1),
 					pfadd(e.id("u"), "late"),
 					hadd(e.id("h"), fd("f", 1)),
-					{Type: engine.OpDelete, ID: e.id("c")},
-					{Type: engine.OpExpire, ID: e.id("c"), TTL: time.Hour},
-					add(e.id("new"), engine.KindCounter, 1),
+					{Type: contract.OpDelete, ID: e.id("c")},
+					{Type: contract.OpExpire, ID: e.id("c"), TTL: time.Hour},
+					add(e.id("new"), contract.KindCounter, 1),
 				} {
 					_, err := e.b.Apply(e.ctx, op, wo)
-					e.wantErr(string(op.Type)+" on a full disk", err, engine.ErrInsufficientStorage)
+					e.wantErr(string(op.Type)+" on a full disk", err, contract.ErrInsufficientStorage)
 				}
-				_, err := e.b.ApplyBatch(e.ctx, []engine.Op{add(e.id("c"), engine.KindCounter, 1), add(e.id("new"), engine.KindCounter, 1)}, wo)
-				e.wantErr("batch on a full disk", err, engine.ErrInsufficientStorage)
+				_, err := e.b.ApplyBatch(e.ctx, []contract.Op{add(e.id("c"), contract.KindCounter, 1), add(e.id("new"), contract.KindCounter, 1)}, wo)
+				e.wantErr("batch on a full disk", err, contract.ErrInsufficientStorage)
 			}
 			for _, n := range allNames {
 				e.unchanged(e.id(n), before[n])
@@ -106,9 +107,9 @@ func diskCases() []tcase {
 			}
 
 			e.s.FillDisk(e.t, false)
-			e.apply(add(e.id("c"), engine.KindCounter, 1))
-			e.wantValue(e.id("c"), engine.KindCounter, 6)
-			r, err := e.b.Apply(e.ctx, add(e.id("new"), engine.KindCounter, 1), sync)
+			e.apply(add(e.id("c"), contract.KindCounter, 1))
+			e.wantValue(e.id("c"), contract.KindCounter, 6)
+			r, err := e.b.Apply(e.ctx, add(e.id("new"), contract.KindCounter, 1), sync)
 			if err != nil || r.Value != 1 {
 				e.t.Errorf("sync write after space returned: %+v, %v", r, err)
 			}

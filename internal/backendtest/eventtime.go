@@ -4,18 +4,19 @@ import (
 	"slices"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// eventTimeCases: adds with an explicit event time (engine.Op.At) count
+// eventTimeCases: adds with an explicit event time (contract.Op.At) count
 // in that time's window and rollup buckets on every backend
 // (docs/time.md, "Event time").
 func eventTimeCases() []tcase {
 	spec := counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}
-	win := func(id string, d int64, at time.Time) engine.Op {
-		op := engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindWindow, Window: spec, Delta: d}
+	win := func(id string, d int64, at time.Time) contract.Op {
+		op := contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindWindow, Window: spec, Delta: d}
 		if !at.IsZero() {
 			op.At = at.UnixNano()
 		}
@@ -45,9 +46,9 @@ func eventTimeCases() []tcase {
 			id := e.id("w")
 			now := e.b.Now()
 			e.apply(win(id, 1, time.Time{}))
-			_, err := e.b.Apply(e.ctx, win(id, 5, now.Add(-2*time.Hour)), engine.WriteOptions{})
+			_, err := e.b.Apply(e.ctx, win(id, 5, now.Add(-2*time.Hour)), contract.WriteOptions{})
 			e.wantErr("window add older than the window", err, engine.ErrTooLate)
-			e.wantErr("window add older than the window", err, engine.ErrInvalidArgument)
+			e.wantErr("window add older than the window", err, contract.ErrInvalidArgument)
 			if v := e.get(id); v.Value != 1 {
 				e.t.Errorf("window after a refused add = %d, want 1", v.Value)
 			}
@@ -56,9 +57,9 @@ func eventTimeCases() []tcase {
 			id := setSpec(e, "et") + ":a"
 			now := e.b.Now()
 			m := now.Add(-3 * time.Hour).Truncate(time.Minute)
-			e.apply(add(id, engine.KindNone, 1)) // now: the open buckets are now's
-			at := func(d int64, t time.Time) engine.Op {
-				op := add(id, engine.KindNone, d)
+			e.apply(add(id, contract.KindNone, 1)) // now: the open buckets are now's
+			at := func(d int64, t time.Time) contract.Op {
+				op := add(id, contract.KindNone, d)
 				op.At = t.UnixNano()
 				return op
 			}
@@ -74,14 +75,14 @@ func eventTimeCases() []tcase {
 			}
 		}},
 		{"invalid_time", func(e *env) {
-			op := add(e.id("c"), engine.KindNone, 1)
+			op := add(e.id("c"), contract.KindNone, 1)
 			op.At = time.Date(1800, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
-			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
-			e.wantErr("add at 1800", err, engine.ErrInvalidArgument)
+			_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
+			e.wantErr("add at 1800", err, contract.ErrInvalidArgument)
 			op = set(e.id("c"), 1)
 			op.At = e.b.Now().UnixNano()
-			_, err = e.b.Apply(e.ctx, op, engine.WriteOptions{})
-			e.wantErr("set with an event time", err, engine.ErrInvalidArgument)
+			_, err = e.b.Apply(e.ctx, op, contract.WriteOptions{})
+			e.wantErr("set with an event time", err, contract.ErrInvalidArgument)
 		}},
 	}
 }

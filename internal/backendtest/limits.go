@@ -3,7 +3,7 @@ package backendtest
 import (
 	"strings"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // limitCases check that every backend validates alike: the declared
@@ -13,7 +13,7 @@ import (
 func limitCases() []tcase {
 	return []tcase{
 		{"declared limits", func(e *env) {
-			l, d := e.caps.Limits, engine.DefaultLimits()
+			l, d := e.caps.Limits, contract.DefaultLimits()
 			l.HLLPrecision, l.RedisHashTags = 0, false
 			if l != d {
 				e.t.Errorf("limits %+v, want the defaults %+v", e.caps.Limits, d)
@@ -28,10 +28,10 @@ func limitCases() []tcase {
 			}
 			before := e.snap(h)
 			long := ok + "f"
-			_, err := e.b.Apply(e.ctx, hadd(h, fd(long, 1)), engine.WriteOptions{})
-			e.wantErr("hadd of a longer field", err, engine.ErrInvalidArgument)
-			_, err = e.b.Apply(e.ctx, engine.Op{Type: engine.OpHDel, ID: h, Names: []string{ok, long}}, engine.WriteOptions{})
-			e.wantErr("hdel of a longer field", err, engine.ErrInvalidArgument)
+			_, err := e.b.Apply(e.ctx, hadd(h, fd(long, 1)), contract.WriteOptions{})
+			e.wantErr("hadd of a longer field", err, contract.ErrInvalidArgument)
+			_, err = e.b.Apply(e.ctx, contract.Op{Type: contract.OpHDel, ID: h, Names: []string{ok, long}}, contract.WriteOptions{})
+			e.wantErr("hdel of a longer field", err, contract.ErrInvalidArgument)
 			e.unchanged(h, before)
 			if v, found, err := e.b.HGet(e.ctx, h, ok); err != nil || !found || v != 1 {
 				e.t.Errorf("hget of the %d-byte field = %d %v %v", l.MaxFieldLen, v, found, err)
@@ -39,18 +39,18 @@ func limitCases() []tcase {
 		}},
 		{"shards", func(e *env) {
 			l := e.caps.Limits
-			op := add(e.id("sh"), engine.KindSharded, 1)
+			op := add(e.id("sh"), contract.KindSharded, 1)
 			op.Shards, op.Shard = 8, 8
 			e.apply(op)
 			op.Shard = l.MaxShards + 1
-			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
-			e.wantErr("shard past MaxShards", err, engine.ErrInvalidArgument)
-			op = add(e.id("sh2"), engine.KindSharded, 1)
+			_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
+			e.wantErr("shard past MaxShards", err, contract.ErrInvalidArgument)
+			op = add(e.id("sh2"), contract.KindSharded, 1)
 			op.Shards = l.MaxShards + 1
-			_, err = e.b.Apply(e.ctx, op, engine.WriteOptions{})
-			e.wantErr("shards past MaxShards", err, engine.ErrInvalidArgument)
+			_, err = e.b.Apply(e.ctx, op, contract.WriteOptions{})
+			e.wantErr("shards past MaxShards", err, contract.ErrInvalidArgument)
 			e.wantMissing(e.id("sh2"))
-			e.wantValue(e.id("sh"), engine.KindSharded, 1)
+			e.wantValue(e.id("sh"), contract.KindSharded, 1)
 		}},
 		{"items", func(e *env) {
 			l, u := e.caps.Limits, e.id("u")
@@ -58,43 +58,43 @@ func limitCases() []tcase {
 			for i := range items {
 				items[i] = []byte{byte(i), byte(i >> 8), byte(i >> 16)}
 			}
-			e.apply(engine.Op{Type: engine.OpPFAdd, ID: u, Items: items})
+			e.apply(contract.Op{Type: contract.OpPFAdd, ID: u, Items: items})
 			before := e.snap(u)
-			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpPFAdd, ID: u, Items: append(items, []byte("x"))}, engine.WriteOptions{})
-			e.wantErr("pfadd past MaxItems", err, engine.ErrInvalidArgument)
+			_, err := e.b.Apply(e.ctx, contract.Op{Type: contract.OpPFAdd, ID: u, Items: append(items, []byte("x"))}, contract.WriteOptions{})
+			e.wantErr("pfadd past MaxItems", err, contract.ErrInvalidArgument)
 			e.unchanged(u, before)
 		}},
 		{"ttl", func(e *env) {
 			l, c := e.caps.Limits, e.id("c")
-			e.apply(engine.Op{Type: engine.OpSet, ID: c, Value: 1, TTL: l.MaxTTL})
+			e.apply(contract.Op{Type: contract.OpSet, ID: c, Value: 1, TTL: l.MaxTTL})
 			before := e.snap(c)
-			_, err := e.b.Apply(e.ctx, engine.Op{Type: engine.OpExpire, ID: c, TTL: l.MaxTTL + 1}, engine.WriteOptions{})
-			e.wantErr("ttl past MaxTTL", err, engine.ErrInvalidArgument)
+			_, err := e.b.Apply(e.ctx, contract.Op{Type: contract.OpExpire, ID: c, TTL: l.MaxTTL + 1}, contract.WriteOptions{})
+			e.wantErr("ttl past MaxTTL", err, contract.ErrInvalidArgument)
 			e.unchanged(c, before)
 		}},
 		{"batch size", func(e *env) {
 			l := e.caps.Limits
-			ops := make([]engine.Op, l.MaxBatch)
+			ops := make([]contract.Op, l.MaxBatch)
 			for i := range ops {
-				ops[i] = add(e.id("a"), engine.KindNone, 1)
+				ops[i] = add(e.id("a"), contract.KindNone, 1)
 			}
-			if res, err := e.b.ApplyBatch(e.ctx, ops, engine.WriteOptions{}); err != nil || res[len(res)-1].Value != int64(l.MaxBatch) {
+			if res, err := e.b.ApplyBatch(e.ctx, ops, contract.WriteOptions{}); err != nil || res[len(res)-1].Value != int64(l.MaxBatch) {
 				e.t.Fatalf("batch of MaxBatch ops: %v", err)
 			}
-			_, err := e.b.ApplyBatch(e.ctx, append(ops, ops[0]), engine.WriteOptions{})
-			e.wantErr("batch past MaxBatch", err, engine.ErrBatchTooLarge)
-			e.wantValue(e.id("a"), engine.KindCounter, int64(l.MaxBatch))
+			_, err := e.b.ApplyBatch(e.ctx, append(ops, ops[0]), contract.WriteOptions{})
+			e.wantErr("batch past MaxBatch", err, contract.ErrBatchTooLarge)
+			e.wantValue(e.id("a"), contract.KindCounter, int64(l.MaxBatch))
 		}},
 		{"hll precision", func(e *env) {
 			l := e.caps.Limits
 			op := pfadd(e.id("u10"), "a")
 			op.HLLPrecision = 10
-			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+			_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
 			if l.HLLPrecision != 0 && l.HLLPrecision != 10 {
-				e.wantErr("precision 10 where only one is accepted", err, engine.ErrInvalidArgument)
+				e.wantErr("precision 10 where only one is accepted", err, contract.ErrInvalidArgument)
 				e.wantMissing(op.ID)
 				op.HLLPrecision = l.HLLPrecision
-				_, err = e.b.Apply(e.ctx, op, engine.WriteOptions{})
+				_, err = e.b.Apply(e.ctx, op, contract.WriteOptions{})
 			}
 			if err != nil {
 				e.t.Fatalf("pfadd at an accepted precision: %v", err)
@@ -105,15 +105,15 @@ func limitCases() []tcase {
 		}},
 		{"hash-tag ids", func(e *env) {
 			id := "}" + e.id("c")
-			_, err := e.b.Apply(e.ctx, add(id, engine.KindNone, 1), engine.WriteOptions{})
+			_, err := e.b.Apply(e.ctx, add(id, contract.KindNone, 1), contract.WriteOptions{})
 			if e.caps.Limits.RedisHashTags {
-				e.wantErr("id starting with '}'", err, engine.ErrInvalidID)
+				e.wantErr("id starting with '}'", err, contract.ErrInvalidID)
 				return
 			}
 			if err != nil {
 				e.t.Fatalf("id starting with '}': %v", err)
 			}
-			e.wantValue(id, engine.KindCounter, 1)
+			e.wantValue(id, contract.KindCounter, 1)
 		}},
 	}
 }

@@ -6,48 +6,48 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 )
 
 // quotaCases check quotas (internal/quota) through Setup.Quotas: a write
 // that would pass max_keys or max_hash_fields fails with
-// engine.ErrQuotaExceeded and changes nothing; deletes and expiry give
+// contract.ErrQuotaExceeded and changes nothing; deletes and expiry give
 // room back; a reload keeps the counts. Each case installs quotas over
 // its own ids and removes them when it ends.
 func quotaCases() []tcase {
 	return []tcase{
 		{"max_keys", func(e *env) {
 			pat := e.useQuotas("namespaces:\n  %q: {max_keys: 3}\n", e.id("q:*"))
-			e.apply(add(e.id("q:a"), engine.KindNone, 1))
+			e.apply(add(e.id("q:a"), contract.KindNone, 1))
 			e.apply(pfadd(e.id("q:b"), "x"))
 			e.apply(hadd(e.id("q:c"), fd("f", 1)))
 			d := e.id("q:d")
-			for _, op := range []engine.Op{
-				add(d, engine.KindNone, 1), add(d, engine.KindPN, 1), set(d, 5), pfadd(d, "x"), hadd(d, fd("f", 1)),
-				{Type: engine.OpHSet, ID: d, Fields: []counter.FieldDelta{fd("f", 1)}},
-				{Type: engine.OpPFMerge, ID: d, Sources: []string{e.id("q:b")}},
+			for _, op := range []contract.Op{
+				add(d, contract.KindNone, 1), add(d, contract.KindPN, 1), set(d, 5), pfadd(d, "x"), hadd(d, fd("f", 1)),
+				{Type: contract.OpHSet, ID: d, Fields: []counter.FieldDelta{fd("f", 1)}},
+				{Type: contract.OpPFMerge, ID: d, Sources: []string{e.id("q:b")}},
 			} {
-				_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+				_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
 				e.wantQuotaErr(fmt.Sprintf("%v of a 4th key", op.Type), err, pat, "max_keys", 3)
 				e.wantMissing(d)
 			}
-			e.wantValue(e.id("q:a"), engine.KindCounter, 1)
-			e.apply(add(e.id("q:a"), engine.KindNone, 1)) // existing keys take adds
-			e.wantValue(e.id("q:a"), engine.KindCounter, 2)
-			e.apply(add(e.id("other"), engine.KindNone, 1)) // not under the quota
+			e.wantValue(e.id("q:a"), contract.KindCounter, 1)
+			e.apply(add(e.id("q:a"), contract.KindNone, 1)) // existing keys take adds
+			e.wantValue(e.id("q:a"), contract.KindCounter, 2)
+			e.apply(add(e.id("other"), contract.KindNone, 1)) // not under the quota
 			e.wantUsage(pat, "", 3)
 		}},
 		{"batch over max_keys", func(e *env) {
 			pat := e.useQuotas("namespaces:\n  %q: {max_keys: 2}\n", e.id("q:*"))
-			e.apply(add(e.id("q:a"), engine.KindNone, 1))
-			_, err := e.b.ApplyBatch(e.ctx, []engine.Op{add(e.id("q:a"), engine.KindNone, 1), add(e.id("q:b"), engine.KindNone, 1), add(e.id("q:c"), engine.KindNone, 1)}, engine.WriteOptions{})
+			e.apply(add(e.id("q:a"), contract.KindNone, 1))
+			_, err := e.b.ApplyBatch(e.ctx, []contract.Op{add(e.id("q:a"), contract.KindNone, 1), add(e.id("q:b"), contract.KindNone, 1), add(e.id("q:c"), contract.KindNone, 1)}, contract.WriteOptions{})
 			e.wantQuotaErr("batch creating two keys", err, pat, "max_keys", 2)
-			if e.caps.Batches == engine.BatchAtomic {
+			if e.caps.Batches == contract.BatchAtomic {
 				e.wantMissing(e.id("q:c"))
 				e.wantMissing(e.id("q:b"))
-				e.wantValue(e.id("q:a"), engine.KindCounter, 1)
+				e.wantValue(e.id("q:a"), contract.KindCounter, 1)
 				e.wantUsage(pat, "", 1)
 				return
 			}
@@ -68,21 +68,21 @@ func quotaCases() []tcase {
 		}},
 		{"delete gives room back", func(e *env) {
 			pat := e.useQuotas("namespaces:\n  %q: {max_keys: 2}\n", e.id("q:*"))
-			e.apply(add(e.id("q:a"), engine.KindNone, 1))
+			e.apply(add(e.id("q:a"), contract.KindNone, 1))
 			e.apply(hadd(e.id("q:b"), fd("f", 1)))
-			_, err := e.b.Apply(e.ctx, add(e.id("q:c"), engine.KindNone, 1), engine.WriteOptions{})
+			_, err := e.b.Apply(e.ctx, add(e.id("q:c"), contract.KindNone, 1), contract.WriteOptions{})
 			e.wantQuotaErr("3rd key", err, pat, "max_keys", 2)
-			e.apply(engine.Op{Type: engine.OpDelete, ID: e.id("q:a")})
-			e.apply(add(e.id("q:c"), engine.KindNone, 1))
+			e.apply(contract.Op{Type: contract.OpDelete, ID: e.id("q:a")})
+			e.apply(add(e.id("q:c"), contract.KindNone, 1))
 			// A hash whose last field goes is deleted, like Redis.
-			e.apply(engine.Op{Type: engine.OpHDel, ID: e.id("q:b"), Names: []string{"f"}})
+			e.apply(contract.Op{Type: contract.OpHDel, ID: e.id("q:b"), Names: []string{"f"}})
 			e.apply(pfadd(e.id("q:d"), "x"))
 			e.wantUsage(pat, "", 2)
 		}},
 		{"expiry gives room back", func(e *env) {
 			pat := e.useQuotas("namespaces:\n  %q: {max_keys: 1}\n", e.id("q:*"))
-			e.apply(engine.Op{Type: engine.OpSet, ID: e.id("q:a"), Value: 1, TTL: time.Second})
-			_, err := e.b.Apply(e.ctx, add(e.id("q:b"), engine.KindNone, 1), engine.WriteOptions{})
+			e.apply(contract.Op{Type: contract.OpSet, ID: e.id("q:a"), Value: 1, TTL: time.Second})
+			_, err := e.b.Apply(e.ctx, add(e.id("q:b"), contract.KindNone, 1), contract.WriteOptions{})
 			e.wantQuotaErr("2nd key", err, pat, "max_keys", 1)
 			// The backend's clock passes the TTL too (a tiered node writes
 			// the expiry behind at its clock), as in "expiry".
@@ -91,8 +91,8 @@ func quotaCases() []tcase {
 			// within QuotaExpiryBound (docs/security.md, "Quotas").
 			deadline := time.Now().Add(e.s.QuotaExpiryBound + 2*time.Second)
 			for {
-				_, err = e.b.Apply(e.ctx, add(e.id("q:b"), engine.KindNone, 1), engine.WriteOptions{})
-				if err == nil || !errors.Is(err, engine.ErrQuotaExceeded) || time.Now().After(deadline) {
+				_, err = e.b.Apply(e.ctx, add(e.id("q:b"), contract.KindNone, 1), contract.WriteOptions{})
+				if err == nil || !errors.Is(err, contract.ErrQuotaExceeded) || time.Now().After(deadline) {
 					break
 				}
 				time.Sleep(50 * time.Millisecond)
@@ -106,31 +106,31 @@ func quotaCases() []tcase {
 			pat := e.useQuotas("namespaces:\n  %q: {max_hash_fields: 3}\n", e.id("h:*"))
 			h := e.id("h:1")
 			e.apply(hadd(h, fd("a", 1), fd("b", 1)))
-			e.apply(engine.Op{Type: engine.OpHSet, ID: h, Fields: []counter.FieldDelta{fd("c", 1)}})
+			e.apply(contract.Op{Type: contract.OpHSet, ID: h, Fields: []counter.FieldDelta{fd("c", 1)}})
 			before := e.snap(h)
-			for _, op := range []engine.Op{
+			for _, op := range []contract.Op{
 				hadd(h, fd("a", 1), fd("d", 1)),
-				{Type: engine.OpHSet, ID: h, Fields: []counter.FieldDelta{fd("d", 1)}},
+				{Type: contract.OpHSet, ID: h, Fields: []counter.FieldDelta{fd("d", 1)}},
 			} {
-				_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{})
+				_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{})
 				e.wantQuotaErr(fmt.Sprintf("%v of a 4th field", op.Type), err, pat, "max_hash_fields", 3)
 			}
 			e.unchanged(h, before)
-			_, err := e.b.Apply(e.ctx, hadd(e.id("h:2"), fd("a", 1), fd("b", 1), fd("c", 1), fd("d", 1)), engine.WriteOptions{})
+			_, err := e.b.Apply(e.ctx, hadd(e.id("h:2"), fd("a", 1), fd("b", 1), fd("c", 1), fd("d", 1)), contract.WriteOptions{})
 			e.wantQuotaErr("a new hash of 4 fields", err, pat, "max_hash_fields", 3)
 			e.wantMissing(e.id("h:2"))
 			e.apply(hadd(h, fd("a", 1), fd("b", 1), fd("c", 1))) // existing fields
-			e.apply(engine.Op{Type: engine.OpHDel, ID: h, Names: []string{"a"}})
+			e.apply(contract.Op{Type: contract.OpHDel, ID: h, Names: []string{"a"}})
 			e.apply(hadd(h, fd("d", 1)))
 		}},
 		{"default per namespace", func(e *env) {
 			// Ids of the form <prefix>nsN:x are in namespace <prefix>nsN.
 			e.useQuotas("namespaces:\n  %q: {max_keys: 5}\ndefault: {max_keys: 2}\n", e.id("big:*"))
 			for _, n := range []string{"ns1:a", "ns1:b", "ns2:a", "ns2:b", "big:a", "big:b", "big:c"} {
-				e.apply(add(e.id(n), engine.KindNone, 1))
+				e.apply(add(e.id(n), contract.KindNone, 1))
 			}
 			for _, n := range []string{"ns1:c", "ns2:c"} {
-				_, err := e.b.Apply(e.ctx, add(e.id(n), engine.KindNone, 1), engine.WriteOptions{})
+				_, err := e.b.Apply(e.ctx, add(e.id(n), contract.KindNone, 1), contract.WriteOptions{})
 				e.wantQuotaErr(n, err, quota.DefaultName, "max_keys", 2)
 				e.wantMissing(e.id(n))
 			}
@@ -140,21 +140,21 @@ func quotaCases() []tcase {
 		{"reload keeps counts", func(e *env) {
 			pat := e.useQuotas("namespaces:\n  %q: {max_keys: 3}\n", e.id("q:*"))
 			for _, n := range []string{"q:1", "q:2", "q:3"} {
-				e.apply(add(e.id(n), engine.KindNone, 1))
+				e.apply(add(e.id(n), contract.KindNone, 1))
 			}
 			e.useQuotas("namespaces:\n  %q: {max_keys: 4}\n", pat)
 			e.wantUsage(pat, "", 3)
-			e.apply(add(e.id("q:4"), engine.KindNone, 1))
-			_, err := e.b.Apply(e.ctx, add(e.id("q:5"), engine.KindNone, 1), engine.WriteOptions{})
+			e.apply(add(e.id("q:4"), contract.KindNone, 1))
+			_, err := e.b.Apply(e.ctx, add(e.id("q:5"), contract.KindNone, 1), contract.WriteOptions{})
 			e.wantQuotaErr("5th key after the reload", err, pat, "max_keys", 4)
 			// A new, narrower quota first: the keys it matches move to it.
 			narrow := e.id("q:1*")
 			e.useQuotas("namespaces:\n  %q: {max_keys: 1}\n  %q: {max_keys: 4}\n", narrow, pat)
 			e.wantUsage(narrow, "", 1)
 			e.wantUsage(pat, "", 3)
-			_, err = e.b.Apply(e.ctx, add(e.id("q:10"), engine.KindNone, 1), engine.WriteOptions{})
+			_, err = e.b.Apply(e.ctx, add(e.id("q:10"), contract.KindNone, 1), contract.WriteOptions{})
 			e.wantQuotaErr("2nd key of the narrow quota", err, narrow, "max_keys", 1)
-			e.apply(add(e.id("q:5"), engine.KindNone, 1))
+			e.apply(add(e.id("q:5"), contract.KindNone, 1))
 		}},
 	}
 }
@@ -183,8 +183,8 @@ func (e *env) useQuotas(format string, args ...any) string {
 // wantQuotaErr fails unless err is a quota refusal of quota name's limit.
 func (e *env) wantQuotaErr(what string, err error, name, limit string, max int64) {
 	e.t.Helper()
-	if !errors.Is(err, engine.ErrQuotaExceeded) {
-		e.t.Fatalf("%s: error %v, want %v", what, err, engine.ErrQuotaExceeded)
+	if !errors.Is(err, contract.ErrQuotaExceeded) {
+		e.t.Fatalf("%s: error %v, want %v", what, err, contract.ErrQuotaExceeded)
 	}
 	msg := quota.Message(err)
 	if !strings.Contains(msg, "quota exceeded for "+name) || !strings.Contains(msg, fmt.Sprintf("(%s %d)", limit, max)) {

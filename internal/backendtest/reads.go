@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -17,16 +18,16 @@ func aggregateCases() []tcase {
 	return []tcase{
 		{"prefix sums", func(e *env) {
 			p := e.id("agg.")
-			e.apply(add(p+"c", engine.KindNone, 5))
-			e.apply(add(p+"pn", engine.KindPN, -3))
-			e.apply(add(p+"sh", engine.KindSharded, 10))
-			w := add(p+"w", engine.KindWindow, 4)
+			e.apply(add(p+"c", contract.KindNone, 5))
+			e.apply(add(p+"pn", contract.KindPN, -3))
+			e.apply(add(p+"sh", contract.KindSharded, 10))
+			w := add(p+"w", contract.KindWindow, 4)
 			w.Window = testWindow
 			e.apply(w)
 			e.apply(pfadd(p+"u", "a"))
 			e.apply(hadd(p+"h", fd("f", 100)))
-			e.apply(add(e.id("other"), engine.KindNone, 1000))
-			want := engine.Aggregate{Prefix: p, Value: 16, Count: 4} // windows included
+			e.apply(add(e.id("other"), contract.KindNone, 1000))
+			want := contract.Aggregate{Prefix: p, Value: 16, Count: 4} // windows included
 			e.eventually(true, func() error {
 				a, err := e.b.Aggregate(e.ctx, p)
 				if err != nil || a != want {
@@ -43,7 +44,7 @@ func aggregateCases() []tcase {
 			e.apply(set(p+"a", 1<<62))
 			e.apply(set(p+"b", 1<<62))
 			_, err := e.b.Aggregate(e.ctx, p)
-			e.wantErr("sum past MaxInt64", err, engine.ErrOverflow)
+			e.wantErr("sum past MaxInt64", err, contract.ErrOverflow)
 		}},
 		{"aggregate overflow figures", func(e *env) {
 			// The overflow error of engine.AggregateOverflow says what the
@@ -51,7 +52,7 @@ func aggregateCases() []tcase {
 			p := e.id("off.")
 			e.apply(set(p+"a", math.MaxInt64))
 			e.apply(set(p+"b", math.MaxInt64))
-			e.apply(add(p+"pn", engine.KindPN, 3))
+			e.apply(add(p+"pn", contract.KindPN, 3))
 			e.apply(pfadd(p+"u", "x"))
 			e.apply(hadd(p+"h", fd("f", 7)))
 			e.apply(set(e.id("off"), 1)) // no "." after the prefix: not covered
@@ -60,7 +61,7 @@ func aggregateCases() []tcase {
 			e.eventually(true, func() error {
 				_, err := engine.AggregateOverflow(e.ctx, e.b, p)
 				var oe *engine.OverflowError
-				if !errors.As(err, &oe) || !errors.Is(err, engine.ErrOverflow) {
+				if !errors.As(err, &oe) || !errors.Is(err, contract.ErrOverflow) {
 					return fmt.Errorf("aggregate %q: %v, want an *engine.OverflowError", p, err)
 				}
 				if oe.Prefix != p || oe.Count != 3 || oe.Sum.Cmp(want) != 0 {
@@ -77,7 +78,7 @@ func aggregateCases() []tcase {
 			for _, op := range everyKind(e) {
 				e.apply(op)
 			}
-			e.apply(engine.Op{Type: engine.OpDelete, ID: e.id("kc")})
+			e.apply(contract.Op{Type: contract.OpDelete, ID: e.id("kc")})
 			e.eventually(true, func() error {
 				if n, err := e.b.Len(e.ctx); err != nil || n != 5 {
 					ids, _, _ := e.b.Scan(e.ctx, 0, "", 1000)
@@ -90,7 +91,7 @@ func aggregateCases() []tcase {
 			for _, op := range everyKind(e) {
 				e.apply(op)
 			}
-			if err := e.b.FlushAll(e.ctx, engine.WriteOptions{}); err != nil {
+			if err := e.b.FlushAll(e.ctx, contract.WriteOptions{}); err != nil {
 				e.t.Fatal(err)
 			}
 			for _, op := range everyKind(e) {
@@ -105,11 +106,11 @@ func aggregateCases() []tcase {
 			for i := range 7 {
 				id := e.id(fmt.Sprintf("scan.a%d", i))
 				want = append(want, id)
-				e.apply(add(id, engine.KindNone, 1))
+				e.apply(add(id, contract.KindNone, 1))
 			}
-			e.apply(add(e.id("scan.b"), engine.KindNone, 1))
-			e.apply(add(e.id("scan.a-deleted"), engine.KindNone, 1))
-			e.apply(engine.Op{Type: engine.OpDelete, ID: e.id("scan.a-deleted")})
+			e.apply(add(e.id("scan.b"), contract.KindNone, 1))
+			e.apply(add(e.id("scan.a-deleted"), contract.KindNone, 1))
+			e.apply(contract.Op{Type: contract.OpDelete, ID: e.id("scan.a-deleted")})
 			var got []string
 			var cursor uint64
 			for page := 0; ; page++ {
@@ -137,7 +138,7 @@ func aggregateCases() []tcase {
 			p := e.id("ls.")
 			var want []string
 			for _, name := range []string{"home", "b", "a_10", "a_2", "Z", "a", "\u00e9t\u00e9", "~", "0", "a:1", "a:0", "A", "ab", "a_1"} {
-				e.apply(add(p+name, engine.KindNone, 1))
+				e.apply(add(p+name, contract.KindNone, 1))
 				want = append(want, p+name)
 			}
 			for i := range 12 {
@@ -145,9 +146,9 @@ func aggregateCases() []tcase {
 				e.apply(set(id, int64(i)))
 				want = append(want, id)
 			}
-			e.apply(add(p+"gone", engine.KindNone, 1))
-			e.apply(engine.Op{Type: engine.OpDelete, ID: p + "gone"})
-			e.apply(add(e.id("ls"), engine.KindNone, 1)) // outside the pattern
+			e.apply(add(p+"gone", contract.KindNone, 1))
+			e.apply(contract.Op{Type: contract.OpDelete, ID: p + "gone"})
+			e.apply(add(e.id("ls"), contract.KindNone, 1)) // outside the pattern
 			slices.Sort(want)
 			pattern := p + "*"
 			for _, limit := range []int{1, 4, len(want), len(want) + 5} {
@@ -178,7 +179,7 @@ func aggregateCases() []tcase {
 			if err != nil || more || !slices.Equal(ids, []string{p + "a_10", p + "a_2", p + "ab"}) {
 				e.t.Errorf("filtered page after %q = %q, %v, %v", p+"a_1", ids, more, err)
 			}
-			if _, _, err := engine.ListSorted(e.ctx, e.b, pattern, nil, "", 0); !errors.Is(err, engine.ErrInvalidArgument) {
+			if _, _, err := engine.ListSorted(e.ctx, e.b, pattern, nil, "", 0); !errors.Is(err, contract.ErrInvalidArgument) {
 				e.t.Errorf("limit 0: %v, want ErrInvalidArgument", err)
 			}
 		}},
@@ -231,10 +232,10 @@ func rollupCases() []tcase {
 		{"series", func(e *env) {
 			id := setSpec(e, "ser") + ":a"
 			t0 := e.b.Now()
-			e.apply(add(id, engine.KindNone, 3))
+			e.apply(add(id, contract.KindNone, 3))
 			e.s.Clock.Advance(time.Minute)
-			e.apply(add(id, engine.KindNone, 4))
-			e.apply(add(id, engine.KindNone, -1))
+			e.apply(add(id, contract.KindNone, 4))
+			e.apply(add(id, contract.KindNone, -1))
 			m0 := t0.Truncate(time.Minute)
 			s, err := e.b.Series(e.ctx, id, rollup.Minute, m0.Add(-time.Minute), m0.Add(3*time.Minute))
 			if err != nil {
@@ -254,7 +255,7 @@ func rollupCases() []tcase {
 				e.t.Errorf("series of a missing counter = %+v, %v; want one zero bucket", s, err)
 			}
 			_, err = e.b.Series(e.ctx, id, rollup.Minute, m0, m0.Add(-time.Hour))
-			e.wantErr("series with to before from", err, engine.ErrInvalidArgument)
+			e.wantErr("series with to before from", err, contract.ErrInvalidArgument)
 		}},
 		{"uniques", func(e *env) {
 			id := setSpec(e, "uq") + ":u"
@@ -276,7 +277,7 @@ func rollupCases() []tcase {
 				}
 			}
 			_, err = e.b.Uniques(e.ctx, id, rollup.Day, 31)
-			e.wantErr("uniques past the retention", err, engine.ErrInvalidArgument)
+			e.wantErr("uniques past the retention", err, contract.ErrInvalidArgument)
 			est, err = e.b.Uniques(e.ctx, e.id("uq")+":missing", rollup.Day, 3)
 			if err != nil || est.Value != 0 {
 				e.t.Errorf("uniques of a missing hll = %+v, %v; want 0", est, err)
@@ -291,7 +292,7 @@ func rollupCases() []tcase {
 				hint string
 			}{{rollup.Day, "rollup set " + ns + " --unique-days"}, {rollup.Hour, "rollup set " + ns + " --unique-hours"}} {
 				_, err := e.b.Uniques(e.ctx, id, c.unit, 1)
-				e.wantErr("uniques of an hll without sketches", err, engine.ErrNotFound)
+				e.wantErr("uniques of an hll without sketches", err, contract.ErrNotFound)
 				if err != nil && (!strings.Contains(err.Error(), "is an hll without per-"+c.unit.String()+" sketches") || !strings.Contains(err.Error(), c.hint)) {
 					e.t.Errorf("uniques by %s of an hll without sketches: %q; want it to say so and suggest %q", c.unit, err, c.hint)
 				}

@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -14,24 +14,24 @@ import (
 // turn: the suite talks to every node of a cluster, as clients behind a
 // load balancer do. Capabilities, Now, Stats and Ready are bs[0]'s. Safe
 // for concurrent use when bs are.
-func RoundRobin(bs ...engine.Backend) engine.Backend { return &roundRobin{bs: bs} }
+func RoundRobin(bs ...contract.Backend) contract.Backend { return &roundRobin{bs: bs} }
 
 type roundRobin struct {
-	bs []engine.Backend
+	bs []contract.Backend
 	n  atomic.Uint64
 }
 
-func (r *roundRobin) next() engine.Backend { return r.bs[(r.n.Add(1)-1)%uint64(len(r.bs))] }
+func (r *roundRobin) next() contract.Backend { return r.bs[(r.n.Add(1)-1)%uint64(len(r.bs))] }
 
-func (r *roundRobin) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (r *roundRobin) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	return r.next().Apply(ctx, op, wo)
 }
 
-func (r *roundRobin) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+func (r *roundRobin) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
 	return r.next().ApplyBatch(ctx, ops, wo)
 }
 
-func (r *roundRobin) Get(ctx context.Context, id string) (engine.View, error) {
+func (r *roundRobin) Get(ctx context.Context, id string) (contract.View, error) {
 	return r.next().Get(ctx, id)
 }
 
@@ -53,13 +53,13 @@ func (r *roundRobin) Scan(ctx context.Context, cursor uint64, match string, coun
 	return r.bs[0].Scan(ctx, cursor, match, count)
 }
 
-func (r *roundRobin) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
+func (r *roundRobin) Aggregate(ctx context.Context, prefix string) (contract.Aggregate, error) {
 	return r.next().Aggregate(ctx, prefix)
 }
 
 func (r *roundRobin) Len(ctx context.Context) (int, error) { return r.next().Len(ctx) }
 
-func (r *roundRobin) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+func (r *roundRobin) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	return r.next().FlushAll(ctx, wo)
 }
 
@@ -87,10 +87,10 @@ func (r *roundRobin) Rollups(ctx context.Context) (map[string]rollup.Spec, error
 	return r.next().Rollups(ctx)
 }
 
-func (r *roundRobin) Now() time.Time                    { return r.bs[0].Now() }
-func (r *roundRobin) Stats() engine.Stats               { return r.bs[0].Stats() }
-func (r *roundRobin) Ready() error                      { return r.bs[0].Ready() }
-func (r *roundRobin) Capabilities() engine.Capabilities { return r.bs[0].Capabilities() }
+func (r *roundRobin) Now() time.Time                      { return r.bs[0].Now() }
+func (r *roundRobin) Stats() contract.Stats               { return r.bs[0].Stats() }
+func (r *roundRobin) Ready() error                        { return r.bs[0].Ready() }
+func (r *roundRobin) Capabilities() contract.Capabilities { return r.bs[0].Capabilities() }
 
 // RoundRobinChecker returns a ratelimit.Checker that sends each check to
 // the next of cs in turn (each node's Router in a cluster). Local is

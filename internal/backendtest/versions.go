@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 func versionCases() []tcase {
@@ -16,14 +16,14 @@ func versionCases() []tcase {
 			id := e.id("v")
 			steps := []struct {
 				name string
-				op   engine.Op
+				op   contract.Op
 			}{
 				{"set", set(id, 1)},
-				{"add", add(id, engine.KindNone, 2)},
+				{"add", add(id, contract.KindNone, 2)},
 				{"set again", set(id, 7)},
-				{"expire", engine.Op{Type: engine.OpExpire, ID: id, TTL: time.Hour}},
-				{"persist", engine.Op{Type: engine.OpExpire, ID: id}},
-				{"persist without a ttl", engine.Op{Type: engine.OpExpire, ID: id}},
+				{"expire", contract.Op{Type: contract.OpExpire, ID: id, TTL: time.Hour}},
+				{"persist", contract.Op{Type: contract.OpExpire, ID: id}},
+				{"persist without a ttl", contract.Op{Type: contract.OpExpire, ID: id}},
 			}
 			var last uint64
 			for _, s := range steps {
@@ -51,14 +51,14 @@ func versionCases() []tcase {
 			// the read after them the last add's value and version.
 			id := e.id("hot")
 			const workers, per = 4, 250
-			res := make([][]engine.Result, workers)
+			res := make([][]contract.Result, workers)
 			var wg sync.WaitGroup
 			for w := range workers {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for range per {
-						r, err := e.b.Apply(e.ctx, add(id, engine.KindNone, 1), engine.WriteOptions{})
+						r, err := e.b.Apply(e.ctx, add(id, contract.KindNone, 1), contract.WriteOptions{})
 						if err != nil {
 							e.t.Errorf("add: %v", err)
 							return
@@ -72,7 +72,7 @@ func versionCases() []tcase {
 			if len(all) != workers*per {
 				return // the error is reported
 			}
-			slices.SortFunc(all, func(a, b engine.Result) int { return cmp.Compare(a.Value, b.Value) })
+			slices.SortFunc(all, func(a, b contract.Result) int { return cmp.Compare(a.Value, b.Value) })
 			for i, r := range all {
 				if r.Value != int64(i+1) || (i > 0 && r.Version <= all[i-1].Version) {
 					e.t.Fatalf("add with value rank %d: %+v (previous %+v): want value %d, version above the previous", i, r, all[max(i-1, 0)], i+1)
@@ -85,22 +85,22 @@ func versionCases() []tcase {
 		}},
 		{"compare and set", func(e *env) {
 			id := e.id("cas")
-			op := engine.Op{Type: engine.OpSet, ID: id, Value: 1, CheckVersion: true} // expected 0: must not exist
+			op := contract.Op{Type: contract.OpSet, ID: id, Value: 1, CheckVersion: true} // expected 0: must not exist
 			r := e.apply(op)
-			e.wantResult("create with expected version 0", r, engine.KindCounter, 1, true)
+			e.wantResult("create with expected version 0", r, contract.KindCounter, 1, true)
 			op.Value, op.ExpectedVersion = 2, r.Version
 			r2 := e.apply(op)
 			if r2.Version <= r.Version || r2.Value != 2 {
 				e.t.Errorf("set with the current version = %+v, want value 2 above version %d", r2, r.Version)
 			}
-			_, err := e.b.Apply(e.ctx, op, engine.WriteOptions{}) // the version it just replaced
-			e.wantErr("set with the replaced version", err, engine.ErrVersionConflict)
-			e.wantValue(id, engine.KindCounter, 2)
+			_, err := e.b.Apply(e.ctx, op, contract.WriteOptions{}) // the version it just replaced
+			e.wantErr("set with the replaced version", err, contract.ErrVersionConflict)
+			e.wantValue(id, contract.KindCounter, 2)
 		}},
 		{"every kind has versions", func(e *env) {
 			for _, op := range everyKind(e) {
 				r := e.apply(op)
-				lag := op.Kind == engine.KindPN || op.Kind == engine.KindSharded
+				lag := op.Kind == contract.KindPN || op.Kind == contract.KindSharded
 				if lag && e.caps.LaggingCRDTAdds {
 					continue // the add's version is the receiving node's
 				}
@@ -120,7 +120,7 @@ func versionCases() []tcase {
 			c := e.id("c")
 			r = e.apply(set(c, 1))
 			nx := set(c, 2)
-			nx.SetMode = engine.SetIfAbsent
+			nx.SetMode = contract.SetIfAbsent
 			e.apply(nx)
 			if v := e.get(c); v.Version != r.Version || v.Value != 1 {
 				e.t.Errorf("after SET NX that did not apply: %+v, want value 1 at version %d", v, r.Version)

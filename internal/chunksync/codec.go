@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -191,7 +192,7 @@ func DecodeChunk(b []byte) ([]engine.State, error) {
 			break
 		}
 		id := prev[:p] + string(suffix)
-		if err := engine.ValidateID(id); err != nil {
+		if err := contract.ValidateID(id); err != nil {
 			d.fail("state %d: %v", i, err)
 			break
 		}
@@ -205,7 +206,7 @@ func DecodeChunk(b []byte) ([]engine.State, error) {
 			if kf[1]&^flagDeleted != 0 {
 				d.fail("state %d: unknown flags %#x", i, kf[1])
 			}
-			s.Kind, s.Deleted = engine.Kind(kf[0]), kf[1]&flagDeleted != 0
+			s.Kind, s.Deleted = contract.Kind(kf[0]), kf[1]&flagDeleted != 0
 		}
 		s.Version = d.uvarint("version")
 		s.UpdatedAt = d.varint("updated_at")

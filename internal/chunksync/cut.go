@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -42,7 +43,7 @@ func (o Options) withDefaults() Options {
 func (o Options) Validate() error {
 	o = o.withDefaults()
 	if bits.OnesCount(uint(o.ChunkKeys)) != 1 || bits.OnesCount(uint(o.RangeChunks)) != 1 {
-		return fmt.Errorf("%w: ChunkKeys %d and RangeChunks %d must be powers of two", engine.ErrInvalidArgument, o.ChunkKeys, o.RangeChunks)
+		return fmt.Errorf("%w: ChunkKeys %d and RangeChunks %d must be powers of two", contract.ErrInvalidArgument, o.ChunkKeys, o.RangeChunks)
 	}
 	return nil
 }
@@ -93,7 +94,7 @@ func Build(states []engine.State, o Options) (*Snapshot, error) {
 	start := 0
 	for i := range states {
 		if i > 0 && states[i].ID <= states[i-1].ID {
-			return nil, fmt.Errorf("%w: states not sorted at %q", engine.ErrInvalidArgument, states[i].ID)
+			return nil, fmt.Errorf("%w: states not sorted at %q", contract.ErrInvalidArgument, states[i].ID)
 		}
 		h := xxhash.Sum64String(states[i].ID)
 		last := i == len(states)-1

@@ -5,12 +5,13 @@ import (
 	"reflect"
 	"testing"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
 func fuzzSeedChunk() []byte {
 	states := syntheticStates(3)
-	states = append(states, engine.State{ID: "page_views:z", Kind: engine.KindPN, Version: 7, Deleted: true, ExpiresAt: -1})
+	states = append(states, engine.State{ID: "page_views:z", Kind: contract.KindPN, Version: 7, Deleted: true, ExpiresAt: -1})
 	return EncodeChunk(nil, states)
 }
 
@@ -31,7 +32,7 @@ func FuzzDecodeChunk(f *testing.F) {
 			return
 		}
 		for i := range states {
-			if err := engine.ValidateID(states[i].ID); err != nil {
+			if err := contract.ValidateID(states[i].ID); err != nil {
 				t.Fatalf("decoded invalid id: %v", err)
 			}
 			if i > 0 && states[i].ID <= states[i-1].ID {

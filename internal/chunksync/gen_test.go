@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -16,7 +17,7 @@ const baseTime = int64(1764000000) * 1e9
 func counterState(i int, value int64, version uint64) engine.State {
 	return engine.State{
 		ID:        fmt.Sprintf("page_views:article_%08d", i),
-		Kind:      engine.KindCounter,
+		Kind:      contract.KindCounter,
 		Version:   version,
 		UpdatedAt: baseTime + int64(i)*1e6 + int64(version),
 		Data:      binary.AppendVarint(nil, value),

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/httpjson"
 )
@@ -57,7 +58,7 @@ func NewHandler(eng *engine.Engine, opts Options) *Handler {
 
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if _, pat := h.mux.Handler(r); pat == "" {
-		httpjson.WriteError(w, fmt.Errorf("%w: no snapshot route %s %s", engine.ErrNotFound, r.Method, r.URL.Path))
+		httpjson.WriteError(w, fmt.Errorf("%w: no snapshot route %s %s", contract.ErrNotFound, r.Method, r.URL.Path))
 		return
 	}
 	h.mux.ServeHTTP(w, r)
@@ -81,7 +82,7 @@ func (h *Handler) manifest(w http.ResponseWriter, r *http.Request) {
 func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 	hash, err := ParseHash(r.PathValue("hash"))
 	if err != nil {
-		httpjson.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
+		httpjson.WriteError(w, fmt.Errorf("%w: %w", contract.ErrInvalidArgument, err))
 		return
 	}
 	h.mu.Lock()
@@ -96,7 +97,7 @@ func (h *Handler) blob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	httpjson.WriteError(w, fmt.Errorf("%w: blob %s is not in the last two snapshot manifests", engine.ErrNotFound, hash))
+	httpjson.WriteError(w, fmt.Errorf("%w: blob %s is not in the last two snapshot manifests", contract.ErrNotFound, hash))
 }
 
 func writeBlob(w http.ResponseWriter, b []byte) {
@@ -109,17 +110,17 @@ func (h *Handler) restore(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			err = fmt.Errorf("%w: chunk larger than %d bytes", engine.ErrInvalidArgument, MaxChunkBody)
+			err = fmt.Errorf("%w: chunk larger than %d bytes", contract.ErrInvalidArgument, MaxChunkBody)
 		}
 		httpjson.WriteError(w, err)
 		return
 	}
 	states, err := DecodeChunk(b)
 	if err != nil {
-		httpjson.WriteError(w, fmt.Errorf("%w: %w", engine.ErrInvalidArgument, err))
+		httpjson.WriteError(w, fmt.Errorf("%w: %w", contract.ErrInvalidArgument, err))
 		return
 	}
-	changed, err := h.eng.Merge(r.Context(), states, engine.WriteOptions{Durability: engine.Sync})
+	changed, err := h.eng.Merge(r.Context(), states, contract.WriteOptions{Durability: contract.Sync})
 	if err != nil {
 		httpjson.WriteError(w, err)
 		return

@@ -6,7 +6,7 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestHandlerKeepsTwoCuts: the blobs of a manifest stay fetchable after
@@ -27,7 +27,7 @@ func TestHandlerKeepsTwoCuts(t *testing.T) {
 	}
 	var roots []Hash
 	for i := 0; i < 3; i++ {
-		if _, err := e.Add(bg, "c:x", 1, engine.WriteOptions{}); err != nil {
+		if _, err := e.Add(bg, "c:x", 1, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		code, m := get("/admin/snapshot/manifest")

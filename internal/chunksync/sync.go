@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -140,7 +141,7 @@ func (s *Snapshot) Fetch(_ context.Context, h Hash) ([]byte, error) {
 type EngineTarget struct {
 	Engine *engine.Engine
 	Have   *Snapshot
-	WO     engine.WriteOptions
+	WO     contract.WriteOptions
 	Merged int // states that changed local state
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -35,21 +36,21 @@ func openEngine(t testing.TB, node string) *engine.Engine {
 
 // kindOps are the mutations the property test draws, one per kind; each id
 // keeps its kind (the first letter of the id names it).
-var kindOps = map[byte]func(id string, n int64) engine.Op{
-	'c': func(id string, n int64) engine.Op {
-		return engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindCounter, Delta: n}
+var kindOps = map[byte]func(id string, n int64) contract.Op{
+	'c': func(id string, n int64) contract.Op {
+		return contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindCounter, Delta: n}
 	},
-	'p': func(id string, n int64) engine.Op {
-		return engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindPN, Delta: n}
+	'p': func(id string, n int64) contract.Op {
+		return contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindPN, Delta: n}
 	},
-	's': func(id string, n int64) engine.Op {
-		return engine.Op{Type: engine.OpAdd, ID: id, Kind: engine.KindSharded, Delta: n}
+	's': func(id string, n int64) contract.Op {
+		return contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindSharded, Delta: n}
 	},
-	'h': func(id string, n int64) engine.Op {
-		return engine.Op{Type: engine.OpPFAdd, ID: id, Items: [][]byte{fmt.Appendf(nil, "item-%d", n)}}
+	'h': func(id string, n int64) contract.Op {
+		return contract.Op{Type: contract.OpPFAdd, ID: id, Items: [][]byte{fmt.Appendf(nil, "item-%d", n)}}
 	},
-	'f': func(id string, n int64) engine.Op {
-		return engine.Op{Type: engine.OpHAdd, ID: id, Fields: []counter.FieldDelta{{Name: fmt.Sprint("f", n%3), Delta: n}}}
+	'f': func(id string, n int64) contract.Op {
+		return contract.Op{Type: contract.OpHAdd, ID: id, Fields: []counter.FieldDelta{{Name: fmt.Sprint("f", n%3), Delta: n}}}
 	},
 }
 
@@ -60,7 +61,7 @@ func writeSome(t *rapid.T, e *engine.Engine, label, kinds string) {
 		k := kinds[rapid.IntRange(0, len(kinds)-1).Draw(t, label+"-kind")]
 		id := fmt.Sprintf("%c:%03d", k, rapid.IntRange(0, 40).Draw(t, label+"-id"))
 		op := kindOps[k](id, rapid.Int64Range(-5, 5).Draw(t, label+"-delta"))
-		if _, err := e.Apply(bg, op, engine.WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, op, contract.WriteOptions{}); err != nil {
 			t.Fatalf("apply %+v: %v", op, err)
 		}
 	}
@@ -105,7 +106,7 @@ func TestPullMakesStatesEqual(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		opts := Options{ChunkKeys: 1 << rapid.IntRange(0, 4).Draw(rt, "chunk-bits"), RangeChunks: 1 << rapid.IntRange(0, 3).Draw(rt, "range-bits")}
 		for _, e := range []*engine.Engine{a, b} {
-			if err := e.FlushAll(bg, engine.WriteOptions{}); err != nil || e.Len() != 0 {
+			if err := e.FlushAll(bg, contract.WriteOptions{}); err != nil || e.Len() != 0 {
 				rt.Fatalf("flushall: %v, %d left", err, e.Len())
 			}
 		}
@@ -166,7 +167,7 @@ func TestRestoreIntoEmptyDir(t *testing.T) {
 	for i := 0; i < 3000; i++ {
 		k := "cpshf"[i%5]
 		op := kindOps[k](fmt.Sprintf("%c:restore:%05d", k, i), int64(i%7+1))
-		if _, err := src.Apply(bg, op, engine.WriteOptions{}); err != nil {
+		if _, err := src.Apply(bg, op, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -188,7 +189,7 @@ func TestRestoreIntoEmptyDir(t *testing.T) {
 
 	// One counter changes: the second snapshot writes one chunk and its
 	// range.
-	if _, err := src.Add(bg, "c:restore:00000", 100, engine.WriteOptions{}); err != nil {
+	if _, err := src.Add(bg, "c:restore:00000", 100, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	snap2, err := FromEngine(bg, src, Options{ChunkKeys: 32})
@@ -215,7 +216,7 @@ func TestRestoreIntoEmptyDir(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Pull(bg, &Dir{Path: dir.Path}, &EngineTarget{Engine: dst, WO: engine.WriteOptions{Durability: engine.Sync}}, nil); err != nil {
+	if _, err := Pull(bg, &Dir{Path: dir.Path}, &EngineTarget{Engine: dst, WO: contract.WriteOptions{Durability: contract.Sync}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	assertSameValues(t, src, dst)
@@ -244,7 +245,7 @@ func mustReopen(t *testing.T, cfg engine.Config) *engine.Engine {
 // fails the pull with ErrCorrupt before anything of it is merged.
 func TestPullRejectsTamperedBlobs(t *testing.T) {
 	a := openEngine(t, "a")
-	if _, err := a.Add(bg, "c:x", 5, engine.WriteOptions{}); err != nil {
+	if _, err := a.Add(bg, "c:x", 5, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	snap, err := FromEngine(bg, a, Options{})

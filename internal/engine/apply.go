@@ -8,29 +8,26 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-// MaxItems is the default bound on the items of one PFADD, the fields of
-// one HADD/HDEL and the sources of one PFMERGE (Limits.MaxItems).
-const MaxItems = 10000
-
 // Add adds delta to the additive counter id (creating a KindCounter).
-func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOptions) (Result, error) {
+func (e *Engine) Add(ctx context.Context, id string, delta int64, wo contract.WriteOptions) (contract.Result, error) {
 	if wo.IdempotencyKey == "" && !e.closed.Load() && e.disk.state.Load() == diskOK {
-		var res Result
+		var res contract.Result
 		if done, err := e.addPlain(id, delta, &res); done {
 			if err == nil {
 				err = e.finishPlain(ctx, wo)
 			}
 			if err != nil {
-				return Result{}, err
+				return contract.Result{}, err
 			}
 			return res, nil
 		}
 	}
-	return e.Apply(ctx, Op{Type: OpAdd, ID: id, Delta: delta}, wo)
+	return e.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: delta}, wo)
 }
 
 // addPlain is the path of the hottest operation, an add to an existing
@@ -40,12 +37,12 @@ func (e *Engine) Add(ctx context.Context, id string, delta int64, wo WriteOption
 // when id is not such a counter (missing, another kind, a TTL); the
 // caller then takes the general path, which decides everything again
 // under the lock.
-func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err error) {
+func (e *Engine) addPlain(id string, delta int64, res *contract.Result) (done bool, err error) {
 	cell := e.recent.cell()
 	sh, i, en, rp, idRef, ok := e.recentFind(cell, id)
 	if !ok || e.limits.RedisHashTags {
 		// An id found through the hint is valid (recentIDs).
-		if err := e.limits.validateID(id); err != nil {
+		if err := e.limits.ValidateID(id); err != nil {
 			return true, err
 		}
 	}
@@ -64,7 +61,7 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 		// since h was hung there, so h is this id's.
 		// The add is counted in the hot word (Stats.Ops reads it there).
 		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
-			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			*res = contract.Result{ID: id, Kind: contract.KindCounter, Value: v, Version: ver, Changed: true}
 			return true, nil
 		}
 	}
@@ -84,7 +81,7 @@ func (e *Engine) addPlain(id string, delta int64, res *Result) (done bool, err e
 	if h := en.hotOf(); h != nil {
 		if v, ver, ok := hotAdd(h, delta, e.nowNano()); ok {
 			en.unlock()
-			*res = Result{ID: id, Kind: KindCounter, Value: v, Version: ver, Changed: true}
+			*res = contract.Result{ID: id, Kind: contract.KindCounter, Value: v, Version: ver, Changed: true}
 			return true, nil
 		}
 		en.cool() // the add does not fit the word: fold, and add under the lock
@@ -152,7 +149,7 @@ func (e *Engine) recentFind(cell *atomic.Uint64, id string) (*shard, uint32, *en
 
 // addPlainLocked adds delta to the plain counter en (slab index i of sh),
 // whose lock the caller holds: what INCR on a counter without TTL does.
-func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta int64, res *Result) error {
+func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta int64, res *contract.Result) error {
 	v, ok := addInt64(en.value, delta)
 	if !ok {
 		return overflow(id)
@@ -163,62 +160,62 @@ func (e *Engine) addPlainLocked(sh *shard, i uint32, en *entry, id string, delta
 	if en.lk.Load()&flagDirty == 0 || en.ver == 0 {
 		touchSlow(sh, i, en)
 	}
-	*res = Result{ID: id, Kind: KindCounter, Value: v, Version: en.version(), Changed: true}
+	*res = contract.Result{ID: id, Kind: contract.KindCounter, Value: v, Version: en.version(), Changed: true}
 	return nil
 }
 
 // finishPlain ends an addPlain that succeeded (and counted its op): it
 // waits for durability as Apply does.
-func (e *Engine) finishPlain(ctx context.Context, wo WriteOptions) error {
-	if e.durability(wo) == Sync {
+func (e *Engine) finishPlain(ctx context.Context, wo contract.WriteOptions) error {
+	if e.durability(wo) == contract.Sync {
 		return e.waitDurable(ctx)
 	}
 	return nil
 }
 
 // Apply applies one mutation.
-func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, error) {
+func (e *Engine) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	if err := e.checkWrite(); err != nil {
-		return Result{}, err
+		return contract.Result{}, err
 	}
-	if wo.IdempotencyKey == "" && op.plainAdd() {
-		var res Result
+	if wo.IdempotencyKey == "" && op.PlainAdd() {
+		var res contract.Result
 		if done, err := e.addPlain(op.ID, op.Delta, &res); done {
 			if err == nil {
 				err = e.finishPlain(ctx, wo)
 			}
 			if err != nil {
-				return Result{}, err
+				return contract.Result{}, err
 			}
 			return res, nil
 		}
 	}
-	if err := op.validate(&e.limits); err != nil {
-		return Result{}, err
+	if err := op.ValidateDefaulted(&e.limits); err != nil {
+		return contract.Result{}, err
 	}
 	if wo.IdempotencyKey != "" {
-		res, err := e.applyIdempotent(ctx, []Op{op}, wo, false)
+		res, err := e.applyIdempotent(ctx, []contract.Op{op}, wo, false)
 		if err != nil {
-			return Result{}, err
+			return contract.Result{}, err
 		}
 		return res[0], nil
 	}
-	var res Result
+	var res contract.Result
 	var err error
-	if op.Type == OpPFMerge {
-		out := []Result{{}}
-		err = e.applyMulti([]Op{op}, out, false)
+	if op.Type == contract.OpPFMerge {
+		out := []contract.Result{{}}
+		err = e.applyMulti([]contract.Op{op}, out, false)
 		res = out[0]
 	} else {
 		err = e.applySingle(&op, &res)
 	}
 	if err != nil {
-		return Result{}, err
+		return contract.Result{}, err
 	}
 	e.ops.inc()
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		if err := e.waitDurable(ctx); err != nil {
-			return Result{}, err
+			return contract.Result{}, err
 		}
 	}
 	return res, nil
@@ -227,22 +224,22 @@ func (e *Engine) Apply(ctx context.Context, op Op, wo WriteOptions) (Result, err
 // ApplyBatch applies ops atomically: either every op applies or none does
 // (the error names the failing op's index). Locks on every counter involved
 // are held together, so no reader sees half a batch.
-func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]Result, error) {
+func (e *Engine) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
 	if err := e.checkWrite(); err != nil {
 		return nil, err
 	}
-	if err := ValidateBatch(ops, e.limits); err != nil {
+	if err := contract.ValidateBatch(ops, e.limits); err != nil {
 		return nil, err
 	}
 	if wo.IdempotencyKey != "" {
 		return e.applyIdempotent(ctx, ops, wo, true)
 	}
-	res := make([]Result, len(ops))
+	res := make([]contract.Result, len(ops))
 	if err := e.applyMulti(ops, res, true); err != nil {
 		return nil, err
 	}
 	e.ops.add(len(ops))
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err
 		}
@@ -250,37 +247,27 @@ func (e *Engine) ApplyBatch(ctx context.Context, ops []Op, wo WriteOptions) ([]R
 	return res, nil
 }
 
-// BatchError is the error of a batch whose op Index failed; nothing in the
-// batch was applied. It unwraps to the op's error.
-type BatchError struct {
-	Index int
-	Err   error
-}
-
-func (b *BatchError) Error() string { return fmt.Sprintf("batch op %d: %v", b.Index, b.Err) }
-func (b *BatchError) Unwrap() error { return b.Err }
-
 // creates reports whether op may create its counter.
-func creates(op *Op) bool {
+func creates(op *contract.Op) bool {
 	switch op.Type {
-	case OpAdd, OpSet, OpPFAdd, OpPFMerge, OpHAdd, OpHSet:
+	case contract.OpAdd, contract.OpSet, contract.OpPFAdd, contract.OpPFMerge, contract.OpHAdd, contract.OpHSet:
 		return true
 	}
 	return false
 }
 
 // applySingle applies an op that touches one counter.
-func (e *Engine) applySingle(op *Op, res *Result) error {
+func (e *Engine) applySingle(op *contract.Op, res *contract.Result) error {
 	r, ok, err := e.acquire(op.ID, creates(op))
 	if err != nil {
 		return err
 	}
 	if !ok {
-		*res = Result{ID: op.ID}
+		*res = contract.Result{ID: op.ID}
 		return nil
 	}
 	en := r.e
-	if op.Type == OpAdd && en.plainCounter() && (op.Kind == KindNone || op.Kind == KindCounter) {
+	if op.Type == contract.OpAdd && en.plainCounter() && (op.Kind == contract.KindNone || op.Kind == contract.KindCounter) {
 		// Fast path for the hottest operation: a plain counter without TTL.
 		err := e.addPlainLocked(r.sh, r.idx, en, op.ID, op.Delta, res)
 		en.unlock()
@@ -293,7 +280,7 @@ func (e *Engine) applySingle(op *Op, res *Result) error {
 
 // applyMulti applies ops atomically under the locks of every id involved.
 // In a batch the error of a failing op is a *BatchError naming it.
-func (e *Engine) applyMulti(ops []Op, res []Result, batch bool) error {
+func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool) error {
 	ids := make([]string, 0, len(ops))
 	pos := make([]int, len(ops)) // index in ids of ops[i].ID
 	for i := range ops {
@@ -325,7 +312,7 @@ func (e *Engine) applyMulti(ops []Op, res []Result, batch bool) error {
 			srcs = refs[pos[i]+1 : pos[i]+1+n]
 		}
 		if r.e == nil { // missing and not created: delete/expire/hdel of nothing
-			res[i] = Result{ID: ops[i].ID}
+			res[i] = contract.Result{ID: ops[i].ID}
 			continue
 		}
 		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i]); err != nil {
@@ -337,7 +324,7 @@ func (e *Engine) applyMulti(ops []Op, res []Result, batch bool) error {
 			if !batch {
 				return err
 			}
-			return &BatchError{Index: i, Err: err}
+			return &contract.BatchError{Index: i, Err: err}
 		}
 	}
 	return nil
@@ -348,7 +335,7 @@ func (e *Engine) applyMulti(ops []Op, res []Result, batch bool) error {
 type savedEntry struct {
 	value, updated int64
 	version        uint64
-	kind           Kind
+	kind           contract.Kind
 	flags          uint32 // the rollup flags
 	hasExt         bool
 	exp            int64
@@ -370,7 +357,7 @@ func save(en *entry) savedEntry {
 // restore puts back s. The dirty mark stays: the entry is on the dirty set.
 func (e *Engine) restore(r *ref, s savedEntry) {
 	en := r.e
-	wasLive, wasTTL := en.kind() != KindNone, en.ext() != nil && en.ext().expires != 0
+	wasLive, wasTTL := en.kind() != contract.KindNone, en.ext() != nil && en.ext().expires != 0
 	en.value, en.updated = s.value, s.updated
 	en.setVersion(s.version)
 	en.setKind(s.kind)
@@ -380,7 +367,7 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	if s.hasExt {
 		en.setExt(&ext{expires: s.exp, state: s.state, roll: s.roll})
 	}
-	isLive, isTTL := en.kind() != KindNone, en.ext() != nil && en.ext().expires != 0
+	isLive, isTTL := en.kind() != contract.KindNone, en.ext() != nil && en.ext().expires != 0
 	e.keys.Add(b2i(isLive) - b2i(wasLive))
 	if q := e.quotaSet(); q != nil && isLive != wasLive {
 		e.quotaAddLocked(q, r, idAtLocked(r), b2i(isLive)-b2i(wasLive))
@@ -419,27 +406,12 @@ func cloneState(s any) any {
 	return s
 }
 
-func wrongKind(id string, have Kind, op OpType) error {
-	return fmt.Errorf("%w: %q is of kind %s; %s needs %s", ErrWrongKind, id, have, op, op.needs())
-}
-
-// needs names the kinds op works on, for wrong-kind errors.
-func (t OpType) needs() string {
-	switch t {
-	case OpAdd:
-		return "an additive kind (counter, float, sharded, pn or window)"
-	case OpSet:
-		return "kind counter or float"
-	case OpPFAdd, OpPFMerge:
-		return "kind hll"
-	case OpHAdd, OpHDel, OpHSet:
-		return "kind hash"
-	}
-	return "another kind"
+func wrongKind(id string, have contract.Kind, op contract.OpType) error {
+	return fmt.Errorf("%w: %q is of kind %s; %s needs %s", contract.ErrWrongKind, id, have, op, op.Needs())
 }
 
 func overflow(id string) error {
-	return fmt.Errorf("%w: %q", ErrOverflow, id)
+	return fmt.Errorf("%w: %q", contract.ErrOverflow, id)
 }
 
 // mapErr turns a counter package error into the engine's sentinel.
@@ -448,22 +420,22 @@ func mapErr(id string, err error) error {
 	case errors.Is(err, counter.ErrOverflow):
 		return overflow(id)
 	case errors.Is(err, counter.ErrNotInteger):
-		return fmt.Errorf("%w: %q: %v", ErrNotInteger, id, err)
+		return fmt.Errorf("%w: %q: %v", contract.ErrNotInteger, id, err)
 	case errors.Is(err, counter.ErrFloatRange):
-		return fmt.Errorf("%w: %q: %v", ErrFloatRange, id, err)
+		return fmt.Errorf("%w: %q: %v", contract.ErrFloatRange, id, err)
 	case errors.Is(err, counter.ErrPrecision), errors.Is(err, counter.ErrInvalid):
-		return fmt.Errorf("%w: %q: %v", ErrInvalidArgument, id, err)
+		return fmt.Errorf("%w: %q: %v", contract.ErrInvalidArgument, id, err)
 	}
 	return err
 }
 
 // create makes the none entry r a counter of kind k. Caller holds the stripe
 // lock and has validated everything the new state needs.
-func (e *Engine) create(r *ref, k Kind, op *Op) error {
+func (e *Engine) create(r *ref, k contract.Kind, op *contract.Op) error {
 	en := r.e
 	var st any
 	switch k {
-	case KindSharded:
+	case contract.KindSharded:
 		n := op.Shards
 		if n == 0 {
 			n = e.cfg.DefaultShards
@@ -471,31 +443,31 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 		s := counter.NewSharded(n)
 		_ = s.SetReplica(e.cfg.NodeID) // Config.Validate: NodeID is not empty
 		st = s
-	case KindPN:
+	case contract.KindPN:
 		st = counter.NewPN()
-	case KindWindow:
+	case contract.KindWindow:
 		spec := op.Window
 		if spec == (counter.WindowSpec{}) {
 			spec = e.cfg.DefaultWindow
 		}
 		w, err := counter.NewWindow(spec)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 		}
 		st = w
-	case KindHLL:
+	case contract.KindHLL:
 		p := op.HLLPrecision
 		if p == 0 {
 			p = e.cfg.HLLPrecision
 		}
 		h, err := counter.NewHLL(p)
 		if err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 		}
 		st = h
-	case KindHash:
+	case contract.KindHash:
 		st = counter.NewHash()
-	case KindFloat:
+	case contract.KindFloat:
 		st = &counter.Float{}
 	}
 	if q := e.quotaSet(); q != nil {
@@ -517,51 +489,48 @@ func (e *Engine) create(r *ref, k Kind, op *Op) error {
 // applyLocked applies op to r (and, for PFMERGE, reads srcs) with the
 // function of op's type (ops.go). On error the entry is unchanged. Caller
 // holds every involved lock.
-func (e *Engine) applyLocked(r *ref, op *Op, srcs []ref, now int64, res *Result) error {
+func (e *Engine) applyLocked(r *ref, op *contract.Op, srcs []ref, now int64, res *contract.Result) error {
 	live := e.liveLocked(r, now)
-	*res = Result{ID: op.ID}
+	*res = contract.Result{ID: op.ID}
 	// A switch, not a table of funcs: an indirect call would move r, op
 	// and res to the heap on every write.
 	switch op.Type {
-	case OpAdd:
+	case contract.OpAdd:
 		return e.applyAdd(r, op, now, live, res)
-	case OpSet:
+	case contract.OpSet:
 		return e.applySet(r, op, now, live, res)
-	case OpDelete:
+	case contract.OpDelete:
 		return e.applyDelete(r, live, res)
-	case OpExpire:
+	case contract.OpExpire:
 		return e.applyExpire(r, op, now, live, res)
-	case OpPFAdd:
+	case contract.OpPFAdd:
 		return e.applyPFAdd(r, op, now, live, res)
-	case OpPFMerge:
+	case contract.OpPFMerge:
 		return e.applyPFMerge(r, op, srcs, now, live, res)
-	case OpHAdd:
+	case contract.OpHAdd:
 		return e.applyHAdd(r, op, now, live, res)
-	case OpHDel:
+	case contract.OpHDel:
 		return e.applyHDel(r, op, now, live, res)
-	case OpHSet:
+	case contract.OpHSet:
 		return e.applyHSet(r, op, now, live, res)
 	}
-	return fmt.Errorf("%w: unknown op type %d", ErrInvalidArgument, op.Type)
+	return fmt.Errorf("%w: unknown op type %d", contract.ErrInvalidArgument, op.Type)
 }
-
-// MaxTTL is the longest time to live: longer ones are refused.
-const MaxTTL = 100 * 365 * 24 * time.Hour
 
 // expiry is now+ttl; validate bounds ttl by MaxTTL so it cannot overflow.
 func expiry(now int64, ttl time.Duration) int64 { return now + int64(ttl) }
 
 // addLocked adds op.Delta to the additive counter r. On error nothing changes.
-func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
+func (e *Engine) addLocked(r *ref, op *contract.Op, now int64) error {
 	en := r.e
 	switch en.kind() {
-	case KindCounter:
+	case contract.KindCounter:
 		v, err := counter.AddInt64(en.value, op.Delta)
 		if err != nil {
 			return overflow(op.ID)
 		}
 		en.value = v
-	case KindSharded:
+	case contract.KindSharded:
 		s := en.ext().state.(*counter.Sharded)
 		i := op.Shard - 1
 		if op.Shard == 0 {
@@ -571,13 +540,13 @@ func (e *Engine) addLocked(r *ref, op *Op, now int64) error {
 			return mapErr(op.ID, err)
 		}
 		en.value = s.Value()
-	case KindPN:
+	case contract.KindPN:
 		p := en.ext().state.(*counter.PN)
 		if err := p.Add(e.cfg.NodeID, op.Delta); err != nil {
 			return mapErr(op.ID, err)
 		}
 		en.value = p.Value()
-	case KindWindow:
+	case contract.KindWindow:
 		w := en.ext().state.(*counter.Window)
 		if op.At == 0 {
 			if err := w.Add(time.Unix(0, now), op.Delta); err != nil {

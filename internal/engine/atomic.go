@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"sync"
 )
 
@@ -13,7 +14,7 @@ import (
 // ExpectedVersion 0 in the same batch), so the record, which holds the id
 // and result of every op, would only be written and compacted for nothing.
 type AtomicApplier interface {
-	ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error
+	ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error
 }
 
 // ApplyAtomic applies ops like ApplyBatch (all or none; the error of a
@@ -22,24 +23,24 @@ type AtomicApplier interface {
 // effects writes all of them. It keeps no idempotency record, returns no
 // results and takes up to maxAtomicOps ops (the caller bounds its batches;
 // MaxBatch bounds what clients send).
-func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error {
+func (e *Engine) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error {
 	if err := e.checkWrite(); err != nil {
 		return err
 	}
 	if len(ops) == 0 {
-		return fmt.Errorf("%w: empty batch", ErrInvalidArgument)
+		return fmt.Errorf("%w: empty batch", contract.ErrInvalidArgument)
 	}
 	if len(ops) > maxAtomicOps {
-		return fmt.Errorf("%w: %d ops, at most %d", ErrBatchTooLarge, len(ops), maxAtomicOps)
+		return fmt.Errorf("%w: %d ops, at most %d", contract.ErrBatchTooLarge, len(ops), maxAtomicOps)
 	}
 	for i := range ops {
-		if err := ops[i].validate(&e.limits); err != nil {
-			return &BatchError{Index: i, Err: err}
+		if err := ops[i].ValidateDefaulted(&e.limits); err != nil {
+			return &contract.BatchError{Index: i, Err: err}
 		}
 	}
-	rp := atomicResults.Get().(*[]Result)
+	rp := atomicResults.Get().(*[]contract.Result)
 	if cap(*rp) < len(ops) {
-		*rp = make([]Result, len(ops))
+		*rp = make([]contract.Result, len(ops))
 	}
 	res := (*rp)[:len(ops)]
 	e.gate.RLock() // the flusher's snapshot sees all of the batch or none
@@ -51,7 +52,7 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) err
 		return err
 	}
 	e.ops.add(len(ops))
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		return e.waitDurable(ctx)
 	}
 	return nil
@@ -59,12 +60,12 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) err
 
 // atomicResults recycles the results ApplyAtomic computes and drops (a
 // consumer batch of thousands of ops would allocate them anew each time).
-var atomicResults = sync.Pool{New: func() any { return new([]Result) }}
+var atomicResults = sync.Pool{New: func() any { return new([]contract.Result) }}
 
 // maxAtomicOps bounds an ApplyAtomic batch: its locks and the flusher's
 // wait for it grow with it.
 const maxAtomicOps = 1 << 16
 
-func (l local) ApplyAtomic(ctx context.Context, ops []Op, wo WriteOptions) error {
+func (l local) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error {
 	return l.e.ApplyAtomic(ctx, ops, wo)
 }

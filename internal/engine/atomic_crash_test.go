@@ -13,6 +13,7 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -27,31 +28,31 @@ import (
 
 const crashDedupeTTL = 24 * time.Hour
 
-func crashBatch(n int) []Op {
+func crashBatch(n int) []contract.Op {
 	mk := n
 	if n%7 == 6 {
 		mk = n - 1 // a duplicate: the batch fails on it
 	}
-	return []Op{
-		{Type: OpAdd, ID: "total", Delta: 1},
-		{Type: OpAdd, ID: fmt.Sprintf("c%d", n%3), Delta: 1},
-		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: fmt.Sprint("b", n), Delta: 1}}},
-		{Type: OpPFAdd, ID: "u", Items: [][]byte{fmt.Append(nil, "user", n)}},
-		{Type: OpSet, ID: fmt.Sprint("_events:", mk), Value: 1, CheckVersion: true, ExpectedVersion: 0, TTL: crashDedupeTTL},
+	return []contract.Op{
+		{Type: contract.OpAdd, ID: "total", Delta: 1},
+		{Type: contract.OpAdd, ID: fmt.Sprintf("c%d", n%3), Delta: 1},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: fmt.Sprint("b", n), Delta: 1}}},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{fmt.Append(nil, "user", n)}},
+		{Type: contract.OpSet, ID: fmt.Sprint("_events:", mk), Value: 1, CheckVersion: true, ExpectedVersion: 0, TTL: crashDedupeTTL},
 	}
 }
 
 // sendCrashBatches applies batches 0..n-1 (stopping early when stop says
 // so) and returns the numbers of those that applied.
-func sendCrashBatches(t *testing.T, e *Engine, n int, wo WriteOptions, stop func(i int) bool) []int {
+func sendCrashBatches(t *testing.T, e *Engine, n int, wo contract.WriteOptions, stop func(i int) bool) []int {
 	t.Helper()
 	var ok []int
 	for i := 0; i < n && !stop(i); i++ {
 		err := e.ApplyAtomic(bg, crashBatch(i), wo)
 		switch {
 		case i%7 == 6:
-			var be *BatchError
-			if !errors.As(err, &be) || be.Index != 4 || !errors.Is(err, ErrVersionConflict) {
+			var be *contract.BatchError
+			if !errors.As(err, &be) || be.Index != 4 || !errors.Is(err, contract.ErrVersionConflict) {
 				t.Fatalf("batch %d with a duplicate marker: %v", i, err)
 			}
 		case err != nil:
@@ -153,7 +154,7 @@ func TestApplyAtomicPowerLoss(t *testing.T) {
 			t.Fatal(err)
 		}
 		cut := 50 + round*97
-		applied := sendCrashBatches(t, e, 2000, WriteOptions{}, func(i int) bool {
+		applied := sendCrashBatches(t, e, 2000, contract.WriteOptions{}, func(i int) bool {
 			if i == cut {
 				fs.SetIgnoreSyncs(true) // power loss: nothing from here on is durable
 			}
@@ -184,7 +185,7 @@ func TestApplyAtomicTornWAL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	applied := sendCrashBatches(t, e, 120, WriteOptions{Durability: Sync}, func(int) bool { return false })
+	applied := sendCrashBatches(t, e, 120, contract.WriteOptions{Durability: contract.Sync}, func(int) bool { return false })
 	// Closed, the store's files are still: the batches are in the WAL
 	// alone (a cut at 0 keeps none of them, checked below).
 	if err := e.Close(); err != nil {

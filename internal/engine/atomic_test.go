@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"github.com/counterd/counterd/internal/contract"
 	"testing"
 )
 
@@ -12,18 +13,18 @@ import (
 func TestApplyAtomic(t *testing.T) {
 	e := openMem(t, func(c *Config) { c.MaxBatch = 2 })
 	ctx := context.Background()
-	ops := []Op{
-		{Type: OpAdd, ID: "a", Delta: 1},
-		{Type: OpSet, ID: "m1", Value: 1, CheckVersion: true},
-		{Type: OpAdd, ID: "b", Delta: 2},
+	ops := []contract.Op{
+		{Type: contract.OpAdd, ID: "a", Delta: 1},
+		{Type: contract.OpSet, ID: "m1", Value: 1, CheckVersion: true},
+		{Type: contract.OpAdd, ID: "b", Delta: 2},
 	}
-	if err := e.ApplyAtomic(ctx, ops, WriteOptions{}); err != nil {
+	if err := e.ApplyAtomic(ctx, ops, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// m1 exists now: the same batch again fails at op 1 and changes nothing.
-	err := e.ApplyAtomic(ctx, ops, WriteOptions{})
-	var be *BatchError
-	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, ErrVersionConflict) {
+	err := e.ApplyAtomic(ctx, ops, contract.WriteOptions{})
+	var be *contract.BatchError
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, contract.ErrVersionConflict) {
 		t.Fatalf("second apply: %v, want a version conflict at op 1", err)
 	}
 	for id, want := range map[string]int64{"a": 1, "b": 2, "m1": 1} {
@@ -34,10 +35,10 @@ func TestApplyAtomic(t *testing.T) {
 	if n := e.idem.size(); n != 0 {
 		t.Errorf("%d idempotency records, want none", n)
 	}
-	if err := e.ApplyAtomic(ctx, nil, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
+	if err := e.ApplyAtomic(ctx, nil, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Errorf("empty batch: %v", err)
 	}
-	if err := e.ApplyAtomic(ctx, []Op{{Type: OpAdd, ID: ""}}, WriteOptions{}); !errors.As(err, &be) || be.Index != 0 {
+	if err := e.ApplyAtomic(ctx, []contract.Op{{Type: contract.OpAdd, ID: ""}}, contract.WriteOptions{}); !errors.As(err, &be) || be.Index != 0 {
 		t.Errorf("invalid op: %v", err)
 	}
 }

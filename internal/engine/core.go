@@ -11,6 +11,7 @@ import (
 	"github.com/cockroachdb/pebble"
 
 	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // opsCounter counts mutations without a shared hot cache line: each add
@@ -48,7 +49,7 @@ func (c *opsCounter) load() uint64 {
 // everything to disk.
 type Engine struct {
 	cfg    Config
-	limits Limits // from cfg: what Apply and ApplyBatch accept
+	limits contract.Limits // from cfg: what Apply and ApplyBatch accept
 	db     *pebble.DB
 	lock   *os.File // the data directory's lock (nil in memory)
 	shards [numShards]shard
@@ -92,7 +93,7 @@ func Open(cfg Config) (*Engine, error) {
 		return nil, err
 	}
 	e := &Engine{cfg: cfg, stop: make(chan struct{}), done: make(chan struct{})}
-	e.limits = Limits{MaxBatch: cfg.MaxBatch, MaxShards: cfg.MaxShards}.withDefaults()
+	e.limits = contract.Limits{MaxBatch: cfg.MaxBatch, MaxShards: cfg.MaxShards}.WithDefaults()
 	if cfg.Clock == nil {
 		e.clk = coarse.New()
 	}
@@ -185,8 +186,8 @@ func (e *Engine) nowNano() int64 {
 // the clock its ticker under load.
 func (e *Engine) CoarseClock() *coarse.Clock { return e.clk }
 
-func (e *Engine) durability(wo WriteOptions) Durability {
-	if wo.Durability == DurabilityDefault {
+func (e *Engine) durability(wo contract.WriteOptions) contract.Durability {
+	if wo.Durability == contract.DurabilityDefault {
 		return e.cfg.Durability
 	}
 	return wo.Durability
@@ -233,7 +234,7 @@ func (e *Engine) lookup(id string, h uint64, create bool) (ref, bool, error) {
 			return ref{}, false, nil
 		}
 		if i, en, idRef, ok = sh.insertLocked(id, h); !ok {
-			return ref{}, false, fmt.Errorf("%w: shard full", ErrInvalidArgument)
+			return ref{}, false, fmt.Errorf("%w: shard full", contract.ErrInvalidArgument)
 		}
 		en.lock()
 		en.setFlags(flagDirty)
@@ -340,7 +341,7 @@ func touchSlow(sh *shard, i uint32, en *entry) {
 // has passed. Caller holds r's lock.
 func (e *Engine) liveLocked(r *ref, now int64) bool {
 	en := r.e
-	if en == nil || en.kind() == KindNone {
+	if en == nil || en.kind() == contract.KindNone {
 		return false
 	}
 	if x := en.ext(); x != nil && x.expires != 0 && x.expires <= now {
@@ -355,7 +356,7 @@ func (e *Engine) liveLocked(r *ref, now int64) bool {
 // the slot). Caller holds r's lock.
 func (e *Engine) clearLocked(r *ref) {
 	en := r.e
-	if en.kind() != KindNone {
+	if en.kind() != contract.KindNone {
 		e.keys.Add(-1)
 		e.quotaGoneLocked(r)
 	}
@@ -367,7 +368,7 @@ func (e *Engine) clearLocked(r *ref) {
 			en.setFlags(flagRollReset) // a deleted counter has no history
 		}
 	}
-	en.setKind(KindNone)
+	en.setKind(contract.KindNone)
 	en.value = 0
 	en.setExt(nil)
 	en.setVersion(0)
@@ -412,7 +413,7 @@ func (e *Engine) setExpiresLocked(r *ref, at int64) {
 
 func (e *Engine) checkOpen() error {
 	if e.closed.Load() {
-		return ErrClosed
+		return contract.ErrClosed
 	}
 	return nil
 }
@@ -421,7 +422,7 @@ func (e *Engine) checkOpen() error {
 // is not writable (disk.go), before anything is applied.
 func (e *Engine) checkWrite() error {
 	if e.closed.Load() {
-		return ErrClosed
+		return contract.ErrClosed
 	}
 	return e.disk.writable()
 }

@@ -5,6 +5,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"os"
 	"testing"
 )
@@ -21,7 +22,7 @@ func TestSecondOpenOfDirIsRefused(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustApply(t, e1, Op{Type: OpAdd, ID: "a", Delta: 3})
+	mustApply(t, e1, contract.Op{Type: contract.OpAdd, ID: "a", Delta: 3})
 
 	_, err = Open(cfg)
 	if !errors.Is(err, ErrDirInUse) {

@@ -15,6 +15,7 @@ import (
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/cockroachdb/pebble/vfs/errorfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -95,14 +96,14 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 func wantStorageErr(t *testing.T, what string, err error) {
 	t.Helper()
-	if !errors.Is(err, ErrInsufficientStorage) {
+	if !errors.Is(err, contract.ErrInsufficientStorage) {
 		t.Fatalf("%s: err %v, want ErrInsufficientStorage", what, err)
 	}
 }
 
 var (
-	syncW  = WriteOptions{Durability: Sync}
-	asyncW = WriteOptions{Durability: Async}
+	syncW  = contract.WriteOptions{Durability: contract.Sync}
+	asyncW = contract.WriteOptions{Durability: contract.Async}
 )
 
 // acked is what a test's writes were acknowledged: the count of INCRs of
@@ -113,18 +114,18 @@ type acked struct {
 	items  int
 }
 
-func (a *acked) write(t *testing.T, e *Engine, i int, wo WriteOptions) error {
+func (a *acked) write(t *testing.T, e *Engine, i int, wo contract.WriteOptions) error {
 	t.Helper()
 	if _, err := e.Add(bg, "n", 1, wo); err != nil {
 		return err
 	}
 	a.n++
 	f := fmt.Sprint("f", i)
-	if _, err := e.Apply(bg, Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: f, Delta: 1}}}, wo); err != nil {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: f, Delta: 1}}}, wo); err != nil {
 		return err
 	}
 	a.fields = append(a.fields, f)
-	if _, err := e.Apply(bg, Op{Type: OpPFAdd, ID: "u", Items: [][]byte{fmt.Append(nil, "user", i)}}, wo); err != nil {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{fmt.Append(nil, "user", i)}}, wo); err != nil {
 		return err
 	}
 	a.items++
@@ -186,9 +187,9 @@ func TestDiskFullENOSPC(t *testing.T) {
 		}
 		_, err := e.Add(bg, "n", 1, wo)
 		wantStorageErr(t, "write while read-only", err)
-		_, err = e.Apply(bg, Op{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("refused")}}, wo)
+		_, err = e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("refused")}}, wo)
 		wantStorageErr(t, "PFADD while read-only", err)
-		_, err = e.ApplyBatch(bg, []Op{{Type: OpAdd, ID: "other", Delta: 1}}, wo)
+		_, err = e.ApplyBatch(bg, []contract.Op{{Type: contract.OpAdd, ID: "other", Delta: 1}}, wo)
 		wantStorageErr(t, "batch while read-only", err)
 	}
 	if v := mustGet(t, e, "n").Value; v != before {
@@ -256,7 +257,7 @@ func TestDiskReserve(t *testing.T) {
 		}
 		_, err := e.Add(bg, "a", 1, wo)
 		wantStorageErr(t, "write below the reserve", err)
-		_, err = e.Apply(bg, Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "refused", Delta: 1}}}, wo)
+		_, err = e.Apply(bg, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "refused", Delta: 1}}}, wo)
 		wantStorageErr(t, "HADD below the reserve", err)
 	}
 	if v := mustGet(t, e, "a").Value; v != async.n {

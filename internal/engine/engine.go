@@ -8,6 +8,7 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/rollup"
@@ -23,8 +24,8 @@ type Config struct {
 	FS     vfs.FS
 	NodeID string // this node's replica name in pn counters (default "local")
 
-	Durability    Durability    // default acknowledgement mode (default Async)
-	FlushInterval time.Duration // async flush period (default 1s)
+	Durability    contract.Durability // default acknowledgement mode (default Async)
+	FlushInterval time.Duration       // async flush period (default 1s)
 
 	IdempotencyRetention time.Duration // how long retries are recognised (default 24h)
 	IdempotencyMemory    int           // records kept in memory; older ones are read from disk (default 100000)
@@ -78,7 +79,7 @@ func DefaultConfig() Config {
 	return Config{
 		Dir:                  "./data",
 		NodeID:               "local",
-		Durability:           Async,
+		Durability:           contract.Async,
 		FlushInterval:        time.Second,
 		IdempotencyRetention: 24 * time.Hour,
 		IdempotencyMemory:    100000,
@@ -101,7 +102,7 @@ func (c *Config) Validate() error {
 		return errors.New("engine: config: Dir is empty")
 	case c.NodeID == "":
 		return errors.New("engine: config: NodeID is empty")
-	case c.Durability != Async && c.Durability != Sync:
+	case c.Durability != contract.Async && c.Durability != contract.Sync:
 		return errors.New("engine: config: Durability must be Async or Sync")
 	case c.FlushInterval <= 0:
 		return errors.New("engine: config: FlushInterval must be positive")

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/glob"
 )
@@ -53,16 +54,16 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Unlock()
 }
 
-func mustApply(t *testing.T, e *Engine, op Op) Result {
+func mustApply(t *testing.T, e *Engine, op contract.Op) contract.Result {
 	t.Helper()
-	r, err := e.Apply(bg, op, WriteOptions{})
+	r, err := e.Apply(bg, op, contract.WriteOptions{})
 	if err != nil {
 		t.Fatalf("%v %q: %v", op.Type, op.ID, err)
 	}
 	return r
 }
 
-func mustGet(t *testing.T, e *Engine, id string) View {
+func mustGet(t *testing.T, e *Engine, id string) contract.View {
 	t.Helper()
 	v, err := e.Get(id)
 	if err != nil {
@@ -76,19 +77,19 @@ func TestCounterAddGetSet(t *testing.T) {
 	if v := mustGet(t, e, "missing"); v.Exists || v.Value != 0 {
 		t.Fatalf("missing counter: %+v", v)
 	}
-	r := mustApply(t, e, Op{Type: OpAdd, ID: "page_views:article_123", Delta: 1})
-	if r.Value != 1 || r.Version != 1 || r.Kind != KindCounter {
+	r := mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "page_views:article_123", Delta: 1})
+	if r.Value != 1 || r.Version != 1 || r.Kind != contract.KindCounter {
 		t.Fatalf("first add: %+v", r)
 	}
-	r = mustApply(t, e, Op{Type: OpAdd, ID: "page_views:article_123", Delta: -5})
+	r = mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "page_views:article_123", Delta: -5})
 	if r.Value != -4 || r.Version != 2 {
 		t.Fatalf("second add: %+v", r)
 	}
-	_, err := e.Apply(bg, Op{Type: OpSet, ID: "page_views:article_123", Value: 7, CheckVersion: true, ExpectedVersion: 1}, WriteOptions{})
-	if !errors.Is(err, ErrVersionConflict) {
+	_, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: "page_views:article_123", Value: 7, CheckVersion: true, ExpectedVersion: 1}, contract.WriteOptions{})
+	if !errors.Is(err, contract.ErrVersionConflict) {
 		t.Fatalf("stale set: %v", err)
 	}
-	r = mustApply(t, e, Op{Type: OpSet, ID: "page_views:article_123", Value: 7, CheckVersion: true, ExpectedVersion: 2})
+	r = mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "page_views:article_123", Value: 7, CheckVersion: true, ExpectedVersion: 2})
 	if r.Value != 7 || r.Version != 3 {
 		t.Fatalf("set: %+v", r)
 	}
@@ -96,44 +97,44 @@ func TestCounterAddGetSet(t *testing.T) {
 	if v.Value != 7 || v.Version != 3 || v.UpdatedAt.IsZero() {
 		t.Fatalf("get: %+v", v)
 	}
-	if _, err := e.Apply(bg, Op{Type: OpSet, ID: "new", Value: 1, CheckVersion: true, ExpectedVersion: 0}, WriteOptions{}); err != nil {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: "new", Value: 1, CheckVersion: true, ExpectedVersion: 0}, contract.WriteOptions{}); err != nil {
 		t.Fatalf("create with expected version 0: %v", err)
 	}
-	if _, err := e.Apply(bg, Op{Type: OpSet, ID: "new", Value: 1, CheckVersion: true, ExpectedVersion: 0}, WriteOptions{}); !errors.Is(err, ErrVersionConflict) {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: "new", Value: 1, CheckVersion: true, ExpectedVersion: 0}, contract.WriteOptions{}); !errors.Is(err, contract.ErrVersionConflict) {
 		t.Fatalf("second create with expected version 0: %v", err)
 	}
 }
 
 func TestSetModes(t *testing.T) {
 	e := openMem(t)
-	if r := mustApply(t, e, Op{Type: OpSet, ID: "k", Value: 5, SetMode: SetIfExists}); r.Changed {
+	if r := mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: 5, SetMode: contract.SetIfExists}); r.Changed {
 		t.Fatal("XX on a missing key applied")
 	}
-	if r := mustApply(t, e, Op{Type: OpSet, ID: "k", Value: 5, SetMode: SetIfAbsent}); !r.Changed {
+	if r := mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: 5, SetMode: contract.SetIfAbsent}); !r.Changed {
 		t.Fatal("NX on a missing key did not apply")
 	}
-	if r := mustApply(t, e, Op{Type: OpSet, ID: "k", Value: 9, SetMode: SetIfAbsent}); r.Changed || mustGet(t, e, "k").Value != 5 {
+	if r := mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: 9, SetMode: contract.SetIfAbsent}); r.Changed || mustGet(t, e, "k").Value != 5 {
 		t.Fatal("NX on an existing key applied")
 	}
 }
 
 func TestOverflowLeavesValue(t *testing.T) {
 	e := openMem(t)
-	mustApply(t, e, Op{Type: OpSet, ID: "k", Value: math.MaxInt64})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: math.MaxInt64})
 	for _, d := range []int64{1, math.MaxInt64} {
-		if _, err := e.Add(bg, "k", d, WriteOptions{}); !errors.Is(err, ErrOverflow) {
+		if _, err := e.Add(bg, "k", d, contract.WriteOptions{}); !errors.Is(err, contract.ErrOverflow) {
 			t.Fatalf("add %d: %v", d, err)
 		}
 	}
-	mustApply(t, e, Op{Type: OpSet, ID: "m", Value: math.MinInt64})
-	if _, err := e.Add(bg, "m", -1, WriteOptions{}); !errors.Is(err, ErrOverflow) {
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "m", Value: math.MinInt64})
+	if _, err := e.Add(bg, "m", -1, contract.WriteOptions{}); !errors.Is(err, contract.ErrOverflow) {
 		t.Fatalf("underflow: %v", err)
 	}
 	if v := mustGet(t, e, "k"); v.Value != math.MaxInt64 || v.Version != 1 {
 		t.Fatalf("value changed by a failed add: %+v", v)
 	}
 	// A failed first add must not leave a counter behind.
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "w", Kind: KindSharded, Shards: 2000}, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindSharded, Shards: 2000}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Fatalf("too many shards: %v", err)
 	}
 	if mustGet(t, e, "w").Exists {
@@ -144,7 +145,7 @@ func TestOverflowLeavesValue(t *testing.T) {
 func TestInvalidIDs(t *testing.T) {
 	e := openMem(t)
 	for _, id := range []string{"", string(make([]byte, 256)), "a\x00b", "bad\xffutf8", "tab\there"} {
-		if _, err := e.Add(bg, id, 1, WriteOptions{}); !errors.Is(err, ErrInvalidID) {
+		if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
 			t.Errorf("id %q: %v", id, err)
 		}
 	}
@@ -159,25 +160,25 @@ func TestInvalidIDs(t *testing.T) {
 	for len(ok) < 255 {
 		ok += "x"
 	}
-	if _, err := e.Add(bg, ok, 1, WriteOptions{}); err != nil {
+	if _, err := e.Add(bg, ok, 1, contract.WriteOptions{}); err != nil {
 		t.Fatalf("255-byte id: %v", err)
 	}
 }
 
 func TestWrongKind(t *testing.T) {
 	e := openMem(t)
-	mustApply(t, e, Op{Type: OpAdd, ID: "c", Delta: 3})
-	mustApply(t, e, Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "views", Delta: 1}}})
-	cases := []Op{
-		{Type: OpHAdd, ID: "c", Fields: []counter.FieldDelta{{Name: "x", Delta: 1}}},
-		{Type: OpPFAdd, ID: "c", Items: [][]byte{[]byte("u")}},
-		{Type: OpAdd, ID: "h", Delta: 1},
-		{Type: OpSet, ID: "h", Value: 1},
-		{Type: OpAdd, ID: "c", Kind: KindPN, Delta: 1},
-		{Type: OpPFMerge, ID: "x", Sources: []string{"c"}},
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "c", Delta: 3})
+	mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "views", Delta: 1}}})
+	cases := []contract.Op{
+		{Type: contract.OpHAdd, ID: "c", Fields: []counter.FieldDelta{{Name: "x", Delta: 1}}},
+		{Type: contract.OpPFAdd, ID: "c", Items: [][]byte{[]byte("u")}},
+		{Type: contract.OpAdd, ID: "h", Delta: 1},
+		{Type: contract.OpSet, ID: "h", Value: 1},
+		{Type: contract.OpAdd, ID: "c", Kind: contract.KindPN, Delta: 1},
+		{Type: contract.OpPFMerge, ID: "x", Sources: []string{"c"}},
 	}
 	for _, op := range cases {
-		if _, err := e.Apply(bg, op, WriteOptions{}); !errors.Is(err, ErrWrongKind) {
+		if _, err := e.Apply(bg, op, contract.WriteOptions{}); !errors.Is(err, contract.ErrWrongKind) {
 			t.Errorf("%v on %q: %v", op.Type, op.ID, err)
 		}
 	}
@@ -192,44 +193,44 @@ func TestWrongKind(t *testing.T) {
 func TestKinds(t *testing.T) {
 	e := openMem(t)
 	for i := 0; i < 10; i++ {
-		mustApply(t, e, Op{Type: OpAdd, ID: "s", Kind: KindSharded, Shards: 4, Delta: 2})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Shards: 4, Delta: 2})
 	}
 	v := mustGet(t, e, "s")
-	if v.Kind != KindSharded || v.Value != 20 || len(v.Shards) != 4 {
+	if v.Kind != contract.KindSharded || v.Value != 20 || len(v.Shards) != 4 {
 		t.Fatalf("sharded: %+v", v)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "p", Kind: KindPN, Delta: 5})
-	mustApply(t, e, Op{Type: OpAdd, ID: "p", Delta: -2})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: 5})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "p", Delta: -2})
 	v = mustGet(t, e, "p")
-	if v.Kind != KindPN || v.Value != 3 || len(v.Replicas) != 1 || v.Replicas[0].Replica != "n1" {
+	if v.Kind != contract.KindPN || v.Value != 3 || len(v.Replicas) != 1 || v.Replicas[0].Replica != "n1" {
 		t.Fatalf("pn: %+v", v)
 	}
-	mustApply(t, e, Op{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b"), []byte("a")}})
+	mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b"), []byte("a")}})
 	if n, se, err := e.PFCount("u"); err != nil || n != 2 || se <= 0 {
 		t.Fatalf("pfcount: %d %v %v", n, se, err)
 	}
-	mustApply(t, e, Op{Type: OpPFAdd, ID: "u2", Items: [][]byte{[]byte("c")}})
+	mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "u2", Items: [][]byte{[]byte("c")}})
 	if n, _, _ := e.PFCount("u", "u2", "nope"); n != 3 {
 		t.Fatalf("pfcount union: %d", n)
 	}
-	r := mustApply(t, e, Op{Type: OpPFMerge, ID: "all", Sources: []string{"u", "u2"}})
+	r := mustApply(t, e, contract.Op{Type: contract.OpPFMerge, ID: "all", Sources: []string{"u", "u2"}})
 	if r.Value != 3 {
 		t.Fatalf("pfmerge: %+v", r)
 	}
-	r = mustApply(t, e, Op{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "views", Delta: 1}, {Name: "likes", Delta: 2}}})
+	r = mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "views", Delta: 1}, {Name: "likes", Delta: 2}}})
 	if len(r.Fields) != 2 {
 		t.Fatalf("hadd: %+v", r)
 	}
 	if x, ok, _ := e.HGet("h", "likes"); !ok || x != 2 {
 		t.Fatalf("hget: %d %v", x, ok)
 	}
-	r = mustApply(t, e, Op{Type: OpHDel, ID: "h", Names: []string{"views", "likes"}})
+	r = mustApply(t, e, contract.Op{Type: contract.OpHDel, ID: "h", Names: []string{"views", "likes"}})
 	if r.Value != 2 || mustGet(t, e, "h").Exists {
 		t.Fatalf("hdel of every field must delete the hash: %+v", r)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "w", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 4})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 4})
 	v = mustGet(t, e, "w")
-	if v.Kind != KindWindow || v.Value != 4 || v.Window.Span != 300*time.Second {
+	if v.Kind != contract.KindWindow || v.Value != 4 || v.Window.Span != 300*time.Second {
 		t.Fatalf("window: %+v", v)
 	}
 	a, err := e.Aggregate("")
@@ -241,11 +242,11 @@ func TestKinds(t *testing.T) {
 func TestTTL(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	e := openMem(t, func(c *Config) { c.Clock = clk.Now })
-	mustApply(t, e, Op{Type: OpAdd, ID: "k", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 1})
 	if _, has, ok := e.TTL("k"); !ok || has {
 		t.Fatal("no ttl expected")
 	}
-	mustApply(t, e, Op{Type: OpExpire, ID: "k", TTL: 10 * time.Second})
+	mustApply(t, e, contract.Op{Type: contract.OpExpire, ID: "k", TTL: 10 * time.Second})
 	if ttl, has, _ := e.TTL("k"); !has || ttl != 10*time.Second {
 		t.Fatalf("ttl %v", ttl)
 	}
@@ -257,12 +258,12 @@ func TestTTL(t *testing.T) {
 	if mustGet(t, e, "k").Exists || e.Len() != 0 {
 		t.Fatal("did not expire")
 	}
-	r := mustApply(t, e, Op{Type: OpAdd, ID: "k", Delta: 1})
+	r := mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 1})
 	if r.Value != 1 || r.Version != 1 {
 		t.Fatalf("recreated counter: %+v", r)
 	}
-	mustApply(t, e, Op{Type: OpSet, ID: "k", Value: 3, TTL: time.Second})
-	mustApply(t, e, Op{Type: OpExpire, ID: "k", TTL: 0})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: 3, TTL: time.Second})
+	mustApply(t, e, contract.Op{Type: contract.OpExpire, ID: "k", TTL: 0})
 	clk.Advance(time.Hour)
 	if !mustGet(t, e, "k").Exists {
 		t.Fatal("persisted counter expired")
@@ -278,13 +279,13 @@ func TestHotKeyConcurrent(t *testing.T) {
 		go func(w int) {
 			defer wg.Done()
 			for i := 0; i < each; i++ {
-				if _, err := e.Add(bg, "hot", 1, WriteOptions{}); err != nil {
+				if _, err := e.Add(bg, "hot", 1, contract.WriteOptions{}); err != nil {
 					t.Error(err)
 					return
 				}
 				if i%100 == 0 {
-					e.Add(bg, fmt.Sprintf("cold:%d:%d", w, i), 1, WriteOptions{})
-					e.Apply(bg, Op{Type: OpDelete, ID: fmt.Sprintf("cold:%d:%d", w, i-100)}, WriteOptions{})
+					e.Add(bg, fmt.Sprintf("cold:%d:%d", w, i), 1, contract.WriteOptions{})
+					e.Apply(bg, contract.Op{Type: contract.OpDelete, ID: fmt.Sprintf("cold:%d:%d", w, i-100)}, contract.WriteOptions{})
 				}
 			}
 		}(w)
@@ -297,24 +298,24 @@ func TestHotKeyConcurrent(t *testing.T) {
 
 func TestBatchAtomic(t *testing.T) {
 	e := openMem(t)
-	mustApply(t, e, Op{Type: OpSet, ID: "full", Value: math.MaxInt64})
-	_, err := e.ApplyBatch(bg, []Op{
-		{Type: OpAdd, ID: "a", Delta: 1},
-		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
-		{Type: OpAdd, ID: "full", Delta: 1},
-	}, WriteOptions{})
-	var be *BatchError
-	if !errors.As(err, &be) || be.Index != 2 || !errors.Is(err, ErrOverflow) {
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "full", Value: math.MaxInt64})
+	_, err := e.ApplyBatch(bg, []contract.Op{
+		{Type: contract.OpAdd, ID: "a", Delta: 1},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
+		{Type: contract.OpAdd, ID: "full", Delta: 1},
+	}, contract.WriteOptions{})
+	var be *contract.BatchError
+	if !errors.As(err, &be) || be.Index != 2 || !errors.Is(err, contract.ErrOverflow) {
 		t.Fatalf("batch error: %v", err)
 	}
 	if mustGet(t, e, "a").Exists || mustGet(t, e, "h").Exists {
 		t.Fatal("failed batch left partial writes")
 	}
-	res, err := e.ApplyBatch(bg, []Op{{Type: OpAdd, ID: "a", Delta: 1}, {Type: OpAdd, ID: "a", Delta: 2}, {Type: OpDelete, ID: "full"}}, WriteOptions{})
+	res, err := e.ApplyBatch(bg, []contract.Op{{Type: contract.OpAdd, ID: "a", Delta: 1}, {Type: contract.OpAdd, ID: "a", Delta: 2}, {Type: contract.OpDelete, ID: "full"}}, contract.WriteOptions{})
 	if err != nil || res[1].Value != 3 || !res[2].Changed {
 		t.Fatalf("batch: %+v %v", res, err)
 	}
-	if _, err := e.ApplyBatch(bg, make([]Op, 1001), WriteOptions{}); !errors.Is(err, ErrBatchTooLarge) {
+	if _, err := e.ApplyBatch(bg, make([]contract.Op, 1001), contract.WriteOptions{}); !errors.Is(err, contract.ErrBatchTooLarge) {
 		t.Fatalf("large batch: %v", err)
 	}
 }
@@ -325,9 +326,9 @@ func TestScanAndGlob(t *testing.T) {
 	for i := 0; i < 500; i++ {
 		id := fmt.Sprintf("user:%d", i)
 		want[id] = true
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "other", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "other", Delta: 1})
 	got := map[string]bool{}
 	var cur uint64
 	for {
@@ -369,7 +370,7 @@ func TestIdempotency(t *testing.T) {
 		return e
 	}
 	e := open()
-	wo := WriteOptions{IdempotencyKey: "req-1"}
+	wo := contract.WriteOptions{IdempotencyKey: "req-1"}
 	r1, err := e.Add(bg, "k", 5, wo)
 	if err != nil || r1.Replayed {
 		t.Fatal(r1, err)
@@ -378,15 +379,15 @@ func TestIdempotency(t *testing.T) {
 	if err != nil || !r2.Replayed || r2.Value != 5 || r2.Version != r1.Version {
 		t.Fatalf("retry: %+v %v", r2, err)
 	}
-	if _, err := e.Add(bg, "k", 6, wo); !errors.Is(err, ErrIdempotencyReuse) {
+	if _, err := e.Add(bg, "k", 6, wo); !errors.Is(err, contract.ErrIdempotencyReuse) {
 		t.Fatalf("reuse with another request: %v", err)
 	}
 	// Push req-1 out of memory: it must still be found on disk.
 	for i := 0; i < 5; i++ {
-		e.Add(bg, "other", 1, WriteOptions{IdempotencyKey: fmt.Sprint("fill-", i)})
+		e.Add(bg, "other", 1, contract.WriteOptions{IdempotencyKey: fmt.Sprint("fill-", i)})
 	}
 	e.Flush(bg)
-	e.Add(bg, "other", 1, WriteOptions{IdempotencyKey: "fill-x"})
+	e.Add(bg, "other", 1, contract.WriteOptions{IdempotencyKey: "fill-x"})
 	if r, err := e.Add(bg, "k", 5, wo); err != nil || !r.Replayed {
 		t.Fatalf("retry after eviction: %+v %v", r, err)
 	}
@@ -407,7 +408,7 @@ func TestIdempotency(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			e.ApplyBatch(bg, []Op{{Type: OpAdd, ID: "c", Delta: 1}, {Type: OpAdd, ID: "d", Delta: 1}}, WriteOptions{IdempotencyKey: "batch-1"})
+			e.ApplyBatch(bg, []contract.Op{{Type: contract.OpAdd, ID: "c", Delta: 1}, {Type: contract.OpAdd, ID: "d", Delta: 1}}, contract.WriteOptions{IdempotencyKey: "batch-1"})
 		}()
 	}
 	wg.Wait()
@@ -419,7 +420,7 @@ func TestIdempotency(t *testing.T) {
 func TestIdempotencyRetention(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	e := openMem(t, func(c *Config) { c.Clock = clk.Now; c.IdempotencyRetention = time.Hour })
-	wo := WriteOptions{IdempotencyKey: "k1"}
+	wo := contract.WriteOptions{IdempotencyKey: "k1"}
 	e.Add(bg, "k", 1, wo)
 	clk.Advance(2 * time.Hour)
 	if r, _ := e.Add(bg, "k", 1, wo); r.Replayed || r.Value != 2 {
@@ -437,24 +438,24 @@ func TestRestartRecovers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ops := []Op{
-		{Type: OpAdd, ID: "c", Delta: 42},
-		{Type: OpAdd, ID: "s", Kind: KindSharded, Delta: 7},
-		{Type: OpAdd, ID: "p", Kind: KindPN, Delta: -3},
-		{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b")}},
-		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 9}}},
-		{Type: OpAdd, ID: "w", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Hour, Span: 24 * time.Hour}, Delta: 2},
-		{Type: OpAdd, ID: "gone", Delta: 1},
-		{Type: OpExpire, ID: "c", TTL: time.Hour},
+	ops := []contract.Op{
+		{Type: contract.OpAdd, ID: "c", Delta: 42},
+		{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Delta: 7},
+		{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: -3},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b")}},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 9}}},
+		{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Hour, Span: 24 * time.Hour}, Delta: 2},
+		{Type: contract.OpAdd, ID: "gone", Delta: 1},
+		{Type: contract.OpExpire, ID: "c", TTL: time.Hour},
 	}
 	for _, op := range ops {
-		if _, err := e.Apply(bg, op, WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, op, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.Flush(bg)
-	e.Apply(bg, Op{Type: OpDelete, ID: "gone"}, WriteOptions{})
-	before := map[string]View{}
+	e.Apply(bg, contract.Op{Type: contract.OpDelete, ID: "gone"}, contract.WriteOptions{})
+	before := map[string]contract.View{}
 	for _, id := range []string{"c", "s", "p", "u", "h", "w"} {
 		before[id] = mustGet(t, e, id)
 	}
@@ -504,16 +505,16 @@ func TestCrashKeepsSyncWrites(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
-				if _, err := e.Add(bg, "sync", 1, WriteOptions{Durability: Sync}); err != nil {
+				if _, err := e.Add(bg, "sync", 1, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 					t.Error(err)
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	e.Add(bg, "async", 1, WriteOptions{Durability: Async})
+	e.Add(bg, "async", 1, contract.WriteOptions{Durability: contract.Async})
 	fs.SetIgnoreSyncs(true) // the crash: nothing from here on is durable
-	e.Add(bg, "sync", 1000, WriteOptions{Durability: Async})
+	e.Add(bg, "sync", 1000, contract.WriteOptions{Durability: contract.Async})
 	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	defer e.Close()
 	if v := mustGet(t, e, "sync"); v.Value != 400 {
@@ -531,13 +532,13 @@ func FuzzValidateID(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, id string) {
 		// Reference: the plain definition, rune by rune.
-		want := len(id) > 0 && len(id) <= MaxIDLen && utf8.ValidString(id)
+		want := len(id) > 0 && len(id) <= contract.MaxIDLen && utf8.ValidString(id)
 		for _, r := range id {
 			if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
 				want = false
 			}
 		}
-		if got := ValidateID(id) == nil; got != want {
+		if got := contract.ValidateID(id) == nil; got != want {
 			t.Fatalf("ValidateID(%q) ok=%v, want %v", id, got, want)
 		}
 	})

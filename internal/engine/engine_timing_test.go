@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -21,7 +22,7 @@ func BenchmarkHotKeyAdd(b *testing.B) {
 // BenchmarkHotKeyAdd would never turn the counter hot.
 func BenchmarkHotKeyAddHot(b *testing.B) {
 	e := openMem(b, func(c *Config) { c.FlushInterval = 1 << 62 })
-	if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+	if _, err := e.Add(bg, "page_views:article_123", 1, contract.WriteOptions{}); err != nil {
 		b.Fatal(err)
 	}
 	if !e.heatForTest("page_views:article_123") {
@@ -45,7 +46,7 @@ func BenchmarkHotKeyAddGet(b *testing.B) {
 				}
 				continue
 			}
-			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+			if _, err := e.Add(bg, "page_views:article_123", 1, contract.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -59,7 +60,7 @@ func benchHotAdds(b *testing.B, e *Engine) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			if _, err := e.Add(bg, "page_views:article_123", 1, WriteOptions{}); err != nil {
+			if _, err := e.Add(bg, "page_views:article_123", 1, contract.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -106,7 +107,7 @@ func BenchmarkManyKeysAdd(b *testing.B) {
 		i := 0
 		for pb.Next() {
 			i = (i + 7919) % len(ids)
-			e.Add(bg, ids[i], 1, WriteOptions{})
+			e.Add(bg, ids[i], 1, contract.WriteOptions{})
 		}
 	})
 }
@@ -115,7 +116,7 @@ func BenchmarkManyKeysAdd(b *testing.B) {
 // counters of 24-byte ids (b.N is ignored: it measures one fill).
 func BenchmarkIdleCounterBytes(b *testing.B) {
 	heapPerCounter(b, func(e *Engine, id string) error {
-		_, err := e.Add(bg, id, 1, WriteOptions{})
+		_, err := e.Add(bg, id, 1, contract.WriteOptions{})
 		return err
 	})
 }

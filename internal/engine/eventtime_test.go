@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -29,7 +30,7 @@ func TestEventTimeRollupsOutOfOrder(t *testing.T) {
 			at = clk.Now()
 		}
 		d := int64(1 + rng.IntN(3))
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: d, At: at.UnixNano()})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: d, At: at.UnixNano()})
 		truthMin[at.Unix()/60] += d
 		truthHour[at.Unix()/3600] += d
 		switch {
@@ -74,7 +75,7 @@ func TestEventTimeRollupsOutOfOrder(t *testing.T) {
 	// More late hits on top of stored chunks, read before and after a flush.
 	for i := range 200 {
 		at := start.Add(time.Duration(i) * 7 * time.Minute)
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1, At: at.UnixNano()})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, At: at.UnixNano()})
 		truthMin[at.Unix()/60]++
 		truthHour[at.Unix()/3600]++
 	}
@@ -103,7 +104,7 @@ func TestEventTimeReplayYesterday(t *testing.T) {
 	id := "page_views:replay"
 	// Today's live traffic first: the open chunks are today's.
 	for range 5 {
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 	}
 	yesterday := today.Truncate(24 * time.Hour).Add(-24 * time.Hour)
 	perHour := make([]int64, 24)
@@ -111,7 +112,7 @@ func TestEventTimeReplayYesterday(t *testing.T) {
 		at := yesterday.Add(time.Duration(i) * time.Minute).Add(17 * time.Second)
 		d := int64(i%5 + 1)
 		perHour[at.Hour()] += d
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: d, At: at.UnixNano()})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: d, At: at.UnixNano()})
 		if i%200 == 0 {
 			e.Flush(bg)
 		}
@@ -145,7 +146,7 @@ func TestEventTimeUniques(t *testing.T) {
 		if ago == 0 {
 			at = clk.Now()
 		}
-		mustApply(t, e, Op{Type: OpPFAdd, ID: id, Items: [][]byte{[]byte(item)}, At: at.UnixNano()})
+		mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: id, Items: [][]byte{[]byte(item)}, At: at.UnixNano()})
 		perHour[ago] = append(perHour[ago], item)
 	}
 	for i := range 40 {
@@ -205,12 +206,12 @@ func TestEventTimeWindow(t *testing.T) {
 	clk := &fakeClock{t: rollT0}
 	e := mustOpen(t, func() Config { c := DefaultConfig(); c.Dir = t.TempDir(); c.Clock = clk.Now; return c }())
 	spec := counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}
-	win := func(d int64, at time.Time) (Result, error) {
+	win := func(d int64, at time.Time) (contract.Result, error) {
 		var a int64
 		if !at.IsZero() {
 			a = at.UnixNano()
 		}
-		return e.Apply(bg, Op{Type: OpAdd, ID: "w", Kind: KindWindow, Window: spec, Delta: d, At: a}, WriteOptions{})
+		return e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Window: spec, Delta: d, At: a}, contract.WriteOptions{})
 	}
 	if _, err := win(1, time.Time{}); err != nil {
 		t.Fatal(err)
@@ -237,12 +238,12 @@ func TestEventTimeWindow(t *testing.T) {
 		t.Fatalf("after 31 minutes: %d", v.Value)
 	}
 	_, err = win(5, clk.Now().Add(-61*time.Minute))
-	if !errors.Is(err, ErrTooLate) || !errors.Is(err, ErrInvalidArgument) {
+	if !errors.Is(err, ErrTooLate) || !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Fatalf("too late: %v", err)
 	}
 	// A new window counter refuses a first add older than its window, and
 	// is not created.
-	_, err = e.Apply(bg, Op{Type: OpAdd, ID: "w2", Kind: KindWindow, Window: spec, Delta: 1, At: clk.Now().Add(-2 * time.Hour).UnixNano()}, WriteOptions{})
+	_, err = e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "w2", Kind: contract.KindWindow, Window: spec, Delta: 1, At: clk.Now().Add(-2 * time.Hour).UnixNano()}, contract.WriteOptions{})
 	if !errors.Is(err, ErrTooLate) {
 		t.Fatalf("new window too late: %v", err)
 	}
@@ -250,15 +251,15 @@ func TestEventTimeWindow(t *testing.T) {
 		t.Fatal("w2 created by a refused add")
 	}
 	for _, bad := range []time.Time{time.Date(1800, 1, 1, 0, 0, 0, 0, time.UTC), time.Date(2201, 1, 1, 0, 0, 0, 0, time.UTC)} {
-		if _, err := win(1, bad); !errors.Is(err, ErrInvalidArgument) || errors.Is(err, ErrTooLate) {
+		if _, err := win(1, bad); !errors.Is(err, contract.ErrInvalidArgument) || errors.Is(err, ErrTooLate) {
 			t.Fatalf("%v: %v", bad, err)
 		}
 	}
-	if _, err := e.Apply(bg, Op{Type: OpSet, ID: "s", Value: 1, At: clk.Now().UnixNano()}, WriteOptions{}); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: "s", Value: 1, At: clk.Now().UnixNano()}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Fatalf("set with an event time: %v", err)
 	}
 	// A rolled-up counter refuses a time past every retention.
-	_, err = e.Apply(bg, Op{Type: OpAdd, ID: "plain", Delta: 1, At: clk.Now().Add(-400 * day).UnixNano()}, WriteOptions{})
+	_, err = e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "plain", Delta: 1, At: clk.Now().Add(-400 * day).UnixNano()}, contract.WriteOptions{})
 	if err != nil {
 		t.Fatalf("a counter without rollups takes any valid time: %v", err)
 	}
@@ -271,13 +272,13 @@ func TestEventTimeRollupRetention(t *testing.T) {
 	clk := &fakeClock{t: rollT0}
 	e, _ := diskEngine(t, clk)
 	id := "page_views:ret"
-	mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 	old := clk.Now().Add(-11 * 365 * day)
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: id, Delta: 1, At: old.UnixNano()}, WriteOptions{}); !errors.Is(err, ErrTooLate) {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, At: old.UnixNano()}, contract.WriteOptions{}); !errors.Is(err, ErrTooLate) {
 		t.Fatalf("past every retention: %v", err)
 	}
 	at := clk.Now().Add(-72 * time.Hour)
-	mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 7, At: at.UnixNano()})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 7, At: at.UnixNano()})
 	e.Flush(bg)
 	h := mustSeries(t, e, id, rollup.Hour, at.Truncate(time.Hour), at.Truncate(time.Hour).Add(time.Hour))
 	if h.Values[0] != 7 {
@@ -298,15 +299,15 @@ func FuzzParseEventTime(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string, n int64) {
 		at, err := ParseEventTime(s)
 		if err != nil {
-			if !errors.Is(err, ErrInvalidArgument) {
+			if !errors.Is(err, contract.ErrInvalidArgument) {
 				t.Fatalf("%q: untyped error %v", s, err)
 			}
-		} else if ValidateAt(at) != nil || at == 0 {
+		} else if contract.ValidateAt(at) != nil || at == 0 {
 			t.Fatalf("%q parsed to %d: outside the range, or 0 (which means now)", s, at)
 		}
 		// n as a time in range: both forms round-trip.
-		span := maxAt - minAt
-		x := minAt + ((n%span)+span)%span
+		span := contract.MaxAt - contract.MinAt
+		x := contract.MinAt + ((n%span)+span)%span
 		if x/int64(time.Millisecond) == 0 {
 			x = int64(time.Millisecond) // the epoch itself is refused
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/counterd/counterd/internal/contract"
 	"math"
 	"slices"
 	"sync"
@@ -144,7 +145,7 @@ func heapify(h []uint64) {
 // ttlOf returns the expiry of the live counter en, or 0 when it has none
 // (or is not live). Caller holds en's lock.
 func ttlOf(en *entry) int64 {
-	if en.kind() == KindNone {
+	if en.kind() == contract.KindNone {
 		return 0
 	}
 	if x := en.ext(); x != nil {

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/counterd/counterd/internal/contract"
 	"pgregory.net/rapid"
 )
 
@@ -23,10 +24,10 @@ func TestActiveExpiry(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, id := range []string{"a", "b", "c"} {
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 	}
-	mustApply(t, e, Op{Type: OpExpire, ID: "a", TTL: time.Second})
-	mustApply(t, e, Op{Type: OpSet, ID: "b", Value: 5, TTL: time.Minute})
+	mustApply(t, e, contract.Op{Type: contract.OpExpire, ID: "a", TTL: time.Second})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "b", Value: 5, TTL: time.Minute})
 	if st := e.Stats(); st.Keys != 3 || st.Expires != 2 {
 		t.Fatalf("stats before expiry: %+v", st)
 	}
@@ -56,9 +57,9 @@ func TestActiveExpiry(t *testing.T) {
 func TestIdempotencyPurge(t *testing.T) {
 	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 	e := openMem(t, func(c *Config) { c.Clock = clk.Now; c.IdempotencyRetention = time.Hour })
-	e.Add(bg, "k", 1, WriteOptions{IdempotencyKey: "old"})
+	e.Add(bg, "k", 1, contract.WriteOptions{IdempotencyKey: "old"})
 	clk.Advance(30 * time.Minute)
-	e.Add(bg, "k", 1, WriteOptions{IdempotencyKey: "young"})
+	e.Add(bg, "k", 1, contract.WriteOptions{IdempotencyKey: "young"})
 	if err := e.Flush(bg); err != nil {
 		t.Fatal(err)
 	}
@@ -160,8 +161,8 @@ func TestExpiryIndexMatchesScan(t *testing.T) {
 		mergeVer := uint64(0)
 		genID := rapid.SampledFrom(ids)
 		genTTL := rapid.Int64Range(1, 8000) // milliseconds
-		apply := func(op Op) {
-			if _, err := e.Apply(bg, op, WriteOptions{}); err != nil {
+		apply := func(op contract.Op) {
+			if _, err := e.Apply(bg, op, contract.WriteOptions{}); err != nil {
 				rt.Fatalf("%+v: %v", op, err)
 			}
 		}
@@ -170,14 +171,14 @@ func TestExpiryIndexMatchesScan(t *testing.T) {
 			switch rapid.IntRange(0, 10).Draw(rt, "op") {
 			case 0: // add: creates without a TTL, keeps one
 				id := genID.Draw(rt, "id")
-				apply(Op{Type: OpAdd, ID: id, Delta: 1})
+				apply(contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 				if !m.alive(id, now) {
 					m.live[id], m.exp[id] = true, 0
 				}
 			case 1: // set with a TTL, or without (drops it)
 				id := genID.Draw(rt, "id")
 				ttl := time.Duration(rapid.Int64Range(0, 8000).Draw(rt, "ttl")) * time.Millisecond
-				apply(Op{Type: OpSet, ID: id, Value: 3, TTL: ttl})
+				apply(contract.Op{Type: contract.OpSet, ID: id, Value: 3, TTL: ttl})
 				m.alive(id, now)
 				m.live[id], m.exp[id] = true, 0
 				if ttl > 0 {
@@ -186,34 +187,34 @@ func TestExpiryIndexMatchesScan(t *testing.T) {
 			case 2, 3: // expire: later or earlier than the TTL it has
 				id := genID.Draw(rt, "id")
 				ttl := time.Duration(genTTL.Draw(rt, "ttl")) * time.Millisecond
-				apply(Op{Type: OpExpire, ID: id, TTL: ttl})
+				apply(contract.Op{Type: contract.OpExpire, ID: id, TTL: ttl})
 				if m.alive(id, now) {
 					m.exp[id] = now + int64(ttl)
 				}
 			case 4: // persist
 				id := genID.Draw(rt, "id")
-				apply(Op{Type: OpExpire, ID: id})
+				apply(contract.Op{Type: contract.OpExpire, ID: id})
 				if m.alive(id, now) {
 					m.exp[id] = 0
 				}
 			case 5: // delete, or expire at a past time (deletes)
 				id := genID.Draw(rt, "id")
 				if rapid.Bool().Draw(rt, "past") {
-					apply(Op{Type: OpExpire, ID: id, ExpireAt: now - 1})
+					apply(contract.Op{Type: contract.OpExpire, ID: id, ExpireAt: now - 1})
 				} else {
-					apply(Op{Type: OpDelete, ID: id})
+					apply(contract.Op{Type: contract.OpDelete, ID: id})
 				}
 				m.alive(id, now)
 				m.live[id], m.exp[id] = false, 0
 			case 6: // a batch that sets TTLs and deletes, then fails: no effect
 				id1, id2 := genID.Draw(rt, "id1"), genID.Draw(rt, "id2")
-				ops := []Op{
-					{Type: OpExpire, ID: id1, TTL: time.Duration(genTTL.Draw(rt, "ttl")) * time.Millisecond},
-					{Type: OpDelete, ID: id2},
-					{Type: OpSet, ID: id1, Value: 1, TTL: time.Second},
-					{Type: OpSet, ID: "never", Value: 1, CheckVersion: true, ExpectedVersion: 99},
+				ops := []contract.Op{
+					{Type: contract.OpExpire, ID: id1, TTL: time.Duration(genTTL.Draw(rt, "ttl")) * time.Millisecond},
+					{Type: contract.OpDelete, ID: id2},
+					{Type: contract.OpSet, ID: id1, Value: 1, TTL: time.Second},
+					{Type: contract.OpSet, ID: "never", Value: 1, CheckVersion: true, ExpectedVersion: 99},
 				}
-				if _, err := e.ApplyBatch(bg, ops, WriteOptions{}); err == nil {
+				if _, err := e.ApplyBatch(bg, ops, contract.WriteOptions{}); err == nil {
 					rt.Fatal("batch with a version conflict applied")
 				}
 				// The undo puts back even a counter past its TTL that the
@@ -233,7 +234,7 @@ func TestExpiryIndexMatchesScan(t *testing.T) {
 					s.ExpiresAt = now + genTTL.Draw(rt, "ttl")*int64(time.Millisecond)
 				}
 				m.alive(to, now)
-				if _, err := e.Merge(bg, []State{s}, WriteOptions{}); err != nil {
+				if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{}); err != nil {
 					rt.Fatal(err)
 				}
 				m.live[to], m.exp[to] = true, s.ExpiresAt // the higher version wins

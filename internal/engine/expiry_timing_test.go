@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"testing"
 	"time"
 )
@@ -15,11 +16,11 @@ func BenchmarkExpireDue(b *testing.B) {
 		b.Run(fmt.Sprintf("ttls=%d", n), func(b *testing.B) {
 			clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
 			e := openMem(b, func(c *Config) { c.Clock = clk.Now })
-			ops := make([]Op, 0, 1000)
+			ops := make([]contract.Op, 0, 1000)
 			for i := 0; i < n; i++ {
-				ops = append(ops, Op{Type: OpSet, ID: fmt.Sprintf("_events:%d", i), Value: 1, TTL: 1000 * time.Hour})
+				ops = append(ops, contract.Op{Type: contract.OpSet, ID: fmt.Sprintf("_events:%d", i), Value: 1, TTL: 1000 * time.Hour})
 				if len(ops) == cap(ops) || i == n-1 {
-					if err := e.ApplyAtomic(bg, ops, WriteOptions{}); err != nil {
+					if err := e.ApplyAtomic(bg, ops, contract.WriteOptions{}); err != nil {
 						b.Fatal(err)
 					}
 					ops = ops[:0]
@@ -29,7 +30,7 @@ func BenchmarkExpireDue(b *testing.B) {
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				for j := 0; j < 10; j++ {
-					if _, err := e.Apply(bg, Op{Type: OpSet, ID: fmt.Sprint("due", j), Value: 1, TTL: time.Millisecond}, WriteOptions{}); err != nil {
+					if _, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: fmt.Sprint("due", j), Value: 1, TTL: time.Millisecond}, contract.WriteOptions{}); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -50,7 +51,7 @@ func BenchmarkExpireDue(b *testing.B) {
 // its ext and the expiry index's item. b.N is ignored: it measures one fill.
 func BenchmarkTTLCounterBytes(b *testing.B) {
 	heapPerCounter(b, func(e *Engine, id string) error {
-		_, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: 1, TTL: 1000 * time.Hour}, WriteOptions{})
+		_, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: id, Value: 1, TTL: 1000 * time.Hour}, contract.WriteOptions{})
 		return err
 	})
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -89,7 +90,7 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 			case <-c.done:
 				return c.err
 			default:
-				return ErrClosed
+				return contract.ErrClosed
 			}
 		}
 	}
@@ -100,7 +101,7 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 func (e *Engine) stuckErr() error {
 	err := e.disk.err()
 	if err == nil {
-		err = fmt.Errorf("%w: a write to the data directory waits for space", ErrInsufficientStorage)
+		err = fmt.Errorf("%w: a write to the data directory waits for space", contract.ErrInsufficientStorage)
 	}
 	return fmt.Errorf("%w (the change is kept in memory and flushed when space returns)", err)
 }
@@ -129,7 +130,7 @@ func (e *Engine) flushLoop() {
 			// Read-only: flush what was acknowledged if there is room
 			// now, and resume (flushOnce reads the free space).
 		}
-		if err := e.flushOnce(); err != nil && !errors.Is(err, ErrInsufficientStorage) {
+		if err := e.flushOnce(); err != nil && !errors.Is(err, contract.ErrInsufficientStorage) {
 			// (A full disk is logged once, when the node turns read-only.)
 			e.cfg.Logger.Error("flush failed", "err", err)
 		}
@@ -177,7 +178,7 @@ func (e *Engine) flushOnce() error {
 			taken = append(taken, reapItem{no, i, idRef})
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
-			if en.kind() == KindNone {
+			if en.kind() == contract.KindNone {
 				b.Delete(key, nil)
 				reap = append(reap, reapItem{no, i, idRef})
 			} else {
@@ -289,7 +290,7 @@ func (e *Engine) reap(items []reapItem) {
 		sh.mu.Lock()
 		r := ref{sh: sh, shardNo: it.shard, idx: it.idx, idRef: it.idRef, e: sh.entryAt(it.idx)}
 		if r.lock() {
-			if r.e.kind() == KindNone && r.e.flags()&flagDirty == 0 {
+			if r.e.kind() == contract.KindNone && r.e.flags()&flagDirty == 0 {
 				sh.removeLocked(it.idx, hashID(sh.idLocked(it.idx))) // unlocks
 			} else {
 				r.e.unlock()

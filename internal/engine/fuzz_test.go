@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"github.com/counterd/counterd/internal/contract"
 	"testing"
 )
 
@@ -9,15 +10,15 @@ import (
 // refused with an error, never a panic; one that decodes re-encodes to the
 // same bytes.
 func FuzzDecodeEntry(f *testing.F) {
-	for _, op := range []Op{
-		{Type: OpAdd, ID: "c", Delta: 42},
-		{Type: OpAdd, ID: "s", Kind: KindSharded, Delta: 7},
-		{Type: OpAdd, ID: "p", Kind: KindPN, Delta: -3},
-		{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("a")}},
-		{Type: OpAdd, ID: "w", Kind: KindWindow, Delta: 2},
+	for _, op := range []contract.Op{
+		{Type: contract.OpAdd, ID: "c", Delta: 42},
+		{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Delta: 7},
+		{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: -3},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a")}},
+		{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Delta: 2},
 	} {
 		e := openMem(f)
-		if _, err := e.Apply(bg, op, WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, op, contract.WriteOptions{}); err != nil {
 			f.Fatal(err)
 		}
 		r, _, _ := e.acquire(op.ID, false)
@@ -28,7 +29,7 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 		f.Add(b)
 	}
-	f.Add([]byte{entryFormat, byte(KindHash), 0, 0, 0})
+	f.Add([]byte{entryFormat, byte(contract.KindHash), 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var en stored
 		if err := decodeEntry(b, &en); err != nil {

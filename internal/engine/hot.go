@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/counterd/counterd/internal/contract"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ func (en *entry) cool() {
 
 // view completes v, a view of h's entry filled from its fields (the base),
 // with the adds in h's word. Caller holds the entry's lock, so h is open.
-func (h *hotCtr) view(v *View) {
+func (h *hotCtr) view(v *contract.View) {
 	o := h.w.Load()
 	v.Value = h.base + int64(o)>>hotSumShift
 	v.Version = h.ver + o&hotCountMask

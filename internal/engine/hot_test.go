@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/counterd/counterd/internal/contract"
 	"pgregory.net/rapid"
 )
 
@@ -43,8 +44,8 @@ func (e *Engine) isHot(id string) bool {
 // errClass names the sentinel an engine error wraps, so two engines'
 // errors compare without their messages.
 func errClass(err error) string {
-	for _, s := range []error{ErrOverflow, ErrWrongKind, ErrVersionConflict, ErrNotInteger, ErrFloatRange,
-		ErrIdempotencyReuse, ErrInvalidArgument, ErrInvalidID, ErrNotFound} {
+	for _, s := range []error{contract.ErrOverflow, contract.ErrWrongKind, contract.ErrVersionConflict, contract.ErrNotInteger, contract.ErrFloatRange,
+		contract.ErrIdempotencyReuse, contract.ErrInvalidArgument, contract.ErrInvalidID, contract.ErrNotFound} {
 		if errors.Is(err, s) {
 			return s.Error()
 		}
@@ -58,7 +59,7 @@ func errClass(err error) string {
 // addRec is one add of a concurrent burst: its delta and its result.
 type addRec struct {
 	delta int64
-	res   Result
+	res   contract.Result
 }
 
 // checkLinear checks that the results of a burst of adds form one
@@ -82,9 +83,9 @@ func checkLinear(fatalf func(string, ...any), v0 int64, ver0 uint64, recs []addR
 // value and version.
 func TestHotCounterAddsStayHot(t *testing.T) {
 	e := openMem(t)
-	mustAdd := func(d int64) Result {
+	mustAdd := func(d int64) contract.Result {
 		t.Helper()
-		r, err := e.Add(bg, "k", d, WriteOptions{})
+		r, err := e.Add(bg, "k", d, contract.WriteOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,7 +97,7 @@ func TestHotCounterAddsStayHot(t *testing.T) {
 	}
 	for i := range 100 {
 		r := mustAdd(2)
-		if r.Value != 5+2*int64(i+1) || r.Version != uint64(i+2) || r.Kind != KindCounter || !r.Changed {
+		if r.Value != 5+2*int64(i+1) || r.Version != uint64(i+2) || r.Kind != contract.KindCounter || !r.Changed {
 			t.Fatalf("hot add %d: %+v", i, r)
 		}
 	}
@@ -118,8 +119,8 @@ func TestHotCounterAddsStayHot(t *testing.T) {
 		t.Fatalf("folded: %+v, hot read %+v", w, v)
 	}
 	// Other kinds and counters with a TTL do not turn hot.
-	mustApply(t, e, Op{Type: OpSet, ID: "ttl", Value: 1, TTL: time.Hour})
-	mustApply(t, e, Op{Type: OpAdd, ID: "pn", Kind: KindPN, Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "ttl", Value: 1, TTL: time.Hour})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "pn", Kind: contract.KindPN, Delta: 1})
 	if e.heatForTest("ttl") || e.heatForTest("pn") || e.heatForTest("missing") {
 		t.Fatal("a counter that is not plain turned hot")
 	}
@@ -131,29 +132,29 @@ func TestHotCounterAddsStayHot(t *testing.T) {
 // same result, and the version counts every add across all of it.
 func TestHotCounterLimitsExact(t *testing.T) {
 	e := openMem(t)
-	mustApply(t, e, Op{Type: OpSet, ID: "k", Value: math.MaxInt64 - 10})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: math.MaxInt64 - 10})
 	ver := mustGet(t, e, "k").Version
 	e.heatForTest("k")
 	for i := range 10 {
-		r, err := e.Add(bg, "k", 1, WriteOptions{})
+		r, err := e.Add(bg, "k", 1, contract.WriteOptions{})
 		if err != nil || r.Value != math.MaxInt64-9+int64(i) || r.Version != ver+uint64(i)+1 {
 			t.Fatalf("add %d near the top: %+v %v", i, r, err)
 		}
 	}
-	if _, err := e.Add(bg, "k", 1, WriteOptions{}); !errors.Is(err, ErrOverflow) {
+	if _, err := e.Add(bg, "k", 1, contract.WriteOptions{}); !errors.Is(err, contract.ErrOverflow) {
 		t.Fatalf("overflowing add on a hot counter: %v", err)
 	}
 	if v := mustGet(t, e, "k"); v.Value != math.MaxInt64 || v.Version != ver+10 {
 		t.Fatalf("after the overflow: %+v (version want %d)", v, ver+10)
 	}
 	// Large deltas: outside the hot word's sum, taken by the locked path.
-	mustApply(t, e, Op{Type: OpSet, ID: "k", Value: 0})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "k", Value: 0})
 	ver = mustGet(t, e, "k").Version
 	e.heatForTest("k")
 	want := int64(0)
 	for i, d := range []int64{1 << 40, -(1 << 50), hotSumMax, hotSumMax, hotSumMin, 3, math.MinInt64 / 2} {
 		want += d
-		r, err := e.Add(bg, "k", d, WriteOptions{})
+		r, err := e.Add(bg, "k", d, contract.WriteOptions{})
 		if err != nil || r.Value != want || r.Version != ver+uint64(i)+1 {
 			t.Fatalf("add %d of %d: %+v %v, want %d", i, d, r, err, want)
 		}
@@ -163,8 +164,8 @@ func TestHotCounterLimitsExact(t *testing.T) {
 	e.heatForTest("k")
 	h := e.hotOfForTest("k")
 	h.w.Store(hotCountMask - 1) // as if 2^24-2 adds of 0 had been taken
-	r1, err1 := e.Add(bg, "k", 1, WriteOptions{})
-	r2, err2 := e.Add(bg, "k", 1, WriteOptions{})
+	r1, err1 := e.Add(bg, "k", 1, contract.WriteOptions{})
+	r2, err2 := e.Add(bg, "k", 1, contract.WriteOptions{})
 	if err1 != nil || err2 != nil || r1.Version != r0.Version+uint64(hotCountMask) || r2.Version != r1.Version+1 ||
 		r1.Value != r0.Value+1 || r2.Value != r0.Value+2 {
 		t.Fatalf("at the count limit: %+v %v, %+v %v (from %+v)", r1, err1, r2, err2, r0)
@@ -197,7 +198,7 @@ func TestHotCounterConcurrentAdds(t *testing.T) {
 			defer wg.Done()
 			d := int64(w + 1)
 			for range per {
-				r, err := e.Add(bg, "hot", d, WriteOptions{})
+				r, err := e.Add(bg, "hot", d, contract.WriteOptions{})
 				if err != nil {
 					t.Error(err)
 					return
@@ -210,7 +211,7 @@ func TestHotCounterConcurrentAdds(t *testing.T) {
 	side.Add(1)
 	go func() { // reads must be monotonic; heat and flush meanwhile
 		defer side.Done()
-		var last View
+		var last contract.View
 		for i := 0; ; i++ {
 			select {
 			case <-stop:
@@ -255,7 +256,7 @@ func TestHotCounterConcurrentAdds(t *testing.T) {
 	}
 }
 
-func mustGetE(t *testing.T, e *Engine, id string) View {
+func mustGetE(t *testing.T, e *Engine, id string) contract.View {
 	v, err := e.Get(id)
 	if err != nil {
 		t.Error(err)
@@ -302,7 +303,7 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 				rt.Fatalf("%s:\n hot %s\n ref %s", what, fa, fb)
 			}
 		}
-		apply := func(op Op, wo WriteOptions) {
+		apply := func(op contract.Op, wo contract.WriteOptions) {
 			if rapid.Bool().Draw(rt, "heat first") {
 				hot.heatForTest(op.ID)
 			}
@@ -317,13 +318,13 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 				if rapid.Bool().Draw(rt, "heat first") {
 					hot.heatForTest(id)
 				}
-				rh, eh := hot.Add(bg, id, d, WriteOptions{})
-				rr, er := ref.Add(bg, id, d, WriteOptions{})
+				rh, eh := hot.Add(bg, id, d, contract.WriteOptions{})
+				rr, er := ref.Add(bg, id, d, contract.WriteOptions{})
 				same(fmt.Sprintf("add %q %d", id, d), []any{rh, errClass(eh)}, []any{rr, errClass(er)})
 			case 2: // a concurrent burst on a counter far from the limits
 				id := genID.Draw(rt, "id")
 				v := mustGetR(rt, ref, id)
-				if (v.Exists && v.Kind != KindCounter) || v.Value > 1<<50 || v.Value < -(1<<50) {
+				if (v.Exists && v.Kind != contract.KindCounter) || v.Value > 1<<50 || v.Value < -(1<<50) {
 					continue
 				}
 				workers, per := rapid.IntRange(2, 4).Draw(rt, "workers"), rapid.IntRange(1, 200).Draw(rt, "per")
@@ -336,7 +337,7 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 						defer wg.Done()
 						d := int64(w) - 1
 						for range per {
-							r, err := hot.Add(bg, id, d, WriteOptions{})
+							r, err := hot.Add(bg, id, d, contract.WriteOptions{})
 							if err != nil {
 								panic(err)
 							}
@@ -349,7 +350,7 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 				for w := range workers {
 					all = append(all, recs[w]...)
 					for range per {
-						if _, err := ref.Add(bg, id, int64(w)-1, WriteOptions{}); err != nil {
+						if _, err := ref.Add(bg, id, int64(w)-1, contract.WriteOptions{}); err != nil {
 							rt.Fatal(err)
 						}
 					}
@@ -360,28 +361,28 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 				same("get "+id, mustGetR(rt, hot, id), mustGetR(rt, ref, id))
 			case 4: // set, with a TTL or without
 				ttl := time.Duration(rapid.Int64Range(0, 3).Draw(rt, "ttl s")) * time.Second
-				apply(Op{Type: OpSet, ID: genID.Draw(rt, "id"), Value: genValue.Draw(rt, "value"), TTL: ttl}, WriteOptions{})
+				apply(contract.Op{Type: contract.OpSet, ID: genID.Draw(rt, "id"), Value: genValue.Draw(rt, "value"), TTL: ttl}, contract.WriteOptions{})
 			case 5: // set with a version: the current one, or a near miss
 				id := genID.Draw(rt, "id")
 				ver := mustGetR(rt, ref, id).Version + uint64(rapid.IntRange(0, 2).Draw(rt, "off"))
-				apply(Op{Type: OpSet, ID: id, Value: genValue.Draw(rt, "value"), CheckVersion: true, ExpectedVersion: ver}, WriteOptions{})
+				apply(contract.Op{Type: contract.OpSet, ID: id, Value: genValue.Draw(rt, "value"), CheckVersion: true, ExpectedVersion: ver}, contract.WriteOptions{})
 			case 6: // expire, or persist
 				ttl := time.Duration(rapid.Int64Range(0, 3).Draw(rt, "ttl s")) * time.Second
-				apply(Op{Type: OpExpire, ID: genID.Draw(rt, "id"), TTL: ttl}, WriteOptions{})
+				apply(contract.Op{Type: contract.OpExpire, ID: genID.Draw(rt, "id"), TTL: ttl}, contract.WriteOptions{})
 			case 7:
 				clk.Advance(time.Duration(rapid.Int64Range(1, 2500).Draw(rt, "ms")) * time.Millisecond)
 			case 8:
-				apply(Op{Type: OpDelete, ID: genID.Draw(rt, "id")}, WriteOptions{})
+				apply(contract.Op{Type: contract.OpDelete, ID: genID.Draw(rt, "id")}, contract.WriteOptions{})
 			case 9: // float, idempotent and sync adds: the general path
 				id := genID.Draw(rt, "id")
 				switch rapid.IntRange(0, 2).Draw(rt, "which") {
 				case 0:
-					apply(Op{Type: OpAdd, ID: id, Kind: KindFloat, Float: "0.5"}, WriteOptions{})
+					apply(contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindFloat, Float: "0.5"}, contract.WriteOptions{})
 				case 1:
 					key := rapid.SampledFrom([]string{"k1", "k2"}).Draw(rt, "key")
-					apply(Op{Type: OpAdd, ID: id, Delta: 1}, WriteOptions{IdempotencyKey: key})
+					apply(contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{IdempotencyKey: key})
 				case 2:
-					apply(Op{Type: OpAdd, ID: id, Delta: genDelta.Draw(rt, "delta")}, WriteOptions{Durability: Sync})
+					apply(contract.Op{Type: contract.OpAdd, ID: id, Delta: genDelta.Draw(rt, "delta")}, contract.WriteOptions{Durability: contract.Sync})
 				}
 			case 10: // export (replication)
 				id := genID.Draw(rt, "id")
@@ -413,7 +414,7 @@ func TestHotCountersMatchUnstriped(t *testing.T) {
 	})
 }
 
-func mustGetR(rt *rapid.T, e *Engine, id string) View {
+func mustGetR(rt *rapid.T, e *Engine, id string) contract.View {
 	v, err := e.Get(id)
 	if err != nil {
 		rt.Fatal(err)
@@ -425,12 +426,12 @@ func mustGetR(rt *rapid.T, e *Engine, id string) View {
 // and folded.
 func TestHotCounterOpsCounted(t *testing.T) {
 	e := openMem(t)
-	if _, err := e.Add(bg, "k", 1, WriteOptions{}); err != nil {
+	if _, err := e.Add(bg, "k", 1, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	e.heatForTest("k")
 	for range 10 {
-		if _, err := e.Add(bg, "k", 1, WriteOptions{}); err != nil {
+		if _, err := e.Add(bg, "k", 1, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -451,14 +452,14 @@ func TestHotCounterOpsCounted(t *testing.T) {
 func TestAddValidatesPastTheHint(t *testing.T) {
 	e := openMem(t)
 	for _, hot := range []bool{false, true} {
-		if _, err := e.Add(bg, "page", 1, WriteOptions{}); err != nil {
+		if _, err := e.Add(bg, "page", 1, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if hot {
 			e.heatForTest("page")
 		}
-		for _, id := range []string{"", "page\x00", "pa\nge", "page\x7f", strings.Repeat("p", MaxIDLen+1), "pag\xff"} {
-			if _, err := e.Add(bg, id, 1, WriteOptions{}); !errors.Is(err, ErrInvalidID) {
+		for _, id := range []string{"", "page\x00", "pa\nge", "page\x7f", strings.Repeat("p", contract.MaxIDLen+1), "pag\xff"} {
+			if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
 				t.Fatalf("hot %v: add to %q: %v, want ErrInvalidID", hot, id, err)
 			}
 		}
@@ -484,7 +485,7 @@ func TestHotCounterSyncAddsSurviveCrash(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := e.Add(bg, "hot", 1, WriteOptions{Durability: Sync}); err != nil {
+		if _, err := e.Add(bg, "hot", 1, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 			t.Fatal(err)
 		}
 		var sent, acked atomic.Int64
@@ -504,7 +505,7 @@ func TestHotCounterSyncAddsSurviveCrash(t *testing.T) {
 					}
 					e.heatForTest("hot")
 					sent.Add(1)
-					if _, err := e.Add(bg, "hot", 1, WriteOptions{Durability: Sync}); err != nil {
+					if _, err := e.Add(bg, "hot", 1, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 						t.Error(err)
 						return
 					}

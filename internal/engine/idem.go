@@ -9,6 +9,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/idem"
 )
 
@@ -123,13 +124,13 @@ func (t *idemTable) size() int {
 // ValidateIdempotencyKey checks a key: 1..255 printable bytes.
 func ValidateIdempotencyKey(k string) error {
 	if err := idem.ValidateKey(k); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	return nil
 }
 
 // applyIdempotent applies ops once per key. Ops are validated.
-func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions, batch bool) ([]Result, error) {
+func (e *Engine) applyIdempotent(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, batch bool) ([]contract.Result, error) {
 	key := wo.IdempotencyKey
 	if err := ValidateIdempotencyKey(key); err != nil {
 		return nil, err
@@ -142,7 +143,7 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 	if s.applied {
 		e.ops.add(len(ops))
 	}
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		// A replayed first attempt may have been async and not yet on disk.
 		if err := e.waitDurable(ctx); err != nil {
 			return nil, err
@@ -155,7 +156,7 @@ func (e *Engine) applyIdempotent(ctx context.Context, ops []Op, wo WriteOptions,
 // in-memory table in front of Pebble.
 type idemStore struct {
 	e       *Engine
-	ops     []Op
+	ops     []contract.Op
 	batch   bool
 	applied bool
 }
@@ -213,16 +214,16 @@ func (s *idemStore) Wait(ctx context.Context, held *IdemRecord) error {
 
 // Commit applies and records under the gate, so that the record is in the
 // flush batch that holds the state it produced.
-func (s *idemStore) Commit(ctx context.Context, c *IdemRecord) ([]Result, error) {
+func (s *idemStore) Commit(ctx context.Context, c *IdemRecord) ([]contract.Result, error) {
 	e, t, ops := s.e, &s.e.idem, s.ops
 	defer s.finish(c)
 	e.gate.RLock()
 	defer e.gate.RUnlock()
-	res := make([]Result, len(ops))
+	res := make([]contract.Result, len(ops))
 	var err error
-	if len(ops) == 1 && ops[0].Type != OpPFMerge {
+	if len(ops) == 1 && ops[0].Type != contract.OpPFMerge {
 		if err = e.applySingle(&ops[0], &res[0]); err != nil && s.batch {
-			err = &BatchError{Index: 0, Err: err}
+			err = &contract.BatchError{Index: 0, Err: err}
 		}
 	} else {
 		err = e.applyMulti(ops, res, s.batch)
@@ -308,7 +309,7 @@ func (e *Engine) purgeIdempotency() error {
 }
 
 // opsIDs lists the distinct ids ops write, in order of first appearance.
-func opsIDs(ops []Op) []string {
+func opsIDs(ops []contract.Op) []string {
 	ids := make([]string, 0, len(ops))
 	if len(ops) <= 16 {
 		for i := range ops {

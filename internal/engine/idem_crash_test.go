@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -41,7 +42,7 @@ func TestIdempotencyRecordAndEffectCrashTogether(t *testing.T) {
 					}
 					n := sent.Add(1)
 					id := fmt.Sprintf("c%d", n%3) // several keys share a counter
-					if _, err := e.Add(bg, id, 1, WriteOptions{IdempotencyKey: fmt.Sprint("k", n)}); err != nil {
+					if _, err := e.Add(bg, id, 1, contract.WriteOptions{IdempotencyKey: fmt.Sprint("k", n)}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -57,7 +58,7 @@ func TestIdempotencyRecordAndEffectCrashTogether(t *testing.T) {
 		e = reopenAfterPowerLoss(t, e, fs, cfg)
 		total := sent.Load()
 		for n := int64(1); n <= total; n++ {
-			if _, err := e.Add(bg, fmt.Sprintf("c%d", n%3), 1, WriteOptions{IdempotencyKey: fmt.Sprint("k", n)}); err != nil {
+			if _, err := e.Add(bg, fmt.Sprintf("c%d", n%3), 1, contract.WriteOptions{IdempotencyKey: fmt.Sprint("k", n)}); err != nil {
 				t.Fatal(err)
 			}
 		}

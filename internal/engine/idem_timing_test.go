@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/counterd/counterd/internal/contract"
 	"strconv"
 	"testing"
 )
@@ -10,12 +11,12 @@ import (
 // the next flush.
 func BenchmarkIdemAdd(b *testing.B) {
 	e := openMem(b)
-	op := Op{Type: OpAdd, ID: "page_views:keyed", Delta: 1}
+	op := contract.Op{Type: contract.OpAdd, ID: "page_views:keyed", Delta: 1}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		i++
-		if _, err := e.Apply(bg, op, WriteOptions{IdempotencyKey: "k-" + strconv.Itoa(i)}); err != nil {
+		if _, err := e.Apply(bg, op, contract.WriteOptions{IdempotencyKey: "k-" + strconv.Itoa(i)}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -25,8 +26,8 @@ func BenchmarkIdemAdd(b *testing.B) {
 // replayed from memory.
 func BenchmarkIdemReplay(b *testing.B) {
 	e := openMem(b)
-	op := Op{Type: OpAdd, ID: "page_views:keyed", Delta: 1}
-	wo := WriteOptions{IdempotencyKey: "retried"}
+	op := contract.Op{Type: contract.OpAdd, ID: "page_views:keyed", Delta: 1}
+	wo := contract.WriteOptions{IdempotencyKey: "retried"}
 	if _, err := e.Apply(bg, op, wo); err != nil {
 		b.Fatal(err)
 	}
@@ -42,15 +43,15 @@ func BenchmarkIdemReplay(b *testing.B) {
 // each time).
 func BenchmarkIdemBatch(b *testing.B) {
 	e := openMem(b)
-	ops := make([]Op, 8)
+	ops := make([]contract.Op, 8)
 	for j := range ops {
-		ops[j] = Op{Type: OpAdd, ID: "batch:" + strconv.Itoa(j), Delta: 1}
+		ops[j] = contract.Op{Type: contract.OpAdd, ID: "batch:" + strconv.Itoa(j), Delta: 1}
 	}
 	b.ReportAllocs()
 	i := 0
 	for b.Loop() {
 		i++
-		if _, err := e.ApplyBatch(bg, ops, WriteOptions{IdempotencyKey: "b-" + strconv.Itoa(i)}); err != nil {
+		if _, err := e.ApplyBatch(bg, ops, contract.WriteOptions{IdempotencyKey: "b-" + strconv.Itoa(i)}); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -4,7 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/idem"
 )
 
@@ -16,63 +16,22 @@ import (
 // backend reads in another.
 
 // IdemRecord is the outcome of one idempotent mutation.
-type IdemRecord = idem.Record[Result]
+type IdemRecord = idem.Record[contract.Result]
 
 // DecodeIdemRecord parses a stored record (the binary form, or the JSON
 // stored before it). A malformed one is an error wrapping ErrCorrupt,
 // never a replay.
 func DecodeIdemRecord(b []byte) (IdemRecord, error) {
-	r, err := idem.Decode[Result](b)
+	r, err := idem.Decode[contract.Result](b)
 	if err != nil {
 		return IdemRecord{}, fmt.Errorf("%w: idempotency record: %v", ErrCorrupt, err)
 	}
 	return r, nil
 }
 
-// AppendIdem appends r's form in an idempotency record (idem.Outcome).
-// Replayed is not stored.
-func (r Result) AppendIdem(b []byte) []byte {
-	b = idem.AppendString(b, r.ID)
-	b = append(b, byte(r.Kind), b2u8(r.Changed))
-	b = binary.AppendVarint(b, r.Value)
-	b = idem.AppendString(b, r.Float)
-	b = binary.AppendUvarint(b, r.Version)
-	if r.Fields == nil {
-		return append(b, 0)
-	}
-	b = binary.AppendUvarint(b, uint64(len(r.Fields))+1)
-	for _, f := range r.Fields {
-		b = idem.AppendString(b, f.Name)
-		b = binary.AppendVarint(b, f.Value)
-		b = idem.AppendString(b, f.Float)
-	}
-	return b
-}
-
-// ReadIdem reads a result written by AppendIdem (idem.Outcome).
-func (Result) ReadIdem(d *idem.Reader) Result {
-	r := Result{ID: d.String(), Kind: Kind(d.Byte()), Changed: d.Bool()}
-	r.Value = d.Varint()
-	r.Float = d.String()
-	r.Version = d.Uvarint()
-	if n, ok := d.Len(3); ok {
-		r.Fields = make([]counter.Field, n)
-		for i := range r.Fields {
-			r.Fields[i] = counter.Field{Name: d.String(), Value: d.Varint(), Float: d.String()}
-		}
-	}
-	return r
-}
-
-// AsReplayed returns r marked Replayed (idem.Outcome).
-func (r Result) AsReplayed() Result {
-	r.Replayed = true
-	return r
-}
-
 // Fingerprint identifies a request: equal ops give equal fingerprints, and
 // a change to any field an op's result depends on changes it.
-func Fingerprint(ops []Op) uint64 {
+func Fingerprint(ops []contract.Op) uint64 {
 	f := idem.NewFingerprinter()
 	var buf [128]byte
 	for i := range ops {
@@ -83,12 +42,12 @@ func Fingerprint(ops []Op) uint64 {
 
 // appendFingerprint appends the bytes op is fingerprinted by (unchanged
 // since records were first stored, so stored fingerprints still match).
-func appendFingerprint(b []byte, op *Op) []byte {
+func appendFingerprint(b []byte, op *contract.Op) []byte {
 	str := func(s string) {
 		b = binary.AppendUvarint(b, uint64(len(s)))
 		b = append(b, s...)
 	}
-	b = append(b, byte(op.Type), byte(op.Kind), byte(op.SetMode), b2u8(op.CheckVersion), b2u8(op.KeepTTL), op.HLLPrecision, b2u8(op.Window.Fixed))
+	b = append(b, byte(op.Type), byte(op.Kind), byte(op.SetMode), contract.B2u8(op.CheckVersion), contract.B2u8(op.KeepTTL), op.HLLPrecision, contract.B2u8(op.Window.Fixed))
 	if op.Estimate {
 		// Only when set, so fingerprints stored before Estimate
 		// counted still match.
@@ -129,11 +88,4 @@ func appendFingerprint(b []byte, op *Op) []byte {
 		str(n)
 	}
 	return b
-}
-
-func b2u8(v bool) byte {
-	if v {
-		return 1
-	}
-	return 0
 }

@@ -8,6 +8,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -15,7 +16,7 @@ import (
 // record, which encodes back to the same record, or fail with ErrCorrupt;
 // never a panic, never a replay of garbage.
 func FuzzDecodeIdemRecord(f *testing.F) {
-	ok := IdemRecord{Key: "k", FP: 7, Created: 1, Results: []Result{{ID: "a", Value: 3}}}
+	ok := IdemRecord{Key: "k", FP: 7, Created: 1, Results: []contract.Result{{ID: "a", Value: 3}}}
 	f.Add(ok.Encode())
 	f.Add((&IdemRecord{FP: 1, Pending: true}).Encode())
 	f.Add([]byte(`{"fp":"x","results":[{}]}`))
@@ -40,8 +41,8 @@ func FuzzDecodeIdemRecord(f *testing.F) {
 }
 
 func TestIdemRecordReplay(t *testing.T) {
-	ops := []Op{{Type: OpAdd, ID: "a", Delta: 1}}
-	r := IdemRecord{FP: Fingerprint(ops), Results: []Result{{ID: "a", Value: 1, Changed: true}}}
+	ops := []contract.Op{{Type: contract.OpAdd, ID: "a", Delta: 1}}
+	r := IdemRecord{FP: Fingerprint(ops), Results: []contract.Result{{ID: "a", Value: 1, Changed: true}}}
 	got, err := r.Replay("k", Fingerprint(ops))
 	if err != nil || len(got) != 1 || !got[0].Replayed || got[0].Value != 1 {
 		t.Fatalf("Replay = %+v, %v", got, err)
@@ -49,20 +50,20 @@ func TestIdemRecordReplay(t *testing.T) {
 	if r.Results[0].Replayed {
 		t.Fatal("Replay changed the record")
 	}
-	other := []Op{{Type: OpAdd, ID: "a", Delta: 2}}
-	if _, err := r.Replay("k", Fingerprint(other)); !errors.Is(err, ErrIdempotencyReuse) {
+	other := []contract.Op{{Type: contract.OpAdd, ID: "a", Delta: 2}}
+	if _, err := r.Replay("k", Fingerprint(other)); !errors.Is(err, contract.ErrIdempotencyReuse) {
 		t.Fatalf("Replay with another request = %v, want ErrIdempotencyReuse", err)
 	}
 }
 
 // genOp draws an op with every field the fingerprint covers.
-func genOp(t *rapid.T) Op {
+func genOp(t *rapid.T) contract.Op {
 	str := rapid.StringN(0, 4, -1)
-	op := Op{
-		Type: OpType(rapid.IntRange(1, 8).Draw(t, "type")), ID: str.Draw(t, "id"),
-		Kind: Kind(rapid.IntRange(0, 6).Draw(t, "kind")), Delta: rapid.Int64Range(-2, 2).Draw(t, "delta"),
+	op := contract.Op{
+		Type: contract.OpType(rapid.IntRange(1, 8).Draw(t, "type")), ID: str.Draw(t, "id"),
+		Kind: contract.Kind(rapid.IntRange(0, 6).Draw(t, "kind")), Delta: rapid.Int64Range(-2, 2).Draw(t, "delta"),
 		Value: rapid.Int64Range(-2, 2).Draw(t, "value"), ExpectedVersion: rapid.Uint64Range(0, 2).Draw(t, "ev"),
-		CheckVersion: rapid.Bool().Draw(t, "cv"), SetMode: SetMode(rapid.IntRange(0, 2).Draw(t, "mode")),
+		CheckVersion: rapid.Bool().Draw(t, "cv"), SetMode: contract.SetMode(rapid.IntRange(0, 2).Draw(t, "mode")),
 		KeepTTL: rapid.Bool().Draw(t, "keep"), TTL: time.Duration(rapid.IntRange(-1, 2).Draw(t, "ttl")),
 		Shards: rapid.IntRange(0, 2).Draw(t, "shards"), Shard: rapid.IntRange(0, 2).Draw(t, "shard"),
 		HLLPrecision: uint8(rapid.IntRange(0, 2).Draw(t, "p")), Estimate: rapid.Bool().Draw(t, "est"),
@@ -100,8 +101,8 @@ func TestFingerprintProperty(t *testing.T) {
 
 // normalize makes nil and empty slices compare equal (they are the same
 // request).
-func normalize(ops []Op) []Op {
-	out := make([]Op, len(ops))
+func normalize(ops []contract.Op) []contract.Op {
+	out := make([]contract.Op, len(ops))
 	for i, op := range ops {
 		if len(op.Items) == 0 {
 			op.Items = nil
@@ -125,10 +126,10 @@ func normalize(ops []Op) []Op {
 // captured from that version) still replays the first result, so a retry
 // that spans the upgrade is not applied twice.
 func TestIdemRecordReadsBeforeUnification(t *testing.T) {
-	ops := []Op{
-		{Type: OpAdd, ID: "page_views:a", Delta: 5, Kind: KindPN, TTL: time.Hour},
-		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: -2}}},
-		{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y")}, HLLPrecision: 12},
+	ops := []contract.Op{
+		{Type: contract.OpAdd, ID: "page_views:a", Delta: 5, Kind: contract.KindPN, TTL: time.Hour},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: -2}}},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y")}, HLLPrecision: 12},
 	}
 	const oldFP = 11395214067388251298
 	if fp := Fingerprint(ops); fp != oldFP {
@@ -142,12 +143,12 @@ func TestIdemRecordReadsBeforeUnification(t *testing.T) {
 	if err := e.db.Set(idemKey("k"), []byte(stored), nil); err != nil {
 		t.Fatal(err)
 	}
-	op := Op{Type: OpAdd, ID: "page_views:a", Delta: 5, Kind: KindPN, TTL: time.Hour}
-	res, err := e.Apply(bg, op, WriteOptions{IdempotencyKey: "k"})
-	if err == nil || !errors.Is(err, ErrIdempotencyReuse) {
+	op := contract.Op{Type: contract.OpAdd, ID: "page_views:a", Delta: 5, Kind: contract.KindPN, TTL: time.Hour}
+	res, err := e.Apply(bg, op, contract.WriteOptions{IdempotencyKey: "k"})
+	if err == nil || !errors.Is(err, contract.ErrIdempotencyReuse) {
 		t.Fatalf("a different request under the stored key = %+v, %v; want ErrIdempotencyReuse", res, err)
 	}
-	got, err := e.ApplyBatch(bg, ops, WriteOptions{IdempotencyKey: "k"})
+	got, err := e.ApplyBatch(bg, ops, contract.WriteOptions{IdempotencyKey: "k"})
 	if err != nil || len(got) != 1 || !got[0].Replayed || got[0].Value != 5 {
 		t.Fatalf("retry of the stored request = %+v, %v; want the stored result replayed", got, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -114,7 +115,7 @@ type chunk struct {
 // its 9 bits, and an entry is 24 bytes.
 const (
 	_ = uint(6144 - 8 - unsafe.Sizeof(chunk{}))
-	_ = uint(kindMask>>kindShift - uint32(kindLast))
+	_ = uint(kindMask>>kindShift - uint32(contract.KindLast))
 	_ = uint(idxMask - (slabChunk - 1))
 	_ = uint(24-unsafe.Sizeof(entry{})) + uint(unsafe.Sizeof(entry{})-24)
 )
@@ -181,7 +182,7 @@ func (en *entry) lockAs(guess uint32) (contended bool) {
 // hotGuess is the unlocked word of a plain counter at slab index i that
 // changed since the last flush: what a hot counter's word almost always is.
 func hotGuess(i uint32) uint32 {
-	return i%slabChunk<<idxShift | uint32(KindCounter)<<kindShift | flagDirty
+	return i%slabChunk<<idxShift | uint32(contract.KindCounter)<<kindShift | flagDirty
 }
 
 // lockSlow is lock after a failed first attempt, with the fold of a hot
@@ -208,9 +209,9 @@ func (en *entry) lockSlow(fold bool) (contended bool) {
 
 func (en *entry) unlock() { en.lk.Store(en.lk.Load() &^ lockBit) }
 
-func (en *entry) kind() Kind { return Kind(en.lk.Load() & kindMask >> kindShift) }
+func (en *entry) kind() contract.Kind { return contract.Kind(en.lk.Load() & kindMask >> kindShift) }
 
-func (en *entry) setKind(k Kind) {
+func (en *entry) setKind(k contract.Kind) {
 	en.lk.Store(en.lk.Load()&^kindMask | uint32(k)<<kindShift&kindMask)
 }
 
@@ -224,7 +225,7 @@ func (en *entry) clearFlags(f uint32) { en.lk.Store(en.lk.Load() &^ f) }
 // plainCounter reports whether en is a KindCounter without ext (no TTL,
 // no rollups): the add fast path.
 func (en *entry) plainCounter() bool {
-	return en.lk.Load()&(kindMask|flagExt) == uint32(KindCounter)<<kindShift
+	return en.lk.Load()&(kindMask|flagExt) == uint32(contract.KindCounter)<<kindShift
 }
 
 func (en *entry) version() uint64 {
@@ -607,7 +608,7 @@ func (s *shard) compactArenaLocked(base uint64) {
 		}
 	}
 	// Each chunk but the last wastes less than one longest id.
-	need := (size/(arenaChunk-1-MaxIDLen) + 2) * arenaChunk
+	need := (size/(arenaChunk-1-contract.MaxIDLen) + 2) * arenaChunk
 	if base < arenaFirst || base+need > 1<<32 {
 		base = arenaFirst
 	}

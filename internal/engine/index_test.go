@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/vfs"
+	"github.com/counterd/counterd/internal/contract"
 	"pgregory.net/rapid"
 )
 
@@ -74,7 +75,7 @@ func TestIndexModel(t *testing.T) {
 			switch op := rapid.IntRange(0, 10).Draw(rt, "op"); op {
 			case 0, 1: // add
 				d := rapid.Int64Range(-5, 5).Draw(rt, "delta")
-				res, err := e.Add(bg, id, d, WriteOptions{})
+				res, err := e.Add(bg, id, d, contract.WriteOptions{})
 				if err != nil {
 					rt.Fatalf("add: %v", err)
 				}
@@ -97,9 +98,9 @@ func TestIndexModel(t *testing.T) {
 					want++
 				}
 				v := rapid.Int64Range(-1e6, 1e6).Draw(rt, "value")
-				_, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: v, CheckVersion: true, ExpectedVersion: want, KeepTTL: true}, WriteOptions{})
+				_, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: id, Value: v, CheckVersion: true, ExpectedVersion: want, KeepTTL: true}, contract.WriteOptions{})
 				if wrong {
-					if !errors.Is(err, ErrVersionConflict) {
+					if !errors.Is(err, contract.ErrVersionConflict) {
 						rt.Fatalf("set with a wrong version: %v", err)
 					}
 					break
@@ -115,7 +116,7 @@ func TestIndexModel(t *testing.T) {
 				m.version++
 			case 3: // expire or persist
 				ttl := time.Duration(rapid.IntRange(0, 3).Draw(rt, "ttl")) * time.Second
-				if _, err := e.Apply(bg, Op{Type: OpExpire, ID: id, TTL: ttl}, WriteOptions{}); err != nil {
+				if _, err := e.Apply(bg, contract.Op{Type: contract.OpExpire, ID: id, TTL: ttl}, contract.WriteOptions{}); err != nil {
 					rt.Fatalf("expire: %v", err)
 				}
 				switch {
@@ -128,15 +129,15 @@ func TestIndexModel(t *testing.T) {
 					m.version++
 				}
 			case 4: // delete
-				if _, err := e.Apply(bg, Op{Type: OpDelete, ID: id}, WriteOptions{}); err != nil {
+				if _, err := e.Apply(bg, contract.Op{Type: contract.OpDelete, ID: id}, contract.WriteOptions{}); err != nil {
 					rt.Fatalf("delete: %v", err)
 				}
 				delete(model, id)
 			case 5: // merge a state whose version may need all 64 bits
 				ver := rapid.SampledFrom([]uint64{1, 1<<32 - 1, 1 << 32, 7<<32 | 5, 1<<64 - 2}).Draw(rt, "ver")
 				v := rapid.Int64Range(-100, 100).Draw(rt, "value")
-				s := State{ID: id, Kind: KindCounter, Version: ver, UpdatedAt: now(), Data: binary.AppendVarint(nil, v)}
-				if _, err := e.Merge(bg, []State{s}, WriteOptions{}); err != nil {
+				s := State{ID: id, Kind: contract.KindCounter, Version: ver, UpdatedAt: now(), Data: binary.AppendVarint(nil, v)}
+				if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{}); err != nil {
 					rt.Fatalf("merge: %v", err)
 				}
 				if m == nil || ver > m.version {
@@ -250,15 +251,15 @@ func TestSideTablesConcurrent(t *testing.T) {
 			defer wg.Done()
 			for i := 0; i < adds; i++ {
 				for k, id := range ids {
-					if _, err := e.Add(bg, id, 1, WriteOptions{}); err != nil {
+					if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); err != nil {
 						t.Error(err)
 						return
 					}
 					switch (i + k) % 4 {
 					case 1:
-						e.Apply(bg, Op{Type: OpExpire, ID: id, TTL: time.Hour}, WriteOptions{})
+						e.Apply(bg, contract.Op{Type: contract.OpExpire, ID: id, TTL: time.Hour}, contract.WriteOptions{})
 					case 2:
-						e.Apply(bg, Op{Type: OpExpire, ID: id}, WriteOptions{}) // persist
+						e.Apply(bg, contract.Op{Type: contract.OpExpire, ID: id}, contract.WriteOptions{}) // persist
 					case 3:
 						e.RaiseVersion(id, uint64(w+1)<<32)
 					}
@@ -288,15 +289,15 @@ func TestVersionCarriesIntoHighHalf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := State{ID: "c", Kind: KindCounter, Version: 2<<32 | (1<<32 - 1), Data: binary.AppendVarint(nil, 9)}
-	if _, err := e.Merge(bg, []State{s}, WriteOptions{}); err != nil {
+	s := State{ID: "c", Kind: contract.KindCounter, Version: 2<<32 | (1<<32 - 1), Data: binary.AppendVarint(nil, 9)}
+	if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	res := mustApply(t, e, Op{Type: OpAdd, ID: "c", Delta: 1})
+	res := mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "c", Delta: 1})
 	if res.Value != 10 || res.Version != 3<<32 {
 		t.Fatalf("add across the carry: %+v", res)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "plain", Delta: 1}) // no high half
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "plain", Delta: 1}) // no high half
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -316,7 +317,7 @@ func TestArenaOffsetsWrap(t *testing.T) {
 	e := openMem(t, func(c *Config) { c.FlushInterval = time.Hour })
 	ids := sameShardIDs(9, 10)
 	for i, id := range ids {
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: int64(i + 1)})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: int64(i + 1)})
 	}
 	sh := &e.shards[9]
 	sh.mu.Lock()
@@ -330,9 +331,9 @@ func TestArenaOffsetsWrap(t *testing.T) {
 	// longest ids write more than the two chunks left.
 	long := ids[2]
 	for round := 0; round < 40; round++ {
-		mustApply(t, e, Op{Type: OpDelete, ID: long})
+		mustApply(t, e, contract.Op{Type: contract.OpDelete, ID: long})
 		flushAndReap(t, e)
-		mustApply(t, e, Op{Type: OpAdd, ID: long, Delta: 3})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: long, Delta: 3})
 	}
 	sh.mu.Lock()
 	base := sh.ar.Load().base
@@ -357,14 +358,14 @@ func TestArenaCompactsAfterDeletes(t *testing.T) {
 	e := openMem(t, func(c *Config) { c.FlushInterval = time.Hour })
 	ids := sameShardIDs(11, 1500)
 	for _, id := range ids {
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: int64(len(id))})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: int64(len(id))})
 	}
 	sh := &e.shards[11]
 	sh.mu.Lock()
 	before := sh.ar.Load()
 	sh.mu.Unlock()
 	for _, id := range ids[10:] {
-		mustApply(t, e, Op{Type: OpDelete, ID: id})
+		mustApply(t, e, contract.Op{Type: contract.OpDelete, ID: id})
 	}
 	flushAndReap(t, e)
 	sh.mu.Lock()

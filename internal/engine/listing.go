@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"math/big"
 	"strings"
 )
@@ -27,9 +28,9 @@ const listScanCount = 1000
 // exactly once, whatever the backend's Scan order. Each page scans every
 // id matching pattern (keeping only limit+1 of them in memory): a page
 // costs a full scan of the pattern's ids.
-func ListSorted(ctx context.Context, b Backend, pattern string, keep func(string) bool, after string, limit int) (ids []string, more bool, err error) {
+func ListSorted(ctx context.Context, b contract.Backend, pattern string, keep func(string) bool, after string, limit int) (ids []string, more bool, err error) {
 	if limit <= 0 {
-		return nil, false, fmt.Errorf("%w: list limit %d", ErrInvalidArgument, limit)
+		return nil, false, fmt.Errorf("%w: list limit %d", contract.ErrInvalidArgument, limit)
 	}
 	top := &smallest{max: limit + 1, in: map[string]struct{}{}}
 	var cursor uint64
@@ -124,9 +125,9 @@ func (e *OverflowError) Unwrap() error { return e.Err }
 // (Scan, then Get), not at one instant like the aggregate: a counter
 // written meanwhile is counted with the value its Get read. The ids seen
 // are kept in memory to count each once.
-func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate, error) {
+func AggregateOverflow(ctx context.Context, b contract.Backend, prefix string) (contract.Aggregate, error) {
 	a, err := b.Aggregate(ctx, prefix)
-	if err == nil || !errors.Is(err, ErrOverflow) {
+	if err == nil || !errors.Is(err, contract.ErrOverflow) {
 		return a, err
 	}
 	oe := &OverflowError{Prefix: prefix, Sum: new(big.Int), Err: err}
@@ -137,7 +138,7 @@ func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate
 	for {
 		ids, next, serr := b.Scan(ctx, cursor, pattern, listScanCount)
 		if serr != nil {
-			return Aggregate{}, err // the overflow, without the figures
+			return contract.Aggregate{}, err // the overflow, without the figures
 		}
 		for _, id := range ids {
 			if _, dup := seen[id]; dup || !strings.HasPrefix(id, prefix) {
@@ -146,7 +147,7 @@ func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate
 			seen[id] = struct{}{}
 			view, gerr := b.Get(ctx, id)
 			if gerr != nil {
-				return Aggregate{}, err
+				return contract.Aggregate{}, err
 			}
 			if !view.Exists || !view.Kind.Additive() {
 				continue
@@ -162,9 +163,9 @@ func AggregateOverflow(ctx context.Context, b Backend, prefix string) (Aggregate
 	if oe.Sum.IsInt64() {
 		// The counters changed between the aggregate and the scan: the
 		// figures read do not show an overflow; say so with the error.
-		return Aggregate{}, err
+		return contract.Aggregate{}, err
 	}
-	return Aggregate{}, oe
+	return contract.Aggregate{}, oe
 }
 
 // escapeGlob escapes the Redis glob metacharacters of s, so it matches

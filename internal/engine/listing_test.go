@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/counterd/counterd/internal/contract"
 	"pgregory.net/rapid"
 )
 
@@ -15,9 +16,9 @@ import (
 // given, in any order and with repeats, as a backend's Scan may; its
 // other methods are not called by ListSorted.
 type scanOnly struct {
-	Backend
+	contract.Backend
 	pages [][]string
-	views map[string]View
+	views map[string]contract.View
 	aggr  error
 }
 
@@ -32,9 +33,11 @@ func (s *scanOnly) Scan(_ context.Context, cursor uint64, match string, _ int) (
 	return s.pages[cursor], next, nil
 }
 
-func (s *scanOnly) Get(_ context.Context, id string) (View, error) { return s.views[id], nil }
+func (s *scanOnly) Get(_ context.Context, id string) (contract.View, error) { return s.views[id], nil }
 
-func (s *scanOnly) Aggregate(context.Context, string) (Aggregate, error) { return Aggregate{}, s.aggr }
+func (s *scanOnly) Aggregate(context.Context, string) (contract.Aggregate, error) {
+	return contract.Aggregate{}, s.aggr
+}
 
 // TestListSortedProperty: whatever order, page sizes and repeats Scan
 // has, paging ListSorted with after visits every id once, in byte order,
@@ -98,17 +101,17 @@ func TestAggregateOverflowFigures(t *testing.T) {
 	const max = 1<<63 - 1
 	b := &scanOnly{
 		pages: [][]string{{"p:a", "p:b", "q:c"}, {"p:h", "p:gone", "p:a"}},
-		views: map[string]View{
-			"p:a": {Exists: true, Kind: KindCounter, Value: max},
-			"p:b": {Exists: true, Kind: KindPN, Value: max},
-			"q:c": {Exists: true, Kind: KindCounter, Value: 5},
-			"p:h": {Exists: true, Kind: KindHash},
+		views: map[string]contract.View{
+			"p:a": {Exists: true, Kind: contract.KindCounter, Value: max},
+			"p:b": {Exists: true, Kind: contract.KindPN, Value: max},
+			"q:c": {Exists: true, Kind: contract.KindCounter, Value: 5},
+			"p:h": {Exists: true, Kind: contract.KindHash},
 		},
-		aggr: ErrOverflow,
+		aggr: contract.ErrOverflow,
 	}
 	_, err := AggregateOverflow(context.Background(), b, "p:")
 	var oe *OverflowError
-	if !errors.As(err, &oe) || !errors.Is(err, ErrOverflow) {
+	if !errors.As(err, &oe) || !errors.Is(err, contract.ErrOverflow) {
 		t.Fatalf("err %v, want an *OverflowError", err)
 	}
 	// p:a, listed twice by the scan, counts once; the hash, the missing
@@ -120,8 +123,8 @@ func TestAggregateOverflowFigures(t *testing.T) {
 }
 
 func TestAggregateOverflowPassesOtherErrors(t *testing.T) {
-	b := &scanOnly{aggr: ErrUnavailable}
-	if _, err := AggregateOverflow(context.Background(), b, "p:"); !errors.Is(err, ErrUnavailable) || errors.As(err, new(*OverflowError)) {
+	b := &scanOnly{aggr: contract.ErrUnavailable}
+	if _, err := AggregateOverflow(context.Background(), b, "p:"); !errors.Is(err, contract.ErrUnavailable) || errors.As(err, new(*OverflowError)) {
 		t.Errorf("err %v, want ErrUnavailable as it is", err)
 	}
 	b = &scanOnly{aggr: nil}

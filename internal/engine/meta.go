@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Metadata records: small named values that are not counters (the
@@ -25,7 +26,7 @@ func (e *Engine) PutMeta(kv map[string][]byte) error {
 	defer b.Close()
 	for k, v := range kv {
 		if k == "" {
-			return fmt.Errorf("%w: empty metadata key", ErrInvalidArgument)
+			return fmt.Errorf("%w: empty metadata key", contract.ErrInvalidArgument)
 		}
 		var err error
 		if v == nil {

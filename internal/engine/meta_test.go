@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/counterd/counterd/internal/contract"
 	"maps"
 	"testing"
 )
@@ -21,7 +22,7 @@ func TestMetaSurvivesReopen(t *testing.T) {
 	if err := e.PutMeta(map[string][]byte{"p/b": nil}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.FlushAll(bg, WriteOptions{Durability: Sync}); err != nil {
+	if err := e.FlushAll(bg, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.PutMeta(map[string][]byte{"": []byte("x")}); err == nil {

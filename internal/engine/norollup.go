@@ -3,6 +3,7 @@ package engine
 import (
 	"fmt"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -27,7 +28,7 @@ func (e *NoSketchesError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNotFound) true.
-func (e *NoSketchesError) Is(target error) bool { return target == ErrNotFound }
+func (e *NoSketchesError) Is(target error) bool { return target == contract.ErrNotFound }
 
 // NoSketches is the error of Uniques for id with no sketches of unit:
 // a *NoSketchesError when id is a live hll counter, else the plain
@@ -36,5 +37,5 @@ func NoSketches(id string, unit rollup.Granularity, isHLL bool) error {
 	if isHLL {
 		return &NoSketchesError{ID: id, Unit: unit}
 	}
-	return fmt.Errorf("%w: %q: %v (%s sketches)", ErrNotFound, id, errNoRollups, unit)
+	return fmt.Errorf("%w: %q: %v (%s sketches)", contract.ErrNotFound, id, errNoRollups, unit)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -15,14 +16,14 @@ import (
 
 // changedLocked ends an op that changed r: a new version (touch), and r's
 // kind and version in res.
-func (e *Engine) changedLocked(r *ref, now int64, res *Result) {
+func (e *Engine) changedLocked(r *ref, now int64, res *contract.Result) {
 	e.touch(r, now)
 	res.Kind, res.Version, res.Changed = r.e.kind(), r.e.version(), true
 }
 
 // deletedLocked deletes the live counter r and reports it in res with the
 // version it is deleted at (a tombstone's, replica.go).
-func (e *Engine) deletedLocked(r *ref, res *Result) {
+func (e *Engine) deletedLocked(r *ref, res *contract.Result) {
 	res.Kind, res.Version, res.Changed = r.e.kind(), r.e.version()+1, true
 	e.clearLocked(r)
 }
@@ -30,19 +31,19 @@ func (e *Engine) deletedLocked(r *ref, res *Result) {
 // additiveValue is the value an add or set reports: a window counter's sum
 // at now, else the entry's value.
 func additiveValue(en *entry, now int64) int64 {
-	if en.kind() == KindWindow {
+	if en.kind() == contract.KindWindow {
 		return en.ext().state.(*counter.Window).Sum(time.Unix(0, now))
 	}
 	return en.value
 }
 
-func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	en := r.e
 	k := op.Kind
-	if k == KindFloat {
+	if k == contract.KindFloat {
 		return e.applyAddFloat(r, op, now, live, res)
 	}
-	if live && en.kind() == KindFloat && (k == KindNone || k == KindCounter) {
+	if live && en.kind() == contract.KindFloat && (k == contract.KindNone || k == contract.KindCounter) {
 		// Redis's INCR after INCRBYFLOAT: an integer value is a counter again.
 		v, ok := en.ext().state.(*counter.Float).Int64()
 		if !ok {
@@ -50,20 +51,20 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 			if len(t) > 40 {
 				t = t[:40] + "..."
 			}
-			return fmt.Errorf("%w: %q holds %s", ErrNotInteger, op.ID, t)
+			return fmt.Errorf("%w: %q holds %s", contract.ErrNotInteger, op.ID, t)
 		}
 		if _, ok := addInt64(v, op.Delta); !ok {
 			return overflow(op.ID)
 		}
-		e.setKindLocked(r, KindCounter, v, nil)
+		e.setKindLocked(r, contract.KindCounter, v, nil)
 	}
 	if live {
-		if !en.kind().Additive() || (k != KindNone && k != en.kind()) {
+		if !en.kind().Additive() || (k != contract.KindNone && k != en.kind()) {
 			return wrongKind(op.ID, en.kind(), op.Type)
 		}
 	} else {
-		if k == KindNone {
-			k = KindCounter
+		if k == contract.KindNone {
+			k = contract.KindCounter
 		}
 		if err := e.create(r, k, op); err != nil {
 			return err
@@ -94,44 +95,44 @@ func (e *Engine) applyAdd(r *ref, op *Op, now int64, live bool, res *Result) err
 }
 
 // checkExpireAt bounds an absolute expiry like Validate bounds a TTL.
-func (e *Engine) checkExpireAt(op *Op, now int64) error {
+func (e *Engine) checkExpireAt(op *contract.Op, now int64) error {
 	if op.ExpireAt != 0 && time.Duration(op.ExpireAt-now) > e.limits.MaxTTL {
-		return fmt.Errorf("%w: ttl longer than %v", ErrInvalidArgument, e.limits.MaxTTL)
+		return fmt.Errorf("%w: ttl longer than %v", contract.ErrInvalidArgument, e.limits.MaxTTL)
 	}
 	return nil
 }
 
 // applyAddFloat adds the text op.Float to the float counter r, creating
 // it, or converting a counter of kind counter (its int64 is exact).
-func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyAddFloat(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	en := r.e
-	if live && en.kind() != KindFloat && en.kind() != KindCounter {
+	if live && en.kind() != contract.KindFloat && en.kind() != contract.KindCounter {
 		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	d, err := counter.ParseFloat(op.Float)
 	if err != nil {
-		return fmt.Errorf("%w: %q", ErrNotFloat, op.Float)
+		return fmt.Errorf("%w: %q", contract.ErrNotFloat, op.Float)
 	}
 	var f *counter.Float
 	switch {
 	case !live:
 		f = &counter.Float{}
-	case en.kind() == KindCounter:
+	case en.kind() == contract.KindCounter:
 		f = counter.FloatOf(en.value)
 	default:
 		f = en.ext().state.(*counter.Float).Clone()
 	}
 	if _, err := f.AddValue(d); err != nil {
-		return fmt.Errorf("%w: %q", ErrFloatRange, op.ID)
+		return fmt.Errorf("%w: %q", contract.ErrFloatRange, op.ID)
 	}
 	switch {
 	case !live:
-		if err := e.create(r, KindFloat, op); err != nil {
+		if err := e.create(r, contract.KindFloat, op); err != nil {
 			return err
 		}
 		en.ext().state = f
-	case en.kind() == KindCounter:
-		e.setKindLocked(r, KindFloat, 0, f)
+	case en.kind() == contract.KindCounter:
+		e.setKindLocked(r, contract.KindFloat, 0, f)
 	default:
 		en.ext().state = f
 	}
@@ -143,7 +144,7 @@ func (e *Engine) applyAddFloat(r *ref, op *Op, now int64, live bool, res *Result
 // setKindLocked turns the live counter r into kind k with value v and
 // state st, keeping its TTL, version and rollups (between counter and
 // float, the two kinds Redis converts between). Caller holds r's lock.
-func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
+func (e *Engine) setKindLocked(r *ref, k contract.Kind, v int64, st any) {
 	en := r.e
 	en.setKind(k)
 	en.value = v
@@ -162,9 +163,9 @@ func (e *Engine) setKindLocked(r *ref, k Kind, v int64, st any) {
 	}
 }
 
-func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applySet(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	en := r.e
-	if live && en.kind() != KindCounter && en.kind() != KindFloat {
+	if live && en.kind() != contract.KindCounter && en.kind() != contract.KindFloat {
 		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	if op.CheckVersion && ((live && en.version() != op.ExpectedVersion) || (!live && op.ExpectedVersion != 0)) {
@@ -172,9 +173,9 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 		if live {
 			have = en.version()
 		}
-		return fmt.Errorf("%w: %q is at version %d, not %d", ErrVersionConflict, op.ID, have, op.ExpectedVersion)
+		return fmt.Errorf("%w: %q is at version %d, not %d", contract.ErrVersionConflict, op.ID, have, op.ExpectedVersion)
 	}
-	if (op.SetMode == SetIfAbsent && live) || (op.SetMode == SetIfExists && !live) {
+	if (op.SetMode == contract.SetIfAbsent && live) || (op.SetMode == contract.SetIfExists && !live) {
 		if live {
 			res.Kind, res.Value, res.Version = en.kind(), en.value, en.version()
 		}
@@ -192,18 +193,18 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	}
 	switch {
 	case !live && fl != nil:
-		if err := e.create(r, KindFloat, op); err != nil {
+		if err := e.create(r, contract.KindFloat, op); err != nil {
 			return err
 		}
 		en.ext().state = fl
 	case !live:
-		if err := e.create(r, KindCounter, op); err != nil {
+		if err := e.create(r, contract.KindCounter, op); err != nil {
 			return err
 		}
 	case fl != nil: // Redis SET overwrites any string
-		e.setKindLocked(r, KindFloat, 0, fl)
-	case en.kind() == KindFloat:
-		e.setKindLocked(r, KindCounter, 0, nil)
+		e.setKindLocked(r, contract.KindFloat, 0, fl)
+	case en.kind() == contract.KindFloat:
+		e.setKindLocked(r, contract.KindCounter, 0, nil)
 	}
 	en.value = op.Value
 	switch {
@@ -222,14 +223,14 @@ func (e *Engine) applySet(r *ref, op *Op, now int64, live bool, res *Result) err
 	return nil
 }
 
-func (e *Engine) applyDelete(r *ref, live bool, res *Result) error {
+func (e *Engine) applyDelete(r *ref, live bool, res *contract.Result) error {
 	if live {
 		e.deletedLocked(r, res)
 	}
 	return nil
 }
 
-func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyExpire(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	if !live {
 		return nil
 	}
@@ -260,13 +261,13 @@ func (e *Engine) applyExpire(r *ref, op *Op, now int64, live bool, res *Result) 
 	return nil
 }
 
-func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyPFAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	en := r.e
-	if live && en.kind() != KindHLL {
+	if live && en.kind() != contract.KindHLL {
 		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	if !live {
-		if err := e.create(r, KindHLL, op); err != nil {
+		if err := e.create(r, contract.KindHLL, op); err != nil {
 			return err
 		}
 		res.Changed = true // like Redis: creating the key counts as a change
@@ -314,9 +315,9 @@ func (e *Engine) applyPFAdd(r *ref, op *Op, now int64, live bool, res *Result) e
 	return nil
 }
 
-func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, res *Result) error {
+func (e *Engine) applyPFMerge(r *ref, op *contract.Op, srcs []ref, now int64, live bool, res *contract.Result) error {
 	en := r.e
-	if live && en.kind() != KindHLL {
+	if live && en.kind() != contract.KindHLL {
 		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	var hs []*counter.HLL
@@ -325,7 +326,7 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 		if s.e == nil || s.e == en || !e.liveLocked(s, now) {
 			continue
 		}
-		if s.e.kind() != KindHLL {
+		if s.e.kind() != contract.KindHLL {
 			return wrongKind(op.Sources[i], s.e.kind(), op.Type)
 		}
 		hs = append(hs, s.e.ext().state.(*counter.HLL))
@@ -343,7 +344,7 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 		}
 		var err error
 		if dst, err = counter.NewHLL(p); err != nil {
-			return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+			return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 		}
 	}
 	for _, h := range hs {
@@ -352,7 +353,7 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 		}
 	}
 	if !live {
-		if err := e.create(r, KindHLL, op); err != nil {
+		if err := e.create(r, contract.KindHLL, op); err != nil {
 			return err
 		}
 	}
@@ -371,9 +372,9 @@ func (e *Engine) applyPFMerge(r *ref, op *Op, srcs []ref, now int64, live bool, 
 
 // hashLocked returns r's hash, creating it when r is not live; an error
 // if r is a counter of another kind.
-func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
+func (e *Engine) hashLocked(r *ref, op *contract.Op, live bool) (*counter.Hash, error) {
 	en := r.e
-	if live && en.kind() != KindHash {
+	if live && en.kind() != contract.KindHash {
 		return nil, wrongKind(op.ID, en.kind(), op.Type)
 	}
 	if live {
@@ -383,13 +384,13 @@ func (e *Engine) hashLocked(r *ref, op *Op, live bool) (*counter.Hash, error) {
 	if err := e.checkHashFieldsLocked(op, nil); err != nil {
 		return nil, err
 	}
-	if err := e.create(r, KindHash, op); err != nil {
+	if err := e.create(r, contract.KindHash, op); err != nil {
 		return nil, err
 	}
 	return en.ext().state.(*counter.Hash), nil
 }
 
-func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyHAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	h, err := e.hashLocked(r, op, live)
 	if err != nil {
 		return err
@@ -406,13 +407,13 @@ func (e *Engine) applyHAdd(r *ref, op *Op, now int64, live bool, res *Result) er
 	return nil
 }
 
-func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyHSet(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	h, err := e.hashLocked(r, op, live)
 	if err != nil {
 		return err
 	}
 	en := r.e
-	n, err := h.Set(op.Fields, op.SetMode == SetIfAbsent)
+	n, err := h.Set(op.Fields, op.SetMode == contract.SetIfAbsent)
 	if err != nil { // Validate checks the texts: not reached
 		if !live {
 			e.clearLocked(r)
@@ -420,7 +421,7 @@ func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) er
 		return mapErr(op.ID, err)
 	}
 	res.Value = int64(n)
-	if n == 0 && op.SetMode == SetIfAbsent {
+	if n == 0 && op.SetMode == contract.SetIfAbsent {
 		res.Kind, res.Version = en.kind(), en.version()
 		return nil
 	}
@@ -428,12 +429,12 @@ func (e *Engine) applyHSet(r *ref, op *Op, now int64, live bool, res *Result) er
 	return nil
 }
 
-func (e *Engine) applyHDel(r *ref, op *Op, now int64, live bool, res *Result) error {
+func (e *Engine) applyHDel(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
 	if !live {
 		return nil
 	}
 	en := r.e
-	if en.kind() != KindHash {
+	if en.kind() != contract.KindHash {
 		return wrongKind(op.ID, en.kind(), op.Type)
 	}
 	h := en.ext().state.(*counter.Hash)

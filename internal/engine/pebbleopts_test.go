@@ -2,6 +2,7 @@ package engine
 
 import (
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"testing"
 )
 
@@ -21,7 +22,7 @@ func TestPebbleOptionsValid(t *testing.T) {
 func TestPebbleMemtableStartsSmall(t *testing.T) {
 	e := openMem(t)
 	for i := range 1000 {
-		if _, err := e.Add(bg, fmt.Sprintf("page_views:art_%09d", i), 1, WriteOptions{Durability: Sync}); err != nil {
+		if _, err := e.Add(bg, fmt.Sprintf("page_views:art_%09d", i), 1, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,27 +1,14 @@
 package engine
 
 import (
-	"context"
 	"runtime"
 	"sync/atomic"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 
 	"github.com/counterd/counterd/internal/quota"
 )
-
-// ErrQuotaExceeded: a write would pass a quota (internal/quota); nothing
-// changed. The error is a *quota.ExceededError naming the quota and its
-// limit.
-var ErrQuotaExceeded = quota.ErrExceeded
-
-// QuotaBackend is a Backend that enforces quotas (internal/quota).
-type QuotaBackend interface {
-	// SetQuotas replaces the quotas (nil: none); key counts stay exact.
-	SetQuotas(c *quota.Config) error
-	// Quotas lists every quota's usage (quota.Set.Usage), nil without.
-	Quotas(ctx context.Context) ([]quota.Usage, error)
-}
 
 // quotas is the engine's quota state (Config.Quotas, SetQuotas). Key
 // counts change under the key's lock, only where a counter comes to life
@@ -130,7 +117,7 @@ func (e *Engine) SetQuotas(c *quota.Config) {
 			en, rp := sh.at(uint32(i))
 			id, ok := idOf(a, rp.Load())
 			en.lock()
-			if ok && en.kind() != KindNone {
+			if ok && en.kind() != contract.KindNone {
 				if qc := next.Of(string(id)); qc != nil {
 					qc.Add(1)
 				}
@@ -156,7 +143,7 @@ func (e *Engine) Quotas() []quota.Usage {
 // checkHashFieldsLocked refuses op's new fields of the hash h (nil: a new
 // hash) when the hash would pass its quota's max_hash_fields. Adds to
 // existing fields pay only the lookups of their names.
-func (e *Engine) checkHashFieldsLocked(op *Op, h *counter.Hash) error {
+func (e *Engine) checkHashFieldsLocked(op *contract.Op, h *counter.Hash) error {
 	q := e.quotaSet()
 	if q == nil {
 		return nil
@@ -214,7 +201,7 @@ func (e *Engine) SetExpireHook(fn func(id string)) {
 // expiredLocked tells the expire hook that r's live counter expires.
 // Caller holds r's lock.
 func (e *Engine) expiredLocked(r *ref) {
-	if fn := e.expireHook.Load(); fn != nil && r.e.kind() != KindNone {
+	if fn := e.expireHook.Load(); fn != nil && r.e.kind() != contract.KindNone {
 		(*fn)(idAtLocked(r))
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/quota"
@@ -60,47 +61,47 @@ func TestQuotaMaxKeys(t *testing.T) {
 		c.Clock = clk.Now
 		c.Quotas = quotaConfig(t, "namespaces:\n  \"q:*\": {max_keys: 3}\n")
 	})
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:a", Delta: 1})
-	mustApply(t, e, Op{Type: OpPFAdd, ID: "q:b", Items: [][]byte{[]byte("x")}})
-	mustApply(t, e, Op{Type: OpSet, ID: "q:c", Value: 5, TTL: time.Minute})
-	refused := []Op{
-		{Type: OpAdd, ID: "q:d", Delta: 1},
-		{Type: OpAdd, ID: "q:d", Kind: KindPN, Delta: 1},
-		{Type: OpAdd, ID: "q:d", Kind: KindFloat, Float: "1.5"},
-		{Type: OpSet, ID: "q:d", Value: 1},
-		{Type: OpPFAdd, ID: "q:d", Items: [][]byte{[]byte("x")}},
-		{Type: OpPFMerge, ID: "q:d", Sources: []string{"q:b"}},
-		{Type: OpHAdd, ID: "q:d", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
-		{Type: OpHSet, ID: "q:d", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:a", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "q:b", Items: [][]byte{[]byte("x")}})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "q:c", Value: 5, TTL: time.Minute})
+	refused := []contract.Op{
+		{Type: contract.OpAdd, ID: "q:d", Delta: 1},
+		{Type: contract.OpAdd, ID: "q:d", Kind: contract.KindPN, Delta: 1},
+		{Type: contract.OpAdd, ID: "q:d", Kind: contract.KindFloat, Float: "1.5"},
+		{Type: contract.OpSet, ID: "q:d", Value: 1},
+		{Type: contract.OpPFAdd, ID: "q:d", Items: [][]byte{[]byte("x")}},
+		{Type: contract.OpPFMerge, ID: "q:d", Sources: []string{"q:b"}},
+		{Type: contract.OpHAdd, ID: "q:d", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
+		{Type: contract.OpHSet, ID: "q:d", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}},
 	}
 	for _, op := range refused {
-		_, err := e.Apply(bg, op, WriteOptions{})
+		_, err := e.Apply(bg, op, contract.WriteOptions{})
 		var qe *quota.ExceededError
-		if !errors.Is(err, ErrQuotaExceeded) || !errors.As(err, &qe) || qe.Quota != "q:*" || qe.Limit != "max_keys" || qe.Max != 3 {
+		if !errors.Is(err, contract.ErrQuotaExceeded) || !errors.As(err, &qe) || qe.Quota != "q:*" || qe.Limit != "max_keys" || qe.Max != 3 {
 			t.Fatalf("%v: error %v, want quota q:* max_keys 3", op.Type, err)
 		}
 		if mustGet(t, e, "q:d").Exists || e.Len() != 3 {
 			t.Fatalf("%v: refused write changed state (len %d)", op.Type, e.Len())
 		}
 	}
-	if v := mustApply(t, e, Op{Type: OpAdd, ID: "q:a", Delta: 1}).Value; v != 2 {
+	if v := mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:a", Delta: 1}).Value; v != 2 {
 		t.Fatalf("add to an existing key: %d", v)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "other", Delta: 1}) // not under q:*
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "other", Delta: 1}) // not under q:*
 	// A batch that would pass the quota applies nothing.
-	_, err := e.ApplyBatch(bg, []Op{{Type: OpDelete, ID: "q:a"}, {Type: OpAdd, ID: "q:x", Delta: 1}, {Type: OpAdd, ID: "q:y", Delta: 1}}, WriteOptions{})
-	if !errors.Is(err, ErrQuotaExceeded) || !mustGet(t, e, "q:a").Exists || mustGet(t, e, "q:x").Exists {
+	_, err := e.ApplyBatch(bg, []contract.Op{{Type: contract.OpDelete, ID: "q:a"}, {Type: contract.OpAdd, ID: "q:x", Delta: 1}, {Type: contract.OpAdd, ID: "q:y", Delta: 1}}, contract.WriteOptions{})
+	if !errors.Is(err, contract.ErrQuotaExceeded) || !mustGet(t, e, "q:a").Exists || mustGet(t, e, "q:x").Exists {
 		t.Fatalf("batch over the quota: %v", err)
 	}
 	if n := usageOf(e, "q:*", ""); n != 3 {
 		t.Fatalf("usage %d after the refused batch, want 3", n)
 	}
 	// Deletes and expiry give room back.
-	mustApply(t, e, Op{Type: OpDelete, ID: "q:a"})
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:d", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpDelete, ID: "q:a"})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:d", Delta: 1})
 	clk.Advance(2 * time.Minute) // q:c expires
 	e.expireDue()
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:e", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:e", Delta: 1})
 	if n, want := usageOf(e, "q:*", ""), countMatching(e, "q:*"); n != 3 || want != 3 {
 		t.Fatalf("usage %d, %d keys: want 3", n, want)
 	}
@@ -117,14 +118,14 @@ func TestQuotaHashFields(t *testing.T) {
 		}
 		return fs
 	}
-	mustApply(t, e, Op{Type: OpHAdd, ID: "h:1", Fields: fd("a", "b", "a")})
-	mustApply(t, e, Op{Type: OpHSet, ID: "h:1", Fields: fd("c")})
-	for _, op := range []Op{
-		{Type: OpHAdd, ID: "h:1", Fields: fd("a", "d")},
-		{Type: OpHSet, ID: "h:1", Fields: fd("d")},
-		{Type: OpHAdd, ID: "h:2", Fields: fd("a", "b", "c", "d")},
+	mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "h:1", Fields: fd("a", "b", "a")})
+	mustApply(t, e, contract.Op{Type: contract.OpHSet, ID: "h:1", Fields: fd("c")})
+	for _, op := range []contract.Op{
+		{Type: contract.OpHAdd, ID: "h:1", Fields: fd("a", "d")},
+		{Type: contract.OpHSet, ID: "h:1", Fields: fd("d")},
+		{Type: contract.OpHAdd, ID: "h:2", Fields: fd("a", "b", "c", "d")},
 	} {
-		_, err := e.Apply(bg, op, WriteOptions{})
+		_, err := e.Apply(bg, op, contract.WriteOptions{})
 		var qe *quota.ExceededError
 		if !errors.As(err, &qe) || qe.Limit != "max_hash_fields" || qe.Max != 3 {
 			t.Fatalf("%v %s: error %v, want max_hash_fields 3", op.Type, op.ID, err)
@@ -136,9 +137,9 @@ func TestQuotaHashFields(t *testing.T) {
 	if mustGet(t, e, "h:2").Exists {
 		t.Fatal("refused hash created")
 	}
-	mustApply(t, e, Op{Type: OpHAdd, ID: "h:1", Fields: fd("a", "b", "c")}) // existing fields
-	mustApply(t, e, Op{Type: OpHDel, ID: "h:1", Names: []string{"a"}})
-	mustApply(t, e, Op{Type: OpHAdd, ID: "h:1", Fields: fd("d")})
+	mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "h:1", Fields: fd("a", "b", "c")}) // existing fields
+	mustApply(t, e, contract.Op{Type: contract.OpHDel, ID: "h:1", Names: []string{"a"}})
+	mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "h:1", Fields: fd("d")})
 }
 
 func TestQuotaDefaultPerNamespace(t *testing.T) {
@@ -146,10 +147,10 @@ func TestQuotaDefaultPerNamespace(t *testing.T) {
 		c.Quotas = quotaConfig(t, "namespaces:\n  \"big:*\": {max_keys: 5}\ndefault: {max_keys: 2}\n")
 	})
 	for _, id := range []string{"a:1", "a:2", "b:1", "b:2", "x", "y", "big:1", "big:2", "big:3"} {
-		mustApply(t, e, Op{Type: OpAdd, ID: id, Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1})
 	}
 	for _, id := range []string{"a:3", "b:3", "z"} {
-		_, err := e.Apply(bg, Op{Type: OpAdd, ID: id, Delta: 1}, WriteOptions{})
+		_, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{})
 		var qe *quota.ExceededError
 		if !errors.As(err, &qe) || qe.Quota != quota.DefaultName || qe.Namespace != quota.Namespace(id) {
 			t.Fatalf("%s: error %v, want the default of its namespace", id, err)
@@ -173,11 +174,11 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 40 {
-				_, err := e.Apply(bg, Op{Type: OpAdd, ID: fmt.Sprintf("c:%d:%d", g, i), Delta: 1}, WriteOptions{})
+				_, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("c:%d:%d", g, i), Delta: 1}, contract.WriteOptions{})
 				switch {
 				case err == nil:
 					ok.Add(1)
-				case !errors.Is(err, ErrQuotaExceeded):
+				case !errors.Is(err, contract.ErrQuotaExceeded):
 					t.Error(err)
 				}
 			}
@@ -196,7 +197,7 @@ func TestQuotaReloadKeepsCounts(t *testing.T) {
 		c.Quotas = quotaConfig(t, "namespaces:\n  \"r:*\": {max_keys: 100000}\n")
 	})
 	for i := range 3000 {
-		mustApply(t, e, Op{Type: OpAdd, ID: fmt.Sprintf("r:%d", i), Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("r:%d", i), Delta: 1})
 	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -211,11 +212,11 @@ func TestQuotaReloadKeepsCounts(t *testing.T) {
 				default:
 				}
 				id := fmt.Sprintf("r:%d", (i*7+g*1000)%4000)
-				op := Op{Type: OpAdd, ID: id, Delta: 1}
+				op := contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}
 				if i%2 == 1 {
-					op = Op{Type: OpDelete, ID: id}
+					op = contract.Op{Type: contract.OpDelete, ID: id}
 				}
-				if _, err := e.Apply(bg, op, WriteOptions{}); err != nil {
+				if _, err := e.Apply(bg, op, contract.WriteOptions{}); err != nil {
 					t.Error(err)
 					return
 				}
@@ -250,9 +251,9 @@ func TestQuotaRestart(t *testing.T) {
 	cfg.Quotas = quotaConfig(t, "namespaces:\n  \"q:*\": {max_keys: 4}\n")
 	e := mustOpen(t, cfg)
 	for i := range 4 {
-		mustApply(t, e, Op{Type: OpAdd, ID: fmt.Sprintf("q:%d", i), Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("q:%d", i), Delta: 1})
 	}
-	mustApply(t, e, Op{Type: OpDelete, ID: "q:0"})
+	mustApply(t, e, contract.Op{Type: contract.OpDelete, ID: "q:0"})
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -260,8 +261,8 @@ func TestQuotaRestart(t *testing.T) {
 	if n := usageOf(e, "q:*", ""); n != 3 {
 		t.Fatalf("usage after restart %d, want 3", n)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:new", Delta: 1})
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:more", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:new", Delta: 1})
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "q:more", Delta: 1}, contract.WriteOptions{}); !errors.Is(err, contract.ErrQuotaExceeded) {
 		t.Fatalf("after restart: %v, want the quota refused", err)
 	}
 }
@@ -288,14 +289,14 @@ func TestQuotaCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		if _, err := e.Apply(bg, Op{Type: OpAdd, ID: fmt.Sprintf("q:%d", i), Delta: 1}, WriteOptions{Durability: Sync}); err != nil {
+		if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("q:%d", i), Delta: 1}, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 			t.Fatal(err)
 		}
 	}
 	fs.SetIgnoreSyncs(true) // the crash: nothing from here on is durable
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:lost1", Delta: 1})
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:lost2", Delta: 1})
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:lost3", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:lost1", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:lost2", Delta: 1})
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "q:lost3", Delta: 1}, contract.WriteOptions{}); !errors.Is(err, contract.ErrQuotaExceeded) {
 		t.Fatalf("6th key before the crash: %v", err)
 	}
 	e = reopenAfterPowerLoss(t, e, fs, cfg)
@@ -303,9 +304,9 @@ func TestQuotaCrash(t *testing.T) {
 	if n, keys := usageOf(e, "q:*", ""), countMatching(e, "q:*"); n != 3 || keys != 3 {
 		t.Fatalf("after the crash: usage %d, %d keys; want 3", n, keys)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:a", Delta: 1})
-	mustApply(t, e, Op{Type: OpAdd, ID: "q:b", Delta: 1})
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "q:c", Delta: 1}, WriteOptions{}); !errors.Is(err, ErrQuotaExceeded) {
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:a", Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "q:b", Delta: 1})
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "q:c", Delta: 1}, contract.WriteOptions{}); !errors.Is(err, contract.ErrQuotaExceeded) {
 		t.Fatalf("6th key after the crash: %v", err)
 	}
 }
@@ -320,15 +321,15 @@ func TestExpireHook(t *testing.T) {
 	var heard []string
 	e.SetExpireHook(func(id string) { mu.Lock(); heard = append(heard, id); mu.Unlock() })
 	for _, id := range []string{"a", "b", "c"} {
-		if _, err := e.Apply(bg, Op{Type: OpSet, ID: id, Value: 1, TTL: time.Minute}, WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, contract.Op{Type: contract.OpSet, ID: id, Value: 1, TTL: time.Minute}, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := e.Apply(bg, Op{Type: OpDelete, ID: "c"}, WriteOptions{}); err != nil {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpDelete, ID: "c"}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(2 * time.Minute)
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "a", Delta: 1}, WriteOptions{}); err != nil { // found expired on access
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "a", Delta: 1}, contract.WriteOptions{}); err != nil { // found expired on access
 		t.Fatal(err)
 	}
 	e.expireDue() // the janitor: b

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/counterd/counterd/internal/contract"
 	"strconv"
 	"testing"
 )
@@ -30,7 +31,7 @@ func BenchmarkQuotaAdd(b *testing.B) {
 			ids := make([]string, 1024)
 			for i := range ids {
 				ids[i] = "k:" + strconv.Itoa(i)
-				if _, err := e.Add(bg, ids[i], 1, WriteOptions{}); err != nil {
+				if _, err := e.Add(bg, ids[i], 1, contract.WriteOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -39,7 +40,7 @@ func BenchmarkQuotaAdd(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if _, err := e.Apply(bg, Op{Type: OpAdd, ID: ids[i&1023], Delta: 1}, WriteOptions{}); err != nil {
+					if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: ids[i&1023], Delta: 1}, contract.WriteOptions{}); err != nil {
 						b.Error(err)
 						return
 					}
@@ -52,7 +53,7 @@ func BenchmarkQuotaAdd(b *testing.B) {
 			b.ReportAllocs()
 			b.ResetTimer()
 			for i := range b.N {
-				if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "k:" + strconv.Itoa(i), Delta: 1}, WriteOptions{}); err != nil {
+				if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "k:" + strconv.Itoa(i), Delta: 1}, contract.WriteOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}

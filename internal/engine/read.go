@@ -6,17 +6,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/glob"
 )
 
 // Get reads one counter. A missing counter is not an error: it reads as a
 // View with Exists false and Value 0.
-func (e *Engine) Get(id string) (View, error) {
-	if err := ValidateID(id); err != nil {
-		return View{}, err
+func (e *Engine) Get(id string) (contract.View, error) {
+	if err := contract.ValidateID(id); err != nil {
+		return contract.View{}, err
 	}
-	v := View{ID: id}
+	v := contract.View{ID: id}
 	r, ok := e.acquireKeepHot(id)
 	if !ok {
 		return v, nil
@@ -34,7 +35,7 @@ func (e *Engine) Get(id string) (View, error) {
 }
 
 // viewLocked fills v from the live entry r. Caller holds r's lock.
-func (e *Engine) viewLocked(r *ref, now int64, v *View) {
+func (e *Engine) viewLocked(r *ref, now int64, v *contract.View) {
 	en := r.e
 	v.Kind, v.Exists, v.Value, v.Version = en.kind(), true, en.value, en.version()
 	v.UpdatedAt = time.Unix(0, en.updated).UTC()
@@ -63,7 +64,7 @@ func (e *Engine) viewLocked(r *ref, now int64, v *View) {
 
 // HGet reads one field of a hash counter.
 func (e *Engine) HGet(id, field string) (int64, bool, error) {
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return 0, false, err
 	}
 	r, ok, _ := e.acquire(id, false)
@@ -74,8 +75,8 @@ func (e *Engine) HGet(id, field string) (int64, bool, error) {
 	if !e.liveLocked(&r, e.nowNano()) {
 		return 0, false, nil
 	}
-	if r.e.kind() != KindHash {
-		return 0, false, wrongKind(id, r.e.kind(), OpHAdd)
+	if r.e.kind() != contract.KindHash {
+		return 0, false, wrongKind(id, r.e.kind(), contract.OpHAdd)
 	}
 	f, ok := r.e.ext().state.(*counter.Hash).GetField(field)
 	if f.IsFloat() {
@@ -87,7 +88,7 @@ func (e *Engine) HGet(id, field string) (int64, bool, error) {
 // fieldIsFloat is HGet's error for a float field, whose value is text:
 // Get has it (View.Fields).
 func fieldIsFloat(id, field string) error {
-	return fmt.Errorf("%w: %q field %q holds a float: read the hash", ErrNotInteger, id, field)
+	return fmt.Errorf("%w: %q field %q holds a float: read the hash", contract.ErrNotInteger, id, field)
 }
 
 // PFCount estimates the number of distinct items in the union of the hll
@@ -95,13 +96,13 @@ func fieldIsFloat(id, field string) error {
 // its relative standard error.
 func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
 	if len(ids) == 0 {
-		return 0, 0, fmt.Errorf("%w: no ids", ErrInvalidArgument)
+		return 0, 0, fmt.Errorf("%w: no ids", contract.ErrInvalidArgument)
 	}
-	if len(ids) > MaxItems {
-		return 0, 0, fmt.Errorf("%w: %d ids, at most %d", ErrInvalidArgument, len(ids), MaxItems)
+	if len(ids) > contract.MaxItems {
+		return 0, 0, fmt.Errorf("%w: %d ids, at most %d", contract.ErrInvalidArgument, len(ids), contract.MaxItems)
 	}
 	for _, id := range ids {
-		if err := ValidateID(id); err != nil {
+		if err := contract.ValidateID(id); err != nil {
 			return 0, 0, err
 		}
 	}
@@ -113,8 +114,8 @@ func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
 		}
 		var err error
 		if e.liveLocked(&r, e.nowNano()) {
-			if r.e.kind() != KindHLL {
-				err = wrongKind(id, r.e.kind(), OpPFAdd)
+			if r.e.kind() != contract.KindHLL {
+				err = wrongKind(id, r.e.kind(), contract.OpPFAdd)
 			} else if h := r.e.ext().state.(*counter.HLL); union == nil {
 				union = h.Clone()
 			} else {
@@ -135,7 +136,7 @@ func (e *Engine) PFCount(ids ...string) (uint64, float64, error) {
 
 // TTL reports a counter's remaining time to live.
 func (e *Engine) TTL(id string) (ttl time.Duration, hasTTL, exists bool) {
-	if ValidateID(id) != nil {
+	if contract.ValidateID(id) != nil {
 		return 0, false, false
 	}
 	r, ok, _ := e.acquire(id, false)
@@ -211,11 +212,11 @@ func (e *Engine) Scan(cursor uint64, match string, count int) ([]string, uint64)
 
 // Aggregate sums the values of the additive counters whose id starts with
 // prefix.
-func (e *Engine) Aggregate(prefix string) (Aggregate, error) {
-	if len(prefix) > MaxIDLen {
-		return Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", ErrInvalidID, MaxIDLen)
+func (e *Engine) Aggregate(prefix string) (contract.Aggregate, error) {
+	if len(prefix) > contract.MaxIDLen {
+		return contract.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", contract.ErrInvalidID, contract.MaxIDLen)
 	}
-	a := Aggregate{Prefix: prefix}
+	a := contract.Aggregate{Prefix: prefix}
 	var err error
 	for no := 0; no < numShards && err == nil; no++ {
 		e.each(no, 0, func(id []byte, r *ref, now int64) bool {
@@ -223,11 +224,11 @@ func (e *Engine) Aggregate(prefix string) (Aggregate, error) {
 				return true
 			}
 			v := r.e.value
-			if r.e.kind() == KindWindow {
+			if r.e.kind() == contract.KindWindow {
 				v = r.e.ext().state.(*counter.Window).Sum(time.Unix(0, now))
 			}
 			if a.Value, err = counter.AddInt64(a.Value, v); err != nil {
-				err = fmt.Errorf("%w: sum of %q*", ErrOverflow, prefix)
+				err = fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 				return false
 			}
 			a.Count++
@@ -242,7 +243,7 @@ func (e *Engine) Aggregate(prefix string) (Aggregate, error) {
 func (e *Engine) Len() int { return int(e.keys.Load()) }
 
 // FlushAll deletes every counter.
-func (e *Engine) FlushAll(ctx context.Context, wo WriteOptions) error {
+func (e *Engine) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	if err := e.checkWrite(); err != nil {
 		return err
 	}
@@ -254,15 +255,15 @@ func (e *Engine) FlushAll(ctx context.Context, wo WriteOptions) error {
 		})
 	}
 	e.gate.RUnlock()
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		return e.waitDurable(ctx)
 	}
 	return nil
 }
 
 // Stats returns counters for INFO and metrics.
-func (e *Engine) Stats() Stats {
-	s := Stats{
+func (e *Engine) Stats() contract.Stats {
+	s := contract.Stats{
 		Keys:          e.Len(),
 		Expires:       int(e.expires.Load()),
 		Flushes:       e.fl.flushes.Load(),
@@ -279,23 +280,6 @@ func (e *Engine) Stats() Stats {
 	d := e.Disk()
 	s.Disk = &d
 	return s
-}
-
-// Stats are counters for INFO and metrics.
-type Stats struct {
-	Keys    int    // live counters
-	Expires int    // live counters with a TTL
-	Ops     uint64 // mutations applied since Open
-	Flushes uint64 // durable flushes since Open
-	// FlushFailures counts flushes that failed since Open (each is
-	// retried; Ready reports the last one until a flush succeeds).
-	FlushFailures uint64
-	LastFlush     time.Time
-	DirtyKeys     int // counters changed since the last flush
-	IdemRecords   int // idempotency records held in memory
-	// Disk is the data directory's storage state (disk.go); nil for a
-	// backend without local disk state (tiered).
-	Disk *DiskStatus
 }
 
 // Ready returns nil while the engine serves requests and its last flush

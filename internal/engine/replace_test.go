@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -17,14 +18,14 @@ func TestReplaceVerbatim(t *testing.T) {
 	ctx := context.Background()
 	src := openMem(t, func(c *Config) { c.NodeID = "eu-1" })
 	dst := openMem(t, func(c *Config) { c.NodeID = "us-1" })
-	for _, op := range []Op{
-		{Type: OpAdd, ID: "c:1", Delta: 5},
-		{Type: OpAdd, ID: "pn:1", Kind: KindPN, Delta: -3},
-		{Type: OpAdd, ID: "sh:1", Kind: KindSharded, Delta: 7, Shard: 0},
-		{Type: OpPFAdd, ID: "hll:1", Items: [][]byte{[]byte("x"), []byte("y")}},
-		{Type: OpHAdd, ID: "h:1", Fields: []counter.FieldDelta{{Name: "f", Delta: 2}, {Name: "g", Delta: 3}}},
+	for _, op := range []contract.Op{
+		{Type: contract.OpAdd, ID: "c:1", Delta: 5},
+		{Type: contract.OpAdd, ID: "pn:1", Kind: contract.KindPN, Delta: -3},
+		{Type: contract.OpAdd, ID: "sh:1", Kind: contract.KindSharded, Delta: 7, Shard: 0},
+		{Type: contract.OpPFAdd, ID: "hll:1", Items: [][]byte{[]byte("x"), []byte("y")}},
+		{Type: contract.OpHAdd, ID: "h:1", Fields: []counter.FieldDelta{{Name: "f", Delta: 2}, {Name: "g", Delta: 3}}},
 	} {
-		if _, err := src.Apply(ctx, op, WriteOptions{}); err != nil {
+		if _, err := src.Apply(ctx, op, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -32,7 +33,7 @@ func TestReplaceVerbatim(t *testing.T) {
 	if err := src.ExportAll(ctx, func(s State) error { states = append(states, s); return nil }); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := dst.Replace(ctx, states, WriteOptions{}); err != nil || n != len(states) {
+	if n, err := dst.Replace(ctx, states, contract.WriteOptions{}); err != nil || n != len(states) {
 		t.Fatalf("replace: %d %v", n, err)
 	}
 	for _, s := range states {
@@ -44,12 +45,12 @@ func TestReplaceVerbatim(t *testing.T) {
 	// A lower version changes nothing, even for a CRDT.
 	old := states[0]
 	old.Version = 0
-	if n, _ := dst.Replace(ctx, []State{old}, WriteOptions{}); n != 0 {
+	if n, _ := dst.Replace(ctx, []State{old}, contract.WriteOptions{}); n != 0 {
 		t.Fatalf("a lower version replaced")
 	}
 	// A tombstone at the version deletes.
 	v, _ := dst.Get("c:1")
-	if n, err := dst.Replace(ctx, []State{{ID: "c:1", Deleted: true, Version: v.Version}}, WriteOptions{}); err != nil || n != 1 {
+	if n, err := dst.Replace(ctx, []State{{ID: "c:1", Deleted: true, Version: v.Version}}, contract.WriteOptions{}); err != nil || n != 1 {
 		t.Fatalf("tombstone: %d %v", n, err)
 	}
 	if v, _ := dst.Get("c:1"); v.Exists {
@@ -98,20 +99,20 @@ func TestReplaceJoinsClusterRegion(t *testing.T) {
 			switch rapid.IntRange(0, 2).Draw(rt, "what") {
 			case 0:
 				d := rapid.Int64Range(-5, 9).Draw(rt, "delta")
-				if _, err := nodes[i].Apply(ctx, Op{Type: OpAdd, ID: id, Kind: KindPN, Delta: d}, WriteOptions{}); err != nil {
+				if _, err := nodes[i].Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindPN, Delta: d}, contract.WriteOptions{}); err != nil {
 					rt.Fatal(err)
 				}
 				want[id] += d
 			case 1: // replication inside the region
 				j := rapid.IntRange(0, len(nodes)-1).Draw(rt, "to")
 				if s, ok := export(nodes[i], id); ok {
-					if _, err := nodes[j].Merge(ctx, []State{s}, WriteOptions{}); err != nil {
+					if _, err := nodes[j].Merge(ctx, []State{s}, contract.WriteOptions{}); err != nil {
 						rt.Fatal(err)
 					}
 				}
 			case 2: // node i ships what it holds to the peer region
 				if s, ok := export(nodes[i], id); ok {
-					if _, err := cp.Replace(ctx, []State{s}, WriteOptions{}); err != nil {
+					if _, err := cp.Replace(ctx, []State{s}, contract.WriteOptions{}); err != nil {
 						rt.Fatal(err)
 					}
 				}
@@ -120,7 +121,7 @@ func TestReplaceJoinsClusterRegion(t *testing.T) {
 		for _, n := range nodes {
 			for _, id := range ids {
 				if s, ok := export(n, id); ok {
-					if _, err := cp.Replace(ctx, []State{s}, WriteOptions{}); err != nil {
+					if _, err := cp.Replace(ctx, []State{s}, contract.WriteOptions{}); err != nil {
 						rt.Fatal(err)
 					}
 				}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -37,12 +38,12 @@ import (
 // State is the replicable state of one counter: what a cluster node ships to
 // replicas, to a new owner on handoff, and in anti-entropy.
 type State struct {
-	ID        string `json:"id"`
-	Kind      Kind   `json:"kind"`
-	Version   uint64 `json:"version"`    // the counter's version on the node that exported it
-	UpdatedAt int64  `json:"updated_at"` // unix ns
-	ExpiresAt int64  `json:"expires_at"` // unix ns; 0 = no TTL
-	Deleted   bool   `json:"deleted"`    // a tombstone: the counter was deleted at Version
+	ID        string        `json:"id"`
+	Kind      contract.Kind `json:"kind"`
+	Version   uint64        `json:"version"`    // the counter's version on the node that exported it
+	UpdatedAt int64         `json:"updated_at"` // unix ns
+	ExpiresAt int64         `json:"expires_at"` // unix ns; 0 = no TTL
+	Deleted   bool          `json:"deleted"`    // a tombstone: the counter was deleted at Version
 	// Data is the kind's binary encoding (as stored on disk): the value as
 	// a zigzag varint for a counter, the state's MarshalBinary otherwise.
 	// Empty for a tombstone.
@@ -71,7 +72,7 @@ func (e *Engine) Export(id string) (s State, ok bool, err error) {
 	if err := e.checkOpen(); err != nil {
 		return State{}, false, err
 	}
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return State{}, false, err
 	}
 	r, ok, err := e.acquire(id, false)
@@ -143,24 +144,24 @@ type incoming struct {
 
 // checkState validates s and decodes its Data into in.
 func (e *Engine) checkState(s *State, in *incoming) error {
-	if err := ValidateID(s.ID); err != nil {
+	if err := contract.ValidateID(s.ID); err != nil {
 		return err
 	}
-	if s.Kind > kindLast || (s.Kind == KindNone && !s.Deleted) {
-		return fmt.Errorf("%w: unknown kind %d", ErrInvalidArgument, s.Kind)
+	if s.Kind > contract.KindLast || (s.Kind == contract.KindNone && !s.Deleted) {
+		return fmt.Errorf("%w: unknown kind %d", contract.ErrInvalidArgument, s.Kind)
 	}
 	if s.ExpiresAt < 0 {
-		return fmt.Errorf("%w: negative expiry", ErrInvalidArgument)
+		return fmt.Errorf("%w: negative expiry", contract.ErrInvalidArgument)
 	}
 	if s.Deleted {
 		return nil
 	}
 	v, st, err := decodeData(s.Kind, s.Data)
 	if err != nil {
-		return fmt.Errorf("%w: %s data: %v", ErrInvalidArgument, s.Kind, err)
+		return fmt.Errorf("%w: %s data: %v", contract.ErrInvalidArgument, s.Kind, err)
 	}
 	if sh, ok := st.(*counter.Sharded); ok && sh.Replica() == "" && len(sh.Slots()) > 0 {
-		return fmt.Errorf("%w: sharded data without a replica name", ErrInvalidArgument)
+		return fmt.Errorf("%w: sharded data without a replica name", contract.ErrInvalidArgument)
 	}
 	in.value, in.st = v, st
 	return nil
@@ -186,7 +187,7 @@ func (e *Engine) checkStates(states []State) ([]incoming, error) {
 // (bad id, unknown kind, undecodable Data) fail the whole call with a
 // *StateError before anything is merged. wo.IdempotencyKey is ignored:
 // merging is idempotent.
-func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
+func (e *Engine) Merge(ctx context.Context, states []State, wo contract.WriteOptions) (changed int, err error) {
 	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -210,7 +211,7 @@ func (e *Engine) Merge(ctx context.Context, states []State, wo WriteOptions) (ch
 // to move once both agree. Tombstones and expired states delete as in
 // Merge. Invalid states fail the call with a *StateError before anything
 // is stored.
-func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (changed int, err error) {
+func (e *Engine) Replace(ctx context.Context, states []State, wo contract.WriteOptions) (changed int, err error) {
 	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -221,7 +222,7 @@ func (e *Engine) Replace(ctx context.Context, states []State, wo WriteOptions) (
 	return e.mergeAll(ctx, states, in, wo, true)
 }
 
-func (e *Engine) mergeAll(ctx context.Context, states []State, in []incoming, wo WriteOptions, verbatim bool) (changed int, err error) {
+func (e *Engine) mergeAll(ctx context.Context, states []State, in []incoming, wo contract.WriteOptions, verbatim bool) (changed int, err error) {
 	for i := range states {
 		c, err := e.mergeOne(&states[i], &in[i], verbatim)
 		if err != nil {
@@ -231,7 +232,7 @@ func (e *Engine) mergeAll(ctx context.Context, states []State, in []incoming, wo
 			changed++
 		}
 	}
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return changed, err
 		}
@@ -264,7 +265,7 @@ func (e *Engine) mergeOne(s *State, in *incoming, verbatim bool) (bool, error) {
 		}
 		e.clearLocked(&r)
 		e.adoptLocked(&r, s, in, verbatim)
-	case s.Kind == KindPN || s.Kind == KindSharded || s.Kind == KindHLL:
+	case s.Kind == contract.KindPN || s.Kind == contract.KindSharded || s.Kind == contract.KindHLL:
 		return e.joinLocked(&r, s, in, verbatim), nil
 	default:
 		if s.Version <= en.version() {
@@ -363,7 +364,7 @@ func (e *Engine) Drop(ctx context.Context, id string, version uint64) (bool, err
 	if err := ctx.Err(); err != nil {
 		return false, err
 	}
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return false, err
 	}
 	r, ok, err := e.acquire(id, false)
@@ -388,7 +389,7 @@ func (e *Engine) RaiseVersion(id string, floor uint64) (version uint64, ok bool,
 	if err := e.checkOpen(); err != nil {
 		return 0, false, err
 	}
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return 0, false, err
 	}
 	r, ok, err := e.acquire(id, false)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -39,7 +40,7 @@ func mustExport(t *testing.T, e *Engine, id string) State {
 	return s
 }
 
-func mustMerge(t *testing.T, e *Engine, wo WriteOptions, states ...State) int {
+func mustMerge(t *testing.T, e *Engine, wo contract.WriteOptions, states ...State) int {
 	t.Helper()
 	n, err := e.Merge(bg, states, wo)
 	if err != nil {
@@ -49,7 +50,7 @@ func mustMerge(t *testing.T, e *Engine, wo WriteOptions, states ...State) int {
 }
 
 // sameView compares what a replica must reproduce of a counter.
-func sameView(t *testing.T, what string, got, want View) {
+func sameView(t *testing.T, what string, got, want contract.View) {
 	t.Helper()
 	got.Shards, want.Shards = nil, nil // each node has its own shards
 	if fmt.Sprintf("%+v", got) != fmt.Sprintf("%+v", want) {
@@ -64,27 +65,27 @@ func TestReplicaRoundTripEveryKind(t *testing.T) {
 	if a.NodeID() != "a" || b.NodeID() != "b" {
 		t.Fatal("NodeID")
 	}
-	ops := []Op{
-		{Type: OpSet, ID: "c", Value: 41, TTL: time.Hour},
-		{Type: OpAdd, ID: "c", Delta: 1},
-		{Type: OpAdd, ID: "s", Kind: KindSharded, Shards: 4, Delta: 5},
-		{Type: OpAdd, ID: "s", Kind: KindSharded, Delta: -2},
-		{Type: OpAdd, ID: "p", Kind: KindPN, Delta: 7},
-		{Type: OpAdd, ID: "p", Kind: KindPN, Delta: -3},
-		{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y"), []byte("z")}},
-		{Type: OpAdd, ID: "w", Kind: KindWindow, Delta: 9},
-		{Type: OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 2}, {Name: "g", Delta: -1}}},
+	ops := []contract.Op{
+		{Type: contract.OpSet, ID: "c", Value: 41, TTL: time.Hour},
+		{Type: contract.OpAdd, ID: "c", Delta: 1},
+		{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Shards: 4, Delta: 5},
+		{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Delta: -2},
+		{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: 7},
+		{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: -3},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y"), []byte("z")}},
+		{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Delta: 9},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 2}, {Name: "g", Delta: -1}}},
 	}
 	for _, op := range ops {
 		mustApply(t, a, op)
 	}
 	ids := []string{"c", "s", "p", "u", "w", "h"}
 	for _, id := range ids {
-		if n := mustMerge(t, b, WriteOptions{}, mustExport(t, a, id)); n != 1 {
+		if n := mustMerge(t, b, contract.WriteOptions{}, mustExport(t, a, id)); n != 1 {
 			t.Fatalf("merge of new %q changed %d", id, n)
 		}
 		sameView(t, id, mustGet(t, b, id), mustGet(t, a, id))
-		if n := mustMerge(t, b, WriteOptions{}, mustExport(t, a, id)); n != 0 {
+		if n := mustMerge(t, b, contract.WriteOptions{}, mustExport(t, a, id)); n != 0 {
 			t.Fatalf("re-merge of %q changed %d", id, n)
 		}
 	}
@@ -96,18 +97,18 @@ func TestReplicaRoundTripEveryKind(t *testing.T) {
 		t.Fatalf("sharded on b: %+v", v)
 	}
 	// b writes to the CRDTs; a merges back and both agree.
-	mustApply(t, b, Op{Type: OpAdd, ID: "s", Kind: KindSharded, Delta: 10})
-	mustApply(t, b, Op{Type: OpAdd, ID: "p", Kind: KindPN, Delta: 10})
-	mustApply(t, b, Op{Type: OpPFAdd, ID: "u", Items: [][]byte{[]byte("w")}})
+	mustApply(t, b, contract.Op{Type: contract.OpAdd, ID: "s", Kind: contract.KindSharded, Delta: 10})
+	mustApply(t, b, contract.Op{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: 10})
+	mustApply(t, b, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("w")}})
 	for _, id := range []string{"s", "p", "u"} {
-		mustMerge(t, a, WriteOptions{}, mustExport(t, b, id))
+		mustMerge(t, a, contract.WriteOptions{}, mustExport(t, b, id))
 		va, vb := mustGet(t, a, id), mustGet(t, b, id)
 		if va.Value != vb.Value || !slices.Equal(va.ShardSlots, vb.ShardSlots) || !slices.Equal(va.Replicas, vb.Replicas) {
 			t.Fatalf("%q after merging back: a %+v, b %+v", id, va, vb)
 		}
 	}
 	// Merged states are flushed like writes and survive a restart.
-	want := map[string]View{}
+	want := map[string]contract.View{}
 	for _, id := range ids {
 		want[id] = mustGet(t, b, id)
 	}
@@ -122,7 +123,7 @@ func TestReplicaRoundTripEveryKind(t *testing.T) {
 	if err := b.ExportAll(bg, func(s State) error { all = append(all, s); return nil }); err != nil || len(all) != len(ids) {
 		t.Fatalf("ExportAll: %d states, %v", len(all), err)
 	}
-	if n := mustMerge(t, c, WriteOptions{}, all...); n != len(ids) {
+	if n := mustMerge(t, c, contract.WriteOptions{}, all...); n != len(ids) {
 		t.Fatalf("merge of ExportAll changed %d", n)
 	}
 	for _, id := range ids {
@@ -145,14 +146,14 @@ func TestReplicaCRDTConverge(t *testing.T) {
 	clk := newClock()
 	nodes := []*Engine{openNode(t, "n0", t.TempDir(), clk), openNode(t, "n1", t.TempDir(), clk), openNode(t, "n2", t.TempDir(), clk)}
 	rng := rand.New(rand.NewPCG(1, 2))
-	ids := map[string]Kind{"pn": KindPN, "sh": KindSharded}
+	ids := map[string]contract.Kind{"pn": contract.KindPN, "sh": contract.KindSharded}
 	total := map[string]int64{}
 	var pool []State // every state ever exported, stale ones included
 	for round := 0; round < 30; round++ {
 		for _, e := range nodes {
 			for id, k := range ids {
 				d := rng.Int64N(2001) - 1000
-				mustApply(t, e, Op{Type: OpAdd, ID: id, Kind: k, Delta: d})
+				mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Kind: k, Delta: d})
 				total[id] += d
 				pool = append(pool, mustExport(t, e, id))
 			}
@@ -160,7 +161,7 @@ func TestReplicaCRDTConverge(t *testing.T) {
 		// Some gossip in between: a random subset of the pool to a random node.
 		e := nodes[rng.IntN(len(nodes))]
 		for i := rng.IntN(len(pool)); i < len(pool); i += 1 + rng.IntN(3) {
-			mustMerge(t, e, WriteOptions{}, pool[i])
+			mustMerge(t, e, contract.WriteOptions{}, pool[i])
 		}
 	}
 	for _, e := range nodes {
@@ -171,7 +172,7 @@ func TestReplicaCRDTConverge(t *testing.T) {
 	for _, e := range nodes {
 		batch := append(slices.Clone(pool), pool[:len(pool)/2]...) // duplicated
 		rng.Shuffle(len(batch), func(i, j int) { batch[i], batch[j] = batch[j], batch[i] })
-		mustMerge(t, e, WriteOptions{}, batch...)
+		mustMerge(t, e, contract.WriteOptions{}, batch...)
 	}
 	for id := range ids {
 		for _, e := range nodes {
@@ -187,45 +188,45 @@ func TestReplicaCounterVersions(t *testing.T) {
 	a, b := openNode(t, "a", t.TempDir(), clk), openNode(t, "b", t.TempDir(), clk)
 	var states []State
 	for i := 1; i <= 3; i++ {
-		mustApply(t, a, Op{Type: OpAdd, ID: "k", Delta: 10})
+		mustApply(t, a, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 10})
 		states = append(states, mustExport(t, a, "k"))
 	}
-	if n := mustMerge(t, b, WriteOptions{}, states[2]); n != 1 || mustGet(t, b, "k").Value != 30 || mustGet(t, b, "k").Version != 3 {
+	if n := mustMerge(t, b, contract.WriteOptions{}, states[2]); n != 1 || mustGet(t, b, "k").Value != 30 || mustGet(t, b, "k").Version != 3 {
 		t.Fatalf("v3: %d %+v", n, mustGet(t, b, "k"))
 	}
-	if n := mustMerge(t, b, WriteOptions{}, states[1], states[0], states[2]); n != 0 || mustGet(t, b, "k").Value != 30 {
+	if n := mustMerge(t, b, contract.WriteOptions{}, states[1], states[0], states[2]); n != 0 || mustGet(t, b, "k").Value != 30 {
 		t.Fatalf("older or equal versions changed %d: %+v", n, mustGet(t, b, "k"))
 	}
 	// A tombstone below the local version is ignored, at or above deletes.
-	res := mustApply(t, a, Op{Type: OpDelete, ID: "k"})
-	if res.Version != 4 || res.Kind != KindCounter {
+	res := mustApply(t, a, contract.Op{Type: contract.OpDelete, ID: "k"})
+	if res.Version != 4 || res.Kind != contract.KindCounter {
 		t.Fatalf("delete result %+v: want the tombstone version 4", res)
 	}
-	if n := mustMerge(t, b, WriteOptions{}, State{ID: "k", Version: 2, Deleted: true}); n != 0 || !mustGet(t, b, "k").Exists {
+	if n := mustMerge(t, b, contract.WriteOptions{}, State{ID: "k", Version: 2, Deleted: true}); n != 0 || !mustGet(t, b, "k").Exists {
 		t.Fatal("old tombstone deleted")
 	}
-	if n := mustMerge(t, b, WriteOptions{}, State{ID: "k", Kind: res.Kind, Version: res.Version, Deleted: true}); n != 1 || mustGet(t, b, "k").Exists {
+	if n := mustMerge(t, b, contract.WriteOptions{}, State{ID: "k", Kind: res.Kind, Version: res.Version, Deleted: true}); n != 1 || mustGet(t, b, "k").Exists {
 		t.Fatal("tombstone did not delete")
 	}
-	if n := mustMerge(t, b, WriteOptions{}, State{ID: "k", Version: 9, Deleted: true}); n != 0 || b.Len() != 0 {
+	if n := mustMerge(t, b, contract.WriteOptions{}, State{ID: "k", Version: 9, Deleted: true}); n != 0 || b.Len() != 0 {
 		t.Fatal("tombstone of a missing counter created something")
 	}
 	// An expired state is a tombstone too.
 	exp := states[2]
 	exp.ExpiresAt = clk.Now().UnixNano()
-	if n := mustMerge(t, b, WriteOptions{}, exp); n != 0 || mustGet(t, b, "k").Exists {
+	if n := mustMerge(t, b, contract.WriteOptions{}, exp); n != 0 || mustGet(t, b, "k").Exists {
 		t.Fatal("expired state created a counter")
 	}
 	// Kind mismatch: the higher version wins whole.
-	mustApply(t, b, Op{Type: OpHAdd, ID: "m", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
-	mustApply(t, b, Op{Type: OpHAdd, ID: "m", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
-	if n := mustMerge(t, b, WriteOptions{}, State{ID: "m", Kind: KindCounter, Version: 2, Data: []byte{2}}); n != 0 {
+	mustApply(t, b, contract.Op{Type: contract.OpHAdd, ID: "m", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
+	mustApply(t, b, contract.Op{Type: contract.OpHAdd, ID: "m", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
+	if n := mustMerge(t, b, contract.WriteOptions{}, State{ID: "m", Kind: contract.KindCounter, Version: 2, Data: []byte{2}}); n != 0 {
 		t.Fatal("equal version of another kind replaced the hash")
 	}
-	if n := mustMerge(t, b, WriteOptions{}, State{ID: "m", Kind: KindCounter, Version: 5, Data: []byte{2}}); n != 1 {
+	if n := mustMerge(t, b, contract.WriteOptions{}, State{ID: "m", Kind: contract.KindCounter, Version: 5, Data: []byte{2}}); n != 1 {
 		t.Fatal("higher version of another kind did not replace")
 	}
-	if v := mustGet(t, b, "m"); v.Kind != KindCounter || v.Value != 1 || v.Version != 5 || len(v.Fields) != 0 {
+	if v := mustGet(t, b, "m"); v.Kind != contract.KindCounter || v.Value != 1 || v.Version != 5 || len(v.Fields) != 0 {
 		t.Fatalf("replaced: %+v", v)
 	}
 	// Drop only the version that was handed off.
@@ -271,10 +272,10 @@ func reopenAfterPowerLoss(t testing.TB, e *Engine, fs *vfs.MemFS, cfg Config) *E
 // returns; an Async one after it is lost by the same power loss.
 func TestReplicaMergeSyncSurvivesCrash(t *testing.T) {
 	src := openMem(t)
-	mustApply(t, src, Op{Type: OpAdd, ID: "pn", Kind: KindPN, Delta: 5})
-	mustApply(t, src, Op{Type: OpAdd, ID: "sh", Kind: KindSharded, Delta: 6})
-	mustApply(t, src, Op{Type: OpSet, ID: "c", Value: 7})
-	mustApply(t, src, Op{Type: OpAdd, ID: "late", Delta: 8})
+	mustApply(t, src, contract.Op{Type: contract.OpAdd, ID: "pn", Kind: contract.KindPN, Delta: 5})
+	mustApply(t, src, contract.Op{Type: contract.OpAdd, ID: "sh", Kind: contract.KindSharded, Delta: 6})
+	mustApply(t, src, contract.Op{Type: contract.OpSet, ID: "c", Value: 7})
+	mustApply(t, src, contract.Op{Type: contract.OpAdd, ID: "late", Delta: 8})
 
 	fs := strictMemDir(t, "/data")
 	cfg := DefaultConfig()
@@ -287,13 +288,13 @@ func TestReplicaMergeSyncSurvivesCrash(t *testing.T) {
 		wg.Add(1)
 		go func() { // concurrent sync merges share group commits
 			defer wg.Done()
-			if _, err := e.Merge(bg, []State{s}, WriteOptions{Durability: Sync}); err != nil {
+			if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 				t.Error(err)
 			}
 		}()
 	}
 	wg.Wait()
-	mustMerge(t, e, WriteOptions{Durability: Async}, mustExport(t, src, "late"))
+	mustMerge(t, e, contract.WriteOptions{Durability: contract.Async}, mustExport(t, src, "late"))
 	fs.SetIgnoreSyncs(true) // power loss
 	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	for id, want := range map[string]int64{"pn": 5, "sh": 6, "c": 7} {
@@ -308,7 +309,7 @@ func TestReplicaMergeSyncSurvivesCrash(t *testing.T) {
 
 func TestReplicaMergeInvalid(t *testing.T) {
 	e := openMem(t)
-	mustApply(t, e, Op{Type: OpAdd, ID: "x", Kind: KindPN, Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "x", Kind: contract.KindPN, Delta: 1})
 	good := mustExport(t, e, "x")
 	good.ID = "fresh"
 	unnamed := counter.NewSharded(1)
@@ -319,18 +320,18 @@ func TestReplicaMergeInvalid(t *testing.T) {
 		bad  State
 		want error
 	}{
-		{"bad id", State{ID: "", Kind: KindCounter, Data: []byte{2}}, ErrInvalidID},
-		{"control byte", State{ID: "a\nb", Kind: KindCounter, Data: []byte{2}}, ErrInvalidID},
-		{"unknown kind", State{ID: "k", Kind: 42, Data: []byte{2}}, ErrInvalidArgument},
-		{"kind none", State{ID: "k", Data: []byte{2}}, ErrInvalidArgument},
-		{"undecodable", State{ID: "k", Kind: KindPN, Data: []byte{1, 2, 3}}, ErrInvalidArgument},
-		{"counter trailing bytes", State{ID: "k", Kind: KindCounter, Data: []byte{2, 2}}, ErrInvalidArgument},
-		{"unnamed sharded", State{ID: "k", Kind: KindSharded, Data: unnamedData}, ErrInvalidArgument},
-		{"negative expiry", State{ID: "k", Kind: KindCounter, Data: []byte{2}, ExpiresAt: -1}, ErrInvalidArgument},
+		{"bad id", State{ID: "", Kind: contract.KindCounter, Data: []byte{2}}, contract.ErrInvalidID},
+		{"control byte", State{ID: "a\nb", Kind: contract.KindCounter, Data: []byte{2}}, contract.ErrInvalidID},
+		{"unknown kind", State{ID: "k", Kind: 42, Data: []byte{2}}, contract.ErrInvalidArgument},
+		{"kind none", State{ID: "k", Data: []byte{2}}, contract.ErrInvalidArgument},
+		{"undecodable", State{ID: "k", Kind: contract.KindPN, Data: []byte{1, 2, 3}}, contract.ErrInvalidArgument},
+		{"counter trailing bytes", State{ID: "k", Kind: contract.KindCounter, Data: []byte{2, 2}}, contract.ErrInvalidArgument},
+		{"unnamed sharded", State{ID: "k", Kind: contract.KindSharded, Data: unnamedData}, contract.ErrInvalidArgument},
+		{"negative expiry", State{ID: "k", Kind: contract.KindCounter, Data: []byte{2}, ExpiresAt: -1}, contract.ErrInvalidArgument},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			n, err := e.Merge(bg, []State{good, tc.bad}, WriteOptions{Durability: Sync})
+			n, err := e.Merge(bg, []State{good, tc.bad}, contract.WriteOptions{Durability: contract.Sync})
 			var se *StateError
 			if !errors.Is(err, tc.want) || !errors.As(err, &se) || se.Index != 1 || n != 0 {
 				t.Fatalf("Merge: %d, %v; want a StateError at 1 wrapping %v", n, err, tc.want)
@@ -341,7 +342,7 @@ func TestReplicaMergeInvalid(t *testing.T) {
 		})
 	}
 	e.Close()
-	if _, err := e.Merge(bg, []State{good}, WriteOptions{}); !errors.Is(err, ErrClosed) {
+	if _, err := e.Merge(bg, []State{good}, contract.WriteOptions{}); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("merge after Close: %v", err)
 	}
 }
@@ -356,7 +357,7 @@ func TestReplicaConcurrent(t *testing.T) {
 	gossip := func(from, to *Engine) {
 		for ctx.Err() == nil {
 			if err := from.ExportAll(ctx, func(s State) error {
-				_, err := to.Merge(ctx, []State{s}, WriteOptions{})
+				_, err := to.Merge(ctx, []State{s}, contract.WriteOptions{})
 				return err
 			}); err != nil && ctx.Err() == nil {
 				t.Error(err)
@@ -369,12 +370,12 @@ func TestReplicaConcurrent(t *testing.T) {
 	go func() { defer gw.Done(); gossip(a, b) }()
 	go func() { defer gw.Done(); gossip(b, a) }()
 	for _, e := range []*Engine{a, b} {
-		for _, k := range []Kind{KindPN, KindSharded} {
+		for _, k := range []contract.Kind{contract.KindPN, contract.KindSharded} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				for i := 0; i < 300; i++ {
-					if _, err := e.Apply(bg, Op{Type: OpAdd, ID: k.String(), Kind: k, Delta: 1}, WriteOptions{}); err != nil {
+					if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: k.String(), Kind: k, Delta: 1}, contract.WriteOptions{}); err != nil {
 						t.Error(err)
 						return
 					}
@@ -387,8 +388,8 @@ func TestReplicaConcurrent(t *testing.T) {
 	cancel()
 	gw.Wait()
 	for _, id := range []string{"pn", "sharded"} {
-		mustMerge(t, a, WriteOptions{}, mustExport(t, b, id))
-		mustMerge(t, b, WriteOptions{}, mustExport(t, a, id))
+		mustMerge(t, a, contract.WriteOptions{}, mustExport(t, b, id))
+		mustMerge(t, b, contract.WriteOptions{}, mustExport(t, a, id))
 		if va, vb := mustGet(t, a, id).Value, mustGet(t, b, id).Value; va != 600 || vb != 600 {
 			t.Fatalf("%s: a %d, b %d, want 600", id, va, vb)
 		}
@@ -401,7 +402,7 @@ func TestShardedOldDataIsLocal(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()
 	e := openNode(t, "me", dir, clk)
-	old := []byte{entryFormat, byte(KindSharded), 3, 0, 0, 0x11, 2, 10, 4} // shards 5, 2 at version 3
+	old := []byte{entryFormat, byte(contract.KindSharded), 3, 0, 0, 0x11, 2, 10, 4} // shards 5, 2 at version 3
 	if err := e.db.Set(append([]byte{prefixCounter}, "cold"...), old, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -412,10 +413,10 @@ func TestShardedOldDataIsLocal(t *testing.T) {
 		!slices.Equal(v.ShardSlots, []counter.ShardedSlot{{Replica: "me", Sum: 7, Seq: 1}}) {
 		t.Fatalf("old sharded data: %+v", v)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "cold", Kind: KindSharded, Shard: 2, Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "cold", Kind: contract.KindSharded, Shard: 2, Delta: 1})
 	s := mustExport(t, e, "cold")
 	other := openNode(t, "other", t.TempDir(), clk)
-	mustMerge(t, other, WriteOptions{}, s)
+	mustMerge(t, other, contract.WriteOptions{}, s)
 	if v := mustGet(t, other, "cold"); v.Value != 8 {
 		t.Fatalf("merged elsewhere: %+v", v)
 	}
@@ -432,8 +433,8 @@ func TestRaiseVersion(t *testing.T) {
 	if _, ok, err := a.RaiseVersion("missing", 1<<32); ok || err != nil {
 		t.Fatalf("raise of a missing id: ok %v, %v", ok, err)
 	}
-	mustApply(t, a, Op{Type: OpAdd, ID: "k", Delta: 5})
-	mustApply(t, a, Op{Type: OpAdd, ID: "k", Delta: 2})
+	mustApply(t, a, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 5})
+	mustApply(t, a, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 2})
 	old := mustExport(t, a, "k") // version 2, epoch 0
 	v, ok, err := a.RaiseVersion("k", 3<<32)
 	if err != nil || !ok || v != 3<<32|2 {
@@ -442,14 +443,14 @@ func TestRaiseVersion(t *testing.T) {
 	if v, _, _ := a.RaiseVersion("k", 2<<32); v != 3<<32|2 {
 		t.Fatalf("a lower floor changed the version to %d", v)
 	}
-	res := mustApply(t, a, Op{Type: OpAdd, ID: "k", Delta: 1})
+	res := mustApply(t, a, contract.Op{Type: contract.OpAdd, ID: "k", Delta: 1})
 	if res.Value != 8 || res.Version != 3<<32|3 {
 		t.Fatalf("add after the raise: %+v", res)
 	}
 	// The old epoch's state with many more writes loses on a replica.
-	mustMerge(t, b, WriteOptions{}, mustExport(t, a, "k"))
+	mustMerge(t, b, contract.WriteOptions{}, mustExport(t, a, "k"))
 	old.Version, old.Data = 1000, []byte{0x80, 0x7d} // value 8000 at version 1000, epoch 0
-	if n := mustMerge(t, b, WriteOptions{}, old); n != 0 || mustGet(t, b, "k").Value != 8 {
+	if n := mustMerge(t, b, contract.WriteOptions{}, old); n != 0 || mustGet(t, b, "k").Value != 8 {
 		t.Fatalf("an old-epoch state replaced the raised one: %+v", mustGet(t, b, "k"))
 	}
 	if err := a.Close(); err != nil {
@@ -467,13 +468,13 @@ func TestIdemRecords(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()
 	e := openNode(t, "a", dir, clk)
-	if _, err := e.Apply(bg, Op{Type: OpAdd, ID: "old", Delta: 1}, WriteOptions{IdempotencyKey: "k-old", Durability: Sync}); err != nil {
+	if _, err := e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: "old", Delta: 1}, contract.WriteOptions{IdempotencyKey: "k-old", Durability: contract.Sync}); err != nil {
 		t.Fatal(err)
 	}
 	clk.Advance(time.Minute)
 	since := clk.Now().UnixNano()
-	if _, err := e.ApplyBatch(bg, []Op{{Type: OpAdd, ID: "p", Delta: 2, Kind: KindPN}, {Type: OpAdd, ID: "q", Delta: 1}, {Type: OpAdd, ID: "p", Delta: 1}},
-		WriteOptions{IdempotencyKey: "k-new", Durability: Sync}); err != nil {
+	if _, err := e.ApplyBatch(bg, []contract.Op{{Type: contract.OpAdd, ID: "p", Delta: 2, Kind: contract.KindPN}, {Type: contract.OpAdd, ID: "q", Delta: 1}, {Type: contract.OpAdd, ID: "p", Delta: 1}},
+		contract.WriteOptions{IdempotencyKey: "k-new", Durability: contract.Sync}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Close(); err != nil {
@@ -484,7 +485,7 @@ func TestIdemRecords(t *testing.T) {
 	if err := e.IdemRecords(since, func(r IdemRecord) { got = append(got, r) }); err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 1 || got[0].Key != "k-new" || !slices.Equal(got[0].IDs, []string{"p", "q"}) || len(got[0].Results) != 3 || got[0].Results[0].Kind != KindPN {
+	if len(got) != 1 || got[0].Key != "k-new" || !slices.Equal(got[0].IDs, []string{"p", "q"}) || len(got[0].Results) != 3 || got[0].Results[0].Kind != contract.KindPN {
 		t.Fatalf("records since %d: %+v", since, got)
 	}
 }

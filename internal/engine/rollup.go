@@ -14,6 +14,7 @@ import (
 
 	"github.com/cockroachdb/pebble"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -79,13 +80,13 @@ func (e *Engine) rollupSpec(id string) *rollup.Spec {
 
 // newRollState returns a fresh state for a counter of kind k under spec, or
 // nil if spec keeps nothing for k.
-func newRollState(spec *rollup.Spec, k Kind) *rollup.State {
+func newRollState(spec *rollup.Spec, k contract.Kind) *rollup.State {
 	switch {
 	case spec == nil:
 		return nil
 	case k.Additive():
 		return rollup.NewState(spec, false)
-	case k == KindHLL:
+	case k == contract.KindHLL:
 		return rollup.NewState(spec, true)
 	}
 	return nil
@@ -93,7 +94,7 @@ func newRollState(spec *rollup.Spec, k Kind) *rollup.State {
 
 // attachRollLocked gives the live entry r of kind k (and id) its rollup
 // state if a spec applies. Caller holds r's lock.
-func (e *Engine) attachRollLocked(r *ref, id string, k Kind) {
+func (e *Engine) attachRollLocked(r *ref, id string, k contract.Kind) {
 	st := newRollState(e.rollupSpec(id), k)
 	if st == nil {
 		return
@@ -129,7 +130,7 @@ func (e *Engine) markDirtyLocked(r *ref) {
 
 // ValidateRollupKey checks a rollup key: a namespace or an id (ValidateID's
 // rules).
-func ValidateRollupKey(key string) error { return ValidateID(key) }
+func ValidateRollupKey(key string) error { return contract.ValidateID(key) }
 
 // SetRollup makes spec the rollups of key: a namespace (every counter whose
 // id starts with key+":", and the id key itself) or one id, which then
@@ -144,11 +145,11 @@ func (e *Engine) SetRollup(key string, spec rollup.Spec) error {
 		return err
 	}
 	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	b, err := spec.MarshalBinary()
 	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	e.roll.mu.Lock()
 	defer e.roll.mu.Unlock()
@@ -308,14 +309,14 @@ func (e *Engine) loadRollupHeads() error {
 		h := hashID(id)
 		sh := &e.shards[shardOf(h)]
 		_, en, _, ok := sh.findLocked(id, h)
-		if !ok || en.kind() == KindNone {
+		if !ok || en.kind() == contract.KindNone {
 			continue
 		}
 		spec := e.rollupSpec(id)
 		if newRollState(spec, en.kind()) == nil {
 			continue
 		}
-		st, err := rollup.UnmarshalHead(spec, en.kind() == KindHLL, it.Value())
+		st, err := rollup.UnmarshalHead(spec, en.kind() == contract.KindHLL, it.Value())
 		if err != nil {
 			return fmt.Errorf("engine: load rollups of %q: %w", id, err)
 		}
@@ -336,7 +337,7 @@ func (e *Engine) loadRollupHeads() error {
 		for i := 0; i < sh.nslab; i++ {
 			en, rp := sh.at(uint32(i))
 			id, ok := idOf(a, rp.Load())
-			if !ok || en.kind() == KindNone || (en.ext() != nil && en.ext().roll != nil) {
+			if !ok || en.kind() == contract.KindNone || (en.ext() != nil && en.ext().roll != nil) {
 				continue
 			}
 			r := ref{sh: sh, shardNo: no, idx: uint32(i), e: en}
@@ -400,7 +401,7 @@ type rollFlush struct {
 // takeRollupLocked returns what the flusher must write for the dirty entry
 // en, if anything. Caller holds en's lock, the gate and the shard's mutex.
 func (e *Engine) takeRollupLocked(en *entry, id []byte, no int, i uint32, idRef uint32, gen uint64) (rollFlush, bool, error) {
-	hasState := en.kind() != KindNone && en.ext() != nil && en.ext().roll != nil
+	hasState := en.kind() != contract.KindNone && en.ext() != nil && en.ext().roll != nil
 	if en.flags()&flagRollReset == 0 && !hasState {
 		return rollFlush{}, false, nil
 	}
@@ -683,9 +684,9 @@ func (e *Engine) Now() time.Time { return time.Unix(0, e.nowNano()) }
 func rollupErr(id string, err error) error {
 	switch {
 	case errors.Is(err, rollup.ErrInvalid):
-		return fmt.Errorf("%w: %q: %v", ErrInvalidArgument, id, err)
+		return fmt.Errorf("%w: %q: %v", contract.ErrInvalidArgument, id, err)
 	case errors.Is(err, counter.ErrOverflow):
-		return fmt.Errorf("%w: %q: %v", ErrOverflow, id, err)
+		return fmt.Errorf("%w: %q: %v", contract.ErrOverflow, id, err)
 	}
 	return err
 }
@@ -698,7 +699,7 @@ func rollupErr(id string, err error) error {
 // ErrInvalidArgument for a bad range (see rollup.CountsView.Series),
 // ErrOverflow when the total leaves the int64 range.
 func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*rollup.Series, error) {
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return nil, err
 	}
 	now := e.nowNano()
@@ -708,7 +709,7 @@ func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*r
 		if e.liveLocked(&r, now) {
 			switch x := r.e.ext(); {
 			case !r.e.kind().Additive():
-				err = fmt.Errorf("%w: %q is of kind %s; series need an additive kind", ErrWrongKind, id, r.e.kind())
+				err = fmt.Errorf("%w: %q is of kind %s; series need an additive kind", contract.ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v = x.roll.CountsView()
 			}
@@ -719,9 +720,9 @@ func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*r
 		}
 	}
 	if v == nil {
-		st := newRollState(e.rollupSpec(id), KindCounter)
+		st := newRollState(e.rollupSpec(id), contract.KindCounter)
 		if st == nil {
-			return nil, fmt.Errorf("%w: %q: %v (count buckets)", ErrNotFound, id, errNoRollups)
+			return nil, fmt.Errorf("%w: %q: %v (count buckets)", contract.ErrNotFound, id, errNoRollups)
 		}
 		st.SetNoStore(true) // a missing counter has no history
 		v = st.CountsView()
@@ -740,7 +741,7 @@ func (e *Engine) Series(id string, g rollup.Granularity, from, to time.Time) (*r
 // a counter that is not an hll, ErrInvalidArgument for n outside
 // 1..retention (at most 400 days or 168 hours).
 func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Estimate, error) {
-	if err := ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return nil, err
 	}
 	now := e.nowNano()
@@ -749,10 +750,10 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 	if r, ok, _ := e.acquire(id, false); ok {
 		var err error
 		if e.liveLocked(&r, now) {
-			isHLL = r.e.kind() == KindHLL
+			isHLL = r.e.kind() == contract.KindHLL
 			switch x := r.e.ext(); {
-			case r.e.kind() != KindHLL:
-				err = fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", ErrWrongKind, id, r.e.kind())
+			case r.e.kind() != contract.KindHLL:
+				err = fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", contract.ErrWrongKind, id, r.e.kind())
 			case x != nil && x.roll != nil:
 				v, _ = x.roll.SketchView(unit)
 			}
@@ -763,7 +764,7 @@ func (e *Engine) Uniques(id string, unit rollup.Granularity, n int) (*rollup.Est
 		}
 	}
 	if v == nil {
-		st := newRollState(e.rollupSpec(id), KindHLL)
+		st := newRollState(e.rollupSpec(id), contract.KindHLL)
 		var ok bool
 		if st != nil {
 			st.SetNoStore(true)

@@ -10,6 +10,7 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -64,7 +65,7 @@ func TestRollupSeries(t *testing.T) {
 	// every 47 minutes and flushing every 13.
 	for m := range 180 {
 		for range 3 {
-			if _, err := e.Add(bg, id, 1, WriteOptions{}); err != nil {
+			if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -104,15 +105,15 @@ func TestRollupSeries(t *testing.T) {
 		t.Fatalf("value %d", v.Value)
 	}
 	// Decrements count as negative increments; sets do not count.
-	e.Add(bg, id, -5, WriteOptions{})
-	mustApply(t, e, Op{Type: OpSet, ID: id, Value: 1000})
+	e.Add(bg, id, -5, contract.WriteOptions{})
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: id, Value: 1000})
 	if s := mustSeries(t, e, id, rollup.Day, now, now.Add(time.Second)); s.Total != 180-5 {
 		t.Fatalf("after decrement and set: %v", s.Values)
 	}
 	// Other additive kinds keep rollups too.
-	mustApply(t, e, Op{Type: OpAdd, ID: "page_views:w", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 4})
-	mustApply(t, e, Op{Type: OpAdd, ID: "page_views:s", Kind: KindSharded, Delta: 6})
-	mustApply(t, e, Op{Type: OpAdd, ID: "page_views:p", Kind: KindPN, Delta: -2})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "page_views:w", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 4})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "page_views:s", Kind: contract.KindSharded, Delta: 6})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "page_views:p", Kind: contract.KindPN, Delta: -2})
 	for id, want := range map[string]int64{"page_views:w": 4, "page_views:s": 6, "page_views:p": -2} {
 		if s := mustSeries(t, e, id, rollup.Hour, now, now.Add(time.Hour)); s.Total != want {
 			t.Errorf("%s: %d", id, s.Total)
@@ -127,19 +128,19 @@ func TestRollupErrors(t *testing.T) {
 		c.Rollups = map[string]rollup.Spec{"page_views": {Hour: 48 * time.Hour}, "visitors": {UniqueDays: 30 * day}}
 	})
 	now := clk.Now()
-	e.Add(bg, "other:x", 1, WriteOptions{})
-	mustApply(t, e, Op{Type: OpHAdd, ID: "page_views:h", Fields: []counter.FieldDelta{{Name: "a", Delta: 1}}})
-	mustApply(t, e, Op{Type: OpPFAdd, ID: "visitors:a", Items: [][]byte{[]byte("u")}})
+	e.Add(bg, "other:x", 1, contract.WriteOptions{})
+	mustApply(t, e, contract.Op{Type: contract.OpHAdd, ID: "page_views:h", Fields: []counter.FieldDelta{{Name: "a", Delta: 1}}})
+	mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "visitors:a", Items: [][]byte{[]byte("u")}})
 	for _, tc := range []struct {
 		id   string
 		g    rollup.Granularity
 		want error
 	}{
-		{"other:x", rollup.Hour, ErrNotFound},
-		{"page_views:h", rollup.Hour, ErrWrongKind},
-		{"visitors:a", rollup.Hour, ErrWrongKind},
-		{"page_views:x", rollup.Minute, ErrInvalidArgument}, // minutes are not kept
-		{"", rollup.Hour, ErrInvalidID},
+		{"other:x", rollup.Hour, contract.ErrNotFound},
+		{"page_views:h", rollup.Hour, contract.ErrWrongKind},
+		{"visitors:a", rollup.Hour, contract.ErrWrongKind},
+		{"page_views:x", rollup.Minute, contract.ErrInvalidArgument}, // minutes are not kept
+		{"", rollup.Hour, contract.ErrInvalidID},
 	} {
 		if _, err := e.Series(tc.id, tc.g, now.Add(-time.Hour), now); !errors.Is(err, tc.want) {
 			t.Errorf("Series(%q, %s): %v, want %v", tc.id, tc.g, err, tc.want)
@@ -155,11 +156,11 @@ func TestRollupErrors(t *testing.T) {
 		n    int
 		want error
 	}{
-		{"visitors:a", rollup.Hour, 1, ErrNotFound},
-		{"visitors:a", rollup.Day, 31, ErrInvalidArgument},
-		{"visitors:a", rollup.Day, 0, ErrInvalidArgument},
-		{"page_views:x", rollup.Day, 1, ErrNotFound},
-		{"other:x", rollup.Day, 1, ErrWrongKind},
+		{"visitors:a", rollup.Hour, 1, contract.ErrNotFound},
+		{"visitors:a", rollup.Day, 31, contract.ErrInvalidArgument},
+		{"visitors:a", rollup.Day, 0, contract.ErrInvalidArgument},
+		{"page_views:x", rollup.Day, 1, contract.ErrNotFound},
+		{"other:x", rollup.Day, 1, contract.ErrWrongKind},
 	} {
 		if _, err := e.Uniques(tc.id, tc.unit, tc.n); !errors.Is(err, tc.want) {
 			t.Errorf("Uniques(%q, %s, %d): %v, want %v", tc.id, tc.unit, tc.n, err, tc.want)
@@ -196,10 +197,10 @@ func TestRollupCrashKeepsSyncWrites(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range 30 {
-				if _, err := e.Add(bg, "page_views:a", 1, WriteOptions{Durability: Sync}); err != nil {
+				if _, err := e.Add(bg, "page_views:a", 1, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 					t.Error(err)
 				}
-				if _, err := e.Apply(bg, Op{Type: OpPFAdd, ID: "visitors:a", Items: [][]byte{fmt.Appendf(nil, "u%d-%d", w, i)}}, WriteOptions{Durability: Sync}); err != nil {
+				if _, err := e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "visitors:a", Items: [][]byte{fmt.Appendf(nil, "u%d-%d", w, i)}}, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 					t.Error(err)
 				}
 			}
@@ -211,7 +212,7 @@ func TestRollupCrashKeepsSyncWrites(t *testing.T) {
 	}
 	wg.Wait()
 	fs.SetIgnoreSyncs(true)
-	e.Add(bg, "page_views:a", 1000, WriteOptions{Durability: Async})
+	e.Add(bg, "page_views:a", 1000, contract.WriteOptions{Durability: contract.Async})
 	e = reopenAfterPowerLoss(t, e, fs, cfg)
 	defer e.Close()
 	s := mustSeries(t, e, "page_views:a", rollup.Day, rollT0, clk.Now().Add(time.Second))
@@ -235,7 +236,7 @@ func TestRollupCrashKeepsSyncWrites(t *testing.T) {
 func TestRollupIdempotentAndBatches(t *testing.T) {
 	clk := &fakeClock{t: rollT0}
 	e, reopen := diskEngine(t, clk)
-	wo := WriteOptions{IdempotencyKey: "req-1"}
+	wo := contract.WriteOptions{IdempotencyKey: "req-1"}
 	for range 3 {
 		if _, err := e.Add(bg, "page_views:a", 5, wo); err != nil {
 			t.Fatal(err)
@@ -246,14 +247,14 @@ func TestRollupIdempotentAndBatches(t *testing.T) {
 	if r, err := e.Add(bg, "page_views:a", 5, wo); err != nil || !r.Replayed {
 		t.Fatalf("replay after restart: %+v %v", r, err)
 	}
-	mustApply(t, e, Op{Type: OpSet, ID: "full", Value: 1 << 62})
-	_, err := e.ApplyBatch(bg, []Op{
-		{Type: OpAdd, ID: "page_views:a", Delta: 100},
-		{Type: OpPFAdd, ID: "visitors:b", Items: [][]byte{[]byte("x")}},
-		{Type: OpDelete, ID: "page_views:a"},
-		{Type: OpAdd, ID: "full", Delta: 1 << 62},
-	}, WriteOptions{})
-	if !errors.Is(err, ErrOverflow) {
+	mustApply(t, e, contract.Op{Type: contract.OpSet, ID: "full", Value: 1 << 62})
+	_, err := e.ApplyBatch(bg, []contract.Op{
+		{Type: contract.OpAdd, ID: "page_views:a", Delta: 100},
+		{Type: contract.OpPFAdd, ID: "visitors:b", Items: [][]byte{[]byte("x")}},
+		{Type: contract.OpDelete, ID: "page_views:a"},
+		{Type: contract.OpAdd, ID: "full", Delta: 1 << 62},
+	}, contract.WriteOptions{})
+	if !errors.Is(err, contract.ErrOverflow) {
 		t.Fatalf("batch: %v", err)
 	}
 	e.Flush(bg)
@@ -275,7 +276,7 @@ func TestRollupDeleteForgets(t *testing.T) {
 	e, reopen := diskEngine(t, clk)
 	id := "page_views:a"
 	for range 3 {
-		e.Add(bg, id, 7, WriteOptions{})
+		e.Add(bg, id, 7, contract.WriteOptions{})
 		clk.Advance(time.Hour)
 	}
 	e.Flush(bg)
@@ -283,8 +284,8 @@ func TestRollupDeleteForgets(t *testing.T) {
 	if s := mustSeries(t, e, id, rollup.Hour, from, to); s.Total != 21 {
 		t.Fatalf("before delete: %d", s.Total)
 	}
-	mustApply(t, e, Op{Type: OpDelete, ID: id})
-	e.Add(bg, id, 1, WriteOptions{}) // recreated before the flush
+	mustApply(t, e, contract.Op{Type: contract.OpDelete, ID: id})
+	e.Add(bg, id, 1, contract.WriteOptions{}) // recreated before the flush
 	if s := mustSeries(t, e, id, rollup.Hour, from, to); s.Total != 1 {
 		t.Fatalf("recreated before the flush: %v", s.Values)
 	}
@@ -298,9 +299,9 @@ func TestRollupDeleteForgets(t *testing.T) {
 		t.Fatalf("recreated, restarted: %v", s.Values)
 	}
 	// Expiry deletes the history too.
-	mustApply(t, e, Op{Type: OpExpire, ID: id, TTL: time.Minute})
+	mustApply(t, e, contract.Op{Type: contract.OpExpire, ID: id, TTL: time.Minute})
 	clk.Advance(2 * time.Minute)
-	e.Add(bg, id, 2, WriteOptions{})
+	e.Add(bg, id, 2, contract.WriteOptions{})
 	e.Flush(bg)
 	e.Close()
 	e = reopen()
@@ -331,23 +332,23 @@ func countKeys(t *testing.T, e *Engine, prefix byte) int {
 func TestSetRollupRuntime(t *testing.T) {
 	clk := &fakeClock{t: rollT0}
 	e, reopen := diskEngine(t, clk, func(c *Config) { c.Rollups = nil })
-	e.Add(bg, "likes:a", 1, WriteOptions{})
-	if _, err := e.Series("likes:a", rollup.Hour, rollT0, rollT0.Add(time.Hour)); !errors.Is(err, ErrNotFound) {
+	e.Add(bg, "likes:a", 1, contract.WriteOptions{})
+	if _, err := e.Series("likes:a", rollup.Hour, rollT0, rollT0.Add(time.Hour)); !errors.Is(err, contract.ErrNotFound) {
 		t.Fatalf("before SetRollup: %v", err)
 	}
 	if err := e.SetRollup("likes", rollup.Spec{Minute: 2 * time.Hour, Hour: 10 * day}); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.SetRollup("likes", rollup.Spec{Minute: -1}); !errors.Is(err, ErrInvalidArgument) {
+	if err := e.SetRollup("likes", rollup.Spec{Minute: -1}); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Fatalf("bad spec: %v", err)
 	}
-	if err := e.SetRollup("", rollup.Spec{}); !errors.Is(err, ErrInvalidID) {
+	if err := e.SetRollup("", rollup.Spec{}); !errors.Is(err, contract.ErrInvalidID) {
 		t.Fatalf("bad key: %v", err)
 	}
-	e.Add(bg, "likes:a", 2, WriteOptions{})
-	e.Add(bg, "likes:b", 3, WriteOptions{})
+	e.Add(bg, "likes:a", 2, contract.WriteOptions{})
+	e.Add(bg, "likes:b", 3, contract.WriteOptions{})
 	clk.Advance(2 * time.Hour)
-	e.Add(bg, "likes:a", 4, WriteOptions{})
+	e.Add(bg, "likes:a", 4, contract.WriteOptions{})
 	// An id's own spec overrides its namespace's.
 	if err := e.SetRollup("likes:b", rollup.Spec{Day: 10 * day}); err != nil {
 		t.Fatal(err)
@@ -373,7 +374,7 @@ func TestSetRollupRuntime(t *testing.T) {
 	if ok, _ := e.DeleteRollup("likes"); ok {
 		t.Fatal("second DeleteRollup found a spec")
 	}
-	if _, err := e.Series("likes:a", rollup.Hour, rollT0, clk.Now()); !errors.Is(err, ErrNotFound) {
+	if _, err := e.Series("likes:a", rollup.Hour, rollT0, clk.Now()); !errors.Is(err, contract.ErrNotFound) {
 		t.Fatalf("after DeleteRollup: %v", err)
 	}
 	e.Flush(bg)
@@ -395,7 +396,7 @@ func TestUniquesEngine(t *testing.T) {
 		for i := range 30 {
 			u := fmt.Sprintf("user-%d", (d*17+i*7)%400) // overlapping days
 			perDay[d] = append(perDay[d], u)
-			mustApply(t, e, Op{Type: OpPFAdd, ID: id, Items: [][]byte{[]byte(u)}})
+			mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: id, Items: [][]byte{[]byte(u)}})
 		}
 		if d%5 == 0 {
 			e.Flush(bg)
@@ -431,14 +432,14 @@ func TestUniquesEngine(t *testing.T) {
 		t.Fatalf("last hour: %+v %v", est, err)
 	}
 	// PFMERGE into a rolled-up hll counts the sources' items today.
-	mustApply(t, e, Op{Type: OpPFAdd, ID: "other", Items: [][]byte{[]byte("new-1"), []byte("new-2")}})
-	mustApply(t, e, Op{Type: OpPFMerge, ID: id, Sources: []string{"other"}})
+	mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "other", Items: [][]byte{[]byte("new-1"), []byte("new-2")}})
+	mustApply(t, e, contract.Op{Type: contract.OpPFMerge, ID: id, Sources: []string{"other"}})
 	if est, _ := e.Uniques(id, rollup.Hour, 1); est.Value != 32 {
 		t.Fatalf("after pfmerge: %d", est.Value)
 	}
 	// A PFADD that changes no register of the counter still counts today.
 	clk.Advance(day)
-	r := mustApply(t, e, Op{Type: OpPFAdd, ID: id, Items: [][]byte{[]byte(perDay[39][0])}})
+	r := mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: id, Items: [][]byte{[]byte(perDay[39][0])}})
 	if est, _ := e.Uniques(id, rollup.Day, 1); r.Changed || est.Value != 1 {
 		t.Fatalf("known item on a new day: changed %v, today %d", r.Changed, est.Value)
 	}
@@ -461,8 +462,8 @@ func TestRollupPurge(t *testing.T) {
 		}
 	})
 	for range 5 * 24 {
-		e.Add(bg, "p:a", 1, WriteOptions{})
-		mustApply(t, e, Op{Type: OpPFAdd, ID: "v:a", Items: [][]byte{fmt.Appendf(nil, "%d", clk.Now().Unix())}})
+		e.Add(bg, "p:a", 1, contract.WriteOptions{})
+		mustApply(t, e, contract.Op{Type: contract.OpPFAdd, ID: "v:a", Items: [][]byte{fmt.Appendf(nil, "%d", clk.Now().Unix())}})
 		e.Flush(bg)
 		clk.Advance(time.Hour)
 	}
@@ -506,8 +507,8 @@ func TestWindowRestartMidWindow(t *testing.T) {
 		return e
 	}
 	e := open()
-	sliding := Op{Type: OpAdd, ID: "api_requests:user_123", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Minute, Span: time.Hour}, Delta: 1}
-	fixed := Op{Type: OpAdd, ID: "api_requests:fixed", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Minute, Span: time.Hour, Fixed: true}, Delta: 1}
+	sliding := contract.Op{Type: contract.OpAdd, ID: "api_requests:user_123", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Minute, Span: time.Hour}, Delta: 1}
+	fixed := contract.Op{Type: contract.OpAdd, ID: "api_requests:fixed", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Minute, Span: time.Hour, Fixed: true}, Delta: 1}
 	for range 30 { // 10:00 .. 10:29
 		mustApply(t, e, sliding)
 		mustApply(t, e, fixed)
@@ -555,7 +556,7 @@ func TestHitCounterScript(t *testing.T) {
 	hit := func(s int) {
 		t.Helper()
 		at(s)
-		mustApply(t, e, Op{Type: OpAdd, ID: "hits", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 1})
+		mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "hits", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: 300 * time.Second}, Delta: 1})
 	}
 	getHits := func(s int) int64 {
 		t.Helper()
@@ -604,7 +605,7 @@ func TestFixedWindowBurst(t *testing.T) {
 	fixed, sliding := hour, hour
 	fixed.Fixed = true
 	add := func(id string, spec counter.WindowSpec) int64 {
-		return mustApply(t, e, Op{Type: OpAdd, ID: id, Kind: KindWindow, Window: spec, Delta: 1000}).Value
+		return mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindWindow, Window: spec, Delta: 1000}).Value
 	}
 	if add("fixed", fixed) != 1000 || add("sliding", sliding) != 1000 {
 		t.Fatal("first burst")

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -57,7 +58,7 @@ func BenchmarkSeries30DaysMinutes(b *testing.B) {
 	e := openBench(b, clk, map[string]rollup.Spec{"api": {Minute: 31 * day, Hour: 90 * day, Day: 400 * day}})
 	const minutes = 30 * 24 * 60
 	for m := range minutes {
-		if _, err := e.Add(bg, "api:requests", int64(m%97+1), WriteOptions{}); err != nil {
+		if _, err := e.Add(bg, "api:requests", int64(m%97+1), contract.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		clk.Advance(time.Minute)
@@ -101,14 +102,14 @@ func BenchmarkUniques365Days(b *testing.B) {
 				u := d*2500 + k*1000 + i // overlaps the day before by half
 				items[i] = fmt.Appendf(items[i][:0], "user-%d", u)
 			}
-			if _, err := e.Apply(bg, Op{Type: OpPFAdd, ID: "visitors:site", Items: items}, WriteOptions{}); err != nil {
+			if _, err := e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "visitors:site", Items: items}, contract.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		clk.Advance(day)
 		e.Flush(bg)
 	}
-	e.Add(bg, "x", 1, WriteOptions{})
+	e.Add(bg, "x", 1, contract.WriteOptions{})
 	e.Flush(bg)
 	if err := e.db.Flush(); err != nil {
 		b.Fatal(err)
@@ -156,7 +157,7 @@ func benchPFAdd(b *testing.B, e *Engine, id string) {
 	for b.Loop() {
 		i++
 		items[0] = fmt.Appendf(items[0][:0], "u%d", i)
-		if _, err := e.Apply(bg, Op{Type: OpPFAdd, ID: id, Items: items}, WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items}, contract.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -181,7 +182,7 @@ func BenchmarkWindowCounterBytes(b *testing.B) {
 	runtime.ReadMemStats(&before)
 	for m := range 60 {
 		for _, id := range ids {
-			e.Apply(bg, Op{Type: OpAdd, ID: id, Kind: KindWindow, Window: spec, Delta: int64(m%7 + 1)}, WriteOptions{})
+			e.Apply(bg, contract.Op{Type: contract.OpAdd, ID: id, Kind: contract.KindWindow, Window: spec, Delta: int64(m%7 + 1)}, contract.WriteOptions{})
 		}
 		clk.Advance(time.Minute)
 	}
@@ -210,7 +211,7 @@ func BenchmarkRollupBytesPerHour(b *testing.B) {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("api:user_%07d", i)
-		e.Add(bg, ids[i], 1, WriteOptions{}) // created before the measure
+		e.Add(bg, ids[i], 1, contract.WriteOptions{}) // created before the measure
 	}
 	clk.Advance(-time.Minute)
 	e.Flush(bg)
@@ -220,14 +221,14 @@ func BenchmarkRollupBytesPerHour(b *testing.B) {
 	for m := range 60 {
 		clk.Advance(time.Minute)
 		for _, id := range ids {
-			e.Add(bg, id, int64(m%97+1), WriteOptions{})
+			e.Add(bg, id, int64(m%97+1), contract.WriteOptions{})
 		}
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/n, "heap-B/counter-hour")
 	clk.Advance(time.Hour) // close the hour: the chunk is stored
-	e.Add(bg, ids[0], 1, WriteOptions{})
+	e.Add(bg, ids[0], 1, contract.WriteOptions{})
 	e.Flush(bg)
 	var stored int
 	it, _ := e.db.NewIter(nil)
@@ -265,13 +266,13 @@ func benchDayFlush(b *testing.B, step time.Duration) {
 		for i := range items {
 			items[i] = fmt.Appendf(items[i][:0], "user-%d", d*2500+i)
 		}
-		if _, err := e.Apply(bg, Op{Type: OpPFAdd, ID: "v:site", Items: items}, WriteOptions{}); err != nil {
+		if _, err := e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "v:site", Items: items}, contract.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		e.Flush(bg)
 		clk.Advance(step)
 		// A new item: the entry is dirty, and with step = day the day closes.
-		e.Apply(bg, Op{Type: OpPFAdd, ID: "v:site", Items: [][]byte{fmt.Appendf(nil, "new-%d", d)}}, WriteOptions{})
+		e.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "v:site", Items: [][]byte{fmt.Appendf(nil, "new-%d", d)}}, contract.WriteOptions{})
 		b.StartTimer()
 		e.Flush(bg)
 		d++

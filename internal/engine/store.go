@@ -9,6 +9,7 @@ import (
 	"github.com/cockroachdb/pebble"
 	"github.com/cockroachdb/pebble/vfs"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
@@ -87,7 +88,7 @@ func openPebble(cfg Config, g *diskGuard) (*pebble.DB, error) {
 
 // stored is what the durable form of an entry holds, decoded.
 type stored struct {
-	kind    Kind
+	kind    contract.Kind
 	version uint64
 	updated int64
 	value   int64
@@ -121,7 +122,7 @@ func encodeStored(buf []byte, en *stored) ([]byte, error) {
 // State): a zigzag varint for a counter, the state's MarshalBinary for the
 // other kinds.
 func appendData(buf []byte, en *stored) ([]byte, error) {
-	if en.kind == KindCounter {
+	if en.kind == contract.KindCounter {
 		return binary.AppendVarint(buf, en.value), nil
 	}
 	if en.ext == nil || en.ext.state == nil {
@@ -143,7 +144,7 @@ func decodeEntry(b []byte, en *stored) error {
 	if len(b) < 2 || b[0] != entryFormat {
 		return fmt.Errorf("%w: bad header", ErrCorrupt)
 	}
-	k := Kind(b[1])
+	k := contract.Kind(b[1])
 	b = b[2:]
 	ver, n := binary.Uvarint(b)
 	if n <= 0 {
@@ -174,45 +175,45 @@ func decodeEntry(b []byte, en *stored) error {
 // decodeData decodes what appendData wrote for kind k: the entry's value
 // (the counter's, or the cached value of a sharded or pn state) and its
 // state (nil for a counter).
-func decodeData(k Kind, b []byte) (int64, any, error) {
+func decodeData(k contract.Kind, b []byte) (int64, any, error) {
 	switch k {
-	case KindCounter:
+	case contract.KindCounter:
 		v, n := binary.Varint(b)
 		if n <= 0 || n != len(b) {
 			return 0, nil, fmt.Errorf("%w: value", ErrCorrupt)
 		}
 		return v, nil, nil
-	case KindSharded:
+	case contract.KindSharded:
 		s := counter.NewSharded(1)
 		if err := s.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
 		}
 		return s.Value(), s, nil
-	case KindPN:
+	case contract.KindPN:
 		p := counter.NewPN()
 		if err := p.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
 		}
 		return p.Value(), p, nil
-	case KindHLL:
+	case contract.KindHLL:
 		h, _ := counter.NewHLL(14)
 		if err := h.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
 		}
 		return 0, h, nil
-	case KindWindow:
+	case contract.KindWindow:
 		w := &counter.Window{}
 		if err := w.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
 		}
 		return 0, w, nil
-	case KindHash:
+	case contract.KindHash:
 		h := counter.NewHash()
 		if err := h.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
 		}
 		return 0, h, nil
-	case KindFloat:
+	case contract.KindFloat:
 		f := &counter.Float{}
 		if err := f.UnmarshalBinary(b); err != nil {
 			return 0, nil, err
@@ -257,7 +258,7 @@ func (e *Engine) load() error {
 		en.setVersion(d.version)
 		en.updated, en.value = d.updated, d.value
 		en.setExt(d.ext)
-		if en.kind() == KindSharded {
+		if en.kind() == contract.KindSharded {
 			s := en.ext().state.(*counter.Sharded)
 			// Old data's shards (and a renamed node's) become this node's.
 			_ = s.SetReplica(e.cfg.NodeID)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/cockroachdb/pebble"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Stored records: small named values a cluster node keeps beside the
@@ -36,7 +37,7 @@ const maxStoredKeyLen = 1024
 func checkStored(recs []StoredRecord) error {
 	for _, r := range recs {
 		if r.Key == "" || len(r.Key) > maxStoredKeyLen {
-			return fmt.Errorf("%w: stored record key must be 1..%d bytes", ErrInvalidArgument, maxStoredKeyLen)
+			return fmt.Errorf("%w: stored record key must be 1..%d bytes", contract.ErrInvalidArgument, maxStoredKeyLen)
 		}
 	}
 	return nil
@@ -49,7 +50,7 @@ func checkStored(recs []StoredRecord) error {
 // returns). then may be nil; it must not call back into the engine's
 // writes (Apply, Merge, ...): only Export and reads. With no states it
 // stores what then returns.
-func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptions, then func() []StoredRecord) (changed int, err error) {
+func (e *Engine) MergeRecords(ctx context.Context, states []State, wo contract.WriteOptions, then func() []StoredRecord) (changed int, err error) {
 	if err := e.checkWrite(); err != nil {
 		return 0, err
 	}
@@ -78,7 +79,7 @@ func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptio
 	}
 	e.addStoredLocked(recs)
 	e.gate.RUnlock()
-	if e.durability(wo) == Sync {
+	if e.durability(wo) == contract.Sync {
 		if err := e.waitDurable(ctx); err != nil {
 			return changed, err
 		}
@@ -88,7 +89,7 @@ func (e *Engine) MergeRecords(ctx context.Context, states []State, wo WriteOptio
 
 // PutRecords stores recs with the next flush (with Sync, before it
 // returns); a record with nil Data is deleted.
-func (e *Engine) PutRecords(ctx context.Context, recs []StoredRecord, wo WriteOptions) error {
+func (e *Engine) PutRecords(ctx context.Context, recs []StoredRecord, wo contract.WriteOptions) error {
 	_, err := e.MergeRecords(ctx, nil, wo, func() []StoredRecord { return recs })
 	return err
 }

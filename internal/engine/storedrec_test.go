@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"github.com/counterd/counterd/internal/contract"
 	"strconv"
 	"strings"
 	"testing"
@@ -29,14 +30,14 @@ func TestStoredRecordsWithMergedStateCrashTogether(t *testing.T) {
 		peer := openMem(t, func(c *Config) { c.NodeID = "b" })
 		n := 0
 		for ; n < 200*(round+1); n++ {
-			if _, err := peer.Add(bg, "x", 1, WriteOptions{}); err != nil {
+			if _, err := peer.Add(bg, "x", 1, contract.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			st := mustExport(t, peer, "x")
 			key := fmt.Sprintf("rec-%d", n+1)
-			wo := WriteOptions{Durability: Async}
+			wo := contract.WriteOptions{Durability: contract.Async}
 			if n == 50*(round+1) {
-				wo.Durability = Sync // something reaches disk for sure
+				wo.Durability = contract.Sync // something reaches disk for sure
 			}
 			if n%10 == 0 {
 				time.Sleep(200 * time.Microsecond) // let flushes interleave
@@ -93,7 +94,7 @@ func TestStoredRecords(t *testing.T) {
 	old := clk.Now().UnixNano()
 	put := func(recs ...StoredRecord) {
 		t.Helper()
-		if _, err := e.MergeRecords(bg, nil, WriteOptions{Durability: Sync}, func() []StoredRecord { return recs }); err != nil {
+		if _, err := e.MergeRecords(bg, nil, contract.WriteOptions{Durability: contract.Sync}, func() []StoredRecord { return recs }); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -101,7 +102,7 @@ func TestStoredRecords(t *testing.T) {
 	clk.Advance(50 * time.Minute)
 	now := clk.Now().UnixNano()
 	put(StoredRecord{Key: "new", Created: now, Data: []byte("n")}, StoredRecord{Key: "gone"})
-	if _, err := e.MergeRecords(bg, nil, WriteOptions{}, func() []StoredRecord { return []StoredRecord{{Key: "", Data: []byte("x")}} }); !errors.Is(err, ErrInvalidArgument) {
+	if _, err := e.MergeRecords(bg, nil, contract.WriteOptions{}, func() []StoredRecord { return []StoredRecord{{Key: "", Data: []byte("x")}} }); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Fatalf("empty key: %v, want invalid argument", err)
 	}
 	if err := e.Close(); err != nil {

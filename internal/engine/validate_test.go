@@ -7,46 +7,47 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 )
 
 func TestOpValidate(t *testing.T) {
-	long := strings.Repeat("f", MaxFieldLen+1)
-	tiered := Limits{HLLPrecision: 14, RedisHashTags: true}
+	long := strings.Repeat("f", contract.MaxFieldLen+1)
+	tiered := contract.Limits{HLLPrecision: 14, RedisHashTags: true}
 	cases := []struct {
 		name string
-		op   Op
-		lim  Limits
+		op   contract.Op
+		lim  contract.Limits
 		want error // nil: valid
 	}{
-		{"add", Op{Type: OpAdd, ID: "a", Delta: 1}, Limits{}, nil},
-		{"empty id", Op{Type: OpAdd}, Limits{}, ErrInvalidID},
-		{"control byte", Op{Type: OpAdd, ID: "a\n"}, Limits{}, ErrInvalidID},
-		{"leading brace embedded", Op{Type: OpAdd, ID: "}x"}, Limits{}, nil},
-		{"leading brace hash tags", Op{Type: OpAdd, ID: "}x"}, tiered, ErrInvalidID},
-		{"add to hash kind", Op{Type: OpAdd, ID: "a", Kind: KindHash}, Limits{}, ErrWrongKind},
-		{"add to unknown kind", Op{Type: OpAdd, ID: "a", Kind: 99}, Limits{}, ErrWrongKind},
-		{"too many shards", Op{Type: OpAdd, ID: "a", Shards: 5000}, Limits{}, ErrInvalidArgument},
-		{"shard out of range", Op{Type: OpAdd, ID: "a", Shard: 5000}, Limits{}, ErrInvalidArgument},
-		{"negative shard", Op{Type: OpAdd, ID: "a", Shard: -1}, Limits{}, ErrInvalidArgument},
-		{"bad window", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Millisecond}}, Limits{}, ErrInvalidArgument},
-		{"window 1ms over 100s", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Millisecond, Span: 100 * time.Second}}, Limits{}, ErrInvalidArgument},
-		{"window at the bucket bound", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, Limits{}, nil},
-		{"window above a lowered bound", Op{Type: OpAdd, ID: "a", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, Limits{MaxWindowBuckets: 60}, ErrInvalidArgument},
-		{"negative set ttl", Op{Type: OpSet, ID: "a", TTL: -1}, Limits{}, ErrInvalidArgument},
-		{"negative expire deletes", Op{Type: OpExpire, ID: "a", TTL: -1}, Limits{}, nil},
-		{"ttl too long", Op{Type: OpExpire, ID: "a", TTL: MaxTTL + 1}, Limits{}, ErrInvalidArgument},
-		{"hadd no fields", Op{Type: OpHAdd, ID: "a"}, Limits{}, ErrInvalidArgument},
-		{"hadd long name", Op{Type: OpHAdd, ID: "a", Fields: []counter.FieldDelta{{Name: long, Delta: 1}}}, Limits{}, ErrInvalidArgument},
-		{"hdel long name", Op{Type: OpHDel, ID: "a", Names: []string{long}}, Limits{}, ErrInvalidArgument},
-		{"hadd name at limit", Op{Type: OpHAdd, ID: "a", Fields: []counter.FieldDelta{{Name: long[1:], Delta: 1}}}, tiered, nil},
-		{"pfadd too many", Op{Type: OpPFAdd, ID: "a", Items: make([][]byte, MaxItems+1)}, Limits{}, ErrInvalidArgument},
-		{"bad precision", Op{Type: OpPFAdd, ID: "a", HLLPrecision: 2}, Limits{}, ErrInvalidArgument},
-		{"precision 10 embedded", Op{Type: OpPFAdd, ID: "a", HLLPrecision: 10}, Limits{}, nil},
-		{"precision 10 fixed 14", Op{Type: OpPFAdd, ID: "a", HLLPrecision: 10}, tiered, ErrInvalidArgument},
-		{"pfmerge bad source", Op{Type: OpPFMerge, ID: "a", Sources: []string{""}}, Limits{}, ErrInvalidID},
-		{"pfmerge brace source", Op{Type: OpPFMerge, ID: "a", Sources: []string{"}b"}}, tiered, ErrInvalidID},
-		{"unknown type", Op{Type: 99, ID: "a"}, Limits{}, ErrInvalidArgument},
+		{"add", contract.Op{Type: contract.OpAdd, ID: "a", Delta: 1}, contract.Limits{}, nil},
+		{"empty id", contract.Op{Type: contract.OpAdd}, contract.Limits{}, contract.ErrInvalidID},
+		{"control byte", contract.Op{Type: contract.OpAdd, ID: "a\n"}, contract.Limits{}, contract.ErrInvalidID},
+		{"leading brace embedded", contract.Op{Type: contract.OpAdd, ID: "}x"}, contract.Limits{}, nil},
+		{"leading brace hash tags", contract.Op{Type: contract.OpAdd, ID: "}x"}, tiered, contract.ErrInvalidID},
+		{"add to hash kind", contract.Op{Type: contract.OpAdd, ID: "a", Kind: contract.KindHash}, contract.Limits{}, contract.ErrWrongKind},
+		{"add to unknown kind", contract.Op{Type: contract.OpAdd, ID: "a", Kind: 99}, contract.Limits{}, contract.ErrWrongKind},
+		{"too many shards", contract.Op{Type: contract.OpAdd, ID: "a", Shards: 5000}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"shard out of range", contract.Op{Type: contract.OpAdd, ID: "a", Shard: 5000}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"negative shard", contract.Op{Type: contract.OpAdd, ID: "a", Shard: -1}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"bad window", contract.Op{Type: contract.OpAdd, ID: "a", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Millisecond}}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"window 1ms over 100s", contract.Op{Type: contract.OpAdd, ID: "a", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Millisecond, Span: 100 * time.Second}}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"window at the bucket bound", contract.Op{Type: contract.OpAdd, ID: "a", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, contract.Limits{}, nil},
+		{"window above a lowered bound", contract.Op{Type: contract.OpAdd, ID: "a", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Hour}}, contract.Limits{MaxWindowBuckets: 60}, contract.ErrInvalidArgument},
+		{"negative set ttl", contract.Op{Type: contract.OpSet, ID: "a", TTL: -1}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"negative expire deletes", contract.Op{Type: contract.OpExpire, ID: "a", TTL: -1}, contract.Limits{}, nil},
+		{"ttl too long", contract.Op{Type: contract.OpExpire, ID: "a", TTL: contract.MaxTTL + 1}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"hadd no fields", contract.Op{Type: contract.OpHAdd, ID: "a"}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"hadd long name", contract.Op{Type: contract.OpHAdd, ID: "a", Fields: []counter.FieldDelta{{Name: long, Delta: 1}}}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"hdel long name", contract.Op{Type: contract.OpHDel, ID: "a", Names: []string{long}}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"hadd name at limit", contract.Op{Type: contract.OpHAdd, ID: "a", Fields: []counter.FieldDelta{{Name: long[1:], Delta: 1}}}, tiered, nil},
+		{"pfadd too many", contract.Op{Type: contract.OpPFAdd, ID: "a", Items: make([][]byte, contract.MaxItems+1)}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"bad precision", contract.Op{Type: contract.OpPFAdd, ID: "a", HLLPrecision: 2}, contract.Limits{}, contract.ErrInvalidArgument},
+		{"precision 10 embedded", contract.Op{Type: contract.OpPFAdd, ID: "a", HLLPrecision: 10}, contract.Limits{}, nil},
+		{"precision 10 fixed 14", contract.Op{Type: contract.OpPFAdd, ID: "a", HLLPrecision: 10}, tiered, contract.ErrInvalidArgument},
+		{"pfmerge bad source", contract.Op{Type: contract.OpPFMerge, ID: "a", Sources: []string{""}}, contract.Limits{}, contract.ErrInvalidID},
+		{"pfmerge brace source", contract.Op{Type: contract.OpPFMerge, ID: "a", Sources: []string{"}b"}}, tiered, contract.ErrInvalidID},
+		{"unknown type", contract.Op{Type: 99, ID: "a"}, contract.Limits{}, contract.ErrInvalidArgument},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -62,18 +63,18 @@ func TestOpValidate(t *testing.T) {
 }
 
 func TestValidateBatch(t *testing.T) {
-	ok := Op{Type: OpAdd, ID: "a", Delta: 1}
-	if err := ValidateBatch(nil, Limits{}); !errors.Is(err, ErrInvalidArgument) {
+	ok := contract.Op{Type: contract.OpAdd, ID: "a", Delta: 1}
+	if err := contract.ValidateBatch(nil, contract.Limits{}); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Errorf("empty batch: %v", err)
 	}
-	if err := ValidateBatch([]Op{ok, ok, ok}, Limits{MaxBatch: 2}); !errors.Is(err, ErrBatchTooLarge) {
+	if err := contract.ValidateBatch([]contract.Op{ok, ok, ok}, contract.Limits{MaxBatch: 2}); !errors.Is(err, contract.ErrBatchTooLarge) {
 		t.Errorf("3 ops over a limit of 2: %v", err)
 	}
-	var be *BatchError
-	if err := ValidateBatch([]Op{ok, {Type: OpAdd}}, Limits{}); !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, ErrInvalidID) {
+	var be *contract.BatchError
+	if err := contract.ValidateBatch([]contract.Op{ok, {Type: contract.OpAdd}}, contract.Limits{}); !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, contract.ErrInvalidID) {
 		t.Errorf("bad second op: %v", err)
 	}
-	if err := ValidateBatch([]Op{ok}, Limits{}); err != nil {
+	if err := contract.ValidateBatch([]contract.Op{ok}, contract.Limits{}); err != nil {
 		t.Errorf("good batch: %v", err)
 	}
 }
@@ -81,16 +82,16 @@ func TestValidateBatch(t *testing.T) {
 // FuzzOpValidate: Validate never panics, and an op it accepts has a valid
 // id and stays within the default limits.
 func FuzzOpValidate(f *testing.F) {
-	f.Add(uint8(OpAdd), "a", uint8(0), int64(1), int64(0), 0, 0, uint8(0), "f")
-	f.Add(uint8(OpHDel), "}", uint8(6), int64(0), int64(-1), 5000, -1, uint8(3), "")
+	f.Add(uint8(contract.OpAdd), "a", uint8(0), int64(1), int64(0), 0, 0, uint8(0), "f")
+	f.Add(uint8(contract.OpHDel), "}", uint8(6), int64(0), int64(-1), 5000, -1, uint8(3), "")
 	f.Fuzz(func(t *testing.T, typ uint8, id string, kind uint8, delta, ttl int64, shards, shard int, p uint8, field string) {
-		op := Op{Type: OpType(typ), ID: id, Kind: Kind(kind), Delta: delta, TTL: time.Duration(ttl),
+		op := contract.Op{Type: contract.OpType(typ), ID: id, Kind: contract.Kind(kind), Delta: delta, TTL: time.Duration(ttl),
 			Shards: shards, Shard: shard, HLLPrecision: p,
 			Fields: []counter.FieldDelta{{Name: field, Delta: delta}}, Names: []string{field}, Sources: []string{field}}
-		if op.Validate(Limits{}) != nil {
+		if op.Validate(contract.Limits{}) != nil {
 			return
 		}
-		if ValidateID(op.ID) != nil || len(field) > MaxFieldLen || op.TTL > MaxTTL || op.Shards > 1024 {
+		if contract.ValidateID(op.ID) != nil || len(field) > contract.MaxFieldLen || op.TTL > contract.MaxTTL || op.Shards > 1024 {
 			t.Fatalf("accepted %+v", op)
 		}
 	})
@@ -104,8 +105,8 @@ func TestLoadLeavesOversizedWindow(t *testing.T) {
 	clk := newClock()
 	dir := t.TempDir()
 	e := openNode(t, "me", dir, clk)
-	mustApply(t, e, Op{Type: OpAdd, ID: "ok", Delta: 3})
-	old := []byte{entryFormat, byte(KindWindow), 1, 0, 0, 0x41, 0x02} // version 1; window, head set
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "ok", Delta: 3})
+	old := []byte{entryFormat, byte(contract.KindWindow), 1, 0, 0, 0x41, 0x02} // version 1; window, head set
 	old = binary.AppendUvarint(old, uint64(time.Millisecond))
 	old = binary.AppendUvarint(old, uint64(100*time.Second))
 	old = binary.AppendVarint(old, 1_700_000_000_000) // head bucket
@@ -121,10 +122,10 @@ func TestLoadLeavesOversizedWindow(t *testing.T) {
 	if v := mustGet(t, e, "huge"); v.Version != 0 {
 		t.Fatalf("oversized window loaded: %+v", v)
 	}
-	mustApply(t, e, Op{Type: OpAdd, ID: "huge", Kind: KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Minute}, Delta: 1})
+	mustApply(t, e, contract.Op{Type: contract.OpAdd, ID: "huge", Kind: contract.KindWindow, Window: counter.WindowSpec{Granularity: time.Second, Span: time.Minute}, Delta: 1})
 	e.Close()
 	e = openNode(t, "me", dir, clk)
-	if v := mustGet(t, e, "huge"); v.Value != 1 || v.Kind != KindWindow {
+	if v := mustGet(t, e, "huge"); v.Value != 1 || v.Kind != contract.KindWindow {
 		t.Fatalf("replaced window after reopen: %+v", v)
 	}
 }

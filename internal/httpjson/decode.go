@@ -9,7 +9,7 @@ import (
 	"net/http"
 	"strings"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // ReadBody reads the whole request body, at most max bytes: a longer body
@@ -28,7 +28,7 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 
 // DecodeStrict decodes the JSON object b into v. It rejects unknown fields
 // and trailing data (ErrInvalidJSON) and values of the wrong type
-// (engine.ErrInvalidArgument). An error that a field's UnmarshalJSON
+// (contract.ErrInvalidArgument). An error that a field's UnmarshalJSON
 // returns and that Classify knows (a field-level validation error) is
 // returned as it is. An empty body decodes as {}.
 func DecodeStrict(b []byte, v any) error {
@@ -55,7 +55,7 @@ func DecodeStrict(b []byte, v any) error {
 
 // DecodeError classifies an error of encoding/json: a field's own
 // validation error as it is, a value of the wrong type
-// engine.ErrInvalidArgument, anything else (syntax, unknown field,
+// contract.ErrInvalidArgument, anything else (syntax, unknown field,
 // truncation) ErrInvalidJSON.
 func DecodeError(err error) error {
 	var te *json.UnmarshalTypeError
@@ -85,7 +85,7 @@ func TrimSpace(b []byte) []byte {
 	return b
 }
 
-// invalidArgf returns an error wrapping engine.ErrInvalidArgument.
+// invalidArgf returns an error wrapping contract.ErrInvalidArgument.
 func invalidArgf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", engine.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", contract.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

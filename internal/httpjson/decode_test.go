@@ -11,13 +11,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // positive is a field with its own validation: a JSON integer > 0.
 type positive int64
 
-var errNotPositive = fmt.Errorf("%w: p: expected a positive integer", engine.ErrInvalidArgument)
+var errNotPositive = fmt.Errorf("%w: p: expected a positive integer", contract.ErrInvalidArgument)
 
 func (p *positive) UnmarshalJSON(b []byte) error {
 	v, err := strconv.ParseInt(string(b), 10, 64)

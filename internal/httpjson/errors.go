@@ -18,6 +18,7 @@ import (
 	"net/http"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 )
@@ -61,30 +62,30 @@ var errorTable = []struct {
 	code   string
 	status int
 }{
-	{engine.ErrInvalidID, CodeInvalidID, http.StatusBadRequest},
+	{contract.ErrInvalidID, CodeInvalidID, http.StatusBadRequest},
 	{ErrInvalidJSON, CodeInvalidJSON, http.StatusBadRequest},
-	{engine.ErrInvalidArgument, CodeInvalidArgument, http.StatusBadRequest},
-	{engine.ErrWrongKind, CodeWrongKind, http.StatusConflict},
-	{engine.ErrVersionConflict, CodeVersionConflict, http.StatusConflict},
-	{engine.ErrOverflow, CodeOverflow, http.StatusUnprocessableEntity},
-	{engine.ErrNotFloat, CodeInvalidArgument, http.StatusBadRequest},
-	{engine.ErrFloatRange, CodeOverflow, http.StatusUnprocessableEntity},
-	{engine.ErrNotInteger, CodeWrongKind, http.StatusConflict},
-	{engine.ErrIdempotencyReuse, CodeIdempotencyReuse, http.StatusUnprocessableEntity},
-	{engine.ErrNotFound, CodeNotFound, http.StatusNotFound},
+	{contract.ErrInvalidArgument, CodeInvalidArgument, http.StatusBadRequest},
+	{contract.ErrWrongKind, CodeWrongKind, http.StatusConflict},
+	{contract.ErrVersionConflict, CodeVersionConflict, http.StatusConflict},
+	{contract.ErrOverflow, CodeOverflow, http.StatusUnprocessableEntity},
+	{contract.ErrNotFloat, CodeInvalidArgument, http.StatusBadRequest},
+	{contract.ErrFloatRange, CodeOverflow, http.StatusUnprocessableEntity},
+	{contract.ErrNotInteger, CodeWrongKind, http.StatusConflict},
+	{contract.ErrIdempotencyReuse, CodeIdempotencyReuse, http.StatusUnprocessableEntity},
+	{contract.ErrNotFound, CodeNotFound, http.StatusNotFound},
 	{ErrRouteNotFound, CodeNotFound, http.StatusNotFound},
 	{ErrMethodNotAllowed, CodeMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrBodyTooLarge, CodeBodyTooLarge, http.StatusRequestEntityTooLarge},
-	{engine.ErrBatchTooLarge, CodeBatchTooLarge, http.StatusRequestEntityTooLarge},
-	{engine.ErrInsufficientStorage, CodeInsufficientStorage, http.StatusInsufficientStorage},
-	{engine.ErrClosed, CodeUnavailable, http.StatusServiceUnavailable},
-	{engine.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
+	{contract.ErrBatchTooLarge, CodeBatchTooLarge, http.StatusRequestEntityTooLarge},
+	{contract.ErrInsufficientStorage, CodeInsufficientStorage, http.StatusInsufficientStorage},
+	{contract.ErrClosed, CodeUnavailable, http.StatusServiceUnavailable},
+	{contract.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
 	{context.DeadlineExceeded, CodeUnavailable, http.StatusServiceUnavailable},
 	{context.Canceled, CodeUnavailable, http.StatusServiceUnavailable},
 	{auth.ErrUnauthenticated, CodeUnauthenticated, http.StatusUnauthorized},
 	{auth.ErrBadToken, CodeUnauthenticated, http.StatusUnauthorized},
 	{auth.ErrForbidden, CodeForbidden, http.StatusForbidden},
-	{engine.ErrQuotaExceeded, CodeQuotaExceeded, http.StatusTooManyRequests},
+	{contract.ErrQuotaExceeded, CodeQuotaExceeded, http.StatusTooManyRequests},
 }
 
 // Classify returns the wire code and HTTP status of err: internal and 500
@@ -146,7 +147,7 @@ func (e *IndexError) Unwrap() error { return e.Err }
 
 // Answer returns the status and body that answer err. The message is
 // err's text, except for an internal error, whose details go to the log
-// only. A batch op's index (IndexError, engine.BatchError) and a refusing
+// only. A batch op's index (IndexError, contract.BatchError) and a refusing
 // quota (quota.ExceededError) are given in the body.
 func Answer(err error) (status int, body Body) {
 	code, status := Classify(err)
@@ -162,7 +163,7 @@ func Answer(err error) (status int, body Body) {
 		body.Error.Aggregate = &OverflowDetail{Prefix: oe.Prefix, Count: oe.Count, Sum: oe.Sum.String(), Overflow: true}
 	}
 	var ie *IndexError
-	var be *engine.BatchError
+	var be *contract.BatchError
 	switch {
 	case errors.As(err, &ie):
 		i := ie.Index

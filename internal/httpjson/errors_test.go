@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -21,13 +21,13 @@ func TestClassify(t *testing.T) {
 		code   string
 		status int
 	}{
-		{engine.ErrInvalidID, CodeInvalidID, http.StatusBadRequest},
-		{engine.ErrWrongKind, CodeWrongKind, http.StatusConflict},
-		{engine.ErrOverflow, CodeOverflow, http.StatusUnprocessableEntity},
-		{engine.ErrNotFound, CodeNotFound, http.StatusNotFound},
-		{engine.ErrClosed, CodeUnavailable, http.StatusServiceUnavailable},
-		{engine.ErrInsufficientStorage, CodeInsufficientStorage, http.StatusInsufficientStorage},
-		{engine.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
+		{contract.ErrInvalidID, CodeInvalidID, http.StatusBadRequest},
+		{contract.ErrWrongKind, CodeWrongKind, http.StatusConflict},
+		{contract.ErrOverflow, CodeOverflow, http.StatusUnprocessableEntity},
+		{contract.ErrNotFound, CodeNotFound, http.StatusNotFound},
+		{contract.ErrClosed, CodeUnavailable, http.StatusServiceUnavailable},
+		{contract.ErrInsufficientStorage, CodeInsufficientStorage, http.StatusInsufficientStorage},
+		{contract.ErrUnavailable, CodeUnavailable, http.StatusServiceUnavailable},
 		{context.DeadlineExceeded, CodeUnavailable, http.StatusServiceUnavailable},
 		{auth.ErrUnauthenticated, CodeUnauthenticated, http.StatusUnauthorized},
 		{auth.ErrBadToken, CodeUnauthenticated, http.StatusUnauthorized},
@@ -54,12 +54,12 @@ func TestWriteError(t *testing.T) {
 			`{"status":"error","error":{"code":"not_found","message":"not found: no route for GET /x"}}`, nil},
 		{errors.New("disk on fire at /var/lib"), 500,
 			`{"status":"error","error":{"code":"internal","message":"internal error"}}`, nil},
-		{&IndexError{Index: 2, Err: engine.ErrWrongKind}, 409,
-			`{"status":"error","error":{"code":"wrong_kind","message":"op 2: ` + engine.ErrWrongKind.Error() + `","index":2},"index":2}`, nil},
-		{&engine.BatchError{Index: 1, Err: engine.ErrOverflow}, 422,
-			`{"status":"error","error":{"code":"overflow","message":"batch op 1: ` + engine.ErrOverflow.Error() + `","index":1},"index":1}`, nil},
-		{fmt.Errorf("%w: %w", engine.ErrQuotaExceeded, &quota.ExceededError{Quota: "page:*", Limit: "max_keys", Max: 3, ID: "page:a"}), 429,
-			`{"status":"error","error":{"code":"quota_exceeded","message":"` + engine.ErrQuotaExceeded.Error() + `: quota exceeded for page:* (max_keys 3)",` +
+		{&IndexError{Index: 2, Err: contract.ErrWrongKind}, 409,
+			`{"status":"error","error":{"code":"wrong_kind","message":"op 2: ` + contract.ErrWrongKind.Error() + `","index":2},"index":2}`, nil},
+		{&contract.BatchError{Index: 1, Err: contract.ErrOverflow}, 422,
+			`{"status":"error","error":{"code":"overflow","message":"batch op 1: ` + contract.ErrOverflow.Error() + `","index":1},"index":1}`, nil},
+		{fmt.Errorf("%w: %w", contract.ErrQuotaExceeded, &quota.ExceededError{Quota: "page:*", Limit: "max_keys", Max: 3, ID: "page:a"}), 429,
+			`{"status":"error","error":{"code":"quota_exceeded","message":"` + contract.ErrQuotaExceeded.Error() + `: quota exceeded for page:* (max_keys 3)",` +
 				`"quota":{"name":"page:*","limit":"max_keys","max":3}}}`, nil},
 		{auth.ErrBadToken, 401,
 			`{"status":"error","error":{"code":"unauthenticated","message":"` + auth.ErrBadToken.Error() + `"}}`,

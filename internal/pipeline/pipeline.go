@@ -23,7 +23,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline/collector"
 	"github.com/counterd/counterd/internal/pipeline/consumer"
 	"github.com/counterd/counterd/internal/pipeline/event"
@@ -78,7 +78,7 @@ func (c *Config) Validate() error {
 // Pipeline is a running pipeline. Close stops it.
 type Pipeline struct {
 	cfg     Config
-	be      engine.Backend
+	be      contract.Backend
 	log     *slog.Logger
 	m       *consumer.Metrics
 	col     *collector.Collector
@@ -95,7 +95,7 @@ type Pipeline struct {
 
 // Open starts the pipeline over be: connects the stream, loads the rules,
 // attaches their rollups and starts the consumer. reg may be nil.
-func Open(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Registerer, log *slog.Logger) (*Pipeline, error) {
+func Open(ctx context.Context, cfg Config, be contract.Backend, reg prometheus.Registerer, log *slog.Logger) (*Pipeline, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

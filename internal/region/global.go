@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -28,7 +29,7 @@ func ParseScope(s string) (string, error) {
 	case ScopeRegion, ScopeGlobal:
 		return s, nil
 	}
-	return "", fmt.Errorf("%w: scope must be local, region or global, not %q", engine.ErrInvalidArgument, s)
+	return "", fmt.Errorf("%w: scope must be local, region or global, not %q", contract.ErrInvalidArgument, s)
 }
 
 // RegionValue is one region's part of a global read.
@@ -72,7 +73,7 @@ func (r *Replicator) regionStates() (names []string, engs []*engine.Engine) {
 
 // get reads id in the i-th region state: this region's (i == 0; in a
 // cluster region, the cluster's value, from the id's owner) or a copy.
-func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id string) (engine.View, error) {
+func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id string) (contract.View, error) {
 	if i == 0 && r.cfg.Cluster != nil {
 		return r.cfg.Cluster.Region.Get(ctx, id)
 	}
@@ -91,10 +92,10 @@ func (r *Replicator) export(ctx context.Context, i int, eng *engine.Engine, id s
 // union takes this region's sketch from the id's owner in a cluster
 // region (Cluster.Export), else from this node's engine.
 func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return GlobalView{}, err
 	}
-	gv := GlobalView{ID: id, Scope: ScopeGlobal, Kind: engine.KindNone.String(), Value: int64(0)}
+	gv := GlobalView{ID: id, Scope: ScopeGlobal, Kind: contract.KindNone.String(), Value: int64(0)}
 	names, engs := r.regionStates()
 	now := time.Now().UTC()
 	var sum int64
@@ -113,7 +114,7 @@ func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) 
 			rv.AsOf = &asOf
 		}
 		if !v.Exists {
-			rv.Kind, rv.Value = engine.KindNone.String(), int64(0)
+			rv.Kind, rv.Value = contract.KindNone.String(), int64(0)
 			gv.Regions = append(gv.Regions, rv)
 			continue
 		}
@@ -121,24 +122,24 @@ func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) 
 			gv.Exists, gv.Kind = true, v.Kind.String()
 		}
 		switch v.Kind {
-		case engine.KindFloat:
+		case contract.KindFloat:
 			f, _ := strconv.ParseFloat(v.Float, 64)
 			rv.Value = f
 			fsum += f
 			isFloat = true
-		case engine.KindHash:
+		case contract.KindHash:
 			if gv.Fields == nil {
 				gv.Fields = map[string]int64{}
 			}
 			for _, f := range v.Fields {
 				gv.Fields[f.Name] += f.Value
 			}
-		case engine.KindHLL:
+		case contract.KindHLL:
 			st, ok, err := r.export(ctx, i, eng, id)
 			if err != nil {
 				return GlobalView{}, err
 			}
-			if ok && st.Kind == engine.KindHLL {
+			if ok && st.Kind == contract.KindHLL {
 				h, _ := counter.NewHLL(14)
 				if err := h.UnmarshalBinary(st.Data); err != nil {
 					return GlobalView{}, fmt.Errorf("region: %s's hll %q: %w", names[i], id, err)
@@ -155,13 +156,13 @@ func (r *Replicator) Global(ctx context.Context, id string) (GlobalView, error) 
 		gv.Regions = append(gv.Regions, rv)
 	}
 	switch {
-	case hll != nil && gv.Kind == engine.KindHLL.String():
+	case hll != nil && gv.Kind == contract.KindHLL.String():
 		gv.Value = int64(hll.Count())
 		se := hll.StdError()
 		gv.StdError = &se
 	case isFloat:
 		gv.Value = fsum + float64(sum)
-	case gv.Kind == engine.KindHash.String():
+	case gv.Kind == contract.KindHash.String():
 		gv.Value = int64(0)
 	default:
 		gv.Value = sum
@@ -180,7 +181,7 @@ type AggregateView struct {
 }
 
 // GlobalAggregate sums the counters whose id starts with prefix in every
-// region (engine.Aggregate's rule in each).
+// region (contract.Aggregate's rule in each).
 func (r *Replicator) GlobalAggregate(ctx context.Context, prefix string) (AggregateView, error) {
 	av := AggregateView{Prefix: prefix, Scope: ScopeGlobal}
 	names, engs := r.regionStates()

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 )
@@ -28,7 +29,7 @@ func pfadd(t *testing.T, e *engine.Engine, id string, from, to int) {
 	for i := from; i < to; i++ {
 		items = append(items, fmt.Appendf(nil, "user-%d", i))
 	}
-	if _, err := e.Apply(context.Background(), engine.Op{Type: engine.OpPFAdd, ID: id, Items: items}, engine.WriteOptions{}); err != nil {
+	if _, err := e.Apply(context.Background(), contract.Op{Type: contract.OpPFAdd, ID: id, Items: items}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -67,7 +68,7 @@ func TestGlobalHLLOnClusterNodeWithoutReplica(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.remote["a"].Replace(ctx, []engine.State{st}, engine.WriteOptions{}); err != nil {
+	if _, err := r.remote["a"].Replace(ctx, []engine.State{st}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 

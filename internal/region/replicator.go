@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/tlsconfig"
 )
@@ -80,7 +81,7 @@ type Config struct {
 type Cluster struct {
 	Owns        func(id string) bool
 	RingVersion func() uint64
-	Region      engine.Backend
+	Region      contract.Backend
 	// Export, when set, reads an id's state from its owner (or another
 	// replica): this region's registers in a global hll union, which the
 	// node's own engine lacks when it holds no replica of the id.
@@ -318,7 +319,7 @@ func (r *Replicator) closeEngines() {
 // Wrap returns be (serving r's local engine) recording every acknowledged
 // mutation, so that it is shipped to every peer region. On a cluster node
 // be is returned as is: its store records the changes (Changes).
-func (r *Replicator) Wrap(be engine.Backend) engine.Backend {
+func (r *Replicator) Wrap(be contract.Backend) contract.Backend {
 	if r.cfg.Cluster != nil {
 		return be
 	}
@@ -455,7 +456,7 @@ func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, 
 	var errs []error
 	for _, name := range r.peerNames() {
 		p := r.peers[name]
-		t := &chunksync.EngineTarget{Engine: r.local, WO: engine.WriteOptions{Durability: engine.Sync}}
+		t := &chunksync.EngineTarget{Engine: r.local, WO: contract.WriteOptions{Durability: contract.Sync}}
 		var st chunksync.Stats
 		err := p.eachDest(func(d *dest) (err error) {
 			st, err = chunksync.Pull(ctx, &grpcSource{conn: d.conn, name: r.cfg.Name, timeout: r.cfg.CallTimeout}, t, nil)
@@ -637,7 +638,7 @@ func (r *Replicator) receive(ctx context.Context, c caller, msg []byte) error {
 	if len(b.Node) == 0 {
 		return fmt.Errorf("%w: push without a sending node", ErrCorrupt)
 	}
-	wo := engine.WriteOptions{Durability: engine.Sync}
+	wo := contract.WriteOptions{Durability: contract.Sync}
 	if len(b.Tombs) > 0 {
 		if _, err := eng.Replace(ctx, b.Tombs, wo); err != nil {
 			return err
@@ -759,7 +760,7 @@ type replaceTarget struct {
 
 func (t *replaceTarget) Has(h chunksync.Hash) bool { return t.have != nil && t.have.Has(h) }
 func (t *replaceTarget) PutChunk(ctx context.Context, _ chunksync.Hash, _ []byte, states []engine.State) error {
-	_, err := t.eng.Replace(ctx, states, engine.WriteOptions{Durability: engine.Sync})
+	_, err := t.eng.Replace(ctx, states, contract.WriteOptions{Durability: contract.Sync})
 	return err
 }
 func (t *replaceTarget) PutRange(context.Context, chunksync.Hash, []byte) error { return nil }

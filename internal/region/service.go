@@ -18,6 +18,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/tlsconfig"
 )
@@ -206,11 +207,11 @@ func toStatus(err error) error {
 		return status.Error(codes.Unavailable, err.Error())
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return status.FromContextError(err).Err()
-	case errors.Is(err, ErrCorrupt), errors.As(err, &se), errors.Is(err, engine.ErrInvalidArgument), errors.Is(err, engine.ErrInvalidID):
+	case errors.Is(err, ErrCorrupt), errors.As(err, &se), errors.Is(err, contract.ErrInvalidArgument), errors.Is(err, contract.ErrInvalidID):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, ErrUnknownRegion), errors.Is(err, chunksync.ErrNotFound):
 		return status.Error(codes.NotFound, err.Error())
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, engine.ErrInsufficientStorage):
+	case errors.Is(err, contract.ErrClosed), errors.Is(err, contract.ErrInsufficientStorage):
 		return status.Error(codes.Unavailable, err.Error())
 	}
 	return status.Error(codes.Internal, err.Error())

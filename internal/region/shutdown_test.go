@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -100,7 +101,7 @@ func TestStopServingCancelsIncomingCalls(t *testing.T) {
 	gs, addr := serveTest(t, b)
 	a := openTest(t, "a", []Peer{{Name: "b", Addr: addr}}, 0)
 	ctx := context.Background()
-	if _, err := a.Wrap(engine.Local(a.local)).Apply(ctx, engine.Op{Type: engine.OpAdd, ID: "views", Delta: 3}, engine.WriteOptions{}); err != nil {
+	if _, err := a.Wrap(engine.Local(a.local)).Apply(ctx, contract.Op{Type: contract.OpAdd, ID: "views", Delta: 3}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	pushed := make(chan error, 1)
@@ -154,7 +155,7 @@ func TestCloseBoundedWithStuckCall(t *testing.T) {
 		t.Fatalf("Close returned after %v with a call still running (want it to wait up to %v)", took, closeWait)
 	}
 	release()
-	if _, err := b.remote["a"].Replace(context.Background(), nil, engine.WriteOptions{}); !errors.Is(err, engine.ErrClosed) {
+	if _, err := b.remote["a"].Replace(context.Background(), nil, contract.WriteOptions{}); !errors.Is(err, contract.ErrClosed) {
 		t.Fatalf("copy of a after Close: %v, want ErrClosed", err)
 	}
 }
@@ -234,7 +235,7 @@ func TestCloseWithPeerThatNeverAnswers(t *testing.T) {
 	b := openTest(t, "b", []Peer{{Name: "a", Addr: "127.0.0.1:1"}, {Name: "c", Addr: "127.0.0.1:1"}}, 0)
 	_, addr := serveTest(t, b)
 	a := openTest(t, "a", []Peer{{Name: "b", Addr: addr}, {Name: "c", Addr: ln.Addr().String()}}, 0)
-	if _, err := a.Wrap(engine.Local(a.local)).Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: "views", Delta: 1}, engine.WriteOptions{}); err != nil {
+	if _, err := a.Wrap(engine.Local(a.local)).Apply(context.Background(), contract.Op{Type: contract.OpAdd, ID: "views", Delta: 1}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	a.Start(context.Background())

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -32,11 +33,11 @@ func TestScatteredChangesShipLittle(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	ops := make([]engine.Op, 0, 1000)
+	ops := make([]contract.Op, 0, 1000)
 	for i := 0; i < n; i++ {
-		ops = append(ops, engine.Op{Type: engine.OpAdd, ID: fmt.Sprintf("page_views:article_%08d", i), Delta: int64(i%1000 + 1)})
+		ops = append(ops, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("page_views:article_%08d", i), Delta: int64(i%1000 + 1)})
 		if len(ops) == cap(ops) {
-			if _, err := local.ApplyBatch(ctx, ops, engine.WriteOptions{}); err != nil {
+			if _, err := local.ApplyBatch(ctx, ops, contract.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			ops = ops[:0]
@@ -58,7 +59,7 @@ func TestScatteredChangesShipLittle(t *testing.T) {
 	for _, frac := range []float64{0.001, 0.01, 0.1} {
 		changed := 0
 		for _, i := range rnd.Perm(n)[:int(frac*float64(n))] {
-			if _, err := be.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: fmt.Sprintf("page_views:article_%08d", i), Delta: 1}, engine.WriteOptions{}); err != nil {
+			if _, err := be.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("page_views:article_%08d", i), Delta: 1}, contract.WriteOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			changed++

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -51,7 +52,7 @@ type Changes struct{ t *tracker }
 func NewChanges(peers []Peer) *Changes { return &Changes{t: newTracker(peers, time.Now)} }
 
 // Note records a successful op and its result.
-func (c *Changes) Note(op *engine.Op, res *engine.Result) { c.t.note(op, res) }
+func (c *Changes) Note(op *contract.Op, res *contract.Result) { c.t.note(op, res) }
 
 // NoteStates records states merged into the store (a deleted one as a
 // deletion at its version).
@@ -59,7 +60,7 @@ func (c *Changes) NoteStates(states []engine.State) {
 	for i := range states {
 		s := &states[i]
 		if s.Deleted {
-			c.t.note(&engine.Op{Type: engine.OpDelete, ID: s.ID}, &engine.Result{Changed: true, Version: s.Version})
+			c.t.note(&contract.Op{Type: contract.OpDelete, ID: s.ID}, &contract.Result{Changed: true, Version: s.Version})
 		} else {
 			c.t.touch(s.ID, s.Version)
 		}
@@ -68,16 +69,16 @@ func (c *Changes) NoteStates(states []engine.State) {
 
 // Wrap returns be recording every acknowledged mutation; eng is the
 // engine be serves (FlushAll records its counters as deleted).
-func (c *Changes) Wrap(be engine.Backend, eng *engine.Engine) engine.Backend {
+func (c *Changes) Wrap(be contract.Backend, eng *engine.Engine) contract.Backend {
 	return &trackedBackend{Backend: be, t: c.t, eng: eng}
 }
 
 // note records a successful op and its result.
-func (t *tracker) note(op *engine.Op, res *engine.Result) {
+func (t *tracker) note(op *contract.Op, res *contract.Result) {
 	if op.ID == "" {
 		return
 	}
-	del := op.Type == engine.OpDelete && res.Changed || op.Type == engine.OpExpire && op.TTL < 0 && op.ExpireAt == 0
+	del := op.Type == contract.OpDelete && res.Changed || op.Type == contract.OpExpire && op.TTL < 0 && op.ExpireAt == 0
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.seq++
@@ -95,7 +96,7 @@ func (t *tracker) note(op *engine.Op, res *engine.Result) {
 
 // touch records a change of id at version ver.
 func (t *tracker) touch(id string, ver uint64) {
-	t.note(&engine.Op{Type: engine.OpAdd, ID: id}, &engine.Result{Version: ver})
+	t.note(&contract.Op{Type: contract.OpAdd, ID: id}, &contract.Result{Version: ver})
 }
 
 // pendingID is an id to ship and what the tracker knows of it.
@@ -180,12 +181,12 @@ func (t *tracker) head() uint64 {
 // in the tracker before answering, so an acknowledged write is always
 // shipped.
 type trackedBackend struct {
-	engine.Backend
+	contract.Backend
 	t   *tracker
 	eng *engine.Engine
 }
 
-func (b *trackedBackend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (b *trackedBackend) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	res, err := b.Backend.Apply(ctx, op, wo)
 	if err == nil {
 		b.t.note(&op, &res)
@@ -193,7 +194,7 @@ func (b *trackedBackend) Apply(ctx context.Context, op engine.Op, wo engine.Writ
 	return res, err
 }
 
-func (b *trackedBackend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+func (b *trackedBackend) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
 	res, err := b.Backend.ApplyBatch(ctx, ops, wo)
 	if err == nil {
 		for i := range ops {
@@ -207,7 +208,7 @@ func (b *trackedBackend) ApplyBatch(ctx context.Context, ops []engine.Op, wo eng
 
 // FlushAll records every counter as deleted first (at its version + 1,
 // the version a delete gives it), then flushes.
-func (b *trackedBackend) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+func (b *trackedBackend) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	var gone []engine.State
 	if err := b.eng.ExportAll(ctx, func(s engine.State) error {
 		gone = append(gone, engine.State{ID: s.ID, Version: s.Version})
@@ -218,7 +219,7 @@ func (b *trackedBackend) FlushAll(ctx context.Context, wo engine.WriteOptions) e
 	err := b.Backend.FlushAll(ctx, wo)
 	if err == nil {
 		for _, s := range gone {
-			b.t.note(&engine.Op{Type: engine.OpDelete, ID: s.ID}, &engine.Result{Changed: true, Version: s.Version + 1})
+			b.t.note(&contract.Op{Type: contract.OpDelete, ID: s.ID}, &contract.Result{Changed: true, Version: s.Version + 1})
 		}
 	}
 	return err

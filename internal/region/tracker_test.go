@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestTrackerResume(t *testing.T) {
 	tr := newTracker([]Peer{{Name: "us"}, {Name: "ap"}}, time.Now)
 	add := func(id string, ver uint64) {
-		tr.note(&engine.Op{Type: engine.OpAdd, ID: id}, &engine.Result{ID: id, Version: ver, Changed: true})
+		tr.note(&contract.Op{Type: contract.OpAdd, ID: id}, &contract.Result{ID: id, Version: ver, Changed: true})
 	}
 	add("a", 1)
 	add("b", 1)
@@ -31,7 +32,7 @@ func TestTrackerResume(t *testing.T) {
 	}
 	// ap is cut off: nothing acknowledged, everything stays pending.
 	add("c", 1)
-	tr.note(&engine.Op{Type: engine.OpDelete, ID: "b"}, &engine.Result{ID: "b", Version: 2, Changed: true})
+	tr.note(&contract.Op{Type: contract.OpDelete, ID: "b"}, &contract.Result{ID: "b", Version: 2, Changed: true})
 	ids, _ = tr.pending("ap=", 10)
 	if len(ids) != 3 {
 		t.Fatalf("ap pending: %+v", ids)

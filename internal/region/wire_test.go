@@ -10,6 +10,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -25,11 +26,11 @@ func genStates(t *rapid.T, label string, deleted bool) []engine.State {
 		seen[id] = true
 		s := engine.State{ID: id, Version: rapid.Uint64().Draw(t, "v"), Deleted: deleted}
 		if !deleted {
-			s.Kind = engine.KindCounter
+			s.Kind = contract.KindCounter
 			s.UpdatedAt = rapid.Int64().Draw(t, "u")
 			s.Data = rapid.SliceOfN(rapid.Byte(), 1, 10).Draw(t, "d")
 		} else {
-			s.Kind = engine.KindNone
+			s.Kind = contract.KindNone
 		}
 		out = append(out, s)
 	}
@@ -71,7 +72,7 @@ func TestBatchRoundTrip(t *testing.T) {
 func FuzzDecodeBatch(f *testing.F) {
 	f.Add(EncodeBatch(nil, &Batch{From: "eu", Node: "eu-1", Incarnation: 7, AsOf: time.Now().UnixNano(), Complete: true,
 		Tombs:  []engine.State{{ID: "a:1", Deleted: true, Version: 3}},
-		States: []engine.State{{ID: "a:2", Kind: engine.KindCounter, Version: 2, Data: []byte{2}}}}))
+		States: []engine.State{{ID: "a:2", Kind: contract.KindCounter, Version: 2, Data: []byte{2}}}}))
 	f.Add([]byte("RGB1"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -95,8 +96,8 @@ func FuzzDecodeBatch(f *testing.F) {
 
 // TestDecodeBatchRejects: typed errors for bad input.
 func TestDecodeBatchRejects(t *testing.T) {
-	good := EncodeBatch(nil, &Batch{From: "eu", States: []engine.State{{ID: "a:1", Kind: engine.KindCounter, Version: 1, Data: []byte{2}}}})
-	live := EncodeBatch(nil, &Batch{From: "eu", Tombs: []engine.State{{ID: "a:1", Kind: engine.KindCounter, Version: 1, Data: []byte{2}}}})
+	good := EncodeBatch(nil, &Batch{From: "eu", States: []engine.State{{ID: "a:1", Kind: contract.KindCounter, Version: 1, Data: []byte{2}}}})
+	live := EncodeBatch(nil, &Batch{From: "eu", Tombs: []engine.State{{ID: "a:1", Kind: contract.KindCounter, Version: 1, Data: []byte{2}}}})
 	for name, p := range map[string][]byte{
 		"empty": nil, "magic": []byte("XXXX"), "truncated": good[:len(good)-3],
 		"bad name": EncodeBatch(nil, &Batch{From: "e u"}), "live tombstone": live,

@@ -10,6 +10,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -81,7 +82,7 @@ func BenchmarkAuthOnly(b *testing.B) {
 		if err := authorizeRoute(r, "POST /counters/{id}/increment"); err != nil {
 			b.Fatal(err)
 		}
-		if err := checkOp(r.Context(), engine.Op{Type: engine.OpAdd, ID: "bench:1"}); err != nil {
+		if err := checkOp(r.Context(), contract.Op{Type: contract.OpAdd, ID: "bench:1"}); err != nil {
 			b.Fatal(err)
 		}
 	}))

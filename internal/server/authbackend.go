@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -18,7 +18,7 @@ import (
 // permission on their whole prefix. A context without a principal is
 // refused, so a call that skipped the middleware fails closed. Safe for
 // concurrent use.
-type guardedBackend struct{ engine.Backend }
+type guardedBackend struct{ contract.Backend }
 
 func principalOf(ctx context.Context) (*auth.Principal, error) {
 	if p := auth.FromContext(ctx); p != nil {
@@ -47,28 +47,28 @@ func check(ctx context.Context, perm auth.Perm, ids ...string) error {
 
 // opPerm is the permission an op needs on its id: deleting a counter is
 // admin, every other change write.
-func opPerm(op engine.Op) auth.Perm {
-	if op.Type == engine.OpDelete {
+func opPerm(op contract.Op) auth.Perm {
+	if op.Type == contract.OpDelete {
 		return auth.Admin
 	}
 	return auth.Write
 }
 
-func checkOp(ctx context.Context, op engine.Op) error {
+func checkOp(ctx context.Context, op contract.Op) error {
 	if err := check(ctx, opPerm(op), op.ID); err != nil {
 		return err
 	}
 	return check(ctx, auth.Read, op.Sources...) // PFMERGE reads its sources
 }
 
-func (g guardedBackend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (g guardedBackend) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	if err := checkOp(ctx, op); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	return g.Backend.Apply(ctx, op, wo)
 }
 
-func (g guardedBackend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+func (g guardedBackend) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
 	for i, op := range ops {
 		if err := checkOp(ctx, op); err != nil {
 			return nil, fmt.Errorf("op %d: %w", i, err)
@@ -77,9 +77,9 @@ func (g guardedBackend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engi
 	return g.Backend.ApplyBatch(ctx, ops, wo)
 }
 
-func (g guardedBackend) Get(ctx context.Context, id string) (engine.View, error) {
+func (g guardedBackend) Get(ctx context.Context, id string) (contract.View, error) {
 	if err := check(ctx, auth.Read, id); err != nil {
-		return engine.View{}, err
+		return contract.View{}, err
 	}
 	return g.Backend.Get(ctx, id)
 }
@@ -119,13 +119,13 @@ func (g guardedBackend) Scan(ctx context.Context, cursor uint64, match string, c
 	return g.Backend.Scan(ctx, cursor, match, count)
 }
 
-func (g guardedBackend) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
+func (g guardedBackend) Aggregate(ctx context.Context, prefix string) (contract.Aggregate, error) {
 	p, err := principalOf(ctx)
 	if err != nil {
-		return engine.Aggregate{}, err
+		return contract.Aggregate{}, err
 	}
 	if !p.CanPrefix(auth.Read, prefix) {
-		return engine.Aggregate{}, forbidden(p, auth.Read, fmt.Sprintf("every id starting with %q", prefix))
+		return contract.Aggregate{}, forbidden(p, auth.Read, fmt.Sprintf("every id starting with %q", prefix))
 	}
 	return g.Backend.Aggregate(ctx, prefix)
 }
@@ -141,7 +141,7 @@ func (g guardedBackend) Len(ctx context.Context) (int, error) {
 	return g.Backend.Len(ctx)
 }
 
-func (g guardedBackend) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+func (g guardedBackend) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	p, err := principalOf(ctx)
 	if err != nil {
 		return err

@@ -12,7 +12,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -213,7 +213,7 @@ func routeAuthorizer(store *auth.Store) func(*http.Request, string) error {
 
 // guardBackend returns be behind per-id permission checks, or be itself without
 // --auth.
-func guardBackend(store *auth.Store, be engine.Backend) engine.Backend {
+func guardBackend(store *auth.Store, be contract.Backend) contract.Backend {
 	if store == nil {
 		return be
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/counterd/counterd/internal/cluster/membership"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -73,7 +74,7 @@ func openCluster(cfg Config, sec *security, quotas *quota.Config, log *slog.Logg
 
 // clusterConfig is the cluster node's configuration from the flags.
 func clusterConfig(cfg Config, sec *security, log *slog.Logger) (cnode.Config, error) {
-	dur, _ := engine.ParseDurability(cfg.Durability)
+	dur, _ := contract.ParseDurability(cfg.Durability)
 	ccfg := cnode.Config{
 		NodeID:        cfg.NodeID,
 		Gossip:        cfg.Gossip,
@@ -102,7 +103,7 @@ func clusterConfig(cfg Config, sec *security, log *slog.Logger) (cnode.Config, e
 	return ccfg, nil
 }
 
-func (m *clusterMode) backend() engine.Backend { return m.cn }
+func (m *clusterMode) backend() contract.Backend { return m.cn }
 
 // register mounts /cluster and the peer service.
 func (m *clusterMode) register(mux *http.ServeMux, gs *grpc.Server) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/cluster/membership"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/region"
 )
 
@@ -164,7 +164,7 @@ var ErrUnsupportedMode = errors.New("server: deployment mode not available in th
 
 // Validate reports the first invalid setting.
 func (c *Config) Validate() error {
-	if _, err := engine.ParseDurability(c.Durability); err != nil || c.Durability == "" {
+	if _, err := contract.ParseDurability(c.Durability); err != nil || c.Durability == "" {
 		return fmt.Errorf("server: --durability must be sync or async, not %q", c.Durability)
 	}
 	if c.HTTP == "" {

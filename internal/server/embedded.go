@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/chunksync"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -20,7 +21,7 @@ import (
 // embeddedMode serves one embedded engine in --data: the default mode.
 type embeddedMode struct {
 	eng *engine.Engine
-	dur engine.Durability
+	dur contract.Durability
 	log *slog.Logger
 }
 
@@ -34,11 +35,11 @@ func openEmbedded(cfg Config, quotas *quota.Config, log *slog.Logger) (*embedded
 		eng.SetQuotas(quotas) // counts the keys loaded
 		logQuotasOn(log, cfg, quotas)
 	}
-	dur, _ := engine.ParseDurability(cfg.Durability)
+	dur, _ := contract.ParseDurability(cfg.Durability)
 	return &embeddedMode{eng: eng, dur: dur, log: log}, nil
 }
 
-func (m *embeddedMode) backend() engine.Backend { return engine.Local(m.eng) }
+func (m *embeddedMode) backend() contract.Backend { return engine.Local(m.eng) }
 
 // register mounts the chunked snapshot routes (docs/operations.md).
 func (m *embeddedMode) register(mux *http.ServeMux, _ *grpc.Server) {
@@ -58,11 +59,11 @@ func (m *embeddedMode) peerRegions(rc *region.Config) (bool, error) {
 	return m.eng.Len() == 0, nil
 }
 
-func (m *embeddedMode) traits() traits { return traits{nonBlocking: m.dur == engine.Async} }
+func (m *embeddedMode) traits() traits { return traits{nonBlocking: m.dur == contract.Async} }
 
 // openEngine opens the embedded engine in cfg.Data.
 func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {
-	dur, _ := engine.ParseDurability(cfg.Durability)
+	dur, _ := contract.ParseDurability(cfg.Durability)
 	ecfg := engine.DefaultConfig()
 	ecfg.Dir = cfg.Data
 	ecfg.NodeID = cfg.NodeID

@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 )
@@ -22,7 +22,7 @@ import (
 // methods are called from Run's goroutine only.
 type mode interface {
 	// backend is what the front ends serve.
-	backend() engine.Backend
+	backend() contract.Backend
 	// register mounts the mode's HTTP routes on mux and its gRPC services
 	// on gs (nil without --grpc).
 	register(mux *http.ServeMux, gs *grpc.Server)

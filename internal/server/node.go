@@ -16,7 +16,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
@@ -35,10 +35,10 @@ type node struct {
 	mode mode
 	tr   traits // mode.traits(), with the replicator's metrics
 
-	be  engine.Backend      // mode.backend(), through rep with --peer-regions
-	qb  engine.QuotaBackend // nil without --quotas
-	rep *region.Replicator  // nil without --peer-regions
-	lim *ratelimit.Limiter  // the --ratelimit-policies file, seeding rl
+	be  contract.Backend      // mode.backend(), through rep with --peer-regions
+	qb  contract.QuotaBackend // nil without --quotas
+	rep *region.Replicator    // nil without --peer-regions
+	lim *ratelimit.Limiter    // the --ratelimit-policies file, seeding rl
 	rl  *sharedLimits
 	// recent is the rate-limit checker every front end uses: rl's, keeping
 	// the recent decisions for GET /ratelimit/decisions.

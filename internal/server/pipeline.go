@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/pipeline/consumer"
@@ -109,7 +110,7 @@ func (e *EventsConfig) validate() error {
 }
 
 // openPipeline starts the pipeline when a flag asks for it (nil otherwise).
-func openPipeline(ctx context.Context, cfg Config, be engine.Backend, reg prometheus.Registerer, log *slog.Logger) (*pipeline.Pipeline, error) {
+func openPipeline(ctx context.Context, cfg Config, be contract.Backend, reg prometheus.Registerer, log *slog.Logger) (*pipeline.Pipeline, error) {
 	pc := cfg.Events.pipeline(cfg.NodeID)
 	if !pc.Enabled() {
 		return nil, nil

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -23,19 +23,19 @@ func loadQuotas(cfg Config) (*quota.Config, error) {
 
 // quotaBackend is the node's backend as a QuotaBackend, nil when --quotas
 // is not set or the mode does not enforce quotas.
-func quotaBackend(cfg Config, be engine.Backend) engine.QuotaBackend {
+func quotaBackend(cfg Config, be contract.Backend) contract.QuotaBackend {
 	if cfg.Quotas == "" {
 		return nil
 	}
-	qb, _ := be.(engine.QuotaBackend)
+	qb, _ := be.(contract.QuotaBackend)
 	return qb
 }
 
 // reloadQuotasOnHUP re-reads --quotas on every SIGHUP until ctx is done.
 // A file that does not parse is logged and the quotas in force stay; key
-// counts are kept (engine.QuotaBackend.SetQuotas recounts them: exactly
+// counts are kept (contract.QuotaBackend.SetQuotas recounts them: exactly
 // on the embedded engine, from a scan of the cluster on a cluster node).
-func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, log *slog.Logger) {
+func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb contract.QuotaBackend, log *slog.Logger) {
 	if qb == nil {
 		return
 	}
@@ -54,7 +54,7 @@ func reloadQuotasOnHUP(ctx context.Context, cfg Config, qb engine.QuotaBackend, 
 }
 
 // quotaUsage backs GET /quotas and the quota metrics (nil: no quotas).
-func quotaUsage(qb engine.QuotaBackend) func(context.Context) ([]quota.Usage, error) {
+func quotaUsage(qb contract.QuotaBackend) func(context.Context) ([]quota.Usage, error) {
 	if qb == nil {
 		return func(context.Context) ([]quota.Usage, error) { return nil, nil }
 	}

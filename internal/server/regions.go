@@ -10,6 +10,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/resp"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/region"
 )
@@ -72,23 +73,23 @@ func regionStore(cfg Config, eng *engine.Engine) (cnode.Store, *region.Changes) 
 // trackedStore is a cluster node's store recording its changes.
 type trackedStore struct {
 	cnode.Store
-	tracked engine.Backend // Apply, ApplyBatch and FlushAll, recorded
+	tracked contract.Backend // Apply, ApplyBatch and FlushAll, recorded
 	ch      *region.Changes
 }
 
-func (s *trackedStore) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (s *trackedStore) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	return s.tracked.Apply(ctx, op, wo)
 }
 
-func (s *trackedStore) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
+func (s *trackedStore) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
 	return s.tracked.ApplyBatch(ctx, ops, wo)
 }
 
-func (s *trackedStore) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+func (s *trackedStore) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	return s.tracked.FlushAll(ctx, wo)
 }
 
-func (s *trackedStore) Merge(ctx context.Context, states []engine.State, wo engine.WriteOptions) (int, error) {
+func (s *trackedStore) Merge(ctx context.Context, states []engine.State, wo contract.WriteOptions) (int, error) {
 	n, err := s.Store.Merge(ctx, states, wo)
 	if n > 0 {
 		s.ch.NoteStates(states)
@@ -96,7 +97,7 @@ func (s *trackedStore) Merge(ctx context.Context, states []engine.State, wo engi
 	return n, err
 }
 
-func (s *trackedStore) MergeRecords(ctx context.Context, states []engine.State, wo engine.WriteOptions, then func() []engine.StoredRecord) (int, error) {
+func (s *trackedStore) MergeRecords(ctx context.Context, states []engine.State, wo contract.WriteOptions, then func() []engine.StoredRecord) (int, error) {
 	n, err := s.Store.MergeRecords(ctx, states, wo, then)
 	if n > 0 {
 		s.ch.NoteStates(states)
@@ -136,8 +137,8 @@ func respGlobal(rep *region.Replicator) resp.GlobalReader {
 		if err != nil {
 			return "", false, nil, err
 		}
-		if g.Kind == engine.KindHash.String() {
-			return "", false, nil, fmt.Errorf("%w: %q is a hash (read its fields over HTTP with scope=global)", engine.ErrWrongKind, id)
+		if g.Kind == contract.KindHash.String() {
+			return "", false, nil, fmt.Errorf("%w: %q is a hash (read its fields over HTTP with scope=global)", contract.ErrWrongKind, id)
 		}
 		out := make([]resp.RegionValue, 0, len(g.Regions))
 		for _, r := range g.Regions {

@@ -9,7 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
@@ -28,7 +28,7 @@ type tieredMode struct {
 // write-behind before any front end serves, then puts quotas (if any) in
 // force, counting the keys Redis and PostgreSQL hold.
 func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, log *slog.Logger) (*tieredMode, error) {
-	dur, _ := engine.ParseDurability(cfg.Durability)
+	dur, _ := contract.ParseDurability(cfg.Durability)
 	start := time.Now()
 	b, err := tiered.Open(ctx, tiered.Options{
 		RedisURL:             cfg.Redis,
@@ -58,7 +58,7 @@ func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, log *slog
 	return m, nil
 }
 
-func (m *tieredMode) backend() engine.Backend               { return m.b }
+func (m *tieredMode) backend() contract.Backend             { return m.b }
 func (m *tieredMode) register(*http.ServeMux, *grpc.Server) {}
 func (m *tieredMode) start(context.Context, Addrs) error    { return nil }
 func (m *tieredMode) drain(context.Context) error           { return nil }

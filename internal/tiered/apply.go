@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
@@ -18,8 +18,8 @@ const (
 
 // limitsFor returns what Apply and ApplyBatch accept: the engine's
 // defaults, with Redis's HLL precision and ids that keep their hash tag.
-func limitsFor(maxBatch int) engine.Limits {
-	l := engine.DefaultLimits()
+func limitsFor(maxBatch int) contract.Limits {
+	l := contract.DefaultLimits()
 	if maxBatch > 0 {
 		l.MaxBatch = maxBatch
 	}
@@ -30,16 +30,16 @@ func limitsFor(maxBatch int) engine.Limits {
 
 // Apply applies one mutation: in Redis, then handed to the write-behind.
 // A sync write returns once the PostgreSQL batch holding it committed.
-func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (b *Backend) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	if err := op.Validate(b.limits); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if err := refuseFloatFields(&op); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	res, err := b.applyKeyed(ctx, []engine.Op{op}, wo, false)
+	res, err := b.applyKeyed(ctx, []contract.Op{op}, wo, false)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	return res[0], nil
 }
@@ -50,13 +50,13 @@ func (b *Backend) Apply(ctx context.Context, op engine.Op, wo engine.WriteOption
 // inverse; other ops of the batch (set, delete, expire, pfadd, pfmerge,
 // hdel) cannot be undone, and readers may see a batch half applied (Redis
 // keys of different ids are not updated atomically).
-func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
-	if err := engine.ValidateBatch(ops, b.limits); err != nil {
+func (b *Backend) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
+	if err := contract.ValidateBatch(ops, b.limits); err != nil {
 		return nil, err
 	}
 	for i := range ops {
 		if err := refuseFloatFields(&ops[i]); err != nil {
-			return nil, &engine.BatchError{Index: i, Err: err}
+			return nil, &contract.BatchError{Index: i, Err: err}
 		}
 	}
 	return b.applyKeyed(ctx, ops, wo, true)
@@ -66,16 +66,16 @@ func (b *Backend) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.Wri
 // float) and sets of a float value (SET k 1.5): the write-behind keeps hash fields as int64 deltas in
 // PostgreSQL's counter_fields, which cannot hold them yet
 // (Capabilities.FloatHashFields is false).
-func refuseFloatFields(op *engine.Op) error {
-	if op.Type == engine.OpSet && op.Float != "" {
-		return fmt.Errorf("%w: %q: a set of a float value is not supported in the tiered mode (add it with a float increment)", engine.ErrInvalidArgument, op.ID)
+func refuseFloatFields(op *contract.Op) error {
+	if op.Type == contract.OpSet && op.Float != "" {
+		return fmt.Errorf("%w: %q: a set of a float value is not supported in the tiered mode (add it with a float increment)", contract.ErrInvalidArgument, op.ID)
 	}
-	if op.Type != engine.OpHAdd && op.Type != engine.OpHSet {
+	if op.Type != contract.OpHAdd && op.Type != contract.OpHSet {
 		return nil
 	}
 	for _, f := range op.Fields {
 		if f.Float != "" {
-			return fmt.Errorf("%w: %q field %q: float hash fields are not supported in the tiered mode", engine.ErrInvalidArgument, op.ID, f.Name)
+			return fmt.Errorf("%w: %q field %q: float hash fields are not supported in the tiered mode", contract.ErrInvalidArgument, op.ID, f.Name)
 		}
 	}
 	return nil
@@ -83,11 +83,11 @@ func refuseFloatFields(op *engine.Op) error {
 
 // applyKeyed applies ops under wo's idempotency key (if any) and waits
 // for durability. In a batch a failing op's error names it (BatchError).
-func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.WriteOptions, batch bool) ([]engine.Result, error) {
-	var res []engine.Result
+func (b *Backend) applyKeyed(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, batch bool) ([]contract.Result, error) {
+	var res []contract.Result
 	var err error
 	if wo.IdempotencyKey != "" {
-		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]engine.Result, error) { return b.applyAll(ctx, ops, batch) })
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]contract.Result, error) { return b.applyAll(ctx, ops, batch) })
 	} else {
 		res, err = b.applyAll(ctx, ops, batch)
 	}
@@ -99,12 +99,12 @@ func (b *Backend) applyKeyed(ctx context.Context, ops []engine.Op, wo engine.Wri
 
 // durable waits, for a sync write, until every delta handed to the
 // aggregator so far is committed in PostgreSQL.
-func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
+func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions) error {
 	d := wo.Durability
-	if d == engine.DurabilityDefault {
+	if d == contract.DurabilityDefault {
 		d = b.opts.Durability
 	}
-	if d != engine.Sync {
+	if d != contract.Sync {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
@@ -118,8 +118,8 @@ func (b *Backend) durable(ctx context.Context, wo engine.WriteOptions) error {
 
 // applyAll applies ops in order; on a failure it undoes what it can (see
 // ApplyBatch).
-func (b *Backend) applyAll(ctx context.Context, ops []engine.Op, batch bool) ([]engine.Result, error) {
-	res := make([]engine.Result, len(ops))
+func (b *Backend) applyAll(ctx context.Context, ops []contract.Op, batch bool) ([]contract.Result, error) {
+	res := make([]contract.Result, len(ops))
 	for i := range ops {
 		r, err := b.apply(ctx, &ops[i])
 		if err != nil {
@@ -127,7 +127,7 @@ func (b *Backend) applyAll(ctx context.Context, ops []engine.Op, batch bool) ([]
 			if !batch {
 				return nil, err
 			}
-			return nil, &engine.BatchError{Index: i, Err: err}
+			return nil, &contract.BatchError{Index: i, Err: err}
 		}
 		res[i] = r
 	}
@@ -137,7 +137,7 @@ func (b *Backend) applyAll(ctx context.Context, ops []engine.Op, batch bool) ([]
 
 // undo applies the inverse of the invertible ops (add, hash add) in
 // reverse order. Errors are logged: the batch already failed.
-func (b *Backend) undo(ctx context.Context, done []engine.Op) {
+func (b *Backend) undo(ctx context.Context, done []contract.Op) {
 	for i := len(done) - 1; i >= 0; i-- {
 		inv, ok := inverse(done[i])
 		if !ok {
@@ -149,15 +149,15 @@ func (b *Backend) undo(ctx context.Context, done []engine.Op) {
 	}
 }
 
-func inverse(op engine.Op) (engine.Op, bool) {
+func inverse(op contract.Op) (contract.Op, bool) {
 	switch op.Type {
-	case engine.OpAdd:
+	case contract.OpAdd:
 		if op.Delta == -op.Delta && op.Delta != 0 { // MinInt64 has no inverse
 			return op, false
 		}
 		op.Delta = -op.Delta
 		return op, true
-	case engine.OpHAdd:
+	case contract.OpHAdd:
 		fs := make([]counter.FieldDelta, len(op.Fields))
 		for i, f := range op.Fields {
 			if f.Delta == -f.Delta && f.Delta != 0 {
@@ -172,25 +172,25 @@ func inverse(op engine.Op) (engine.Op, bool) {
 }
 
 // opFunc applies one validated op of its type.
-type opFunc func(b *Backend, ctx context.Context, op *engine.Op) (engine.Result, error)
+type opFunc func(b *Backend, ctx context.Context, op *contract.Op) (contract.Result, error)
 
-var opFuncs = map[engine.OpType]opFunc{
-	engine.OpAdd:     (*Backend).add,
-	engine.OpSet:     (*Backend).set,
-	engine.OpDelete:  (*Backend).del,
-	engine.OpExpire:  (*Backend).expire,
-	engine.OpPFAdd:   (*Backend).pfadd,
-	engine.OpPFMerge: (*Backend).pfmerge,
-	engine.OpHAdd:    (*Backend).hadd,
-	engine.OpHDel:    (*Backend).hdel,
-	engine.OpHSet:    (*Backend).hset,
+var opFuncs = map[contract.OpType]opFunc{
+	contract.OpAdd:     (*Backend).add,
+	contract.OpSet:     (*Backend).set,
+	contract.OpDelete:  (*Backend).del,
+	contract.OpExpire:  (*Backend).expire,
+	contract.OpPFAdd:   (*Backend).pfadd,
+	contract.OpPFMerge: (*Backend).pfmerge,
+	contract.OpHAdd:    (*Backend).hadd,
+	contract.OpHDel:    (*Backend).hdel,
+	contract.OpHSet:    (*Backend).hset,
 }
 
 // apply runs one validated op.
-func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) apply(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	f, ok := opFuncs[op.Type]
 	if !ok {
-		return engine.Result{}, fmt.Errorf("%w: %s is not supported in the tiered mode", engine.ErrInvalidArgument, op.Type)
+		return contract.Result{}, fmt.Errorf("%w: %s is not supported in the tiered mode", contract.ErrInvalidArgument, op.Type)
 	}
 	if op.ExpireAt != 0 { // Redis keeps relative TTLs here
 		o := *op
@@ -209,37 +209,37 @@ func (b *Backend) apply(ctx context.Context, op *engine.Op) (engine.Result, erro
 		b.settle(c, res, err)
 	}
 	if err != nil {
-		return engine.Result{}, mapOpErr(op.ID, err)
+		return contract.Result{}, mapOpErr(op.ID, err)
 	}
 	res.ID = op.ID
-	if res.Version > 0 && op.Type != engine.OpAdd { // add records it with its delta
+	if res.Version > 0 && op.Type != contract.OpAdd { // add records it with its delta
 		b.agg.SetVersion(op.ID, res.Version)
 	}
 	return res, nil
 }
 
-var storeKinds = map[engine.Kind]redisstore.Kind{
-	engine.KindNone:    redisstore.KindAuto,
-	engine.KindCounter: redisstore.KindCounter,
-	engine.KindSharded: redisstore.KindSharded,
-	engine.KindPN:      redisstore.KindPN,
-	engine.KindWindow:  redisstore.KindWindow,
-	engine.KindHash:    redisstore.KindHash,
-	engine.KindHLL:     redisstore.KindHLL,
-	engine.KindFloat:   redisstore.KindFloat,
+var storeKinds = map[contract.Kind]redisstore.Kind{
+	contract.KindNone:    redisstore.KindAuto,
+	contract.KindCounter: redisstore.KindCounter,
+	contract.KindSharded: redisstore.KindSharded,
+	contract.KindPN:      redisstore.KindPN,
+	contract.KindWindow:  redisstore.KindWindow,
+	contract.KindHash:    redisstore.KindHash,
+	contract.KindHLL:     redisstore.KindHLL,
+	contract.KindFloat:   redisstore.KindFloat,
 }
 
-func engineKind(k redisstore.Kind) engine.Kind {
+func engineKind(k redisstore.Kind) contract.Kind {
 	for ek, sk := range storeKinds {
-		if sk == k && ek != engine.KindNone {
+		if sk == k && ek != contract.KindNone {
 			return ek
 		}
 	}
-	return engine.KindNone
+	return contract.KindNone
 }
 
-func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error) {
-	if op.Kind == engine.KindFloat {
+func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, error) {
+	if op.Kind == contract.KindFloat {
 		return b.addFloat(ctx, op)
 	}
 	o := redisstore.AddOptions{Shards: op.Shards, Window: op.Window, At: op.At}
@@ -248,37 +248,37 @@ func (b *Backend) add(ctx context.Context, op *engine.Op) (engine.Result, error)
 	}
 	r, err := b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if r.FromFloat {
 		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
-		return engine.Result{Kind: engine.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
+		return contract.Result{Kind: contract.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
 	}
 	at := b.opts.Now()
 	if op.At != 0 { // rollups by event time
 		at = time.Unix(0, op.At)
 	}
 	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
-	return engine.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
+	return contract.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
 }
 
-func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) set(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	ttl, expected, skip, err := b.setPlan(ctx, op)
 	if err != nil || skip {
-		return engine.Result{Kind: engine.KindCounter}, err
+		return contract.Result{Kind: contract.KindCounter}, err
 	}
 	ver, prev, fromFloat, err := b.rs.SetPrevKind(ctx, op.ID, op.Value, expected, ttl)
-	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != engine.SetAlways && !op.CheckVersion {
-		return engine.Result{Kind: engine.KindCounter}, nil // NX/XX lost a race: not applied
+	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != contract.SetAlways && !op.CheckVersion {
+		return contract.Result{Kind: contract.KindCounter}, nil // NX/XX lost a race: not applied
 	}
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if fromFloat {
 		if err := b.fromFloat(ctx, op.ID, op.Value, ver); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 	} else {
 		// Wrapping subtraction: the aggregated delta brings PostgreSQL to
@@ -287,20 +287,20 @@ func (b *Backend) set(ctx context.Context, op *engine.Op) (engine.Result, error)
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
 	if err := b.expiring(ctx, op.ID, ttl); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	return engine.Result{Kind: engine.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
+	return contract.Result{Kind: contract.KindCounter, Value: op.Value, Version: ver, Changed: true}, nil
 }
 
 // setPlan works out the TTL and version condition of a set; skip is true
 // when SET NX/XX does not apply.
-func (b *Backend) setPlan(ctx context.Context, op *engine.Op) (ttl time.Duration, expected *uint64, skip bool, err error) {
+func (b *Backend) setPlan(ctx context.Context, op *contract.Op) (ttl time.Duration, expected *uint64, skip bool, err error) {
 	ttl = op.TTL
 	if op.CheckVersion {
 		v := op.ExpectedVersion
 		expected = &v
 	}
-	if op.SetMode == engine.SetAlways && !op.KeepTTL {
+	if op.SetMode == contract.SetAlways && !op.KeepTTL {
 		return ttl, expected, false, nil
 	}
 	rec, found, err := b.rs.Get(ctx, op.ID)
@@ -308,12 +308,12 @@ func (b *Backend) setPlan(ctx context.Context, op *engine.Op) (ttl time.Duration
 		return 0, nil, false, err
 	}
 	switch {
-	case op.SetMode == engine.SetIfAbsent && found, op.SetMode == engine.SetIfExists && !found:
+	case op.SetMode == contract.SetIfAbsent && found, op.SetMode == contract.SetIfExists && !found:
 		return 0, nil, true, nil
-	case op.SetMode == engine.SetIfAbsent && expected == nil:
+	case op.SetMode == contract.SetIfAbsent && expected == nil:
 		var zero uint64
 		expected = &zero
-	case op.SetMode == engine.SetIfExists && expected == nil:
+	case op.SetMode == contract.SetIfExists && expected == nil:
 		v := rec.Version
 		expected = &v
 	}
@@ -330,70 +330,70 @@ func (b *Backend) expiryAt(ttl time.Duration) time.Time {
 	return b.opts.Now().Add(ttl)
 }
 
-func (b *Backend) del(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) del(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	// Read through first: a counter only PostgreSQL holds exists too.
 	rec, found, err := b.rs.Get(ctx, op.ID)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	existed, err := b.rs.Delete(ctx, op.ID)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if !found {
-		return engine.Result{}, nil
+		return contract.Result{}, nil
 	}
 	if existed {
 		if err := b.deleted(ctx, op.ID); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 	}
 	b.agg.Delete(op.ID)
 	if rec.Kind == redisstore.KindHLL {
 		if err := b.deleteUniques(ctx, op.ID); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 	}
-	return engine.Result{Kind: engineKind(rec.Kind), Changed: true}, nil
+	return contract.Result{Kind: engineKind(rec.Kind), Changed: true}, nil
 }
 
-func (b *Backend) expire(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) expire(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	if op.TTL < 0 { // a time in the past: deleted, as in Redis and the engine
 		return b.del(ctx, op)
 	}
 	rec, found, err := b.rs.Get(ctx, op.ID) // read through, so Redis has it
 	if err != nil || !found {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	ok, ver, err := b.rs.ExpireVersion(ctx, op.ID, op.TTL)
 	if err != nil || !ok {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(op.TTL))
 	if err := b.expiring(ctx, op.ID, op.TTL); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	return engine.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: ver, Changed: true}, nil
+	return contract.Result{Kind: engineKind(rec.Kind), Value: rec.Value, Version: ver, Changed: true}, nil
 }
 
-func (b *Backend) pfadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) pfadd(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	changed, ver, err := b.rs.PFAddVersion(ctx, op.ID, op.Items...)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	res := engine.Result{Kind: engine.KindHLL, Version: ver, Changed: changed}
+	res := contract.Result{Kind: contract.KindHLL, Version: ver, Changed: changed}
 	if err := b.addUniques(ctx, op.ID, op.Items); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if changed {
 		if err := b.writeSketch(ctx, op.ID); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 	}
 	if op.Estimate {
 		n, err := b.rs.PFCount(ctx, op.ID)
 		if err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 		res.Value = n
 	}
@@ -413,38 +413,38 @@ func (b *Backend) writeSketch(ctx context.Context, id string) error {
 	return nil
 }
 
-func (b *Backend) pfmerge(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) pfmerge(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	est, ver, err := b.rs.PFMerge(ctx, op.ID, op.Sources)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if err := b.writeSketch(ctx, op.ID); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	return engine.Result{Kind: engine.KindHLL, Value: est, Version: ver, Changed: true}, nil
+	return contract.Result{Kind: contract.KindHLL, Value: est, Version: ver, Changed: true}, nil
 }
 
-func (b *Backend) hadd(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	fields, ver, err := b.rs.HAddMax(ctx, op.ID, op.Fields, b.maxFields(op.ID))
 	if err != nil {
-		return engine.Result{}, b.fieldLimitErr(op.ID, err)
+		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
 	b.writeFields(op.ID, op.Fields)
-	return engine.Result{Kind: engine.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
+	return contract.Result{Kind: contract.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
 }
 
-func (b *Backend) hset(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) hset(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	fs := make([]counter.Field, len(op.Fields))
 	for i, f := range op.Fields {
 		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
 	}
-	created, ver, deltas, err := b.rs.HSetMax(ctx, op.ID, fs, op.SetMode == engine.SetIfAbsent, b.maxFields(op.ID))
+	created, ver, deltas, err := b.rs.HSetMax(ctx, op.ID, fs, op.SetMode == contract.SetIfAbsent, b.maxFields(op.ID))
 	if err != nil {
-		return engine.Result{}, b.fieldLimitErr(op.ID, err)
+		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
 	b.writeFields(op.ID, deltas)
 	changed := len(deltas) > 0
-	return engine.Result{Kind: engine.KindHash, Value: int64(created), Version: ver, Changed: changed}, nil
+	return contract.Result{Kind: contract.KindHash, Value: int64(created), Version: ver, Changed: changed}, nil
 }
 
 // uniqueFields keeps the last value of each name, in the order names first
@@ -472,10 +472,10 @@ func (b *Backend) writeFields(id string, fs []counter.FieldDelta) {
 	}
 }
 
-func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) hdel(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	removed, ver, err := b.rs.HDel(ctx, op.ID, op.Names)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	undo := make([]counter.FieldDelta, len(removed))
 	for i, f := range removed {
@@ -484,10 +484,10 @@ func (b *Backend) hdel(ctx context.Context, op *engine.Op) (engine.Result, error
 	b.writeFields(op.ID, undo)
 	if len(removed) > 0 {
 		if err := b.dropEmptyHash(ctx, op.ID, ver); err != nil {
-			return engine.Result{}, err
+			return contract.Result{}, err
 		}
 	}
-	return engine.Result{Kind: engine.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
+	return contract.Result{Kind: contract.KindHash, Value: int64(len(removed)), Version: ver, Changed: len(removed) > 0}, nil
 }
 
 // dropEmptyHash deletes the hash id if HDEL at version ver removed its last
@@ -512,17 +512,17 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 
 // addFloat runs Redis's own INCRBYFLOAT (so the arithmetic and the text are
 // Redis's by construction) and hands the new text to the write-behind.
-func (b *Backend) addFloat(ctx context.Context, op *engine.Op) (engine.Result, error) {
+func (b *Backend) addFloat(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	text, ver, prev, converted, err := b.rs.AddFloat(ctx, op.ID, op.Float)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	if converted && prev != 0 {
 		// PostgreSQL keeps a float's value column at 0.
 		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, -prev, b.opts.Now())
 	}
 	b.agg.SetFloat(op.ID, text, ver)
-	return engine.Result{Kind: engine.KindFloat, Float: text, Version: ver, Changed: true}, nil
+	return contract.Result{Kind: contract.KindFloat, Float: text, Version: ver, Changed: true}, nil
 }
 
 // fromFloat hands the write-behind a float that became a counter: first

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
 	"github.com/counterd/counterd/internal/tiered"
@@ -29,7 +29,7 @@ const (
 // increments; the tiered timings include the final flush.
 func BenchmarkTiered(b *testing.B) {
 	rd, dsn := redistest.New(b), pgtest.DSN(b)
-	open := func(b *testing.B, d engine.Durability) *tiered.Backend {
+	open := func(b *testing.B, d contract.Durability) *tiered.Backend {
 		o := tiered.Options{RedisURL: rd.URL, PostgresDSN: dsn, Durability: d, NodeID: "bench"}
 		o.Postgres.MaintenanceInterval, o.Postgres.MaxConns = -1, 8
 		be, err := tiered.Open(context.Background(), o)
@@ -43,14 +43,14 @@ func BenchmarkTiered(b *testing.B) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench:c%03d", i)
 	}
-	for _, d := range []engine.Durability{engine.Async, engine.Sync} {
+	for _, d := range []contract.Durability{contract.Async, contract.Sync} {
 		b.Run("tiered-"+d.String(), func(b *testing.B) {
 			rd.FlushAll(b)
 			benchIncrements(b, open(b, d), ids)
 		})
 	}
 	b.Run("naive-update", func(b *testing.B) {
-		be := open(b, engine.Async)
+		be := open(b, contract.Async)
 		ctx := context.Background()
 		truncate(b, be)
 		pool := be.Postgres().Pool()
@@ -96,7 +96,7 @@ func BenchmarkTieredRedisCluster(b *testing.B) {
 	}{{"redis=single", rd.URL, rd.FlushAll}, {"redis=cluster", cl.URL(), cl.FlushAll}} {
 		b.Run(c.name, func(b *testing.B) {
 			c.flush(b)
-			o := tiered.Options{RedisURL: c.url, PostgresDSN: dsn, Durability: engine.Async, NodeID: "bench"}
+			o := tiered.Options{RedisURL: c.url, PostgresDSN: dsn, Durability: contract.Async, NodeID: "bench"}
 			o.Postgres.MaintenanceInterval, o.Postgres.MaxConns = -1, 8
 			be, err := tiered.Open(context.Background(), o)
 			if err != nil {
@@ -122,8 +122,8 @@ func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
 	start, cpu0 := time.Now(), cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			op := engine.Op{Type: engine.OpAdd, ID: ids[next.Add(1)%uint64(len(ids))], Delta: 1}
-			if _, err := be.Apply(ctx, op, engine.WriteOptions{}); err != nil {
+			op := contract.Op{Type: contract.OpAdd, ID: ids[next.Add(1)%uint64(len(ids))], Delta: 1}
+			if _, err := be.Apply(ctx, op, contract.WriteOptions{}); err != nil {
 				b.Error(err)
 				return
 			}

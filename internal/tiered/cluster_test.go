@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
@@ -26,7 +26,7 @@ func testPFCountMergeAcrossSlots(t *testing.T, s setup) {
 		for j := range 500 {
 			items = append(items, fmt.Appendf(nil, "user%d", i*250+j)) // neighbours overlap by half
 		}
-		apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items})
+		apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items})
 	}
 	if e.cl != nil {
 		masters := map[string]bool{}
@@ -46,20 +46,20 @@ func testPFCountMergeAcrossSlots(t *testing.T, s setup) {
 	if err != nil || math.Abs(float64(n)-1250) > 40 {
 		t.Fatalf("PFCount = %d, %v, want about 1250", n, err)
 	}
-	r := apply(t, e.b, engine.Op{Type: engine.OpPFMerge, ID: "visitors:all", Sources: ids})
+	r := apply(t, e.b, contract.Op{Type: contract.OpPFMerge, ID: "visitors:all", Sources: ids})
 	if r.Value != int64(n) {
 		t.Fatalf("PFMERGE estimate %d, PFCount of the sources %d", r.Value, n)
 	}
-	if _, err := e.b.Apply(ctx, engine.Op{Type: engine.OpPFMerge, ID: "visitors:all", Sources: []string{"visitors:a", "plain"}},
-		engine.WriteOptions{}); err != nil {
+	if _, err := e.b.Apply(ctx, contract.Op{Type: contract.OpPFMerge, ID: "visitors:all", Sources: []string{"visitors:a", "plain"}},
+		contract.WriteOptions{}); err != nil {
 		t.Fatal(err) // a missing source counts as empty
 	}
-	apply(t, e.b, add("plain", engine.KindNone, 1))
-	if _, err := e.b.Apply(ctx, engine.Op{Type: engine.OpPFMerge, ID: "visitors:all", Sources: []string{"visitors:a", "plain"}},
-		engine.WriteOptions{}); !errors.Is(err, engine.ErrWrongKind) {
+	apply(t, e.b, add("plain", contract.KindNone, 1))
+	if _, err := e.b.Apply(ctx, contract.Op{Type: contract.OpPFMerge, ID: "visitors:all", Sources: []string{"visitors:a", "plain"}},
+		contract.WriteOptions{}); !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatalf("PFMERGE of a counter: %v, want ErrWrongKind", err)
 	}
-	if _, _, err := e.b.PFCount(ctx, "visitors:a", "plain"); !errors.Is(err, engine.ErrWrongKind) {
+	if _, _, err := e.b.PFCount(ctx, "visitors:a", "plain"); !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatalf("PFCount of a counter: %v, want ErrWrongKind", err)
 	}
 	// The sketches come back from PostgreSQL on every master.

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
 	"github.com/counterd/counterd/internal/tiered"
@@ -128,16 +128,16 @@ func TestTiered(t *testing.T) {
 	})
 }
 
-func apply(t *testing.T, b *tiered.Backend, op engine.Op) engine.Result {
+func apply(t *testing.T, b *tiered.Backend, op contract.Op) contract.Result {
 	t.Helper()
-	r, err := b.Apply(context.Background(), op, engine.WriteOptions{})
+	r, err := b.Apply(context.Background(), op, contract.WriteOptions{})
 	if err != nil {
 		t.Fatalf("apply %+v: %v", op, err)
 	}
 	return r
 }
 
-func view(t *testing.T, b *tiered.Backend, id string) engine.View {
+func view(t *testing.T, b *tiered.Backend, id string) contract.View {
 	t.Helper()
 	v, err := b.Get(context.Background(), id)
 	if err != nil {
@@ -146,24 +146,24 @@ func view(t *testing.T, b *tiered.Backend, id string) engine.View {
 	return v
 }
 
-func add(id string, k engine.Kind, d int64) engine.Op {
-	return engine.Op{Type: engine.OpAdd, ID: id, Kind: k, Delta: d}
+func add(id string, k contract.Kind, d int64) contract.Op {
+	return contract.Op{Type: contract.OpAdd, ID: id, Kind: k, Delta: d}
 }
 
 // allKinds writes one counter of every kind and returns their ids.
 func allKinds(t *testing.T, b *tiered.Backend) {
 	t.Helper()
-	apply(t, b, add("c", engine.KindNone, 5))
-	apply(t, b, add("c", engine.KindCounter, -2))
+	apply(t, b, add("c", contract.KindNone, 5))
+	apply(t, b, add("c", contract.KindCounter, -2))
 	for i := 0; i < 10; i++ {
-		apply(t, b, add("sh", engine.KindSharded, 1))
+		apply(t, b, add("sh", contract.KindSharded, 1))
 	}
-	apply(t, b, add("pn", engine.KindPN, 7))
-	apply(t, b, add("pn", engine.KindPN, -10))
-	apply(t, b, engine.Op{Type: engine.OpAdd, ID: "w", Kind: engine.KindWindow, Delta: 4,
+	apply(t, b, add("pn", contract.KindPN, 7))
+	apply(t, b, add("pn", contract.KindPN, -10))
+	apply(t, b, contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Delta: 4,
 		Window: counter.WindowSpec{Granularity: time.Second, Span: time.Minute}})
-	apply(t, b, engine.Op{Type: engine.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b"), []byte("a")}})
-	apply(t, b, engine.Op{Type: engine.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "likes", Delta: 2}, {Name: "views", Delta: 9}}})
+	apply(t, b, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a"), []byte("b"), []byte("a")}})
+	apply(t, b, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "likes", Delta: 2}, {Name: "views", Delta: 9}}})
 }
 
 // checkKinds checks what allKinds wrote (withWindow: the window too, which
@@ -171,14 +171,14 @@ func allKinds(t *testing.T, b *tiered.Backend) {
 func checkKinds(t *testing.T, b *tiered.Backend, withWindow bool) {
 	t.Helper()
 	want := map[string]struct {
-		kind engine.Kind
+		kind contract.Kind
 		val  int64
-	}{"c": {engine.KindCounter, 3}, "sh": {engine.KindSharded, 10}, "pn": {engine.KindPN, -3}, "u": {engine.KindHLL, 2}}
+	}{"c": {contract.KindCounter, 3}, "sh": {contract.KindSharded, 10}, "pn": {contract.KindPN, -3}, "u": {contract.KindHLL, 2}}
 	if withWindow {
 		want["w"] = struct {
-			kind engine.Kind
+			kind contract.Kind
 			val  int64
-		}{engine.KindWindow, 4}
+		}{contract.KindWindow, 4}
 	}
 	for id, w := range want {
 		if v := view(t, b, id); !v.Exists || v.Kind != w.kind || v.Value != w.val {
@@ -191,5 +191,5 @@ func checkKinds(t *testing.T, b *tiered.Backend, withWindow bool) {
 }
 
 func isUnavailable(err error) bool {
-	return errors.Is(err, tiered.ErrUnavailable) && errors.Is(err, engine.ErrUnavailable)
+	return errors.Is(err, tiered.ErrUnavailable) && errors.Is(err, contract.ErrUnavailable)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
@@ -47,7 +48,7 @@ func (a *activeClaims) Running(claim string) bool { _, ok := a.m.Load(claim); re
 
 // idempotent runs apply at most once per key within the retention: a
 // retry returns the stored results (Replayed set).
-func (b *Backend) idempotent(ctx context.Context, key string, ops []engine.Op, apply func() ([]engine.Result, error)) ([]engine.Result, error) {
+func (b *Backend) idempotent(ctx context.Context, key string, ops []contract.Op, apply func() ([]contract.Result, error)) ([]contract.Result, error) {
 	if err := engine.ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
@@ -63,7 +64,7 @@ type redisIdem struct {
 	b     *Backend
 	k     string
 	start time.Time
-	apply func() ([]engine.Result, error)
+	apply func() ([]contract.Result, error)
 	claim *engine.IdemRecord // ours, once Claim ran
 	raw   []byte             // its stored form
 	held  *engine.IdemRecord // the last record another request held
@@ -119,7 +120,7 @@ func (s *redisIdem) Wait(ctx context.Context, held *engine.IdemRecord) error {
 }
 
 // Commit applies, then replaces the claim with the results.
-func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]engine.Result, error) {
+func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]contract.Result, error) {
 	res, err := s.apply()
 	if err != nil {
 		return nil, err

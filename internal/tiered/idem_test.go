@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
@@ -23,8 +24,8 @@ func TestIdempotentClaimResent(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: e.rd.Addr})
 	defer rdb.Close()
 	ctx := context.Background()
-	op := engine.Op{Type: engine.OpAdd, ID: "claims:a", Delta: 3}
-	fp := engine.Fingerprint([]engine.Op{op})
+	op := contract.Op{Type: contract.OpAdd, ID: "claims:a", Delta: 3}
+	fp := engine.Fingerprint([]contract.Op{op})
 	claimed := func(key, claim string) {
 		rec := engine.IdemRecord{FP: fp, Created: time.Now().UnixNano(), Pending: true, Claim: claim}
 		if err := rdb.Set(ctx, "counterd:idem:"+key, rec.Encode(), time.Minute).Err(); err != nil {
@@ -35,14 +36,14 @@ func TestIdempotentClaimResent(t *testing.T) {
 
 	claimed("k1", "mine") // as if our SET NX had been applied, then resent
 	start := time.Now()
-	res, err := e.b.Apply(ctx, op, engine.WriteOptions{IdempotencyKey: "k1"})
+	res, err := e.b.Apply(ctx, op, contract.WriteOptions{IdempotencyKey: "k1"})
 	if err != nil || res.Value != 3 || res.Replayed {
 		t.Fatalf("apply after a resent claim = %+v, %v; want value 3, not replayed", res, err)
 	}
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("apply waited %v for its own claim", d)
 	}
-	again, err := e.b.Apply(ctx, op, engine.WriteOptions{IdempotencyKey: "k1"})
+	again, err := e.b.Apply(ctx, op, contract.WriteOptions{IdempotencyKey: "k1"})
 	if err != nil || !again.Replayed || again.Value != 3 {
 		t.Fatalf("retry = %+v, %v; want the recorded result", again, err)
 	}
@@ -50,7 +51,7 @@ func TestIdempotentClaimResent(t *testing.T) {
 	claimed("k2", "someone-else")
 	short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
 	defer cancel()
-	if _, err := e.b.Apply(short, op, engine.WriteOptions{IdempotencyKey: "k2"}); err == nil || !errors.Is(err, engine.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+	if _, err := e.b.Apply(short, op, contract.WriteOptions{IdempotencyKey: "k2"}); err == nil || !errors.Is(err, contract.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("apply under another's claim = %v, want to wait until the deadline", err)
 	}
 	if v := view(t, e.b, "claims:a"); v.Value != 3 {
@@ -70,17 +71,17 @@ func TestIdempotentAbandonedClaim(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: e.rd.Addr})
 	defer rdb.Close()
 	ctx := context.Background()
-	op := engine.Op{Type: engine.OpAdd, ID: "abandoned:a", Delta: 2}
-	fp := engine.Fingerprint([]engine.Op{op})
+	op := contract.Op{Type: contract.OpAdd, ID: "abandoned:a", Delta: 2}
+	fp := engine.Fingerprint([]contract.Op{op})
 	left := func(key, owner string, deadline time.Time) {
 		rec := engine.IdemRecord{FP: fp, Created: time.Now().UnixNano(), Pending: true, Claim: "left-" + key, Owner: owner, Deadline: deadline.UnixNano()}
 		if err := rdb.Set(ctx, "counterd:idem:"+key, rec.Encode(), 30*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	apply := func(key string) (engine.Result, time.Duration, error) {
+	apply := func(key string) (contract.Result, time.Duration, error) {
 		start := time.Now()
-		res, err := e.b.Apply(ctx, op, engine.WriteOptions{IdempotencyKey: key})
+		res, err := e.b.Apply(ctx, op, contract.WriteOptions{IdempotencyKey: key})
 		return res, time.Since(start), err
 	}
 
@@ -100,7 +101,7 @@ func TestIdempotentAbandonedClaim(t *testing.T) {
 
 	left("live", "another-process.", time.Now().Add(30*time.Second))
 	_, d, err = apply("live")
-	if !errors.Is(err, engine.ErrUnavailable) || d > 3*time.Second {
+	if !errors.Is(err, contract.ErrUnavailable) || d > 3*time.Second {
 		t.Fatalf("retry under another process's live claim = %v after %v; want unavailable after SyncTimeout", err, d)
 	}
 	if v := view(t, e.b, "abandoned:a"); v.Value != 4 {
@@ -114,16 +115,16 @@ func TestIdempotentAbandonedClaim(t *testing.T) {
 func TestIdempotentFailedApplyFreesKey(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	if _, err := e.b.Apply(ctx, engine.Op{Type: engine.OpHAdd, ID: "free:h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}}, engine.WriteOptions{}); err != nil {
+	if _, err := e.b.Apply(ctx, contract.Op{Type: contract.OpHAdd, ID: "free:h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	bad := engine.Op{Type: engine.OpAdd, ID: "free:h", Delta: 1} // a plain add to a hash: wrong kind
-	if _, err := e.b.Apply(ctx, bad, engine.WriteOptions{IdempotencyKey: "free"}); !errors.Is(err, engine.ErrWrongKind) {
+	bad := contract.Op{Type: contract.OpAdd, ID: "free:h", Delta: 1} // a plain add to a hash: wrong kind
+	if _, err := e.b.Apply(ctx, bad, contract.WriteOptions{IdempotencyKey: "free"}); !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatalf("apply to the wrong kind = %v, want ErrWrongKind", err)
 	}
 	start := time.Now()
-	good := engine.Op{Type: engine.OpAdd, ID: "free:c", Delta: 1}
-	if res, err := e.b.Apply(ctx, good, engine.WriteOptions{IdempotencyKey: "free"}); err != nil || res.Replayed || res.Value != 1 || time.Since(start) > time.Second {
+	good := contract.Op{Type: contract.OpAdd, ID: "free:c", Delta: 1}
+	if res, err := e.b.Apply(ctx, good, contract.WriteOptions{IdempotencyKey: "free"}); err != nil || res.Replayed || res.Value != 1 || time.Since(start) > time.Second {
 		t.Fatalf("retry after a failed apply = %+v, %v after %v; want applied at once", res, err, time.Since(start))
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"testing/quick"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 	"github.com/counterd/counterd/internal/store/postgres"
 )
@@ -109,15 +109,15 @@ func TestPNSlot(t *testing.T) {
 // TestValidateRejectsBeforeWriting: validation catches bad input without a
 // store (no backend here: a nil one would panic if reached).
 func TestValidateRejectsBeforeWriting(t *testing.T) {
-	bad := []engine.Op{
-		{Type: engine.OpAdd, ID: ""},
-		{Type: engine.OpAdd, ID: "}x"},
-		{Type: engine.OpAdd, ID: "a", Kind: engine.KindHash},
-		{Type: engine.OpAdd, ID: "a", Shards: 5000},
-		{Type: engine.OpSet, ID: "a", TTL: -1},
-		{Type: engine.OpHAdd, ID: "a"},
-		{Type: engine.OpPFAdd, ID: "a", HLLPrecision: 10},
-		{Type: engine.OpPFMerge, ID: "a", Sources: []string{""}},
+	bad := []contract.Op{
+		{Type: contract.OpAdd, ID: ""},
+		{Type: contract.OpAdd, ID: "}x"},
+		{Type: contract.OpAdd, ID: "a", Kind: contract.KindHash},
+		{Type: contract.OpAdd, ID: "a", Shards: 5000},
+		{Type: contract.OpSet, ID: "a", TTL: -1},
+		{Type: contract.OpHAdd, ID: "a"},
+		{Type: contract.OpPFAdd, ID: "a", HLLPrecision: 10},
+		{Type: contract.OpPFMerge, ID: "a", Sources: []string{""}},
 		{Type: 99, ID: "a"},
 	}
 	lim := limitsFor(0)
@@ -126,7 +126,7 @@ func TestValidateRejectsBeforeWriting(t *testing.T) {
 			t.Errorf("validate(%+v) = nil", op)
 		}
 	}
-	if _, ok := inverse(engine.Op{Type: engine.OpAdd, Delta: -1 << 63}); ok {
+	if _, ok := inverse(contract.Op{Type: contract.OpAdd, Delta: -1 << 63}); ok {
 		t.Error("MinInt64 add has no inverse")
 	}
 }

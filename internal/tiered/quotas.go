@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/quota"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
@@ -194,7 +194,7 @@ func (b *Backend) beforeCreate(ctx context.Context, id string) error {
 // settle keeps a write's reservation if the write created the counter
 // (version 1) or may have (Redis did not answer), and releases it
 // otherwise.
-func (b *Backend) settle(c *creation, res engine.Result, err error) {
+func (b *Backend) settle(c *creation, res contract.Result, err error) {
 	if !c.reserved {
 		return
 	}
@@ -218,9 +218,9 @@ func (b *Backend) settle(c *creation, res engine.Result, err error) {
 }
 
 // creates reports whether an op of type t may create its counter.
-func creates(t engine.OpType) bool {
+func creates(t contract.OpType) bool {
 	switch t {
-	case engine.OpAdd, engine.OpSet, engine.OpPFAdd, engine.OpPFMerge, engine.OpHAdd, engine.OpHSet:
+	case contract.OpAdd, contract.OpSet, contract.OpPFAdd, contract.OpPFMerge, contract.OpHAdd, contract.OpHSet:
 		return true
 	}
 	return false
@@ -290,7 +290,7 @@ func (b *Backend) sweepQuotas(ctx context.Context) error {
 }
 
 // SetQuotas puts c in force (nil: none) and recounts every quota's keys
-// from what Redis and PostgreSQL hold (implements engine.QuotaBackend).
+// from what Redis and PostgreSQL hold (implements contract.QuotaBackend).
 // If the recount fails the quotas in force before stay.
 func (b *Backend) SetQuotas(c *quota.Config) error {
 	b.quotaMu.Lock()
@@ -386,7 +386,7 @@ func (b *Backend) sweepLoop() {
 }
 
 // Quotas lists every quota's count as Redis holds it now (implements
-// engine.QuotaBackend): the quotas in file order, then the default's
+// contract.QuotaBackend): the quotas in file order, then the default's
 // namespaces that hold keys.
 func (b *Backend) Quotas(ctx context.Context) ([]quota.Usage, error) {
 	c := b.quotas.Load()
@@ -442,4 +442,4 @@ func (b *Backend) fieldLimitErr(id string, err error) error {
 	return ref.exceeded(id, "max_hash_fields", max)
 }
 
-var _ engine.QuotaBackend = (*Backend)(nil)
+var _ contract.QuotaBackend = (*Backend)(nil)

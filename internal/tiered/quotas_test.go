@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
@@ -63,7 +63,7 @@ func (e *env) second(t *testing.T, tweak func(*tiered.Options)) *tiered.Backend 
 func wantQuotaRefusal(t *testing.T, what string, err error, max int64) {
 	t.Helper()
 	var qe *quota.ExceededError
-	if !errors.Is(err, engine.ErrQuotaExceeded) || !errors.As(err, &qe) || qe.Quota != "q:*" || qe.Limit != "max_keys" || qe.Max != max {
+	if !errors.Is(err, contract.ErrQuotaExceeded) || !errors.As(err, &qe) || qe.Quota != "q:*" || qe.Limit != "max_keys" || qe.Max != max {
 		t.Fatalf("%s: %v, want a refusal by q:* (max_keys %d)", what, err, max)
 	}
 }
@@ -80,15 +80,15 @@ func testQuotasTwoNodesAlternate(t *testing.T, s setup) {
 	useQuotas(t, q, nodes...)
 	ctx := context.Background()
 	for i := range 10 {
-		apply(t, nodes[i%2], add(fmt.Sprintf("q:%d", i), engine.KindNone, 1))
+		apply(t, nodes[i%2], add(fmt.Sprintf("q:%d", i), contract.KindNone, 1))
 	}
 	for i, b := range nodes {
-		_, err := b.Apply(ctx, add("q:10", engine.KindNone, 1), engine.WriteOptions{})
+		_, err := b.Apply(ctx, add("q:10", contract.KindNone, 1), contract.WriteOptions{})
 		wantQuotaRefusal(t, fmt.Sprintf("node %d, 11th key", i), err, 10)
 		if v := view(t, b, "q:10"); v.Exists {
 			t.Fatalf("the refused key exists: %+v", v)
 		}
-		apply(t, b, add("q:3", engine.KindNone, 1)) // existing keys take adds
+		apply(t, b, add("q:3", contract.KindNone, 1)) // existing keys take adds
 		if n := usage(t, b, "q:*"); n != 10 {
 			t.Fatalf("node %d counts %d keys, want 10", i, n)
 		}
@@ -101,17 +101,17 @@ func testQuotasTwoNodesAlternate(t *testing.T, s setup) {
 	}
 	b3 := e.open(t, nil)
 	useQuotas(t, q, b3)
-	_, err := b3.Apply(ctx, add("q:10", engine.KindNone, 1), engine.WriteOptions{})
+	_, err := b3.Apply(ctx, add("q:10", contract.KindNone, 1), contract.WriteOptions{})
 	wantQuotaRefusal(t, "11th key after a restart", err, 10)
-	apply(t, b3, engine.Op{Type: engine.OpDelete, ID: "q:0"})
-	apply(t, b3, add("q:10", engine.KindNone, 1))
+	apply(t, b3, contract.Op{Type: contract.OpDelete, ID: "q:0"})
+	apply(t, b3, add("q:10", contract.KindNone, 1))
 	if err := b3.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
 	// Redis loses everything (counts included): the next creation recounts
 	// from PostgreSQL first.
 	e.flushRedis(t)
-	_, err = b3.Apply(ctx, add("q:11", engine.KindNone, 1), engine.WriteOptions{})
+	_, err = b3.Apply(ctx, add("q:11", contract.KindNone, 1), contract.WriteOptions{})
 	wantQuotaRefusal(t, "11th key after Redis lost its data", err, 10)
 	if n := usage(t, b3, "q:*"); n != 10 {
 		t.Fatalf("after the recount: %d keys, want 10", n)
@@ -133,11 +133,11 @@ func testQuotasConcurrentCreates(t *testing.T, s setup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, err := nodes[i%2].Apply(ctx, add(fmt.Sprintf("q:%d", i), engine.KindNone, 1), engine.WriteOptions{})
+			_, err := nodes[i%2].Apply(ctx, add(fmt.Sprintf("q:%d", i), contract.KindNone, 1), contract.WriteOptions{})
 			switch {
 			case err == nil:
 				ok.Add(1)
-			case errors.Is(err, engine.ErrQuotaExceeded):
+			case errors.Is(err, contract.ErrQuotaExceeded):
 				refused.Add(1)
 			default:
 				t.Error(err)
@@ -149,7 +149,7 @@ func testQuotasConcurrentCreates(t *testing.T, s setup) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := nodes[i%2].Apply(ctx, add(fmt.Sprintf("same:%d", i%3), engine.KindNone, 1), engine.WriteOptions{}); err != nil {
+			if _, err := nodes[i%2].Apply(ctx, add(fmt.Sprintf("same:%d", i%3), contract.KindNone, 1), contract.WriteOptions{}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -186,8 +186,8 @@ func testQuotaRecountClosesCrashWindow(t *testing.T, s setup) {
 	e := s.env(t, func(o *tiered.Options) { o.QuotaRecountInterval = 100 * time.Millisecond })
 	useQuotas(t, "namespaces:\n  \"q:*\": {max_keys: 3}\n", e.b)
 	ctx := context.Background()
-	apply(t, e.b, add("q:a", engine.KindNone, 1))
-	apply(t, e.b, add("q:b", engine.KindNone, 1))
+	apply(t, e.b, add("q:a", contract.KindNone, 1))
+	apply(t, e.b, add("q:b", contract.KindNone, 1))
 	// The crash window: a reservation without its key.
 	if err := e.b.Redis().Client().(redis.UniversalClient).HIncrBy(ctx, "{counterd:quotas}:keys", "r:q:*", 1).Err(); err != nil {
 		t.Fatal(err)
@@ -199,8 +199,8 @@ func testQuotaRecountClosesCrashWindow(t *testing.T, s setup) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	apply(t, e.b, add("q:c", engine.KindNone, 1))
-	_, err := e.b.Apply(ctx, add("q:d", engine.KindNone, 1), engine.WriteOptions{})
+	apply(t, e.b, add("q:c", contract.KindNone, 1))
+	_, err := e.b.Apply(ctx, add("q:d", contract.KindNone, 1), contract.WriteOptions{})
 	wantQuotaRefusal(t, "4th key", err, 3)
 }
 
@@ -212,7 +212,7 @@ func testQuotaHashFieldsAcrossNodes(t *testing.T, s setup) {
 	useQuotas(t, "namespaces:\n  \"h:*\": {max_hash_fields: 3}\n", e.b, b2)
 	ctx := context.Background()
 	hadd := func(b *tiered.Backend, f string) error {
-		_, err := b.Apply(ctx, engine.Op{Type: engine.OpHAdd, ID: "h:1", Fields: []counter.FieldDelta{{Name: f, Delta: 1}}}, engine.WriteOptions{})
+		_, err := b.Apply(ctx, contract.Op{Type: contract.OpHAdd, ID: "h:1", Fields: []counter.FieldDelta{{Name: f, Delta: 1}}}, contract.WriteOptions{})
 		return err
 	}
 	for i, f := range []string{"a", "b", "c"} {
@@ -253,35 +253,35 @@ func BenchmarkQuotaAdd(b *testing.B) {
 	ids := make([]string, benchCounters)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("bench:c%03d", i)
-		if _, err := be.Apply(ctx, add(ids[i], engine.KindNone, 1), engine.WriteOptions{}); err != nil {
+		if _, err := be.Apply(ctx, add(ids[i], contract.KindNone, 1), contract.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 	}
 	var trips atomic.Int64 // round trips: one per command or pipeline sent
 	be.Redis().Client().(redis.UniversalClient).AddHook(tripCounter{&trips})
 	commands := func() int64 { return trips.Load() }
-	run := func(b *testing.B, op func(i int) engine.Op) {
+	run := func(b *testing.B, op func(i int) contract.Op) {
 		c0 := commands()
 		b.ResetTimer()
 		for i := range b.N {
-			if _, err := be.Apply(ctx, op(i), engine.WriteOptions{}); err != nil {
+			if _, err := be.Apply(ctx, op(i), contract.WriteOptions{}); err != nil {
 				b.Fatal(err)
 			}
 		}
 		b.StopTimer()
 		b.ReportMetric(float64(commands()-c0)/float64(b.N), "roundtrips/op")
 	}
-	existing := func(i int) engine.Op { return add(ids[i%benchCounters], engine.KindNone, 1) }
+	existing := func(i int) contract.Op { return add(ids[i%benchCounters], contract.KindNone, 1) }
 	b.Run("add-existing/no-quotas", func(b *testing.B) { run(b, existing) })
 	useQuotas(b, "namespaces:\n  \"bench:*\": {max_keys: 100000000}\ndefault: {max_keys: 100000000}\n", be)
 	b.Run("add-existing/quotas", func(b *testing.B) { run(b, existing) })
 	var n atomic.Int64
 	b.Run("create/quotas", func(b *testing.B) {
-		run(b, func(int) engine.Op { return add(fmt.Sprintf("bench:new%d", n.Add(1)), engine.KindNone, 1) })
+		run(b, func(int) contract.Op { return add(fmt.Sprintf("bench:new%d", n.Add(1)), contract.KindNone, 1) })
 	})
 	useQuotas(b, "", be)
 	b.Run("create/no-quotas", func(b *testing.B) {
-		run(b, func(int) engine.Op { return add(fmt.Sprintf("bench:new%d", n.Add(1)), engine.KindNone, 1) })
+		run(b, func(int) contract.Op { return add(fmt.Sprintf("bench:new%d", n.Add(1)), contract.KindNone, 1) })
 	})
 }
 

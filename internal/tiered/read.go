@@ -6,8 +6,8 @@ import (
 	"sort"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/store/postgres"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
@@ -81,8 +81,8 @@ func sortedFields(m map[string]int64) []counter.Field {
 }
 
 // Get reads one counter from Redis (read-through from PostgreSQL).
-func (b *Backend) Get(ctx context.Context, id string) (engine.View, error) {
-	v := engine.View{ID: id}
+func (b *Backend) Get(ctx context.Context, id string) (contract.View, error) {
+	v := contract.View{ID: id}
 	if err := checkID(id); err != nil {
 		return v, err
 	}
@@ -96,17 +96,17 @@ func (b *Backend) Get(ctx context.Context, id string) (engine.View, error) {
 		v.ExpiresAt = b.opts.Now().Add(rec.TTL).UTC()
 	}
 	switch v.Kind {
-	case engine.KindSharded:
+	case contract.KindSharded:
 		v.Shards = rec.Shards
-	case engine.KindPN:
+	case contract.KindPN:
 		v.Replicas = []counter.PNSlot{pnSlot(b.opts.NodeID, rec.Value)}
-	case engine.KindHLL:
+	case contract.KindHLL:
 		v.StdError, v.Precision = hllStdError, hllPrec
-	case engine.KindHash:
+	case contract.KindHash:
 		v.Value, v.Fields = 0, rec.Fields
-	case engine.KindWindow:
+	case contract.KindWindow:
 		v.Window, v.Buckets = rec.Window, rec.Buckets
-	case engine.KindFloat:
+	case contract.KindFloat:
 		v.Value, v.Float = 0, rec.Float
 	}
 	return v, nil
@@ -125,11 +125,11 @@ func pnSlot(node string, v int64) counter.PNSlot {
 }
 
 func checkID(id string) error {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return err
 	}
 	if id[0] == '}' {
-		return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode", engine.ErrInvalidID)
+		return fmt.Errorf("%w: ids starting with '}' are not supported in tiered mode", contract.ErrInvalidID)
 	}
 	return nil
 }
@@ -140,8 +140,8 @@ func (b *Backend) HGet(ctx context.Context, id, field string) (int64, bool, erro
 	if err != nil || !v.Exists {
 		return 0, false, err
 	}
-	if v.Kind != engine.KindHash {
-		return 0, false, fmt.Errorf("%w: %q is of kind %s", engine.ErrWrongKind, id, v.Kind)
+	if v.Kind != contract.KindHash {
+		return 0, false, fmt.Errorf("%w: %q is of kind %s", contract.ErrWrongKind, id, v.Kind)
 	}
 	i := sort.Search(len(v.Fields), func(i int) bool { return v.Fields[i].Name >= field })
 	if i < len(v.Fields) && v.Fields[i].Name == field {
@@ -153,16 +153,16 @@ func (b *Backend) HGet(ctx context.Context, id, field string) (int64, bool, erro
 // PFCount estimates the distinct items in the union of hll counters (a
 // missing one counts as empty). Every id is read through first.
 func (b *Backend) PFCount(ctx context.Context, ids ...string) (uint64, float64, error) {
-	if len(ids) == 0 || len(ids) > engine.MaxItems {
-		return 0, 0, fmt.Errorf("%w: 1..%d ids", engine.ErrInvalidArgument, engine.MaxItems)
+	if len(ids) == 0 || len(ids) > contract.MaxItems {
+		return 0, 0, fmt.Errorf("%w: 1..%d ids", contract.ErrInvalidArgument, contract.MaxItems)
 	}
 	for _, id := range ids {
 		v, err := b.Get(ctx, id)
 		if err != nil {
 			return 0, 0, err
 		}
-		if v.Exists && v.Kind != engine.KindHLL {
-			return 0, 0, fmt.Errorf("%w: %q is of kind %s", engine.ErrWrongKind, id, v.Kind)
+		if v.Exists && v.Kind != contract.KindHLL {
+			return 0, 0, fmt.Errorf("%w: %q is of kind %s", contract.ErrWrongKind, id, v.Kind)
 		}
 	}
 	n, err := b.rs.PFCount(ctx, ids...)
@@ -175,7 +175,7 @@ func (b *Backend) PFCount(ctx context.Context, ids ...string) (uint64, float64, 
 // TTL reports a counter's own time to live.
 func (b *Backend) TTL(ctx context.Context, id string) (time.Duration, bool, bool, error) {
 	if checkID(id) != nil {
-		return 0, false, false, nil // a missing counter (engine.Backend)
+		return 0, false, false, nil // a missing counter (contract.Backend)
 	}
 	rec, found, err := b.rs.Get(ctx, id)
 	if err != nil || !found {
@@ -192,7 +192,7 @@ func (b *Backend) Scan(ctx context.Context, cursor uint64, match string, count i
 		count = 10
 	}
 	if cursor > 1<<40 {
-		return nil, 0, fmt.Errorf("%w: cursor", engine.ErrInvalidArgument)
+		return nil, 0, fmt.Errorf("%w: cursor", contract.ErrInvalidArgument)
 	}
 	if err := b.Flush(ctx); err != nil {
 		return nil, 0, err
@@ -222,27 +222,27 @@ var additiveKinds = []string{"counter", "sharded", "pn"}
 // Aggregate sums the additive counters whose id starts with prefix: counter,
 // sharded and pn counters from PostgreSQL after a flush, and each window
 // counter's in-window sum from Redis.
-func (b *Backend) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
-	if len(prefix) > engine.MaxIDLen {
-		return engine.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", engine.ErrInvalidID, engine.MaxIDLen)
+func (b *Backend) Aggregate(ctx context.Context, prefix string) (contract.Aggregate, error) {
+	if len(prefix) > contract.MaxIDLen {
+		return contract.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", contract.ErrInvalidID, contract.MaxIDLen)
 	}
 	if err := b.Flush(ctx); err != nil {
-		return engine.Aggregate{}, err
+		return contract.Aggregate{}, err
 	}
 	sum, n, overflow, err := b.pg.Sum(ctx, prefix, additiveKinds)
 	if err != nil {
-		return engine.Aggregate{}, unavailable(err)
+		return contract.Aggregate{}, unavailable(err)
 	}
 	windows, err := b.pg.PrefixIDs(ctx, prefix, "window")
 	if err != nil {
-		return engine.Aggregate{}, unavailable(err)
+		return contract.Aggregate{}, unavailable(err)
 	}
 	for _, id := range windows {
 		v, err := b.Get(ctx, id)
 		if err != nil {
-			return engine.Aggregate{}, err
+			return contract.Aggregate{}, err
 		}
-		if !v.Exists || v.Kind != engine.KindWindow {
+		if !v.Exists || v.Kind != contract.KindWindow {
 			continue // expired or replaced since the listing
 		}
 		next := sum + v.Value
@@ -254,9 +254,9 @@ func (b *Backend) Aggregate(ctx context.Context, prefix string) (engine.Aggregat
 		n++
 	}
 	if overflow {
-		return engine.Aggregate{}, fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
+		return contract.Aggregate{}, fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 	}
-	return engine.Aggregate{Prefix: prefix, Value: sum, Count: n}, nil
+	return contract.Aggregate{Prefix: prefix, Value: sum, Count: n}, nil
 }
 
 // Len is the number of live counters in PostgreSQL after a flush.
@@ -273,7 +273,7 @@ func (b *Backend) Len(ctx context.Context) (int, error) {
 // (and this node's pending sketches dropped), then the counter keys
 // removed from Redis. Snapshots, the audit log and idempotency records
 // stay. Writes racing with it may survive.
-func (b *Backend) FlushAll(ctx context.Context, _ engine.WriteOptions) error {
+func (b *Backend) FlushAll(ctx context.Context, _ contract.WriteOptions) error {
 	if err := b.Flush(ctx); err != nil {
 		return err
 	}

@@ -9,7 +9,7 @@ import (
 // The backend's named records (records.Store) live in PostgreSQL (table
 // named_records), shared by every node: the rate-limit policies of the
 // tiered mode (ratelimit.RecordPolicies). A PostgreSQL failure is
-// engine.ErrUnavailable.
+// contract.ErrUnavailable.
 
 var _ records.Store = (*Backend)(nil)
 

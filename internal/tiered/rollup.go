@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
@@ -29,7 +30,7 @@ func (b *Backend) Series(ctx context.Context, id string, g rollup.Granularity, f
 	if v, err := b.Get(ctx, id); err != nil {
 		return nil, err
 	} else if v.Exists && !v.Kind.Additive() {
-		return nil, fmt.Errorf("%w: %q is of kind %s; series need an additive kind", engine.ErrWrongKind, id, v.Kind)
+		return nil, fmt.Errorf("%w: %q is of kind %s; series need an additive kind", contract.ErrWrongKind, id, v.Kind)
 	}
 	if b.agg.Pending(id) {
 		if err := b.Flush(ctx); err != nil {
@@ -42,9 +43,9 @@ func (b *Backend) Series(ctx context.Context, id string, g rollup.Granularity, f
 	case st.err != nil:
 		return nil, st.err
 	case errors.Is(err, rollup.ErrInvalid):
-		return nil, fmt.Errorf("%w: %q: %v", engine.ErrInvalidArgument, id, err)
+		return nil, fmt.Errorf("%w: %q: %v", contract.ErrInvalidArgument, id, err)
 	case errors.Is(err, counter.ErrOverflow):
-		return nil, fmt.Errorf("%w: %q: %v", engine.ErrOverflow, id, err)
+		return nil, fmt.Errorf("%w: %q: %v", contract.ErrOverflow, id, err)
 	}
 	return s, err
 }
@@ -70,7 +71,7 @@ func (b *Backend) SetRollup(ctx context.Context, key string, spec rollup.Spec) e
 		return err
 	}
 	if err := spec.Validate(); err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	defer b.uq.invalidateSpecs()
 	return unavailable(b.pg.PutRollup(ctx, key, spec))

@@ -1,4 +1,4 @@
-// Package tiered is counterd's tiered backend: an engine.Backend that keeps
+// Package tiered is counterd's tiered backend: an contract.Backend that keeps
 // hot counters in Redis (internal/store/redis, the source of truth for
 // current values) and writes every change behind to PostgreSQL
 // (internal/store/postgres, the durable record), which Redis reads through
@@ -21,6 +21,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/store/postgres"
@@ -28,9 +29,9 @@ import (
 )
 
 // ErrUnavailable wraps every error caused by Redis or PostgreSQL not
-// answering (or answering too slowly). It wraps engine.ErrUnavailable, so
+// answering (or answering too slowly). It wraps contract.ErrUnavailable, so
 // the front ends answer 503 / TRYAGAIN.
-var ErrUnavailable = fmt.Errorf("tiered: storage unavailable: %w", engine.ErrUnavailable)
+var ErrUnavailable = fmt.Errorf("tiered: storage unavailable: %w", contract.ErrUnavailable)
 
 // Options configure Open. Zero values select the defaults.
 type Options struct {
@@ -40,7 +41,7 @@ type Options struct {
 	// FlushInterval is the write-behind period (default 1 s).
 	FlushInterval time.Duration
 	// Durability is the default for writes that do not ask (default async).
-	Durability engine.Durability
+	Durability contract.Durability
 	// SyncTimeout bounds how long a sync write waits for its batch to
 	// commit before it fails with ErrUnavailable (default 5 s).
 	SyncTimeout time.Duration
@@ -83,8 +84,8 @@ func (o *Options) defaults() {
 	if o.FlushInterval <= 0 {
 		o.FlushInterval = postgres.DefaultFlushInterval
 	}
-	if o.Durability == engine.DurabilityDefault {
-		o.Durability = engine.Async
+	if o.Durability == contract.DurabilityDefault {
+		o.Durability = contract.Async
 	}
 	if o.SyncTimeout <= 0 {
 		o.SyncTimeout = 5 * time.Second
@@ -109,11 +110,11 @@ func (o *Options) defaults() {
 	}
 }
 
-// Backend serves engine.Backend from Redis and PostgreSQL. It is safe for
+// Backend serves contract.Backend from Redis and PostgreSQL. It is safe for
 // concurrent use; call Close.
 type Backend struct {
 	opts   Options
-	limits engine.Limits // what Apply and ApplyBatch accept, from opts
+	limits contract.Limits // what Apply and ApplyBatch accept, from opts
 	rs     *redisstore.Store
 	pg     *postgres.Store
 	agg    *postgres.Aggregator
@@ -140,7 +141,7 @@ type Backend struct {
 	closeErr  error
 }
 
-var _ engine.Backend = (*Backend)(nil)
+var _ contract.Backend = (*Backend)(nil)
 
 // Open runs the PostgreSQL migrations, opens both stores and starts the
 // write-behind aggregator (and the snapshot loop if asked).
@@ -266,7 +267,7 @@ func (b *Backend) Snapshot(ctx context.Context) (int64, error) {
 // ValueAt is a point-in-time read: id's value in the latest snapshot taken
 // at or before t; ok is false when there is none.
 func (b *Backend) ValueAt(ctx context.Context, id string, t time.Time) (int64, bool, error) {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return 0, false, err
 	}
 	v, ok, err := b.pg.ValueAt(ctx, id, t)
@@ -288,8 +289,8 @@ func (b *Backend) Aggregator() *postgres.Aggregator { return b.agg }
 func (b *Backend) Now() time.Time { return b.opts.Now() }
 
 // Stats reports mutations and flushes since Open.
-func (b *Backend) Stats() engine.Stats {
-	return engine.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load(), FlushFailures: b.failed.Load()}
+func (b *Backend) Stats() contract.Stats {
+	return contract.Stats{Ops: b.ops.Load(), Flushes: b.flushes.Load(), FlushFailures: b.failed.Load()}
 }
 
 // Ready is nil while Redis and PostgreSQL both answer within a second and
@@ -325,7 +326,7 @@ func mapOpErr(id string, err error) error {
 		if errors.As(err, &re) && re.Detail != "" {
 			detail = re.Detail
 		}
-		return fmt.Errorf("%w: %w: %q: %s", engine.ErrInvalidArgument, engine.ErrTooLate, id, detail)
+		return fmt.Errorf("%w: %w: %q: %s", contract.ErrInvalidArgument, engine.ErrTooLate, id, detail)
 	}
 	for _, m := range errMap {
 		if errors.Is(err, m.from) {
@@ -343,8 +344,8 @@ func mapOpErr(id string, err error) error {
 			return &storeError{sentinel: m.to, msg: m.to.Error() + ": " + detail, cause: err}
 		}
 	}
-	for _, s := range []error{engine.ErrInvalidID, engine.ErrInvalidArgument, engine.ErrWrongKind, engine.ErrOverflow, engine.ErrNotFloat, engine.ErrFloatRange, engine.ErrNotInteger,
-		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrNotFound, engine.ErrQuotaExceeded, engine.ErrUnavailable} {
+	for _, s := range []error{contract.ErrInvalidID, contract.ErrInvalidArgument, contract.ErrWrongKind, contract.ErrOverflow, contract.ErrNotFloat, contract.ErrFloatRange, contract.ErrNotInteger,
+		contract.ErrVersionConflict, contract.ErrIdempotencyReuse, contract.ErrNotFound, contract.ErrQuotaExceeded, contract.ErrUnavailable} {
 		if errors.Is(err, s) {
 			return err
 		}
@@ -353,13 +354,13 @@ func mapOpErr(id string, err error) error {
 }
 
 var errMap = []struct{ from, to error }{
-	{redisstore.ErrWrongKind, engine.ErrWrongKind},
-	{redisstore.ErrOverflow, engine.ErrOverflow},
-	{redisstore.ErrVersionConflict, engine.ErrVersionConflict},
-	{redisstore.ErrInvalidArgument, engine.ErrInvalidArgument},
-	{redisstore.ErrNotFloat, engine.ErrNotFloat},
-	{redisstore.ErrFloatRange, engine.ErrFloatRange},
-	{redisstore.ErrNotInteger, engine.ErrNotInteger},
+	{redisstore.ErrWrongKind, contract.ErrWrongKind},
+	{redisstore.ErrOverflow, contract.ErrOverflow},
+	{redisstore.ErrVersionConflict, contract.ErrVersionConflict},
+	{redisstore.ErrInvalidArgument, contract.ErrInvalidArgument},
+	{redisstore.ErrNotFloat, contract.ErrNotFloat},
+	{redisstore.ErrFloatRange, contract.ErrFloatRange},
+	{redisstore.ErrNotInteger, contract.ErrNotInteger},
 	{redisstore.ErrUnavailable, ErrUnavailable},
 	{redisstore.ErrClosed, ErrUnavailable},
 	{context.DeadlineExceeded, ErrUnavailable},
@@ -371,7 +372,7 @@ const unavailableMsg = "engine: unavailable: the tiered store did not answer; th
 
 // unavailable wraps a PostgreSQL (or other infrastructure) error.
 func unavailable(err error) error {
-	if err == nil || errors.Is(err, engine.ErrUnavailable) {
+	if err == nil || errors.Is(err, contract.ErrUnavailable) {
 		return err
 	}
 	return &storeError{sentinel: ErrUnavailable, msg: unavailableMsg, cause: err}

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/tiered"
@@ -32,42 +32,42 @@ func testEveryKind(t *testing.T, s setup) {
 		t.Errorf("PFCount = %d %v %v", n, se, err)
 	}
 	// wrong kind, overflow: typed errors, nothing changed
-	if _, err := e.b.Apply(ctx, add("h", engine.KindNone, 1), engine.WriteOptions{}); !errors.Is(err, engine.ErrWrongKind) {
+	if _, err := e.b.Apply(ctx, add("h", contract.KindNone, 1), contract.WriteOptions{}); !errors.Is(err, contract.ErrWrongKind) {
 		t.Errorf("add to hash: %v", err)
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "big", Value: math.MaxInt64 - 1})
-	if _, err := e.b.Apply(ctx, add("big", engine.KindNone, 5), engine.WriteOptions{}); !errors.Is(err, engine.ErrOverflow) {
+	apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "big", Value: math.MaxInt64 - 1})
+	if _, err := e.b.Apply(ctx, add("big", contract.KindNone, 5), contract.WriteOptions{}); !errors.Is(err, contract.ErrOverflow) {
 		t.Errorf("overflow: %v", err)
 	}
 	if v := view(t, e.b, "big"); v.Value != math.MaxInt64-1 {
 		t.Errorf("big after overflow = %d", v.Value)
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "p53", Value: 1<<53 + 1})
-	if r := apply(t, e.b, add("p53", engine.KindNone, 2)); r.Value != 1<<53+3 {
+	apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "p53", Value: 1<<53 + 1})
+	if r := apply(t, e.b, add("p53", contract.KindNone, 2)); r.Value != 1<<53+3 {
 		t.Errorf("add above 2^53 = %d, want %d (exact int64)", r.Value, int64(1<<53+3))
 	}
-	if _, err := e.b.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: ""}, engine.WriteOptions{}); !errors.Is(err, engine.ErrInvalidID) {
+	if _, err := e.b.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: ""}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
 		t.Errorf("empty id: %v", err)
 	}
 	// set with version, NX, delete, expire, hdel, pfmerge
-	if _, err := e.b.Apply(ctx, engine.Op{Type: engine.OpSet, ID: "c", Value: 1, CheckVersion: true, ExpectedVersion: 99}, engine.WriteOptions{}); !errors.Is(err, engine.ErrVersionConflict) {
+	if _, err := e.b.Apply(ctx, contract.Op{Type: contract.OpSet, ID: "c", Value: 1, CheckVersion: true, ExpectedVersion: 99}, contract.WriteOptions{}); !errors.Is(err, contract.ErrVersionConflict) {
 		t.Errorf("set with stale version: %v", err)
 	}
-	if r := apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "c", Value: 1, SetMode: engine.SetIfAbsent}); r.Changed {
+	if r := apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "c", Value: 1, SetMode: contract.SetIfAbsent}); r.Changed {
 		t.Errorf("SET NX on existing changed it: %+v", r)
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpExpire, ID: "c", TTL: time.Hour})
+	apply(t, e.b, contract.Op{Type: contract.OpExpire, ID: "c", TTL: time.Hour})
 	if ttl, has, ok, err := e.b.TTL(ctx, "c"); err != nil || !has || !ok || ttl < 59*time.Minute {
 		t.Errorf("TTL = %v %v %v %v", ttl, has, ok, err)
 	}
-	if r := apply(t, e.b, engine.Op{Type: engine.OpHDel, ID: "h", Names: []string{"likes", "nope"}}); r.Value != 1 {
+	if r := apply(t, e.b, contract.Op{Type: contract.OpHDel, ID: "h", Names: []string{"likes", "nope"}}); r.Value != 1 {
 		t.Errorf("HDEL = %+v", r)
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "u2", Items: [][]byte{[]byte("c")}})
-	if r := apply(t, e.b, engine.Op{Type: engine.OpPFMerge, ID: "u3", Sources: []string{"u", "u2"}}); r.Value != 3 {
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "u2", Items: [][]byte{[]byte("c")}})
+	if r := apply(t, e.b, contract.Op{Type: contract.OpPFMerge, ID: "u3", Sources: []string{"u", "u2"}}); r.Value != 3 {
 		t.Errorf("PFMERGE = %+v", r)
 	}
-	if r := apply(t, e.b, engine.Op{Type: engine.OpDelete, ID: "pn"}); !r.Changed {
+	if r := apply(t, e.b, contract.Op{Type: contract.OpDelete, ID: "pn"}); !r.Changed {
 		t.Errorf("DEL = %+v", r)
 	}
 	if v := view(t, e.b, "pn"); v.Exists {
@@ -78,9 +78,9 @@ func testEveryKind(t *testing.T, s setup) {
 func testCacheMissRestoresFromPostgres(t *testing.T, s setup) {
 	e := s.env(t, nil)
 	allKinds(t, e.b)
-	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "ttl", Value: 4, TTL: time.Hour})
-	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "gone", Value: 4})
-	apply(t, e.b, engine.Op{Type: engine.OpDelete, ID: "gone"})
+	apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "ttl", Value: 4, TTL: time.Hour})
+	apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "gone", Value: 4})
+	apply(t, e.b, contract.Op{Type: contract.OpDelete, ID: "gone"})
 	before := view(t, e.b, "c").Version
 	// No explicit flush: the loader flushes pending changes of an id first.
 	e.flushRedis(t)
@@ -98,7 +98,7 @@ func testCacheMissRestoresFromPostgres(t *testing.T, s setup) {
 		t.Errorf("deleted counter came back: %+v", v)
 	}
 	// Increments after the reload count on top, once.
-	apply(t, e.b, add("c", engine.KindNone, 10))
+	apply(t, e.b, add("c", contract.KindNone, 10))
 	if err := e.b.Flush(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func testFlushRetryAfterLostAckAppliesOnce(t *testing.T, s setup) {
 	})
 	ctx := context.Background()
 	for i := 0; i < 100; i++ {
-		apply(t, e.b, add("x", engine.KindNone, 1))
+		apply(t, e.b, add("x", contract.KindNone, 1))
 	}
 	if err := e.b.Flush(ctx); err == nil {
 		t.Fatal("first flush: want the injected error")
@@ -143,8 +143,8 @@ func testFlushRetryAfterLostAckAppliesOnce(t *testing.T, s setup) {
 func testIdempotency(t *testing.T, s setup) {
 	e := s.env(t, nil)
 	ctx := context.Background()
-	wo := engine.WriteOptions{IdempotencyKey: "order-1"}
-	op := add("o", engine.KindNone, 5)
+	wo := contract.WriteOptions{IdempotencyKey: "order-1"}
+	op := add("o", contract.KindNone, 5)
 	var wg sync.WaitGroup
 	for i := 0; i < 8; i++ { // concurrent retries apply once
 		wg.Add(1)
@@ -160,7 +160,7 @@ func testIdempotency(t *testing.T, s setup) {
 	if err != nil || !r.Replayed || r.Value != 5 {
 		t.Fatalf("replay = %+v, %v", r, err)
 	}
-	if _, err := e.b.Apply(ctx, add("o", engine.KindNone, 6), wo); !errors.Is(err, engine.ErrIdempotencyReuse) {
+	if _, err := e.b.Apply(ctx, add("o", contract.KindNone, 6), wo); !errors.Is(err, contract.ErrIdempotencyReuse) {
 		t.Fatalf("reuse: %v", err)
 	}
 	// A new backend (a restarted counterd) still knows the key.
@@ -172,12 +172,12 @@ func testIdempotency(t *testing.T, s setup) {
 		t.Fatalf("o = %d, want 5", v.Value)
 	}
 	// A failed op frees its key.
-	bad := engine.WriteOptions{IdempotencyKey: "bad"}
-	apply(t, e.b, engine.Op{Type: engine.OpHAdd, ID: "hh", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
-	if _, err := e.b.Apply(ctx, add("hh", engine.KindNone, 1), bad); !errors.Is(err, engine.ErrWrongKind) {
+	bad := contract.WriteOptions{IdempotencyKey: "bad"}
+	apply(t, e.b, contract.Op{Type: contract.OpHAdd, ID: "hh", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
+	if _, err := e.b.Apply(ctx, add("hh", contract.KindNone, 1), bad); !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatal(err)
 	}
-	if _, err := e.b.Apply(ctx, add("ok", engine.KindNone, 1), bad); err != nil {
+	if _, err := e.b.Apply(ctx, add("ok", contract.KindNone, 1), bad); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -185,24 +185,24 @@ func testIdempotency(t *testing.T, s setup) {
 func testBatchUndoesAddsOnFailure(t *testing.T, s setup) {
 	e := s.env(t, nil)
 	ctx := context.Background()
-	apply(t, e.b, engine.Op{Type: engine.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
-	_, err := e.b.ApplyBatch(ctx, []engine.Op{add("a", engine.KindNone, 3), add("h", engine.KindNone, 1)}, engine.WriteOptions{})
-	var be *engine.BatchError
-	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, engine.ErrWrongKind) {
+	apply(t, e.b, contract.Op{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 1}}})
+	_, err := e.b.ApplyBatch(ctx, []contract.Op{add("a", contract.KindNone, 3), add("h", contract.KindNone, 1)}, contract.WriteOptions{})
+	var be *contract.BatchError
+	if !errors.As(err, &be) || be.Index != 1 || !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatalf("batch: %v", err)
 	}
 	if v := view(t, e.b, "a"); v.Value != 0 {
 		t.Fatalf("a = %d after failed batch, want 0", v.Value)
 	}
-	res, err := e.b.ApplyBatch(ctx, []engine.Op{add("a", engine.KindNone, 3), add("b", engine.KindNone, 4)}, engine.WriteOptions{Durability: engine.Sync})
+	res, err := e.b.ApplyBatch(ctx, []contract.Op{add("a", contract.KindNone, 3), add("b", contract.KindNone, 4)}, contract.WriteOptions{Durability: contract.Sync})
 	if err != nil || res[1].Value != 4 {
 		t.Fatalf("batch = %+v, %v", res, err)
 	}
 }
 
 func testSyncWaitsForCommit(t *testing.T, s setup) {
-	e := s.env(t, func(o *tiered.Options) { o.FlushInterval = time.Hour; o.Durability = engine.Sync })
-	apply(t, e.b, add("s", engine.KindNone, 3)) // kicks a flush and waits for it
+	e := s.env(t, func(o *tiered.Options) { o.FlushInterval = time.Hour; o.Durability = contract.Sync })
+	apply(t, e.b, add("s", contract.KindNone, 3)) // kicks a flush and waits for it
 	rec, ok, err := e.b.Postgres().Load(context.Background(), "s")
 	if err != nil || !ok || rec.Value != 3 {
 		t.Fatalf("PostgreSQL after a sync add: %+v %v %v", rec, ok, err)
@@ -213,9 +213,9 @@ func testScanLenAggregateFlushAll(t *testing.T, s setup) {
 	e := s.env(t, nil)
 	ctx := context.Background()
 	for i := 0; i < 25; i++ {
-		apply(t, e.b, add(fmt.Sprintf("p:%02d", i), engine.KindNone, int64(i)))
+		apply(t, e.b, add(fmt.Sprintf("p:%02d", i), contract.KindNone, int64(i)))
 	}
-	apply(t, e.b, add("q", engine.KindSharded, 100))
+	apply(t, e.b, add("q", contract.KindSharded, 100))
 	if n, err := e.b.Len(ctx); err != nil || n != 26 {
 		t.Fatalf("Len = %d %v", n, err)
 	}
@@ -240,7 +240,7 @@ func testScanLenAggregateFlushAll(t *testing.T, s setup) {
 	if k := counterKeys(t, e); k < 52 {
 		t.Fatalf("%d counter keys in Redis before FlushAll, want at least 52", k)
 	}
-	if err := e.b.FlushAll(ctx, engine.WriteOptions{}); err != nil {
+	if err := e.b.FlushAll(ctx, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if k := counterKeys(t, e); k != 0 {
@@ -257,9 +257,9 @@ func testSeriesFromPostgres(t *testing.T, su setup) {
 	clock.Store(now.UnixNano())
 	e := su.env(t, func(o *tiered.Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
 	ctx := context.Background()
-	apply(t, e.b, add("views:a", engine.KindNone, 3))
+	apply(t, e.b, add("views:a", contract.KindNone, 3))
 	clock.Add(int64(2 * time.Hour))
-	apply(t, e.b, add("views:a", engine.KindNone, 4))
+	apply(t, e.b, add("views:a", contract.KindNone, 4))
 	s, err := e.b.Series(ctx, "views:a", rollup.Hour, now.Add(-time.Hour), now.Add(2*time.Hour))
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +276,7 @@ func testSeriesFromPostgres(t *testing.T, su setup) {
 	if all, err := e.b.Rollups(ctx); err != nil || len(all) != 1 {
 		t.Fatalf("rollups = %v %v", all, err)
 	}
-	if _, err := e.b.Uniques(ctx, "views:a", rollup.Day, 7); !errors.Is(err, engine.ErrWrongKind) {
+	if _, err := e.b.Uniques(ctx, "views:a", rollup.Day, 7); !errors.Is(err, contract.ErrWrongKind) {
 		t.Fatalf("uniques: %v", err)
 	}
 }
@@ -284,13 +284,13 @@ func testSeriesFromPostgres(t *testing.T, su setup) {
 func testSnapshotAndValueAt(t *testing.T, s setup) {
 	e := s.env(t, func(o *tiered.Options) { o.SnapshotInterval = 20 * time.Millisecond })
 	ctx := context.Background()
-	apply(t, e.b, add("snap", engine.KindNone, 11))
+	apply(t, e.b, add("snap", contract.KindNone, 11))
 	id, err := e.b.Snapshot(ctx)
 	if err != nil || id == 0 {
 		t.Fatal(id, err)
 	}
 	at := time.Now()
-	apply(t, e.b, add("snap", engine.KindNone, 1))
+	apply(t, e.b, add("snap", contract.KindNone, 1))
 	if v, ok, err := e.b.ValueAt(ctx, "snap", at); err != nil || !ok || v != 11 {
 		t.Fatalf("ValueAt = %d %v %v", v, ok, err)
 	}
@@ -316,7 +316,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 		t.Skip("needs a private redis-server")
 	}
 	ctx := context.Background()
-	apply(t, e.b, add("r", engine.KindNone, 2))
+	apply(t, e.b, add("r", contract.KindNone, 2))
 	if err := e.b.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -324,7 +324,7 @@ func TestRedisDownIsUnavailable(t *testing.T) {
 	if err := e.b.Ready(); !isUnavailable(err) {
 		t.Fatalf("Ready with Redis down: %v", err)
 	}
-	_, err := e.b.Apply(ctx, add("r", engine.KindNone, 1), engine.WriteOptions{})
+	_, err := e.b.Apply(ctx, add("r", contract.KindNone, 1), contract.WriteOptions{})
 	if !isUnavailable(err) {
 		t.Fatalf("Apply with Redis down: %v", err)
 	}
@@ -351,17 +351,17 @@ func TestPostgresRestartKeepsSyncWrites(t *testing.T) {
 	e := &env{dsn: pg.DSN(t)}
 	e.rd = newEnv(t, nil).rd // a private Redis
 	e.b = e.open(t, func(o *tiered.Options) {
-		o.Durability, o.SyncTimeout = engine.Sync, 500*time.Millisecond
+		o.Durability, o.SyncTimeout = contract.Sync, 500*time.Millisecond
 		o.Postgres.ConnectTimeout = 300 * time.Millisecond
 	})
 	ctx := context.Background()
 	acked := 0
 	for i := 0; i < 20; i++ {
-		apply(t, e.b, add("k", engine.KindNone, 1))
+		apply(t, e.b, add("k", contract.KindNone, 1))
 		acked++
 	}
 	pg.Stop(t)
-	if _, err := e.b.Apply(ctx, add("k", engine.KindNone, 1), engine.WriteOptions{}); !isUnavailable(err) {
+	if _, err := e.b.Apply(ctx, add("k", contract.KindNone, 1), contract.WriteOptions{}); !isUnavailable(err) {
 		t.Fatalf("sync add with PostgreSQL down: %v", err)
 	}
 	if err := e.b.Ready(); !isUnavailable(err) {
@@ -380,7 +380,7 @@ func TestPostgresRestartKeepsSyncWrites(t *testing.T) {
 	for e.b.Ready() != nil && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
 	}
-	apply(t, e.b, add("k", engine.KindNone, 1)) // the unacked one is written too
+	apply(t, e.b, add("k", contract.KindNone, 1)) // the unacked one is written too
 	acked++
 	rec, _, err := e.b.Postgres().Load(ctx, "k")
 	if err != nil || rec.Value < int64(acked) || rec.Value > int64(acked)+1 {
@@ -401,7 +401,7 @@ func testCancelledWritesStayConsistent(t *testing.T, s setup) {
 			defer wg.Done()
 			for i := 0; i < 50; i++ {
 				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%5)*50*time.Microsecond)
-				_, _ = e.b.Apply(ctx, add("cx", engine.KindNone, 1), engine.WriteOptions{})
+				_, _ = e.b.Apply(ctx, add("cx", contract.KindNone, 1), contract.WriteOptions{})
 				cancel()
 			}
 		}()
@@ -425,19 +425,19 @@ func testCancelledWritesStayConsistent(t *testing.T, s setup) {
 func TestErrorsDoNotLeakInternals(t *testing.T) {
 	e := newEnv(t, nil)
 	ctx := context.Background()
-	apply(t, e.b, engine.Op{Type: engine.OpSet, ID: "v", Value: 7})
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a")}})
+	apply(t, e.b, contract.Op{Type: contract.OpSet, ID: "v", Value: 7})
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("a")}})
 	for _, c := range []struct {
 		name string
-		op   engine.Op
+		op   contract.Op
 		want error
 		msg  string
 	}{
-		{"stale version", engine.Op{Type: engine.OpSet, ID: "v", Value: 9, CheckVersion: true, ExpectedVersion: 5}, engine.ErrVersionConflict,
+		{"stale version", contract.Op{Type: contract.OpSet, ID: "v", Value: 9, CheckVersion: true, ExpectedVersion: 5}, contract.ErrVersionConflict,
 			`engine: version conflict: "v": version is 1, not 5`},
-		{"add to an hll", add("u", engine.KindNone, 1), engine.ErrWrongKind, `engine: operation against a counter of the wrong kind: "u": `},
+		{"add to an hll", add("u", contract.KindNone, 1), contract.ErrWrongKind, `engine: operation against a counter of the wrong kind: "u": `},
 	} {
-		_, err := e.b.Apply(ctx, c.op, engine.WriteOptions{})
+		_, err := e.b.Apply(ctx, c.op, contract.WriteOptions{})
 		if !errors.Is(err, c.want) {
 			t.Fatalf("%s: %v, want %v", c.name, err, c.want)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
@@ -155,7 +156,7 @@ func (b *Backend) addUniques(ctx context.Context, id string, items [][]byte) err
 	}
 	h, err := counter.NewHLL(spec.Precision)
 	if err != nil {
-		return fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
+		return fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	for _, it := range items {
 		h.Add(it)
@@ -308,17 +309,17 @@ func (b *Backend) Uniques(ctx context.Context, id string, unit rollup.Granularit
 	}
 	su, ok := unitOf(unit)
 	if !ok {
-		return nil, fmt.Errorf("%w: unique counts are per hour or per day, not per %s", engine.ErrInvalidArgument, unit)
+		return nil, fmt.Errorf("%w: unique counts are per hour or per day, not per %s", contract.ErrInvalidArgument, unit)
 	}
 	if n < 1 {
-		return nil, fmt.Errorf("%w: last %d %ss: at least 1", engine.ErrInvalidArgument, n, unit)
+		return nil, fmt.Errorf("%w: last %d %ss: at least 1", contract.ErrInvalidArgument, n, unit)
 	}
 	v, err := b.Get(ctx, id)
 	if err != nil {
 		return nil, err
 	}
-	if v.Exists && v.Kind != engine.KindHLL {
-		return nil, fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", engine.ErrWrongKind, id, v.Kind)
+	if v.Exists && v.Kind != contract.KindHLL {
+		return nil, fmt.Errorf("%w: %q is of kind %s; unique counts need kind hll", contract.ErrWrongKind, id, v.Kind)
 	}
 	return b.uniques(ctx, id, su, n, v.Exists)
 }
@@ -334,7 +335,7 @@ func (b *Backend) uniques(ctx context.Context, id string, su sketchUnit, n int, 
 		return nil, engine.NoSketches(id, unit, exists)
 	}
 	if mx := maxUnits(&spec, unit); n > mx {
-		return nil, fmt.Errorf("%w: %q: last %d %ss: the %s sketches answer 1..%d", engine.ErrInvalidArgument, id, n, unit, unit, mx)
+		return nil, fmt.Errorf("%w: %q: last %d %ss: the %s sketches answer 1..%d", contract.ErrInvalidArgument, id, n, unit, unit, mx)
 	}
 	now := b.opts.Now().UnixNano()
 	last := unit.Bucket(now)

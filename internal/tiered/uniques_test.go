@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
@@ -53,7 +53,7 @@ func fillDays(tb testing.TB, b *tiered.Backend, c *fakeClock, id string, days, p
 		for k := range common {
 			items = append(items, fmt.Appendf(nil, "common%d", k))
 		}
-		if _, err := b.Apply(ctx, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items}, engine.WriteOptions{}); err != nil {
+		if _, err := b.Apply(ctx, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items}, contract.WriteOptions{}); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -121,7 +121,7 @@ func testUniquesTiered(t *testing.T, s setup) {
 	// Adds after a loss land in sketches that are then filled from
 	// PostgreSQL, not replaced.
 	e.flushRedis(t)
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "visits:home", Items: [][]byte{[]byte("late")}})
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "visits:home", Items: [][]byte{[]byte("late")}})
 	within3(t, "last 1d after FLUSHALL and an add", uniques(t, e.b, "visits:home", rollup.Day, 1), perDay+common+1)
 
 	// A reopened backend (empty memory, flushed on Close) reads the same.
@@ -145,10 +145,10 @@ func TestUniquesPrecisionAndUnits(t *testing.T) {
 	if est.Precision != 12 || math.Abs(est.StdError-1.04/64) > 1e-9 {
 		t.Errorf("p=12 estimate: %+v", est)
 	}
-	if _, err := e.b.Uniques(ctx, "hours:x", rollup.Day, 1); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := e.b.Uniques(ctx, "hours:x", rollup.Day, 1); !errors.Is(err, contract.ErrNotFound) {
 		t.Errorf("day uniques of an hours-only spec: %v, want ErrNotFound", err)
 	}
-	if _, err := e.b.Uniques(ctx, "hours:x", rollup.Hour, 25); !errors.Is(err, engine.ErrInvalidArgument) {
+	if _, err := e.b.Uniques(ctx, "hours:x", rollup.Hour, 25); !errors.Is(err, contract.ErrInvalidArgument) {
 		t.Errorf("25h of a 24h retention: %v, want ErrInvalidArgument", err)
 	}
 	// A missing counter under a spec counts 0.
@@ -160,26 +160,26 @@ func TestUniquesPrecisionAndUnits(t *testing.T) {
 func TestUniquesBadInput(t *testing.T) {
 	e, _ := newUniquesEnv(t, setup{}, "v", rollup.DefaultSpec())
 	ctx := context.Background()
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "v:a", Items: [][]byte{[]byte("x")}})
-	apply(t, e.b, add("v:count", engine.KindNone, 1))
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "nospec:a", Items: [][]byte{[]byte("x")}})
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "v:a", Items: [][]byte{[]byte("x")}})
+	apply(t, e.b, add("v:count", contract.KindNone, 1))
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "nospec:a", Items: [][]byte{[]byte("x")}})
 	cases := []struct {
 		id   string
 		unit rollup.Granularity
 		n    int
 		want error
 	}{
-		{"v:a", rollup.Day, 0, engine.ErrInvalidArgument},
-		{"v:a", rollup.Day, -1, engine.ErrInvalidArgument},
-		{"v:a", rollup.Day, 401, engine.ErrInvalidArgument},
-		{"v:a", rollup.Hour, 49, engine.ErrInvalidArgument}, // DefaultSpec keeps 48h
-		{"v:a", rollup.Minute, 1, engine.ErrInvalidArgument},
-		{"v:a", rollup.Month, 1, engine.ErrInvalidArgument},
-		{"v:a", rollup.Granularity(9), 1, engine.ErrInvalidArgument},
-		{"v:count", rollup.Day, 1, engine.ErrWrongKind},
-		{"nospec:a", rollup.Day, 1, engine.ErrNotFound},
-		{"", rollup.Day, 1, engine.ErrInvalidID},
-		{"}a", rollup.Day, 1, engine.ErrInvalidID},
+		{"v:a", rollup.Day, 0, contract.ErrInvalidArgument},
+		{"v:a", rollup.Day, -1, contract.ErrInvalidArgument},
+		{"v:a", rollup.Day, 401, contract.ErrInvalidArgument},
+		{"v:a", rollup.Hour, 49, contract.ErrInvalidArgument}, // DefaultSpec keeps 48h
+		{"v:a", rollup.Minute, 1, contract.ErrInvalidArgument},
+		{"v:a", rollup.Month, 1, contract.ErrInvalidArgument},
+		{"v:a", rollup.Granularity(9), 1, contract.ErrInvalidArgument},
+		{"v:count", rollup.Day, 1, contract.ErrWrongKind},
+		{"nospec:a", rollup.Day, 1, contract.ErrNotFound},
+		{"", rollup.Day, 1, contract.ErrInvalidID},
+		{"}a", rollup.Day, 1, contract.ErrInvalidID},
 	}
 	for _, tc := range cases {
 		if _, err := e.b.Uniques(ctx, tc.id, tc.unit, tc.n); !errors.Is(err, tc.want) {
@@ -193,7 +193,7 @@ func TestUniquesBadInput(t *testing.T) {
 	if _, err := e.b.DeleteRollup(ctx, "v"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.b.Uniques(ctx, "v:a", rollup.Day, 1); !errors.Is(err, engine.ErrNotFound) {
+	if _, err := e.b.Uniques(ctx, "v:a", rollup.Day, 1); !errors.Is(err, contract.ErrNotFound) {
 		t.Errorf("after DeleteRollup: %v, want ErrNotFound", err)
 	}
 }
@@ -207,7 +207,7 @@ func testUniquesDeletedWithCounter(t *testing.T, s setup) {
 	if est := uniques(t, e.b, "v:a", rollup.Day, 30); est.Value != 90 {
 		t.Fatalf("before delete: %+v", est)
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpDelete, ID: "v:a"})
+	apply(t, e.b, contract.Op{Type: contract.OpDelete, ID: "v:a"})
 	for _, flush := range []bool{false, true} {
 		if flush {
 			e.flushRedis(t)
@@ -216,11 +216,11 @@ func testUniquesDeletedWithCounter(t *testing.T, s setup) {
 			t.Errorf("after delete (Redis flushed: %v): %+v", flush, est)
 		}
 	}
-	apply(t, e.b, engine.Op{Type: engine.OpPFAdd, ID: "v:a", Items: [][]byte{[]byte("new")}})
+	apply(t, e.b, contract.Op{Type: contract.OpPFAdd, ID: "v:a", Items: [][]byte{[]byte("new")}})
 	if est := uniques(t, e.b, "v:a", rollup.Day, 30); est.Value != 1 {
 		t.Errorf("new counter: %+v", est)
 	}
-	if err := e.b.FlushAll(ctx, engine.WriteOptions{}); err != nil {
+	if err := e.b.FlushAll(ctx, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if est := uniques(t, e.b, "v:a", rollup.Day, 30); est.Value != 0 {

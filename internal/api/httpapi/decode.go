@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/httpjson"
 )
@@ -37,8 +38,8 @@ func (h *Handler) decodeBody(w http.ResponseWriter, r *http.Request, v any) erro
 // argError is a field-level validation error raised while decoding.
 type argError struct{ msg string }
 
-func (e *argError) Error() string { return engine.ErrInvalidArgument.Error() + ": " + e.msg }
-func (e *argError) Unwrap() error { return engine.ErrInvalidArgument }
+func (e *argError) Error() string { return contract.ErrInvalidArgument.Error() + ": " + e.msg }
+func (e *argError) Unwrap() error { return contract.ErrInvalidArgument }
 
 // isJSONInteger reports whether the JSON literal b is an integer number
 // (no fraction, no exponent). b is known to be valid JSON.
@@ -87,7 +88,7 @@ func (t *jsonTime) UnmarshalJSON(b []byte) error {
 	}
 	at, err := engine.ParseEventTime(text)
 	if err != nil {
-		return &argError{"ts: " + strings.TrimPrefix(err.Error(), engine.ErrInvalidArgument.Error()+": ")}
+		return &argError{"ts: " + strings.TrimPrefix(err.Error(), contract.ErrInvalidArgument.Error()+": ")}
 	}
 	t.At, t.Set = at, true
 	return nil
@@ -181,7 +182,7 @@ func parseDuration(name, s string) (time.Duration, error) {
 // pathID returns the validated path wildcard {id}.
 func pathID(r *http.Request) (string, error) {
 	id := r.PathValue("id")
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return "", err
 	}
 	return id, nil
@@ -192,8 +193,8 @@ const MaxIdempotencyKeyLen = 255
 
 // writeOptions reads the Idempotency-Key header and the durability override
 // (?durability= or Counterd-Durability) of a mutation.
-func writeOptions(r *http.Request) (engine.WriteOptions, error) {
-	var wo engine.WriteOptions
+func writeOptions(r *http.Request) (contract.WriteOptions, error) {
+	var wo contract.WriteOptions
 	if vals, ok := r.Header["Idempotency-Key"]; ok {
 		if len(vals) != 1 {
 			return wo, invalidArgf("Idempotency-Key given %d times", len(vals))
@@ -222,7 +223,7 @@ func writeOptions(r *http.Request) (engine.WriteOptions, error) {
 		}
 	}
 	if len(ds) > 0 {
-		d, err := engine.ParseDurability(ds[0])
+		d, err := contract.ParseDurability(ds[0])
 		if err != nil {
 			return wo, err
 		}

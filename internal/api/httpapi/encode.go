@@ -6,8 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/httpjson"
 )
 
@@ -163,7 +163,7 @@ type statusAnswer struct {
 // batch op name). Single routes and batch results share it, and it is a
 // pure function of the Result, so an idempotent replay answers the same
 // bytes.
-func resultBody(name string, res engine.Result) any {
+func resultBody(name string, res contract.Result) any {
 	switch name {
 	case "set":
 		return setAnswer{ID: res.ID, Value: res.Value, Version: res.Version, Status: "ok"}
@@ -178,7 +178,7 @@ func resultBody(name string, res engine.Result) any {
 	case "hincr":
 		return hincrAnswer{ID: res.ID, Fields: fieldMap(res.Fields), Status: "ok"}
 	default: // increment, decrement
-		if res.Kind == engine.KindFloat {
+		if res.Kind == contract.KindFloat {
 			return floatAddAnswer{Value: floatValue(res.Float), Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
 		}
 		return addAnswer{Value: res.Value, Status: "ok", ID: res.ID, Version: res.Version, Kind: res.Kind.String()}
@@ -228,14 +228,14 @@ type viewJSON struct {
 	Buckets     *[]bucketJSON   `json:"buckets,omitempty"`
 }
 
-func viewBody(id string, v engine.View) viewJSON {
+func viewBody(id string, v contract.View) viewJSON {
 	out := viewJSON{ID: id, Kind: v.Kind.String(), Value: v.Value, Version: v.Version, Exists: v.Exists}
 	if !v.Exists {
-		out.Kind = engine.KindNone.String()
+		out.Kind = contract.KindNone.String()
 		out.Value, out.Version = int64(0), 0
 		return out
 	}
-	if v.Kind == engine.KindFloat {
+	if v.Kind == contract.KindFloat {
 		out.Value = floatValue(v.Float)
 	}
 	if !v.UpdatedAt.IsZero() {
@@ -247,22 +247,22 @@ func viewBody(id string, v engine.View) viewJSON {
 		out.ExpiresAt = &s
 	}
 	switch v.Kind {
-	case engine.KindSharded:
+	case contract.KindSharded:
 		shards := append([]int64{}, v.Shards...)
 		out.Shards = &shards
-	case engine.KindPN:
+	case contract.KindPN:
 		reps := make([]replicaJSON, 0, len(v.Replicas))
 		for _, s := range v.Replicas {
 			reps = append(reps, replicaOf(s))
 		}
 		out.Replicas = &reps
-	case engine.KindHLL:
+	case contract.KindHLL:
 		se, p := v.StdError, v.Precision
 		out.StdError, out.Precision = &se, &p
-	case engine.KindHash:
+	case contract.KindHash:
 		m := fieldMap(v.Fields)
 		out.Fields = &m
-	case engine.KindWindow:
+	case contract.KindWindow:
 		wb := windowBody(id, v)
 		out.Granularity, out.Window, out.Fixed, out.Buckets = &wb.Granularity, &wb.Window, &wb.Fixed, &wb.Buckets
 	}
@@ -280,7 +280,7 @@ type windowAnswer struct {
 	Exists      bool         `json:"exists"`
 }
 
-func windowBody(id string, v engine.View) windowAnswer {
+func windowBody(id string, v contract.View) windowAnswer {
 	g, span, fixed := windowSpecOf(v.Window)
 	out := windowAnswer{
 		ID:          id,

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/httpjson"
 )
 
@@ -45,7 +45,7 @@ func RouteNotFound(r *http.Request) error {
 	return fmt.Errorf("%w: %s %s", httpjson.ErrRouteNotFound, r.Method, r.URL.Path)
 }
 
-// invalidArgf returns an error wrapping engine.ErrInvalidArgument.
+// invalidArgf returns an error wrapping contract.ErrInvalidArgument.
 func invalidArgf(format string, args ...any) error {
-	return fmt.Errorf("%w: %s", engine.ErrInvalidArgument, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%w: %s", contract.ErrInvalidArgument, fmt.Sprintf(format, args...))
 }

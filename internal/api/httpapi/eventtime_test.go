@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -41,8 +41,8 @@ func TestEventTimeIncrements(t *testing.T) {
 	if est, err := s.eng.Uniques("uv:a", rollup.Day, 2); err != nil || est.Value != 3 {
 		t.Fatalf("uniques: %+v %v", est, err)
 	}
-	if _, err := s.eng.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: "w", Kind: engine.KindWindow,
-		Window: counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}, Delta: 1}, engine.WriteOptions{}); err != nil {
+	if _, err := s.eng.Apply(context.Background(), contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow,
+		Window: counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}, Delta: 1}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

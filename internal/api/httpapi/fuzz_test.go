@@ -56,7 +56,7 @@ func (env *fuzzEnv) serve(method, path string, body []byte) (int, []byte) {
 
 // state is what a failed request must leave unchanged: every counter's
 // kind, value and version (or only the watched ones once there are many).
-// engine.Stats().Ops is not part of it: the engine counts the ops of a
+// contract.Stats().Ops is not part of it: the engine counts the ops of a
 // batch that failed and was rolled back.
 func (env *fuzzEnv) state(t *testing.T) string {
 	var b strings.Builder

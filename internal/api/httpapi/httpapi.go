@@ -1,7 +1,7 @@
 // Package httpapi is counterd's HTTP/JSON front end (docs/http-api.md).
 //
 // It is a thin adapter: every handler decodes and validates its request,
-// builds an engine.Op (or calls an engine read), and encodes the answer. All
+// builds an contract.Op (or calls an engine read), and encodes the answer. All
 // counter semantics live in the engine; engine errors are mapped to wire
 // errors in one place (errors.go).
 package httpapi
@@ -19,7 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/httpjson"
 	"github.com/counterd/counterd/internal/quota"
 )
@@ -66,7 +66,7 @@ type Options struct {
 	Global          func(ctx context.Context, id string) (any, error)
 	GlobalAggregate func(ctx context.Context, prefix string) (any, error)
 	// Quotas backs GET /quotas: the usage of every quota (--quotas).
-	// nil: the engine's when it is an engine.QuotaBackend, else no
+	// nil: the engine's when it is an contract.QuotaBackend, else no
 	// quotas.
 	Quotas func(ctx context.Context) ([]quota.Usage, error)
 	// EventMaxSkew bounds how far ahead of the clock an increment's or
@@ -77,7 +77,7 @@ type Options struct {
 
 // Handler serves the counterd HTTP API. Create it with New.
 type Handler struct {
-	eng     engine.Backend
+	eng     contract.Backend
 	opts    Options
 	log     *slog.Logger
 	ready   func() error
@@ -90,7 +90,7 @@ type Handler struct {
 var _ http.Handler = (*Handler)(nil)
 
 // New returns a Handler serving the API over eng.
-func New(eng engine.Backend, opts Options) *Handler {
+func New(eng contract.Backend, opts Options) *Handler {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = DefaultMaxBodyBytes
 	}
@@ -128,7 +128,7 @@ func New(eng engine.Backend, opts Options) *Handler {
 	if h.ready == nil {
 		h.ready = eng.Ready
 	}
-	if qb, ok := eng.(engine.QuotaBackend); ok && h.opts.Quotas == nil {
+	if qb, ok := eng.(contract.QuotaBackend); ok && h.opts.Quotas == nil {
 		h.opts.Quotas = qb.Quotas
 	}
 	h.metrics = newMetrics(opts.Registerer, eng, opts.Gatherer, h.log)
@@ -150,7 +150,7 @@ func New(eng engine.Backend, opts Options) *Handler {
 	}
 	h.noRoute = h.instrument("unmatched", (*Handler).unmatched)
 	h.emptyID = h.instrument("unmatched", func(*Handler, http.ResponseWriter, *http.Request) error {
-		return fmt.Errorf("%w: empty", engine.ErrInvalidID)
+		return fmt.Errorf("%w: empty", contract.ErrInvalidID)
 	})
 	return h
 }
@@ -348,7 +348,7 @@ func (h *Handler) instrument(name string, fn handlerFunc) http.Handler {
 		}
 		// A read-only node (full disk) logged that once; its 507s and
 		// /readyz 503s are not logged per request.
-		if w.status >= 500 && !errors.Is(w.err, engine.ErrInsufficientStorage) {
+		if w.status >= 500 && !errors.Is(w.err, contract.ErrInsufficientStorage) {
 			if w.err != nil {
 				attrs = append(attrs, slog.Any("err", w.err))
 			}

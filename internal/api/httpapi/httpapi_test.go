@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/httpjson"
 )
@@ -746,9 +747,9 @@ func TestServiceRoutes(t *testing.T) {
 		t.Errorf("healthz: %q", a.Raw)
 	}
 	s.ok("GET", "/readyz", "")
-	var caps engine.Capabilities
+	var caps contract.Capabilities
 	if a := s.ok("GET", "/capabilities", ""); json.Unmarshal(a.Raw, &caps) != nil ||
-		caps != engine.Local(s.eng).Capabilities() || caps.Batches != engine.BatchAtomic {
+		caps != engine.Local(s.eng).Capabilities() || caps.Batches != contract.BatchAtomic {
 		t.Errorf("capabilities: %s", a.Raw)
 	}
 	ready = notReady

@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // metrics are the HTTP metrics and the engine collector.
@@ -20,7 +20,7 @@ type metrics struct {
 	http     http.Handler             // GET /metrics
 }
 
-func newMetrics(reg prometheus.Registerer, eng engine.Backend, g prometheus.Gatherer, log *slog.Logger) *metrics {
+func newMetrics(reg prometheus.Registerer, eng contract.Backend, g prometheus.Gatherer, log *slog.Logger) *metrics {
 	m := &metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "counterd_http_requests_total",
@@ -62,8 +62,8 @@ func (m *metrics) observe(op string, status int, d time.Duration) {
 	m.duration.WithLabelValues(op).Observe(d.Seconds())
 }
 
-// engineCollector exports engine.Stats, read once per scrape.
-type engineCollector struct{ eng engine.Backend }
+// engineCollector exports contract.Stats, read once per scrape.
+type engineCollector struct{ eng contract.Backend }
 
 var (
 	descKeys      = prometheus.NewDesc("counterd_engine_keys", "Live counters.", nil, nil)

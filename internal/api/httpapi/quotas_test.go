@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -65,7 +65,7 @@ func TestQuotaHTTP(t *testing.T) {
 	if !strings.Contains(string(a.Raw), `"limit":"max_hash_fields"`) {
 		t.Fatalf("hash answer %s", a.Raw)
 	}
-	if _, err := s.eng.Apply(t.Context(), engine.Op{Type: engine.OpAdd, ID: "q:z", Delta: 1}, engine.WriteOptions{}); err == nil {
+	if _, err := s.eng.Apply(t.Context(), contract.Op{Type: contract.OpAdd, ID: "q:z", Delta: 1}, contract.WriteOptions{}); err == nil {
 		t.Fatal("engine accepted a key over the quota")
 	}
 }

@@ -8,14 +8,14 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/httpjson"
 )
 
-// anyShard is engine.Op.Shard for "add to any shard" (the engine picks one).
+// anyShard is contract.Op.Shard for "add to any shard" (the engine picks one).
 const anyShard = 0
 
-// Request bodies. Each turns into an engine.Op with op(); the batch route
+// Request bodies. Each turns into an contract.Op with op(); the batch route
 // decodes its ops into the same types, so single and batch requests accept
 // exactly the same fields.
 
@@ -32,9 +32,9 @@ type incrRequest struct {
 	TS jsonTime `json:"ts"`
 }
 
-func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Shard: anyShard, At: q.TS.At}
-	if q.Kind != nil && *q.Kind == engine.KindFloat.String() {
+func (q *incrRequest) op(id string, negate bool) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Shard: anyShard, At: q.TS.At}
+	if q.Kind != nil && *q.Kind == contract.KindFloat.String() {
 		if q.TS.Set {
 			return op, invalidArgf("ts does not apply to kind float")
 		}
@@ -49,23 +49,23 @@ func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
 	}
 	if negate {
 		if op.Delta == math.MinInt64 {
-			return op, fmt.Errorf("%w: cannot decrement by %d", engine.ErrOverflow, op.Delta)
+			return op, fmt.Errorf("%w: cannot decrement by %d", contract.ErrOverflow, op.Delta)
 		}
 		op.Delta = -op.Delta
 	}
-	kind := engine.KindNone
+	kind := contract.KindNone
 	if q.Kind != nil {
-		k, err := engine.ParseKind(*q.Kind)
+		k, err := contract.ParseKind(*q.Kind)
 		if err != nil {
 			return op, err
 		}
 		kind = k
 	}
 	if q.Granularity != nil || q.Window != nil || q.Fixed != nil {
-		if kind == engine.KindNone {
-			kind = engine.KindWindow
+		if kind == contract.KindNone {
+			kind = contract.KindWindow
 		}
-		if kind != engine.KindWindow {
+		if kind != contract.KindWindow {
 			return op, invalidArgf("granularity, window and fixed apply to kind window only")
 		}
 		if q.Granularity == nil || q.Window == nil {
@@ -83,10 +83,10 @@ func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
 		op.Window = newWindowSpec(g, span, fixed) // the engine validates it
 	}
 	if q.Shards.Set {
-		if kind == engine.KindNone {
-			kind = engine.KindSharded
+		if kind == contract.KindNone {
+			kind = contract.KindSharded
 		}
-		if kind != engine.KindSharded {
+		if kind != contract.KindSharded {
 			return op, invalidArgf("shards applies to kind sharded only")
 		}
 		if q.Shards.V < 1 || q.Shards.V > math.MaxInt32 {
@@ -100,11 +100,11 @@ func (q *incrRequest) op(id string, negate bool) (engine.Op, error) {
 
 // floatOp is the op of a float increment: the delta's text, negated for
 // a decrement; the engine parses it (counter.ParseFloat).
-func (q *incrRequest) floatOp(op engine.Op, negate bool) (engine.Op, error) {
+func (q *incrRequest) floatOp(op contract.Op, negate bool) (contract.Op, error) {
 	if q.Granularity != nil || q.Window != nil || q.Fixed != nil || q.Shards.Set {
 		return op, invalidArgf("granularity, window, fixed and shards do not apply to kind float")
 	}
-	op.Kind, op.Delta, op.Float = engine.KindFloat, 0, "1"
+	op.Kind, op.Delta, op.Float = contract.KindFloat, 0, "1"
 	if q.Delta.Set {
 		op.Float = q.Delta.Text
 	}
@@ -132,8 +132,8 @@ type setRequest struct {
 	TTLMs           jsonInt  `json:"ttl_ms"`           // 0 or absent: no TTL
 }
 
-func (q *setRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpSet, ID: id, Value: q.Value.V}
+func (q *setRequest) op(id string) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpSet, ID: id, Value: q.Value.V}
 	if !q.Value.Set {
 		return op, invalidArgf("value: missing")
 	}
@@ -157,8 +157,8 @@ type ttlRequest struct {
 	TTLMs jsonInt `json:"ttl_ms"`
 }
 
-func (q *ttlRequest) op(id string, min int64) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpExpire, ID: id}
+func (q *ttlRequest) op(id string, min int64) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpExpire, ID: id}
 	if !q.TTLMs.Set {
 		return op, invalidArgf("ttl_ms: missing")
 	}
@@ -179,8 +179,8 @@ type pfaddRequest struct {
 	TS    jsonTime  `json:"ts"` // event time for the hour/day sketches; absent: now
 }
 
-func (q *pfaddRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpPFAdd, ID: id, Estimate: true, At: q.TS.At}
+func (q *pfaddRequest) op(id string) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpPFAdd, ID: id, Estimate: true, At: q.TS.At}
 	if q.Items == nil {
 		return op, invalidArgf("items: missing")
 	}
@@ -196,13 +196,13 @@ type pfmergeRequest struct {
 	Sources *[]string `json:"sources"`
 }
 
-func (q *pfmergeRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpPFMerge, ID: id}
+func (q *pfmergeRequest) op(id string) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpPFMerge, ID: id}
 	if q.Sources == nil {
 		return op, invalidArgf("sources: missing")
 	}
 	for _, s := range *q.Sources {
-		if err := engine.ValidateID(s); err != nil {
+		if err := contract.ValidateID(s); err != nil {
 			return op, fmt.Errorf("sources: %w", err)
 		}
 	}
@@ -217,8 +217,8 @@ type hincrRequest struct {
 	Fields map[string]jsonDelta `json:"fields"`
 }
 
-func (q *hincrRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpHAdd, ID: id}
+func (q *hincrRequest) op(id string) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpHAdd, ID: id}
 	if len(q.Fields) == 0 {
 		return op, invalidArgf("fields: missing or empty")
 	}
@@ -246,8 +246,8 @@ type hdelRequest struct {
 	Fields *[]string `json:"fields"`
 }
 
-func (q *hdelRequest) op(id string) (engine.Op, error) {
-	op := engine.Op{Type: engine.OpHDel, ID: id}
+func (q *hdelRequest) op(id string) (contract.Op, error) {
+	op := contract.Op{Type: contract.OpHDel, ID: id}
 	if q.Field != nil {
 		op.Names = append(op.Names, *q.Field)
 	}
@@ -275,36 +275,36 @@ var batchOpNames = []string{"increment", "decrement", "set", "delete", "expire",
 
 // decodeBatchOp decodes one op of a batch: {"op": NAME, "id": ID, ...the
 // fields of the single route...}. It returns the op and its name.
-func decodeBatchOp(raw json.RawMessage) (engine.Op, string, error) {
+func decodeBatchOp(raw json.RawMessage) (contract.Op, string, error) {
 	b := httpjson.TrimSpace(raw)
 	if len(b) == 0 || b[0] != '{' {
-		return engine.Op{}, "", invalidArgf("op must be a JSON object")
+		return contract.Op{}, "", invalidArgf("op must be a JSON object")
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(b, &m); err != nil {
-		return engine.Op{}, "", httpjson.DecodeError(err)
+		return contract.Op{}, "", httpjson.DecodeError(err)
 	}
 	name, err := stringMember(m, "op")
 	if err != nil {
-		return engine.Op{}, "", err
+		return contract.Op{}, "", err
 	}
 	if !slices.Contains(batchOpNames, name) {
-		return engine.Op{}, name, invalidArgf("op: unknown op %q", truncate(name, 40))
+		return contract.Op{}, name, invalidArgf("op: unknown op %q", truncate(name, 40))
 	}
 	id, err := stringMember(m, "id")
 	if err != nil {
-		return engine.Op{}, name, err
+		return contract.Op{}, name, err
 	}
-	if err := engine.ValidateID(id); err != nil {
-		return engine.Op{}, name, err
+	if err := contract.ValidateID(id); err != nil {
+		return contract.Op{}, name, err
 	}
 	delete(m, "op")
 	delete(m, "id")
 	rest, err := json.Marshal(m)
 	if err != nil {
-		return engine.Op{}, name, fmt.Errorf("%w: %v", httpjson.ErrInvalidJSON, err)
+		return contract.Op{}, name, fmt.Errorf("%w: %v", httpjson.ErrInvalidJSON, err)
 	}
-	var op engine.Op
+	var op contract.Op
 	switch name {
 	case "increment", "decrement":
 		var q incrRequest
@@ -319,7 +319,7 @@ func decodeBatchOp(raw json.RawMessage) (engine.Op, string, error) {
 	case "delete":
 		var q emptyRequest
 		if err = httpjson.DecodeStrict(rest, &q); err == nil {
-			op = engine.Op{Type: engine.OpDelete, ID: id}
+			op = contract.Op{Type: contract.OpDelete, ID: id}
 		}
 	case "expire":
 		var q ttlRequest

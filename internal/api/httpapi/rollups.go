@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -207,7 +208,7 @@ func (q *rollupJSON) spec() (rollup.Spec, error) {
 		s.Precision = uint8(q.Precision.V)
 	}
 	if err := s.Validate(); err != nil {
-		return s, fmt.Errorf("%w: %v", engine.ErrInvalidArgument, err)
+		return s, fmt.Errorf("%w: %v", contract.ErrInvalidArgument, err)
 	}
 	return s, nil
 }
@@ -284,7 +285,7 @@ func (h *Handler) rollupGet(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	if !ok {
-		return fmt.Errorf("%w: no rollups configured for %q", engine.ErrNotFound, key)
+		return fmt.Errorf("%w: no rollups configured for %q", contract.ErrNotFound, key)
 	}
 	writeJSON(w, http.StatusOK, rollupAnswer{Key: key, Rollup: rollupBody(s)})
 	return nil

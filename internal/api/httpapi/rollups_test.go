@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/httpjson"
 	"github.com/counterd/counterd/internal/rollup"
@@ -196,10 +197,10 @@ func FuzzRollupRoutes(f *testing.F) {
 		c.Rollups = map[string]rollup.Spec{"p": rollup.DefaultSpec()}
 	})
 	h := New(engine.Local(eng), Options{Logger: quietLogger()})
-	if _, err := eng.Add(bg, "p:a", 1, engine.WriteOptions{}); err != nil {
+	if _, err := eng.Add(bg, "p:a", 1, contract.WriteOptions{}); err != nil {
 		f.Fatal(err)
 	}
-	if _, err := eng.Apply(bg, engine.Op{Type: engine.OpPFAdd, ID: "p:u", Items: [][]byte{[]byte("x")}}, engine.WriteOptions{}); err != nil {
+	if _, err := eng.Apply(bg, contract.Op{Type: contract.OpPFAdd, ID: "p:u", Items: [][]byte{[]byte("x")}}, contract.WriteOptions{}); err != nil {
 		f.Fatal(err)
 	}
 	f.Fuzz(func(t *testing.T, s string) {

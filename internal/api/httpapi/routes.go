@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/glob"
 	"github.com/counterd/counterd/internal/httpjson"
@@ -20,7 +21,7 @@ import (
 // mutate runs a single-op mutation route: validate the path id and write
 // options, decode the body into req (nil: no body), build the op, apply it
 // and answer with the encoding of the op named name.
-func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, req any, build func(id string) (engine.Op, error)) error {
+func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, req any, build func(id string) (contract.Op, error)) error {
 	id, err := pathID(r)
 	if err != nil {
 		return err
@@ -54,7 +55,7 @@ func (h *Handler) mutate(w http.ResponseWriter, r *http.Request, name string, re
 
 // checkAt refuses an explicit event time too far ahead of the clock
 // (Options.EventMaxSkew) or outside 1900..2200.
-func (h *Handler) checkAt(op *engine.Op) error {
+func (h *Handler) checkAt(op *contract.Op) error {
 	if op.At == 0 {
 		return nil
 	}
@@ -63,12 +64,12 @@ func (h *Handler) checkAt(op *engine.Op) error {
 
 func (h *Handler) increment(w http.ResponseWriter, r *http.Request) error {
 	var q incrRequest
-	return h.mutate(w, r, "increment", &q, func(id string) (engine.Op, error) { return q.op(id, false) })
+	return h.mutate(w, r, "increment", &q, func(id string) (contract.Op, error) { return q.op(id, false) })
 }
 
 func (h *Handler) decrement(w http.ResponseWriter, r *http.Request) error {
 	var q incrRequest
-	return h.mutate(w, r, "decrement", &q, func(id string) (engine.Op, error) { return q.op(id, true) })
+	return h.mutate(w, r, "decrement", &q, func(id string) (contract.Op, error) { return q.op(id, true) })
 }
 
 func (h *Handler) set(w http.ResponseWriter, r *http.Request) error {
@@ -77,19 +78,19 @@ func (h *Handler) set(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) delete(w http.ResponseWriter, r *http.Request) error {
-	return h.mutate(w, r, "delete", nil, func(id string) (engine.Op, error) {
-		return engine.Op{Type: engine.OpDelete, ID: id}, nil
+	return h.mutate(w, r, "delete", nil, func(id string) (contract.Op, error) {
+		return contract.Op{Type: contract.OpDelete, ID: id}, nil
 	})
 }
 
 func (h *Handler) expire(w http.ResponseWriter, r *http.Request) error {
 	var q ttlRequest
-	return h.mutate(w, r, "expire", &q, func(id string) (engine.Op, error) { return q.op(id, 1) })
+	return h.mutate(w, r, "expire", &q, func(id string) (contract.Op, error) { return q.op(id, 1) })
 }
 
 func (h *Handler) persist(w http.ResponseWriter, r *http.Request) error {
-	return h.mutate(w, r, "persist", nil, func(id string) (engine.Op, error) {
-		return engine.Op{Type: engine.OpExpire, ID: id, TTL: 0}, nil
+	return h.mutate(w, r, "persist", nil, func(id string) (contract.Op, error) {
+		return contract.Op{Type: contract.OpExpire, ID: id, TTL: 0}, nil
 	})
 }
 
@@ -110,7 +111,7 @@ func (h *Handler) hincr(w http.ResponseWriter, r *http.Request) error {
 
 func (h *Handler) hdel(w http.ResponseWriter, r *http.Request) error {
 	field := r.PathValue("field")
-	return h.mutate(w, r, "hdel", nil, func(id string) (engine.Op, error) {
+	return h.mutate(w, r, "hdel", nil, func(id string) (contract.Op, error) {
 		q := hdelRequest{Field: &field}
 		return q.op(id)
 	})
@@ -130,9 +131,9 @@ func (h *Handler) batch(w http.ResponseWriter, r *http.Request) error {
 	}
 	raws := *q.Ops
 	if len(raws) > h.opts.MaxBatch {
-		return fmt.Errorf("%w: %d ops, at most %d", engine.ErrBatchTooLarge, len(raws), h.opts.MaxBatch)
+		return fmt.Errorf("%w: %d ops, at most %d", contract.ErrBatchTooLarge, len(raws), h.opts.MaxBatch)
 	}
-	ops := make([]engine.Op, len(raws))
+	ops := make([]contract.Op, len(raws))
 	names := make([]string, len(raws))
 	for i, raw := range raws {
 		ops[i], names[i], err = decodeBatchOp(raw)
@@ -259,10 +260,10 @@ func (h *Handler) pfcountUnion(w http.ResponseWriter, r *http.Request) error {
 		return invalidArgf("ids: missing or empty")
 	}
 	if len(*q.IDs) > h.opts.MaxBatch {
-		return fmt.Errorf("%w: %d ids, at most %d", engine.ErrBatchTooLarge, len(*q.IDs), h.opts.MaxBatch)
+		return fmt.Errorf("%w: %d ids, at most %d", contract.ErrBatchTooLarge, len(*q.IDs), h.opts.MaxBatch)
 	}
 	for i, id := range *q.IDs {
-		if err := engine.ValidateID(id); err != nil {
+		if err := contract.ValidateID(id); err != nil {
 			return fmt.Errorf("ids[%d]: %w", i, err)
 		}
 	}
@@ -276,23 +277,23 @@ func (h *Handler) pfcountUnion(w http.ResponseWriter, r *http.Request) error {
 
 // viewOf reads the counter named in the path, which must be of kind k if
 // it exists.
-func (h *Handler) viewOf(r *http.Request, k engine.Kind) (string, engine.View, error) {
+func (h *Handler) viewOf(r *http.Request, k contract.Kind) (string, contract.View, error) {
 	id, err := pathID(r)
 	if err != nil {
-		return "", engine.View{}, err
+		return "", contract.View{}, err
 	}
 	v, err := h.eng.Get(r.Context(), id)
 	if err != nil {
-		return "", engine.View{}, err
+		return "", contract.View{}, err
 	}
 	if v.Exists && v.Kind != k {
-		return "", engine.View{}, fmt.Errorf("%w: %q is a %s, not a %s", engine.ErrWrongKind, id, v.Kind, k)
+		return "", contract.View{}, fmt.Errorf("%w: %q is a %s, not a %s", contract.ErrWrongKind, id, v.Kind, k)
 	}
 	return id, v, nil
 }
 
 func (h *Handler) fields(w http.ResponseWriter, r *http.Request) error {
-	id, v, err := h.viewOf(r, engine.KindHash)
+	id, v, err := h.viewOf(r, contract.KindHash)
 	if err != nil {
 		return err
 	}
@@ -310,7 +311,7 @@ func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
 		return invalidArgf("field: empty name")
 	}
 	val, ok, err := h.eng.HGet(r.Context(), id, field)
-	if ok && errors.Is(err, engine.ErrNotInteger) { // a float field: its text is in the view
+	if ok && errors.Is(err, contract.ErrNotInteger) { // a float field: its text is in the view
 		v, err := h.eng.Get(r.Context(), id)
 		if err != nil {
 			return err
@@ -333,7 +334,7 @@ func (h *Handler) hget(w http.ResponseWriter, r *http.Request) error {
 }
 
 func (h *Handler) window(w http.ResponseWriter, r *http.Request) error {
-	id, v, err := h.viewOf(r, engine.KindWindow)
+	id, v, err := h.viewOf(r, contract.KindWindow)
 	if err != nil {
 		return err
 	}
@@ -348,7 +349,7 @@ func (h *Handler) aggregate(w http.ResponseWriter, r *http.Request) error {
 		return invalidArgf("aggregate: the id segment must end with *, got %q", truncate(seg, 64))
 	}
 	if prefix != "" {
-		if err := engine.ValidateID(prefix); err != nil {
+		if err := contract.ValidateID(prefix); err != nil {
 			return err
 		}
 	}
@@ -410,8 +411,8 @@ func (h *Handler) list(w http.ResponseWriter, r *http.Request) error {
 	if scan && after != "" {
 		return invalidArgf("after pages the sorted listing, cursor the scan: give one of them")
 	}
-	if len(after) > engine.MaxIDLen {
-		return invalidArgf("after: longer than %d bytes", engine.MaxIDLen)
+	if len(after) > contract.MaxIDLen {
+		return invalidArgf("after: longer than %d bytes", contract.MaxIDLen)
 	}
 	limit := defaultListLimit
 	if s := q.Get("limit"); s != "" {
@@ -477,7 +478,7 @@ func (h *Handler) whoami(w http.ResponseWriter, r *http.Request) error {
 }
 
 // capabilities answers where the backend differs from the embedded engine
-// (engine.Capabilities; docs/http-api.md, "Capabilities").
+// (contract.Capabilities; docs/http-api.md, "Capabilities").
 func (h *Handler) capabilities(w http.ResponseWriter, r *http.Request) error {
 	writeJSON(w, http.StatusOK, h.eng.Capabilities())
 	return nil
@@ -494,7 +495,7 @@ func (h *Handler) readyz(w http.ResponseWriter, r *http.Request) error {
 			sw.err = err
 		}
 		code := httpjson.CodeUnavailable
-		if errors.Is(err, engine.ErrInsufficientStorage) {
+		if errors.Is(err, contract.ErrInsufficientStorage) {
 			code = httpjson.CodeInsufficientStorage // read-only: full or failing disk
 		}
 		writeJSON(w, http.StatusServiceUnavailable, httpjson.Body{

@@ -6,7 +6,7 @@ import (
 	"net/http"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -15,19 +15,19 @@ import (
 // API) answers them with the codes of docs/http-api.md: invalid_argument
 // (400), not_found (404) and unavailable (503).
 var contractErrors = []struct{ err, as error }{
-	{ratelimit.ErrInvalidKey, engine.ErrInvalidArgument},
-	{ratelimit.ErrInvalidLimit, engine.ErrInvalidArgument},
-	{ratelimit.ErrInvalidCost, engine.ErrInvalidArgument},
-	{ratelimit.ErrInvalidPolicy, engine.ErrInvalidArgument},
-	{ratelimit.ErrInvalidRequest, engine.ErrInvalidArgument},
-	{ratelimit.ErrTooManyLimits, engine.ErrInvalidArgument},
-	{ratelimit.ErrUnknownPolicy, engine.ErrNotFound},
-	{ratelimit.ErrNoPolicy, engine.ErrNotFound},
-	{ratelimit.ErrClosed, engine.ErrUnavailable},
-	{ratelimit.ErrFull, engine.ErrUnavailable},
-	{ratelimit.ErrOwnerUnavailable, engine.ErrUnavailable},
-	{ratelimit.ErrPolicyStoreUnavailable, engine.ErrUnavailable},
-	{ratelimit.ErrDeciderUnavailable, engine.ErrUnavailable},
+	{ratelimit.ErrInvalidKey, contract.ErrInvalidArgument},
+	{ratelimit.ErrInvalidLimit, contract.ErrInvalidArgument},
+	{ratelimit.ErrInvalidCost, contract.ErrInvalidArgument},
+	{ratelimit.ErrInvalidPolicy, contract.ErrInvalidArgument},
+	{ratelimit.ErrInvalidRequest, contract.ErrInvalidArgument},
+	{ratelimit.ErrTooManyLimits, contract.ErrInvalidArgument},
+	{ratelimit.ErrUnknownPolicy, contract.ErrNotFound},
+	{ratelimit.ErrNoPolicy, contract.ErrNotFound},
+	{ratelimit.ErrClosed, contract.ErrUnavailable},
+	{ratelimit.ErrFull, contract.ErrUnavailable},
+	{ratelimit.ErrOwnerUnavailable, contract.ErrUnavailable},
+	{ratelimit.ErrPolicyStoreUnavailable, contract.ErrUnavailable},
+	{ratelimit.ErrDeciderUnavailable, contract.ErrUnavailable},
 }
 
 // contractError is a rate-limit error that also matches its contract

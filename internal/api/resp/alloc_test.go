@@ -42,7 +42,7 @@ func TestCommandsDoNotAllocate(t *testing.T) {
 		{"INCRBY", enc("INCRBY", "counter:1", "5"), 0},
 		{"GET", enc("GET", "counter:1"), 0},
 		// One: the engine's result slice of the field values
-		// (engine.Result.Fields), which the caller owns.
+		// (contract.Result.Fields), which the caller owns.
 		{"HINCRBY", enc("HINCRBY", "bench:h", "f:1", "1"), 1},
 		{"PFADD", enc("PFADD", "bench:hll", "42"), 0},
 	} {

@@ -11,8 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -82,9 +82,9 @@ type client struct {
 	queue    []queued
 	watched  []watch
 
-	opBuf []engine.Op           // scratch ops for writes
+	opBuf []contract.Op         // scratch ops for writes
 	spans []opSpan              // scratch for EXEC
-	res1  [1]engine.Result      // scratch result of a single op
+	res1  [1]contract.Result    // scratch result of a single op
 	field [1]counter.FieldDelta // scratch field of HINCRBY
 
 	lower   [24]byte // command name lowered for lookup

@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 )
@@ -53,8 +54,8 @@ type command struct {
 	// apply a transaction of such writes as one atomic engine batch. prep
 	// returns an error reply instead of ops when the arguments are bad, or
 	// batchable false when this invocation needs reads (EXPIRE NX, ...).
-	prep func(c *client, args [][]byte, ops []engine.Op) (out []engine.Op, errReply string, batchable bool)
-	done func(c *client, args [][]byte, res []engine.Result)
+	prep func(c *client, args [][]byte, ops []contract.Op) (out []contract.Op, errReply string, batchable bool)
+	done func(c *client, args [][]byte, res []contract.Result)
 
 	gate uint8 // scripting gate mode (script.go)
 
@@ -148,40 +149,40 @@ const (
 // engineError words an engine error as Redis would.
 func engineError(err error) string {
 	switch {
-	case errors.Is(err, engine.ErrWrongKind):
+	case errors.Is(err, contract.ErrWrongKind):
 		return errWrongType
-	case errors.Is(err, engine.ErrOverflow):
+	case errors.Is(err, contract.ErrOverflow):
 		return errOverflow
-	case errors.Is(err, engine.ErrNotFloat):
+	case errors.Is(err, contract.ErrNotFloat):
 		return errNotFloat
-	case errors.Is(err, engine.ErrFloatRange):
+	case errors.Is(err, contract.ErrFloatRange):
 		return errFloatRange
-	case errors.Is(err, engine.ErrNotInteger):
-		if strings.Contains(err.Error(), engine.HashNotInteger) { // HINCRBY of a float field
-			return "ERR " + engine.HashNotInteger
+	case errors.Is(err, contract.ErrNotInteger):
+		if strings.Contains(err.Error(), contract.HashNotInteger) { // HINCRBY of a float field
+			return "ERR " + contract.HashNotInteger
 		}
 		return errNotInteger
-	case errors.Is(err, engine.ErrInvalidID):
-		return "ERR invalid key: " + errDetail(err, engine.ErrInvalidID)
-	case errors.Is(err, engine.ErrVersionConflict):
-		return "ERR version conflict: " + errDetail(err, engine.ErrVersionConflict)
+	case errors.Is(err, contract.ErrInvalidID):
+		return "ERR invalid key: " + errDetail(err, contract.ErrInvalidID)
+	case errors.Is(err, contract.ErrVersionConflict):
+		return "ERR version conflict: " + errDetail(err, contract.ErrVersionConflict)
 	case errors.Is(err, engine.ErrTooLate), errors.Is(err, engine.ErrTooEarly):
 		return eventTimeError(err) // ERR too_late: / ERR too_early:
-	case errors.Is(err, engine.ErrInvalidArgument):
-		return "ERR " + errDetail(err, engine.ErrInvalidArgument)
-	case errors.Is(err, engine.ErrBatchTooLarge):
-		return "ERR transaction too large: " + errDetail(err, engine.ErrBatchTooLarge)
-	case errors.Is(err, engine.ErrNotFound):
+	case errors.Is(err, contract.ErrInvalidArgument):
+		return "ERR " + errDetail(err, contract.ErrInvalidArgument)
+	case errors.Is(err, contract.ErrBatchTooLarge):
+		return "ERR transaction too large: " + errDetail(err, contract.ErrBatchTooLarge)
+	case errors.Is(err, contract.ErrNotFound):
 		return "ERR no such key"
-	case errors.Is(err, engine.ErrClosed), errors.Is(err, context.Canceled):
+	case errors.Is(err, contract.ErrClosed), errors.Is(err, context.Canceled):
 		return "ERR server is shutting down"
-	case errors.Is(err, engine.ErrUnavailable):
-		return "TRYAGAIN " + errDetail(err, engine.ErrUnavailable)
-	case errors.Is(err, engine.ErrQuotaExceeded):
+	case errors.Is(err, contract.ErrUnavailable):
+		return "TRYAGAIN " + errDetail(err, contract.ErrUnavailable)
+	case errors.Is(err, contract.ErrQuotaExceeded):
 		// Redis answers OOM when a write would pass maxmemory.
 		return "OOM " + quota.Message(err)
-	case errors.Is(err, engine.ErrInsufficientStorage):
-		return errMisconf + errDetail(err, engine.ErrInsufficientStorage) + errMisconfEnd
+	case errors.Is(err, contract.ErrInsufficientStorage):
+		return errMisconf + errDetail(err, contract.ErrInsufficientStorage) + errMisconfEnd
 	}
 	return "ERR " + err.Error()
 }
@@ -213,11 +214,11 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 		c.writeError(e)
 		return
 	}
-	var res []engine.Result
+	var res []contract.Result
 	switch len(ops) {
 	case 0:
 	case 1:
-		r, err := s.eng.Apply(c.ctx, ops[0], engine.WriteOptions{})
+		r, err := s.eng.Apply(c.ctx, ops[0], contract.WriteOptions{})
 		if err != nil {
 			c.writeError(engineError(err))
 			clearOps(ops)
@@ -227,13 +228,13 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 		res = c.res1[:]
 	default:
 		var err error
-		res, err = s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{})
-		if errors.Is(err, engine.ErrBatchTooLarge) {
+		res, err = s.eng.ApplyBatch(c.ctx, ops, contract.WriteOptions{})
+		if errors.Is(err, contract.ErrBatchTooLarge) {
 			// Too many keys for one atomic batch (a huge DEL): apply one
 			// by one, as Redis would, without the atomicity.
-			res = make([]engine.Result, len(ops))
+			res = make([]contract.Result, len(ops))
 			for i := range ops {
-				if res[i], err = s.eng.Apply(c.ctx, ops[i], engine.WriteOptions{}); err != nil {
+				if res[i], err = s.eng.Apply(c.ctx, ops[i], contract.WriteOptions{}); err != nil {
 					break
 				}
 			}
@@ -250,13 +251,13 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 
 // clearOps drops references to command buffers held in the scratch ops
 // (only ops[:len] can hold any: the rest were cleared after earlier use).
-func clearOps(ops []engine.Op) {
+func clearOps(ops []contract.Op) {
 	clear(ops)
 }
 
 // doneChanged replies 1 when the op changed its counter, else 0 (SETNX,
 // EXPIRE, PERSIST).
-func doneChanged(c *client, args [][]byte, res []engine.Result) {
+func doneChanged(c *client, args [][]byte, res []contract.Result) {
 	if res[0].Changed {
 		c.writeInt(1)
 	} else {
@@ -265,4 +266,4 @@ func doneChanged(c *client, args [][]byte, res []engine.Result) {
 }
 
 // doneOK replies OK (MSET, PFMERGE).
-func doneOK(c *client, args [][]byte, res []engine.Result) { c.writeOK() }
+func doneOK(c *client, args [][]byte, res []contract.Result) { c.writeOK() }

@@ -98,7 +98,7 @@ package resp
 //     WRONGTYPE (Redis would replace it).
 //   - TTLs are Go durations: an EXPIRE, PEXPIRE, SET EX/PX, SETEX or
 //     GETEX beyond ~292 years is "invalid expire time" (Redis allows more),
-//     and one beyond 100 years (engine.MaxTTL) is refused by the engine.
+//     and one beyond 100 years (contract.MaxTTL) is refused by the engine.
 //     Where Redis's own checks fail first (seconds whose milliseconds
 //     overflow, also negative ones: EXPIRE k -9223372036854775808) the error
 //     is Redis's. A non-positive EXPIRE deletes the key like Redis; SET,

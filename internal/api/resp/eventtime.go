@@ -4,6 +4,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -24,12 +25,12 @@ func eventTimeCommands(maxSkew time.Duration) []*command {
 			name: IncrByAtCommandName, arity: -3, flags: flagWrite | flagFast, first: 1, last: 1, step: 1,
 			doc: &cmdDoc{"counterd", "Increments a counter like INCRBY; with AT (RFC 3339 text or Unix milliseconds) the increment counts in that time's window and rollup buckets.", "0.1.0", "O(1)",
 				[]argDoc{aKey("key"), aInt("increment"), aOpt(at)}},
-			prep: func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+			prep: func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 				d, ok := parseInt(args[2])
 				if !ok {
 					return ops, errNotInteger, true
 				}
-				op := engine.Op{Type: engine.OpAdd, ID: str(args[1]), Delta: d}
+				op := contract.Op{Type: contract.OpAdd, ID: str(args[1]), Delta: d}
 				switch {
 				case len(args) == 3:
 				case len(args) == 5 && eqFold(args[3], "at"):
@@ -49,7 +50,7 @@ func eventTimeCommands(maxSkew time.Duration) []*command {
 			name: PFAddAtCommandName, arity: -5, flags: flagWrite | flagFast, first: 1, last: 1, step: 1,
 			doc: &cmdDoc{"counterd", "Adds elements to a HyperLogLog like PFADD, counted in the hour and day sketches of the time AT (RFC 3339 text or Unix milliseconds).", "0.1.0", "O(1) to add every element.",
 				[]argDoc{aKey("key"), at, aMany(aStr("element"))}},
-			prep: func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+			prep: func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 				if !eqFold(args[2], "at") {
 					return ops, "ERR syntax error: COUNTERD.PFADD key AT ts element [element ...]", true
 				}
@@ -59,8 +60,8 @@ func eventTimeCommands(maxSkew time.Duration) []*command {
 				}
 				id, items := str(args[1]), args[4:]
 				for len(items) > 0 {
-					n := min(len(items), engine.MaxItems)
-					ops = append(ops, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items[:n:n], At: a})
+					n := min(len(items), contract.MaxItems)
+					ops = append(ops, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items[:n:n], At: a})
 					items = items[n:]
 				}
 				return ops, "", true
@@ -88,7 +89,7 @@ func parseAt(b []byte, maxSkew time.Duration) (int64, string) {
 // ..." or "ERR too_early: ..." (the codes of the pipeline's dead
 // letters), else "ERR invalid argument: ...".
 func eventTimeError(err error) string {
-	msg := errDetail(err, engine.ErrInvalidArgument)
+	msg := errDetail(err, contract.ErrInvalidArgument)
 	switch {
 	case errors.Is(err, engine.ErrTooLate):
 		return "ERR too_late: " + errDetail(err, engine.ErrTooLate)

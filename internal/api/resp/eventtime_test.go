@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -61,8 +61,8 @@ func TestEventTimeCommands(t *testing.T) {
 		t.Fatalf("uniques of today: %+v %v", est, err)
 	}
 	// A window of an hour refuses an increment of two hours ago.
-	if _, err := eng.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: "w", Kind: engine.KindWindow,
-		Window: counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}, Delta: 1}, engine.WriteOptions{}); err != nil {
+	if _, err := eng.Apply(context.Background(), contract.Op{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow,
+		Window: counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}, Delta: 1}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

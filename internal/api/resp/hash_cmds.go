@@ -7,12 +7,12 @@ package resp
 import (
 	"errors"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
 // HINCRBY key field increment
-func prepHIncrBy(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepHIncrBy(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	d, ok := parseInt(args[3])
 	if !ok {
 		return ops, errNotInteger, true
@@ -20,12 +20,12 @@ func prepHIncrBy(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string
 	// Neither the name nor the one-field slice is copied: the engine
 	// reads them during the call, and the hash copies a name it keeps.
 	c.field[0] = counter.FieldDelta{Name: str(args[2]), Delta: d}
-	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
+	return append(ops, contract.Op{Type: contract.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
 }
 
 // HINCRBYFLOAT key field increment: the increment is parsed first, as
 // Redis does (before the key's type); the text travels to the engine.
-func prepHIncrByFloat(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepHIncrByFloat(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	d, err := counter.ParseFloat(str(args[3]))
 	if err != nil {
 		return ops, errNotFloat, true
@@ -34,10 +34,10 @@ func prepHIncrByFloat(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, s
 		return ops, "ERR value is NaN or Infinity", true
 	}
 	c.field[0] = counter.FieldDelta{Name: str(args[2]), Float: str(args[3])}
-	return append(ops, engine.Op{Type: engine.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
+	return append(ops, contract.Op{Type: contract.OpHAdd, ID: str(args[1]), Fields: c.field[:]}), "", true
 }
 
-func doneHIncrByFloat(c *client, args [][]byte, res []engine.Result) {
+func doneHIncrByFloat(c *client, args [][]byte, res []contract.Result) {
 	if len(res[0].Fields) == 0 {
 		c.writeError("ERR internal error: no field in result")
 		return
@@ -54,7 +54,7 @@ func writeField(c *client, f *counter.Field) {
 	c.writeBulkInt(f.Value)
 }
 
-func doneHIncrBy(c *client, args [][]byte, res []engine.Result) {
+func doneHIncrBy(c *client, args [][]byte, res []contract.Result) {
 	if len(res[0].Fields) == 0 {
 		c.writeError("ERR internal error: no field in result")
 		return
@@ -62,24 +62,24 @@ func doneHIncrBy(c *client, args [][]byte, res []engine.Result) {
 	c.writeInt(res[0].Fields[0].Value)
 }
 
-// HDEL key field [field ...], split in ops of at most engine.MaxItems
+// HDEL key field [field ...], split in ops of at most contract.MaxItems
 // fields (applied atomically together).
-func prepHDel(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepHDel(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	id := str(args[1])
 	names := args[2:]
 	for len(names) > 0 {
-		n := min(len(names), engine.MaxItems)
+		n := min(len(names), contract.MaxItems)
 		ss := make([]string, n)
 		for i := range ss {
 			ss[i] = str(names[i])
 		}
-		ops = append(ops, engine.Op{Type: engine.OpHDel, ID: id, Names: ss})
+		ops = append(ops, contract.Op{Type: contract.OpHDel, ID: id, Names: ss})
 		names = names[n:]
 	}
 	return ops, "", true
 }
 
-func doneSumValue(c *client, args [][]byte, res []engine.Result) {
+func doneSumValue(c *client, args [][]byte, res []contract.Result) {
 	var n int64
 	for i := range res {
 		n += res[i].Value
@@ -98,7 +98,7 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 	if !v.Exists {
 		return nil, true
 	}
-	if v.Kind != engine.KindHash {
+	if v.Kind != contract.KindHash {
 		c.writeError(errWrongType)
 		return nil, false
 	}
@@ -110,7 +110,7 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 func cmdHGet(s *Server, c *client, args [][]byte) {
 	v, ok, err := s.eng.HGet(c.ctx, str(args[1]), str(args[2]))
 	switch {
-	case ok && errors.Is(err, engine.ErrNotInteger):
+	case ok && errors.Is(err, contract.ErrNotInteger):
 		fields, ok := hashView(s, c, args[1])
 		if !ok {
 			return
@@ -133,7 +133,7 @@ func cmdHGet(s *Server, c *client, args [][]byte) {
 func cmdHExists(s *Server, c *client, args [][]byte) {
 	_, ok, err := s.eng.HGet(c.ctx, str(args[1]), str(args[2]))
 	switch {
-	case err != nil && !(ok && errors.Is(err, engine.ErrNotInteger)): // a float field exists
+	case err != nil && !(ok && errors.Is(err, contract.ErrNotInteger)): // a float field exists
 		c.writeError(engineError(err))
 	case ok:
 		c.writeInt(1)

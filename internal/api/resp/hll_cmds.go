@@ -3,16 +3,16 @@ package resp
 // HyperLogLog commands: PFADD, PFMERGE, PFCOUNT.
 
 import (
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
-// PFADD key [element ...], split in ops of at most engine.MaxItems items.
-func prepPFAdd(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+// PFADD key [element ...], split in ops of at most contract.MaxItems items.
+func prepPFAdd(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	id := str(args[1])
 	items := args[2:]
 	for {
-		n := min(len(items), engine.MaxItems)
-		ops = append(ops, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items[:n:n]})
+		n := min(len(items), contract.MaxItems)
+		ops = append(ops, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items[:n:n]})
 		items = items[n:]
 		if len(items) == 0 {
 			return ops, "", true
@@ -20,7 +20,7 @@ func prepPFAdd(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, 
 	}
 }
 
-func doneAnyChanged(c *client, args [][]byte, res []engine.Result) {
+func doneAnyChanged(c *client, args [][]byte, res []contract.Result) {
 	for i := range res {
 		if res[i].Changed {
 			c.writeInt(1)
@@ -31,12 +31,12 @@ func doneAnyChanged(c *client, args [][]byte, res []engine.Result) {
 }
 
 // PFMERGE destkey [sourcekey ...]
-func prepPFMerge(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepPFMerge(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	srcs := make([]string, 0, len(args)-2)
 	for _, a := range args[2:] {
 		srcs = append(srcs, str(a))
 	}
-	return append(ops, engine.Op{Type: engine.OpPFMerge, ID: str(args[1]), Sources: srcs}), "", true
+	return append(ops, contract.Op{Type: contract.OpPFMerge, ID: str(args[1]), Sources: srcs}), "", true
 }
 
 // PFCOUNT key [key ...]: the estimate of the union.

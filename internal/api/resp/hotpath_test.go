@@ -151,7 +151,7 @@ func TestUnpipelinedCommandsDoNotAllocate(t *testing.T) {
 			i++
 		})
 		// HINCRBY: the engine's result slice of field values
-		// (engine.Result.Fields), which the caller owns.
+		// (contract.Result.Fields), which the caller owns.
 		want := 0.0
 		if tc.name == "HINCRBY" {
 			want = 1

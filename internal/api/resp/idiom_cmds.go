@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // The counter idioms of issue 28: EXPIREAT, PEXPIREAT, GETSET, GETDEL,
@@ -29,7 +29,7 @@ func idiomCommands() []*command {
 	expireOpts := aOpt(aOneOf("condition", aTok("NX"), aTok("XX"), aTok("GT"), aTok("LT")))
 	hmset := &command{name: "hmset", arity: -4, flags: w | f, first: 1, last: 1, step: 1,
 		doc:  &cmdDoc{"hash", "Sets the values of multiple fields (deprecated: HSET with several fields).", "2.0.0", "O(N) where N is the number of fields being set.", []argDoc{aKey("key"), aMany(aBlock("data", aStr("field"), aInt("value")))}},
-		prep: prepHSet(engine.SetAlways), done: doneOK}
+		prep: prepHSet(contract.SetAlways), done: doneOK}
 	hmset.fn = func(s *Server, c *client, args [][]byte) {
 		at := len(c.out)
 		hsetCmd(s, c, hmset, args)
@@ -48,7 +48,7 @@ func idiomCommands() []*command {
 		{name: "getset", arity: 3, flags: w | f, first: 1, last: 1, step: 1,
 			doc: &cmdDoc{"string", "Returns the previous value of a key after setting it to a new value.", "1.0.0", "O(1)", []argDoc{aKey("key"), aInt("value")}},
 			fn: func(s *Server, c *client, args [][]byte) {
-				setGet(s, c, [][]byte{args[0], args[1], args[2]}, engine.Op{Type: engine.OpSet, ID: str(args[1])})
+				setGet(s, c, [][]byte{args[0], args[1], args[2]}, contract.Op{Type: contract.OpSet, ID: str(args[1])})
 			}},
 		{name: "getdel", arity: 2, flags: w | f, first: 1, last: 1, step: 1,
 			doc: &cmdDoc{"string", "Returns the value of a key after deleting the key.", "6.2.0", "O(1)", []argDoc{aKey("key")}},
@@ -97,7 +97,7 @@ func lengthOf(read func(s *Server, c *client, args [][]byte)) func(s *Server, c 
 // setGet runs SET key value [options] GET (and GETSET): the old value,
 // then the write, with the engine's version check so that nothing lands
 // in between. op carries the parsed SET (mode, TTL).
-func setGet(s *Server, c *client, args [][]byte, op engine.Op) {
+func setGet(s *Server, c *client, args [][]byte, op contract.Op) {
 	if !setValue(&op, args[2]) {
 		c.writeError(errNotInteger)
 		return
@@ -110,24 +110,24 @@ func setGet(s *Server, c *client, args [][]byte, op engine.Op) {
 			c.writeError(engineError(err))
 			return
 		}
-		if v.Exists && (v.Kind == engine.KindHash || v.Kind == engine.KindHLL) {
+		if v.Exists && (v.Kind == contract.KindHash || v.Kind == contract.KindHLL) {
 			c.writeError(errWrongType)
 			return
 		}
-		apply := !(mode == engine.SetIfAbsent && v.Exists) && !(mode == engine.SetIfExists && !v.Exists)
+		apply := !(mode == contract.SetIfAbsent && v.Exists) && !(mode == contract.SetIfExists && !v.Exists)
 		if apply {
 			w := op
-			w.SetMode = engine.SetAlways
+			w.SetMode = contract.SetAlways
 			w.CheckVersion = true
 			if v.Exists {
 				w.ExpectedVersion = v.Version
 			}
-			ops := []engine.Op{w}
+			ops := []contract.Op{w}
 			if w.TTL == pastTTL {
-				ops = append(ops, engine.Op{Type: engine.OpExpire, ID: id, TTL: -1})
+				ops = append(ops, contract.Op{Type: contract.OpExpire, ID: id, TTL: -1})
 			}
-			_, err = s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{})
-			if errors.Is(err, engine.ErrVersionConflict) && try < 100 {
+			_, err = s.eng.ApplyBatch(c.ctx, ops, contract.WriteOptions{})
+			if errors.Is(err, contract.ErrVersionConflict) && try < 100 {
 				continue // written in between: read again
 			}
 			if err != nil {
@@ -182,7 +182,7 @@ func cmdGetDel(s *Server, c *client, args [][]byte) {
 	if !ok {
 		return
 	}
-	if _, err := s.eng.Apply(c.ctx, engine.Op{Type: engine.OpDelete, ID: id}, engine.WriteOptions{}); err != nil {
+	if _, err := s.eng.Apply(c.ctx, contract.Op{Type: contract.OpDelete, ID: id}, contract.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}
@@ -212,7 +212,7 @@ func cmdMSetNX(s *Server, c *client, args [][]byte) {
 			return
 		}
 	}
-	if _, err := s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{}); err != nil {
+	if _, err := s.eng.ApplyBatch(c.ctx, ops, contract.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}
@@ -237,7 +237,7 @@ func expireAtCmd(unit time.Duration, name string) func(s *Server, c *client, arg
 			c.writeError(invalid) // Redis: seconds * 1000 overflows
 			return
 		}
-		op := engine.Op{Type: engine.OpExpire, ID: str(args[1])}
+		op := contract.Op{Type: contract.OpExpire, ID: str(args[1])}
 		if n <= 0 {
 			op.TTL = -1 // long past: delete
 		} else if n > math.MaxInt64/int64(unit) {
@@ -265,7 +265,7 @@ func expireAtCmd(unit time.Duration, name string) func(s *Server, c *client, arg
 				return
 			}
 		}
-		r, err := s.eng.Apply(c.ctx, op, engine.WriteOptions{})
+		r, err := s.eng.Apply(c.ctx, op, contract.WriteOptions{})
 		if err != nil {
 			c.writeError(engineError(err))
 			return

@@ -7,23 +7,23 @@ import (
 	"strings"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // DEL key [key ...]. Keys that are not valid counter ids cannot exist and
 // count as not deleted.
-func prepDel(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepDel(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	for _, k := range args[1:] {
 		id := str(k)
-		if engine.ValidateID(id) != nil {
+		if contract.ValidateID(id) != nil {
 			continue
 		}
-		ops = append(ops, engine.Op{Type: engine.OpDelete, ID: id})
+		ops = append(ops, contract.Op{Type: contract.OpDelete, ID: id})
 	}
 	return ops, "", true
 }
 
-func doneCount(c *client, args [][]byte, res []engine.Result) {
+func doneCount(c *client, args [][]byte, res []contract.Result) {
 	n := 0
 	for i := range res {
 		if res[i].Changed {
@@ -34,8 +34,8 @@ func doneCount(c *client, args [][]byte, res []engine.Result) {
 }
 
 // EXPIRE key seconds [NX|XX|GT|LT], PEXPIRE key ms [...]
-func prepExpire(unit time.Duration, name string) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
-	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepExpire(unit time.Duration, name string) func(*client, [][]byte, []contract.Op) ([]contract.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 		ttl, e := parseExpire(args[2], unit, name)
 		if e != "" {
 			return ops, e, true
@@ -43,7 +43,7 @@ func prepExpire(unit time.Duration, name string) func(*client, [][]byte, []engin
 		if len(args) > 3 {
 			return ops, "", false // conditional: needs a read
 		}
-		return append(ops, engine.Op{Type: engine.OpExpire, ID: str(args[1]), TTL: ttl}), "", true
+		return append(ops, contract.Op{Type: contract.OpExpire, ID: str(args[1]), TTL: ttl}), "", true
 	}
 }
 
@@ -98,7 +98,7 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 			c.writeInt(0)
 			return
 		}
-		r, err := s.eng.Apply(c.ctx, engine.Op{Type: engine.OpExpire, ID: id, TTL: ttl}, engine.WriteOptions{})
+		r, err := s.eng.Apply(c.ctx, contract.Op{Type: contract.OpExpire, ID: id, TTL: ttl}, contract.WriteOptions{})
 		if err != nil {
 			c.writeError(engineError(err))
 			return
@@ -112,8 +112,8 @@ func expireCmd(cmd *command, unit time.Duration) func(s *Server, c *client, args
 }
 
 // PERSIST key
-func prepPersist(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-	return append(ops, engine.Op{Type: engine.OpExpire, ID: str(args[1]), TTL: 0}), "", true
+func prepPersist(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
+	return append(ops, contract.Op{Type: contract.OpExpire, ID: str(args[1]), TTL: 0}), "", true
 }
 
 // EXISTS key [key ...]
@@ -135,7 +135,7 @@ func cmdExists(s *Server, c *client, args [][]byte) {
 // TYPE key: "hash" for hashes, "string" for every other kind, "none".
 func cmdType(s *Server, c *client, args [][]byte) {
 	id := str(args[1])
-	if engine.ValidateID(id) != nil {
+	if contract.ValidateID(id) != nil {
 		c.writeStatus("none")
 		return
 	}
@@ -145,15 +145,15 @@ func cmdType(s *Server, c *client, args [][]byte) {
 		c.writeError(engineError(err))
 	case !v.Exists:
 		c.writeStatus("none")
-	case v.Kind == engine.KindHash:
+	case v.Kind == contract.KindHash:
 		c.writeStatus("hash")
 	default:
 		c.writeStatus("string")
 	}
 }
 
-func typeName(k engine.Kind) string {
-	if k == engine.KindHash {
+func typeName(k contract.Kind) string {
+	if k == contract.KindHash {
 		return "hash"
 	}
 	return "string"
@@ -181,7 +181,7 @@ func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
 		id := str(args[1])
-		if engine.ValidateID(id) != nil {
+		if contract.ValidateID(id) != nil {
 			c.writeInt(-2)
 			return
 		}
@@ -382,7 +382,7 @@ func expireApplies(nx, xx, gt, lt, has bool, ttl, cur time.Duration) bool {
 // getString reads id for a command on string values (GETDEL, GETEX):
 // false when it already answered (nil for a missing key, WRONGTYPE for a
 // hash or an hll, or the engine's error).
-func getString(s *Server, c *client, id string) (engine.View, bool) {
+func getString(s *Server, c *client, id string) (contract.View, bool) {
 	v, err := s.eng.Get(c.ctx, id)
 	switch {
 	case err != nil:
@@ -391,7 +391,7 @@ func getString(s *Server, c *client, id string) (engine.View, bool) {
 	case !v.Exists:
 		c.writeNull()
 		return v, false
-	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
+	case v.Kind == contract.KindHash || v.Kind == contract.KindHLL:
 		c.writeError(errWrongType)
 		return v, false
 	}

@@ -5,13 +5,13 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // A write the node cannot make durable is answered like Redis answers when
 // it cannot persist: a MISCONF error, with the reason, on one line.
 func TestEngineErrorMisconf(t *testing.T) {
-	err := fmt.Errorf("%w: 700 KiB free on the data directory's filesystem, below --min-free-disk 1024 KiB", engine.ErrInsufficientStorage)
+	err := fmt.Errorf("%w: 700 KiB free on the data directory's filesystem, below --min-free-disk 1024 KiB", contract.ErrInsufficientStorage)
 	got := engineError(err)
 	if !strings.HasPrefix(got, "MISCONF ") {
 		t.Fatalf("%q does not start with MISCONF", got)

@@ -9,8 +9,8 @@ import (
 	"math"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
 // moreCommands returns the entries of this file for the command table.
@@ -22,10 +22,10 @@ func moreCommands() []*command {
 	hset := &command{name: "hset", arity: -4, flags: w | f, first: 1, last: 1, step: 1,
 		doc: &cmdDoc{"hash", "Creates or modifies the value (integer or float) of fields in a hash.", "2.0.0", "O(1) for each field/value pair added, so O(N) to add N field/value pairs when the command is called with multiple field/value pairs.",
 			[]argDoc{aKey("key"), aMany(aBlock("data", aStr("field"), aInt("value")))}},
-		prep: prepHSet(engine.SetAlways), done: doneValue}
+		prep: prepHSet(contract.SetAlways), done: doneValue}
 	hsetnx := &command{name: "hsetnx", arity: 4, flags: w | f, first: 1, last: 1, step: 1,
 		doc:  &cmdDoc{"hash", "Sets the value (integer or float) of a field in a hash only when the field doesn't exist.", "2.0.0", "O(1)", []argDoc{aKey("key"), aStr("field"), aInt("value")}},
-		prep: prepHSet(engine.SetIfAbsent), done: doneValue}
+		prep: prepHSet(contract.SetIfAbsent), done: doneValue}
 	for _, cmd := range []*command{hset, hsetnx} {
 		cmd := cmd
 		cmd.fn = func(s *Server, c *client, args [][]byte) { hsetCmd(s, c, cmd, args) }
@@ -56,16 +56,16 @@ func moreCommands() []*command {
 // INCRBYFLOAT key increment. The engine checks the kind before the
 // increment (Redis's order); the text travels unparsed so that it is
 // added exactly as Redis adds it.
-func prepIncrByFloat(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-	return append(ops, engine.Op{Type: engine.OpAdd, ID: str(args[1]), Kind: engine.KindFloat, Float: string(args[2])}), "", true
+func prepIncrByFloat(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
+	return append(ops, contract.Op{Type: contract.OpAdd, ID: str(args[1]), Kind: contract.KindFloat, Float: string(args[2])}), "", true
 }
 
-func doneFloat(c *client, args [][]byte, res []engine.Result) { c.writeBulkString(res[0].Float) }
+func doneFloat(c *client, args [][]byte, res []contract.Result) { c.writeBulkString(res[0].Float) }
 
 // SETEX key seconds value, PSETEX key milliseconds value: the expire time
 // is checked first, then the value (as Redis does).
-func prepSetEx(unit, name string) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
-	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepSetEx(unit, name string) func(*client, [][]byte, []contract.Op) ([]contract.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 		n, ok := parseInt(args[2])
 		if !ok {
 			return ops, errNotInteger, true
@@ -74,7 +74,7 @@ func prepSetEx(unit, name string) func(*client, [][]byte, []engine.Op) ([]engine
 		if !ok {
 			return ops, "ERR invalid expire time in '" + name + "' command", true
 		}
-		op := engine.Op{Type: engine.OpSet, ID: str(args[1]), TTL: ttl}
+		op := contract.Op{Type: contract.OpSet, ID: str(args[1]), TTL: ttl}
 		if !setValue(&op, args[3]) {
 			return ops, errNotInteger, true
 		}
@@ -175,7 +175,7 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 	if !ok {
 		return
 	}
-	op := engine.Op{Type: engine.OpExpire, ID: id}
+	op := contract.Op{Type: contract.OpExpire, ID: id}
 	switch {
 	case o.unit != "":
 		ttl, e := getexTTL(o, s.eng.Now())
@@ -191,7 +191,7 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 		writeStringValue(c, &v)
 		return
 	}
-	if _, err := s.eng.Apply(c.ctx, op, engine.WriteOptions{}); err != nil {
+	if _, err := s.eng.Apply(c.ctx, op, contract.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}
@@ -202,8 +202,8 @@ func cmdGetEx(s *Server, c *client, args [][]byte) {
 // are int64s or floats in the canonical text INCRBYFLOAT writes (so that
 // HGET answers them unchanged). Any other value is Redis's "not an
 // integer" error, after the WRONGTYPE check Redis makes first (hsetCmd).
-func prepHSet(mode engine.SetMode) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
-	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepHSet(mode contract.SetMode) func(*client, [][]byte, []contract.Op) ([]contract.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 		if len(args)%2 != 0 {
 			return ops, "ERR wrong number of arguments for '" + string(lowerASCII(args[0])) + "' command", true
 		}
@@ -222,7 +222,7 @@ func prepHSet(mode engine.SetMode) func(*client, [][]byte, []engine.Op) ([]engin
 			}
 			fs = append(fs, f)
 		}
-		return append(ops, engine.Op{Type: engine.OpHSet, ID: str(args[1]), Fields: fs, SetMode: mode}), "", true
+		return append(ops, contract.Op{Type: contract.OpHSet, ID: str(args[1]), Fields: fs, SetMode: mode}), "", true
 	}
 }
 
@@ -245,7 +245,7 @@ func hsetCmd(s *Server, c *client, cmd *command, args [][]byte) {
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
-	case v.Exists && v.Kind != engine.KindHash:
+	case v.Exists && v.Kind != contract.KindHash:
 		c.writeError(errWrongType)
 	default:
 		c.writeError(errNotInteger)

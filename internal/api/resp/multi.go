@@ -3,7 +3,7 @@ package resp
 import (
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Transactions.
@@ -171,11 +171,11 @@ func (s *Server) execBatch(c *client, queue []queued) bool {
 		}
 		spans = append(spans, opSpan{from, len(ops)})
 	}
-	var res []engine.Result
+	var res []contract.Result
 	if len(ops) > 0 {
 		var err error
 		start := time.Now()
-		res, err = s.eng.ApplyBatch(c.ctx, ops, engine.WriteOptions{})
+		res, err = s.eng.ApplyBatch(c.ctx, ops, contract.WriteOptions{})
 		if err != nil {
 			// Nothing was applied: run the commands one by one instead so
 			// that each gets its own reply, as in Redis.

@@ -19,6 +19,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -378,7 +379,7 @@ func TestMetrics(t *testing.T) {
 func TestSharedEngine(t *testing.T) {
 	ts := start(t, resp.Options{})
 	ctx := context.Background()
-	if _, err := ts.eng.Add(ctx, "shared", 41, engine.WriteOptions{}); err != nil {
+	if _, err := ts.eng.Add(ctx, "shared", 41, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	rdb := newGoRedis(t, ts.addr, 3)
@@ -387,7 +388,7 @@ func TestSharedEngine(t *testing.T) {
 	mustOK(t, "Get", err)
 	mustEqual(t, "engine value", v.Value, 42)
 	// Sharded and PN counters are additive: INCR and GET work on them.
-	if _, err := ts.eng.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: "sh", Kind: engine.KindSharded, Delta: 10}, engine.WriteOptions{}); err != nil {
+	if _, err := ts.eng.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: "sh", Kind: contract.KindSharded, Delta: 10}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	mustEqual(t, "INCR sharded", rdb.Incr(ctx, "sh").Val(), 11)

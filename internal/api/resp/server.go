@@ -24,7 +24,7 @@ import (
 
 	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/auth"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/shed"
 )
@@ -33,7 +33,7 @@ import (
 const (
 	DefaultMaxConns        = 10000
 	DefaultMaxBulkLen      = 8 << 20  // 8 MiB
-	DefaultMaxArgs         = 32768    // above what any command accepts (engine.MaxItems items)
+	DefaultMaxArgs         = 32768    // above what any command accepts (contract.MaxItems items)
 	DefaultMaxCommandBytes = 32 << 20 // 32 MiB
 	// DefaultMaxQueryBufferTotal bounds the read buffers above 64 KiB of
 	// all connections together.
@@ -200,7 +200,7 @@ type Options struct {
 
 // Server serves the Redis protocol on top of an engine.
 type Server struct {
-	eng  engine.Backend
+	eng  contract.Backend
 	opts Options
 	log  *slog.Logger
 
@@ -241,7 +241,7 @@ type Server struct {
 }
 
 // New returns a server for eng. Call Serve to accept connections.
-func New(eng engine.Backend, opts Options) *Server {
+func New(eng contract.Backend, opts Options) *Server {
 	if opts.MaxConns <= 0 {
 		opts.MaxConns = DefaultMaxConns
 	}

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // PING [message]
@@ -285,7 +285,7 @@ func cmdFlush(s *Server, c *client, args [][]byte) {
 		c.writeError("ERR " + strings.ToUpper(string(args[0])) + " is disabled on this counterd server (start it with --allow-flushall to enable it)")
 		return
 	}
-	if err := s.eng.FlushAll(c.ctx, engine.WriteOptions{}); err != nil {
+	if err := s.eng.FlushAll(c.ctx, contract.WriteOptions{}); err != nil {
 		c.writeError(engineError(err))
 		return
 	}

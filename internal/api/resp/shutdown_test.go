@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/testutil/certtest"
 )
@@ -85,12 +86,12 @@ func TestShutdownReplyNotRead(t *testing.T) {
 // stuckBackend's Get of the id "stuck" blocks until release is closed,
 // whatever its context says (a backend stuck on a lock, a disk or a peer).
 type stuckBackend struct {
-	engine.Backend
+	contract.Backend
 	entered chan struct{}
 	release chan struct{}
 }
 
-func (b *stuckBackend) Get(ctx context.Context, id string) (engine.View, error) {
+func (b *stuckBackend) Get(ctx context.Context, id string) (contract.View, error) {
 	if id == "stuck" {
 		b.entered <- struct{}{}
 		<-b.release

@@ -7,18 +7,18 @@ import (
 	"math"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
-func prepIncr(delta int64) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
-	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-		return append(ops, engine.Op{Type: engine.OpAdd, ID: str(args[1]), Delta: delta}), "", true
+func prepIncr(delta int64) func(*client, [][]byte, []contract.Op) ([]contract.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
+		return append(ops, contract.Op{Type: contract.OpAdd, ID: str(args[1]), Delta: delta}), "", true
 	}
 }
 
-func prepIncrBy(neg bool) func(*client, [][]byte, []engine.Op) ([]engine.Op, string, bool) {
-	return func(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepIncrBy(neg bool) func(*client, [][]byte, []contract.Op) ([]contract.Op, string, bool) {
+	return func(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 		d, ok := parseInt(args[2])
 		if !ok {
 			return ops, errNotInteger, true
@@ -29,23 +29,23 @@ func prepIncrBy(neg bool) func(*client, [][]byte, []engine.Op) ([]engine.Op, str
 			}
 			d = -d
 		}
-		return append(ops, engine.Op{Type: engine.OpAdd, ID: str(args[1]), Delta: d}), "", true
+		return append(ops, contract.Op{Type: contract.OpAdd, ID: str(args[1]), Delta: d}), "", true
 	}
 }
 
-func doneValue(c *client, args [][]byte, res []engine.Result) { c.writeInt(res[0].Value) }
+func doneValue(c *client, args [][]byte, res []contract.Result) { c.writeInt(res[0].Value) }
 
 // SET key value [NX|XX] [EX s|PX ms|EXAT t|PXAT t|KEEPTTL]
-func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-	op := engine.Op{Type: engine.OpSet, ID: str(args[1])}
+func prepSet(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
+	op := contract.Op{Type: contract.OpSet, ID: str(args[1])}
 	haveExp := false
 	for i := 3; i < len(args); i++ {
 		a := args[i]
 		switch {
-		case eqFold(a, "nx") && op.SetMode != engine.SetIfExists:
-			op.SetMode = engine.SetIfAbsent
-		case eqFold(a, "xx") && op.SetMode != engine.SetIfAbsent:
-			op.SetMode = engine.SetIfExists
+		case eqFold(a, "nx") && op.SetMode != contract.SetIfExists:
+			op.SetMode = contract.SetIfAbsent
+		case eqFold(a, "xx") && op.SetMode != contract.SetIfAbsent:
+			op.SetMode = contract.SetIfExists
 		case eqFold(a, "keepttl") && !haveExp:
 			op.KeepTTL = true
 		case (eqFold(a, "ex") || eqFold(a, "px") || eqFold(a, "exat") || eqFold(a, "pxat")) && !haveExp && !op.KeepTTL && i+1 < len(args):
@@ -73,11 +73,11 @@ func prepSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bo
 		return ops, errNotInteger, true
 	}
 	ops = append(ops, op)
-	if op.TTL == pastTTL && op.SetMode != engine.SetIfAbsent {
+	if op.TTL == pastTTL && op.SetMode != contract.SetIfAbsent {
 		// EXAT/PXAT in the past: like Redis, the key is gone at once.
 		// (With NX the key is only created if it did not exist, and then
 		// expires within the engine's clock tick.)
-		ops = append(ops, engine.Op{Type: engine.OpExpire, ID: op.ID, TTL: -1})
+		ops = append(ops, contract.Op{Type: contract.OpExpire, ID: op.ID, TTL: -1})
 	}
 	return ops, "", true
 }
@@ -136,7 +136,7 @@ func expireAt(unit []byte, n int64) (int64, bool) {
 	return 0, false
 }
 
-func doneSet(c *client, args [][]byte, res []engine.Result) {
+func doneSet(c *client, args [][]byte, res []contract.Result) {
 	if !res[0].Changed {
 		c.writeNull()
 		return
@@ -145,8 +145,8 @@ func doneSet(c *client, args [][]byte, res []engine.Result) {
 }
 
 // SETNX key value
-func prepSetNX(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
-	op := engine.Op{Type: engine.OpSet, ID: str(args[1]), SetMode: engine.SetIfAbsent}
+func prepSetNX(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
+	op := contract.Op{Type: contract.OpSet, ID: str(args[1]), SetMode: contract.SetIfAbsent}
 	if !setValue(&op, args[2]) {
 		return ops, errNotInteger, true
 	}
@@ -157,7 +157,7 @@ func prepSetNX(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, 
 // float in the canonical text INCRBYFLOAT writes (a float counter, whose
 // GET answers that text unchanged). Anything else is false (Redis would
 // store any string; counterd's values are numbers).
-func setValue(op *engine.Op, b []byte) bool {
+func setValue(op *contract.Op, b []byte) bool {
 	if v, ok := parseInt(b); ok {
 		op.Value = v
 		return true
@@ -170,12 +170,12 @@ func setValue(op *engine.Op, b []byte) bool {
 }
 
 // MSET key value [key value ...]
-func prepMSet(c *client, args [][]byte, ops []engine.Op) ([]engine.Op, string, bool) {
+func prepMSet(c *client, args [][]byte, ops []contract.Op) ([]contract.Op, string, bool) {
 	if len(args)%2 != 1 {
 		return ops, "ERR wrong number of arguments for 'mset' command", true
 	}
 	for i := 1; i < len(args); i += 2 {
-		op := engine.Op{Type: engine.OpSet, ID: str(args[i])}
+		op := contract.Op{Type: contract.OpSet, ID: str(args[i])}
 		if !setValue(&op, args[i+1]) {
 			return ops, errNotInteger, true
 		}
@@ -195,7 +195,7 @@ func cmdGet(s *Server, c *client, args [][]byte) {
 	switch {
 	case !v.Exists:
 		c.writeNull()
-	case v.Kind == engine.KindHash || v.Kind == engine.KindHLL:
+	case v.Kind == contract.KindHash || v.Kind == contract.KindHLL:
 		c.writeError(errWrongType)
 	default:
 		writeStringValue(c, &v)
@@ -204,8 +204,8 @@ func cmdGet(s *Server, c *client, args [][]byte) {
 
 // writeStringValue writes the value of a counter read as a Redis string:
 // a float counter's text, every other kind's int64.
-func writeStringValue(c *client, v *engine.View) {
-	if v.Kind == engine.KindFloat {
+func writeStringValue(c *client, v *contract.View) {
+	if v.Kind == contract.KindFloat {
 		c.writeBulkString(v.Float)
 		return
 	}
@@ -218,7 +218,7 @@ func cmdMGet(s *Server, c *client, args [][]byte) {
 	c.writeArray(len(args) - 1)
 	for _, k := range args[1:] {
 		v, err := s.eng.Get(c.ctx, str(k))
-		if err != nil || !v.Exists || v.Kind == engine.KindHash || v.Kind == engine.KindHLL {
+		if err != nil || !v.Exists || v.Kind == contract.KindHash || v.Kind == contract.KindHLL {
 			c.writeNull()
 			continue
 		}

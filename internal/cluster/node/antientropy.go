@@ -9,8 +9,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
 // antiEntropy sends each peer a digest (version and data hash) of the states
@@ -51,7 +51,7 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 // (else converged replicas would exchange every sharded state each round).
 func digestOf(st State) digestItem {
 	sum := xxhash.Sum64(st.Data)
-	if st.Kind == engine.KindSharded && !st.Deleted {
+	if st.Kind == contract.KindSharded && !st.Deleted {
 		var sh counter.Sharded
 		if sh.UnmarshalBinary(st.Data) == nil {
 			sum = slotsSum(sh.Slots())
@@ -61,7 +61,7 @@ func digestOf(st State) digestItem {
 		sum = ^sum
 	}
 	v := st.Version
-	if isCRDT(st.Kind) || st.Kind == engine.KindHLL {
+	if isCRDT(st.Kind) || st.Kind == contract.KindHLL {
 		v = 0
 	}
 	return digestItem{ID: st.ID, Version: v, Sum: sum ^ uint64(st.ExpiresAt)}
@@ -75,7 +75,7 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, engine.WriteOptions{Durability: engine.Async}); err != nil {
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		return err
 	}
 	repairs := len(resp.States) + len(resp.Want)

@@ -5,25 +5,26 @@ import (
 	"errors"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
-var _ engine.Backend = (*Node)(nil)
+var _ contract.Backend = (*Node)(nil)
 
 // Apply applies op on its owner (forwarding it there in one hop), or on
 // this node for an unkeyed add to a pn or sharded counter.
-func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) (engine.Result, error) {
+func (n *Node) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
 	if err := op.Validate(n.cfg.Limits); err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
-	if err := n.quotaReserved([]engine.Op{op}, false); err != nil {
-		return engine.Result{}, err
+	if err := n.quotaReserved([]contract.Op{op}, false); err != nil {
+		return contract.Result{}, err
 	}
-	res, err := n.applyOps(ctx, []engine.Op{op}, false, wo)
+	res, err := n.applyOps(ctx, []contract.Op{op}, false, wo)
 	if err != nil {
-		return engine.Result{}, err
+		return contract.Result{}, err
 	}
 	return res[0], nil
 }
@@ -31,8 +32,8 @@ func (n *Node) Apply(ctx context.Context, op engine.Op, wo engine.WriteOptions) 
 // ApplyBatch splits ops by owner and applies each part on its owner, in
 // parallel. A part is atomic; the batch as a whole is atomic only when all
 // its ops have one owner (see docs/cluster.md).
-func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteOptions) ([]engine.Result, error) {
-	if err := engine.ValidateBatch(ops, n.cfg.Limits); err != nil {
+func (n *Node) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
+	if err := contract.ValidateBatch(ops, n.cfg.Limits); err != nil {
 		return nil, err
 	}
 	if err := n.quotaReserved(ops, true); err != nil {
@@ -42,7 +43,7 @@ func (n *Node) ApplyBatch(ctx context.Context, ops []engine.Op, wo engine.WriteO
 }
 
 // applyOps applies ops (one op when !batch) where they belong.
-func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) applyOps(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	if err := n.retired(); err != nil {
 		return nil, err // even CRDT adds: nobody would take its pushes
 	}
@@ -56,7 +57,7 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 		return n.applyHere(ctx, ops, batch, wo)
 	}
 	if !batch {
-		var res []engine.Result
+		var res []contract.Result
 		if wo.IdempotencyKey != "" {
 			ctx = withRetrySafe(ctx)
 		}
@@ -76,7 +77,7 @@ func (n *Node) applyOps(ctx context.Context, ops []engine.Op, batch bool, wo eng
 // strings on the wire, which must be valid UTF-8.
 func validateIDs(ids ...string) error {
 	for _, id := range ids {
-		if err := engine.ValidateID(id); err != nil {
+		if err := contract.ValidateID(id); err != nil {
 			return err
 		}
 	}
@@ -86,7 +87,7 @@ func validateIDs(ids ...string) error {
 // checkSources rejects a PFMERGE whose sources have another owner than its
 // destination: the owner merges sketches it holds (like Redis Cluster's
 // CROSSSLOT).
-func (n *Node) checkSources(ops []engine.Op, batch bool) error {
+func (n *Node) checkSources(ops []contract.Op, batch bool) error {
 	s := n.ring.Snapshot()
 	for i := range ops {
 		dst := s.Owner(ops[i].ID)
@@ -95,7 +96,7 @@ func (n *Node) checkSources(ops []engine.Op, batch bool) error {
 				continue
 			}
 			if batch {
-				return &engine.BatchError{Index: i, Err: errCrossNode}
+				return &contract.BatchError{Index: i, Err: errCrossNode}
 			}
 			return errCrossNode
 		}
@@ -105,14 +106,14 @@ func (n *Node) checkSources(ops []engine.Op, batch bool) error {
 
 // localApply applies ops owned by this node (or CRDT-local) and replicates
 // the result.
-func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) localApply(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
 	local := n.crdtOnly(ctx, ops, wo.IdempotencyKey)
 	if err := n.checkMajority(local); err != nil {
 		return nil, err
 	}
-	var res []engine.Result
+	var res []contract.Result
 	err := n.quotaApply(ctx, ops, func(check, done func() error) error {
 		return n.ownerDo(ctx, opIDs(ops), func(id string) bool { return local[id] }, func() (err error) {
 			// Again under the gate: the op may have waited (fence) while the
@@ -140,7 +141,7 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if err := n.replicateAfter(ctx, ops, res, wo); err != nil {
 		return res, err
 	}
-	if n.durability(wo) != engine.Sync {
+	if n.durability(wo) != contract.Sync {
 		// Acknowledged within the lease. A sync write needs no check: it
 		// is acknowledged only once a write quorum merged it without a
 		// newer epoch's promise, so the new owner's fence pulled it.
@@ -153,7 +154,7 @@ func (n *Node) localApply(ctx context.Context, ops []engine.Op, batch bool, wo e
 // already applied (its record arrived with a push or a fence) is replayed
 // from the record instead; one applied here leaves a record that travels
 // with the next push of its ids.
-func (n *Node) applyKeyed(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) applyKeyed(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	if wo.IdempotencyKey == "" {
 		return n.applyOwned(ctx, ops, batch, wo)
 	}
@@ -179,7 +180,7 @@ func (n *Node) checkMajority(local map[string]bool) error {
 
 // crdtOnly returns the ids whose every op in ops is CRDT-local: those need
 // no ownership.
-func (n *Node) crdtOnly(ctx context.Context, ops []engine.Op, key string) map[string]bool {
+func (n *Node) crdtOnly(ctx context.Context, ops []contract.Op, key string) map[string]bool {
 	m := make(map[string]bool, len(ops))
 	for i := range ops {
 		ok := len(ops[i].Sources) == 0 && n.crdtLocal(ctx, &ops[i], key)
@@ -192,7 +193,7 @@ func (n *Node) crdtOnly(ctx context.Context, ops []engine.Op, key string) map[st
 }
 
 // applyHere applies CRDT-local ops without an ownership check.
-func (n *Node) applyHere(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) applyHere(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	n.inflight.Add(1)
 	defer n.inflight.Add(-1)
 	res, err := n.applyKeyed(ctx, ops, batch, wo)
@@ -205,7 +206,7 @@ func (n *Node) applyHere(ctx context.Context, ops []engine.Op, batch bool, wo en
 // applyOwned applies ops to the store and lifts the version of each id
 // written as its owner to the epoch this node claimed for it (epoch.go),
 // so that what it writes beats every state of a previous owner.
-func (n *Node) applyOwned(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) applyOwned(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	res, err := n.applyStore(ctx, ops, batch, wo)
 	if err != nil {
 		return nil, err
@@ -231,7 +232,7 @@ func (n *Node) applyOwned(ctx context.Context, ops []engine.Op, batch bool, wo e
 	return res, nil
 }
 
-func (n *Node) applyStore(ctx context.Context, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) applyStore(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	if batch {
 		return n.store.ApplyBatch(ctx, ops, wo)
 	}
@@ -239,11 +240,11 @@ func (n *Node) applyStore(ctx context.Context, ops []engine.Op, batch bool, wo e
 	if err != nil {
 		return nil, err
 	}
-	return []engine.Result{r}, nil
+	return []contract.Result{r}, nil
 }
 
 // forwardApply sends ops to node, which must own them.
-func (n *Node) forwardApply(ctx context.Context, node string, ops []engine.Op, batch bool, wo engine.WriteOptions) ([]engine.Result, error) {
+func (n *Node) forwardApply(ctx context.Context, node string, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
 	req := &applyRequest{header: n.header(true), Ops: ops, Batch: batch, Durability: wo.Durability, IdemKey: wo.IdempotencyKey}
 	var resp applyResponse
 	if err := n.call(ctx, node, "Apply", req, &resp); err != nil {
@@ -252,7 +253,7 @@ func (n *Node) forwardApply(ctx context.Context, node string, ops []engine.Op, b
 	if err := resp.Err.err(node, nil); err != nil {
 		return nil, err
 	}
-	res := make([]engine.Result, len(resp.Results))
+	res := make([]contract.Result, len(resp.Results))
 	for i, r := range resp.Results {
 		res[i] = r.Result
 		res[i].Replayed = r.Replayed
@@ -264,7 +265,7 @@ func (n *Node) serveApply(ctx context.Context, req *applyRequest) *applyResponse
 	if len(req.Ops) == 0 {
 		return &applyResponse{Err: toWire(errEmptyRequest)}
 	}
-	wo := engine.WriteOptions{Durability: req.Durability, IdempotencyKey: req.IdemKey}
+	wo := contract.WriteOptions{Durability: req.Durability, IdempotencyKey: req.IdemKey}
 	res, err := n.localApply(ctx, req.Ops, req.Batch, wo)
 	if err != nil {
 		return &applyResponse{Err: toWire(err)}
@@ -279,19 +280,19 @@ func (n *Node) serveApply(ctx context.Context, req *applyRequest) *applyResponse
 // applySplit groups a batch by target node and applies the groups in
 // parallel; retry allows one re-split of groups answered with a wrong
 // owner.
-func (n *Node) applySplit(ctx context.Context, ops []engine.Op, wo engine.WriteOptions, retry bool) ([]engine.Result, error) {
+func (n *Node) applySplit(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, retry bool) ([]contract.Result, error) {
 	groups := n.groupOps(ctx, ops, wo.IdempotencyKey)
-	out := make([]engine.Result, len(ops))
+	out := make([]contract.Result, len(ops))
 	errs := make([]error, len(groups))
 	done := make(chan struct{}, len(groups))
 	for gi, g := range groups {
 		go func() {
 			defer func() { done <- struct{}{} }()
-			part := make([]engine.Op, len(g.idx))
+			part := make([]contract.Op, len(g.idx))
 			for i, j := range g.idx {
 				part[i] = ops[j]
 			}
-			var res []engine.Result
+			var res []contract.Result
 			var err error
 			switch {
 			case g.node == n.self:
@@ -303,11 +304,11 @@ func (n *Node) applySplit(ctx context.Context, ops []engine.Op, wo engine.WriteO
 			if isWrongOwner(err) && retry {
 				res, err = n.applySplit(ctx, part, wo, false)
 			}
-			var be *engine.BatchError
-			if err != nil && len(part) == 1 && len(ops) > 1 && !errors.As(err, &be) && !errors.Is(err, engine.ErrUnavailable) {
+			var be *contract.BatchError
+			if err != nil && len(part) == 1 && len(ops) > 1 && !errors.As(err, &be) && !errors.Is(err, contract.ErrUnavailable) {
 				// The engine reports a one-op batch's failure without an
 				// index; the caller's batch has more ops.
-				err = &engine.BatchError{Index: 0, Err: err}
+				err = &contract.BatchError{Index: 0, Err: err}
 			}
 			errs[gi] = remapBatchError(err, g.idx)
 			for i, r := range res {
@@ -333,7 +334,7 @@ type opGroup struct {
 
 // groupOps assigns every op to the node that applies it: this node for
 // CRDT-local adds, else the owner of its id.
-func (n *Node) groupOps(ctx context.Context, ops []engine.Op, key string) []opGroup {
+func (n *Node) groupOps(ctx context.Context, ops []contract.Op, key string) []opGroup {
 	s := n.ring.Snapshot()
 	var groups []opGroup
 	at := map[string]int{}
@@ -358,26 +359,26 @@ func (n *Node) groupOps(ctx context.Context, ops []engine.Op, key string) []opGr
 // ---- reads: on the owner ----
 
 // Get reads id on its owner, which merges every replica slot it has.
-func (n *Node) Get(ctx context.Context, id string) (engine.View, error) {
-	if err := engine.ValidateID(id); err != nil {
-		return engine.View{}, err
+func (n *Node) Get(ctx context.Context, id string) (contract.View, error) {
+	if err := contract.ValidateID(id); err != nil {
+		return contract.View{}, err
 	}
 	resp, err := n.read(ctx, readRequest{Op: "get", ID: id})
 	if err != nil || resp.View == nil {
-		return engine.View{ID: id}, err
+		return contract.View{ID: id}, err
 	}
 	return *resp.View, nil
 }
 
 // HGet reads one hash field on the owner.
 func (n *Node) HGet(ctx context.Context, id, field string) (int64, bool, error) {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return 0, false, err
 	}
 	resp, err := n.read(ctx, readRequest{Op: "hget", ID: id, Field: field})
 	if err != nil {
 		// ErrNotInteger is HGet's answer for a float field, which exists.
-		return 0, errors.Is(err, engine.ErrNotInteger), err
+		return 0, errors.Is(err, contract.ErrNotInteger), err
 	}
 	return resp.Int, resp.OK, nil
 }
@@ -405,8 +406,8 @@ func (n *Node) PFCount(ctx context.Context, ids ...string) (uint64, float64, err
 
 // TTL reads id's time to live on its owner.
 func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, error) {
-	if engine.ValidateID(id) != nil {
-		return 0, false, false, nil // a missing counter (engine.Backend)
+	if contract.ValidateID(id) != nil {
+		return 0, false, false, nil // a missing counter (contract.Backend)
 	}
 	resp, err := n.read(ctx, readRequest{Op: "ttl", ID: id})
 	if err != nil {
@@ -419,14 +420,14 @@ func (n *Node) TTL(ctx context.Context, id string) (time.Duration, bool, bool, e
 // counter (or one the owner does not hold yet) summed over every node
 // (series.go).
 func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from, to time.Time) (*rollup.Series, error) {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return nil, err
 	}
 	resp, err := n.read(ctx, readRequest{Op: "series", ID: id, G: g, From: from, To: to})
 	if err != nil {
 		return nil, err
 	}
-	if resp.Kind == engine.KindNone || isCRDT(resp.Kind) {
+	if resp.Kind == contract.KindNone || isCRDT(resp.Kind) {
 		// pn/sharded, or not on the owner yet: adds may be on any node.
 		return n.seriesEverywhere(ctx, &seriesQuery{ID: id, G: g, From: from, To: to})
 	}
@@ -435,7 +436,7 @@ func (n *Node) Series(ctx context.Context, id string, g rollup.Granularity, from
 
 // Uniques reads id's unique-count estimate on its owner.
 func (n *Node) Uniques(ctx context.Context, id string, unit rollup.Granularity, num int) (*rollup.Estimate, error) {
-	if err := engine.ValidateID(id); err != nil {
+	if err := contract.ValidateID(id); err != nil {
 		return nil, err
 	}
 	resp, err := n.read(ctx, readRequest{Op: "uniques", ID: id, G: unit, N: num})
@@ -529,7 +530,7 @@ func (n *Node) localRead(ctx context.Context, req *readRequest) *readResponse {
 func (n *Node) readStore(ctx context.Context, req *readRequest, resp *readResponse) (err error) {
 	switch req.Op {
 	case "get":
-		var v engine.View
+		var v contract.View
 		v, err = n.store.Get(ctx, req.ID)
 		resp.View = &v
 	case "hget":
@@ -554,8 +555,8 @@ func (n *Node) readStore(ctx context.Context, req *readRequest, resp *readRespon
 	return err
 }
 
-func (n *Node) Now() time.Time      { return n.store.Now() }
-func (n *Node) Stats() engine.Stats { return n.store.Stats() }
+func (n *Node) Now() time.Time        { return n.store.Now() }
+func (n *Node) Stats() contract.Stats { return n.store.Stats() }
 
 // ExportState returns id's state as its owner holds it, or, if the owner
 // does not answer, as the first other replica that does (a replica may

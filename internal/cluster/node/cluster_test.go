@@ -11,13 +11,13 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
-var syncWO = engine.WriteOptions{Durability: engine.Sync}
+var syncWO = contract.WriteOptions{Durability: contract.Sync}
 
-func add(id string, delta int64) engine.Op {
-	return engine.Op{Type: engine.OpAdd, ID: id, Delta: delta}
+func add(id string, delta int64) contract.Op {
+	return contract.Op{Type: contract.OpAdd, ID: id, Delta: delta}
 }
 
 func TestAnyNodeAnswers(t *testing.T) {
@@ -37,7 +37,7 @@ func TestAnyNodeAnswers(t *testing.T) {
 		}
 		for _, tn := range nodes {
 			v, err := tn.n.Get(ctx, id)
-			if err != nil || v.Value != 6 || v.Kind != engine.KindCounter {
+			if err != nil || v.Value != 6 || v.Kind != contract.KindCounter {
 				t.Fatalf("get %s on %s: %+v, %v", id, tn.id, v, err)
 			}
 		}
@@ -66,9 +66,9 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 			break
 		}
 	}
-	_, err := sender.n.forwardApply(ctx, "n2", []engine.Op{add(id, 1)}, false, engine.WriteOptions{})
+	_, err := sender.n.forwardApply(ctx, "n2", []contract.Op{add(id, 1)}, false, contract.WriteOptions{})
 	var wo *WrongOwnerError
-	if !errors.As(err, &wo) || wo.Owner != "n3" || !errors.Is(err, engine.ErrUnavailable) {
+	if !errors.As(err, &wo) || wo.Owner != "n3" || !errors.Is(err, contract.ErrUnavailable) {
 		t.Fatalf("forward to a non-owner: %v, want a WrongOwnerError naming n3", err)
 	}
 	if got := collected(receiver.n.metrics.forwarded); got != 0 {
@@ -79,7 +79,7 @@ func TestForwardedRequestIsNotForwardedAgain(t *testing.T) {
 		t.Fatal("the op was applied somewhere")
 	}
 	// Routed normally, the op takes one hop.
-	if _, err := sender.n.Apply(ctx, add(id, 1), engine.WriteOptions{}); err != nil {
+	if _, err := sender.n.Apply(ctx, add(id, 1), contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if got := value(sender.n.metrics.forwarded.WithLabelValues("apply", "ok")); got != 1 {
@@ -132,7 +132,7 @@ func TestCRDTConvergesWithinASecond(t *testing.T) {
 	c := newTestCluster(t, "n1", "n2", "n3")
 	ctx := context.Background()
 	nodes := c.running()
-	kinds := []engine.Kind{engine.KindPN, engine.KindSharded}
+	kinds := []contract.Kind{contract.KindPN, contract.KindSharded}
 	const perNode = 50
 	for _, k := range kinds {
 		id := "crdt:" + k.String()
@@ -140,7 +140,7 @@ func TestCRDTConvergesWithinASecond(t *testing.T) {
 			for i := 0; i < perNode; i++ {
 				op := add(id, 2)
 				op.Kind = k
-				if _, err := tn.n.Apply(ctx, op, engine.WriteOptions{}); err != nil {
+				if _, err := tn.n.Apply(ctx, op, contract.WriteOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -200,7 +200,7 @@ func TestBatchSplitsByOwner(t *testing.T) {
 	c := newTestCluster(t, "n1", "n2", "n3")
 	ctx := context.Background()
 	n1 := c.node("n1")
-	var ops []engine.Op
+	var ops []contract.Op
 	for i := 0; i < 30; i++ {
 		ops = append(ops, add(fmt.Sprintf("b:%d", i), int64(i+1)))
 	}
@@ -214,15 +214,15 @@ func TestBatchSplitsByOwner(t *testing.T) {
 		}
 	}
 	// A failing op is reported at its index in the whole batch.
-	bad := append([]engine.Op(nil), ops...)
-	bad[17] = engine.Op{Type: engine.OpHAdd, ID: ops[17].ID, Fields: nil}
+	bad := append([]contract.Op(nil), ops...)
+	bad[17] = contract.Op{Type: contract.OpHAdd, ID: ops[17].ID, Fields: nil}
 	_, err = n1.n.ApplyBatch(ctx, bad, syncWO)
-	var be *engine.BatchError
+	var be *contract.BatchError
 	if !errors.As(err, &be) || be.Index != 17 {
 		t.Fatalf("bad batch: %v, want a BatchError at 17", err)
 	}
 	// Idempotency keys travel with the op.
-	wo := engine.WriteOptions{IdempotencyKey: "k1"}
+	wo := contract.WriteOptions{IdempotencyKey: "k1"}
 	r1, err := c.node("n2").n.Apply(ctx, add("idem", 1), wo)
 	if err != nil {
 		t.Fatal(err)
@@ -325,7 +325,7 @@ func TestStaleRingRetriesOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	n1.setRing([]string{"n1", "n2"}) // as if n1 had not seen n3 yet
-	res, err := n1.Apply(ctx, add(id, 1), engine.WriteOptions{})
+	res, err := n1.Apply(ctx, add(id, 1), contract.WriteOptions{})
 	if err != nil || res.Value != 1 {
 		t.Fatalf("apply through a stale ring: %+v, %v", res, err)
 	}

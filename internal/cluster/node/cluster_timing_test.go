@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // idOwnedBy returns an id whose owner is node.
@@ -33,7 +33,7 @@ func BenchmarkApply(b *testing.B) {
 			id := idOwnedBy(n1, bc.owner, "bench:"+bc.name+":")
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := n1.Apply(ctx, add(id, 1), engine.WriteOptions{Durability: engine.Async}); err != nil {
+				if _, err := n1.Apply(ctx, add(id, 1), contract.WriteOptions{Durability: contract.Async}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -52,9 +52,9 @@ func BenchmarkConvergence(b *testing.B) {
 	want := int64(0)
 	for b.Loop() {
 		op := add(id, 1)
-		op.Kind = engine.KindPN
+		op.Kind = contract.KindPN
 		start := time.Now()
-		if _, err := a.Apply(ctx, op, engine.WriteOptions{}); err != nil {
+		if _, err := a.Apply(ctx, op, contract.WriteOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		want++

@@ -3,8 +3,8 @@ package node
 import (
 	"testing"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
 // shardedState encodes s as node name would export it.
@@ -14,7 +14,7 @@ func shardedState(t *testing.T, s *counter.Sharded) State {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return State{ID: "x", Kind: engine.KindSharded, Version: 1, Data: b}
+	return State{ID: "x", Kind: contract.KindSharded, Version: 1, Data: b}
 }
 
 // TestShardedDigestIgnoresHolder: converged replicas of a sharded counter

@@ -1,4 +1,4 @@
-// Package node is a counterd peer-cluster member: the engine.Backend that
+// Package node is a counterd peer-cluster member: the contract.Backend that
 // the HTTP and RESP front ends serve in cluster mode (--join).
 //
 // Membership is gossip (internal/cluster/membership); the alive members form

@@ -10,6 +10,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -27,7 +28,7 @@ func TestEpochFencesOldOwner(t *testing.T) {
 	ctx := context.Background()
 	n1, n2, n3 := c.node("n1").n, c.node("n2").n, c.node("n3").n
 	id := ownedID(c.node("n1"), "n1", "epoch:")
-	first, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 10, Kind: engine.KindCounter}, syncWO)
+	first, err := n1.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 10, Kind: contract.KindCounter}, syncWO)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +60,7 @@ func TestEpochFencesOldOwner(t *testing.T) {
 	if _, err := n2.store.Merge(ctx, resp.States, syncWO); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n2.store.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, syncWO); err != nil {
+	if _, err := n2.store.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, syncWO); err != nil {
 		t.Fatal(err)
 	}
 	ver, ok, err := n2.store.RaiseVersion(id, epochFloor(e2))
@@ -67,20 +68,20 @@ func TestEpochFencesOldOwner(t *testing.T) {
 		t.Fatalf("raise: %#x %v %v", ver, ok, err)
 	}
 	// The old owner's writes are applied locally but never acknowledged.
-	keyed := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "old-owner"}
+	keyed := contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: "old-owner"}
 	for i := range 5 {
 		wo := syncWO
 		if i == 4 {
 			wo = keyed
 		}
-		_, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 100}, wo)
-		if !errors.Is(err, engine.ErrUnavailable) {
+		_, err := n1.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 100}, wo)
+		if !errors.Is(err, contract.ErrUnavailable) {
 			t.Fatalf("old owner's write %d after the claim: %v, want unavailable (no quorum)", i, err)
 		}
 	}
 	// Its keyed write's record reached n2 and n3 with the stale push, but
 	// was not kept: a retry there must apply, not replay a lost write.
-	fp := engine.Fingerprint([]engine.Op{{Type: engine.OpAdd, ID: id, Delta: 100}})
+	fp := engine.Fingerprint([]contract.Op{{Type: contract.OpAdd, ID: id, Delta: 100}})
 	for _, n := range []*Node{n2, n3} {
 		if res, ok := n.idem.get("old-owner", fp); ok {
 			t.Fatalf("%s keeps the record of the old owner's unacknowledged write: %+v", n.self, res)
@@ -162,7 +163,7 @@ type laterWriteStore struct {
 
 func (s *laterWriteStore) RaiseVersion(id string, floor uint64) (uint64, bool, error) {
 	if strings.HasPrefix(id, s.prefix) && s.once.CompareAndSwap(false, true) {
-		if _, err := s.Store.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{}); err != nil {
+		if _, err := s.Store.Apply(context.Background(), contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{}); err != nil {
 			return 0, false, err
 		}
 	}
@@ -179,7 +180,7 @@ func TestOwnedWriteReportsItsOwnVersion(t *testing.T) {
 	startTestCluster(c, "n1", "n2", "n3")
 	n1 := c.node("n1").n
 	id := ownedID(c.node("n1"), "n1", "raise:")
-	r, err := n1.Apply(context.Background(), engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: engine.KindCounter}, engine.WriteOptions{})
+	r, err := n1.Apply(context.Background(), contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: contract.KindCounter}, contract.WriteOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}

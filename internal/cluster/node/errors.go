@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 )
@@ -12,9 +13,9 @@ import (
 // ErrWrongOwner is answered to a forwarded request for an id the receiver
 // does not own in its ring: the sender refreshes and retries once instead
 // of the receiver forwarding again (one hop, no loops). It wraps
-// engine.ErrUnavailable, so a request that still fails after the retry is a
+// contract.ErrUnavailable, so a request that still fails after the retry is a
 // retryable 503 / TRYAGAIN.
-var ErrWrongOwner = fmt.Errorf("cluster: wrong owner: %w", engine.ErrUnavailable)
+var ErrWrongOwner = fmt.Errorf("cluster: wrong owner: %w", contract.ErrUnavailable)
 
 // WrongOwnerError says who the receiver believes owns the id.
 type WrongOwnerError struct {
@@ -30,7 +31,7 @@ func (e *WrongOwnerError) Error() string {
 func (e *WrongOwnerError) Unwrap() error { return ErrWrongOwner }
 
 // UnavailableError is a peer that could not be reached, or a write that did
-// not reach its quorum. It unwraps to engine.ErrUnavailable (HTTP 503,
+// not reach its quorum. It unwraps to contract.ErrUnavailable (HTTP 503,
 // RESP TRYAGAIN) and to the cause.
 type UnavailableError struct {
 	Node string // the peer, or "" for a quorum failure
@@ -40,12 +41,12 @@ type UnavailableError struct {
 
 func (e *UnavailableError) Error() string {
 	if e.Node == "" {
-		return fmt.Sprintf("%v: %s: %v", engine.ErrUnavailable, e.Op, e.Err)
+		return fmt.Sprintf("%v: %s: %v", contract.ErrUnavailable, e.Op, e.Err)
 	}
-	return fmt.Sprintf("%v: %s on node %q: %v", engine.ErrUnavailable, e.Op, e.Node, e.Err)
+	return fmt.Sprintf("%v: %s on node %q: %v", contract.ErrUnavailable, e.Op, e.Node, e.Err)
 }
 
-func (e *UnavailableError) Unwrap() []error { return []error{engine.ErrUnavailable, e.Err} }
+func (e *UnavailableError) Unwrap() []error { return []error{contract.ErrUnavailable, e.Err} }
 
 // wireError carries an engine error across a peer call, keeping its
 // sentinel so front ends map it as if it had happened locally.
@@ -68,23 +69,23 @@ var sentinels = []struct {
 	err  error
 }{
 	{"wrong_owner", ErrWrongOwner},
-	{"invalid_id", engine.ErrInvalidID},
+	{"invalid_id", contract.ErrInvalidID},
 	{"too_late", engine.ErrTooLate},   // with invalid_argument (decoded as both)
 	{"too_early", engine.ErrTooEarly}, // the same
-	{"invalid_argument", engine.ErrInvalidArgument},
-	{"wrong_kind", engine.ErrWrongKind},
-	{"overflow", engine.ErrOverflow},
-	{"not_float", engine.ErrNotFloat},
-	{"float_range", engine.ErrFloatRange},
-	{"not_integer", engine.ErrNotInteger},
-	{"version_conflict", engine.ErrVersionConflict},
-	{"not_found", engine.ErrNotFound},
-	{"batch_too_large", engine.ErrBatchTooLarge},
-	{"idempotency_reuse", engine.ErrIdempotencyReuse},
-	{"quota_exceeded", engine.ErrQuotaExceeded},
-	{"closed", engine.ErrClosed},
-	{"insufficient_storage", engine.ErrInsufficientStorage},
-	{"unavailable", engine.ErrUnavailable},
+	{"invalid_argument", contract.ErrInvalidArgument},
+	{"wrong_kind", contract.ErrWrongKind},
+	{"overflow", contract.ErrOverflow},
+	{"not_float", contract.ErrNotFloat},
+	{"float_range", contract.ErrFloatRange},
+	{"not_integer", contract.ErrNotInteger},
+	{"version_conflict", contract.ErrVersionConflict},
+	{"not_found", contract.ErrNotFound},
+	{"batch_too_large", contract.ErrBatchTooLarge},
+	{"idempotency_reuse", contract.ErrIdempotencyReuse},
+	{"quota_exceeded", contract.ErrQuotaExceeded},
+	{"closed", contract.ErrClosed},
+	{"insufficient_storage", contract.ErrInsufficientStorage},
+	{"unavailable", contract.ErrUnavailable},
 	{"deadline", context.DeadlineExceeded},
 	{"canceled", context.Canceled},
 }
@@ -101,7 +102,7 @@ func toWire(err error) *wireError {
 			break
 		}
 	}
-	var be *engine.BatchError
+	var be *contract.BatchError
 	if errors.As(err, &be) {
 		w.Index = be.Index
 		w.Msg = be.Err.Error()
@@ -143,7 +144,7 @@ func (w *wireError) err(node string, index func(int) int) error {
 		if s.code == w.Code {
 			sentinel := s.err
 			if s.err == engine.ErrTooLate || s.err == engine.ErrTooEarly {
-				sentinel = fmt.Errorf("%w: %w", engine.ErrInvalidArgument, s.err)
+				sentinel = fmt.Errorf("%w: %w", contract.ErrInvalidArgument, s.err)
 			}
 			err = &remoteError{node: node, msg: w.Msg, sentinel: sentinel}
 			break
@@ -151,7 +152,7 @@ func (w *wireError) err(node string, index func(int) int) error {
 	}
 	if w.Code == "quota_exceeded" && w.Quota != nil {
 		// The quota's refusal itself (errors.As finds its name and limit;
-		// it is errors.Is engine.ErrQuotaExceeded).
+		// it is errors.Is contract.ErrQuotaExceeded).
 		c := *w.Quota
 		err = &remoteError{node: node, msg: w.Msg, sentinel: &c}
 	}
@@ -160,17 +161,17 @@ func (w *wireError) err(node string, index func(int) int) error {
 		if index != nil {
 			i = index(i)
 		}
-		err = &engine.BatchError{Index: i, Err: err}
+		err = &contract.BatchError{Index: i, Err: err}
 	}
 	return err
 }
 
 var (
-	errEmptyRequest = fmt.Errorf("%w: empty peer request", engine.ErrInvalidArgument)
-	errUnknownOp    = fmt.Errorf("%w: unknown peer operation", engine.ErrInvalidArgument)
-	errRingChanged  = fmt.Errorf("%w: the ring changed during the operation", engine.ErrUnavailable)
-	errNotJoined    = fmt.Errorf("%w: not joined to the cluster yet", engine.ErrUnavailable)
-	errMinority     = fmt.Errorf("%w: this node sees at most half of the cluster (partition or failures); owner writes are refused", engine.ErrUnavailable)
+	errEmptyRequest = fmt.Errorf("%w: empty peer request", contract.ErrInvalidArgument)
+	errUnknownOp    = fmt.Errorf("%w: unknown peer operation", contract.ErrInvalidArgument)
+	errRingChanged  = fmt.Errorf("%w: the ring changed during the operation", contract.ErrUnavailable)
+	errNotJoined    = fmt.Errorf("%w: not joined to the cluster yet", contract.ErrUnavailable)
+	errMinority     = fmt.Errorf("%w: this node sees at most half of the cluster (partition or failures); owner writes are refused", contract.ErrUnavailable)
 )
 
 func isWrongOwner(err error) bool { return errors.Is(err, ErrWrongOwner) }
@@ -178,9 +179,9 @@ func isWrongOwner(err error) bool { return errors.Is(err, ErrWrongOwner) }
 // remapBatchError renumbers a batch error of a part of a split batch to the
 // index of the op in the whole batch.
 func remapBatchError(err error, idx []int) error {
-	var be *engine.BatchError
+	var be *contract.BatchError
 	if err == nil || !errors.As(err, &be) || be.Index < 0 || be.Index >= len(idx) {
 		return err
 	}
-	return &engine.BatchError{Index: idx[be.Index], Err: be.Err}
+	return &contract.BatchError{Index: idx[be.Index], Err: be.Err}
 }

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestExportStateFromNonReplica: with one replica per id, a member that
@@ -28,7 +28,7 @@ func TestExportStateFromNonReplica(t *testing.T) {
 	for i := range items {
 		items[i] = fmt.Appendf(nil, "user-%d", i)
 	}
-	if _, err := n1.n.Apply(ctx, engine.Op{Type: engine.OpPFAdd, ID: id, Items: items}, syncWO); err != nil {
+	if _, err := n1.n.Apply(ctx, contract.Op{Type: contract.OpPFAdd, ID: id, Items: items}, syncWO); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := n1.eng.Export(id); ok {
@@ -43,7 +43,7 @@ func TestExportStateFromNonReplica(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("ExportState on a non-replica: ok %v, err %v", ok, err)
 	}
-	if got.Kind != engine.KindHLL || got.Version != want.Version || !bytes.Equal(got.Data, want.Data) {
+	if got.Kind != contract.KindHLL || got.Version != want.Version || !bytes.Equal(got.Data, want.Data) {
 		t.Fatalf("ExportState = %v v%d (%d bytes), owner has %v v%d (%d bytes)", got.Kind, got.Version, len(got.Data), want.Kind, want.Version, len(want.Data))
 	}
 	if _, ok, err := n1.n.ExportState(ctx, "visitors:missing"); ok || err != nil {

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // ownedID returns an id with prefix that node owns in tn's ring.
@@ -25,13 +25,13 @@ func ownedID(tn *testNode, owner, prefix string) string {
 // replication (the push that carries the state, then the new owner's
 // fence), so this fails if records do not travel with the state.
 func TestKeyedRetryReplaysAfterOwnerCrash(t *testing.T) {
-	for _, kind := range []engine.Kind{engine.KindCounter, engine.KindPN} {
+	for _, kind := range []contract.Kind{contract.KindCounter, contract.KindPN} {
 		t.Run(kind.String(), func(t *testing.T) {
 			c := newTestCluster(t, "n1", "n2", "n3")
 			ctx := context.Background()
 			id := ownedID(c.node("n2"), "n1", "replay:"+kind.String()+":")
-			op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 5, Kind: kind}
-			wo := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "retry-" + id}
+			op := contract.Op{Type: contract.OpAdd, ID: id, Delta: 5, Kind: kind}
+			wo := contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: "retry-" + id}
 			first, err := c.node("n1").n.Apply(ctx, op, wo)
 			if err != nil || first.Value != 5 {
 				t.Fatalf("first apply on the owner: %+v, %v", first, err)
@@ -67,10 +67,10 @@ func TestForwardToDeadOwnerFailsOver(t *testing.T) {
 	n2 := c.node("n2")
 	id := ownedID(n2, "n1", "failover:")
 	key := 0
-	apply := func() (engine.Result, error) {
+	apply := func() (contract.Result, error) {
 		key++
-		return n2.n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: engine.KindCounter},
-			engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: fmt.Sprintf("fo-%d", key)})
+		return n2.n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: contract.KindCounter},
+			contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: fmt.Sprintf("fo-%d", key)})
 	}
 	if _, err := apply(); err != nil {
 		t.Fatal(err)

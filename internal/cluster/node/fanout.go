@@ -9,8 +9,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -95,7 +95,7 @@ const (
 	scanTagShift  = 40
 )
 
-var errScanRingChanged = fmt.Errorf("%w: the ring changed during the scan; start again at cursor 0", engine.ErrUnavailable)
+var errScanRingChanged = fmt.Errorf("%w: the ring changed during the scan; start again at cursor 0", contract.ErrUnavailable)
 
 // ringTag is an 8-bit tag of a node set, never 0.
 func ringTag(nodes []string) uint64 {
@@ -105,19 +105,19 @@ func ringTag(nodes []string) uint64 {
 // Aggregate sums the additive counters whose id starts with prefix over
 // the cluster: each id once, read on its owner (or, while the owner cannot
 // be reached, on its next replica) at one ring (readview.go).
-func (n *Node) Aggregate(ctx context.Context, prefix string) (engine.Aggregate, error) {
-	if len(prefix) > engine.MaxIDLen {
-		return engine.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", engine.ErrInvalidID, engine.MaxIDLen)
+func (n *Node) Aggregate(ctx context.Context, prefix string) (contract.Aggregate, error) {
+	if len(prefix) > contract.MaxIDLen {
+		return contract.Aggregate{}, fmt.Errorf("%w: prefix longer than %d bytes", contract.ErrInvalidID, contract.MaxIDLen)
 	}
-	var out engine.Aggregate
+	var out contract.Aggregate
 	err := n.viewFanOut(ctx, viewRead{
 		op:    "aggregate",
 		req:   func(string) *localRequest { return &localRequest{Op: "aggregate", Prefix: prefix} },
-		reset: func() { out = engine.Aggregate{Prefix: prefix} },
+		reset: func() { out = contract.Aggregate{Prefix: prefix} },
 		merge: func(_ string, r *localResponse) error {
 			v, err := counter.AddInt64(out.Value, r.Aggregate.Value)
 			if err != nil {
-				return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
+				return fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 			}
 			out.Value, out.Count = v, out.Count+r.Aggregate.Count
 			return nil
@@ -141,7 +141,7 @@ func (n *Node) Len(ctx context.Context) (int, error) {
 // parallel, so a state one node pushed (replication, anti-entropy) just
 // before it flushed can reach a node that already had: a second round
 // deletes those. Writes racing with FlushAll may survive it.
-func (n *Node) FlushAll(ctx context.Context, wo engine.WriteOptions) error {
+func (n *Node) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
 	for range 2 {
 		if err := n.fanOut(ctx, &localRequest{Op: "flushall", Durability: wo.Durability}, nil); err != nil {
 			return err
@@ -229,14 +229,14 @@ func (n *Node) serveLocal(ctx context.Context, req *localRequest) *localResponse
 	switch req.Op {
 	case "scan", "aggregate", "len", "view":
 		if req.View == nil {
-			err = fmt.Errorf("%w: %s without a read view (older peer?)", engine.ErrUnavailable, req.Op)
+			err = fmt.Errorf("%w: %s without a read view (older peer?)", contract.ErrUnavailable, req.Op)
 			break
 		}
 		resp.View, err = n.viewPart(req.View, func(answers func(string) bool) error {
 			return n.serveView(ctx, req, resp, answers)
 		})
 	case "flushall":
-		err = n.store.FlushAll(ctx, engine.WriteOptions{Durability: req.Durability})
+		err = n.store.FlushAll(ctx, contract.WriteOptions{Durability: req.Durability})
 	case "setrollup":
 		err = n.store.SetRollup(ctx, req.Key, req.Spec)
 	case "deleterollup":
@@ -308,15 +308,15 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 	}
 }
 
-func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (engine.Aggregate, error) {
-	a := engine.Aggregate{Prefix: prefix}
+func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (contract.Aggregate, error) {
+	a := contract.Aggregate{Prefix: prefix}
 	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(id string) error {
 		v, err := n.store.Get(ctx, id)
 		if err != nil || !v.Exists || !v.Kind.Additive() {
 			return err
 		}
 		if a.Value, err = counter.AddInt64(a.Value, v.Value); err != nil {
-			return fmt.Errorf("%w: sum of %q*", engine.ErrOverflow, prefix)
+			return fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 		}
 		a.Count++
 		return nil

@@ -12,7 +12,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // fencer remembers which ids this node has read-repaired as owner at the
@@ -268,7 +268,7 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, engine.WriteOptions{Durability: engine.Async}); err != nil {
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		n.log.Warn("cluster: fence merge", "from", peer, "err", err)
 		return err
 	}
@@ -303,7 +303,7 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
 	}
 	if len(req.Claims) != len(req.IDs) {
-		return &fetchResponse{Err: toWire(fmt.Errorf("%w: %d claims for %d ids", engine.ErrInvalidArgument, len(req.Claims), len(req.IDs)))}
+		return &fetchResponse{Err: toWire(fmt.Errorf("%w: %d claims for %d ids", contract.ErrInvalidArgument, len(req.Claims), len(req.IDs)))}
 	}
 	// A claim and the export it answers with are one step against the
 	// check and merge of a push (serveReplicate): a push merged before

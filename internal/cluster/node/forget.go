@@ -9,7 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/counterd/counterd/internal/cluster/membership"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/httpjson"
 )
 
@@ -36,13 +36,13 @@ import (
 
 var (
 	// ErrForgetSelf: a node cannot forget itself; ask another member.
-	ErrForgetSelf = fmt.Errorf("%w: a node cannot forget itself; send the request to another member", engine.ErrInvalidArgument)
+	ErrForgetSelf = fmt.Errorf("%w: a node cannot forget itself; send the request to another member", contract.ErrInvalidArgument)
 	// ErrForgetUnknown: the id is not a member this node knows.
-	ErrForgetUnknown = fmt.Errorf("%w: no such cluster member", engine.ErrInvalidArgument)
+	ErrForgetUnknown = fmt.Errorf("%w: no such cluster member", contract.ErrInvalidArgument)
 	// ErrForgetAlive: the member is alive; stop it first, or force.
-	ErrForgetAlive = fmt.Errorf("%w: the member is alive; stop it first (forget is for nodes that are gone for good) or force it", engine.ErrInvalidArgument)
+	ErrForgetAlive = fmt.Errorf("%w: the member is alive; stop it first (forget is for nodes that are gone for good) or force it", contract.ErrInvalidArgument)
 
-	errForgotten = fmt.Errorf("%w: this node was forgotten by the cluster; restart it with an empty data directory under a new --node-id", engine.ErrUnavailable)
+	errForgotten = fmt.Errorf("%w: this node was forgotten by the cluster; restart it with an empty data directory under a new --node-id", contract.ErrUnavailable)
 )
 
 // Forget retires member id cluster-wide (see above). A member this node
@@ -135,7 +135,7 @@ func (n *Node) serveForget(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Node == "" {
-		httpjson.WriteError(w, fmt.Errorf("%w: \"node\" is required", engine.ErrInvalidArgument))
+		httpjson.WriteError(w, fmt.Errorf("%w: \"node\" is required", contract.ErrInvalidArgument))
 		return
 	}
 	if err := n.Forget(req.Node, req.Force); err != nil {

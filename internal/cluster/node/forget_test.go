@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestForget: bad forgets are refused and change nothing; a forced forget
@@ -21,7 +21,7 @@ func TestForget(t *testing.T) {
 		id   string
 		want error
 	}{{"n1", ErrForgetSelf}, {"n9", ErrForgetUnknown}, {"n3", ErrForgetAlive}} {
-		if err := n1.Forget(tc.id, false); !errors.Is(err, tc.want) || !errors.Is(err, engine.ErrInvalidArgument) {
+		if err := n1.Forget(tc.id, false); !errors.Is(err, tc.want) || !errors.Is(err, contract.ErrInvalidArgument) {
 			t.Fatalf("Forget(%s) = %v, want %v", tc.id, err, tc.want)
 		}
 	}
@@ -34,10 +34,10 @@ func TestForget(t *testing.T) {
 		return len(n1.Ring().Nodes()) == 2 && len(c.node("n2").n.Ring().Nodes()) == 2
 	})
 	eventually(t, 5*time.Second, "n3 learns it was forgotten", func() bool { return n3.Ready() != nil })
-	if _, err := n3.Apply(ctx, add("f:1", 1), syncWO); !errors.Is(err, engine.ErrUnavailable) || !strings.Contains(err.Error(), "forgotten") {
+	if _, err := n3.Apply(ctx, add("f:1", 1), syncWO); !errors.Is(err, contract.ErrUnavailable) || !strings.Contains(err.Error(), "forgotten") {
 		t.Fatalf("write on the forgotten n3: %v", err)
 	}
-	if _, err := n3.Get(ctx, "f:1"); !errors.Is(err, engine.ErrUnavailable) {
+	if _, err := n3.Get(ctx, "f:1"); !errors.Is(err, contract.ErrUnavailable) {
 		t.Fatalf("read on the forgotten n3: %v", err)
 	}
 	if err := n1.Forget("n3", false); err != nil { // again: a no-op

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // handoffLoop hands state over after every ring change, one change set at a
@@ -64,7 +64,7 @@ func (n *Node) retryHandoffLater(soon bool) {
 // isCRDT reports whether k accepts writes on every node. Such states are
 // never dropped by handoff: a node that wrote into its own slot must keep
 // it, or its next write would restart the slot below what replicas hold.
-func isCRDT(k engine.Kind) bool { return k == engine.KindPN || k == engine.KindSharded }
+func isCRDT(k contract.Kind) bool { return k == contract.KindPN || k == contract.KindSharded }
 
 // handOff moves state after the ring went from old to cur: every state this
 // node holds goes to the replicas in cur that did not hold it in old (all

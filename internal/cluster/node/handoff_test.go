@@ -12,7 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // load writes to counter ids (sync, keyed, retried) and pn ids (async,
@@ -24,7 +24,7 @@ type load struct {
 	started map[string]*atomic.Int64 // adds attempted (with retries, counted once)
 	avoid   string                   // a node clients do not send to
 	ids     []string
-	kinds   map[string]engine.Kind
+	kinds   map[string]contract.Kind
 	errors  atomic.Int64
 	stop    chan struct{}
 	wg      sync.WaitGroup
@@ -32,12 +32,12 @@ type load struct {
 
 // startLoad starts workers; clients never send to avoid ("" = none).
 func startLoad(c *testCluster, counters, pns, workers int, avoid string) *load {
-	l := &load{c: c, avoid: avoid, acked: map[string]*atomic.Int64{}, started: map[string]*atomic.Int64{}, kinds: map[string]engine.Kind{}, stop: make(chan struct{})}
+	l := &load{c: c, avoid: avoid, acked: map[string]*atomic.Int64{}, started: map[string]*atomic.Int64{}, kinds: map[string]contract.Kind{}, stop: make(chan struct{})}
 	for i := 0; i < counters; i++ {
-		l.addID(fmt.Sprintf("load:c:%d", i), engine.KindCounter)
+		l.addID(fmt.Sprintf("load:c:%d", i), contract.KindCounter)
 	}
 	for i := 0; i < pns; i++ {
-		l.addID(fmt.Sprintf("load:pn:%d", i), engine.KindPN)
+		l.addID(fmt.Sprintf("load:pn:%d", i), contract.KindPN)
 	}
 	for w := 0; w < workers; w++ {
 		l.wg.Add(1)
@@ -46,7 +46,7 @@ func startLoad(c *testCluster, counters, pns, workers int, avoid string) *load {
 	return l
 }
 
-func (l *load) addID(id string, k engine.Kind) {
+func (l *load) addID(id string, k contract.Kind) {
 	l.ids = append(l.ids, id)
 	l.kinds[id] = k
 	l.acked[id] = new(atomic.Int64)
@@ -62,10 +62,10 @@ func (l *load) work(w int) {
 		default:
 		}
 		id := l.ids[rand.IntN(len(l.ids))]
-		op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: l.kinds[id]}
-		wo := engine.WriteOptions{}
-		if l.kinds[id] == engine.KindCounter {
-			wo = engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: fmt.Sprintf("w%d-%d", w, seq)}
+		op := contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: l.kinds[id]}
+		wo := contract.WriteOptions{}
+		if l.kinds[id] == contract.KindCounter {
+			wo = contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: fmt.Sprintf("w%d-%d", w, seq)}
 		}
 		l.started[id].Add(1)
 		if l.apply(op, wo) {
@@ -76,7 +76,7 @@ func (l *load) work(w int) {
 
 // apply retries keyed ops until they succeed (ring changes answer
 // retryable errors meanwhile); unkeyed ones are tried once.
-func (l *load) apply(op engine.Op, wo engine.WriteOptions) bool {
+func (l *load) apply(op contract.Op, wo contract.WriteOptions) bool {
 	for try := 0; try < 200; try++ {
 		nodes := slices.DeleteFunc(l.c.running(), func(tn *testNode) bool { return tn.id == l.avoid })
 		tn := nodes[rand.IntN(len(nodes))]

@@ -15,6 +15,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
 )
@@ -47,8 +48,8 @@ import (
 // mutation turns out to have been applied twice (see put).
 type idemRecord struct {
 	engine.IdemRecord
-	Origin string      `json:"origin,omitempty"`
-	Undo   []engine.Op `json:"undo,omitempty"`
+	Origin string        `json:"origin,omitempty"`
+	Undo   []contract.Op `json:"undo,omitempty"`
 	// Wrote has, per owner-replicated id the mutation wrote, versions
 	// that contain the write (see contains): the write's own, then the
 	// floor of each epoch whose owner's fence found it.
@@ -162,9 +163,9 @@ func (r *idemRecord) readExt(ext []byte) error {
 		if n > uint64(len(ext)) {
 			return errors.New("undo length")
 		}
-		r.Undo = make([]engine.Op, n)
+		r.Undo = make([]contract.Op, n)
 		for i := range r.Undo {
-			r.Undo[i] = engine.Op{Type: engine.OpType(d.Byte()), Kind: engine.Kind(d.Byte()), ID: d.String(), Delta: d.Varint()}
+			r.Undo[i] = contract.Op{Type: contract.OpType(d.Byte()), Kind: contract.Kind(d.Byte()), ID: d.String(), Delta: d.Varint()}
 		}
 	}
 	if n, ok := d.Len(2); ok {
@@ -359,7 +360,7 @@ func (c *idemCache) evictLocked(k idemID) {
 }
 
 // get returns the results recorded for key and fp, marked replayed.
-func (c *idemCache) get(key string, fp uint64) ([]engine.Result, bool) {
+func (c *idemCache) get(key string, fp uint64) ([]contract.Result, bool) {
 	r, ok := c.record(key, fp)
 	if !ok {
 		return nil, false
@@ -384,7 +385,7 @@ func (c *idemCache) record(key string, fp uint64) (idemRecord, bool) {
 
 // newIdemRecord records the results of keyed ops that node applied,
 // unless they are themselves a replay.
-func newIdemRecord(node, key string, fp uint64, ops []engine.Op, res []engine.Result) *idemRecord {
+func newIdemRecord(node, key string, fp uint64, ops []contract.Op, res []contract.Result) *idemRecord {
 	if key == "" || len(res) == 0 || res[0].Replayed {
 		return nil
 	}
@@ -395,8 +396,8 @@ func newIdemRecord(node, key string, fp uint64, ops []engine.Op, res []engine.Re
 	for i := range ops {
 		switch {
 		case isCRDT(res[i].Kind):
-			if ops[i].Type == engine.OpAdd && ops[i].Delta != 0 {
-				r.Undo = append(r.Undo, engine.Op{Type: engine.OpAdd, ID: ops[i].ID, Kind: res[i].Kind, Delta: -ops[i].Delta})
+			if ops[i].Type == contract.OpAdd && ops[i].Delta != 0 {
+				r.Undo = append(r.Undo, contract.Op{Type: contract.OpAdd, ID: ops[i].ID, Kind: res[i].Kind, Delta: -ops[i].Delta})
 			}
 		default:
 			if r.Wrote == nil {
@@ -437,7 +438,7 @@ func (n *Node) holdsWrites(wrote map[string][]uint64) bool {
 // node then holds: in the cache, and on disk in the same flush batch as
 // the states (durable per wo). It takes back this node's duplicates among
 // them.
-func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idemRecord, wo engine.WriteOptions) (int, error) {
+func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idemRecord, wo contract.WriteOptions) (int, error) {
 	states = n.tombs.filter(states)
 	if len(states) == 0 && len(recs) == 0 {
 		return 0, nil
@@ -462,7 +463,7 @@ func (n *Node) persist(stored []engine.StoredRecord) {
 	if len(stored) == 0 {
 		return
 	}
-	_, err := n.store.MergeRecords(n.ctx, nil, engine.WriteOptions{Durability: engine.Async}, func() []engine.StoredRecord { return stored })
+	_, err := n.store.MergeRecords(n.ctx, nil, contract.WriteOptions{Durability: contract.Async}, func() []engine.StoredRecord { return stored })
 	if err != nil {
 		n.log.Warn("cluster: storing idempotency records", "records", len(stored), "err", err)
 	}
@@ -508,7 +509,7 @@ func (n *Node) undoDuplicates(ctx context.Context, lost []idemRecord) {
 	for _, r := range lost {
 		key := fmt.Sprintf("%s%016x-%016x", undoKeyPrefix, xxhash.Sum64String(r.Key), r.FP)
 		ops := r.Undo
-		res, err := n.store.ApplyBatch(ctx, ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
+		res, err := n.store.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: contract.Async, IdempotencyKey: key})
 		if err != nil {
 			n.log.Warn("cluster: taking back a duplicate keyed add", "key", r.Key, "err", err)
 			continue
@@ -591,7 +592,7 @@ func (n *Node) reloadRecords() []idemRecord {
 		// Only pn/sharded records: a write of another kind on this disk
 		// may have been lost to a newer owner while this node was away,
 		// and its record must not be replayed (see contains).
-		crdt := !slices.ContainsFunc(r.Results, func(res engine.Result) bool { return !isCRDT(res.Kind) })
+		crdt := !slices.ContainsFunc(r.Results, func(res contract.Result) bool { return !isCRDT(res.Kind) })
 		if len(r.IDs) > 0 && crdt && !strings.HasPrefix(r.Key, undoKeyPrefix) {
 			recs = append(recs, idemRecord{IdemRecord: r, Origin: n.self})
 		}
@@ -786,9 +787,9 @@ func (n *Node) announceRecords(recs []idemRecord) {
 // the key (so no claim here: the cache holds only completed records).
 type clusterIdem struct {
 	n     *Node
-	ops   []engine.Op
+	ops   []contract.Op
 	batch bool
-	wo    engine.WriteOptions
+	wo    contract.WriteOptions
 }
 
 // Claim returns the record of the request another node applied, if it
@@ -816,7 +817,7 @@ func (*clusterIdem) Wait(context.Context, *engine.IdemRecord) error { return nil
 
 // Commit applies with the ids' stripes held (the record is in the cache
 // before any export shows the write) and keeps the record.
-func (s *clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]engine.Result, error) {
+func (s *clusterIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]contract.Result, error) {
 	unlock := s.n.stripes.rlock(opIDs(s.ops))
 	defer unlock()
 	res, err := s.n.applyOwned(ctx, s.ops, s.batch, s.wo)
@@ -834,7 +835,7 @@ func (*clusterIdem) Release(context.Context, *engine.IdemRecord) error { return 
 
 // anyCRDTLocal reports whether some op of ops is a pn/sharded add, applied
 // by the node that receives it.
-func (n *Node) anyCRDTLocal(ctx context.Context, ops []engine.Op, key string) bool {
+func (n *Node) anyCRDTLocal(ctx context.Context, ops []contract.Op, key string) bool {
 	for i := range ops {
 		if n.crdtLocal(ctx, &ops[i], key) {
 			return true

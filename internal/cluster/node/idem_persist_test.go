@@ -9,6 +9,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -19,18 +20,18 @@ import (
 // state (the engine's own table on n2 never saw the key), so the write
 // counts once. Before records were stored, the retry applied again.
 func TestKeyedRecordSurvivesReplicaRestart(t *testing.T) {
-	for _, kind := range []engine.Kind{engine.KindCounter, engine.KindPN, engine.KindSharded} {
+	for _, kind := range []contract.Kind{contract.KindCounter, contract.KindPN, contract.KindSharded} {
 		t.Run(kind.String(), func(t *testing.T) {
 			c := newTestCluster(t, "n1", "n2", "n3")
 			ctx := context.Background()
 			id := "persist:" + kind.String()
-			op := engine.Op{Type: engine.OpAdd, ID: id, Delta: 5, Kind: kind}
-			wo := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "persist-" + kind.String()}
+			op := contract.Op{Type: contract.OpAdd, ID: id, Delta: 5, Kind: kind}
+			wo := contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: "persist-" + kind.String()}
 			first, err := c.node("n1").n.Apply(ctx, op, wo)
 			if err != nil || first.Replayed {
 				t.Fatalf("first attempt via n1: %+v, %v", first, err)
 			}
-			fp := engine.Fingerprint([]engine.Op{op})
+			fp := engine.Fingerprint([]contract.Op{op})
 			for _, tn := range c.running() {
 				eventually(t, 10*time.Second, tn.id+" holds the record and the state", func() bool {
 					st, ok, err := tn.n.store.Export(id)
@@ -64,26 +65,26 @@ func TestKeyedRecordSurvivesReplicaRestart(t *testing.T) {
 // replicas first (lookupRecord), finds n1's record on n2 and replays it, so
 // every node reads the add once, at once and after the push settles.
 func TestKeyedRetryFindsRecordOnAnotherReplica(t *testing.T) {
-	for _, kind := range []engine.Kind{engine.KindPN, engine.KindSharded} {
+	for _, kind := range []contract.Kind{contract.KindPN, contract.KindSharded} {
 		t.Run(kind.String(), func(t *testing.T) {
 			// No anti-entropy: it would bring n2's record to n3.
 			c := newClusterNoAntiEntropy(t, "n1", "n2", "n3")
 			ctx := context.Background()
 			id := "lookup:" + kind.String()
-			base := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: kind}
+			base := contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: kind}
 			if _, err := c.node("n3").n.Apply(ctx, base, syncWO); err != nil {
 				t.Fatal(err)
 			}
 			op := base
 			op.Delta = 7
-			wo := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "lookup-" + kind.String()}
+			wo := contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: "lookup-" + kind.String()}
 			n1 := c.node("n1")
 			// n1 applies as applyKeyed would, then pushes to n2 alone.
 			res, err := n1.eng.Apply(ctx, op, wo)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec := newIdemRecord("n1", wo.IdempotencyKey, engine.Fingerprint([]engine.Op{op}), []engine.Op{op}, []engine.Result{res})
+			rec := newIdemRecord("n1", wo.IdempotencyKey, engine.Fingerprint([]contract.Op{op}), []contract.Op{op}, []contract.Result{res})
 			n1.n.keepRecords(ctx, []idemRecord{*rec})
 			if err := n1.n.pushStates(ctx, "n2", n1.n.exportIDs([]string{id}), true); err != nil {
 				t.Fatal(err)
@@ -128,12 +129,12 @@ func TestStoredIdemRecordRoundTrip(t *testing.T) {
 				FP:      rapid.Uint64().Draw(t, "fp"),
 				Created: rapid.Int64().Draw(t, "created"),
 				IDs:     rapid.SliceOfN(rapid.StringMatching(`[a-z:0-9]{1,10}`), 1, 3).Draw(t, "ids"),
-				Results: []engine.Result{{Kind: engine.KindPN, Value: rapid.Int64().Draw(t, "value"), Version: rapid.Uint64().Draw(t, "version"), Changed: true}},
+				Results: []contract.Result{{Kind: contract.KindPN, Value: rapid.Int64().Draw(t, "value"), Version: rapid.Uint64().Draw(t, "version"), Changed: true}},
 			},
 			Origin: rapid.SampledFrom([]string{"", "n1", "n2"}).Draw(t, "origin"),
 		}
 		if rapid.Bool().Draw(t, "undo") {
-			r.Undo = []engine.Op{{Type: engine.OpAdd, ID: r.IDs[0], Kind: engine.KindPN, Delta: -rapid.Int64Range(1, 1e9).Draw(t, "delta")}}
+			r.Undo = []contract.Op{{Type: contract.OpAdd, ID: r.IDs[0], Kind: contract.KindPN, Delta: -rapid.Int64Range(1, 1e9).Draw(t, "delta")}}
 		}
 		if rapid.Bool().Draw(t, "wrote") {
 			r.Wrote = map[string][]uint64{r.IDs[0]: {rapid.Uint64().Draw(t, "w")}}
@@ -158,7 +159,7 @@ func TestStoredIdemRecordRoundTrip(t *testing.T) {
 // results under its own key, or to an engine.ErrCorrupt error; never a
 // panic.
 func FuzzDecodeStoredIdem(f *testing.F) {
-	r := idemRecord{IdemRecord: engine.IdemRecord{Key: "k", FP: 3, Created: 1, Results: []engine.Result{{Value: 1}}}, Origin: "n1"}
+	r := idemRecord{IdemRecord: engine.IdemRecord{Key: "k", FP: 3, Created: 1, Results: []contract.Result{{Value: 1}}}, Origin: "n1"}
 	s := storedOf(r)
 	f.Add(s.Key, s.Data)
 	f.Add(s.Key, []byte(`{"key":"k","fp":3}`))
@@ -188,11 +189,11 @@ func BenchmarkKeyedPNAdd(b *testing.B) {
 	for _, keyed := range []bool{false, true} {
 		name := map[bool]string{false: "unkeyed", true: "keyed"}[keyed]
 		b.Run(name, func(b *testing.B) {
-			op := engine.Op{Type: engine.OpAdd, ID: "bench:keyed:" + name, Delta: 1, Kind: engine.KindPN}
+			op := contract.Op{Type: contract.OpAdd, ID: "bench:keyed:" + name, Delta: 1, Kind: contract.KindPN}
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
-				wo := engine.WriteOptions{Durability: engine.Async}
+				wo := contract.WriteOptions{Durability: contract.Async}
 				if keyed {
 					wo.IdempotencyKey = fmt.Sprintf("bench-%d", i)
 				}
@@ -213,8 +214,8 @@ func TestStoredIdemRecordReadsJSON(t *testing.T) {
 	const stored = `{"key":"retry-7","fp":42,"created":1700000000000000000,"ids":["p"],"results":[{"id":"p","kind":3,"value":5,"version":3,"changed":true}],"origin":"n1","undo":[{"Type":1,"ID":"p","Kind":3,"Delta":-5,"Float":"","Value":0,"ExpectedVersion":0,"CheckVersion":false,"SetMode":0,"KeepTTL":false,"TTL":0,"ExpireAt":0,"Items":null,"Sources":null,"Fields":null,"Names":null,"Window":{"Granularity":0,"Span":0,"Fixed":false},"Shards":0,"Shard":0,"HLLPrecision":0,"Estimate":false}],"wrote":{"q":[1099511627776]}}`
 	want := idemRecord{
 		IdemRecord: engine.IdemRecord{Key: "retry-7", FP: 42, Created: 1700000000000000000, IDs: []string{"p"},
-			Results: []engine.Result{{ID: "p", Kind: engine.KindPN, Value: 5, Version: 3, Changed: true}}},
-		Origin: "n1", Undo: []engine.Op{{Type: engine.OpAdd, ID: "p", Kind: engine.KindPN, Delta: -5}},
+			Results: []contract.Result{{ID: "p", Kind: contract.KindPN, Value: 5, Version: 3, Changed: true}}},
+		Origin: "n1", Undo: []contract.Op{{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: -5}},
 		Wrote: map[string][]uint64{"q": {1 << 40}},
 	}
 	got, err := decodeStored(engine.StoredRecord{Key: "idem/000000000000002a/retry-7", Data: []byte(stored)})

@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -17,18 +18,18 @@ import (
 // that n1 applied the add first and takes its own back, so every node
 // reads the add once. Repeating the retry afterwards replays everywhere.
 func TestKeyedAddAppliedTwiceIsTakenBack(t *testing.T) {
-	for _, kind := range []engine.Kind{engine.KindPN, engine.KindSharded} {
+	for _, kind := range []contract.Kind{contract.KindPN, contract.KindSharded} {
 		t.Run(kind.String(), func(t *testing.T) {
 			c := newTestCluster(t, "n1", "n2", "n3")
 			ctx := context.Background()
 			id := "twice:" + kind.String()
-			base := engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: kind}
+			base := contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: kind}
 			if _, err := c.node("n3").n.Apply(ctx, base, syncWO); err != nil {
 				t.Fatal(err)
 			}
 			op := base
 			op.Delta = 7
-			wo := engine.WriteOptions{Durability: engine.Sync, IdempotencyKey: "twice-" + kind.String()}
+			wo := contract.WriteOptions{Durability: contract.Sync, IdempotencyKey: "twice-" + kind.String()}
 			n1 := c.node("n1")
 			// n1 applies in its engine only (as if it died before the push).
 			if _, err := n1.eng.Apply(ctx, op, wo); err != nil {
@@ -78,8 +79,8 @@ func TestIdemCachePutKeepsTheFirstApplication(t *testing.T) {
 		var recs []idemRecord
 		for _, o := range origins {
 			r := idemRecord{IdemRecord: engine.IdemRecord{Key: "k", FP: 9, IDs: []string{"x"}, Created: rapid.Int64Range(1, 5).Draw(t, "created"),
-				Results: []engine.Result{{Kind: engine.KindPN, Value: int64(len(o))}}}, Origin: o,
-				Undo: []engine.Op{{Type: engine.OpAdd, ID: "x", Kind: engine.KindPN, Delta: -1}}}
+				Results: []contract.Result{{Kind: contract.KindPN, Value: int64(len(o))}}}, Origin: o,
+				Undo: []contract.Op{{Type: contract.OpAdd, ID: "x", Kind: contract.KindPN, Delta: -1}}}
 			recs = append(recs, r)
 		}
 		first := recs[0]

@@ -11,7 +11,7 @@ import (
 
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Owner leases bound in time what an owner cut off from the cluster still
@@ -61,7 +61,7 @@ const (
 // maxLeaseRounds bounds the renewal calls in flight to one peer.
 const maxLeaseRounds = 4
 
-var errNoLease = fmt.Errorf("%w: this node's owner lease ran out (no majority of the cluster renewed it: partition or failures); owner operations are refused", engine.ErrUnavailable)
+var errNoLease = fmt.Errorf("%w: this node's owner lease ran out (no majority of the cluster renewed it: partition or failures); owner operations are refused", contract.ErrUnavailable)
 
 // leaseRequest asks the receiver to renew the sender's lease.
 type leaseRequest struct {

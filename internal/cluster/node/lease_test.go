@@ -14,7 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 func init() {
@@ -96,7 +96,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 	n1, n2 := tn1.n, c.node("n2").n
 	id := ownedID(tn1, "n1", "lease:")
 	if err := retryUnavailable(ctx, func() error {
-		_, err := n2.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: engine.KindCounter}, syncWO)
+		_, err := n2.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: contract.KindCounter}, syncWO)
 		return err
 	}); err != nil {
 		t.Fatalf("write before the cut: %v", err)
@@ -104,7 +104,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 
 	tn1.cut("n2", "n3")
 	cut := time.Now()
-	async := engine.WriteOptions{Durability: engine.Async}
+	async := contract.WriteOptions{Durability: contract.Async}
 	var oldAsync, oldSync, oldRead opLog
 	var newAck time.Time // the new owner's first acknowledged write returned
 	stop := make(chan struct{})
@@ -126,7 +126,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 		oc, cancel := opCtx()
 		defer cancel()
 		oldAsync.do(func() error {
-			_, err := n1.Apply(oc, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, async)
+			_, err := n1.Apply(oc, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, async)
 			return err
 		})
 	})
@@ -134,7 +134,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 		oc, cancel := opCtx()
 		defer cancel()
 		oldSync.do(func() error {
-			_, err := n1.Apply(oc, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, syncWO)
+			_, err := n1.Apply(oc, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, syncWO)
 			return err
 		})
 	})
@@ -149,7 +149,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	for newAck.IsZero() && time.Now().Before(deadline) {
 		oc, cancel := opCtx()
-		_, err := n2.Apply(oc, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1000}, syncWO)
+		_, err := n2.Apply(oc, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1000}, syncWO)
 		cancel()
 		if err == nil {
 			newAck = time.Now()
@@ -181,7 +181,7 @@ func TestLeaseCutOwnerStopsBeforeNewOwner(t *testing.T) {
 		if count > 0 && !last.Before(newAck) {
 			t.Errorf("n1 served a %s that started after the new owner acknowledged a write", k.name)
 		}
-		if !errors.Is(lastErr, engine.ErrUnavailable) {
+		if !errors.Is(lastErr, contract.ErrUnavailable) {
 			t.Errorf("n1's %ss after its lease: %v, want unavailable", k.name, lastErr)
 		}
 	}
@@ -209,7 +209,7 @@ func retryUnavailable(ctx context.Context, f func() error) error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		err := f()
-		if err == nil || !errors.Is(err, engine.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, contract.ErrUnavailable) || time.Now().After(deadline) || ctx.Err() != nil {
 			return err
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -230,13 +230,13 @@ func TestLeaseCutOwnerKeepsCRDTAdds(t *testing.T) {
 	id := ownedID(tn1, "n1", "lease-minority:")
 	tn1.cut("n2", "n3")
 	eventually(t, 10*time.Second, "n1's lease runs out", func() bool { return !n1.leaseHeld() })
-	if _, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1, Kind: engine.KindCounter}, engine.WriteOptions{Durability: engine.Async}); !errors.Is(err, engine.ErrUnavailable) {
+	if _, err := n1.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1, Kind: contract.KindCounter}, contract.WriteOptions{Durability: contract.Async}); !errors.Is(err, contract.ErrUnavailable) {
 		t.Errorf("async counter add on n1 without a lease: %v, want unavailable", err)
 	}
-	if _, err := n1.Get(ctx, id); !errors.Is(err, engine.ErrUnavailable) {
+	if _, err := n1.Get(ctx, id); !errors.Is(err, contract.ErrUnavailable) {
 		t.Errorf("owner read on n1 without a lease: %v, want unavailable", err)
 	}
-	if _, err := n1.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: "lease-minority:pn", Delta: 1, Kind: engine.KindPN}, engine.WriteOptions{Durability: engine.Async}); err != nil {
+	if _, err := n1.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: "lease-minority:pn", Delta: 1, Kind: contract.KindPN}, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		t.Errorf("pn add on n1 without a lease: %v, want accepted (no owner needed)", err)
 	}
 }

@@ -14,7 +14,7 @@ import (
 
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Defaults applied to zero Config fields.
@@ -34,8 +34,8 @@ type Config struct {
 	Join   []string // gossip addresses to join (--join); may list this node and peers not up yet
 
 	// Durability resolves engine.DurabilityDefault (--durability); default
-	// engine.Async.
-	Durability engine.Durability
+	// contract.Async.
+	Durability contract.Durability
 
 	ReplicationFactor int // R, owner included; default ring.DefaultReplicationFactor, capped at the node count
 	VirtualNodes      int // ring positions per node; default ring.DefaultVirtualNodes
@@ -65,8 +65,8 @@ type Config struct {
 
 	// Limits are what Apply and ApplyBatch accept, checked before any op
 	// is routed (so a bad op in a batch that spans owners applies
-	// nowhere); default engine.DefaultLimits().
-	Limits engine.Limits
+	// nowhere); default contract.DefaultLimits().
+	Limits contract.Limits
 
 	// PeerTLS, when set, is the client side of peer gRPC calls (mutual
 	// TLS, --peer-ca); the server side is the --grpc server's. Default:
@@ -94,14 +94,14 @@ func (c Config) withDefaults() Config {
 	set(&c.FailoverWait, DefaultFailoverWait)
 	set(&c.LeaseDuration, DefaultLeaseDuration)
 	set(&c.LeaseDrift, DefaultLeaseDrift)
-	if c.Durability == engine.DurabilityDefault {
-		c.Durability = engine.Async
+	if c.Durability == contract.DurabilityDefault {
+		c.Durability = contract.Async
 	}
 	if c.Gossip == "" {
 		c.Gossip = membership.DefaultBindAddr
 	}
-	if c.Limits == (engine.Limits{}) {
-		c.Limits = engine.DefaultLimits()
+	if c.Limits == (contract.Limits{}) {
+		c.Limits = contract.DefaultLimits()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -126,7 +126,7 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Node is one member of a peer cluster and the engine.Backend the front ends
+// Node is one member of a peer cluster and the contract.Backend the front ends
 // serve in cluster mode: it places ids on a consistent-hash ring kept in
 // sync with gossip membership, forwards operations on ids it does not own
 // to their owner in one hop, replicates state to each id's R replicas, and

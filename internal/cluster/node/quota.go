@@ -13,7 +13,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -94,7 +94,7 @@ func countID(name, ns string) string {
 	if name == quota.DefaultName {
 		id = QuotaIDPrefix + "d:" + ns
 	}
-	if engine.ValidateID(id) != nil {
+	if contract.ValidateID(id) != nil {
 		sum := sha256.Sum256([]byte(id))
 		id = QuotaIDPrefix + "h:" + hex.EncodeToString(sum[:16])
 	}
@@ -207,13 +207,13 @@ func (n *Node) quotaRecount(ctx context.Context, q *nodeQuotas) error {
 	}
 	for _, id := range stale {
 		if _, ok := counts[id]; !ok {
-			if err := n.applyCount(ctx, engine.Op{Type: engine.OpDelete, ID: id}); err != nil {
+			if err := n.applyCount(ctx, contract.Op{Type: contract.OpDelete, ID: id}); err != nil {
 				return fmt.Errorf("cluster: quota recount: %w", err)
 			}
 		}
 	}
 	for id, v := range counts {
-		if err := n.applyCount(ctx, engine.Op{Type: engine.OpSet, ID: id, Value: v}); err != nil {
+		if err := n.applyCount(ctx, contract.Op{Type: contract.OpSet, ID: id, Value: v}); err != nil {
 			return fmt.Errorf("cluster: quota recount: %w", err)
 		}
 	}
@@ -273,11 +273,11 @@ func (n *Node) Quotas(ctx context.Context) ([]quota.Usage, error) {
 }
 
 // errQuotaID refuses a client's write to a quota count.
-var errQuotaID = fmt.Errorf("%w: ids starting with %q hold the cluster's quota counts; clients cannot write them while quotas are on", engine.ErrInvalidArgument, QuotaIDPrefix)
+var errQuotaID = fmt.Errorf("%w: ids starting with %q hold the cluster's quota counts; clients cannot write them while quotas are on", contract.ErrInvalidArgument, QuotaIDPrefix)
 
 // quotaReserved refuses a client's write of a quota count while quotas
 // are on (the node's own writes of the counts call applyOps).
-func (n *Node) quotaReserved(ops []engine.Op, batch bool) error {
+func (n *Node) quotaReserved(ops []contract.Op, batch bool) error {
 	if n.quota.cfg.Load() == nil {
 		return nil
 	}
@@ -290,7 +290,7 @@ func (n *Node) quotaReserved(ops []engine.Op, batch bool) error {
 			continue
 		}
 		if batch {
-			return &engine.BatchError{Index: i, Err: errQuotaID}
+			return &contract.BatchError{Index: i, Err: errQuotaID}
 		}
 		return errQuotaID
 	}
@@ -298,8 +298,8 @@ func (n *Node) quotaReserved(ops []engine.Op, batch bool) error {
 }
 
 // applyCount applies op, a write of a quota count, where it belongs.
-func (n *Node) applyCount(ctx context.Context, op engine.Op) error {
-	_, err := n.applyOps(ctx, []engine.Op{op}, false, engine.WriteOptions{Durability: engine.Sync})
+func (n *Node) applyCount(ctx context.Context, op contract.Op) error {
+	_, err := n.applyOps(ctx, []contract.Op{op}, false, contract.WriteOptions{Durability: contract.Sync})
 	return err
 }
 
@@ -315,20 +315,20 @@ func (n *Node) quotaReserve(ctx context.Context, c *quota.Counter, id string) er
 		if v.Value >= c.Limits().MaxKeys {
 			return c.Exceeded(id, "max_keys", c.Limits().MaxKeys)
 		}
-		err = n.applyCount(ctx, engine.Op{Type: engine.OpSet, ID: cid, Value: v.Value + 1, CheckVersion: true, ExpectedVersion: v.Version})
-		if !errors.Is(err, engine.ErrVersionConflict) {
+		err = n.applyCount(ctx, contract.Op{Type: contract.OpSet, ID: cid, Value: v.Value + 1, CheckVersion: true, ExpectedVersion: v.Version})
+		if !errors.Is(err, contract.ErrVersionConflict) {
 			return err
 		}
 		if err := ctx.Err(); err != nil {
 			return err
 		}
 	}
-	return fmt.Errorf("%w: quota count %s: too many concurrent reservations", engine.ErrUnavailable, cid)
+	return fmt.Errorf("%w: quota count %s: too many concurrent reservations", contract.ErrUnavailable, cid)
 }
 
 // quotaAdd changes c's count by d without a check.
 func (n *Node) quotaAdd(ctx context.Context, c *quota.Counter, d int64) error {
-	return n.applyCount(ctx, engine.Op{Type: engine.OpAdd, ID: quotaCountID(c), Delta: d})
+	return n.applyCount(ctx, contract.Op{Type: contract.OpAdd, ID: quotaCountID(c), Delta: d})
 }
 
 // quotaExpired is the engine's expire hook: the owner gives an expired
@@ -389,11 +389,11 @@ type quotaID struct {
 }
 
 // removes reports whether op can delete its id, or give it a TTL.
-func removesOrExpires(op *engine.Op) bool {
+func removesOrExpires(op *contract.Op) bool {
 	switch op.Type {
-	case engine.OpDelete, engine.OpHDel, engine.OpExpire:
+	case contract.OpDelete, contract.OpHDel, contract.OpExpire:
 		return true
-	case engine.OpSet:
+	case contract.OpSet:
 		return op.TTL > 0 || op.ExpireAt != 0
 	}
 	return false
@@ -411,7 +411,7 @@ var errQuotaSlow = errors.New("quota: not the shared path")
 // quotaApply runs the write run of ops under the quotas: see the comment
 // at the top of the file. Without a max_keys quota over ops' ids it runs
 // it with no checks.
-func (n *Node) quotaApply(ctx context.Context, ops []engine.Op, run quotaRun) error {
+func (n *Node) quotaApply(ctx context.Context, ops []contract.Op, run quotaRun) error {
 	q := n.quota.cfg.Load()
 	if q == nil || !q.keys {
 		return run(nil, nil)
@@ -438,7 +438,7 @@ func (n *Node) quotaApply(ctx context.Context, ops []engine.Op, run quotaRun) er
 			}
 			ids = append(ids, qi)
 		}
-		if ops[i].Type != engine.OpDelete && ops[i].Type != engine.OpHDel && ops[i].Type != engine.OpExpire {
+		if ops[i].Type != contract.OpDelete && ops[i].Type != contract.OpHDel && ops[i].Type != contract.OpExpire {
 			qi.creates = true
 		}
 		exclusive = exclusive || removesOrExpires(&ops[i])
@@ -617,12 +617,12 @@ func (s *qstate) lock(ids []*quotaID, shared bool) func() {
 // quotaBeforeCrossNode is the error of op, refused with err because its
 // sources live elsewhere: the refusal of its quota instead when op would
 // create a key past max_keys, which the embedded engine checks first.
-func (n *Node) quotaBeforeCrossNode(ctx context.Context, op *engine.Op, err error) error {
+func (n *Node) quotaBeforeCrossNode(ctx context.Context, op *contract.Op, err error) error {
 	c := n.quota.cfg.Load().counter(op.ID)
 	if c == nil {
 		return err
 	}
-	if v, gerr := n.Get(ctx, op.ID); gerr != nil || v.Kind != engine.KindNone {
+	if v, gerr := n.Get(ctx, op.ID); gerr != nil || v.Kind != contract.KindNone {
 		return err
 	}
 	if v, gerr := n.Get(ctx, quotaCountID(c)); gerr == nil && v.Value >= c.Limits().MaxKeys {

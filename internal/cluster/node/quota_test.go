@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/quota"
 )
 
@@ -50,7 +50,7 @@ func quotaKeys(t *testing.T, tn *testNode, name string) int64 {
 func wantRefused(t *testing.T, what string, err error, max int64) {
 	t.Helper()
 	var qe *quota.ExceededError
-	if !errors.Is(err, engine.ErrQuotaExceeded) || !errors.As(err, &qe) {
+	if !errors.Is(err, contract.ErrQuotaExceeded) || !errors.As(err, &qe) {
 		t.Fatalf("%s: %v, want a quota refusal", what, err)
 	}
 	if qe.Quota != "q:*" || qe.Limit != "max_keys" || qe.Max != max {
@@ -67,7 +67,7 @@ func existing(t *testing.T, tn *testNode, ids []string) int64 {
 		if err != nil {
 			t.Fatalf("get %s: %v", id, err)
 		}
-		if v.Kind != engine.KindNone {
+		if v.Kind != contract.KindNone {
 			n++
 		}
 	}
@@ -88,7 +88,7 @@ func TestQuotaKeysAcrossOwners(t *testing.T) {
 	var ids []string
 	for i := 0; i < 5; i++ {
 		id := fmt.Sprintf("q:%d", i)
-		if _, err := nodes[i%3].n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{}); err != nil {
+		if _, err := nodes[i%3].n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{}); err != nil {
 			t.Fatalf("key %d of 5: %v", i+1, err)
 		}
 		owners[nodes[0].n.Ring().Owner(id)] = true
@@ -100,7 +100,7 @@ func TestQuotaKeysAcrossOwners(t *testing.T) {
 	refusedOwners := map[string]bool{}
 	for i := 5; i < 14; i++ {
 		id := fmt.Sprintf("q:%d", i)
-		_, err := nodes[i%3].n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{})
+		_, err := nodes[i%3].n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{})
 		wantRefused(t, id, err, 5)
 		refusedOwners[nodes[0].n.Ring().Owner(id)] = true
 		ids = append(ids, id)
@@ -117,23 +117,23 @@ func TestQuotaKeysAcrossOwners(t *testing.T) {
 		}
 	}
 	// Adds to existing keys go on.
-	if _, err := nodes[2].n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: "q:0", Delta: 1}, engine.WriteOptions{}); err != nil {
+	if _, err := nodes[2].n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: "q:0", Delta: 1}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[1].n.Apply(ctx, engine.Op{Type: engine.OpDelete, ID: "q:3"}, engine.WriteOptions{}); err != nil {
+	if _, err := nodes[1].n.Apply(ctx, contract.Op{Type: contract.OpDelete, ID: "q:3"}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nodes[0].n.Apply(ctx, engine.Op{Type: engine.OpPFAdd, ID: "q:20", Items: [][]byte{[]byte("x")}}, engine.WriteOptions{}); err != nil {
+	if _, err := nodes[0].n.Apply(ctx, contract.Op{Type: contract.OpPFAdd, ID: "q:20", Items: [][]byte{[]byte("x")}}, contract.WriteOptions{}); err != nil {
 		t.Fatalf("a key after a delete: %v", err)
 	}
-	_, err := nodes[2].n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: "q:21", Delta: 1}, engine.WriteOptions{})
+	_, err := nodes[2].n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: "q:21", Delta: 1}, contract.WriteOptions{})
 	wantRefused(t, "q:21", err, 5)
 	if k := quotaKeys(t, nodes[2], "q:*"); k != 5 {
 		t.Errorf("usage %d after delete and create, want 5", k)
 	}
 	// Clients cannot write the counts.
-	if _, err := nodes[0].n.Apply(ctx, engine.Op{Type: engine.OpSet, ID: QuotaIDPrefix + "r:q:*", Value: 0}, engine.WriteOptions{}); !errors.Is(err, engine.ErrInvalidArgument) {
-		t.Errorf("a client's write of a count: %v, want %v", err, engine.ErrInvalidArgument)
+	if _, err := nodes[0].n.Apply(ctx, contract.Op{Type: contract.OpSet, ID: QuotaIDPrefix + "r:q:*", Value: 0}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidArgument) {
+		t.Errorf("a client's write of a count: %v, want %v", err, contract.ErrInvalidArgument)
 	}
 	if k := quotaKeys(t, nodes[0], "q:*"); k != 5 {
 		t.Errorf("usage %d after a client's write of the count, want 5", k)
@@ -149,7 +149,7 @@ func TestQuotaHandoffAndRestart(t *testing.T) {
 	q := setTestQuotas(t, c, text)
 	ctx := context.Background()
 	create := func(via *testNode, id string) error {
-		_, err := via.n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{Durability: engine.Sync})
+		_, err := via.n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{Durability: contract.Sync})
 		return err
 	}
 	next := 0
@@ -232,11 +232,11 @@ func TestQuotaConcurrentCreates(t *testing.T) {
 				mu.Lock()
 				ids = append(ids, id)
 				mu.Unlock()
-				_, err := tn.n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: id, Delta: 1}, engine.WriteOptions{})
+				_, err := tn.n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: id, Delta: 1}, contract.WriteOptions{})
 				switch {
 				case err == nil:
 					ok.Add(1)
-				case errors.Is(err, engine.ErrQuotaExceeded):
+				case errors.Is(err, contract.ErrQuotaExceeded):
 					refused.Add(1)
 				default:
 					t.Errorf("%s: %v", id, err)
@@ -281,7 +281,7 @@ func BenchmarkQuotaAddExisting(b *testing.B) {
 			ids := make([]string, 256)
 			for i := range ids {
 				ids[i] = fmt.Sprintf("q:%d", i)
-				if _, err := n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: ids[i], Delta: 1}, engine.WriteOptions{}); err != nil {
+				if _, err := n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: ids[i], Delta: 1}, contract.WriteOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -290,7 +290,7 @@ func BenchmarkQuotaAddExisting(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				i := 0
 				for pb.Next() {
-					if _, err := n.Apply(ctx, engine.Op{Type: engine.OpAdd, ID: ids[i%len(ids)], Delta: 1}, engine.WriteOptions{}); err != nil {
+					if _, err := n.Apply(ctx, contract.Op{Type: contract.OpAdd, ID: ids[i%len(ids)], Delta: 1}, contract.WriteOptions{}); err != nil {
 						b.Fatal(err)
 					}
 					i++

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Read views: Aggregate and Len count every id exactly once at every
@@ -46,9 +46,9 @@ type viewAnswer struct {
 }
 
 var (
-	errViewMismatch = fmt.Errorf("%w: the nodes disagree on the ring; retry", engine.ErrUnavailable)
-	errViewSettling = fmt.Errorf("%w: the ring is settling (handoff in progress); retry", engine.ErrUnavailable)
-	errViewDown     = fmt.Errorf("%w: every replica of some ids is unreachable", engine.ErrUnavailable)
+	errViewMismatch = fmt.Errorf("%w: the nodes disagree on the ring; retry", contract.ErrUnavailable)
+	errViewSettling = fmt.Errorf("%w: the ring is settling (handoff in progress); retry", contract.ErrUnavailable)
+	errViewDown     = fmt.Errorf("%w: every replica of some ids is unreachable", contract.ErrUnavailable)
 )
 
 // viewPartTimeout bounds one node's part: a node that does not answer in
@@ -165,7 +165,7 @@ func (n *Node) viewFanOut(ctx context.Context, v viewRead) error {
 	backoff, quick := 5*time.Millisecond, true
 	for {
 		err := n.viewRound(ctx, v, &down)
-		if err == nil || !errors.Is(err, engine.ErrUnavailable) || errors.Is(err, errScanRingChanged) {
+		if err == nil || !errors.Is(err, contract.ErrUnavailable) || errors.Is(err, errScanRingChanged) {
 			return err
 		}
 		if v.strict && peerDown(err) {
@@ -228,14 +228,14 @@ func (n *Node) viewRound(ctx context.Context, v viewRead, down *[]string) error 
 			*down = append(*down, node)
 			retry = err
 			continue
-		case errors.Is(err, engine.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+		case errors.Is(err, contract.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			retry = err
 			continue
 		default:
 			return err
 		}
 		if resps[i].View == nil {
-			return fmt.Errorf("%w: node %q answered without a read view (older version?)", engine.ErrUnavailable, node)
+			return fmt.Errorf("%w: node %q answered without a read view (older version?)", contract.ErrUnavailable, node)
 		}
 		if !n.views.settled(node, *resps[i].View) && retry == nil {
 			retry = errViewSettling

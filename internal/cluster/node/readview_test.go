@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"pgregory.net/rapid"
 )
 
@@ -93,7 +93,7 @@ func (p *viewPoller) check(gen int, node, what string, err error, exact bool, go
 		p.mu.Lock()
 		p.wrong = append(p.wrong, fmt.Sprintf("%s on %s: %s", what, node, got))
 		p.mu.Unlock()
-	case errors.Is(err, engine.ErrUnavailable):
+	case errors.Is(err, contract.ErrUnavailable):
 		p.unavailable.Add(1)
 	default:
 		p.bad.Add(1) // a node being shut down (engine closed)
@@ -151,7 +151,7 @@ func TestReadViewExactThroughMembershipChanges(t *testing.T) {
 	}
 	c := newTestCluster(t, "n1", "n2", "n3")
 	ctx := context.Background()
-	kinds := []engine.Kind{engine.KindCounter, engine.KindPN, engine.KindSharded}
+	kinds := []contract.Kind{contract.KindCounter, contract.KindPN, contract.KindSharded}
 	var sum int64
 	const ids, loadIDs = 30, 6
 	for i := 0; i < ids; i++ {
@@ -192,7 +192,7 @@ func TestReadViewExactThroughMembershipChanges(t *testing.T) {
 				continue
 			}
 			op := add(fmt.Sprintf("load:%d", i%loadIDs), 1)
-			_, _ = nodes[i%len(nodes)].n.Apply(ctx, op, engine.WriteOptions{})
+			_, _ = nodes[i%len(nodes)].n.Apply(ctx, op, contract.WriteOptions{})
 		}
 	})
 	p := startViewPoller(c, "v:", sum, ids, ids+loadIDs)
@@ -217,10 +217,10 @@ func TestReadViewExactThroughMembershipChanges(t *testing.T) {
 	// A loaded run may still count n4 (left) as dead on a node for a while:
 	// that node then sees half the cluster and refuses owner writes
 	// (unavailable, retryable) until gossip settles.
-	write := func(n *Node, op engine.Op) {
+	write := func(n *Node, op contract.Op) {
 		eventually(t, 30*time.Second, "write "+op.ID, func() bool {
 			_, err := n.Apply(ctx, op, syncWO)
-			if err != nil && !errors.Is(err, engine.ErrUnavailable) {
+			if err != nil && !errors.Is(err, contract.ErrUnavailable) {
 				t.Fatal(err)
 			}
 			return err == nil

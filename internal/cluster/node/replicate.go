@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Bounds on one peer message, well below gRPC's default 4 MiB limit (a
@@ -41,15 +41,15 @@ func chunks(states []State) [][]State {
 // replicateAfter replicates what ops changed: at once to a write quorum for
 // sync writes (and for every write while draining), else through the next
 // push batch. A delete replicates as a tombstone (the engine keeps none).
-func (n *Node) replicateAfter(ctx context.Context, ops []engine.Op, res []engine.Result, wo engine.WriteOptions) error {
-	sync := n.durability(wo) == engine.Sync
+func (n *Node) replicateAfter(ctx context.Context, ops []contract.Op, res []contract.Result, wo contract.WriteOptions) error {
+	sync := n.durability(wo) == contract.Sync
 	var changes []change
 	for i, r := range res {
 		if !r.Changed && !sync {
 			continue
 		}
 		c := change{id: ops[i].ID}
-		if (ops[i].Type == engine.OpDelete || ops[i].Type == engine.OpExpire && ops[i].TTL < 0) && r.Changed {
+		if (ops[i].Type == contract.OpDelete || ops[i].Type == contract.OpExpire && ops[i].TTL < 0) && r.Changed {
 			at := n.store.Now().UnixNano() // the clock UpdatedAt stamps come from
 			c.tomb = &State{ID: c.id, Kind: r.Kind, Version: r.Version, UpdatedAt: at, Deleted: true}
 			n.tombs.add(c.id, at)
@@ -254,9 +254,9 @@ func stateIDs(states []State) []string {
 }
 
 func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *replicateResponse {
-	wo := engine.WriteOptions{Durability: engine.Async}
+	wo := contract.WriteOptions{Durability: contract.Async}
 	if req.Sync {
-		wo.Durability = engine.Sync
+		wo.Durability = contract.Sync
 	}
 	// The epoch check and the merge (in memory) are one step against a
 	// claim and its export (serveFetch): see epoch.go. A stale state (an
@@ -279,9 +279,9 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 	recs := slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
 		return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
 	})
-	changed, err := n.mergeWithRecords(ctx, fresh, recs, engine.WriteOptions{Durability: engine.Async})
+	changed, err := n.mergeWithRecords(ctx, fresh, recs, contract.WriteOptions{Durability: contract.Async})
 	unlock()
-	if err == nil && wo.Durability == engine.Sync {
+	if err == nil && wo.Durability == contract.Sync {
 		_, err = n.store.Merge(ctx, nil, wo) // waits until what was merged is on disk
 	}
 	return &replicateResponse{Changed: changed, Stale: stale, Err: toWire(err)}

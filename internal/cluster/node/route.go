@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // routed runs an operation on id's owner: local when this node owns id,
@@ -142,7 +142,7 @@ func (n *Node) checkOwner(ids []string) error {
 }
 
 // opIDs lists the ids an op touches (PFMERGE reads its sources too).
-func opIDs(ops []engine.Op) []string {
+func opIDs(ops []contract.Op) []string {
 	ids := make([]string, 0, len(ops))
 	for i := range ops {
 		ids = append(ids, ops[i].ID)
@@ -159,33 +159,33 @@ func opIDs(ops []engine.Op) []string {
 // record travels with the next push (100 ms), so a retry that reaches
 // another node after that replays as well (see docs/cluster.md for the
 // window in which it does not).
-func (n *Node) crdtLocal(ctx context.Context, op *engine.Op, _ string) bool {
-	if op.Type != engine.OpAdd {
+func (n *Node) crdtLocal(ctx context.Context, op *contract.Op, _ string) bool {
+	if op.Type != contract.OpAdd {
 		return false
 	}
 	k := op.Kind
-	if k == engine.KindNone {
+	if k == contract.KindNone {
 		v, err := n.store.Get(ctx, op.ID)
 		if err != nil {
 			return false
 		}
 		k = v.Kind
-	} else if (k == engine.KindPN || k == engine.KindSharded) && n.quota.cfg.Load().counter(op.ID) != nil {
+	} else if (k == contract.KindPN || k == contract.KindSharded) && n.quota.cfg.Load().counter(op.ID) != nil {
 		// Creating a key under max_keys: on its owner, which counts it
 		// (quota.go).
 		if _, _, exists, err := n.store.TTL(ctx, op.ID); err != nil || !exists {
 			return false
 		}
 	}
-	return k == engine.KindPN || k == engine.KindSharded
+	return k == contract.KindPN || k == contract.KindSharded
 }
 
 // durability resolves the default durability.
-func (n *Node) durability(wo engine.WriteOptions) engine.Durability {
-	if wo.Durability == engine.DurabilityDefault {
+func (n *Node) durability(wo contract.WriteOptions) contract.Durability {
+	if wo.Durability == contract.DurabilityDefault {
 		return n.cfg.Durability
 	}
 	return wo.Durability
 }
 
-var errCrossNode = fmt.Errorf("%w: the ids live on different nodes (use ids with one owner)", engine.ErrInvalidArgument)
+var errCrossNode = fmt.Errorf("%w: the ids live on different nodes (use ids with one owner)", contract.ErrInvalidArgument)

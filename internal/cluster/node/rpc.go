@@ -3,7 +3,7 @@ package node
 import (
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -27,14 +27,14 @@ type header struct {
 
 type applyRequest struct {
 	header
-	Ops        []engine.Op       `json:"ops"`
-	Batch      bool              `json:"batch"`
-	Durability engine.Durability `json:"durability"`
-	IdemKey    string            `json:"idem_key,omitempty"`
+	Ops        []contract.Op       `json:"ops"`
+	Batch      bool                `json:"batch"`
+	Durability contract.Durability `json:"durability"`
+	IdemKey    string              `json:"idem_key,omitempty"`
 }
 
 type wireResult struct {
-	engine.Result
+	contract.Result
 	Replayed bool `json:"replayed,omitempty"`
 }
 
@@ -60,7 +60,7 @@ type readRequest struct {
 }
 
 type readResponse struct {
-	View     *engine.View     `json:"view,omitempty"`
+	View     *contract.View   `json:"view,omitempty"`
 	Int      int64            `json:"int,omitempty"`
 	Uint     uint64           `json:"uint,omitempty"`
 	Float    float64          `json:"float,omitempty"`
@@ -70,7 +70,7 @@ type readResponse struct {
 	Series   *wireSeries      `json:"series,omitempty"`
 	Estimate *rollup.Estimate `json:"estimate,omitempty"`
 	Err      *wireError       `json:"err,omitempty"`
-	Kind     engine.Kind      `json:"kind,omitempty"` // op "series": the id's kind on the answering node
+	Kind     contract.Kind    `json:"kind,omitempty"` // op "series": the id's kind on the answering node
 }
 
 // wireSeries is rollup.Series without its unexported bucket origin, which
@@ -86,27 +86,27 @@ type wireSeries struct {
 // localRequest asks a node for its part of a cluster-wide operation.
 type localRequest struct {
 	header
-	Op         string            `json:"op"` // aggregate, scan, len, flushall, setrollup, deleterollup
-	Prefix     string            `json:"prefix,omitempty"`
-	Cursor     uint64            `json:"cursor,omitempty"`
-	Match      string            `json:"match,omitempty"`
-	Count      int               `json:"count,omitempty"`
-	Key        string            `json:"key,omitempty"`
-	Spec       rollup.Spec       `json:"spec"`
-	Durability engine.Durability `json:"durability,omitempty"`
-	View       *viewRequest      `json:"view,omitempty"`      // read view (readview.go)
-	SeriesOf   *seriesQuery      `json:"series_of,omitempty"` // op "series" (series.go)
+	Op         string              `json:"op"` // aggregate, scan, len, flushall, setrollup, deleterollup
+	Prefix     string              `json:"prefix,omitempty"`
+	Cursor     uint64              `json:"cursor,omitempty"`
+	Match      string              `json:"match,omitempty"`
+	Count      int                 `json:"count,omitempty"`
+	Key        string              `json:"key,omitempty"`
+	Spec       rollup.Spec         `json:"spec"`
+	Durability contract.Durability `json:"durability,omitempty"`
+	View       *viewRequest        `json:"view,omitempty"`      // read view (readview.go)
+	SeriesOf   *seriesQuery        `json:"series_of,omitempty"` // op "series" (series.go)
 }
 
 type localResponse struct {
-	Aggregate engine.Aggregate `json:"aggregate"`
-	IDs       []string         `json:"ids,omitempty"`
-	Next      uint64           `json:"next,omitempty"`
-	N         int              `json:"n,omitempty"`
-	OK        bool             `json:"ok,omitempty"`
-	Err       *wireError       `json:"err,omitempty"`
-	View      *viewAnswer      `json:"view,omitempty"`   // read view (readview.go)
-	Series    *wireSeries      `json:"series,omitempty"` // op "series" (series.go)
+	Aggregate contract.Aggregate `json:"aggregate"`
+	IDs       []string           `json:"ids,omitempty"`
+	Next      uint64             `json:"next,omitempty"`
+	N         int                `json:"n,omitempty"`
+	OK        bool               `json:"ok,omitempty"`
+	Err       *wireError         `json:"err,omitempty"`
+	View      *viewAnswer        `json:"view,omitempty"`   // read view (readview.go)
+	Series    *wireSeries        `json:"series,omitempty"` // op "series" (series.go)
 }
 
 // replicateRequest pushes states to a replica (owner replication, CRDT

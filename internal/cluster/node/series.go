@@ -7,8 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
 
@@ -24,16 +24,16 @@ const forever = time.Duration(math.MaxInt64)
 // values are copied in.
 func (w *wireSeries) series() (*rollup.Series, error) {
 	if w == nil {
-		return nil, fmt.Errorf("%w: empty series from peer", engine.ErrUnavailable)
+		return nil, fmt.Errorf("%w: empty series from peer", contract.ErrUnavailable)
 	}
 	st := rollup.NewState(&rollup.Spec{Minute: forever, Hour: forever, Day: forever, Month: forever}, false)
 	st.SetNoStore(true)
 	s, err := st.CountsView().Series(nil, w.Granularity, w.From.UnixNano(), w.To.UnixNano(), w.To.UnixNano())
 	if err != nil {
-		return nil, fmt.Errorf("%w: series from peer: %v", engine.ErrUnavailable, err)
+		return nil, fmt.Errorf("%w: series from peer: %v", contract.ErrUnavailable, err)
 	}
 	if len(s.Values) != len(w.Values) {
-		return nil, fmt.Errorf("%w: series from peer has %d buckets, want %d", engine.ErrUnavailable, len(w.Values), len(s.Values))
+		return nil, fmt.Errorf("%w: series from peer has %d buckets, want %d", contract.ErrUnavailable, len(w.Values), len(s.Values))
 	}
 	copy(s.Values, w.Values)
 	s.Source, s.Total = w.Source, w.Total
@@ -61,7 +61,7 @@ type seriesQuery struct {
 // localSeries is this node's own series of q.ID.
 func (n *Node) localSeries(ctx context.Context, q *seriesQuery) (*wireSeries, error) {
 	if q == nil {
-		return nil, fmt.Errorf("%w: series without a query", engine.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: series without a query", contract.ErrInvalidArgument)
 	}
 	s, err := n.store.Series(ctx, q.ID, q.G, q.From, q.To)
 	if err != nil {
@@ -86,13 +86,13 @@ func (n *Node) seriesEverywhere(ctx context.Context, q *seriesQuery) (*rollup.Se
 
 // errSeriesFrame: two nodes framed a series differently (their clocks put
 // the range on two sides of a retention boundary); a retry agrees.
-var errSeriesFrame = fmt.Errorf("%w: nodes framed the series differently; retry", engine.ErrUnavailable)
+var errSeriesFrame = fmt.Errorf("%w: nodes framed the series differently; retry", contract.ErrUnavailable)
 
 // addSeries adds b into a per bucket (a nil a is b's copy). Both must have
 // the same frame.
 func addSeries(a, b *wireSeries) (*wireSeries, error) {
 	if b == nil {
-		return nil, fmt.Errorf("%w: empty series from peer", engine.ErrUnavailable)
+		return nil, fmt.Errorf("%w: empty series from peer", contract.ErrUnavailable)
 	}
 	if a == nil {
 		c := *b
@@ -105,11 +105,11 @@ func addSeries(a, b *wireSeries) (*wireSeries, error) {
 	var err error
 	for i, v := range b.Values {
 		if a.Values[i], err = counter.AddInt64(a.Values[i], v); err != nil {
-			return nil, fmt.Errorf("%w: series bucket %d", engine.ErrOverflow, i)
+			return nil, fmt.Errorf("%w: series bucket %d", contract.ErrOverflow, i)
 		}
 	}
 	if a.Total, err = counter.AddInt64(a.Total, b.Total); err != nil {
-		return nil, fmt.Errorf("%w: series total", engine.ErrOverflow)
+		return nil, fmt.Errorf("%w: series total", contract.ErrOverflow)
 	}
 	return a, nil
 }

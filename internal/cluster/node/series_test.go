@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/rollup"
 	"pgregory.net/rapid"
 )
@@ -20,7 +20,7 @@ func TestSeriesIncludesEveryNodesAdds(t *testing.T) {
 	if err := c.node("n1").n.SetRollup(ctx, "roll", rollup.DefaultSpec()); err != nil {
 		t.Fatal(err)
 	}
-	for _, k := range []engine.Kind{engine.KindPN, engine.KindSharded, engine.KindCounter} {
+	for _, k := range []contract.Kind{contract.KindPN, contract.KindSharded, contract.KindCounter} {
 		id := fmt.Sprintf("roll:%s", k)
 		want := int64(0)
 		for round := 0; round < 3; round++ {
@@ -52,7 +52,7 @@ func TestSeriesIncludesEveryNodesAdds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if k == engine.KindCounter && v.Value != want {
+		if k == contract.KindCounter && v.Value != want {
 			t.Fatalf("%s = %d, want %d", id, v.Value, want)
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
 	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -82,17 +83,17 @@ func TestClusterEndpoint(t *testing.T) {
 }
 
 func TestWireErrorsKeepSentinels(t *testing.T) {
-	for _, sentinel := range []error{engine.ErrInvalidID, engine.ErrWrongKind, engine.ErrOverflow,
-		engine.ErrVersionConflict, engine.ErrIdempotencyReuse, engine.ErrUnavailable, engine.ErrClosed} {
-		err := toWire(&engine.BatchError{Index: 2, Err: sentinel}).err("n2", func(i int) int { return i + 10 })
-		var be *engine.BatchError
+	for _, sentinel := range []error{contract.ErrInvalidID, contract.ErrWrongKind, contract.ErrOverflow,
+		contract.ErrVersionConflict, contract.ErrIdempotencyReuse, contract.ErrUnavailable, contract.ErrClosed} {
+		err := toWire(&contract.BatchError{Index: 2, Err: sentinel}).err("n2", func(i int) int { return i + 10 })
+		var be *contract.BatchError
 		if !errors.Is(err, sentinel) || !errors.As(err, &be) || be.Index != 12 {
 			t.Errorf("%v: round trip gave %v", sentinel, err)
 		}
 	}
 	err := toWire(&WrongOwnerError{ID: "x", Owner: "n3", RingVersion: 4}).err("n2", nil)
 	var wo *WrongOwnerError
-	if !errors.As(err, &wo) || wo.Owner != "n3" || !errors.Is(err, engine.ErrUnavailable) {
+	if !errors.As(err, &wo) || wo.Owner != "n3" || !errors.Is(err, contract.ErrUnavailable) {
 		t.Errorf("wrong owner round trip: %v", err)
 	}
 	if toWire(nil).err("n1", nil) != nil {
@@ -113,7 +114,7 @@ func TestSeriesRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := 0; i < 3; i++ {
-		if _, err := eng.Add(ctx, "s:x", 2, engine.WriteOptions{}); err != nil {
+		if _, err := eng.Add(ctx, "s:x", 2, contract.WriteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}

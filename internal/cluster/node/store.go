@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -10,7 +11,7 @@ import (
 // ends would serve in embedded mode plus the replication primitives.
 // Implementations must be safe for concurrent use.
 type Store interface {
-	engine.Backend
+	contract.Backend
 	// Export returns the replicable state of id (ok false when this node has
 	// never held it).
 	Export(id string) (s State, ok bool, err error)
@@ -18,7 +19,7 @@ type Store interface {
 	ExportAll(ctx context.Context, fn func(State) error) error
 	// Merge joins states into the local ones (per-slot max for pn/sharded,
 	// register max for hll, higher version wins otherwise); durable per wo.
-	Merge(ctx context.Context, states []State, wo engine.WriteOptions) (changed int, err error)
+	Merge(ctx context.Context, states []State, wo contract.WriteOptions) (changed int, err error)
 	// Drop removes id if its version is still version (after a handoff).
 	Drop(ctx context.Context, id string, version uint64) (bool, error)
 	// RaiseVersion lifts id's version to at least floor, keeping its low
@@ -31,7 +32,7 @@ type Store interface {
 	// MergeRecords is Merge that also stores the records then returns
 	// (then runs after the merge, before any flush), in the same batch as
 	// the merged states: the cluster's idempotency records (idem.go).
-	MergeRecords(ctx context.Context, states []State, wo engine.WriteOptions, then func() []engine.StoredRecord) (changed int, err error)
+	MergeRecords(ctx context.Context, states []State, wo contract.WriteOptions, then func() []engine.StoredRecord) (changed int, err error)
 	// StoredRecords calls fn with the stored records on disk created at
 	// or after since (unix ns).
 	StoredRecords(since int64, fn func(engine.StoredRecord)) error

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 )
@@ -15,7 +16,7 @@ type State = engine.State
 func EngineStore(e *engine.Engine) Store { return engineStore{Backend: engine.Local(e), e: e} }
 
 type engineStore struct {
-	engine.Backend
+	contract.Backend
 	e *engine.Engine
 }
 
@@ -25,7 +26,7 @@ func (s engineStore) ExportAll(ctx context.Context, fn func(State) error) error 
 	return s.e.ExportAll(ctx, fn)
 }
 
-func (s engineStore) Merge(ctx context.Context, states []State, wo engine.WriteOptions) (int, error) {
+func (s engineStore) Merge(ctx context.Context, states []State, wo contract.WriteOptions) (int, error) {
 	return s.e.Merge(ctx, states, wo)
 }
 
@@ -41,7 +42,7 @@ func (s engineStore) Drop(ctx context.Context, id string, version uint64) (bool,
 	return s.e.Drop(ctx, id, version)
 }
 
-func (s engineStore) MergeRecords(ctx context.Context, states []State, wo engine.WriteOptions, then func() []engine.StoredRecord) (int, error) {
+func (s engineStore) MergeRecords(ctx context.Context, states []State, wo contract.WriteOptions, then func() []engine.StoredRecord) (int, error) {
 	return s.e.MergeRecords(ctx, states, wo, then)
 }
 

@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // The engine keeps no tombstone: a deleted counter is simply gone. A copy
@@ -87,7 +87,7 @@ func (t *tombs) filter(states []State) []State {
 
 // merge merges states received from a peer into the store, without stale
 // copies of counters deleted here since they were sent.
-func (n *Node) merge(ctx context.Context, states []State, wo engine.WriteOptions) (int, error) {
+func (n *Node) merge(ctx context.Context, states []State, wo contract.WriteOptions) (int, error) {
 	states = n.tombs.filter(states)
 	if len(states) == 0 {
 		return 0, nil

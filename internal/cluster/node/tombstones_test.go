@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestStaleCopyDoesNotResurrectDelete: a copy of a counter exported before
@@ -35,7 +35,7 @@ func TestStaleCopyDoesNotResurrectDelete(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("export from the replica: %v %v", ok, err)
 	}
-	if _, err := owner.n.Apply(ctx, engine.Op{Type: engine.OpDelete, ID: id}, syncWO); err != nil {
+	if _, err := owner.n.Apply(ctx, contract.Op{Type: contract.OpDelete, ID: id}, syncWO); err != nil {
 		t.Fatal(err)
 	}
 	for _, tn := range []*testNode{owner, replica} {

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
@@ -32,7 +33,7 @@ import (
 // ErrMalformedMessage is a peer message that parses as protobuf but does
 // not fit the node's types: an enum or precision beyond its range, a
 // rate-limit state of the wrong length. A malformed request is answered
-// with an error wrapping engine.ErrInvalidArgument; a malformed response
+// with an error wrapping contract.ErrInvalidArgument; a malformed response
 // is an *UnavailableError of the call.
 var ErrMalformedMessage = errors.New("cluster: malformed peer message")
 
@@ -116,7 +117,7 @@ type peerServer struct {
 
 // serve decodes a request, refuses a forgotten sender (forget.go), runs
 // f and encodes its answer. A malformed request is answered by fail with
-// an error wrapping engine.ErrInvalidArgument.
+// an error wrapping contract.ErrInvalidArgument.
 func serve[Req, Resp, Out any](n *Node, ctx context.Context, decode func(*decoder) Req,
 	f func(*Node, context.Context, *Req) *Resp, fail func(*wireError) *Resp, encode func(*Resp) Out,
 ) (out Out, err error) {
@@ -128,7 +129,7 @@ func serve[Req, Resp, Out any](n *Node, ctx context.Context, decode func(*decode
 		}
 	}
 	if d.err != nil {
-		return encode(fail(toWire(fmt.Errorf("%w: %w", engine.ErrInvalidArgument, d.err)))), nil
+		return encode(fail(toWire(fmt.Errorf("%w: %w", contract.ErrInvalidArgument, d.err)))), nil
 	}
 	return encode(f(n, ctx, &req)), nil
 }
@@ -358,7 +359,7 @@ func goField(p *pb.Field) counter.Field {
 	return counter.Field{Name: string(p.GetName()), Value: p.GetValue(), Float: string(p.GetFloatText())}
 }
 
-func pbOp(o *engine.Op) *pb.Op {
+func pbOp(o *contract.Op) *pb.Op {
 	return &pb.Op{
 		Type: pb.OpType(o.Type), Id: o.ID, Kind: pb.Kind(o.Kind),
 		Delta: o.Delta, Value: o.Value,
@@ -375,13 +376,13 @@ func pbOp(o *engine.Op) *pb.Op {
 	}
 }
 
-func (d *decoder) op(p *pb.Op) engine.Op {
-	return engine.Op{
-		Type: engine.OpType(u8(d, p.GetType(), "op type")), ID: p.GetId(),
-		Kind:  engine.Kind(u8(d, p.GetKind(), "kind")),
+func (d *decoder) op(p *pb.Op) contract.Op {
+	return contract.Op{
+		Type: contract.OpType(u8(d, p.GetType(), "op type")), ID: p.GetId(),
+		Kind:  contract.Kind(u8(d, p.GetKind(), "kind")),
 		Delta: p.GetDelta(), Value: p.GetValue(),
 		ExpectedVersion: p.GetExpectedVersion(), CheckVersion: p.GetCheckVersion(),
-		SetMode: engine.SetMode(u8(d, p.GetSetMode(), "set mode")),
+		SetMode: contract.SetMode(u8(d, p.GetSetMode(), "set mode")),
 		KeepTTL: p.GetKeepTtl(), TTL: time.Duration(p.GetTtlNs()),
 		Items: orNil(p.GetItems()), Sources: orNil(p.GetSources()),
 		Fields: decodeEach(p.GetFields(), func(f *pb.FieldDelta) counter.FieldDelta {
@@ -394,18 +395,18 @@ func (d *decoder) op(p *pb.Op) engine.Op {
 	}
 }
 
-func pbResult(r *engine.Result) *pb.Result {
+func pbResult(r *contract.Result) *pb.Result {
 	return &pb.Result{Id: r.ID, Kind: pb.Kind(r.Kind), Value: r.Value, Version: r.Version, Changed: r.Changed,
 		Fields: encodeEach(r.Fields, pbField), Replayed: r.Replayed, FloatText: r.Float}
 }
 
-func (d *decoder) result(p *pb.Result) engine.Result {
-	return engine.Result{ID: p.GetId(), Kind: engine.Kind(u8(d, p.GetKind(), "kind")), Value: p.GetValue(),
+func (d *decoder) result(p *pb.Result) contract.Result {
+	return contract.Result{ID: p.GetId(), Kind: contract.Kind(u8(d, p.GetKind(), "kind")), Value: p.GetValue(),
 		Version: p.GetVersion(), Changed: p.GetChanged(), Fields: decodeEach(p.GetFields(), goField), Replayed: p.GetReplayed(),
 		Float: p.GetFloatText()}
 }
 
-func pbView(v *engine.View) *pb.View {
+func pbView(v *contract.View) *pb.View {
 	if v == nil {
 		return nil
 	}
@@ -427,12 +428,12 @@ func pbView(v *engine.View) *pb.View {
 	}
 }
 
-func (d *decoder) view(p *pb.View) *engine.View {
+func (d *decoder) view(p *pb.View) *contract.View {
 	if p == nil {
 		return nil
 	}
-	return &engine.View{
-		ID: p.GetId(), Kind: engine.Kind(u8(d, p.GetKind(), "kind")), Exists: p.GetExists(),
+	return &contract.View{
+		ID: p.GetId(), Kind: contract.Kind(u8(d, p.GetKind(), "kind")), Exists: p.GetExists(),
 		Value: p.GetValue(), Version: p.GetVersion(), Float: p.GetFloatText(),
 		UpdatedAt: goTime(p.GetUpdatedAt()), ExpiresAt: goTime(p.GetExpiresAt()),
 		Shards: orNil(p.GetShards()),
@@ -457,7 +458,7 @@ func pbState(s *State) *pb.State {
 }
 
 func (d *decoder) state(p *pb.State) State {
-	return State{ID: p.GetId(), Kind: engine.Kind(u8(d, p.GetKind(), "kind")), Version: p.GetVersion(),
+	return State{ID: p.GetId(), Kind: contract.Kind(u8(d, p.GetKind(), "kind")), Version: p.GetVersion(),
 		UpdatedAt: p.GetUpdatedAtUnixNs(), ExpiresAt: p.GetExpiresAtUnixNs(), Deleted: p.GetDeleted(), Data: orNil(p.GetData())}
 }
 
@@ -594,7 +595,7 @@ func pbApplyRequest(r *applyRequest) *pb.ApplyRequest {
 
 func (d *decoder) applyRequest(p *pb.ApplyRequest) applyRequest {
 	return applyRequest{header: goHeader(p.GetHeader()), Ops: decodeEach(p.GetOps(), d.op), Batch: p.GetBatch(),
-		Durability: engine.Durability(u8(d, p.GetDurability(), "durability")), IdemKey: string(p.GetIdemKey())}
+		Durability: contract.Durability(u8(d, p.GetDurability(), "durability")), IdemKey: string(p.GetIdemKey())}
 }
 
 // A wireResult's replayed flag is the Result's: serveApply sets both.
@@ -634,7 +635,7 @@ func pbReadResponse(r *readResponse) *pb.ReadResponse {
 func (d *decoder) readResponse(p *pb.ReadResponse) readResponse {
 	return readResponse{View: d.view(p.GetView()), Int: p.GetIntValue(), Uint: p.GetUintValue(), Float: p.GetFloatValue(),
 		OK: p.GetOk(), Exists: p.GetExists(), Duration: time.Duration(p.GetDurationNs()), Series: d.series(p.GetSeries()),
-		Estimate: d.estimate(p.GetEstimate()), Err: goError(p.GetErr()), Kind: engine.Kind(u8(d, p.GetKind(), "kind"))}
+		Estimate: d.estimate(p.GetEstimate()), Err: goError(p.GetErr()), Kind: contract.Kind(u8(d, p.GetKind(), "kind"))}
 }
 
 func pbLocalRequest(r *localRequest) (*pb.LocalRequest, error) {
@@ -653,7 +654,7 @@ func pbLocalRequest(r *localRequest) (*pb.LocalRequest, error) {
 func (d *decoder) localRequest(p *pb.LocalRequest) localRequest {
 	r := localRequest{header: goHeader(p.GetHeader()), Op: opName(pb.LocalOp_name, "LOCAL_OP_", int32(p.GetOp())),
 		Prefix: string(p.GetPrefix()), Cursor: p.GetCursor(), Match: string(p.GetMatch()), Count: int(p.GetCount()), Key: p.GetKey(),
-		Spec: d.spec(p.GetSpec()), Durability: engine.Durability(u8(d, p.GetDurability(), "durability"))}
+		Spec: d.spec(p.GetSpec()), Durability: contract.Durability(u8(d, p.GetDurability(), "durability"))}
 	if v := p.GetView(); v != nil {
 		r.View = &viewRequest{Nodes: orNil(v.GetNodes()), Down: orNil(v.GetDown())}
 	}
@@ -666,7 +667,7 @@ func (d *decoder) localRequest(p *pb.LocalRequest) localRequest {
 
 func pbLocalResponse(r *localResponse) *pb.LocalResponse {
 	out := &pb.LocalResponse{Ids: r.IDs, Next: r.Next, N: int64(r.N), Ok: r.OK, Err: pbError(r.Err), Series: pbSeries(r.Series)}
-	if a := r.Aggregate; a != (engine.Aggregate{}) {
+	if a := r.Aggregate; a != (contract.Aggregate{}) {
 		out.Aggregate = &pb.Aggregate{Prefix: []byte(a.Prefix), Value: a.Value, Count: int64(a.Count)}
 	}
 	if v := r.View; v != nil {
@@ -677,7 +678,7 @@ func pbLocalResponse(r *localResponse) *pb.LocalResponse {
 
 func (d *decoder) localResponse(p *pb.LocalResponse) localResponse {
 	a := p.GetAggregate()
-	r := localResponse{Aggregate: engine.Aggregate{Prefix: string(a.GetPrefix()), Value: a.GetValue(), Count: int(a.GetCount())},
+	r := localResponse{Aggregate: contract.Aggregate{Prefix: string(a.GetPrefix()), Value: a.GetValue(), Count: int(a.GetCount())},
 		IDs: orNil(p.GetIds()), Next: p.GetNext(), N: int(p.GetN()), OK: p.GetOk(), Err: goError(p.GetErr()),
 		Series: d.series(p.GetSeries())}
 	if v := p.GetView(); v != nil {

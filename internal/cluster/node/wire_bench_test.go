@@ -8,8 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 )
 
 // BenchmarkWireCodec: encode + decode of typical peer messages, the JSON
@@ -18,11 +18,11 @@ import (
 // size. BENCHMARKS.md quotes it.
 func BenchmarkWireCodec(b *testing.B) {
 	hdr := header{From: "node-1", RingVersion: 42, Hop: true}
-	add := &applyRequest{header: hdr, Durability: engine.Sync, IdemKey: "7f3c2a9e-4b1d-4c8e-9a51-0d2e6f8b1c37",
-		Ops: []engine.Op{{Type: engine.OpAdd, ID: "tenant-a:page:/pricing:views", Delta: 1}}}
+	add := &applyRequest{header: hdr, Durability: contract.Sync, IdemKey: "7f3c2a9e-4b1d-4c8e-9a51-0d2e6f8b1c37",
+		Ops: []contract.Op{{Type: contract.OpAdd, ID: "tenant-a:page:/pricing:views", Delta: 1}}}
 	batch := &applyRequest{header: hdr, Batch: true}
 	for i := 0; i < 10; i++ {
-		batch.Ops = append(batch.Ops, engine.Op{Type: engine.OpAdd, ID: fmt.Sprintf("tenant-a:page:%d:views", i), Delta: int64(i + 1)})
+		batch.Ops = append(batch.Ops, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("tenant-a:page:%d:views", i), Delta: int64(i + 1)})
 	}
 	h, err := counter.NewHLL(14)
 	if err != nil {
@@ -36,7 +36,7 @@ func BenchmarkWireCodec(b *testing.B) {
 		b.Fatal(err)
 	}
 	hll := &replicateRequest{header: hdr, Sync: true,
-		States: []State{{ID: "tenant-a:visitors", Kind: engine.KindHLL, Version: 9, UpdatedAt: 1764067200000000000, Data: sketch}}}
+		States: []State{{ID: "tenant-a:visitors", Kind: contract.KindHLL, Version: 9, UpdatedAt: 1764067200000000000, Data: sketch}}}
 
 	for _, c := range []struct {
 		name  string

@@ -18,6 +18,7 @@ import (
 	"pgregory.net/rapid"
 
 	pb "github.com/counterd/counterd/api/counterd/cluster/v1"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
@@ -246,7 +247,7 @@ func fill(t *rapid.T, v reflect.Value, field string) {
 			if !f.IsExported() && !f.Anonymous {
 				t.Fatalf("%s.%s is unexported: it does not travel, keep it out of wire structs", typ.Name(), f.Name)
 			}
-			name := strings.TrimSuffix(typ.Name(), "[github.com/counterd/counterd/internal/engine.Result]") + "." + f.Name
+			name := strings.TrimSuffix(typ.Name(), "[github.com/counterd/counterd/internal/contract.Result]") + "." + f.Name
 			if idemNotOnWire[name] {
 				continue
 			}
@@ -344,16 +345,16 @@ func TestWireEnumsMatchEngine(t *testing.T) {
 			t.Errorf("%s: peer.proto has %s beyond the Go values", what, names[last+1])
 		}
 	}
-	check("kind", pb.Kind_name, "KIND_", func(v int32) string { return engine.Kind(v).String() }, 0, int32(engine.KindFloat))
-	check("durability", pb.Durability_name, "DURABILITY_", func(v int32) string { return engine.Durability(v).String() }, 0, int32(engine.Sync))
-	check("op type", pb.OpType_name, "OP_TYPE_", func(v int32) string { return engine.OpType(v).String() }, 1, int32(engine.OpHSet))
+	check("kind", pb.Kind_name, "KIND_", func(v int32) string { return contract.Kind(v).String() }, 0, int32(contract.KindFloat))
+	check("durability", pb.Durability_name, "DURABILITY_", func(v int32) string { return contract.Durability(v).String() }, 0, int32(contract.Sync))
+	check("op type", pb.OpType_name, "OP_TYPE_", func(v int32) string { return contract.OpType(v).String() }, 1, int32(contract.OpHSet))
 	check("granularity", pb.Granularity_name, "GRANULARITY_", func(v int32) string { return rollup.Granularity(v).String() }, 0, int32(rollup.Month))
 	check("algorithm", pb.Algorithm_name, "ALGORITHM_", func(v int32) string { return ratelimit.Algorithm(v).String() }, 1, int32(ratelimit.LeakyBucket))
-	if engine.Kind(engine.KindFloat+1).String() != fmt.Sprintf("kind(%d)", engine.KindFloat+1) || engine.OpType(engine.OpHSet+1).String() != fmt.Sprintf("op(%d)", engine.OpHSet+1) {
+	if contract.Kind(contract.KindFloat+1).String() != fmt.Sprintf("kind(%d)", contract.KindFloat+1) || contract.OpType(contract.OpHSet+1).String() != fmt.Sprintf("op(%d)", contract.OpHSet+1) {
 		t.Error("the engine has kinds or ops beyond those checked here: add them to peer.proto")
 	}
-	if pb.SetMode_SET_MODE_ALWAYS != pb.SetMode(engine.SetAlways) || pb.SetMode_SET_MODE_IF_ABSENT != pb.SetMode(engine.SetIfAbsent) ||
-		pb.SetMode_SET_MODE_IF_EXISTS != pb.SetMode(engine.SetIfExists) {
+	if pb.SetMode_SET_MODE_ALWAYS != pb.SetMode(contract.SetAlways) || pb.SetMode_SET_MODE_IF_ABSENT != pb.SetMode(contract.SetIfAbsent) ||
+		pb.SetMode_SET_MODE_IF_EXISTS != pb.SetMode(contract.SetIfExists) {
 		t.Error("set modes differ")
 	}
 }
@@ -366,9 +367,9 @@ func TestWireErrorCodes(t *testing.T) {
 		if _, ok := errorCodes[s.code]; !ok {
 			t.Fatalf("code %q has no ErrorCode", s.code)
 		}
-		in := &engine.BatchError{Index: 3, Err: fmt.Errorf("boom: %w", s.err)}
+		in := &contract.BatchError{Index: 3, Err: fmt.Errorf("boom: %w", s.err)}
 		if s.code == "wrong_owner" {
-			in = &engine.BatchError{Index: -1, Err: &WrongOwnerError{ID: "x", Owner: "n3", RingVersion: 9}}
+			in = &contract.BatchError{Index: -1, Err: &WrongOwnerError{ID: "x", Owner: "n3", RingVersion: 9}}
 		}
 		p := pbError(toWire(in))
 		if want := "ERROR_CODE_" + strings.ToUpper(s.code); p.GetCode().String() != want {
@@ -386,7 +387,7 @@ func TestWireErrorCodes(t *testing.T) {
 		if !errors.Is(got, s.err) {
 			t.Errorf("%s: decoded %v, not %v", s.code, got, s.err)
 		}
-		var be *engine.BatchError
+		var be *contract.BatchError
 		var wo *WrongOwnerError
 		switch {
 		case s.code == "wrong_owner":
@@ -418,7 +419,7 @@ func TestWireErrorCodes(t *testing.T) {
 func TestWireQuotaError(t *testing.T) {
 	for _, in := range []error{
 		&quota.ExceededError{Quota: "q:*", Limit: "max_keys", Max: 10, ID: "q:a"},
-		&engine.BatchError{Index: 2, Err: &quota.ExceededError{Quota: quota.DefaultName, Namespace: "ns\xff", Limit: "max_hash_fields", Max: 3, ID: "ns:h"}},
+		&contract.BatchError{Index: 2, Err: &quota.ExceededError{Quota: quota.DefaultName, Namespace: "ns\xff", Limit: "max_hash_fields", Max: 3, ID: "ns:h"}},
 	} {
 		b, err := proto.Marshal(pbError(toWire(in)))
 		if err != nil {
@@ -433,7 +434,7 @@ func TestWireQuotaError(t *testing.T) {
 		if !errors.As(in, &want) {
 			t.Fatal("test input is not a quota error")
 		}
-		if !errors.Is(got, engine.ErrQuotaExceeded) || !errors.As(got, &qe) {
+		if !errors.Is(got, contract.ErrQuotaExceeded) || !errors.As(got, &qe) {
 			t.Fatalf("%v decoded as %v, not a quota error", in, got)
 		}
 		w := *want
@@ -444,7 +445,7 @@ func TestWireQuotaError(t *testing.T) {
 		if m := quota.Message(got); m != w.Error() {
 			t.Errorf("message %q, want %q", m, w.Error())
 		}
-		var be *engine.BatchError
+		var be *contract.BatchError
 		if errors.As(in, &be) && (!errors.As(got, &be) || be.Index != 2) {
 			t.Errorf("batch index lost: %v", got)
 		}
@@ -465,7 +466,7 @@ func TestWireStateDataIsBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := State{ID: "u:visitors", Kind: engine.KindHLL, Version: 7, UpdatedAt: time.Now().UnixNano(), Data: data}
+	st := State{ID: "u:visitors", Kind: contract.KindHLL, Version: 7, UpdatedAt: time.Now().UnixNano(), Data: data}
 	c := wireCases[3] // replicate
 	got, b, err := c.roundTrip(replicateRequest{header: header{From: "n1", RingVersion: 3}, States: []State{st}, Sync: true})
 	if err != nil {
@@ -521,18 +522,18 @@ func TestWireMalformed(t *testing.T) {
 // unchanged.
 func FuzzWireDecode(f *testing.F) {
 	seeds := []any{
-		applyRequest{header: header{From: "n1", RingVersion: 2, Hop: true}, Ops: []engine.Op{{Type: engine.OpAdd, ID: "a", Delta: 1}}, IdemKey: "k"},
+		applyRequest{header: header{From: "n1", RingVersion: 2, Hop: true}, Ops: []contract.Op{{Type: contract.OpAdd, ID: "a", Delta: 1}}, IdemKey: "k"},
 		readRequest{Op: "series", ID: "a", From: time.Unix(60, 0).UTC(), To: time.Unix(120, 0).UTC()},
 		localRequest{Op: "aggregate", Prefix: "a", View: &viewRequest{Nodes: []string{"n1"}}},
-		replicateRequest{States: []State{{ID: "a", Kind: engine.KindHLL, Data: []byte{1, 2, 3}}}, Idem: []idemRecord{{IdemRecord: engine.IdemRecord{Key: "k", Results: []engine.Result{{ID: "a"}}}, Origin: "n2",
-			Undo: []engine.Op{{Type: engine.OpAdd, ID: "a", Kind: engine.KindPN, Delta: -1}}, Wrote: map[string][]uint64{"a": {1 << 32, 7 << 32}}}}},
+		replicateRequest{States: []State{{ID: "a", Kind: contract.KindHLL, Data: []byte{1, 2, 3}}}, Idem: []idemRecord{{IdemRecord: engine.IdemRecord{Key: "k", Results: []contract.Result{{ID: "a"}}}, Origin: "n2",
+			Undo: []contract.Op{{Type: contract.OpAdd, ID: "a", Kind: contract.KindPN, Delta: -1}}, Wrote: map[string][]uint64{"a": {1 << 32, 7 << 32}}}}},
 		fetchRequest{IDs: []string{"a", "b"}, Claims: []uint32{3, 0}},
 		digestRequest{Items: []digestItem{{ID: "a", Version: 1, Sum: 2}}},
 		limitsRequest{Entries: []ratelimit.Entry{{Key: "k", Log: [][2]int64{{1, 2}}}}},
 		policiesRequest{Records: []ratelimit.PolicyRecord{{Name: "p", Policy: &ratelimit.Policy{Name: "p", Limit: 3}}}},
-		applyResponse{Results: []wireResult{{Result: engine.Result{ID: "a", Fields: []counter.Field{{Name: "f", Value: 1}}}}}},
-		readResponse{View: &engine.View{ID: "a", Buckets: []counter.Bucket{{Start: time.Unix(60, 0).UTC(), Count: 2}}}, Err: &wireError{Code: "not_found", Index: -1}},
-		localResponse{Aggregate: engine.Aggregate{Prefix: "a", Value: 3, Count: 1}, View: &viewAnswer{Version: 4}},
+		applyResponse{Results: []wireResult{{Result: contract.Result{ID: "a", Fields: []counter.Field{{Name: "f", Value: 1}}}}}},
+		readResponse{View: &contract.View{ID: "a", Buckets: []counter.Bucket{{Start: time.Unix(60, 0).UTC(), Count: 2}}}, Err: &wireError{Code: "not_found", Index: -1}},
+		localResponse{Aggregate: contract.Aggregate{Prefix: "a", Value: 3, Count: 1}, View: &viewAnswer{Version: 4}},
 		replicateResponse{Changed: 2, Stale: []string{"a"}},
 		fetchResponse{Nodes: 77, Refused: []uint32{0, 5}},
 		digestResponse{Want: []string{"a"}},
@@ -618,7 +619,7 @@ func TestWireGarbageOverGRPC(t *testing.T) {
 		t.Errorf("local op 99: %v, %v", local, err)
 	}
 	var res applyResponse
-	req := &applyRequest{header: n1.header(false), Ops: []engine.Op{{Type: engine.OpAdd, ID: "g", Delta: 2}}, Durability: engine.Sync}
+	req := &applyRequest{header: n1.header(false), Ops: []contract.Op{{Type: contract.OpAdd, ID: "g", Delta: 2}}, Durability: contract.Sync}
 	if err := n1.call(ctx, "n1", "Apply", req, &res); err != nil || res.Err != nil || len(res.Results) != 1 || res.Results[0].Value != 2 {
 		t.Fatalf("a valid apply after the garbage: %+v, %v", res, err)
 	}

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
@@ -48,7 +49,7 @@ const MarkerPrefix = "_events:"
 // MarkerID returns the marker counter of event id: MarkerPrefix + id, or
 // MarkerPrefix + "#" + a SHA-256 prefix when that would be too long.
 func MarkerID(id string) string {
-	if len(MarkerPrefix)+len(id) <= engine.MaxIDLen && id != "" && id[0] != '#' {
+	if len(MarkerPrefix)+len(id) <= contract.MaxIDLen && id != "" && id[0] != '#' {
 		return MarkerPrefix + id
 	}
 	sum := sha256.Sum256([]byte(id))
@@ -63,10 +64,10 @@ const atomicBatchOps = 16384
 // Applier applies records exactly once. Safe for concurrent use; SetRules
 // swaps the rules atomically.
 type Applier struct {
-	be     engine.Backend
+	be     contract.Backend
 	rules  atomic.Pointer[rules.Set]
 	limits event.Limits
-	opLim  engine.Limits
+	opLim  contract.Limits
 	maxOps int
 	m      *Metrics
 	atomic engine.AtomicApplier // be's, when it has one
@@ -86,7 +87,7 @@ const (
 )
 
 // EventTime is how the applier treats events' own times. Every op a rule
-// makes carries its event's ts (engine.Op.At), so window and rollup
+// makes carries its event's ts (contract.Op.At), so window and rollup
 // buckets are chosen by it.
 type EventTime struct {
 	// AllowedLateness: an event whose ts is older than now minus it is
@@ -149,9 +150,9 @@ const (
 )
 
 // NewApplier returns an Applier over be with rules rs. m may be nil.
-func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*Applier, error) {
+func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*Applier, error) {
 	caps := be.Capabilities()
-	if caps.Batches != engine.BatchAtomic {
+	if caps.Batches != contract.BatchAtomic {
 		// A cluster (atomic per owner) was tried with each event one
 		// batch keyed by its id (commit c9c9b35): a counter came out one
 		// too high when ownership moved under load (docs/pipeline.md).
@@ -163,7 +164,7 @@ func NewApplier(be engine.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*
 	}
 	a := &Applier{be: be, limits: l, opLim: caps.Limits, maxOps: caps.Limits.MaxBatch, m: m}
 	if a.maxOps <= 0 {
-		a.maxOps = engine.DefaultLimits().MaxBatch
+		a.maxOps = contract.DefaultLimits().MaxBatch
 	}
 	if aa, ok := be.(engine.AtomicApplier); ok {
 		a.atomic, a.maxOps = aa, atomicBatchOps
@@ -249,14 +250,14 @@ func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]str
 		// (ApplyAtomic, or with its idempotency record); one synced write
 		// of the progress counters waits for all of them (engine group
 		// commit).
-		var ops []engine.Op
+		var ops []contract.Op
 		for _, g := range groups {
 			if len(g) > 0 {
 				last := g[len(g)-1]
-				ops = append(ops, engine.Op{Type: engine.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset})
+				ops = append(ops, contract.Op{Type: contract.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset})
 			}
 		}
-		if _, err := a.be.ApplyBatch(ctx, ops, engine.WriteOptions{Durability: engine.Sync}); err != nil {
+		if _, err := a.be.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: contract.Sync}); err != nil {
 			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
 		}
 	}
@@ -420,7 +421,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 		return 0, fmt.Errorf("%s: event time %s is after 2200", ReasonTooEarly, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano))
 	}
 	at := ts * int64(time.Millisecond)
-	if err := engine.ValidateAt(at); err != nil {
+	if err := contract.ValidateAt(at); err != nil {
 		return 0, fmt.Errorf("%s: %w", ReasonTooEarly, err)
 	}
 	n := 0
@@ -428,7 +429,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 	for i := range hits {
 		op := &hits[i].Op
 		switch {
-		case op.Type == engine.OpAdd && op.Kind == engine.KindWindow:
+		case op.Type == contract.OpAdd && op.Kind == contract.KindWindow:
 			g := int64(op.Window.Granularity)
 			if g <= 0 {
 				g = int64(time.Second)
@@ -441,7 +442,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				lateRule = hits[i].Rule.Name
 				continue
 			}
-		case op.Type == engine.OpAdd || op.Type == engine.OpPFAdd:
+		case op.Type == contract.OpAdd || op.Type == contract.OpPFAdd:
 			op.At = at - ((at%int64(time.Minute))+int64(time.Minute))%int64(time.Minute)
 		}
 		hits[n] = hits[i]
@@ -459,7 +460,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 // chunk is one engine batch being built: markers and coalesced ops. Its
 // storage is reused from one batch to the next.
 type chunk struct {
-	ops    []engine.Op
+	ops    []contract.Op
 	byKey  map[opKey]int
 	events []*pending
 	// opOf lists, event after event of events, the index in ops of each
@@ -474,7 +475,7 @@ func (c *chunk) reset() {
 }
 
 type opKey struct {
-	t      engine.OpType
+	t      contract.OpType
 	id     string
 	window counter.WindowSpec
 	at     int64 // the event time's bucket: ops of different ones stay apart
@@ -506,27 +507,27 @@ func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
 		c.opOf = append(c.opOf, int32(j))
 	}
 	c.opOf = append(c.opOf, int32(len(c.ops)))
-	c.ops = append(c.ops, engine.Op{Type: engine.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
+	c.ops = append(c.ops, contract.Op{Type: contract.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
 	c.events = append(c.events, p)
 	return true
 }
 
 // merge folds src into dst (same type and id); false when it cannot
 // (overflow, too many items).
-func merge(dst, src *engine.Op, maxItems int) bool {
+func merge(dst, src *contract.Op, maxItems int) bool {
 	switch dst.Type {
-	case engine.OpAdd:
+	case contract.OpAdd:
 		sum := dst.Delta + src.Delta
 		if (dst.Delta >= 0) == (src.Delta >= 0) && (sum >= 0) != (dst.Delta >= 0) {
 			return false // overflow: keep them apart, the engine decides
 		}
 		dst.Delta = sum
-	case engine.OpPFAdd:
+	case contract.OpPFAdd:
 		if len(dst.Items)+len(src.Items) > maxItems {
 			return false
 		}
 		dst.Items = append(dst.Items, src.Items...)
-	case engine.OpHAdd:
+	case contract.OpHAdd:
 		for _, f := range src.Fields {
 			found := false
 			for i := range dst.Fields {
@@ -558,7 +559,7 @@ func merge(dst, src *engine.Op, maxItems int) bool {
 // event markers).
 func ProgressID(source string, partition int32) string {
 	id := fmt.Sprintf("_pipeline:%s:%d", source, partition)
-	if len(id) > engine.MaxIDLen {
+	if len(id) > contract.MaxIDLen {
 		sum := sha256.Sum256([]byte(id))
 		id = "_pipeline:#" + hex.EncodeToString(sum[:16])
 	}
@@ -571,7 +572,7 @@ func ProgressID(source string, partition int32) string {
 func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, c *chunk, evs []pending, dead [][]stream.DeadLetter) (int, bool, error) {
 	maxItems := a.opLim.MaxItems
 	if maxItems <= 0 {
-		maxItems = engine.MaxItems
+		maxItems = contract.MaxItems
 	}
 	for attempt := 0; ; attempt++ {
 		c.reset()
@@ -590,7 +591,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			return n, false, nil
 		}
 		for i := range c.ops {
-			if c.ops[i].Type == engine.OpSet {
+			if c.ops[i].Type == contract.OpSet {
 				c.ops[i].TTL = rs.Dedupe
 			}
 		}
@@ -599,14 +600,14 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		var err error
 		if a.atomic != nil {
 			// The markers make a retry safe without an idempotency record.
-			err = a.atomic.ApplyAtomic(ctx, c.ops, engine.WriteOptions{Durability: engine.Async})
+			err = a.atomic.ApplyAtomic(ctx, c.ops, contract.WriteOptions{Durability: contract.Async})
 		} else {
 			key := fmt.Sprintf("pipeline:%s:%x", pos, engine.Fingerprint(c.ops))
 			if len(key) > engine.MaxIdempotencyKeyLen {
 				sum := sha256.Sum256([]byte(key))
 				key = "pipeline:#" + hex.EncodeToString(sum[:16])
 			}
-			_, err = a.be.ApplyBatch(ctx, c.ops, engine.WriteOptions{Durability: engine.Async, IdempotencyKey: key})
+			_, err = a.be.ApplyBatch(ctx, c.ops, contract.WriteOptions{Durability: contract.Async, IdempotencyKey: key})
 		}
 		if err == nil {
 			a.m.Events.WithLabelValues("applied").Add(float64(len(c.events)))
@@ -624,7 +625,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			a.m.Watermark.Set(float64(a.newest.Load()) / 1000)
 			return n, true, nil
 		}
-		var be *engine.BatchError
+		var be *contract.BatchError
 		if !errors.As(err, &be) || be.Index < 0 || be.Index >= len(c.ops) {
 			return 0, false, fmt.Errorf("consumer: apply %s: %w", pos, err)
 		}
@@ -638,7 +639,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 				continue
 			}
 			p.drop = true
-			if op.Type == engine.OpSet && errors.Is(err, engine.ErrVersionConflict) {
+			if op.Type == contract.OpSet && errors.Is(err, contract.ErrVersionConflict) {
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
@@ -657,7 +658,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 // applyReason is the dead-letter reason of event p whose hit-th op (its
 // marker when hit is len(p.hits)) failed: the rule that asked for it, the
 // op and the engine's error, such as the kind the counter already has.
-func applyReason(p *pending, hit int, op *engine.Op, err error) string {
+func applyReason(p *pending, hit int, op *contract.Op, err error) string {
 	if errors.Is(err, engine.ErrTooLate) {
 		return fmt.Sprintf("%s: rule %q: apply %s %q: %v", ReasonTooLate, p.hits[min(hit, len(p.hits)-1)].Rule.Name, op.Type, op.ID, err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/rules"
@@ -194,7 +195,7 @@ func TestApplyConcurrentCopies(t *testing.T) {
 func TestApplyRefusedOp(t *testing.T) {
 	a, e := newApplier(t, 1000)
 	ctx := context.Background()
-	if _, err := e.Apply(ctx, engine.Op{Type: engine.OpPFAdd, ID: "views:p9", Items: [][]byte{[]byte("x")}}, engine.WriteOptions{}); err != nil {
+	if _, err := e.Apply(ctx, contract.Op{Type: contract.OpPFAdd, ID: "views:p9", Items: [][]byte{[]byte("x")}}, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	recs := []stream.Record{
@@ -223,7 +224,7 @@ func TestMarkerID(t *testing.T) {
 	long := strings.Repeat("x", 250)
 	for _, id := range []string{"a", "#a", long, long + "y"} {
 		m := MarkerID(id)
-		if err := engine.ValidateID(m); err != nil {
+		if err := contract.ValidateID(m); err != nil {
 			t.Errorf("MarkerID(%q) = %q: %v", id, m, err)
 		}
 	}

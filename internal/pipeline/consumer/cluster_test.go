@@ -3,6 +3,7 @@ package consumer
 import (
 	"testing"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
 )
@@ -14,8 +15,8 @@ func TestNewApplierRefuses(t *testing.T) {
 	_, e := newApplier(t, 10)
 	for _, c := range []struct {
 		mode    string
-		batches engine.BatchAtomicity
-	}{{"cluster", engine.BatchAtomicPerOwner}, {"tiered", engine.BatchUndoInverse}} {
+		batches contract.BatchAtomicity
+	}{{"cluster", contract.BatchAtomicPerOwner}, {"tiered", contract.BatchUndoInverse}} {
 		be := capsBackend{Backend: engine.Local(e), mode: c.mode, batches: c.batches}
 		if _, err := NewApplier(be, nil, event.Limits{}, nil); err == nil {
 			t.Errorf("%s batches accepted", c.mode)
@@ -24,12 +25,12 @@ func TestNewApplierRefuses(t *testing.T) {
 }
 
 type capsBackend struct {
-	engine.Backend
+	contract.Backend
 	mode    string
-	batches engine.BatchAtomicity
+	batches contract.BatchAtomicity
 }
 
-func (b capsBackend) Capabilities() engine.Capabilities {
+func (b capsBackend) Capabilities() contract.Capabilities {
 	c := b.Backend.Capabilities()
 	c.Mode, c.Batches = b.mode, b.batches
 	return c

@@ -34,8 +34,8 @@ import (
 	"github.com/google/cel-go/common/types/ref"
 	"go.yaml.in/yaml/v3"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -65,11 +65,11 @@ const DefaultDedupe = 24 * time.Hour
 type Rule struct {
 	Name string
 	Line int
-	Op   engine.OpType // OpAdd (also for window counters), OpPFAdd or OpHAdd
+	Op   contract.OpType // OpAdd (also for window counters), OpPFAdd or OpHAdd
 	// Window, for window rules: the counter's granularity and span.
 	Window counter.WindowSpec
 	// RollupKey and Rollup, when RollupKey is not empty: the spec the
-	// pipeline attaches to that namespace or id (engine.SetRollup).
+	// pipeline attaches to that namespace or id (contract.SetRollup).
 	RollupKey string
 	Rollup    rollup.Spec
 
@@ -137,8 +137,8 @@ func Load(name string, data []byte) (*Set, error) {
 	set := &Set{Dedupe: DefaultDedupe}
 	if f.Dedupe != "" {
 		d, err := rollup.ParseRetention(f.Dedupe)
-		if err != nil || d <= 0 || d > engine.MaxTTL {
-			return nil, fmt.Errorf("%w: %s:%d: dedupe %q: want a positive duration up to %v", ErrInvalid, name, line(doc, "dedupe"), f.Dedupe, engine.MaxTTL)
+		if err != nil || d <= 0 || d > contract.MaxTTL {
+			return nil, fmt.Errorf("%w: %s:%d: dedupe %q: want a positive duration up to %v", ErrInvalid, name, line(doc, "dedupe"), f.Dedupe, contract.MaxTTL)
 		}
 		set.Dedupe = d
 	}
@@ -185,16 +185,16 @@ func Load(name string, data []byte) (*Set, error) {
 
 // kind is what a rule's op makes of its counter: its kind, and for a
 // window rule its spec.
-func (r *Rule) kind() (engine.Kind, counter.WindowSpec) {
+func (r *Rule) kind() (contract.Kind, counter.WindowSpec) {
 	switch {
 	case r.Window.Span > 0:
-		return engine.KindWindow, r.Window
-	case r.Op == engine.OpPFAdd:
-		return engine.KindHLL, counter.WindowSpec{}
-	case r.Op == engine.OpHAdd:
-		return engine.KindHash, counter.WindowSpec{}
+		return contract.KindWindow, r.Window
+	case r.Op == contract.OpPFAdd:
+		return contract.KindHLL, counter.WindowSpec{}
+	case r.Op == contract.OpHAdd:
+		return contract.KindHash, counter.WindowSpec{}
 	}
-	return engine.KindCounter, counter.WindowSpec{}
+	return contract.KindCounter, counter.WindowSpec{}
 }
 
 // kindConflicts reports rules whose counter expressions are the same (so
@@ -205,7 +205,7 @@ func (r *Rule) kind() (engine.Kind, counter.WindowSpec) {
 func kindConflicts(file string, rs []*Rule) []string {
 	type first struct {
 		r    *Rule
-		kind engine.Kind
+		kind contract.Kind
 		win  counter.WindowSpec
 	}
 	seen := map[string]first{}
@@ -226,8 +226,8 @@ func kindConflicts(file string, rs []*Rule) []string {
 	return errs
 }
 
-func kindText(k engine.Kind, w counter.WindowSpec) string {
-	if k == engine.KindWindow {
+func kindText(k contract.Kind, w counter.WindowSpec) string {
+	if k == contract.KindWindow {
 		return fmt.Sprintf("window (granularity %v, span %v)", w.Granularity, w.Span)
 	}
 	return k.String()
@@ -358,13 +358,13 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, []error) {
 	}
 	switch {
 	case y.Add != "":
-		r.Op = engine.OpAdd
+		r.Op = contract.OpAdd
 		r.by = prog(n, "add", y.Add, cel.IntType)
 	case y.PFAdd != "":
-		r.Op = engine.OpPFAdd
+		r.Op = contract.OpPFAdd
 		r.item = prog(n, "pfadd", y.PFAdd, cel.StringType)
 	case y.HAdd != nil:
-		r.Op = engine.OpHAdd
+		r.Op = contract.OpHAdd
 		hn := sub(n, "hadd")
 		if y.HAdd.Field == "" {
 			fail(fmt.Errorf("%d: rule %q hadd needs a field expression", hn.Line, y.Name))
@@ -373,7 +373,7 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, []error) {
 		}
 		r.by = by(hn, y.HAdd.By)
 	case y.Window != nil:
-		r.Op = engine.OpAdd
+		r.Op = contract.OpAdd
 		wn := sub(n, "window")
 		g, gerr := time.ParseDuration(y.Window.Granularity)
 		s, serr := time.ParseDuration(y.Window.Span)
@@ -381,8 +381,8 @@ func compile(env *cel.Env, n *yaml.Node) (*Rule, []error) {
 			fail(fmt.Errorf("%d: rule %q window needs granularity and span as Go durations (1m, 1h)", wn.Line, y.Name))
 		} else {
 			r.Window = counter.WindowSpec{Granularity: g, Span: s, Fixed: y.Window.Fixed}
-			probe := engine.Op{Type: engine.OpAdd, ID: "x", Kind: engine.KindWindow, Window: r.Window}
-			if verr := probe.Validate(engine.Limits{}); verr != nil {
+			probe := contract.Op{Type: contract.OpAdd, ID: "x", Kind: contract.KindWindow, Window: r.Window}
+			if verr := probe.Validate(contract.Limits{}); verr != nil {
 				fail(fmt.Errorf("%d: rule %q window: %v", wn.Line, y.Name, verr))
 			}
 		}
@@ -402,7 +402,7 @@ func (r *Rule) parseRollup(n *yaml.Node, m map[string]string) error {
 	if r.RollupKey == "" {
 		return fmt.Errorf("%d: rule %q rollup needs a key (the namespace or id it applies to)", n.Line, r.Name)
 	}
-	if err := engine.ValidateID(r.RollupKey); err != nil {
+	if err := contract.ValidateID(r.RollupKey); err != nil {
 		return fmt.Errorf("%d: rule %q rollup key: %v", line(n, "key"), r.Name, err)
 	}
 	r.Rollup = rollup.DefaultSpec()
@@ -441,7 +441,7 @@ func (r *Rule) parseRollup(n *yaml.Node, m map[string]string) error {
 // Hit is one rule that matched an event, with the op it asks for.
 type Hit struct {
 	Rule *Rule
-	Op   engine.Op
+	Op   contract.Op
 }
 
 // NewInput returns e's Input.
@@ -476,36 +476,36 @@ func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
 	return hits, nil
 }
 
-func (r *Rule) op(act *Input) (engine.Op, error) {
+func (r *Rule) op(act *Input) (contract.Op, error) {
 	id, err := evalString(r.id, act)
 	if err != nil {
-		return engine.Op{}, fmt.Errorf("counter: %v", err)
+		return contract.Op{}, fmt.Errorf("counter: %v", err)
 	}
-	if err := engine.ValidateID(id); err != nil {
-		return engine.Op{}, fmt.Errorf("counter: %v", err)
+	if err := contract.ValidateID(id); err != nil {
+		return contract.Op{}, fmt.Errorf("counter: %v", err)
 	}
-	op := engine.Op{Type: r.Op, ID: id}
+	op := contract.Op{Type: r.Op, ID: id}
 	switch r.Op {
-	case engine.OpAdd:
+	case contract.OpAdd:
 		if op.Delta, err = evalInt(r.by, act); err != nil {
 			return op, fmt.Errorf("add: %v", err)
 		}
 		if r.Window.Span > 0 {
-			op.Kind, op.Window = engine.KindWindow, r.Window
+			op.Kind, op.Window = contract.KindWindow, r.Window
 		}
-	case engine.OpPFAdd:
+	case contract.OpPFAdd:
 		item, err := evalString(r.item, act)
 		if err != nil {
 			return op, fmt.Errorf("pfadd: %v", err)
 		}
 		op.Items = [][]byte{[]byte(item)}
-	case engine.OpHAdd:
+	case contract.OpHAdd:
 		field, err := evalString(r.field, act)
 		if err != nil {
 			return op, fmt.Errorf("hadd field: %v", err)
 		}
-		if len(field) > engine.MaxFieldLen {
-			return op, fmt.Errorf("hadd field longer than %d bytes", engine.MaxFieldLen)
+		if len(field) > contract.MaxFieldLen {
+			return op, fmt.Errorf("hadd field longer than %d bytes", contract.MaxFieldLen)
 		}
 		d, err := evalInt(r.by, act)
 		if err != nil {

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline/event"
 )
 
@@ -59,9 +59,9 @@ func TestLoadAndEval(t *testing.T) {
 		t.Fatalf("%d hits", len(hits))
 	}
 	want := []struct {
-		t  engine.OpType
+		t  contract.OpType
 		id string
-	}{{engine.OpAdd, "views:p1"}, {engine.OpPFAdd, "viewers:p1"}, {engine.OpHAdd, "watch:p1"}, {engine.OpAdd, "recent:p1"}}
+	}{{contract.OpAdd, "views:p1"}, {contract.OpPFAdd, "viewers:p1"}, {contract.OpHAdd, "watch:p1"}, {contract.OpAdd, "recent:p1"}}
 	for i, w := range want {
 		if hits[i].Op.Type != w.t || hits[i].Op.ID != w.id {
 			t.Errorf("hit %d: %s %q, want %s %q", i, hits[i].Op.Type, hits[i].Op.ID, w.t, w.id)
@@ -70,7 +70,7 @@ func TestLoadAndEval(t *testing.T) {
 	if hits[0].Op.Delta != 1 || string(hits[1].Op.Items[0]) != "u1" || hits[2].Op.Fields[0].Name != "de" || hits[2].Op.Fields[0].Delta != 12 {
 		t.Errorf("ops %+v", hits)
 	}
-	if hits[3].Op.Kind != engine.KindWindow || hits[3].Op.Window.Span != time.Hour {
+	if hits[3].Op.Kind != contract.KindWindow || hits[3].Op.Window.Span != time.Hour {
 		t.Errorf("window op %+v", hits[3].Op)
 	}
 
@@ -143,7 +143,7 @@ func FuzzLoad(f *testing.F) {
 			return
 		}
 		for _, h := range hits {
-			if err := h.Op.Validate(engine.Limits{}); err != nil {
+			if err := h.Op.Validate(contract.Limits{}); err != nil {
 				t.Fatalf("rule %s made an invalid op: %v", h.Rule.Name, err)
 			}
 		}

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 )
 
@@ -99,8 +99,8 @@ func TestMigrationsCreateSchema(t *testing.T) {
 		t.Errorf("goose version = %d, want %d (one per migration file)", v, len(migs))
 	}
 	if n := queryInt(t, s, `SELECT character_maximum_length FROM information_schema.columns
-		WHERE table_name = 'counter_fields' AND column_name = 'field'`); n != int64(engine.MaxFieldLen) {
-		t.Errorf("counter_fields.field holds %d characters, want %d (migration 00004)", n, engine.MaxFieldLen)
+		WHERE table_name = 'counter_fields' AND column_name = 'field'`); n != int64(contract.MaxFieldLen) {
+		t.Errorf("counter_fields.field holds %d characters, want %d (migration 00004)", n, contract.MaxFieldLen)
 	}
 	if n := queryInt(t, s, `SELECT count(*) FROM information_schema.tables WHERE table_name = 'counter_uniques'`); n != 1 {
 		t.Errorf("table counter_uniques missing (migration 00003)")

@@ -89,7 +89,7 @@ end
 
 // addScript: ARGV kind (” = existing additive kind or counter), delta,
 // now_ms, maycreate, shards, random, shard (-1 = random), gran_ms, span_ms,
-// fixed, at_ms (a window add's event time; 0 = now: engine.Op.At, an
+// fixed, at_ms (a window add's event time; 0 = now: contract.Op.At, an
 // older bucket than the window's is TOOLATE, a later time counts now). Reply {'OK', kind, version, shard, values...}: shard is the shard
 // added to (-1 unless sharded); values are the value for a counter, every
 // shard for sharded, the in-window bucket values for window.

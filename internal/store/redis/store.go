@@ -59,7 +59,7 @@ var (
 	ErrFieldLimit = errors.New("redisstore: too many hash fields")
 )
 
-// Kind is a counter kind, spelled as engine.Kind.String spells it.
+// Kind is a counter kind, spelled as contract.Kind.String spells it.
 type Kind string
 
 // The kinds the Redis tier stores. KindAuto, for Add, means the existing

@@ -20,6 +20,7 @@ import (
 
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 )
 
@@ -164,5 +165,5 @@ func (c *Cluster) Engines() []*engine.Engine { return slices.Clone(c.engs) }
 
 // FlushAll deletes every counter on every node through the first node.
 func (c *Cluster) FlushAll(ctx context.Context) error {
-	return c.nodes[0].FlushAll(ctx, engine.WriteOptions{})
+	return c.nodes[0].FlushAll(ctx, contract.WriteOptions{})
 }

@@ -1,4 +1,4 @@
-package engine
+package contract
 
 // Capabilities state where a backend's behaviour differs from the embedded
 // engine's, so front ends can report it (HTTP GET /capabilities) and the
