@@ -18,7 +18,7 @@
 #
 # Environment:
 #   GUBERNATOR_BIN   gubernator binary; unset: counterd is measured alone
-#   RLBENCH          rlbench binary (default: built from internal/ratelimit/cmd/rlbench)
+#   RLBENCH          rlbench binary (default: built from internal/api/ratelimitapi/cmd/rlbench)
 #   SERVER_GOMAXPROCS  GOMAXPROCS of both servers (default: unset, all cores)
 #
 # Every check is one hit of cost 1 under a token bucket of 1e9 per minute
@@ -61,7 +61,7 @@ trap 'exit 130' INT TERM
 
 if [ -z "${RLBENCH:-}" ]; then
 	echo "building rlbench..." >&2
-	(cd "$ROOT" && go build -o "$TMP/rlbench" ./internal/ratelimit/cmd/rlbench)
+	(cd "$ROOT" && go build -o "$TMP/rlbench" ./internal/api/ratelimitapi/cmd/rlbench)
 	RLBENCH=$TMP/rlbench
 fi
 

@@ -29,8 +29,8 @@ func ReadBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error)
 // DecodeStrict decodes the JSON object b into v. It rejects unknown fields
 // and trailing data (ErrInvalidJSON) and values of the wrong type
 // (contract.ErrInvalidArgument). An error that a field's UnmarshalJSON
-// returns and that Classify knows (a field-level validation error) is
-// returned as it is. An empty body decodes as {}.
+// returns (a field-level validation error, which the caller classifies
+// when Classify does not know it) is returned as it is. An empty body decodes as {}.
 func DecodeStrict(b []byte, v any) error {
 	b = TrimSpace(b)
 	if len(b) == 0 {
@@ -54,13 +54,19 @@ func DecodeStrict(b []byte, v any) error {
 }
 
 // DecodeError classifies an error of encoding/json: a field's own
-// validation error as it is, a value of the wrong type
+// validation error (any error encoding/json did not make) as it is, a value of the wrong type
 // contract.ErrInvalidArgument, anything else (syntax, unknown field,
 // truncation) ErrInvalidJSON.
 func DecodeError(err error) error {
 	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
 	if _, status := Classify(err); status != http.StatusInternalServerError {
 		return err // a field's own validation error
+	}
+	if !errors.As(err, &te) && !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) && !strings.HasPrefix(err.Error(), "json: ") {
+		// A field's UnmarshalJSON refused its value with an error of
+		// the caller's (a rate-limit policy's): the caller classifies it.
+		return err
 	}
 	if errors.As(err, &te) {
 		field := te.Field
