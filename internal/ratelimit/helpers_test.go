@@ -1,38 +1,16 @@
 package ratelimit
 
 import (
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/ratelimit/ratelimittest"
 )
 
 // fakeClock is a settable clock for Config.Clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = ratelimittest.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+var newFakeClock = ratelimittest.NewClock
 
 // newLimiter returns a Limiter on clock (nil: the default clock) without
 // a janitor, closed when the test ends.

@@ -6,34 +6,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/ratelimit/ratelimittest"
 )
 
-const examplePolicies = `
-policies:
-  - name: vip-acme
-    match: "api:acme:*"
-    algorithm: token_bucket
-    limit: 1000
-    period: 1s
-    final: true
-  - name: api-per-second
-    match: "api:*"
-    algorithm: token_bucket
-    limit: 10
-    period: 1s
-    burst: 20
-  - name: api-per-day
-    match: "api:*"
-    algorithm: fixed_window
-    limit: 10000
-    period: 24h
-  - name: uploads
-    namespace: upload
-    algorithm: sliding_window
-    limit: 100
-    period: 1m
-    cost: 10
-`
+const examplePolicies = ratelimittest.ExamplePolicies
 
 func TestLoadPolicies(t *testing.T) {
 	ps, err := LoadPolicies(strings.NewReader(examplePolicies))

@@ -2,11 +2,11 @@ package ratelimitapi
 
 import (
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/counterd/counterd/internal/ratelimit"
+	"github.com/counterd/counterd/internal/ratelimit/ratelimittest"
 )
 
 // The test helpers of internal/ratelimit, for the front ends' tests.
@@ -14,32 +14,9 @@ import (
 var t0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // fakeClock is a settable clock for Config.Clock.
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
+type fakeClock = ratelimittest.Clock
 
-func newFakeClock() *fakeClock {
-	return &fakeClock{t: time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)}
-}
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.t = c.t.Add(d)
-	c.mu.Unlock()
-}
-
-func (c *fakeClock) Set(t time.Time) {
-	c.mu.Lock()
-	c.t = t
-	c.mu.Unlock()
-}
+var newFakeClock = ratelimittest.NewClock
 
 // newLimiter returns a Limiter on clock (nil: the default clock) without
 // a janitor, closed when the test ends.
@@ -73,29 +50,4 @@ func args(s string) [][]byte {
 
 var all3 = []int{0, 1, 2}
 
-const examplePolicies = `
-policies:
-  - name: vip-acme
-    match: "api:acme:*"
-    algorithm: token_bucket
-    limit: 1000
-    period: 1s
-    final: true
-  - name: api-per-second
-    match: "api:*"
-    algorithm: token_bucket
-    limit: 10
-    period: 1s
-    burst: 20
-  - name: api-per-day
-    match: "api:*"
-    algorithm: fixed_window
-    limit: 10000
-    period: 24h
-  - name: uploads
-    namespace: upload
-    algorithm: sliding_window
-    limit: 100
-    period: 1m
-    cost: 10
-`
+const examplePolicies = ratelimittest.ExamplePolicies
