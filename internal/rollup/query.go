@@ -380,25 +380,35 @@ func BlockUpdates(c ClosedSketch, read func(level int, idx int64) (*counter.HLL,
 			if err != nil {
 				return nil, err
 			}
-			var u *counter.HLL
-			switch {
-			case left == nil && right == nil:
+			u, err := unionOf(left, right)
+			if err != nil {
+				return nil, err
+			}
+			if u == nil {
 				continue
-			case left == nil:
-				u = right
-			case right == nil:
-				u = left
-			default:
-				u = left.Clone()
-				if err := u.Merge(right); err != nil {
-					return nil, err
-				}
 			}
 			local[Block{k, j}] = u
 			out = append(out, SketchWrite{k, j, u})
 		}
 	}
 	return out, nil
+}
+
+// unionOf is the union of a block's two halves, either of which may be
+// nil (no sketch); nil when both are. A half is returned as it is when
+// the other is nil, else the union is a new sketch.
+func unionOf(left, right *counter.HLL) (*counter.HLL, error) {
+	switch {
+	case left == nil:
+		return right, nil
+	case right == nil:
+		return left, nil
+	}
+	u := left.Clone()
+	if err := u.Merge(right); err != nil {
+		return nil, err
+	}
+	return u, nil
 }
 
 // LateBlockUpdates returns what to write for a late sketch c (c.Late):
@@ -440,19 +450,12 @@ func LateBlockUpdates(c ClosedSketch, base *counter.HLL, read func(level int, id
 			if err != nil {
 				return nil, err
 			}
-			var u *counter.HLL
-			switch {
-			case left == nil && right == nil:
+			u, err := unionOf(left, right)
+			if err != nil {
+				return nil, err
+			}
+			if u == nil {
 				continue
-			case left == nil:
-				u = right
-			case right == nil:
-				u = left
-			default:
-				u = left.Clone()
-				if err := u.Merge(right); err != nil {
-					return nil, err
-				}
 			}
 			local[Block{k, j}] = u
 			out = append(out, SketchWrite{k, j, u})
