@@ -100,6 +100,16 @@ func TestTLSFrontEnds(t *testing.T) {
 				t.Fatalf("plain HTTP on the TLS port: %d %s", resp.StatusCode, body)
 			}
 		}
+		// HTTP/1.1 only, also to a client that offers HTTP/2 first
+		// (docs/security.md; the release build has no HTTP/2 server).
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(p.addr, "http://"), &tls.Config{RootCAs: ca.Pool(), ServerName: "localhost", NextProtos: []string{"h2", "http/1.1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if got := conn.ConnectionState().NegotiatedProtocol; got != "http/1.1" {
+			t.Fatalf("ALPN with h2 offered first negotiated %q, want http/1.1", got)
+		}
 	})
 
 	t.Run("resp", func(t *testing.T) {
