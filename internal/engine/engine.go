@@ -54,6 +54,11 @@ type Config struct {
 	// filesystem returned ENOSPC. Default MinFreeDiskAuto: 128 MiB, or a
 	// tenth of the filesystem if that is smaller.
 	MinFreeDisk uint64
+	// MemTableSize is the largest Pebble memtable, in bytes (0: the default,
+	// 32 MiB). Up to two are held under a sustained write load, so it is
+	// what a memory budget bounds (the server derives it from
+	// --memory-limit: docs/operations.md, "Memory").
+	MemTableSize uint64
 	// DiskCheckInterval is how often the free space is read between
 	// flushes, and a read-only engine tries to flush and to resume
 	// (default 1s; 0 means the default).
@@ -136,6 +141,9 @@ func (c *Config) Validate() error {
 	}
 	if c.RollupPurgeInterval < 0 {
 		return errors.New("engine: config: RollupPurgeInterval is negative")
+	}
+	if c.MemTableSize != 0 && (c.MemTableSize < MinMemTableSize || c.MemTableSize > memTableSize) {
+		return fmt.Errorf("engine: config: MemTableSize %d is outside %d..%d", c.MemTableSize, MinMemTableSize, memTableSize)
 	}
 	return nil
 }

@@ -17,6 +17,26 @@ func TestPebbleOptionsValid(t *testing.T) {
 	}
 }
 
+// A memory budget's memtable size reaches Pebble; sizes outside
+// MinMemTableSize..32 MiB are refused.
+func TestPebbleMemTableSizeOption(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MemTableSize = 8 << 20
+	if got := pebbleOptions(cfg, nil).MemTableSize; got != 8<<20 {
+		t.Fatalf("MemTableSize %d reached Pebble as %d", cfg.MemTableSize, got)
+	}
+	for _, bad := range []uint64{1, MinMemTableSize - 1, memTableSize + 1} {
+		cfg.MemTableSize = bad
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("MemTableSize %d accepted", bad)
+		}
+	}
+	cfg.MemTableSize = MinMemTableSize
+	if err := cfg.Validate(); err != nil {
+		t.Errorf("MemTableSize %d refused: %v", cfg.MemTableSize, err)
+	}
+}
+
 // Bigger memtables cost an idle or lightly written engine nothing: Pebble
 // starts with a small memtable and doubles it only when one fills.
 func TestPebbleMemtableStartsSmall(t *testing.T) {

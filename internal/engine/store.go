@@ -44,19 +44,30 @@ var ErrCorrupt = errors.New("engine: corrupt stored value")
 // lightly written engine allocates no more than before; under a sustained
 // write load up to memTableStop memtables are held (64 MB with these).
 const (
-	memTableSize          = 32 << 20
-	memTableStop          = 2 // Pebble's default
+	memTableSize          = 32 << 20 // the default and largest Config.MemTableSize
+	memTableStop          = 2        // Pebble's default
 	l0CompactionThreshold = 8
 	l0StopWritesThreshold = 32
 )
+
+// DefaultMemTableSize is Config.MemTableSize's default and largest value.
+const DefaultMemTableSize = memTableSize
+
+// MinMemTableSize is the smallest Config.MemTableSize: below it a stream of
+// new keys flushes and compacts almost continuously.
+const MinMemTableSize = 4 << 20
 
 // pebbleOptions returns the options the engine opens Pebble with; g, when
 // not nil, is told of storage errors (disk.go).
 func pebbleOptions(cfg Config, g *diskGuard) *pebble.Options {
 	lg := pebbleLogger{l: cfg.Logger, g: g}
+	mt := uint64(memTableSize)
+	if cfg.MemTableSize > 0 {
+		mt = cfg.MemTableSize
+	}
 	return &pebble.Options{
 		Logger:                      lg,
-		MemTableSize:                memTableSize,
+		MemTableSize:                mt,
 		MemTableStopWritesThreshold: memTableStop,
 		L0CompactionThreshold:       l0CompactionThreshold,
 		L0StopWritesThreshold:       l0StopWritesThreshold,

@@ -63,6 +63,13 @@ type Config struct {
 	// such as 128MiB, 0 only on ENOSPC, auto: 128MiB or a tenth of the
 	// filesystem if smaller (default auto; docs/operations.md, "Full disk").
 	MinFreeDisk string
+	// MemoryLimit: --memory-limit: the Go runtime's soft memory limit and
+	// the engine's memtable budget; a size, none, or auto: GOMEMLIMIT when
+	// set, else 90% of the process's cgroup memory limit when it has one,
+	// else none (default auto; docs/operations.md, "Memory").
+	MemoryLimit string
+	// memTable is the engine's memtable size from MemoryLimit, set by Run.
+	memTable uint64
 
 	// security: auth
 	Auth     string // --auth: tokens file (YAML, docs/security.md), reloaded on SIGHUP (default none: no authentication)
@@ -123,6 +130,7 @@ func DefaultConfig() Config {
 		GRPC:                 "127.0.0.1:9090",
 		Durability:           "async",
 		MinFreeDisk:          "auto",
+		MemoryLimit:          "auto",
 		NodeID:               host,
 		Gossip:               "127.0.0.1:7946",
 		ClusterTiming:        "fast",
@@ -172,6 +180,9 @@ func (c *Config) Validate() error {
 	}
 	if _, err := parseMinFreeDisk(c.MinFreeDisk); err != nil {
 		return fmt.Errorf("server: --min-free-disk: %w", err)
+	}
+	if _, _, err := parseMemoryLimit(c.MemoryLimit); err != nil {
+		return fmt.Errorf("server: --memory-limit: %w", err)
 	}
 	if (c.Redis == "") != (c.Postgres == "") {
 		return errors.New("server: tiered mode needs both --redis and --postgres")
@@ -295,6 +306,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.Quotas, "quotas", "YAML file of quotas: keys per namespace and fields per hash (docs/security.md, Quotas); SIGHUP reloads it")
 	str(&c.Durability, "durability", "default acknowledgement mode: sync or async")
 	str(&c.MinFreeDisk, "min-free-disk", "free space the data directory's filesystem keeps: below it the node is read-only (writes answer HTTP 507 / RESP MISCONF, reads are served) until space returns; a size such as 128MiB or 1GiB, 0: only once the disk is full, auto: 128MiB or a tenth of the filesystem if smaller")
+	str(&c.MemoryLimit, "memory-limit", "soft limit of the process's memory: the Go runtime's memory limit and the engine's memtable budget (a size such as 512MiB or 4GiB; none; auto: GOMEMLIMIT if set, else 90% of the cgroup's memory limit if there is one, else none)")
 	str(&c.NodeID, "node-id", "node name")
 	str(&c.Region, "region", "this cluster's region (letters, digits, _ - .), recorded in the data directory")
 	str(&c.PeerRegions, "peer-regions", "other regions as NAME=HOST:PORT,... (gRPC addresses; listed by GET /regions)")

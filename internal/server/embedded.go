@@ -73,6 +73,7 @@ func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {
 	ecfg.IdempotencyMemory = cfg.IdempotencyMemory
 	ecfg.MaxBatch = cfg.MaxBatch
 	ecfg.MinFreeDisk, _ = parseMinFreeDisk(cfg.MinFreeDisk) // checked by Validate
+	ecfg.MemTableSize = cfg.memTable                        // from --memory-limit (memlimit.go)
 	ecfg.Logger = log
 	if err := os.MkdirAll(cfg.Data, 0o755); err != nil {
 		return nil, fmt.Errorf("server: data directory: %w", err)

@@ -19,7 +19,7 @@ var flagGroups = []struct {
 		"http-read-header-timeout", "http-read-body-timeout", "http-write-timeout", "http-idle-timeout",
 		"resp-idle-timeout", "resp-event-loops", "resp-coalesce", "lua-time-limit", "shutdown-timeout"}},
 	{"Authentication and TLS", []string{"auth", "insecure", "tls-cert", "tls-key", "peer-ca", "gossip-key-file"}},
-	{"Storage", []string{"data", "min-free-disk", "durability", "flush-interval", "idempotency-retention", "idempotency-memory",
+	{"Storage", []string{"data", "min-free-disk", "memory-limit", "durability", "flush-interval", "idempotency-retention", "idempotency-memory",
 		"redis", "postgres", "snapshot-interval", "audit-namespaces", "allow-flushall"}},
 	{"Cluster", []string{"node-id", "gossip", "join", "cluster-timing", "cluster-lease", "cluster-lease-drift"}},
 	{"Regions", []string{"region", "peer-regions", "region-interval", "region-sync-interval"}},

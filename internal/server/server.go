@@ -38,6 +38,12 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	mem, err := resolveMemoryLimit(cfg.MemoryLimit, "/proc/self/cgroup", "/sys/fs/cgroup")
+	if err != nil {
+		return fmt.Errorf("server: --memory-limit: %w", err)
+	}
+	mem.apply(log)
+	cfg.memTable = mem.memTable
 	sec, err := loadSecurity(cfg, log)
 	if err != nil {
 		return err
