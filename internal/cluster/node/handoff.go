@@ -105,11 +105,15 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 		return errors.Join(limErr, err)
 	}
 	failed := n.pushAll(ctx, byPeer, true)
-	sent := 0
+	sent, bytes := 0, 0
 	for _, states := range byPeer {
 		sent += len(states)
+		for i := range states {
+			bytes += len(states[i].ID) + len(states[i].Data)
+		}
 	}
 	n.metrics.handoff.WithLabelValues("sent").Add(float64(sent))
+	n.metrics.handoffBytes.Add(float64(bytes))
 	dropped := n.dropHanded(ctx, leaving, cur, failed)
 	n.metrics.handoff.WithLabelValues("dropped").Add(float64(dropped))
 	if sent > 0 || dropped > 0 || len(failed) > 0 {

@@ -14,6 +14,7 @@ type metrics struct {
 	convergence    prometheus.Histogram
 	fence          prometheus.Histogram
 	handoff        *prometheus.CounterVec // by result: sent, dropped, failed, limits_sent, limits_replicated
+	handoffBytes   prometheus.Counter
 	antiEntropy    prometheus.Counter
 	ringVersion    prometheus.Gauge
 	failover       *prometheus.CounterVec // by result: probe_failed, rerouted, timeout
@@ -45,6 +46,10 @@ func newMetrics() *metrics {
 			Name: "counterd_cluster_handoff_total",
 			Help: "Handoff after ring changes: states sent to new replicas, local copies dropped, peers that failed; rate-limit entries handed to new owners (limits_sent) and replicated to next replicas (limits_replicated).",
 		}, []string{"result"}),
+		handoffBytes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "counterd_cluster_handoff_bytes_total",
+			Help: "Bytes of the states handed off after ring changes (each state's id and encoded state, once per new replica sent to; not the RPC framing).",
+		}),
 		antiEntropy: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "counterd_cluster_anti_entropy_repairs_total",
 			Help: "States exchanged by anti-entropy because replicas differed.",
@@ -71,7 +76,7 @@ func newMetrics() *metrics {
 // Collectors returns the node's metrics, for the server's registry.
 func (n *Node) Collectors() []prometheus.Collector {
 	m := n.metrics
-	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.antiEntropy, m.ringVersion, m.failover, m.duplicates, m.lease, membersCollector{n}}
+	return []prometheus.Collector{m.forwarded, m.replicationLag, m.convergence, m.fence, m.handoff, m.handoffBytes, m.antiEntropy, m.ringVersion, m.failover, m.duplicates, m.lease, membersCollector{n}}
 }
 
 // descMembers is counterd_cluster_members{state}: the members this node
