@@ -6,6 +6,7 @@ package ui_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"image/png"
 	"os"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"pgregory.net/rapid"
 
 	"github.com/counterd/counterd/internal/auth"
@@ -151,7 +153,7 @@ func TestConsoleCommands(t *testing.T) {
 	}
 	// History: the up arrow brings the last sent command back.
 	var recalled string
-	b.run(t, "history", chromedp.SetValue("#cli-input", ""), chromedp.Focus("#cli-input"), chromedp.KeyEvent("\u2191"),
+	b.run(t, "history", chromedp.Evaluate(`document.querySelector('#cli-input').value = ''`, nil), chromedp.Focus("#cli-input"), chromedp.KeyEvent(kb.ArrowUp),
 		chromedp.Evaluate(`document.querySelector('#cli-input').value`, &recalled))
 	if recalled != "SCAN 0 MATCH c:zzz*" {
 		t.Errorf("up arrow recalled %q", recalled)
@@ -196,28 +198,32 @@ func TestConsoleSplitCommand(t *testing.T) {
 		`get ""`:                    {"get", ""},
 		``:                          nil,
 	} {
-		lit := fmt.Sprintf("m.splitCommand(%q)", line)
+		lit := fmt.Sprintf("m.splitCommand(%s)", jsString(line))
 		if got, err := split(t, lit); err != "" || strings.Join(got, "\x00") != strings.Join(want, "\x00") {
 			t.Errorf("splitCommand(%q) = %q, %s; want %q", line, got, err, want)
 		}
 	}
 	for _, bad := range []string{`get "abc`, `get 'abc`, `get "a"b`, `get 'a'b`} {
-		if got, err := split(t, fmt.Sprintf("m.splitCommand(%q)", bad)); err == "" {
+		if got, err := split(t, fmt.Sprintf("m.splitCommand(%s)", jsString(bad))); err == "" {
 			t.Errorf("splitCommand(%q) = %q, want a SyntaxError", bad, got)
 		}
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		args := rapid.SliceOfN(rapid.String(), 1, 5).Draw(rt, "args")
-		lits := make([]string, len(args))
-		for i, a := range args {
-			lits[i] = fmt.Sprintf("%q", a)
-		}
-		js := fmt.Sprintf("m.splitCommand([%s].map(m.quoteArg).join(' '))", strings.Join(lits, ","))
+		lits, _ := json.Marshal(args)
+		_ = json.Unmarshal(lits, &args) // as JavaScript reads them (invalid UTF-8 replaced)
+		js := fmt.Sprintf("m.splitCommand(%s.map(m.quoteArg).join(' '))", lits)
 		got, err := split(rt, js)
 		if err != "" || strings.Join(got, "\x00") != strings.Join(args, "\x00") || len(got) != len(args) {
 			rt.Fatalf("split(quote(%q)) = %q, %s", args, got, err)
 		}
 	})
+}
+
+// jsString is s as a JavaScript string literal.
+func jsString(s string) string {
+	b, _ := json.Marshal(s)
+	return string(b)
 }
 
 // TestConsoleCharts: the series chart's readout shows a bar's exact count
@@ -267,7 +273,7 @@ func TestConsoleCharts(t *testing.T) {
 	// A window counter's buckets, live.
 	call(t, "POST", base+"/counters/w:x/increment", "", `{"kind":"window","granularity":"1m","window":"1h","delta":5}`, 200)
 	b.run(t, "window", chromedp.Navigate(base+"/ui/#/counter/w%3Ax"), waitText("#live-value", "5"),
-		chromedp.WaitVisible(`#window-chart svg rect.bar`), waitContains("#window-spec", "1m buckets"),
+		chromedp.WaitVisible(`#window-chart svg rect.bar`), waitContains("#window-spec", "sliding window of 1h0m0s, 1m0s buckets"),
 		hover(`#window-chart .bucket[data-count="5"]`), waitContains("#window-tip", ": 5"))
 	call(t, "POST", base+"/counters/w:x/increment", "", `{"delta":9007199254740993}`, 200)
 	b.run(t, "window live", waitText("#live-value", "9,007,199,254,740,998"),

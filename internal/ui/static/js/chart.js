@@ -89,7 +89,7 @@ export function fmtFigure(v) {
 // lineChart returns an <svg> of lines over time: lines is
 // [{name, cls, points: [{t, v}]}] (v null: a gap), unit the values' unit.
 // Time runs over [from, to] (Date), values from 0 to the largest.
-export function lineChart(lines, { from, to, unit, title }) {
+export function lineChart(lines, { from, to, unit, title, empty }) {
   const iw = W - PAD.left - PAD.right, ih = H - PAD.top - PAD.bottom;
   const svg = s('svg', { class: 'chart line-chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': title });
   let max = 0;
@@ -123,7 +123,7 @@ export function lineChart(lines, { from, to, unit, title }) {
       svg.append(s('circle', { class: 'point ' + (l.cls || ''), cx: x(p.t).toFixed(1), cy: y(p.v).toFixed(1), r: 3, 'data-tip': tip, tabindex: 0 }, s('title', null, tip)));
     }
   }
-  if (!any) svg.append(s('text', { x: PAD.left + iw / 2, y: PAD.top + ih / 2, 'text-anchor': 'middle' }, 'no samples yet'));
+  if (!any) svg.append(s('text', { x: PAD.left + iw / 2, y: PAD.top + ih / 2, 'text-anchor': 'middle' }, empty || 'no samples yet'));
   return svg;
 }
 

@@ -32,7 +32,7 @@ export function renderNode(main, ctx) {
       const to = new Date();
       const from = new Date(to.getTime() - st.window_s * 1000);
       const last = samples[samples.length - 1];
-      replace(latest, CHARTS.flatMap((c) => c.lines.map((l) => [
+      replace(latest, CHARTS.flatMap((c) => c.lines.flatMap((l) => [
         h('dt', null, `${l.name}`),
         h('dd', { id: `node-latest-${l.key}` }, last && last[l.key] !== null ? `${fmtFigure(last[l.key])} ${c.unit}` : (c.absent && last ? c.absent : '—')),
       ])));
@@ -43,7 +43,7 @@ export function renderNode(main, ctx) {
       for (const c of CHARTS) {
         const lines = c.lines.map((l) => ({ name: l.name, cls: l.cls, points: samples.map((x) => ({ t: x.t, v: x[l.key] })) }));
         const box = boxes[c.id];
-        const svg = attachTips(lineChart(lines, { from, to, unit: c.unit, title: `${c.title} over the last hour` }), box.tip);
+        const svg = attachTips(lineChart(lines, { from, to, unit: c.unit, title: `${c.title} over the last hour`, empty: samples.length && c.absent ? c.absent : '' }), box.tip);
         replace(box.chart, svg);
         box.chart.dataset.points = String(svg.querySelectorAll('circle.point').length);
       }
