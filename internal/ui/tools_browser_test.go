@@ -139,6 +139,12 @@ func TestConsoleCommands(t *testing.T) {
 			t.Errorf("GET /counters/%s after the box: %s, want %s", id, got, want)
 		}
 	}
+	// The route itself: a token is required, and the admin may DEL.
+	call(t, "POST", base+"/resp", "", `["PING"]`, 401)
+	call(t, "POST", base+"/resp", writerTok, `["GET"`, 400)
+	if got := call(t, "POST", base+"/resp", adminTok, `["DEL","c:a b"]`, 200); got != `{"reply":{"type":"integer","value":1}}`+"\n" {
+		t.Errorf("admin's DEL over POST /resp: %q", got)
+	}
 	if got := call(t, "GET", base+"/counters/other:x", adminTok, "", 200); !strings.Contains(got, `"exists":false`) {
 		t.Errorf("the refused INCR wrote other:x: %s", got)
 	}
