@@ -284,6 +284,12 @@ func TestConsoleCharts(t *testing.T) {
 	call(t, "POST", base+"/counters/w:x/increment", "", `{"delta":9007199254740993}`, 200)
 	b.run(t, "window live", waitText("#live-value", "9,007,199,254,740,998"),
 		poll(`!!document.querySelector('#window-chart .bucket[data-count="9007199254740998"]') || !!document.querySelector('#window-chart .bucket[data-count="9007199254740993"]')`))
+	// Every bucket of the hour's window is drawn, empty ones included.
+	var nb string
+	b.run(t, "window buckets", chromedp.Evaluate(`document.querySelector('#window-chart').dataset.buckets`, &nb))
+	if nb != "60" {
+		t.Errorf("window chart draws %s buckets, want the window's 60", nb)
+	}
 	shot = b.shot(t, "#window-chart svg", "window")
 	if n, total := colourPixels(t, shot, 0x2563eb); n < 300 {
 		t.Errorf("window chart: %d bar pixels of %d, want a drawn bucket", n, total)

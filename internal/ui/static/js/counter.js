@@ -4,7 +4,7 @@
 // over the last N days (GET /counters/{id}/uniques).
 import { get, send, counterPath } from './api.js';
 import { h, replace, fmtNum, fmtTime, errorText } from './dom.js';
-import { seriesChart, attachTips } from './chart.js';
+import { seriesChart, attachTips, windowBuckets } from './chart.js';
 import { shownValue } from './counters.js';
 
 const GRANULARITIES = ['minute', 'hour', 'day', 'month'];
@@ -265,14 +265,14 @@ function renderWindow(box, id, v) {
   replace(box.querySelector('#window-spec'), `(${v.fixed ? 'fixed' : 'sliding'} window of ${v.window}, ${v.granularity} buckets; live)`);
   const hovered = chart.querySelector('.bucket.hover');
   const start = hovered ? hovered.dataset.start : null;
-  const svg = attachTips(seriesChart({ id, granularity: 'second', buckets: v.buckets || [], total: v.value }), tip);
+  const svg = attachTips(seriesChart({ id, granularity: 'second', buckets: windowBuckets(v), total: v.value }), tip);
   replace(chart, svg);
   const again = start && [...svg.querySelectorAll('.bucket')].find((g) => g.dataset.start === start);
   if (again) {
     again.classList.add('hover');
     replace(tip, again.dataset.tip);
   }
-  chart.dataset.buckets = String((v.buckets || []).length);
+  chart.dataset.buckets = String(svg.querySelectorAll('.bucket').length);
 }
 
 // intText checks a typed integer (any size: sent as a BigInt, exactly).
