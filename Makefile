@@ -21,7 +21,7 @@ PROTOC_GEN_GO_GRPC_VERSION ?= v1.5.1
 GOBIN ?= $(shell $(GO) env GOPATH)/bin
 PROTOS := $(shell find api -name '*.proto' 2>/dev/null | sort)
 
-.PHONY: help build check-lean image install docs test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report bench-pipeline fuzz vet fmt deps run clean
+.PHONY: help build check-lean check-deploy image install docs test generate check-generate test-short bench bench-smoke bench-http bench-resp bench-ratelimit bench-auth bench-report bench-pipeline fuzz vet fmt deps run clean
 
 help: ## list the targets
 	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  %-15s %s\n", $$1, $$2}'
@@ -32,6 +32,9 @@ build: ## build lean static bin/counterd and bin/counterctl (CGO_ENABLED=0, stri
 
 check-lean: build ## fail if bin/counterd is over 40,000,000 bytes or links a test, browser or plotting module (deploy.TestReleaseBinary)
 	COUNTERD_RELEASE_BIN=$(CURDIR)/bin/counterd $(GO) test -count=1 -run '^TestReleaseBinary$$' ./deploy/
+
+check-deploy: ## validate deploy/ offline: deploy/k8s's kustomization and each manifest strictly against the k8s.io/api types (unknown fields refused), the systemd unit with systemd-analyze verify
+	$(GO) test -count=1 -run '^(TestKubernetesStrict|TestKubernetesStrictRefuses|TestKubernetesManifests|TestKustomize|TestSystemdUnit)$$' ./deploy/
 
 install: ## go install both commands, stamped with VERSION
 	$(RELEASE_GO) install $(BUILDFLAGS) ./cmd/counterd ./cmd/counterctl

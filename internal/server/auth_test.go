@@ -10,8 +10,10 @@ import (
 
 	"github.com/counterd/counterd/internal/api/httpapi"
 	"github.com/counterd/counterd/internal/api/ratelimitapi"
+	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/chunksync"
 	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ui"
 )
@@ -27,7 +29,7 @@ func TestHTTPNeedsCoverRoutes(t *testing.T) {
 			t.Errorf("route %q has no entry in httpNeeds", r)
 		}
 	}
-	extra := append(cnode.HTTPRoutes(), "POST /events", "GET /events/dead", "GET /events/status", "GET /regions")
+	extra := append(cnode.HTTPRoutes(), "POST /events", "GET /events/dead", "GET /events/status", "GET /regions", resp.HTTPRoute, nodestats.Route)
 	extra = append(extra, chunksync.Routes...)
 	for pat := range httpNeeds {
 		if !slices.Contains(routes, pat) && !slices.Contains(extra, pat) {

@@ -90,6 +90,13 @@ var httpNeeds = map[string]auth.Need{
 
 	"GET /regions": needRead, // this region and its configured peers
 
+	// The command box: authenticated here, then each command and its
+	// keys are checked against the user's grants by the RESP dispatcher,
+	// as on a RESP connection.
+	"POST /resp": needRead,
+
+	"GET /node/stats": needRead, // the node's own rates, latency and lags of the last hour (the console's node page)
+
 	// embedded mode: chunked snapshots read and write every counter
 	"GET /admin/snapshot/manifest":     needAdminAll,
 	"GET /admin/snapshot/blobs/{hash}": needAdminAll,
@@ -105,7 +112,7 @@ var unmatchedNeed = needRead
 // the middleware matches their routes itself. Counter routes are checked by
 // httpapi's Authorize hook, which reuses the API's own route match (one
 // match per request).
-var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events", "/admin/", "/regions"}
+var outsidePrefixes = []string{"/ratelimit/", "/cluster", "/ui", "/events", "/admin/", "/regions", "/resp", "/node/"}
 
 // authMiddleware authenticates every request by its bearer token, checks
 // the route's permission (or leaves that to the API's Authorize hook),

@@ -52,8 +52,12 @@ type Config struct {
 	AllowFlush           bool          // --allow-flushall: let RESP FLUSHALL/FLUSHDB delete everything (default false)
 	Pprof                bool          // --pprof: serve /debug/pprof on the --admin address (default false)
 	ShutdownTimeout      time.Duration // --shutdown-timeout: grace period for in-flight requests (default 10s)
-	LogLevel             string        // --log-level: debug, info, warn, error (default info)
-	LogFormat            string        // --log-format: text or json (default text)
+	// NodeStatsInterval is how often the console's node page samples the
+	// node's own metrics (GET /node/stats; default 10 s, no flag: tests
+	// shorten it).
+	NodeStatsInterval time.Duration
+	LogLevel          string // --log-level: debug, info, warn, error (default info)
+	LogFormat         string // --log-format: text or json (default text)
 	// ConfigFile: --config, a YAML file of settings keyed by flag name,
 	// applied by ApplyConfigFile below flags and environment (default none).
 	ConfigFile string

@@ -11,6 +11,7 @@ import (
 	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/buildinfo"
+	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
 	"github.com/counterd/counterd/internal/ui"
@@ -18,8 +19,9 @@ import (
 
 // routes is the HTTP front end's router with every route but the mode's
 // (mode.register adds those): the counters API on "/", and beside it the
-// rate limits, the console, /regions and the event pipeline.
-func (n *node) routes() *router {
+// rate limits, the console, the command box (rs's POST /resp), /regions
+// and the event pipeline.
+func (n *node) routes(rs *resp.Server, stats *nodestats.Sampler) *router {
 	api := httpapi.New(guardBackend(n.auth, n.be), httpapi.Options{
 		MaxBodyBytes:    n.cfg.MaxBodyBytes,
 		MaxBatch:        n.cfg.MaxBatch,
@@ -43,6 +45,8 @@ func (n *node) routes() *router {
 	mux.Handle("GET /{$}", console)
 	mux.Handle("/ui", console)
 	mux.Handle("/ui/", console)
+	mux.Handle("/node/stats", stats.Handler())
+	mux.Handle("/resp", rs.HTTPHandler(resp.HTTPOptions{MaxBodyBytes: n.cfg.MaxBodyBytes}))
 	mux.Handle("/regions", region.Handler(regionStatus(n.cfg, n.rep)))
 	if n.pl != nil {
 		mux.Handle("/events", n.pl.Handler())

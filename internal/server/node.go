@@ -17,6 +17,7 @@ import (
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
@@ -130,7 +131,16 @@ func (n *node) serve(ctx context.Context) error {
 	if n.cfg.GRPC != "" {
 		s.grpc = n.grpcServer(fair, sm)
 	}
-	rt := n.routes()
+	// The Redis-protocol front end exists even without a RESP listener:
+	// the HTTP command box (POST /resp) runs commands through it.
+	s.resp = n.respServer(fair, sm)
+	// The node page's last hour of figures, sampled from the registry.
+	stats := nodestats.New(n.reg, n.cfg.NodeStatsInterval)
+	statsCtx, stopStats := context.WithCancel(ctx)
+	statsDone := make(chan struct{})
+	go func() { defer close(statsDone); stats.Run(statsCtx) }()
+	defer func() { stopStats(); <-statsDone }()
+	rt := n.routes(s.resp, stats)
 	n.mode.register(rt.mux, s.grpc)
 	// Bind every listener before serving any, so that once "http
 	// listening" is logged every front end accepts connections.
@@ -165,7 +175,6 @@ func (n *node) serve(ctx context.Context) error {
 // start serves each front end on its listener.
 func (n *node) start(s *servers, lns *listeners, fair *shed.Fair, sm *shedMetrics) {
 	if lns.resp != nil {
-		s.resp = n.respServer(fair, sm)
 		go func() {
 			if err := s.resp.Serve(lns.resp); err != nil {
 				s.errc <- fmt.Errorf("server: resp: %w", err)

@@ -394,11 +394,16 @@ func TestConsoleBrowser(t *testing.T) {
 	gossip := freeAddr(t)
 	cbase := startServer(t, func(c *server.Config) {
 		c.NodeID, c.Gossip, c.Join, c.GRPC = "console-1", gossip, gossip, "127.0.0.1:0"
+		c.NodeStatsInterval = time.Second
 	})
 	member := `#members tr[data-member="console-1"]`
 	b.run(t, "cluster mode", chromedp.Navigate(cbase+"/ui/#/cluster"), chromedp.WaitVisible(member),
 		waitContains(member, "alive"), waitContains(member, "100.0%"), waitContains("#replication-lag", " s"))
 	b.keep(t, "cluster")
+	// Its node page graphs the replication lag (a cluster member's).
+	b.run(t, "cluster node page", chromedp.Navigate(cbase+"/ui/#/node"),
+		chromedp.Poll(`Number(document.querySelector('#node-replication-chart') && document.querySelector('#node-replication-chart').dataset.points) >= 1`, nil, chromedp.WithPollingInterval(100*time.Millisecond)),
+		waitContains("#node-latest-replication_lag_s", " s"))
 
 	// The cluster page's Prometheus text parser, on the cases the live
 	// page may not show: labels, comments, exponents, NaN, junk.

@@ -6,6 +6,8 @@ import { renderCounters } from './counters.js';
 import { renderCounter } from './counter.js';
 import { renderCluster } from './cluster.js';
 import { renderRateLimit } from './ratelimit.js';
+import { renderCLI } from './cli.js';
+import { renderNode } from './node.js';
 
 const main = document.getElementById('main');
 const session = document.getElementById('session');
@@ -109,6 +111,8 @@ function route() {
   if (path.startsWith('/counter/')) renderCounter(main, decodeURIComponent(path.slice('/counter/'.length)), ctx);
   else if (path === '/cluster') renderCluster(main, ctx);
   else if (path === '/ratelimit') renderRateLimit(main, ctx);
+  else if (path === '/cli') renderCLI(main, ctx);
+  else if (path === '/node') renderNode(main, ctx);
   else renderCounters(main, new URLSearchParams(query || ''), ctx);
 }
 

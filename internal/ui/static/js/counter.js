@@ -1,9 +1,10 @@
-// #/counter/ID: a counter's live value (polled every second), its rollup
-// series per granularity (GET /counters/{id}/series) and, for hll
-// counters, unique counts over the last N days (GET /counters/{id}/uniques).
+// #/counter/ID: a counter's live value (polled every second), a window
+// counter's buckets, its rollup series per granularity over a chosen time
+// range (GET /counters/{id}/series) and, for hll counters, unique counts
+// over the last N days (GET /counters/{id}/uniques).
 import { get, send, counterPath } from './api.js';
 import { h, replace, fmtNum, fmtTime, errorText } from './dom.js';
-import { seriesChart } from './chart.js';
+import { seriesChart, attachTips, windowBuckets } from './chart.js';
 import { shownValue } from './counters.js';
 
 const GRANULARITIES = ['minute', 'hour', 'day', 'month'];
@@ -16,7 +17,24 @@ const RANGES = {
   '1h': { label: 'last hour', from: '-1h', granularity: 'minute' },
   '24h': { label: 'last day', from: '-24h', granularity: 'hour' },
   '30d': { label: 'last 30 days', from: '-30d', granularity: 'day' },
+  'custom': { label: 'custom…' },
 };
+
+// granularityFor is the granularity a custom range reads best at: about
+// 60 to 180 buckets.
+export function granularityFor(ms) {
+  const H = 3600e3;
+  if (ms <= 3 * H) return 'minute';
+  if (ms <= 7 * 24 * H) return 'hour';
+  if (ms <= 180 * 24 * H) return 'day';
+  return 'month';
+}
+
+// localInput is d as a datetime-local input's value (local time).
+function localInput(d) {
+  const p = (n) => String(n).padStart(2, '0');
+  return `${d.getFullYear()}-${p(d.getMonth() + 1)}-${p(d.getDate())}T${p(d.getHours())}:${p(d.getMinutes())}`;
+}
 
 // specFor is the rollup spec covering id: its own, else its namespace's.
 function specFor(rollups, id) {
@@ -30,6 +48,7 @@ export function renderCounter(main, id, ctx) {
   const value = h('div', { id: 'live-value', class: 'big' }, '…');
   const meta = h('dl', { class: 'kv', id: 'counter-meta' });
   const extra = h('div');
+  const windowBox = h('div', { id: 'window' });
   const seriesBox = h('div', { id: 'series' });
   const uniquesBox = h('div', { id: 'uniques' });
   const editBox = h('section', { id: 'edit' });
@@ -37,7 +56,7 @@ export function renderCounter(main, id, ctx) {
     h('p', null, h('a', { href: '#/counters?prefix=' + encodeURIComponent(id.includes(':') ? id.slice(0, id.indexOf(':') + 1) : '') }, '← counters')),
     h('h2', { id: 'counter-id' }, id),
     h('section', null, h('h3', null, 'Value ', h('span', { class: 'muted' }, '(live)')), value, meta, extra),
-    editBox, seriesBox, uniquesBox);
+    windowBox, editBox, seriesBox, uniquesBox);
   const state = { view: null };
   renderEdit(editBox, id, state, ctx);
 
@@ -68,6 +87,8 @@ export function renderCounter(main, id, ctx) {
         replace(extra, h('table', null, h('thead', null, h('tr', null, h('th', null, 'field'), h('th', { class: 'num' }, 'value'))),
           h('tbody', null, Object.entries(v.fields).map(([f, n]) => h('tr', null, h('td', null, f), h('td', { class: 'num' }, fmtNum(n)))))));
       }
+      if (v.exists && v.kind === 'window') renderWindow(windowBox, id, v);
+      else replace(windowBox);
       if (v.exists && kind !== v.kind) {
         kind = v.kind;
         replace(seriesBox);
@@ -110,24 +131,43 @@ async function renderSeries(section, id, rollups, ctx) {
   const tabs = h('div', { class: 'tabs' });
   const rangeSel = h('select', { id: 'series-range', 'aria-label': 'time range' },
     Object.entries(RANGES).map(([k, r]) => h('option', { value: k }, r.label)));
+  const now = new Date();
+  const fromIn = h('input', { id: 'range-from', type: 'datetime-local', value: localInput(new Date(now - 6 * 3600e3)), 'aria-label': 'from' });
+  const toIn = h('input', { id: 'range-to', type: 'datetime-local', value: localInput(now), 'aria-label': 'to' });
+  const custom = h('form', { class: 'inline', id: 'range-custom', hidden: true }, 'from', fromIn, 'to', toIn, h('button', { type: 'submit' }, 'Show'));
   const chart = h('div', { id: 'series-chart' });
+  const tip = h('p', { class: 'tip', id: 'series-tip' }, 'Point at a bar for its exact count.');
   const total = h('p', { class: 'muted', id: 'series-total' });
-  replace(box, h('div', { class: 'inline' }, tabs, rangeSel), chart, total);
+  replace(box, h('div', { class: 'inline' }, tabs, rangeSel), custom, chart, tip, total);
+  let customRange = null; // {from, to} ISO times of the custom range
   let current = grans.includes('minute') ? 'minute' : grans[0];
   let range = '';
   let seq = 0; // the latest request's number: older answers are dropped
   // draw reads the series of granularity current over range and draws it.
   async function draw() {
+    if (range === 'custom' && !customRange) return; // until the form is sent
     const n = ++seq;
     const q = new URLSearchParams({ granularity: current });
-    if (range) {
+    if (range === 'custom' && customRange) {
+      q.set('from', customRange.from);
+      q.set('to', customRange.to);
+    } else if (range && range !== 'custom') {
       q.set('from', RANGES[range].from);
       q.set('to', 'now');
     }
     try {
       const sr = await get(counterPath(id, '/series?' + q), ctx.signal);
       if (n !== seq) return;
-      replace(chart, seriesChart(sr));
+      const svg = attachTips(seriesChart(sr), tip);
+      // Keep the readout on the bucket pointed at across live redraws.
+      const hovered = chart.querySelector('.bucket.hover');
+      const start = hovered ? hovered.dataset.start : null;
+      replace(chart, svg);
+      const again = start && [...svg.querySelectorAll('.bucket')].find((g) => g.dataset.start === start);
+      if (again) {
+        again.classList.add('hover');
+        replace(tip, again.dataset.tip);
+      }
       chart.dataset.granularity = current;
       chart.dataset.range = range;
       replace(total, `${sr.buckets.length} ${current} buckets from ${fmtTime(sr.from)} to ${fmtTime(sr.to)}, total ${fmtNum(sr.total)} (source: ${sr.source}; live, every ${SERIES_POLL_MS / 1000} s)`);
@@ -140,8 +180,24 @@ async function renderSeries(section, id, rollups, ctx) {
     replace(tabs, grans.map((x) => h('button', { type: 'button', class: 'tab' + (x === g ? ' active' : ''), 'data-granularity': x, onclick: () => show(x) }, x)));
     draw();
   }
+  custom.addEventListener('submit', (ev) => {
+    ev.preventDefault();
+    const f = new Date(fromIn.value), t = new Date(toIn.value);
+    if (isNaN(f) || isNaN(t) || f >= t) {
+      replace(total, h('span', { class: 'error' }, 'a custom range needs a start before its end'));
+      return;
+    }
+    customRange = { from: f.toISOString(), to: t.toISOString() };
+    const want = granularityFor(t - f);
+    show(grans.includes(want) ? want : grans.find((g) => GRANULARITIES.indexOf(g) >= GRANULARITIES.indexOf(want)) || grans[grans.length - 1]);
+  });
   rangeSel.addEventListener('change', () => {
     range = rangeSel.value;
+    custom.hidden = range !== 'custom';
+    if (range === 'custom') {
+      if (customRange) draw();
+      return; // drawn when the form is sent
+    }
     // The range picks the granularity it reads best at, among those kept.
     const want = range ? RANGES[range].granularity : current;
     show(grans.includes(want) ? want : grans.find((g) => GRANULARITIES.indexOf(g) >= GRANULARITIES.indexOf(want)) || grans[grans.length - 1]);
@@ -164,6 +220,8 @@ async function renderUniques(section, id, rollups, ctx) {
   }
   const days = h('input', { id: 'uniques-days', type: 'number', min: 1, max: 400, value: 7, size: 4 });
   const out = h('p', { id: 'uniques-value' });
+  const byDay = h('div', { id: 'uniques-chart' });
+  const tip = h('p', { class: 'tip', id: 'uniques-tip' }, 'Point at a bar for its exact count.');
   async function run(ev) {
     if (ev) ev.preventDefault();
     try {
@@ -173,10 +231,48 @@ async function renderUniques(section, id, rollups, ctx) {
     } catch (e) {
       if (!ctx.handled(e)) replace(out, h('span', { class: 'error' }, errorText(e)));
     }
+    drawDays();
+  }
+  // drawDays charts, for each of the last N days (at most 31), the
+  // uniques of the days up to today from that day on: GET uniques?last=1d
+  // is today's, last=2d yesterday's and today's together, and so on.
+  async function drawDays() {
+    const n = Math.max(1, Math.min(31, Number(days.value) || 7));
+    try {
+      const us = await Promise.all(Array.from({ length: n }, (_, i) => get(counterPath(id, `/uniques?last=${i + 1}d`), ctx.signal)));
+      const buckets = us.map((u) => ({ start: u.from, count: u.value })).reverse();
+      replace(byDay, attachTips(seriesChart({ id, granularity: 'day', buckets, total: us[n - 1].value }), tip));
+      byDay.dataset.days = String(n);
+    } catch (e) {
+      if (!ctx.handled(e)) replace(byDay, h('p', { class: 'error' }, errorText(e)));
+    }
   }
   replace(section, h('section', null, h('h3', null, 'Uniques'),
-    h('form', { class: 'inline', id: 'uniques-form', onsubmit: run }, 'over the last', days, 'days', h('button', { type: 'submit' }, 'Count')), out));
+    h('form', { class: 'inline', id: 'uniques-form', onsubmit: run }, 'over the last', days, 'days', h('button', { type: 'submit' }, 'Count')), out,
+    h('h3', null, 'Uniques by day ', h('span', { class: 'muted' }, '(each bar: distinct items from that UTC day through today)')), byDay, tip));
   run();
+}
+
+// renderWindow draws a window counter's buckets (GET /counters/{id}
+// answers them with the value), exact counts in the readout.
+function renderWindow(box, id, v) {
+  let chart = box.querySelector('#window-chart'), tip = box.querySelector('#window-tip');
+  if (!chart) {
+    chart = h('div', { id: 'window-chart' });
+    tip = h('p', { class: 'tip', id: 'window-tip' }, 'Point at a bar for its exact count.');
+    replace(box, h('section', null, h('h3', null, 'Window buckets ', h('span', { class: 'muted', id: 'window-spec' })), chart, tip));
+  }
+  replace(box.querySelector('#window-spec'), `(${v.fixed ? 'fixed' : 'sliding'} window of ${v.window}, ${v.granularity} buckets; live)`);
+  const hovered = chart.querySelector('.bucket.hover');
+  const start = hovered ? hovered.dataset.start : null;
+  const svg = attachTips(seriesChart({ id, granularity: 'second', buckets: windowBuckets(v), total: v.value }), tip);
+  replace(chart, svg);
+  const again = start && [...svg.querySelectorAll('.bucket')].find((g) => g.dataset.start === start);
+  if (again) {
+    again.classList.add('hover');
+    replace(tip, again.dataset.tip);
+  }
+  chart.dataset.buckets = String(svg.querySelectorAll('.bucket').length);
 }
 
 // intText checks a typed integer (any size: sent as a BigInt, exactly).
