@@ -335,6 +335,12 @@ const (
 // head-bucket and the zigzag varint count. Windows with the same spec, head
 // and buckets have equal encodings.
 func (w *Window) MarshalBinary() ([]byte, error) {
+	return w.AppendBinary(make([]byte, 0, 64))
+}
+
+// AppendBinary appends the encoding of MarshalBinary to b (the engine's
+// flush encodes every changed window into one buffer).
+func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 	if w.g == 0 {
 		return nil, fmt.Errorf("%w: zero Window, use NewWindow", ErrInvalid)
 	}
@@ -345,7 +351,6 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 	if w.started {
 		flags |= windowStarted
 	}
-	b := make([]byte, 0, 64)
 	b = append(b, formatWindow, flags)
 	b = binary.AppendUvarint(b, uint64(w.spec.Granularity))
 	b = binary.AppendUvarint(b, uint64(w.spec.Span))
@@ -353,26 +358,53 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 		return b, nil
 	}
 	b = binary.AppendVarint(b, w.head)
+	if w.ring == nil {
+		return append(b, 0), nil // no bucket
+	}
+	// One pass over the head's window, oldest first, slot after slot
+	// (no division a bucket): the buckets go after room for their count,
+	// which is written, and the buckets moved, once known.
 	lh := w.lo(w.head)
+	at := len(b)
+	b = append(b, 0) // the count, one byte up to 127 buckets
 	n := 0
-	if w.ring != nil {
-		for x := lh; x <= w.head; x++ {
-			if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
-				n++
-			}
-		}
-	}
-	b = binary.AppendUvarint(b, uint64(n))
-	if n == 0 {
-		return b, nil
-	}
+	i := w.slotIndex(lh)
 	for x := lh; x <= w.head; x++ {
-		if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
+		if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
 			b = binary.AppendUvarint(b, uint64(w.head-x))
 			b = binary.AppendVarint(b, sl.count)
+			n++
+		}
+		if i++; i == w.n {
+			i = 0
 		}
 	}
+	if n < 0x80 {
+		b[at] = byte(n)
+		return b, nil
+	}
+	var cnt [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(cnt[:], uint64(n))
+	b = append(b, cnt[1:k]...) // room for the longer count
+	copy(b[at+k:], b[at+1:len(b)-(k-1)])
+	copy(b[at:], cnt[:k])
 	return b, nil
+}
+
+// CopyTo makes dst a deep copy of w, reusing dst's ring when it is large
+// enough (undo copies of a batch, recycled).
+func (w *Window) CopyTo(dst *Window) {
+	ring := dst.ring
+	*dst = *w
+	if w.ring == nil {
+		dst.ring = nil
+		return
+	}
+	if cap(ring) < len(w.ring) {
+		ring = make([]wslot, len(w.ring))
+	}
+	dst.ring = ring[:len(w.ring)]
+	copy(dst.ring, w.ring)
 }
 
 // UnmarshalBinary replaces w with the decoded window. Input that is not a

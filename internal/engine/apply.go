@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -304,6 +305,7 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 			saved[i] = save(refs[i].e)
 		}
 	}
+	defer recycleSaved(saved) // what was not undone: the copies are unused
 	now := e.nowNano()
 	for i := range ops {
 		r := &refs[pos[i]]
@@ -319,6 +321,7 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 			for j := range refs {
 				if refs[j].e != nil {
 					e.restore(&refs[j], saved[j])
+					saved[j].state = nil // in the entry again: not recycled
 				}
 			}
 			if !batch {
@@ -375,6 +378,19 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
 }
 
+// undoWindows recycles the undo copies of windows (a window rule of the
+// event pipeline makes one an event, of a ring of up to 3600 buckets).
+var undoWindows = sync.Pool{New: func() any { return new(counter.Window) }}
+
+// recycleSaved gives back the undo copies of a batch that was not undone.
+func recycleSaved(saved []savedEntry) {
+	for i := range saved {
+		if w, ok := saved[i].state.(*counter.Window); ok {
+			undoWindows.Put(w)
+		}
+	}
+}
+
 func b2i(b bool) int64 {
 	if b {
 		return 1
@@ -391,9 +407,8 @@ func cloneState(s any) any {
 	case *counter.HLL:
 		return v.Clone()
 	case *counter.Window:
-		b, _ := v.MarshalBinary()
-		c := &counter.Window{}
-		_ = c.UnmarshalBinary(b)
+		c := undoWindows.Get().(*counter.Window)
+		v.CopyTo(c)
 		return c
 	case *counter.Hash:
 		b, _ := v.MarshalBinary()
