@@ -298,11 +298,24 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 		return err
 	}
 	defer unlockAll(locked)
-	// Undo log: a copy of every entry involved, restored if an op fails.
+	// Undo log: a copy of every entry involved, restored if an op fails;
+	// an entry named by several ops (a consumer batch names a counter
+	// once per bucket of its events' times) is copied once.
 	saved := make([]savedEntry, len(refs))
+	var seen map[*entry]struct{}
+	if len(locked) < len(refs) {
+		seen = make(map[*entry]struct{}, len(locked))
+	}
 	for i := range refs {
-		if refs[i].e != nil {
-			saved[i] = save(refs[i].e)
+		if en := refs[i].e; en != nil {
+			if seen != nil {
+				if _, dup := seen[en]; dup {
+					continue
+				}
+				seen[en] = struct{}{}
+			}
+			saved[i] = save(en)
+			saved[i].taken = true
 		}
 	}
 	defer recycleSaved(saved) // what was not undone: the copies are unused
@@ -319,7 +332,7 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 		}
 		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i]); err != nil {
 			for j := range refs {
-				if refs[j].e != nil {
+				if saved[j].taken {
 					e.restore(&refs[j], saved[j])
 					saved[j].state = nil // in the entry again: not recycled
 				}
@@ -344,6 +357,7 @@ type savedEntry struct {
 	exp            int64
 	state          any
 	roll           *rollup.State
+	taken          bool // the copy of its entry (the first ref to it)
 }
 
 func save(en *entry) savedEntry {
