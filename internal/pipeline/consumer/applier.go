@@ -41,6 +41,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // MarkerPrefix starts the id of every event-id marker counter.
@@ -64,14 +65,15 @@ const atomicBatchOps = 16384
 // Applier applies records exactly once. Safe for concurrent use; SetRules
 // swaps the rules atomically.
 type Applier struct {
-	be     contract.Backend
-	rules  atomic.Pointer[rules.Set]
-	limits event.Limits
-	opLim  contract.Limits
-	maxOps int
-	m      *Metrics
-	atomic engine.AtomicApplier // be's, when it has one
-	et     atomic.Pointer[EventTime]
+	be      contract.Backend
+	rules   atomic.Pointer[rules.Set]
+	limits  event.Limits
+	opLim   contract.Limits
+	maxOps  int
+	m       *Metrics
+	atomic  engine.AtomicApplier // be's, when it has one
+	rollups rollupOfer           // be's, when it has one
+	et      atomic.Pointer[EventTime]
 	// newest is the newest event time (Unix ms) applied: the watermark.
 	newest atomic.Int64
 	late   atomic.Int64 // events dead-lettered as too_late
@@ -169,6 +171,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	if aa, ok := be.(engine.AtomicApplier); ok {
 		a.atomic, a.maxOps = aa, atomicBatchOps
 	}
+	a.rollups, _ = be.(rollupOfer)
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
@@ -443,7 +446,11 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				continue
 			}
 		case op.Type == contract.OpAdd || op.Type == contract.OpPFAdd:
-			op.At = at - ((at%int64(time.Minute))+int64(time.Minute))%int64(time.Minute)
+			if g := a.grain(op.Type, op.ID); g > 0 {
+				op.At = at - ((at%g)+g)%g
+			} else {
+				op.At = 0 // no rollup: the time counts for nothing
+			}
 		}
 		hits[n] = hits[i]
 		n++
@@ -455,6 +462,44 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 			ReasonTooLate, lateRule, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano), et.AllowedLateness)
 	}
 	return n, nil
+}
+
+// rollupOfer is a backend that tells which rollup spec applies to a
+// counter (the embedded engine).
+type rollupOfer interface {
+	RollupOf(id string) (rollup.Spec, bool)
+}
+
+// grain returns the finest rollup bucket (ns) that an op of type t on
+// counter id counts in: the bucket its time is rounded down to, so that
+// the ops of one counter coalesce per bucket its rollups tell apart. An
+// add counts in the count buckets (a minute, an hour, a day; a day for
+// months too, as days nest in UTC months), a pfadd in the sketches (an
+// hour, a day); 0 when the counter's rollups keep none for the op (or it
+// has none), whose ops then carry no time at all. A backend that does
+// not tell: a minute, the finest bucket.
+func (a *Applier) grain(t contract.OpType, id string) int64 {
+	if a.rollups == nil {
+		return int64(time.Minute)
+	}
+	spec, ok := a.rollups.RollupOf(id)
+	switch {
+	case !ok:
+		return 0
+	case t == contract.OpPFAdd && spec.UniqueHours > 0:
+		return int64(time.Hour)
+	case t == contract.OpPFAdd && spec.UniqueDays > 0:
+		return int64(24 * time.Hour)
+	case t == contract.OpPFAdd:
+		return 0
+	case spec.Minute > 0:
+		return int64(time.Minute)
+	case spec.Hour > 0:
+		return int64(time.Hour)
+	case spec.Day > 0 || spec.Month > 0:
+		return int64(24 * time.Hour)
+	}
+	return 0
 }
 
 // chunk is one engine batch being built: markers and coalesced ops. Its
