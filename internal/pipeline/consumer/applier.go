@@ -175,7 +175,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
-		return &scratch{seen: map[string]struct{}{}, hits: map[*rules.Rule]int{}, c: chunk{byKey: map[opKey]int{}}}
+		return &scratch{seen: map[string]struct{}{}, c: chunk{byKey: map[opKey]int{}}}
 	}
 	return a, nil
 }
@@ -296,8 +296,25 @@ type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
 	seen  map[string]struct{}
-	hits  map[*rules.Rule]int // rule hits, for the metric
+	hits  []ruleHits // rule hits, for the metric
 	c     chunk
+}
+
+// ruleHits counts the hits of one rule.
+type ruleHits struct {
+	rule *rules.Rule
+	n    int
+}
+
+// hit counts a hit of r (a rules file has a few rules: a search).
+func (s *scratch) hit(r *rules.Rule) {
+	for i := range s.hits {
+		if s.hits[i].rule == r {
+			s.hits[i].n++
+			return
+		}
+	}
+	s.hits = append(s.hits, ruleHits{r, 1})
 }
 
 func (s *scratch) clear() {
@@ -305,7 +322,8 @@ func (s *scratch) clear() {
 	clear(s.arena)
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
 	clear(s.seen)
-	clear(s.hits)
+	clear(s.hits) // no hold on the rules of a reload
+	s.hits = s.hits[:0]
 	s.c.reset()
 }
 
@@ -355,7 +373,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				continue
 			}
 			for j := range hits {
-				s.hits[hits[j].Rule]++
+				s.hit(hits[j].Rule)
 			}
 			if len(hits) == 0 {
 				filtered++
@@ -371,8 +389,8 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits, ts: ev.TS})
 		}
 	}
-	for r, n := range s.hits {
-		a.m.RuleHits.WithLabelValues(r.Name).Add(float64(n))
+	for _, h := range s.hits {
+		a.m.RuleHits.WithLabelValues(h.rule.Name).Add(float64(h.n))
 	}
 	a.m.Events.WithLabelValues("filtered").Add(float64(filtered))
 	// Skip what an earlier delivery (or an earlier copy) applied.
