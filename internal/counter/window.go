@@ -109,10 +109,11 @@ type Window struct {
 	g, n    int64 // granularity in ns, buckets per window
 	minB    int64 // lowest and highest bucket numbers whose start time fits
 	maxB    int64
-	ring    []wslot // n slots, bucket b in slot b mod n; nil until first used
-	started bool    // head is set
-	head    int64   // newest bucket seen
-	total   i128    // sum of the slots in [lo(head), head]
+	ring    []wslot     // n slots, bucket b in slot b mod n; nil until first used
+	started bool        // head is set
+	head    int64       // newest bucket seen
+	total   i128        // sum of the slots in [lo(head), head]
+	undo    *WindowUndo // recording the writes (BeginUndo); nil: not
 }
 
 type wslot struct{ num, count int64 }
@@ -242,7 +243,11 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		if w.ring == nil {
 			w.ring = make([]wslot, w.n)
 		}
-		w.ring[w.slotIndex(b)] = wslot{num: b, count: delta}
+		i := w.slotIndex(b)
+		if w.undo != nil {
+			w.undo.slots = append(w.undo.slots, undoSlot{i, w.ring[i]})
+		}
+		w.ring[i] = wslot{num: b, count: delta}
 		w.started, w.head, w.total = true, b, total
 		return true, nil
 	case b < w.lo(w.head):
@@ -263,6 +268,9 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		total := w.total.addInt64(delta)
 		if !sumMoveOK(w.total, total) {
 			return false, fmt.Errorf("%w: window sum", ErrOverflow)
+		}
+		if w.undo != nil {
+			w.undo.slots = append(w.undo.slots, undoSlot{w.slotIndex(b), *sl})
 		}
 		*sl = wslot{num: b, count: v}
 		w.total = total
@@ -320,7 +328,60 @@ func (w *Window) Buckets(now time.Time) []Bucket {
 func (w *Window) Clone() *Window {
 	c := *w
 	c.ring = slices.Clone(w.ring)
+	c.undo = nil
 	return &c
+}
+
+// WindowUndo can put a window back as it was when BeginUndo was called:
+// it keeps the head, the sum and the old content of each slot a TryAdd
+// wrote since (one slot an add), not a copy of the ring. The engine's
+// atomic batches use it to undo the adds to a window when a later op of
+// the batch fails. Reusable.
+type WindowUndo struct {
+	w       *Window
+	started bool
+	head    int64
+	total   i128
+	noRing  bool
+	slots   []undoSlot
+}
+
+type undoSlot struct {
+	i   int64
+	old wslot
+}
+
+// BeginUndo makes u record w's writes until u.Rollback or u.End. The
+// caller serialises access to w, as for any write.
+func (w *Window) BeginUndo(u *WindowUndo) {
+	*u = WindowUndo{w: w, started: w.started, head: w.head, total: w.total, noRing: w.ring == nil, slots: u.slots[:0]}
+	w.undo = u
+}
+
+// Rollback puts the window back as it was at BeginUndo and ends the
+// recording.
+func (u *WindowUndo) Rollback() {
+	w := u.w
+	if w == nil {
+		return
+	}
+	for i := len(u.slots) - 1; i >= 0; i-- {
+		w.ring[u.slots[i].i] = u.slots[i].old
+	}
+	w.started, w.head, w.total = u.started, u.head, u.total
+	if u.noRing {
+		w.ring = nil
+	}
+	u.End()
+}
+
+// End ends the recording; the window keeps its writes.
+func (u *WindowUndo) End() {
+	if u.w != nil && u.w.undo == u {
+		u.w.undo = nil
+	}
+	u.w = nil
+	u.slots = u.slots[:0]
 }
 
 const (
@@ -389,22 +450,6 @@ func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 	copy(b[at+k:], b[at+1:len(b)-(k-1)])
 	copy(b[at:], cnt[:k])
 	return b, nil
-}
-
-// CopyTo makes dst a deep copy of w, reusing dst's ring when it is large
-// enough (undo copies of a batch, recycled).
-func (w *Window) CopyTo(dst *Window) {
-	ring := dst.ring
-	*dst = *w
-	if w.ring == nil {
-		dst.ring = nil
-		return
-	}
-	if cap(ring) < len(w.ring) {
-		ring = make([]wslot, len(w.ring))
-	}
-	dst.ring = ring[:len(w.ring)]
-	copy(dst.ring, w.ring)
 }
 
 // UnmarshalBinary replaces w with the decoded window. Input that is not a

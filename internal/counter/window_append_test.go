@@ -3,6 +3,7 @@ package counter
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"testing"
 	"time"
 
@@ -53,7 +54,7 @@ func marshalTwoPass(w *Window) []byte {
 // TestWindowAppendBinary: AppendBinary (and MarshalBinary) encode random
 // windows, up to the most buckets a window holds (counts of one, two and
 // more varint bytes), exactly as the two-pass encoder did, after any
-// prefix; CopyTo makes an equal, independent copy, over a reused ring.
+// prefix.
 func TestWindowAppendBinary(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.SampledFrom([]int{1, 2, 60, 127, 128, 129, 200, MaxWindowBuckets}).Draw(t, "buckets")
@@ -74,16 +75,65 @@ func TestWindowAppendBinary(t *testing.T) {
 		if err != nil || !bytes.Equal(got, append([]byte("prefix"), want...)) {
 			t.Fatalf("AppendBinary after a prefix = %x, %v; want the prefix and %x", got, err, want)
 		}
-		// A destination with a ring of another size, and one reused.
-		dst := mustWindow(t, WindowSpec{Granularity: time.Second, Span: time.Duration(rapid.IntRange(1, 300).Draw(t, "dst")) * time.Second})
-		dst.TryAdd(time.Unix(base, 0), 5)
-		w.CopyTo(dst)
-		if c, _ := dst.MarshalBinary(); !bytes.Equal(c, want) {
-			t.Fatalf("CopyTo: %x, want %x", c, want)
+	})
+}
+
+// TestWindowUndo: after random adds, BeginUndo, more adds (into old and
+// new buckets, moving the head, some too old, some overflowing) and
+// Rollback, the window encodes and sums as it did at BeginUndo, also from
+// an empty window or one decoded without a ring; with End the adds stay;
+// a clone records nothing; an undo is reusable.
+func TestWindowUndo(t *testing.T) {
+	var u WindowUndo
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.SampledFrom([]int{1, 5, 60}).Draw(t, "buckets")
+		spec := WindowSpec{Granularity: time.Second, Span: time.Duration(n) * time.Second, Fixed: rapid.Bool().Draw(t, "fixed")}
+		w := mustWindow(t, spec)
+		base := rapid.Int64Range(-1e6, 1e6).Draw(t, "base")
+		add := func(label string) {
+			ts := time.Unix(base+rapid.Int64Range(0, int64(3*n)).Draw(t, label), 0)
+			d := rapid.SampledFrom([]int64{-2, 1, 3, math.MaxInt64, math.MinInt64}).Draw(t, label+"-delta")
+			w.TryAdd(ts, d)
 		}
-		w.TryAdd(time.Unix(base+int64(2*n)+1, 0), 1) // the copy is independent
-		if c, _ := dst.MarshalBinary(); !bytes.Equal(c, want) {
-			t.Fatalf("CopyTo: the copy changed with the original: %x, want %x", c, want)
+		for range rapid.IntRange(0, 2*n).Draw(t, "before") {
+			add("before")
+		}
+		if rapid.Bool().Draw(t, "decoded") { // a decoded window may have no ring
+			d := new(Window)
+			if err := d.UnmarshalBinary(mustMarshal(t, w)); err != nil {
+				t.Fatal(err)
+			}
+			w = d
+		}
+		want := mustMarshal(t, w)
+		at := time.Unix(base+int64(3*n), 0)
+		wantSum := w.Sum(at)
+		w.BeginUndo(&u)
+		c := w.Clone()
+		for range rapid.IntRange(1, 2*n).Draw(t, "during") {
+			add("during")
+		}
+		during := mustMarshal(t, w)
+		if rapid.Bool().Draw(t, "keep") {
+			u.End()
+			if got := mustMarshal(t, w); !bytes.Equal(got, during) {
+				t.Fatalf("End changed the window: %x, want %x", got, during)
+			}
+			return
+		}
+		u.Rollback()
+		if got := mustMarshal(t, w); !bytes.Equal(got, want) {
+			t.Fatalf("after Rollback: %x, want %x (before the adds)", got, want)
+		}
+		if got := w.Sum(at); got != wantSum {
+			t.Fatalf("after Rollback Sum = %d, want %d", got, wantSum)
+		}
+		if w.undo != nil || c.undo != nil {
+			t.Fatal("still recording after Rollback, or a clone records")
+		}
+		add("after") // no longer recorded
+		if len(u.slots) != 0 {
+			t.Fatalf("%d slots recorded after Rollback", len(u.slots))
 		}
 	})
 }

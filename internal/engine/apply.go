@@ -318,7 +318,7 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 			saved[i].taken = true
 		}
 	}
-	defer recycleSaved(saved) // what was not undone: the copies are unused
+	defer endUndo(saved) // before the unlock (deferred calls run last first)
 	now := e.nowNano()
 	for i := range ops {
 		r := &refs[pos[i]]
@@ -334,7 +334,6 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 			for j := range refs {
 				if saved[j].taken {
 					e.restore(&refs[j], saved[j])
-					saved[j].state = nil // in the entry again: not recycled
 				}
 			}
 			if !batch {
@@ -347,7 +346,8 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 }
 
 // savedEntry is an undo record: an entry's fields and a deep copy of its
-// state.
+// state, or for a window the record of its writes (counter.WindowUndo:
+// the slots an add writes, not a copy of the ring).
 type savedEntry struct {
 	value, updated int64
 	version        uint64
@@ -357,13 +357,20 @@ type savedEntry struct {
 	exp            int64
 	state          any
 	roll           *rollup.State
-	taken          bool // the copy of its entry (the first ref to it)
+	wundo          *counter.WindowUndo // state is the window itself, recording
+	taken          bool                // the copy of its entry (the first ref to it)
 }
 
 func save(en *entry) savedEntry {
 	s := savedEntry{value: en.value, updated: en.updated, version: en.version(), kind: en.kind(), flags: en.flags() & rollFlags}
 	if en.ext() != nil {
-		s.hasExt, s.exp, s.state = true, en.ext().expires, cloneState(en.ext().state)
+		s.hasExt, s.exp = true, en.ext().expires
+		if w, ok := en.ext().state.(*counter.Window); ok {
+			s.state, s.wundo = w, windowUndos.Get().(*counter.WindowUndo)
+			w.BeginUndo(s.wundo)
+		} else {
+			s.state = cloneState(en.ext().state)
+		}
 		if en.ext().roll != nil {
 			s.roll = en.ext().roll.Clone()
 		}
@@ -381,6 +388,9 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	en.clearFlags(rollFlags)
 	en.setFlags(s.flags)
 	en.setExt(nil)
+	if s.wundo != nil {
+		s.wundo.Rollback() // the window is as it was, put back below
+	}
 	if s.hasExt {
 		en.setExt(&ext{expires: s.exp, state: s.state, roll: s.roll})
 	}
@@ -392,15 +402,16 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
 }
 
-// undoWindows recycles the undo copies of windows (a window rule of the
-// event pipeline makes one an event, of a ring of up to 3600 buckets).
-var undoWindows = sync.Pool{New: func() any { return new(counter.Window) }}
+// windowUndos recycles the undo records of windows.
+var windowUndos = sync.Pool{New: func() any { return new(counter.WindowUndo) }}
 
-// recycleSaved gives back the undo copies of a batch that was not undone.
-func recycleSaved(saved []savedEntry) {
+// endUndo ends the recording of the windows of a batch (a no-op for one
+// rolled back) and recycles the records. Caller holds the entries' locks.
+func endUndo(saved []savedEntry) {
 	for i := range saved {
-		if w, ok := saved[i].state.(*counter.Window); ok {
-			undoWindows.Put(w)
+		if u := saved[i].wundo; u != nil {
+			u.End()
+			windowUndos.Put(u)
 		}
 	}
 }
@@ -421,9 +432,7 @@ func cloneState(s any) any {
 	case *counter.HLL:
 		return v.Clone()
 	case *counter.Window:
-		c := undoWindows.Get().(*counter.Window)
-		v.CopyTo(c)
-		return c
+		return v.Clone()
 	case *counter.Hash:
 		b, _ := v.MarshalBinary()
 		c := counter.NewHash()
