@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -114,6 +115,9 @@ type Window struct {
 	head    int64       // newest bucket seen
 	total   i128        // sum of the slots in [lo(head), head]
 	undo    *WindowUndo // recording the writes (BeginUndo); nil: not
+	// used has bit i set when slot i was written (windows of up to 64
+	// buckets), so that encoding a window reads only those slots.
+	used uint64
 }
 
 type wslot struct{ num, count int64 }
@@ -248,6 +252,7 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 			w.undo.slots = append(w.undo.slots, undoSlot{i, w.ring[i]})
 		}
 		w.ring[i] = wslot{num: b, count: delta}
+		w.used |= 1 << (uint64(i) & 63)
 		w.started, w.head, w.total = true, b, total
 		return true, nil
 	case b < w.lo(w.head):
@@ -256,7 +261,8 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		if w.ring == nil { // decoded with no buckets
 			w.ring = make([]wslot, w.n)
 		}
-		sl := &w.ring[w.slotIndex(b)]
+		i := w.slotIndex(b)
+		sl := &w.ring[i]
 		cur := int64(0)
 		if sl.num == b {
 			cur = sl.count
@@ -270,9 +276,10 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 			return false, fmt.Errorf("%w: window sum", ErrOverflow)
 		}
 		if w.undo != nil {
-			w.undo.slots = append(w.undo.slots, undoSlot{w.slotIndex(b), *sl})
+			w.undo.slots = append(w.undo.slots, undoSlot{i, *sl})
 		}
 		*sl = wslot{num: b, count: v}
+		w.used |= 1 << (uint64(i) & 63)
 		w.total = total
 		return true, nil
 	}
@@ -342,6 +349,7 @@ type WindowUndo struct {
 	started bool
 	head    int64
 	total   i128
+	used    uint64
 	noRing  bool
 	slots   []undoSlot
 }
@@ -354,7 +362,7 @@ type undoSlot struct {
 // BeginUndo makes u record w's writes until u.Rollback or u.End. The
 // caller serialises access to w, as for any write.
 func (w *Window) BeginUndo(u *WindowUndo) {
-	*u = WindowUndo{w: w, started: w.started, head: w.head, total: w.total, noRing: w.ring == nil, slots: u.slots[:0]}
+	*u = WindowUndo{w: w, started: w.started, head: w.head, total: w.total, used: w.used, noRing: w.ring == nil, slots: u.slots[:0]}
 	w.undo = u
 }
 
@@ -368,7 +376,7 @@ func (u *WindowUndo) Rollback() {
 	for i := len(u.slots) - 1; i >= 0; i-- {
 		w.ring[u.slots[i].i] = u.slots[i].old
 	}
-	w.started, w.head, w.total = u.started, u.head, u.total
+	w.started, w.head, w.total, w.used = u.started, u.head, u.total, u.used
 	if u.noRing {
 		w.ring = nil
 	}
@@ -429,15 +437,39 @@ func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 	at := len(b)
 	b = append(b, 0) // the count, one byte up to 127 buckets
 	n := 0
-	i := w.slotIndex(lh)
-	for x := lh; x <= w.head; x++ {
-		if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
-			b = binary.AppendUvarint(b, uint64(w.head-x))
-			b = binary.AppendVarint(b, sl.count)
-			n++
+	first := w.slotIndex(lh)
+	if w.n <= 64 {
+		// The written slots only, from lh's on: first..n-1, then 0..first-1.
+		for _, part := range [2]struct{ from, to, x0 int64 }{{first, w.n, lh - first}, {0, first, lh + w.n - first}} {
+			m := w.used >> uint64(part.from)
+			if part.to < 64 {
+				m &= 1<<uint64(part.to-part.from) - 1
+			}
+			for m != 0 {
+				i := part.from + int64(bits.TrailingZeros64(m))
+				m &= m - 1
+				x := part.x0 + i // the bucket slot i holds if it is in the window
+				if x > w.head {
+					break
+				}
+				if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
+					b = binary.AppendUvarint(b, uint64(w.head-x))
+					b = binary.AppendVarint(b, sl.count)
+					n++
+				}
+			}
 		}
-		if i++; i == w.n {
-			i = 0
+	} else {
+		i := first
+		for x := lh; x <= w.head; x++ {
+			if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
+				b = binary.AppendUvarint(b, uint64(w.head-x))
+				b = binary.AppendVarint(b, sl.count)
+				n++
+			}
+			if i++; i == w.n {
+				i = 0
+			}
 		}
 	}
 	if n < 0x80 {
@@ -533,7 +565,9 @@ func (w *Window) UnmarshalBinary(data []byte) error {
 			if x < out.minB {
 				return d.errorf("bucket %d outside the representable range", x)
 			}
-			out.ring[out.slotIndex(x)] = wslot{num: x, count: count}
+			i := out.slotIndex(x)
+			out.ring[i] = wslot{num: x, count: count}
+			out.used |= 1 << (uint64(i) & 63)
 			out.total = out.total.addInt64(count)
 		}
 	}

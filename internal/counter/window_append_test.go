@@ -53,11 +53,12 @@ func marshalTwoPass(w *Window) []byte {
 
 // TestWindowAppendBinary: AppendBinary (and MarshalBinary) encode random
 // windows, up to the most buckets a window holds (counts of one, two and
-// more varint bytes), exactly as the two-pass encoder did, after any
-// prefix.
+// more varint bytes; windows of up to 64 buckets read only the slots
+// written), exactly as the two-pass encoder did, after any prefix, also
+// decoded windows and clones after further adds.
 func TestWindowAppendBinary(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
-		n := rapid.SampledFrom([]int{1, 2, 60, 127, 128, 129, 200, MaxWindowBuckets}).Draw(t, "buckets")
+		n := rapid.SampledFrom([]int{1, 2, 7, 60, 63, 64, 65, 127, 128, 129, 200, MaxWindowBuckets}).Draw(t, "buckets")
 		spec := WindowSpec{Granularity: time.Second, Span: time.Duration(n) * time.Second, Fixed: rapid.Bool().Draw(t, "fixed")}
 		w := mustWindow(t, spec)
 		base := rapid.Int64Range(-1e6, 1e6).Draw(t, "base")
@@ -69,6 +70,24 @@ func TestWindowAppendBinary(t *testing.T) {
 		got, err := w.MarshalBinary()
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("MarshalBinary = %x, %v; want %x", got, err, want)
+		}
+		// A decoded copy (its slots marked as written by the decoder)
+		// encodes the same, before and after the same further adds.
+		d := new(Window)
+		if err := d.UnmarshalBinary(want); err != nil {
+			t.Fatal(err)
+		}
+		for range rapid.IntRange(0, n).Draw(t, "more") {
+			ts := time.Unix(base+rapid.Int64Range(0, int64(3*n)).Draw(t, "more-step"), 0)
+			delta := rapid.Int64Range(-3, 3).Draw(t, "more-delta")
+			w2 := w.Clone()
+			w2.TryAdd(ts, delta)
+			d.TryAdd(ts, delta)
+			w = w2
+		}
+		want = marshalTwoPass(w)
+		if got := mustMarshal(t, d); !bytes.Equal(got, want) || !bytes.Equal(mustMarshal(t, w), want) {
+			t.Fatalf("after more adds: decoded copy %x, original %x, want %x", got, mustMarshal(t, w), want)
 		}
 		prefix := []byte("prefix")
 		got, err = w.AppendBinary(prefix)
