@@ -16,6 +16,14 @@
 # writes CPU profiles of the collector and the consumer of each run (the
 # first COUNTERD_BENCH_PROFILE_SECONDS, default 5).
 #
+# Then the CPU cost of consuming alone (internal/pipeline
+# BenchmarkConsumeCost): one embedded node applies EVENTS_THOUSANDS
+# thousand events already on a private JetStream with the four rules of
+# the impressions pipeline (views, unique viewers, hourly likes, a
+# per-user window), and, in the same run, a bare consumer (poll and ack,
+# nothing applied) reads the same stream; printed: events/s, CPU µs per
+# event of both and the ratio.
+#
 # Defaults: 1000 (1,000,000 events: a sustained rate; runs of 100,000
 # events last about a second and mostly measure the start, and stop before
 # the engine's first memtable flushes), 3 runs of each; the HTTP comparison
@@ -32,7 +40,11 @@ HTTPN=${3:-100}
 echo "load before: $(uptime)"
 go test -run '^$' -bench 'BenchmarkPipeline(Kafka|JetStream)$' -benchtime="${N}x" -count="$COUNT" ./cmd/counterd/ | tee /tmp/bench-pipeline.$$.out
 go test -run '^$' -bench 'BenchmarkPipelineHTTPIncrements$' -benchtime="${HTTPN}x" -count="$COUNT" ./cmd/counterd/ | tee -a /tmp/bench-pipeline.$$.out
+go test -run '^$' -bench 'BenchmarkConsumeCost$' -benchtime="${N}000x" -count="$COUNT" ./internal/pipeline/ | tee -a /tmp/bench-pipeline.$$.out
 echo "load after:  $(uptime)"
 awk '/^BenchmarkPipeline/ { name=$1; sub(/-[0-9]+$/, "", name); for (i=3; i<NF; i++) if ($(i+1) == "events/s") { s[name] = s[name] " " $i } }
      END { for (n in s) print n ":" s[n] " events/s" }' /tmp/bench-pipeline.$$.out | sort
+awk '/^BenchmarkConsumeCost/ { for (i=3; i<NF; i++) v[$(i+1)] = $i
+       printf "consume, 4 rules, one node: %s events/s, %s CPU us/event; bare consumer: %s events/s, %s CPU us/event; ratio %sx\n",
+         v["events/s"], v["cpu-us/event"], v["bare-events/s"], v["bare-cpu-us/event"], v["cpu-x-bare"] }' /tmp/bench-pipeline.$$.out
 rm -f /tmp/bench-pipeline.$$.out

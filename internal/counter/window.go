@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 	"time"
 )
@@ -109,10 +110,14 @@ type Window struct {
 	g, n    int64 // granularity in ns, buckets per window
 	minB    int64 // lowest and highest bucket numbers whose start time fits
 	maxB    int64
-	ring    []wslot // n slots, bucket b in slot b mod n; nil until first used
-	started bool    // head is set
-	head    int64   // newest bucket seen
-	total   i128    // sum of the slots in [lo(head), head]
+	ring    []wslot     // n slots, bucket b in slot b mod n; nil until first used
+	started bool        // head is set
+	head    int64       // newest bucket seen
+	total   i128        // sum of the slots in [lo(head), head]
+	undo    *WindowUndo // recording the writes (BeginUndo); nil: not
+	// used has bit i set when slot i was written (windows of up to 64
+	// buckets), so that encoding a window reads only those slots.
+	used uint64
 }
 
 type wslot struct{ num, count int64 }
@@ -242,7 +247,12 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		if w.ring == nil {
 			w.ring = make([]wslot, w.n)
 		}
-		w.ring[w.slotIndex(b)] = wslot{num: b, count: delta}
+		i := w.slotIndex(b)
+		if w.undo != nil {
+			w.undo.slots = append(w.undo.slots, undoSlot{i, w.ring[i]})
+		}
+		w.ring[i] = wslot{num: b, count: delta}
+		w.used |= 1 << (uint64(i) & 63)
 		w.started, w.head, w.total = true, b, total
 		return true, nil
 	case b < w.lo(w.head):
@@ -251,7 +261,8 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		if w.ring == nil { // decoded with no buckets
 			w.ring = make([]wslot, w.n)
 		}
-		sl := &w.ring[w.slotIndex(b)]
+		i := w.slotIndex(b)
+		sl := &w.ring[i]
 		cur := int64(0)
 		if sl.num == b {
 			cur = sl.count
@@ -264,7 +275,11 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		if !sumMoveOK(w.total, total) {
 			return false, fmt.Errorf("%w: window sum", ErrOverflow)
 		}
+		if w.undo != nil {
+			w.undo.slots = append(w.undo.slots, undoSlot{i, *sl})
+		}
 		*sl = wslot{num: b, count: v}
+		w.used |= 1 << (uint64(i) & 63)
 		w.total = total
 		return true, nil
 	}
@@ -320,7 +335,61 @@ func (w *Window) Buckets(now time.Time) []Bucket {
 func (w *Window) Clone() *Window {
 	c := *w
 	c.ring = slices.Clone(w.ring)
+	c.undo = nil
 	return &c
+}
+
+// WindowUndo can put a window back as it was when BeginUndo was called:
+// it keeps the head, the sum and the old content of each slot a TryAdd
+// wrote since (one slot an add), not a copy of the ring. The engine's
+// atomic batches use it to undo the adds to a window when a later op of
+// the batch fails. Reusable.
+type WindowUndo struct {
+	w       *Window
+	started bool
+	head    int64
+	total   i128
+	used    uint64
+	noRing  bool
+	slots   []undoSlot
+}
+
+type undoSlot struct {
+	i   int64
+	old wslot
+}
+
+// BeginUndo makes u record w's writes until u.Rollback or u.End. The
+// caller serialises access to w, as for any write.
+func (w *Window) BeginUndo(u *WindowUndo) {
+	*u = WindowUndo{w: w, started: w.started, head: w.head, total: w.total, used: w.used, noRing: w.ring == nil, slots: u.slots[:0]}
+	w.undo = u
+}
+
+// Rollback puts the window back as it was at BeginUndo and ends the
+// recording.
+func (u *WindowUndo) Rollback() {
+	w := u.w
+	if w == nil {
+		return
+	}
+	for i := len(u.slots) - 1; i >= 0; i-- {
+		w.ring[u.slots[i].i] = u.slots[i].old
+	}
+	w.started, w.head, w.total, w.used = u.started, u.head, u.total, u.used
+	if u.noRing {
+		w.ring = nil
+	}
+	u.End()
+}
+
+// End ends the recording; the window keeps its writes.
+func (u *WindowUndo) End() {
+	if u.w != nil && u.w.undo == u {
+		u.w.undo = nil
+	}
+	u.w = nil
+	u.slots = u.slots[:0]
 }
 
 const (
@@ -335,6 +404,12 @@ const (
 // head-bucket and the zigzag varint count. Windows with the same spec, head
 // and buckets have equal encodings.
 func (w *Window) MarshalBinary() ([]byte, error) {
+	return w.AppendBinary(make([]byte, 0, 64))
+}
+
+// AppendBinary appends the encoding of MarshalBinary to b (the engine's
+// flush encodes every changed window into one buffer).
+func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 	if w.g == 0 {
 		return nil, fmt.Errorf("%w: zero Window, use NewWindow", ErrInvalid)
 	}
@@ -345,7 +420,6 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 	if w.started {
 		flags |= windowStarted
 	}
-	b := make([]byte, 0, 64)
 	b = append(b, formatWindow, flags)
 	b = binary.AppendUvarint(b, uint64(w.spec.Granularity))
 	b = binary.AppendUvarint(b, uint64(w.spec.Span))
@@ -353,25 +427,60 @@ func (w *Window) MarshalBinary() ([]byte, error) {
 		return b, nil
 	}
 	b = binary.AppendVarint(b, w.head)
+	if w.ring == nil {
+		return append(b, 0), nil // no bucket
+	}
+	// One pass over the head's window, oldest first, slot after slot
+	// (no division a bucket): the buckets go after room for their count,
+	// which is written, and the buckets moved, once known.
 	lh := w.lo(w.head)
+	at := len(b)
+	b = append(b, 0) // the count, one byte up to 127 buckets
 	n := 0
-	if w.ring != nil {
+	first := w.slotIndex(lh)
+	if w.n <= 64 {
+		// The written slots only, from lh's on: first..n-1, then 0..first-1.
+		for _, part := range [2]struct{ from, to, x0 int64 }{{first, w.n, lh - first}, {0, first, lh + w.n - first}} {
+			m := w.used >> uint64(part.from)
+			if part.to < 64 {
+				m &= 1<<uint64(part.to-part.from) - 1
+			}
+			for m != 0 {
+				i := part.from + int64(bits.TrailingZeros64(m))
+				m &= m - 1
+				x := part.x0 + i // the bucket slot i holds if it is in the window
+				if x > w.head {
+					break
+				}
+				if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
+					b = binary.AppendUvarint(b, uint64(w.head-x))
+					b = binary.AppendVarint(b, sl.count)
+					n++
+				}
+			}
+		}
+	} else {
+		i := first
 		for x := lh; x <= w.head; x++ {
-			if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
+			if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
+				b = binary.AppendUvarint(b, uint64(w.head-x))
+				b = binary.AppendVarint(b, sl.count)
 				n++
+			}
+			if i++; i == w.n {
+				i = 0
 			}
 		}
 	}
-	b = binary.AppendUvarint(b, uint64(n))
-	if n == 0 {
+	if n < 0x80 {
+		b[at] = byte(n)
 		return b, nil
 	}
-	for x := lh; x <= w.head; x++ {
-		if sl := w.ring[w.slotIndex(x)]; sl.num == x && sl.count != 0 {
-			b = binary.AppendUvarint(b, uint64(w.head-x))
-			b = binary.AppendVarint(b, sl.count)
-		}
-	}
+	var cnt [binary.MaxVarintLen64]byte
+	k := binary.PutUvarint(cnt[:], uint64(n))
+	b = append(b, cnt[1:k]...) // room for the longer count
+	copy(b[at+k:], b[at+1:len(b)-(k-1)])
+	copy(b[at:], cnt[:k])
 	return b, nil
 }
 
@@ -456,7 +565,9 @@ func (w *Window) UnmarshalBinary(data []byte) error {
 			if x < out.minB {
 				return d.errorf("bucket %d outside the representable range", x)
 			}
-			out.ring[out.slotIndex(x)] = wslot{num: x, count: count}
+			i := out.slotIndex(x)
+			out.ring[i] = wslot{num: x, count: count}
+			out.used |= 1 << (uint64(i) & 63)
 			out.total = out.total.addInt64(count)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -297,13 +298,27 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 		return err
 	}
 	defer unlockAll(locked)
-	// Undo log: a copy of every entry involved, restored if an op fails.
+	// Undo log: a copy of every entry involved, restored if an op fails;
+	// an entry named by several ops (a consumer batch names a counter
+	// once per bucket of its events' times) is copied once.
 	saved := make([]savedEntry, len(refs))
+	var seen map[*entry]struct{}
+	if len(locked) < len(refs) {
+		seen = make(map[*entry]struct{}, len(locked))
+	}
 	for i := range refs {
-		if refs[i].e != nil {
-			saved[i] = save(refs[i].e)
+		if en := refs[i].e; en != nil {
+			if seen != nil {
+				if _, dup := seen[en]; dup {
+					continue
+				}
+				seen[en] = struct{}{}
+			}
+			saved[i] = save(en)
+			saved[i].taken = true
 		}
 	}
+	defer endUndo(saved) // before the unlock (deferred calls run last first)
 	now := e.nowNano()
 	for i := range ops {
 		r := &refs[pos[i]]
@@ -317,7 +332,7 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 		}
 		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i]); err != nil {
 			for j := range refs {
-				if refs[j].e != nil {
+				if saved[j].taken {
 					e.restore(&refs[j], saved[j])
 				}
 			}
@@ -331,7 +346,8 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 }
 
 // savedEntry is an undo record: an entry's fields and a deep copy of its
-// state.
+// state, or for a window the record of its writes (counter.WindowUndo:
+// the slots an add writes, not a copy of the ring).
 type savedEntry struct {
 	value, updated int64
 	version        uint64
@@ -341,12 +357,20 @@ type savedEntry struct {
 	exp            int64
 	state          any
 	roll           *rollup.State
+	wundo          *counter.WindowUndo // state is the window itself, recording
+	taken          bool                // the copy of its entry (the first ref to it)
 }
 
 func save(en *entry) savedEntry {
 	s := savedEntry{value: en.value, updated: en.updated, version: en.version(), kind: en.kind(), flags: en.flags() & rollFlags}
 	if en.ext() != nil {
-		s.hasExt, s.exp, s.state = true, en.ext().expires, cloneState(en.ext().state)
+		s.hasExt, s.exp = true, en.ext().expires
+		if w, ok := en.ext().state.(*counter.Window); ok {
+			s.state, s.wundo = w, windowUndos.Get().(*counter.WindowUndo)
+			w.BeginUndo(s.wundo)
+		} else {
+			s.state = cloneState(en.ext().state)
+		}
 		if en.ext().roll != nil {
 			s.roll = en.ext().roll.Clone()
 		}
@@ -364,6 +388,9 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	en.clearFlags(rollFlags)
 	en.setFlags(s.flags)
 	en.setExt(nil)
+	if s.wundo != nil {
+		s.wundo.Rollback() // the window is as it was, put back below
+	}
 	if s.hasExt {
 		en.setExt(&ext{expires: s.exp, state: s.state, roll: s.roll})
 	}
@@ -373,6 +400,20 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 		e.quotaAddLocked(q, r, idAtLocked(r), b2i(isLive)-b2i(wasLive))
 	}
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
+}
+
+// windowUndos recycles the undo records of windows.
+var windowUndos = sync.Pool{New: func() any { return new(counter.WindowUndo) }}
+
+// endUndo ends the recording of the windows of a batch (a no-op for one
+// rolled back) and recycles the records. Caller holds the entries' locks.
+func endUndo(saved []savedEntry) {
+	for i := range saved {
+		if u := saved[i].wundo; u != nil {
+			u.End()
+			windowUndos.Put(u)
+		}
+	}
 }
 
 func b2i(b bool) int64 {
@@ -391,10 +432,7 @@ func cloneState(s any) any {
 	case *counter.HLL:
 		return v.Clone()
 	case *counter.Window:
-		b, _ := v.MarshalBinary()
-		c := &counter.Window{}
-		_ = c.UnmarshalBinary(b)
-		return c
+		return v.Clone()
 	case *counter.Hash:
 		b, _ := v.MarshalBinary()
 		c := counter.NewHash()

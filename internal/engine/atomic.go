@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"fmt"
-	"github.com/counterd/counterd/internal/contract"
 	"sync"
+
+	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // AtomicApplier is a Backend that applies a batch atomically in memory
@@ -65,6 +67,10 @@ var atomicResults = sync.Pool{New: func() any { return new([]contract.Result) }}
 // maxAtomicOps bounds an ApplyAtomic batch: its locks and the flusher's
 // wait for it grow with it.
 const maxAtomicOps = 1 << 16
+
+// RollupOf is Engine.RollupOf: the event pipeline's consumer coalesces
+// the ops of a counter per bucket of its finest rollup.
+func (l local) RollupOf(id string) (rollup.Spec, bool) { return l.e.RollupOf(id) }
 
 func (l local) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error {
 	return l.e.ApplyAtomic(ctx, ops, wo)

@@ -139,6 +139,11 @@ func appendData(buf []byte, en *stored) ([]byte, error) {
 	if en.ext == nil || en.ext.state == nil {
 		return nil, fmt.Errorf("engine: %s counter without state", en.kind)
 	}
+	if a, ok := en.ext.state.(interface {
+		AppendBinary([]byte) ([]byte, error)
+	}); ok {
+		return a.AppendBinary(buf) // into the flush's buffer (windows)
+	}
 	m, ok := en.ext.state.(interface{ MarshalBinary() ([]byte, error) })
 	if !ok {
 		return nil, fmt.Errorf("engine: state %T cannot be encoded", en.ext.state)

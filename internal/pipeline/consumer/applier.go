@@ -41,6 +41,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/rollup"
 )
 
 // MarkerPrefix starts the id of every event-id marker counter.
@@ -64,14 +65,15 @@ const atomicBatchOps = 16384
 // Applier applies records exactly once. Safe for concurrent use; SetRules
 // swaps the rules atomically.
 type Applier struct {
-	be     contract.Backend
-	rules  atomic.Pointer[rules.Set]
-	limits event.Limits
-	opLim  contract.Limits
-	maxOps int
-	m      *Metrics
-	atomic engine.AtomicApplier // be's, when it has one
-	et     atomic.Pointer[EventTime]
+	be      contract.Backend
+	rules   atomic.Pointer[rules.Set]
+	limits  event.Limits
+	opLim   contract.Limits
+	maxOps  int
+	m       *Metrics
+	atomic  engine.AtomicApplier // be's, when it has one
+	rollups rollupOfer           // be's, when it has one
+	et      atomic.Pointer[EventTime]
 	// newest is the newest event time (Unix ms) applied: the watermark.
 	newest atomic.Int64
 	late   atomic.Int64 // events dead-lettered as too_late
@@ -169,10 +171,11 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	if aa, ok := be.(engine.AtomicApplier); ok {
 		a.atomic, a.maxOps = aa, atomicBatchOps
 	}
+	a.rollups, _ = be.(rollupOfer)
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
-		return &scratch{seen: map[string]struct{}{}, hits: map[*rules.Rule]int{}, c: chunk{byKey: map[opKey]int{}}}
+		return &scratch{seen: map[string]struct{}{}, c: chunk{byKey: map[opKey]int{}}}
 	}
 	return a, nil
 }
@@ -293,8 +296,25 @@ type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
 	seen  map[string]struct{}
-	hits  map[*rules.Rule]int // rule hits, for the metric
+	hits  []ruleHits // rule hits, for the metric
 	c     chunk
+}
+
+// ruleHits counts the hits of one rule.
+type ruleHits struct {
+	rule *rules.Rule
+	n    int
+}
+
+// hit counts a hit of r (a rules file has a few rules: a search).
+func (s *scratch) hit(r *rules.Rule) {
+	for i := range s.hits {
+		if s.hits[i].rule == r {
+			s.hits[i].n++
+			return
+		}
+	}
+	s.hits = append(s.hits, ruleHits{r, 1})
 }
 
 func (s *scratch) clear() {
@@ -302,7 +322,8 @@ func (s *scratch) clear() {
 	clear(s.arena)
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
 	clear(s.seen)
-	clear(s.hits)
+	clear(s.hits) // no hold on the rules of a reload
+	s.hits = s.hits[:0]
 	s.c.reset()
 }
 
@@ -352,7 +373,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				continue
 			}
 			for j := range hits {
-				s.hits[hits[j].Rule]++
+				s.hit(hits[j].Rule)
 			}
 			if len(hits) == 0 {
 				filtered++
@@ -368,8 +389,8 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits, ts: ev.TS})
 		}
 	}
-	for r, n := range s.hits {
-		a.m.RuleHits.WithLabelValues(r.Name).Add(float64(n))
+	for _, h := range s.hits {
+		a.m.RuleHits.WithLabelValues(h.rule.Name).Add(float64(h.n))
 	}
 	a.m.Events.WithLabelValues("filtered").Add(float64(filtered))
 	// Skip what an earlier delivery (or an earlier copy) applied.
@@ -443,7 +464,11 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				continue
 			}
 		case op.Type == contract.OpAdd || op.Type == contract.OpPFAdd:
-			op.At = at - ((at%int64(time.Minute))+int64(time.Minute))%int64(time.Minute)
+			if g := a.grain(op.Type, op.ID); g > 0 {
+				op.At = at - ((at%g)+g)%g
+			} else {
+				op.At = 0 // no rollup: the time counts for nothing
+			}
 		}
 		hits[n] = hits[i]
 		n++
@@ -455,6 +480,44 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 			ReasonTooLate, lateRule, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano), et.AllowedLateness)
 	}
 	return n, nil
+}
+
+// rollupOfer is a backend that tells which rollup spec applies to a
+// counter (the embedded engine).
+type rollupOfer interface {
+	RollupOf(id string) (rollup.Spec, bool)
+}
+
+// grain returns the finest rollup bucket (ns) that an op of type t on
+// counter id counts in: the bucket its time is rounded down to, so that
+// the ops of one counter coalesce per bucket its rollups tell apart. An
+// add counts in the count buckets (a minute, an hour, a day; a day for
+// months too, as days nest in UTC months), a pfadd in the sketches (an
+// hour, a day); 0 when the counter's rollups keep none for the op (or it
+// has none), whose ops then carry no time at all. A backend that does
+// not tell: a minute, the finest bucket.
+func (a *Applier) grain(t contract.OpType, id string) int64 {
+	if a.rollups == nil {
+		return int64(time.Minute)
+	}
+	spec, ok := a.rollups.RollupOf(id)
+	switch {
+	case !ok:
+		return 0
+	case t == contract.OpPFAdd && spec.UniqueHours > 0:
+		return int64(time.Hour)
+	case t == contract.OpPFAdd && spec.UniqueDays > 0:
+		return int64(24 * time.Hour)
+	case t == contract.OpPFAdd:
+		return 0
+	case spec.Minute > 0:
+		return int64(time.Minute)
+	case spec.Hour > 0:
+		return int64(time.Hour)
+	case spec.Day > 0 || spec.Month > 0:
+		return int64(24 * time.Hour)
+	}
+	return 0
 }
 
 // chunk is one engine batch being built: markers and coalesced ops. Its

@@ -355,10 +355,30 @@ func tsField(v []byte) (int64, error) {
 		return timestamp(nil)
 	case v[0] == '"':
 		return timestamp(unquote(v, plainString(v)))
+	case len(v) <= 15 && allDigits(v):
+		// Unix milliseconds as digits (the stream's form): what
+		// strconv.ParseInt reads, without boxing a string.
+		var n int64
+		for _, c := range v {
+			n = n*10 + int64(c-'0')
+		}
+		if n > maxMillis {
+			return 0, fmt.Errorf("%w: \"ts\" out of range", ErrInvalid)
+		}
+		return n, nil
 	case v[0] == '-' || isDigit(v[0]):
 		return timestamp(json.Number(v))
 	}
 	return timestamp(false)
+}
+
+func allDigits(v []byte) bool {
+	for _, c := range v {
+		if !isDigit(c) {
+			return false
+		}
+	}
+	return len(v) > 0
 }
 
 // decodeValue decodes a raw JSON value (checked by the scanner) into the

@@ -1,0 +1,221 @@
+package pipeline
+
+// BenchmarkConsumeCost measures the CPU the consumer of one embedded node
+// spends per event (scripts/bench-pipeline.sh): the stream is a private
+// nats-server (natstest), so the process's CPU (getrusage) is the
+// consumer's and its engine's (Pebble's flushes and compactions and the
+// GC too), not the stream server's. The events are appended before the
+// clock starts; then, in the same run, a bare consumer (poll and ack,
+// nothing applied) reads them all, and the pipeline with the four rules
+// of costRules does.
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline/consumer"
+	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/testutil/natstest"
+)
+
+// costRules: views per post (add), unique viewers per post (pfadd, daily
+// uniques), likes per post with hourly rollups, and a per-user window of
+// the last hour by minute.
+const costRules = `dedupe: 24h
+rules:
+  - name: views
+    filter: event.type == "impression"
+    counter: '"views:" + event.post'
+    add: "1"
+  - name: viewers
+    filter: event.type == "impression"
+    counter: '"viewers:" + event.post'
+    pfadd: event.user
+    rollup: {key: viewers, unique_days: 400d}
+  - name: likes
+    filter: event.type == "like"
+    counter: '"likes:" + event.post'
+    add: "1"
+    rollup: {key: likes, hour: 30d}
+  - name: user-recent
+    counter: '"recent:" + event.user'
+    window: {granularity: 1m, span: 1h, by: "1"}
+`
+
+// costEvents returns n events in stream messages of 1000: 1000 posts,
+// 50,000 users, one in ten a like, times spread over the last 50
+// minutes; and how many are impressions.
+func costEvents(n int) (msgs [][]byte, impressions int) {
+	now := time.Now().UnixMilli()
+	var m []byte
+	for i := range n {
+		typ := "impression"
+		if i%10 == 9 {
+			typ = "like"
+		} else {
+			impressions++
+		}
+		ts := now - int64((i*7919)%3000)*1000
+		m = fmt.Appendf(m, `{"id":"c%d","type":%q,"ts":%d,"post":"p%d","user":"u%d","country":"c%d"}`, i, typ, ts, i%1000, (i*31)%50000, i%5)
+		if (i+1)%1000 == 0 || i == n-1 {
+			msgs = append(msgs, m)
+			m = nil
+		} else {
+			m = append(m, '\n')
+		}
+	}
+	return msgs, impressions
+}
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// countingConsumer counts the records its Commit commits.
+type countingConsumer struct {
+	stream.Consumer
+	committed atomic.Int64
+	done      chan struct{}
+	want      int64
+}
+
+func (c *countingConsumer) Commit(ctx context.Context, groups [][]stream.Record) error {
+	if err := c.Consumer.Commit(ctx, groups); err != nil {
+		return err
+	}
+	n := int64(0)
+	for _, g := range groups {
+		n += int64(len(g))
+	}
+	if c.committed.Add(n) >= c.want && c.want > 0 {
+		select {
+		case <-c.done:
+		default:
+			close(c.done)
+		}
+	}
+	return nil
+}
+
+// BenchmarkConsumeCost: b.N events; reports events/s and CPU µs per event
+// of the bare consumer and of the pipeline, and the pipeline's CPU as a
+// multiple of the bare consumer's.
+func BenchmarkConsumeCost(b *testing.B) {
+	url := natstest.New(b)
+	name := natstest.Name("C")
+	scfg := stream.JetStreamConfig{URL: url, Stream: name, Subject: name + ".events", DeadSubject: name + ".dead", Consumer: name}
+	ctx := context.Background()
+	n := b.N
+	msgs, impressions := costEvents(n)
+	prod, err := stream.OpenJetStream(ctx, scfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; i < len(msgs); i += 64 {
+		if err := prod.Append(ctx, msgs[i:min(i+64, len(msgs))]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	prod.Close()
+	msgs = nil
+
+	// consume runs the loop over a consumer until it committed n records.
+	consume := func(durable string, apply bool) (time.Duration, time.Duration) {
+		cfg := scfg
+		cfg.Consumer = durable
+		js, err := stream.OpenJetStream(ctx, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer js.Close()
+		if err := js.Consume(ctx); err != nil {
+			b.Fatal(err)
+		}
+		c := &countingConsumer{Consumer: js, done: make(chan struct{}), want: int64(n)}
+		rctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		log := slog.New(slog.NewTextHandler(io.Discard, nil))
+		var run func()
+		if apply {
+			ecfg := engine.DefaultConfig()
+			ecfg.Dir = b.TempDir()
+			ecfg.Logger = log
+			e, err := engine.Open(ecfg)
+			if err != nil {
+				b.Fatal(err)
+			}
+			path := filepath.Join(b.TempDir(), "rules.yaml")
+			if err := os.WriteFile(path, []byte(costRules), 0o644); err != nil {
+				b.Fatal(err)
+			}
+			p := &Pipeline{cfg: Config{Rules: path}, be: engine.Local(e), log: log}
+			rs, err := p.loadRules(ctx) // attaches the rollups
+			if err != nil {
+				b.Fatal(err)
+			}
+			a, err := consumer.NewApplier(p.be, rs, event.Limits{}, consumer.NewMetrics(prometheus.NewRegistry()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			run = func() { consumer.Run(rctx, a, c, log) }
+			defer func() {
+				// Every impression counted once.
+				got, err := engine.Local(e).Aggregate(ctx, "views:")
+				e.Close()
+				if err != nil || got.Value != int64(impressions) {
+					b.Fatalf("views: %d (%v), want %d", got.Value, err, impressions)
+				}
+			}()
+		} else {
+			run = func() {
+				for rctx.Err() == nil {
+					groups, err := c.Poll(rctx)
+					if err == nil {
+						err = c.Commit(rctx, groups)
+					}
+					if err != nil && rctx.Err() == nil {
+						b.Error(err)
+						return
+					}
+				}
+			}
+		}
+		cpu0, began := processCPU(), time.Now()
+		done := make(chan struct{})
+		go func() { defer close(done); run() }()
+		select {
+		case <-c.done:
+		case <-time.After(10 * time.Minute):
+			b.Fatalf("%d of %d events consumed after 10 minutes", c.committed.Load(), n)
+		}
+		el, cpu := time.Since(began), processCPU()-cpu0
+		cancel()
+		<-done
+		return el, cpu
+	}
+	b.ResetTimer()
+	bareEl, bareCPU := consume(name+"-bare", false)
+	el, cpu := consume(name, true)
+	b.StopTimer()
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) / float64(n) }
+	b.ReportMetric(0, "ns/op")
+	b.ReportMetric(float64(n)/el.Seconds(), "events/s")
+	b.ReportMetric(us(cpu), "cpu-us/event")
+	b.ReportMetric(float64(n)/bareEl.Seconds(), "bare-events/s")
+	b.ReportMetric(us(bareCPU), "bare-cpu-us/event")
+	b.ReportMetric(float64(cpu)/float64(bareCPU), "cpu-x-bare")
+}
