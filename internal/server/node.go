@@ -21,6 +21,7 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // node is one running counterd: a mode and what every mode has around it
@@ -33,7 +34,8 @@ type node struct {
 	sec  *security   // nil without TLS, peer or gossip keys
 	auth *auth.Store // nil without --auth
 	mode mode
-	tr   traits // mode.traits(), with the replicator's metrics
+	tr   traits          // mode.traits(), with the replicator's metrics
+	tp   *tracing.Tracer // nil without --otlp-endpoint
 
 	be  contract.Backend      // mode.backend(), through rep with --peer-regions
 	qb  contract.QuotaBackend // nil without --quotas
