@@ -49,6 +49,7 @@ func openCluster(cfg Config, sec *security, quotas *quota.Config, tp *tracing.Tr
 	if err != nil {
 		return nil, err
 	}
+	ccfg.PeerDialOptions = tracing.DialOptions(tp)
 	eng, err := openEngine(cfg, log) // sets the engine's NodeID to --node-id
 	if err != nil {
 		return nil, err

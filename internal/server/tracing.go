@@ -3,9 +3,16 @@ package server
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/counterd/counterd/internal/buildinfo"
+	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/tracing"
 )
 
@@ -38,4 +45,64 @@ func closeTracing(tp *tracing.Tracer, log *slog.Logger) {
 	if err := tp.Close(ctx); err != nil {
 		log.Warn("tracing: spans not exported at shutdown", "err", err)
 	}
+}
+
+// tracedBackend puts a span around every write of the wrapped backend:
+// the engine op of an HTTP request or RESP command, whichever node
+// applies it (a cluster node forwards to the owner inside it).
+type tracedBackend struct {
+	contract.Backend
+	t *tracing.Tracer
+}
+
+// coarseTracedBackend keeps the wrapped backend's coarse clock visible
+// to the RESP event loops.
+type coarseTracedBackend struct {
+	tracedBackend
+	cc interface{ CoarseClock() *coarse.Clock }
+}
+
+func (b coarseTracedBackend) CoarseClock() *coarse.Clock { return b.cc.CoarseClock() }
+
+// traceBackend wraps be in spans when tracing is on; be itself when off.
+func traceBackend(t *tracing.Tracer, be contract.Backend) contract.Backend {
+	if t == nil {
+		return be
+	}
+	tb := tracedBackend{Backend: be, t: t}
+	if cc, ok := be.(interface{ CoarseClock() *coarse.Clock }); ok {
+		return coarseTracedBackend{tracedBackend: tb, cc: cc}
+	}
+	return tb
+}
+
+func (b tracedBackend) Apply(ctx context.Context, op contract.Op, wo contract.WriteOptions) (contract.Result, error) {
+	ctx, span := b.t.Start(ctx, "engine.apply", tracing.KindInternal)
+	if span.Recording() {
+		span.SetString("counterd.op", op.Type.String())
+		span.SetString("counterd.id", op.ID)
+	}
+	r, err := b.Backend.Apply(ctx, op, wo)
+	span.SetError(err)
+	span.End()
+	return r, err
+}
+
+func (b tracedBackend) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) ([]contract.Result, error) {
+	ctx, span := b.t.Start(ctx, "engine.apply_batch", tracing.KindInternal)
+	span.SetInt("counterd.ops", int64(len(ops)))
+	r, err := b.Backend.ApplyBatch(ctx, ops, wo)
+	span.SetError(err)
+	span.End()
+	return r, err
+}
+
+// grpcTracing are the --grpc server's tracing interceptors. Cluster and
+// region peer calls are traced only as part of a trace a peer passes on
+// (a forwarded request), not the background replication, anti-entropy
+// and lease traffic that would otherwise start a trace each.
+func grpcTracing(t *tracing.Tracer) []grpc.ServerOption {
+	return tracing.ServerOptions(t, func(method string) bool {
+		return strings.HasPrefix(method, "/"+cnode.PeerService+"/") || strings.HasPrefix(method, "/"+region.ServiceName+"/")
+	})
 }
