@@ -1,0 +1,276 @@
+package server
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+	"google.golang.org/grpc"
+
+	cnode "github.com/counterd/counterd/internal/cluster/node"
+	"github.com/counterd/counterd/internal/cluster/ring"
+)
+
+// otlpReceiver is an OTLP collector's trace service: it keeps every span
+// it is sent, with its resource's service.instance.id.
+type otlpReceiver struct {
+	collectorpb.UnimplementedTraceServiceServer
+	mu    sync.Mutex
+	spans []receivedSpan
+}
+
+type receivedSpan struct {
+	instance string
+	service  string
+	span     *tracepb.Span
+}
+
+func (r *otlpReceiver) Export(_ context.Context, req *collectorpb.ExportTraceServiceRequest) (*collectorpb.ExportTraceServiceResponse, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, rs := range req.GetResourceSpans() {
+		var inst, svc string
+		for _, kv := range rs.GetResource().GetAttributes() {
+			switch kv.GetKey() {
+			case "service.instance.id":
+				inst = kv.GetValue().GetStringValue()
+			case "service.name":
+				svc = kv.GetValue().GetStringValue()
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, s := range ss.GetSpans() {
+				r.spans = append(r.spans, receivedSpan{instance: inst, service: svc, span: s})
+			}
+		}
+	}
+	return &collectorpb.ExportTraceServiceResponse{}, nil
+}
+
+// trace is the spans received so far with trace id tid.
+func (r *otlpReceiver) trace(tid []byte) []receivedSpan {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var out []receivedSpan
+	for _, s := range r.spans {
+		if string(s.span.GetTraceId()) == string(tid) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// startReceiver serves an otlpReceiver on a loopback port.
+func startReceiver(t *testing.T) (*otlpReceiver, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rcv := &otlpReceiver{}
+	gs := grpc.NewServer()
+	collectorpb.RegisterTraceServiceServer(gs, rcv)
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return rcv, ln.Addr().String()
+}
+
+// TestTraceAcrossTwoNodes: an increment sent with a W3C traceparent to a
+// node of a three-node cluster that does not own the counter is one trace
+// at the OTLP collector, with spans from both the node it was sent to
+// (the HTTP request, the engine op, the peer call) and the owner (the
+// peer call's server span, a child of the caller's client span). The
+// nodes sample no new traces (--trace-sample-ratio 0): the request's
+// sampled flag decides (parent-based sampling).
+func TestTraceAcrossTwoNodes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a three-node cluster")
+	}
+	rcv, endpoint := startReceiver(t)
+	ids := []string{"tr1", "tr2", "tr3"}
+	gossip := make([]string, len(ids))
+	for i := range ids {
+		gossip[i] = "127.0.0.1:" + freeTCPUDPPort(t)
+	}
+	base := map[string]string{}
+	for i, id := range ids {
+		cfg := DefaultConfig()
+		cfg.Data = t.TempDir()
+		cfg.NodeID = id
+		cfg.HTTP, cfg.RESP, cfg.GRPC = "127.0.0.1:0", "", "127.0.0.1:0"
+		cfg.Gossip = gossip[i]
+		cfg.Join = strings.Join(gossip, ",")
+		cfg.ShutdownTimeout = 5 * time.Second
+		cfg.OTLPEndpoint = endpoint
+		cfg.TraceSampleRatio = 0
+		addrs := runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), need: []string{"http"}})
+		base[id] = "http://" + addrs["http"]
+	}
+	// Wait until every node has all three on its ring.
+	var st cnode.Status
+	deadline := time.Now().Add(60 * time.Second)
+	for _, id := range ids {
+		for {
+			st = clusterStatus(t, base[id])
+			alive := 0
+			for _, m := range st.Members {
+				if m.State == "alive" && m.Ownership > 0 && m.GRPC != "" {
+					alive++
+				}
+			}
+			if alive == len(ids) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s does not see three members: %+v", id, st)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	rg := ring.New(ring.Config{VirtualNodes: st.VNodes, ReplicationFactor: st.ReplicationFactor})
+	rg.Set(ids)
+	const counter = "traced:hits"
+	owner := rg.Owner(counter)
+	var via string
+	for _, id := range ids {
+		if id != owner {
+			via = id
+			break
+		}
+	}
+
+	tid, _ := hex.DecodeString("4bf92f3577b34da6a3ce929d0e0e4736")
+	parent, _ := hex.DecodeString("00f067aa0ba902b7")
+	req, _ := http.NewRequest(http.MethodPost, base[via]+"/counters/"+counter+"/increment", strings.NewReader(`{"delta": 1}`))
+	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("increment via %s (owner %s): %s", via, owner, resp.Status)
+	}
+
+	// Spans are exported about every second: poll for the owner's.
+	var spans []receivedSpan
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		spans = rcv.trace(tid)
+		if hasSpan(spans, owner, tracepb.Span_SPAN_KIND_SERVER, "/"+cnode.PeerService+"/") &&
+			hasSpan(spans, via, tracepb.Span_SPAN_KIND_CLIENT, "/"+cnode.PeerService+"/") &&
+			hasSpan(spans, via, tracepb.Span_SPAN_KIND_SERVER, "HTTP POST") && complete(spans, parent) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace %x at the collector after 30s: %s", tid, describe(spans))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("trace %x: %s", tid, describe(spans))
+	byID := map[string]receivedSpan{}
+	instances := map[string]bool{}
+	for _, s := range spans {
+		byID[string(s.span.GetSpanId())] = s
+		instances[s.instance] = true
+		if s.service != "counterd" {
+			t.Errorf("span %q: service.name %q", s.span.GetName(), s.service)
+		}
+	}
+	if !instances[via] || !instances[owner] {
+		t.Errorf("trace spans nodes %v, want %s (sent to) and %s (owner) among them", instances, via, owner)
+	}
+	var httpSpan, applySpan receivedSpan
+	for _, s := range spans {
+		switch {
+		case s.instance == via && s.span.GetName() == "HTTP POST":
+			httpSpan = s
+		case s.instance == via && s.span.GetName() == "engine.apply":
+			applySpan = s
+		}
+	}
+	if httpSpan.span == nil || string(httpSpan.span.GetParentSpanId()) != string(parent) {
+		t.Fatalf("HTTP span's parent is not the request's traceparent: %s", describe(spans))
+	}
+	if applySpan.span == nil || string(applySpan.span.GetParentSpanId()) != string(httpSpan.span.GetSpanId()) {
+		t.Fatalf("engine.apply is not a child of the HTTP span: %s", describe(spans))
+	}
+	// Every peer call's server span is the child of the calling node's
+	// client span of the same call (the owner may call its replicas in
+	// turn); the owner's is a call from the engine op of the node the
+	// request was sent to.
+	fromApply := false
+	for _, s := range spans {
+		if s.span.GetEndTimeUnixNano() < s.span.GetStartTimeUnixNano() || s.span.GetStartTimeUnixNano() == 0 {
+			t.Errorf("span %q: start %d, end %d", s.span.GetName(), s.span.GetStartTimeUnixNano(), s.span.GetEndTimeUnixNano())
+		}
+		if s.span.GetKind() != tracepb.Span_SPAN_KIND_SERVER || !strings.HasPrefix(s.span.GetName(), "/"+cnode.PeerService+"/") {
+			continue
+		}
+		client, ok := byID[string(s.span.GetParentSpanId())]
+		if !ok || client.instance == s.instance || client.span.GetKind() != tracepb.Span_SPAN_KIND_CLIENT || client.span.GetName() != s.span.GetName() {
+			t.Errorf("%s span %q: parent is not another node's client span of the same call: %s", s.instance, s.span.GetName(), describe(spans))
+			continue
+		}
+		if s.instance == owner && client.instance == via && string(client.span.GetParentSpanId()) == string(applySpan.span.GetSpanId()) {
+			fromApply = true
+		}
+	}
+	if !fromApply {
+		t.Errorf("no peer call from %s's engine op served by the owner %s: %s", via, owner, describe(spans))
+	}
+}
+
+func hasSpan(spans []receivedSpan, instance string, kind tracepb.Span_SpanKind, namePrefix string) bool {
+	for _, s := range spans {
+		if s.instance == instance && s.span.GetKind() == kind && strings.HasPrefix(s.span.GetName(), namePrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+// complete reports whether every span's parent has arrived too (root: the
+// request's own parent), as nodes export on their own schedules.
+func complete(spans []receivedSpan, root []byte) bool {
+	ids := map[string]bool{string(root): true}
+	for _, s := range spans {
+		ids[string(s.span.GetSpanId())] = true
+	}
+	for _, s := range spans {
+		if !ids[string(s.span.GetParentSpanId())] {
+			return false
+		}
+	}
+	return true
+}
+
+func describe(spans []receivedSpan) string {
+	var b strings.Builder
+	for _, s := range spans {
+		fmt.Fprintf(&b, "\n  %s %s %v span=%x parent=%x", s.instance, s.span.GetName(), s.span.GetKind(), s.span.GetSpanId(), s.span.GetParentSpanId())
+	}
+	return b.String()
+}
+
+func clusterStatus(t *testing.T, base string) cnode.Status {
+	t.Helper()
+	resp, err := http.Get(base + "/cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st cnode.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
