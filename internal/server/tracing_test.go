@@ -70,7 +70,7 @@ func (r *otlpReceiver) trace(tid []byte) []receivedSpan {
 }
 
 // startReceiver serves an otlpReceiver on a loopback port.
-func startReceiver(t *testing.T) (*otlpReceiver, string) {
+func startReceiver(t testing.TB) (*otlpReceiver, string) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
