@@ -103,7 +103,7 @@ func parseEndpoint(endpoint string) (scheme, host, path string, err error) {
 		raw = "grpc://" + raw
 	}
 	u, perr := url.Parse(raw)
-	if perr != nil || u.Host == "" || u.Port() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+	if perr != nil || u.Hostname() == "" || u.Port() == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
 		return "", "", "", fmt.Errorf("%w %q: want host:port, grpc://host:port, grpcs://host:port or http(s)://host:port[/path]", ErrEndpoint, endpoint)
 	}
 	switch u.Scheme {
