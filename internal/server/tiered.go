@@ -42,6 +42,8 @@ func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, tp *traci
 		SnapshotInterval:     cfg.SnapshotInterval,
 		AuditNamespaces:      splitList(cfg.AuditNamespaces),
 		Logger:               log,
+		Redis:                redisTracing(tp),
+		Postgres:             postgresTracing(tp),
 	})
 	if err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/buildinfo"
@@ -13,6 +14,8 @@ import (
 	"github.com/counterd/counterd/internal/coarse"
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/store/postgres"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
 	"github.com/counterd/counterd/internal/tracing"
 )
 
@@ -105,4 +108,21 @@ func grpcTracing(t *tracing.Tracer) []grpc.ServerOption {
 	return tracing.ServerOptions(t, func(method string) bool {
 		return strings.HasPrefix(method, "/"+cnode.PeerService+"/") || strings.HasPrefix(method, "/"+region.ServiceName+"/")
 	})
+}
+
+// redisTracing is the tiered Redis store's options with the tracing hook.
+func redisTracing(t *tracing.Tracer) redisstore.Options {
+	if t == nil {
+		return redisstore.Options{}
+	}
+	return redisstore.Options{Hooks: []redis.Hook{tracing.RedisHook(t)}}
+}
+
+// postgresTracing is the tiered PostgreSQL store's options with the
+// tracing tracer.
+func postgresTracing(t *tracing.Tracer) postgres.Options {
+	if t == nil {
+		return postgres.Options{}
+	}
+	return postgres.Options{Tracer: tracing.PGTracer(t)}
 }
