@@ -18,6 +18,8 @@ import (
 
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/testutil/pgtest"
+	"github.com/counterd/counterd/internal/testutil/redistest"
 )
 
 // otlpReceiver is an OTLP collector's trace service: it keeps every span
@@ -273,4 +275,79 @@ func clusterStatus(t *testing.T, base string) cnode.Status {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// TestTraceTiered: in tiered mode, requests that carry a trace context
+// have client spans for the Redis commands and PostgreSQL statements
+// they make, children of their engine op or HTTP span.
+func TestTraceTiered(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts Redis and PostgreSQL")
+	}
+	rcv, endpoint := startReceiver(t)
+	cfg := DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.NodeID = "tiered1"
+	cfg.Redis = redistest.New(t).URL
+	cfg.Postgres = pgtest.StartServer(t).DSN(t)
+	cfg.HTTP, cfg.RESP, cfg.GRPC = "127.0.0.1:0", "", ""
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.OTLPEndpoint = endpoint
+	cfg.TraceSampleRatio = 0
+	addrs := runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), need: []string{"http"}})
+	base := "http://" + addrs["http"]
+
+	tid, _ := hex.DecodeString("0af7651916cd43dd8448eb211c80319c")
+	send := func(method, path, body string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, base+path, strings.NewReader(body))
+		req.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode/100 != 2 {
+			t.Fatalf("%s %s: %s", method, path, resp.Status)
+		}
+	}
+	send(http.MethodPost, "/counters/tiered:a/increment", `{"delta": 2}`)
+	send(http.MethodGet, "/counters/tiered:a", "")
+	send(http.MethodPut, "/counters/tiered:b", `{"value": 5}`)
+	send(http.MethodGet, "/counters/tiered:b", "")
+
+	var spans []receivedSpan
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		spans = rcv.trace(tid)
+		if hasSpan(spans, "tiered1", tracepb.Span_SPAN_KIND_CLIENT, "redis ") && hasSpan(spans, "tiered1", tracepb.Span_SPAN_KIND_CLIENT, "postgresql ") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no Redis and PostgreSQL client spans in trace %x after 30s: %s", tid, describe(spans))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("trace %x: %s", tid, describe(spans))
+	byID := map[string]receivedSpan{}
+	for _, s := range spans {
+		byID[string(s.span.GetSpanId())] = s
+	}
+	for _, s := range spans {
+		name := s.span.GetName()
+		if !strings.HasPrefix(name, "redis ") && !strings.HasPrefix(name, "postgresql ") {
+			continue
+		}
+		sys := ""
+		for _, kv := range s.span.GetAttributes() {
+			if kv.GetKey() == "db.system" {
+				sys = kv.GetValue().GetStringValue()
+			}
+		}
+		if want := strings.Fields(name)[0]; sys != want {
+			t.Errorf("span %q: db.system %q", name, sys)
+		}
+		if _, ok := byID[string(s.span.GetParentSpanId())]; !ok {
+			t.Errorf("span %q: its parent is not a span of the request", name)
+		}
+	}
 }
