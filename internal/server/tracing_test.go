@@ -5,21 +5,31 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kfake"
 	collectorpb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/engine"
+	"github.com/counterd/counterd/internal/pipeline"
+	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/testutil/pgtest"
 	"github.com/counterd/counterd/internal/testutil/redistest"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // otlpReceiver is an OTLP collector's trace service: it keeps every span
@@ -349,5 +359,79 @@ func TestTraceTiered(t *testing.T) {
 		if _, ok := byID[string(s.span.GetParentSpanId())]; !ok {
 			t.Errorf("span %q: its parent is not a span of the request", name)
 		}
+	}
+}
+
+// TestTracePipeline: with a stream, each batch consumed is a trace: a
+// consumer span from the poll to the commit, its apply a child span.
+func TestTracePipeline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a Kafka (kfake) pipeline")
+	}
+	rcv, endpoint := startReceiver(t)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
+	if err := os.WriteFile(rulesPath, []byte("rules:\n  - name: views\n    counter: '\"views:\" + event.post'\n    add: '1'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tp, err := tracing.Open(tracing.Config{Endpoint: endpoint, SampleRatio: 1, Service: "counterd", Instance: "p1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tp.Close(context.Background())
+	ecfg := engine.DefaultConfig()
+	ecfg.InMemory = true
+	e, err := engine.Open(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	p, err := pipeline.Open(context.Background(), pipeline.Config{
+		Kafka:  stream.KafkaConfig{Brokers: kc.ListenAddrs(), Topic: "traced", DeadTopic: "traced-dead", Partitions: 1},
+		Rules:  rulesPath,
+		Tracer: tp,
+	}, engine.Local(e), nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		_, err := p.AddEvents(context.Background(), []byte(`{"id":"e1","type":"view","ts":`+strconv.FormatInt(time.Now().UnixMilli(), 10)+`,"post":"p"}`))
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("AddEvents: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for {
+		var consume, apply *receivedSpan
+		rcv.mu.Lock()
+		all := slices.Clone(rcv.spans)
+		rcv.mu.Unlock()
+		for i, s := range all {
+			switch {
+			case strings.HasPrefix(s.span.GetName(), "stream consume ") && s.span.GetKind() == tracepb.Span_SPAN_KIND_CONSUMER:
+				consume = &all[i]
+			case s.span.GetName() == "pipeline.apply":
+				apply = &all[i]
+			}
+		}
+		if consume != nil && apply != nil {
+			if string(apply.span.GetParentSpanId()) != string(consume.span.GetSpanId()) || string(apply.span.GetTraceId()) != string(consume.span.GetTraceId()) {
+				t.Fatalf("pipeline.apply is not a child of %q: %s", consume.span.GetName(), describe(all))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no consume and apply spans after 60s: %s", describe(all))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
