@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"encoding/json"
@@ -24,6 +25,7 @@ import (
 
 	cnode "github.com/counterd/counterd/internal/cluster/node"
 	"github.com/counterd/counterd/internal/cluster/ring"
+	"github.com/counterd/counterd/internal/coarse"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/pipeline/stream"
@@ -431,6 +433,98 @@ func TestTracePipeline(t *testing.T) {
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no consume and apply spans after 60s: %s", describe(all))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTracingOffAddsNothing: without --otlp-endpoint the front ends are
+// built exactly as without tracing: the HTTP handler and the backend are
+// not wrapped, no gRPC interceptor or dial option is added, and the
+// cluster and tiered stores get no hook (the RESP server checks one nil
+// pointer per command).
+func TestTracingOffAddsNothing(t *testing.T) {
+	var tp *tracing.Tracer
+	h := http.NotFoundHandler()
+	if got := tracing.HTTPHandler(tp, h); fmt.Sprintf("%p", got) != fmt.Sprintf("%p", h) {
+		t.Error("HTTP handler wrapped with tracing off")
+	}
+	ecfg := engine.DefaultConfig()
+	ecfg.InMemory = true
+	e, err := engine.Open(ecfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	be := engine.Local(e)
+	if got := traceBackend(tp, be); got != be {
+		t.Errorf("backend wrapped with tracing off: %T", got)
+	}
+	if len(grpcTracing(tp)) != 0 || len(tracing.DialOptions(tp)) != 0 {
+		t.Error("gRPC options added with tracing off")
+	}
+	if len(redisTracing(tp).Hooks) != 0 || postgresTracing(tp).Tracer != nil {
+		t.Error("store hooks added with tracing off")
+	}
+	// On, the backend keeps the coarse clock the RESP event loops use.
+	on, err := tracing.Open(tracing.Config{Endpoint: "127.0.0.1:1", SampleRatio: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer on.Close(context.Background())
+	_, had := any(be).(interface{ CoarseClock() *coarse.Clock })
+	_, has := traceBackend(on, be).(interface{ CoarseClock() *coarse.Clock })
+	if !had || !has {
+		t.Errorf("coarse clock: backend %v, traced backend %v", had, has)
+	}
+}
+
+// TestTraceRESP: a Redis-protocol command is a server span of its own
+// trace, its engine op a child span, on a node sampling every trace.
+func TestTraceRESP(t *testing.T) {
+	rcv, endpoint := startReceiver(t)
+	cfg := DefaultConfig()
+	cfg.Data = t.TempDir()
+	cfg.NodeID = "resp1"
+	cfg.HTTP, cfg.RESP, cfg.GRPC = "127.0.0.1:0", "127.0.0.1:0", ""
+	cfg.ShutdownTimeout = 5 * time.Second
+	cfg.OTLPEndpoint = endpoint
+	addrs := runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), need: []string{"http", "resp"}})
+	conn, err := net.DialTimeout("tcp", addrs["resp"], 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	if _, err := conn.Write([]byte("*3\r\n$6\r\nINCRBY\r\n$8\r\nresp:hit\r\n$1\r\n3\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil || reply != ":3\r\n" {
+		t.Fatalf("INCRBY: %q, %v", reply, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		rcv.mu.Lock()
+		all := slices.Clone(rcv.spans)
+		rcv.mu.Unlock()
+		var cmd, apply *receivedSpan
+		for i, s := range all {
+			switch s.span.GetName() {
+			case "RESP incrby":
+				cmd = &all[i]
+			case "engine.apply":
+				apply = &all[i]
+			}
+		}
+		if cmd != nil && apply != nil {
+			if cmd.span.GetKind() != tracepb.Span_SPAN_KIND_SERVER || len(cmd.span.GetParentSpanId()) != 0 ||
+				string(apply.span.GetParentSpanId()) != string(cmd.span.GetSpanId()) || cmd.instance != "resp1" {
+				t.Fatalf("RESP spans: %s", describe(all))
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no RESP command and engine spans after 30s: %s", describe(all))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
