@@ -205,8 +205,8 @@ func (c *Config) Validate() error {
 	if err := c.validateProtectedMode(); err != nil {
 		return err
 	}
-	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
-		return fmt.Errorf("server: --trace-sample-ratio must be between 0 and 1, not %v", c.TraceSampleRatio)
+	if err := c.validateTracing(); err != nil { // tracing.go
+		return err
 	}
 	if err := c.validateTLS(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -18,6 +19,19 @@ import (
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 	"github.com/counterd/counterd/internal/tracing"
 )
+
+// validateTracing checks --otlp-endpoint and --trace-sample-ratio.
+func (c *Config) validateTracing() error {
+	if !(c.TraceSampleRatio >= 0 && c.TraceSampleRatio <= 1) {
+		return fmt.Errorf("server: --trace-sample-ratio must be between 0 and 1, not %v", c.TraceSampleRatio)
+	}
+	if c.OTLPEndpoint != "" {
+		if err := tracing.CheckEndpoint(c.OTLPEndpoint); err != nil {
+			return fmt.Errorf("server: --otlp-endpoint: %w", err)
+		}
+	}
+	return nil
+}
 
 // openTracing starts the node's tracer provider: nil (tracing off)
 // without --otlp-endpoint.

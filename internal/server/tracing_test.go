@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -527,5 +530,51 @@ func TestTraceRESP(t *testing.T) {
 			t.Fatalf("no RESP command and engine spans after 30s: %s", describe(all))
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTracingFlags: --otlp-endpoint and --trace-sample-ratio are checked
+// before the node starts, with errors naming the flag; the environment
+// and --config set them like every flag.
+func TestTracingFlags(t *testing.T) {
+	for _, tc := range []struct {
+		endpoint string
+		ratio    float64
+		want     string
+	}{
+		{"127.0.0.1:4317", 0.5, ""},
+		{"http://collector:4318/v1/traces", 1, ""},
+		{"grpcs://collector:4317", 0, ""},
+		{"", 1.5, "--trace-sample-ratio must be between 0 and 1"},
+		{"", math.NaN(), "--trace-sample-ratio must be between 0 and 1"},
+		{"collector", 1, "--otlp-endpoint: tracing: invalid OTLP endpoint"},
+		{"ftp://collector:21", 1, "unknown scheme"},
+	} {
+		c := DefaultConfig()
+		c.OTLPEndpoint, c.TraceSampleRatio = tc.endpoint, tc.ratio
+		err := c.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%q ratio %v: %v, want %q", tc.endpoint, tc.ratio, err, tc.want)
+		}
+		if tc.want != "" && tc.endpoint != "" && !errors.Is(err, tracing.ErrEndpoint) {
+			t.Errorf("%q: %v does not wrap tracing.ErrEndpoint", tc.endpoint, err)
+		}
+	}
+	t.Setenv("COUNTERD_OTLP_ENDPOINT", "127.0.0.1:4317")
+	t.Setenv("COUNTERD_TRACE_SAMPLE_RATIO", "0.25")
+	c := DefaultConfig()
+	fs := flag.NewFlagSet("counterd", flag.ContinueOnError)
+	c.BindFlags(fs)
+	if err := fs.Parse(nil); err != nil || c.EnvErr() != nil {
+		t.Fatal(err, c.EnvErr())
+	}
+	if c.OTLPEndpoint != "127.0.0.1:4317" || c.TraceSampleRatio != 0.25 {
+		t.Fatalf("from the environment: %q %v", c.OTLPEndpoint, c.TraceSampleRatio)
+	}
+	t.Setenv("COUNTERD_TRACE_SAMPLE_RATIO", "half")
+	c = DefaultConfig()
+	c.BindFlags(flag.NewFlagSet("counterd", flag.ContinueOnError))
+	if err := c.EnvErr(); err == nil || !strings.Contains(err.Error(), "COUNTERD_TRACE_SAMPLE_RATIO") {
+		t.Fatalf("bad ratio in the environment: %v", err)
 	}
 }

@@ -95,6 +95,13 @@ func ratioThreshold(ratio float64) uint64 {
 	return uint64(ratio * (1 << 63))
 }
 
+// CheckEndpoint reports whether endpoint is one Open accepts; the error
+// wraps ErrEndpoint.
+func CheckEndpoint(endpoint string) error {
+	_, _, _, err := parseEndpoint(endpoint)
+	return err
+}
+
 // parseEndpoint splits an endpoint into its scheme (grpc, grpcs, http,
 // https), host:port and, for HTTP, path.
 func parseEndpoint(endpoint string) (scheme, host, path string, err error) {
