@@ -16,7 +16,7 @@ func HTTPHandler(t *Tracer, next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx := ContextWithRemote(r.Context(), Extract(r.Header.Get))
-		ctx, span := t.Start(ctx, "HTTP "+r.Method, KindServer)
+		ctx, span := t.Start(ctx, spanName(r.Method), KindServer)
 		if !span.Recording() {
 			next.ServeHTTP(w, r.WithContext(ctx))
 			return
@@ -70,4 +70,25 @@ func (w *statusWriter) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 		return h.Hijack()
 	}
 	return nil, nil, errors.New("tracing: the response writer cannot be hijacked")
+}
+
+// spanName is "HTTP <method>", without allocating for the usual methods.
+func spanName(method string) string {
+	switch method {
+	case http.MethodGet:
+		return "HTTP GET"
+	case http.MethodPost:
+		return "HTTP POST"
+	case http.MethodPut:
+		return "HTTP PUT"
+	case http.MethodDelete:
+		return "HTTP DELETE"
+	case http.MethodPatch:
+		return "HTTP PATCH"
+	case http.MethodHead:
+		return "HTTP HEAD"
+	case http.MethodOptions:
+		return "HTTP OPTIONS"
+	}
+	return "HTTP " + method
 }

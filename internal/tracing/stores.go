@@ -9,9 +9,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The stores' spans are client spans of the request that made the call:
-// a call outside any trace (the write-behind, the pipelined Redis
-// writes, maintenance) starts none.
+// The stores' spans are client spans of the sampled request that made
+// the call: a call outside any trace (the write-behind, the pipelined
+// Redis writes, maintenance) or in an unsampled one starts none.
 
 // RedisHook is a go-redis hook that puts a client span around every
 // command and pipeline sent within a trace; nil on a nil *Tracer.
@@ -28,7 +28,7 @@ func (redisHook) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if !FromContext(ctx).Valid() {
+		if !FromContext(ctx).Sampled {
 			return next(ctx, cmd)
 		}
 		ctx, span := h.t.Start(ctx, "redis "+cmd.Name(), KindClient)
@@ -45,7 +45,7 @@ func (h redisHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (h redisHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if !FromContext(ctx).Valid() {
+		if !FromContext(ctx).Sampled {
 			return next(ctx, cmds)
 		}
 		ctx, span := h.t.Start(ctx, "redis pipeline", KindClient)
@@ -83,7 +83,7 @@ type pgSpanKey struct{}
 const maxStatement = 256
 
 func (p pgTracer) start(ctx context.Context, op, sql string) context.Context {
-	if !FromContext(ctx).Valid() {
+	if !FromContext(ctx).Sampled {
 		return ctx
 	}
 	ctx, span := p.t.Start(ctx, "postgresql "+op, KindClient)
@@ -105,6 +105,9 @@ func (pgTracer) end(ctx context.Context, err error) {
 }
 
 func (p pgTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	if !FromContext(ctx).Sampled {
+		return ctx
+	}
 	return p.start(ctx, sqlOperation(d.SQL), d.SQL)
 }
 

@@ -208,8 +208,14 @@ func (t *Tracer) Start(ctx context.Context, name string, kind Kind) (context.Con
 	if t == nil {
 		return ctx, nil
 	}
+	p := spanFrom(ctx)
+	if p != nil && p.t != nil && !p.sc.Sampled {
+		// Within a local unsampled span nothing is recorded: the span is
+		// its parent's (same context passed on), at no cost.
+		return ctx, p
+	}
 	s := &Span{t: t, name: name, kind: kind}
-	if p := spanFrom(ctx); p != nil && p.sc.Valid() {
+	if p != nil && p.sc.Valid() {
 		s.sc.TraceID, s.parent = p.sc.TraceID, p.sc.SpanID
 		s.sc.Sampled, s.sc.State = p.sc.Sampled, p.sc.State
 		s.parentRemote = p.sc.Remote
@@ -234,6 +240,14 @@ func (s *Span) Context() SpanContext {
 
 // Recording reports whether the span records attributes (it is sampled).
 func (s *Span) Recording() bool { return s != nil && s.sc.Sampled && s.t != nil }
+
+// SetName renames the span (a name known only once it is sampled costs
+// nothing otherwise).
+func (s *Span) SetName(name string) {
+	if s.Recording() {
+		s.name = name
+	}
+}
 
 // SetString sets a string attribute.
 func (s *Span) SetString(key, value string) {

@@ -183,9 +183,14 @@ func TestSampling(t *testing.T) {
 		if s.Context().Sampled != flag || s.Context().TraceID != sc.TraceID || s.parent != sc.SpanID || !s.parentRemote {
 			t.Errorf("child of %+v: %+v", sc, s)
 		}
-		_, g := never.Start(ctx, "grandchild", KindInternal)
-		if g.Context().Sampled != flag || g.parent != s.Context().SpanID || g.parentRemote {
+		gctx, g := never.Start(ctx, "grandchild", KindInternal)
+		if flag && (!g.Context().Sampled || g.parent != s.Context().SpanID || g.parentRemote) {
 			t.Errorf("grandchild: %+v", g)
+		}
+		// Within an unsampled local span, a child costs nothing: it is
+		// the same span and context.
+		if !flag && (g != s || gctx != ctx) {
+			t.Errorf("unsampled grandchild: %+v, want its parent", g)
 		}
 	}
 	if _, s := never.Start(context.Background(), "root", KindServer); s.Context().Sampled {

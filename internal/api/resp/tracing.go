@@ -8,8 +8,9 @@ import "github.com/counterd/counterd/internal/tracing"
 // --trace-sample-ratio).
 func (s *Server) runTraced(c *client, cmd *command, args [][]byte) {
 	parent := c.ctx
-	ctx, span := s.opts.Tracer.Start(parent, "RESP "+cmd.name, tracing.KindServer)
+	ctx, span := s.opts.Tracer.Start(parent, "RESP", tracing.KindServer)
 	if span.Recording() {
+		span.SetName("RESP " + cmd.name)
 		span.SetString("db.system", "redis")
 		span.SetString("db.operation.name", cmd.name)
 	}
