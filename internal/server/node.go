@@ -75,6 +75,7 @@ func (n *node) open(ctx context.Context) error {
 	n.reg.MustRegister(n.tr.collectors...)
 	countAuthFailures(n.auth, n.reg)
 	n.reg.MustRegister(buildInfoGauge())
+	n.reg.MustRegister(tracingCollectors(n.tp)...)
 	n.pl, err = openPipeline(ctx, n.cfg, n.be, n.tp, n.reg, n.log)
 	return err
 }

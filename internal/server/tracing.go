@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 
@@ -50,6 +51,19 @@ func openTracing(cfg Config, log *slog.Logger) (*tracing.Tracer, error) {
 		log.Info("tracing on", "otlp_endpoint", cfg.OTLPEndpoint, "sample_ratio", cfg.TraceSampleRatio)
 	}
 	return tp, nil
+}
+
+// tracingCollectors are the tracer's metrics; none with tracing off.
+func tracingCollectors(t *tracing.Tracer) []prometheus.Collector {
+	if t == nil {
+		return nil
+	}
+	return []prometheus.Collector{
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "counterd_trace_spans_exported_total",
+			Help: "Spans the OTLP collector (--otlp-endpoint) accepted."}, func() float64 { return float64(t.Exported()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "counterd_trace_spans_dropped_total",
+			Help: "Spans lost: the export queue was full or an export to the collector failed."}, func() float64 { return float64(t.Dropped()) }),
+	}
 }
 
 // closeTracing exports the spans still buffered, for at most 5 s.

@@ -8,12 +8,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -524,10 +526,27 @@ func TestTraceRESP(t *testing.T) {
 				string(apply.span.GetParentSpanId()) != string(cmd.span.GetSpanId()) || cmd.instance != "resp1" {
 				t.Fatalf("RESP spans: %s", describe(all))
 			}
-			return
+			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no RESP command and engine spans after 30s: %s", describe(all))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	// The node counts what it exported.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		resp, err := http.Get("http://" + addrs["http"] + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		m := regexp.MustCompile(`(?m)^counterd_trace_spans_exported_total (\d+)$`).FindSubmatch(body)
+		if m != nil && string(m[1]) != "0" && strings.Contains(string(body), "counterd_trace_spans_dropped_total 0") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("trace metrics: %q", m)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -51,6 +51,7 @@ type batcher struct {
 	stopOnce sync.Once
 	closed   atomic.Bool
 	dropped  atomic.Uint64
+	exported atomic.Uint64
 	// flushNow asks the loop for an export before the interval.
 	flushNow chan struct{}
 }
@@ -124,7 +125,9 @@ func (b *batcher) export(ctx context.Context, batch []*Span) {
 	defer cancel()
 	if err := b.out.send(ctx, encodeRequest(b.res, batch)); err != nil {
 		b.dropped.Add(uint64(len(batch)))
+		return
 	}
+	b.exported.Add(uint64(len(batch)))
 }
 
 // close stops the loop, then exports what is queued until ctx is done.

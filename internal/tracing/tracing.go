@@ -138,6 +138,14 @@ func (t *Tracer) Close(ctx context.Context) error {
 	return t.exp.close(ctx)
 }
 
+// Exported is the number of spans the collector accepted.
+func (t *Tracer) Exported() uint64 {
+	if t == nil {
+		return 0
+	}
+	return t.exp.exported.Load()
+}
+
 // Dropped is the number of spans lost: the export queue was full or an
 // export failed.
 func (t *Tracer) Dropped() uint64 {

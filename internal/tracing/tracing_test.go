@@ -294,8 +294,8 @@ func TestHTTPExport(t *testing.T) {
 	if strings.Join(names, ",") != "opa,opb,opc" {
 		t.Fatalf("collector received %v", names)
 	}
-	if tr.Dropped() != 0 {
-		t.Fatalf("%d dropped", tr.Dropped())
+	if tr.Dropped() != 0 || tr.Exported() != 3 {
+		t.Fatalf("%d dropped, %d exported", tr.Dropped(), tr.Exported())
 	}
 	// After Close, spans are dropped and counted.
 	_, s := tr.Start(context.Background(), "late", KindInternal)
@@ -325,5 +325,28 @@ func TestHTTPHandler(t *testing.T) {
 	}
 	if inner.TraceID.String() != "4bf92f3577b34da6a3ce929d0e0e4736" || inner.Sampled || inner.SpanID.String() == "00f067aa0ba902b7" {
 		t.Fatalf("handler's context: %+v (unsampled parent: unsampled child with its own id)", inner)
+	}
+}
+
+// TestExportFailureDrops: spans a collector refuses are dropped and
+// counted; the tracer never blocks on it.
+func TestExportFailureDrops(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "overloaded", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	tr, err := Open(Config{Endpoint: srv.URL + "/otlp", SampleRatio: 1, BatchTimeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		_, s := tr.Start(context.Background(), "op", KindInternal)
+		s.End()
+	}
+	if err := tr.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Dropped() != 5 || tr.Exported() != 0 {
+		t.Fatalf("%d dropped, %d exported", tr.Dropped(), tr.Exported())
 	}
 }
