@@ -131,6 +131,9 @@ func TestTraceAcrossTwoNodes(t *testing.T) {
 		cfg.ShutdownTimeout = 5 * time.Second
 		cfg.OTLPEndpoint = endpoint
 		cfg.TraceSampleRatio = 0
+		// Failure detection in seconds, not 0.6 s: on a loaded machine
+		// the ring must not move under the test.
+		cfg.ClusterTiming = "lan"
 		addrs := runNode(t, cfg, &listenCapture{addrs: map[string]string{}, ready: make(chan struct{}), need: []string{"http"}})
 		base[id] = "http://" + addrs["http"]
 	}
@@ -169,15 +172,23 @@ func TestTraceAcrossTwoNodes(t *testing.T) {
 
 	tid, _ := hex.DecodeString("4bf92f3577b34da6a3ce929d0e0e4736")
 	parent, _ := hex.DecodeString("00f067aa0ba902b7")
-	req, _ := http.NewRequest(http.MethodPost, base[via]+"/counters/"+counter+"/increment", strings.NewReader(`{"delta": 1}`))
-	req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("increment via %s (owner %s): %s", via, owner, resp.Status)
+	// One increment; retried (in the same trace) only if the owner was
+	// briefly unavailable, as a client would.
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		req, _ := http.NewRequest(http.MethodPost, base[via]+"/counters/"+counter+"/increment", strings.NewReader(`{"delta": 1}`))
+		req.Header.Set("traceparent", "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK {
+			break
+		}
+		if resp.StatusCode != http.StatusServiceUnavailable || time.Now().After(deadline) {
+			t.Fatalf("increment via %s (owner %s): %s", via, owner, resp.Status)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	// Spans are exported about every second: poll for the owner's.
