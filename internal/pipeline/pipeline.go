@@ -29,6 +29,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // Config is the pipeline part of counterd's configuration.
@@ -57,6 +58,9 @@ type Config struct {
 	// stream) across restarts; counterd uses events-dead.ndjson in its
 	// data directory. Empty: they are only answered and logged.
 	DeadLetterFile string
+	// Tracer, when set, traces each batch consumed from the stream and
+	// its apply (consumer.Applier.SetTracer); default nil: none.
+	Tracer *tracing.Tracer
 }
 
 // Enabled reports whether the config asks for the pipeline at all.
@@ -115,6 +119,7 @@ func Open(ctx context.Context, cfg Config, be contract.Backend, reg prometheus.R
 			return nil, err
 		}
 		p.applier.SetEventTime(consumer.EventTime{AllowedLateness: cfg.AllowedLateness, MaxSkew: cfg.MaxSkew})
+		p.applier.SetTracer(cfg.Tracer)
 	}
 	var sink collector.Sink
 	rctx, cancel := context.WithCancel(context.Background())

@@ -15,6 +15,7 @@ import (
 
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/shed"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // ForwardedHeader marks a check that a Router forwarded to the owner of its
@@ -309,6 +310,8 @@ func (r *Router) forward(ctx context.Context, addr string, hits []Hit, out []Sta
 	if tok := auth.TokenFromContext(ctx); tok != "" {
 		req.Header.Set("Authorization", "Bearer "+tok)
 	}
+	// Within a trace, the owner's HTTP span is a child of this request's.
+	tracing.InjectHTTP(req.Header, tracing.FromContext(ctx))
 	// Waiting for the owner is I/O: the request's admission slot goes to
 	// the next request meanwhile (shed.IOWait).
 	defer shed.IOWait(ctx).Resume()

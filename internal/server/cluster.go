@@ -17,6 +17,7 @@ import (
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // clusterMode is a member of a peer cluster (--join): gossip membership,
@@ -35,7 +36,7 @@ type clusterMode struct {
 // openCluster opens the engine and the cluster node. Gossip starts in
 // start, once the listeners are bound, so peers learn the actual
 // addresses.
-func openCluster(cfg Config, sec *security, quotas *quota.Config, log *slog.Logger) (*clusterMode, error) {
+func openCluster(cfg Config, sec *security, quotas *quota.Config, tp *tracing.Tracer, log *slog.Logger) (*clusterMode, error) {
 	if cfg.GRPC == "" {
 		return nil, fmt.Errorf("server: cluster mode (--join) needs --grpc for peer traffic")
 	}
@@ -48,6 +49,7 @@ func openCluster(cfg Config, sec *security, quotas *quota.Config, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	ccfg.PeerDialOptions = tracing.DialOptions(tp)
 	eng, err := openEngine(cfg, log) // sets the engine's NodeID to --node-id
 	if err != nil {
 		return nil, err

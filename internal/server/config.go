@@ -58,6 +58,12 @@ type Config struct {
 	NodeStatsInterval time.Duration
 	LogLevel          string // --log-level: debug, info, warn, error (default info)
 	LogFormat         string // --log-format: text or json (default text)
+	// OTLPEndpoint: --otlp-endpoint, the OpenTelemetry collector spans are
+	// exported to (default none: tracing off; docs/tracing.md).
+	OTLPEndpoint string
+	// TraceSampleRatio: --trace-sample-ratio, the share of new traces
+	// sampled; requests with a trace context follow it (default 1).
+	TraceSampleRatio float64
 	// ConfigFile: --config, a YAML file of settings keyed by flag name,
 	// applied by ApplyConfigFile below flags and environment (default none).
 	ConfigFile string
@@ -150,6 +156,7 @@ func DefaultConfig() Config {
 		ShutdownTimeout:      10 * time.Second,
 		LogLevel:             "info",
 		LogFormat:            "text",
+		TraceSampleRatio:     1,
 
 		Admin:                 "127.0.0.1:6060",
 		HTTPReadHeaderTimeout: 5 * time.Second,
@@ -211,6 +218,9 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("server: --log-format must be text or json, not %q", c.LogFormat)
 	}
 	if err := c.validateProtectedMode(); err != nil {
+		return err
+	}
+	if err := c.validateTracing(); err != nil { // tracing.go
 		return err
 	}
 	if err := c.validateTLS(); err != nil {
@@ -359,6 +369,8 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.TrustedProxies, "trusted-proxies", "CIDRs (or addresses) of proxies whose X-Forwarded-For or Forwarded header names the client, for per-client admission, comma-separated (default none: the peer address is the client)")
 	str(&c.LogLevel, "log-level", "debug, info, warn or error")
 	str(&c.LogFormat, "log-format", "text or json")
+	str(&c.OTLPEndpoint, "otlp-endpoint", "OpenTelemetry collector to export traces to: host:port or grpc://host:port (OTLP gRPC), grpcs://host:port (gRPC over TLS), http(s)://host:port[/v1/traces] (OTLP/HTTP) (default none: tracing off; docs/tracing.md)")
+	fs.Float64Var(&c.TraceSampleRatio, "trace-sample-ratio", envParse(c, "trace-sample-ratio", c.TraceSampleRatio, func(s string) (float64, error) { return strconv.ParseFloat(s, 64) }), "share of new traces sampled, 0 to 1; a request carrying a W3C traceparent follows its sampled flag")
 	str(&c.ConfigFile, "config", "YAML file of settings, keys are flag names (docs/operations.md, Configuration)")
 	// security: auth
 	str(&c.Auth, "auth", "tokens file (YAML, docs/security.md); SIGHUP reloads it")

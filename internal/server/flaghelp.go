@@ -31,7 +31,7 @@ var flagGroups = []struct {
 		"resp-max-bulk", "resp-max-command", "resp-query-buffer-total", "resp-max-args",
 		"max-inflight", "max-queue", "max-queue-wait", "max-queue-per-client", "http-admission",
 		"shed-rate-per-client", "max-conns-per-client", "max-busy-conns-per-client"}},
-	{"Logging and operation", []string{"config", "log-level", "log-format", "pprof", "version"}},
+	{"Logging and operation", []string{"config", "log-level", "log-format", "pprof", "otlp-endpoint", "trace-sample-ratio", "version"}},
 }
 
 // PrintUsage writes counterd --help: the flags grouped by topic, each

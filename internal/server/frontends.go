@@ -14,6 +14,7 @@ import (
 	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
+	"github.com/counterd/counterd/internal/tracing"
 	"github.com/counterd/counterd/internal/ui"
 )
 
@@ -22,7 +23,7 @@ import (
 // rate limits, the console, the command box (rs's POST /resp), /regions
 // and the event pipeline.
 func (n *node) routes(rs *resp.Server, stats *nodestats.Sampler) *router {
-	api := httpapi.New(guardBackend(n.auth, n.be), httpapi.Options{
+	api := httpapi.New(traceBackend(n.tp, guardBackend(n.auth, n.be)), httpapi.Options{
 		MaxBodyBytes:    n.cfg.MaxBodyBytes,
 		MaxBatch:        n.cfg.MaxBatch,
 		Registerer:      n.reg,
@@ -69,6 +70,7 @@ func (n *node) httpServer(lns *listeners, rt *router, shedder *shed.Limiter, fai
 	h = n.sec.peerOnlyForwarded(n.cfg, h)
 	h = withAuth(n.auth, h)
 	h = guard(newGuardConfig(n.cfg, addrOf(lns.http), shedder), h)
+	h = tracing.HTTPHandler(n.tp, h)
 	httpCap := connCap(n.cfg.HTTPMaxConns)
 	// Refused connections are paced like shed requests (--shed-rate-per-
 	// client), but held up to maxConnHold: a refused client reconnects.
@@ -114,18 +116,19 @@ func (n *node) respServer(fair *shed.Fair, sm *shedMetrics) *resp.Server {
 		EventMaxSkew: n.cfg.Events.MaxSkew,
 
 		LuaTimeLimit: cfg.LuaTimeLimit, // scripts
+		Tracer:       n.tp,
 	}
 	if n.tr.ring != nil {
 		opts.KeyOwner = n.tr.ring.KeyOwner
 	}
-	return resp.New(n.be, opts)
+	return resp.New(traceBackend(n.tp, n.be), opts)
 }
 
 // grpcServer is the --grpc front end with Envoy's rate-limit service and
 // the region service (the mode registers its own).
 func (n *node) grpcServer(fair *shed.Fair, sm *shedMetrics) *grpc.Server {
 	// Authentication first: calls are admitted by their user (shedUnary).
-	opts := append(grpcConnOptions(grpcConnectionTimeout), n.sec.grpcOptions()...)
+	opts := append(append(grpcConnOptions(grpcConnectionTimeout), grpcTracing(n.tp)...), n.sec.grpcOptions()...)
 	gs := grpc.NewServer(append(append(opts, grpcAuthOptions(n.auth)...), grpc.ChainUnaryInterceptor(shedUnary(fair, sm)))...)
 	ratelimitapi.RegisterEnvoy(gs, n.recent, ratelimitapi.EnvoyOptions{Authorize: grpcHitsAuthorizer(n.auth)})
 	if n.rep != nil {

@@ -12,6 +12,7 @@ import (
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // mode is a deployment mode: the Backend a node serves and what the mode
@@ -94,16 +95,16 @@ func addrOf(ln net.Listener) string {
 
 // openMode opens the mode the config asks for: tiered with --redis and
 // --postgres, a cluster member with --join, else the embedded engine.
-func openMode(ctx context.Context, cfg Config, sec *security, log *slog.Logger) (mode, error) {
+func openMode(ctx context.Context, cfg Config, sec *security, tp *tracing.Tracer, log *slog.Logger) (mode, error) {
 	quotas, err := loadQuotas(cfg)
 	if err != nil {
 		return nil, err
 	}
 	switch {
 	case cfg.Redis != "":
-		return openTiered(ctx, cfg, quotas, log)
+		return openTiered(ctx, cfg, quotas, tp, log)
 	case cfg.Join != "":
-		return openCluster(cfg, sec, quotas, log)
+		return openCluster(cfg, sec, quotas, tp, log)
 	}
 	return openEmbedded(cfg, quotas, log)
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // node is one running counterd: a mode and what every mode has around it
@@ -34,7 +35,8 @@ type node struct {
 	sec  *security   // nil without TLS, peer or gossip keys
 	auth *auth.Store // nil without --auth
 	mode mode
-	tr   traits // mode.traits(), with the replicator's metrics
+	tr   traits          // mode.traits(), with the replicator's metrics
+	tp   *tracing.Tracer // nil without --otlp-endpoint
 
 	be  contract.Backend      // mode.backend(), through rep with --peer-regions
 	qb  contract.QuotaBackend // nil without --quotas
@@ -74,7 +76,8 @@ func (n *node) open(ctx context.Context) error {
 	n.reg.MustRegister(n.tr.collectors...)
 	countAuthFailures(n.auth, n.reg)
 	n.reg.MustRegister(buildInfoGauge())
-	n.pl, err = openPipeline(ctx, n.cfg, n.be, n.reg, n.log)
+	n.reg.MustRegister(tracingCollectors(n.tp)...)
+	n.pl, err = openPipeline(ctx, n.cfg, n.be, n.tp, n.reg, n.log)
 	return err
 }
 

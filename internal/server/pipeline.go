@@ -22,6 +22,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/pipeline/consumer"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // EventsConfig is the pipeline's flags (docs/pipeline.md).
@@ -110,11 +111,12 @@ func (e *EventsConfig) validate() error {
 }
 
 // openPipeline starts the pipeline when a flag asks for it (nil otherwise).
-func openPipeline(ctx context.Context, cfg Config, be contract.Backend, reg prometheus.Registerer, log *slog.Logger) (*pipeline.Pipeline, error) {
+func openPipeline(ctx context.Context, cfg Config, be contract.Backend, tp *tracing.Tracer, reg prometheus.Registerer, log *slog.Logger) (*pipeline.Pipeline, error) {
 	pc := cfg.Events.pipeline(cfg.NodeID)
 	if !pc.Enabled() {
 		return nil, nil
 	}
+	pc.Tracer = tp
 	pc.DeadLetterFile = filepath.Join(cfg.Data, "events-dead.ndjson") // used without a stream only
 	return pipeline.Open(ctx, pc, be, reg, log)
 }

@@ -49,16 +49,21 @@ func Run(ctx context.Context, cfg Config, log *slog.Logger) error {
 		return err
 	}
 	sec.reloadOnHUP(ctx, log)
+	tp, err := openTracing(cfg, log)
+	if err != nil {
+		return err
+	}
+	defer closeTracing(tp, log)
 	store, stopAuth, err := openAuth(cfg, log)
 	if err != nil {
 		return err
 	}
 	defer stopAuth()
-	m, err := openMode(ctx, cfg, sec, log)
+	m, err := openMode(ctx, cfg, sec, tp, log)
 	if err != nil {
 		return err
 	}
-	n := &node{cfg: cfg, log: log, sec: sec, auth: store, mode: m}
+	n := &node{cfg: cfg, log: log, sec: sec, auth: store, mode: m, tp: tp}
 	defer n.close()
 	if err := n.open(ctx); err != nil {
 		return err

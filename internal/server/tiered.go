@@ -15,6 +15,7 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/tiered"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // tieredMode serves counters from Redis (hot tier) and PostgreSQL
@@ -27,7 +28,7 @@ type tieredMode struct {
 // openTiered runs the migrations, opens both stores and starts the
 // write-behind before any front end serves, then puts quotas (if any) in
 // force, counting the keys Redis and PostgreSQL hold.
-func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, log *slog.Logger) (*tieredMode, error) {
+func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, tp *tracing.Tracer, log *slog.Logger) (*tieredMode, error) {
 	dur, _ := contract.ParseDurability(cfg.Durability)
 	start := time.Now()
 	b, err := tiered.Open(ctx, tiered.Options{
@@ -41,6 +42,8 @@ func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, log *slog
 		SnapshotInterval:     cfg.SnapshotInterval,
 		AuditNamespaces:      splitList(cfg.AuditNamespaces),
 		Logger:               log,
+		Redis:                redisTracing(tp),
+		Postgres:             postgresTracing(tp),
 	})
 	if err != nil {
 		return nil, err

@@ -27,6 +27,7 @@ import (
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/shed"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // Defaults applied by New to zero Options fields.
@@ -196,6 +197,10 @@ type Options struct {
 	// Version is counterd's version, reported as counterd_version by INFO
 	// and HELLO. Default "dev".
 	Version string
+
+	// Tracer, when set, puts a span around every command (tracing.go).
+	// Default nil: no tracing.
+	Tracer *tracing.Tracer
 }
 
 // Server serves the Redis protocol on top of an engine.
@@ -630,6 +635,10 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 			return
 		}
 		defer s.lua.leave(exclusive)
+	}
+	if s.opts.Tracer != nil {
+		s.runTraced(c, cmd, args)
+		return
 	}
 	s.run(c, cmd, args)
 }

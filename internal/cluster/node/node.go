@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/counterd/counterd/internal/cluster/membership"
 	"github.com/counterd/counterd/internal/cluster/ring"
 	"github.com/counterd/counterd/internal/contract"
@@ -72,6 +74,9 @@ type Config struct {
 	// TLS, --peer-ca); the server side is the --grpc server's. Default:
 	// plaintext.
 	PeerTLS *tls.Config
+	// PeerDialOptions are added to every peer connection's (the server
+	// package's tracing interceptors). Default: none.
+	PeerDialOptions []grpc.DialOption
 
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
@@ -196,7 +201,7 @@ func New(cfg Config, store Store) (*Node, error) {
 		self:    cfg.NodeID,
 		store:   store,
 		ring:    ring.New(ring.Config{VirtualNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor}),
-		peers:   newPeers(cfg.PeerTLS),
+		peers:   newPeers(cfg.PeerTLS, cfg.PeerDialOptions...),
 		metrics: newMetrics(),
 		handoff: make(chan struct{}, 1),
 		ctx:     ctx,

@@ -36,7 +36,8 @@ func parseMeta(b []byte) Meta {
 // peers holds the members' addresses and one pooled gRPC connection per
 // peer address. Safe for concurrent use.
 type peers struct {
-	tls *tls.Config // Config.PeerTLS: nil dials in plaintext
+	tls  *tls.Config       // Config.PeerTLS: nil dials in plaintext
+	opts []grpc.DialOption // Config.PeerDialOptions
 
 	mu    sync.Mutex                  // guards meta, conns, closed
 	meta  map[string]Meta             // by node id
@@ -46,8 +47,8 @@ type peers struct {
 	closed   bool
 }
 
-func newPeers(tlsc *tls.Config) *peers {
-	return &peers{tls: tlsc, meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}, retiring: map[*grpc.ClientConn]struct{}{}}
+func newPeers(tlsc *tls.Config, opts ...grpc.DialOption) *peers {
+	return &peers{tls: tlsc, opts: opts, meta: map[string]Meta{}, conns: map[string]*grpc.ClientConn{}, retiring: map[*grpc.ClientConn]struct{}{}}
 }
 
 func (p *peers) set(id string, m Meta) {
@@ -83,7 +84,7 @@ func (p *peers) conn(node string) (*grpc.ClientConn, error) {
 	if p.tls != nil {
 		creds = credentials.NewTLS(p.tls)
 	}
-	c, err := grpc.NewClient("passthrough:///"+addr, grpc.WithTransportCredentials(creds))
+	c, err := grpc.NewClient("passthrough:///"+addr, append([]grpc.DialOption{grpc.WithTransportCredentials(creds)}, p.opts...)...)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: dial %s: %w", addr, err)
 	}

@@ -42,6 +42,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/rollup"
+	"github.com/counterd/counterd/internal/tracing"
 )
 
 // MarkerPrefix starts the id of every event-id marker counter.
@@ -80,6 +81,8 @@ type Applier struct {
 	early  atomic.Int64 // events dead-lettered as too_early
 
 	scratch sync.Pool // of *scratch
+
+	tracer *tracing.Tracer // SetTracer; nil: no spans (tracing.go)
 }
 
 // Event-time defaults (docs/pipeline.md, "Event time").

@@ -39,8 +39,9 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 			log.Info("pipeline: consumer polling again", "stream", c.Name(), "after", time.Since(failingSince).Round(time.Millisecond))
 			failingSince = time.Time{}
 		}
+		bctx, endBatch := a.traceBatch(ctx, c.Name(), groups) // tracing.go
 		if !retry(ctx, log, "apply", func() error {
-			dead, err := a.ApplyGroups(ctx, c.Name(), groups)
+			dead, err := a.applyTraced(bctx, c.Name(), groups)
 			if err != nil {
 				return err
 			}
@@ -62,6 +63,7 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 		if !retry(ctx, log, "commit", func() error { return c.Commit(ctx, groups) }) {
 			return nil
 		}
+		endBatch()
 		if now := time.Now(); now.Sub(lagAt) >= time.Second {
 			lagAt = now
 			for p, l := range c.Lag(ctx) {

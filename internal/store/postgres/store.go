@@ -37,6 +37,9 @@ const (
 
 // Options configure Open. Zero values select the documented defaults.
 type Options struct {
+	// Tracer, when set, also traces every query and batch (the server's
+	// tracing.PGTracer); default none.
+	Tracer TraceQueryBatch
 	// MaxConns is the pool size (default 10). MinConns connections are kept
 	// open even when idle (default 0).
 	MaxConns int32
@@ -129,6 +132,9 @@ func Open(ctx context.Context, dsn string, opts Options) (*Store, error) {
 	cfg.HealthCheckPeriod = opts.HealthCheckPeriod
 	cfg.ConnConfig.ConnectTimeout = opts.ConnectTimeout
 	cfg.ConnConfig.Tracer = ioTracer{} // admission: waits on PostgreSQL are I/O (iowait.go)
+	if opts.Tracer != nil {
+		cfg.ConnConfig.Tracer = chainTracer{ioTracer{}, opts.Tracer} // tracechain.go
+	}
 	if opts.StatementTimeout > 0 {
 		cfg.ConnConfig.RuntimeParams["statement_timeout"] = fmt.Sprint(opts.StatementTimeout.Milliseconds())
 	}

@@ -126,6 +126,10 @@ type Options struct {
 	// Cluster, one per master the batch touches). Default 0: off.
 	Pipeline      int
 	PipelineConns int
+
+	// Hooks are added to the client (the server's tracing.RedisHook);
+	// default none.
+	Hooks []redis.Hook
 }
 
 func (o *Options) defaults() {
@@ -234,10 +238,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if co != nil {
 		s.setClusterOptions(co)
 		s.cluster = redis.NewClusterClient(co)
+		for _, h := range opts.Hooks {
+			s.cluster.AddHook(h)
+		}
 		s.rdb, addr = s.cluster, strings.Join(co.Addrs, ",")
 	} else {
 		s.setOptions(ro)
-		s.rdb, addr = redis.NewClient(ro), ro.Addr
+		c := redis.NewClient(ro)
+		for _, h := range opts.Hooks {
+			c.AddHook(h)
+		}
+		s.rdb, addr = c, ro.Addr
 	}
 	s.startPipeline()
 	err = s.do(ctx, "open", false, func(ctx context.Context) error {
