@@ -32,9 +32,11 @@ import (
 //	             BENCH_KILLS kills)
 //	aggregate    GET /counters/scale:*/aggregate on a node over the
 //	             BENCH_IDS counters (P50/P99 ms)
-//	cpu          counterctl bench (async increments over 1000 ids, the
+//	cpu          the nodes' CPU while idle for BENCH_SECONDS, then
+//	             counterctl bench (async increments over 1000 ids, the
 //	             load spread over every node) for BENCH_SECONDS: ops/s and
-//	             the nodes' CPU time per operation, in total and per node
+//	             the nodes' CPU time per operation, in total, above idle
+//	             and per node
 //
 // BENCH_IDS (5000) counters are written before the join and leave, so the
 // handoffs have state to move.
@@ -89,7 +91,7 @@ func benchScale(b *testing.B, size int) {
 	// leave: the last node stops gracefully and hands its state off.
 	leaver := c.nodes[len(c.nodes)-1]
 	rest := c.nodes[:len(c.nodes)-1]
-	before = handoffBytes(b, c.nodes)
+	before = handoffBytes(b, rest)
 	t0 = time.Now()
 	_ = leaver.p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
@@ -100,7 +102,8 @@ func benchScale(b *testing.B, size int) {
 	leaver.p = nil
 	waitAlive(b, rest, 120*time.Second)
 	leave := time.Since(t0)
-	leaveBytes := settledHandoffBytes(b, rest) - before
+	// The leaver's own handoff: its metrics went with it, its log stays.
+	leaveBytes := settledHandoffBytes(b, rest) - before + loggedHandoffBytes(leaver)
 	b.ReportMetric(float64(leave.Milliseconds()), "leave-ms")
 	b.ReportMetric(leaveBytes, "leave-handoff-bytes")
 	b.Logf("leave of %s: %v, %.0f bytes handed off", leaver.id, leave.Round(time.Millisecond), leaveBytes)
@@ -144,6 +147,28 @@ func handoffBytes(b *testing.B, nodes []*cnode) float64 {
 		resp.Body.Close()
 		v, _ := metricSum(string(body), "counterd_cluster_handoff_bytes_total ")
 		sum += v
+	}
+	return sum
+}
+
+// loggedHandoffBytes sums the bytes= of a node's "cluster handoff" log
+// lines since its last start.
+func loggedHandoffBytes(n *cnode) float64 {
+	logs := n.logs.tail(1 << 20)
+	if i := strings.LastIndex(logs, "=== "); i >= 0 {
+		logs = logs[i:]
+	}
+	var sum float64
+	for _, line := range strings.Split(logs, "\n") {
+		if !strings.Contains(line, "cluster handoff") {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if v, ok := strings.CutPrefix(f, "bytes="); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				sum += x
+			}
+		}
 	}
 	return sum
 }
@@ -240,20 +265,30 @@ func benchScaleCPU(b *testing.B, c *testCluster) {
 		return
 	}
 	secs, conc := envInt("BENCH_SECONDS", 5), max(envInt("BENCH_CONCURRENCY", 48), len(c.nodes))
-	before := make([]float64, len(c.nodes))
-	for i, n := range c.nodes {
-		before[i] = cpuSeconds(b, n)
+	nodesCPU := func() float64 {
+		var sum float64
+		for _, n := range c.nodes {
+			sum += cpuSeconds(b, n)
+		}
+		return sum
 	}
+	// Idle first: gossip, probes and timers cost CPU without any request.
+	t0, idle0 := time.Now(), nodesCPU()
+	time.Sleep(time.Duration(secs) * time.Second)
+	idlePerSec := (nodesCPU() - idle0) / time.Since(t0).Seconds()
+	t0, busy0 := time.Now(), nodesCPU()
 	ops, p99 := runCtl(b, ctl, c.nodes, conc, secs, "scale:cpu:")
-	var total float64
-	for i, n := range c.nodes {
-		total += cpuSeconds(b, n) - before[i]
-	}
-	perOp := total / (ops * float64(secs)) * 1e6
+	busy := nodesCPU() - busy0
+	elapsed := time.Since(t0).Seconds()
+	perOp := busy / (ops * float64(secs)) * 1e6
+	aboveIdle := (busy - idlePerSec*elapsed) / (ops * float64(secs)) * 1e6
 	b.ReportMetric(ops, "incr-ops/s")
+	b.ReportMetric(idlePerSec*100, "idle-cpu-%")
 	b.ReportMetric(perOp, "cpu-us/op")
+	b.ReportMetric(aboveIdle, "cpu-us/op-above-idle")
 	b.ReportMetric(perOp/float64(len(c.nodes)), "cpu-us/op/node")
-	b.Logf("cpu: %.0f increments/s (worst p99 %.1f ms), %.1f us of node CPU per increment (%d nodes)", ops, p99, perOp, len(c.nodes))
+	b.Logf("cpu: %.0f increments/s (worst p99 %.1f ms); idle %.1f%% of a core for %d nodes; %.1f us of node CPU per increment, %.1f above idle",
+		ops, p99, idlePerSec*100, len(c.nodes), perOp, aboveIdle)
 }
 
 // cpuSeconds is a node process's user + system CPU time so far.

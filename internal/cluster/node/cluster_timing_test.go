@@ -42,7 +42,8 @@ func BenchmarkApply(b *testing.B) {
 }
 
 // BenchmarkConvergence measures the time from a pn add on a non-owner until
-// the owner's read shows it (push interval 100 ms), reporting P50 and P99.
+// the owner's read shows it (pushed at once, at most every PushGap),
+// reporting P50 and P99.
 func BenchmarkConvergence(b *testing.B) {
 	c := newTestCluster(b, "n1", "n2", "n3")
 	ctx := context.Background()

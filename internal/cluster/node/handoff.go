@@ -117,7 +117,7 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 	dropped := n.dropHanded(ctx, leaving, cur, failed)
 	n.metrics.handoff.WithLabelValues("dropped").Add(float64(dropped))
 	if sent > 0 || dropped > 0 || len(failed) > 0 {
-		n.log.Info("cluster handoff", "ring", cur.Version(), "sent", sent, "dropped", dropped,
+		n.log.Info("cluster handoff", "ring", cur.Version(), "sent", sent, "bytes", bytes, "dropped", dropped,
 			"failed_peers", len(failed), "took", time.Since(start).Round(time.Millisecond))
 	}
 	if len(failed) > 0 {

@@ -22,6 +22,7 @@ import (
 // Defaults applied to zero Config fields.
 const (
 	DefaultPushInterval        = 100 * time.Millisecond
+	DefaultPushGap             = 10 * time.Millisecond
 	DefaultAntiEntropyInterval = 5 * time.Second
 	DefaultRejoinInterval      = 2 * time.Second
 	DefaultRPCTimeout          = 5 * time.Second
@@ -42,7 +43,12 @@ type Config struct {
 	ReplicationFactor int // R, owner included; default ring.DefaultReplicationFactor, capped at the node count
 	VirtualNodes      int // ring positions per node; default ring.DefaultVirtualNodes
 
-	PushInterval        time.Duration // replication batch period (CRDT deltas, async writes); default 100ms
+	PushInterval        time.Duration // replication period of what a push left pending (failed pushes); default 100ms
+	// PushGap is the least time between two pushes of CRDT deltas and
+	// async writes: a change is pushed as soon as it is made unless a push
+	// started less than PushGap ago, so changes made meanwhile go together
+	// (push.go); default 10ms, negative: no gap.
+	PushGap time.Duration
 	AntiEntropyInterval time.Duration // digest exchange period; default 5s
 	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
@@ -91,6 +97,7 @@ func (c Config) withDefaults() Config {
 		}
 	}
 	set(&c.PushInterval, DefaultPushInterval)
+	set(&c.PushGap, DefaultPushGap)
 	set(&c.AntiEntropyInterval, DefaultAntiEntropyInterval)
 	set(&c.RejoinInterval, DefaultRejoinInterval)
 	set(&c.RPCTimeout, DefaultRPCTimeout)
@@ -248,7 +255,7 @@ func (n *Node) Start(meta Meta) error {
 	n.refresh()
 	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
 	n.goLoop(n.joinLoop)
-	n.goLoop(func() { n.tick(n.cfg.PushInterval, "push", n.flushDirty) })
+	n.goLoop(n.pushLoop)
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
 	n.goLoop(n.leaseLoop)

@@ -7,13 +7,23 @@ import (
 	"time"
 )
 
-// The push loop batches CRDT deltas and async writes, every PushInterval.
+// The push loop sends CRDT deltas and async writes to their replicas as
+// soon as they are made, like a group commit: a change wakes the loop,
+// which pushes everything pending unless it pushed less than PushGap ago
+// (then it waits out the gap, and whatever changed meanwhile goes in the
+// same push). One push is in flight at a time. A push that failed for a
+// peer leaves its changes pending, and they are retried every
+// PushInterval rather than at every change, so an unreachable peer is not
+// hammered. Convergence is thus one round trip on an idle node and at
+// most PushGap plus a round trip under load, where it was up to
+// PushInterval (100 ms) with a periodic push.
 
 // dirtySet holds the changes not yet pushed, with the time each id first
 // changed (for the lag and convergence metrics).
 type dirtySet struct {
-	mu  sync.Mutex           // guards ids
-	ids map[string]dirtyItem // by id
+	mu   sync.Mutex           // guards ids
+	ids  map[string]dirtyItem // by id
+	kick chan struct{}        // a change was marked (capacity 1: wakes the push loop once)
 }
 
 type dirtyItem struct {
@@ -21,7 +31,10 @@ type dirtyItem struct {
 	tomb  *State
 }
 
-func (d *dirtySet) init() { d.ids = map[string]dirtyItem{} }
+func (d *dirtySet) init() {
+	d.ids = map[string]dirtyItem{}
+	d.kick = make(chan struct{}, 1)
+}
 
 func (d *dirtySet) mark(changes []change) {
 	now := time.Now()
@@ -35,6 +48,10 @@ func (d *dirtySet) mark(changes []change) {
 		d.ids[c.id] = it
 	}
 	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default: // the loop is already woken
+	}
 }
 
 // take empties the set and returns what it held.
@@ -72,6 +89,40 @@ func (d *dirtySet) oldest() time.Time {
 		}
 	}
 	return t
+}
+
+// pushLoop runs flushDirty when a change is marked (at most once per
+// PushGap) and every PushInterval, until Close. After a push that failed,
+// changes wait for the next PushInterval tick.
+func (n *Node) pushLoop() {
+	t := time.NewTicker(n.cfg.PushInterval)
+	defer t.Stop()
+	var last time.Time // start of the last push
+	failing := false
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		case <-n.dirty.kick:
+			if failing {
+				continue // retried at the next tick
+			}
+			if wait := n.cfg.PushGap - time.Since(last); wait > 0 {
+				select {
+				case <-n.ctx.Done():
+					return
+				case <-time.After(wait):
+				}
+			}
+		}
+		last = time.Now()
+		err := n.flushDirty(n.ctx)
+		failing = err != nil
+		if err != nil {
+			n.log.Debug("cluster: push", "err", err)
+		}
+	}
 }
 
 // flushDirty pushes every pending change to its replicas; failed pushes
