@@ -57,7 +57,7 @@ const (
 	gateNone      uint8 = iota // runs without the gate (PING, CLIENT, SCRIPT, EVAL: it takes the exclusive side itself)
 	gateShared                 // a data command: the gate's shared side
 	gateExec                   // EXEC: shared, or exclusive when it runs scripts
-	gateExclusive              // a read then a write no engine op makes atomic (GETDEL, MSETNX)
+	gateExclusive              // a read then a write no engine op makes atomic (GETDEL, MSETNX, RENAME, RENAMENX, COPY)
 )
 
 // scripting is a server's script cache, Lua VM and gate.
@@ -156,7 +156,7 @@ func setGates(cmds map[string]*command) {
 			cmd.gate = gateExec
 		case isScriptCmd(cmd.name):
 			cmd.gate = gateNone
-		case cmd.name == "getdel" || cmd.name == "msetnx":
+		case cmd.name == "getdel" || cmd.name == "msetnx" || cmd.name == "rename" || cmd.name == "renamenx" || cmd.name == "copy":
 			cmd.gate = gateExclusive
 		case cmd.flags&(flagWrite|flagReadonly) != 0:
 			cmd.gate = gateShared
