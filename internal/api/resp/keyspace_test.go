@@ -1,0 +1,183 @@
+package resp_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
+)
+
+// TestRenameCopyKinds: RENAME and COPY carry every kind's state and its
+// expiry (Redis has only strings and hashes among them; the compat
+// sequence "keyspace" compares those with redis-server).
+func TestRenameCopyKinds(t *testing.T) {
+	ts := start(t, resp.Options{})
+	be := engine.Local(ts.eng)
+	ctx := context.Background()
+	apply := func(ops ...contract.Op) {
+		t.Helper()
+		if _, err := be.ApplyBatch(ctx, ops, contract.WriteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exp := time.Now().Add(time.Hour).Truncate(time.Second).UnixNano()
+	win := counter.WindowSpec{Span: time.Hour, Granularity: time.Minute}
+	now := time.Now().UnixNano()
+	apply(
+		contract.Op{Type: contract.OpSet, ID: "counter", Value: -7},
+		contract.Op{Type: contract.OpAdd, ID: "float", Kind: contract.KindFloat, Float: "2.25"},
+		contract.Op{Type: contract.OpAdd, ID: "sharded", Kind: contract.KindSharded, Delta: 40, Shards: 8, Shard: 3},
+		contract.Op{Type: contract.OpAdd, ID: "sharded", Kind: contract.KindSharded, Delta: 2, Shard: 5},
+		contract.Op{Type: contract.OpAdd, ID: "pn", Kind: contract.KindPN, Delta: 10},
+		contract.Op{Type: contract.OpAdd, ID: "pn", Kind: contract.KindPN, Delta: -13},
+		contract.Op{Type: contract.OpAdd, ID: "window", Kind: contract.KindWindow, Window: win, Delta: 3, At: now - int64(10*time.Minute)},
+		contract.Op{Type: contract.OpAdd, ID: "window", Kind: contract.KindWindow, Window: win, Delta: 4},
+		contract.Op{Type: contract.OpPFAdd, ID: "hll", Items: [][]byte{[]byte("a"), []byte("b"), []byte("c")}},
+		contract.Op{Type: contract.OpHSet, ID: "hash", Fields: []counter.FieldDelta{{Name: "i", Delta: 5}, {Name: "f", Float: "0.5"}}},
+	)
+	kinds := []string{"counter", "float", "sharded", "pn", "window", "hll", "hash"}
+	for _, id := range kinds {
+		apply(contract.Op{Type: contract.OpExpire, ID: id, ExpireAt: exp})
+	}
+	r := dialRaw(t, ts.addr)
+	same := func(id string, a, b contract.View) {
+		t.Helper()
+		if a.Kind != b.Kind || a.Value != b.Value || a.Float != b.Float || !a.ExpiresAt.Equal(b.ExpiresAt) ||
+			!slices.Equal(a.Fields, b.Fields) || a.Window != b.Window || !slices.Equal(a.Buckets, b.Buckets) || a.Precision != b.Precision {
+			t.Errorf("%s: copy %+v\n  differs from %+v", id, b, a)
+		}
+	}
+	for _, id := range kinds {
+		orig, err := be.Get(ctx, id)
+		if err != nil || !orig.Exists {
+			t.Fatalf("%s: %v %v", id, orig, err)
+		}
+		if got := rawDo(r, "COPY", id, id+":copy"); got != ":1\r\n" {
+			t.Fatalf("COPY %s = %q", id, got)
+		}
+		if got := rawDo(r, "RENAME", id, id+":renamed"); got != "+OK\r\n" {
+			t.Fatalf("RENAME %s = %q", id, got)
+		}
+		for _, to := range []string{id + ":copy", id + ":renamed"} {
+			v, err := be.Get(ctx, to)
+			if err != nil || !v.Exists {
+				t.Fatalf("%s: %v %v", to, v, err)
+			}
+			same(to, orig, v)
+		}
+		if v, _ := be.Get(ctx, id); v.Exists {
+			t.Errorf("%s still exists after RENAME", id)
+		}
+	}
+	// The hll's registers moved, not an estimate: adding what it had
+	// changes nothing.
+	if got := rawDo(r, "PFADD", "hll:renamed", "a", "b", "c"); got != ":0\r\n" {
+		t.Errorf("PFADD of the renamed hll's items = %q", got)
+	}
+	// COPY REPLACE over another kind; RENAME over another kind.
+	if got := rawDo(r, "COPY", "hash:copy", "counter:copy", "REPLACE"); got != ":1\r\n" {
+		t.Errorf("COPY REPLACE = %q", got)
+	}
+	if got := rawDo(r, "TYPE", "counter:copy"); got != "+hash\r\n" {
+		t.Errorf("TYPE after COPY REPLACE = %q", got)
+	}
+	if got := rawDo(r, "RENAME", "pn:copy", "hll:copy"); got != "+OK\r\n" {
+		t.Errorf("RENAME over an hll = %q", got)
+	}
+	if got := rawDo(r, "GET", "hll:copy"); got != "$2\r\n-3\r\n" {
+		t.Errorf("GET after RENAME over an hll = %q", got)
+	}
+	if got := rawDo(r, "COPY", "a", "b", "DB", "1"); got != "-ERR DB index is out of range\r\n" {
+		t.Errorf("COPY DB 1 = %q", got)
+	}
+}
+
+// TestRenameCrossSlot: in a cluster, RENAME and COPY of keys of two
+// owners are refused like Redis Cluster refuses keys of two slots.
+func TestRenameCrossSlot(t *testing.T) {
+	owner := func(key string) (bool, string) {
+		if strings.HasPrefix(key, "{b}") {
+			return false, "127.0.0.1:9"
+		}
+		return true, ""
+	}
+	ts := start(t, resp.Options{KeyOwner: owner})
+	r := dialRaw(t, ts.addr)
+	rawDo(r, "SET", "{a}x", "1")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"RENAME", "{a}x", "{b}y"}, "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{[]string{"RENAMENX", "{a}x", "{b}y"}, "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{[]string{"COPY", "{a}x", "{b}y"}, "-CROSSSLOT Keys in request don't hash to the same slot\r\n"},
+		{[]string{"COPY", "{a}x", "{a}y"}, ":1\r\n"},
+		{[]string{"RENAME", "{a}y", "{a}z"}, "+OK\r\n"},
+		{[]string{"GET", "{a}z"}, "$1\r\n1\r\n"},
+	} {
+		if got := rawDo(r, tc.args...); got != tc.want {
+			t.Errorf("%q\n  got  %q\n  want %q", tc.args, got, tc.want)
+		}
+	}
+}
+
+// TestRandomKeyAndHRandField: RANDOMKEY names only existing keys and, over
+// many calls, each of a few keys; HRANDFIELD's counts.
+func TestRandomKeyAndHRandField(t *testing.T) {
+	ts := start(t, resp.Options{})
+	r := dialRaw(t, ts.addr)
+	keys := map[string]bool{}
+	for i := range 5 {
+		k := fmt.Sprintf("k%d", i)
+		keys[k] = false
+		rawDo(r, "SET", k, "1")
+	}
+	for i := 0; i < 2000; i++ {
+		got := rawDo(r, "RANDOMKEY")
+		k := strings.TrimSuffix(got[strings.Index(got, "\n")+1:], "\r\n")
+		if _, ok := keys[k]; !ok {
+			t.Fatalf("RANDOMKEY = %q", got)
+		}
+		keys[k] = true
+	}
+	for k, seen := range keys {
+		if !seen {
+			t.Errorf("RANDOMKEY never named %s in 2000 calls", k)
+		}
+	}
+	rawDo(r, "HSET", "h", "a", "1", "b", "2", "c", "3")
+	for _, tc := range []struct {
+		args  []string
+		items int
+	}{
+		{[]string{"HRANDFIELD", "h", "2"}, 2}, {[]string{"HRANDFIELD", "h", "-10"}, 10},
+		{[]string{"HRANDFIELD", "h", "2", "WITHVALUES"}, 4}, {[]string{"HRANDFIELD", "h", "-5", "WITHVALUES"}, 10},
+		{[]string{"HRANDFIELD", "h", "3"}, 3}, {[]string{"HRANDFIELD", "h", "100"}, 3},
+	} {
+		got := rawDo(r, tc.args...)
+		if want := fmt.Sprintf("*%d\r\n", tc.items); !strings.HasPrefix(got, want) {
+			t.Errorf("%q = %q, want %d items", tc.args, got, tc.items)
+		}
+		if strings.Contains(tc.args[2], "2") && !strings.Contains(tc.args[2], "-") { // distinct
+			names := map[string]bool{}
+			for _, l := range strings.Split(got, "\r\n") {
+				if l == "a" || l == "b" || l == "c" {
+					if names[l] && len(tc.args) == 3 {
+						t.Errorf("%q repeats %s: %q", tc.args, l, got)
+					}
+					names[l] = true
+				}
+			}
+		}
+	}
+	if got := rawDo(r, "HRANDFIELD", "h", "-2000000"); got != "-ERR value is out of range\r\n" {
+		t.Errorf("HRANDFIELD -2000000 = %q", got)
+	}
+}
