@@ -64,6 +64,9 @@ type command struct {
 	// a counter); nil: WRONGTYPE.
 	wrongKind func(s *Server, c *client, args [][]byte) string
 
+	stats cmdStats             // INFO commandstats (stats.go)
+	subs  map[string]*cmdStats // a container's subcommands' figures
+
 	calls prometheus.Counter  // nil without metrics
 	dur   prometheus.Observer // nil without metrics
 }

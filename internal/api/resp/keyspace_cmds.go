@@ -294,6 +294,7 @@ func cmdHRandField(s *Server, c *client, args [][]byte) {
 		c.writeError(engineError(err))
 		return
 	}
+	c.lookedUp(v.Exists)
 	if v.Exists && v.Kind != contract.KindHash {
 		c.writeError(errWrongType)
 		return

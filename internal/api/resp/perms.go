@@ -87,6 +87,12 @@ var commandAccess = map[string]access{
 	"eval": needRead, "evalsha": needRead, "eval_ro": needRead, "evalsha_ro": needRead,
 	"script": {sub: scriptNeed},
 
+	// monitoring: OBJECT and MEMORY USAGE need read on their key; the
+	// slow log shows other users' commands and their arguments
+	"role": needRead, "lastsave": needRead, "latency": needRead,
+	"object": needRead, "memory": needRead,
+	"slowlog": needAdminAll,
+
 	// node-wide
 	"config":   needAdminAll,
 	"flushall": needAdminAll, "flushdb": needAdminAll,

@@ -98,7 +98,8 @@ func newScripting(s *Server, limit time.Duration) *scripting {
 	sc := &scripting{s: s, limit: limit, cache: make(map[string]*lua.FunctionProto)}
 	sc.rand.seed(0)
 	sc.L = newLuaState(sc)
-	sc.scratch = &client{s: s, proto: 2, first: false}
+	sc.scratch = &client{s: s, proto: 2, first: false, fd0: -1}
+	sc.scratch.respVer.Store(2)
 	return sc
 }
 
@@ -639,4 +640,12 @@ func (sc *scripting) kill() string {
 	sc.killed = true
 	sc.cancel()
 	return ""
+}
+
+// cached is the number of scripts in the cache (INFO's
+// number_of_cached_scripts).
+func (sc *scripting) cached() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.cache)
 }

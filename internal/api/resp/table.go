@@ -246,6 +246,7 @@ func buildCommands() map[string]*command {
 	list = append(list, scriptCommands()...)
 	list = append(list, idiomCommands()...)
 	list = append(list, keyspaceCommands()...)
+	list = append(list, monitorCommands()...)
 	list = append(list, eventTimeCommands(0)...) // New sets Options.EventMaxSkew
 	m := make(map[string]*command, len(list))
 	for _, c := range list {
