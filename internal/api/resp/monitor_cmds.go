@@ -290,7 +290,20 @@ func cmdMemory(s *Server, c *client, args [][]byte) {
 			c.writeError(subArityError("memory", "doctor"))
 			return
 		}
-		c.writeBulkString(s.memoryDoctor())
+		c.writeVerbatim(s.memoryDoctor())
+	case eqFold(sub, "malloc-stats"):
+		if len(args) != 2 {
+			c.writeError(subArityError("memory", "malloc-stats"))
+			return
+		}
+		c.writeVerbatim(mallocStats())
+	case eqFold(sub, "purge"):
+		if len(args) != 2 {
+			c.writeError(subArityError("memory", "purge"))
+			return
+		}
+		debug.FreeOSMemory() // Redis: jemalloc's purge of dirty pages
+		c.writeOK()
 	case eqFold(sub, "help"):
 		if len(args) != 2 {
 			c.writeError(subArityError("memory", "help"))
@@ -299,6 +312,10 @@ func cmdMemory(s *Server, c *client, args [][]byte) {
 		writeHelp(c, "MEMORY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"DOCTOR",
 			"    Return memory problems reports.",
+			"MALLOC-STATS",
+			"    Return internal statistics report from the memory allocator.",
+			"PURGE",
+			"    Attempt to purge dirty pages for reclamation by the allocator.",
 			"STATS",
 			"    Return information about the memory usage of the server.",
 			"USAGE <key> [SAMPLES <count>]",
@@ -362,8 +379,8 @@ func cmdSlowlog(s *Server, c *client, args [][]byte) {
 	l := &s.slow
 	switch {
 	case eqFold(sub, "get"):
-		if len(args) > 3 {
-			c.writeError(subArityError("slowlog", "get"))
+		if len(args) > 3 { // Redis: GET takes -2 arguments, and then this
+			c.writeError("ERR unknown subcommand or wrong number of arguments for '" + string(truncate(args[1], 128)) + "'. Try SLOWLOG HELP.")
 			return
 		}
 		count := int64(10)
@@ -457,6 +474,12 @@ func cmdLatency(s *Server, c *client, args [][]byte) {
 		c.writeArray(0)
 	case eqFold(sub, "reset"):
 		c.writeInt(0)
+	case eqFold(sub, "graph"):
+		if len(args) != 3 {
+			c.writeError(subArityError("latency", "graph"))
+			return
+		}
+		c.writeError("ERR No samples available for event '" + string(truncate(args[2], 128)) + "'")
 	case eqFold(sub, "doctor"):
 		if len(args) != 2 {
 			c.writeError(subArityError("latency", "doctor"))
@@ -471,6 +494,8 @@ func cmdLatency(s *Server, c *client, args [][]byte) {
 		writeHelp(c, "LATENCY <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
 			"DOCTOR",
 			"    Return a human readable latency analysis report.",
+			"GRAPH <event>",
+			"    Return an ASCII latency graph for the <event> class.",
 			"HISTORY <event>",
 			"    Return time-latency samples for the <event> class.",
 			"LATEST",
@@ -483,6 +508,28 @@ func cmdLatency(s *Server, c *client, args [][]byte) {
 	default:
 		c.writeError(subcommandError(args))
 	}
+}
+
+// mallocStats is MEMORY MALLOC-STATS: the Go runtime's memory classes
+// (Redis: jemalloc's report).
+func mallocStats() string {
+	descs := rtmetrics.All()
+	var ss []rtmetrics.Sample
+	for _, d := range descs {
+		if strings.HasPrefix(d.Name, "/memory/classes/") || strings.HasPrefix(d.Name, "/gc/heap/") {
+			if d.Kind == rtmetrics.KindUint64 {
+				ss = append(ss, rtmetrics.Sample{Name: d.Name})
+			}
+		}
+	}
+	rtmetrics.Read(ss)
+	var b strings.Builder
+	b.WriteString("___ Begin Go runtime memory statistics ___\n")
+	for _, x := range ss {
+		fmt.Fprintf(&b, "%s %d\n", x.Name, x.Value.Uint64())
+	}
+	b.WriteString("--- End Go runtime memory statistics ---\n")
+	return b.String()
 }
 
 // memFigures are the memory figures INFO and MEMORY STATS report.

@@ -90,7 +90,7 @@ var commandAccess = map[string]access{
 	// monitoring: OBJECT and MEMORY USAGE need read on their key; the
 	// slow log shows other users' commands and their arguments
 	"role": needRead, "lastsave": needRead, "latency": needRead,
-	"object": needRead, "memory": needRead,
+	"object": needRead, "memory": {need: auth.Need{Perm: auth.Read}, sub: memoryNeed},
 	"slowlog": needAdminAll,
 
 	// node-wide
@@ -119,6 +119,14 @@ func clientNeed(args [][]byte) auth.Need {
 // scriptNeed: SCRIPT FLUSH and KILL act on every user's scripts.
 func scriptNeed(args [][]byte) auth.Need {
 	if eqFold(args[1], "flush") || eqFold(args[1], "kill") {
+		return auth.Need{Perm: auth.Admin, All: true}
+	}
+	return auth.Need{Perm: auth.Read}
+}
+
+// memoryNeed: MEMORY PURGE runs a garbage collection of the whole node.
+func memoryNeed(args [][]byte) auth.Need {
+	if eqFold(args[1], "purge") {
 		return auth.Need{Perm: auth.Admin, All: true}
 	}
 	return auth.Need{Perm: auth.Read}

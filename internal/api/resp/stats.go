@@ -41,9 +41,9 @@ var containers = map[string][]string{
 	"command": {"count", "docs", "info", "list", "getkeys", "help"},
 	"script":  {"load", "exists", "flush", "kill", "help"},
 	"object":  {"encoding", "freq", "idletime", "refcount", "help"},
-	"memory":  {"usage", "stats", "doctor", "help"},
+	"memory":  {"usage", "stats", "doctor", "malloc-stats", "purge", "help"},
 	"slowlog": {"get", "len", "reset", "help"},
-	"latency": {"latest", "history", "reset", "doctor", "help"},
+	"latency": {"latest", "history", "reset", "doctor", "graph", "help"},
 }
 
 // initStats names every command's figures and makes its subcommands'.
