@@ -224,8 +224,13 @@ func cmdMemory(s *Server, c *client, args [][]byte) {
 		}
 		for i := 3; i < len(args); i++ {
 			if eqFold(args[i], "samples") && i+1 < len(args) {
-				if _, ok := parseInt(args[i+1]); !ok {
+				n, ok := parseInt(args[i+1])
+				if !ok {
 					c.writeError(errNotInteger)
+					return
+				}
+				if n < 0 {
+					c.writeError(errSyntax)
 					return
 				}
 				i++

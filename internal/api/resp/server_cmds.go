@@ -369,19 +369,24 @@ func (s *Server) configSet(c *client, pv [][]byte) {
 		}
 		seen[name] = true
 		n, ok := parseInt(pv[i+1])
+		fail := func(why string) {
+			c.writeError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - " + why)
+		}
 		switch name {
-		case "slowlog-log-slower-than":
+		case "slowlog-log-slower-than", "slowlog-max-len":
+			dst, min := &s.slow.slowerThan, int64(-1)
+			if name == "slowlog-max-len" {
+				dst, min = &s.slow.maxLen, 0
+			}
 			if !ok {
-				c.writeError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - argument couldn't be parsed into an integer")
+				fail("argument couldn't be parsed into an integer")
 				return
 			}
-			sets = append(sets, set{&s.slow.slowerThan, n})
-		case "slowlog-max-len":
-			if !ok || n < 0 {
-				c.writeError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - argument must be between 0 and 9223372036854775807 inclusive")
+			if n < min {
+				fail("argument must be between " + strconv.FormatInt(min, 10) + " and 9223372036854775807 inclusive")
 				return
 			}
-			sets = append(sets, set{&s.slow.maxLen, n})
+			sets = append(sets, set{dst, n})
 		default:
 			c.writeError("ERR CONFIG SET is not supported by counterd: '" + string(truncate(pv[i], 128)) + "' is read-only")
 			return
