@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/api/resp"
+	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
@@ -274,4 +275,52 @@ func TestOptionParsingMatchesRedis(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestNewCommandGrants: with --auth, RENAME needs admin on its source
+// (it deletes it) and write on its destination, COPY read and write,
+// RANDOMKEY read on everything, SLOWLOG and MEMORY PURGE admin on
+// everything; OBJECT and MEMORY USAGE read on their key.
+func TestNewCommandGrants(t *testing.T) {
+	const tok = "token-of-user-a-0123456789"
+	const adm = "token-of-user-b-0123456789"
+	table, err := auth.Parse(strings.NewReader(fmt.Sprintf("users:\n  a:\n    tokens: [%s]\n    grants: {\"nsA:*\": write, \"nsR:*\": read}\n  b:\n    tokens: [%s]\n    grants: {\"nsA:*\": admin}\n",
+		auth.Hash([]byte(tok)), auth.Hash([]byte(adm)))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := start(t, resp.Options{Auth: auth.NewStore(table)})
+	a, b := dialRaw(t, ts.addr), dialRaw(t, ts.addr)
+	mustEqual(t, "AUTH a", rawDo(a, "AUTH", "a", tok), "+OK\r\n")
+	mustEqual(t, "AUTH b", rawDo(b, "AUTH", "b", adm), "+OK\r\n")
+	rawDo(a, "SET", "nsA:x", "1")
+	const noKey = "-NOPERM No permissions to access a key\r\n"
+	for _, tc := range []struct {
+		c    *rawConn
+		args []string
+		want string
+	}{
+		{a, []string{"RENAME", "nsA:x", "nsA:y"}, "-NOPERM this user has no permissions to run the 'rename' command\r\n"},
+		{b, []string{"RENAME", "nsA:x", "nsB:y"}, noKey},
+		{a, []string{"COPY", "nsA:x", "nsB:y"}, noKey},
+		{a, []string{"COPY", "nsR:x", "nsA:y"}, ":0\r\n"},
+		{a, []string{"COPY", "nsA:x", "nsR:y"}, noKey},
+		{a, []string{"COPY", "nsA:x", "nsA:y"}, ":1\r\n"},
+		{b, []string{"RENAMENX", "nsA:y", "nsA:z"}, ":1\r\n"},
+		{a, []string{"RANDOMKEY"}, noKey},
+		{a, []string{"HRANDFIELD", "nsB:h"}, noKey},
+		{a, []string{"OBJECT", "ENCODING", "nsB:x"}, noKey},
+		{a, []string{"OBJECT", "ENCODING", "nsA:x"}, "$3\r\nint\r\n"},
+		{a, []string{"MEMORY", "USAGE", "nsB:x"}, noKey},
+		{a, []string{"SLOWLOG", "GET"}, "-NOPERM this user has no permissions to run the 'slowlog' command\r\n"},
+		{a, []string{"MEMORY", "PURGE"}, "-NOPERM this user has no permissions to run the 'memory' command\r\n"},
+		{a, []string{"ROLE"}, "*3\r\n$6\r\nmaster\r\n:0\r\n*0\r\n"},
+	} {
+		if got := rawDo(tc.c, tc.args...); got != tc.want {
+			t.Errorf("%q\n  got  %q\n  want %q", tc.args, got, tc.want)
+		}
+	}
+	if v, _ := ts.eng.Get("nsB:y"); v.Exists {
+		t.Errorf("nsB:y was written")
+	}
 }
