@@ -100,6 +100,12 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"HRANDFIELD", "one", "9223372036854775807", "WITHVALUES"}, {"HRANDFIELD", "one", "9223372036854775807"},
 			{"HRANDFIELD", "c"}, {"HRANDFIELD", "c", "1"}, {"HRANDFIELD"},
 			{"HSET", "two", "a", "1", "b", "2.5"}, {"HRANDFIELD", "two", "5", "WITHVALUES"}, {"HRANDFIELD", "two", "2"},
+			// HSCAN (a small hash: everything at once, cursor 0, as Redis)
+			{"HSET", "hs", "a1", "1", "a2", "2", "b1", "3.5"}, {"HSCAN", "hs", "0"}, {"HSCAN", "hs", "0", "MATCH", "a*"},
+			{"HSCAN", "hs", "0", "COUNT", "1"}, {"HSCAN", "hs", "0", "MATCH", "z*", "COUNT", "10"}, {"HSCAN", "hs", "x"},
+			{"HSCAN", "hs", "0", "COUNT", "0"}, {"HSCAN", "hs", "0", "COUNT", "x"}, {"HSCAN", "hs", "0", "FOO", "1"},
+			{"HSCAN", "hs", "0", "MATCH"}, {"HSCAN", "nope", "0", "FOO"}, {"HSCAN", "nope", "x"}, {"HSCAN", "c", "0"},
+			{"HSCAN", "hs"}, {"HSCAN", "hs", "-1"}, {"HSCAN", "hs", "+5"}, {"HSCAN", "hs", "-"}, {"HSCAN", "hs", " 1"}, {"HSCAN", "hs", "18446744073709551615"}, {"HSCAN", "hs", "18446744073709551616"},
 			// Redis's texts for strings of the wrong kind
 			{"PFADD", "hl", "a"}, {"INCR", "hl"}, {"INCRBY", "hl", "5"}, {"DECR", "hl"}, {"DECRBY", "hl", "x"}, {"INCRBYFLOAT", "hl", "1"},
 			{"SET", "n5", "5"}, {"PFADD", "n5", "x"}, {"PFCOUNT", "n5"}, {"PFCOUNT", "hl", "n5"}, {"PFMERGE", "n5", "hl"},

@@ -7,6 +7,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/glob"
 )
 
 // RENAME, RENAMENX, COPY, RANDOMKEY and HRANDFIELD (issue 28).
@@ -41,6 +42,10 @@ func keyspaceCommands() []*command {
 		{name: "randomkey", arity: 1, flags: r,
 			doc: &cmdDoc{"generic", "Returns a random key name from the database.", "1.0.0", "O(1)", nil},
 			fn:  cmdRandomKey},
+		{name: "hscan", arity: -3, flags: r, first: 1, last: 1, step: 1,
+			doc: &cmdDoc{"hash", "Iterates over fields and values of a hash.", "2.8.0", "O(1) for every call. O(N) for a complete iteration.", []argDoc{
+				aKey("key"), aInt("cursor"), aOpt(argDoc{name: "pattern", typ: "pattern", token: "MATCH"}), aOpt(aTokInt("COUNT", "count"))}},
+			fn: cmdHScan},
 		{name: "hrandfield", arity: -2, flags: r, first: 1, last: 1, step: 1,
 			doc: &cmdDoc{"hash", "Returns one or more random fields from a hash.", "6.2.0", "O(N) where N is the number of fields returned", []argDoc{
 				aKey("key"), aOpt(aBlock("options", aInt("count"), aOpt(aTok("WITHVALUES"))))}},
@@ -352,5 +357,83 @@ func cmdHRandField(s *Server, c *client, args [][]byte) {
 	for i := range picked {
 		c.writeBulkString(picked[i].Name)
 		writeField(c, &picked[i])
+	}
+}
+
+// HSCAN key cursor [MATCH pattern] [COUNT count]: every field (matching
+// the pattern) and its value in one reply with cursor 0, as Redis answers
+// for a hash in its compact encoding; COUNT is a hint, as in Redis. The
+// checks come in Redis's order: the cursor, then the key (missing: an
+// empty scan, whatever the options), then the options.
+func cmdHScan(s *Server, c *client, args [][]byte) {
+	// Redis reads the cursor with strtoul: a sign is taken (-1 is the
+	// largest cursor), "" is 0; HSCAN of a compact hash ignores its value.
+	cur := args[2]
+	if len(cur) > 1 && (cur[0] == '-' || cur[0] == '+') {
+		cur = cur[1:]
+	}
+	if _, ok := parseUint(cur); !ok && len(cur) > 0 {
+		c.writeError(errInvalidCur)
+		return
+	}
+	v, err := s.eng.Get(c.ctx, str(args[1]))
+	if err != nil {
+		c.writeError(engineError(err))
+		return
+	}
+	c.lookedUp(v.Exists)
+	if v.Exists && v.Kind != contract.KindHash {
+		c.writeError(errWrongType)
+		return
+	}
+	if !v.Exists {
+		c.writeArray(2)
+		c.writeBulkString("0")
+		c.writeArray(0)
+		return
+	}
+	match := ""
+	for i := 3; i < len(args); i += 2 {
+		if i+1 >= len(args) {
+			c.writeError(errSyntax)
+			return
+		}
+		switch a := args[i]; {
+		case eqFold(a, "match"):
+			match = string(args[i+1])
+			if match == "*" {
+				match = ""
+			}
+		case eqFold(a, "count"):
+			n, ok := parseInt(args[i+1])
+			if !ok {
+				c.writeError(errNotInteger)
+				return
+			}
+			if n < 1 {
+				c.writeError(errSyntax)
+				return
+			}
+		default:
+			c.writeError(errSyntax)
+			return
+		}
+	}
+	fields := v.Fields
+	if match != "" {
+		kept := make([]counter.Field, 0, len(fields))
+		for _, f := range fields {
+			if glob.Match(match, f.Name) {
+				kept = append(kept, f)
+			}
+		}
+		fields = kept
+	}
+	c.writeArray(2)
+	c.writeBulkString("0")
+	c.writeArray(2 * len(fields))
+	for i := range fields {
+		c.writeBulkString(fields[i].Name)
+		writeField(c, &fields[i])
 	}
 }

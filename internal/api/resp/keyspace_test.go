@@ -187,7 +187,7 @@ func TestRandomKeyAndHRandField(t *testing.T) {
 
 // TestOptionParsingMatchesRedis is a property test of the argument
 // parsers added for issue 28 (COPY's options, HRANDFIELD's count and
-// WITHVALUES, MEMORY USAGE's SAMPLES, SLOWLOG GET's count, OBJECT's
+// WITHVALUES, HSCAN's cursor and options, MEMORY USAGE's SAMPLES, SLOWLOG GET's count, OBJECT's
 // subcommands, RENAME/RENAMENX, CONFIG SET of the slow log): random
 // commands drawn from their tokens, valid and not, go to counterd and to
 // redis-server, which must answer the same bytes (OBJECT REFCOUNT aside:
@@ -201,7 +201,7 @@ func TestOptionParsingMatchesRedis(t *testing.T) {
 	c, r := dialRaw(t, ts.addr), dialRaw(t, real.Addr)
 	keys := []string{"a", "b", "h", "f", "p", "nope"}
 	counts := []string{"0", "1", "2", "5", "-1", "-3", "x", "", "1.5", "-9223372036854775808", "9223372036854775807", "4611686018427387904"} // not -2^63+1: Redis would answer that many fields
-	opts := []string{"DB", "0", "REPLACE", "replace", "WITHVALUES", "withvalues", "SAMPLES", "samples", "5", "x", "FOO", "-1"}
+	opts := []string{"DB", "0", "REPLACE", "replace", "WITHVALUES", "withvalues", "SAMPLES", "samples", "5", "x", "FOO", "-1", "MATCH", "COUNT", "f*", "*"}
 	for _, x := range []*rawConn{c, r} {
 		// The slow log off on both (whether a command is slow is each
 		// server's own timing); CONFIG SET below only fails to change it.
@@ -220,7 +220,9 @@ func TestOptionParsingMatchesRedis(t *testing.T) {
 		for i := 0; i < n; i++ {
 			key := func(label string) string { return rapid.SampledFrom(keys).Draw(rt, label) }
 			var args []string
-			switch rapid.IntRange(0, 6).Draw(rt, "cmd") {
+			switch rapid.IntRange(0, 7).Draw(rt, "cmd") {
+			case 7:
+				args = []string{"HSCAN", key("key"), rapid.SampledFrom([]string{"0", "7", "-1", "x", "", "18446744073709551616", "007", "+", "-0"}).Draw(rt, "cursor")}
 			case 0:
 				args = []string{"COPY", key("src"), key("dst")}
 			case 1:

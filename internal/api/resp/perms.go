@@ -80,7 +80,7 @@ var commandAccess = map[string]access{
 	"renamenx":   {need: auth.Need{Perm: auth.Admin}, keyPerms: []auth.Perm{auth.Admin, auth.Write}},
 	"copy":       {need: auth.Need{Perm: auth.Write}, keyPerms: []auth.Perm{auth.Read, auth.Write}},
 	"randomkey":  {need: auth.Need{Perm: auth.Read}, pattern: func([][]byte) string { return "*" }},
-	"hrandfield": needRead,
+	"hrandfield": needRead, "hscan": needRead,
 
 	// scripting: each key a script declares needs read, and each command
 	// it calls is checked like a client's (script.go)
