@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/testutil/redistest"
+	"github.com/redis/go-redis/v9"
 	"pgregory.net/rapid"
 )
 
@@ -324,5 +326,81 @@ func TestNewCommandGrants(t *testing.T) {
 	}
 	if v, _ := ts.eng.Get("nsB:y"); v.Exists {
 		t.Errorf("nsB:y was written")
+	}
+}
+
+// TestRenameRotationLosesNothing: the rotating-counter idiom. Clients
+// INCR "cur" while a rotator renames it to old:<n>, alone and inside
+// MULTI/EXEC; every acknowledged increment is in exactly one of the
+// keys at the end, which needs RENAME's read and write to have no INCR
+// in between (the gate's exclusive side).
+func TestRenameRotationLosesNothing(t *testing.T) {
+	for _, loops := range []int{-1, 2} {
+		t.Run(fmt.Sprintf("loops=%d", loops), func(t *testing.T) {
+			ts := start(t, resp.Options{EventLoops: loops})
+			ctx := context.Background()
+			const clients, runs = 6, 300
+			rdb := redis.NewClient(&redis.Options{Addr: ts.addr, PoolSize: clients + 1, MaxRetries: -1})
+			t.Cleanup(func() { rdb.Close() })
+			var wg sync.WaitGroup
+			errc := make(chan error, clients+1)
+			stop := make(chan struct{})
+			for i := 0; i < clients; i++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for j := 0; j < runs; j++ {
+						if err := rdb.Incr(ctx, "cur").Err(); err != nil {
+							errc <- err
+							return
+						}
+					}
+				}()
+			}
+			rotated := 0
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				for n := 0; ; n++ {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					var err error
+					if n%2 == 0 {
+						err = rdb.Rename(ctx, "cur", fmt.Sprintf("old:%d", n)).Err()
+					} else {
+						_, err = rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+							p.Rename(ctx, "cur", fmt.Sprintf("old:%d", n))
+							return nil
+						})
+					}
+					if err != nil && err.Error() != "ERR no such key" {
+						errc <- err
+						return
+					}
+					rotated = n
+				}
+			}()
+			wg.Wait()
+			close(stop)
+			<-done
+			close(errc)
+			for err := range errc {
+				t.Fatal(err)
+			}
+			keys, err := rdb.Keys(ctx, "*").Result()
+			mustOK(t, "KEYS", err)
+			total := int64(0)
+			for _, k := range keys {
+				v, err := rdb.Get(ctx, k).Int64()
+				mustOK(t, "GET "+k, err)
+				total += v
+			}
+			if total != clients*runs {
+				t.Fatalf("%d increments acknowledged, %d in %d keys after %d rotations", clients*runs, total, len(keys), rotated)
+			}
+		})
 	}
 }

@@ -168,7 +168,7 @@ func setGates(cmds map[string]*command) {
 // enter takes the gate for cmd (its mode is not gateNone); false means c
 // was answered BUSY. leave releases what enter took.
 func (sc *scripting) enter(c *client, cmd *command) (exclusive, ok bool) {
-	if cmd.gate == gateExclusive || cmd.gate == gateExec && queueRunsScript(c.queue) && c.multi {
+	if cmd.gate == gateExclusive || cmd.gate == gateExec && queueNeedsExclusive(c.queue) && c.multi {
 		if !sc.lock(c) {
 			return false, false
 		}
@@ -199,9 +199,12 @@ func (sc *scripting) leave(exclusive bool) {
 	sc.gate.RUnlock()
 }
 
-func queueRunsScript(q []queued) bool {
+// queueNeedsExclusive: an EXEC whose transaction runs a script or a
+// command of the gate's exclusive side (GETDEL, MSETNX, RENAME, COPY)
+// takes the gate exclusively.
+func queueNeedsExclusive(q []queued) bool {
 	for _, e := range q {
-		if isScriptCmd(e.cmd.name) {
+		if isScriptCmd(e.cmd.name) || e.cmd.gate == gateExclusive {
 			return true
 		}
 	}
