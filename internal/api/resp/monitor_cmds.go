@@ -397,13 +397,7 @@ func cmdSlowlog(s *Server, c *client, args [][]byte) {
 			}
 			count = n
 		}
-		l.mu.Lock()
-		es := l.entries
-		if count >= 0 && int64(len(es)) > count {
-			es = es[:count]
-		}
-		es = append([]slowEntry(nil), es...)
-		l.mu.Unlock()
+		es := l.newest(count)
 		c.writeArray(len(es))
 		for _, e := range es {
 			c.writeArray(6)
@@ -422,10 +416,7 @@ func cmdSlowlog(s *Server, c *client, args [][]byte) {
 			c.writeError(subArityError("slowlog", "len"))
 			return
 		}
-		l.mu.Lock()
-		n := len(l.entries)
-		l.mu.Unlock()
-		c.writeInt(int64(n))
+		c.writeInt(int64(l.len()))
 	case eqFold(sub, "reset"):
 		if len(args) != 2 {
 			c.writeError(subArityError("slowlog", "reset"))

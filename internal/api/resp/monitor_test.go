@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -208,6 +209,22 @@ func TestInfoSections(t *testing.T) {
 	}
 	if ks := after["Keyspace"]["db0"]; ks != "keys=1,expires=1,avg_ttl=0" {
 		t.Errorf("keyspace db0:%s", ks)
+	}
+	// instantaneous_ops_per_sec: the rate between two INFO calls at least
+	// 100 ms apart, so positive once commands ran in between (polled:
+	// how long the calls take depends on the machine's load).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		for i := 0; i < 50; i++ {
+			rawDo(c, "PING")
+		}
+		time.Sleep(150 * time.Millisecond)
+		if num(info(c, "stats")["Stats"], "instantaneous_ops_per_sec") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("instantaneous_ops_per_sec stayed 0 under commands")
+		}
 	}
 	// CLIENT LIST names the last command of each connection.
 	other := dialRaw(t, ts.addr)

@@ -393,13 +393,12 @@ func (s *Server) configSet(c *client, pv [][]byte) {
 		}
 	}
 	for _, st := range sets {
-		st.dst.Store(st.v)
+		if st.dst == &s.slow.maxLen {
+			s.slow.setMax(st.v)
+		} else {
+			st.dst.Store(st.v)
+		}
 	}
-	s.slow.mu.Lock()
-	if max := int(s.slow.maxLen.Load()); len(s.slow.entries) > max {
-		s.slow.entries = s.slow.entries[:max]
-	}
-	s.slow.mu.Unlock()
 	c.writeOK()
 }
 

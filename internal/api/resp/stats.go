@@ -3,6 +3,7 @@ package resp
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"math"
 	"net"
 	"strconv"
 	"strings"
@@ -133,7 +134,7 @@ type slowlog struct {
 	maxLen     atomic.Int64
 	mu         sync.Mutex
 	nextID     int64
-	entries    []slowEntry // newest first
+	entries    []slowEntry // oldest first (SLOWLOG GET reads from the end)
 }
 
 func (l *slowlog) add(c *client, args [][]byte, d time.Duration) {
@@ -155,11 +156,67 @@ func (l *slowlog) add(c *client, args [][]byte, d time.Duration) {
 	l.mu.Lock()
 	e.id = l.nextID
 	l.nextID++
-	l.entries = append([]slowEntry{e}, l.entries...)
-	if max := int(l.maxLen.Load()); len(l.entries) > max {
-		l.entries = l.entries[:max]
-	}
+	l.entries = append(l.entries, e)
+	l.trimAddedLocked()
 	l.mu.Unlock()
+}
+
+// setMax changes slowlog-max-len: the log keeps its newest entries up to
+// the new length.
+func (l *slowlog) setMax(n int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.entries = append(l.entries[:0:0], l.liveLocked()...)
+	l.maxLen.Store(n)
+	l.trimLocked()
+}
+
+// trimLocked drops the entries beyond the newest maxLen (l.mu held).
+func (l *slowlog) trimLocked() {
+	max := int(min(l.maxLen.Load(), math.MaxInt32))
+	if len(l.entries) > max {
+		l.entries = append(l.entries[:0:0], l.entries[len(l.entries)-max:]...)
+	}
+}
+
+// trimAddedLocked is trimLocked in amortized O(1) per entry added: up to
+// twice maxLen entries are kept, and the log is their newest maxLen
+// (liveLocked).
+func (l *slowlog) trimAddedLocked() {
+	if max := min(l.maxLen.Load(), math.MaxInt32); int64(len(l.entries)) > 2*max {
+		l.trimLocked()
+	}
+}
+
+// liveLocked is the log: the newest maxLen entries (l.mu held).
+func (l *slowlog) liveLocked() []slowEntry {
+	max := int(min(l.maxLen.Load(), math.MaxInt32))
+	if len(l.entries) > max {
+		return l.entries[len(l.entries)-max:]
+	}
+	return l.entries
+}
+
+// newest returns up to n entries (all for n < 0), newest first.
+func (l *slowlog) newest(n int64) []slowEntry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	live := l.liveLocked()
+	if n < 0 || n > int64(len(live)) {
+		n = int64(len(live))
+	}
+	out := make([]slowEntry, n)
+	for i := range out {
+		out[i] = live[len(live)-1-i]
+	}
+	return out
+}
+
+// len is SLOWLOG LEN.
+func (l *slowlog) len() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.liveLocked())
 }
 
 // skipSlowlog: commands Redis does not log (their arguments carry
