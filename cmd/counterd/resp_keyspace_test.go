@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -14,7 +15,7 @@ import (
 // the monitoring commands on one node's Redis-protocol front end (keys
 // given in pairs of one owner) and reads the results on another
 // (possibly the same) node.
-func testRespKeyspace(t *testing.T, ctx context.Context, rdb, other *redis.Client, src, dst, mode string) {
+func testRespKeyspace(t *testing.T, ctx context.Context, rdb, other *redis.Client, httpBase, src, dst, mode string) {
 	t.Helper()
 	must := func(what string, err error) {
 		t.Helper()
@@ -32,8 +33,10 @@ func testRespKeyspace(t *testing.T, ctx context.Context, rdb, other *redis.Clien
 	if n, _ := other.Exists(ctx, src).Result(); n != 0 {
 		t.Fatalf("%s exists after RENAME", src)
 	}
-	if exp, err := other.ExpireTime(ctx, dst).Result(); err != nil || exp != time.Duration(at.Unix())*time.Second {
-		t.Fatalf("EXPIRETIME %s after RENAME = %v, %v; want %d", dst, exp, err, at.Unix())
+	// The tiered mode keeps relative TTLs in Redis: its EXPIRETIME may be
+	// a second early (docs/resp.md).
+	if exp, err := other.ExpireTime(ctx, dst).Result(); err != nil || exp/time.Second != time.Duration(at.Unix()) && !(mode == "tiered" && exp/time.Second == time.Duration(at.Unix()-1)) {
+		t.Fatalf("EXPIRETIME %s after RENAME = %d, %v; want %d", dst, exp/time.Second, err, at.Unix())
 	}
 	if ok, err := rdb.RenameNX(ctx, dst, dst).Result(); err != nil || ok {
 		t.Fatalf("RENAMENX onto itself = %v, %v", ok, err)
@@ -86,6 +89,46 @@ func testRespKeyspace(t *testing.T, ctx context.Context, rdb, other *redis.Clien
 		t.Errorf("ROLE = %v, %v", role, err)
 	}
 	must("DEL", rdb.Del(ctx, src, dst).Err())
+
+	// The kinds only the HTTP API creates: RENAME carries their kind and
+	// value (a window its buckets), read back over HTTP. In a cluster,
+	// sharded and pn adds are applied by the receiving node and reach the
+	// owner later (Capabilities.LaggingCRDTAdds), so only the window is
+	// renamed right after its creation there.
+	kinds := []string{`{"kind":"sharded","delta":5,"shards":4}`, `{"kind":"pn","delta":-3}`, `{"kind":"window","delta":7,"granularity":"1s","window":"60s"}`}
+	if mode == "cluster" {
+		kinds = kinds[2:]
+	}
+	for _, body := range kinds {
+		if code, m, _, err := post(httpBase+"/counters/"+src+"/increment", "", body); err != nil || code != 200 {
+			t.Fatalf("create %s: %d %v %v", body, code, m, err)
+		}
+		before := getCounter(t, httpBase, src)
+		must("RENAME "+body, rdb.Rename(ctx, src, dst).Err())
+		after := getCounter(t, httpBase, dst)
+		if after["kind"] != before["kind"] || after["value"] != before["value"] || fmt.Sprint(after["buckets"]) != fmt.Sprint(before["buckets"]) {
+			t.Errorf("RENAME of %s: %v, was %v", body, after, before)
+		}
+		if v := getCounter(t, httpBase, src); v["exists"] != false {
+			t.Errorf("%s exists after RENAME: %v", src, v)
+		}
+		must("DEL", rdb.Del(ctx, dst).Err())
+	}
+}
+
+// getCounter is GET /counters/{id}'s body.
+func getCounter(t *testing.T, base, id string) map[string]any {
+	t.Helper()
+	resp, err := client.Get(base + "/counters/" + id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var m map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestClusterRespKeyspace: in cluster mode RENAME and COPY of keys of one
@@ -125,8 +168,8 @@ func TestClusterRespKeyspace(t *testing.T) {
 		t.Fatalf("RENAME across owners: %v", err)
 	}
 	a.Del(ctx, append([]string{"k0"}, same...)...)
-	testRespKeyspace(t, ctx, a, b, "k0", same[0], "cluster")
-	testRespKeyspace(t, ctx, b, a, "k0", same[0], "cluster")
+	testRespKeyspace(t, ctx, a, b, c.nodes[1].url, "k0", same[0], "cluster")
+	testRespKeyspace(t, ctx, b, a, c.nodes[0].url, "k0", same[0], "cluster")
 }
 
 // TestTieredRespKeyspace: the same on the tiered mode (Redis and
@@ -134,9 +177,9 @@ func TestClusterRespKeyspace(t *testing.T) {
 func TestTieredRespKeyspace(t *testing.T) {
 	env := newTieredEnv(t)
 	respAddr := "127.0.0.1:" + freePort(t)
-	env.start(t, "--resp", respAddr)
+	p := env.start(t, "--resp", respAddr)
 	ctx := context.Background()
 	rdb := redis.NewClient(&redis.Options{Addr: respAddr, Protocol: 3, MaxRetries: -1})
 	defer rdb.Close()
-	testRespKeyspace(t, ctx, rdb, rdb, "ren:a", "ren:b", "tiered")
+	testRespKeyspace(t, ctx, rdb, rdb, p.addr, "ren:a", "ren:b", "tiered")
 }
