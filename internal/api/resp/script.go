@@ -332,6 +332,7 @@ func cmdEval(ro, bySHA bool) func(s *Server, c *client, args [][]byte) {
 			defer sc.gate.Unlock()
 		}
 		sc.run(c, proto, sha, keys, argv, ro, owner)
+		sc.scratch.flushHits() // the script's key reads count in INFO
 	}
 }
 
