@@ -12,6 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/counterd/counterd/internal/contract"
 )
 
@@ -448,11 +451,12 @@ func cmdSlowlog(s *Server, c *client, args [][]byte) {
 	}
 }
 
-// LATENCY LATEST | HISTORY event | RESET [event ...] | DOCTOR | HELP:
-// counterd has no latency monitor (Redis's latency-monitor-threshold is
-// 0, monitoring off), so there are no events: the replies Redis gives
-// then. Per-command latency is in the Prometheus histogram
-// counterd_resp_command_duration_seconds and SLOWLOG.
+// LATENCY LATEST | HISTORY event | RESET [event ...] | DOCTOR | GRAPH
+// event | HISTOGRAM [command ...] | HELP: counterd has no latency monitor
+// (Redis's latency-monitor-threshold is 0, monitoring off), so there are
+// no events: the replies Redis gives then. HISTOGRAM answers each
+// command's calls and its latency distribution from the Prometheus
+// histogram counterd_resp_command_duration_seconds.
 func cmdLatency(s *Server, c *client, args [][]byte) {
 	sub := args[1]
 	switch {
@@ -470,6 +474,8 @@ func cmdLatency(s *Server, c *client, args [][]byte) {
 		c.writeArray(0)
 	case eqFold(sub, "reset"):
 		c.writeInt(0)
+	case eqFold(sub, "histogram"):
+		s.latencyHistogram(c, args[2:])
 	case eqFold(sub, "graph"):
 		if len(args) != 3 {
 			c.writeError(subArityError("latency", "graph"))
@@ -499,6 +505,9 @@ func cmdLatency(s *Server, c *client, args [][]byte) {
 			"RESET [<event> ...]",
 			"    Reset latency data of one or more <event> classes.",
 			"    (default: reset all data for all event classes)",
+			"HISTOGRAM [COMMAND ...]",
+			"    Return a cumulative distribution of latencies in the format of a histogram for the specified command names.",
+			"    If no commands are specified then all histograms are replied.",
 			"HELP",
 			"    Prints this help.")
 	default:
@@ -863,4 +872,64 @@ func (s *Server) resetStats() {
 	}
 	u, _, _ := usedMemory()
 	s.peakMem.Store(uint64(u))
+}
+
+// overflowUsec is LATENCY HISTOGRAM's key for the calls slower than the
+// histogram's last bound (1 s).
+const overflowUsec = math.MaxInt32
+
+// latencyHistogram is LATENCY HISTOGRAM [command ...]: a map of each
+// command (every one with calls when none is named; unknown names are
+// left out, as in Redis) to its calls and histogram_usec, the cumulative
+// count of calls at each bucket bound in microseconds where the count
+// grows (Redis: powers of two; counterd: the Prometheus histogram's
+// bounds). Without metrics commands are not timed: the map is empty.
+func (s *Server) latencyHistogram(c *client, names [][]byte) {
+	var cmds []*command
+	if len(names) == 0 {
+		for _, cmd := range s.sortedCommands() {
+			if cmd.stats.calls.Load() > 0 {
+				cmds = append(cmds, cmd)
+			}
+		}
+	} else {
+		seen := map[*command]bool{}
+		for _, n := range names {
+			cmd := s.cmds[strings.ToLower(string(n))]
+			if cmd != nil && !seen[cmd] && cmd.stats.calls.Load() > 0 {
+				seen[cmd] = true
+				cmds = append(cmds, cmd)
+			}
+		}
+	}
+	c.writeMap(len(cmds))
+	for _, cmd := range cmds {
+		type bucket struct{ usec, n int64 }
+		var bs []bucket
+		if m, ok := cmd.dur.(prometheus.Metric); ok {
+			var d dto.Metric
+			if m.Write(&d) == nil && d.Histogram != nil {
+				prev := int64(0)
+				for _, b := range d.Histogram.Bucket {
+					if n := int64(b.GetCumulativeCount()); n > prev {
+						bs = append(bs, bucket{int64(math.Round(b.GetUpperBound() * 1e6)), n})
+						prev = n
+					}
+				}
+				if n := int64(d.Histogram.GetSampleCount()); n > prev {
+					bs = append(bs, bucket{overflowUsec, n})
+				}
+			}
+		}
+		c.writeBulkString(cmd.name)
+		c.writeMap(2)
+		c.writeBulkString("calls")
+		c.writeInt(int64(cmd.stats.calls.Load()))
+		c.writeBulkString("histogram_usec")
+		c.writeMap(len(bs))
+		for _, b := range bs {
+			c.writeInt(b.usec)
+			c.writeInt(b.n)
+		}
+	}
 }

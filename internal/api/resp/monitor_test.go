@@ -36,6 +36,7 @@ func TestMonitorCompat(t *testing.T) {
 		{"SLOWLOG", "RESET"}, {"SLOWLOG", "GET", "1", "2"},
 		{"LATENCY", "LATEST"}, {"LATENCY", "HISTORY", "command"}, {"LATENCY", "HISTORY"}, {"LATENCY", "RESET"},
 		{"LATENCY", "RESET", "a", "b"}, {"LATENCY", "DOCTOR"}, {"LATENCY", "GRAPH", "command"}, {"LATENCY", "FOO"},
+		{"LATENCY", "HELP"}, {"LATENCY", "HISTOGRAM", "nosuchcommand"}, {"LATENCY", "HISTOGRAM", "pfmerge"},
 		{"CONFIG", "GET", "slowlog-max-len"}, {"CONFIG", "GET", "slowlog-log-slower-than"}, {"CONFIG", "GET", "latency-monitor-threshold"},
 		{"CONFIG", "GET", "maxmemory-policy"},
 		{"CONFIG", "SET", "slowlog-max-len", "64"}, {"CONFIG", "GET", "slowlog-max-len"}, {"CONFIG", "SET", "slowlog-max-len", "128"},
@@ -225,6 +226,12 @@ func TestInfoSections(t *testing.T) {
 		if time.Now().After(deadline) {
 			t.Fatal("instantaneous_ops_per_sec stayed 0 under commands")
 		}
+	}
+	// LATENCY HISTOGRAM: Redis's shape, the calls, a cumulative
+	// distribution ending at the calls (RESP2: flat pairs).
+	h := rawDo(c, "LATENCY", "HISTOGRAM", "get", "nosuchcommand")
+	if !regexp.MustCompile(`^\*2\r\n\$3\r\nget\r\n\*4\r\n\$5\r\ncalls\r\n:2\r\n\$14\r\nhistogram_usec\r\n\*\d+\r\n(:\d+\r\n:[12]\r\n)*:\d+\r\n:2\r\n$`).MatchString(h) {
+		t.Errorf("LATENCY HISTOGRAM get nosuchcommand = %q", h)
 	}
 	// CLIENT LIST names the last command of each connection.
 	other := dialRaw(t, ts.addr)

@@ -44,7 +44,7 @@ var containers = map[string][]string{
 	"object":  {"encoding", "freq", "idletime", "refcount", "help"},
 	"memory":  {"usage", "stats", "doctor", "malloc-stats", "purge", "help"},
 	"slowlog": {"get", "len", "reset", "help"},
-	"latency": {"latest", "history", "reset", "doctor", "graph", "help"},
+	"latency": {"latest", "history", "reset", "doctor", "graph", "histogram", "help"},
 }
 
 // initStats names every command's figures and makes its subcommands'.
