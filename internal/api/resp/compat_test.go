@@ -112,6 +112,11 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"PFMERGE", "hl", "n5"}, {"PFADD", "two", "x"}, {"PFCOUNT", "two"}, {"PFMERGE", "hl", "two"}, {"INCR", "two"},
 			{"MULTI"}, {"INCR", "hl"}, {"PFADD", "n5", "x"}, {"SET", "m", "1"}, {"EXEC"}, {"GET", "m"},
 			{"EXPIRE", "n5", "4000000000"}, {"TTL", "n5"},
+			// COMMAND GETKEYS of the new commands
+			{"COMMAND", "GETKEYS", "rename", "a", "b"}, {"COMMAND", "GETKEYS", "copy", "a", "b", "DB", "0", "REPLACE"},
+			{"COMMAND", "GETKEYS", "hrandfield", "h", "1"}, {"COMMAND", "GETKEYS", "hscan", "h", "0"},
+			{"COMMAND", "GETKEYS", "object", "encoding", "k"}, {"COMMAND", "GETKEYS", "memory", "usage", "k"},
+			{"COMMAND", "GETKEYS", "renamenx", "a", "b"}, {"COMMAND", "GETKEYS", "role", "x"},
 		},
 		"incrbyfloat": {
 			{"INCRBYFLOAT", "f", "0.1"}, {"INCRBYFLOAT", "f", "0.2"}, {"GET", "f"},
