@@ -34,5 +34,8 @@ func (t OpType) Needs() string {
 	return "another kind"
 }
 
-// MaxTTL is the longest time to live: longer ones are refused.
-const MaxTTL = 100 * 365 * 24 * time.Hour
+// MaxTTL is the longest time to live: longer ones are refused. It is 200
+// years so that Redis-protocol clients' far expiries (EXPIRE k 4000000000,
+// about 127 years, which Redis accepts) are kept as given; the HTTP API
+// keeps its own 100-year bound on ttl_ms.
+const MaxTTL = 200 * 365 * 24 * time.Hour

@@ -171,6 +171,9 @@ func (s *Server) accessError(c *client, cmd *command, args [][]byte) string {
 		if a.sourcesRead && i > cmd.first {
 			perm = auth.Read
 		}
+		if k := i - cmd.first; k < len(a.keyPerms) {
+			perm = a.keyPerms[k]
+		}
 		if !p.Can(perm, str(args[i])) {
 			return errNoPermKey
 		}

@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/counterd/counterd/internal/contract"
@@ -90,6 +91,16 @@ type client struct {
 	lower   [24]byte // command name lowered for lookup
 	scratch []byte   // number formatting
 
+	// What CLIENT LIST reads from other goroutines: the descriptor, the
+	// last command's figures (its name) and when its batch started.
+	fd0     int
+	respVer atomic.Int32 // proto, for CLIENT LIST
+	lastCmd atomic.Pointer[cmdStats]
+	active  atomic.Int64 // nanotime
+	// Keyspace hits and misses of this batch, added to the server's at
+	// its end (like ncmds).
+	hits, misses uint64
+
 	mu      sync.Mutex // guards the fields below
 	name    string
 	libName string
@@ -137,6 +148,9 @@ func newClient(s *Server, nc net.Conn) *client {
 	if a := nc.LocalAddr(); a != nil {
 		c.laddr = a.String()
 	}
+	c.fd0 = connFD(nc)
+	c.respVer.Store(2)
+	c.active.Store(nanotime())
 	return c
 }
 
@@ -194,6 +208,11 @@ func (s *Server) runBuffered(c *client) step {
 	if s.m != nil && !c.onLoop {
 		c.tstart = nanotime() // a loop sets it once per round (serve)
 	}
+	if s.m != nil {
+		c.active.Store(c.tstart)
+	} else {
+		c.active.Store(nanotime())
+	}
 	for c.r < c.w {
 		n, args, perr := c.p.parse(c.in[c.r:c.w])
 		if perr != "" {
@@ -239,6 +258,28 @@ func (c *client) endBatch() {
 	if c.ncmds > 0 {
 		c.s.totalCmds.Add(c.ncmds)
 		c.ncmds = 0
+	}
+	c.flushHits()
+}
+
+// flushHits adds the batch's keyspace hits and misses to the server's.
+func (c *client) flushHits() {
+	if c.hits > 0 {
+		c.s.hits.Add(c.hits)
+		c.hits = 0
+	}
+	if c.misses > 0 {
+		c.s.misses.Add(c.misses)
+		c.misses = 0
+	}
+}
+
+// lookedUp counts a key read for INFO's keyspace_hits/misses.
+func (c *client) lookedUp(found bool) {
+	if found {
+		c.hits++
+	} else {
+		c.misses++
 	}
 }
 
@@ -327,6 +368,9 @@ func (c *client) flush() error {
 // Reply writers: they append to c.out.
 
 func (c *client) writeError(msg string) {
+	if c.s != nil {
+		c.s.errStats.count(msg)
+	}
 	c.out = append(c.out, '-')
 	c.out = appendLine(c.out, msg)
 }
@@ -371,6 +415,32 @@ func (c *client) writeBulk(b []byte) {
 
 func (c *client) writeBulkString(s string) {
 	c.writeHeader('$', len(s))
+	c.out = append(c.out, s...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+// writeVerbatim writes text as RESP3's verbatim string of format txt
+// (INFO, CLIENT LIST), a bulk string in RESP2.
+func (c *client) writeVerbatim(text string) {
+	if c.proto != 3 {
+		c.writeBulkString(text)
+		return
+	}
+	c.writeHeader('=', len(text)+4)
+	c.out = append(c.out, "txt:"...)
+	c.out = append(c.out, text...)
+	c.out = append(c.out, '\r', '\n')
+}
+
+// writeDouble writes f as RESP3's double, a bulk string in RESP2, both
+// with Redis's "%.17g".
+func (c *client) writeDouble(f float64) {
+	s := strconv.FormatFloat(f, 'g', 17, 64)
+	if c.proto != 3 {
+		c.writeBulkString(s)
+		return
+	}
+	c.out = append(c.out, ',')
 	c.out = append(c.out, s...)
 	c.out = append(c.out, '\r', '\n')
 }

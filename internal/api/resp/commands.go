@@ -59,6 +59,14 @@ type command struct {
 
 	gate uint8 // scripting gate mode (script.go)
 
+	// wrongKind, when set, words an engine ErrWrongKind for this command
+	// as Redis would, by the kinds of its keys (INCR of an hll, PFADD of
+	// a counter); nil: WRONGTYPE.
+	wrongKind func(s *Server, c *client, args [][]byte) string
+
+	stats cmdStats             // INFO commandstats (stats.go)
+	subs  map[string]*cmdStats // a container's subcommands' figures
+
 	calls prometheus.Counter  // nil without metrics
 	dur   prometheus.Observer // nil without metrics
 }
@@ -220,7 +228,7 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 	case 1:
 		r, err := s.eng.Apply(c.ctx, ops[0], contract.WriteOptions{})
 		if err != nil {
-			c.writeError(engineError(err))
+			c.writeError(s.opError(c, cmd, args, err))
 			clearOps(ops)
 			return
 		}
@@ -240,13 +248,21 @@ func (s *Server) applyOps(c *client, cmd *command, args [][]byte) {
 			}
 		}
 		if err != nil {
-			c.writeError(engineError(err))
+			c.writeError(s.opError(c, cmd, args, err))
 			clearOps(ops)
 			return
 		}
 	}
 	cmd.done(c, args, res)
 	clearOps(ops)
+}
+
+// opError words err, the failure of cmd's engine ops.
+func (s *Server) opError(c *client, cmd *command, args [][]byte, err error) string {
+	if cmd.wrongKind != nil && errors.Is(err, contract.ErrWrongKind) {
+		return cmd.wrongKind(s, c, args)
+	}
+	return engineError(err)
 }
 
 // clearOps drops references to command buffers held in the scratch ops

@@ -70,6 +70,54 @@ func compatSeqs(at time.Time) map[string][][]string {
 			{"COMMAND", "GETKEYS", "nope", "x"}, {"COMMAND", "GETKEYS", "ping", "x"}, {"COMMAND", "GETKEYS", "get", "a", "b"},
 			{"COMMAND", "GETKEYS"}, {"COMMAND", "GETKEYS", "get"},
 		},
+		"keyspace": {
+			// RANDOMKEY: nil when empty, the one key when there is one
+			{"RANDOMKEY"}, {"SET", "only", "1"}, {"RANDOMKEY"}, {"RANDOMKEY", "x"}, {"DEL", "only"},
+			// RENAME, RENAMENX: values and expiries move
+			{"RENAME", "nope", "x"}, {"RENAMENX", "nope", "x"}, {"SET", "a", "5"}, {"EXPIREAT", "a", far},
+			{"RENAME", "a", "b"}, {"EXISTS", "a"}, {"GET", "b"}, {"EXPIRETIME", "b"}, {"RENAME", "b", "b"}, {"RENAMENX", "b", "b"},
+			{"SET", "c", "7"}, {"RENAMENX", "b", "c"}, {"RENAMENX", "b", "d"}, {"GET", "d"}, {"EXPIRETIME", "d"},
+			{"RENAME", "d", "c"}, {"GET", "c"}, {"EXPIRETIME", "c"}, {"EXISTS", "d"},
+			{"INCRBYFLOAT", "f", "1.5"}, {"RENAME", "f", "g"}, {"GET", "g"}, {"INCRBYFLOAT", "g", "0.25"}, {"EXPIRETIME", "g"},
+			{"HSET", "h", "a", "1", "b", "2.5"}, {"RENAME", "h", "h2"}, {"HGETALL", "h2"}, {"EXISTS", "h"}, {"HINCRBY", "h2", "a", "1"},
+			{"PFADD", "p", "x", "y", "z"}, {"RENAME", "p", "p2"}, {"PFCOUNT", "p2"}, {"EXISTS", "p"}, {"PFADD", "p2", "x"},
+			{"RENAME", "a"}, {"RENAMENX"}, {"RENAME", "a", "b", "c"},
+			// COPY
+			{"COPY", "c", "c"}, {"COPY", "c", "e"}, {"GET", "e"}, {"EXPIRETIME", "e"}, {"COPY", "c", "e"}, {"GET", "c"},
+			{"COPY", "g", "e", "REPLACE"}, {"GET", "e"}, {"EXPIRETIME", "e"}, {"COPY", "nope", "e"}, {"COPY", "nope", "e", "REPLACE"}, {"EXISTS", "e"},
+			{"COPY", "c", "e", "DB", "0", "REPLACE"}, {"GET", "e"}, {"COPY", "c", "e", "DB", "x"}, {"COPY", "c", "e", "DB"},
+			{"COPY", "c", "e", "FOO"}, {"COPY", "c", "e", "REPLACE", "REPLACE"}, {"COPY", "c", "c", "DB", "0"}, {"COPY", "a"},
+			{"COPY", "h2", "h3"}, {"HGETALL", "h3"}, {"HGETALL", "h2"}, {"COPY", "p2", "p3"}, {"PFCOUNT", "p3"}, {"PFCOUNT", "p2"},
+			{"EXPIREAT", "p2", s}, {"COPY", "p2", "p4"}, {"EXPIRETIME", "p4"},
+			// HRANDFIELD on one field (the same picks on both) and on a
+			// whole hash (fields in insertion order, which is by name here)
+			{"HSET", "one", "f", "7"}, {"HRANDFIELD", "one"}, {"HRANDFIELD", "one", "1"}, {"HRANDFIELD", "one", "5"},
+			{"HRANDFIELD", "one", "-3"}, {"HRANDFIELD", "one", "-3", "WITHVALUES"}, {"HRANDFIELD", "one", "2", "WITHVALUES"},
+			{"HRANDFIELD", "one", "0"}, {"HRANDFIELD", "one", "0", "WITHVALUES"}, {"HRANDFIELD", "nope"}, {"HRANDFIELD", "nope", "3"},
+			{"HRANDFIELD", "nope", "3", "WITHVALUES"}, {"HRANDFIELD", "one", "x"}, {"HRANDFIELD", "one", "1", "foo"},
+			{"HRANDFIELD", "one", "1", "WITHVALUES", "x"}, {"HRANDFIELD", "one", "x", "foo"},
+			{"HRANDFIELD", "one", "-9223372036854775808"}, {"HRANDFIELD", "one", "-9223372036854775807", "WITHVALUES"},
+			{"HRANDFIELD", "one", "9223372036854775807", "WITHVALUES"}, {"HRANDFIELD", "one", "9223372036854775807"},
+			{"HRANDFIELD", "c"}, {"HRANDFIELD", "c", "1"}, {"HRANDFIELD"},
+			{"HSET", "two", "a", "1", "b", "2.5"}, {"HRANDFIELD", "two", "5", "WITHVALUES"}, {"HRANDFIELD", "two", "2"},
+			// HSCAN (a small hash: everything at once, cursor 0, as Redis)
+			{"HSET", "hs", "a1", "1", "a2", "2", "b1", "3.5"}, {"HSCAN", "hs", "0"}, {"HSCAN", "hs", "0", "MATCH", "a*"},
+			{"HSCAN", "hs", "0", "COUNT", "1"}, {"HSCAN", "hs", "0", "MATCH", "z*", "COUNT", "10"}, {"HSCAN", "hs", "x"},
+			{"HSCAN", "hs", "0", "COUNT", "0"}, {"HSCAN", "hs", "0", "COUNT", "x"}, {"HSCAN", "hs", "0", "FOO", "1"},
+			{"HSCAN", "hs", "0", "MATCH"}, {"HSCAN", "nope", "0", "FOO"}, {"HSCAN", "nope", "x"}, {"HSCAN", "c", "0"},
+			{"HSCAN", "hs"}, {"HSCAN", "hs", "-1"}, {"HSCAN", "hs", "+5"}, {"HSCAN", "hs", "-"}, {"HSCAN", "hs", " 1"}, {"HSCAN", "hs", "18446744073709551615"}, {"HSCAN", "hs", "18446744073709551616"},
+			// Redis's texts for strings of the wrong kind
+			{"PFADD", "hl", "a"}, {"INCR", "hl"}, {"INCRBY", "hl", "5"}, {"DECR", "hl"}, {"DECRBY", "hl", "x"}, {"INCRBYFLOAT", "hl", "1"},
+			{"SET", "n5", "5"}, {"PFADD", "n5", "x"}, {"PFCOUNT", "n5"}, {"PFCOUNT", "hl", "n5"}, {"PFMERGE", "n5", "hl"},
+			{"PFMERGE", "hl", "n5"}, {"PFADD", "two", "x"}, {"PFCOUNT", "two"}, {"PFMERGE", "hl", "two"}, {"INCR", "two"},
+			{"MULTI"}, {"INCR", "hl"}, {"PFADD", "n5", "x"}, {"SET", "m", "1"}, {"EXEC"}, {"GET", "m"},
+			{"EXPIRE", "n5", "4000000000"}, {"TTL", "n5"},
+			// COMMAND GETKEYS of the new commands
+			{"COMMAND", "GETKEYS", "rename", "a", "b"}, {"COMMAND", "GETKEYS", "copy", "a", "b", "DB", "0", "REPLACE"},
+			{"COMMAND", "GETKEYS", "hrandfield", "h", "1"}, {"COMMAND", "GETKEYS", "hscan", "h", "0"},
+			{"COMMAND", "GETKEYS", "object", "encoding", "k"}, {"COMMAND", "GETKEYS", "memory", "usage", "k"},
+			{"COMMAND", "GETKEYS", "renamenx", "a", "b"}, {"COMMAND", "GETKEYS", "role", "x"},
+		},
 		"incrbyfloat": {
 			{"INCRBYFLOAT", "f", "0.1"}, {"INCRBYFLOAT", "f", "0.2"}, {"GET", "f"},
 			{"INCRBYFLOAT", "f", "1e30"}, {"INCRBYFLOAT", "f", "-1e30"}, {"INCRBYFLOAT", "f", "-0"},
@@ -206,7 +254,7 @@ func runCompat(t *testing.T, name string, counterd, real doer) {
 }
 
 func seqNames() []string {
-	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire", "idioms"}
+	return []string{"incrbyfloat", "hincrbyfloat", "setfloat", "setex", "getex", "hset", "expire", "idioms", "keyspace"}
 }
 
 func TestCompatGoRedis(t *testing.T) {
@@ -313,6 +361,17 @@ func fmtReply(v any, err error) string {
 	}
 	if err != nil {
 		return "error: " + err.Error()
+	}
+	if a, ok := v.([]any); ok { // EXEC's errors inside an array: by text
+		parts := make([]string, len(a))
+		for i, x := range a {
+			if e, ok := x.(error); ok {
+				parts[i] = "error: " + e.Error()
+			} else {
+				parts[i] = fmtReply(x, nil)
+			}
+		}
+		return "[" + strings.Join(parts, ", ") + "]"
 	}
 	return fmt.Sprintf("%T %#v", v, v)
 }

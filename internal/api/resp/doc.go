@@ -47,14 +47,17 @@ package resp
 // the tiered mode". HyperLogLogs: PFADD, PFCOUNT (several keys: the
 // union), PFMERGE.
 //
-// Keys: DEL, UNLINK, EXISTS, TYPE, EXPIRE, PEXPIRE (with NX|XX|GT|LT),
+// Keys: DEL, UNLINK, EXISTS, RENAME, RENAMENX, COPY, RANDOMKEY, TYPE,
+// EXPIRE, PEXPIRE (with NX|XX|GT|LT),
 // PERSIST, TTL, PTTL, EXPIRETIME, PEXPIRETIME, SCAN (MATCH, COUNT, TYPE),
 // KEYS, DBSIZE.
 //
 // Connection and server: PING, ECHO, SELECT 0, QUIT, RESET, HELLO (2|3,
 // AUTH, SETNAME), AUTH, CLIENT (ID, SETNAME, GETNAME, SETINFO, INFO, LIST,
 // NO-EVICT, NO-TOUCH, HELP), COMMAND (COUNT, DOCS, INFO, LIST, HELP),
-// INFO (server, clients, stats, keyspace), CONFIG (GET, RESETSTAT, HELP),
+// INFO (Redis 7's sections: monitor_cmds.go), ROLE, OBJECT, MEMORY,
+// SLOWLOG, LATENCY, LASTSAVE, CONFIG (GET, SET of the slow log, RESETSTAT,
+// HELP),
 // TIME, CLUSTER (answers "cluster support disabled", which makes cluster
 // aware clients fall back to a single node), FLUSHALL and FLUSHDB (only
 // with Options.AllowFlush).
@@ -98,7 +101,7 @@ package resp
 //     WRONGTYPE (Redis would replace it).
 //   - TTLs are Go durations: an EXPIRE, PEXPIRE, SET EX/PX, SETEX or
 //     GETEX beyond ~292 years is "invalid expire time" (Redis allows more),
-//     and one beyond 100 years (contract.MaxTTL) is refused by the engine.
+//     and one beyond 200 years (contract.MaxTTL) is refused by the engine.
 //     Where Redis's own checks fail first (seconds whose milliseconds
 //     overflow, also negative ones: EXPIRE k -9223372036854775808) the error
 //     is Redis's. A non-positive EXPIRE deletes the key like Redis; SET,

@@ -179,7 +179,7 @@ func testGoRedisCommands(t *testing.T, ts *testServer, rdb *redis.Client, proto 
 		mustErr(t, "get hash", rdb.Get(ctx, "mh").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
 		mustErr(t, "incr hash", rdb.Incr(ctx, "mh").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
 		mustErr(t, "set hash", rdb.Set(ctx, "mh", 1, 0).Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
-		mustErr(t, "pfadd counter", rdb.PFAdd(ctx, "m1", "x").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
+		mustErr(t, "pfadd counter", rdb.PFAdd(ctx, "m1", "x").Err(), "WRONGTYPE Key is not a valid HyperLogLog string value.") // as Redis: a counter is a string
 	})
 
 	t.Run("del-exists-type", func(t *testing.T) {
@@ -313,8 +313,9 @@ func testGoRedisCommands(t *testing.T, ts *testServer, rdb *redis.Client, proto 
 		mustEqual(t, "PFCOUNT merged self", rdb.PFCount(ctx, "hll1").Val(), 5)
 		mustErr(t, "GET hll", rdb.Get(ctx, "hll1").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
 		rdb.Incr(ctx, "notanhll")
-		mustErr(t, "PFCOUNT counter", rdb.PFCount(ctx, "hll1", "notanhll").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
-		mustErr(t, "PFMERGE counter", rdb.PFMerge(ctx, "hll1", "notanhll").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
+		mustErr(t, "PFCOUNT counter", rdb.PFCount(ctx, "hll1", "notanhll").Err(), "WRONGTYPE Key is not a valid HyperLogLog string value.")
+		mustErr(t, "PFCOUNT hash", rdb.PFCount(ctx, "hll1", "mh").Err(), "WRONGTYPE Operation against a key holding the wrong kind of value")
+		mustErr(t, "PFMERGE counter", rdb.PFMerge(ctx, "hll1", "notanhll").Err(), "WRONGTYPE Key is not a valid HyperLogLog string value.")
 		// Many items: more than one engine op.
 		items := make([]any, 25000)
 		for i := range items {

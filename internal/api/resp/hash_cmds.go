@@ -95,6 +95,7 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 		c.writeError(engineError(err))
 		return nil, false
 	}
+	c.lookedUp(v.Exists)
 	if !v.Exists {
 		return nil, true
 	}
@@ -109,6 +110,9 @@ func hashView(s *Server, c *client, key []byte) ([]counter.Field, bool) {
 // is read from the whole hash.
 func cmdHGet(s *Server, c *client, args [][]byte) {
 	v, ok, err := s.eng.HGet(c.ctx, str(args[1]), str(args[2]))
+	if err == nil {
+		c.lookedUp(ok)
+	}
 	switch {
 	case ok && errors.Is(err, contract.ErrNotInteger):
 		fields, ok := hashView(s, c, args[1])

@@ -290,6 +290,10 @@ func cmdCommandGetKeys(s *Server, c *client, args [][]byte) {
 		c.writeError("ERR Invalid command specified")
 		return
 	}
+	if cmd.first <= 0 && !isScriptCmd(cmd.name) { // before the arity, as Redis
+		c.writeError("ERR The command has no key arguments")
+		return
+	}
 	if cmd.arity > 0 && len(argv) != cmd.arity || cmd.arity < 0 && len(argv) < -cmd.arity {
 		c.writeError("ERR Invalid number of arguments specified for command")
 		return

@@ -125,6 +125,7 @@ func cmdExists(s *Server, c *client, args [][]byte) {
 			c.writeError(engineError(err))
 			return
 		}
+		c.lookedUp(ok)
 		if ok {
 			n++
 		}
@@ -140,6 +141,9 @@ func cmdType(s *Server, c *client, args [][]byte) {
 		return
 	}
 	v, err := s.eng.Get(c.ctx, id)
+	if err == nil {
+		c.lookedUp(v.Exists)
+	}
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))
@@ -163,6 +167,9 @@ func typeName(k contract.Kind) string {
 func cmdTTL(unit time.Duration) func(s *Server, c *client, args [][]byte) {
 	return func(s *Server, c *client, args [][]byte) {
 		ttl, has, exists, err := s.eng.TTL(c.ctx, str(args[1]))
+		if err == nil {
+			c.lookedUp(exists)
+		}
 		switch {
 		case err != nil:
 			c.writeError(engineError(err))
@@ -384,6 +391,9 @@ func expireApplies(nx, xx, gt, lt, has bool, ttl, cur time.Duration) bool {
 // hash or an hll, or the engine's error).
 func getString(s *Server, c *client, id string) (contract.View, bool) {
 	v, err := s.eng.Get(c.ctx, id)
+	if err == nil {
+		c.lookedUp(v.Exists)
+	}
 	switch {
 	case err != nil:
 		c.writeError(engineError(err))

@@ -182,6 +182,9 @@ type fdConn struct {
 	laddr, raddr net.Addr
 }
 
+// sysFD is the descriptor CLIENT LIST shows (connFD).
+func (f *fdConn) sysFD() int { return f.fd }
+
 var errLoopConn = errors.New("resp: event-loop connection is read and written by its loop")
 
 func (f *fdConn) Read([]byte) (int, error)         { return 0, errLoopConn }

@@ -181,11 +181,13 @@ func (s *Server) execBatch(c *client, queue []queued) bool {
 			// that each gets its own reply, as in Redis.
 			return false
 		}
-		if s.m != nil {
-			per := time.Since(start).Seconds() / float64(len(queue))
-			for _, q := range queue {
+		per := time.Since(start) / time.Duration(len(queue))
+		for _, q := range queue {
+			q.cmd.stats.calls.Add(1)
+			q.cmd.stats.ns.Add(int64(per))
+			if s.m != nil {
 				q.cmd.calls.Inc()
-				q.cmd.dur.Observe(per)
+				q.cmd.dur.Observe(per.Seconds())
 			}
 		}
 	}

@@ -16,6 +16,9 @@ type access struct {
 	// sourcesRead: only the first key is written, the others are read
 	// (PFMERGE dest src...).
 	sourcesRead bool
+	// keyPerms, when set, is the permission on each key position in
+	// turn (RENAME deletes its first key: admin; writes its second).
+	keyPerms []auth.Perm
 	// sub, when set, decides by subcommand (CLIENT LIST shows every
 	// connection's address, CLIENT SETNAME only this one).
 	sub func(args [][]byte) auth.Need
@@ -70,11 +73,25 @@ var commandAccess = map[string]access{
 	"getdel": needAdmin, // deletes, like DEL
 	"msetnx": needWrite, "hmset": needWrite,
 	"hstrlen": needRead, "strlen": needRead, "touch": needRead,
+	// RENAME deletes its source (admin, like DEL) and writes the
+	// destination; COPY reads the source. RANDOMKEY may name any key:
+	// read on everything, as KEYS *.
+	"rename":     {need: auth.Need{Perm: auth.Admin}, keyPerms: []auth.Perm{auth.Admin, auth.Write}},
+	"renamenx":   {need: auth.Need{Perm: auth.Admin}, keyPerms: []auth.Perm{auth.Admin, auth.Write}},
+	"copy":       {need: auth.Need{Perm: auth.Write}, keyPerms: []auth.Perm{auth.Read, auth.Write}},
+	"randomkey":  {need: auth.Need{Perm: auth.Read}, pattern: func([][]byte) string { return "*" }},
+	"hrandfield": needRead, "hscan": needRead,
 
 	// scripting: each key a script declares needs read, and each command
 	// it calls is checked like a client's (script.go)
 	"eval": needRead, "evalsha": needRead, "eval_ro": needRead, "evalsha_ro": needRead,
 	"script": {sub: scriptNeed},
+
+	// monitoring: OBJECT and MEMORY USAGE need read on their key; the
+	// slow log shows other users' commands and their arguments
+	"role": needRead, "lastsave": needRead, "latency": needRead,
+	"object": needRead, "memory": {need: auth.Need{Perm: auth.Read}, sub: memoryNeed},
+	"slowlog": needAdminAll,
 
 	// node-wide
 	"config":   needAdminAll,
@@ -102,6 +119,14 @@ func clientNeed(args [][]byte) auth.Need {
 // scriptNeed: SCRIPT FLUSH and KILL act on every user's scripts.
 func scriptNeed(args [][]byte) auth.Need {
 	if eqFold(args[1], "flush") || eqFold(args[1], "kill") {
+		return auth.Need{Perm: auth.Admin, All: true}
+	}
+	return auth.Need{Perm: auth.Read}
+}
+
+// memoryNeed: MEMORY PURGE runs a garbage collection of the whole node.
+func memoryNeed(args [][]byte) auth.Need {
+	if eqFold(args[1], "purge") {
 		return auth.Need{Perm: auth.Admin, All: true}
 	}
 	return auth.Need{Perm: auth.Read}

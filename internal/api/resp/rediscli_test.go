@@ -84,4 +84,11 @@ func TestRedisCLI(t *testing.T) {
 	if got := run("", "INFO", "keyspace"); !strings.Contains(got, "db0:keys=") {
 		t.Fatalf("redis-cli INFO keyspace = %q", got)
 	}
+	// The key-space tools read TYPE, STRLEN, HLEN, MEMORY USAGE and INFO.
+	if got := run("", "--bigkeys"); !strings.Contains(got, "Biggest string found") || !strings.Contains(got, "Biggest   hash found") {
+		t.Errorf("redis-cli --bigkeys:\n%s", got)
+	}
+	if got := run("", "--memkeys"); !strings.Contains(got, "Biggest string found") || strings.Contains(got, "ERR") {
+		t.Errorf("redis-cli --memkeys:\n%s", got)
+	}
 }

@@ -57,7 +57,7 @@ const (
 	gateNone      uint8 = iota // runs without the gate (PING, CLIENT, SCRIPT, EVAL: it takes the exclusive side itself)
 	gateShared                 // a data command: the gate's shared side
 	gateExec                   // EXEC: shared, or exclusive when it runs scripts
-	gateExclusive              // a read then a write no engine op makes atomic (GETDEL, MSETNX)
+	gateExclusive              // a read then a write no engine op makes atomic (GETDEL, MSETNX, RENAME, RENAMENX, COPY)
 )
 
 // scripting is a server's script cache, Lua VM and gate.
@@ -98,7 +98,8 @@ func newScripting(s *Server, limit time.Duration) *scripting {
 	sc := &scripting{s: s, limit: limit, cache: make(map[string]*lua.FunctionProto)}
 	sc.rand.seed(0)
 	sc.L = newLuaState(sc)
-	sc.scratch = &client{s: s, proto: 2, first: false}
+	sc.scratch = &client{s: s, proto: 2, first: false, fd0: -1}
+	sc.scratch.respVer.Store(2)
 	return sc
 }
 
@@ -156,7 +157,7 @@ func setGates(cmds map[string]*command) {
 			cmd.gate = gateExec
 		case isScriptCmd(cmd.name):
 			cmd.gate = gateNone
-		case cmd.name == "getdel" || cmd.name == "msetnx":
+		case cmd.name == "getdel" || cmd.name == "msetnx" || cmd.name == "rename" || cmd.name == "renamenx" || cmd.name == "copy":
 			cmd.gate = gateExclusive
 		case cmd.flags&(flagWrite|flagReadonly) != 0:
 			cmd.gate = gateShared
@@ -167,7 +168,7 @@ func setGates(cmds map[string]*command) {
 // enter takes the gate for cmd (its mode is not gateNone); false means c
 // was answered BUSY. leave releases what enter took.
 func (sc *scripting) enter(c *client, cmd *command) (exclusive, ok bool) {
-	if cmd.gate == gateExclusive || cmd.gate == gateExec && queueRunsScript(c.queue) && c.multi {
+	if cmd.gate == gateExclusive || cmd.gate == gateExec && queueNeedsExclusive(c.queue) && c.multi {
 		if !sc.lock(c) {
 			return false, false
 		}
@@ -198,9 +199,12 @@ func (sc *scripting) leave(exclusive bool) {
 	sc.gate.RUnlock()
 }
 
-func queueRunsScript(q []queued) bool {
+// queueNeedsExclusive: an EXEC whose transaction runs a script or a
+// command of the gate's exclusive side (GETDEL, MSETNX, RENAME, COPY)
+// takes the gate exclusively.
+func queueNeedsExclusive(q []queued) bool {
 	for _, e := range q {
-		if isScriptCmd(e.cmd.name) {
+		if isScriptCmd(e.cmd.name) || e.cmd.gate == gateExclusive {
 			return true
 		}
 	}
@@ -328,6 +332,7 @@ func cmdEval(ro, bySHA bool) func(s *Server, c *client, args [][]byte) {
 			defer sc.gate.Unlock()
 		}
 		sc.run(c, proto, sha, keys, argv, ro, owner)
+		sc.scratch.flushHits() // the script's key reads count in INFO
 	}
 }
 
@@ -639,4 +644,12 @@ func (sc *scripting) kill() string {
 	sc.killed = true
 	sc.cancel()
 	return ""
+}
+
+// cached is the number of scripts in the cache (INFO's
+// number_of_cached_scripts).
+func (sc *scripting) cached() int {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	return len(sc.cache)
 }

@@ -84,8 +84,8 @@ func newLuaState(sc *scripting) *lua.LState {
 		"REPL_NONE": 0, "REPL_AOF": 1, "REPL_SLAVE": 2, "REPL_REPLICA": 2, "REPL_ALL": 3} {
 		r.RawSetString(name, lua.LNumber(v))
 	}
-	r.RawSetString("REDIS_VERSION", lua.LString(redisCompatVersion))
-	r.RawSetString("REDIS_VERSION_NUM", lua.LNumber(0x070000))
+	r.RawSetString("REDIS_VERSION", lua.LString(RedisVersion))
+	r.RawSetString("REDIS_VERSION_NUM", lua.LNumber(redisVersionNum))
 	g.RawSetString("redis", r)
 
 	// Protected globals: reading an undefined one or creating one is an
@@ -107,9 +107,9 @@ func newLuaState(sc *scripting) *lua.LState {
 	return L
 }
 
-// redisCompatVersion is the Redis version scripts see in
-// redis.REDIS_VERSION (the scripting API counterd follows).
-const redisCompatVersion = "7.0.0"
+// redisVersionNum is RedisVersion as redis.REDIS_VERSION_NUM
+// (0x00MMmmpp).
+const redisVersionNum = 0x07000f
 
 func sha1hex(s string) string {
 	h := sha1.Sum([]byte(s))

@@ -48,11 +48,13 @@ const (
 )
 
 // RedisVersion is the Redis version counterd reports in HELLO's "version"
-// field and INFO's redis_version. Clients gate features on it (rueidis, for
+// field, INFO's redis_version and scripts' redis.REDIS_VERSION: the
+// release the differential tests compare counterd with (redis-server
+// 7.0.15). Clients gate features on it (rueidis, for
 // one, reads the major version), so it is the version whose command
 // semantics counterd follows, not counterd's own version, which is reported
 // separately (Options.Version).
-const RedisVersion = "7.2.0"
+const RedisVersion = "7.0.15"
 
 // Options configure a Server. The zero value is valid: every field has a
 // documented default.
@@ -226,12 +228,19 @@ type Server struct {
 	nextID     atomic.Int64 // client ids
 	queryBytes atomic.Int64 // read buffers counted against MaxQueryBufferTotal
 	started    time.Time
+	startMem   int64 // used_memory when New returned (used_memory_startup)
 
 	totalConns    atomic.Uint64
 	rejectedConns atomic.Uint64
 	totalCmds     atomic.Uint64
 	protoErrors   atomic.Uint64
 	deferredReads atomic.Uint64 // event loops: reads put off to the next round (loopClientBudget)
+	hits, misses  atomic.Uint64 // keyspace_hits/misses
+	errStats      errorStats
+	slow          slowlog
+	ops           opsSampler
+	peakMem       atomic.Uint64 // used_memory_peak
+	runID, replID string
 
 	cmds    map[string]*command // by lower-case name
 	unknown *command            // metrics for unknown commands
@@ -293,11 +302,18 @@ func New(eng contract.Backend, opts Options) *Server {
 		}
 	}
 	setGates(s.cmds)
+	initStats(s.cmds)
+	s.slow.slowerThan.Store(DefaultSlowlogSlowerThan)
+	s.slow.maxLen.Store(DefaultSlowlogMaxLen)
+	s.runID, s.replID = randomHex40(), randomHex40()
 	s.lua = newScripting(s, opts.LuaTimeLimit)
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
 	}
 	s.unknown = &command{name: "unknown"}
+	s.unknown.stats.name = "unknown"
+	s.startMem, _, _ = usedMemory()
+	s.peakMem.Store(uint64(s.startMem))
 	if opts.Registerer != nil {
 		s.m = newMetrics(opts.Registerer, s.log)
 		for _, c := range s.cmds {
@@ -546,6 +562,7 @@ const (
 func (s *Server) connDone(c *client, err error) {
 	c.nc.Close()
 	s.totalCmds.Add(c.ncmds)
+	c.flushHits()
 	if err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, io.EOF) {
 		s.log.Debug("resp: connection closed", "client", c.id, "addr", c.addr, "err", err)
 	}
@@ -590,6 +607,7 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 		return
 	}
 	if cmd.arity > 0 && len(args) != cmd.arity || cmd.arity < 0 && len(args) < -cmd.arity {
+		cmd.stats.rejected.Add(1)
 		if s.m != nil {
 			cmd.calls.Inc()
 		}
@@ -600,6 +618,7 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 		return
 	}
 	if s.opts.Auth != nil && !s.authorize(c, cmd, args) {
+		statsOf(cmd, args).rejected.Add(1)
 		if s.m != nil {
 			cmd.calls.Inc()
 		}
@@ -646,16 +665,42 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 // run executes a command and records its metrics. To read the clock once
 // per command, a command's start is the previous one's end (c.tstart),
 // reset when a read batch begins.
+//
+// It also keeps INFO's figures: the command's (or subcommand's) calls,
+// time and failures (an error reply), the connection's last command, and
+// the slow log. Without metrics commands are not timed (no clock read),
+// so their time and the slow log stay empty.
 func (s *Server) run(c *client, cmd *command, args [][]byte) {
+	st := &cmd.stats
+	if cmd.subs != nil {
+		st = statsOf(cmd, args)
+	}
+	if c.lastCmd.Load() != st {
+		c.lastCmd.Store(st)
+	}
+	at := len(c.out)
 	if s.m == nil {
 		cmd.fn(s, c, args)
+		st.calls.Add(1)
+		if len(c.out) > at && c.out[at] == '-' {
+			st.failed.Add(1)
+		}
 		return
 	}
 	start := c.tstart
 	cmd.fn(s, c, args)
 	end := nanotime()
-	cmd.dur.Observe(float64(end-start) / 1e9)
+	d := end - start
+	cmd.dur.Observe(float64(d) / 1e9)
 	cmd.calls.Inc()
+	st.calls.Add(1)
+	st.ns.Add(d)
+	if len(c.out) > at && c.out[at] == '-' {
+		st.failed.Add(1)
+	}
+	if lim := s.slow.slowerThan.Load(); lim >= 0 && d >= lim*1000 && !skipSlowlog(cmd.name) {
+		s.slow.add(c, args, time.Duration(d))
+	}
 	c.tstart = end
 }
 

@@ -3,12 +3,11 @@ package resp
 import (
 	"fmt"
 	"net"
-	"os"
 	"path"
-	"runtime"
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/counterd/counterd/internal/contract"
@@ -54,6 +53,7 @@ func cmdReset(s *Server, c *client, args [][]byte) {
 	c.resetMulti()
 	c.auth = authState{} // like Redis: back to the unauthenticated default user
 	c.proto = 2
+	c.respVer.Store(2)
 	c.mu.Lock()
 	c.name, c.libName, c.libVer = "", "", ""
 	c.mu.Unlock()
@@ -124,6 +124,7 @@ func cmdHello(s *Server, c *client, args [][]byte) {
 		c.setName(name)
 	}
 	c.proto = proto
+	c.respVer.Store(int32(proto))
 	c.writeMap(8)
 	c.writeBulkString("server")
 	c.writeBulkString("counterd")
@@ -219,7 +220,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 		c.mu.Unlock()
 		c.writeOK()
 	case eqFold(sub, "info"):
-		c.writeBulkString(c.infoLine() + "\n")
+		c.writeVerbatim(c.infoLine() + "\n")
 	case eqFold(sub, "list"):
 		s.mu.Lock()
 		cs := make([]*client, 0, len(s.clients))
@@ -233,7 +234,7 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 			b.WriteString(cl.infoLine())
 			b.WriteByte('\n')
 		}
-		c.writeBulkString(b.String())
+		c.writeVerbatim(b.String())
 	case eqFold(sub, "no-evict"), eqFold(sub, "no-touch"):
 		if len(args) != 3 || !(eqFold(args[2], "on") || eqFold(args[2], "off")) {
 			c.writeError(errSyntax)
@@ -257,14 +258,22 @@ func cmdClient(s *Server, c *client, args [][]byte) {
 }
 
 // infoLine is the CLIENT LIST line of c. It may run on another client's
-// goroutine: only fields set at creation or guarded by c.mu are read.
+// goroutine: only fields set at creation, atomics or fields guarded by
+// c.mu are read. fd is the socket's descriptor (-1 for a script's
+// connection, as in Redis), cmd the last command run (or "NULL"), idle
+// the seconds since its last batch of commands.
 func (c *client) infoLine() string {
 	c.mu.Lock()
 	name, lib, ver := c.name, c.libName, c.libVer
 	c.mu.Unlock()
 	age := int64(time.Since(c.created) / time.Second)
-	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=-1 name=%s age=%d idle=0 flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=NULL user=default redir=-1 resp=0 lib-name=%s lib-ver=%s",
-		c.id, c.addr, c.laddr, name, age, lib, ver)
+	idle := max(int64(time.Duration(nanotime()-c.active.Load())/time.Second), 0)
+	cmd := "NULL"
+	if st := c.lastCmd.Load(); st != nil {
+		cmd = st.name
+	}
+	return fmt.Sprintf("id=%d addr=%s laddr=%s fd=%d name=%s age=%d idle=%d flags=N db=0 sub=0 psub=0 ssub=0 multi=-1 qbuf=0 qbuf-free=0 argv-mem=0 multi-mem=0 rbs=0 rbp=0 obl=0 oll=0 omem=0 tot-mem=0 events=r cmd=%s user=default redir=-1 resp=%d lib-name=%s lib-ver=%s",
+		c.id, c.addr, c.laddr, c.fd0, name, age, idle, cmd, c.respVer.Load(), lib, ver)
 }
 
 func writeHelp(c *client, lines ...string) {
@@ -328,12 +337,9 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 			c.writeError(subArityError("config", "set"))
 			return
 		}
-		c.writeError("ERR CONFIG SET is not supported by counterd: '" + string(truncate(args[2], 128)) + "' is read-only")
+		s.configSet(c, args[2:])
 	case eqFold(sub, "resetstat"):
-		s.totalCmds.Store(0)
-		s.totalConns.Store(0)
-		s.rejectedConns.Store(0)
-		s.protoErrors.Store(0)
+		s.resetStats()
 		c.writeOK()
 	case eqFold(sub, "help"):
 		writeHelp(c, "CONFIG <subcommand> [<arg> [value] [opt] ...]. Subcommands are:",
@@ -345,84 +351,77 @@ func cmdConfig(s *Server, c *client, args [][]byte) {
 	}
 }
 
+// configSet is CONFIG SET parameter value [...]: only the slow log's
+// two parameters may be set (the rest are read-only), all or none, with
+// Redis's errors.
+func (s *Server) configSet(c *client, pv [][]byte) {
+	type set struct {
+		dst *atomic.Int64
+		v   int64
+	}
+	var sets []set
+	seen := map[string]bool{}
+	for i := 0; i+1 < len(pv); i += 2 {
+		name := strings.ToLower(string(pv[i]))
+		if seen[name] {
+			c.writeError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - duplicate parameter")
+			return
+		}
+		seen[name] = true
+		n, ok := parseInt(pv[i+1])
+		fail := func(why string) {
+			c.writeError("ERR CONFIG SET failed (possibly related to argument '" + name + "') - " + why)
+		}
+		switch name {
+		case "slowlog-log-slower-than", "slowlog-max-len":
+			dst, min := &s.slow.slowerThan, int64(-1)
+			if name == "slowlog-max-len" {
+				dst, min = &s.slow.maxLen, 0
+			}
+			if !ok {
+				fail("argument couldn't be parsed into an integer")
+				return
+			}
+			if n < min {
+				fail("argument must be between " + strconv.FormatInt(min, 10) + " and 9223372036854775807 inclusive")
+				return
+			}
+			sets = append(sets, set{dst, n})
+		default:
+			c.writeError("ERR CONFIG SET is not supported by counterd: '" + string(truncate(pv[i], 128)) + "' is read-only")
+			return
+		}
+	}
+	for _, st := range sets {
+		if st.dst == &s.slow.maxLen {
+			s.slow.setMax(st.v)
+		} else {
+			st.dst.Store(st.v)
+		}
+	}
+	c.writeOK()
+}
+
 func (s *Server) configTable() [][2]string {
 	idle := int64(s.opts.IdleTimeout / time.Second)
 	return [][2]string{
 		{"appendonly", "no"},
 		{"databases", "1"},
 		{"maxclients", strconv.Itoa(s.opts.MaxConns)},
-		{"maxmemory", "0"},
+		{"maxmemory", strconv.FormatInt(s.memory().limit, 10)},
 		{"maxmemory-policy", "noeviction"},
 		{"proto-max-bulk-len", strconv.Itoa(s.opts.MaxBulkLen)},
 		{"client-query-buffer-limit", strconv.Itoa(s.opts.MaxCommandBytes)},
 		{"save", ""},
 		{"timeout", strconv.FormatInt(idle, 10)},
 		{"cluster-enabled", "no"},
+		{"slowlog-log-slower-than", strconv.FormatInt(s.slow.slowerThan.Load(), 10)},
+		{"slowlog-max-len", strconv.FormatInt(s.slow.maxLen.Load(), 10)},
+		{"latency-monitor-threshold", "0"},
+		{"latency-tracking", "no"},
+		{"lua-time-limit", strconv.FormatInt(int64(s.lua.limit/time.Millisecond), 10)},
+		{"busy-reply-threshold", strconv.FormatInt(int64(s.lua.limit/time.Millisecond), 10)},
 	}
-}
-
-// INFO [section ...]: server, clients, stats and keyspace ("all",
-// "everything" and "default" give all four; unknown sections are empty).
-func cmdInfo(s *Server, c *client, args [][]byte) {
-	want := map[string]bool{}
-	all := len(args) == 1
-	for _, a := range args[1:] {
-		sec := strings.ToLower(string(a))
-		if sec == "all" || sec == "everything" || sec == "default" {
-			all = true
-		}
-		want[sec] = true
-	}
-	var b strings.Builder
-	section := func(name string) bool {
-		if !all && !want[name] {
-			return false
-		}
-		if b.Len() > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString("# " + strings.ToUpper(name[:1]) + name[1:] + "\r\n")
-		return true
-	}
-	kv := func(k string, v any) { fmt.Fprintf(&b, "%s:%v\r\n", k, v) }
-	if section("server") {
-		up := time.Since(s.started)
-		kv("redis_version", RedisVersion)
-		kv("counterd_version", s.opts.Version)
-		kv("redis_mode", "standalone")
-		kv("os", runtime.GOOS)
-		kv("arch_bits", strconv.Itoa(strconv.IntSize))
-		kv("go_version", runtime.Version())
-		kv("process_id", os.Getpid())
-		kv("tcp_port", s.port())
-		kv("uptime_in_seconds", int64(up/time.Second))
-		kv("uptime_in_days", int64(up/(24*time.Hour)))
-	}
-	if section("clients") {
-		kv("connected_clients", s.nconns.Load())
-		kv("maxclients", s.opts.MaxConns)
-		kv("blocked_clients", 0)
-	}
-	st := s.eng.Stats()
-	if section("stats") {
-		kv("total_connections_received", s.totalConns.Load())
-		kv("total_commands_processed", s.totalCmds.Load())
-		kv("rejected_connections", s.rejectedConns.Load())
-		kv("total_protocol_errors", s.protoErrors.Load())
-		kv("counterd_engine_ops", st.Ops)
-		kv("counterd_flushes", st.Flushes)
-		last := int64(0)
-		if !st.LastFlush.IsZero() {
-			last = st.LastFlush.Unix()
-		}
-		kv("counterd_last_flush_time", last)
-		kv("counterd_dirty_keys", st.DirtyKeys)
-		kv("counterd_idempotency_records", st.IdemRecords)
-	}
-	if section("keyspace") && st.Keys > 0 {
-		fmt.Fprintf(&b, "db0:keys=%d,expires=%d,avg_ttl=0\r\n", st.Keys, st.Expires)
-	}
-	c.writeBulkString(b.String())
 }
 
 func (s *Server) port() int {

@@ -192,6 +192,7 @@ func cmdGet(s *Server, c *client, args [][]byte) {
 		c.writeError(engineError(err))
 		return
 	}
+	c.lookedUp(v.Exists)
 	switch {
 	case !v.Exists:
 		c.writeNull()
@@ -218,6 +219,7 @@ func cmdMGet(s *Server, c *client, args [][]byte) {
 	c.writeArray(len(args) - 1)
 	for _, k := range args[1:] {
 		v, err := s.eng.Get(c.ctx, str(k))
+		c.lookedUp(err == nil && v.Exists)
 		if err != nil || !v.Exists || v.Kind == contract.KindHash || v.Kind == contract.KindHLL {
 			c.writeNull()
 			continue

@@ -245,6 +245,8 @@ func buildCommands() map[string]*command {
 	list = append(list, moreCommands()...)
 	list = append(list, scriptCommands()...)
 	list = append(list, idiomCommands()...)
+	list = append(list, keyspaceCommands()...)
+	list = append(list, monitorCommands()...)
 	list = append(list, eventTimeCommands(0)...) // New sets Options.EventMaxSkew
 	m := make(map[string]*command, len(list))
 	for _, c := range list {
@@ -258,6 +260,14 @@ func buildCommands() map[string]*command {
 	m["set"].fn = cmdSet(m["set"]) // SET ... GET reads first
 	m["expire"].fn = expireCmd(m["expire"], time.Second)
 	m["pexpire"].fn = expireCmd(m["pexpire"], time.Millisecond)
+	// Redis's texts for a wrong kind of string (issue 28).
+	for _, n := range []string{"incr", "decr", "incrby", "decrby", IncrByAtCommandName} {
+		m[n].wrongKind = hllAs(errNotInteger)
+	}
+	m["incrbyfloat"].wrongKind = hllAs(errNotFloat)
+	m["pfadd"].wrongKind = pfWrongKind
+	m["pfmerge"].wrongKind = pfWrongKind
+	m[PFAddAtCommandName].wrongKind = pfWrongKind
 	return m
 }
 
