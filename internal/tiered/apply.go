@@ -87,7 +87,7 @@ func (b *Backend) applyKeyed(ctx context.Context, ops []contract.Op, wo contract
 	var res []contract.Result
 	var err error
 	if wo.IdempotencyKey != "" {
-		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]contract.Result, error) { return b.applyAll(ctx, ops, batch) })
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func(ctx context.Context) ([]contract.Result, error) { return b.applyAll(ctx, ops, batch) })
 	} else {
 		res, err = b.applyAll(ctx, ops, batch)
 	}
@@ -529,6 +529,7 @@ func (b *Backend) addFloat(ctx context.Context, op *contract.Op) (contract.Resul
 // everything pending (so the float's own row change commits before), then
 // the counter's absolute value (PostgreSQL holds 0 for a float).
 func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uint64) error {
+	letGo(ctx) // a keyed request's hold would keep Sync waiting for itself
 	if err := b.agg.Sync(ctx); err != nil {
 		return unavailable(err)
 	}

@@ -11,3 +11,6 @@ func FixClaim(c string) (restore func()) {
 	idem.NewClaim = func() string { return c }
 	return func() { idem.NewClaim = old }
 }
+
+// IdemLookups is how many won claims b checked in the durable tier.
+func IdemLookups(b *Backend) uint64 { return b.idemLookups.Load() }

@@ -4,14 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
+	"github.com/counterd/counterd/internal/store/postgres"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
@@ -22,18 +22,51 @@ import (
 // and deadline inside), so concurrent retries of one key apply once;
 // after the ops apply it is replaced by the results with the retention as
 // TTL. A claim whose apply failed is deleted; if that delete fails (Redis
-// unreachable), it is retried in the background until the lease ends, and
-// a retry reaching this process recognises the claim as abandoned (its
-// owner is this process, which no longer runs it) and takes it over. A
-// retry waits for another request's claim at most SyncTimeout, then
+// unreachable), it is retried in the background until the lease ends,
+// and a retry reaching this process recognises the claim as abandoned
+// (its owner is this process, which no longer runs it) and takes it over.
+// A retry waits for another request's claim at most SyncTimeout, then
 // answers unavailable (retryable).
+//
+// Records survive a loss of Redis data (FLUSHALL, a master restarted
+// empty): the done record is also handed to the write-behind with the
+// request's deltas, under one Aggregator.Hold, so PostgreSQL commits it
+// in the same transaction as the effect it protects (table
+// idempotency_records, with the retention as expiry). A won claim is
+// checked there (after this node's write-behind, not yet committed)
+// while Redis may lack records: each Redis Cluster slot has a marker key
+// (markKey, in the slot of the keys it vouches for, read by the claim's
+// own script) holding the time until which the durable tier must be
+// asked; a claim that finds no marker sets it to one retention from now.
+// A record found there replaces the claim in Redis and is replayed.
 const (
 	idemPrefix = "counterd:idem:"
+	markPrefix = "counterd:idem-mark:"
 	idemLease  = 30 * time.Second
 	idemPoll   = 20 * time.Millisecond
 )
 
 var errIdemBusy = errors.New("another request with this idempotency key is being applied")
+
+// claimScript claims KEYS[1] with ARGV[1] (SET NX, lease ARGV[2] ms): it
+// returns {1, the marker KEYS[2] or ""} when it claimed, {0, the record
+// held} when the key has one.
+var claimScript = redisstore.NewScript(`
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return {1, redis.call('GET', KEYS[2]) or ''}
+end
+return {0, redis.call('GET', KEYS[1])}
+`)
+
+// restoreScript replaces the claim ARGV[1] of KEYS[1] by the record
+// ARGV[2] (TTL ARGV[3] ms), if the key still holds the claim.
+var restoreScript = redisstore.NewScript(`
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+  return 1
+end
+return 0
+`)
 
 // releaseScript deletes KEYS[1] if it still holds ARGV[1] (the claim).
 var releaseClaimScript = redisstore.NewScript(`
@@ -48,11 +81,11 @@ func (a *activeClaims) Running(claim string) bool { _, ok := a.m.Load(claim); re
 
 // idempotent runs apply at most once per key within the retention: a
 // retry returns the stored results (Replayed set).
-func (b *Backend) idempotent(ctx context.Context, key string, ops []contract.Op, apply func() ([]contract.Result, error)) ([]contract.Result, error) {
+func (b *Backend) idempotent(ctx context.Context, key string, ops []contract.Op, apply func(context.Context) ([]contract.Result, error)) ([]contract.Result, error) {
 	if err := engine.ValidateIdempotencyKey(key); err != nil {
 		return nil, err
 	}
-	s := &redisIdem{b: b, k: idemPrefix + key, start: time.Now(), apply: apply}
+	s := &redisIdem{b: b, key: key, k: idemPrefix + key, start: time.Now(), apply: apply}
 	defer s.stop()
 	q := idem.Request{Key: key, FP: engine.Fingerprint(ops), Now: b.Now().UnixNano(), Lease: idemLease,
 		Owner: idem.ProcessID(), Clock: func() int64 { return b.Now().UnixNano() }}
@@ -62,9 +95,10 @@ func (b *Backend) idempotent(ctx context.Context, key string, ops []contract.Op,
 // redisIdem is one keyed request's idem.Store over Redis.
 type redisIdem struct {
 	b     *Backend
-	k     string
+	key   string // the client's
+	k     string // Redis's
 	start time.Time
-	apply func() ([]contract.Result, error)
+	apply func(context.Context) ([]contract.Result, error)
 	claim *engine.IdemRecord // ours, once Claim ran
 	raw   []byte             // its stored form
 	held  *engine.IdemRecord // the last record another request held
@@ -77,28 +111,23 @@ func (s *redisIdem) stop() {
 	}
 }
 
-// Claim claims the key with SET NX, or returns the record it holds.
+// Claim claims the key (SET NX), or returns the record it holds. A won
+// claim is checked against the durable tier while Redis may lack records
+// (lookupDurable); a record found there is the key's.
 func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.IdemRecord, error) {
 	if s.claim == nil {
 		s.claim, s.raw = c, c.Encode()
 		s.b.claims.m.Store(c.Claim, struct{}{})
 	}
-	rdb := s.b.rs.Client()
-	for {
-		ok, err := rdb.SetNX(ctx, s.k, s.raw, idemLease).Result()
-		if err != nil {
-			return nil, unavailable(err)
-		}
-		if ok {
-			return nil, nil
-		}
-		data, err := rdb.Get(ctx, s.k).Bytes()
-		if errors.Is(err, redis.Nil) {
-			continue // gone meanwhile: claim again
-		}
-		if err != nil {
-			return nil, unavailable(err)
-		}
+	reply, err := s.b.rs.Eval(ctx, "idem_claim", claimScript, []string{s.k, markKey(s.k)}, s.raw, idemLease.Milliseconds())
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	won, data, err := claimReply(reply)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	if !won {
 		r, err := engine.DecodeIdemRecord(data)
 		if err != nil {
 			return nil, fmt.Errorf("tiered: %w", err)
@@ -106,6 +135,72 @@ func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.Id
 		s.held, s.hraw = &r, data
 		return &r, nil
 	}
+	data, found, err := s.b.lookupDurable(ctx, s.key, s.k, string(data))
+	if err != nil {
+		// The key stays claimed until the release (or this process
+		// takes the abandoned claim over).
+		_ = s.Release(context.WithoutCancel(ctx), s.claim)
+		return nil, err
+	}
+	if !found {
+		return nil, nil
+	}
+	r, err := engine.DecodeIdemRecord(data)
+	if err != nil {
+		_ = s.Release(context.WithoutCancel(ctx), s.claim)
+		return nil, fmt.Errorf("tiered: %w", err)
+	}
+	ttl := time.Duration(r.Created + int64(s.b.opts.IdempotencyRetention) - s.b.Now().UnixNano())
+	if ttl <= 0 {
+		return nil, nil // expired meanwhile: the key is free, and claimed
+	}
+	if _, err := s.b.rs.Eval(ctx, "idem_restore", restoreScript, []string{s.k}, s.raw, data, max(ttl.Milliseconds(), 1)); err != nil {
+		_ = s.Release(context.WithoutCancel(ctx), s.claim)
+	}
+	return &r, nil
+}
+
+// claimReply reads claimScript's reply.
+func claimReply(reply any) (won bool, data []byte, err error) {
+	a, ok := reply.([]any)
+	if ok && len(a) == 2 {
+		n, ok1 := a[0].(int64)
+		v, ok2 := a[1].(string)
+		if ok1 && ok2 {
+			return n == 1, []byte(v), nil
+		}
+	}
+	return false, nil, fmt.Errorf("tiered: unexpected claim reply %T", reply)
+}
+
+// lookupDurable returns key's record from the durable tier (this node's
+// write-behind, then PostgreSQL) when Redis may lack it: the key's slot
+// marker mark (as the claim read it, "" for none) is missing or names a
+// time not yet reached. A missing marker is set to one retention from now
+// (Redis lost its data, or never had markers): a record older than that
+// has expired anyway.
+func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string) ([]byte, bool, error) {
+	now := b.Now()
+	if mark != "" {
+		if until, err := strconv.ParseInt(mark, 10, 64); err == nil && now.UnixNano() >= until {
+			return nil, false, nil // Redis holds every record of the slot since one retention
+		}
+	} else {
+		until := now.Add(b.opts.IdempotencyRetention).UnixNano()
+		if err := b.rs.Client().SetNX(ctx, markKey(k), until, 0).Err(); err != nil {
+			return nil, false, unavailable(err)
+		}
+		b.idemMarks.Add(1)
+	}
+	b.idemLookups.Add(1)
+	if data, ok := b.agg.Idem(key); ok {
+		return data, true, nil
+	}
+	data, ok, err := b.pg.IdemRecord(ctx, key, now)
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	return data, ok, nil
 }
 
 // Wait polls, for at most SyncTimeout since the request began.
@@ -119,20 +214,57 @@ func (s *redisIdem) Wait(ctx context.Context, held *engine.IdemRecord) error {
 	return nil
 }
 
-// Commit applies, then replaces the claim with the results.
+// Commit applies, then replaces the claim with the results. The record
+// is handed to the write-behind under the hold the apply ran in, so it
+// commits in PostgreSQL in the same transaction as the request's deltas.
 func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]contract.Result, error) {
-	res, err := s.apply()
+	h := &hold{release: s.b.agg.Hold()}
+	defer h.letGo()
+	res, err := s.apply(context.WithValue(ctx, holdKey{}, h))
 	if err != nil {
 		return nil, err
 	}
+	now := s.b.Now()
 	d := c.Done(res)
-	d.Key, d.Created = "", s.b.Now().UnixNano() // the key is Redis's
-	if err := s.b.rs.Client().Set(context.WithoutCancel(ctx), s.k, d.Encode(), s.b.opts.IdempotencyRetention).Err(); err != nil {
-		// Applied but not recorded: a retry within the lease waits, after
-		// it applies again. Report it rather than hide it.
-		s.b.opts.Logger.Error("tiered: idempotency record not stored", "key", s.k[len(idemPrefix):], "err", err)
+	d.Key, d.Created = "", now.UnixNano() // the key is Redis's
+	raw := d.Encode()
+	s.b.agg.AddIdem(postgres.IdemRecord{Key: s.key, Record: raw, Created: now, Expires: now.Add(s.b.opts.IdempotencyRetention)})
+	h.letGo()
+	if err := s.b.rs.Client().Set(context.WithoutCancel(ctx), s.k, raw, s.b.opts.IdempotencyRetention).Err(); err != nil {
+		// Applied but not recorded in Redis: a retry within the lease
+		// waits; after it, it finds the record in PostgreSQL only if
+		// the slot's marker says to look (see above), else it applies
+		// again. Report it rather than hide it.
+		s.b.opts.Logger.Error("tiered: idempotency record not stored", "key", s.key, "err", err)
 	}
 	return res, nil
+}
+
+// hold is a keyed request's Aggregator.Hold, let go once.
+type hold struct {
+	once    sync.Once
+	release func()
+}
+
+func (h *hold) letGo() { h.once.Do(h.release) }
+
+type holdKey struct{}
+
+// letGo lets go of the hold of the keyed request ctx is in, if any: what
+// flushes the write-behind during an apply (a read-through of a counter
+// with unflushed changes, a float turned counter) would wait for it. The
+// request's record and later deltas may then commit one batch after its
+// earlier deltas.
+func letGo(ctx context.Context) {
+	if h, ok := ctx.Value(holdKey{}).(*hold); ok {
+		h.letGo()
+	}
+}
+
+// markKey is the marker of the Redis Cluster slot of the key k: a key
+// whose hash tag hashes to that slot.
+func markKey(k string) string {
+	return markPrefix + "{" + slotTag(keySlot(k)) + "}"
 }
 
 // Release deletes claim c if the key still holds it. Our own claim's
@@ -146,7 +278,7 @@ func (s *redisIdem) Release(ctx context.Context, c *engine.IdemRecord) error {
 	}
 	err := s.b.releaseClaim(ctx, s.k, raw)
 	if err != nil && c == s.claim {
-		s.b.opts.Logger.Warn("tiered: freeing an idempotency key failed; retrying", "key", s.k[len(idemPrefix):], "err", err)
+		s.b.opts.Logger.Warn("tiered: freeing an idempotency key failed; retrying", "key", s.key, "err", err)
 		s.b.claimReleases.Add(1)
 		go s.b.releaseLater(s.k, raw, s.start.Add(idemLease))
 	}

@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -128,3 +129,101 @@ func TestIdempotentFailedApplyFreesKey(t *testing.T) {
 		t.Fatalf("retry after a failed apply = %+v, %v after %v; want applied at once", res, err, time.Since(start))
 	}
 }
+
+// testIdempotencySurvivesRedisLoss (issue 27): records are written behind
+// to PostgreSQL with their deltas, so a keyed retry after Redis lost its
+// data (FLUSHALL; on a single Redis also a restart, which comes back
+// empty) is answered from the record, on the node that applied it and on
+// another, and never applied twice: a sync write's once acknowledged, an
+// async write's while it still waits in its node's write-behind. A record
+// past the retention is gone from PostgreSQL too, and once the slot
+// markers say Redis holds one retention of records, won claims no longer
+// ask PostgreSQL.
+func testIdempotencySurvivesRedisLoss(t *testing.T, s setup) {
+	clk := backendtestClock()
+	e := s.env(t, func(o *tiered.Options) { o.Now = clk.now })
+	other := e.open(t, func(o *tiered.Options) { o.Now = clk.now; o.NodeID = "t2" })
+	ctx := context.Background()
+	sync := contract.WriteOptions{IdempotencyKey: "{loss}1", Durability: contract.Sync}
+	first, err := e.b.Apply(ctx, add("loss:c", contract.KindNone, 5), sync)
+	if err != nil || first.Value != 5 {
+		t.Fatalf("first apply = %+v, %v", first, err)
+	}
+	retry := func(b *tiered.Backend, op contract.Op, key string, want contract.Result) {
+		t.Helper()
+		var r contract.Result
+		var err error
+		deadline := time.Now().Add(20 * time.Second)
+		for { // a restarted Redis takes a moment to answer
+			r, err = b.Apply(ctx, op, contract.WriteOptions{IdempotencyKey: key})
+			if !isUnavailable(err) || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err != nil || !r.Replayed || r.Value != want.Value || r.Version != want.Version {
+			t.Fatalf("retry of %q = %+v, %v; want the recorded %+v, replayed", key, r, err, want)
+		}
+	}
+
+	e.flushRedis(t)
+	retry(other, add("loss:c", contract.KindNone, 5), "{loss}1", first)
+	retry(e.b, add("loss:c", contract.KindNone, 5), "{loss}1", first)
+	if v := view(t, e.b, "loss:c"); v.Value != 5 {
+		t.Fatalf("value after retries = %d, want 5 (applied once)", v.Value)
+	}
+
+	// An async write whose batch has not been flushed: its node answers
+	// the retry from its write-behind.
+	slow := e.open(t, func(o *tiered.Options) { o.Now = clk.now; o.NodeID = "t3"; o.FlushInterval = time.Hour })
+	a, err := slow.Apply(ctx, add("loss:a", contract.KindNone, 7), contract.WriteOptions{IdempotencyKey: "{loss}2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.flushRedis(t)
+	retry(slow, add("loss:a", contract.KindNone, 7), "{loss}2", a)
+	if v := view(t, slow, "loss:a"); v.Value != 7 {
+		t.Fatalf("async value after the retry = %d, want 7", v.Value)
+	}
+
+	if e.rd != nil && !e.rd.External() {
+		e.rd.Restart(t) // a master restarted empty
+		retry(e.b, add("loss:c", contract.KindNone, 5), "{loss}1", first)
+		retry(other, add("loss:a", contract.KindNone, 7), "{loss}2", a)
+		if v := view(t, other, "loss:c"); v.Value != 5 {
+			t.Fatalf("value after a restart = %d, want 5", v.Value)
+		}
+	}
+
+	// Past the retention the record is gone everywhere: the request
+	// applies again (as it would without the loss).
+	clk.advance(24*time.Hour + time.Minute)
+	e.flushRedis(t)
+	again, err := e.b.Apply(ctx, add("loss:c", contract.KindNone, 5), sync)
+	if err != nil || again.Replayed || again.Value != 10 {
+		t.Fatalf("apply past the retention = %+v, %v; want applied again (10)", again, err)
+	}
+	// The marker set by that claim says Redis holds one retention of
+	// records once it passed: no more lookups for keys of its slot (the
+	// hash tag puts them in one).
+	clk.advance(24*time.Hour + time.Minute)
+	before := tiered.IdemLookups(e.b)
+	if _, err := e.b.Apply(ctx, add("loss:c", contract.KindNone, 1), contract.WriteOptions{IdempotencyKey: "{loss}3"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := tiered.IdemLookups(e.b) - before; n != 0 {
+		t.Fatalf("%d durable lookups for a claim in a slot whose marker passed", n)
+	}
+}
+
+// testClock is a settable clock for the backends' Now.
+type testClock struct{ ns atomic.Int64 }
+
+func backendtestClock() *testClock {
+	c := &testClock{}
+	c.ns.Store(time.Now().UnixNano())
+	return c
+}
+
+func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
+func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }

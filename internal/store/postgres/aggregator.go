@@ -54,11 +54,18 @@ type Aggregator struct {
 	sketch  map[string][]byte
 	floats  map[string]floatValue // latest float value per id (higher version wins)
 	deletes map[string]bool
-	expiry  map[string]time.Time // zero: remove the TTL
-	version map[string]uint64    // latest version seen per id (max wins)
-	dirty   map[string]bool      // ids with anything in pending/sketch/expiry/deletes
-	flying  map[string]bool      // ids in the in-flight batch
-	cur     *cycle
+	expiry  map[string]time.Time  // zero: remove the TTL
+	version map[string]uint64     // latest version seen per id (max wins)
+	dirty   map[string]bool       // ids with anything in pending/sketch/expiry/deletes
+	flying  map[string]bool       // ids in the in-flight batch
+	idem    map[string]IdemRecord // idempotency records, by key
+	// idemFlying are the records of the in-flight batch.
+	idemFlying map[string]IdemRecord
+	cur        *cycle
+
+	// hold keeps a cycle open: a writer holding it (Hold) hands all of
+	// its changes to one cycle, which Flush cuts only once it is let go.
+	hold sync.RWMutex
 
 	flushMu  sync.Mutex // serialises flushes; guards inflight
 	inflight *inflightBatch
@@ -187,6 +194,42 @@ func (a *Aggregator) dropLocked(id string) {
 	delete(a.version, id)
 }
 
+// Hold keeps the current cycle open until the returned func is called:
+// every change handed over in between goes into one batch (one
+// transaction), such as a keyed request's deltas and its idempotency
+// record. Flush waits for the holders before it cuts a batch, so a
+// holder must let go promptly (it must not wait for a flush meanwhile).
+func (a *Aggregator) Hold() (release func()) {
+	a.hold.RLock()
+	return a.hold.RUnlock
+}
+
+// AddIdem records an idempotency record, written in the batch of the
+// changes handed over with it (see Hold). A key's first record wins (the
+// store keeps the first too).
+func (a *Aggregator) AddIdem(r IdemRecord) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	if _, ok := a.idem[r.Key]; !ok {
+		a.idem[r.Key] = r
+	}
+	a.mu.Unlock()
+}
+
+// Idem returns key's record while it is handed over but not yet committed
+// (pending or in flight): what Store.IdemRecord does not read yet.
+func (a *Aggregator) Idem(key string) ([]byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.idemFlying[key]; ok {
+		return r.Record, true
+	}
+	if r, ok := a.idem[key]; ok {
+		return r.Record, true
+	}
+	return nil, false
+}
+
 // SetVersion records the version the hot tier gave id; the batch sets
 // counters.version to at least it, so a counter loaded back from
 // PostgreSQL does not see its version go backwards.
@@ -222,6 +265,7 @@ func (a *Aggregator) reset() {
 	a.pending, a.sketch, a.floats = map[aggKeyMem]int64{}, map[string][]byte{}, map[string]floatValue{}
 	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
 	a.version = map[string]uint64{}
+	a.idem = map[string]IdemRecord{}
 	a.cur = &cycle{done: make(chan struct{})}
 }
 
@@ -298,18 +342,22 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	if err := a.applyInflight(ctx); err != nil {
 		return err
 	}
+	a.hold.Lock() // no writer between its first change and its last (Hold)
 	a.mu.Lock()
 	pending, sketches, deletes, expiry, dirty, cyc := a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
 	floats := a.floats
 	versions := a.version
+	idem := a.idem
 	a.reset()
-	if len(dirty) == 0 {
+	a.hold.Unlock()
+	if len(dirty) == 0 && len(idem) == 0 {
 		// Nothing to write: whoever waits on this cycle is done.
 		a.mu.Unlock()
 		close(cyc.done)
 		return nil
 	}
 	a.flying = dirty
+	a.idemFlying = idem
 	a.mu.Unlock()
 
 	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches))}
@@ -334,6 +382,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	for id, f := range floats {
 		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindFloat, Shard: -1, Float: f.text})
 	}
+	for _, r := range idem {
+		b.Idem = append(b.Idem, r)
+	}
 	a.inflight = &inflightBatch{b: b, cyc: cyc}
 	return a.applyInflight(ctx)
 }
@@ -351,7 +402,7 @@ func (a *Aggregator) applyInflight(ctx context.Context) error {
 	}
 	a.inflight = nil
 	a.mu.Lock()
-	a.flying = nil
+	a.flying, a.idemFlying = nil, nil
 	a.mu.Unlock()
 	close(in.cyc.done)
 	return nil

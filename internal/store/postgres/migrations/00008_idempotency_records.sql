@@ -1,0 +1,18 @@
+-- counterd tiered mode: idempotency records written behind with the
+-- effect they protect (in the write-behind batch holding the request's
+-- deltas), so a keyed retry after Redis lost its data is answered from
+-- here instead of being applied again. record is the binary form of
+-- internal/idem (opaque to the store); expired rows are not read and are
+-- purged by the maintenance loop.
+
+-- +goose Up
+CREATE TABLE idempotency_records (
+    idem_key   text        PRIMARY KEY,
+    record     bytea       NOT NULL,
+    created_at timestamptz NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+CREATE INDEX idx_idempotency_records_expires_at ON idempotency_records (expires_at);
+
+-- +goose Down
+DROP TABLE idempotency_records;
