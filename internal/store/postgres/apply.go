@@ -217,7 +217,7 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	if err = applyVersions(exec, b.Versions); err != nil {
 		return false, err
 	}
-	if err = applyIdem(exec, b.Idem); err != nil {
+	if err = applyIdem(exec, b.ID, b.Idem); err != nil {
 		return false, err
 	}
 	if len(auditIDs) > 0 {

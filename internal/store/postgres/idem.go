@@ -23,7 +23,7 @@ type IdemRecord struct {
 // applyIdem inserts the batch's records, sorted by key (rows locked in
 // key order, so concurrent batches cannot deadlock). A key that already
 // holds an unexpired record keeps it: the first record of a key wins.
-func applyIdem(exec execFunc, recs []IdemRecord) error {
+func applyIdem(exec execFunc, batch string, recs []IdemRecord) error {
 	if len(recs) == 0 {
 		return nil
 	}
@@ -33,15 +33,15 @@ func applyIdem(exec execFunc, recs []IdemRecord) error {
 			byKey[r.Key] = r
 		}
 	}
-	return upsertSorted(exec, "idempotency records", `INSERT INTO idempotency_records AS r (idem_key, record, created_at, expires_at)
-			SELECT u.k, u.rec, u.c, u.e FROM unnest($1::text[], $2::bytea[], $3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS u(k, rec, c, e, ord)
+	return upsertSorted(exec, "idempotency records", `INSERT INTO idempotency_records AS r (idem_key, record, created_at, expires_at, batch_id)
+			SELECT u.k, u.rec, u.c, u.e, $5 FROM unnest($1::text[], $2::bytea[], $3::timestamptz[], $4::timestamptz[]) WITH ORDINALITY AS u(k, rec, c, e, ord)
 			ORDER BY u.ord
-			ON CONFLICT (idem_key) DO UPDATE SET record = EXCLUDED.record, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at
+			ON CONFLICT (idem_key) DO UPDATE SET record = EXCLUDED.record, created_at = EXCLUDED.created_at, expires_at = EXCLUDED.expires_at, batch_id = EXCLUDED.batch_id
 			WHERE r.expires_at <= EXCLUDED.created_at`,
 		byKey, strings.Compare, func(keys []string) []any {
 			return []any{keys, column(keys, func(k string) []byte { return byKey[k].Record }),
 				column(keys, func(k string) time.Time { return byKey[k].Created.UTC() }),
-				column(keys, func(k string) time.Time { return byKey[k].Expires.UTC() })}
+				column(keys, func(k string) time.Time { return byKey[k].Expires.UTC() }), batch}
 		})
 }
 

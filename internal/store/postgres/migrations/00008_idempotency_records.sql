@@ -10,7 +10,8 @@ CREATE TABLE idempotency_records (
     idem_key   text        PRIMARY KEY,
     record     bytea       NOT NULL,
     created_at timestamptz NOT NULL,
-    expires_at timestamptz NOT NULL
+    expires_at timestamptz NOT NULL,
+    batch_id   text        NOT NULL -- the write-behind batch that committed it
 );
 CREATE INDEX idx_idempotency_records_expires_at ON idempotency_records (expires_at);
 
