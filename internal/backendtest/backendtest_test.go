@@ -3,6 +3,7 @@ package backendtest_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -127,7 +128,24 @@ func TestCluster(t *testing.T) {
 		for _, id := range ids {
 			disks = append(disks, fss[id])
 		}
+		// A node's hot tier is its memory: the owner of the id restarts
+		// as after a crash (the others detect it dead, then it rejoins on
+		// its data).
+		lose := func(t testing.TB, id string) contract.Backend {
+			owner := c.Nodes()[0].Ring().Owner(id)
+			i := slices.Index(ids, owner)
+			if i < 0 {
+				t.Fatalf("owner %q of %q is not a node", owner, id)
+			}
+			c.Restart(t, i)
+			var nodes []contract.Backend
+			for _, n := range c.Nodes() {
+				nodes = append(nodes, n)
+			}
+			return backendtest.RoundRobin(nodes...)
+		}
 		return backendtest.Setup{
+			LoseHotTier:         lose,
 			Backend:             backendtest.RoundRobin(bs...),
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
