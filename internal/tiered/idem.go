@@ -22,10 +22,16 @@ import (
 // and deadline inside), so concurrent retries of one key apply once;
 // after the ops apply it is replaced by the results with the retention as
 // TTL. A claim whose apply failed is deleted; if that delete fails (Redis
-// unreachable), it is retried in the background until the lease ends,
-// and a retry reaching this process recognises the claim as abandoned
-// (its owner is this process, which no longer runs it) and takes it over.
-// A retry waits for another request's claim at most SyncTimeout, then
+// unreachable), it is retried in the background until the lease ends, as
+// is the delete of a claim whose SET NX failed (it may have been set)
+// and the write of a done record that failed (replacing the claim), so
+// the claim blocks retries elsewhere only while Redis does not answer; a
+// retry reaching this process recognises the claim as abandoned (its
+// owner is this process, which no longer runs it) and takes it over at
+// once, one elsewhere at its deadline. A claim that took over an
+// abandoned one asks the durable tier before it applies: the abandoned
+// request may have applied and failed only to record it in Redis. A
+// retry waits for another request's claim at most SyncTimeout, then
 // answers unavailable (retryable).
 //
 // Records survive a loss of Redis data (FLUSHALL, a master restarted
@@ -103,6 +109,9 @@ type redisIdem struct {
 	raw   []byte             // its stored form
 	held  *engine.IdemRecord // the last record another request held
 	hraw  []byte             // its stored form, as read
+	// takeover is set once an abandoned claim was released: the next
+	// won claim always asks the durable tier.
+	takeover bool
 }
 
 func (s *redisIdem) stop() {
@@ -121,6 +130,10 @@ func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.Id
 	}
 	reply, err := s.b.rs.Eval(ctx, "idem_claim", claimScript, []string{s.k, markKey(s.k)}, s.raw, idemLease.Milliseconds())
 	if err != nil {
+		// The claim may have been set: free it once Redis answers, so
+		// it does not hold retries elsewhere until its lease ends.
+		s.b.claimReleases.Add(1)
+		go s.b.releaseLater(s.k, s.raw, s.start.Add(idemLease))
 		return nil, unavailable(err)
 	}
 	won, data, err := claimReply(reply)
@@ -135,7 +148,7 @@ func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.Id
 		s.held, s.hraw = &r, data
 		return &r, nil
 	}
-	data, found, err := s.b.lookupDurable(ctx, s.key, s.k, string(data))
+	data, found, err := s.b.lookupDurable(ctx, s.key, s.k, string(data), s.takeover)
 	if err != nil {
 		// The key stays claimed until the release (or this process
 		// takes the abandoned claim over).
@@ -176,21 +189,19 @@ func claimReply(reply any) (won bool, data []byte, err error) {
 // lookupDurable returns key's record from the durable tier (this node's
 // write-behind, then PostgreSQL) when Redis may lack it: the key's slot
 // marker mark (as the claim read it, "" for none) is missing or names a
-// time not yet reached. A missing marker is set to one retention from now
+// time not yet reached, or force (the claim took over an abandoned one). A missing marker is set to one retention from now
 // (Redis lost its data, or never had markers): a record older than that
 // has expired anyway.
-func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string) ([]byte, bool, error) {
+func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force bool) ([]byte, bool, error) {
 	now := b.Now()
-	if mark != "" {
-		if until, err := strconv.ParseInt(mark, 10, 64); err == nil && now.UnixNano() >= until {
-			return nil, false, nil // Redis holds every record of the slot since one retention
-		}
-	} else {
+	if mark == "" {
 		until := now.Add(b.opts.IdempotencyRetention).UnixNano()
 		if err := b.rs.Client().SetNX(ctx, markKey(k), until, 0).Err(); err != nil {
 			return nil, false, unavailable(err)
 		}
 		b.idemMarks.Add(1)
+	} else if until, err := strconv.ParseInt(mark, 10, 64); !force && err == nil && now.UnixNano() >= until {
+		return nil, false, nil // Redis holds every record of the slot since one retention
 	}
 	b.idemLookups.Add(1)
 	if data, ok := b.agg.Idem(key); ok {
@@ -231,11 +242,13 @@ func (s *redisIdem) Commit(ctx context.Context, c *engine.IdemRecord) ([]contrac
 	s.b.agg.AddIdem(postgres.IdemRecord{Key: s.key, Record: raw, Created: now, Expires: now.Add(s.b.opts.IdempotencyRetention)})
 	h.letGo()
 	if err := s.b.rs.Client().Set(context.WithoutCancel(ctx), s.k, raw, s.b.opts.IdempotencyRetention).Err(); err != nil {
-		// Applied but not recorded in Redis: a retry within the lease
-		// waits; after it, it finds the record in PostgreSQL only if
-		// the slot's marker says to look (see above), else it applies
-		// again. Report it rather than hide it.
-		s.b.opts.Logger.Error("tiered: idempotency record not stored", "key", s.key, "err", err)
+		// Applied but not recorded in Redis: the claim stays. It is
+		// replaced by the record in the background; meanwhile a retry
+		// that takes the claim over (here at once, elsewhere at its
+		// deadline) finds the record in the durable tier.
+		s.b.opts.Logger.Warn("tiered: idempotency record not stored in Redis; retrying", "key", s.key, "err", err)
+		s.b.claimReleases.Add(1)
+		go s.b.recordLater(s.k, s.raw, raw, now.Add(s.b.opts.IdempotencyRetention), s.start.Add(idemLease))
 	}
 	return res, nil
 }
@@ -276,6 +289,12 @@ func (s *redisIdem) Release(ctx context.Context, c *engine.IdemRecord) error {
 	} else if c != s.held {
 		return nil
 	}
+	if c == s.held {
+		// An abandoned claim: its request may have applied and failed
+		// only to record it in Redis, so the claim that follows asks
+		// the durable tier whatever the slot's marker says.
+		s.takeover = true
+	}
 	err := s.b.releaseClaim(ctx, s.k, raw)
 	if err != nil && c == s.claim {
 		s.b.opts.Logger.Warn("tiered: freeing an idempotency key failed; retrying", "key", s.key, "err", err)
@@ -293,6 +312,27 @@ func (b *Backend) releaseClaim(ctx context.Context, k string, raw []byte) error 
 // releaseLater retries a claim's release until it succeeds, until, or the
 // backend closes.
 func (b *Backend) releaseLater(k string, raw []byte, until time.Time) {
+	b.settleLater(k, until, func(ctx context.Context) error { return b.releaseClaim(ctx, k, raw) })
+}
+
+// recordLater retries replacing the claim raw of k by the done record rec
+// (expiring at expires) until it succeeds, until, or the backend closes:
+// until then retries see a pending claim (this process takes it over at
+// once, others at its deadline) and find the record in the durable tier.
+func (b *Backend) recordLater(k string, raw, rec []byte, expires, until time.Time) {
+	b.settleLater(k, until, func(ctx context.Context) error {
+		ttl := expires.Sub(b.Now())
+		if ttl <= 0 {
+			return nil
+		}
+		_, err := b.rs.Eval(ctx, "idem_restore", restoreScript, []string{k}, raw, rec, max(ttl.Milliseconds(), 1))
+		return err
+	})
+}
+
+// settleLater calls fix every 200 ms until it succeeds, until, or the
+// backend closes. The caller has done b.claimReleases.Add(1).
+func (b *Backend) settleLater(k string, until time.Time, fix func(context.Context) error) {
 	defer b.claimReleases.Done()
 	for time.Now().Before(until) {
 		select {
@@ -301,12 +341,13 @@ func (b *Backend) releaseLater(k string, raw []byte, until time.Time) {
 		case <-time.After(200 * time.Millisecond):
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := b.releaseClaim(ctx, k, raw)
+		err := fix(ctx)
 		cancel()
 		if err == nil {
 			return
 		}
 	}
+	b.opts.Logger.Warn("tiered: an idempotency claim stays until its lease ends", "key", k[len(idemPrefix):])
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -227,3 +227,45 @@ func backendtestClock() *testClock {
 
 func (c *testClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *testClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
+
+// TestIdempotentTakeoverAsksDurableTier: a request that applied but could
+// not replace its claim by the record in Redis leaves a pending claim;
+// the retry that takes it over (past its deadline) asks the durable tier
+// even where the slot's marker says Redis is complete, finds the record
+// the write-behind committed with the effect, and replays it.
+func TestIdempotentTakeoverAsksDurableTier(t *testing.T) {
+	clk := backendtestClock()
+	e := newEnv(t, func(o *tiered.Options) { o.Now = clk.now })
+	rdb := redis.NewClient(&redis.Options{Addr: e.rd.Addr})
+	defer rdb.Close()
+	ctx := context.Background()
+	op := add("takeover:c", contract.KindNone, 4)
+	sync := func(key string) contract.WriteOptions {
+		return contract.WriteOptions{IdempotencyKey: key, Durability: contract.Sync}
+	}
+	if _, err := e.b.Apply(ctx, add("takeover:x", contract.KindNone, 1), sync("{f}a")); err != nil { // sets the slot's marker
+		t.Fatal(err)
+	}
+	clk.advance(time.Hour)
+	first, err := e.b.Apply(ctx, op, sync("{f}b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.advance(23*time.Hour + time.Minute) // the marker passed; the record has an hour left
+	left := engine.IdemRecord{FP: engine.Fingerprint([]contract.Op{op}), Created: clk.now().UnixNano(), Pending: true,
+		Claim: "left", Owner: "another-process.", Deadline: clk.now().Add(-time.Second).UnixNano()}
+	if err := rdb.Set(ctx, "counterd:idem:{f}b", left.Encode(), time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	before := tiered.IdemLookups(e.b)
+	r, err := e.b.Apply(ctx, op, sync("{f}b"))
+	if err != nil || !r.Replayed || r.Value != first.Value || r.Version != first.Version {
+		t.Fatalf("retry over an abandoned claim = %+v, %v; want the recorded %+v, replayed", r, err, first)
+	}
+	if tiered.IdemLookups(e.b) == before {
+		t.Fatal("the takeover did not ask the durable tier")
+	}
+	if v := view(t, e.b, "takeover:c"); v.Value != 4 {
+		t.Fatalf("value = %d, want 4 (applied once)", v.Value)
+	}
+}
