@@ -42,14 +42,18 @@ import (
 // checked there (after this node's write-behind, not yet committed)
 // while Redis may lack records: each Redis Cluster slot has a marker key
 // (markKey, in the slot of the keys it vouches for, read by the claim's
-// own script) holding the time until which the durable tier must be
-// asked; a claim that finds no marker sets it to one retention from now.
+// own script) holding the time until which PostgreSQL must be asked; a
+// claim that finds no marker sets it to when the last record there
+// expires (at least idemGrace from now), see lookupDurable.
 // A record found there replaces the claim in Redis and is replayed.
 const (
 	idemPrefix = "counterd:idem:"
 	markPrefix = "counterd:idem-mark:"
 	idemLease  = 30 * time.Second
 	idemPoll   = 20 * time.Millisecond
+	// idemGrace is how long a slot's new marker makes won claims ask
+	// PostgreSQL at least (records on their way there at a loss).
+	idemGrace = time.Minute
 )
 
 var errIdemBusy = errors.New("another request with this idempotency key is being applied")
@@ -186,27 +190,39 @@ func claimReply(reply any) (won bool, data []byte, err error) {
 	return false, nil, fmt.Errorf("tiered: unexpected claim reply %T", reply)
 }
 
-// lookupDurable returns key's record from the durable tier (this node's
-// write-behind, then PostgreSQL) when Redis may lack it: the key's slot
-// marker mark (as the claim read it, "" for none) is missing or names a
-// time not yet reached, or force (the claim took over an abandoned one). A missing marker is set to one retention from now
-// (Redis lost its data, or never had markers): a record older than that
-// has expired anyway.
+// lookupDurable returns key's record from the durable tier: this node's
+// write-behind (records handed over, not yet committed: always asked, it
+// is memory), then PostgreSQL when Redis may lack the record: the key's
+// slot marker mark (as the claim read it, "" for none) is missing or
+// names a time not yet reached, or force (the claim took over an
+// abandoned one). A missing marker (Redis lost its data, or never had
+// markers) is set to when the last record PostgreSQL holds expires, or
+// idemGrace from now if that is later: records still on their way to
+// PostgreSQL then (another node's write-behind) are looked up if they
+// commit within idemGrace.
 func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force bool) ([]byte, bool, error) {
+	if data, ok := b.agg.Idem(key); ok {
+		return data, true, nil
+	}
 	now := b.Now()
 	if mark == "" {
-		until := now.Add(b.opts.IdempotencyRetention).UnixNano()
+		last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
+
+		if err != nil {
+			return nil, false, unavailable(err)
+		}
+		until := now.Add(idemGrace).UnixNano()
+		if !last.IsZero() {
+			until = max(until, last.UnixNano())
+		}
 		if err := b.rs.Client().SetNX(ctx, markKey(k), until, 0).Err(); err != nil {
 			return nil, false, unavailable(err)
 		}
 		b.idemMarks.Add(1)
 	} else if until, err := strconv.ParseInt(mark, 10, 64); !force && err == nil && now.UnixNano() >= until {
-		return nil, false, nil // Redis holds every record of the slot since one retention
+		return nil, false, nil // Redis holds every record of the slot that has not expired
 	}
 	b.idemLookups.Add(1)
-	if data, ok := b.agg.Idem(key); ok {
-		return data, true, nil
-	}
 	data, ok, err := b.pg.IdemRecord(ctx, key, now)
 	if err != nil {
 		return nil, false, unavailable(err)

@@ -135,7 +135,7 @@ type Backend struct {
 	claims        activeClaims   // idempotency claims running here (idem.go)
 	claimReleases sync.WaitGroup // background releases of failed claims (idem.go)
 	idemMarks     atomic.Uint64  // slot markers set (idem.go)
-	idemLookups   atomic.Uint64  // won claims checked in the durable tier (idem.go)
+	idemLookups   atomic.Uint64  // won claims checked in PostgreSQL (idem.go)
 
 	stop      chan struct{}
 	done      chan struct{}

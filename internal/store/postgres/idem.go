@@ -69,3 +69,17 @@ func (s *Store) PurgeIdem(ctx context.Context, now time.Time) (int64, error) {
 	}
 	return tag.RowsAffected(), nil
 }
+
+// LastIdemExpiry is when the last idempotency record expires (zero: there
+// is none).
+func (s *Store) LastIdemExpiry(ctx context.Context) (time.Time, error) {
+	s.statements.Add(1)
+	var last *time.Time
+	if err := s.pool.QueryRow(ctx, `SELECT max(expires_at) FROM idempotency_records`).Scan(&last); err != nil {
+		return time.Time{}, fmt.Errorf("postgres: last idempotency record: %w", err)
+	}
+	if last == nil {
+		return time.Time{}, nil
+	}
+	return *last, nil
+}

@@ -67,12 +67,21 @@ func TestIdemRecords(t *testing.T) {
 	if got := get("k1", late); got != "new" {
 		t.Fatalf("k1 after expiry = %q, want the new record", got)
 	}
+	if last, err := s.LastIdemExpiry(ctx); err != nil || !last.Equal(late.Add(time.Hour)) {
+		t.Fatalf("last expiry = %v, %v; want %v", last, err, late.Add(time.Hour))
+	}
 	n, err := s.PurgeIdem(ctx, now.Add(90*time.Minute))
 	if err != nil || n != 1 {
 		t.Fatalf("purge = %d, %v; want k2 purged", n, err)
 	}
 	if c := queryInt(t, s, `SELECT count(*) FROM idempotency_records`); c != 1 {
 		t.Fatalf("%d records left, want 1", c)
+	}
+	if _, err := s.PurgeIdem(ctx, late.Add(2*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := s.LastIdemExpiry(ctx); err != nil || !last.IsZero() {
+		t.Fatalf("last expiry without records = %v, %v; want zero", last, err)
 	}
 }
 
