@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/counterd/counterd/internal/contract"
@@ -134,10 +137,12 @@ func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.Id
 	}
 	reply, err := s.b.rs.Eval(ctx, "idem_claim", claimScript, []string{s.k, markKey(s.k)}, s.raw, idemLease.Milliseconds())
 	if err != nil {
-		// The claim may have been set: free it once Redis answers, so
-		// it does not hold retries elsewhere until its lease ends.
-		s.b.claimReleases.Add(1)
-		go s.b.releaseLater(s.k, s.raw, s.start.Add(idemLease))
+		if mayHaveRun(err) {
+			// The claim may have been set: free it once Redis answers,
+			// so it does not hold retries elsewhere until its lease ends.
+			s.b.claimReleases.Add(1)
+			go s.b.releaseLater(s.k, s.raw, s.start.Add(idemLease))
+		}
 		return nil, unavailable(err)
 	}
 	won, data, err := claimReply(reply)
@@ -175,6 +180,22 @@ func (s *redisIdem) Claim(ctx context.Context, c *engine.IdemRecord) (*engine.Id
 		_ = s.Release(context.WithoutCancel(ctx), s.claim)
 	}
 	return &r, nil
+}
+
+// mayHaveRun reports whether a command that failed with err may have run
+// in Redis: its reply was lost (a timeout, a connection broken after it
+// was sent), not refused before it ran (no connection, an error reply).
+func mayHaveRun(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return false
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return true
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, context.DeadlineExceeded)
 }
 
 // claimReply reads claimScript's reply.
