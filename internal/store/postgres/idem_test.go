@@ -91,7 +91,7 @@ func TestIdemRecords(t *testing.T) {
 // is readable from the aggregator, afterwards from the store.
 func TestAggregatorHoldKeepsRecordWithDeltas(t *testing.T) {
 	s := newStore(t, Options{})
-	a := s.NewAggregator(AggregatorOptions{FlushInterval: -1})
+	a := s.NewAggregator(AggregatorOptions{FlushInterval: -1, MaxHoldWait: time.Minute})
 	ctx := ctxT(t, 60*time.Second)
 	for i := range 5 {
 		key := fmt.Sprintf("k%d", i)
@@ -127,5 +127,34 @@ func TestAggregatorHoldKeepsRecordWithDeltas(t *testing.T) {
 	}
 	if err := a.Close(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestAggregatorHoldWaitIsBounded: a holder that does not let go (its
+// store hangs) keeps a flush waiting at most MaxHoldWait: the flush cuts
+// what it has, the holder's later record goes into the next batch, and
+// new holders get in again.
+func TestAggregatorHoldWaitIsBounded(t *testing.T) {
+	s := newStore(t, Options{})
+	a := s.NewAggregator(AggregatorOptions{FlushInterval: -1, MaxHoldWait: 20 * time.Millisecond})
+	ctx := ctxT(t, 60*time.Second)
+	release := a.Hold()
+	a.Add("b:c", KindCounter, -1, 1, time.Time{})
+	if err := a.Flush(ctx); err != nil { // returns although the holder holds on
+		t.Fatal(err)
+	}
+	if v := value(t, s, "b:c"); v != 1 {
+		t.Fatalf("value after the bounded wait = %d, want 1", v)
+	}
+	a.AddIdem(IdemRecord{Key: "late", Record: []byte("late"), Created: time.Now(), Expires: time.Now().Add(time.Hour)})
+	release()
+	release() // a second call does nothing
+	other := a.Hold()
+	other()
+	if err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok, err := s.IdemRecord(ctx, "late", time.Now()); err != nil || !ok || string(got) != "late" {
+		t.Fatalf("the late record = %q, %v, %v", got, ok, err)
 	}
 }
