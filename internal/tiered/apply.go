@@ -84,6 +84,7 @@ func refuseFloatFields(op *contract.Op) error {
 // applyKeyed applies ops under wo's idempotency key (if any) and waits
 // for durability. In a batch a failing op's error names it (BatchError).
 func (b *Backend) applyKeyed(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, batch bool) ([]contract.Result, error) {
+	start := time.Now()
 	var res []contract.Result
 	var err error
 	if wo.IdempotencyKey != "" {
@@ -94,12 +95,14 @@ func (b *Backend) applyKeyed(ctx context.Context, ops []contract.Op, wo contract
 	if err != nil {
 		return nil, err
 	}
-	return res, b.durable(ctx, wo)
+	return res, b.durable(ctx, wo, start)
 }
 
 // durable waits, for a sync write, until every delta handed to the
-// aggregator so far is committed in PostgreSQL.
-func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions) error {
+// aggregator so far is committed in PostgreSQL, at most until SyncTimeout
+// after the request started (a keyed request may have waited for another
+// one's claim, or for the durable tier, before it applied).
+func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions, start time.Time) error {
 	d := wo.Durability
 	if d == contract.DurabilityDefault {
 		d = b.opts.Durability
@@ -107,7 +110,7 @@ func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions) error {
 	if d != contract.Sync {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	ctx, cancel := context.WithDeadline(ctx, start.Add(b.opts.SyncTimeout))
 	defer cancel()
 	if err := b.agg.Sync(ctx); err != nil {
 		return &storeError{sentinel: ErrUnavailable, cause: err,

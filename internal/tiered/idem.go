@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -226,9 +227,9 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 		return data, true, nil
 	}
 	now := b.Now()
+	var set int64 // when the marker was set (unix ns; 0: unknown)
 	if mark == "" {
 		last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
-
 		if err != nil {
 			return nil, false, unavailable(err)
 		}
@@ -236,19 +237,58 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 		if !last.IsZero() {
 			until = max(until, last.UnixNano())
 		}
-		if err := b.rs.Client().SetNX(ctx, markKey(k), until, 0).Err(); err != nil {
+		// A slot marked before lost its marker with Redis' data; one
+		// never marked is new (a fresh deployment, or an upgrade from a
+		// counterd without markers): no node holds records on their way.
+		lost, err := b.pg.MarkSlot(ctx, keySlot(k))
+		if err != nil {
+			return nil, false, unavailable(err)
+		}
+		if lost {
+			set = time.Now().UnixNano() // the settle time is wall-clock time
+		}
+		if err := b.rs.Client().SetNX(ctx, markKey(k), strconv.FormatInt(until, 10)+":"+strconv.FormatInt(set, 10), 0).Err(); err != nil {
 			return nil, false, unavailable(err)
 		}
 		b.idemMarks.Add(1)
-	} else if until, err := strconv.ParseInt(mark, 10, 64); !force && err == nil && now.UnixNano() >= until {
-		return nil, false, nil // Redis holds every record of the slot that has not expired
+	} else {
+		u, c, _ := strings.Cut(mark, ":")
+		until, err := strconv.ParseInt(u, 10, 64)
+		if !force && err == nil && now.UnixNano() >= until {
+			return nil, false, nil // Redis holds every record of the slot that has not expired
+		}
+		set, _ = strconv.ParseInt(c, 10, 64)
 	}
 	b.idemLookups.Add(1)
 	data, ok, err := b.pg.IdemRecord(ctx, key, now)
-	if err != nil {
+	if err != nil || ok {
+		return data, ok, unavailable(err)
+	}
+	// Not there. Just after a loss (set: the marker was set because
+	// Redis lost data), another node's write-behind may still hold the
+	// record (committing it within a flush interval): look once more
+	// when the settle time since the marker was set has passed.
+	wait := time.Duration(set + int64(b.idemSettle()) - time.Now().UnixNano())
+	if set == 0 || wait <= 0 {
+		return nil, false, nil
+	}
+	if err := sleep(ctx, wait); err != nil {
 		return nil, false, unavailable(err)
 	}
-	return data, ok, nil
+	b.idemSettles.Add(1)
+	if data, ok := b.agg.Idem(key); ok {
+		return data, true, nil
+	}
+	data, ok, err = b.pg.IdemRecord(ctx, key, b.Now())
+	return data, ok, unavailable(err)
+}
+
+// idemSettle is how long after a slot's marker was set a claim that finds
+// no record looks once more: two flush intervals and a second (what the
+// other nodes' write-behind takes to commit what it held at the loss,
+// with the same --flush-interval), at most half the sync write bound.
+func (b *Backend) idemSettle() time.Duration {
+	return min(2*b.opts.FlushInterval+time.Second, b.opts.SyncTimeout/2)
 }
 
 // Wait polls, for at most SyncTimeout since the request began.

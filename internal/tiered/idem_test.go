@@ -222,6 +222,28 @@ func testIdempotencySurvivesRedisLoss(t *testing.T, s setup) {
 	if n := tiered.IdemLookups(e.b) - before; n != 0 {
 		t.Fatalf("%d durable lookups for a claim in a slot whose marker passed", n)
 	}
+
+	// An async write still in its node's write-behind (flushed every
+	// second), retried on another node right after a loss: not in
+	// PostgreSQL yet, so that node looks once more after the settle time
+	// (here 5 s), when the first node has committed it.
+	src := e.open(t, func(o *tiered.Options) { o.Now = clk.now; o.NodeID = "t4"; o.FlushInterval = time.Second })
+	dst := e.open(t, func(o *tiered.Options) {
+		o.Now = clk.now
+		o.NodeID, o.FlushInterval, o.SyncTimeout = "t5", 2*time.Second, 10*time.Second
+	})
+	w, err := src.Apply(ctx, add("loss:w", contract.KindNone, 3), contract.WriteOptions{IdempotencyKey: "{loss2}1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.flushRedis(t)
+	retry(dst, add("loss:w", contract.KindNone, 3), "{loss2}1", w)
+	if err := src.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v := view(t, dst, "loss:w"); v.Value != 3 {
+		t.Fatalf("value after a retry on another node = %d, want 3", v.Value)
+	}
 }
 
 // testClock is a settable clock for the backends' Now.

@@ -76,7 +76,9 @@ func keyedLoadThroughOutage(t *testing.T, e *env, stopRedis, startRedis func()) 
 					return
 				default:
 				}
-				key := fmt.Sprintf("w%d-%d", w, i)
+				// Keys in 12 slots: the first claim of a slot after the
+				// loss waits the settle time (lookupDurable).
+				key := fmt.Sprintf("{t%d}w%d-%d", i%12, w, i)
 				keys.Add(1)
 				for { // the client retries under the key until acknowledged
 					start := time.Now()
@@ -117,11 +119,14 @@ func keyedLoadThroughOutage(t *testing.T, e *env, stopRedis, startRedis func()) 
 		}
 	}
 	waitFor("load", func() bool { return keys.Load() > 50 })
+	t.Logf("load running: %d keys", keys.Load())
 	stopRedis()
 	before := unavailable.Load()
 	waitFor("requests refused during the outage", func() bool { return unavailable.Load() > before+10 })
+	t.Logf("outage: %d unavailable", unavailable.Load()-before)
 	startRedis() // empty
 	after := keys.Load()
+	t.Logf("restarted")
 	waitFor("load after the restart", func() bool { return keys.Load() > after+50 })
 	close(stop)
 	wg.Wait()

@@ -83,3 +83,14 @@ func (s *Store) LastIdemExpiry(ctx context.Context) (time.Time, error) {
 	}
 	return *last, nil
 }
+
+// MarkSlot records that the hot tier's idempotency marker of slot was set
+// and reports whether it had been before (table idempotency_slots).
+func (s *Store) MarkSlot(ctx context.Context, slot int) (before bool, err error) {
+	s.statements.Add(1)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO idempotency_slots (slot) VALUES ($1) ON CONFLICT DO NOTHING`, slot)
+	if err != nil {
+		return false, fmt.Errorf("postgres: mark slot: %w", err)
+	}
+	return tag.RowsAffected() == 0, nil
+}

@@ -83,6 +83,11 @@ func TestIdemRecords(t *testing.T) {
 	if last, err := s.LastIdemExpiry(ctx); err != nil || !last.IsZero() {
 		t.Fatalf("last expiry without records = %v, %v; want zero", last, err)
 	}
+	for i, want := range []bool{false, true, true} {
+		if before, err := s.MarkSlot(ctx, 42); err != nil || before != want {
+			t.Fatalf("MarkSlot #%d = %v, %v; want %v", i, before, err, want)
+		}
+	}
 }
 
 // TestAggregatorHoldKeepsRecordWithDeltas: a flush started while a

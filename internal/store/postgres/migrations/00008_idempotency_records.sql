@@ -15,5 +15,12 @@ CREATE TABLE idempotency_records (
 );
 CREATE INDEX idx_idempotency_records_expires_at ON idempotency_records (expires_at);
 
+-- The Redis Cluster slots whose idempotency marker was ever set: a marker
+-- missing for a slot listed here means Redis lost that slot's data.
+CREATE TABLE idempotency_slots (
+    slot integer PRIMARY KEY
+);
+
 -- +goose Down
+DROP TABLE idempotency_slots;
 DROP TABLE idempotency_records;
