@@ -217,11 +217,11 @@ func claimReply(reply any) (won bool, data []byte, err error) {
 // is memory), then PostgreSQL when Redis may lack the record: the key's
 // slot marker mark (as the claim read it, "" for none) is missing or
 // names a time not yet reached, or force (the claim took over an
-// abandoned one). A missing marker (Redis lost its data, or never had
-// markers) is set to when the last record PostgreSQL holds expires, or
+// abandoned one). A missing marker of a slot marked before (Redis lost
+// its data) is set to when the last record PostgreSQL holds expires, or
 // idemGrace from now if that is later: records still on their way to
 // PostgreSQL then (another node's write-behind) are looked up if they
-// commit within idemGrace.
+// commit within idemGrace; one of a slot never marked passes at once.
 func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force bool) ([]byte, bool, error) {
 	if data, ok := b.agg.Idem(key); ok {
 		return data, true, nil
@@ -229,28 +229,34 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 	now := b.Now()
 	var set int64 // when the marker was set (unix ns; 0: unknown)
 	if mark == "" {
-		last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
-		if err != nil {
-			return nil, false, unavailable(err)
-		}
-		until := now.Add(idemGrace).UnixNano()
-		if !last.IsZero() {
-			until = max(until, last.UnixNano())
-		}
-		// A slot marked before lost its marker with Redis' data; one
-		// never marked is new (a fresh deployment, or an upgrade from a
-		// counterd without markers): no node holds records on their way.
+		// A slot marked before lost its marker with Redis' data. One never
+		// marked is new (a fresh deployment, or an upgrade from a counterd
+		// without markers): PostgreSQL holds no record of it (the claim
+		// behind any record there marked its slot), so the marker passes
+		// at once.
 		lost, err := b.pg.MarkSlot(ctx, keySlot(k))
 		if err != nil {
 			return nil, false, unavailable(err)
 		}
+		until := now.UnixNano()
 		if lost {
+			last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
+			if err != nil {
+				return nil, false, unavailable(err)
+			}
+			until = now.Add(idemGrace).UnixNano()
+			if !last.IsZero() {
+				until = max(until, last.UnixNano())
+			}
 			set = time.Now().UnixNano() // the settle time is wall-clock time
 		}
 		if err := b.rs.Client().SetNX(ctx, markKey(k), strconv.FormatInt(until, 10)+":"+strconv.FormatInt(set, 10), 0).Err(); err != nil {
 			return nil, false, unavailable(err)
 		}
 		b.idemMarks.Add(1)
+		if !lost {
+			return nil, false, nil
+		}
 	} else {
 		u, c, _ := strings.Cut(mark, ":")
 		until, err := strconv.ParseInt(u, 10, 64)
