@@ -52,8 +52,8 @@ func BenchmarkTiered(b *testing.B) {
 	}
 	// Each increment under its own idempotency key (claim, record in
 	// Redis and, written behind, in PostgreSQL): as usual (every slot's
-	// marker passed), and in the first minute after a loss of Redis data
-	// or a deployment (no markers: each claim asks PostgreSQL).
+	// marker passed), and fresh (no markers: the first claim of each
+	// slot records it in PostgreSQL).
 	for _, fresh := range []bool{false, true} {
 		name := "tiered-async-keyed"
 		if fresh {
