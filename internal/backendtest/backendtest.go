@@ -6,7 +6,7 @@
 // backend), then runs named, table-driven subtests against its Backend:
 // every kind and operation, errors (each checked with errors.Is on the
 // engine sentinel, and the stored state compared before and after), TTLs,
-// versions, idempotency, batches, aggregates, scan, series and uniques,
+// versions, idempotency (also after the hot tier lost its data), batches, aggregates, scan, series and uniques,
 // and rate limits through the setup's ratelimit.Checker. Each subtest
 // works on ids and idempotency keys of its own, so subtests never see each
 // other's state; those that count everything (Len) empty the backend
@@ -62,6 +62,12 @@ type Setup struct {
 	// taken again (disk.go). nil: no local disk state (tiered), the
 	// full-disk cases are skipped.
 	FillDisk func(t testing.TB, full bool)
+	// LoseHotTier, when set, makes the backend lose the data of its hot
+	// tier, at least what holds id (tiered: FLUSHALL of its Redis; the
+	// embedded engine: a restart, which keeps only its files; a cluster:
+	// a restart of id's owner), and returns the backend to call from
+	// then on. nil: the lost-hot-tier case is skipped (hottier.go).
+	LoseHotTier func(t testing.TB, id string) contract.Backend
 }
 
 // Clock is an injectable clock: it stands still until advanced. Safe for
@@ -141,6 +147,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "ratelimit", cases: rateLimitCases()},
 		{name: "quotas", cases: quotaCases()},
 		{name: "disk", cases: diskCases()},
+		{name: "hottier", cases: hotTierCases()}, // last: it may leave another backend
 	}
 	for _, g := range groups {
 		t.Run(g.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package backendtest_test
 import (
 	"context"
 	"net/http"
+	"slices"
 	"testing"
 	"time"
 
@@ -45,7 +46,23 @@ func TestEmbedded(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = e.Close() })
 		b := engine.Local(e)
+		// The engine's hot tier is its memory (index, idempotency table):
+		// a restart keeps only what is on disk, which is what a crash
+		// leaves of an acknowledged sync write (its change and record
+		// were synced before the ack).
+		lose := func(t testing.TB, _ string) contract.Backend {
+			if err := e.Close(); err != nil {
+				t.Fatal(err)
+			}
+			e2, err := engine.Open(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = e2.Close() })
+			return engine.Local(e2)
+		}
 		return backendtest.Setup{
+			LoseHotTier:         lose,
 			Backend:             b,
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
@@ -111,7 +128,24 @@ func TestCluster(t *testing.T) {
 		for _, id := range ids {
 			disks = append(disks, fss[id])
 		}
+		// A node's hot tier is its memory: the owner of the id restarts
+		// as after a crash (the others detect it dead, then it rejoins on
+		// its data).
+		lose := func(t testing.TB, id string) contract.Backend {
+			owner := c.Nodes()[0].Ring().Owner(id)
+			i := slices.Index(ids, owner)
+			if i < 0 {
+				t.Fatalf("owner %q of %q is not a node", owner, id)
+			}
+			c.Restart(t, i)
+			var nodes []contract.Backend
+			for _, n := range c.Nodes() {
+				nodes = append(nodes, n)
+			}
+			return backendtest.RoundRobin(nodes...)
+		}
 		return backendtest.Setup{
+			LoseHotTier:         lose,
 			Backend:             backendtest.RoundRobin(bs...),
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
@@ -124,17 +158,35 @@ func TestCluster(t *testing.T) {
 	})
 }
 
+// TestTiered runs the suite on tiered over a private Redis; its hot tier
+// is lost by a restart of that Redis, which comes back empty.
 func TestTiered(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
-		return tieredSetup(t, redistest.New(t).URL)
+		rd := redistest.New(t)
+		s := tieredSetup(t, rd.URL)
+		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
+			if rd.External() {
+				rd.FlushAll(t)
+			} else {
+				rd.Restart(t)
+			}
+			return s.Backend
+		}
+		return s
 	})
 }
 
 // TestTieredRedisCluster runs the suite on tiered over a Redis Cluster of
-// three masters.
+// three masters; its hot tier is lost by a FLUSHALL of every master.
 func TestTieredRedisCluster(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
-		return tieredSetup(t, redistest.NewCluster(t).URL())
+		cl := redistest.NewCluster(t)
+		s := tieredSetup(t, cl.URL())
+		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
+			cl.FlushAll(t)
+			return s.Backend
+		}
+		return s
 	})
 }
 

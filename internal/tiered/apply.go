@@ -84,22 +84,25 @@ func refuseFloatFields(op *contract.Op) error {
 // applyKeyed applies ops under wo's idempotency key (if any) and waits
 // for durability. In a batch a failing op's error names it (BatchError).
 func (b *Backend) applyKeyed(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, batch bool) ([]contract.Result, error) {
+	start := time.Now()
 	var res []contract.Result
 	var err error
 	if wo.IdempotencyKey != "" {
-		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func() ([]contract.Result, error) { return b.applyAll(ctx, ops, batch) })
+		res, err = b.idempotent(ctx, wo.IdempotencyKey, ops, func(ctx context.Context) ([]contract.Result, error) { return b.applyAll(ctx, ops, batch) })
 	} else {
 		res, err = b.applyAll(ctx, ops, batch)
 	}
 	if err != nil {
 		return nil, err
 	}
-	return res, b.durable(ctx, wo)
+	return res, b.durable(ctx, wo, start)
 }
 
 // durable waits, for a sync write, until every delta handed to the
-// aggregator so far is committed in PostgreSQL.
-func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions) error {
+// aggregator so far is committed in PostgreSQL, at most until SyncTimeout
+// after the request started (a keyed request may have waited for another
+// one's claim, or for the durable tier, before it applied).
+func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions, start time.Time) error {
 	d := wo.Durability
 	if d == contract.DurabilityDefault {
 		d = b.opts.Durability
@@ -107,7 +110,7 @@ func (b *Backend) durable(ctx context.Context, wo contract.WriteOptions) error {
 	if d != contract.Sync {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, b.opts.SyncTimeout)
+	ctx, cancel := context.WithDeadline(ctx, start.Add(b.opts.SyncTimeout))
 	defer cancel()
 	if err := b.agg.Sync(ctx); err != nil {
 		return &storeError{sentinel: ErrUnavailable, cause: err,
@@ -529,6 +532,7 @@ func (b *Backend) addFloat(ctx context.Context, op *contract.Op) (contract.Resul
 // everything pending (so the float's own row change commits before), then
 // the counter's absolute value (PostgreSQL holds 0 for a float).
 func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uint64) error {
+	letGo(ctx) // a keyed request's hold would keep Sync waiting for itself
 	if err := b.agg.Sync(ctx); err != nil {
 		return unavailable(err)
 	}

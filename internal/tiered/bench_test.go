@@ -3,6 +3,7 @@ package tiered_test
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -46,7 +47,27 @@ func BenchmarkTiered(b *testing.B) {
 	for _, d := range []contract.Durability{contract.Async, contract.Sync} {
 		b.Run("tiered-"+d.String(), func(b *testing.B) {
 			rd.FlushAll(b)
-			benchIncrements(b, open(b, d), ids)
+			benchIncrements(b, open(b, d), ids, "")
+		})
+	}
+	// Each increment under its own idempotency key (claim, record in
+	// Redis and, written behind, in PostgreSQL): as usual (every slot's
+	// marker passed), and fresh (no markers: the first claim of each
+	// slot records it in PostgreSQL).
+	for _, fresh := range []bool{false, true} {
+		name := "tiered-async-keyed"
+		if fresh {
+			name += "-fresh"
+		}
+		b.Run(name, func(b *testing.B) {
+			rd.FlushAll(b)
+			be := open(b, contract.Async)
+			if !fresh {
+				if err := tiered.PassMarkers(context.Background(), be); err != nil {
+					b.Fatal(err)
+				}
+			}
+			benchIncrements(b, be, ids, fmt.Sprintf("bench-%d-", time.Now().UnixNano()))
 		})
 	}
 	b.Run("naive-update", func(b *testing.B) {
@@ -103,7 +124,7 @@ func BenchmarkTieredRedisCluster(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { _ = be.Close() })
-			benchIncrements(b, be, ids)
+			benchIncrements(b, be, ids, "")
 		})
 	}
 }
@@ -111,8 +132,9 @@ func BenchmarkTieredRedisCluster(b *testing.B) {
 // benchIncrements runs b.N increments over ids from 32*GOMAXPROCS
 // goroutines on an emptied PostgreSQL, flushes, reports the rates and the
 // CPU time per increment (this process and its redis-servers), and checks
-// that PostgreSQL holds exactly b.N.
-func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
+// that PostgreSQL holds exactly b.N. A keyPrefix gives each increment an
+// idempotency key of its own.
+func benchIncrements(b *testing.B, be *tiered.Backend, ids []string, keyPrefix string) {
 	ctx := context.Background()
 	truncate(b, be)
 	st0 := be.Postgres().Stats().Statements
@@ -122,8 +144,13 @@ func benchIncrements(b *testing.B, be *tiered.Backend, ids []string) {
 	start, cpu0 := time.Now(), cpuTime()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			op := contract.Op{Type: contract.OpAdd, ID: ids[next.Add(1)%uint64(len(ids))], Delta: 1}
-			if _, err := be.Apply(ctx, op, contract.WriteOptions{}); err != nil {
+			n := next.Add(1)
+			op := contract.Op{Type: contract.OpAdd, ID: ids[n%uint64(len(ids))], Delta: 1}
+			var wo contract.WriteOptions
+			if keyPrefix != "" {
+				wo.IdempotencyKey = keyPrefix + strconv.FormatUint(n, 36)
+			}
+			if _, err := be.Apply(ctx, op, wo); err != nil {
 				b.Error(err)
 				return
 			}

@@ -88,6 +88,7 @@ var tieredCases = []struct {
 	{"FloatsRestoreFromPostgres", testFloatsRestoreFromPostgres},
 	{"FlushRetryAfterLostAckAppliesOnce", testFlushRetryAfterLostAckAppliesOnce},
 	{"Idempotency", testIdempotency},
+	{"IdempotencySurvivesRedisLoss", testIdempotencySurvivesRedisLoss},
 	{"BatchUndoesAddsOnFailure", testBatchUndoesAddsOnFailure},
 	{"SyncWaitsForCommit", testSyncWaitsForCommit},
 	{"ScanLenAggregateFlushAll", testScanLenAggregateFlushAll},

@@ -19,6 +19,7 @@ import (
 // caches what PostgreSQL holds, and only later deltas are added to both).
 func (b *Backend) load(ctx context.Context, id string) (redisstore.Record, bool, error) {
 	if b.agg.Pending(id) {
+		letGo(ctx) // a keyed request's hold would keep Flush waiting for itself
 		if err := b.agg.Flush(ctx); err != nil {
 			return redisstore.Record{}, false, unavailable(err)
 		}

@@ -134,6 +134,9 @@ type Backend struct {
 
 	claims        activeClaims   // idempotency claims running here (idem.go)
 	claimReleases sync.WaitGroup // background releases of failed claims (idem.go)
+	idemMarks     atomic.Uint64  // slot markers set (idem.go)
+	idemLookups   atomic.Uint64  // won claims checked in PostgreSQL (idem.go)
+	idemSettles   atomic.Uint64  // of them, looked again after the settle time
 
 	stop      chan struct{}
 	done      chan struct{}

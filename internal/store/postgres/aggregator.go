@@ -26,6 +26,12 @@ type AggregatorOptions struct {
 	OnError func(error)
 	// OnFlush is called (from the flush loop) after a flush succeeded.
 	OnFlush func()
+	// MaxHoldWait bounds how long a flush waits for holders (Hold)
+	// before it cuts a batch anyway (default 100 ms): a holder slower
+	// than that (its store not answering) may see its later changes go
+	// into the next batch, and the holders and flushes behind it wait no
+	// longer than that.
+	MaxHoldWait time.Duration
 }
 
 type aggKeyMem struct {
@@ -54,11 +60,19 @@ type Aggregator struct {
 	sketch  map[string][]byte
 	floats  map[string]floatValue // latest float value per id (higher version wins)
 	deletes map[string]bool
-	expiry  map[string]time.Time // zero: remove the TTL
-	version map[string]uint64    // latest version seen per id (max wins)
-	dirty   map[string]bool      // ids with anything in pending/sketch/expiry/deletes
-	flying  map[string]bool      // ids in the in-flight batch
-	cur     *cycle
+	expiry  map[string]time.Time  // zero: remove the TTL
+	version map[string]uint64     // latest version seen per id (max wins)
+	dirty   map[string]bool       // ids with anything in pending/sketch/expiry/deletes
+	flying  map[string]bool       // ids in the in-flight batch
+	idem    map[string]IdemRecord // idempotency records, by key
+	// idemFlying are the records of the in-flight batch.
+	idemFlying map[string]IdemRecord
+	cur        *cycle
+
+	// holds keep a cycle open: a writer holding it (Hold) hands all of
+	// its changes to one cycle, which Flush cuts once it is let go (or
+	// MaxHoldWait passed).
+	holds holds
 
 	flushMu  sync.Mutex // serialises flushes; guards inflight
 	inflight *inflightBatch
@@ -81,6 +95,9 @@ func (s *Store) NewAggregator(opts AggregatorOptions) *Aggregator {
 	if opts.FlushInterval == 0 {
 		opts.FlushInterval = DefaultFlushInterval
 	}
+	if opts.MaxHoldWait <= 0 {
+		opts.MaxHoldWait = DefaultMaxHoldWait
+	}
 	var rnd [6]byte
 	_, _ = rand.Read(rnd[:])
 	prefix := hex.EncodeToString(rnd[:])
@@ -92,6 +109,7 @@ func (s *Store) NewAggregator(opts AggregatorOptions) *Aggregator {
 		cur:  &cycle{done: make(chan struct{})},
 		kick: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	a.holds.maxWait = opts.MaxHoldWait
 	a.reset()
 	if opts.FlushInterval > 0 {
 		go a.loop()
@@ -187,6 +205,105 @@ func (a *Aggregator) dropLocked(id string) {
 	delete(a.version, id)
 }
 
+// Hold keeps the current cycle open until the returned func is called
+// (once; later calls do nothing): every change handed over in between
+// goes into one batch (one transaction), such as a keyed request's
+// deltas and its idempotency record. Flush waits for the holders, at most
+// AggregatorOptions.MaxHoldWait, before it cuts a batch; a holder must not wait for a
+// flush meanwhile (it would wait that long).
+func (a *Aggregator) Hold() (release func()) { return a.holds.hold() }
+
+// DefaultMaxHoldWait is AggregatorOptions.MaxHoldWait's default.
+const DefaultMaxHoldWait = 100 * time.Millisecond
+
+// holds counts the holders of the current cycle; a cutter (Flush) makes
+// new holders wait until it has cut, and waits for the current ones at
+// most maxWait.
+type holds struct {
+	maxWait time.Duration
+	mu      sync.Mutex
+	n       int
+	cutting chan struct{} // closed when the cut is done; nil when none
+	idle    chan struct{} // closed when n drops to 0 during a cut
+}
+
+func (h *holds) hold() func() {
+	h.mu.Lock()
+	for h.cutting != nil {
+		c := h.cutting
+		h.mu.Unlock()
+		<-c
+		h.mu.Lock()
+	}
+	h.n++
+	h.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.mu.Lock()
+			h.n--
+			if h.n == 0 && h.idle != nil {
+				close(h.idle)
+				h.idle = nil
+			}
+			h.mu.Unlock()
+		})
+	}
+}
+
+// cut waits until no one holds the cycle (at most maxWait), runs
+// fn, and lets new holders in again.
+func (h *holds) cut(fn func()) {
+	h.mu.Lock()
+	done := make(chan struct{})
+	h.cutting = done
+	var idle chan struct{}
+	if h.n > 0 {
+		idle = make(chan struct{})
+		h.idle = idle
+	}
+	h.mu.Unlock()
+	if idle != nil {
+		t := time.NewTimer(h.maxWait)
+		select {
+		case <-idle:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	fn()
+	h.mu.Lock()
+	h.cutting, h.idle = nil, nil
+	h.mu.Unlock()
+	close(done)
+}
+
+// AddIdem records an idempotency record, written in the batch of the
+// changes handed over with it (see Hold). A key's first record wins (the
+// store keeps the first too).
+func (a *Aggregator) AddIdem(r IdemRecord) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	if _, ok := a.idem[r.Key]; !ok {
+		a.idem[r.Key] = r
+	}
+	a.mu.Unlock()
+}
+
+// Idem returns key's record while it is handed over but not yet committed
+// (pending or in flight): what Store.IdemRecord does not read yet.
+func (a *Aggregator) Idem(key string) ([]byte, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r, ok := a.idemFlying[key]; ok {
+		return r.Record, true
+	}
+	if r, ok := a.idem[key]; ok {
+		return r.Record, true
+	}
+	return nil, false
+}
+
 // SetVersion records the version the hot tier gave id; the batch sets
 // counters.version to at least it, so a counter loaded back from
 // PostgreSQL does not see its version go backwards.
@@ -222,6 +339,7 @@ func (a *Aggregator) reset() {
 	a.pending, a.sketch, a.floats = map[aggKeyMem]int64{}, map[string][]byte{}, map[string]floatValue{}
 	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
 	a.version = map[string]uint64{}
+	a.idem = map[string]IdemRecord{}
 	a.cur = &cycle{done: make(chan struct{})}
 }
 
@@ -298,18 +416,28 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	if err := a.applyInflight(ctx); err != nil {
 		return err
 	}
-	a.mu.Lock()
-	pending, sketches, deletes, expiry, dirty, cyc := a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
-	floats := a.floats
-	versions := a.version
-	a.reset()
-	if len(dirty) == 0 {
+	var pending map[aggKeyMem]int64
+	var sketches map[string][]byte
+	var deletes, dirty map[string]bool
+	var expiry map[string]time.Time
+	var floats map[string]floatValue
+	var versions map[string]uint64
+	var idem map[string]IdemRecord
+	var cyc *cycle
+	a.holds.cut(func() { // no holder between its first change and its last (Hold)
+		a.mu.Lock()
+		pending, sketches, deletes, expiry, dirty, cyc = a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
+		floats, versions, idem = a.floats, a.version, a.idem
+		a.reset()
+	}) // a.mu still held
+	if len(dirty) == 0 && len(idem) == 0 {
 		// Nothing to write: whoever waits on this cycle is done.
 		a.mu.Unlock()
 		close(cyc.done)
 		return nil
 	}
 	a.flying = dirty
+	a.idemFlying = idem
 	a.mu.Unlock()
 
 	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches))}
@@ -334,6 +462,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	for id, f := range floats {
 		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindFloat, Shard: -1, Float: f.text})
 	}
+	for _, r := range idem {
+		b.Idem = append(b.Idem, r)
+	}
 	a.inflight = &inflightBatch{b: b, cyc: cyc}
 	return a.applyInflight(ctx)
 }
@@ -351,7 +482,7 @@ func (a *Aggregator) applyInflight(ctx context.Context) error {
 	}
 	a.inflight = nil
 	a.mu.Lock()
-	a.flying = nil
+	a.flying, a.idemFlying = nil, nil
 	a.mu.Unlock()
 	close(in.cyc.done)
 	return nil

@@ -65,6 +65,9 @@ type Batch struct {
 	// Versions raise counters.version to at least the given version after
 	// the deltas apply.
 	Versions []Version
+	// Idem are the idempotency records of the requests whose deltas the
+	// batch holds, committed with them (a key's first record wins).
+	Idem []IdemRecord
 }
 
 // Version is the hot tier's version of a counter.
@@ -80,7 +83,7 @@ type Expiry struct {
 }
 
 func (b Batch) empty() bool {
-	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0
+	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0 && len(b.Idem) == 0
 }
 
 // The keys of Apply's per-table sums. Each orders by counter_id first, so
@@ -212,6 +215,9 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		return false, err
 	}
 	if err = applyVersions(exec, b.Versions); err != nil {
+		return false, err
+	}
+	if err = applyIdem(exec, b.ID, b.Idem); err != nil {
 		return false, err
 	}
 	if len(auditIDs) > 0 {

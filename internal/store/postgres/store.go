@@ -256,6 +256,7 @@ func (s *Store) maintain() {
 			}
 		}()
 		_ = s.EnsurePartitions(ctx, time.Now(), s.opts.PartitionsAhead)
+		_, _ = s.PurgeIdem(ctx, time.Now())
 		if s.opts.Retention != (RetentionPolicy{}) {
 			_ = s.Retain(ctx, s.opts.Retention)
 		}

@@ -52,6 +52,7 @@ type Cluster struct {
 	mu       sync.Mutex // guards addrs and replicas
 	addrs    []string   // masters
 	replicas int        // private replicas added
+	servers  []*Server  // the private masters NewCluster started
 }
 
 // NewCluster returns a Redis Cluster for t: the one named by
@@ -86,7 +87,7 @@ func NewCluster(t testing.TB) *Cluster {
 			t.Fatalf("redistest: start cluster node: %v", err)
 		}
 	}
-	c := &Cluster{bin: bin}
+	c := &Cluster{bin: bin, servers: nodes}
 	for _, s := range nodes {
 		c.addrs = append(c.addrs, s.Addr)
 	}
@@ -259,6 +260,33 @@ func (c *Cluster) FlushAll(t testing.TB) {
 	})
 	if err != nil {
 		t.Fatalf("redistest: FLUSHALL on the cluster: %v", err)
+	}
+}
+
+// StopMaster kills private master i (in NewCluster's order): its slots
+// answer nothing until StartMaster; its data is lost (persistence is off).
+// It skips the test on an external cluster.
+func (c *Cluster) StopMaster(t testing.TB, i int) {
+	t.Helper()
+	if c.external {
+		t.Skip("redistest: cannot stop a master of the external cluster")
+	}
+	c.servers[i].stop()
+}
+
+// StartMaster starts private master i again on its port and its cluster
+// config file (the same node with the same slots), empty, and waits until
+// every node reports the cluster ok (Redis keeps a restarted master
+// refusing writes for about 2 s).
+func (c *Cluster) StartMaster(t testing.TB, i int) {
+	t.Helper()
+	if err := c.servers[i].start(); err != nil {
+		t.Fatalf("redistest: restart master %s: %v", c.servers[i].Addr, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), clusterTimeout)
+	defer cancel()
+	if err := c.waitReady(ctx); err != nil {
+		t.Fatalf("redistest: cluster after restarting %s: %v", c.servers[i].Addr, err)
 	}
 }
 
