@@ -1,8 +1,10 @@
 package httpapi
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
+	"os"
 	"regexp"
 	"sort"
 	"strings"
@@ -241,5 +243,17 @@ func TestOpenAPIScopeParameter(t *testing.T) {
 	}
 	if takes < 2 {
 		t.Errorf("%d reads take ?scope=, want at least GET /counters/{id} and its aggregate", takes)
+	}
+}
+
+// The embedded openapi.json.gz is openapi.json, compressed: go generate
+// writes it, and the binary serves what it holds.
+func TestOpenAPIGzipCurrent(t *testing.T) {
+	src, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(openapiJSON, src) {
+		t.Fatal("openapi.json.gz is not openapi.json: run go generate ./internal/api/httpapi")
 	}
 }
