@@ -129,6 +129,9 @@ func Open(cfg Config) (*Engine, error) {
 	e.disk.check()
 	e.idem.init(cfg.IdempotencyMemory)
 	e.fl.init()
+	for i := range e.shards {
+		e.shards[i].kick = e.fl.kick
+	}
 	e.wg.Add(2)
 	go e.flushLoop()
 	go e.janitorLoop()

@@ -340,6 +340,9 @@ type shard struct {
 	// 4-byte indexes, and the flusher skips a shard whose count is 0.
 	ndirty atomic.Int64
 	dbits  atomic.Pointer[[]*dirtyBits] // one per chunk, published like chunks
+	// kick wakes the flusher (the engine's flusher.kick; set by Open) when
+	// ndirty reaches dirtyKick.
+	kick chan struct{}
 
 	exp expIndex // counters with a TTL by expiry (expiry.go)
 }
@@ -630,8 +633,21 @@ func (s *shard) markDirty(i uint32) {
 	bp := s.dbits.Load()
 	j := i % slabChunk
 	(*bp)[i/slabChunk][j/64].Or(1 << (j % 64))
-	s.ndirty.Add(1)
+	if s.ndirty.Add(1) == dirtyKick {
+		select {
+		case s.kick <- struct{}{}:
+		default: // already woken
+		}
+	}
 }
+
+// dirtyKick is the dirty count of one shard at which the flusher is woken
+// before its interval: a stream of new or changed counters (a bulk load,
+// redis-cli --pipe) is then flushed in batches of about numShards x
+// dirtyKick entries (a few MB) instead of one batch of everything changed
+// in a flush interval, which at a million new counters a second held
+// 50 MB and more of batch at once. Each flush is still one atomic batch.
+const dirtyKick = 512
 
 // takeDirty empties the dirty set and returns it, in slab order, appended
 // to list.

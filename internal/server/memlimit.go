@@ -20,9 +20,12 @@ import (
 // A limit feeds two things: the Go runtime's soft memory limit
 // (debug.SetMemoryLimit), so the collector works harder as the heap nears
 // it instead of letting garbage grow the heap to twice the live data
-// (GOGC's default), and the engine's memtable size, a sixteenth of the
+// (GOGC's default), and the engine's memtable size, a thirty-second of the
 // limit within engine.MinMemTableSize..32 MiB, since up to two memtables
-// are held under a write load. Everything counterd holds, Pebble's
+// are held under a write load. The runtime gets runtimeShare of a limit
+// given by flag: the rest is for what the runtime does not manage (the
+// binary's text, thread stacks outside Go), so the process's RSS stays
+// under the flag's value. Everything counterd holds, Pebble's
 // memtables and block cache included, is Go memory in the release build
 // (CGO_ENABLED=0), so the soft limit bounds the process's RSS up to the
 // runtime's own overhead. It is soft: live data beyond it is kept, never
@@ -35,9 +38,15 @@ import (
 // thread stacks outside Go, the binary's text).
 const cgroupShare = 0.9
 
+// runtimeShare is the part of a --memory-limit size the Go runtime's soft
+// limit gets (the RSS measured with a 384 MiB limit was the runtime's limit
+// plus about 5 MB).
+const runtimeShare = 0.95
+
 // memBudget is a resolved --memory-limit.
 type memBudget struct {
 	limit    uint64 // bytes; 0: none
+	runtime  uint64 // the Go runtime's soft limit (0: left alone)
 	source   string // "flag", "cgroup", "GOMEMLIMIT" or "none"
 	memTable uint64 // the engine's memtable size; 0: the engine's default
 }
@@ -95,8 +104,14 @@ func resolveMemoryLimit(s, procCgroup, cgroupRoot string) (memBudget, error) {
 			b.source = "none"
 		}
 	}
+	switch b.source {
+	case "flag":
+		b.runtime = uint64(float64(b.limit) * runtimeShare)
+	case "cgroup":
+		b.runtime = b.limit // already a share of the cgroup's
+	}
 	if b.limit > 0 {
-		b.memTable = min(max(b.limit/16, engine.MinMemTableSize), engine.DefaultMemTableSize)
+		b.memTable = min(max(b.limit/32, engine.MinMemTableSize), engine.DefaultMemTableSize)
 	}
 	return b, nil
 }
@@ -104,14 +119,14 @@ func resolveMemoryLimit(s, procCgroup, cgroupRoot string) (memBudget, error) {
 // apply sets the runtime's soft limit (unless it came from GOMEMLIMIT,
 // which the runtime already applied) and logs the budget.
 func (b memBudget) apply(log *slog.Logger) {
-	if b.limit > 0 && b.source != "GOMEMLIMIT" {
-		debug.SetMemoryLimit(int64(b.limit))
+	if b.runtime > 0 {
+		debug.SetMemoryLimit(int64(b.runtime))
 	}
 	if b.limit == 0 {
 		log.Info("memory limit", "limit", "none")
 		return
 	}
-	log.Info("memory limit", "limit_bytes", b.limit, "source", b.source, "memtable_bytes", b.memTable)
+	log.Info("memory limit", "limit_bytes", b.limit, "source", b.source, "runtime_limit_bytes", debug.SetMemoryLimit(-1), "memtable_bytes", b.memTable)
 }
 
 // cgroupMemoryLimit is the smallest memory limit on the path of the

@@ -141,7 +141,7 @@ func TestResolveMemoryLimit(t *testing.T) {
 
 	gib := float64(1 << 30)
 	b, err := resolveMemoryLimit("auto", proc, root)
-	if err != nil || b.source != "cgroup" || b.limit != uint64(gib*cgroupShare) || b.memTable != engine.DefaultMemTableSize {
+	if err != nil || b.source != "cgroup" || b.limit != uint64(gib*cgroupShare) || b.runtime != b.limit || b.memTable != b.limit/32 {
 		t.Fatalf("auto under a 1 GiB cgroup: %+v, %v", b, err)
 	}
 	if b, err = resolveMemoryLimit("auto", noCgroup, root); err != nil || b.limit != 0 || b.source != "none" || b.memTable != 0 {
@@ -151,7 +151,8 @@ func TestResolveMemoryLimit(t *testing.T) {
 		t.Fatalf("none: %+v, %v", b, err)
 	}
 	// A flag wins over the cgroup; the memtable stays within the engine's bounds.
-	if b, err = resolveMemoryLimit("64GiB", proc, root); err != nil || b.source != "flag" || b.limit != 64<<30 || b.memTable != engine.DefaultMemTableSize {
+	if b, err = resolveMemoryLimit("64GiB", proc, root); err != nil || b.source != "flag" || b.limit != 64<<30 ||
+		b.runtime != uint64(gib*64*runtimeShare) || b.memTable != engine.DefaultMemTableSize {
 		t.Fatalf("64GiB: %+v, %v", b, err)
 	}
 	if b, err = resolveMemoryLimit("64MiB", proc, root); err != nil || b.memTable != engine.MinMemTableSize {
@@ -163,7 +164,7 @@ func TestResolveMemoryLimit(t *testing.T) {
 	// A GOMEMLIMIT the process started with is kept for auto.
 	debug.SetMemoryLimit(300 << 20)
 	t.Setenv("GOMEMLIMIT", "300MiB")
-	if b, err = resolveMemoryLimit("auto", proc, root); err != nil || b.source != "GOMEMLIMIT" || b.limit != 300<<20 {
+	if b, err = resolveMemoryLimit("auto", proc, root); err != nil || b.source != "GOMEMLIMIT" || b.limit != 300<<20 || b.runtime != 0 {
 		t.Fatalf("auto with GOMEMLIMIT: %+v, %v", b, err)
 	}
 }
@@ -174,9 +175,14 @@ func TestMemBudgetApply(t *testing.T) {
 	restoreMemoryLimit(t)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	debug.SetMemoryLimit(math.MaxInt64)
-	memBudget{limit: 512 << 20, source: "flag"}.apply(log)
-	if got := debug.SetMemoryLimit(-1); got != 512<<20 {
-		t.Fatalf("soft limit %d after a 512 MiB budget", got)
+	b, err := resolveMemoryLimit("512MiB", "/nonexistent", "/nonexistent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.apply(log)
+	share := runtimeShare
+	if got, want := debug.SetMemoryLimit(-1), int64(float64(512<<20)*share); got != want {
+		t.Fatalf("soft limit %d after a 512 MiB budget, want %d", got, want)
 	}
 	debug.SetMemoryLimit(math.MaxInt64)
 	memBudget{source: "none"}.apply(log)

@@ -44,11 +44,7 @@ type Config struct {
 	VirtualNodes      int // ring positions per node; default ring.DefaultVirtualNodes
 
 	PushInterval        time.Duration // replication period of what a push left pending (failed pushes); default 100ms
-	// PushGap is the least time between two pushes of CRDT deltas and
-	// async writes: a change is pushed as soon as it is made unless a push
-	// started less than PushGap ago, so changes made meanwhile go together
-	// (push.go); default 10ms, negative: no gap.
-	PushGap time.Duration
+	PushGap             time.Duration // least time between two pushes: a change goes at once unless one started less ago (push.go); default 10ms, negative: none
 	AntiEntropyInterval time.Duration // digest exchange period; default 5s
 	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
