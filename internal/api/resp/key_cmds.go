@@ -212,18 +212,16 @@ func cmdExpireTime(unit time.Duration) func(s *Server, c *client, args [][]byte)
 	}
 }
 
-// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
-func cmdScan(s *Server, c *client, args [][]byte) {
-	cursor, ok := parseUint(args[1])
-	if !ok {
-		c.writeError(errInvalidCur)
-		return
-	}
-	match, count, typ := "", 10, ""
-	for i := 2; i < len(args); i += 2 {
+// scanOptions parses the options of SCAN (typeOK: TYPE too) and HSCAN,
+// name and value pairs: MATCH (a match-all "*" is ""), COUNT (default 10,
+// at most 1<<20) and TYPE (lower-cased). On a bad option it answers Redis's
+// error and returns ok false.
+func scanOptions(c *client, args [][]byte, typeOK bool) (match string, count int, typ string, ok bool) {
+	count = 10
+	for i := 0; i < len(args); i += 2 {
 		if i+1 >= len(args) {
 			c.writeError(errSyntax)
-			return
+			return "", 0, "", false
 		}
 		switch a := args[i]; {
 		case eqFold(a, "match"):
@@ -235,19 +233,33 @@ func cmdScan(s *Server, c *client, args [][]byte) {
 			n, ok := parseInt(args[i+1])
 			if !ok {
 				c.writeError(errNotInteger)
-				return
+				return "", 0, "", false
 			}
 			if n < 1 {
 				c.writeError(errSyntax)
-				return
+				return "", 0, "", false
 			}
 			count = int(min(n, 1<<20))
-		case eqFold(a, "type"):
+		case typeOK && eqFold(a, "type"):
 			typ = strings.ToLower(string(args[i+1]))
 		default:
 			c.writeError(errSyntax)
-			return
+			return "", 0, "", false
 		}
+	}
+	return match, count, typ, true
+}
+
+// SCAN cursor [MATCH pattern] [COUNT count] [TYPE type]
+func cmdScan(s *Server, c *client, args [][]byte) {
+	cursor, ok := parseUint(args[1])
+	if !ok {
+		c.writeError(errInvalidCur)
+		return
+	}
+	match, count, typ, ok := scanOptions(c, args[2:], true)
+	if !ok {
+		return
 	}
 	ids, next, err := s.eng.Scan(c.ctx, cursor, match, count)
 	if err != nil {

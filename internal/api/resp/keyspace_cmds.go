@@ -87,16 +87,8 @@ func renameCmd(nx bool) func(s *Server, c *client, args [][]byte) {
 			}
 			return
 		}
-		if nx {
-			_, _, exists, err := s.eng.TTL(c.ctx, dst)
-			if err != nil {
-				c.writeError(engineError(err))
-				return
-			}
-			if exists {
-				c.writeInt(0)
-				return
-			}
+		if nx && dstTaken(s, c, dst) {
+			return
 		}
 		ops, err := copyOps(&v, src, dst)
 		if err == nil {
@@ -157,16 +149,8 @@ func cmdCopy(s *Server, c *client, args [][]byte) {
 		c.writeInt(0)
 		return
 	}
-	if !replace {
-		_, _, exists, err := s.eng.TTL(c.ctx, dst)
-		if err != nil {
-			c.writeError(engineError(err))
-			return
-		}
-		if exists {
-			c.writeInt(0)
-			return
-		}
+	if !replace && dstTaken(s, c, dst) {
+		return
 	}
 	ops, err := copyOps(&v, src, dst)
 	if err == nil {
@@ -392,32 +376,9 @@ func cmdHScan(s *Server, c *client, args [][]byte) {
 		c.writeArray(0)
 		return
 	}
-	match := ""
-	for i := 3; i < len(args); i += 2 {
-		if i+1 >= len(args) {
-			c.writeError(errSyntax)
-			return
-		}
-		switch a := args[i]; {
-		case eqFold(a, "match"):
-			match = string(args[i+1])
-			if match == "*" {
-				match = ""
-			}
-		case eqFold(a, "count"):
-			n, ok := parseInt(args[i+1])
-			if !ok {
-				c.writeError(errNotInteger)
-				return
-			}
-			if n < 1 {
-				c.writeError(errSyntax)
-				return
-			}
-		default:
-			c.writeError(errSyntax)
-			return
-		}
+	match, _, _, ok := scanOptions(c, args[3:], false)
+	if !ok {
+		return
 	}
 	fields := v.Fields
 	if match != "" {
@@ -436,4 +397,17 @@ func cmdHScan(s *Server, c *client, args [][]byte) {
 		c.writeBulkString(fields[i].Name)
 		writeField(c, &fields[i])
 	}
+}
+
+// dstTaken reports whether RENAMENX's or COPY's destination exists (or its
+// lookup failed), having answered 0 (or the error) if so.
+func dstTaken(s *Server, c *client, dst string) bool {
+	_, _, exists, err := s.eng.TTL(c.ctx, dst)
+	switch {
+	case err != nil:
+		c.writeError(engineError(err))
+	case exists:
+		c.writeInt(0)
+	}
+	return err != nil || exists
 }
