@@ -2,8 +2,10 @@ package engine
 
 import (
 	"fmt"
-	"github.com/counterd/counterd/internal/contract"
 	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // The engine's Pebble options pass Pebble's own checks.
@@ -49,4 +51,19 @@ func TestPebbleMemtableStartsSmall(t *testing.T) {
 	if got := e.db.Metrics().MemTable.Size; got > 1<<20 || got >= memTableSize {
 		t.Fatalf("memtables hold %d bytes after 1000 small writes, want at most 1 MB", got)
 	}
+}
+
+// A stream of new counters is flushed before the flush interval once a
+// shard holds dirtyKick changes: with an interval of an hour, writing more
+// counters than numShards x (dirtyKick-1) (so some shard must reach
+// dirtyKick) leaves fewer of them dirty soon after.
+func TestDirtyShardFlushesEarly(t *testing.T) {
+	e := openMem(t, func(c *Config) { c.FlushInterval = time.Hour })
+	n := numShards*dirtyKick + 1000
+	for i := range n {
+		if _, err := e.Add(bg, fmt.Sprintf("bulk:%d", i), 1, contract.WriteOptions{Durability: contract.Async}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "an early flush", func() bool { return e.Stats().DirtyKeys < n })
 }

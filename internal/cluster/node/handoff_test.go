@@ -155,8 +155,14 @@ func TestHandoff3To4To3UnderLoad(t *testing.T) {
 		t.Fatal("no write went through")
 	}
 	l.check(t, 2*time.Second)
-	if sent := value(c.node("n1").n.metrics.handoff.WithLabelValues("sent")); sent == 0 {
+	n1 := c.node("n1").n
+	sent, bytes := value(n1.metrics.handoff.WithLabelValues("sent")), value(n1.metrics.handoffBytes)
+	if sent == 0 {
 		t.Error("n1 handed nothing off")
+	}
+	// Each state handed off counts at least its id's bytes.
+	if bytes < sent*float64(len("load:c:0")) {
+		t.Errorf("n1 handed off %v states in %v bytes", sent, bytes)
 	}
 }
 
