@@ -62,29 +62,6 @@ fi
 # shellcheck source=scripts/benchlib.sh
 . "$ROOT/scripts/benchlib.sh"
 
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			echo "$p"
-			return
-		fi
-	done
-	echo "bench-memory: no free port" >&2
-	exit 1
-}
-
-wait_ping() { # port logfile
-	for _ in $(seq 1 600); do
-		[ "$(redis-cli -p "$1" PING 2>/dev/null || true)" = PONG ] && return
-		sleep 0.05
-	done
-	echo "bench-memory: no PONG on port $1; log:" >&2
-	cat "$2" >&2
-	exit 1
-}
-
 # kib FIELD PID: a field of /proc/PID/status (VmHWM, VmRSS) in KiB.
 kib() { awk -v f="$1:" '$1 == f {print $2}' "/proc/$2/status"; }
 mb() { awk -v k="$1" 'BEGIN {printf "%.0f", k / 1024}'; }
@@ -112,7 +89,7 @@ start_redis() { # dir port
 		--appendfsync everysec --save "" --daemonize no --protected-mode no \
 		--logfile "$1/redis.log" &
 	PID=$!
-	wait_ping "$2" "$1/redis.log"
+	wait_ping "$2" redis-server "$1/redis.log"
 }
 
 start_counterd() { # dir port [flags...]
@@ -121,7 +98,7 @@ start_counterd() { # dir port [flags...]
 	"$COUNTERD" --data "$dir/data" --http "127.0.0.1:$(free_port)" --resp "127.0.0.1:$port" \
 		--grpc "127.0.0.1:$(free_port)" --durability async "${EXTRA[@]}" "$@" >>"$dir/counterd.log" 2>&1 &
 	PID=$!
-	wait_ping "$port" "$dir/counterd.log"
+	wait_ping "$port" counterd "$dir/counterd.log"
 }
 
 start_limited() { start_counterd "$1" "$2" --memory-limit "$LIMIT"; }

@@ -82,35 +82,8 @@ if [ -z "${COUNTERD:-}" ]; then
 	COUNTERD=$TMP/counterd-bin
 fi
 
-# free_port prints a loopback TCP port nothing listens on.
-free_port() {
-	local p
-	for _ in $(seq 1 200); do
-		# Below the ephemeral range (32768-60999), where a client's local
-		# port can make a bind fail although nothing listens.
-		p=$((20000 + RANDOM % 12000))
-		if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-			case " ${USED_PORTS:-} " in *" $p "*) continue ;; esac
-			USED_PORTS="${USED_PORTS:-} $p"
-			echo "$p"
-			return
-		fi
-	done
-	echo "bench-resp: no free port" >&2
-	exit 1
-}
-
-wait_ping() { # port name logfile
-	for _ in $(seq 1 200); do
-		if [ "$(redis-cli -p "$1" PING 2>/dev/null || true)" = PONG ]; then
-			return
-		fi
-		sleep 0.05
-	done
-	echo "bench-resp: $2 did not answer PING on port $1; log:" >&2
-	cat "$3" >&2
-	exit 1
-}
+# shellcheck source=scripts/benchlib.sh
+. "$ROOT/scripts/benchlib.sh"
 command -v redis-cli >/dev/null || { echo "bench-resp: redis-cli not found" >&2; exit 1; }
 
 REDIS_PORT=$(free_port)
@@ -140,8 +113,6 @@ echo "counterd on :$RESP_PORT (durability async); $(nproc 2>/dev/null || echo '?
 echo
 
 # test_args name: the redis-benchmark arguments of a test.
-# shellcheck source=scripts/benchlib.sh
-. "$ROOT/scripts/benchlib.sh"
 test_args() { resp_test_args "$1"; }
 
 RESULTS=$TMP/results.txt # target test round rps p50 p99 cpu_us_per_request

@@ -31,3 +31,35 @@ resp_test_args() {
   *) echo "unknown RESP test $1" >&2; exit 2 ;;
   esac
 }
+
+# free_port: a loopback TCP port nothing listens on, below the ephemeral
+# range (32768-60999, where a client's local port can make a bind fail
+# although nothing listens), not returned before by this script.
+free_port() {
+  local p
+  for _ in $(seq 1 200); do
+    p=$((20000 + RANDOM % 12000))
+    if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+      case " ${USED_PORTS:-} " in *" $p "*) continue ;; esac
+      USED_PORTS="${USED_PORTS:-} $p"
+      echo "$p"
+      return
+    fi
+  done
+  echo "$(basename "$0"): no free port" >&2
+  exit 1
+}
+
+# wait_ping PORT NAME LOGFILE: waits until the server on PORT answers
+# redis-cli PING, or exits printing its log.
+wait_ping() {
+  for _ in $(seq 1 600); do
+    if [ "$(redis-cli -p "$1" PING 2>/dev/null || true)" = PONG ]; then
+      return
+    fi
+    sleep 0.05
+  done
+  echo "$(basename "$0"): $2 did not answer PING on port $1; log:" >&2
+  cat "$3" >&2
+  exit 1
+}

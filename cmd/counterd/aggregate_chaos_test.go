@@ -61,7 +61,7 @@ func TestClusterAggregateChaos(t *testing.T) {
 	if reads < kills {
 		t.Errorf("only %d aggregate reads answered", reads)
 	}
-	acked, sent := ledgerSums(led)
+	acked, sent := led.sums()
 	if err := poll(30*time.Second, func() error {
 		for _, n := range c.nodes {
 			a, err := n.raw.Aggregate(context.Background(), "chaos:")
@@ -76,19 +76,6 @@ func TestClusterAggregateChaos(t *testing.T) {
 	}); err != nil {
 		t.Errorf("after the last rejoin: %v", err)
 	}
-}
-
-// ledgerSums is the acknowledged and the sent increments of every id.
-func ledgerSums(l *ledger) (acked, sent int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, n := range l.acked {
-		acked += n
-	}
-	for _, n := range l.sent {
-		sent += n
-	}
-	return acked, sent
 }
 
 // boundsPoller reads a prefix aggregate every 50 ms from the nodes in
@@ -117,11 +104,11 @@ func startBoundsPoller(nodes []*cnode, prefix string, led *ledger) *boundsPoller
 			case <-t.C:
 			}
 			n := nodes[i%len(nodes)]
-			lo, _ := ledgerSums(led)
+			lo, _ := led.sums()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			a, err := n.raw.Aggregate(ctx, prefix)
 			cancel()
-			_, hi := ledgerSums(led)
+			_, hi := led.sums()
 			var ce *cdclient.Error
 			p.mu.Lock()
 			switch {

@@ -417,15 +417,23 @@ func (l *ledger) resolved(s counterSpec) bool {
 	return acked == sent
 }
 
-// unresolved is the number of increments sent and never acknowledged.
-func (l *ledger) unresolved() int64 {
+// sums is the increments acknowledged and sent, over every id.
+func (l *ledger) sums() (acked, sent int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var n int64
-	for id, s := range l.sent {
-		n += s - l.acked[id]
+	for _, n := range l.acked {
+		acked += n
 	}
-	return n
+	for _, n := range l.sent {
+		sent += n
+	}
+	return acked, sent
+}
+
+// unresolved is the number of increments sent and never acknowledged.
+func (l *ledger) unresolved() int64 {
+	acked, sent := l.sums()
+	return sent - acked
 }
 
 // load is writers incrementing random ids of specs through the Go client.
