@@ -349,28 +349,6 @@ func benchConvergence(b *testing.B, c *testCluster) {
 		wg       sync.WaitGroup
 	)
 	ctx := context.Background()
-	// visible polls the two nodes other than a until id reads want; it
-	// returns the time each took, or -1 after 5 s.
-	visible := func(a int, id string, want int64) [2]time.Duration {
-		var took [2]time.Duration
-		start := time.Now()
-		var pw sync.WaitGroup
-		for k := range took {
-			pw.Add(1)
-			go func() {
-				defer pw.Done()
-				o := c.nodes[(a+1+k)%3]
-				for took[k] = -1; time.Since(start) < 5*time.Second; time.Sleep(2 * time.Millisecond) {
-					if got, err := o.c.Get(ctx, id); err == nil && got.Value == want {
-						took[k] = time.Since(start)
-						return
-					}
-				}
-			}()
-		}
-		pw.Wait()
-		return took
-	}
 	for range 4 {
 		wg.Add(1)
 		go func() {
@@ -386,7 +364,7 @@ func benchConvergence(b *testing.B, c *testCluster) {
 						b.Error(err)
 						return
 					}
-					took := visible(a, id, want)
+					took := visibleOn([]*cnode{c.nodes[(a+1)%3], c.nodes[(a+2)%3]}, id, want)
 					if want == 1 {
 						continue // the warm-up write
 					}
@@ -407,6 +385,26 @@ func benchConvergence(b *testing.B, c *testCluster) {
 	quantiles(b, "conv", lat, time.Millisecond, "ms")
 	b.ReportMetric(float64(timeouts), "conv-timeouts")
 	b.Logf("convergence: %d samples, %d not visible within 5s, background load %d increments", len(lat), timeouts, bg.acks.Load())
+}
+
+// visibleOn polls every node of nodes every 2 ms until id reads want
+// there; it returns the time each took from the call, or -1 after 5 s.
+func visibleOn(nodes []*cnode, id string, want int64) []time.Duration {
+	took := make([]time.Duration, len(nodes))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for k, o := range nodes {
+		wg.Go(func() {
+			for took[k] = -1; time.Since(start) < 5*time.Second; time.Sleep(2 * time.Millisecond) {
+				if got, err := o.c.Get(context.Background(), id); err == nil && got.Value == want {
+					took[k] = time.Since(start)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return took
 }
 
 // benchForwarding: sequential increments sent to n1, alternating between

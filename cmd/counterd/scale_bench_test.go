@@ -197,38 +197,28 @@ func benchScaleConvergence(b *testing.B, c *testCluster) {
 	timeouts := 0
 	for s := range samples {
 		a := c.nodes[s%len(c.nodes)]
+		var others []*cnode
+		for _, o := range c.nodes {
+			if o != a {
+				others = append(others, o)
+			}
+		}
 		id := fmt.Sprintf("scale:conv:%d", s)
 		for want := int64(1); want <= 2; want++ { // the first write warms the id
 			if _, err := a.raw.Incr(ctx, id, 1, cdclient.WithKind(cdclient.KindPN)); err != nil {
 				b.Fatal(err)
 			}
-			start := time.Now()
-			var mu sync.Mutex
-			var wg sync.WaitGroup
-			for _, o := range c.nodes {
-				if o == a {
-					continue
-				}
-				wg.Go(func() {
-					for time.Since(start) < 5*time.Second {
-						if got, err := o.c.Get(ctx, id); err == nil && got.Value == want {
-							if want == 2 {
-								mu.Lock()
-								lat = append(lat, time.Since(start))
-								mu.Unlock()
-							}
-							return
-						}
-						time.Sleep(2 * time.Millisecond)
-					}
-					if want == 2 {
-						mu.Lock()
-						timeouts++
-						mu.Unlock()
-					}
-				})
+			took := visibleOn(others, id, want)
+			if want == 1 {
+				continue
 			}
-			wg.Wait()
+			for _, d := range took {
+				if d < 0 {
+					timeouts++
+				} else {
+					lat = append(lat, d)
+				}
+			}
 		}
 	}
 	quantiles(b, "conv", lat, time.Millisecond, "ms")
