@@ -38,6 +38,12 @@ func TestStaleCopyDoesNotResurrectDelete(t *testing.T) {
 	if _, err := owner.n.Apply(ctx, contract.Op{Type: contract.OpDelete, ID: id}, syncWO); err != nil {
 		t.Fatal(err)
 	}
+	// A sync delete is acknowledged once a write quorum holds it: the
+	// replica picked here may be the one whose push is still in flight.
+	eventually(t, 5*time.Second, "the replica holds the tombstone", func() bool {
+		v, err := replica.eng.Get(id)
+		return err == nil && !v.Exists
+	})
 	for _, tn := range []*testNode{owner, replica} {
 		tn.n.serveReplicate(ctx, &replicateRequest{States: []State{stale}})
 		if v, err := tn.eng.Get(id); err != nil || v.Exists {
