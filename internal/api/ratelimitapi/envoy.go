@@ -7,15 +7,12 @@ import (
 	"strings"
 	"time"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	rlcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
-	rlsv3 "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	rls "github.com/counterd/counterd/api/counterd/envoyrls/v3"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
@@ -49,14 +46,47 @@ func RegisterEnvoy(s grpc.ServiceRegistrar, c ratelimit.Checker, opts EnvoyOptio
 	if opts.OverrideAlgorithm == 0 {
 		opts.OverrideAlgorithm = ratelimit.FixedWindow
 	}
-	rlsv3.RegisterRateLimitServiceServer(s, &envoyServer{c: c, l: c.Local(), opts: opts})
+	s.RegisterService(&envoyServiceDesc, &envoyServer{c: c, l: c.Local(), opts: opts})
+}
+
+// envoyMethod is ShouldRateLimit's gRPC method name.
+const envoyMethod = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"
+
+// envoyServiceDesc is what go-control-plane's generated
+// RateLimitService_ServiceDesc says, over counterd's copies of the
+// messages (api/counterd/envoyrls/v3/rls.proto: the same wire format,
+// without linking go-control-plane's generated packages).
+var envoyServiceDesc = grpc.ServiceDesc{
+	ServiceName: "envoy.service.ratelimit.v3.RateLimitService",
+	HandlerType: (*interface {
+		ShouldRateLimit(context.Context, *rls.RateLimitRequest) (*rls.RateLimitResponse, error)
+	})(nil),
+	Methods: []grpc.MethodDesc{{
+		MethodName: "ShouldRateLimit",
+		Handler: func(srv any, ctx context.Context, dec func(any) error, interceptor grpc.UnaryServerInterceptor) (any, error) {
+			in := new(rls.RateLimitRequest)
+			if err := dec(in); err != nil {
+				return nil, err
+			}
+			s := srv.(*envoyServer)
+			if interceptor == nil {
+				return s.ShouldRateLimit(ctx, in)
+			}
+			info := &grpc.UnaryServerInfo{Server: srv, FullMethod: envoyMethod}
+			return interceptor(ctx, in, info, func(ctx context.Context, req any) (any, error) {
+				return s.ShouldRateLimit(ctx, req.(*rls.RateLimitRequest))
+			})
+		},
+	}},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "envoy/service/ratelimit/v3/rls.proto",
 }
 
 // DescriptorKey is the key of a descriptor: the domain, ':', then the
 // entries as key=value joined by '/', such as
 // "edge:remote_address=10.0.0.1/path=/api". Policies match it with globs
 // such as "edge:remote_address=*" or by namespace (the domain).
-func DescriptorKey(domain string, entries []*rlcommonv3.RateLimitDescriptor_Entry) string {
+func DescriptorKey(domain string, entries []*rls.RateLimitDescriptor_Entry) string {
 	var b strings.Builder
 	n := len(domain) + 1
 	for _, e := range entries {
@@ -77,13 +107,12 @@ func DescriptorKey(domain string, entries []*rlcommonv3.RateLimitDescriptor_Entr
 }
 
 type envoyServer struct {
-	rlsv3.UnimplementedRateLimitServiceServer
 	c    ratelimit.Checker
 	l    *ratelimit.Limiter // c.Local()
 	opts EnvoyOptions
 }
 
-func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitRequest) (*rlsv3.RateLimitResponse, error) {
+func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rls.RateLimitRequest) (*rls.RateLimitResponse, error) {
 	domain := req.GetDomain()
 	descs := req.GetDescriptors()
 	if domain == "" || len(descs) == 0 {
@@ -124,9 +153,9 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	if len(hits) > ratelimit.MaxHits {
 		return nil, status.Errorf(codes.InvalidArgument, "ratelimit: %d limits in one request, at most %d", len(hits), ratelimit.MaxHits)
 	}
-	resp := &rlsv3.RateLimitResponse{OverallCode: rlsv3.RateLimitResponse_OK, Statuses: make([]*rlsv3.RateLimitResponse_DescriptorStatus, len(descs))}
+	resp := &rls.RateLimitResponse{OverallCode: rls.RateLimitResponse_OK, Statuses: make([]*rls.RateLimitResponse_DescriptorStatus, len(descs))}
 	for i := range resp.Statuses {
-		resp.Statuses[i] = &rlsv3.RateLimitResponse_DescriptorStatus{Code: rlsv3.RateLimitResponse_OK}
+		resp.Statuses[i] = &rls.RateLimitResponse_DescriptorStatus{Code: rls.RateLimitResponse_OK}
 	}
 	if s.opts.Authorize != nil {
 		if err := s.opts.Authorize(ctx, hits); err != nil {
@@ -160,18 +189,18 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 				break
 			}
 		}
-		ds.CurrentLimit = &rlsv3.RateLimitResponse_RateLimit{Name: lim.DisplayName(), RequestsPerUnit: uint32(min(lim.Limit, math.MaxUint32)), Unit: periodUnit(lim.Period)}
+		ds.CurrentLimit = &rls.RateLimitResponse_RateLimit{Name: lim.DisplayName(), RequestsPerUnit: uint32(min(lim.Limit, math.MaxUint32)), Unit: periodUnit(lim.Period)}
 		ds.LimitRemaining = uint32(min(st.Remaining, math.MaxUint32))
 		ds.DurationUntilReset = durationpb.New(window(st))
 		if !st.Allowed || tooBig[i] {
-			ds.Code = rlsv3.RateLimitResponse_OVER_LIMIT
+			ds.Code = rls.RateLimitResponse_OVER_LIMIT
 			if tooBig[i] {
 				ds.LimitRemaining = 0
 			}
 		}
 	}
 	if over {
-		resp.OverallCode = rlsv3.RateLimitResponse_OVER_LIMIT
+		resp.OverallCode = rls.RateLimitResponse_OVER_LIMIT
 		agg.Allowed = false
 		if agg.RetryAfter == 0 {
 			agg.RetryAfter = agg.Reset
@@ -179,7 +208,7 @@ func (s *envoyServer) ShouldRateLimit(ctx context.Context, req *rlsv3.RateLimitR
 	}
 	if !s.opts.NoHeaders {
 		appendHeaders(func(k, v string) {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &corev3.HeaderValue{Key: k, Value: v})
+			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, &rls.HeaderValue{Key: k, Value: v})
 		}, s.l.Now(), hits, sts, agg)
 	}
 	return resp, nil
@@ -202,40 +231,40 @@ func grpcError(err error) error {
 
 // unitPeriod is the period of an Envoy rate limit unit (month: 30 days,
 // year: 365 days); 0 for an unknown unit, which fails validation.
-func unitPeriod(u typev3.RateLimitUnit) time.Duration {
+func unitPeriod(u rls.RateLimitUnit) time.Duration {
 	switch u {
-	case typev3.RateLimitUnit_SECOND:
+	case rls.RateLimitUnit_SECOND:
 		return time.Second
-	case typev3.RateLimitUnit_MINUTE:
+	case rls.RateLimitUnit_MINUTE:
 		return time.Minute
-	case typev3.RateLimitUnit_HOUR:
+	case rls.RateLimitUnit_HOUR:
 		return time.Hour
-	case typev3.RateLimitUnit_DAY:
+	case rls.RateLimitUnit_DAY:
 		return 24 * time.Hour
-	case typev3.RateLimitUnit_MONTH:
+	case rls.RateLimitUnit_MONTH:
 		return 30 * 24 * time.Hour
-	case typev3.RateLimitUnit_YEAR:
+	case rls.RateLimitUnit_YEAR:
 		return 365 * 24 * time.Hour
 	}
 	return 0
 }
 
-func periodUnit(d time.Duration) rlsv3.RateLimitResponse_RateLimit_Unit {
+func periodUnit(d time.Duration) rls.RateLimitResponse_RateLimit_Unit {
 	switch d {
 	case time.Second:
-		return rlsv3.RateLimitResponse_RateLimit_SECOND
+		return rls.RateLimitResponse_RateLimit_SECOND
 	case time.Minute:
-		return rlsv3.RateLimitResponse_RateLimit_MINUTE
+		return rls.RateLimitResponse_RateLimit_MINUTE
 	case time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_HOUR
+		return rls.RateLimitResponse_RateLimit_HOUR
 	case 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_DAY
+		return rls.RateLimitResponse_RateLimit_DAY
 	case 7 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_WEEK
+		return rls.RateLimitResponse_RateLimit_WEEK
 	case 30 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_MONTH
+		return rls.RateLimitResponse_RateLimit_MONTH
 	case 365 * 24 * time.Hour:
-		return rlsv3.RateLimitResponse_RateLimit_YEAR
+		return rls.RateLimitResponse_RateLimit_YEAR
 	}
-	return rlsv3.RateLimitResponse_RateLimit_UNKNOWN
+	return rls.RateLimitResponse_RateLimit_UNKNOWN
 }

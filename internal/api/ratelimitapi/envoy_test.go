@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	rls "github.com/counterd/counterd/api/counterd/envoyrls/v3"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -134,7 +135,8 @@ func TestEnvoyShouldRateLimit(t *testing.T) {
 }
 
 func TestDescriptorKey(t *testing.T) {
-	if got := DescriptorKey("edge", desc("a", "1", "b", "x/y").Entries); got != "edge:a=1/b=x/y" {
+	entries := []*rls.RateLimitDescriptor_Entry{{Key: "a", Value: "1"}, {Key: "b", Value: "x/y"}}
+	if got := DescriptorKey("edge", entries); got != "edge:a=1/b=x/y" {
 		t.Errorf("DescriptorKey = %q", got)
 	}
 }
