@@ -8,11 +8,13 @@ package ui
 
 import (
 	"bytes"
+	"compress/gzip"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"mime"
 	"net/http"
@@ -23,8 +25,42 @@ import (
 	"github.com/counterd/counterd/internal/httpjson"
 )
 
-//go:embed static
+// The console's files (static/, the source) are embedded gzip-compressed,
+// one gz/<path>.gz per file, written by go generate: 68 KB of JS, CSS,
+// HTML and SVG is 25 KB in the release binary. Handler decompresses them
+// once; they are served as before, uncompressed. TestEmbeddedFilesCurrent
+// fails when gz/ and static/ differ.
+//
+//go:generate sh gzip-static.sh
+//go:embed gz
 var static embed.FS
+
+// files returns the console's files, decompressed, by path under static/.
+func files() (map[string][]byte, error) {
+	out := map[string][]byte{}
+	err := fs.WalkDir(static, "gz", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		name, ok := strings.CutSuffix(strings.TrimPrefix(p, "gz/"), ".gz")
+		if !ok {
+			return fmt.Errorf("%s: not a .gz file", p)
+		}
+		b, err := static.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r, err := gzip.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		if out[name], err = io.ReadAll(r); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		return nil
+	})
+	return out, err
+}
 
 // Prefix is where the console is served.
 const Prefix = "/ui/"
@@ -82,14 +118,11 @@ func Handler(opts Options) http.Handler {
 	h := &handler{files: map[string]file{}}
 	cfg, _ := json.Marshal(configJSON{Auth: opts.Auth, Version: opts.Version}) // cannot fail
 	h.files["config.json"] = file{body: cfg, ctype: "application/json", etag: etag(cfg)}
-	err := fs.WalkDir(static, "static", func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := static.ReadFile(p)
-		if err != nil {
-			return err
-		}
+	embedded, err := files()
+	if err != nil {
+		panic("ui: embedded files: " + err.Error()) // the embed is part of the binary
+	}
+	for p, b := range embedded {
 		ct := mime.TypeByExtension(path.Ext(p))
 		switch path.Ext(p) { // not left to the system's mime table
 		case ".js":
@@ -101,11 +134,7 @@ func Handler(opts Options) http.Handler {
 		case ".svg":
 			ct = "image/svg+xml"
 		}
-		h.files[strings.TrimPrefix(p, "static/")] = file{body: b, ctype: ct, etag: etag(b)}
-		return nil
-	})
-	if err != nil {
-		panic("ui: embedded files: " + err.Error()) // the embed is part of the binary
+		h.files[p] = file{body: b, ctype: ct, etag: etag(b)}
 	}
 	return h
 }
