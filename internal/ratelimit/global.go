@@ -147,9 +147,10 @@ const DefaultGlobalInterval = 100 * time.Millisecond
 type GlobalConfig struct {
 	// Self is this node's id (its slot in the owners' ledgers). Required.
 	Self string
-	// Interval between exchanges; default DefaultGlobalInterval. A node
-	// the owner has not heard from for 10 intervals loses the unused part
-	// of its share.
+	// Interval between exchanges; default DefaultGlobalInterval. An
+	// exchange may take up to 10 intervals (then it fails); a node the
+	// owner has not heard from for 20 intervals loses the unused part of
+	// its share.
 	Interval time.Duration
 	// Peers reaches the owners. Nil: every key is this node's (one node).
 	Peers GlobalPeers
@@ -399,7 +400,7 @@ func (g *Global) coldFetch(ctx context.Context, key string, lim Limit, e *global
 		return
 	}
 	if peer != "" {
-		ctx, cancel := context.WithTimeout(ctx, time.Duration(g.interval))
+		ctx, cancel := context.WithTimeout(ctx, g.exchangeTimeout())
 		start := time.Now()
 		shares, err := g.peers.Exchange(ctx, peer, []GlobalReport{rep})
 		cancel()
@@ -419,6 +420,11 @@ func (g *Global) coldFetch(ctx context.Context, key string, lim Limit, e *global
 	}
 	e.mu.Unlock()
 }
+
+// exchangeTimeout bounds one exchange. A node has at most one exchange
+// per owner in flight (the next round starts when this one ends), which
+// the overshoot bound relies on, so it may be generous.
+func (g *Global) exchangeTimeout() time.Duration { return 10 * time.Duration(g.interval) }
 
 func (g *Global) noteRTT(d time.Duration) {
 	for {
@@ -534,8 +540,8 @@ func (g *Global) ExchangeSelf(owned func(key string) bool) {
 }
 
 // Exchange runs one round: the keys this node owns with its own ledger,
-// the others' reports to their owners (in parallel, each within one
-// Interval), and installs the answers. It also forgets the ledgers
+// the others' reports to their owners (in parallel, each within
+// 10 Intervals), and installs the answers. It also forgets the ledgers
 // nobody reported to for two periods.
 func (g *Global) Exchange(ctx context.Context) error {
 	if g.peers == nil {
@@ -556,7 +562,7 @@ func (g *Global) Exchange(ctx context.Context) error {
 	var errs []error
 	for p, reps := range byPeer {
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(ctx, time.Duration(g.interval))
+			ctx, cancel := context.WithTimeout(ctx, g.exchangeTimeout())
 			defer cancel()
 			start := time.Now()
 			shares, err := g.peers.Exchange(ctx, p, reps)
@@ -630,7 +636,7 @@ func (g *Global) serveOne(now int64, from string, r *GlobalReport) GlobalShare {
 		l.slots[from] = sl
 	}
 	sl.demand, sl.seen, l.seen = r.Demand, now, now
-	stale := now - 10*g.interval
+	stale := now - 2*int64(g.exchangeTimeout())
 	var sumU, sumD, otherS, otherN int64
 	for n, s := range l.slots {
 		u := l.usage.Used[n]
@@ -660,7 +666,7 @@ func (g *Global) sweep() {
 	now := g.now()
 	g.lmu.Lock()
 	for k, l := range g.ledgers {
-		if now-l.seen > 2*int64(k.lim.Period)+10*g.interval {
+		if now-l.seen > 2*int64(k.lim.Period)+2*int64(g.exchangeTimeout()) {
 			delete(g.ledgers, k)
 		}
 	}
