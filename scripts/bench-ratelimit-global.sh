@@ -56,9 +56,14 @@ command -v curl >/dev/null || { echo "bench-ratelimit-global: curl not found" >&
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d "${TMPDIR:-/tmp}/bench-rl-global.XXXXXX")
 PIDS=()
-stop_all() {
+stop_all() { # SIGTERM, and SIGKILL to what still runs 5 s later (a gubernator peer may hang in its shutdown)
+	local p _
 	for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-	for p in "${PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+	for p in "${PIDS[@]}"; do
+		for _ in $(seq 50); do kill -0 "$p" 2>/dev/null || break; sleep 0.1; done
+		kill -9 "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
 	PIDS=()
 }
 cleanup() {
@@ -97,12 +102,12 @@ start_counterd() {
 	done
 	ADDRS=$(IFS=,; echo "${https[*]}")
 	for a in "${https[@]}"; do
-		for _ in $(seq 300); do curl -fsS "http://$a/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
+		for _ in $(seq 300); do curl -fsS -m 2 "http://$a/healthz" >/dev/null 2>&1 && break; sleep 0.1; done
 	done
 	# every node sees all the others
 	for a in "${https[@]}"; do
 		for _ in $(seq 300); do
-			[ "$(curl -fsS "http://$a/cluster" 2>/dev/null | grep -o '"state":"alive"' | wc -l)" = "$n" ] && break
+			[ "$(curl -fsS -m 2 "http://$a/cluster" 2>/dev/null | grep -o '"state":"alive"' | wc -l)" = "$n" ] && break
 			sleep 0.1
 		done
 	done
@@ -118,31 +123,45 @@ start_counterd() {
 	done
 }
 
-# start_gubernator N: N peers discovering each other by member-list.
+# start_gubernator N: N peers discovering each other by member-list, peer
+# i on 127.0.0.i (gubernator's member-list keeps one peer per IP address:
+# peers sharing 127.0.0.1 would each see one peer and decide alone). No
+# GUBER_MEMBERLIST_ADVERTISE_ADDRESS: it is the gRPC address announced to
+# the peers (default GUBER_ADVERTISE_ADDRESS), not the member-list one.
+# Each peer runs in a UTS namespace of its own (unshare, root) with its
+# own host name: member-list names a peer by the host name, and peers of
+# one name conflict.
 start_gubernator() {
-	local n=$1 i mls=() https=() grpcs=()
-	for i in $(seq 1 "$n"); do mls+=("127.0.0.1:$(free_port)"); https+=("127.0.0.1:$(free_port)"); grpcs+=("127.0.0.1:$(free_port)"); done
+	local n=$1 i ip mls=() https=() grpcs=()
+	for i in $(seq 1 "$n"); do
+		ip=127.0.0.$i
+		mls+=("$ip:$(free_port)"); https+=("$ip:$(free_port)"); grpcs+=("$ip:$(free_port)")
+	done
 	SPIDS=()
 	for i in $(seq 0 $((n - 1))); do
 		env OTEL_TRACES_EXPORTER=none GUBER_HTTP_ADDRESS=${https[$i]} GUBER_GRPC_ADDRESS=${grpcs[$i]} \
 			GUBER_ADVERTISE_ADDRESS=${grpcs[$i]} GUBER_PEER_DISCOVERY_TYPE=member-list \
 			GUBER_MEMBERLIST_ADDRESS=${mls[$i]} GUBER_MEMBERLIST_BIND_ADDRESS=${mls[$i]} \
-			GUBER_MEMBERLIST_ADVERTISE_ADDRESS=${mls[$i]} GUBER_MEMBERLIST_KNOWN_NODES=$(IFS=,; echo "${mls[*]}") \
-			GUBER_LOG_LEVEL=error "$GUBERNATOR_BIN" >"$TMP/gubernator-$i-$RANDOM.log" 2>&1 &
+			GUBER_MEMBERLIST_KNOWN_NODES=$(IFS=,; echo "${mls[*]}") \
+			GUBER_LOG_LEVEL=error unshare --uts sh -c "hostname gubernator-$i && exec '$GUBERNATOR_BIN'" >"$TMP/gubernator-$i-$RANDOM.log" 2>&1 &
 		PIDS+=($!)
 		SPIDS+=($!)
 	done
 	ADDRS=$(IFS=,; echo "${https[*]}")
 	local body='{"requests":[{"name":"warm","unique_key":"w","hits":1,"limit":10,"duration":1000,"behavior":2}]}'
 	for a in "${https[@]}"; do
-		for _ in $(seq 300); do curl -fsS -d "$body" "http://$a/v1/GetRateLimits" 2>/dev/null | grep -q UNDER_LIMIT && break; sleep 0.1; done
+		for _ in $(seq 300); do curl -fsS -m 2 -d "$body" "http://$a/v1/GetRateLimits" 2>/dev/null | grep -q UNDER_LIMIT && break; sleep 0.1; done
 	done
-	# member-list needs a moment to agree on the peers (GLOBAL owners).
+	# member-list needs a moment to agree on the peers (GLOBAL owners);
+	# without it the comparison would be void.
+	local ok
 	for a in "${https[@]}"; do
+		ok=0
 		for _ in $(seq 100); do
-			[ "$(curl -fsS "http://$a/v1/HealthCheck" 2>/dev/null | grep -o '"peer_count":[0-9]*' | cut -d: -f2)" = "$n" ] && break
+			if [ "$(curl -fsS -m 2 "http://$a/v1/HealthCheck" 2>/dev/null | grep -o '"peer_count":[0-9]*' | cut -d: -f2)" = "$n" ]; then ok=1; break; fi
 			sleep 0.1
 		done
+		[ "$ok" = 1 ] || { echo "bench-ratelimit-global: gubernator $a does not see $n peers: $(curl -sS -m 2 "http://$a/v1/HealthCheck")" >&2; exit 1; }
 	done
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // globalCheck is one check of the load: when it was sent and answered.
@@ -196,6 +199,23 @@ func TestClusterGlobalRateLimit(t *testing.T) {
 	}
 	if total < limit {
 		t.Errorf("%d admitted in all, fewer than one window's limit %d", total, limit)
+	}
+	// RESP: RL.CHECK on the policy's keys is decided the same way, on
+	// the node that got it.
+	for _, nd := range c.nodes {
+		rdb := redis.NewClient(&redis.Options{Addr: nd.resp, MaxRetries: -1})
+		v, err := rdb.Do(context.Background(), "RL.CHECK", "hot:resp").Slice()
+		rdb.Close()
+		if err != nil || len(v) != 4 {
+			t.Fatalf("%s RL.CHECK: %v %v", nd.id, v, err)
+		}
+		page := metrics(t, nd.url)
+		if g := metricValue(page, `counterd_ratelimit_decisions_total{decided="global"}`); g != float64(len(checks[slices.Index(c.nodes, nd)])+1) {
+			t.Errorf("%s: RL.CHECK was not decided from the node's share (%v global decisions)", nd.id, g)
+		}
+		if f := metricValue(page, `counterd_ratelimit_decisions_total{decided="forwarded"}`); f != 0 {
+			t.Errorf("%s: RL.CHECK forwarded", nd.id)
+		}
 	}
 	n := []int{len(checks[0]), len(checks[1]), len(checks[2])}
 	t.Logf("checks per node %v; admitted per window %v; bound %d (limit %d + 2 x %d admitted within the longest round trip %s)",
