@@ -2,7 +2,6 @@ package ratelimit
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -304,20 +303,19 @@ func (g *Global) CheckMultiContext(ctx context.Context, hits []Hit, out []Status
 		e.once.Do(func() { g.coldFetch(ctx, h.Key, h.Limit, e) })
 		ents[i], order[i] = e, i
 	}
-	// Lock in one global order: key, then limit identity.
-	slices.SortFunc(order, func(a, b int) int {
-		if c := strings.Compare(distinct[a].Key, distinct[b].Key); c != 0 {
-			return c
+	// Lock in one global order: key, then limit identity (insertion
+	// sort: a handful of hits).
+	less := func(a, b int) bool {
+		if distinct[a].Key != distinct[b].Key {
+			return distinct[a].Key < distinct[b].Key
 		}
-		x, y := distinct[a].Limit.ID(), distinct[b].Limit.ID()
-		switch {
-		case x < y:
-			return -1
-		case x > y:
-			return 1
+		return distinct[a].Limit.ID() < distinct[b].Limit.ID()
+	}
+	for i := 1; i < len(order); i++ {
+		for j := i; j > 0 && less(order[j], order[j-1]); j-- {
+			order[j], order[j-1] = order[j-1], order[j]
 		}
-		return 0
-	})
+	}
 	for _, i := range order {
 		ents[i].mu.Lock()
 	}
@@ -671,24 +669,4 @@ func (g *Global) sweep() {
 		}
 	}
 	g.lmu.Unlock()
-}
-
-// Ledger returns the owner's view of key under lim: the window's usage
-// vector and each node's share (for tests and the status page).
-func (g *Global) Ledger(key string, lim Limit) (UsageVector, map[string]int64) {
-	g.lmu.Lock()
-	defer g.lmu.Unlock()
-	l := g.ledgers[globalKey{key, lim}]
-	if l == nil {
-		return UsageVector{}, nil
-	}
-	uv := UsageVector{Window: l.usage.Window, Used: make(map[string]int64, len(l.usage.Used))}
-	for n, u := range l.usage.Used {
-		uv.Used[n] = u
-	}
-	sh := make(map[string]int64, len(l.slots))
-	for n, s := range l.slots {
-		sh[n] = s.share
-	}
-	return uv, sh
 }
