@@ -64,13 +64,7 @@ trap 'exit 130' INT TERM
 # shellcheck source=scripts/benchlib.sh
 . "$ROOT/scripts/benchlib.sh"
 
-if [ -z "${GUBERNATOR_BIN:-}" ]; then
-	GUBERNATOR_BIN=$HOME/.cache/counterd-bench/gubernator-v2.13.0/gubernator
-	if [ ! -x "$GUBERNATOR_BIN" ]; then
-		echo "installing gubernator v2.13.0 (go install, once)..." >&2
-		GOBIN=$(dirname "$GUBERNATOR_BIN") GOFLAGS=-mod=mod go install github.com/gubernator-io/gubernator/v2/cmd/gubernator@v2.13.0
-	fi
-fi
+gubernator_bin
 if [ -z "${COUNTERD:-}" ]; then
 	echo "building counterd (make build's flags)..." >&2
 	(cd "$ROOT" && CGO_ENABLED=0 go build -trimpath -tags grpcnotrace,nethttpomithttp2 -ldflags "-s -w" -o "$TMP/counterd" ./cmd/counterd)

@@ -1,5 +1,6 @@
 # Shared helpers of the A/B benchmark scripts (bench-auth.sh, bench-tls.sh,
-# bench-resp.sh, bench-resp-ab.sh);
+# bench-resp.sh, bench-resp-ab.sh, bench-ratelimit-vs-gubernator.sh,
+# bench-ratelimit-global.sh);
 # source it, don't run it.
 
 # cputicks PID: the process's user + system CPU time, in clock ticks.
@@ -62,4 +63,16 @@ wait_ping() {
   echo "$(basename "$0"): $2 did not answer PING on port $1; log:" >&2
   cat "$3" >&2
   exit 1
+}
+
+# gubernator_bin: sets GUBERNATOR_BIN, unless set, to gubernator v2.13.0,
+# installed once with `go install` into ~/.cache/counterd-bench.
+gubernator_bin() {
+  if [ -z "${GUBERNATOR_BIN:-}" ]; then
+    GUBERNATOR_BIN=$HOME/.cache/counterd-bench/gubernator-v2.13.0/gubernator
+    if [ ! -x "$GUBERNATOR_BIN" ]; then
+      echo "installing gubernator v2.13.0 (go install, once)..." >&2
+      GOBIN=$(dirname "$GUBERNATOR_BIN") GOFLAGS=-mod=mod go install github.com/gubernator-io/gubernator/v2/cmd/gubernator@v2.13.0
+    fi
+  fi
 }

@@ -104,6 +104,11 @@ type Limit struct {
 	// Burst is the bucket size of TokenBucket and the queue size of
 	// LeakyBucket, 1..MaxLimit; 0 means Limit. Other algorithms require 0.
 	Burst int64
+	// Scope says where the limit is decided in cluster mode: ScopeOwner
+	// (the default) on the node that owns the key, ScopeGlobalApprox on
+	// every node from its own share of the limit (global.go). It is part
+	// of the limit's identity; a single Limiter decides both exactly.
+	Scope Scope
 }
 
 // Validate reports whether the limit is usable. The error wraps
@@ -143,6 +148,9 @@ func (lim Limit) String() string {
 	s := fmt.Sprintf("%s %d/%s", lim.Algorithm, lim.Limit, lim.Period)
 	if lim.Burst != 0 {
 		s += fmt.Sprintf(" burst %d", lim.Burst)
+	}
+	if lim.Scope != ScopeOwner {
+		s += " " + lim.Scope.String()
 	}
 	if lim.Name != "" {
 		s = lim.Name + ": " + s
@@ -206,6 +214,15 @@ func (lim Limit) spec() (spec, error) {
 	}
 	if lim.Period < MinPeriod || lim.Period > MaxPeriod {
 		return sp, errorf(ErrInvalidLimit, "period %s out of range %s..%s", lim.Period, MinPeriod, MaxPeriod)
+	}
+	switch lim.Scope {
+	case ScopeOwner:
+	case ScopeGlobalApprox:
+		if lim.Algorithm != FixedWindow {
+			return sp, errorf(ErrInvalidLimit, "scope %s supports fixed_window only, not %s", lim.Scope, lim.Algorithm)
+		}
+	default:
+		return sp, errorf(ErrInvalidLimit, "unknown scope %d", lim.Scope)
 	}
 	switch lim.Algorithm {
 	case TokenBucket, LeakyBucket:

@@ -106,7 +106,8 @@ func (lim Limit) GCRA() (interval, tolerance time.Duration, err error) {
 // ID is a stable 64-bit identity of the limit (every field, Name
 // included), the same in every process and version: two checks share
 // state exactly when they name the same key and limits with the same ID
-// (collisions aside, 2^-64 per pair).
+// (collisions aside, 2^-64 per pair). Scope counts when it is not
+// ScopeOwner.
 func (lim Limit) ID() uint64 {
 	var b [4*8 + 64]byte
 	put := func(i int, v int64) {
@@ -118,5 +119,8 @@ func (lim Limit) ID() uint64 {
 	put(8, lim.Limit)
 	put(16, int64(lim.Period))
 	put(24, lim.Burst)
+	if lim.Scope != ScopeOwner { // a separate state; older limits keep their ID
+		return xxhash.Sum64(append(append(b[:32], lim.Name...), 0, byte(lim.Scope)))
+	}
 	return xxhash.Sum64(append(b[:32], lim.Name...))
 }

@@ -46,11 +46,16 @@ type Policy struct {
 	// one matches. Put specific policies (one customer) before general
 	// ones (everyone) and mark them Final to override.
 	Final bool
+	// Scope is where the cluster decides the policy's checks: ScopeOwner
+	// (default) on the key's owner, exactly; ScopeGlobalApprox on every
+	// node from its share of the limit, within the overshoot bound of
+	// docs/ratelimit.md ("Global limits"). fixed_window only.
+	Scope Scope
 }
 
 // RateLimit returns the policy's Limit (named after the policy).
 func (p Policy) RateLimit() Limit {
-	return Limit{Name: p.Name, Algorithm: p.Algorithm, Limit: p.Limit, Period: p.Period, Burst: p.Burst}
+	return Limit{Name: p.Name, Algorithm: p.Algorithm, Limit: p.Limit, Period: p.Period, Burst: p.Burst, Scope: p.Scope}
 }
 
 // Validate reports whether the policy is usable; the error wraps
@@ -266,6 +271,7 @@ type PolicyDoc struct {
 	Burst     int64  `json:"burst,omitempty" yaml:"burst"`
 	Cost      int64  `json:"cost,omitempty" yaml:"cost"`
 	Final     bool   `json:"final,omitempty" yaml:"final"`
+	Scope     string `json:"scope,omitempty" yaml:"scope"` // "owner" (default) or "global-approx"
 }
 
 func (d *PolicyDoc) Policy() (Policy, error) {
@@ -277,6 +283,13 @@ func (d *PolicyDoc) Policy() (Policy, error) {
 			return p, errorf(ErrInvalidPolicy, "policy %q: unknown algorithm %q", d.Name, d.Algorithm)
 		}
 		p.Algorithm = a
+	}
+	if d.Scope != "" {
+		sc, err := ParseScope(d.Scope)
+		if err != nil {
+			return p, errorf(ErrInvalidPolicy, "policy %q: %v", d.Name, err)
+		}
+		p.Scope = sc
 	}
 	per, err := ParsePeriod(d.Period)
 	if err != nil {
@@ -294,6 +307,9 @@ func docOf(p *Policy) PolicyDoc {
 		Period: FormatPeriod(p.Period), Burst: p.Burst, Cost: p.Cost, Final: p.Final}
 	if p.Algorithm != 0 {
 		d.Algorithm = p.Algorithm.String()
+	}
+	if p.Scope != ScopeOwner {
+		d.Scope = p.Scope.String()
 	}
 	return d
 }

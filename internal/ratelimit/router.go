@@ -70,6 +70,10 @@ type RouterConfig struct {
 	DownFor time.Duration
 	// Clock is the time for DownFor. Default time.Now.
 	Clock func() time.Time
+	// Global decides the checks of global-approx limits on this node
+	// (global.go). Nil: they are decided like the others, on the owner
+	// and exactly.
+	Global *Global
 }
 
 // RouterStats counts a Router's decisions.
@@ -78,6 +82,7 @@ type RouterStats struct {
 	Forwarded   uint64 // decided by the owner: exact
 	Fallback    uint64 // decided here, the owner unreachable: approximate
 	Unavailable uint64 // failed with ErrOwnerUnavailable (FallbackError)
+	Global      uint64 // global-approx: decided here from this node's share
 }
 
 // Router decides each check on the node that owns its key, so that
@@ -103,11 +108,12 @@ type Router struct {
 	fallback Fallback
 	downFor  time.Duration
 	clock    func() time.Time
+	global   *Global
 
 	mu   sync.Mutex           // guards down
 	down map[string]time.Time // owner address -> not tried before
 
-	nLocal, nForwarded, nFallback, nUnavailable atomic.Uint64
+	nLocal, nForwarded, nFallback, nUnavailable, nGlobal atomic.Uint64
 }
 
 // NewRouter returns a Router deciding with l what this node owns.
@@ -122,7 +128,7 @@ func NewRouter(l *Limiter, cfg RouterConfig) (*Router, error) {
 		return nil, errorf(ErrInvalidRequest, "NewRouter: unknown Fallback %d", cfg.Fallback)
 	}
 	r := &Router{local: l, owner: cfg.Owner, hc: cfg.HTTPClient, timeout: cfg.Timeout, fallback: cfg.Fallback,
-		downFor: cfg.DownFor, clock: cfg.Clock, down: map[string]time.Time{}}
+		downFor: cfg.DownFor, clock: cfg.Clock, global: cfg.Global, down: map[string]time.Time{}}
 	if r.timeout <= 0 {
 		r.timeout = DefaultForwardTimeout
 	}
@@ -156,7 +162,7 @@ func (r *Router) Local() *Limiter { return r.local }
 // Stats returns the decision counts so far.
 func (r *Router) Stats() RouterStats {
 	return RouterStats{Local: r.nLocal.Load(), Forwarded: r.nForwarded.Load(),
-		Fallback: r.nFallback.Load(), Unavailable: r.nUnavailable.Load()}
+		Fallback: r.nFallback.Load(), Unavailable: r.nUnavailable.Load(), Global: r.nGlobal.Load()}
 }
 
 // CheckMultiContext checks hits atomically on the owner of hits[0].Key
@@ -166,6 +172,21 @@ func (r *Router) Stats() RouterStats {
 func (r *Router) CheckMultiContext(ctx context.Context, hits []Hit, out []Status) (Status, error) {
 	if len(hits) == 0 || len(hits) > MaxHits || (out != nil && len(out) < len(hits)) {
 		return r.local.CheckMulti(hits, out) // for its error
+	}
+	if g := globalHits(hits); g > 0 {
+		if g < len(hits) {
+			return Status{}, errorf(ErrInvalidRequest, "a check cannot mix global-approx limits with owner-scoped ones in cluster mode (check them separately)")
+		}
+		if r.global != nil {
+			r.nGlobal.Add(1)
+			return r.global.CheckMultiContext(ctx, hits, out)
+		}
+		// No Global: decided on the owner, with the state the forwarded
+		// form (which carries no scope) names.
+		hits = append([]Hit(nil), hits...)
+		for i := range hits {
+			hits[i].Limit.Scope = ScopeOwner
+		}
 	}
 	self, addr := r.owner(hits[0].Key)
 	if self {
@@ -209,6 +230,17 @@ func (r *Router) CheckArgs(args [][]byte) ([4]int64, error) { return CheckArgsWi
 // credentials a forwarded check carries to the owner.
 func (r *Router) CheckArgsContext(ctx context.Context, args [][]byte) ([4]int64, error) {
 	return CheckArgsWithContext(ctx, r, args)
+}
+
+// globalHits counts the hits of scope global-approx.
+func globalHits(hits []Hit) int {
+	n := 0
+	for i := range hits {
+		if hits[i].Limit.Scope == ScopeGlobalApprox {
+			n++
+		}
+	}
+	return n
 }
 
 // errNoOwner is the cause of a fallback when Owner gave no address.

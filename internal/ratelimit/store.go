@@ -328,6 +328,9 @@ func limitHash(lim *Limit) uint64 {
 	if lim.Name != "" {
 		h ^= xxhash.Sum64String(lim.Name) * 0xff51afd7ed558ccd
 	}
+	if lim.Scope != ScopeOwner {
+		h ^= uint64(lim.Scope) * 0x94d049bb133111eb
+	}
 	return mix64(h)
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -31,6 +32,8 @@ type clusterMode struct {
 	changes *region.Changes
 	sec     *security
 	log     *slog.Logger
+	// globalInterval is --ratelimit-global-interval.
+	globalInterval time.Duration
 }
 
 // openCluster opens the engine and the cluster node. Gossip starts in
@@ -61,7 +64,7 @@ func openCluster(cfg Config, sec *security, quotas *quota.Config, tp *tracing.Tr
 		_ = eng.Close()
 		return nil, err
 	}
-	m := &clusterMode{cn: cn, eng: eng, changes: changes, sec: sec, log: log}
+	m := &clusterMode{cn: cn, eng: eng, changes: changes, sec: sec, log: log, globalInterval: cfg.RateLimitGlobalInterval}
 	if quotas != nil {
 		// The counts live in the cluster: kept as they are (SIGHUP
 		// recounts them, docs/security.md).
@@ -126,7 +129,7 @@ func (m *clusterMode) close() error {
 }
 
 func (m *clusterMode) rateLimits(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
-	return engineLimits(m.eng, m.cn, m.sec, m.log)(ctx, lim)
+	return engineLimits(m.eng, m.cn, m.sec, m.log, m.globalInterval)(ctx, lim)
 }
 
 // peerRegions: the node ships the ids it owns; one that starts empty gets

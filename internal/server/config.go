@@ -121,6 +121,8 @@ type Config struct {
 	// owner leases (docs/cluster.md: Owner leases)
 	ClusterLease      time.Duration // --cluster-lease: how long an owner serves without a majority's renewal, 0 = no lease (default 400ms)
 	ClusterLeaseDrift time.Duration // --cluster-lease-drift: clock-drift bound a new owner adds to the old owner's lease (default 100ms)
+	// global-approx rate limits (docs/ratelimit.md: Global limits)
+	RateLimitGlobalInterval time.Duration // --ratelimit-global-interval: how often nodes exchange usage and shares of global-approx limits (default 100ms)
 	// the event pipeline (pipeline.go, docs/pipeline.md)
 	Events EventsConfig
 
@@ -134,29 +136,30 @@ func DefaultConfig() Config {
 		host = "counterd"
 	}
 	return Config{
-		Data:                 "./data",
-		HTTP:                 "127.0.0.1:8080",
-		RESP:                 "127.0.0.1:6380",
-		GRPC:                 "127.0.0.1:9090",
-		Durability:           "async",
-		MinFreeDisk:          "auto",
-		MemoryLimit:          "auto",
-		NodeID:               host,
-		Gossip:               "127.0.0.1:7946",
-		ClusterTiming:        "fast",
-		ClusterLease:         400 * time.Millisecond,
-		ClusterLeaseDrift:    100 * time.Millisecond,
-		FlushInterval:        time.Second,
-		RegionInterval:       time.Second,
-		RegionSyncInterval:   10 * time.Minute,
-		IdempotencyRetention: 24 * time.Hour,
-		IdempotencyMemory:    100000,
-		MaxBodyBytes:         1 << 20,
-		MaxBatch:             1000,
-		ShutdownTimeout:      10 * time.Second,
-		LogLevel:             "info",
-		LogFormat:            "text",
-		TraceSampleRatio:     1,
+		Data:                    "./data",
+		HTTP:                    "127.0.0.1:8080",
+		RESP:                    "127.0.0.1:6380",
+		GRPC:                    "127.0.0.1:9090",
+		Durability:              "async",
+		MinFreeDisk:             "auto",
+		MemoryLimit:             "auto",
+		NodeID:                  host,
+		Gossip:                  "127.0.0.1:7946",
+		ClusterTiming:           "fast",
+		ClusterLease:            400 * time.Millisecond,
+		ClusterLeaseDrift:       100 * time.Millisecond,
+		RateLimitGlobalInterval: 100 * time.Millisecond,
+		FlushInterval:           time.Second,
+		RegionInterval:          time.Second,
+		RegionSyncInterval:      10 * time.Minute,
+		IdempotencyRetention:    24 * time.Hour,
+		IdempotencyMemory:       100000,
+		MaxBodyBytes:            1 << 20,
+		MaxBatch:                1000,
+		ShutdownTimeout:         10 * time.Second,
+		LogLevel:                "info",
+		LogFormat:               "text",
+		TraceSampleRatio:        1,
 
 		Admin:                 "127.0.0.1:6060",
 		HTTPReadHeaderTimeout: 5 * time.Second,
@@ -231,6 +234,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ClusterLease < 0 || c.ClusterLease > 0 && c.ClusterLease < 10*time.Millisecond || c.ClusterLeaseDrift < 0 {
 		return fmt.Errorf("server: --cluster-lease must be 0 (no lease) or at least 10ms, and --cluster-lease-drift not negative (got %v, %v)", c.ClusterLease, c.ClusterLeaseDrift)
+	}
+	if c.RateLimitGlobalInterval < time.Millisecond {
+		return fmt.Errorf("server: --ratelimit-global-interval must be at least 1ms (got %v)", c.RateLimitGlobalInterval)
 	}
 	if err := c.validateHardening(); err != nil {
 		return err
@@ -383,6 +389,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	str(&c.ClusterTiming, "cluster-timing", "failure detection preset: fast (a crashed node is declared dead after about 0.6 s) or lan (memberlist LAN defaults, about 5 s)")
 	dur(&c.ClusterLease, "cluster-lease", "owner lease: an owner serves owner operations only this long after a majority renewed it (every quarter of it); a new owner waits for a dropped node's lease to run out (0: no lease)")
 	dur(&c.ClusterLeaseDrift, "cluster-lease-drift", "clock-drift bound a new owner adds to a dropped owner's lease before it serves its ids")
+	dur(&c.RateLimitGlobalInterval, "ratelimit-global-interval", "cluster mode: how often each node reports its use of global-approx rate limits to their keys' owners and gets its shares back; the overshoot bound grows with it (docs/ratelimit.md, Global limits)")
 	c.bindEventsFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) { f.Usage += " (env " + envName(f.Name) + ")" })
 }

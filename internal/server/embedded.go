@@ -51,7 +51,7 @@ func (m *embeddedMode) drain(context.Context) error        { return nil }
 func (m *embeddedMode) close() error                       { return closeEngine(m.eng, m.log) }
 
 func (m *embeddedMode) rateLimits(ctx context.Context, lim *ratelimit.Limiter) (*sharedLimits, error) {
-	return engineLimits(m.eng, nil, nil, m.log)(ctx, lim)
+	return engineLimits(m.eng, nil, nil, m.log, 0)(ctx, lim)
 }
 
 func (m *embeddedMode) peerRegions(rc *region.Config) (bool, error) {

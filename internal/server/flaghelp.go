@@ -21,7 +21,7 @@ var flagGroups = []struct {
 	{"Authentication and TLS", []string{"auth", "insecure", "tls-cert", "tls-key", "peer-ca", "gossip-key-file"}},
 	{"Storage", []string{"data", "min-free-disk", "memory-limit", "durability", "flush-interval", "idempotency-retention", "idempotency-memory",
 		"redis", "postgres", "snapshot-interval", "audit-namespaces", "allow-flushall"}},
-	{"Cluster", []string{"node-id", "gossip", "join", "cluster-timing", "cluster-lease", "cluster-lease-drift"}},
+	{"Cluster", []string{"node-id", "gossip", "join", "cluster-timing", "cluster-lease", "cluster-lease-drift", "ratelimit-global-interval"}},
 	{"Regions", []string{"region", "peer-regions", "region-interval", "region-sync-interval"}},
 	{"Event pipeline", []string{"kafka", "kafka-topic", "kafka-dead-topic", "kafka-group", "kafka-partitions",
 		"nats", "nats-stream", "nats-subject", "nats-dead-subject", "nats-consumer", "nats-ack-wait",

@@ -79,6 +79,9 @@ type sharedLimits struct {
 	checker  ratelimit.Checker
 	policies ratelimit.PolicyStore // receives the policy API's changes
 	close    func()
+	// collectors are the mode's rate-limit metrics (cluster: the router's
+	// decisions and the global-approx shares).
+	collectors []prometheus.Collector
 }
 
 // Addrs are the addresses the front ends are bound to; empty when disabled.

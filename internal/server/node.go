@@ -74,6 +74,7 @@ func (n *node) open(ctx context.Context) error {
 	n.reg = prometheus.NewRegistry()
 	n.reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	n.reg.MustRegister(n.tr.collectors...)
+	n.reg.MustRegister(n.rl.collectors...)
 	countAuthFailures(n.auth, n.reg)
 	n.reg.MustRegister(buildInfoGauge())
 	n.reg.MustRegister(tracingCollectors(n.tp)...)

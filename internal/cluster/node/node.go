@@ -259,6 +259,9 @@ func (n *Node) Start(meta Meta) error {
 	if n.rl.Limiter != nil && n.cfg.LimitReplication > 0 {
 		n.goLoop(func() { n.tick(n.cfg.LimitReplication, "rate-limit replication", n.replicateLimits) })
 	}
+	if g := n.rl.Global; g != nil {
+		n.goLoop(func() { n.tick(g.Interval(), "rate-limit global shares", g.Exchange) })
+	}
 	return nil
 }
 

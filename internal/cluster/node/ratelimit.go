@@ -41,6 +41,56 @@ type RateLimit struct {
 	Limiter *ratelimit.Limiter
 	// Policies is this node's replica of the cluster's policies.
 	Policies *ratelimit.PolicyLog
+	// Global decides global-approx limits from this node's shares; the
+	// node runs its exchange every Global.Interval() over the peer RPC
+	// (GlobalLimits) and serves the ledgers of the keys it owns. Create it
+	// with GlobalPeers() as its Peers.
+	Global *ratelimit.Global
+}
+
+// GlobalPeers is how a ratelimit.Global on this node reaches the owners
+// of its keys: the ring's owner, over the GlobalLimits peer call.
+func (n *Node) GlobalPeers() ratelimit.GlobalPeers { return globalPeers{n} }
+
+type globalPeers struct{ n *Node }
+
+func (p globalPeers) Owner(key string) (bool, string) {
+	id := p.n.ring.Snapshot().Owner(key)
+	if id == "" || id == p.n.self {
+		return true, ""
+	}
+	return false, id
+}
+
+func (p globalPeers) Nodes() int { return max(p.n.ring.Snapshot().Len(), 1) }
+
+func (p globalPeers) Exchange(ctx context.Context, peer string, reps []ratelimit.GlobalReport) ([]ratelimit.GlobalShare, error) {
+	var resp globalResponse
+	if err := p.n.call(ctx, peer, "GlobalLimits", &globalRequest{header: p.n.header(false), Reports: reps}, &resp); err != nil {
+		return nil, err
+	}
+	if err := resp.Err.err(peer, nil); err != nil {
+		return nil, err
+	}
+	return resp.Shares, nil
+}
+
+type globalRequest struct {
+	header
+	Reports []ratelimit.GlobalReport
+}
+
+type globalResponse struct {
+	Shares []ratelimit.GlobalShare
+	Err    *wireError
+}
+
+func (n *Node) serveGlobal(_ context.Context, req *globalRequest) *globalResponse {
+	if n.rl.Global == nil {
+		return &globalResponse{Err: toWire(errNoLimiter)}
+	}
+	shares, err := n.rl.Global.Serve(req.From, req.Reports)
+	return &globalResponse{Shares: shares, Err: toWire(err)}
 }
 
 // SetRateLimit attaches the rate-limit state. Call it before Start.

@@ -77,6 +77,8 @@ func encodeRequest(req any) (in, out proto.Message, err error) {
 		return pbPoliciesRequest(r), new(pb.PoliciesResponse), nil
 	case *leaseRequest:
 		return pbLeaseRequest(r), new(pb.LeaseResponse), nil
+	case *globalRequest:
+		return pbGlobalRequest(r), new(pb.GlobalLimitsResponse), nil
 	}
 	return nil, nil, fmt.Errorf("cluster: no peer message for %T", req)
 }
@@ -103,6 +105,8 @@ func decodeResponse(out proto.Message, resp any) error {
 		*r = d.policiesResponse(out.(*pb.PoliciesResponse))
 	case *leaseResponse:
 		*r = d.leaseResponse(out.(*pb.LeaseResponse))
+	case *globalResponse:
+		*r = d.globalResponse(out.(*pb.GlobalLimitsResponse))
 	default:
 		return fmt.Errorf("cluster: no peer message for %T", resp)
 	}
@@ -172,6 +176,11 @@ func (s peerServer) Limits(ctx context.Context, p *pb.LimitsRequest) (*pb.Limits
 func (s peerServer) Policies(ctx context.Context, p *pb.PoliciesRequest) (*pb.PoliciesResponse, error) {
 	return serve(s.n, ctx, func(d *decoder) policiesRequest { return d.policiesRequest(p) }, (*Node).servePolicies,
 		func(e *wireError) *policiesResponse { return &policiesResponse{Err: e} }, pbPoliciesResponse)
+}
+
+func (s peerServer) GlobalLimits(ctx context.Context, p *pb.GlobalLimitsRequest) (*pb.GlobalLimitsResponse, error) {
+	return serve(s.n, ctx, func(d *decoder) globalRequest { return d.globalRequest(p) }, (*Node).serveGlobal,
+		func(e *wireError) *globalResponse { return &globalResponse{Err: e} }, pbGlobalResponse)
 }
 
 // decoder converts messages to the node's types, keeping the first
@@ -543,12 +552,13 @@ func (d *decoder) spec(p *pb.RollupSpec) rollup.Spec {
 // Rate-limit types.
 
 func pbLimit(l *ratelimit.Limit) *pb.Limit {
-	return &pb.Limit{Name: []byte(l.Name), Algorithm: pb.Algorithm(l.Algorithm), Limit: l.Limit, PeriodNs: int64(l.Period), Burst: l.Burst}
+	return &pb.Limit{Name: []byte(l.Name), Algorithm: pb.Algorithm(l.Algorithm), Limit: l.Limit, PeriodNs: int64(l.Period), Burst: l.Burst,
+		Scope: uint32(l.Scope)}
 }
 
 func (d *decoder) limit(p *pb.Limit) ratelimit.Limit {
 	return ratelimit.Limit{Name: string(p.GetName()), Algorithm: ratelimit.Algorithm(u8(d, p.GetAlgorithm(), "algorithm")),
-		Limit: p.GetLimit(), Period: time.Duration(p.GetPeriodNs()), Burst: p.GetBurst()}
+		Limit: p.GetLimit(), Period: time.Duration(p.GetPeriodNs()), Burst: p.GetBurst(), Scope: ratelimit.Scope(u8(d, p.GetScope(), "scope"))}
 }
 
 func pbEntry(e *ratelimit.Entry) *pb.LimitEntry {
@@ -571,7 +581,7 @@ func pbPolicyRecord(r *ratelimit.PolicyRecord) *pb.PolicyRecord {
 	out := &pb.PolicyRecord{Name: r.Name, Order: r.Order, Stamp: r.Stamp, Node: r.Node}
 	if p := r.Policy; p != nil {
 		out.Policy = &pb.Policy{Name: p.Name, Match: []byte(p.Match), Namespace: []byte(p.Namespace), Algorithm: pb.Algorithm(p.Algorithm),
-			Limit: p.Limit, PeriodNs: int64(p.Period), Burst: p.Burst, Cost: p.Cost, Final: p.Final}
+			Limit: p.Limit, PeriodNs: int64(p.Period), Burst: p.Burst, Cost: p.Cost, Final: p.Final, Scope: uint32(p.Scope)}
 	}
 	return out
 }
@@ -581,7 +591,8 @@ func (d *decoder) policyRecord(p *pb.PolicyRecord) ratelimit.PolicyRecord {
 	if q := p.GetPolicy(); q != nil {
 		r.Policy = &ratelimit.Policy{Name: q.GetName(), Match: string(q.GetMatch()), Namespace: string(q.GetNamespace()),
 			Algorithm: ratelimit.Algorithm(u8(d, q.GetAlgorithm(), "algorithm")), Limit: q.GetLimit(),
-			Period: time.Duration(q.GetPeriodNs()), Burst: q.GetBurst(), Cost: q.GetCost(), Final: q.GetFinal()}
+			Period: time.Duration(q.GetPeriodNs()), Burst: q.GetBurst(), Cost: q.GetCost(), Final: q.GetFinal(),
+			Scope: ratelimit.Scope(u8(d, q.GetScope(), "scope"))}
 	}
 	return r
 }
@@ -776,4 +787,28 @@ func pbPoliciesResponse(r *policiesResponse) *pb.PoliciesResponse {
 
 func (d *decoder) policiesResponse(p *pb.PoliciesResponse) policiesResponse {
 	return policiesResponse{Records: decodeEach(p.GetRecords(), d.policyRecord), Err: goError(p.GetErr())}
+}
+
+func pbGlobalRequest(r *globalRequest) *pb.GlobalLimitsRequest {
+	return &pb.GlobalLimitsRequest{Header: pbHeader(&r.header), Reports: encodeEach(r.Reports, func(g *ratelimit.GlobalReport) *pb.GlobalReport {
+		return &pb.GlobalReport{Key: []byte(g.Key), Limit: pbLimit(&g.Limit), Window: g.Window, Used: g.Used, Demand: g.Demand}
+	})}
+}
+
+func (d *decoder) globalRequest(p *pb.GlobalLimitsRequest) globalRequest {
+	return globalRequest{header: goHeader(p.GetHeader()), Reports: decodeEach(p.GetReports(), func(g *pb.GlobalReport) ratelimit.GlobalReport {
+		return ratelimit.GlobalReport{Key: string(g.GetKey()), Limit: d.limit(g.GetLimit()), Window: g.GetWindow(), Used: g.GetUsed(), Demand: g.GetDemand()}
+	})}
+}
+
+func pbGlobalResponse(r *globalResponse) *pb.GlobalLimitsResponse {
+	return &pb.GlobalLimitsResponse{Shares: encodeEach(r.Shares, func(g *ratelimit.GlobalShare) *pb.GlobalShare {
+		return &pb.GlobalShare{Key: []byte(g.Key), Limit: pbLimit(&g.Limit), Window: g.Window, Share: g.Share, Next: g.Next}
+	}), Err: pbError(r.Err)}
+}
+
+func (d *decoder) globalResponse(p *pb.GlobalLimitsResponse) globalResponse {
+	return globalResponse{Shares: decodeEach(p.GetShares(), func(g *pb.GlobalShare) ratelimit.GlobalShare {
+		return ratelimit.GlobalShare{Key: string(g.GetKey()), Limit: d.limit(g.GetLimit()), Window: g.GetWindow(), Share: g.GetShare(), Next: g.GetNext()}
+	}), Err: goError(p.GetErr())}
 }

@@ -86,6 +86,9 @@ var wireCases = []wireCase{
 	requestCase("policies", func() proto.Message { return new(pb.PoliciesRequest) }, func(d *decoder, m proto.Message) policiesRequest {
 		return d.policiesRequest(m.(*pb.PoliciesRequest))
 	}),
+	requestCase("global limits", func() proto.Message { return new(pb.GlobalLimitsRequest) }, func(d *decoder, m proto.Message) globalRequest {
+		return d.globalRequest(m.(*pb.GlobalLimitsRequest))
+	}),
 	responseCase("apply response", pbApplyResponse),
 	responseCase("read response", pbReadResponse),
 	responseCase("local response", pbLocalResponse),
@@ -94,6 +97,7 @@ var wireCases = []wireCase{
 	responseCase("digest response", pbDigestResponse),
 	responseCase("limits response", pbLimitsResponse),
 	responseCase("policies response", pbPoliciesResponse),
+	responseCase("global limits response", pbGlobalResponse),
 }
 
 // roundTrip encodes v, marshals, unmarshals and decodes it.
@@ -531,6 +535,7 @@ func FuzzWireDecode(f *testing.F) {
 		digestRequest{Items: []digestItem{{ID: "a", Version: 1, Sum: 2}}},
 		limitsRequest{Entries: []ratelimit.Entry{{Key: "k", Log: [][2]int64{{1, 2}}}}},
 		policiesRequest{Records: []ratelimit.PolicyRecord{{Name: "p", Policy: &ratelimit.Policy{Name: "p", Limit: 3}}}},
+		globalRequest{header: header{From: "n1"}, Reports: []ratelimit.GlobalReport{{Key: "k", Limit: ratelimit.Limit{Algorithm: ratelimit.FixedWindow, Limit: 5, Period: time.Second, Scope: ratelimit.ScopeGlobalApprox}, Window: 9, Used: 2, Demand: 4}}},
 		applyResponse{Results: []wireResult{{Result: contract.Result{ID: "a", Fields: []counter.Field{{Name: "f", Value: 1}}}}}},
 		readResponse{View: &contract.View{ID: "a", Buckets: []counter.Bucket{{Start: time.Unix(60, 0).UTC(), Count: 2}}}, Err: &wireError{Code: "not_found", Index: -1}},
 		localResponse{Aggregate: contract.Aggregate{Prefix: "a", Value: 3, Count: 1}, View: &viewAnswer{Version: 4}},
@@ -539,6 +544,7 @@ func FuzzWireDecode(f *testing.F) {
 		digestResponse{Want: []string{"a"}},
 		limitsResponse{Merged: 1},
 		policiesResponse{Err: &wireError{Code: "unavailable", Index: -1}},
+		globalResponse{Shares: []ratelimit.GlobalShare{{Key: "k", Window: 9, Share: 3, Next: 2}}},
 		leaseRequest{header: header{From: "n1", RingVersion: 3}},
 		leaseResponse{Granted: true, Nodes: 77, Wait: time.Second},
 	}

@@ -3663,12 +3663,14 @@ func (x *DigestResponse) GetErr() *Error {
 }
 
 type Limit struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Algorithm     Algorithm              `protobuf:"varint,2,opt,name=algorithm,proto3,enum=counterd.cluster.v1.Algorithm" json:"algorithm,omitempty"`
-	Limit         int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
-	PeriodNs      int64                  `protobuf:"varint,4,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
-	Burst         int64                  `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Name      []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Algorithm Algorithm              `protobuf:"varint,2,opt,name=algorithm,proto3,enum=counterd.cluster.v1.Algorithm" json:"algorithm,omitempty"`
+	Limit     int64                  `protobuf:"varint,3,opt,name=limit,proto3" json:"limit,omitempty"`
+	PeriodNs  int64                  `protobuf:"varint,4,opt,name=period_ns,json=periodNs,proto3" json:"period_ns,omitempty"`
+	Burst     int64                  `protobuf:"varint,5,opt,name=burst,proto3" json:"burst,omitempty"`
+	// scope: 0 owner, 1 global-approx.
+	Scope         uint32 `protobuf:"varint,6,opt,name=scope,proto3" json:"scope,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3734,6 +3736,13 @@ func (x *Limit) GetPeriodNs() int64 {
 func (x *Limit) GetBurst() int64 {
 	if x != nil {
 		return x.Burst
+	}
+	return 0
+}
+
+func (x *Limit) GetScope() uint32 {
+	if x != nil {
+		return x.Scope
 	}
 	return 0
 }
@@ -3984,6 +3993,7 @@ type Policy struct {
 	Burst         int64                  `protobuf:"varint,7,opt,name=burst,proto3" json:"burst,omitempty"`
 	Cost          int64                  `protobuf:"varint,8,opt,name=cost,proto3" json:"cost,omitempty"`
 	Final         bool                   `protobuf:"varint,9,opt,name=final,proto3" json:"final,omitempty"`
+	Scope         uint32                 `protobuf:"varint,10,opt,name=scope,proto3" json:"scope,omitempty"` // 0 owner, 1 global-approx
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -4079,6 +4089,13 @@ func (x *Policy) GetFinal() bool {
 		return x.Final
 	}
 	return false
+}
+
+func (x *Policy) GetScope() uint32 {
+	if x != nil {
+		return x.Scope
+	}
+	return 0
 }
 
 type PolicyRecord struct {
@@ -4255,6 +4272,264 @@ func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
 }
 
 func (x *PoliciesResponse) GetErr() *Error {
+	if x != nil {
+		return x.Err
+	}
+	return nil
+}
+
+// GlobalReport is a node's usage of one global-approx limit in a window.
+type GlobalReport struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Window        int64                  `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"` // unix ns / period
+	Used          int64                  `protobuf:"varint,4,opt,name=used,proto3" json:"used,omitempty"`     // units the sender admitted in window
+	Demand        int64                  `protobuf:"varint,5,opt,name=demand,proto3" json:"demand,omitempty"` // units asked for since its last report
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalReport) Reset() {
+	*x = GlobalReport{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalReport) ProtoMessage() {}
+
+func (x *GlobalReport) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
+func (*GlobalReport) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{46}
+}
+
+func (x *GlobalReport) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlobalReport) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *GlobalReport) GetWindow() int64 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetUsed() int64 {
+	if x != nil {
+		return x.Used
+	}
+	return 0
+}
+
+func (x *GlobalReport) GetDemand() int64 {
+	if x != nil {
+		return x.Demand
+	}
+	return 0
+}
+
+// GlobalShare is the owner's grant to the sender.
+type GlobalShare struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Key           []byte                 `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	Limit         *Limit                 `protobuf:"bytes,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	Window        int64                  `protobuf:"varint,3,opt,name=window,proto3" json:"window,omitempty"`
+	Share         int64                  `protobuf:"varint,4,opt,name=share,proto3" json:"share,omitempty"` // the most units the sender may admit in window
+	Next          int64                  `protobuf:"varint,5,opt,name=next,proto3" json:"next,omitempty"`   // its share of later windows
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalShare) Reset() {
+	*x = GlobalShare{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalShare) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalShare) ProtoMessage() {}
+
+func (x *GlobalShare) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalShare.ProtoReflect.Descriptor instead.
+func (*GlobalShare) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{47}
+}
+
+func (x *GlobalShare) GetKey() []byte {
+	if x != nil {
+		return x.Key
+	}
+	return nil
+}
+
+func (x *GlobalShare) GetLimit() *Limit {
+	if x != nil {
+		return x.Limit
+	}
+	return nil
+}
+
+func (x *GlobalShare) GetWindow() int64 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
+}
+
+func (x *GlobalShare) GetShare() int64 {
+	if x != nil {
+		return x.Share
+	}
+	return 0
+}
+
+func (x *GlobalShare) GetNext() int64 {
+	if x != nil {
+		return x.Next
+	}
+	return 0
+}
+
+type GlobalLimitsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Reports       []*GlobalReport        `protobuf:"bytes,2,rep,name=reports,proto3" json:"reports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalLimitsRequest) Reset() {
+	*x = GlobalLimitsRequest{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalLimitsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalLimitsRequest) ProtoMessage() {}
+
+func (x *GlobalLimitsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalLimitsRequest.ProtoReflect.Descriptor instead.
+func (*GlobalLimitsRequest) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{48}
+}
+
+func (x *GlobalLimitsRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *GlobalLimitsRequest) GetReports() []*GlobalReport {
+	if x != nil {
+		return x.Reports
+	}
+	return nil
+}
+
+type GlobalLimitsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Shares        []*GlobalShare         `protobuf:"bytes,1,rep,name=shares,proto3" json:"shares,omitempty"`
+	Err           *Error                 `protobuf:"bytes,2,opt,name=err,proto3" json:"err,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GlobalLimitsResponse) Reset() {
+	*x = GlobalLimitsResponse{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GlobalLimitsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GlobalLimitsResponse) ProtoMessage() {}
+
+func (x *GlobalLimitsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GlobalLimitsResponse.ProtoReflect.Descriptor instead.
+func (*GlobalLimitsResponse) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *GlobalLimitsResponse) GetShares() []*GlobalShare {
+	if x != nil {
+		return x.Shares
+	}
+	return nil
+}
+
+func (x *GlobalLimitsResponse) GetErr() *Error {
 	if x != nil {
 		return x.Err
 	}
@@ -4545,13 +4820,14 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x04want\x18\x01 \x03(\tR\x04want\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x123\n" +
 	"\x04idem\x18\x03 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x12,\n" +
-	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\xa2\x01\n" +
+	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\xb8\x01\n" +
 	"\x05Limit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12<\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x1e.counterd.cluster.v1.AlgorithmR\talgorithm\x12\x14\n" +
 	"\x05limit\x18\x03 \x01(\x03R\x05limit\x12\x1b\n" +
 	"\tperiod_ns\x18\x04 \x01(\x03R\bperiodNs\x12\x14\n" +
-	"\x05burst\x18\x05 \x01(\x03R\x05burst\"<\n" +
+	"\x05burst\x18\x05 \x01(\x03R\x05burst\x12\x14\n" +
+	"\x05scope\x18\x06 \x01(\rR\x05scope\"<\n" +
 	"\x06LogHit\x12\x1c\n" +
 	"\n" +
 	"at_unix_ns\x18\x01 \x01(\x03R\batUnixNs\x12\x14\n" +
@@ -4568,7 +4844,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\ahandoff\x18\x03 \x01(\bR\ahandoff\"V\n" +
 	"\x0eLimitsResponse\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\x03R\x06merged\x12,\n" +
-	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\x81\x02\n" +
+	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\x97\x02\n" +
 	"\x06Policy\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05match\x18\x02 \x01(\fR\x05match\x12\x1c\n" +
@@ -4578,7 +4854,9 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\tperiod_ns\x18\x06 \x01(\x03R\bperiodNs\x12\x14\n" +
 	"\x05burst\x18\a \x01(\x03R\x05burst\x12\x12\n" +
 	"\x04cost\x18\b \x01(\x03R\x04cost\x12\x14\n" +
-	"\x05final\x18\t \x01(\bR\x05final\"\x97\x01\n" +
+	"\x05final\x18\t \x01(\bR\x05final\x12\x14\n" +
+	"\x05scope\x18\n" +
+	" \x01(\rR\x05scope\"\x97\x01\n" +
 	"\fPolicyRecord\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
 	"\x06policy\x18\x02 \x01(\v2\x1b.counterd.cluster.v1.PolicyR\x06policy\x12\x14\n" +
@@ -4590,6 +4868,24 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\arecords\x18\x02 \x03(\v2!.counterd.cluster.v1.PolicyRecordR\arecords\"}\n" +
 	"\x10PoliciesResponse\x12;\n" +
 	"\arecords\x18\x01 \x03(\v2!.counterd.cluster.v1.PolicyRecordR\arecords\x12,\n" +
+	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\x96\x01\n" +
+	"\fGlobalReport\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x120\n" +
+	"\x05limit\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.LimitR\x05limit\x12\x16\n" +
+	"\x06window\x18\x03 \x01(\x03R\x06window\x12\x12\n" +
+	"\x04used\x18\x04 \x01(\x03R\x04used\x12\x16\n" +
+	"\x06demand\x18\x05 \x01(\x03R\x06demand\"\x93\x01\n" +
+	"\vGlobalShare\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\fR\x03key\x120\n" +
+	"\x05limit\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.LimitR\x05limit\x12\x16\n" +
+	"\x06window\x18\x03 \x01(\x03R\x06window\x12\x14\n" +
+	"\x05share\x18\x04 \x01(\x03R\x05share\x12\x12\n" +
+	"\x04next\x18\x05 \x01(\x03R\x04next\"\x87\x01\n" +
+	"\x13GlobalLimitsRequest\x123\n" +
+	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12;\n" +
+	"\areports\x18\x02 \x03(\v2!.counterd.cluster.v1.GlobalReportR\areports\"~\n" +
+	"\x14GlobalLimitsResponse\x128\n" +
+	"\x06shares\x18\x01 \x03(\v2 .counterd.cluster.v1.GlobalShareR\x06shares\x12,\n" +
 	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err*\x84\x01\n" +
 	"\x04Kind\x12\r\n" +
 	"\tKIND_NONE\x10\x00\x12\x10\n" +
@@ -4674,7 +4970,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x11LOCAL_OP_FLUSHALL\x10\x05\x12\x16\n" +
 	"\x12LOCAL_OP_SETROLLUP\x10\x06\x12\x19\n" +
 	"\x15LOCAL_OP_DELETEROLLUP\x10\a\x12\x13\n" +
-	"\x0fLOCAL_OP_SERIES\x10\b2\xee\x05\n" +
+	"\x0fLOCAL_OP_SERIES\x10\b2\xd3\x06\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Apply\x12!.counterd.cluster.v1.ApplyRequest\x1a\".counterd.cluster.v1.ApplyResponse\x12K\n" +
 	"\x04Read\x12 .counterd.cluster.v1.ReadRequest\x1a!.counterd.cluster.v1.ReadResponse\x12N\n" +
@@ -4683,7 +4979,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x05Fetch\x12!.counterd.cluster.v1.FetchRequest\x1a\".counterd.cluster.v1.FetchResponse\x12Q\n" +
 	"\x06Digest\x12\".counterd.cluster.v1.DigestRequest\x1a#.counterd.cluster.v1.DigestResponse\x12Q\n" +
 	"\x06Limits\x12\".counterd.cluster.v1.LimitsRequest\x1a#.counterd.cluster.v1.LimitsResponse\x12W\n" +
-	"\bPolicies\x12$.counterd.cluster.v1.PoliciesRequest\x1a%.counterd.cluster.v1.PoliciesResponse\x12N\n" +
+	"\bPolicies\x12$.counterd.cluster.v1.PoliciesRequest\x1a%.counterd.cluster.v1.PoliciesResponse\x12c\n" +
+	"\fGlobalLimits\x12(.counterd.cluster.v1.GlobalLimitsRequest\x1a).counterd.cluster.v1.GlobalLimitsResponse\x12N\n" +
 	"\x05Lease\x12!.counterd.cluster.v1.LeaseRequest\x1a\".counterd.cluster.v1.LeaseResponseB@Z>github.com/counterd/counterd/api/counterd/cluster/v1;clusterv1b\x06proto3"
 
 var (
@@ -4699,7 +4996,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 47)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -4756,118 +5053,130 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(*PolicyRecord)(nil),          // 52: counterd.cluster.v1.PolicyRecord
 	(*PoliciesRequest)(nil),       // 53: counterd.cluster.v1.PoliciesRequest
 	(*PoliciesResponse)(nil),      // 54: counterd.cluster.v1.PoliciesResponse
-	nil,                           // 55: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*GlobalReport)(nil),          // 55: counterd.cluster.v1.GlobalReport
+	(*GlobalShare)(nil),           // 56: counterd.cluster.v1.GlobalShare
+	(*GlobalLimitsRequest)(nil),   // 57: counterd.cluster.v1.GlobalLimitsRequest
+	(*GlobalLimitsResponse)(nil),  // 58: counterd.cluster.v1.GlobalLimitsResponse
+	nil,                           // 59: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
-	6,  // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
-	11, // 1: counterd.cluster.v1.Error.quota:type_name -> counterd.cluster.v1.QuotaError
-	2,  // 2: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
-	0,  // 3: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
-	3,  // 4: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
-	12, // 5: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
-	14, // 6: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
-	0,  // 7: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
-	13, // 8: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
-	9,  // 9: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
-	15, // 10: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
-	1,  // 11: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
-	16, // 12: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
-	10, // 13: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
-	7,  // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
-	4,  // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	56, // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	56, // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	56, // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
-	0,  // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	56, // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	56, // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
-	21, // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
-	13, // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
-	14, // 26: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
-	22, // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
-	4,  // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
-	4,  // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	56, // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	56, // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
-	4,  // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	56, // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	56, // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
-	23, // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
-	24, // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
-	25, // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
-	10, // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
-	0,  // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
-	4,  // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	56, // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	56, // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
-	9,  // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
-	8,  // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
-	27, // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
-	1,  // 46: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
-	28, // 47: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
-	30, // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
-	32, // 49: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
-	10, // 50: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
-	29, // 51: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
-	24, // 52: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
-	0,  // 53: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
-	16, // 54: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
-	15, // 55: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	55, // 56: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
-	9,  // 57: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
-	34, // 58: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
-	35, // 59: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 60: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 61: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	34, // 62: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	35, // 63: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 64: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 65: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
-	10, // 66: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
-	9,  // 67: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	43, // 68: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	34, // 69: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	35, // 70: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10, // 71: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 72: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	46, // 73: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	47, // 74: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,  // 75: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	48, // 76: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10, // 77: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,  // 78: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	51, // 79: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,  // 80: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	52, // 81: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	52, // 82: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10, // 83: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	36, // 84: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	17, // 85: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	19, // 86: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	31, // 87: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	37, // 88: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	39, // 89: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	44, // 90: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	49, // 91: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	53, // 92: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	41, // 93: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
-	18, // 94: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	26, // 95: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	33, // 96: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	38, // 97: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	40, // 98: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	45, // 99: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	50, // 100: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	54, // 101: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	42, // 102: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
-	94, // [94:103] is the sub-list for method output_type
-	85, // [85:94] is the sub-list for method input_type
-	85, // [85:85] is the sub-list for extension type_name
-	85, // [85:85] is the sub-list for extension extendee
-	0,  // [0:85] is the sub-list for field type_name
+	6,   // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
+	11,  // 1: counterd.cluster.v1.Error.quota:type_name -> counterd.cluster.v1.QuotaError
+	2,   // 2: counterd.cluster.v1.Op.type:type_name -> counterd.cluster.v1.OpType
+	0,   // 3: counterd.cluster.v1.Op.kind:type_name -> counterd.cluster.v1.Kind
+	3,   // 4: counterd.cluster.v1.Op.set_mode:type_name -> counterd.cluster.v1.SetMode
+	12,  // 5: counterd.cluster.v1.Op.fields:type_name -> counterd.cluster.v1.FieldDelta
+	14,  // 6: counterd.cluster.v1.Op.window:type_name -> counterd.cluster.v1.WindowSpec
+	0,   // 7: counterd.cluster.v1.Result.kind:type_name -> counterd.cluster.v1.Kind
+	13,  // 8: counterd.cluster.v1.Result.fields:type_name -> counterd.cluster.v1.Field
+	9,   // 9: counterd.cluster.v1.ApplyRequest.header:type_name -> counterd.cluster.v1.Header
+	15,  // 10: counterd.cluster.v1.ApplyRequest.ops:type_name -> counterd.cluster.v1.Op
+	1,   // 11: counterd.cluster.v1.ApplyRequest.durability:type_name -> counterd.cluster.v1.Durability
+	16,  // 12: counterd.cluster.v1.ApplyResponse.results:type_name -> counterd.cluster.v1.Result
+	10,  // 13: counterd.cluster.v1.ApplyResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
+	7,   // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
+	4,   // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
+	60,  // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	60,  // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	60,  // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	0,   // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
+	60,  // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	60,  // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	20,  // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
+	21,  // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
+	13,  // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
+	14,  // 26: counterd.cluster.v1.View.window:type_name -> counterd.cluster.v1.WindowSpec
+	22,  // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
+	4,   // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
+	4,   // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
+	60,  // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	60,  // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	4,   // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
+	60,  // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	60,  // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	23,  // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
+	24,  // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
+	25,  // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
+	10,  // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
+	0,   // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
+	4,   // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
+	60,  // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	60,  // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	9,   // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
+	8,   // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
+	27,  // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
+	1,   // 46: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
+	28,  // 47: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
+	30,  // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
+	32,  // 49: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
+	10,  // 50: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
+	29,  // 51: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
+	24,  // 52: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
+	0,   // 53: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
+	16,  // 54: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
+	15,  // 55: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
+	59,  // 56: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	9,   // 57: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
+	34,  // 58: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
+	35,  // 59: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 60: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 61: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	34,  // 62: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	35,  // 63: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 64: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 65: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10,  // 66: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 67: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	43,  // 68: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	34,  // 69: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	35,  // 70: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 71: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 72: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	46,  // 73: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	47,  // 74: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,   // 75: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	48,  // 76: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10,  // 77: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 78: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	51,  // 79: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,   // 80: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	52,  // 81: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	52,  // 82: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10,  // 83: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	46,  // 84: counterd.cluster.v1.GlobalReport.limit:type_name -> counterd.cluster.v1.Limit
+	46,  // 85: counterd.cluster.v1.GlobalShare.limit:type_name -> counterd.cluster.v1.Limit
+	9,   // 86: counterd.cluster.v1.GlobalLimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	55,  // 87: counterd.cluster.v1.GlobalLimitsRequest.reports:type_name -> counterd.cluster.v1.GlobalReport
+	56,  // 88: counterd.cluster.v1.GlobalLimitsResponse.shares:type_name -> counterd.cluster.v1.GlobalShare
+	10,  // 89: counterd.cluster.v1.GlobalLimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	36,  // 90: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	17,  // 91: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	19,  // 92: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	31,  // 93: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	37,  // 94: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	39,  // 95: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	44,  // 96: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	49,  // 97: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	53,  // 98: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	57,  // 99: counterd.cluster.v1.Peer.GlobalLimits:input_type -> counterd.cluster.v1.GlobalLimitsRequest
+	41,  // 100: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	18,  // 101: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	26,  // 102: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	33,  // 103: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	38,  // 104: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	40,  // 105: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	45,  // 106: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	50,  // 107: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	54,  // 108: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	58,  // 109: counterd.cluster.v1.Peer.GlobalLimits:output_type -> counterd.cluster.v1.GlobalLimitsResponse
+	42,  // 110: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	101, // [101:111] is the sub-list for method output_type
+	91,  // [91:101] is the sub-list for method input_type
+	91,  // [91:91] is the sub-list for extension type_name
+	91,  // [91:91] is the sub-list for extension extendee
+	0,   // [0:91] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -4881,7 +5190,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   47,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

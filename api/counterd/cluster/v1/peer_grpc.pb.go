@@ -32,15 +32,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Peer_Apply_FullMethodName     = "/counterd.cluster.v1.Peer/Apply"
-	Peer_Read_FullMethodName      = "/counterd.cluster.v1.Peer/Read"
-	Peer_Local_FullMethodName     = "/counterd.cluster.v1.Peer/Local"
-	Peer_Replicate_FullMethodName = "/counterd.cluster.v1.Peer/Replicate"
-	Peer_Fetch_FullMethodName     = "/counterd.cluster.v1.Peer/Fetch"
-	Peer_Digest_FullMethodName    = "/counterd.cluster.v1.Peer/Digest"
-	Peer_Limits_FullMethodName    = "/counterd.cluster.v1.Peer/Limits"
-	Peer_Policies_FullMethodName  = "/counterd.cluster.v1.Peer/Policies"
-	Peer_Lease_FullMethodName     = "/counterd.cluster.v1.Peer/Lease"
+	Peer_Apply_FullMethodName        = "/counterd.cluster.v1.Peer/Apply"
+	Peer_Read_FullMethodName         = "/counterd.cluster.v1.Peer/Read"
+	Peer_Local_FullMethodName        = "/counterd.cluster.v1.Peer/Local"
+	Peer_Replicate_FullMethodName    = "/counterd.cluster.v1.Peer/Replicate"
+	Peer_Fetch_FullMethodName        = "/counterd.cluster.v1.Peer/Fetch"
+	Peer_Digest_FullMethodName       = "/counterd.cluster.v1.Peer/Digest"
+	Peer_Limits_FullMethodName       = "/counterd.cluster.v1.Peer/Limits"
+	Peer_Policies_FullMethodName     = "/counterd.cluster.v1.Peer/Policies"
+	Peer_GlobalLimits_FullMethodName = "/counterd.cluster.v1.Peer/GlobalLimits"
+	Peer_Lease_FullMethodName        = "/counterd.cluster.v1.Peer/Lease"
 )
 
 // PeerClient is the client API for Peer service.
@@ -66,6 +67,9 @@ type PeerClient interface {
 	Limits(ctx context.Context, in *LimitsRequest, opts ...grpc.CallOption) (*LimitsResponse, error)
 	// Policies exchanges rate-limit policy logs.
 	Policies(ctx context.Context, in *PoliciesRequest, opts ...grpc.CallOption) (*PoliciesResponse, error)
+	// GlobalLimits reports the sender's usage of global-approx limits to
+	// the owner of their keys, which answers with the sender's shares.
+	GlobalLimits(ctx context.Context, in *GlobalLimitsRequest, opts ...grpc.CallOption) (*GlobalLimitsResponse, error)
 	// Lease renews the sender's owner lease: the receiver grants it while the
 	// sender is on its ring, and reports how long the leases it granted to
 	// nodes that are off its ring may still run (a new owner waits that long
@@ -161,6 +165,16 @@ func (c *peerClient) Policies(ctx context.Context, in *PoliciesRequest, opts ...
 	return out, nil
 }
 
+func (c *peerClient) GlobalLimits(ctx context.Context, in *GlobalLimitsRequest, opts ...grpc.CallOption) (*GlobalLimitsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GlobalLimitsResponse)
+	err := c.cc.Invoke(ctx, Peer_GlobalLimits_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(LeaseResponse)
@@ -194,6 +208,9 @@ type PeerServer interface {
 	Limits(context.Context, *LimitsRequest) (*LimitsResponse, error)
 	// Policies exchanges rate-limit policy logs.
 	Policies(context.Context, *PoliciesRequest) (*PoliciesResponse, error)
+	// GlobalLimits reports the sender's usage of global-approx limits to
+	// the owner of their keys, which answers with the sender's shares.
+	GlobalLimits(context.Context, *GlobalLimitsRequest) (*GlobalLimitsResponse, error)
 	// Lease renews the sender's owner lease: the receiver grants it while the
 	// sender is on its ring, and reports how long the leases it granted to
 	// nodes that are off its ring may still run (a new owner waits that long
@@ -232,6 +249,9 @@ func (UnimplementedPeerServer) Limits(context.Context, *LimitsRequest) (*LimitsR
 }
 func (UnimplementedPeerServer) Policies(context.Context, *PoliciesRequest) (*PoliciesResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Policies not implemented")
+}
+func (UnimplementedPeerServer) GlobalLimits(context.Context, *GlobalLimitsRequest) (*GlobalLimitsResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method GlobalLimits not implemented")
 }
 func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
@@ -401,6 +421,24 @@ func _Peer_Policies_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_GlobalLimits_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GlobalLimitsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).GlobalLimits(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_GlobalLimits_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).GlobalLimits(ctx, req.(*GlobalLimitsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(LeaseRequest)
 	if err := dec(in); err != nil {
@@ -457,6 +495,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Policies",
 			Handler:    _Peer_Policies_Handler,
+		},
+		{
+			MethodName: "GlobalLimits",
+			Handler:    _Peer_GlobalLimits_Handler,
 		},
 		{
 			MethodName: "Lease",

@@ -9,6 +9,9 @@
 //	    drives checks at ADDR from c workers, each waiting for its answer,
 //	    and prints one line: checks/s, p50, p99, p99.9, errors, allowed.
 //	    T is counterd-http, counterd-grpc, gubernator-http or gubernator-grpc.
+//	rlbench global -target T -addrs A,B,C [-c 16] [-d 10s] [-limit 1000] [-period 1s]
+//	    drives one limit from every node at once and prints checks/s and
+//	    the admissions per window (global.go).
 //	rlbench freeport
 //	    prints a free loopback TCP port.
 //
@@ -52,7 +55,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: rlbench serve|load|freeport [flags]")
+		fmt.Fprintln(os.Stderr, "usage: rlbench serve|load|global|freeport [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -61,6 +64,8 @@ func main() {
 		err = serve(os.Args[2:])
 	case "load":
 		err = load(os.Args[2:])
+	case "global":
+		err = global(os.Args[2:])
 	case "freeport":
 		var ln net.Listener
 		if ln, err = net.Listen("tcp", "127.0.0.1:0"); err == nil {
