@@ -21,13 +21,10 @@ import (
 // merge (the higher version of a counter wins; tombstones delete at a
 // version at least the copy's) makes every repeat a no-op.
 type Durable struct {
-	// Changes returns the states changed after the cursor, in the order
-	// of the record, at most limit ids: for each, a tombstone when it was
-	// deleted since it was created (Tombs), and its state when it is live
-	// (States); next is the position after the last id returned, and more
-	// says that others follow. A change committed after a call returned
-	// is always after next.
-	Changes func(ctx context.Context, after Cursor, limit int) (tombs, states []engine.State, next Cursor, more bool, err error)
+	// Changes returns the changes after the cursor, in the order of the
+	// record, at most limit, and whether more follow. A change committed
+	// after a call returned is always after the last one returned.
+	Changes func(ctx context.Context, after Cursor, limit int) (changes []Change, more bool, err error)
 	// ExportAll calls fn with the state of every live counter (a
 	// manifest of this region's state for a peer's anti-entropy).
 	ExportAll func(ctx context.Context, fn func(engine.State) error) error
@@ -44,6 +41,15 @@ type Cursor struct {
 	ID  string
 }
 
+// Change is one id's entry in the record: its position, a tombstone when
+// the id was deleted since it was created (nil: none), and its state when
+// it is live (nil: not).
+type Change struct {
+	At    Cursor
+	Tomb  *engine.State
+	State *engine.State
+}
+
 // durableBatch encodes the next batch for gateway p from the durable
 // tier's record, from p's position; next is p's position once the peer
 // has stored it.
@@ -53,11 +59,28 @@ func (r *Replicator) durableBatch(ctx context.Context, p *dest) (msg []byte, b *
 	p.mu.Lock()
 	after := p.cursor
 	p.mu.Unlock()
-	tombs, states, next, more, err := r.cfg.Durable.Changes(ctx, after, r.cfg.MaxBatchIDs)
+	changes, more, err := r.cfg.Durable.Changes(ctx, after, r.cfg.MaxBatchIDs)
 	if err != nil {
 		return nil, nil, after, false, err
 	}
-	b = &Batch{From: r.cfg.Name, Node: r.cfg.Node, Incarnation: r.incarnation, AsOf: asOf, Complete: !more, Tombs: tombs, States: states}
+	b = &Batch{From: r.cfg.Name, Node: r.cfg.Node, Incarnation: r.incarnation, AsOf: asOf}
+	next = after
+	bytes := 0
+	for i, c := range changes {
+		if i > 0 && bytes >= r.cfg.MaxBatchBytes {
+			more = true // the rest in the next batch, from next
+			break
+		}
+		if c.Tomb != nil {
+			b.Tombs = append(b.Tombs, *c.Tomb)
+		}
+		if c.State != nil {
+			b.States = append(b.States, *c.State)
+			bytes += len(c.State.ID) + len(c.State.Data) + 24
+		}
+		next = c.At
+	}
+	b.Complete = !more
 	chunksync.SortStates(b.Tombs)
 	chunksync.SortStates(b.States)
 	return EncodeBatch(nil, b), b, next, more, nil

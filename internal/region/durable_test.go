@@ -2,6 +2,7 @@ package region
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"slices"
 	"strings"
@@ -48,7 +49,7 @@ func (f *fakeDurable) apply(t *testing.T, op contract.Op) {
 
 func (f *fakeDurable) durable() *Durable {
 	return &Durable{
-		Changes: func(_ context.Context, after Cursor, limit int) (tombs, states []engine.State, next Cursor, more bool, err error) {
+		Changes: func(_ context.Context, after Cursor, limit int) (changes []Change, more bool, err error) {
 			f.mu.Lock()
 			defer f.mu.Unlock()
 			var cs []Cursor
@@ -66,22 +67,22 @@ func (f *fakeDurable) durable() *Durable {
 			if len(cs) > limit {
 				cs, more = cs[:limit], true
 			}
-			next = after
 			for _, c := range cs {
 				st, ok, err := f.eng.Export(c.ID)
 				if err != nil {
-					return nil, nil, after, false, err
+					return nil, false, err
 				}
+				ch := Change{At: c}
 				if b := f.base[c.ID]; b > 0 {
-					tombs = append(tombs, engine.State{ID: c.ID, Deleted: true, Version: b})
+					ch.Tomb = &engine.State{ID: c.ID, Deleted: true, Version: b}
 				}
 				if ok {
 					st.Version += f.base[c.ID]
-					states = append(states, st)
+					ch.State = &st
 				}
-				next = c
+				changes = append(changes, ch)
 			}
-			return tombs, states, next, more, nil
+			return changes, more, nil
 		},
 		ExportAll: func(ctx context.Context, fn func(engine.State) error) error {
 			return f.eng.ExportAll(ctx, func(s engine.State) error {
@@ -204,5 +205,48 @@ func TestDurableRegionConverges(t *testing.T) {
 	after := er.Status().Peers[0]
 	if after.Syncs != before.Syncs+1 || after.ChunksFetched != before.ChunksFetched {
 		t.Fatalf("anti-entropy with a converged region: before %+v, after %+v", before, after)
+	}
+}
+
+// TestDurableBatchBytes: a push stops at MaxBatchBytes on an id boundary
+// (at least one id a push) and the next resumes after the last id sent,
+// until every change has been sent once.
+func TestDurableBatchBytes(t *testing.T) {
+	fd := newFakeDurable(t)
+	for i := range 10 {
+		fd.apply(t, contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("id:%d", i), Delta: 1})
+	}
+	fd.apply(t, contract.Op{Type: contract.OpDelete, ID: "id:3"})
+	peer := Peer{Name: "e", Addr: "127.0.0.1:1"}
+	r, err := Open(Config{Name: "t", Peers: []Peer{peer}, Durable: fd.durable(), Dir: t.TempDir(), MaxBatchBytes: 1, MaxBatchIDs: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	d := r.peers["e"].dests[0]
+	sent := map[string]int{}
+	for range 20 {
+		_, b, next, more, err := r.durableBatch(context.Background(), d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(b.States)+len(b.Tombs) != 1 || b.Complete == more {
+			t.Fatalf("batch of %d states, %d tombstones, complete=%v more=%v", len(b.States), len(b.Tombs), b.Complete, more)
+		}
+		for _, s := range append(b.States, b.Tombs...) {
+			sent[s.ID]++
+		}
+		d.cursor = next
+		if !more {
+			break
+		}
+	}
+	if len(sent) != 10 {
+		t.Fatalf("sent %v", sent)
+	}
+	for id, n := range sent {
+		if n != 1 {
+			t.Fatalf("%s sent %d times", id, n)
+		}
 	}
 }

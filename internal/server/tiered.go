@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/contract"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/quota"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
@@ -88,9 +87,13 @@ func (m *tieredMode) rateLimits(ctx context.Context, lim *ratelimit.Limiter) (*s
 // to bootstrap (PostgreSQL is the region's durable state).
 func (m *tieredMode) peerRegions(rc *region.Config) (bool, error) {
 	rc.Durable = &region.Durable{
-		Changes: func(ctx context.Context, after region.Cursor, limit int) ([]engine.State, []engine.State, region.Cursor, bool, error) {
-			tombs, states, next, more, err := m.b.RegionChanges(ctx, postgres.RegionCursor(after), limit)
-			return tombs, states, region.Cursor(next), more, err
+		Changes: func(ctx context.Context, after region.Cursor, limit int) ([]region.Change, bool, error) {
+			cs, more, err := m.b.RegionChanges(ctx, postgres.RegionCursor(after), limit)
+			out := make([]region.Change, len(cs))
+			for i, c := range cs {
+				out[i] = region.Change{At: region.Cursor(c.At), Tomb: c.Tomb, State: c.State}
+			}
+			return out, more, err
 		},
 		ExportAll: m.b.RegionExportAll,
 		Export:    m.b.RegionExport,

@@ -35,26 +35,33 @@ import (
 // the number of times the states arrive. A counter deleted since it was
 // created is preceded by a tombstone at the versions of its earlier lives.
 
-// RegionChanges returns the states changed after cursor (region.Durable's
-// Changes): ids deleted since their creation as tombstones, live ones as
-// states.
-func (b *Backend) RegionChanges(ctx context.Context, after postgres.RegionCursor, limit int) (tombs, states []engine.State, next postgres.RegionCursor, more bool, err error) {
+// RegionChange is one counter's entry in the region export: its
+// position, the tombstone of its earlier lives (nil: none) and its state
+// (nil: not live, or not shipped).
+type RegionChange struct {
+	At    postgres.RegionCursor
+	Tomb  *engine.State
+	State *engine.State
+}
+
+// RegionChanges returns the changes after cursor, at most limit
+// (region.Durable's Changes), and whether more follow.
+func (b *Backend) RegionChanges(ctx context.Context, after postgres.RegionCursor, limit int) ([]RegionChange, bool, error) {
 	rows, more, err := b.pg.RegionChanges(ctx, after, limit)
 	if err != nil {
-		return nil, nil, after, false, unavailable(err)
+		return nil, false, unavailable(err)
 	}
-	next = after
+	out := make([]RegionChange, 0, len(rows))
 	for _, r := range rows {
-		next = postgres.RegionCursor{Seq: r.Seq, ID: r.ID}
+		c := RegionChange{At: postgres.RegionCursor{Seq: r.Seq, ID: r.ID}}
 		t, s, ok := regionStates(&r)
-		if t != nil {
-			tombs = append(tombs, *t)
-		}
+		c.Tomb = t
 		if ok {
-			states = append(states, s)
+			c.State = &s
 		}
+		out = append(out, c)
 	}
-	return tombs, states, next, more, nil
+	return out, more, nil
 }
 
 // RegionExportAll calls fn with the state of every live counter that is
