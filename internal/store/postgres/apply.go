@@ -205,6 +205,9 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 
 	// Rows are always locked in counter_id order (sorted inputs, fixed
 	// statement order) so concurrent batches cannot deadlock.
+	if len(b.Deletes) > 0 {
+		s.statements.Add(1) // applyDeletes' DELETE … RETURNING
+	}
 	deleted, err := applyDeletes(ctx, tx, exec, b.Deletes)
 	if err != nil {
 		return false, err
@@ -230,9 +233,11 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		}
 	}
 	// Last: the region change sequence's row stays locked until commit.
-	s.statements.Add(2)
-	if err = noteRegionChanges(ctx, tx, b.changedIDs(), deleted); err != nil {
-		return false, err
+	if ids := b.changedIDs(); len(ids) > 0 {
+		s.statements.Add(2)
+		if err = noteRegionChanges(ctx, tx, ids, deleted); err != nil {
+			return false, err
+		}
 	}
 	s.statements.Add(1)
 	if err = tx.Commit(ctx); err != nil {
