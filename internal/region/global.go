@@ -77,6 +77,9 @@ func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id stri
 	if i == 0 && r.cfg.Cluster != nil {
 		return r.cfg.Cluster.Region.Get(ctx, id)
 	}
+	if i == 0 && r.cfg.Durable != nil {
+		return r.cfg.Durable.Region.Get(ctx, id)
+	}
 	return eng.Get(id)
 }
 
@@ -84,6 +87,9 @@ func (r *Replicator) get(ctx context.Context, i int, eng *engine.Engine, id stri
 func (r *Replicator) export(ctx context.Context, i int, eng *engine.Engine, id string) (engine.State, bool, error) {
 	if i == 0 && r.cfg.Cluster != nil && r.cfg.Cluster.Export != nil {
 		return r.cfg.Cluster.Export(ctx, id)
+	}
+	if i == 0 && r.cfg.Durable != nil {
+		return r.cfg.Durable.Export(ctx, id)
 	}
 	return eng.Export(id)
 }
@@ -187,9 +193,15 @@ func (r *Replicator) GlobalAggregate(ctx context.Context, prefix string) (Aggreg
 	names, engs := r.regionStates()
 	now := time.Now().UTC()
 	for i, eng := range engs {
-		a, err := eng.Aggregate(prefix)
-		if i == 0 && r.cfg.Cluster != nil {
+		var a contract.Aggregate
+		var err error
+		switch {
+		case i == 0 && r.cfg.Cluster != nil:
 			a, err = r.cfg.Cluster.Region.Aggregate(ctx, prefix) // the whole cluster's
+		case i == 0 && r.cfg.Durable != nil:
+			a, err = r.durableAggregate(ctx, prefix) // the whole region's
+		default:
+			a, err = eng.Aggregate(prefix)
 		}
 		if err != nil {
 			return AggregateView{}, err

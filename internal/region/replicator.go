@@ -43,6 +43,10 @@ type Config struct {
 	// Changes, when set, is where the node's changes are recorded (a
 	// cluster node's store records them, not the front end; NewChanges).
 	Changes *Changes
+	// Durable, set on a node of a tiered region (instead of Local),
+	// ships the region's changes from its durable tier's record and serves
+	// this region's part of global reads (durable.go).
+	Durable *Durable
 	// Dir holds the copies of the peer regions' states, one engine each
 	// under Dir/NAME (default: a "regions" directory next to Local's).
 	Dir string
@@ -156,6 +160,7 @@ type dest struct {
 	bytesSent   uint64
 	statesSent  uint64
 	lastShipped uint64 // sequence acknowledged
+	cursor      Cursor // Durable: the position the gateway acknowledged
 }
 
 // sender is one node of a peer region that pushes here: each ships the
@@ -178,8 +183,11 @@ func Open(cfg Config) (*Replicator, error) {
 	if err := ValidateName(cfg.Name); err != nil {
 		return nil, err
 	}
-	if cfg.Local == nil {
-		return nil, fmt.Errorf("%w: multi-region replication needs the embedded engine", ErrInvalid)
+	if (cfg.Local == nil) == (cfg.Durable == nil) {
+		return nil, fmt.Errorf("%w: multi-region replication needs the embedded engine or a durable tier", ErrInvalid)
+	}
+	if cfg.Durable != nil && cfg.Cluster != nil {
+		return nil, fmt.Errorf("%w: a tiered region node is not a cluster node", ErrInvalid)
 	}
 	if cfg.Node == "" {
 		cfg.Node = cfg.Name // pushes name their node
@@ -320,7 +328,7 @@ func (r *Replicator) closeEngines() {
 // mutation, so that it is shipped to every peer region. On a cluster node
 // be is returned as is: its store records the changes (Changes).
 func (r *Replicator) Wrap(be contract.Backend) contract.Backend {
-	if r.cfg.Cluster != nil {
+	if r.cfg.Cluster != nil || r.cfg.Durable != nil { // the store records the changes
 		return be
 	}
 	return r.cfg.Changes.Wrap(be, r.local)
@@ -453,6 +461,9 @@ func (r *Replicator) Close() error {
 // version of each counter wins); unreachable ones are skipped. It returns
 // the counters merged and the peers that answered.
 func (r *Replicator) Bootstrap(ctx context.Context) (merged int, from []string, err error) {
+	if r.local == nil {
+		return 0, nil, fmt.Errorf("%w: bootstrap needs the embedded engine", ErrInvalid)
+	}
 	var errs []error
 	for _, name := range r.peerNames() {
 		p := r.peers[name]
@@ -596,12 +607,22 @@ func (r *Replicator) buildBatch(key string) (msg []byte, b *Batch, hi uint64, mo
 
 // pushOnce sends one batch to p and moves p's position on success.
 func (r *Replicator) pushOnce(ctx context.Context, p *dest) (more bool, err error) {
-	msg, b, hi, more, err := r.buildBatch(p.key)
+	cctx, cancel := context.WithTimeout(ctx, max(10*r.cfg.Interval, 10*time.Second))
+	defer cancel()
+	var (
+		msg  []byte
+		b    *Batch
+		hi   uint64
+		next Cursor
+	)
+	if r.cfg.Durable != nil {
+		msg, b, next, more, err = r.durableBatch(cctx, p)
+	} else {
+		msg, b, hi, more, err = r.buildBatch(p.key)
+	}
 	if err != nil {
 		return false, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, max(10*r.cfg.Interval, 10*time.Second))
-	defer cancel()
 	if _, err := invoke(cctx, p.conn, "Push", msg); err != nil {
 		return false, err
 	}
@@ -609,6 +630,9 @@ func (r *Replicator) pushOnce(ctx context.Context, p *dest) (more bool, err erro
 		r.t.ack(p.key, hi)
 	}
 	p.mu.Lock()
+	if r.cfg.Durable != nil {
+		p.cursor = next
+	}
 	p.lastPush = time.Now()
 	p.lastErr = ""
 	p.pushes++
@@ -777,11 +801,15 @@ func (r *Replicator) stateOf(name string) (*engine.Engine, bool) {
 
 // manifest cuts the state named name and keeps the cut for fetches.
 func (r *Replicator) manifest(ctx context.Context, name string) ([]byte, error) {
-	eng, ok := r.stateOf(name)
-	if !ok {
+	var s *chunksync.Snapshot
+	var err error
+	if name == r.cfg.Name && r.cfg.Durable != nil {
+		s, err = r.durableSnapshot(ctx)
+	} else if eng, ok := r.stateOf(name); !ok {
 		return nil, fmt.Errorf("%w: %q", ErrUnknownRegion, name)
+	} else {
+		s, err = chunksync.FromEngine(ctx, eng, r.cfg.Chunks)
 	}
-	s, err := chunksync.FromEngine(ctx, eng, r.cfg.Chunks)
 	if err != nil {
 		return nil, err
 	}

@@ -270,9 +270,6 @@ func (c *Config) validateRegions() error {
 	if c.RegionSyncInterval < 0 {
 		return errors.New("server: --region-sync-interval must not be negative")
 	}
-	if len(peers) > 0 && c.Redis != "" {
-		return errors.New("server: --peer-regions: a tiered region (--redis) cannot replicate to other regions yet; run the region embedded or as a cluster (--join)")
-	}
 	if len(peers) > 0 && c.GRPC == "" {
 		return errors.New("server: --peer-regions needs --grpc: peer regions push to this region's gRPC address")
 	}

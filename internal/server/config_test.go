@@ -54,10 +54,6 @@ func TestValidate(t *testing.T) {
 		"peers without region": func(c *Config) { c.PeerRegions = "us=127.0.0.1:9090" },
 		"peer is self":         func(c *Config) { c.Region = "eu"; c.PeerRegions = "eu=127.0.0.1:9090" },
 		"peer without port":    func(c *Config) { c.Region = "eu"; c.PeerRegions = "us=host" },
-		"tiered region": func(c *Config) {
-			c.Region, c.PeerRegions, c.GRPC = "eu", "us=127.0.0.1:9090", "127.0.0.1:0"
-			c.Redis, c.Postgres = "redis://x", "postgres://x"
-		},
 		// security: hardening
 		"pprof without admin": func(c *Config) { c.Pprof = true; c.Admin = "" },
 		"admin on the API":    func(c *Config) { c.Admin = c.HTTP },
@@ -95,6 +91,18 @@ func TestValidateClusterRegion(t *testing.T) {
 	cfg.Region, cfg.GRPC, cfg.Join = "eu", "127.0.0.1:0", "10.0.0.2:7946"
 	cfg.PeerRegions = "us=10.1.0.1:9090,us=10.1.0.2:9090,ap=10.2.0.1:9090"
 	cfg.Insecure = true // links beyond loopback without --peer-ca (TestProtectedModePeerLinks)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestValidateTieredRegion: a tiered node (--redis, --postgres) may
+// replicate to peer regions.
+func TestValidateTieredRegion(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Region, cfg.GRPC = "eu", "127.0.0.1:0"
+	cfg.Redis, cfg.Postgres = "redis://127.0.0.1:1", "postgres://127.0.0.1:1/x"
+	cfg.PeerRegions = "us=127.0.0.1:9090,us=127.0.0.1:9091"
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/ratelimit/redisrl"
 	"github.com/counterd/counterd/internal/region"
+	"github.com/counterd/counterd/internal/store/postgres"
 	"github.com/counterd/counterd/internal/tiered"
 	"github.com/counterd/counterd/internal/tracing"
 )
@@ -80,8 +81,25 @@ func (m *tieredMode) rateLimits(ctx context.Context, lim *ratelimit.Limiter) (*s
 	return tieredRateLimits(ctx, m.b, lim, m.log)
 }
 
-func (m *tieredMode) peerRegions(*region.Config) (bool, error) {
-	return false, fmt.Errorf("server: --peer-regions: %w: needs embedded or cluster mode", ErrUnsupportedMode)
+// peerRegions: every node of a tiered region ships the region's changes
+// from PostgreSQL's record of them (tiered.Backend.RegionChanges) and
+// keeps its own copies of the peer regions' states under --data; nothing
+// to bootstrap (PostgreSQL is the region's durable state).
+func (m *tieredMode) peerRegions(rc *region.Config) (bool, error) {
+	rc.Durable = &region.Durable{
+		Changes: func(ctx context.Context, after region.Cursor, limit int) ([]region.Change, bool, error) {
+			cs, more, err := m.b.RegionChanges(ctx, postgres.RegionCursor(after), limit)
+			out := make([]region.Change, len(cs))
+			for i, c := range cs {
+				out[i] = region.Change{At: region.Cursor(c.At), Tomb: c.Tomb, State: c.State}
+			}
+			return out, more, err
+		},
+		ExportAll: m.b.RegionExportAll,
+		Export:    m.b.RegionExport,
+		Region:    m.b,
+	}
+	return false, nil
 }
 
 // tieredRateLimits decides rate limits in Redis (one script per check, so

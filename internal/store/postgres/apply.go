@@ -205,7 +205,11 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 
 	// Rows are always locked in counter_id order (sorted inputs, fixed
 	// statement order) so concurrent batches cannot deadlock.
-	if err = applyDeletes(exec, b.Deletes); err != nil {
+	if len(b.Deletes) > 0 {
+		s.statements.Add(1) // applyDeletes' DELETE … RETURNING
+	}
+	deleted, err := applyDeletes(ctx, tx, exec, b.Deletes)
+	if err != nil {
 		return false, err
 	}
 	if err = sum.upsert(exec, now); err != nil {
@@ -226,6 +230,13 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 			FROM unnest($1::text[], $2::bigint[]) AS u(id, delta) JOIN counters c ON c.counter_id = u.id`,
 			auditIDs, auditDeltas, b.ID, now); err != nil {
 			return false, fmt.Errorf("postgres: audit: %w", err)
+		}
+	}
+	// Last: the region change sequence's row stays locked until commit.
+	if ids := b.changedIDs(); len(ids) > 0 {
+		s.statements.Add(2)
+		if err = noteRegionChanges(ctx, tx, ids, deleted); err != nil {
+			return false, err
 		}
 	}
 	s.statements.Add(1)
@@ -424,23 +435,48 @@ func (sum *sums) upsert(exec execFunc, now time.Time) error {
 type execFunc func(sql string, args ...any) (int64, error)
 
 // applyDeletes removes counters with everything hanging off them
-// (counter_shards cascades).
-func applyDeletes(exec execFunc, ids []string) error {
+// (counter_shards cascades) and returns the versions the deleted counters
+// had (for their region export base).
+func applyDeletes(ctx context.Context, tx pgx.Tx, exec execFunc, ids []string) (map[string]int64, error) {
 	if len(ids) == 0 {
-		return nil
+		return nil, nil
 	}
 	ids = append([]string(nil), ids...)
 	sort.Strings(ids)
+	rows, err := tx.Query(ctx, `DELETE FROM counters WHERE counter_id = ANY($1::text[]) RETURNING counter_id, version`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: apply deletes: %w", err)
+	}
+	deleted := map[string]int64{}
+	var id string
+	var ver int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &ver}, func() error { deleted[id] = ver; return nil }); err != nil {
+		return nil, fmt.Errorf("postgres: apply deletes: %w", err)
+	}
 	for _, q := range []string{
-		`DELETE FROM counters WHERE counter_id = ANY($1::text[])`,
 		`DELETE FROM counter_fields WHERE counter_id = ANY($1::text[])`,
 		`DELETE FROM counter_hll WHERE counter_id = ANY($1::text[])`,
 	} {
 		if _, err := exec(q, ids); err != nil {
-			return fmt.Errorf("postgres: apply deletes: %w", err)
+			return nil, fmt.Errorf("postgres: apply deletes: %w", err)
 		}
 	}
-	return nil
+	return deleted, nil
+}
+
+// changedIDs lists the counters the batch changes (with repeats).
+func (b *Batch) changedIDs() []string {
+	ids := slices.Clone(b.Deletes)
+	for _, d := range b.Deltas {
+		ids = append(ids, d.CounterID)
+	}
+	for _, e := range b.Expiries {
+		ids = append(ids, e.ID)
+	}
+	for _, v := range b.Versions {
+		ids = append(ids, v.ID)
+	}
+	return ids
 }
 
 // applyExpiries sets counters.expires_at (NULL for a zero time).

@@ -119,9 +119,25 @@ func (s *Store) PrefixIDs(ctx context.Context, prefix, kind string) ([]string, e
 // series and aggregates (FLUSHALL). Snapshots, the audit log and applied
 // batch ids are kept.
 func (s *Store) Truncate(ctx context.Context) error {
-	s.statements.Add(1)
-	_, err := s.pool.Exec(ctx, `TRUNCATE counters, counter_shards, counter_fields, counter_hll, counter_timeseries, counter_aggregates, counter_uniques`)
+	// Every counter is recorded as deleted for the region export first.
+	s.statements.Add(4)
+	tx, err := s.pool.Begin(ctx)
 	if err != nil {
+		return fmt.Errorf("postgres: truncate: %w", err)
+	}
+	defer tx.Rollback(context.Background())
+	// The tables first, the sequence's row second, as a batch takes its
+	// rows and then the sequence (no deadlock).
+	if _, err := tx.Exec(ctx, `LOCK TABLE counters, counter_shards, counter_fields, counter_hll IN ACCESS EXCLUSIVE MODE`); err != nil {
+		return fmt.Errorf("postgres: truncate: %w", err)
+	}
+	if err := noteAllRegionChanges(ctx, tx, "true", true); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `TRUNCATE counters, counter_shards, counter_fields, counter_hll, counter_timeseries, counter_aggregates, counter_uniques`); err != nil {
+		return fmt.Errorf("postgres: truncate: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
 		return fmt.Errorf("postgres: truncate: %w", err)
 	}
 	return nil
