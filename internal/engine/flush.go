@@ -213,12 +213,17 @@ func (e *Engine) flushOnce() error {
 	}
 	recs := e.idem.takePending()
 	stored := e.idem.takeStored()
+	marks := e.marks.take()
 	e.gate.Unlock()
 
 	for _, r := range recs {
 		b.Set(idemKey(r.Key), r.encode(), nil)
 	}
 	err := writeStored(b, stored)
+	var mrec markRec
+	if err == nil {
+		mrec, err = e.marks.write(b, marks)
+	}
 	if err == nil {
 		err = e.writeRollups(b, rfs)
 	}
@@ -251,10 +256,12 @@ func (e *Engine) flushOnce() error {
 		}
 		e.idem.requeue(recs)
 		e.idem.requeueStored(stored)
+		e.marks.requeue(marks)
 		e.rollupsFailed(rfs)
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}
 	e.rollupsCommitted(rfs, gen)
+	e.marks.committed(mrec)
 	e.idem.markFlushed(recs)
 	f.flushes.Add(1)
 	f.lastFlush.Store(time.Now().UnixNano())
@@ -352,6 +359,7 @@ func (e *Engine) janitorLoop() {
 		rollEvery = 10 * time.Minute
 	}
 	lastRollPurge := time.Now()
+	lastMarks := time.Now()
 	for {
 		select {
 		case <-e.stop:
@@ -361,6 +369,12 @@ func (e *Engine) janitorLoop() {
 		e.expireDue()
 		if e.disk.state.Load() != diskOK {
 			continue // purges write to Pebble: not while it is short of space
+		}
+		if time.Since(lastMarks) >= markExpireInterval {
+			lastMarks = time.Now()
+			if err := e.expireMarks(); err != nil {
+				e.cfg.Logger.Warn("dedupe mark purge failed", "err", err)
+			}
 		}
 		if time.Since(lastRollPurge) >= rollEvery {
 			lastRollPurge = time.Now()
