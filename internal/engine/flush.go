@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -321,11 +321,16 @@ func (s *sortedKV) add(k, v []byte, del bool) {
 	s.ents = append(s.ents, e)
 }
 
+func (s *sortedKV) Len() int      { return len(s.ents) }
+func (s *sortedKV) Swap(i, j int) { s.ents[i], s.ents[j] = s.ents[j], s.ents[i] }
+func (s *sortedKV) Less(i, j int) bool {
+	x, y := &s.ents[i], &s.ents[j]
+	return bytes.Compare(s.buf[x.k:x.v], s.buf[y.k:y.v]) < 0
+}
+
 // writeSorted adds the pairs to b in key order.
 func (s *sortedKV) writeSorted(b *pebble.Batch) {
-	slices.SortFunc(s.ents, func(x, y kvEnt) int {
-		return bytes.Compare(s.buf[x.k:x.v], s.buf[y.k:y.v])
-	})
+	sort.Sort(s) // (not slices.SortFunc: its instantiation grows the binary)
 	for _, e := range s.ents {
 		if e.del {
 			b.Delete(s.buf[e.k:e.v], nil)
