@@ -38,7 +38,8 @@ type MarkApplier interface {
 	// expired), nothing is applied and the error is a *BatchError with
 	// Index len(ops)+k and an error wrapping ErrVersionConflict; a
 	// failing op is a *BatchError naming it, as with ApplyAtomic. ops
-	// may be empty.
+	// may be empty; marks must be distinct (the caller deduplicates a
+	// batch's own events).
 	ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error
 	// Marked reports whether mark exists and has not expired.
 	Marked(mark string) bool

@@ -689,7 +689,11 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		if a.marks != nil {
 			// The engine's dedupe marks: created with the batch, which
 			// fails if one exists.
-			err = a.marks.ApplyMarked(ctx, c.ops, c.marks, rs.Dedupe, contract.WriteOptions{Durability: contract.Async})
+			ttl := rs.Dedupe
+			if ttl <= 0 {
+				ttl = contract.MaxTTL // a Set not from Load: a marker counter without a TTL stayed
+			}
+			err = a.marks.ApplyMarked(ctx, c.ops, c.marks, ttl, contract.WriteOptions{Durability: contract.Async})
 		} else if a.atomic != nil {
 			// The markers make a retry safe without an idempotency record.
 			err = a.atomic.ApplyAtomic(ctx, c.ops, contract.WriteOptions{Durability: contract.Async})
