@@ -11,9 +11,9 @@ import (
 
 // AtomicApplier is a Backend that applies a batch atomically in memory
 // and on disk without an idempotency record (the embedded engine's, from
-// Local). The event pipeline's consumer uses it: its batches carry their
-// own deduplication (a marker counter per event, created with
-// ExpectedVersion 0 in the same batch), so the record, which holds the id
+// Local). The event pipeline's consumer uses it (through ApplyMarked,
+// marks.go): its batches carry their own deduplication (a marker per
+// event, created in the same batch), so the record, which holds the id
 // and result of every op, would only be written and compacted for nothing.
 type AtomicApplier interface {
 	ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error

@@ -66,10 +66,11 @@ type Engine struct {
 	// describes always reach disk in the same batch.
 	gate sync.RWMutex
 
-	idem idemTable
-	fl   flusher
-	roll rollups
-	disk *diskGuard // free space and write errors of the data directory (disk.go)
+	idem  idemTable
+	marks markSet // dedupe marks (marks.go)
+	fl    flusher
+	roll  rollups
+	disk  *diskGuard // free space and write errors of the data directory (disk.go)
 
 	keys    atomic.Int64 // live counters
 	expires atomic.Int64 // live counters with a TTL

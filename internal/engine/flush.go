@@ -1,9 +1,11 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,6 +27,7 @@ type flusher struct {
 	kick chan struct{} // a sync writer is waiting
 
 	taken []reapItem // the entries a flush took from the dirty sets (flusher only)
+	kv    sortedKV   // the counters a flush writes (flusher only)
 
 	flushes   atomic.Uint64
 	failures  atomic.Uint64 // failed flushes
@@ -155,8 +158,10 @@ func (e *Engine) flushOnce() error {
 	b := e.db.NewBatch()
 	var reap []reapItem
 	var buf, vbuf []byte // key and value scratch: Batch.Set copies them
-	var rfs []rollFlush  // rollups to write, taken with their entries
-	var list []uint32    // one shard's dirty slab indexes
+	kv := &f.kv
+	kv.reset()
+	var rfs []rollFlush // rollups to write, taken with their entries
+	var list []uint32   // one shard's dirty slab indexes
 	e.roll.gen++
 	gen := e.roll.gen
 
@@ -179,7 +184,7 @@ func (e *Engine) flushOnce() error {
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
 			if en.kind() == contract.KindNone {
-				b.Delete(key, nil)
+				kv.add(key, nil, true)
 				reap = append(reap, reapItem{no, i, idRef})
 			} else {
 				val, err := encodeEntry(vbuf[:0], en)
@@ -191,7 +196,7 @@ func (e *Engine) flushOnce() error {
 					e.rollupsFailed(rfs)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
-				b.Set(key, val, nil)
+				kv.add(key, val, false)
 				vbuf = val
 			}
 			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
@@ -213,12 +218,18 @@ func (e *Engine) flushOnce() error {
 	}
 	recs := e.idem.takePending()
 	stored := e.idem.takeStored()
+	marks := e.marks.take()
 	e.gate.Unlock()
+	kv.writeSorted(b)
 
 	for _, r := range recs {
 		b.Set(idemKey(r.Key), r.encode(), nil)
 	}
 	err := writeStored(b, stored)
+	var mrec markRec
+	if err == nil {
+		mrec, err = e.marks.write(b, marks)
+	}
 	if err == nil {
 		err = e.writeRollups(b, rfs)
 	}
@@ -251,10 +262,12 @@ func (e *Engine) flushOnce() error {
 		}
 		e.idem.requeue(recs)
 		e.idem.requeueStored(stored)
+		e.marks.requeue(marks)
 		e.rollupsFailed(rfs)
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}
 	e.rollupsCommitted(rfs, gen)
+	e.marks.committed(mrec)
 	e.idem.markFlushed(recs)
 	f.flushes.Add(1)
 	f.lastFlush.Store(time.Now().UnixNano())
@@ -274,6 +287,57 @@ func (e *Engine) failCycle(c *cycle, err error) error {
 		close(c.done)
 	}
 	return err
+}
+
+// sortedKV collects a flush's counter keys and values to add them to its
+// batch in key order: Pebble inserts a batch's keys into its memtable
+// (a skiplist) one after the other, and a key just after the previous one
+// is found from where that one went, in a few steps, where a key anywhere
+// costs a search from the top (the engine's dirty counters come in hash
+// order). Each key is there once (an entry is taken once a flush).
+type sortedKV struct {
+	buf  []byte
+	ents []kvEnt
+}
+
+type kvEnt struct {
+	k, v, end int // key at buf[k:v], value at buf[v:end]
+	del       bool
+}
+
+func (s *sortedKV) reset() {
+	if cap(s.buf) > 16<<20 {
+		s.buf, s.ents = nil, nil // a flush of everything: not kept
+	}
+	s.buf, s.ents = s.buf[:0], s.ents[:0]
+}
+
+func (s *sortedKV) add(k, v []byte, del bool) {
+	e := kvEnt{k: len(s.buf), del: del}
+	s.buf = append(s.buf, k...)
+	e.v = len(s.buf)
+	s.buf = append(s.buf, v...)
+	e.end = len(s.buf)
+	s.ents = append(s.ents, e)
+}
+
+func (s *sortedKV) Len() int      { return len(s.ents) }
+func (s *sortedKV) Swap(i, j int) { s.ents[i], s.ents[j] = s.ents[j], s.ents[i] }
+func (s *sortedKV) Less(i, j int) bool {
+	x, y := &s.ents[i], &s.ents[j]
+	return bytes.Compare(s.buf[x.k:x.v], s.buf[y.k:y.v]) < 0
+}
+
+// writeSorted adds the pairs to b in key order.
+func (s *sortedKV) writeSorted(b *pebble.Batch) {
+	sort.Sort(s) // (not slices.SortFunc: its instantiation grows the binary)
+	for _, e := range s.ents {
+		if e.del {
+			b.Delete(s.buf[e.k:e.v], nil)
+		} else {
+			b.Set(s.buf[e.k:e.v], s.buf[e.v:e.end], nil)
+		}
+	}
 }
 
 type reapItem struct {
@@ -352,6 +416,7 @@ func (e *Engine) janitorLoop() {
 		rollEvery = 10 * time.Minute
 	}
 	lastRollPurge := time.Now()
+	lastMarks := time.Now()
 	for {
 		select {
 		case <-e.stop:
@@ -361,6 +426,12 @@ func (e *Engine) janitorLoop() {
 		e.expireDue()
 		if e.disk.state.Load() != diskOK {
 			continue // purges write to Pebble: not while it is short of space
+		}
+		if time.Since(lastMarks) >= markExpireInterval {
+			lastMarks = time.Now()
+			if err := e.expireMarks(); err != nil {
+				e.cfg.Logger.Warn("dedupe mark purge failed", "err", err)
+			}
 		}
 		if time.Since(lastRollPurge) >= rollEvery {
 			lastRollPurge = time.Now()

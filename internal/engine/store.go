@@ -245,6 +245,9 @@ func (e *Engine) load() error {
 	if err := e.loadRollupSpecs(); err != nil {
 		return err
 	}
+	if err := e.loadMarks(); err != nil {
+		return err
+	}
 	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixCounter}, UpperBound: []byte{prefixCounter + 1}})
 	if err != nil {
 		return fmt.Errorf("engine: load: %w", err)

@@ -3,12 +3,14 @@
 // An Applier turns records into engine ops with the rules, coalesces them
 // per counter and applies them in engine batches. Each event that changes
 // something is deduplicated by its id: the batch that applies its effect
-// also creates the marker counter "_events:<id>" with ExpectedVersion 0
-// (must not exist) and the rules file's dedupe TTL. Both land in one
-// atomic engine batch, so an event is either applied with its marker or
-// not at all; a redelivered or duplicated event finds its marker and is
-// skipped, and a racing duplicate fails the batch with a version conflict
-// on its marker and is dropped before the batch is retried. Every batch
+// also creates its marker "_events:<id>", which must not exist, with the
+// rules file's dedupe TTL: a dedupe mark of the embedded engine
+// (engine.MarkApplier), else a marker counter created with
+// ExpectedVersion 0. Both land in one atomic engine batch, so an event is
+// either applied with its marker or not at all; a redelivered or
+// duplicated event finds its marker and is skipped, and a racing duplicate
+// fails the batch with a version conflict on its marker and is dropped
+// before the batch is retried. Every batch
 // also carries an idempotency key derived from its stream position
 // (source, partition, first and last offset.index), so a retried apply after an
 // ambiguous error replays instead of applying again. The engine writes a
@@ -73,6 +75,7 @@ type Applier struct {
 	maxOps  int
 	m       *Metrics
 	atomic  engine.AtomicApplier // be's, when it has one
+	marks   engine.MarkApplier   // be's, when it has one: markers are its dedupe marks
 	rollups rollupOfer           // be's, when it has one
 	et      atomic.Pointer[EventTime]
 	// newest is the newest event time (Unix ms) applied: the watermark.
@@ -174,6 +177,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	if aa, ok := be.(engine.AtomicApplier); ok {
 		a.atomic, a.maxOps = aa, atomicBatchOps
 	}
+	a.marks, _ = be.(engine.MarkApplier)
 	a.rollups, _ = be.(rollupOfer)
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
@@ -327,7 +331,7 @@ func (s *scratch) clear() {
 	clear(s.seen)
 	clear(s.hits) // no hold on the rules of a reload
 	s.hits = s.hits[:0]
-	s.c.reset()
+	s.c.reset(false)
 }
 
 // applySegment applies the records of parts (at most segmentEvents) and
@@ -399,6 +403,12 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := s.evs[:0]
 	for _, p := range s.evs {
+		if a.marks != nil && a.marks.Marked(p.marker) {
+			duplicates++
+			continue
+		}
+		// A marker counter: what applied the event before the engine
+		// kept marks (or a backend without them).
 		_, _, exists, err := a.be.TTL(ctx, p.marker)
 		if err != nil {
 			return false, err
@@ -530,14 +540,21 @@ type chunk struct {
 	byKey  map[opKey]int
 	events []*pending
 	// opOf lists, event after event of events, the index in ops of each
-	// of its hits and then of its marker (len(hits)+1 entries an event).
+	// of its hits and then of its marker (len(hits)+1 entries an event;
+	// -1 for a marker kept in marks).
 	opOf []int32
+	// marks, when the backend keeps dedupe marks (engine.MarkApplier):
+	// the marker of each of events, instead of an op.
+	marks   []string
+	useMark bool
 }
 
-func (c *chunk) reset() {
+func (c *chunk) reset(useMark bool) {
 	clear(c.ops) // drop the references to the last batch's ids and items
-	c.ops, c.events, c.opOf = c.ops[:0], c.events[:0], c.opOf[:0]
+	clear(c.marks)
+	c.ops, c.events, c.opOf, c.marks = c.ops[:0], c.events[:0], c.opOf[:0], c.marks[:0]
 	clear(c.byKey)
+	c.useMark = useMark
 }
 
 type opKey struct {
@@ -572,8 +589,13 @@ func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
 		}
 		c.opOf = append(c.opOf, int32(j))
 	}
-	c.opOf = append(c.opOf, int32(len(c.ops)))
-	c.ops = append(c.ops, contract.Op{Type: contract.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
+	if c.useMark {
+		c.opOf = append(c.opOf, -1)
+		c.marks = append(c.marks, p.marker)
+	} else {
+		c.opOf = append(c.opOf, int32(len(c.ops)))
+		c.ops = append(c.ops, contract.Op{Type: contract.OpSet, ID: p.marker, Value: 1, CheckVersion: true, ExpectedVersion: 0})
+	}
 	c.events = append(c.events, p)
 	return true
 }
@@ -641,7 +663,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		maxItems = contract.MaxItems
 	}
 	for attempt := 0; ; attempt++ {
-		c.reset()
+		c.reset(a.marks != nil)
 		n := 0
 		for n < len(evs) {
 			if evs[n].drop {
@@ -664,7 +686,15 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		first, last := c.events[0].rec, c.events[len(c.events)-1].rec
 		pos := fmt.Sprintf("%s:%d:%d.%d-%d.%d", source, first.Partition, first.Offset, first.Index, last.Offset, last.Index)
 		var err error
-		if a.atomic != nil {
+		if a.marks != nil {
+			// The engine's dedupe marks: created with the batch, which
+			// fails if one exists.
+			ttl := rs.Dedupe
+			if ttl <= 0 {
+				ttl = contract.MaxTTL // a Set not from Load: a marker counter without a TTL stayed
+			}
+			err = a.marks.ApplyMarked(ctx, c.ops, c.marks, ttl, contract.WriteOptions{Durability: contract.Async})
+		} else if a.atomic != nil {
 			// The markers make a retry safe without an idempotency record.
 			err = a.atomic.ApplyAtomic(ctx, c.ops, contract.WriteOptions{Durability: contract.Async})
 		} else {
@@ -692,6 +722,16 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			return n, true, nil
 		}
 		var be *contract.BatchError
+		if errors.As(err, &be) && c.useMark && be.Index >= len(c.ops) && be.Index < len(c.ops)+len(c.events) &&
+			errors.Is(be.Err, contract.ErrVersionConflict) {
+			// An event's mark exists: a copy applied concurrently.
+			c.events[be.Index-len(c.ops)].drop = true
+			a.m.Events.WithLabelValues("duplicate").Inc()
+			if attempt > len(evs)+1 {
+				panic("consumer: a batch kept failing after every event it named was dropped")
+			}
+			continue
+		}
 		if !errors.As(err, &be) || be.Index < 0 || be.Index >= len(c.ops) {
 			return 0, false, fmt.Errorf("consumer: apply %s: %w", pos, err)
 		}

@@ -1,0 +1,327 @@
+package engine
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/cockroachdb/pebble"
+
+	"github.com/counterd/counterd/internal/contract"
+)
+
+// Dedupe marks: the ids of the events the pipeline's consumer applied,
+// each remembered until its expiry. They are not counters: a mark is an
+// entry of an in-memory set, and the marks a flush takes are written in
+// that flush's Pebble batch as one value, 'd' + the flush's sequence
+// number (8 bytes, big endian), together with the counter changes of the
+// batches that made them. Reading them back at Open restores the set, so a
+// mark and the effect of its batch are on disk both or neither, across a
+// crash. The janitor deletes a record once every mark in it expired.
+//
+// Record value: the expiry of its first mark (8 bytes, big endian unix
+// ns), then per mark the varint of its expiry minus that, the uvarint of
+// its length and its bytes.
+const prefixMarks byte = 'd'
+
+// MarkApplier is an AtomicApplier that also keeps dedupe marks (the
+// embedded engine's, from Local): ApplyMarked applies a batch atomically
+// with marks it creates, failing if one already exists, so that each mark
+// costs an entry of an in-memory set and a few bytes of one value per
+// flush rather than a counter and a key of its own.
+type MarkApplier interface {
+	AtomicApplier
+	// ApplyMarked is ApplyAtomic of ops that also creates marks, each
+	// expiring after ttl. All or none: if marks[k] exists (and has not
+	// expired), nothing is applied and the error is a *BatchError with
+	// Index len(ops)+k and an error wrapping ErrVersionConflict; a
+	// failing op is a *BatchError naming it, as with ApplyAtomic. ops
+	// may be empty; marks must be distinct (the caller deduplicates a
+	// batch's own events).
+	ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error
+	// Marked reports whether mark exists and has not expired.
+	Marked(mark string) bool
+}
+
+// maxMarkLen bounds a mark.
+const maxMarkLen = 1024
+
+type markEntry struct {
+	id  string
+	exp int64 // unix ns
+}
+
+// markRec is a flushed record: its key's sequence number, its marks' ids
+// and the latest expiry among them.
+type markRec struct {
+	seq    uint64
+	maxExp int64
+	ids    []string
+}
+
+// markSet is the engine's dedupe marks.
+type markSet struct {
+	applyMu sync.Mutex // serializes ApplyMarked: a mark is checked and created as one step
+
+	mu      sync.RWMutex
+	m       map[string]int64 // mark -> expiry (unix ns)
+	pending []markEntry      // created since the last flush took them
+	recs    []markRec        // on disk, oldest first
+	seq     uint64           // of the newest record
+}
+
+func markKey(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{prefixMarks}, seq)
+}
+
+// Marked reports whether mark exists and has not expired.
+func (e *Engine) Marked(mark string) bool {
+	s := &e.marks
+	s.mu.RLock()
+	exp, ok := s.m[mark]
+	s.mu.RUnlock()
+	return ok && exp > e.nowNano()
+}
+
+// ApplyMarked: see MarkApplier.
+func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error {
+	if err := e.checkWrite(); err != nil {
+		return err
+	}
+	if len(ops) == 0 && len(marks) == 0 {
+		return fmt.Errorf("%w: empty batch", contract.ErrInvalidArgument)
+	}
+	if len(ops) > maxAtomicOps {
+		return fmt.Errorf("%w: %d ops, at most %d", contract.ErrBatchTooLarge, len(ops), maxAtomicOps)
+	}
+	if ttl <= 0 || ttl > contract.MaxTTL {
+		return fmt.Errorf("%w: mark ttl %v", contract.ErrInvalidArgument, ttl)
+	}
+	for i := range ops {
+		if err := ops[i].ValidateDefaulted(&e.limits); err != nil {
+			return &contract.BatchError{Index: i, Err: err}
+		}
+	}
+	for k, m := range marks {
+		if m == "" || len(m) > maxMarkLen {
+			return &contract.BatchError{Index: len(ops) + k, Err: fmt.Errorf("%w: a mark is 1..%d bytes", contract.ErrInvalidArgument, maxMarkLen)}
+		}
+	}
+	s := &e.marks
+	s.applyMu.Lock()
+	defer s.applyMu.Unlock()
+	now := e.nowNano()
+	s.mu.RLock()
+	for k, m := range marks {
+		if exp, ok := s.m[m]; ok && exp > now {
+			s.mu.RUnlock()
+			return &contract.BatchError{Index: len(ops) + k, Err: fmt.Errorf("%w: mark %q exists", contract.ErrVersionConflict, m)}
+		}
+	}
+	s.mu.RUnlock()
+	var err error
+	e.gate.RLock() // the flusher's snapshot sees the batch and its marks, or neither
+	if len(ops) > 0 {
+		rp := atomicResults.Get().(*[]contract.Result)
+		if cap(*rp) < len(ops) {
+			*rp = make([]contract.Result, len(ops))
+		}
+		res := (*rp)[:len(ops)]
+		err = e.applyMulti(ops, res, true)
+		clear(res)
+		atomicResults.Put(rp)
+	}
+	if err == nil && len(marks) > 0 {
+		exp := now + int64(ttl)
+		s.mu.Lock()
+		if s.m == nil {
+			s.m = make(map[string]int64, len(marks))
+		}
+		for _, m := range marks {
+			s.m[m] = exp
+			s.pending = append(s.pending, markEntry{m, exp})
+		}
+		s.mu.Unlock()
+	}
+	e.gate.RUnlock()
+	if err != nil {
+		return err
+	}
+	e.ops.add(len(ops))
+	if e.durability(wo) == contract.Sync {
+		return e.waitDurable(ctx)
+	}
+	return nil
+}
+
+// take returns the marks created since the last flush. The flusher calls
+// it holding e.gate exclusively, so it takes the marks of a batch with
+// the batch's changes.
+func (s *markSet) take() []markEntry {
+	s.mu.Lock()
+	p := s.pending
+	s.pending = nil
+	s.mu.Unlock()
+	return p
+}
+
+// requeue puts back marks whose flush failed.
+func (s *markSet) requeue(p []markEntry) {
+	if len(p) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.pending = append(p, s.pending...)
+	s.mu.Unlock()
+}
+
+// write adds the record of p to b and returns it (not yet committed).
+func (s *markSet) write(b *pebble.Batch, p []markEntry) (markRec, error) {
+	r := markRec{ids: make([]string, len(p))}
+	if len(p) == 0 {
+		return r, nil
+	}
+	s.mu.Lock()
+	s.seq++
+	r.seq = s.seq
+	s.mu.Unlock()
+	base := p[0].exp
+	n := 8
+	for _, m := range p {
+		n += 2*binary.MaxVarintLen64 + len(m.id)
+	}
+	v := binary.BigEndian.AppendUint64(make([]byte, 0, n), uint64(base))
+	r.maxExp = base
+	for i, m := range p {
+		v = binary.AppendVarint(v, m.exp-base)
+		v = binary.AppendUvarint(v, uint64(len(m.id)))
+		v = append(v, m.id...)
+		r.ids[i] = m.id
+		r.maxExp = max(r.maxExp, m.exp)
+	}
+	return r, b.Set(markKey(r.seq), v, nil)
+}
+
+// committed records r, now on disk.
+func (s *markSet) committed(r markRec) {
+	if len(r.ids) == 0 {
+		return
+	}
+	s.mu.Lock()
+	s.recs = append(s.recs, r)
+	s.mu.Unlock()
+}
+
+// decodeMarks calls fn with each mark of record value v.
+func decodeMarks(v []byte, fn func(id string, exp int64)) error {
+	if len(v) < 8 {
+		return fmt.Errorf("%w: mark record of %d bytes", ErrCorrupt, len(v))
+	}
+	base := int64(binary.BigEndian.Uint64(v))
+	v = v[8:]
+	for len(v) > 0 {
+		d, n := binary.Varint(v)
+		if n <= 0 {
+			return fmt.Errorf("%w: mark record: expiry", ErrCorrupt)
+		}
+		v = v[n:]
+		l, n := binary.Uvarint(v)
+		if n <= 0 || l > uint64(len(v)-n) {
+			return fmt.Errorf("%w: mark record: length", ErrCorrupt)
+		}
+		v = v[n:]
+		fn(string(v[:l]), base+d)
+		v = v[l:]
+	}
+	return nil
+}
+
+// loadMarks reads the mark records back (Open).
+func (e *Engine) loadMarks() error {
+	s := &e.marks
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMarks}, UpperBound: []byte{prefixMarks + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: load marks: %w", err)
+	}
+	defer it.Close()
+	now := e.nowNano()
+	s.m = map[string]int64{}
+	for it.First(); it.Valid(); it.Next() {
+		k := it.Key()
+		if len(k) != 9 {
+			return fmt.Errorf("engine: load marks: %w: key %q", ErrCorrupt, k)
+		}
+		r := markRec{seq: binary.BigEndian.Uint64(k[1:])}
+		err := decodeMarks(it.Value(), func(id string, exp int64) {
+			r.maxExp = max(r.maxExp, exp)
+			if exp > now && exp > s.m[id] {
+				s.m[id] = exp
+				r.ids = append(r.ids, id)
+			}
+		})
+		if err != nil {
+			return fmt.Errorf("engine: load marks %d: %w", r.seq, err)
+		}
+		s.recs = append(s.recs, r) // an expired one is deleted by the janitor
+		s.seq = max(s.seq, r.seq)
+	}
+	return it.Error()
+}
+
+// expireMarks forgets the marks that expired and deletes the records whose
+// marks all did (janitor).
+func (e *Engine) expireMarks() error {
+	s := &e.marks
+	now := e.nowNano()
+	var gone []uint64
+	s.mu.Lock()
+	kept := s.recs[:0]
+	for _, r := range s.recs {
+		if r.maxExp > now {
+			kept = append(kept, r)
+			continue
+		}
+		for _, id := range r.ids {
+			if exp, ok := s.m[id]; ok && exp <= now {
+				delete(s.m, id) // (a later record may hold it again, unexpired: kept)
+			}
+		}
+		gone = append(gone, r.seq)
+	}
+	clear(s.recs[len(kept):])
+	s.recs = kept
+	s.mu.Unlock()
+	if len(gone) == 0 {
+		return nil
+	}
+	b := e.db.NewBatch()
+	defer b.Close()
+	for _, seq := range gone {
+		if err := b.Delete(markKey(seq), nil); err != nil {
+			return err
+		}
+	}
+	// Not synced: a record that comes back after a crash holds only
+	// expired marks, which loading skips.
+	return b.Commit(pebble.NoSync)
+}
+
+// MarkCount is how many marks the engine holds (expired ones until the
+// janitor forgets them).
+func (e *Engine) MarkCount() int {
+	s := &e.marks
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.m)
+}
+
+func (l local) ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error {
+	return l.e.ApplyMarked(ctx, ops, marks, ttl, wo)
+}
+
+func (l local) Marked(mark string) bool { return l.e.Marked(mark) }
+
+// markExpireInterval is how often the janitor forgets expired marks.
+const markExpireInterval = 10 * time.Second
