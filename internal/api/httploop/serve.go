@@ -3,7 +3,7 @@ package httploop
 import (
 	"bytes"
 	"context"
-	"io"
+	"strings"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -26,6 +26,7 @@ type exchange struct {
 	ctx    context.Context
 	remote string
 	date   []byte // cached Date value and its second
+	keys   []string
 	dateAt int64
 }
 
@@ -226,8 +227,7 @@ func (x *exchange) frame(out []byte, h *head, draining bool, now time.Time) ([]b
 		delete(hdr, "Connection")
 	}
 	delete(hdr, "Transfer-Encoding") // a buffered answer has a length
-	ob := outBuf{&out}
-	_ = hdr.Write(ob)
+	out = x.writeHeader(out, hdr)
 	if !hasKey(hdr, "Date") {
 		out = append(out, "Date: "...)
 		out = append(out, x.dateValue(now)...)
@@ -275,11 +275,47 @@ func suppressed(code int) []string {
 	return nil
 }
 
-// outBuf is an io.Writer appending to a byte slice.
-type outBuf struct{ b *[]byte }
+// writeHeader appends hdr as net/http's Header.Write does (keys sorted,
+// invalid names left out, newlines in values turned to spaces, values
+// trimmed), without its allocations.
+func (x *exchange) writeHeader(out []byte, hdr http.Header) []byte {
+	keys := x.keys[:0]
+	for k := range hdr {
+		keys = append(keys, k)
+	}
+	for i := 1; i < len(keys); i++ { // few keys: insertion sort
+		for j := i; j > 0 && keys[j] < keys[j-1]; j-- {
+			keys[j], keys[j-1] = keys[j-1], keys[j]
+		}
+	}
+	for _, k := range keys {
+		if !validFieldName(k) {
+			continue
+		}
+		for _, v := range hdr[k] {
+			if strings.ContainsAny(v, "\r\n") {
+				v = strings.NewReplacer("\n", " ", "\r", " ").Replace(v)
+			}
+			v = strings.Trim(v, " \t\n\r")
+			out = append(out, k...)
+			out = append(out, ": "...)
+			out = append(out, v...)
+			out = append(out, "\r\n"...)
+		}
+	}
+	clear(keys)
+	x.keys = keys[:0]
+	return out
+}
 
-func (o outBuf) Write(p []byte) (int, error) { *o.b = append(*o.b, p...); return len(p), nil }
-
-func (o outBuf) WriteString(s string) (int, error) { *o.b = append(*o.b, s...); return len(s), nil }
-
-var _ io.StringWriter = outBuf{}
+func validFieldName(k string) bool {
+	if k == "" {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		if !isToken(k[i]) {
+			return false
+		}
+	}
+	return true
+}
