@@ -3,10 +3,10 @@ package httploop
 import (
 	"bytes"
 	"context"
-	"strings"
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 )
 
