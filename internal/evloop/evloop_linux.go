@@ -31,7 +31,8 @@ import (
 //go:linkname Nanotime runtime.nanotime
 func Nanotime() int64
 
-// YieldEvery: a loop yields its processor that often (runtime.Gosched),
+// YieldEvery: a loop yields its processor that often (runtime.Gosched,
+// every 5 ms),
 // so that Go's system monitor does not take it for stuck (see
 // internal/api/resp/loop_linux.go, loopYieldEvery).
 const YieldEvery = 5 * time.Millisecond
@@ -157,6 +158,28 @@ func RawWrite(fd int, b []byte) (int, error) {
 		return -1, e
 	}
 	return int(r), nil
+}
+
+// WriteOut writes out[off:] to a non-blocking descriptor until it is
+// written or the socket takes no more. It returns the new offset;
+// blocked: the socket is full (wait for EPOLLOUT); err: the connection
+// failed.
+func WriteOut(fd int, out []byte, off int) (_ int, blocked bool, err error) {
+	for off < len(out) {
+		n, err := RawWrite(fd, out[off:])
+		if n > 0 {
+			off += n
+		}
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return off, true, nil
+		case err != nil:
+			return off, false, err
+		}
+	}
+	return off, false, nil
 }
 
 // EnableRxTime turns on receive timestamps (SO_TIMESTAMPNS) for RecvRx.

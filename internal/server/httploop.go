@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,19 +13,10 @@ import (
 	"github.com/counterd/counterd/internal/shed"
 )
 
-// httpEventLoops resolves --http-event-loops like --resp-event-loops: 0
-// (auto) is one loop per two Ps when no hot route can block
-// (nonBlocking: the embedded engine with --durability async), else none;
-// -1 is none.
-func httpEventLoops(flag int, nonBlocking bool) int {
-	switch {
-	case flag > 0:
-		return flag
-	case flag < 0 || !nonBlocking:
-		return 0
-	}
-	return max(1, runtime.GOMAXPROCS(0)/2)
-}
+// httpEventLoops resolves --http-event-loops like --resp-event-loops:
+// loops only where no hot route can block (nonBlocking: the embedded
+// engine with --durability async).
+func httpEventLoops(flag int, nonBlocking bool) int { return respEventLoops(flag, nonBlocking) }
 
 // httpLoopMaxBody is the largest body an HTTP event loop buffers: the hot
 // routes' bodies are small; a larger one goes to the HTTP server.

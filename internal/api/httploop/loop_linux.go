@@ -596,24 +596,18 @@ func (l *loop) flushQueued() {
 // waits for EPOLLOUT (input is not read meanwhile). It reports whether c
 // is still on the loop.
 func (l *loop) flush(c *conn) bool {
-	for c.outOff < len(c.out) {
-		n, err := evloop.RawWrite(c.fd, c.out[c.outOff:])
-		if n > 0 {
-			c.outOff += n
+	off, blocked, err := evloop.WriteOut(c.fd, c.out, c.outOff)
+	c.outOff = off
+	switch {
+	case err != nil:
+		l.closeConn(c)
+		return false
+	case blocked:
+		if !c.wantWrite {
+			c.wantWrite = true
+			l.p.Mod(c.fd, syscall.EPOLLOUT)
 		}
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			if !c.wantWrite {
-				c.wantWrite = true
-				l.p.Mod(c.fd, syscall.EPOLLOUT)
-			}
-			return true
-		case err != nil:
-			l.closeConn(c)
-			return false
-		}
+		return true
 	}
 	if cap(c.out) > 64<<10 {
 		c.out = nil
