@@ -61,8 +61,8 @@ type eventLoop struct {
 	stop  bool
 
 	now       int64 // nanotime when the current epoll_wait returned
-	served    int         // connections with events in the current round (Options.Coalesce)
-	roundCmds int         // commands run in the current round (Options.Coalesce)
+	served    int   // connections with events in the current round (Options.Coalesce)
+	roundCmds int   // commands run in the current round (Options.Coalesce)
 	// Connections served in the current activity epoch (now /
 	// coalesceEpoch) and in the one before (Options.Coalesce).
 	epoch                 int64
