@@ -264,6 +264,9 @@ type Share struct {
 	used  int
 }
 
+// Conns is the number of the client's connections on the loop.
+func (sh *Share) Conns() int { return sh.conns }
+
 // NewShares returns Shares with the given budget per client and round.
 func NewShares(budget int) *Shares {
 	return &Shares{Budget: budget, m: make(map[shed.Key]*Share)}

@@ -21,6 +21,7 @@ type Front struct {
 	errMu sync.Mutex
 	wg    sync.WaitGroup
 	loops []*loop // Linux
+	next  int     // the loop of the next connection
 
 	served, handedOver, shed atomic.Int64
 }

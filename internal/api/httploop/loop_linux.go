@@ -38,7 +38,13 @@ import (
 // by about one budget, not by one request per connection.
 
 // loopClientBudget is the most requests one client is read for in a round.
-const loopClientBudget = 256
+const loopClientBudget = 128
+
+// loopEvents is the most ready connections one epoll_wait reports. An
+// HTTP request costs ten times a RESP INCR: a round of 128 keeps the
+// answers of its first connections from waiting more than a few
+// milliseconds for the round's end.
+const loopEvents = 128
 
 // initialBuf is a connection's first input buffer.
 const initialBuf = 4 << 10
@@ -50,7 +56,7 @@ func New(ln net.Listener, opts Options) (*Front, error) {
 	}
 	f := &Front{inner: ln, opts: opts, ch: make(chan net.Conn), done: make(chan struct{})}
 	for i := 0; i < opts.Loops; i++ {
-		p, err := evloop.NewPoller(256)
+		p, err := evloop.NewPoller(loopEvents)
 		if err != nil {
 			for _, l := range f.loops {
 				l.stopNow()
@@ -111,8 +117,6 @@ func (f *Front) Shutdown(ctx context.Context) error {
 	return err
 }
 
-var nextLoop uint32
-
 // attach puts c on a loop; false: the HTTP server gets it.
 func (f *Front) attach(c net.Conn) bool {
 	if len(f.loops) == 0 || f.opts.TCPConn == nil {
@@ -128,8 +132,8 @@ func (f *Front) attach(c net.Conn) bool {
 		return false
 	}
 	_ = evloop.EnableRxTime(fd) // refused: latencies count from the read
-	nextLoop++
-	l := f.loops[int(nextLoop)%len(f.loops)]
+	f.next++ // only the accepting goroutine
+	l := f.loops[f.next%len(f.loops)]
 	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr}
 	ip := shed.AddrIP(raddr)
 	cn.peer = shed.ClientKey(ip)
@@ -202,6 +206,7 @@ type conn struct {
 	out        []byte
 	outOff     int
 	wantWrite  bool
+	blockedAt  int64 // nanotime wantWrite was set
 	queued     bool
 	closeAfter bool // close once out is written
 	handover   bool // hand over once out is written
@@ -231,7 +236,7 @@ func (l *loop) run() {
 	defer close(l.done)
 	o := &l.f.opts
 	var sweep time.Duration
-	if t := min(nonZero(o.IdleTimeout), nonZero(o.ReadHeaderTimeout)); t > 0 && t < time.Duration(1<<62) {
+	if t := min(nonZero(o.IdleTimeout), nonZero(o.ReadHeaderTimeout), nonZero(o.WriteTimeout)); t > 0 && t < time.Duration(1<<62) {
 		sweep = min(max(t/8, 10*time.Millisecond), time.Second)
 	}
 	l.now = evloop.Nanotime()
@@ -374,6 +379,9 @@ func (l *loop) sweepIdle() {
 	for _, c := range l.conns {
 		switch {
 		case c.wantWrite:
+			if o.WriteTimeout > 0 && time.Duration(l.now-c.blockedAt) >= o.WriteTimeout {
+				l.closeConn(c) // its client does not read its answers
+			}
 		case c.r == c.w && o.IdleTimeout > 0 && time.Duration(l.now-c.lastRead) >= o.IdleTimeout:
 			l.closeConn(c)
 		case c.r < c.w && o.ReadHeaderTimeout > 0 && time.Duration(l.now-c.startAt) >= o.ReadHeaderTimeout:
@@ -511,7 +519,10 @@ func (l *loop) process(c *conn) bool {
 				c.key, c.share = k, l.shares.Join(k)
 			}
 		}
-		if o.Fair != nil && l.now < l.behindUntil && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
+		// The share rule of admission (docs/security.md, Overload): a
+		// client with at most its share of the queue in connections, one
+		// request each, is never refused for time; a flood's excess is.
+		if o.Fair != nil && l.now < l.behindUntil && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
 			if waited := time.Duration(l.wall.UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
 				v := o.Fair.ShedStale()
 				l.f.shed.Add(1)
@@ -604,7 +615,7 @@ func (l *loop) flush(c *conn) bool {
 		return false
 	case blocked:
 		if !c.wantWrite {
-			c.wantWrite = true
+			c.wantWrite, c.blockedAt = true, l.now
 			l.p.Mod(c.fd, syscall.EPOLLOUT)
 		}
 		return true

@@ -31,6 +31,9 @@ type Options struct {
 	// IdleTimeout closes a connection without a request for that long;
 	// ReadHeaderTimeout one whose request has not arrived whole by then.
 	IdleTimeout, ReadHeaderTimeout time.Duration
+	// WriteTimeout closes a connection whose answers the socket has not
+	// taken for that long (its client does not read them).
+	WriteTimeout time.Duration
 	// TCPConn finds the TCP connection inside a connection the listener
 	// accepted (its wrappers count connections; Close is still called on
 	// the accepted connection when the loop closes it). Nil, or a nil
