@@ -58,6 +58,9 @@ func (n *node) loopOptions(loops int, h http.Handler, hs *http.Server, adm *admi
 	}
 	if adm != nil {
 		o.Fair, o.OnShed = adm.fair, adm.onShed
+		if adm.pace != nil {
+			o.Pace = adm.pace.Pause
+		}
 		o.ShedAnswer = func(v shed.Verdict, closeAfter bool) []byte {
 			i, j := 0, 0
 			if v == shed.ShedClient {

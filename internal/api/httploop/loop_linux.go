@@ -183,6 +183,9 @@ type loop struct {
 	// that passed a client over for its budget: then the wait is the
 	// loop's backlog, not a stall of the machine.
 	behindUntil int64
+	// paused: connections left unread after a shed answer (Options.Pace)
+	// until their pauseEnd.
+	paused []*conn
 	h           head
 }
 
@@ -211,6 +214,8 @@ type conn struct {
 	closeAfter bool // close once out is written
 	handover   bool // hand over once out is written
 	turned     bool // passed over in a round for its client's budget
+	pauseFor   time.Duration
+	pauseEnd   int64 // nanotime; 0: not paused
 	obs        []obs
 	x          exchange
 }
@@ -245,6 +250,15 @@ func (l *loop) run() {
 		wait := -1
 		if sweep > 0 {
 			wait = max(int((sweep-time.Duration(l.now-lastSweep)+time.Millisecond-1)/time.Millisecond), 0)
+		}
+		if len(l.paused) > 0 {
+			if d := l.resume(); d >= 0 {
+				ms := int((d + time.Millisecond - 1) / time.Millisecond)
+				if wait < 0 || ms < wait {
+					wait = ms
+				}
+			}
+			l.flushQueued()
 		}
 		n, err := l.p.Wait(wait)
 		l.now = evloop.Nanotime()
@@ -449,6 +463,9 @@ func (l *loop) serve(c *conn, events uint32) {
 	if events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
 		return
 	}
+	if c.pauseEnd != 0 && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
+		return // paused (resume)
+	}
 	if l.shares.Over(c.share) {
 		c.turned = true
 		l.behind()
@@ -534,6 +551,12 @@ func (l *loop) process(c *conn) bool {
 				served++
 				if h.close {
 					c.closeAfter = true
+				}
+				if o.Pace != nil {
+					if d := o.Pace(c.key); d > 0 {
+						c.pauseFor = d
+						break // the rest of its input waits for the pause's end
+					}
 				}
 				continue
 			}
@@ -644,6 +667,40 @@ func (l *loop) flush(c *conn) bool {
 	case c.handover:
 		l.handOver(c)
 		return false
+	case c.pauseFor > 0:
+		// Not read until the pause ends (resume): its client's next
+		// requests wait in the socket.
+		c.pauseEnd = l.now + int64(c.pauseFor)
+		c.pauseFor = 0
+		l.p.Mod(c.fd, 0)
+		l.paused = append(l.paused, c)
 	}
 	return true
+}
+
+// resume reads again the paused connections whose pause has ended, and
+// returns how long until the next one's ends (-1: none paused).
+func (l *loop) resume() time.Duration {
+	next := time.Duration(-1)
+	kept := l.paused[:0]
+	for _, c := range l.paused {
+		if l.conns[c.fd] != c || c.pauseEnd == 0 {
+			continue // closed meanwhile
+		}
+		if left := time.Duration(c.pauseEnd - l.now); left > 0 {
+			kept = append(kept, c)
+			if next < 0 || left < next {
+				next = left
+			}
+			continue
+		}
+		c.pauseEnd = 0
+		l.p.Mod(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+		if c.r < c.w { // input read before the pause
+			l.process(c)
+		}
+	}
+	clear(l.paused[len(kept):])
+	l.paused = kept
+	return next
 }

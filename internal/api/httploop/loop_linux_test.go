@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/counterd/counterd/internal/shed"
 )
 
 // testHandler answers like the API: JSON bodies, a status chosen by the
@@ -413,4 +415,67 @@ func waitFor(t *testing.T, f func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatal("condition not reached")
+}
+
+// TestShedAndPace: while the loop is behind, a request of a client with
+// more connections than its share of the queue that waited MaxWait in its
+// socket is answered the shed answer, and its connection is left unread
+// for the pause Pace gives (its next request waits in the socket, then is
+// answered); a client with one connection is served all the same.
+func TestShedAndPace(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxClientQueue: 1, MaxWait: time.Nanosecond})
+	shedAnswer := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
+	var paces atomic.Int64
+	tf := startFront(t, 1, func(o *Options) {
+		o.Fair = fair
+		o.ShedAnswer = func(shed.Verdict, bool) []byte { return shedAnswer }
+		o.Pace = func(shed.Key) time.Duration { paces.Add(1); return 100 * time.Millisecond }
+	})
+	var flood []net.Conn
+	for i := 0; i < 2; i++ {
+		c, err := net.Dial("tcp", tf.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		flood = append(flood, c)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	other, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	defer other.Close()
+	other.SetDeadline(time.Now().Add(10 * time.Second))
+	l := tf.front.loops[0]
+	waitFor(t, func() bool { return l.connsOnLoop() == 3 })
+	onLoop(t, l, func() { l.behindUntil = 1 << 62 })
+	req := "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+	br := bufio.NewReader(flood[0])
+	io.WriteString(flood[0], req)
+	r, err := http.ReadResponse(br, nil)
+	if err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("flood request: %v %v", r, err)
+	}
+	paused := false
+	onLoop(t, l, func() {
+		for _, c := range l.paused {
+			paused = paused || (c.pauseEnd != 0 && l.conns[c.fd] == c)
+		}
+	})
+	if !paused || paces.Load() != 1 {
+		t.Fatalf("shed connection not paused (%d paces)", paces.Load())
+	}
+	io.WriteString(flood[0], req) // read once the pause ends
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("request sent during the pause: %v %v", r, err)
+	}
+	io.WriteString(other, req)
+	if r, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a client within its share: %v %v", r, err)
+	}
+	if tf.front.Shed() != 2 {
+		t.Fatalf("%d shed, want 2", tf.front.Shed())
+	}
 }

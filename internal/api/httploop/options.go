@@ -50,6 +50,10 @@ type Options struct {
 	// its socket (shed.Fair.ShedStale), answering ShedAnswer.
 	Fair       *shed.Fair
 	ShedAnswer func(v shed.Verdict, closeAfter bool) []byte
+	// Pace, when set, says how long a connection whose request was just
+	// shed is left unread (shed.Pacer.Pause): a client refused too often
+	// waits in its sockets instead of making the loop refuse at once.
+	Pace func(shed.Key) time.Duration
 	// NeverShed reports routes never shed (GET /metrics, /healthz).
 	NeverShed func(method, path []byte) bool
 	// Latency, when set, observes every request a loop served after
