@@ -216,7 +216,7 @@ type conn struct {
 	turned     bool // passed over in a round for its client's budget
 	pauseFor   time.Duration
 	pauseEnd   int64 // nanotime; 0: not paused
-	afterPause bool  // its next request is the first read after a pause
+	afterPause bool  // paused since its last admitted request
 	obs        []obs
 	x          exchange
 }
@@ -540,12 +540,10 @@ func (l *loop) process(c *conn) bool {
 		// The share rule of admission (docs/security.md, Overload): a
 		// client with at most its share of the queue in connections, one
 		// request each, is never refused for time; a flood's excess is.
-		// The first request read after its connection's pause (sent
-		// during it: its client retried at once) waited the pause in its
-		// socket: stale too, whether or not the loop is behind.
-		afterPause := c.afterPause
-		c.afterPause = false
-		if o.Fair != nil && (l.now < l.behindUntil || afterPause) && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
+		// A request read after its connection's pause (sent during it:
+		// its client retried at once) waited the pause in its socket:
+		// stale too, whether or not the loop is behind.
+		if o.Fair != nil && (l.now < l.behindUntil || c.afterPause) && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
 			if waited := time.Duration(l.wall.UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
 				v := o.Fair.ShedStale()
 				l.f.shed.Add(1)
@@ -567,6 +565,7 @@ func (l *loop) process(c *conn) bool {
 				continue
 			}
 		}
+		c.afterPause = false
 		var closeAfter, panicked bool
 		c.out, closeAfter, panicked = c.x.run(o.Handler, h, buf, c.out, l.drain, l.wall)
 		served++
