@@ -132,7 +132,7 @@ func (f *Front) attach(c net.Conn) bool {
 		return false
 	}
 	_ = evloop.EnableRxTime(fd) // refused: latencies count from the read
-	f.next++                    // only the accepting goroutine
+	f.next++ // only the accepting goroutine
 	l := f.loops[f.next%len(f.loops)]
 	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr}
 	ip := shed.AddrIP(raddr)
@@ -186,7 +186,7 @@ type loop struct {
 	// paused: connections left unread after a shed answer (Options.Pace)
 	// until their pauseEnd.
 	paused []*conn
-	h      head
+	h           head
 }
 
 type conn struct {
@@ -216,7 +216,6 @@ type conn struct {
 	turned     bool // passed over in a round for its client's budget
 	pauseFor   time.Duration
 	pauseEnd   int64 // nanotime; 0: not paused
-	afterPause bool  // paused since its last admitted request
 	obs        []obs
 	x          exchange
 }
@@ -540,10 +539,7 @@ func (l *loop) process(c *conn) bool {
 		// The share rule of admission (docs/security.md, Overload): a
 		// client with at most its share of the queue in connections, one
 		// request each, is never refused for time; a flood's excess is.
-		// A request read after its connection's pause (sent during it:
-		// its client retried at once) waited the pause in its socket:
-		// stale too, whether or not the loop is behind.
-		if o.Fair != nil && (l.now < l.behindUntil || c.afterPause) && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
+		if o.Fair != nil && l.now < l.behindUntil && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
 			if waited := time.Duration(l.wall.UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
 				v := o.Fair.ShedStale()
 				l.f.shed.Add(1)
@@ -565,7 +561,6 @@ func (l *loop) process(c *conn) bool {
 				continue
 			}
 		}
-		c.afterPause = false
 		var closeAfter, panicked bool
 		c.out, closeAfter, panicked = c.x.run(o.Handler, h, buf, c.out, l.drain, l.wall)
 		served++
@@ -699,7 +694,7 @@ func (l *loop) resume() time.Duration {
 			}
 			continue
 		}
-		c.pauseEnd, c.afterPause = 0, true
+		c.pauseEnd = 0
 		l.p.Mod(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
 		if c.r < c.w { // input read before the pause
 			l.process(c)
