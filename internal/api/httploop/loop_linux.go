@@ -132,7 +132,7 @@ func (f *Front) attach(c net.Conn) bool {
 		return false
 	}
 	_ = evloop.EnableRxTime(fd) // refused: latencies count from the read
-	f.next++ // only the accepting goroutine
+	f.next++                    // only the accepting goroutine
 	l := f.loops[f.next%len(f.loops)]
 	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr}
 	ip := shed.AddrIP(raddr)
@@ -186,7 +186,7 @@ type loop struct {
 	// paused: connections left unread after a shed answer (Options.Pace)
 	// until their pauseEnd.
 	paused []*conn
-	h           head
+	h      head
 }
 
 type conn struct {
