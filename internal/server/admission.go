@@ -677,19 +677,25 @@ const maxShedPause = 250 * time.Millisecond
 // --trusted-proxies peer, the client address its X-Forwarded-For (or,
 // without one, Forwarded) header names, else the peer's address.
 func (c *admitConn) requestKey(f *framed) shed.Key {
-	if c.a.auth != nil && len(f.authz) > 0 {
+	return clientKey(c.a.auth, c.a.trusted, c.key, c.proxied, f)
+}
+
+// clientKey is requestKey for a request from peer (proxied: a
+// --trusted-proxies address), shared with the HTTP event loops.
+func clientKey(store *auth.Store, trusted []netip.Prefix, peer shed.Key, proxied bool, f *framed) shed.Key {
+	if store != nil && len(f.authz) > 0 {
 		if tok := bearerToken(f.authz); len(tok) > 0 {
-			if p, err := c.a.auth.Authenticate("", tok); err == nil {
+			if p, err := store.Authenticate("", tok); err == nil {
 				return shed.UserKey(p.User)
 			}
 		}
 	}
-	if c.proxied {
-		if ip, ok := forwardedFor(f, c.a.trusted); ok {
+	if proxied {
+		if ip, ok := forwardedFor(f, trusted); ok {
 			return shed.ClientKey(ip)
 		}
 	}
-	return c.key
+	return peer
 }
 
 // bearerToken is auth.BearerToken on a header's bytes.

@@ -17,7 +17,7 @@ var flagGroups = []struct {
 }{
 	{"Listen", []string{"http", "resp", "grpc", "admin", "allowed-hosts", "cors-origin", "trusted-proxies",
 		"http-read-header-timeout", "http-read-body-timeout", "http-write-timeout", "http-idle-timeout",
-		"resp-idle-timeout", "resp-event-loops", "resp-coalesce", "lua-time-limit", "shutdown-timeout"}},
+		"http-event-loops", "resp-idle-timeout", "resp-event-loops", "resp-coalesce", "lua-time-limit", "shutdown-timeout"}},
 	{"Authentication and TLS", []string{"auth", "insecure", "tls-cert", "tls-key", "peer-ca", "gossip-key-file"}},
 	{"Storage", []string{"data", "min-free-disk", "memory-limit", "durability", "flush-interval", "idempotency-retention", "idempotency-memory",
 		"redis", "postgres", "snapshot-interval", "audit-namespaces", "allow-flushall"}},

@@ -2,12 +2,14 @@ package server
 
 import (
 	"crypto/tls"
+	"fmt"
 	"net/http"
 	"strconv"
 
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/httploop"
 	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/buildinfo"
@@ -62,7 +64,7 @@ func (n *node) routes(rs *resp.Server, stats *nodestats.Sampler) *router {
 // version header, peer checks, authentication, the guard and the overload
 // limits. It puts the connection limits (and, on plaintext, admission) on
 // lns.http.
-func (n *node) httpServer(lns *listeners, rt *router, shedder *shed.Limiter, fair *shed.Fair, sm *shedMetrics) *http.Server {
+func (n *node) httpServer(lns *listeners, rt *router, shedder *shed.Limiter, fair *shed.Fair, sm *shedMetrics) (*http.Server, *httploop.Front, error) {
 	var h http.Handler = rt
 	if n.tr.ring != nil {
 		h = withRingVersion(n.tr.ring, h)
@@ -89,12 +91,22 @@ func (n *node) httpServer(lns *listeners, rt *router, shedder *shed.Limiter, fai
 		// build must not offer it either (docs/security.md).
 		hs.TLSConfig.NextProtos = []string{"http/1.1"}
 		hs.TLSNextProto = map[string]func(*http.Server, *tls.Conn, http.Handler){}
-	} else { // admission frames plaintext HTTP/1.1 only
-		adm := newAdmission(n.cfg, fair, n.auth, sm, n.reg)
-		lns.http = adm.wrap(lns.http)
-		hs.ConnContext = adm.connContext
+		return hs, nil, nil
 	}
-	return hs
+	// admission frames plaintext HTTP/1.1 only
+	adm := newAdmission(n.cfg, fair, n.auth, sm, n.reg)
+	var front *httploop.Front
+	if loops := httpEventLoops(n.cfg.HTTPEventLoops, n.tr.nonBlocking); loops > 0 {
+		var err error
+		if front, err = httploop.New(lns.http, n.loopOptions(loops, h, hs, adm)); err != nil {
+			return nil, nil, fmt.Errorf("server: --http-event-loops: %w", err)
+		}
+		lns.http = front
+		registerLoopMetrics(n.reg, front)
+	}
+	lns.http = adm.wrap(lns.http)
+	hs.ConnContext = adm.connContext
+	return hs, front, nil
 }
 
 // respServer is the Redis-protocol front end.

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"google.golang.org/grpc"
 
+	"github.com/counterd/counterd/internal/api/httploop"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/contract"
@@ -120,6 +121,7 @@ func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
 // servers are the node's front ends while they serve; nil when disabled.
 type servers struct {
 	http, admin *http.Server
+	httpFront   *httploop.Front // the HTTP event loops in front of http (nil: none)
 	resp        *resp.Server
 	grpc        *grpc.Server
 	errc        chan error // the first listener to fail
@@ -153,7 +155,12 @@ func (n *node) serve(ctx context.Context) error {
 		s.stopUnstarted()
 		return err
 	}
-	s.http = n.httpServer(lns, rt, shedder, fair, sm)
+	s.http, s.httpFront, err = n.httpServer(lns, rt, shedder, fair, sm)
+	if err != nil {
+		lns.close()
+		s.stopUnstarted()
+		return err
+	}
 	if err := n.mode.start(ctx, Addrs{HTTP: addrOf(lns.http), RESP: addrOf(lns.resp), GRPC: addrOf(lns.grpc)}); err != nil {
 		lns.close()
 		s.stopUnstarted()
@@ -244,6 +251,13 @@ func (n *node) shutdown(s *servers) {
 	}
 	if s.grpc != nil {
 		stopGRPC(s.grpc, sctx, n.log)
+	}
+	if s.httpFront != nil {
+		// The loops' connections drain first (answers then close them);
+		// the HTTP server's Shutdown closes the listener again (a no-op).
+		if err := s.httpFront.Shutdown(sctx); err != nil {
+			n.log.Warn("http event loops shutdown", "err", err)
+		}
 	}
 	if err := s.http.Shutdown(sctx); err != nil {
 		// Out of time: close the connections still serving requests

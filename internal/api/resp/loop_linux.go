@@ -15,6 +15,7 @@ import (
 	"unsafe"
 
 	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/evloop"
 	"github.com/counterd/counterd/internal/shed"
 )
 
@@ -49,23 +50,19 @@ import (
 
 // eventLoop is one loop goroutine and its epoll set.
 type eventLoop struct {
-	s      *Server
-	epfd   int
-	wakeR  int // read end of the wake pipe (in the epoll set)
-	wakeW  int // write end: wake() writes a byte
-	conns  map[int]*client
-	events []syscall.EpollEvent
-	done   chan struct{}
+	s     *Server
+	p     *evloop.Poller // the epoll set and its wake pipe
+	conns map[int]*client
+	done  chan struct{}
 
 	mu    sync.Mutex // guards adds, calls and stop
 	adds  []*client  // connections handed over, not yet in the epoll set
 	calls []func()   // run on the loop's goroutine at its next wake (onLoop)
 	stop  bool
 
-	woken     atomic.Bool // a byte is in the wake pipe
-	now       int64       // nanotime when the current epoll_wait returned
-	served    int         // connections with events in the current round (Options.Coalesce)
-	roundCmds int         // commands run in the current round (Options.Coalesce)
+	now       int64 // nanotime when the current epoll_wait returned
+	served    int   // connections with events in the current round (Options.Coalesce)
+	roundCmds int   // commands run in the current round (Options.Coalesce)
 	// Connections served in the current activity epoch (now /
 	// coalesceEpoch) and in the one before (Options.Coalesce).
 	epoch                 int64
@@ -112,7 +109,7 @@ type eventLoop struct {
 // thread of an idle P (a futex call and two context switches) that finds
 // nothing to do: hence every 5 ms, half the monitor's 10 ms (every 2 ms
 // was 0.025 futex calls per request under -P 1, 5 ms 0.013).
-const loopYieldEvery = 5 * time.Millisecond
+const loopYieldEvery = evloop.YieldEvery
 
 // loopClientBudget is the most commands one client runs in a loop round
 // while it has input on several connections (about half a millisecond of
@@ -228,39 +225,24 @@ func (s *Server) stopLoops() {
 	}
 	for _, l := range s.loops {
 		<-l.done
-		syscall.Close(l.epfd)
-		syscall.Close(l.wakeR)
-		syscall.Close(l.wakeW)
+		l.p.Close()
 	}
 	s.loops = nil
 }
 
 func newEventLoop(s *Server) (*eventLoop, error) {
-	epfd, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	p, err := evloop.NewPoller(256)
 	if err != nil {
-		return nil, fmt.Errorf("resp: epoll_create1: %w", err)
-	}
-	var p [2]int
-	if err := syscall.Pipe2(p[:], syscall.O_NONBLOCK|syscall.O_CLOEXEC); err != nil {
-		syscall.Close(epfd)
-		return nil, fmt.Errorf("resp: pipe2: %w", err)
-	}
-	ev := syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: int32(p[0])}
-	if err := syscall.EpollCtl(epfd, syscall.EPOLL_CTL_ADD, p[0], &ev); err != nil {
-		syscall.Close(epfd)
-		syscall.Close(p[0])
-		syscall.Close(p[1])
-		return nil, fmt.Errorf("resp: epoll_ctl: %w", err)
+		return nil, fmt.Errorf("resp: %w", err)
 	}
 	var clk *coarse.Clock
 	if cc, ok := s.eng.(interface{ CoarseClock() *coarse.Clock }); ok {
 		clk = cc.CoarseClock()
 	}
 	return &eventLoop{
-		s: s, epfd: epfd, wakeR: p[0], wakeW: p[1], clk: clk,
+		s: s, p: p, clk: clk,
 		conns:  make(map[int]*client),
 		shares: make(map[shed.Key]*loopShare),
-		events: make([]syscall.EpollEvent, 256),
 		done:   make(chan struct{}),
 	}, nil
 }
@@ -278,24 +260,12 @@ func (s *Server) detach(nc net.Conn) *fdConn {
 	if !ok {
 		return nil
 	}
-	rc, err := tc.SyscallConn()
+	laddr, raddr := tc.LocalAddr(), tc.RemoteAddr()
+	nfd, err := evloop.Detach(tc)
 	if err != nil {
 		return nil
 	}
-	nfd := -1
-	var derr error
-	if err := rc.Control(func(fd uintptr) {
-		r, _, e := syscall.Syscall(syscall.SYS_FCNTL, fd, syscall.F_DUPFD_CLOEXEC, 0)
-		if e != 0 {
-			derr = e
-			return
-		}
-		nfd = int(r)
-	}); err != nil || derr != nil {
-		return nil
-	}
-	f := &fdConn{fd: nfd, laddr: tc.LocalAddr(), raddr: tc.RemoteAddr()}
-	tc.Close()
+	f := &fdConn{fd: nfd, laddr: laddr, raddr: raddr}
 	f.loop = s.loops[int(s.nextLoop.Add(1))%len(s.loops)]
 	return f
 }
@@ -320,11 +290,7 @@ func (l *eventLoop) onLoop(f func()) {
 	l.wake()
 }
 
-func (l *eventLoop) wake() {
-	if l.woken.CompareAndSwap(false, true) {
-		syscall.Write(l.wakeW, []byte{1})
-	}
-}
+func (l *eventLoop) wake() { l.p.Wake() }
 
 func (l *eventLoop) run() {
 	defer close(l.done)
@@ -345,7 +311,7 @@ func (l *eventLoop) run() {
 			n, err = l.napPoll()
 		}
 		if n == 0 && err == nil {
-			n, err = epollWait(l.epfd, l.events, wait)
+			n, err = l.p.Wait(wait)
 		}
 		l.now = nanotime()
 		l.served, l.roundCmds = 0, 0
@@ -376,9 +342,9 @@ func (l *eventLoop) run() {
 			l.cmds = 0
 		}
 		for i := 0; i < n; i++ {
-			ev := &l.events[i]
+			ev := &l.p.Events[i]
 			fd := int(ev.Fd)
-			if fd == l.wakeR {
+			if l.p.IsWake(fd) {
 				if l.woke() {
 					if l.clk != nil {
 						l.clk.Release()
@@ -480,11 +446,7 @@ func (l *eventLoop) napPoll() (int, error) {
 	syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, napTimerSlack, 0)
 	ts := syscall.Timespec{Nsec: int64(l.s.opts.Coalesce)}
 	syscall.RawSyscall(syscall.SYS_NANOSLEEP, uintptr(unsafe.Pointer(&ts)), 0, 0) // EINTR: poll early
-	r, _, e := syscall.RawSyscall6(syscall.SYS_EPOLL_PWAIT, uintptr(l.epfd), uintptr(unsafe.Pointer(&l.events[0])), uintptr(len(l.events)), 0, 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
+	return evloop.PollNow(l.p.Epfd, l.p.Events)
 }
 
 // flushQueued writes the replies of the round's served connections.
@@ -504,53 +466,20 @@ func (l *eventLoop) flushQueued() {
 	l.outq = l.outq[:0]
 }
 
-// epollWait waits for events of the loop's epoll set like Redis's event
-// loop: one blocking system call per round, made with the scheduler told
-// (the P stays with the thread and is taken back without a hand-off when
-// the call returns soon, which it does under load). Waiting on Go's
-// network poller instead cost, per round, the poller's own epoll_wait, a
-// non-blocking epoll_wait that found nothing before the goroutine parked,
-// and the scheduler's search for work (findRunnable) with futex wake-ups.
-func epollWait(epfd int, events []syscall.EpollEvent, msec int) (int, error) {
-	r, _, e := syscall.Syscall6(syscall.SYS_EPOLL_PWAIT, uintptr(epfd), uintptr(unsafe.Pointer(&events[0])), uintptr(len(events)), uintptr(msec), 0, 0)
-	if e != 0 {
-		return 0, e
-	}
-	return int(r), nil
-}
-
-// The loop's reads and writes on its sockets never block, so they are made
-// raw: without telling the scheduler, which would otherwise prepare to
-// hand the P to another thread around every call.
-
-func rawRead(fd int, b []byte) (int, error) {
-	r, _, e := syscall.RawSyscall(syscall.SYS_READ, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
-
-func rawWrite(fd int, b []byte) (int, error) {
-	r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, uintptr(fd), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)))
-	if e != 0 {
-		return -1, e
-	}
-	return int(r), nil
-}
+// The loop's wait, reads and writes are evloop's: one blocking
+// epoll_pwait per round made with the scheduler told (the P stays with
+// the thread and is taken back without a hand-off when the call returns
+// soon, which it does under load; waiting on Go's network poller instead
+// cost the poller's own epoll_wait, a non-blocking one that found
+// nothing before the goroutine parked, and the scheduler's search for
+// work with futex wake-ups), and raw reads and writes that never block.
 
 // woke handles the wake pipe: new connections, Close requests and stop.
 // It reports whether the loop must end.
 func (l *eventLoop) woke() bool {
-	var buf [64]byte
-	for {
-		if n, _ := syscall.Read(l.wakeR, buf[:]); n <= 0 {
-			break
-		}
-	}
-	// Only now, with the pipe empty: a wake() after this writes a byte
-	// again, and one before it is seen below (its change precedes it).
-	l.woken.Store(false)
+	// With the pipe empty: a wake() after this writes a byte again, and
+	// one before it is seen below (its change precedes it).
+	l.p.DrainWake()
 	l.mu.Lock()
 	adds, stop, calls := l.adds, l.stop, l.calls
 	l.adds, l.calls = nil, nil
@@ -562,8 +491,7 @@ func (l *eventLoop) woke() bool {
 		}
 	}()
 	for _, c := range adds {
-		ev := syscall.EpollEvent{Events: syscall.EPOLLIN | syscall.EPOLLRDHUP, Fd: int32(c.fd)}
-		if err := syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_ADD, c.fd, &ev); err != nil {
+		if err := l.p.Add(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP); err != nil {
 			syscall.Close(c.fd)
 			l.s.connDone(c, err)
 			continue
@@ -622,7 +550,7 @@ func (l *eventLoop) closeConn(c *client, err error) {
 	if l.conns[c.fd] != c {
 		return // already closed: never close a descriptor number twice
 	}
-	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_DEL, c.fd, nil)
+	l.p.Del(c.fd)
 	syscall.Close(c.fd)
 	delete(l.conns, c.fd)
 	l.leaveShare(c)
@@ -668,7 +596,7 @@ func (l *eventLoop) serve(c *client, events uint32) {
 		l.closeConn(c, err)
 		return
 	}
-	n, err := rawRead(c.fd, c.in[c.w:])
+	n, err := evloop.RawRead(c.fd, c.in[c.w:])
 	if err == syscall.EAGAIN || err == syscall.EINTR {
 		return // level-triggered: reported again while input is there
 	}
@@ -718,24 +646,18 @@ func (l *eventLoop) process(c *client) bool {
 // for EPOLLOUT (c.wantWrite, input not read meanwhile: the backpressure a
 // blocking write gives). It reports whether c is still open.
 func (l *eventLoop) flush(c *client) bool {
-	for c.outOff < len(c.out) {
-		n, err := rawWrite(c.fd, c.out[c.outOff:])
-		if n > 0 {
-			c.outOff += n
+	off, blocked, err := evloop.WriteOut(c.fd, c.out, c.outOff)
+	c.outOff = off
+	switch {
+	case err != nil:
+		l.closeConn(c, err)
+		return false
+	case blocked:
+		if !c.wantWrite {
+			c.wantWrite = true
+			l.interest(c, syscall.EPOLLOUT)
 		}
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			if !c.wantWrite {
-				c.wantWrite = true
-				l.interest(c, syscall.EPOLLOUT)
-			}
-			return true
-		case err != nil:
-			l.closeConn(c, err)
-			return false
-		}
+		return true
 	}
 	if cap(c.out) > maxKeptReply {
 		c.out = nil
@@ -750,7 +672,4 @@ func (l *eventLoop) flush(c *client) bool {
 	return true
 }
 
-func (l *eventLoop) interest(c *client, events uint32) {
-	ev := syscall.EpollEvent{Events: events, Fd: int32(c.fd)}
-	syscall.EpollCtl(l.epfd, syscall.EPOLL_CTL_MOD, c.fd, &ev)
-}
+func (l *eventLoop) interest(c *client, events uint32) { l.p.Mod(c.fd, events) }
