@@ -44,6 +44,8 @@ func (n *Node) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.Wr
 
 // applyOps applies ops (one op when !batch) where they belong.
 func (n *Node) applyOps(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {
+	ctx, cancel := n.bounded(ctx)
+	defer cancel()
 	if err := n.retired(); err != nil {
 		return nil, err // even CRDT adds: nobody would take its pushes
 	}
@@ -451,12 +453,19 @@ func (n *Node) Uniques(ctx context.Context, id string, unit rollup.Granularity, 
 // another replica, which answers from its copy without the owner's fence:
 // possibly stale, but available.
 func (n *Node) read(ctx context.Context, req readRequest) (*readResponse, error) {
+	ctx, cancel := n.bounded(ctx)
+	defer cancel()
 	var resp *readResponse
 	err := n.routed(ctx, "read_"+req.Op, req.ID, func(ctx context.Context) error {
 		resp = n.localRead(ctx, &req)
 		return resp.Err.err(n.self, nil)
 	}, func(ctx context.Context, node string) (err error) {
-		resp, err = n.remoteRead(ctx, node, req)
+		// Half of what is left: an owner that hangs leaves the other
+		// half to the fallback on a replica.
+		dl, _ := ctx.Deadline()
+		octx, cancel := context.WithTimeout(ctx, time.Until(dl)/2)
+		defer cancel()
+		resp, err = n.remoteRead(octx, node, req)
 		return err
 	})
 	var ue *UnavailableError

@@ -142,6 +142,8 @@ func (n *Node) Len(ctx context.Context) (int, error) {
 // before it flushed can reach a node that already had: a second round
 // deletes those. Writes racing with FlushAll may survive it.
 func (n *Node) FlushAll(ctx context.Context, wo contract.WriteOptions) error {
+	ctx, cancel := n.bounded(ctx)
+	defer cancel()
 	for range 2 {
 		if err := n.fanOut(ctx, &localRequest{Op: "flushall", Durability: wo.Durability}, nil); err != nil {
 			return err
@@ -180,6 +182,8 @@ func (n *Node) Rollups(ctx context.Context) (map[string]rollup.Spec, error) {
 // answer to merge (serially). Any failure fails the whole operation: a
 // partial sum would be wrong without saying so.
 func (n *Node) fanOut(ctx context.Context, req *localRequest, merge func(*localResponse) error) error {
+	ctx, cancel := n.bounded(ctx)
+	defer cancel()
 	if err := n.retired(); err != nil {
 		return err
 	}
@@ -243,6 +247,11 @@ func (n *Node) serveLocal(ctx context.Context, req *localRequest) *localResponse
 		resp.OK, err = n.store.DeleteRollup(ctx, req.Key)
 	case "series":
 		resp.Series, err = n.localSeries(ctx, req.SeriesOf)
+	case "handed_off":
+		if req.Mark != nil && req.From != "" {
+			n.marks.record(req.From, *req.Mark)
+		}
+		resp.Mark = n.ownMark()
 	default:
 		err = errUnknownOp
 	}

@@ -175,7 +175,16 @@ func (n *Node) pullQuorum(ctx context.Context, s *ring.Snapshot, ids []string, c
 	}
 	deadline := time.Now().Add(n.cfg.FenceTimeout)
 	for start := time.Now(); ; {
-		answers := n.fetchRound(ctx, ask, epochs, want)
+		// A round waits for no peer past the fence's deadline, a pull
+		// without claim (a read view's part, itself bounded by
+		// viewPartTimeout) for at most half the fence's time: a peer that
+		// hangs is then missing from the round's answers instead of
+		// holding the fence for a whole call timeout.
+		until := deadline
+		if !claim {
+			until = minTime(deadline, time.Now().Add(n.cfg.FenceTimeout/2))
+		}
+		answers := n.fetchRound(ctx, ask, epochs, want, until)
 		disagreed := 0
 		refused := map[string]uint32{}
 		for peer, a := range answers {
@@ -227,15 +236,17 @@ type fetchAnswer struct {
 }
 
 // fetchRound asks every peer in ask for its ids once (claiming epochs, when
-// given) and merges every state received. It returns the answers of the
+// given), waiting for none past deadline, and merges every state received. It returns the answers of the
 // peers that answered for all their ids (unreachable peers are missing).
-func (n *Node) fetchRound(ctx context.Context, ask map[string]map[string]bool, epochs map[string]uint32, want uint64) map[string]fetchAnswer {
+func (n *Node) fetchRound(ctx context.Context, ask map[string]map[string]bool, epochs map[string]uint32, want uint64, deadline time.Time) map[string]fetchAnswer {
 	var mu sync.Mutex
 	var wg sync.WaitGroup
 	out := map[string]fetchAnswer{}
 	for peer, set := range ask {
 		ids := slices.Sorted(maps.Keys(set))
 		wg.Go(func() {
+			ctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
 			a := fetchAnswer{sameRing: true, refused: map[string]uint32{}}
 			for chunk := range slices.Chunk(ids, maxIDsPerFetch) {
 				if err := n.fetchMerge(ctx, peer, chunk, epochs, want, &a); err != nil {
@@ -325,4 +336,11 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 	}
 	resp.Idem = n.idem.forIDs(req.IDs, time.Time{})
 	return resp
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }

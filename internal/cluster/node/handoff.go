@@ -12,10 +12,12 @@ import (
 )
 
 // handoffLoop hands state over after every ring change, one change set at a
-// time (changes that arrive meanwhile are coalesced).
+// time (changes that arrive meanwhile are coalesced), then marks the
+// handoff complete to every other member of the ring (readview.go).
 func (n *Node) handoffLoop() {
 	prev := n.initialRing
-	fails := 0 // failed attempts at the current ring
+	var unmarked []string // members of prev not yet told its handoff is complete
+	fails := 0            // failed attempts at the current ring
 	for {
 		select {
 		case <-n.ctx.Done():
@@ -24,9 +26,22 @@ func (n *Node) handoffLoop() {
 		}
 		cur := n.ring.Snapshot()
 		if cur.Version() == prev.Version() {
+			if len(unmarked) > 0 {
+				if unmarked = n.markHandedOff(cur, unmarked); len(unmarked) > 0 {
+					n.retryHandoffLater(false)
+				}
+			}
 			continue
 		}
-		if err := n.handOff(n.ctx, prev, cur); err != nil {
+		// Every ring installed since prev is a base: this node may have
+		// taken writes as owner under a ring that came and went while it
+		// was busy (a node leaving and rejoining), which a diff of prev
+		// and cur alone would not send to their replicas in cur.
+		olds := append([]*ring.Snapshot{prev}, n.passedRings(cur)...)
+		if h := knobs.beforeHandoff.Load(); h != nil {
+			(*h)(n.self, cur)
+		}
+		if err := n.handOff(n.ctx, olds, cur); err != nil {
 			n.log.Warn("cluster: handoff incomplete, retrying", "err", err)
 			fails++
 			// The first retry comes soon: a rejoined node's connection is
@@ -36,8 +51,28 @@ func (n *Node) handoffLoop() {
 			continue
 		}
 		prev, fails = cur, 0
+		n.dropPassedRings(cur)
 		n.handedOff.Store(cur)
+		others := slices.DeleteFunc(cur.Nodes(), func(p string) bool { return p == n.self })
+		if unmarked = n.markHandedOff(cur, others); len(unmarked) > 0 {
+			n.retryHandoffLater(true)
+		}
 	}
+}
+
+// passedRings returns the rings installed since the last completed
+// handoff, cur excluded.
+func (n *Node) passedRings(cur *ring.Snapshot) []*ring.Snapshot {
+	n.passed.mu.Lock()
+	defer n.passed.mu.Unlock()
+	return slices.DeleteFunc(slices.Clone(n.passed.rings), func(s *ring.Snapshot) bool { return s.Version() == cur.Version() })
+}
+
+// dropPassedRings forgets the rings up to cur, whose handoff is complete.
+func (n *Node) dropPassedRings(cur *ring.Snapshot) {
+	n.passed.mu.Lock()
+	defer n.passed.mu.Unlock()
+	n.passed.rings = slices.DeleteFunc(n.passed.rings, func(s *ring.Snapshot) bool { return s.Version() <= cur.Version() })
 }
 
 // firstHandoffRetry is the delay of a failed handoff's first retry; later
@@ -66,19 +101,21 @@ func (n *Node) retryHandoffLater(soon bool) {
 // it, or its next write would restart the slot below what replicas hold.
 func isCRDT(k contract.Kind) bool { return k == contract.KindPN || k == contract.KindSharded }
 
-// handOff moves state after the ring went from old to cur: every state this
-// node holds goes to the replicas in cur that did not hold it in old (all
-// of them when this node is not a replica any more), durably; a state of
-// a versioned kind this node no longer replicates is then dropped, only if
-// every new replica acknowledged it and it did not change meanwhile.
-func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
+// handOff moves state after the ring went from olds (the last ring handed
+// off into, then the rings installed since) to cur: every state this node
+// holds goes to the replicas in cur that did not hold it in every one of
+// olds (all of them when this node was not a replica in all of olds, or is
+// not one any more), durably; a state of a versioned kind this node no
+// longer replicates is then dropped, only if every new replica
+// acknowledged it and it did not change meanwhile.
+func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Snapshot) error {
 	if n.retired() != nil {
 		return nil // forgotten: peers refuse its stale state anyway
 	}
 	start := time.Now()
 	// Rate-limit state first: it is in memory, small, and the new owners
 	// already decide its keys.
-	limErr := n.handOffLimits(ctx, old, cur)
+	limErr := n.handOffLimits(ctx, olds[0], cur)
 	defer func() { // after the counters: a joining node's policies are no hurry
 		if err := n.exchangePolicies(ctx); err != nil {
 			n.log.Debug("cluster: policy exchange", "err", err)
@@ -86,17 +123,13 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 	}()
 	byPeer := map[string][]State{}
 	var leaving []State
-	var oldR, newR []string
+	var plan handoffPlan
 	err := n.store.ExportAll(ctx, func(st State) error {
-		oldR = old.AppendReplicas(oldR[:0], st.ID, 0)
-		newR = cur.AppendReplicas(newR[:0], st.ID, 0)
-		wasReplica, isReplica := slices.Contains(oldR, n.self), slices.Contains(newR, n.self)
-		for _, p := range newR {
-			if p != n.self && (!isReplica || !wasReplica || !slices.Contains(oldR, p)) {
-				byPeer[p] = append(byPeer[p], st)
-			}
+		targets, isReplica := plan.targets(n.self, olds, cur, st.ID)
+		for _, p := range targets {
+			byPeer[p] = append(byPeer[p], st)
 		}
-		if !isReplica && !isCRDT(st.Kind) && len(newR) > 0 {
+		if !isReplica && !isCRDT(st.Kind) && len(targets) > 0 {
 			leaving = append(leaving, st)
 		}
 		return nil
@@ -125,6 +158,36 @@ func (n *Node) handOff(ctx context.Context, old, cur *ring.Snapshot) error {
 		return errors.Join(limErr, errors.New("cluster: handoff: some peers did not acknowledge"))
 	}
 	return limErr
+}
+
+// handoffPlan decides where a handoff sends a state; its buffers are reused
+// from one id to the next. Not safe for concurrent use.
+type handoffPlan struct{ oldR, newR, out []string }
+
+// targets returns the replicas of id in cur that self must send its state
+// to after the ring went from olds to cur: every one that did not replicate
+// id in each of olds, or all of them when self did not replicate it in
+// each of olds or does not in cur (isReplica). The slice is reused by the
+// next call.
+func (h *handoffPlan) targets(self string, olds []*ring.Snapshot, cur *ring.Snapshot, id string) (out []string, isReplica bool) {
+	held := func(p string) bool {
+		for _, old := range olds {
+			if h.oldR = old.AppendReplicas(h.oldR[:0], id, 0); !slices.Contains(h.oldR, p) {
+				return false
+			}
+		}
+		return true
+	}
+	h.newR = cur.AppendReplicas(h.newR[:0], id, 0)
+	isReplica = slices.Contains(h.newR, self)
+	wasReplica := held(self)
+	h.out = h.out[:0]
+	for _, p := range h.newR {
+		if p != self && (!isReplica || !wasReplica || !held(p)) {
+			h.out = append(h.out, p)
+		}
+	}
+	return h.out, isReplica
 }
 
 // pushAll pushes to every peer in parallel (durable: fsynced there) and

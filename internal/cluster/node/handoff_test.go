@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"pgregory.net/rapid"
 
+	"github.com/counterd/counterd/internal/cluster/ring"
 	"github.com/counterd/counterd/internal/contract"
 )
 
@@ -220,4 +222,73 @@ func membersByState(t *testing.T, n *Node) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestHandoffTargetsPassedRings: a handoff counts every ring installed
+// since the last completed one. n3 leaves and rejoins while n1's handoff
+// is busy, so n1 sees one change from {n1,n2,n3} to {n1,n2,n3}: with the
+// ring in between among the bases, n1 sends n3 the states it replicates
+// (n1 may have taken writes for them as owner meanwhile); with the first
+// ring alone, nothing. And as a property: the targets from several bases
+// are the union of the targets from each, within the new replicas.
+func TestHandoffTargetsPassedRings(t *testing.T) {
+	snap := func(nodes ...string) *ring.Snapshot {
+		r := ring.New(ring.Config{ReplicationFactor: 2})
+		r.Set(nodes)
+		return r.Snapshot()
+	}
+	full, without := snap("n1", "n2", "n3"), snap("n1", "n2")
+	var h handoffPlan
+	toN3 := 0
+	for i := 0; i < 300; i++ {
+		id := fmt.Sprintf("t:%d", i)
+		reps := full.Replicas(id, 0)
+		if !slices.Contains(reps, "n1") {
+			continue // a state n1 holds without replicating it goes to every replica anyway
+		}
+		if single, _ := h.targets("n1", []*ring.Snapshot{full}, full, id); len(single) != 0 {
+			t.Fatalf("%s: same ring, targets %v", id, single)
+		}
+		got, _ := h.targets("n1", []*ring.Snapshot{full, without}, full, id)
+		if want := slices.Contains(reps, "n3"); want != slices.Contains(got, "n3") {
+			t.Fatalf("%s (replicas %v): targets %v; n3 is a target: %v, want %v", id, reps, got, !want, want)
+		}
+		if slices.Contains(got, "n3") {
+			toN3++
+		}
+	}
+	if toN3 == 0 {
+		t.Fatal("no id both on n1 and n3: the case was not played")
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		all := []string{"a", "b", "c", "d", "e"}
+		set := func(label string) *ring.Snapshot {
+			nodes := rapid.SliceOfNDistinct(rapid.SampledFrom(all), 1, len(all), rapid.ID[string]).Draw(t, label)
+			return snap(nodes...)
+		}
+		olds := []*ring.Snapshot{set("prev")}
+		for i := rapid.IntRange(0, 3).Draw(t, "passed"); i > 0; i-- {
+			olds = append(olds, set("passed ring"))
+		}
+		cur, self := set("cur"), rapid.SampledFrom(all).Draw(t, "self")
+		id := rapid.StringMatching(`[a-z]{1,6}`).Draw(t, "id")
+		var h, one handoffPlan
+		got, _ := h.targets(self, olds, cur, id)
+		var union []string
+		for _, o := range olds {
+			part, _ := one.targets(self, []*ring.Snapshot{o}, cur, id)
+			union = append(union, part...)
+		}
+		slices.Sort(union)
+		union = slices.Compact(union)
+		got = slices.Sorted(slices.Values(got))
+		if !slices.Equal(got, union) {
+			t.Fatalf("targets %v, union of the single-base targets %v", got, union)
+		}
+		for _, p := range got {
+			if p == self || !slices.Contains(cur.Replicas(id, 0), p) {
+				t.Fatalf("target %s is self or not a replica of %s in cur", p, id)
+			}
+		}
+	})
 }

@@ -44,6 +44,9 @@ type testCluster struct {
 	tune func(*Config)
 	// wrapStore, when set, wraps every node's store (epoch_test.go).
 	wrapStore func(Store) Store
+	// advertise, when set, is the gRPC address node id gossips for its
+	// listener at addr (a proxy in front of it: blackhole_test.go).
+	advertise func(id, addr string) string
 }
 
 type testNode struct {
@@ -157,7 +160,11 @@ func (c *testCluster) start(id, dir string) *testNode {
 	gs := grpc.NewServer()
 	n.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
-	if err := n.Start(Meta{GRPC: lis.Addr().String(), HTTP: "127.0.0.1:1"}); err != nil {
+	grpcAddr := lis.Addr().String()
+	if c.advertise != nil {
+		grpcAddr = c.advertise(id, grpcAddr)
+	}
+	if err := n.Start(Meta{GRPC: grpcAddr, HTTP: "127.0.0.1:1"}); err != nil {
 		t.Fatal(err)
 	}
 	tn := &testNode{id: id, dir: dir, eng: eng, n: n, gs: gs, rl: rl}

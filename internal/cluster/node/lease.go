@@ -17,9 +17,20 @@ import (
 // Owner leases bound in time what an owner cut off from the cluster still
 // does before gossip declares it dead.
 //
-// Holder. Every LeaseDuration/4 a node asks every alive member to renew its
-// lease (the Lease peer call). A member grants it while the sender is on
-// its own ring, and remembers when. The holder's lease runs until
+// Holder. Every LeaseDuration/4 a node asks M/2+1 of the other alive
+// members to renew its lease (the Lease peer call): the M/2 grants it needs
+// and one spare, the members after it in sorted order (so each member is
+// asked by about half of the others, not by all), those whose last call
+// failed or was refused last. It renews only while it uses its lease: an
+// owner operation in the last leaseIdle (25 leases, 10 s by default); an
+// idle node lets its lease lapse, and its next owner operation waits for
+// one renewal round (one round trip) before it starts. A member grants a
+// lease while the sender is on its own ring, and remembers when. Which
+// members a holder asks, and whether it asks at all, changes nothing
+// below: a lease still needs grants from a majority, and every new owner
+// still hears from enough members (it asks all of them, wideRenewal) that
+// each majority of grantors intersects them. Idle, a 16-node cluster
+// sends no Lease call instead of 2,400 per second. The holder's lease runs until
 // LeaseDuration after it *sent* the renewal round whose grant made a
 // majority of the members it knows (alive + dead, itself included): with M
 // members it needs grants from M/2 others within the last LeaseDuration.
@@ -92,6 +103,8 @@ type leases struct {
 	members atomic.Int64  // members (alive + dead) a majority is counted of
 	cleared atomic.Uint64 // 1 + the ring version whose takeover wait is done (0: none)
 	kick    chan struct{} // 1-buffered: renew now
+	lastUse atomic.Int64  // now() when an owner operation last asked for the lease
+	wide    atomic.Bool   // the next round goes to every alive member (takeover wait)
 
 	mu       sync.Mutex               // guards the fields below
 	got      map[string]time.Duration // peer -> send time of the round it last granted
@@ -100,6 +113,7 @@ type leases struct {
 	ringAt   time.Duration            // when this node's ring last changed
 	expired  map[string]bool          // nodes off the ring whose leases ran out since they left it
 	inflight map[string]int           // renewal calls in flight, by peer
+	failed   map[string]time.Duration // peer -> when its last renewal call failed or was refused
 	changed  chan struct{}            // closed and replaced when got or reports change
 }
 
@@ -107,7 +121,7 @@ func (l *leases) init() {
 	l.base = time.Now()
 	l.kick = make(chan struct{}, 1)
 	l.got, l.granted, l.reports = map[string]time.Duration{}, map[string]time.Duration{}, map[string]leaseReport{}
-	l.expired, l.inflight = map[string]bool{}, map[string]int{}
+	l.expired, l.inflight, l.failed = map[string]bool{}, map[string]int{}, map[string]time.Duration{}
 	l.changed = make(chan struct{})
 }
 
@@ -207,22 +221,46 @@ func (n *Node) leaseLoop() {
 	}
 }
 
-// renewLease sends one renewal round to every other alive member, without
-// waiting for the answers. Each call is on its own, so that a peer that
-// does not answer delays no other's grant; at most maxLeaseRounds calls
-// per peer are in flight.
+// leaseIdle is how many leases after its last owner operation a node
+// stops renewing its lease.
+const leaseIdle = 25
+
+// useLease notes that an owner operation needs the lease (renewals go on).
+func (l *leases) useLease(d time.Duration) {
+	now := int64(l.now())
+	if now-l.lastUse.Load() > int64(d/8) {
+		l.lastUse.Store(now)
+	}
+}
+
+// leaseInUse reports whether an owner operation asked for the lease in the
+// last leaseIdle leases.
+func (n *Node) leaseInUse() bool {
+	return int64(n.lease.now())-n.lease.lastUse.Load() < int64(leaseIdle*n.cfg.LeaseDuration)
+}
+
+// renewLease sends one renewal round, without waiting for the answers: to
+// leasePeers, to every other alive member when a takeover wait asked for
+// it, to nobody while the lease is not in use. Each call is on its own, so
+// that a peer that does not answer delays no other's grant; at most
+// maxLeaseRounds calls per peer are in flight.
 func (n *Node) renewLease() {
 	m := n.members.Load()
 	if m == nil {
 		return
 	}
 	n.leaseMembers(m.Members())
+	wide := n.lease.wide.Swap(false)
+	if !wide && !n.leaseInUse() {
+		return
+	}
 	sent := n.lease.now()
 	req := &leaseRequest{header: n.header(false)}
-	for _, peer := range m.Alive() {
-		if peer == n.self || !n.lease.startCall(peer) {
+	for _, peer := range n.leasePeers(m.Alive(), wide) {
+		if !n.lease.startCall(peer) {
 			continue
 		}
+		n.metrics.lease.WithLabelValues("renewal_calls").Inc()
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
@@ -230,11 +268,58 @@ func (n *Node) renewLease() {
 			ctx, cancel := context.WithTimeout(n.ctx, n.cfg.LeaseDuration)
 			defer cancel()
 			var resp leaseResponse
-			if err := n.call(ctx, peer, "Lease", req, &resp); err != nil || resp.Err != nil {
+			err := n.call(ctx, peer, "Lease", req, &resp)
+			n.lease.noteCall(peer, err == nil && resp.Err == nil && resp.Granted)
+			if err != nil || resp.Err != nil {
 				return
 			}
 			n.leaseAnswer(peer, sent, &resp)
 		}()
+	}
+}
+
+// leasePeers returns whom a renewal round asks among the alive members:
+// all the others when wide, else M/2+1 of them (M: members alive and dead),
+// the M/2 grants a lease needs plus a spare, taken in sorted order after
+// this node, with those whose last call failed or was refused last.
+func (n *Node) leasePeers(alive []string, wide bool) []string {
+	slices.Sort(alive)
+	i, _ := slices.BinarySearch(alive, n.self)
+	var out []string
+	for _, p := range append(slices.Clone(alive[i:]), alive[:i]...) {
+		if p != n.self {
+			out = append(out, p)
+		}
+	}
+	k := int(n.lease.members.Load())/2 + 1
+	if wide || k >= len(out) {
+		return out
+	}
+	l := &n.lease
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	slices.SortStableFunc(out, func(a, b string) int {
+		_, fa := l.failed[a]
+		_, fb := l.failed[b]
+		switch {
+		case fa == fb:
+			return 0
+		case fb:
+			return -1
+		}
+		return 1
+	})
+	return out[:k]
+}
+
+// noteCall records whether peer granted the renewal it was asked for.
+func (l *leases) noteCall(peer string, granted bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if granted {
+		delete(l.failed, peer)
+	} else {
+		l.failed[peer] = l.now()
 	}
 }
 
@@ -331,6 +416,9 @@ func (n *Node) leftMembers() map[string]bool {
 // awaitLease returns nil once this node holds its lease, waiting for a
 // renewal up to twice LeaseDuration.
 func (n *Node) awaitLease(ctx context.Context) error {
+	if n.leaseOn() {
+		n.lease.useLease(n.cfg.LeaseDuration)
+	}
 	if n.leaseHeld() {
 		return nil
 	}
@@ -430,6 +518,7 @@ func (n *Node) leaseTakeover(ctx context.Context, s *ring.Snapshot) error {
 				n.metrics.lease.WithLabelValues("takeover_timeout").Inc()
 				return &UnavailableError{Op: "lease takeover", Err: fmt.Errorf("%d of %d members reported their leases on ring v%d (dropped: %v)", have, need, s.Version(), suspects)}
 			}
+			l.wide.Store(true) // reports from every member, not only the usual grantors
 			l.renewNow()
 			select {
 			case <-ch:

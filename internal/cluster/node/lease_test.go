@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"sync"
@@ -316,5 +317,64 @@ func TestLeaseGrantsOnlyRingMembers(t *testing.T) {
 	}
 	if !slices.Contains(n2.Ring().Nodes(), "n3") {
 		t.Fatal("n3 is off n2's ring")
+	}
+}
+
+// TestLeasePeers: a renewal round asks M/2+1 of the other alive members
+// (the M/2 grants a lease needs and a spare), in sorted order after this
+// node, those whose last call failed or was refused last; every other
+// alive member when wide, or when there are no more than that.
+func TestLeasePeers(t *testing.T) {
+	n := &Node{self: "n3", cfg: Config{LeaseDuration: time.Second}}
+	n.lease.init()
+	alive := []string{"n8", "n1", "n2", "n3", "n4", "n5", "n6", "n7"}
+	n.lease.members.Store(8)
+	check := func(what string, wide bool, want ...string) {
+		t.Helper()
+		if got := n.leasePeers(slices.Clone(alive), wide); !slices.Equal(got, want) {
+			t.Fatalf("%s: %v, want %v", what, got, want)
+		}
+	}
+	check("8 members", false, "n4", "n5", "n6", "n7", "n8")
+	check("wide", true, "n4", "n5", "n6", "n7", "n8", "n1", "n2")
+	n.lease.noteCall("n5", false)
+	check("n5 refused", false, "n4", "n6", "n7", "n8", "n1")
+	n.lease.noteCall("n5", true)
+	check("n5 granted again", false, "n4", "n5", "n6", "n7", "n8")
+	n.lease.members.Store(10) // two dead members count: 6 asked, of 7 alive others
+	check("10 members", false, "n4", "n5", "n6", "n7", "n8", "n1")
+	alive = []string{"n1", "n2", "n3"}
+	n.lease.members.Store(3)
+	check("3 members", false, "n1", "n2")
+}
+
+// TestLeaseIdleStopsRenewals: a node whose lease no owner operation has
+// used for leaseIdle leases sends no renewal, lets its lease lapse, and
+// gets one again for its next owner operation, which succeeds.
+func TestLeaseIdleStopsRenewals(t *testing.T) {
+	c := newTestClusterWith(t, func(cfg *Config) { cfg.LeaseDuration = 100 * time.Millisecond }, "n1", "n2", "n3")
+	n1 := c.node("n1").n
+	calls := func() float64 { return value(n1.metrics.lease.WithLabelValues("renewal_calls")) }
+	if calls() == 0 {
+		eventually(t, 5*time.Second, "a first renewal", func() bool { return calls() > 0 })
+	}
+	eventually(t, 30*time.Second, "renewals stop when idle", func() bool {
+		before := calls()
+		time.Sleep(5 * n1.cfg.LeaseDuration / 4) // five renewal periods
+		return calls() == before
+	})
+	eventually(t, 5*time.Second, "the idle lease lapses", func() bool { return !n1.leaseHeld() })
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("idle:%d", i); n1.Ring().Owner(cand) == "n1" {
+			id = cand
+		}
+	}
+	idle := calls()
+	if _, err := n1.Apply(context.Background(), add(id, 1), syncWO); err != nil {
+		t.Fatalf("owner write after idling: %v", err)
+	}
+	if calls() == idle {
+		t.Fatal("the owner write was served without a renewal")
 	}
 }

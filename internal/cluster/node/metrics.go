@@ -19,7 +19,7 @@ type metrics struct {
 	ringVersion    prometheus.Gauge
 	failover       *prometheus.CounterVec // by result: probe_failed, rerouted, timeout
 	duplicates     prometheus.Counter
-	lease          *prometheus.CounterVec // by result: no_lease, lapsed, takeover_waited, takeover_timeout (lease.go)
+	lease          *prometheus.CounterVec // by result: no_lease, lapsed, takeover_waited, takeover_timeout, renewal_calls (lease.go)
 }
 
 func newMetrics() *metrics {
@@ -68,7 +68,7 @@ func newMetrics() *metrics {
 		}),
 		lease: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "counterd_cluster_lease_total",
-			Help: "Owner lease events: owner operations refused without a lease (no_lease) or whose lease ran out before the acknowledgement (lapsed); new owners that waited for dropped nodes' leases (takeover_waited) or gave up (takeover_timeout).",
+			Help: "Owner lease events: owner operations refused without a lease (no_lease) or whose lease ran out before the acknowledgement (lapsed); new owners that waited for dropped nodes' leases (takeover_waited) or gave up (takeover_timeout); Lease calls sent to renew this node's lease (renewal_calls).",
 		}, []string{"result"}),
 	}
 }

@@ -26,6 +26,7 @@ const (
 	DefaultAntiEntropyInterval = 5 * time.Second
 	DefaultRejoinInterval      = 2 * time.Second
 	DefaultRPCTimeout          = 5 * time.Second
+	DefaultRequestTimeout      = 5 * time.Second
 	DefaultFenceTimeout        = 3 * time.Second
 	DefaultLimitReplication    = time.Second
 )
@@ -48,7 +49,12 @@ type Config struct {
 	AntiEntropyInterval time.Duration // digest exchange period; default 5s
 	RejoinInterval      time.Duration // retry period for --join peers not in the cluster; default 2s
 	RPCTimeout          time.Duration // deadline of peer calls without one; default 5s
-	FenceTimeout        time.Duration // how long a new owner waits for replicas to agree; default 3s
+	// RequestTimeout bounds a client request whose context has no
+	// deadline, everything included (forwarding, fence, lease, replication,
+	// failover, a read's fallback to a replica): past it the request
+	// answers ErrUnavailable (503) even when a peer hangs; default 5s.
+	RequestTimeout time.Duration
+	FenceTimeout   time.Duration // how long a new owner waits for replicas to agree; default 3s
 	// LimitReplication is how often the rate-limit state charged on the
 	// keys this node owns goes to each key's next replica, its owner if
 	// this node dies (SetRateLimit); default 1s, negative: never.
@@ -97,6 +103,7 @@ func (c Config) withDefaults() Config {
 	set(&c.AntiEntropyInterval, DefaultAntiEntropyInterval)
 	set(&c.RejoinInterval, DefaultRejoinInterval)
 	set(&c.RPCTimeout, DefaultRPCTimeout)
+	set(&c.RequestTimeout, DefaultRequestTimeout)
 	set(&c.FenceTimeout, DefaultFenceTimeout)
 	set(&c.LimitReplication, DefaultLimitReplication)
 	set(&c.FailoverWait, DefaultFailoverWait)
@@ -125,7 +132,7 @@ func (c Config) Validate() error {
 	if err := (ring.Config{VirtualNodes: c.VirtualNodes, ReplicationFactor: c.ReplicationFactor}).Validate(); err != nil {
 		return fmt.Errorf("cluster: %w", err)
 	}
-	if c.PushInterval < 0 || c.AntiEntropyInterval < 0 || c.RejoinInterval < 0 || c.RPCTimeout < 0 || c.FenceTimeout < 0 {
+	if c.PushInterval < 0 || c.AntiEntropyInterval < 0 || c.RejoinInterval < 0 || c.RPCTimeout < 0 || c.RequestTimeout < 0 || c.FenceTimeout < 0 {
 		return errors.New("cluster: negative interval")
 	}
 	if c.LeaseDuration > 0 && c.LeaseDuration < 10*time.Millisecond || c.LeaseDrift < 0 {
@@ -188,6 +195,14 @@ type Node struct {
 	incarnation string                        // this process's life (readview.go)
 	handedOff   atomic.Pointer[ring.Snapshot] // the last ring whose handoff completed
 	views       viewCache                     // handoffs seen complete by this coordinator
+	marks       inboundMarks                  // peers' handoffs into this node's rings (readview.go)
+	asking      atomic.Bool                   // askMarks is running
+	// passed holds the rings installed since the last completed handoff
+	// (handoff.go).
+	passed struct {
+		mu    sync.Mutex // guards rings
+		rings []*ring.Snapshot
+	}
 }
 
 // New returns a node serving store. It does not touch the network until
@@ -368,11 +383,16 @@ func (n *Node) setRing(nodes []string) {
 	old := n.ring.Snapshot()
 	n.gate.Lock()
 	changed := n.ring.Set(nodes)
+	s := n.ring.Snapshot()
+	if changed {
+		n.passed.mu.Lock()
+		n.passed.rings = append(n.passed.rings, s)
+		n.passed.mu.Unlock()
+	}
 	n.gate.Unlock()
 	if !changed {
 		return
 	}
-	s := n.ring.Snapshot()
 	n.leaseRingChanged(s)
 	for _, id := range s.Nodes() {
 		if id != n.self && !slices.Contains(old.Nodes(), id) {
@@ -433,7 +453,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		leaveTimeout = min(leaveTimeout, time.Until(d)/2)
 	}
 	errs = append(errs, m.Leave(leaveTimeout))
-	errs = append(errs, n.handOff(ctx, old, n.ring.Snapshot()))
+	errs = append(errs, n.handOff(ctx, []*ring.Snapshot{old}, n.ring.Snapshot()))
 	err := errors.Join(errs...)
 	n.log.Info("cluster drained", "took", time.Since(start).Round(time.Millisecond), "err", err)
 	return err
@@ -467,6 +487,16 @@ func (n *Node) hasOtherSeeds() bool {
 		return len(n.cfg.Join) > 0
 	}
 	return slices.ContainsFunc(n.cfg.Join, func(a string) bool { return a != m.Addr() })
+}
+
+// bounded gives a client request without a deadline RequestTimeout, so
+// that no wait on a peer (one that accepts connections and never answers)
+// outlasts it.
+func (n *Node) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, n.cfg.RequestTimeout)
 }
 
 // quorum is the write quorum for r replicas: floor(r/2)+1.

@@ -23,13 +23,18 @@ import (
 // that ring) that is not in the request's down set, which is the owner
 // while nobody is down. A part also fails if the node's ring moved while
 // it read. Each part reports the node's incarnation, ring version and
-// whether its handoff for that ring is complete; the coordinator accepts a
-// round only when every node's handoff was already complete, at the same
-// incarnation and ring version, in an earlier round (so every handoff
-// into this ring finished before any part of this round read), and its own
-// ring did not move. Otherwise it retries. A node that cannot be reached
-// joins the down set and its ids are answered by their next replica. See
-// docs/cluster.md, "Read views".
+// whether the handoffs into that ring are complete there: its own, and
+// every other member's into it (each member marks the end of its handoff
+// into a ring to every other member of that ring, the handed_off call).
+// The coordinator accepts a round only when every node's handoffs were
+// already complete, at the same incarnation and ring version, in an
+// earlier round (so every handoff into this ring finished before any part
+// of this round read), and its own ring did not move. Otherwise it
+// retries. A node that cannot be reached joins the down set and its ids
+// are answered by their next replica; that replica's part still waits for
+// the unreachable node's mark, since the unreachable node may hold states
+// it took as owner while the replica was away (a rejoin) and not yet
+// handed over. See docs/cluster.md, "Read views".
 
 // viewRequest is the ring a read view is taken at (localRequest.View).
 type viewRequest struct {
@@ -42,8 +47,136 @@ type viewRequest struct {
 type viewAnswer struct {
 	Incarnation string `json:"inc"`
 	Version     uint64 `json:"version"`
-	HandedOff   bool   `json:"handed_off"` // this node's handoff into Version is complete
+	HandedOff   bool   `json:"handed_off"` // the handoffs into Version are complete on this node (its own and its peers')
 }
+
+// handoffMark is a member's word that it has pushed, durably, every state
+// it holds that the receiver replicates in the ring whose node set hashes
+// to Nodes (localRequest.Mark, op "handed_off").
+type handoffMark struct {
+	Nodes       uint64 `json:"nodes"` // nodesHash of the ring handed off into
+	Incarnation string `json:"inc"`   // the sender's incarnation
+	Version     uint64 `json:"version"`
+}
+
+// inboundMarks holds the last handoff mark of every peer. Safe for
+// concurrent use.
+type inboundMarks struct {
+	mu sync.Mutex // guards by
+	by map[string]handoffMark
+}
+
+// record keeps m as from's latest mark, unless a later one of the same
+// incarnation arrived first.
+func (im *inboundMarks) record(from string, m handoffMark) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	if im.by == nil {
+		im.by = map[string]handoffMark{}
+	}
+	if prev, ok := im.by[from]; ok && prev.Incarnation == m.Incarnation && prev.Version > m.Version {
+		return
+	}
+	im.by[from] = m
+}
+
+// missing returns the members of s but self that have not marked their
+// handoff into s's node set.
+func (im *inboundMarks) missing(s *ring.Snapshot, self string) []string {
+	h := nodesHash(s)
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	var out []string
+	for _, p := range s.Nodes() {
+		if p != self && im.by[p].Nodes != h {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// inboundDone reports whether the handoffs into ring s are complete on this
+// node: its own, and every other member's into it.
+func (n *Node) inboundDone(s *ring.Snapshot) bool {
+	if n.handedOff.Load().Version() != s.Version() {
+		return false
+	}
+	if len(n.marks.missing(s, n.self)) > 0 {
+		n.askMarks(s)
+		return false
+	}
+	return true
+}
+
+// ownMark is this node's mark for its current ring, nil while its handoff
+// into that ring is not complete.
+func (n *Node) ownMark() *handoffMark {
+	s := n.ring.Snapshot()
+	if n.handedOff.Load().Version() != s.Version() {
+		return nil
+	}
+	return &handoffMark{Nodes: nodesHash(s), Incarnation: n.incarnation, Version: s.Version()}
+}
+
+// exchangeMarks sends mark (nil: none, only asking) to each of peers in
+// parallel and records the marks they answer with. It returns the peers
+// that did not answer.
+func (n *Node) exchangeMarks(mark *handoffMark, peers []string) []string {
+	var mu sync.Mutex
+	var failed []string
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(n.ctx, markTimeout)
+			defer cancel()
+			r := &localResponse{}
+			err := n.call(ctx, p, "Local", &localRequest{header: n.header(false), Op: "handed_off", Mark: mark}, r)
+			if err == nil {
+				err = r.Err.err(p, nil)
+			}
+			if err != nil {
+				n.log.Debug("cluster: handoff mark", "peer", p, "err", err)
+				mu.Lock()
+				failed = append(failed, p)
+				mu.Unlock()
+				return
+			}
+			if r.Mark != nil {
+				n.marks.record(p, *r.Mark)
+			}
+		})
+	}
+	wg.Wait()
+	return failed
+}
+
+// markHandedOff tells each of peers that this node's handoff into s is
+// complete, and returns those that did not acknowledge.
+func (n *Node) markHandedOff(s *ring.Snapshot, peers []string) []string {
+	return n.exchangeMarks(&handoffMark{Nodes: nodesHash(s), Incarnation: n.incarnation, Version: s.Version()}, peers)
+}
+
+// askMarks asks the members of s whose mark for s is missing for theirs,
+// in the background, one round at a time: a node that restarted has lost
+// the marks its peers sent before, and peers whose ring did not change
+// send none again.
+func (n *Node) askMarks(s *ring.Snapshot) {
+	if !n.asking.CompareAndSwap(false, true) {
+		return
+	}
+	missing := n.marks.missing(s, n.self)
+	if len(missing) == 0 || n.ctx.Err() != nil {
+		n.asking.Store(false)
+		return
+	}
+	n.wg.Go(func() {
+		defer n.asking.Store(false)
+		n.exchangeMarks(nil, missing)
+	})
+}
+
+// markTimeout bounds one handoff mark call.
+const markTimeout = time.Second
 
 var (
 	errViewMismatch = fmt.Errorf("%w: the nodes disagree on the ring; retry", contract.ErrUnavailable)
@@ -115,7 +248,7 @@ func (n *Node) viewPart(v *viewRequest, fn func(answers func(id string) bool) er
 	if !slices.Equal(s.Nodes(), v.Nodes) || slices.Contains(v.Down, n.self) {
 		return nil, errViewMismatch
 	}
-	a := &viewAnswer{Incarnation: n.incarnation, Version: s.Version(), HandedOff: n.handedOff.Load().Version() == s.Version()}
+	a := &viewAnswer{Incarnation: n.incarnation, Version: s.Version(), HandedOff: n.inboundDone(s)}
 	buf := make([]string, 0, 8)
 	err := fn(func(id string) bool {
 		d := designated(s, id, v.Down, buf)
@@ -213,6 +346,11 @@ func (n *Node) viewRound(ctx context.Context, v viewRead, down *[]string) error 
 		wg.Go(func() {
 			pctx, cancel := context.WithTimeout(ctx, viewPartTimeout)
 			defer cancel()
+			if h := knobs.viewCall.Load(); h != nil {
+				if errs[i] = (*h)(n.self, node); errs[i] != nil {
+					return
+				}
+			}
 			resps[i], errs[i] = n.onNode(pctx, node, r)
 		})
 	}

@@ -86,7 +86,7 @@ type wireSeries struct {
 // localRequest asks a node for its part of a cluster-wide operation.
 type localRequest struct {
 	header
-	Op         string              `json:"op"` // aggregate, scan, len, flushall, setrollup, deleterollup
+	Op         string              `json:"op"` // aggregate, scan, len, view, flushall, setrollup, deleterollup, series, handed_off
 	Prefix     string              `json:"prefix,omitempty"`
 	Cursor     uint64              `json:"cursor,omitempty"`
 	Match      string              `json:"match,omitempty"`
@@ -96,6 +96,7 @@ type localRequest struct {
 	Durability contract.Durability `json:"durability,omitempty"`
 	View       *viewRequest        `json:"view,omitempty"`      // read view (readview.go)
 	SeriesOf   *seriesQuery        `json:"series_of,omitempty"` // op "series" (series.go)
+	Mark       *handoffMark        `json:"mark,omitempty"`      // op "handed_off" (readview.go)
 }
 
 type localResponse struct {
@@ -107,6 +108,7 @@ type localResponse struct {
 	Err       *wireError         `json:"err,omitempty"`
 	View      *viewAnswer        `json:"view,omitempty"`   // read view (readview.go)
 	Series    *wireSeries        `json:"series,omitempty"` // op "series" (series.go)
+	Mark      *handoffMark       `json:"mark,omitempty"`   // op "handed_off": the responder's own (readview.go)
 }
 
 // replicateRequest pushes states to a replica (owner replication, CRDT

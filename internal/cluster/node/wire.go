@@ -659,6 +659,9 @@ func pbLocalRequest(r *localRequest) (*pb.LocalRequest, error) {
 	if q := r.SeriesOf; q != nil {
 		out.SeriesOf = &pb.SeriesQuery{Id: q.ID, G: pb.Granularity(q.G), From: pbTime(q.From), To: pbTime(q.To)}
 	}
+	if m := r.Mark; m != nil {
+		out.Mark = &pb.HandoffMark{Nodes: m.Nodes, Incarnation: m.Incarnation, Version: m.Version}
+	}
 	return out, err
 }
 
@@ -673,6 +676,9 @@ func (d *decoder) localRequest(p *pb.LocalRequest) localRequest {
 		r.SeriesOf = &seriesQuery{ID: q.GetId(), G: rollup.Granularity(u8(d, q.GetG(), "granularity")),
 			From: goTime(q.GetFrom()), To: goTime(q.GetTo())}
 	}
+	if m := p.GetMark(); m != nil {
+		r.Mark = &handoffMark{Nodes: m.GetNodes(), Incarnation: m.GetIncarnation(), Version: m.GetVersion()}
+	}
 	return r
 }
 
@@ -684,6 +690,9 @@ func pbLocalResponse(r *localResponse) *pb.LocalResponse {
 	if v := r.View; v != nil {
 		out.View = &pb.ViewAnswer{Incarnation: v.Incarnation, Version: v.Version, HandedOff: v.HandedOff}
 	}
+	if m := r.Mark; m != nil {
+		out.Mark = &pb.HandoffMark{Nodes: m.Nodes, Incarnation: m.Incarnation, Version: m.Version}
+	}
 	return out
 }
 
@@ -694,6 +703,9 @@ func (d *decoder) localResponse(p *pb.LocalResponse) localResponse {
 		Series: d.series(p.GetSeries())}
 	if v := p.GetView(); v != nil {
 		r.View = &viewAnswer{Incarnation: v.GetIncarnation(), Version: v.GetVersion(), HandedOff: v.GetHandedOff()}
+	}
+	if m := p.GetMark(); m != nil {
+		r.Mark = &handoffMark{Nodes: m.GetNodes(), Incarnation: m.GetIncarnation(), Version: m.GetVersion()}
 	}
 	return r
 }

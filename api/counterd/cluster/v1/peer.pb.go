@@ -567,6 +567,7 @@ const (
 	LocalOp_LOCAL_OP_SETROLLUP    LocalOp = 6
 	LocalOp_LOCAL_OP_DELETEROLLUP LocalOp = 7
 	LocalOp_LOCAL_OP_SERIES       LocalOp = 8
+	LocalOp_LOCAL_OP_HANDED_OFF   LocalOp = 9 // the sender finished its handoff into a ring (mark)
 )
 
 // Enum value maps for LocalOp.
@@ -581,6 +582,7 @@ var (
 		6: "LOCAL_OP_SETROLLUP",
 		7: "LOCAL_OP_DELETEROLLUP",
 		8: "LOCAL_OP_SERIES",
+		9: "LOCAL_OP_HANDED_OFF",
 	}
 	LocalOp_value = map[string]int32{
 		"LOCAL_OP_UNSPECIFIED":  0,
@@ -592,6 +594,7 @@ var (
 		"LOCAL_OP_SETROLLUP":    6,
 		"LOCAL_OP_DELETEROLLUP": 7,
 		"LOCAL_OP_SERIES":       8,
+		"LOCAL_OP_HANDED_OFF":   9,
 	}
 )
 
@@ -2461,6 +2464,70 @@ func (x *ViewAnswer) GetHandedOff() bool {
 	return false
 }
 
+// HandoffMark says that its sender pushed, durably, every state it holds
+// that the receiver replicates in the ring whose node set hashes to nodes:
+// a read view counts the receiver's ids only once every other member of
+// its ring has sent one for that ring (internal/cluster/node/readview.go).
+type HandoffMark struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         uint64                 `protobuf:"varint,1,opt,name=nodes,proto3" json:"nodes,omitempty"`            // hash of the ring's node set
+	Incarnation   string                 `protobuf:"bytes,2,opt,name=incarnation,proto3" json:"incarnation,omitempty"` // the sender's process life
+	Version       uint64                 `protobuf:"varint,3,opt,name=version,proto3" json:"version,omitempty"`        // the sender's ring version handed off into
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HandoffMark) Reset() {
+	*x = HandoffMark{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HandoffMark) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HandoffMark) ProtoMessage() {}
+
+func (x *HandoffMark) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HandoffMark.ProtoReflect.Descriptor instead.
+func (*HandoffMark) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *HandoffMark) GetNodes() uint64 {
+	if x != nil {
+		return x.Nodes
+	}
+	return 0
+}
+
+func (x *HandoffMark) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *HandoffMark) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
 type SeriesQuery struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2473,7 +2540,7 @@ type SeriesQuery struct {
 
 func (x *SeriesQuery) Reset() {
 	*x = SeriesQuery{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2552,7 @@ func (x *SeriesQuery) String() string {
 func (*SeriesQuery) ProtoMessage() {}
 
 func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[21]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2565,7 @@ func (x *SeriesQuery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SeriesQuery.ProtoReflect.Descriptor instead.
 func (*SeriesQuery) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{21}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SeriesQuery) GetId() string {
@@ -2542,13 +2609,14 @@ type LocalRequest struct {
 	Durability    Durability             `protobuf:"varint,9,opt,name=durability,proto3,enum=counterd.cluster.v1.Durability" json:"durability,omitempty"`
 	View          *ViewRequest           `protobuf:"bytes,10,opt,name=view,proto3" json:"view,omitempty"`
 	SeriesOf      *SeriesQuery           `protobuf:"bytes,11,opt,name=series_of,json=seriesOf,proto3" json:"series_of,omitempty"`
+	Mark          *HandoffMark           `protobuf:"bytes,12,opt,name=mark,proto3" json:"mark,omitempty"` // op HANDED_OFF: the sender's mark (none: only asks for the responder's)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalRequest) Reset() {
 	*x = LocalRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2560,7 +2628,7 @@ func (x *LocalRequest) String() string {
 func (*LocalRequest) ProtoMessage() {}
 
 func (x *LocalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[22]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2573,7 +2641,7 @@ func (x *LocalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalRequest.ProtoReflect.Descriptor instead.
 func (*LocalRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{22}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *LocalRequest) GetHeader() *Header {
@@ -2653,6 +2721,13 @@ func (x *LocalRequest) GetSeriesOf() *SeriesQuery {
 	return nil
 }
 
+func (x *LocalRequest) GetMark() *HandoffMark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
 type Aggregate struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Prefix        []byte                 `protobuf:"bytes,1,opt,name=prefix,proto3" json:"prefix,omitempty"`
@@ -2664,7 +2739,7 @@ type Aggregate struct {
 
 func (x *Aggregate) Reset() {
 	*x = Aggregate{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2751,7 @@ func (x *Aggregate) String() string {
 func (*Aggregate) ProtoMessage() {}
 
 func (x *Aggregate) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[23]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2764,7 @@ func (x *Aggregate) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Aggregate.ProtoReflect.Descriptor instead.
 func (*Aggregate) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{23}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Aggregate) GetPrefix() []byte {
@@ -2723,13 +2798,14 @@ type LocalResponse struct {
 	Err           *Error                 `protobuf:"bytes,6,opt,name=err,proto3" json:"err,omitempty"`
 	View          *ViewAnswer            `protobuf:"bytes,7,opt,name=view,proto3" json:"view,omitempty"`
 	Series        *Series                `protobuf:"bytes,8,opt,name=series,proto3" json:"series,omitempty"`
+	Mark          *HandoffMark           `protobuf:"bytes,9,opt,name=mark,proto3" json:"mark,omitempty"` // op HANDED_OFF: the responder's own mark, when its handoff into its ring is complete
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *LocalResponse) Reset() {
 	*x = LocalResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2741,7 +2817,7 @@ func (x *LocalResponse) String() string {
 func (*LocalResponse) ProtoMessage() {}
 
 func (x *LocalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[24]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2754,7 +2830,7 @@ func (x *LocalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LocalResponse.ProtoReflect.Descriptor instead.
 func (*LocalResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{24}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *LocalResponse) GetAggregate() *Aggregate {
@@ -2813,6 +2889,13 @@ func (x *LocalResponse) GetSeries() *Series {
 	return nil
 }
 
+func (x *LocalResponse) GetMark() *HandoffMark {
+	if x != nil {
+		return x.Mark
+	}
+	return nil
+}
+
 // State is one counter's replicable state.
 type State struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -2831,7 +2914,7 @@ type State struct {
 
 func (x *State) Reset() {
 	*x = State{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2843,7 +2926,7 @@ func (x *State) String() string {
 func (*State) ProtoMessage() {}
 
 func (x *State) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[25]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2856,7 +2939,7 @@ func (x *State) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use State.ProtoReflect.Descriptor instead.
 func (*State) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{25}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *State) GetId() string {
@@ -2932,7 +3015,7 @@ type IdemRecord struct {
 
 func (x *IdemRecord) Reset() {
 	*x = IdemRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2944,7 +3027,7 @@ func (x *IdemRecord) String() string {
 func (*IdemRecord) ProtoMessage() {}
 
 func (x *IdemRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[26]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2957,7 +3040,7 @@ func (x *IdemRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use IdemRecord.ProtoReflect.Descriptor instead.
 func (*IdemRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{26}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *IdemRecord) GetKey() []byte {
@@ -3039,7 +3122,7 @@ type Versions struct {
 
 func (x *Versions) Reset() {
 	*x = Versions{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3051,7 +3134,7 @@ func (x *Versions) String() string {
 func (*Versions) ProtoMessage() {}
 
 func (x *Versions) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[27]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3064,7 +3147,7 @@ func (x *Versions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Versions.ProtoReflect.Descriptor instead.
 func (*Versions) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{27}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *Versions) GetVersions() []uint64 {
@@ -3086,7 +3169,7 @@ type ReplicateRequest struct {
 
 func (x *ReplicateRequest) Reset() {
 	*x = ReplicateRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3098,7 +3181,7 @@ func (x *ReplicateRequest) String() string {
 func (*ReplicateRequest) ProtoMessage() {}
 
 func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[28]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3111,7 +3194,7 @@ func (x *ReplicateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateRequest.ProtoReflect.Descriptor instead.
 func (*ReplicateRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{28}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReplicateRequest) GetHeader() *Header {
@@ -3155,7 +3238,7 @@ type ReplicateResponse struct {
 
 func (x *ReplicateResponse) Reset() {
 	*x = ReplicateResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3167,7 +3250,7 @@ func (x *ReplicateResponse) String() string {
 func (*ReplicateResponse) ProtoMessage() {}
 
 func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[29]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3180,7 +3263,7 @@ func (x *ReplicateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReplicateResponse.ProtoReflect.Descriptor instead.
 func (*ReplicateResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{29}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReplicateResponse) GetChanged() int64 {
@@ -3222,7 +3305,7 @@ type FetchRequest struct {
 
 func (x *FetchRequest) Reset() {
 	*x = FetchRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3234,7 +3317,7 @@ func (x *FetchRequest) String() string {
 func (*FetchRequest) ProtoMessage() {}
 
 func (x *FetchRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[30]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3247,7 +3330,7 @@ func (x *FetchRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchRequest.ProtoReflect.Descriptor instead.
 func (*FetchRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{30}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *FetchRequest) GetHeader() *Header {
@@ -3301,7 +3384,7 @@ type FetchResponse struct {
 
 func (x *FetchResponse) Reset() {
 	*x = FetchResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3396,7 @@ func (x *FetchResponse) String() string {
 func (*FetchResponse) ProtoMessage() {}
 
 func (x *FetchResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[31]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3409,7 @@ func (x *FetchResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FetchResponse.ProtoReflect.Descriptor instead.
 func (*FetchResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{31}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FetchResponse) GetStates() []*State {
@@ -3373,7 +3456,7 @@ type LeaseRequest struct {
 
 func (x *LeaseRequest) Reset() {
 	*x = LeaseRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3385,7 +3468,7 @@ func (x *LeaseRequest) String() string {
 func (*LeaseRequest) ProtoMessage() {}
 
 func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[32]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3398,7 +3481,7 @@ func (x *LeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseRequest.ProtoReflect.Descriptor instead.
 func (*LeaseRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{32}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *LeaseRequest) GetHeader() *Header {
@@ -3426,7 +3509,7 @@ type LeaseResponse struct {
 
 func (x *LeaseResponse) Reset() {
 	*x = LeaseResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3438,7 +3521,7 @@ func (x *LeaseResponse) String() string {
 func (*LeaseResponse) ProtoMessage() {}
 
 func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[33]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3451,7 +3534,7 @@ func (x *LeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LeaseResponse.ProtoReflect.Descriptor instead.
 func (*LeaseResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{33}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *LeaseResponse) GetGranted() bool {
@@ -3493,7 +3576,7 @@ type DigestItem struct {
 
 func (x *DigestItem) Reset() {
 	*x = DigestItem{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3505,7 +3588,7 @@ func (x *DigestItem) String() string {
 func (*DigestItem) ProtoMessage() {}
 
 func (x *DigestItem) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[34]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3518,7 +3601,7 @@ func (x *DigestItem) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestItem.ProtoReflect.Descriptor instead.
 func (*DigestItem) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{34}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DigestItem) GetId() string {
@@ -3552,7 +3635,7 @@ type DigestRequest struct {
 
 func (x *DigestRequest) Reset() {
 	*x = DigestRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3564,7 +3647,7 @@ func (x *DigestRequest) String() string {
 func (*DigestRequest) ProtoMessage() {}
 
 func (x *DigestRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[35]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3577,7 +3660,7 @@ func (x *DigestRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestRequest.ProtoReflect.Descriptor instead.
 func (*DigestRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{35}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *DigestRequest) GetHeader() *Header {
@@ -3606,7 +3689,7 @@ type DigestResponse struct {
 
 func (x *DigestResponse) Reset() {
 	*x = DigestResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3618,7 +3701,7 @@ func (x *DigestResponse) String() string {
 func (*DigestResponse) ProtoMessage() {}
 
 func (x *DigestResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[36]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3631,7 +3714,7 @@ func (x *DigestResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DigestResponse.ProtoReflect.Descriptor instead.
 func (*DigestResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{36}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *DigestResponse) GetWant() []string {
@@ -3677,7 +3760,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3689,7 +3772,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[37]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3702,7 +3785,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{37}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3758,7 +3841,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3770,7 +3853,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3783,7 +3866,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3813,7 +3896,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3825,7 +3908,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3838,7 +3921,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3881,7 +3964,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3893,7 +3976,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3906,7 +3989,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -3940,7 +4023,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4035,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4048,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -4000,7 +4083,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4012,7 +4095,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4025,7 +4108,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Policy) GetName() string {
@@ -4111,7 +4194,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4123,7 +4206,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4136,7 +4219,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -4184,7 +4267,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4196,7 +4279,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4209,7 +4292,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -4236,7 +4319,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4248,7 +4331,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4261,7 +4344,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4292,7 +4375,7 @@ type GlobalReport struct {
 
 func (x *GlobalReport) Reset() {
 	*x = GlobalReport{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4304,7 +4387,7 @@ func (x *GlobalReport) String() string {
 func (*GlobalReport) ProtoMessage() {}
 
 func (x *GlobalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4317,7 +4400,7 @@ func (x *GlobalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
 func (*GlobalReport) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GlobalReport) GetKey() []byte {
@@ -4369,7 +4452,7 @@ type GlobalShare struct {
 
 func (x *GlobalShare) Reset() {
 	*x = GlobalShare{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4381,7 +4464,7 @@ func (x *GlobalShare) String() string {
 func (*GlobalShare) ProtoMessage() {}
 
 func (x *GlobalShare) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4394,7 +4477,7 @@ func (x *GlobalShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalShare.ProtoReflect.Descriptor instead.
 func (*GlobalShare) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *GlobalShare) GetKey() []byte {
@@ -4442,7 +4525,7 @@ type GlobalLimitsRequest struct {
 
 func (x *GlobalLimitsRequest) Reset() {
 	*x = GlobalLimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4454,7 +4537,7 @@ func (x *GlobalLimitsRequest) String() string {
 func (*GlobalLimitsRequest) ProtoMessage() {}
 
 func (x *GlobalLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4467,7 +4550,7 @@ func (x *GlobalLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GlobalLimitsRequest) GetHeader() *Header {
@@ -4494,7 +4577,7 @@ type GlobalLimitsResponse struct {
 
 func (x *GlobalLimitsResponse) Reset() {
 	*x = GlobalLimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4506,7 +4589,7 @@ func (x *GlobalLimitsResponse) String() string {
 func (*GlobalLimitsResponse) ProtoMessage() {}
 
 func (x *GlobalLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4519,7 +4602,7 @@ func (x *GlobalLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *GlobalLimitsResponse) GetShares() []*GlobalShare {
@@ -4718,12 +4801,16 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\vincarnation\x18\x01 \x01(\tR\vincarnation\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1d\n" +
 	"\n" +
-	"handed_off\x18\x03 \x01(\bR\thandedOff\"\xa9\x01\n" +
+	"handed_off\x18\x03 \x01(\bR\thandedOff\"_\n" +
+	"\vHandoffMark\x12\x14\n" +
+	"\x05nodes\x18\x01 \x01(\x04R\x05nodes\x12 \n" +
+	"\vincarnation\x18\x02 \x01(\tR\vincarnation\x12\x18\n" +
+	"\aversion\x18\x03 \x01(\x04R\aversion\"\xa9\x01\n" +
 	"\vSeriesQuery\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12.\n" +
 	"\x01g\x18\x02 \x01(\x0e2 .counterd.cluster.v1.GranularityR\x01g\x12.\n" +
 	"\x04from\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04from\x12*\n" +
-	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\"\xca\x03\n" +
+	"\x02to\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02to\"\x80\x04\n" +
 	"\fLocalRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12,\n" +
 	"\x02op\x18\x02 \x01(\x0e2\x1c.counterd.cluster.v1.LocalOpR\x02op\x12\x16\n" +
@@ -4738,11 +4825,12 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"durability\x124\n" +
 	"\x04view\x18\n" +
 	" \x01(\v2 .counterd.cluster.v1.ViewRequestR\x04view\x12=\n" +
-	"\tseries_of\x18\v \x01(\v2 .counterd.cluster.v1.SeriesQueryR\bseriesOf\"O\n" +
+	"\tseries_of\x18\v \x01(\v2 .counterd.cluster.v1.SeriesQueryR\bseriesOf\x124\n" +
+	"\x04mark\x18\f \x01(\v2 .counterd.cluster.v1.HandoffMarkR\x04mark\"O\n" +
 	"\tAggregate\x12\x16\n" +
 	"\x06prefix\x18\x01 \x01(\fR\x06prefix\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x03R\x05value\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x03R\x05count\"\xa9\x02\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\"\xdf\x02\n" +
 	"\rLocalResponse\x12<\n" +
 	"\taggregate\x18\x01 \x01(\v2\x1e.counterd.cluster.v1.AggregateR\taggregate\x12\x10\n" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x12\n" +
@@ -4751,7 +4839,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x02ok\x18\x05 \x01(\bR\x02ok\x12,\n" +
 	"\x03err\x18\x06 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x123\n" +
 	"\x04view\x18\a \x01(\v2\x1f.counterd.cluster.v1.ViewAnswerR\x04view\x123\n" +
-	"\x06series\x18\b \x01(\v2\x1b.counterd.cluster.v1.SeriesR\x06series\"\xe8\x01\n" +
+	"\x06series\x18\b \x01(\v2\x1b.counterd.cluster.v1.SeriesR\x06series\x124\n" +
+	"\x04mark\x18\t \x01(\v2 .counterd.cluster.v1.HandoffMarkR\x04mark\"\xe8\x01\n" +
 	"\x05State\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12-\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x19.counterd.cluster.v1.KindR\x04kind\x12\x18\n" +
@@ -4960,7 +5049,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x0fREAD_OP_PFCOUNT\x10\x03\x12\x0f\n" +
 	"\vREAD_OP_TTL\x10\x04\x12\x12\n" +
 	"\x0eREAD_OP_SERIES\x10\x05\x12\x13\n" +
-	"\x0fREAD_OP_UNIQUES\x10\x06*\xd2\x01\n" +
+	"\x0fREAD_OP_UNIQUES\x10\x06*\xeb\x01\n" +
 	"\aLocalOp\x12\x18\n" +
 	"\x14LOCAL_OP_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12LOCAL_OP_AGGREGATE\x10\x01\x12\x11\n" +
@@ -4970,7 +5059,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x11LOCAL_OP_FLUSHALL\x10\x05\x12\x16\n" +
 	"\x12LOCAL_OP_SETROLLUP\x10\x06\x12\x19\n" +
 	"\x15LOCAL_OP_DELETEROLLUP\x10\a\x12\x13\n" +
-	"\x0fLOCAL_OP_SERIES\x10\b2\xd3\x06\n" +
+	"\x0fLOCAL_OP_SERIES\x10\b\x12\x17\n" +
+	"\x13LOCAL_OP_HANDED_OFF\x10\t2\xd3\x06\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Apply\x12!.counterd.cluster.v1.ApplyRequest\x1a\".counterd.cluster.v1.ApplyResponse\x12K\n" +
 	"\x04Read\x12 .counterd.cluster.v1.ReadRequest\x1a!.counterd.cluster.v1.ReadResponse\x12N\n" +
@@ -4996,7 +5086,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -5028,37 +5118,38 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(*RollupSpec)(nil),            // 27: counterd.cluster.v1.RollupSpec
 	(*ViewRequest)(nil),           // 28: counterd.cluster.v1.ViewRequest
 	(*ViewAnswer)(nil),            // 29: counterd.cluster.v1.ViewAnswer
-	(*SeriesQuery)(nil),           // 30: counterd.cluster.v1.SeriesQuery
-	(*LocalRequest)(nil),          // 31: counterd.cluster.v1.LocalRequest
-	(*Aggregate)(nil),             // 32: counterd.cluster.v1.Aggregate
-	(*LocalResponse)(nil),         // 33: counterd.cluster.v1.LocalResponse
-	(*State)(nil),                 // 34: counterd.cluster.v1.State
-	(*IdemRecord)(nil),            // 35: counterd.cluster.v1.IdemRecord
-	(*Versions)(nil),              // 36: counterd.cluster.v1.Versions
-	(*ReplicateRequest)(nil),      // 37: counterd.cluster.v1.ReplicateRequest
-	(*ReplicateResponse)(nil),     // 38: counterd.cluster.v1.ReplicateResponse
-	(*FetchRequest)(nil),          // 39: counterd.cluster.v1.FetchRequest
-	(*FetchResponse)(nil),         // 40: counterd.cluster.v1.FetchResponse
-	(*LeaseRequest)(nil),          // 41: counterd.cluster.v1.LeaseRequest
-	(*LeaseResponse)(nil),         // 42: counterd.cluster.v1.LeaseResponse
-	(*DigestItem)(nil),            // 43: counterd.cluster.v1.DigestItem
-	(*DigestRequest)(nil),         // 44: counterd.cluster.v1.DigestRequest
-	(*DigestResponse)(nil),        // 45: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 46: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 47: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 48: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 49: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 50: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 51: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 52: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 53: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 54: counterd.cluster.v1.PoliciesResponse
-	(*GlobalReport)(nil),          // 55: counterd.cluster.v1.GlobalReport
-	(*GlobalShare)(nil),           // 56: counterd.cluster.v1.GlobalShare
-	(*GlobalLimitsRequest)(nil),   // 57: counterd.cluster.v1.GlobalLimitsRequest
-	(*GlobalLimitsResponse)(nil),  // 58: counterd.cluster.v1.GlobalLimitsResponse
-	nil,                           // 59: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
+	(*HandoffMark)(nil),           // 30: counterd.cluster.v1.HandoffMark
+	(*SeriesQuery)(nil),           // 31: counterd.cluster.v1.SeriesQuery
+	(*LocalRequest)(nil),          // 32: counterd.cluster.v1.LocalRequest
+	(*Aggregate)(nil),             // 33: counterd.cluster.v1.Aggregate
+	(*LocalResponse)(nil),         // 34: counterd.cluster.v1.LocalResponse
+	(*State)(nil),                 // 35: counterd.cluster.v1.State
+	(*IdemRecord)(nil),            // 36: counterd.cluster.v1.IdemRecord
+	(*Versions)(nil),              // 37: counterd.cluster.v1.Versions
+	(*ReplicateRequest)(nil),      // 38: counterd.cluster.v1.ReplicateRequest
+	(*ReplicateResponse)(nil),     // 39: counterd.cluster.v1.ReplicateResponse
+	(*FetchRequest)(nil),          // 40: counterd.cluster.v1.FetchRequest
+	(*FetchResponse)(nil),         // 41: counterd.cluster.v1.FetchResponse
+	(*LeaseRequest)(nil),          // 42: counterd.cluster.v1.LeaseRequest
+	(*LeaseResponse)(nil),         // 43: counterd.cluster.v1.LeaseResponse
+	(*DigestItem)(nil),            // 44: counterd.cluster.v1.DigestItem
+	(*DigestRequest)(nil),         // 45: counterd.cluster.v1.DigestRequest
+	(*DigestResponse)(nil),        // 46: counterd.cluster.v1.DigestResponse
+	(*Limit)(nil),                 // 47: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 48: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 49: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 50: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 51: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 52: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 53: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 54: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 55: counterd.cluster.v1.PoliciesResponse
+	(*GlobalReport)(nil),          // 56: counterd.cluster.v1.GlobalReport
+	(*GlobalShare)(nil),           // 57: counterd.cluster.v1.GlobalShare
+	(*GlobalLimitsRequest)(nil),   // 58: counterd.cluster.v1.GlobalLimitsRequest
+	(*GlobalLimitsResponse)(nil),  // 59: counterd.cluster.v1.GlobalLimitsResponse
+	nil,                           // 60: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 61: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,   // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
@@ -5078,12 +5169,12 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	9,   // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
 	7,   // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
 	4,   // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	60,  // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	60,  // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	60,  // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	61,  // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	61,  // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	61,  // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
 	0,   // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	60,  // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	60,  // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	61,  // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	61,  // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
 	20,  // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
 	21,  // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
 	13,  // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
@@ -5091,92 +5182,94 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	22,  // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
 	4,   // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
 	4,   // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	60,  // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	60,  // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	61,  // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	61,  // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
 	4,   // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	60,  // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	60,  // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	61,  // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	61,  // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
 	23,  // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
 	24,  // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
 	25,  // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
 	10,  // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
 	0,   // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
 	4,   // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	60,  // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	60,  // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	61,  // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	61,  // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
 	9,   // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
 	8,   // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
 	27,  // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
 	1,   // 46: counterd.cluster.v1.LocalRequest.durability:type_name -> counterd.cluster.v1.Durability
 	28,  // 47: counterd.cluster.v1.LocalRequest.view:type_name -> counterd.cluster.v1.ViewRequest
-	30,  // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
-	32,  // 49: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
-	10,  // 50: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
-	29,  // 51: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
-	24,  // 52: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
-	0,   // 53: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
-	16,  // 54: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
-	15,  // 55: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	59,  // 56: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
-	9,   // 57: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
-	34,  // 58: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
-	35,  // 59: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 60: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 61: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	34,  // 62: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	35,  // 63: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 64: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 65: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
-	10,  // 66: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 67: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	43,  // 68: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	34,  // 69: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	35,  // 70: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 71: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,   // 72: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	46,  // 73: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	47,  // 74: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,   // 75: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	48,  // 76: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10,  // 77: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,   // 78: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	51,  // 79: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,   // 80: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	52,  // 81: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	52,  // 82: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10,  // 83: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	46,  // 84: counterd.cluster.v1.GlobalReport.limit:type_name -> counterd.cluster.v1.Limit
-	46,  // 85: counterd.cluster.v1.GlobalShare.limit:type_name -> counterd.cluster.v1.Limit
-	9,   // 86: counterd.cluster.v1.GlobalLimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	55,  // 87: counterd.cluster.v1.GlobalLimitsRequest.reports:type_name -> counterd.cluster.v1.GlobalReport
-	56,  // 88: counterd.cluster.v1.GlobalLimitsResponse.shares:type_name -> counterd.cluster.v1.GlobalShare
-	10,  // 89: counterd.cluster.v1.GlobalLimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	36,  // 90: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	17,  // 91: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	19,  // 92: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	31,  // 93: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	37,  // 94: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	39,  // 95: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	44,  // 96: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	49,  // 97: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	53,  // 98: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	57,  // 99: counterd.cluster.v1.Peer.GlobalLimits:input_type -> counterd.cluster.v1.GlobalLimitsRequest
-	41,  // 100: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
-	18,  // 101: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	26,  // 102: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	33,  // 103: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	38,  // 104: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	40,  // 105: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	45,  // 106: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	50,  // 107: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	54,  // 108: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	58,  // 109: counterd.cluster.v1.Peer.GlobalLimits:output_type -> counterd.cluster.v1.GlobalLimitsResponse
-	42,  // 110: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
-	101, // [101:111] is the sub-list for method output_type
-	91,  // [91:101] is the sub-list for method input_type
-	91,  // [91:91] is the sub-list for extension type_name
-	91,  // [91:91] is the sub-list for extension extendee
-	0,   // [0:91] is the sub-list for field type_name
+	31,  // 48: counterd.cluster.v1.LocalRequest.series_of:type_name -> counterd.cluster.v1.SeriesQuery
+	30,  // 49: counterd.cluster.v1.LocalRequest.mark:type_name -> counterd.cluster.v1.HandoffMark
+	33,  // 50: counterd.cluster.v1.LocalResponse.aggregate:type_name -> counterd.cluster.v1.Aggregate
+	10,  // 51: counterd.cluster.v1.LocalResponse.err:type_name -> counterd.cluster.v1.Error
+	29,  // 52: counterd.cluster.v1.LocalResponse.view:type_name -> counterd.cluster.v1.ViewAnswer
+	24,  // 53: counterd.cluster.v1.LocalResponse.series:type_name -> counterd.cluster.v1.Series
+	30,  // 54: counterd.cluster.v1.LocalResponse.mark:type_name -> counterd.cluster.v1.HandoffMark
+	0,   // 55: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
+	16,  // 56: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
+	15,  // 57: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
+	60,  // 58: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	9,   // 59: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
+	35,  // 60: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
+	36,  // 61: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 62: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 63: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	35,  // 64: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	36,  // 65: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 66: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 67: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10,  // 68: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 69: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	44,  // 70: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	35,  // 71: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	36,  // 72: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 73: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 74: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	47,  // 75: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	48,  // 76: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,   // 77: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	49,  // 78: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10,  // 79: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 80: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	52,  // 81: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,   // 82: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	53,  // 83: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	53,  // 84: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10,  // 85: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	47,  // 86: counterd.cluster.v1.GlobalReport.limit:type_name -> counterd.cluster.v1.Limit
+	47,  // 87: counterd.cluster.v1.GlobalShare.limit:type_name -> counterd.cluster.v1.Limit
+	9,   // 88: counterd.cluster.v1.GlobalLimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	56,  // 89: counterd.cluster.v1.GlobalLimitsRequest.reports:type_name -> counterd.cluster.v1.GlobalReport
+	57,  // 90: counterd.cluster.v1.GlobalLimitsResponse.shares:type_name -> counterd.cluster.v1.GlobalShare
+	10,  // 91: counterd.cluster.v1.GlobalLimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	37,  // 92: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	17,  // 93: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	19,  // 94: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	32,  // 95: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	38,  // 96: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	40,  // 97: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	45,  // 98: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	50,  // 99: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	54,  // 100: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	58,  // 101: counterd.cluster.v1.Peer.GlobalLimits:input_type -> counterd.cluster.v1.GlobalLimitsRequest
+	42,  // 102: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	18,  // 103: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	26,  // 104: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	34,  // 105: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	39,  // 106: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	41,  // 107: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	46,  // 108: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	51,  // 109: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	55,  // 110: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	59,  // 111: counterd.cluster.v1.Peer.GlobalLimits:output_type -> counterd.cluster.v1.GlobalLimitsResponse
+	43,  // 112: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	103, // [103:113] is the sub-list for method output_type
+	93,  // [93:103] is the sub-list for method input_type
+	93,  // [93:93] is the sub-list for extension type_name
+	93,  // [93:93] is the sub-list for extension extendee
+	0,   // [0:93] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -5190,7 +5283,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   51,
+			NumMessages:   52,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,20 @@
+package node
+
+import (
+	"sync/atomic"
+
+	"github.com/counterd/counterd/internal/cluster/ring"
+)
+
+// knobs let in-package tests hold a mechanism at a chosen point (a
+// handoff, a read view's call) to play a race deterministically. They are
+// nil outside tests.
+var knobs struct {
+	// beforeHandoff runs at the start of each handoff attempt of node self
+	// into ring cur; it may block.
+	beforeHandoff atomic.Pointer[func(self string, cur *ring.Snapshot)]
+	// viewCall, when it returns an error, replaces coordinator's call for
+	// node's part of a read view (a part that timed out: a non-nil
+	// *UnavailableError with Node set puts node in the down set).
+	viewCall atomic.Pointer[func(coordinator, node string) error]
+}
