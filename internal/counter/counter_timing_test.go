@@ -140,3 +140,20 @@ func BenchmarkHashAdd(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkWindowAppendBinary encodes a window of an hour by minute with
+// one hit in every third bucket (the engine's flush encodes each changed
+// window).
+func BenchmarkWindowAppendBinary(b *testing.B) {
+	w, _ := NewWindow(WindowSpec{Granularity: time.Minute, Span: time.Hour})
+	for i := range 20 {
+		if err := w.Add(t0.Add(time.Duration(3*i)*time.Minute), int64(1+i%3)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	buf := make([]byte, 0, 128)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf, _ = w.AppendBinary(buf[:0])
+	}
+}

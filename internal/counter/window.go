@@ -453,8 +453,13 @@ func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 					break
 				}
 				if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
-					b = binary.AppendUvarint(b, uint64(w.head-x))
-					b = binary.AppendVarint(b, sl.count)
+					// The distance is below 64: one byte. So is the
+					// zigzag count of a bucket of -64..63 hits.
+					if z := uint64(sl.count<<1) ^ uint64(sl.count>>63); z < 0x80 {
+						b = append(b, byte(w.head-x), byte(z))
+					} else {
+						b = binary.AppendUvarint(append(b, byte(w.head-x)), z)
+					}
 					n++
 				}
 			}

@@ -57,11 +57,10 @@ func fastStr(e ast.Expr) fastString {
 		if s.IsTestOnly() || s.Operand().Kind() != ast.IdentKind || s.Operand().AsIdent() != "event" {
 			return nil
 		}
-		var key ref.Val = types.String(s.FieldName())
+		key := s.FieldName()
 		return func(in *Input) (string, bool) {
-			v, found := in.Find(key)
-			s, ok := v.(types.String)
-			return string(s), found && ok
+			s, found, ok := in.findString(key)
+			return s, found && ok
 		}
 	case ast.CallKind:
 		c := e.AsCall()
@@ -162,7 +161,18 @@ func fastCall(c ast.CallExpr) fastExpr {
 		}
 	case (c.FunctionName() == operators.Equals || c.FunctionName() == operators.NotEquals) && len(fs) == 2:
 		l, r, neg := fs[0], fs[1], c.FunctionName() == operators.NotEquals
+		// Strings on both sides (event.type == "like") compare without
+		// boxing either; when a side is not a string (an int attribute,
+		// say), the general comparison below decides.
+		ls, rs := fastStr(args[0]), fastStr(args[1])
 		return func(in *Input) (ref.Val, bool) {
+			if ls != nil && rs != nil {
+				if a, ok := ls(in); ok {
+					if b, ok := rs(in); ok {
+						return types.Bool((a == b) != neg), true
+					}
+				}
+			}
 			a, ok := l(in)
 			if !ok {
 				return nil, false

@@ -22,8 +22,19 @@ type Input struct {
 	e       *event.Event
 	id, typ ref.Val   // e.ID and e.Type as CEL values; nil: not yet
 	vals    []ref.Val // decoded attributes by index in e.Attrs(); nil: not yet
-	full    traits.Mapper
+	// strs holds the string attributes the fast path read (findString),
+	// by index in e.Attrs(), not boxed into a ref.Val; kinds says which
+	// of them are known (strUnknown, strText, strOther).
+	strs  []string
+	kinds []uint8
+	full  traits.Mapper
 }
+
+const (
+	strUnknown uint8 = iota // not decoded yet
+	strText                 // a string, in strs
+	strOther                // not a string
+)
 
 var (
 	_ interpreter.Activation = (*Input)(nil)
@@ -40,6 +51,50 @@ func (in *Input) Reset(e *event.Event) {
 	}
 	in.vals = in.vals[:n]
 	clear(in.vals)
+	if cap(in.kinds) < n {
+		in.kinds, in.strs = make([]uint8, n), make([]string, n)
+	}
+	in.kinds, in.strs = in.kinds[:n], in.strs[:n]
+	clear(in.kinds)
+	clear(in.strs)
+}
+
+// findString is Find for the string fast path: the value of key when it
+// is a string, without boxing it into a ref.Val; found false when the
+// event has no such key, str false when its value is not a string.
+func (in *Input) findString(key string) (s string, found, str bool) {
+	switch key {
+	case "id":
+		return in.e.ID, true, true
+	case "type":
+		return in.e.Type, true, true
+	case "ts":
+		return "", true, false
+	}
+	attrs := in.e.Attrs()
+	for i := range attrs {
+		a := &attrs[i]
+		if string(a.Name) != key {
+			continue
+		}
+		switch in.kinds[i] {
+		case strText:
+			return in.strs[i], true, true
+		case strOther:
+			return "", true, false
+		}
+		if v := in.vals[i]; v != nil {
+			s, ok := v.(types.String)
+			return string(s), true, ok
+		}
+		if t, ok := a.Text(); ok {
+			in.kinds[i], in.strs[i] = strText, t
+			return t, true, true
+		}
+		in.kinds[i] = strOther
+		return "", true, false
+	}
+	return "", false, false
 }
 
 // ResolveName implements interpreter.Activation: the one variable, event.
@@ -80,7 +135,9 @@ func (in *Input) Find(key ref.Val) (ref.Val, bool) {
 			continue
 		}
 		if in.vals[i] == nil {
-			if s, ok := a.Text(); ok {
+			if in.kinds[i] == strText {
+				in.vals[i] = types.String(in.strs[i])
+			} else if s, ok := a.Text(); ok {
 				in.vals[i] = types.String(s)
 			} else {
 				in.vals[i] = types.DefaultTypeAdapter.NativeToValue(a.Decode())

@@ -498,7 +498,7 @@ func (r *Rule) op(act *Input) (contract.Op, error) {
 		if err != nil {
 			return op, fmt.Errorf("pfadd: %v", err)
 		}
-		op.Items = [][]byte{[]byte(item)}
+		op.Items = oneItem(item)
 	case contract.OpHAdd:
 		field, err := evalString(r.field, act)
 		if err != nil {
@@ -514,6 +514,24 @@ func (r *Rule) op(act *Input) (contract.Op, error) {
 		op.Fields = []counter.FieldDelta{{Name: field, Delta: d}}
 	}
 	return op, nil
+}
+
+// smallItem is the one item of a pfadd op and its slice header in one
+// allocation, when the item is short (a user id, say).
+type smallItem struct {
+	items [1][]byte
+	buf   [24]byte
+}
+
+// oneItem returns [][]byte{[]byte(s)}, in one allocation for a short s.
+func oneItem(s string) [][]byte {
+	if len(s) > len(smallItem{}.buf) {
+		return [][]byte{[]byte(s)}
+	}
+	p := new(smallItem)
+	n := copy(p.buf[:], s)
+	p.items[0] = p.buf[:n:n]
+	return p.items[:]
 }
 
 func eval(p *program, act *Input) (ref.Val, error) {

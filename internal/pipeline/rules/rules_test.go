@@ -9,6 +9,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline/event"
+	"pgregory.net/rapid"
 )
 
 const example = `dedupe: 7d
@@ -274,4 +275,16 @@ func TestFilterMustBeBool(t *testing.T) {
 			t.Errorf("filter %s: %v, want loaded %v", src, err, ok)
 		}
 	}
+}
+
+// TestOneItem: oneItem(s) holds exactly s, short or long; a short one is
+// clipped (an append to it copies it first, not writing past it).
+func TestOneItem(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		s := rapid.StringN(0, 40, -1).Draw(t, "s")
+		items := oneItem(s)
+		if len(items) != 1 || string(items[0]) != s || cap(items) != 1 || (len(s) <= 24 && cap(items[0]) != len(s)) {
+			t.Fatalf("oneItem(%q) = %q (caps %d, %d)", s, items, cap(items), cap(items[0]))
+		}
+	})
 }
