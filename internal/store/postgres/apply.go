@@ -203,8 +203,11 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		return false, nil
 	}
 
-	// Rows are always locked in counter_id order (sorted inputs, fixed
-	// statement order) so concurrent batches cannot deadlock.
+	// Each statement locks its rows in counter_id order (sorted inputs,
+	// fixed statement order), so concurrent batches that only write cannot
+	// deadlock. Deletes are one pass and writes another: two batches each
+	// deleting what the other writes can deadlock, and the aborted one is
+	// re-applied under its id at the next flush (docs/postgres.md).
 	if len(b.Deletes) > 0 {
 		s.statements.Add(1) // applyDeletes' DELETE … RETURNING
 	}
