@@ -30,9 +30,22 @@ type exchange struct {
 	dateAt int64
 }
 
-type bodyReader struct{ bytes.Reader }
+type bodyReader struct {
+	bytes.Reader
+	b []byte
+}
 
 func (*bodyReader) Close() error { return nil }
+
+// BodyBytes returns the unread rest of the body, read, without a copy:
+// valid until the handler returns (handlers reading the whole body
+// without keeping it, as ratelimitapi's check, use it instead of
+// io.ReadAll).
+func (r *bodyReader) BodyBytes() []byte {
+	rest := r.b[len(r.b)-r.Len():]
+	r.Reset(nil)
+	return rest
+}
 
 // respWriter is the http.ResponseWriter of a request run on a loop. The
 // whole answer is buffered (the routes a loop runs answer small
@@ -137,7 +150,8 @@ func (x *exchange) request(h *head, buf []byte) *http.Request {
 		ContentLength: max(h.contentLength, 0),
 	}
 	if h.contentLength > 0 {
-		x.body.Reset(h.body(buf))
+		x.body.b = h.body(buf)
+		x.body.Reset(x.body.b)
 		x.req.Body = &x.body
 	} else {
 		x.req.Body = http.NoBody

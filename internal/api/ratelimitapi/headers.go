@@ -1,8 +1,8 @@
 package ratelimitapi
 
 import (
+	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -33,7 +33,10 @@ const (
 // A name listed several times (one policy on several keys) appears once
 // in each field, with the lowest remaining.
 func appendHeaders(add func(name, value string), now time.Time, hits []ratelimit.Hit, sts []ratelimit.Status, agg ratelimit.Status) {
-	var pol, rl strings.Builder
+	// The values are built in one buffer and made one string, cut for
+	// each header.
+	var polBuf, rlBuf [128]byte
+	pol, rl := polBuf[:0], rlBuf[:0]
 	for i := range hits {
 		name := hits[i].Limit.DisplayName()
 		if j := firstWithName(hits, i, name); j != i {
@@ -45,28 +48,76 @@ func appendHeaders(add func(name, value string), now time.Time, hits []ratelimit
 				s = sts[j]
 			}
 		}
-		if pol.Len() > 0 {
-			pol.WriteString(", ")
-			rl.WriteString(", ")
+		if len(pol) > 0 {
+			pol = append(pol, ", "...)
+			rl = append(rl, ", "...)
 		}
-		writeSFString(&pol, name)
-		pol.WriteString(";q=")
-		pol.WriteString(strconv.FormatInt(hits[i].Limit.Limit, 10))
-		pol.WriteString(";w=")
-		pol.WriteString(strconv.FormatInt(max(1, ceilSeconds(hits[i].Limit.Period)), 10))
-		writeSFString(&rl, name)
-		rl.WriteString(";r=")
-		rl.WriteString(strconv.FormatInt(s.Remaining, 10))
-		rl.WriteString(";t=")
-		rl.WriteString(strconv.FormatInt(ceilSeconds(window(s)), 10))
+		pol = appendSFString(pol, name)
+		pol = append(pol, ";q="...)
+		pol = strconv.AppendInt(pol, hits[i].Limit.Limit, 10)
+		pol = append(pol, ";w="...)
+		pol = strconv.AppendInt(pol, max(1, ceilSeconds(hits[i].Limit.Period)), 10)
+		rl = appendSFString(rl, name)
+		rl = append(rl, ";r="...)
+		rl = strconv.AppendInt(rl, s.Remaining, 10)
+		rl = append(rl, ";t="...)
+		rl = strconv.AppendInt(rl, ceilSeconds(window(s)), 10)
 	}
-	add(HeaderRateLimitPolicy, pol.String())
-	add(HeaderRateLimit, rl.String())
-	add(HeaderXRateLimitLimit, strconv.FormatInt(agg.Limit, 10))
-	add(HeaderXRateLimitRemain, strconv.FormatInt(agg.Remaining, 10))
-	add(HeaderXRateLimitReset, strconv.FormatInt(ceilUnix(now.Add(window(agg))), 10))
+	var allBuf [320]byte
+	var ends [6]int
+	all := append(allBuf[:0], pol...)
+	ends[0] = len(all)
+	all = append(all, rl...)
+	ends[1] = len(all)
+	all = strconv.AppendInt(all, agg.Limit, 10)
+	ends[2] = len(all)
+	all = strconv.AppendInt(all, agg.Remaining, 10)
+	ends[3] = len(all)
+	all = strconv.AppendInt(all, ceilUnix(now.Add(window(agg))), 10)
+	ends[4] = len(all)
+	n := 5
 	if !agg.Allowed {
-		add(HeaderRetryAfter, strconv.FormatInt(retryAfterSeconds(agg), 10))
+		all = strconv.AppendInt(all, retryAfterSeconds(agg), 10)
+		ends[5] = len(all)
+		n = 6
+	}
+	v := string(all)
+	names := [6]string{HeaderRateLimitPolicy, HeaderRateLimit, HeaderXRateLimitLimit, HeaderXRateLimitRemain, HeaderXRateLimitReset, HeaderRetryAfter}
+	from := 0
+	for i := 0; i < n; i++ {
+		add(names[i], v[from:ends[i]])
+		from = ends[i]
+	}
+}
+
+// canonicalHeaders are the canonical forms of the header names
+// (http.CanonicalHeaderKey's), for headerAdder.
+var canonicalHeaders = func() map[string]string {
+	m := map[string]string{}
+	for _, k := range []string{HeaderRateLimitPolicy, HeaderRateLimit, HeaderXRateLimitLimit, HeaderXRateLimitRemain, HeaderXRateLimitReset, HeaderRetryAfter} {
+		m[k] = http.CanonicalHeaderKey(k)
+	}
+	return m
+}()
+
+// headerAdder returns hdr.Add for appendHeaders' names, which allocates
+// once for the values rather than for each name and value.
+func headerAdder(hdr http.Header) func(name, value string) {
+	var vals []string
+	return func(name, value string) {
+		k, ok := canonicalHeaders[name]
+		if !ok {
+			k = http.CanonicalHeaderKey(name)
+		}
+		if old, ok := hdr[k]; ok {
+			hdr[k] = append(old, value)
+			return
+		}
+		if vals == nil {
+			vals = make([]string, 0, 6)
+		}
+		vals = append(vals, value)
+		hdr[k] = vals[len(vals)-1 : len(vals) : len(vals)]
 	}
 }
 
@@ -105,21 +156,20 @@ func ceilUnix(t time.Time) int64 {
 	return s
 }
 
-// writeSFString writes s as a Structured Field string: quoted, with " and
-// \ escaped and other bytes outside printable ASCII replaced by '?'.
-func writeSFString(b *strings.Builder, s string) {
-	b.WriteByte('"')
+// appendSFString appends s as a Structured Field string: quoted, with "
+// and \ escaped and other bytes outside printable ASCII replaced by '?'.
+func appendSFString(b []byte, s string) []byte {
+	b = append(b, '"')
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		switch {
 		case c == '"' || c == '\\':
-			b.WriteByte('\\')
-			b.WriteByte(c)
+			b = append(b, '\\', c)
 		case c < 0x20 || c > 0x7e:
-			b.WriteByte('?')
+			b = append(b, '?')
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 		}
 	}
-	b.WriteByte('"')
+	return append(b, '"')
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
@@ -152,7 +153,12 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var req ratelimit.CheckRequest
-	if !h.decodeBody(w, r, &req) {
+	b, err := h.readCheckBody(w, r)
+	if err == nil {
+		err = decodeCheck(b, &req)
+	}
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	hits, err := h.hits(&req)
@@ -176,13 +182,49 @@ func (h *httpHandler) check(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	appendHeaders(w.Header().Add, h.l.Now(), hits, sts, agg)
+	appendHeaders(headerAdder(w.Header()), h.l.Now(), hits, sts, agg)
 	ans := ratelimit.NewCheckAnswer(req.Key, hits, sts, agg)
 	status := http.StatusOK
 	if !agg.Allowed {
 		status = http.StatusTooManyRequests
 	}
-	httpapi.WriteJSON(w, status, ans)
+	writeCheckAnswer(w, status, &ans)
+}
+
+var answerBufs = sync.Pool{New: func() any { b := make([]byte, 0, 512); return &b }}
+
+// The values of the answer's constant headers, shared (Header.Set's).
+var (
+	hdrJSON    = []string{"application/json"}
+	hdrNoSniff = []string{"nosniff"}
+)
+
+// writeCheckAnswer is httpapi.WriteJSON(w, status, ans) with the answer
+// encoded by appendCheckAnswer.
+func writeCheckAnswer(w http.ResponseWriter, status int, ans *ratelimit.CheckAnswer) {
+	bp := answerBufs.Get().(*[]byte)
+	b := append(appendCheckAnswer((*bp)[:0], ans), '\n')
+	hdr := w.Header()
+	hdr["Content-Type"] = hdrJSON[:1:1]
+	hdr["X-Content-Type-Options"] = hdrNoSniff[:1:1]
+	w.WriteHeader(status)
+	_, _ = w.Write(b)
+	if cap(b) <= 64<<10 {
+		*bp = b
+		answerBufs.Put(bp)
+	}
+}
+
+// readCheckBody is httpapi.ReadBody, without a copy when the body is
+// one already in memory (an event loop's: BodyBytes).
+func (h *httpHandler) readCheckBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+	if rb, ok := r.Body.(interface {
+		Len() int
+		BodyBytes() []byte
+	}); ok && int64(rb.Len()) <= h.opts.MaxBodyBytes {
+		return rb.BodyBytes(), nil
+	}
+	return httpapi.ReadBody(w, r, h.opts.MaxBodyBytes)
 }
 
 // hits turns a check request into the hits to check.
