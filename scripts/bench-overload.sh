@@ -19,6 +19,7 @@
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
+#   loop    : the defaults plus HTTP event loops (--http-event-loops 0)
 #   after   : the defaults (HTTP admission per client before the HTTP server,
 #             --max-conns-per-client a quarter of --http-max-conns)
 #   nocap   : the defaults without the per-client connection cap (--max-conns-per-client -1)
@@ -63,6 +64,7 @@ flags() {
     before) echo "--max-inflight -1 --http-max-conns -1" ;;
     handler) echo "--http-admission=false" ;;
     after) echo "" ;;
+    loop) echo "--http-event-loops 0" ;;
     nocap) echo "--max-conns-per-client -1" ;;
     nopace) echo "--shed-rate-per-client 0" ;;
     base) echo "--http-admission" ;;

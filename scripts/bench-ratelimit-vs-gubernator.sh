@@ -23,15 +23,19 @@
 #                   github.com/gubernator-io/gubernator/v2/cmd/gubernator@v2.13.0`
 #                   into ~/.cache/counterd-bench/gubernator-v2.13.0 (once)
 #   COUNTERD        counterd binary (default: built with make build's flags)
+#   COUNTERD_ARGS   more counterd flags (default "--http-event-loops 0": the
+#                   HTTP event loops; "--http-event-loops -1" for net/http)
 #
 # Both check one key, account:12345, one hit at a time under a token bucket
 # of 1e9 per minute (nothing is denied: this measures the check path).
 # gubernator runs one node on loopback (member-list discovery with itself
 # as the only known node, tracing off); counterd runs on its defaults
-# (embedded, --durability async) in a temporary data directory.
+# (embedded, --durability async) plus COUNTERD_ARGS in a temporary data
+# directory.
 set -euo pipefail
 
 CONNS=${CONNS:-50}
+COUNTERD_ARGS=${COUNTERD_ARGS---http-event-loops 0}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 TESTS="http grpc resp"
@@ -80,7 +84,7 @@ CD_HTTP=127.0.0.1:$(port)
 CD_GRPC=127.0.0.1:$(port)
 CD_RESP=$(port)
 "$COUNTERD" --data "$TMP/data" --http "$CD_HTTP" --grpc "$CD_GRPC" --resp "127.0.0.1:$CD_RESP" \
-	--durability async >"$TMP/counterd.log" 2>&1 &
+	--durability async $COUNTERD_ARGS >"$TMP/counterd.log" 2>&1 &
 PIDS+=($!)
 CD_PID=$!
 
@@ -162,7 +166,7 @@ run_resp() { # round
 	printf "  round %d resp %-10s %10.0f checks/s  p99 %8.3f ms\n" "$1" counterd "$rps" "$p99"
 }
 
-echo "gubernator $GUBERNATOR_BIN vs counterd $("$COUNTERD" --version); $(nproc) cores; $CONNS connections, $DURATION per run, $ROUNDS rounds; tests: $TESTS"
+echo "gubernator $GUBERNATOR_BIN vs counterd $("$COUNTERD" --version); $(nproc) cores; counterd flags: ${COUNTERD_ARGS:-none}; $CONNS connections, $DURATION per run, $ROUNDS rounds; tests: $TESTS"
 for round in $(seq 1 "$ROUNDS"); do
 	order="gubernator counterd"
 	[ $((round % 2)) = 0 ] && order="counterd gubernator"
