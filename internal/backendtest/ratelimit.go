@@ -92,6 +92,35 @@ func rateLimitCases() []tcase {
 				e.t.Errorf("cost 3 = %+v, want allowed, 0 remaining", st)
 			}
 		}),
+		// scope global-approx (docs/ratelimit.md, "Global limits"): a
+		// single decider (embedded, tiered) decides it exactly; a cluster
+		// admits from shares whose sum never passes the limit, and checks
+		// made one after another leave no share stale in flight, so from
+		// one client every backend admits at most the limit per window.
+		rlCase("global-approx admits at most the limit", func(e *env, c ratelimit.Checker) {
+			key := e.id("rl-global")
+			lim := perMinute(ratelimit.FixedWindow, 20)
+			lim.Scope = ratelimit.ScopeGlobalApprox
+			if e.s.CheckerFollowsClock {
+				now := e.s.Clock.Now() // not across a window boundary
+				e.s.Clock.Advance(now.Truncate(time.Minute).Add(time.Minute).Sub(now) + time.Second)
+			}
+			admitted := 0
+			for range 60 {
+				if st := e.check(c, key, lim, 1); st.Allowed {
+					admitted++
+				} else if st.RetryAfter <= 0 {
+					e.t.Errorf("denied check = %+v, want a retry-after", st)
+				}
+			}
+			if admitted == 0 || admitted > 20 {
+				e.t.Errorf("admitted %d of 60 checks under a global-approx limit of 20, want 1..20", admitted)
+			}
+			bad := lim
+			bad.Algorithm = ratelimit.TokenBucket
+			_, err := c.CheckMultiContext(e.ctx, []ratelimit.Hit{{Key: e.id("rl-global-tb"), Limit: bad, Cost: 1}}, nil)
+			e.wantErr("global-approx token bucket", err, ratelimit.ErrInvalidLimit)
+		}),
 		rlCase("invalid checks", func(e *env, c ratelimit.Checker) {
 			lim := perMinute(ratelimit.FixedWindow, 5)
 			for _, tc := range []struct {

@@ -182,7 +182,13 @@ func (r *Router) CheckMultiContext(ctx context.Context, hits []Hit, out []Status
 			return r.global.CheckMultiContext(ctx, hits, out)
 		}
 		// No Global: decided on the owner, with the state the forwarded
-		// form (which carries no scope) names.
+		// form (which carries no scope) names. Validated first, as the
+		// scope's rules (fixed_window only) go with the rewrite.
+		for i := range hits {
+			if _, err := validateHit(hits[i].Key, &hits[i].Limit, hits[i].Cost); err != nil {
+				return Status{}, err
+			}
+		}
 		hits = append([]Hit(nil), hits...)
 		for i := range hits {
 			hits[i].Limit.Scope = ScopeOwner
