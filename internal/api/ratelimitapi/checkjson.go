@@ -37,52 +37,41 @@ func decodeCheckFast(b []byte, req *ratelimit.CheckRequest) bool {
 	if !d.byte('{') {
 		return false
 	}
-	const (
-		fKey = 1 << iota
-		fCost
-		fPolicy
-		fPolicies
-		fLimits
-	)
-	seen := 0
+	var seen fields
 	ok := d.object(func(name []byte) bool {
-		var f int
 		switch string(name) {
 		case "key":
-			f = fKey
+			return seen.first(0) && d.str(&req.Key)
 		case "cost":
-			f = fCost
+			return seen.first(1) && d.int(&req.Cost)
 		case "policy":
-			f = fPolicy
+			return seen.first(2) && d.str(&req.Policy)
 		case "policies":
-			f = fPolicies
+			return seen.first(3) && d.strings(&req.Policies)
 		case "limits":
-			f = fLimits
-		default:
-			return false
+			return seen.first(4) && d.limits(&req.Limits)
 		}
-		if seen&f != 0 {
-			return false
-		}
-		seen |= f
-		switch f {
-		case fKey:
-			return d.str(&req.Key)
-		case fCost:
-			return d.int(&req.Cost)
-		case fPolicy:
-			return d.str(&req.Policy)
-		case fPolicies:
-			return d.strings(&req.Policies)
-		default:
-			return d.limits(&req.Limits)
-		}
+		return false
 	})
 	if !ok {
 		return false
 	}
 	d.ws()
 	return d.i == len(d.b)
+}
+
+// fields is the set of an object's members seen so far, by index: the
+// fast path takes each member at most once (encoding/json would keep the
+// last; such a body goes to it).
+type fields uint16
+
+// first marks member i seen and reports whether it was not before.
+func (f *fields) first(i uint) bool {
+	if *f&(1<<i) != 0 {
+		return false
+	}
+	*f |= 1 << i
+	return true
 }
 
 type fastDec struct {
@@ -240,61 +229,27 @@ func (d *fastDec) limits(dst *[]ratelimit.LimitJSON) bool {
 }
 
 func (d *fastDec) limit(l *ratelimit.LimitJSON) bool {
-	const (
-		fKey = 1 << iota
-		fName
-		fAlgorithm
-		fLimit
-		fPeriod
-		fPeriodMS
-		fBurst
-		fCost
-	)
-	seen := 0
+	var seen fields
 	return d.object(func(name []byte) bool {
-		var f int
 		switch string(name) {
 		case "key":
-			f = fKey
+			return seen.first(0) && d.str(&l.Key)
 		case "name":
-			f = fName
+			return seen.first(1) && d.str(&l.Name)
 		case "algorithm":
-			f = fAlgorithm
+			return seen.first(2) && d.str(&l.Algorithm)
 		case "limit":
-			f = fLimit
+			return seen.first(3) && d.int(&l.Limit)
 		case "period":
-			f = fPeriod
+			return seen.first(4) && d.str(&l.Period)
 		case "period_ms":
-			f = fPeriodMS
+			return seen.first(5) && d.int(&l.PeriodMS)
 		case "burst":
-			f = fBurst
+			return seen.first(6) && d.int(&l.Burst)
 		case "cost":
-			f = fCost
-		default:
-			return false
+			return seen.first(7) && d.int(&l.Cost)
 		}
-		if seen&f != 0 {
-			return false
-		}
-		seen |= f
-		switch f {
-		case fKey:
-			return d.str(&l.Key)
-		case fName:
-			return d.str(&l.Name)
-		case fAlgorithm:
-			return d.str(&l.Algorithm)
-		case fLimit:
-			return d.int(&l.Limit)
-		case fPeriod:
-			return d.str(&l.Period)
-		case fPeriodMS:
-			return d.int(&l.PeriodMS)
-		case fBurst:
-			return d.int(&l.Burst)
-		default:
-			return d.int(&l.Cost)
-		}
+		return false
 	})
 }
 
