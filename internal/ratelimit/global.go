@@ -201,6 +201,17 @@ type globalEntry struct {
 	last   int64 // unix ns of the last check
 }
 
+// idle reports whether e saw no demand since its last report and no check
+// for two periods: its key is forgotten. Called under e.mu.
+func (e *globalEntry) idle(now int64, period time.Duration) bool {
+	return e.demand == 0 && now-e.last > 2*int64(period)
+}
+
+// report is e's usage report for k. Called under e.mu.
+func (e *globalEntry) report(k globalKey) GlobalReport {
+	return GlobalReport{Key: k.key, Limit: k.lim, Window: e.w, Used: e.used, Demand: e.demand}
+}
+
 // ledgerSlot is one node's grant in an owner's ledger.
 type ledgerSlot struct {
 	share, next, demand int64
@@ -479,10 +490,10 @@ func (g *Global) Reports(owned func(key string) bool) []GlobalReport {
 		}
 		e.mu.Lock()
 		e.roll(floorDiv(now, int64(k.lim.Period)))
-		if e.demand == 0 && now-e.last > 2*int64(k.lim.Period) {
+		if e.idle(now, k.lim.Period) {
 			idle = append(idle, k)
 		} else {
-			out = append(out, GlobalReport{Key: k.key, Limit: k.lim, Window: e.w, Used: e.used, Demand: e.demand})
+			out = append(out, e.report(k))
 			e.demand = 0
 		}
 		e.mu.Unlock()
@@ -500,7 +511,7 @@ func (g *Global) forget(idle []globalKey, now int64) {
 	for _, k := range idle {
 		if e := g.ents[k]; e != nil {
 			e.mu.Lock()
-			if e.demand == 0 && now-e.last > 2*int64(k.lim.Period) {
+			if e.idle(now, k.lim.Period) {
 				delete(g.ents, k)
 			}
 			e.mu.Unlock()
@@ -522,10 +533,10 @@ func (g *Global) ExchangeSelf(owned func(key string) bool) {
 		}
 		e.mu.Lock()
 		e.roll(floorDiv(now, int64(k.lim.Period)))
-		if e.demand == 0 && now-e.last > 2*int64(k.lim.Period) {
+		if e.idle(now, k.lim.Period) {
 			idle = append(idle, k)
 		} else {
-			rep := GlobalReport{Key: k.key, Limit: k.lim, Window: e.w, Used: e.used, Demand: e.demand}
+			rep := e.report(k)
 			e.demand = 0
 			s := g.serveOne(now, g.self, &rep)
 			e.applyLocked(&s, now)
