@@ -390,7 +390,7 @@ func (e *Engine) markAllDirty() {
 		for i := 0; i < sh.nslab; i++ {
 			en := sh.entryAt(uint32(i))
 			en.lock()
-			if sh.refOf(uint32(i)) != 0 && en.flags()&flagDirty == 0 {
+			if sh.refOf(uint32(i)) != 0 && en.flags()&(flagDirty|flagLim) == 0 { // limiter entries are never flushed
 				en.setFlags(flagDirty)
 				sh.markDirty(uint32(i))
 			}

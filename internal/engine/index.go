@@ -90,7 +90,7 @@ const (
 	flagHot                  // chunk.ht holds the entry's hot state (hot.go)
 
 	kindShift        = 8
-	kindMask  uint32 = 0xF << kindShift
+	kindMask  uint32 = 0x7 << kindShift // bit 11 is flagLimChanged (limiter.go)
 	idxShift         = 12
 	idxMask   uint32 = 1<<9 - 1 // slabChunk entries
 
@@ -100,18 +100,19 @@ const (
 
 // chunk is a slab chunk. refs[i] locates entry i's id in the shard's arena
 // (a logical offset; 0 when the slot is free); it is written under shard.mu
-// and read atomically. xs, hs and ht are the side tables, allocated for
+// and read atomically. xs, hs, ht and lim are the side tables, allocated for
 // the first entry of the chunk that needs them.
 type chunk struct {
 	xs   atomic.Pointer[[slabChunk]*ext]
 	hs   atomic.Pointer[[slabChunk]uint32]
 	ht   atomic.Pointer[[slabChunk]atomic.Pointer[hotCtr]]
+	lim  atomic.Pointer[limSide] // limiter entries' state (limiter.go)
 	e    [slabChunk]entry
 	refs [slabChunk]atomic.Uint32
 }
 
 // Compile-time checks: a chunk with its allocation header fits the
-// 14336-byte size class, every kind fits its 4 bits, every index in a chunk
+// 6144-byte size class, every kind fits its 3 bits, every index in a chunk
 // its 9 bits, and an entry is 24 bytes.
 const (
 	_ = uint(6144 - 8 - unsafe.Sizeof(chunk{}))
@@ -345,6 +346,8 @@ type shard struct {
 	kick chan struct{}
 
 	exp expIndex // counters with a TTL by expiry (expiry.go)
+
+	nlim int // limiter entries (limiter.go), guarded by mu
 }
 
 func hashID(id string) uint64 { return xxhash.Sum64String(id) }

@@ -1,0 +1,310 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/counterd/counterd/internal/contract"
+)
+
+// Limiter entries: the rate limiter's state (internal/ratelimit) lives in
+// the same index as the counters, so there is one table of state. A
+// limiter entry is an entry of the index whose id is in a reserved
+// namespace and whose lock word has flagLim:
+//
+//   - Its id is LimiterIDPrefix (a 0x00 byte, which no counter id may
+//     hold: contract.ValidateID refuses control bytes) and the 12 bytes of
+//     the limit's fingerprint (h1, h2): 13 bytes in the shard's arena.
+//   - Its kind is KindNone, so every counter path (reads, listings, SCAN,
+//     Len, quotas, rollups, capabilities) passes over it as over a counter
+//     that does not exist, and it is never put on the dirty set: limiter
+//     state is soft state (docs/ratelimit.md), never flushed, never in the
+//     WAL, never replicated by the engine.
+//   - Its state is LimState: S[0] in entry.value, Exp in entry.updated,
+//     S[1] and S[2] in the chunk's limiter side table (chunk.lim), and an
+//     optional Aux value (the ratelimit package keeps a sliding log's ring
+//     and, in cluster mode, the key and limit there) in a table of that
+//     side table, allocated for the first entry of the chunk that has one.
+//
+// A check locks the entry (LockLimiter), reads and writes its state with
+// pure functions of the ratelimit package, and unlocks it: no allocation,
+// no Result, no flush. Expiry: EvictLimiters frees the entries whose Exp
+// passed (the ratelimit Limiter's janitor calls it with its clock).
+//
+// Lock order: shard.mu, then entry locks (EvictLimiters and RangeLimiters
+// hold the shard's mutex and lock entries one at a time); LockLimiter and a
+// multi-entry check take no shard mutex while they hold an entry lock, and
+// a multi-entry check locks its entries in LimEntry.Order. Counter
+// operations never lock limiter entries (their ids cannot name one), so
+// the two never wait for each other.
+
+var errShardFull = fmt.Errorf("%w: shard full", contract.ErrInvalidArgument)
+
+// LimiterIDPrefix is the first byte of every limiter entry's id.
+const LimiterIDPrefix = 0x00
+
+// limIDLen is the length of a limiter id: the prefix and 12 bytes of
+// fingerprint.
+const limIDLen = 13
+
+const (
+	// flagLim marks a limiter entry (kind KindNone).
+	flagLim uint32 = 1 << 7
+	// flagLimChanged marks a limiter entry changed since the last
+	// RangeLimiters that cleared it (ratelimit's ExportChanged). Kinds
+	// take 3 bits (kindMask), so this is the nibble's top bit.
+	flagLimChanged uint32 = 1 << 11
+)
+
+// Compile-time check: flagLimChanged is outside kindMask.
+const _ = uint(1 - (flagLimChanged & kindMask >> 11))
+
+// LimState is the state of one limiter entry: three words the
+// algorithm defines and the unix ns at which the state is fresh again (the
+// entry is freed then).
+type LimState struct {
+	S   [3]int64
+	Exp int64
+}
+
+// limSide is a chunk's limiter side table: 3,496 bytes, in the 4 KiB size
+// class.
+type limSide struct {
+	st  [slabChunk][2]int64
+	aux atomic.Pointer[limAux]
+}
+
+// limAux is the table of Aux values of a chunk, allocated for the first
+// limiter entry of the chunk that sets one.
+type limAux [slabChunk]any
+
+// Limiters is the limiter face of an index: an Engine's (Engine.Limiters),
+// or a standalone one (NewLimiters) for a Limiter without an engine.
+type Limiters struct {
+	shards *[numShards]shard
+}
+
+// NewLimiters returns a standalone index for limiter entries only.
+func NewLimiters() *Limiters { return &Limiters{shards: new([numShards]shard)} }
+
+// Limiters returns the limiter face of the engine's index.
+func (e *Engine) Limiters() *Limiters { return &Limiters{shards: &e.shards} }
+
+// LimEntry is a limiter entry, locked by LockLimiter (or ResolveLimiter
+// and Lock). Its methods are for the lock's holder.
+type LimEntry struct {
+	sh    *shard
+	en    *entry
+	rp    *atomic.Uint32
+	ref   uint32
+	order uint32
+}
+
+// limID writes the id of fingerprint (h1, h2) to b.
+func limID(b *[limIDLen]byte, h1 uint64, h2 uint32) string {
+	b[0] = LimiterIDPrefix
+	binary.LittleEndian.PutUint64(b[1:], h1)
+	binary.LittleEndian.PutUint32(b[9:], h2)
+	// The engine copies the id when it stores it and never keeps this one.
+	return unsafe.String(&b[0], limIDLen)
+}
+
+// ResolveLimiter finds the entry of fingerprint (h1, h2), creating it
+// with state fresh (an Exp of math.MaxInt64: never freed before its first
+// Store) if there is none. The entry is not locked: call Lock. It fails
+// only when the shard is full.
+func (t *Limiters) ResolveLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
+	var b [limIDLen]byte
+	id := limID(&b, h1, h2)
+	h := hashID(id)
+	no := shardOf(h)
+	sh := &t.shards[no]
+	i, en, rp, ref, ok := sh.findRef(id, h)
+	if !ok {
+		sh.mu.Lock()
+		i, en, rp, ref, ok = sh.findRef(id, h)
+		if !ok {
+			var ok2 bool
+			if i, en, ref, ok2 = sh.insertLocked(id, h); !ok2 {
+				sh.mu.Unlock()
+				return LimEntry{}, errShardFull
+			}
+			_, rp = sh.at(i)
+			en.lock()
+			en.setFlags(flagLim)
+			en.value, en.updated = fresh[0], math.MaxInt64
+			sh.limSt(en)[0], sh.limSt(en)[1] = fresh[1], fresh[2]
+			en.unlock()
+			sh.nlim++
+		}
+		sh.mu.Unlock()
+	}
+	return LimEntry{sh: sh, en: en, rp: rp, ref: ref, order: uint32(no)<<24 | i}, nil
+}
+
+// Lock locks the entry and reports whether it is still the one resolved;
+// if not (freed by EvictLimiters since), it is left unlocked and the
+// caller resolves it again.
+func (le *LimEntry) Lock() bool {
+	le.en.lockSlow(false)
+	if le.rp.Load() == le.ref && le.en.lk.Load()&flagLim != 0 {
+		return true
+	}
+	le.en.unlock()
+	return false
+}
+
+// LockLimiter is ResolveLimiter and Lock, until the lock holds.
+func (t *Limiters) LockLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
+	for {
+		le, err := t.ResolveLimiter(h1, h2, fresh)
+		if err != nil || le.Lock() {
+			return le, err
+		}
+	}
+}
+
+// Order is the entry's place in the lock order of multi-entry checks
+// (shard, then slab index): equal for the same entry.
+func (le *LimEntry) Order() uint32 { return le.order }
+
+// Unlock releases the entry.
+func (le *LimEntry) Unlock() { le.en.unlock() }
+
+// State returns the entry's state.
+func (le *LimEntry) State() LimState {
+	st := le.sh.limSt(le.en)
+	return LimState{S: [3]int64{le.en.value, st[0], st[1]}, Exp: le.en.updated}
+}
+
+// SetState stores the entry's state.
+func (le *LimEntry) SetState(s *LimState) {
+	st := le.sh.limSt(le.en)
+	le.en.value, st[0], st[1], le.en.updated = s.S[0], s.S[1], s.S[2], s.Exp
+}
+
+// SetExp stores when the state is fresh again.
+func (le *LimEntry) SetExp(exp int64) { le.en.updated = exp }
+
+// Aux returns the entry's Aux value (nil: none).
+func (le *LimEntry) Aux() any {
+	if a := le.sh.limSide(le.en).aux.Load(); a != nil {
+		return a[le.en.index()]
+	}
+	return nil
+}
+
+// SetAux stores the entry's Aux value; it is dropped when the entry is
+// freed.
+func (le *LimEntry) SetAux(v any) {
+	ls := le.sh.limSide(le.en)
+	a := ls.aux.Load()
+	if a == nil {
+		if v == nil {
+			return
+		}
+		ls.aux.CompareAndSwap(nil, new(limAux))
+		a = ls.aux.Load()
+	}
+	a[le.en.index()] = v
+}
+
+// MarkChanged marks the entry changed (RangeLimiters reports it).
+func (le *LimEntry) MarkChanged() {
+	if w := le.en.lk.Load(); w&flagLimChanged == 0 {
+		le.en.lk.Store(w | flagLimChanged)
+	}
+}
+
+// Changed reports whether the entry is marked changed.
+func (le *LimEntry) Changed() bool { return le.en.lk.Load()&flagLimChanged != 0 }
+
+// ClearChanged clears the changed mark.
+func (le *LimEntry) ClearChanged() { le.en.lk.Store(le.en.lk.Load() &^ flagLimChanged) }
+
+// limSide returns the side table of en's chunk, allocating it. The
+// caller holds en's lock (entries of one chunk may race to allocate it:
+// the first wins).
+func (s *shard) limSide(en *entry) *limSide {
+	c := en.chunk()
+	ls := c.lim.Load()
+	if ls == nil {
+		c.lim.CompareAndSwap(nil, new(limSide))
+		ls = c.lim.Load()
+	}
+	return ls
+}
+
+func (s *shard) limSt(en *entry) *[2]int64 { return &s.limSide(en).st[en.index()] }
+
+// LenLimiters returns the number of limiter entries.
+func (t *Limiters) LenLimiters() int {
+	n := 0
+	for i := range t.shards {
+		sh := &t.shards[i]
+		sh.mu.Lock()
+		n += sh.nlim
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// EvictLimiters frees the limiter entries whose state is fresh again at
+// now (Exp <= now) and that nobody holds, and returns how many it freed.
+func (t *Limiters) EvictLimiters(now int64) int {
+	freed := 0
+	for no := range t.shards {
+		sh := &t.shards[no]
+		sh.mu.Lock()
+		for i := 0; i < sh.nslab; i++ {
+			en := sh.entryAt(uint32(i))
+			if w := en.lk.Load(); w&(flagLim|lockBit) != flagLim || !en.lk.CompareAndSwap(w, w|lockBit) {
+				continue
+			}
+			if en.updated > now {
+				en.unlock()
+				continue
+			}
+			if ls := en.chunk().lim.Load(); ls != nil {
+				if a := ls.aux.Load(); a != nil {
+					a[en.index()] = nil
+				}
+			}
+			sh.removeLocked(uint32(i), hashID(sh.idLocked(uint32(i)))) // unlocks
+			sh.nlim--
+			freed++
+		}
+		sh.mu.Unlock()
+	}
+	return freed
+}
+
+// RangeLimiters calls fn for every limiter entry, locked; with changed,
+// only for those marked changed (fn clears the mark if it wants). fn must
+// not lock other entries nor call back into the Limiters.
+func (t *Limiters) RangeLimiters(changed bool, fn func(le *LimEntry)) {
+	want := flagLim
+	if changed {
+		want |= flagLimChanged
+	}
+	for no := range t.shards {
+		sh := &t.shards[no]
+		sh.mu.Lock()
+		for i := 0; i < sh.nslab; i++ {
+			en, rp := sh.at(uint32(i))
+			if en.lk.Load()&want != want {
+				continue
+			}
+			en.lockSlow(false)
+			if en.lk.Load()&want == want { // only the holder changes flags
+				le := LimEntry{sh: sh, en: en, rp: rp, ref: rp.Load(), order: uint32(no)<<24 | uint32(i)}
+				fn(&le)
+			}
+			en.unlock()
+		}
+		sh.mu.Unlock()
+	}
+}
