@@ -24,8 +24,10 @@ func TestMain(m *testing.M) { pgtest.Main(m) }
 
 // limiter is an in-memory rate limiter on clk, closed when t ends;
 // keepKeys as a cluster node's (its state moves with the ring).
-func limiter(t *testing.T, clk *backendtest.Clock, keepKeys bool) *ratelimit.Limiter {
-	l, err := ratelimit.New(ratelimit.Config{Clock: clk.Now, EvictInterval: -1, KeepKeys: keepKeys})
+// tab, when not nil, is the engine index it keeps its state in (as the
+// server wires it).
+func limiter(t *testing.T, clk *backendtest.Clock, keepKeys bool, tab *engine.Limiters) *ratelimit.Limiter {
+	l, err := ratelimit.New(ratelimit.Config{Clock: clk.Now, EvictInterval: -1, KeepKeys: keepKeys, Table: tab})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +68,7 @@ func TestEmbedded(t *testing.T) {
 			Backend:             b,
 			Clock:               clk,
 			ExpiryFollowsClock:  true,
-			Checker:             limiter(t, clk, false),
+			Checker:             limiter(t, clk, false, e.Limiters()),
 			CheckerFollowsClock: true,
 			Quotas:              b.(contract.QuotaBackend),
 			QuotaExpiryBound:    time.Second, // the janitor's pass
@@ -98,7 +100,7 @@ func TestCluster(t *testing.T) {
 		ids := []string{"n1", "n2", "n3"}
 		lims := map[string]*ratelimit.Limiter{}
 		for _, id := range ids {
-			lims[id] = limiter(t, clk, true)
+			lims[id] = limiter(t, clk, true, nil)
 		}
 		fss := map[string]*backendtest.DiskFS{}
 		c := nodetest.Start(t, nodetest.Options{
@@ -206,7 +208,7 @@ func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
 	// between them: one limit for both.
 	var cs []ratelimit.Checker
 	for range 2 {
-		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk, false), Clock: clk.Now})
+		d, err := redisrl.New(redisrl.Config{Client: b.Redis().Client(), Local: limiter(t, clk, false, nil), Clock: clk.Now})
 		if err != nil {
 			t.Fatal(err)
 		}

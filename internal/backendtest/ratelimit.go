@@ -3,6 +3,7 @@ package backendtest
 import (
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ratelimit"
 )
 
@@ -140,6 +141,41 @@ func rateLimitCases() []tcase {
 			// Nothing was charged.
 			if st := e.check(c, e.id("rl-x"), lim, 0); st.Remaining != 5 {
 				e.t.Errorf("after invalid checks: %+v, want 5 remaining", st)
+			}
+		}),
+		// Limiter state and counters share the engine's index (embedded,
+		// cluster: docs/ratelimit.md, "Where the state lives"), in a
+		// namespace of its own: a rate-limited key is no counter (not in
+		// Len, Scan nor Get), a counter of the same name is another thing,
+		// and FLUSHALL of the counters leaves the limits' state.
+		rlCase("limiter state is not a counter", func(e *env, c ratelimit.Checker) {
+			e.reset()
+			key := e.id("rl-ns")
+			algs := []ratelimit.Algorithm{ratelimit.FixedWindow, ratelimit.SlidingWindow, ratelimit.SlidingLog, ratelimit.TokenBucket, ratelimit.LeakyBucket}
+			if e.s.CheckerFollowsClock {
+				now := e.s.Clock.Now() // not across a window boundary
+				e.s.Clock.Advance(now.Truncate(time.Minute).Add(time.Minute).Sub(now) + time.Second)
+			}
+			for _, alg := range algs {
+				e.check(c, key, perMinute(alg, 5), 2)
+			}
+			e.wantMissing(key)
+			if n, err := e.b.Len(e.ctx); err != nil || n != 0 {
+				e.t.Errorf("len after rate-limit checks = %d, %v; want 0", n, err)
+			}
+			if ids, _, err := e.b.Scan(e.ctx, 0, "", 1000); err != nil || len(ids) != 0 {
+				e.t.Errorf("scan after rate-limit checks = %q, %v; want none", ids, err)
+			}
+			if r := e.apply(add(key, contract.KindNone, 7)); r.Value != 7 {
+				e.t.Errorf("a counter named like the rate-limited key = %+v, want 7", r)
+			}
+			if err := e.b.FlushAll(e.ctx, contract.WriteOptions{}); err != nil {
+				e.t.Fatal(err)
+			}
+			for _, alg := range algs {
+				if st := e.check(c, key, perMinute(alg, 5), 0); st.Remaining != 3 {
+					e.t.Errorf("%s after a counter and flushall: %+v, want 3 remaining", alg, st)
+				}
 			}
 		}),
 	)

@@ -523,7 +523,7 @@ func (s *shard) resizeLocked() *table {
 				continue
 			}
 			b, _ := idOf(a, s.refOf(v&slotIndexMask-1))
-			s.placeLocked(t, xxhash.Sum64(b), v)
+			s.placeLocked(t, hashIDBytes(b), v)
 		}
 	}
 	s.tab.Store(t)

@@ -4,8 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"runtime"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/cespare/xxhash/v2"
 
 	"github.com/counterd/counterd/internal/contract"
 )
@@ -24,7 +27,9 @@ import (
 //     state is soft state (docs/ratelimit.md), never flushed, never in the
 //     WAL, never replicated by the engine.
 //   - Its state is LimState: S[0] in entry.value, Exp in entry.updated,
-//     S[1] and S[2] in the chunk's limiter side table (chunk.lim), and an
+//     S[1] and S[2] in the chunk's limiter side table (chunk.lim), beside
+//     the fingerprint (h2 in entry.ver, h1 in the side table: a check
+//     confirms its entry by them, not by the id's bytes), and an
 //     optional Aux value (the ratelimit package keeps a sliding log's ring
 //     and, in cluster mode, the key and limit there) in a table of that
 //     side table, allocated for the first entry of the chunk that has one.
@@ -70,11 +75,20 @@ type LimState struct {
 	Exp int64
 }
 
-// limSide is a chunk's limiter side table: 3,496 bytes, in the 4 KiB size
+// limSide is a chunk's limiter side table: 5,240 bytes, in the 5,376-byte size
 // class.
 type limSide struct {
-	st  [slabChunk][2]int64
+	w   [slabChunk]limWords
 	aux atomic.Pointer[limAux]
+}
+
+// limWords are an entry's words in the side table.
+type limWords struct {
+	// h1 is the fingerprint's h1, written when the entry is created and
+	// read without the lock by lookups (so their load of this line
+	// overlaps with their load of the entry's).
+	h1     atomic.Uint64
+	s1, s2 int64 // S[1], S[2]
 }
 
 // limAux is the table of Aux values of a chunk, allocated for the first
@@ -98,9 +112,21 @@ func (e *Engine) Limiters() *Limiters { return &Limiters{shards: &e.shards} }
 type LimEntry struct {
 	sh    *shard
 	en    *entry
-	rp    *atomic.Uint32
-	ref   uint32
+	w     *limWords // en's words in its chunk's side table, once locked
+	ls    *limSide  // that side table
+	h1    uint64
+	h2    uint32
 	order uint32
+}
+
+// hashIDBytes is the hash of a stored id: hashID, but for a limiter id
+// the fingerprint's h1, which is already a uniform hash (it saves hashing
+// the id on every check).
+func hashIDBytes(b []byte) uint64 {
+	if len(b) == limIDLen && b[0] == LimiterIDPrefix {
+		return binary.LittleEndian.Uint64(b[1:])
+	}
+	return xxhash.Sum64(b)
 }
 
 // limID writes the id of fingerprint (h1, h2) to b.
@@ -114,57 +140,132 @@ func limID(b *[limIDLen]byte, h1 uint64, h2 uint32) string {
 
 // ResolveLimiter finds the entry of fingerprint (h1, h2), creating it
 // with state fresh (an Exp of math.MaxInt64: never freed before its first
-// Store) if there is none. The entry is not locked: call Lock. It fails
+// SetState) if there is none. The entry is not locked: call Lock. It fails
 // only when the shard is full.
 func (t *Limiters) ResolveLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
-	var b [limIDLen]byte
-	id := limID(&b, h1, h2)
-	h := hashID(id)
-	no := shardOf(h)
-	sh := &t.shards[no]
-	i, en, rp, ref, ok := sh.findRef(id, h)
-	if !ok {
-		sh.mu.Lock()
-		i, en, rp, ref, ok = sh.findRef(id, h)
-		if !ok {
-			var ok2 bool
-			if i, en, ref, ok2 = sh.insertLocked(id, h); !ok2 {
-				sh.mu.Unlock()
-				return LimEntry{}, errShardFull
-			}
-			_, rp = sh.at(i)
-			en.lock()
-			en.setFlags(flagLim)
-			en.value, en.updated = fresh[0], math.MaxInt64
-			sh.limSt(en)[0], sh.limSt(en)[1] = fresh[1], fresh[2]
-			en.unlock()
-			sh.nlim++
-		}
-		sh.mu.Unlock()
+	le, ok := t.probe(h1, h2)
+	if ok {
+		le.Unlock()
+		return le, nil
 	}
-	return LimEntry{sh: sh, en: en, rp: rp, ref: ref, order: uint32(no)<<24 | i}, nil
-}
-
-// Lock locks the entry and reports whether it is still the one resolved;
-// if not (freed by EvictLimiters since), it is left unlocked and the
-// caller resolves it again.
-func (le *LimEntry) Lock() bool {
-	le.en.lockSlow(false)
-	if le.rp.Load() == le.ref && le.en.lk.Load()&flagLim != 0 {
-		return true
-	}
-	le.en.unlock()
-	return false
+	return t.insert(h1, h2, fresh)
 }
 
 // LockLimiter is ResolveLimiter and Lock, until the lock holds.
 func (t *Limiters) LockLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
 	for {
-		le, err := t.ResolveLimiter(h1, h2, fresh)
+		if le, ok := t.probe(h1, h2); ok {
+			return le, nil
+		}
+		le, err := t.insert(h1, h2, fresh)
 		if err != nil || le.Lock() {
 			return le, err
 		}
 	}
+}
+
+// probe looks the fingerprint up without the shard's lock and returns its
+// entry locked, or false (not found, or a race with a writer of the
+// index: the caller goes through insert). A candidate (a slot with h1's
+// tag) is confirmed under its entry's lock by the fingerprint the entry
+// holds (limiter entries keep h2 in entry.ver and h1 in their side table,
+// so a check reads no id bytes); a candidate that is a counter is only
+// locked for that moment, without folding a hot counter.
+func (t *Limiters) probe(h1 uint64, h2 uint32) (LimEntry, bool) {
+	no := shardOf(h1)
+	sh := &t.shards[no]
+	tab := sh.tab.Load()
+	if tab == nil {
+		return LimEntry{}, false
+	}
+	mask := uint64(len(tab.slots) - 1)
+	tag := tagOf(h1)
+	for p, n := h1&mask, 0; n < len(tab.slots); p, n = (p+1)&mask, n+1 {
+		v := atomic.LoadUint32(&tab.slots[p])
+		if v == slotEmpty {
+			return LimEntry{}, false
+		}
+		if v>>24 != tag || v&slotIndexMask == 0 {
+			continue
+		}
+		i := v&slotIndexMask - 1
+		cp := sh.chunks.Load()
+		if int(i/slabChunk) >= len(*cp) {
+			return LimEntry{}, false
+		}
+		c := (*cp)[i/slabChunk]
+		if ls := c.lim.Load(); ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
+			continue // a counter, or another limiter entry
+		}
+		le := LimEntry{sh: sh, en: &c.e[i%slabChunk], h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		if le.Lock() {
+			return le, true
+		}
+	}
+	return LimEntry{}, false
+}
+
+// insert finds the fingerprint's entry under the shard's lock, creating
+// it, and returns it unlocked.
+func (t *Limiters) insert(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
+	var b [limIDLen]byte
+	id := limID(&b, h1, h2)
+	h := h1 // hashIDBytes of id
+	no := shardOf(h)
+	sh := &t.shards[no]
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	i, en, _, ok := sh.findLocked(id, h)
+	if !ok {
+		if i, en, _, ok = sh.insertLocked(id, h); !ok {
+			return LimEntry{}, errShardFull
+		}
+		en.lock()
+		w := &limSideOf(en).w[i%slabChunk]
+		en.value, en.updated, en.ver = fresh[0], math.MaxInt64, h2
+		w.s1, w.s2 = fresh[1], fresh[2]
+		w.h1.Store(h1)
+		en.setFlags(flagLim)
+		en.unlock()
+		sh.nlim++
+	}
+	return LimEntry{sh: sh, en: en, h1: h1, h2: h2, order: uint32(no)<<24 | i}, nil
+}
+
+// limLock spins until it holds en's lock, yielding after a few tries
+// (limiter critical sections are a few dozen instructions). A limiter
+// entry is never hot, so there is nothing to fold.
+func (en *entry) limLock(guess uint32) {
+	if en.lk.CompareAndSwap(guess, guess|lockBit) {
+		return
+	}
+	for i := 0; ; i++ {
+		w := en.lk.Load()
+		if w&lockBit == 0 && en.lk.CompareAndSwap(w, w|lockBit) {
+			return
+		}
+		if i > 16 {
+			runtime.Gosched()
+		}
+	}
+}
+
+// Lock locks the entry and reports whether it still holds the
+// fingerprint resolved; if not (freed by EvictLimiters since, perhaps
+// reused), it is left unlocked and the caller resolves it again.
+func (le *LimEntry) Lock() bool {
+	en := le.en
+	en.limLock(le.order&slotIndexMask%slabChunk<<idxShift | flagLim)
+	if en.lk.Load()&flagLim != 0 && en.ver == le.h2 {
+		ls := limSideOf(en)
+		w := &ls.w[le.order&slotIndexMask%slabChunk]
+		if w.h1.Load() == le.h1 {
+			le.ls, le.w = ls, w
+			return true
+		}
+	}
+	en.unlock()
+	return false
 }
 
 // Order is the entry's place in the lock order of multi-entry checks
@@ -176,14 +277,12 @@ func (le *LimEntry) Unlock() { le.en.unlock() }
 
 // State returns the entry's state.
 func (le *LimEntry) State() LimState {
-	st := le.sh.limSt(le.en)
-	return LimState{S: [3]int64{le.en.value, st[0], st[1]}, Exp: le.en.updated}
+	return LimState{S: [3]int64{le.en.value, le.w.s1, le.w.s2}, Exp: le.en.updated}
 }
 
 // SetState stores the entry's state.
 func (le *LimEntry) SetState(s *LimState) {
-	st := le.sh.limSt(le.en)
-	le.en.value, st[0], st[1], le.en.updated = s.S[0], s.S[1], s.S[2], s.Exp
+	le.en.value, le.w.s1, le.w.s2, le.en.updated = s.S[0], s.S[1], s.S[2], s.Exp
 }
 
 // SetExp stores when the state is fresh again.
@@ -191,7 +290,7 @@ func (le *LimEntry) SetExp(exp int64) { le.en.updated = exp }
 
 // Aux returns the entry's Aux value (nil: none).
 func (le *LimEntry) Aux() any {
-	if a := le.sh.limSide(le.en).aux.Load(); a != nil {
+	if a := le.ls.aux.Load(); a != nil {
 		return a[le.en.index()]
 	}
 	return nil
@@ -200,7 +299,7 @@ func (le *LimEntry) Aux() any {
 // SetAux stores the entry's Aux value; it is dropped when the entry is
 // freed.
 func (le *LimEntry) SetAux(v any) {
-	ls := le.sh.limSide(le.en)
+	ls := le.ls
 	a := ls.aux.Load()
 	if a == nil {
 		if v == nil {
@@ -225,10 +324,10 @@ func (le *LimEntry) Changed() bool { return le.en.lk.Load()&flagLimChanged != 0 
 // ClearChanged clears the changed mark.
 func (le *LimEntry) ClearChanged() { le.en.lk.Store(le.en.lk.Load() &^ flagLimChanged) }
 
-// limSide returns the side table of en's chunk, allocating it. The
-// caller holds en's lock (entries of one chunk may race to allocate it:
-// the first wins).
-func (s *shard) limSide(en *entry) *limSide {
+// limSideOf returns the side table of en's chunk, allocating it (entries
+// of one chunk may race to allocate it: the first wins). It never moves
+// nor is freed while the chunk lives.
+func limSideOf(en *entry) *limSide {
 	c := en.chunk()
 	ls := c.lim.Load()
 	if ls == nil {
@@ -237,8 +336,6 @@ func (s *shard) limSide(en *entry) *limSide {
 	}
 	return ls
 }
-
-func (s *shard) limSt(en *entry) *[2]int64 { return &s.limSide(en).st[en.index()] }
 
 // LenLimiters returns the number of limiter entries.
 func (t *Limiters) LenLimiters() int {
@@ -268,12 +365,14 @@ func (t *Limiters) EvictLimiters(now int64) int {
 				en.unlock()
 				continue
 			}
-			if ls := en.chunk().lim.Load(); ls != nil {
-				if a := ls.aux.Load(); a != nil {
-					a[en.index()] = nil
-				}
+			ls := limSideOf(en)
+			if a := ls.aux.Load(); a != nil {
+				a[en.index()] = nil
 			}
-			sh.removeLocked(uint32(i), hashID(sh.idLocked(uint32(i)))) // unlocks
+			w := &ls.w[i%slabChunk]
+			h1 := w.h1.Load()
+			w.h1.Store(0)                  // lookups pass over it
+			sh.removeLocked(uint32(i), h1) // unlocks
 			sh.nlim--
 			freed++
 		}
@@ -294,13 +393,15 @@ func (t *Limiters) RangeLimiters(changed bool, fn func(le *LimEntry)) {
 		sh := &t.shards[no]
 		sh.mu.Lock()
 		for i := 0; i < sh.nslab; i++ {
-			en, rp := sh.at(uint32(i))
+			en := sh.entryAt(uint32(i))
 			if en.lk.Load()&want != want {
 				continue
 			}
 			en.lockSlow(false)
 			if en.lk.Load()&want == want { // only the holder changes flags
-				le := LimEntry{sh: sh, en: en, rp: rp, ref: rp.Load(), order: uint32(no)<<24 | uint32(i)}
+				ls := limSideOf(en)
+				w := &ls.w[i%slabChunk]
+				le := LimEntry{sh: sh, en: en, w: w, ls: ls, h1: w.h1.Load(), h2: en.ver, order: uint32(no)<<24 | uint32(i)}
 				fn(&le)
 			}
 			en.unlock()

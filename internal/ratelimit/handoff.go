@@ -2,7 +2,8 @@ package ratelimit
 
 import (
 	"math"
-	"strings"
+
+	"github.com/counterd/counterd/internal/engine"
 )
 
 // Handoff: in cluster mode a key's limiter state moves to the key's new
@@ -21,39 +22,10 @@ import (
 // per-bucket max. Buckets (GCRA): the later TAT. Sliding log: the union
 // of the hits, the larger units at the same instant.
 
-// keyRef is what an entry remembers with Config.KeepKeys.
+// keyRef is what an entry remembers with Config.KeepKeys (in its aux).
 type keyRef struct {
 	key string
 	lim Limit
-}
-
-// keyRef is the key and limit for findOrInsert to remember, nil unless
-// the Limiter keeps keys.
-func (l *Limiter) keyRef(key string, lim *Limit) *keyRef {
-	if !l.keep {
-		return nil
-	}
-	return &keyRef{key: key, lim: *lim}
-}
-
-// keyChunk parallels a chunk of entries: 16 KiB, a malloc size class.
-type keyChunk [chunkSize]keyRef
-
-// rememberLocked stores kr for entry idx. Caller holds sh.mu. The key is
-// copied: RL.CHECK passes keys that alias a connection buffer.
-func (sh *shard) rememberLocked(idx uint32, kr *keyRef) {
-	c := int(idx >> chunkBits)
-	for len(sh.keys) <= c {
-		sh.keys = append(sh.keys, new(keyChunk))
-	}
-	sh.keys[c][idx&(chunkSize-1)] = keyRef{key: strings.Clone(kr.key), lim: kr.lim}
-}
-
-// forgetLocked drops what entry idx remembers. Caller holds sh.mu.
-func (sh *shard) forgetLocked(idx uint32) {
-	if c := int(idx >> chunkBits); c < len(sh.keys) {
-		sh.keys[c][idx&(chunkSize-1)] = keyRef{}
-	}
 }
 
 // Entry is the state of one (key, limit) as it moves between nodes. The
@@ -69,9 +41,9 @@ type Entry struct {
 
 // markDirty records that the locked entry was charged, for
 // ExportChanged.
-func (l *Limiter) markDirty(e *entry) {
+func (l *Limiter) markDirty(le *engine.LimEntry) {
 	if l.keep {
-		e.word.Store(e.word.Load() | entryDirty) // only the lock holder writes word
+		le.MarkChanged()
 	}
 }
 
@@ -94,33 +66,23 @@ func (l *Limiter) ExportChanged(match func(key string) bool) []Entry {
 func (l *Limiter) export(match func(key string) bool, changed bool) []Entry {
 	now := l.now()
 	var out []Entry
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		for idx := uint32(0); idx < uint32(len(sh.keys))*chunkSize; idx++ {
-			kr := &sh.keys[idx>>chunkBits][idx&(chunkSize-1)]
-			if kr.key == "" {
-				continue
-			}
-			e := sh.entryAt(idx)
-			if changed && e.word.Load()&entryDirty == 0 || !changed && match != nil && !match(kr.key) {
-				continue
-			}
-			e.lock() // shard.mu, then the entry: the documented order
-			if changed {
-				e.word.Store(e.word.Load() &^ entryDirty)
-			}
-			if e.word.Load()&entryLive != 0 && e.exp > now && e.exp != math.MaxInt64 && (match == nil || match(kr.key)) {
-				en := Entry{Key: kr.key, Limit: kr.lim, State: e.st}
-				if kr.lim.Algorithm == SlidingLog {
-					en.Log = sh.log(idx, false).records()
-				}
-				out = append(out, en)
-			}
-			e.unlock()
+	l.tab.RangeLimiters(changed, func(le *engine.LimEntry) {
+		if changed {
+			le.ClearChanged()
 		}
-		sh.mu.Unlock()
-	}
+		a := auxOf(le)
+		if a == nil || a.kr.key == "" {
+			return // not kept (Config.KeepKeys unset)
+		}
+		ls := le.State()
+		if ls.Exp > now && ls.Exp != math.MaxInt64 && (match == nil || match(a.kr.key)) {
+			en := Entry{Key: a.kr.key, Limit: a.kr.lim, State: ls.S}
+			if a.kr.lim.Algorithm == SlidingLog {
+				en.Log = a.log.records()
+			}
+			out = append(out, en)
+		}
+	})
 	return out
 }
 
@@ -175,23 +137,15 @@ func (l *Limiter) ImportEntries(entries []Entry, mark bool) (int, error) {
 			continue
 		}
 		h1, h2 := fingerprint(hashKey(en.Key), limitHash(&en.Limit))
-		sh := &l.shards[h1>>(64-shardBits)]
-		e, idx := sh.lookupLocked(h1, h2)
-		for e == nil {
-			var err error
-			if idx, err = sh.findOrInsert(h1, h2, l.keyRef(en.Key, &en.Limit)); err != nil {
-				return n, err
-			}
-			e = sh.entryAt(idx)
-			e.lock()
-			if !e.holds(h1, h2) {
-				e.unlock()
-				e, idx = sh.lookupLocked(h1, h2)
-			}
+		le, err := l.lockEntry(h1, h2)
+		if err != nil {
+			return n, err
 		}
+		l.remember(&le, en.Key, &en.Limit)
+		ls := le.State()
 		var g *hitLog
 		if sp.alg == SlidingLog {
-			g = sh.log(idx, true)
+			g = newLog(&le)
 			g.setRecords(mergeLogs(g.records(), en.Log))
 		} else {
 			st := state(en.State)
@@ -200,13 +154,14 @@ func (l *Limiter) ImportEntries(entries []Entry, mark bool) (int, error) {
 				// sender's clock runs ahead): an empty bucket.
 				st[0] = min(st[0], now+sp.tol)
 			}
-			e.st = mergeState(sp, e.st, st)
+			ls.S = mergeState(sp, state(ls.S), st)
 		}
-		e.exp = entryExpiry(sp, e, g)
+		ls.Exp = entryExpiry(sp, &ls, g)
+		le.SetState(&ls)
 		if mark {
-			l.markDirty(e)
+			l.markDirty(&le)
 		}
-		e.unlock()
+		le.Unlock()
 		n++
 	}
 	return n, nil

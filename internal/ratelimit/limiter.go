@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/coarse"
+	"github.com/counterd/counterd/internal/engine"
 )
 
 // Defaults of Config.
@@ -46,6 +47,13 @@ type Config struct {
 	// Default false: keys are only hashed. It costs memory per state
 	// (docs/ratelimit.md, "Memory and speed").
 	KeepKeys bool
+
+	// Table is the index the state lives in: in a server, the engine's
+	// (engine.Engine.Limiters), so counters and limits share one table.
+	// Default nil: a standalone index of the Limiter's own
+	// (engine.NewLimiters). One Limiter per table: Len and Evict count
+	// and free every limiter entry of it.
+	Table *engine.Limiters
 }
 
 // Validate reports whether the config is usable.
@@ -70,8 +78,8 @@ type Limiter struct {
 	clk   *coarse.Clock    // when clock is nil
 	base  int64            // unix ns at clk's monotonic 0: now is base + clk.Mono()
 
-	shards [numShards]shard
-	keep   bool // Config.KeepKeys
+	tab  *engine.Limiters // Config.Table
+	keep bool             // Config.KeepKeys
 
 	pols  atomic.Pointer[policySet]
 	polMu sync.Mutex // serialises policy writers
@@ -88,7 +96,10 @@ func New(cfg Config) (*Limiter, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Limiter{clock: cfg.Clock, stop: make(chan struct{}), keep: cfg.KeepKeys}
+	l := &Limiter{clock: cfg.Clock, stop: make(chan struct{}), keep: cfg.KeepKeys, tab: cfg.Table}
+	if l.tab == nil {
+		l.tab = engine.NewLimiters()
+	}
 	l.pols.Store(ps)
 	if l.clock == nil {
 		l.clk = coarse.New()
@@ -147,25 +158,22 @@ func (l *Limiter) Now() time.Time { return time.Unix(0, l.now()) }
 
 // Evict frees the state of every key that is back to full capacity and
 // returns how many entries it freed. The janitor calls it periodically.
-func (l *Limiter) Evict() int {
-	now := l.now()
-	n := 0
-	for i := range l.shards {
-		n += l.shards[i].evict(now)
-	}
-	return n
-}
+func (l *Limiter) Evict() int { return l.tab.EvictLimiters(l.now()) }
 
 // Len returns the number of (key, limit) states held.
-func (l *Limiter) Len() int {
-	n := 0
-	for i := range l.shards {
-		sh := &l.shards[i]
-		sh.mu.Lock()
-		n += sh.live
-		sh.mu.Unlock()
+func (l *Limiter) Len() int { return l.tab.LenLimiters() }
+
+// freshWords is the state of a new entry.
+var freshWords = [3]int64(freshState)
+
+// lockEntry returns the entry of fingerprint (h1, h2), locked, creating
+// it with fresh state.
+func (l *Limiter) lockEntry(h1 uint64, h2 uint32) (engine.LimEntry, error) {
+	le, err := l.tab.LockLimiter(h1, h2, &freshWords)
+	if err != nil {
+		return le, errorf(ErrFull, "%v", err)
 	}
-	return n
+	return le, nil
 }
 
 func validateKey(key string) error {
@@ -206,95 +214,88 @@ func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 		return Status{}, err
 	}
 	h1, h2 := fingerprint(hashKey(key), limitHash(&lim))
-	sh := &l.shards[h1>>(64-shardBits)]
-	e, idx := sh.lookupLocked(h1, h2)
-	for e == nil {
-		if idx, err = sh.findOrInsert(h1, h2, l.keyRef(key, &lim)); err != nil {
-			return Status{}, err
-		}
-		e = sh.entryAt(idx)
-		e.lock()
-		if !e.holds(h1, h2) {
-			e.unlock() // freed again before we got it: start over
-			e, idx = sh.lookupLocked(h1, h2)
-		}
+	le, err := l.lockEntry(h1, h2)
+	if err != nil {
+		return Status{}, err
 	}
+	l.remember(&le, key, &lim)
 	now := l.now()
+	ls := le.State()
 	var g *hitLog
 	if sp.alg == SlidingLog {
-		g = sh.log(idx, false)
+		g = logOf(&le)
 	}
-	s, next := decideEntry(&sp, e, g, now, cost)
+	s, next := decideEntry(&sp, &ls, g, now, cost)
 	if s.Allowed {
-		g = commitEntry(sh, idx, &sp, e, g, next, now, cost)
-		l.markDirty(e)
+		g = commitEntry(&le, &sp, &ls, g, next, now, cost)
+		l.markDirty(&le)
 	}
-	e.exp = entryExpiry(&sp, e, g)
-	e.unlock()
+	ls.Exp = entryExpiry(&sp, &ls, g)
+	le.SetState(&ls)
+	le.Unlock()
 	return s, nil
 }
 
-// decideEntry decides a hit on a locked entry; g is its hitLog for
-// SlidingLog (nil: no hits yet). It returns the status and, for the other
-// algorithms, the state to store if the hit is charged.
-func decideEntry(sp *spec, e *entry, g *hitLog, now, cost int64) (Status, state) {
+// decideEntry decides a hit on a locked entry's state ls; g is its hitLog
+// for SlidingLog (nil: no hits yet). It returns the status and, for the
+// other algorithms, the state to store if the hit is charged.
+func decideEntry(sp *spec, ls *engine.LimState, g *hitLog, now, cost int64) (Status, state) {
 	if sp.alg == SlidingLog {
 		return sp.decideLog(g, now, cost), state{}
 	}
-	return sp.decide(&e.st, now, cost)
+	return sp.decide((*state)(&ls.S), now, cost)
 }
 
-// commitEntry charges a hit decideEntry allowed and returns the entry's
-// hitLog (created on the first charged SlidingLog hit).
-func commitEntry(sh *shard, idx uint32, sp *spec, e *entry, g *hitLog, next state, now, cost int64) *hitLog {
+// commitEntry charges a hit decideEntry allowed to ls (or the entry's
+// hitLog, created on the first charged SlidingLog hit) and returns the
+// hitLog.
+func commitEntry(le *engine.LimEntry, sp *spec, ls *engine.LimState, g *hitLog, next state, now, cost int64) *hitLog {
 	if sp.alg != SlidingLog {
-		e.st = next
+		ls.S = next
 	} else if cost > 0 {
 		if g == nil {
-			g = sh.log(idx, true)
+			g = newLog(le)
 		}
 		g.push(now, cost)
 	}
 	return g
 }
 
-// entryExpiry is when the locked entry's state is fresh again.
-func entryExpiry(sp *spec, e *entry, g *hitLog) int64 {
+// entryExpiry is when the entry's state is fresh again.
+func entryExpiry(sp *spec, ls *engine.LimState, g *hitLog) int64 {
 	if sp.alg == SlidingLog {
 		return sp.logExpiry(g)
 	}
-	return sp.expiry(&e.st)
+	return sp.expiry((*state)(&ls.S))
 }
 
 // ref is one resolved limit of a check.
 type ref struct {
-	h1    uint64
-	h2    uint32
-	order uint64 // shard<<32 | idx: the global lock order
-	sh    *shard
-	e     *entry
-	idx   uint32
-	sp    spec
-	cost  int64
-	hit   int  // index in the hits
-	dup   bool // same entry as the ref before it (after sorting)
-	s     Status
-	next  state
-	now   int64
-	g     *hitLog // SlidingLog: the entry's log, once looked up
+	h1   uint64
+	h2   uint32
+	le   engine.LimEntry
+	ls   engine.LimState // the entry's state, once locked
+	sp   spec
+	cost int64
+	hit  int  // index in the hits
+	dup  bool // same entry as the ref before it (after sorting)
+	s    Status
+	next state
+	now  int64
+	g    *hitLog // SlidingLog: the entry's log, once looked up
 }
 
 func (r *ref) decide(now int64) {
 	r.now = now
 	if r.sp.alg == SlidingLog && r.g == nil {
-		r.g = r.sh.log(r.idx, false)
+		r.g = logOf(&r.le)
 	}
-	r.s, r.next = decideEntry(&r.sp, r.e, r.g, now, r.cost)
+	r.s, r.next = decideEntry(&r.sp, &r.ls, r.g, now, r.cost)
 }
 
-func (r *ref) commit() { r.g = commitEntry(r.sh, r.idx, &r.sp, r.e, r.g, r.next, r.now, r.cost) }
+func (r *ref) commit() { r.g = commitEntry(&r.le, &r.sp, &r.ls, r.g, r.next, r.now, r.cost) }
 
-func (r *ref) expiry() int64 { return entryExpiry(&r.sp, r.e, r.g) }
+func (r *ref) expiry() int64 { return entryExpiry(&r.sp, &r.ls, r.g) }
 
 // CheckMulti applies all hits atomically: it consumes from every limit
 // only if every limit allows its hit; otherwise it consumes nothing. It
@@ -332,7 +333,7 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 			kh = hashKey(h.Key)
 		}
 		h1, h2 := fingerprint(kh, limitHash(&h.Limit))
-		refs = append(refs, ref{h1: h1, h2: h2, sp: sp, cost: h.Cost, hit: i, sh: &l.shards[h1>>(64-shardBits)]})
+		refs = append(refs, ref{h1: h1, h2: h2, sp: sp, cost: h.Cost, hit: i})
 	}
 	if err := l.lockAll(hits, refs); err != nil {
 		return Status{}, err
@@ -362,59 +363,55 @@ func (l *Limiter) CheckMulti(hits []Hit, out []Status) (Status, error) {
 		}
 		if allowed {
 			r.commit()
-			l.markDirty(r.e)
+			l.markDirty(&r.le)
 		} else if r.s.Allowed {
 			// Report the state this check left unchanged.
 			r.cost = 0
 			r.decide(now)
 		}
-		r.e.exp = r.expiry()
+		r.ls.Exp = r.expiry()
+		r.le.SetState(&r.ls)
 	}
 	l.unlockAll(refs)
 	return combine(refs, out), nil
 }
 
 // lockAll resolves every ref to its entry, creating missing ones, and
-// locks them in the global order. Entries freed between resolving and
-// locking make it start over.
+// locks them in the engine's lock order (LimEntry.Order), so checks that
+// share entries never wait for each other in a cycle. Entries freed
+// between resolving and locking make it start over. It loads each
+// entry's state.
 func (l *Limiter) lockAll(hits []Hit, refs []ref) error {
 	for {
 		for i := range refs {
 			r := &refs[i]
-			if e, idx := r.sh.lookupLocked(r.h1, r.h2); e != nil {
-				e.unlock()
-				r.idx = idx
-			} else {
-				h := &hits[r.hit]
-				idx, err := r.sh.findOrInsert(r.h1, r.h2, l.keyRef(h.Key, &h.Limit))
-				if err != nil {
-					return err
-				}
-				r.idx = idx
+			le, err := l.tab.ResolveLimiter(r.h1, r.h2, &freshWords)
+			if err != nil {
+				return errorf(ErrFull, "%v", err)
 			}
-			r.e = r.sh.entryAt(r.idx)
-			r.order = uint64(r.h1>>(64-shardBits))<<32 | uint64(r.idx)
+			r.le = le
 		}
 		// Insertion sort: a handful of refs.
 		for i := 1; i < len(refs); i++ {
-			for j := i; j > 0 && refs[j].order < refs[j-1].order; j-- {
+			for j := i; j > 0 && refs[j].le.Order() < refs[j-1].le.Order(); j-- {
 				refs[j], refs[j-1] = refs[j-1], refs[j]
 			}
 		}
 		ok := true
 		for i := range refs {
 			r := &refs[i]
-			r.dup = i > 0 && r.order == refs[i-1].order
+			r.dup = i > 0 && r.le.Order() == refs[i-1].le.Order()
 			if r.dup {
 				continue
 			}
-			r.e.lock()
-			if !r.e.holds(r.h1, r.h2) {
-				r.e.unlock()
+			if !r.le.Lock() {
 				l.unlockAll(refs[:i])
 				ok = false
 				break
 			}
+			h := &hits[r.hit]
+			l.remember(&r.le, h.Key, &h.Limit)
+			r.ls = r.le.State()
 		}
 		if ok {
 			return nil
@@ -425,7 +422,7 @@ func (l *Limiter) lockAll(hits []Hit, refs []ref) error {
 func (l *Limiter) unlockAll(refs []ref) {
 	for i := range refs {
 		if !refs[i].dup {
-			refs[i].e.unlock()
+			refs[i].le.Unlock()
 		}
 	}
 }

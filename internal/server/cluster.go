@@ -144,7 +144,7 @@ func (m *clusterMode) peerRegions(rc *region.Config) (bool, error) {
 func (m *clusterMode) owns(id string) bool { return m.cn.Ring().Owner(id) == m.cn.ID() }
 
 func (m *clusterMode) traits() traits {
-	return traits{keepKeys: true, ring: m.cn, collectors: m.cn.Collectors()}
+	return traits{keepKeys: true, limiters: m.eng.Limiters(), ring: m.cn, collectors: m.cn.Collectors()}
 }
 
 // splitList splits a comma-separated flag value, dropping empty items.

@@ -59,7 +59,9 @@ func (m *embeddedMode) peerRegions(rc *region.Config) (bool, error) {
 	return m.eng.Len() == 0, nil
 }
 
-func (m *embeddedMode) traits() traits { return traits{nonBlocking: m.dur == contract.Async} }
+func (m *embeddedMode) traits() traits {
+	return traits{limiters: m.eng.Limiters(), nonBlocking: m.dur == contract.Async}
+}
 
 // openEngine opens the embedded engine in cfg.Data.
 func openEngine(cfg Config, log *slog.Logger) (*engine.Engine, error) {

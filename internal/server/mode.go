@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/ratelimit"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/tracing"
@@ -55,6 +56,10 @@ type traits struct {
 	// keepKeys, in cluster mode, makes the rate Limiter keep its keys so
 	// that their state moves with the ring.
 	keepKeys bool
+	// limiters is the engine's index, where the rate Limiter keeps its
+	// state (embedded and cluster mode: one table for counters and
+	// limits); nil in tiered mode, whose Limiter has its own.
+	limiters *engine.Limiters
 	// nonBlocking: no command waits on a network or an fsync (the
 	// embedded engine with --durability async), so the RESP front end may
 	// run commands on event loops (--resp-event-loops).

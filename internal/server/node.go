@@ -18,6 +18,7 @@ import (
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/pipeline"
 	"github.com/counterd/counterd/internal/ratelimit"
@@ -65,7 +66,7 @@ func (n *node) open(ctx context.Context) error {
 		n.be = n.rep.Wrap(n.be)
 		n.tr.collectors = append(n.tr.collectors, n.rep.Collector())
 	}
-	if n.lim, err = newLimiter(n.cfg.RateLimitPolicies, n.tr.keepKeys); err != nil {
+	if n.lim, err = newLimiter(n.cfg.RateLimitPolicies, n.tr.keepKeys, n.tr.limiters); err != nil {
 		return err
 	}
 	if n.rl, err = n.mode.rateLimits(ctx, n.lim); err != nil {
@@ -102,9 +103,10 @@ func (n *node) close() {
 }
 
 // newLimiter opens the rate limiter with the policies in path ("" = none);
-// keepKeys lets its state move with a cluster's ring.
-func newLimiter(path string, keepKeys bool) (*ratelimit.Limiter, error) {
-	cfg := ratelimit.Config{KeepKeys: keepKeys}
+// keepKeys lets its state move with a cluster's ring; tab is the index its
+// state lives in (the engine's; nil: its own).
+func newLimiter(path string, keepKeys bool, tab *engine.Limiters) (*ratelimit.Limiter, error) {
+	cfg := ratelimit.Config{KeepKeys: keepKeys, Table: tab}
 	if path != "" {
 		f, err := os.Open(path)
 		if err != nil {
