@@ -1,16 +1,20 @@
 // Package ratelimit decides whether a hit on a key is within its limits.
 //
-// A Limiter holds, for every (key, Limit) pair that has state, one 48-byte
-// entry in a sharded in-memory table: 256 shards, each a slab of entries in
-// chunks of 256 (pointers never move) and an open-addressing index of
-// uint32 slots. Keys are not stored: an entry is identified by a 96-bit
-// fingerprint of the key and the limit (xxhash and a seeded maphash), so
-// the memory per active key does not depend on the key's length. Lookups
-// take no shard lock; each entry has its own spin lock, so unrelated keys
-// never contend. A check of several limits (CheckMulti) resolves every
-// entry first, locks them in a global order (shard, slot), evaluates all
-// and commits only if all allow, so a multi-limit check is all-or-nothing
-// and deadlock-free. A janitor goroutine frees entries whose state has
+// A Limiter holds, for every (key, Limit) pair that has state, one
+// limiter entry in the counter engine's index (internal/engine/limiter.go;
+// Config.Table, the node engine's in a server): counters and limits share
+// one table. Keys are not stored: an entry is identified by a 96-bit
+// fingerprint of the key and the limit (xxhash and a seeded maphash), in
+// an id namespace no counter can name, so the memory per active key does
+// not depend on the key's length and limit state never shows as a counter.
+// Lookups take no shard lock; each entry has its own spin lock, so
+// unrelated keys never contend. A check locks its entry, decides with the
+// algorithm (a pure function of the three state words) and unlocks it: no
+// allocation, no write-ahead log, no flush (limiter state is soft state).
+// A check of several limits (CheckMulti) resolves every entry first, locks
+// them in the engine's order (shard, slab index), evaluates all and
+// commits only if all allow, so a multi-limit check is all-or-nothing and
+// deadlock-free. A janitor goroutine frees entries whose state has
 // returned to "fresh" (the algorithm's expiry time has passed).
 //
 // Algorithms (see docs/ratelimit.md for the exact semantics):
