@@ -110,7 +110,6 @@ func (e *Engine) Limiters() *Limiters { return &Limiters{shards: &e.shards} }
 // LimEntry is a limiter entry, locked by LockLimiter (or ResolveLimiter
 // and Lock). Its methods are for the lock's holder.
 type LimEntry struct {
-	sh    *shard
 	en    *entry
 	w     *limWords // en's words in its chunk's side table, once locked
 	ls    *limSide  // that side table
@@ -138,52 +137,49 @@ func limID(b *[limIDLen]byte, h1 uint64, h2 uint32) string {
 	return unsafe.String(&b[0], limIDLen)
 }
 
-// ResolveLimiter finds the entry of fingerprint (h1, h2), creating it
-// with state fresh (an Exp of math.MaxInt64: never freed before its first
-// SetState) if there is none. The entry is not locked: call Lock. It fails
-// only when the shard is full.
-func (t *Limiters) ResolveLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
-	le, ok := t.probe(h1, h2)
-	if ok {
+// ResolveLimiter sets le to the entry of fingerprint (h1, h2), creating
+// it with state fresh (an Exp of math.MaxInt64: never freed before its
+// first SetState) if there is none. The entry is not locked: call Lock. It
+// fails only when the shard is full.
+func (t *Limiters) ResolveLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
+	if t.probe(le, h1, h2) {
 		le.Unlock()
-		return le, nil
+		return nil
 	}
-	return t.insert(h1, h2, fresh)
+	return t.insert(le, h1, h2, fresh)
 }
 
 // LockLimiter is ResolveLimiter and Lock, until the lock holds.
-func (t *Limiters) LockLimiter(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
+func (t *Limiters) LockLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
 	for {
-		if le, ok := t.probe(h1, h2); ok {
-			return le, nil
+		if t.probe(le, h1, h2) {
+			return nil
 		}
-		le, err := t.insert(h1, h2, fresh)
-		if err != nil || le.Lock() {
-			return le, err
+		if err := t.insert(le, h1, h2, fresh); err != nil || le.Lock() {
+			return err
 		}
 	}
 }
 
-// probe looks the fingerprint up without the shard's lock and returns its
-// entry locked, or false (not found, or a race with a writer of the
-// index: the caller goes through insert). A candidate (a slot with h1's
-// tag) is confirmed under its entry's lock by the fingerprint the entry
-// holds (limiter entries keep h2 in entry.ver and h1 in their side table,
-// so a check reads no id bytes); a candidate that is a counter is only
-// locked for that moment, without folding a hot counter.
-func (t *Limiters) probe(h1 uint64, h2 uint32) (LimEntry, bool) {
+// probe looks the fingerprint up without the shard's lock and sets le to
+// its entry, locked, or returns false (not found, or a race with a writer
+// of the index: the caller goes through insert). A candidate (a slot with
+// h1's tag) is passed over unless its side table holds h1 (read
+// atomically, so a lookup reads no id bytes and never locks a counter),
+// then confirmed under its entry's lock (Lock).
+func (t *Limiters) probe(le *LimEntry, h1 uint64, h2 uint32) bool {
 	no := shardOf(h1)
 	sh := &t.shards[no]
 	tab := sh.tab.Load()
 	if tab == nil {
-		return LimEntry{}, false
+		return false
 	}
 	mask := uint64(len(tab.slots) - 1)
 	tag := tagOf(h1)
 	for p, n := h1&mask, 0; n < len(tab.slots); p, n = (p+1)&mask, n+1 {
 		v := atomic.LoadUint32(&tab.slots[p])
 		if v == slotEmpty {
-			return LimEntry{}, false
+			return false
 		}
 		if v>>24 != tag || v&slotIndexMask == 0 {
 			continue
@@ -191,23 +187,23 @@ func (t *Limiters) probe(h1 uint64, h2 uint32) (LimEntry, bool) {
 		i := v&slotIndexMask - 1
 		cp := sh.chunks.Load()
 		if int(i/slabChunk) >= len(*cp) {
-			return LimEntry{}, false
+			return false
 		}
 		c := (*cp)[i/slabChunk]
 		if ls := c.lim.Load(); ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
 			continue // a counter, or another limiter entry
 		}
-		le := LimEntry{sh: sh, en: &c.e[i%slabChunk], h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		*le = LimEntry{en: &c.e[i%slabChunk], h1: h1, h2: h2, order: uint32(no)<<24 | i}
 		if le.Lock() {
-			return le, true
+			return true
 		}
 	}
-	return LimEntry{}, false
+	return false
 }
 
 // insert finds the fingerprint's entry under the shard's lock, creating
-// it, and returns it unlocked.
-func (t *Limiters) insert(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, error) {
+// it, and sets le to it, unlocked.
+func (t *Limiters) insert(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
 	var b [limIDLen]byte
 	id := limID(&b, h1, h2)
 	h := h1 // hashIDBytes of id
@@ -218,7 +214,7 @@ func (t *Limiters) insert(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, erro
 	i, en, _, ok := sh.findLocked(id, h)
 	if !ok {
 		if i, en, _, ok = sh.insertLocked(id, h); !ok {
-			return LimEntry{}, errShardFull
+			return errShardFull
 		}
 		en.lock()
 		w := &limSideOf(en).w[i%slabChunk]
@@ -229,7 +225,8 @@ func (t *Limiters) insert(h1 uint64, h2 uint32, fresh *[3]int64) (LimEntry, erro
 		en.unlock()
 		sh.nlim++
 	}
-	return LimEntry{sh: sh, en: en, h1: h1, h2: h2, order: uint32(no)<<24 | i}, nil
+	*le = LimEntry{en: en, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+	return nil
 }
 
 // limLock spins until it holds en's lock, yielding after a few tries
@@ -401,7 +398,7 @@ func (t *Limiters) RangeLimiters(changed bool, fn func(le *LimEntry)) {
 			if en.lk.Load()&want == want { // only the holder changes flags
 				ls := limSideOf(en)
 				w := &ls.w[i%slabChunk]
-				le := LimEntry{sh: sh, en: en, w: w, ls: ls, h1: w.h1.Load(), h2: en.ver, order: uint32(no)<<24 | uint32(i)}
+				le := LimEntry{en: en, w: w, ls: ls, h1: w.h1.Load(), h2: en.ver, order: uint32(no)<<24 | uint32(i)}
 				fn(&le)
 			}
 			en.unlock()

@@ -70,8 +70,8 @@ func TestLimitersModel(t *testing.T) {
 			fp := rapid.SampledFrom(fps).Draw(rt, "fp")
 			switch op := rapid.IntRange(0, 8).Draw(rt, "op"); op {
 			case 0, 1: // a check: lock, read, write, unlock
-				le, err := t.LockLimiter(fp.h1, fp.h2, &limFresh)
-				if err != nil {
+				var le LimEntry
+				if err := t.LockLimiter(&le, fp.h1, fp.h2, &limFresh); err != nil {
 					rt.Fatal(err)
 				}
 				m := lims[fp]
@@ -230,13 +230,12 @@ func TestLimitersConcurrent(t *testing.T) {
 			for i := range rounds {
 				a, b := fps[(w+i)%len(fps)], fps[(w+i+1)%len(fps)]
 				for {
-					x, err := tab.ResolveLimiter(a.h1, a.h2, &[3]int64{})
-					if err != nil {
+					var x, y LimEntry
+					if err := tab.ResolveLimiter(&x, a.h1, a.h2, &[3]int64{}); err != nil {
 						t.Error(err)
 						return
 					}
-					y, err := tab.ResolveLimiter(b.h1, b.h2, &[3]int64{})
-					if err != nil {
+					if err := tab.ResolveLimiter(&y, b.h1, b.h2, &[3]int64{}); err != nil {
 						t.Error(err)
 						return
 					}

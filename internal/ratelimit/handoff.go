@@ -137,8 +137,8 @@ func (l *Limiter) ImportEntries(entries []Entry, mark bool) (int, error) {
 			continue
 		}
 		h1, h2 := fingerprint(hashKey(en.Key), limitHash(&en.Limit))
-		le, err := l.lockEntry(h1, h2)
-		if err != nil {
+		var le engine.LimEntry
+		if err := l.lockEntry(&le, h1, h2); err != nil {
 			return n, err
 		}
 		l.remember(&le, en.Key, &en.Limit)

@@ -168,12 +168,11 @@ var freshWords = [3]int64(freshState)
 
 // lockEntry returns the entry of fingerprint (h1, h2), locked, creating
 // it with fresh state.
-func (l *Limiter) lockEntry(h1 uint64, h2 uint32) (engine.LimEntry, error) {
-	le, err := l.tab.LockLimiter(h1, h2, &freshWords)
-	if err != nil {
-		return le, errorf(ErrFull, "%v", err)
+func (l *Limiter) lockEntry(le *engine.LimEntry, h1 uint64, h2 uint32) error {
+	if err := l.tab.LockLimiter(le, h1, h2, &freshWords); err != nil {
+		return errorf(ErrFull, "%v", err)
 	}
-	return le, nil
+	return nil
 }
 
 func validateKey(key string) error {
@@ -214,8 +213,8 @@ func (l *Limiter) Check(key string, lim Limit, cost int64) (Status, error) {
 		return Status{}, err
 	}
 	h1, h2 := fingerprint(hashKey(key), limitHash(&lim))
-	le, err := l.lockEntry(h1, h2)
-	if err != nil {
+	var le engine.LimEntry
+	if err := l.lockEntry(&le, h1, h2); err != nil {
 		return Status{}, err
 	}
 	l.remember(&le, key, &lim)
@@ -385,11 +384,9 @@ func (l *Limiter) lockAll(hits []Hit, refs []ref) error {
 	for {
 		for i := range refs {
 			r := &refs[i]
-			le, err := l.tab.ResolveLimiter(r.h1, r.h2, &freshWords)
-			if err != nil {
+			if err := l.tab.ResolveLimiter(&r.le, r.h1, r.h2, &freshWords); err != nil {
 				return errorf(ErrFull, "%v", err)
 			}
-			r.le = le
 		}
 		// Insertion sort: a handful of refs.
 		for i := 1; i < len(refs); i++ {
