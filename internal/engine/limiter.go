@@ -78,8 +78,8 @@ type LimState struct {
 // limSide is a chunk's limiter side table: 5,240 bytes, in the 5,376-byte size
 // class.
 type limSide struct {
+	aux atomic.Pointer[limAux] // first: the GC scans only this word of the table
 	w   [slabChunk]limWords
-	aux atomic.Pointer[limAux]
 }
 
 // limWords are an entry's words in the side table.
@@ -151,14 +151,10 @@ func (t *Limiters) ResolveLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]
 
 // LockLimiter is ResolveLimiter and Lock, until the lock holds.
 func (t *Limiters) LockLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
-	for {
-		if t.probe(le, h1, h2) {
-			return nil
-		}
-		if err := t.insert(le, h1, h2, fresh); err != nil || le.Lock() {
-			return err
-		}
+	if t.probe(le, h1, h2) {
+		return nil
 	}
+	return t.insertLocking(le, h1, h2, fresh)
 }
 
 // probe looks the fingerprint up without the shard's lock and sets le to
@@ -204,6 +200,17 @@ func (t *Limiters) probe(le *LimEntry, h1 uint64, h2 uint32) bool {
 // insert finds the fingerprint's entry under the shard's lock, creating
 // it, and sets le to it, unlocked.
 func (t *Limiters) insert(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
+	return t.insertAnd(le, h1, h2, fresh, false)
+}
+
+// insertLocking is insert that returns the entry locked: it locks it
+// under the shard's lock (shard.mu, then the entry: the documented order),
+// where it cannot be freed, so it needs no second look.
+func (t *Limiters) insertLocking(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
+	return t.insertAnd(le, h1, h2, fresh, true)
+}
+
+func (t *Limiters) insertAnd(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64, lock bool) error {
 	var b [limIDLen]byte
 	id := limID(&b, h1, h2)
 	h := h1 // hashIDBytes of id
@@ -226,6 +233,9 @@ func (t *Limiters) insert(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) e
 		sh.nlim++
 	}
 	*le = LimEntry{en: en, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+	if lock && !le.Lock() {
+		panic("engine: limiter entry changed under its shard's lock")
+	}
 	return nil
 }
 
