@@ -117,6 +117,7 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 			if err == nil {
 				if claim {
 					n.recheckRecords(mine, epochs)
+					n.claimMarks(mine, epochs)
 				}
 				f.markDone(s.Version(), mine, epochs)
 			}
@@ -279,7 +280,7 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, contract.WriteOptions{Durability: contract.Async}); err != nil {
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, resp.Marks, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		n.log.Warn("cluster: fence merge", "from", peer, "err", err)
 		return err
 	}
@@ -311,7 +312,8 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		return resp
 	}
 	if len(req.Claims) == 0 {
-		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
+		marks, _ := n.dedupe.forIDs(req.IDs, "", time.Now().UnixNano())
+		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{}), Marks: marks}
 	}
 	if len(req.Claims) != len(req.IDs) {
 		return &fetchResponse{Err: toWire(fmt.Errorf("%w: %d claims for %d ids", contract.ErrInvalidArgument, len(req.Claims), len(req.IDs)))}
@@ -335,6 +337,7 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		}
 	}
 	resp.Idem = n.idem.forIDs(req.IDs, time.Time{})
+	resp.Marks, _ = n.dedupe.forIDs(req.IDs, "", time.Now().UnixNano())
 	return resp
 }
 

@@ -182,6 +182,10 @@ type Node struct {
 	dirty    dirtySet
 	idem     idemCache     // idempotency records shipped by other owners
 	stripes  stripes       // keyed applies vs exports (idem.go)
+	dedupe   markStore     // dedupe marks of the counters held here (marks.go)
+	// markLocks serializes marked applies per id: a mark is checked and
+	// created as one step (marked.go).
+	markLocks stripes
 	tombs    tombs         // recently deleted ids (tombstones.go)
 	handoff  chan struct{} // 1-buffered: a ring change to hand off
 	rl       RateLimit     // set before Start (ratelimit.go)
@@ -253,6 +257,7 @@ func (n *Node) Start(meta Meta) error {
 	}
 	n.peers.set(n.self, meta)
 	n.loadStoredRecords() // before any peer can see this node
+	n.loadMarks()
 	mc := n.cfg.Membership
 	mc.NodeID, mc.BindAddr, mc.Join, mc.Meta = n.self, n.cfg.Gossip, nil, b
 	mc.Logger = n.cfg.Logger
@@ -267,6 +272,7 @@ func (n *Node) Start(meta Meta) error {
 	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
 	n.goLoop(n.joinLoop)
 	n.goLoop(n.pushLoop)
+	n.goLoop(n.expireMarksLoop)
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
 	n.goLoop(n.leaseLoop)

@@ -89,6 +89,10 @@ var wireCases = []wireCase{
 	requestCase("global limits", func() proto.Message { return new(pb.GlobalLimitsRequest) }, func(d *decoder, m proto.Message) globalRequest {
 		return d.globalRequest(m.(*pb.GlobalLimitsRequest))
 	}),
+	requestCase("apply marked", func() proto.Message { return new(pb.ApplyMarkedRequest) }, func(d *decoder, m proto.Message) markedRequest {
+		return d.markedRequest(m.(*pb.ApplyMarkedRequest))
+	}),
+	responseCase("apply marked response", pbMarkedResponse),
 	responseCase("apply response", pbApplyResponse),
 	responseCase("read response", pbReadResponse),
 	responseCase("local response", pbLocalResponse),
@@ -149,6 +153,7 @@ var utf8Fields = map[string]bool{
 	"readRequest.ID": true, "readRequest.IDs": true, "localRequest.Key": true, "localResponse.IDs": true,
 	"viewRequest.Nodes": true, "viewRequest.Down": true, "viewAnswer.Incarnation": true, "handoffMark.Incarnation": true,
 	"seriesQuery.ID": true, "State.ID": true, "Record.Claim": true, "Record.IDs": true,
+	"markGroup.ID": true,
 	"digestItem.ID": true, "digestResponse.Want": true, "fetchRequest.IDs": true,
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
