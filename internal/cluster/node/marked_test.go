@@ -117,6 +117,13 @@ func startMarkedLoad(c *testCluster, workers, batch int) *markedLoad {
 				for i := range events {
 					events[i] = first + int64(i)
 				}
+				l.mu.Lock()
+				for _, e := range events {
+					for id, d := range eventCounters(e) {
+						l.truth[id] += d
+					}
+				}
+				l.mu.Unlock()
 				l.deliver(rng, events)
 				if rng.IntN(4) == 0 {
 					l.redo.Add(1)
@@ -132,13 +139,6 @@ func startMarkedLoad(c *testCluster, workers, batch int) *markedLoad {
 // deliver applies events until every counter reported each of them
 // applied or seen.
 func (l *markedLoad) deliver(rng *rand.Rand, events []int64) {
-	l.mu.Lock()
-	for _, e := range events {
-		for id, d := range eventCounters(e) {
-			l.truth[id] += d
-		}
-	}
-	l.mu.Unlock()
 	// pending[id] = events still to apply to id.
 	pending := map[string][]int64{}
 	for _, e := range events {
