@@ -104,7 +104,7 @@ func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestRespons
 		}
 	}
 	resp.Idem = n.idem.forIDs(stateIDs(resp.States), time.Now().Add(-idemPushWindow))
-	resp.Marks, _ = n.dedupe.forIDs(stateIDs(resp.States), "", time.Now().UnixNano())
+	resp.Marks, _ = n.dedupe.forIDs(stateIDs(resp.States), "", n.markNow())
 	return resp
 }
 

@@ -312,7 +312,7 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		return resp
 	}
 	if len(req.Claims) == 0 {
-		marks, _ := n.dedupe.forIDs(req.IDs, "", time.Now().UnixNano())
+		marks, _ := n.dedupe.forIDs(req.IDs, "", n.markNow())
 		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{}), Marks: marks}
 	}
 	if len(req.Claims) != len(req.IDs) {
@@ -337,7 +337,7 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		}
 	}
 	resp.Idem = n.idem.forIDs(req.IDs, time.Time{})
-	resp.Marks, _ = n.dedupe.forIDs(req.IDs, "", time.Now().UnixNano())
+	resp.Marks, _ = n.dedupe.forIDs(req.IDs, "", n.markNow())
 	return resp
 }
 

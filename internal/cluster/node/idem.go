@@ -448,7 +448,7 @@ func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idem
 	}
 	var lost []idemRecord
 	changed, err := n.store.MergeRecords(ctx, states, wo, func() []engine.StoredRecord {
-		stored := n.dedupe.merge(marks, time.Now().UnixNano())
+		stored := n.dedupe.merge(marks, n.markNow())
 		if len(recs) == 0 {
 			return stored
 		}

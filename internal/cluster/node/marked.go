@@ -250,7 +250,7 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 	defer unlockM()
 	unlockS := n.stripes.rlock(ids)
 	defer unlockS()
-	now := time.Now().UnixNano()
+	now := n.markNow()
 	seen = make([][]string, len(ops))
 	fresh := map[string][]string{} // per id: marks taken by earlier ops of this call
 	var which []int

@@ -408,7 +408,7 @@ const markExpireInterval = 10 * time.Second
 func (n *Node) loadMarks() {
 	var groups []markGroup
 	bad := 0
-	now := time.Now().UnixNano()
+	now := n.markNow()
 	err := n.store.StoredRecords(0, func(s engine.StoredRecord) {
 		if !strings.HasPrefix(s.Key, markKeyPrefix) {
 			return
@@ -441,7 +441,7 @@ func (n *Node) expireMarksLoop() {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
-			n.persist(n.dedupe.expire(time.Now().UnixNano()))
+			n.persist(n.dedupe.expire(n.markNow()))
 		}
 	}
 }
@@ -474,7 +474,7 @@ func markChunks(groups []markGroup) [][]markGroup {
 // marks of each id whose write the fenced state holds move to the epoch,
 // and marks that arrive later are checked against that state too.
 func (n *Node) claimMarks(ids []string, epochs map[string]uint32) {
-	now := time.Now().UnixNano()
+	now := n.markNow()
 	var stored []engine.StoredRecord
 	for _, id := range ids {
 		e := epochs[id]
@@ -489,3 +489,7 @@ func (n *Node) claimMarks(ids []string, epochs map[string]uint32) {
 	}
 	n.persist(stored)
 }
+
+// markNow is the clock marks expire by: the store's, which also stamps
+// the counters' expiries.
+func (n *Node) markNow() int64 { return n.store.Now().UnixNano() }

@@ -243,7 +243,7 @@ func (n *Node) pushStatesMarks(ctx context.Context, peer string, states []State,
 	for _, chunk := range chunks(states) {
 		// The states were exported before: every write they show has its
 		// marks in the store already (stripes), so forIDs returns them.
-		marks, upTo := n.dedupe.forIDs(stateIDs(chunk), from, time.Now().UnixNano())
+		marks, upTo := n.dedupe.forIDs(stateIDs(chunk), from, n.markNow())
 		pieces := markChunks(marks)
 		for _, piece := range pieces[:max(0, len(pieces)-1)] {
 			var resp replicateResponse
