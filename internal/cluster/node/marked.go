@@ -104,8 +104,22 @@ func (n *Node) markedRoute(ctx context.Context, ops []contract.MarkedOp, idx []i
 			if owner == n.self || owner == "" {
 				got, err = n.applyMarkedLocal(ctx, sub, ttl, wo)
 			} else {
-				got, err = n.forwardMarked(ctx, owner, sub, ttl, wo)
-				n.metrics.forwarded.WithLabelValues("apply_marked", resultLabel(err)).Inc()
+				for _, piece := range markedPieces(sub) {
+					var g [][]string
+					g, err = n.forwardMarked(ctx, owner, piece.ops, ttl, wo)
+					n.metrics.forwarded.WithLabelValues("apply_marked", resultLabel(err)).Inc()
+					if err == nil && len(g) != len(piece.ops) {
+						err = &UnavailableError{Op: "apply marked", Err: fmt.Errorf("%d answers for %d ops", len(g), len(piece.ops))}
+					}
+					if err != nil {
+						var be *contract.BatchError
+						if errors.As(err, &be) && be.Index >= 0 && be.Index < len(piece.ops) {
+							err = &contract.BatchError{Index: piece.first + be.Index, Err: be.Err}
+						}
+						break
+					}
+					got = append(got, g...)
+				}
 			}
 			var wrong *WrongOwnerError
 			if errors.As(err, &wrong) && retry {
@@ -322,4 +336,35 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 		return nil, nil, nil, err
 	}
 	return seen, applied, res, nil
+}
+
+// A forwarded ApplyMarked message holds at most maxMarkedOps ops and
+// about maxMarkBytes of marks (gRPC's messages are bounded).
+const maxMarkedOps = 4096
+
+type markedPiece struct {
+	first int
+	ops   []contract.MarkedOp
+}
+
+// markedPieces splits ops into pieces of at most maxMarkedOps ops and about
+// maxMarkBytes of marks (an op is never split: its marks go with it).
+func markedPieces(ops []contract.MarkedOp) []markedPiece {
+	var out []markedPiece
+	start, size := 0, 0
+	for i := range ops {
+		n := 64
+		for _, m := range ops[i].Marks {
+			n += len(m) + 2
+		}
+		if i > start && (i-start == maxMarkedOps || size+n > maxMarkBytes) {
+			out = append(out, markedPiece{start, ops[start:i]})
+			start, size = i, 0
+		}
+		size += n
+	}
+	if start < len(ops) {
+		out = append(out, markedPiece{start, ops[start:]})
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -386,6 +387,46 @@ func TestMarkGroupStoredRoundTrip(t *testing.T) {
 		rec.Data = rapid.SliceOf(rapid.Byte()).Draw(t, "garbage")
 		if _, err := decodeGroup(rec); err != nil && !errors.Is(err, errMarkRecord) {
 			t.Fatalf("garbage: untyped error %v", err)
+		}
+	})
+}
+
+// TestMarkedPieces: the pieces of a forwarded ApplyMarked keep every op
+// once, in order, with its marks, within the bounds of one message.
+func TestMarkedPieces(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		n := rapid.IntRange(0, 3*maxMarkedOps).Draw(t, "ops")
+		big := rapid.IntRange(1, 300_000).Draw(t, "mark size")
+		ops := make([]contract.MarkedOp, n)
+		for i := range ops {
+			ops[i] = contract.MarkedOp{Op: addOp(fmt.Sprint(i), 1)}
+			if i%97 == 0 {
+				ops[i].Marks = []string{strings.Repeat("m", big)}
+			}
+		}
+		var back []contract.MarkedOp
+		for _, p := range markedPieces(ops) {
+			if p.first != len(back) || len(p.ops) == 0 || len(p.ops) > maxMarkedOps {
+				t.Fatalf("piece at %d of %d ops (have %d)", p.first, len(p.ops), len(back))
+			}
+			size := 0
+			for _, op := range p.ops {
+				for _, m := range op.Marks {
+					size += len(m)
+				}
+			}
+			if len(p.ops) > 1 && size > maxMarkBytes {
+				t.Fatalf("piece of %d ops with %d bytes of marks", len(p.ops), size)
+			}
+			back = append(back, p.ops...)
+		}
+		if len(back) != n {
+			t.Fatalf("%d ops back of %d", len(back), n)
+		}
+		for i := range back {
+			if back[i].Op.ID != ops[i].Op.ID {
+				t.Fatalf("op %d is %q", i, back[i].Op.ID)
+			}
 		}
 	})
 }
