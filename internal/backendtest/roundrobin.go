@@ -14,20 +14,7 @@ import (
 // turn: the suite talks to every node of a cluster, as clients behind a
 // load balancer do. Capabilities, Now, Stats and Ready are bs[0]'s. Safe
 // for concurrent use when bs are.
-// It implements contract.CounterMarker when bs[0] does.
-func RoundRobin(bs ...contract.Backend) contract.Backend {
-	r := &roundRobin{bs: bs}
-	if _, ok := bs[0].(contract.CounterMarker); ok {
-		return roundRobinMarker{r}
-	}
-	return r
-}
-
-type roundRobinMarker struct{ *roundRobin }
-
-func (r roundRobinMarker) ApplyCounterMarked(ctx context.Context, ops []contract.MarkedOp, ttl time.Duration, wo contract.WriteOptions) ([][]string, error) {
-	return r.next().(contract.CounterMarker).ApplyCounterMarked(ctx, ops, ttl, wo)
-}
+func RoundRobin(bs ...contract.Backend) contract.Backend { return &roundRobin{bs: bs} }
 
 type roundRobin struct {
 	bs []contract.Backend
