@@ -233,7 +233,7 @@ func TestMarkedHandoff3To4To3UnderLoad(t *testing.T) {
 		t.Skip("multi-node membership changes")
 	}
 	c := newTestCluster(t, "n1", "n2", "n3")
-	l := startMarkedLoad(c, 6, 20)
+	l := startMarkedLoad(c, 12, 20)
 	time.Sleep(400 * time.Millisecond)
 	c.start("n4", "")
 	c.waitRing("n1", "n2", "n3", "n4")
@@ -251,7 +251,7 @@ func TestMarkedOwnerKilledUnderLoad(t *testing.T) {
 		t.Skip("multi-node membership changes")
 	}
 	c := newTestCluster(t, "n1", "n2", "n3")
-	l := startMarkedLoad(c, 6, 20)
+	l := startMarkedLoad(c, 12, 20)
 	time.Sleep(400 * time.Millisecond)
 	// Kill the owner of the busiest counters mid-load: retries go through
 	// the new owner.
