@@ -180,16 +180,16 @@ type Node struct {
 	promises promises // ownership epochs promised to claimants (epoch.go)
 	lease    leases   // owner leases (lease.go)
 	dirty    dirtySet
-	idem     idemCache     // idempotency records shipped by other owners
-	stripes  stripes       // keyed applies vs exports (idem.go)
-	dedupe   markStore     // dedupe marks of the counters held here (marks.go)
+	idem     idemCache // idempotency records shipped by other owners
+	stripes  stripes   // keyed applies vs exports (idem.go)
+	dedupe   markStore // dedupe marks of the counters held here (marks.go)
 	// markLocks serializes marked applies per id: a mark is checked and
 	// created as one step (marked.go).
 	markLocks stripes
-	tombs    tombs         // recently deleted ids (tombstones.go)
-	handoff  chan struct{} // 1-buffered: a ring change to hand off
-	rl       RateLimit     // set before Start (ratelimit.go)
-	quota    qstate        // quotas (quota.go)
+	tombs     tombs         // recently deleted ids (tombstones.go)
+	handoff   chan struct{} // 1-buffered: a ring change to hand off
+	rl        RateLimit     // set before Start (ratelimit.go)
+	quota     qstate        // quotas (quota.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc

@@ -117,7 +117,7 @@ type replicateRequest struct {
 	header
 	States []State      `json:"states"`
 	Sync   bool         `json:"sync"`
-	Idem   []idemRecord `json:"idem,omitempty"` // results of keyed mutations (idem.go)
+	Idem   []idemRecord `json:"idem,omitempty"`  // results of keyed mutations (idem.go)
 	Marks  []markGroup  `json:"marks,omitempty"` // dedupe marks of the ids (marks.go)
 }
 

@@ -153,7 +153,7 @@ var utf8Fields = map[string]bool{
 	"readRequest.ID": true, "readRequest.IDs": true, "localRequest.Key": true, "localResponse.IDs": true,
 	"viewRequest.Nodes": true, "viewRequest.Down": true, "viewAnswer.Incarnation": true, "handoffMark.Incarnation": true,
 	"seriesQuery.ID": true, "State.ID": true, "Record.Claim": true, "Record.IDs": true,
-	"markGroup.ID": true,
+	"markGroup.ID":  true,
 	"digestItem.ID": true, "digestResponse.Want": true, "fetchRequest.IDs": true,
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
