@@ -430,3 +430,45 @@ func TestMarkedPieces(t *testing.T) {
 		}
 	})
 }
+
+// TestMarkStorePushDelta: a push to a peer carries the groups that changed
+// since the last push it delivered (new ones, grown ones), none twice
+// otherwise, and all of them when asked (handoff, fence).
+func TestMarkStorePushDelta(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var s markStore
+		delivered := map[uint64]markGroup{} // what the peer holds, by key
+		all := map[uint64]markGroup{}
+		steps := rapid.IntRange(1, 60).Draw(t, "steps")
+		for i := range steps {
+			switch rapid.IntRange(0, 2).Draw(t, "action") {
+			case 0, 1: // a new group or a copy that grows one
+				k := rapid.Uint64Range(1, 12).Draw(t, "key")
+				g := markGroup{ID: "x", Key: k, Wrote: []uint64{k}, Expires: 100, Events: []string{fmt.Sprint("e", i)}}
+				s.merge([]markGroup{g}, 0)
+				if cur, ok := all[k]; ok {
+					g = mergeGroup(cur, g)
+				}
+				all[k] = g
+			case 2: // a push to the peer
+				gs, upTo := s.forIDs([]string{"x"}, "p", 0)
+				for _, g := range gs {
+					if prev, ok := delivered[g.Key]; ok && equalGroup(prev, g) {
+						t.Fatalf("group %d pushed again unchanged", g.Key)
+					}
+					delivered[g.Key] = g
+				}
+				s.delivered("p", upTo)
+				for k, g := range all {
+					if !equalGroup(delivered[k], g) {
+						t.Fatalf("after a push the peer lacks group %d as it is: %+v vs %+v", k, delivered[k], g)
+					}
+				}
+			}
+		}
+		gs, _ := s.forIDs([]string{"x"}, "", 0)
+		if len(gs) != len(all) {
+			t.Fatalf("all: %d groups, want %d", len(gs), len(all))
+		}
+	})
+}

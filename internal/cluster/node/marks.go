@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -162,6 +163,34 @@ type markEntry struct {
 type idMarks struct {
 	groups map[uint64]*markEntry // by Key
 	events map[string][]uint64   // event -> keys of the groups that hold it
+	// log has a (seq, key) per change of a group, in seq order: a push
+	// finds what changed since its peer's last delivery without a pass
+	// over every group. An entry whose group changed again since (or
+	// went) is skipped, and the log is compacted when most are such.
+	log []logEntry
+}
+
+type logEntry struct{ seq, key uint64 }
+
+// note records that group key changed at seq (caller holds the lock).
+func (im *idMarks) note(seq, key uint64) {
+	im.log = append(im.log, logEntry{seq, key})
+	im.compact()
+}
+
+// compact drops the log's stale entries when they are most of it.
+func (im *idMarks) compact() {
+	if len(im.log) <= 64 || len(im.log) <= 2*len(im.groups) {
+		return
+	}
+	live := im.log[:0]
+	for _, l := range im.log {
+		if e := im.groups[l.key]; e != nil && e.seq == l.seq {
+			live = append(live, l)
+		}
+	}
+	clear(im.log[len(live):])
+	im.log = live
 }
 
 // claimBase is the state an owner's fence started an epoch from.
@@ -230,6 +259,7 @@ func (s *markStore) merge(groups []markGroup, now int64) []engine.StoredRecord {
 		}
 		s.seq++
 		im.groups[g.Key] = &markEntry{g: g, seq: s.seq}
+		im.note(s.seq, g.Key)
 		for _, e := range g.Events {
 			if !slices.Contains(im.events[e], g.Key) {
 				im.events[e] = append(im.events[e], g.Key)
@@ -282,6 +312,7 @@ func (s *markStore) claimed(id string, epoch uint32, base uint64, now int64) []e
 		if !slices.Equal(g.Wrote, e.g.Wrote) {
 			s.seq++
 			e.g, e.seq = g, s.seq
+			im.note(s.seq, g.Key)
 			stored = append(stored, g.stored(now))
 		}
 	}
@@ -302,8 +333,10 @@ func (s *markStore) forIDs(ids []string, peer string, now int64) (groups []markG
 		if im == nil {
 			continue
 		}
-		for _, e := range im.groups {
-			if e.g.Expires <= now || e.seq <= sent[id] {
+		from := sort.Search(len(im.log), func(i int) bool { return im.log[i].seq > sent[id] })
+		for _, l := range im.log[from:] {
+			e := im.groups[l.key]
+			if e == nil || e.seq != l.seq || e.g.Expires <= now {
 				continue
 			}
 			groups = append(groups, e.g)
@@ -377,6 +410,7 @@ func (s *markStore) expire(now int64) []engine.StoredRecord {
 				}
 			}
 		}
+		im.compact()
 		if len(im.groups) == 0 {
 			delete(s.byID, id)
 			for _, m := range s.sent {
