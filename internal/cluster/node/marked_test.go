@@ -186,6 +186,16 @@ func (l *markedLoad) deliver(rng *rand.Rand, events []int64) {
 	}
 }
 
+// more waits until n more batches are done (at most 30 s): each phase of
+// a test runs under load however slow the machine is.
+func (l *markedLoad) more(n int64) {
+	want := l.applied.Load() + n
+	deadline := time.Now().Add(30 * time.Second)
+	for l.applied.Load() < want && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func (l *markedLoad) finish() {
 	close(l.stop)
 	l.wg.Wait()
@@ -234,13 +244,13 @@ func TestMarkedHandoff3To4To3UnderLoad(t *testing.T) {
 	}
 	c := newTestCluster(t, "n1", "n2", "n3")
 	l := startMarkedLoad(c, 12, 20)
-	time.Sleep(400 * time.Millisecond)
+	l.more(20)
 	c.start("n4", "")
 	c.waitRing("n1", "n2", "n3", "n4")
-	time.Sleep(600 * time.Millisecond)
+	l.more(30)
 	c.leave("n4")
 	c.waitRing("n1", "n2", "n3")
-	time.Sleep(400 * time.Millisecond)
+	l.more(20)
 	l.finish()
 	l.report(t)
 	l.check(t, 5*time.Second)
@@ -252,7 +262,7 @@ func TestMarkedOwnerKilledUnderLoad(t *testing.T) {
 	}
 	c := newTestCluster(t, "n1", "n2", "n3")
 	l := startMarkedLoad(c, 12, 20)
-	time.Sleep(400 * time.Millisecond)
+	l.more(20)
 	// Kill the owner of the busiest counters mid-load: retries go through
 	// the new owner.
 	victim := c.node("n1").n.Ring().Owner("mv:a:0")
@@ -264,11 +274,11 @@ func TestMarkedOwnerKilledUnderLoad(t *testing.T) {
 		}
 	}
 	c.waitRing(rest...)
-	time.Sleep(600 * time.Millisecond)
+	l.more(30)
 	// And a join while the load goes on.
 	c.start("n5", "")
 	c.waitRing(append(rest, "n5")...)
-	time.Sleep(600 * time.Millisecond)
+	l.more(30)
 	l.finish()
 	l.report(t)
 	l.check(t, 5*time.Second)
