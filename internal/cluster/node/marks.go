@@ -368,6 +368,15 @@ func (s *markStore) delivered(peer string, upTo map[string]uint64) {
 	}
 }
 
+// forget forgets what pushes delivered to peer: the next ones send it
+// every group of the ids they carry (a node that (re)joins the ring may
+// have lost, with a crash, what an async push gave it).
+func (s *markStore) forget(peer string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.sent, peer)
+}
+
 // dropID forgets id's marks (its state was dropped after a handoff) and
 // returns the deletions for the disk.
 func (s *markStore) dropID(id string) []engine.StoredRecord {
