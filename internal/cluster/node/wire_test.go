@@ -89,10 +89,6 @@ var wireCases = []wireCase{
 	requestCase("global limits", func() proto.Message { return new(pb.GlobalLimitsRequest) }, func(d *decoder, m proto.Message) globalRequest {
 		return d.globalRequest(m.(*pb.GlobalLimitsRequest))
 	}),
-	requestCase("apply marked", func() proto.Message { return new(pb.ApplyMarkedRequest) }, func(d *decoder, m proto.Message) markedRequest {
-		return d.markedRequest(m.(*pb.ApplyMarkedRequest))
-	}),
-	responseCase("apply marked response", pbMarkedResponse),
 	responseCase("apply response", pbApplyResponse),
 	responseCase("read response", pbReadResponse),
 	responseCase("local response", pbLocalResponse),
@@ -552,6 +548,8 @@ func FuzzWireDecode(f *testing.F) {
 		globalResponse{Shares: []ratelimit.GlobalShare{{Key: "k", Window: 9, Share: 3, Next: 2}}},
 		leaseRequest{header: header{From: "n1", RingVersion: 3}},
 		leaseResponse{Granted: true, Nodes: 77, Wait: time.Second},
+		markedRequest{header: header{From: "n1", Hop: true}, TTL: time.Hour, Ops: []contract.MarkedOp{{Op: contract.Op{Type: contract.OpAdd, ID: "a", Delta: 1}, Marks: []string{"e1", "e2"}}}},
+		markedResponse{Seen: [][]string{nil, {"e1"}}},
 	}
 	for i, c := range wireCases {
 		m, err := c.encode(seeds[i])
