@@ -87,6 +87,19 @@ func (f *fencer) markDone(v uint64, ids []string, epochs map[string]uint32) {
 	}
 }
 
+// forget makes the next owner operation on ids fence (and claim) again:
+// a marked write whose replication failed (its push may have been answered
+// stale: a replica promised a newer owner) must not be reported seen on
+// the strength of this node's own copy until a fence has checked that
+// copy against the replicas (marked.go).
+func (f *fencer) forget(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		delete(f.done, id)
+	}
+}
+
 // epoch is the epoch this node claimed for id at ring version v (0: none).
 func (f *fencer) epoch(v uint64, id string) uint32 {
 	f.mu.Lock()

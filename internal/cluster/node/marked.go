@@ -214,6 +214,10 @@ func (n *Node) applyMarkedLocal(ctx context.Context, ops []contract.MarkedOp, tt
 		}
 		if len(applied) > 0 {
 			if err := n.replicateAfter(ctx, applied, res, contract.WriteOptions{Durability: contract.Sync}); err != nil {
+				// Not acknowledged: maybe lost to a newer owner (a stale
+				// answer). The retry fences again first, so this node's
+				// marks count only if the fenced state holds the write.
+				n.fence.forget(opIDs(applied))
 				return nil, err
 			}
 		}

@@ -495,3 +495,101 @@ func TestMarkStorePushDelta(t *testing.T) {
 		}
 	})
 }
+
+// TestMarkedOldOwnerFencedByEpoch: the replicas of a counter promised a
+// newer ownership epoch to another node while its owner still applies (a
+// ring the owner has not seen yet). The owner's marked write is then not
+// acknowledged (its push is stale), and its own copy of the marks does
+// not answer the retry as seen until a new fence checked that copy
+// against the replicas: here nobody else wrote, so the fenced state holds
+// the write, the retry is seen, and the counter counts the event once on
+// every node.
+func TestMarkedOldOwnerFencedByEpoch(t *testing.T) {
+	c := newTestCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	const id = "mo:x"
+	owner := c.node("n1").n.Ring().Owner(id)
+	on := c.node(owner).n
+	if _, err := on.ApplyCounterMarked(ctx, []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e1"}}}, time.Hour, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var others []*testNode
+	for _, tn := range c.running() {
+		if tn.id != owner {
+			others = append(others, tn)
+		}
+	}
+	// Another node claims the id at a much higher epoch on both replicas.
+	for _, tn := range others {
+		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
+		if resp.Err != nil || resp.Refused[0] != 0 {
+			t.Fatalf("claim on %s: %+v", tn.id, resp)
+		}
+	}
+	op := []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e2"}}}
+	_, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+	if !errors.Is(err, contract.ErrUnavailable) {
+		t.Fatalf("old owner's marked write: %v, want unavailable (not acknowledged)", err)
+	}
+	seen, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+	if err != nil || !slices.Equal(seen[0], []string{"e2"}) {
+		t.Fatalf("retry after a new fence: seen %v, %v; want [e2]", seen, err)
+	}
+	for _, tn := range c.running() {
+		eventually(t, 5*time.Second, "value 2 on "+tn.id, func() bool {
+			v, err := tn.n.Get(ctx, id)
+			return err == nil && v.Value == 2
+		})
+	}
+}
+
+// TestMarkedOldOwnerWriteLostIsAppliedAgain: as above, but the newer
+// owner's state (epoch 1000, without the old owner's write) reached the
+// replicas: the old owner's write is lost to it, so the retry must apply
+// the event again (once) rather than answer it seen from the old owner's
+// own copy of the marks.
+func TestMarkedOldOwnerWriteLostIsAppliedAgain(t *testing.T) {
+	c := newClusterNoAntiEntropy(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	const id = "mo:y"
+	owner := c.node("n1").n.Ring().Owner(id)
+	on := c.node(owner).n
+	if _, err := on.ApplyCounterMarked(ctx, []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e1"}}}, time.Hour, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	st, ok, err := on.store.Export(id)
+	if err != nil || !ok {
+		t.Fatalf("export: %v %v", ok, err)
+	}
+	var others []*testNode
+	for _, tn := range c.running() {
+		if tn.id != owner {
+			others = append(others, tn)
+		}
+	}
+	newer := st
+	newer.Version = epochFloor(1000) | 5 // the new owner's state: value 1, e2 not in it
+	for _, tn := range others {
+		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
+		if resp.Err != nil || resp.Refused[0] != 0 {
+			t.Fatalf("claim on %s: %+v", tn.id, resp)
+		}
+		if r := tn.n.serveReplicate(ctx, &replicateRequest{header: header{From: others[0].id}, States: []State{newer}, Sync: true}); r.Err != nil || len(r.Stale) > 0 {
+			t.Fatalf("newer state on %s: %+v", tn.id, r)
+		}
+	}
+	op := []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e2"}}}
+	if _, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{}); !errors.Is(err, contract.ErrUnavailable) {
+		t.Fatalf("old owner's marked write: %v, want unavailable (not acknowledged)", err)
+	}
+	seen, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+	if err != nil || len(seen[0]) != 0 {
+		t.Fatalf("retry: seen %v, %v; want applied (the first write was lost)", seen, err)
+	}
+	for _, tn := range c.running() {
+		eventually(t, 5*time.Second, "value 2 on "+tn.id, func() bool {
+			v, err := tn.n.Get(ctx, id)
+			return err == nil && v.Value == 2
+		})
+	}
+}
