@@ -46,6 +46,7 @@ func tieredPipelineEvents(t *testing.T) int {
 func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 	t.Helper()
 	env := newTieredEnv(t)
+	scale := time.Duration(max(1, w.events/50000)) // the waits grow with a bigger run
 	rulesPath := filepath.Join(t.TempDir(), "rules.yaml")
 	if err := os.WriteFile(rulesPath, []byte(pipelineRules), 0o644); err != nil {
 		t.Fatal(err)
@@ -97,7 +98,7 @@ func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 	}
 	waitFor := func(frac float64) int64 {
 		want := int64(frac * float64(w.total))
-		deadline := time.Now().Add(120 * time.Second)
+		deadline := time.Now().Add(scale * 120 * time.Second)
 		for applied() < want && time.Now().Before(deadline) && sendErr.Load() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -118,7 +119,7 @@ func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 		t.Fatal(*err)
 	}
 	t.Logf("%v: all %d batches collected", time.Since(began).Round(time.Millisecond), len(w.batches))
-	if err := poll(180*time.Second, func() error {
+	if err := poll(scale*180*time.Second, func() error {
 		if got := applied(); got != w.total {
 			return fmt.Errorf("views add up to %d, want %d", got, w.total)
 		}
