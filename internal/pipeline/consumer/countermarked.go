@@ -2,10 +2,13 @@ package consumer
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
@@ -53,6 +56,11 @@ type cmOp struct {
 // window add and a rollup bucket, say), a suffix telling them apart.
 func counterMark(p *pending, n int) string {
 	k := p.marker[len(MarkerPrefix):]
+	if strings.ContainsFunc(k, func(r rune) bool { return r < 0x20 }) {
+		// Control bytes (a NUL PostgreSQL text cannot hold): a hash.
+		sum := sha256.Sum256([]byte(k))
+		k = "#" + hex.EncodeToString(sum[:16])
+	}
 	if n > 0 {
 		k += "/" + strconv.Itoa(n)
 	}
