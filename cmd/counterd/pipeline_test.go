@@ -47,6 +47,7 @@ type workload struct {
 	viewers   map[string]map[string]bool
 	malformed map[string]bool // ids whose rule fails: the dead letters
 	total     int64
+	events    int
 }
 
 // makeWorkload builds n events: 1% malformed (a numeric post: the counter
@@ -87,6 +88,7 @@ func makeWorkload(n, batch int) *workload {
 			w.viewers[post][user] = true
 		}
 	}
+	w.events = len(lines)
 	for i := 0; i < len(lines); i += batch {
 		w.batches = append(w.batches, append(bytesJoin(lines[i:min(i+batch, len(lines))]), '\n'))
 	}

@@ -141,6 +141,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "versions", cases: versionCases()},
 		{name: "idempotency", cases: idemCases()},
 		{name: "batches", cases: batchCases()},
+		{name: "marks", cases: markCases()},
 		{name: "aggregates", cases: aggregateCases()},
 		{name: "rollups", cases: rollupCases()},
 		{name: "eventtime", cases: eventTimeCases()},

@@ -52,15 +52,19 @@ func TestEmbedded(t *testing.T) {
 		// a restart keeps only what is on disk, which is what a crash
 		// leaves of an acknowledged sync write (its change and record
 		// were synced before the ack).
-		lose := func(t testing.TB, _ string) contract.Backend {
-			if err := e.Close(); err != nil {
-				t.Fatal(err)
+		// Each loss restarts the engine the last one left (the hottier
+		// cases lose it one after the other).
+		cur := e
+		lose := func(lt testing.TB, _ string) contract.Backend {
+			if err := cur.Close(); err != nil {
+				lt.Fatal(err)
 			}
 			e2, err := engine.Open(cfg)
 			if err != nil {
-				t.Fatal(err)
+				lt.Fatal(err)
 			}
 			t.Cleanup(func() { _ = e2.Close() })
+			cur = e2
 			return engine.Local(e2)
 		}
 		return backendtest.Setup{

@@ -17,6 +17,7 @@ import (
 // hotTierCases are the lost-hot-tier cases.
 func hotTierCases() []tcase {
 	return []tcase{
+		lostMarkCase(), // each case hands the backend it leaves to the next one
 		{"keyed retry after the hot tier lost its data is not applied twice", func(e *env) {
 			if e.s.LoseHotTier == nil {
 				e.t.Skip("Setup.LoseHotTier unset: no way to make this backend lose its hot tier")
@@ -37,6 +38,7 @@ func hotTierCases() []tcase {
 				e.t.Fatalf("first batch = %+v, %v", firstB, err)
 			}
 			b := e.s.LoseHotTier(e.t, id)
+			e.s.Backend = b // the next cases' backend
 			// Until the hot tier answers again, requests may be refused
 			// (retryable); none may apply twice.
 			deadline := time.Now().Add(20 * time.Second)

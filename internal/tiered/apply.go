@@ -249,7 +249,15 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	if op.Shard > 0 { // engine: Shard n>0 is shard n-1; 0 is any
 		o.Fixed, o.Shard = true, op.Shard-1
 	}
-	r, err := b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
+	var r redisstore.AddReply
+	var err error
+	if mw := markedOf(ctx); mw != nil { // countermarks.go
+		if r, mw.reply, err = b.rs.AddMarked(ctx, op.ID, storeKinds[op.Kind], op.Delta, o, mw.marks); err == nil && !mw.reply.Written() {
+			return contract.Result{}, nil
+		}
+	} else {
+		r, err = b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
+	}
 	if err != nil {
 		return contract.Result{}, err
 	}
@@ -428,7 +436,16 @@ func (b *Backend) pfmerge(ctx context.Context, op *contract.Op) (contract.Result
 }
 
 func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, error) {
-	fields, ver, err := b.rs.HAddMax(ctx, op.ID, op.Fields, b.maxFields(op.ID))
+	var fields []counter.Field
+	var ver uint64
+	var err error
+	if mw := markedOf(ctx); mw != nil { // countermarks.go
+		if fields, ver, mw.reply, err = b.rs.HAddMarked(ctx, op.ID, op.Fields, b.maxFields(op.ID), mw.marks); err == nil && !mw.reply.Written() {
+			return contract.Result{}, nil
+		}
+	} else {
+		fields, ver, err = b.rs.HAddMax(ctx, op.ID, op.Fields, b.maxFields(op.ID))
+	}
 	if err != nil {
 		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}

@@ -226,45 +226,11 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 	if data, ok := b.agg.Idem(key); ok {
 		return data, true, nil
 	}
-	now := b.Now()
-	var set int64 // when the marker was set (unix ns; 0: unknown)
-	if mark == "" {
-		// A slot marked before lost its marker with Redis' data. One never
-		// marked is new (a fresh deployment, or an upgrade from a counterd
-		// without markers): PostgreSQL holds no record of it (the claim
-		// behind any record there marked its slot), so the marker passes
-		// at once.
-		lost, err := b.pg.MarkSlot(ctx, keySlot(k))
-		if err != nil {
-			return nil, false, unavailable(err)
-		}
-		until := now.UnixNano()
-		if lost {
-			last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
-			if err != nil {
-				return nil, false, unavailable(err)
-			}
-			until = now.Add(idemGrace).UnixNano()
-			if !last.IsZero() {
-				until = max(until, last.UnixNano())
-			}
-			set = time.Now().UnixNano() // the settle time is wall-clock time
-		}
-		if err := b.rs.Client().SetNX(ctx, markKey(k), strconv.FormatInt(until, 10)+":"+strconv.FormatInt(set, 10), 0).Err(); err != nil {
-			return nil, false, unavailable(err)
-		}
-		b.idemMarks.Add(1)
-		if !lost {
-			return nil, false, nil
-		}
-	} else {
-		u, c, _ := strings.Cut(mark, ":")
-		until, err := strconv.ParseInt(u, 10, 64)
-		if !force && err == nil && now.UnixNano() >= until {
-			return nil, false, nil // Redis holds every record of the slot that has not expired
-		}
-		set, _ = strconv.ParseInt(c, 10, 64)
+	ask, set, err := b.askDurable(ctx, k, mark, force)
+	if err != nil || !ask {
+		return nil, false, err
 	}
+	now := b.Now()
 	b.idemLookups.Add(1)
 	data, ok, err := b.pg.IdemRecord(ctx, key, now)
 	if err != nil || ok {
@@ -287,6 +253,50 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 	}
 	data, ok, err = b.pg.IdemRecord(ctx, key, b.Now())
 	return data, ok, unavailable(err)
+}
+
+// askDurable reports whether PostgreSQL must be asked for the records
+// of the slot of the Redis key k, given the slot's marker mark as read
+// ("" for none; see lookupDurable), and when the marker was set after a
+// loss (set, unix ns; 0: not after a loss, or unknown). A missing marker
+// is set.
+func (b *Backend) askDurable(ctx context.Context, k, mark string, force bool) (ask bool, set int64, err error) {
+	now := b.Now()
+	if mark == "" {
+		// A slot marked before lost its marker with Redis' data. One never
+		// marked is new (a fresh deployment, or an upgrade from a counterd
+		// without markers): PostgreSQL holds no record of it (the claim
+		// behind any record there marked its slot), so the marker passes
+		// at once.
+		lost, err := b.pg.MarkSlot(ctx, keySlot(k))
+		if err != nil {
+			return false, 0, unavailable(err)
+		}
+		until := now.UnixNano()
+		if lost {
+			last, err := b.pg.LastIdemExpiry(ctx) // once per slot after a loss
+			if err != nil {
+				return false, 0, unavailable(err)
+			}
+			until = now.Add(idemGrace).UnixNano()
+			if !last.IsZero() {
+				until = max(until, last.UnixNano())
+			}
+			set = time.Now().UnixNano() // the settle time is wall-clock time
+		}
+		if err := b.rs.Client().SetNX(ctx, markKey(k), strconv.FormatInt(until, 10)+":"+strconv.FormatInt(set, 10), 0).Err(); err != nil {
+			return false, 0, unavailable(err)
+		}
+		b.idemMarks.Add(1)
+		return lost, set, nil
+	}
+	u, c, _ := strings.Cut(mark, ":")
+	until, err := strconv.ParseInt(u, 10, 64)
+	if !force && err == nil && now.UnixNano() >= until {
+		return false, 0, nil // Redis holds every record of the slot that has not expired
+	}
+	set, _ = strconv.ParseInt(c, 10, 64)
+	return true, set, nil
 }
 
 // idemSettle is how long after a slot's marker was set a claim that finds

@@ -75,7 +75,7 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, contract.WriteOptions{Durability: contract.Async}); err != nil {
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, resp.Marks, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		return err
 	}
 	repairs := len(resp.States) + len(resp.Want)
@@ -83,7 +83,8 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 	if len(resp.Want) == 0 {
 		return nil
 	}
-	return n.pushStates(ctx, peer, n.exportIDs(resp.Want), false)
+	_, err := n.pushStatesMarks(ctx, peer, n.exportIDs(resp.Want), false, true)
+	return err
 }
 
 func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestResponse {
@@ -103,6 +104,7 @@ func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestRespons
 		}
 	}
 	resp.Idem = n.idem.forIDs(stateIDs(resp.States), time.Now().Add(-idemPushWindow))
+	resp.Marks, _ = n.dedupe.forIDs(stateIDs(resp.States), "", n.markNow())
 	return resp
 }
 

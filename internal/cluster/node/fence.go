@@ -87,6 +87,19 @@ func (f *fencer) markDone(v uint64, ids []string, epochs map[string]uint32) {
 	}
 }
 
+// forget makes the next owner operation on ids fence (and claim) again:
+// a marked write whose replication failed (its push may have been answered
+// stale: a replica promised a newer owner) must not be reported seen on
+// the strength of this node's own copy until a fence has checked that
+// copy against the replicas (marked.go).
+func (f *fencer) forget(ids []string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, id := range ids {
+		delete(f.done, id)
+	}
+}
+
 // epoch is the epoch this node claimed for id at ring version v (0: none).
 func (f *fencer) epoch(v uint64, id string) uint32 {
 	f.mu.Lock()
@@ -117,6 +130,7 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 			if err == nil {
 				if claim {
 					n.recheckRecords(mine, epochs)
+					n.claimMarks(mine, epochs)
 				}
 				f.markDone(s.Version(), mine, epochs)
 			}
@@ -279,7 +293,7 @@ func (n *Node) fetchMerge(ctx context.Context, peer string, ids []string, epochs
 	if err := resp.Err.err(peer, nil); err != nil {
 		return err
 	}
-	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, contract.WriteOptions{Durability: contract.Async}); err != nil {
+	if _, err := n.mergeWithRecords(ctx, resp.States, resp.Idem, resp.Marks, contract.WriteOptions{Durability: contract.Async}); err != nil {
 		n.log.Warn("cluster: fence merge", "from", peer, "err", err)
 		return err
 	}
@@ -311,7 +325,8 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		return resp
 	}
 	if len(req.Claims) == 0 {
-		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{})}
+		marks, _ := n.dedupe.forIDs(req.IDs, "", n.markNow())
+		return &fetchResponse{States: n.exportIDs(req.IDs), Nodes: nodesHash(s), Idem: n.idem.forIDs(req.IDs, time.Time{}), Marks: marks}
 	}
 	if len(req.Claims) != len(req.IDs) {
 		return &fetchResponse{Err: toWire(fmt.Errorf("%w: %d claims for %d ids", contract.ErrInvalidArgument, len(req.Claims), len(req.IDs)))}
@@ -335,6 +350,7 @@ func (n *Node) serveFetch(_ context.Context, req *fetchRequest) *fetchResponse {
 		}
 	}
 	resp.Idem = n.idem.forIDs(req.IDs, time.Time{})
+	resp.Marks, _ = n.dedupe.forIDs(req.IDs, "", n.markNow())
 	return resp
 }
 

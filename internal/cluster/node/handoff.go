@@ -198,7 +198,7 @@ func (n *Node) pushAll(ctx context.Context, byPeer map[string][]State, durable b
 	failed := map[string]bool{}
 	for peer, states := range byPeer {
 		wg.Go(func() {
-			if err := n.pushStates(ctx, peer, states, durable); err != nil {
+			if _, err := n.pushStatesMarks(ctx, peer, states, durable, durable); err != nil {
 				n.log.Debug("cluster: push", "to", peer, "err", err)
 				mu.Lock()
 				failed[peer] = true
@@ -220,6 +220,7 @@ func (n *Node) dropHanded(ctx context.Context, states []State, cur *ring.Snapsho
 		}
 		if ok, err := n.store.Drop(ctx, st.ID, st.Version); err == nil && ok {
 			dropped++
+			n.persist(n.dedupe.dropID(st.ID)) // its marks went with it
 		}
 	}
 	return dropped

@@ -438,19 +438,23 @@ func (n *Node) holdsWrites(wrote map[string][]uint64) bool {
 // node then holds: in the cache, and on disk in the same flush batch as
 // the states (durable per wo). It takes back this node's duplicates among
 // them.
-func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idemRecord, wo contract.WriteOptions) (int, error) {
+//
+// The dedupe marks that came with the states (marks.go) are kept the same
+// way: in the store and on disk in the same flush batch.
+func (n *Node) mergeWithRecords(ctx context.Context, states []State, recs []idemRecord, marks []markGroup, wo contract.WriteOptions) (int, error) {
 	states = n.tombs.filter(states)
-	if len(states) == 0 && len(recs) == 0 {
+	if len(states) == 0 && len(recs) == 0 && len(marks) == 0 {
 		return 0, nil
 	}
 	var lost []idemRecord
 	changed, err := n.store.MergeRecords(ctx, states, wo, func() []engine.StoredRecord {
+		stored := n.dedupe.merge(marks, n.markNow())
 		if len(recs) == 0 {
-			return nil
+			return stored
 		}
-		var stored []engine.StoredRecord
-		lost, stored = n.idem.put(n.containedRecords(recs), n.self)
-		return stored
+		var more []engine.StoredRecord
+		lost, more = n.idem.put(n.containedRecords(recs), n.self)
+		return append(stored, more...)
 	})
 	if len(lost) > 0 {
 		n.undoDuplicates(ctx, lost)

@@ -180,12 +180,16 @@ type Node struct {
 	promises promises // ownership epochs promised to claimants (epoch.go)
 	lease    leases   // owner leases (lease.go)
 	dirty    dirtySet
-	idem     idemCache     // idempotency records shipped by other owners
-	stripes  stripes       // keyed applies vs exports (idem.go)
-	tombs    tombs         // recently deleted ids (tombstones.go)
-	handoff  chan struct{} // 1-buffered: a ring change to hand off
-	rl       RateLimit     // set before Start (ratelimit.go)
-	quota    qstate        // quotas (quota.go)
+	idem     idemCache // idempotency records shipped by other owners
+	stripes  stripes   // keyed applies vs exports (idem.go)
+	dedupe   markStore // dedupe marks of the counters held here (marks.go)
+	// markLocks serializes marked applies per id: a mark is checked and
+	// created as one step (marked.go).
+	markLocks stripes
+	tombs     tombs         // recently deleted ids (tombstones.go)
+	handoff   chan struct{} // 1-buffered: a ring change to hand off
+	rl        RateLimit     // set before Start (ratelimit.go)
+	quota     qstate        // quotas (quota.go)
 
 	ctx       context.Context // cancelled by Close; parent of background work
 	cancel    context.CancelFunc
@@ -253,6 +257,7 @@ func (n *Node) Start(meta Meta) error {
 	}
 	n.peers.set(n.self, meta)
 	n.loadStoredRecords() // before any peer can see this node
+	n.loadMarks()
 	mc := n.cfg.Membership
 	mc.NodeID, mc.BindAddr, mc.Join, mc.Meta = n.self, n.cfg.Gossip, nil, b
 	mc.Logger = n.cfg.Logger
@@ -267,6 +272,7 @@ func (n *Node) Start(meta Meta) error {
 	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
 	n.goLoop(n.joinLoop)
 	n.goLoop(n.pushLoop)
+	n.goLoop(n.expireMarksLoop)
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
 	n.goLoop(n.leaseLoop)
@@ -397,6 +403,7 @@ func (n *Node) setRing(nodes []string) {
 	for _, id := range s.Nodes() {
 		if id != n.self && !slices.Contains(old.Nodes(), id) {
 			n.peers.resetBackoff(id) // a (re)joined node: reconnect now (reconnect.go)
+			n.dedupe.forget(id)     // it may have restarted without what was pushed to it (marks.go)
 		}
 	}
 	n.metrics.ringVersion.Set(float64(s.Version()))

@@ -224,10 +224,40 @@ func (n *Node) pushStates(ctx context.Context, peer string, states []State, dura
 // merged but answered stale: written in an ownership epoch below the one
 // it promised (epoch.go).
 func (n *Node) pushStatesStale(ctx context.Context, peer string, states []State, durable bool) (map[string]bool, error) {
+	return n.pushStatesMarks(ctx, peer, states, durable, false)
+}
+
+// pushStatesMarks is pushStatesStale; each chunk also carries the dedupe
+// marks of its ids (marks.go): all of them when allMarks (handoff), else
+// those the last pushes to peer did not deliver. Marks beyond what one
+// message should hold go ahead of their states in messages of their own
+// (a receiver keeps marks whose write it does not hold yet; they count
+// once it does).
+func (n *Node) pushStatesMarks(ctx context.Context, peer string, states []State, durable, allMarks bool) (map[string]bool, error) {
 	since := time.Now().Add(-idemPushWindow)
 	var stale map[string]bool
+	from := peer
+	if allMarks {
+		from = ""
+	}
 	for _, chunk := range chunks(states) {
+		// The states were exported before: every write they show has its
+		// marks in the store already (stripes), so forIDs returns them.
+		marks, upTo := n.dedupe.forIDs(stateIDs(chunk), from, n.markNow())
+		pieces := markChunks(marks)
+		for _, piece := range pieces[:max(0, len(pieces)-1)] {
+			var resp replicateResponse
+			if err := n.call(ctx, peer, "Replicate", &replicateRequest{header: n.header(false), Sync: durable, Marks: piece}, &resp); err != nil {
+				return stale, err
+			}
+			if err := resp.Err.err(peer, nil); err != nil {
+				return stale, err
+			}
+		}
 		req := &replicateRequest{header: n.header(false), States: chunk, Sync: durable, Idem: n.idem.forIDs(stateIDs(chunk), since)}
+		if len(pieces) > 0 {
+			req.Marks = pieces[len(pieces)-1]
+		}
 		var resp replicateResponse
 		if err := n.call(ctx, peer, "Replicate", req, &resp); err != nil {
 			return stale, err
@@ -235,6 +265,7 @@ func (n *Node) pushStatesStale(ctx context.Context, peer string, states []State,
 		if err := resp.Err.err(peer, nil); err != nil {
 			return stale, err
 		}
+		n.dedupe.delivered(peer, upTo)
 		for _, id := range resp.Stale {
 			if stale == nil {
 				stale = map[string]bool{}
@@ -279,7 +310,7 @@ func (n *Node) serveReplicate(ctx context.Context, req *replicateRequest) *repli
 	recs := slices.DeleteFunc(slices.Clone(req.Idem), func(r idemRecord) bool {
 		return slices.ContainsFunc(r.IDs, func(id string) bool { return slices.Contains(stale, id) })
 	})
-	changed, err := n.mergeWithRecords(ctx, fresh, recs, contract.WriteOptions{Durability: contract.Async})
+	changed, err := n.mergeWithRecords(ctx, fresh, recs, req.Marks, contract.WriteOptions{Durability: contract.Async})
 	unlock()
 	if err == nil && wo.Durability == contract.Sync {
 		_, err = n.store.Merge(ctx, nil, wo) // waits until what was merged is on disk

@@ -117,7 +117,8 @@ type replicateRequest struct {
 	header
 	States []State      `json:"states"`
 	Sync   bool         `json:"sync"`
-	Idem   []idemRecord `json:"idem,omitempty"` // results of keyed mutations (idem.go)
+	Idem   []idemRecord `json:"idem,omitempty"`  // results of keyed mutations (idem.go)
+	Marks  []markGroup  `json:"marks,omitempty"` // dedupe marks of the ids (marks.go)
 }
 
 type replicateResponse struct {
@@ -151,8 +152,9 @@ type fetchResponse struct {
 	// Refused has one entry per id when the request had Claims: 0 when
 	// the claim was accepted (or none was made), else the epoch promised
 	// to another claimant, which a new claim must exceed.
-	Refused []uint32   `json:"refused,omitempty"`
-	Err     *wireError `json:"err,omitempty"`
+	Refused []uint32    `json:"refused,omitempty"`
+	Err     *wireError  `json:"err,omitempty"`
+	Marks   []markGroup `json:"marks,omitempty"` // every dedupe mark of the ids (marks.go)
 }
 
 // digestRequest is one anti-entropy round: the sender's digest of the ids
@@ -173,4 +175,5 @@ type digestResponse struct {
 	States []State      `json:"states,omitempty"` // the receiver's states for differing ids
 	Idem   []idemRecord `json:"idem,omitempty"`   // recent idempotency records of those ids
 	Err    *wireError   `json:"err,omitempty"`
+	Marks  []markGroup  `json:"marks,omitempty"` // dedupe marks of those ids
 }

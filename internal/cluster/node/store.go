@@ -36,4 +36,8 @@ type Store interface {
 	// StoredRecords calls fn with the stored records on disk created at
 	// or after since (unix ns).
 	StoredRecords(since int64, fn func(engine.StoredRecord)) error
+	// ApplyStored applies ops atomically and stores the records then
+	// returns (then may also RaiseVersion) in the flush that writes their
+	// effects: an owner's marked ops and their dedupe marks (marks.go).
+	ApplyStored(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, then func([]contract.Result) ([]engine.StoredRecord, error)) ([]contract.Result, error)
 }

@@ -46,6 +46,10 @@ func (s engineStore) MergeRecords(ctx context.Context, states []State, wo contra
 	return s.e.MergeRecords(ctx, states, wo, then)
 }
 
+func (s engineStore) ApplyStored(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, then func([]contract.Result) ([]engine.StoredRecord, error)) ([]contract.Result, error) {
+	return s.e.ApplyStored(ctx, ops, wo, then)
+}
+
 func (s engineStore) StoredRecords(since int64, fn func(engine.StoredRecord)) error {
 	return s.e.StoredRecords(since, fn)
 }

@@ -79,6 +79,9 @@ func encodeRequest(req any) (in, out proto.Message, err error) {
 		return pbLeaseRequest(r), new(pb.LeaseResponse), nil
 	case *globalRequest:
 		return pbGlobalRequest(r), new(pb.GlobalLimitsResponse), nil
+	case *markedRequest:
+		p, err := pbMarkedRequest(r)
+		return p, new(pb.ApplyMarkedResponse), err
 	}
 	return nil, nil, fmt.Errorf("cluster: no peer message for %T", req)
 }
@@ -107,6 +110,8 @@ func decodeResponse(out proto.Message, resp any) error {
 		*r = d.leaseResponse(out.(*pb.LeaseResponse))
 	case *globalResponse:
 		*r = d.globalResponse(out.(*pb.GlobalLimitsResponse))
+	case *markedResponse:
+		*r = d.markedResponse(out.(*pb.ApplyMarkedResponse))
 	default:
 		return fmt.Errorf("cluster: no peer message for %T", resp)
 	}
@@ -151,6 +156,11 @@ func (s peerServer) Read(ctx context.Context, p *pb.ReadRequest) (*pb.ReadRespon
 func (s peerServer) Local(ctx context.Context, p *pb.LocalRequest) (*pb.LocalResponse, error) {
 	return serve(s.n, ctx, func(d *decoder) localRequest { return d.localRequest(p) }, (*Node).serveLocal,
 		func(e *wireError) *localResponse { return &localResponse{Err: e} }, pbLocalResponse)
+}
+
+func (s peerServer) ApplyMarked(ctx context.Context, p *pb.ApplyMarkedRequest) (*pb.ApplyMarkedResponse, error) {
+	return serve(s.n, ctx, func(d *decoder) markedRequest { return d.markedRequest(p) }, (*Node).serveApplyMarked,
+		func(e *wireError) *markedResponse { return &markedResponse{Err: e} }, pbMarkedResponse)
 }
 
 func (s peerServer) Replicate(ctx context.Context, p *pb.ReplicateRequest) (*pb.ReplicateResponse, error) {
@@ -712,12 +722,12 @@ func (d *decoder) localResponse(p *pb.LocalResponse) localResponse {
 
 func pbReplicateRequest(r *replicateRequest) *pb.ReplicateRequest {
 	return &pb.ReplicateRequest{Header: pbHeader(&r.header), States: encodeEach(r.States, pbState), Sync: r.Sync,
-		Idem: encodeEach(r.Idem, pbIdem)}
+		Idem: encodeEach(r.Idem, pbIdem), Marks: encodeEach(r.Marks, pbMarkGroup)}
 }
 
 func (d *decoder) replicateRequest(p *pb.ReplicateRequest) replicateRequest {
 	return replicateRequest{header: goHeader(p.GetHeader()), States: decodeEach(p.GetStates(), d.state), Sync: p.GetSync(),
-		Idem: decodeEach(p.GetIdem(), d.idem)}
+		Idem: decodeEach(p.GetIdem(), d.idem), Marks: decodeEach(p.GetMarks(), d.markGroup)}
 }
 
 func pbReplicateResponse(r *replicateResponse) *pb.ReplicateResponse {
@@ -739,12 +749,13 @@ func (d *decoder) fetchRequest(p *pb.FetchRequest) fetchRequest {
 
 func pbFetchResponse(r *fetchResponse) *pb.FetchResponse {
 	return &pb.FetchResponse{States: encodeEach(r.States, pbState), Nodes: r.Nodes, Idem: encodeEach(r.Idem, pbIdem),
-		Err: pbError(r.Err), Refused: r.Refused}
+		Err: pbError(r.Err), Refused: r.Refused, Marks: encodeEach(r.Marks, pbMarkGroup)}
 }
 
 func (d *decoder) fetchResponse(p *pb.FetchResponse) fetchResponse {
 	return fetchResponse{States: decodeEach(p.GetStates(), d.state), Nodes: p.GetNodes(),
-		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr()), Refused: orNil(p.GetRefused())}
+		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr()), Refused: orNil(p.GetRefused()),
+		Marks: decodeEach(p.GetMarks(), d.markGroup)}
 }
 
 func pbDigestRequest(r *digestRequest) *pb.DigestRequest {
@@ -761,12 +772,12 @@ func (d *decoder) digestRequest(p *pb.DigestRequest) digestRequest {
 
 func pbDigestResponse(r *digestResponse) *pb.DigestResponse {
 	return &pb.DigestResponse{Want: r.Want, States: encodeEach(r.States, pbState), Idem: encodeEach(r.Idem, pbIdem),
-		Err: pbError(r.Err)}
+		Err: pbError(r.Err), Marks: encodeEach(r.Marks, pbMarkGroup)}
 }
 
 func (d *decoder) digestResponse(p *pb.DigestResponse) digestResponse {
 	return digestResponse{Want: orNil(p.GetWant()), States: decodeEach(p.GetStates(), d.state),
-		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr())}
+		Idem: decodeEach(p.GetIdem(), d.idem), Err: goError(p.GetErr()), Marks: decodeEach(p.GetMarks(), d.markGroup)}
 }
 
 func pbLimitsRequest(r *limitsRequest) *pb.LimitsRequest {
@@ -823,4 +834,63 @@ func (d *decoder) globalResponse(p *pb.GlobalLimitsResponse) globalResponse {
 	return globalResponse{Shares: decodeEach(p.GetShares(), func(g *pb.GlobalShare) ratelimit.GlobalShare {
 		return ratelimit.GlobalShare{Key: string(g.GetKey()), Limit: d.limit(g.GetLimit()), Window: g.GetWindow(), Share: g.GetShare(), Next: g.GetNext()}
 	}), Err: goError(p.GetErr())}
+}
+
+// Dedupe marks (marks.go, marked.go).
+
+func bytesList(ss []string) [][]byte {
+	if len(ss) == 0 {
+		return nil
+	}
+	out := make([][]byte, len(ss))
+	for i := range ss {
+		out[i] = []byte(ss[i])
+	}
+	return out
+}
+
+func stringList(bs [][]byte) []string {
+	if len(bs) == 0 {
+		return nil
+	}
+	out := make([]string, len(bs))
+	for i := range bs {
+		out[i] = string(bs[i])
+	}
+	return out
+}
+
+func pbMarkGroup(g *markGroup) *pb.MarkGroup {
+	return &pb.MarkGroup{Id: g.ID, Key: g.Key, Wrote: g.Wrote, ExpiresUnixNs: g.Expires, Events: bytesList(g.Events)}
+}
+
+func (d *decoder) markGroup(p *pb.MarkGroup) markGroup {
+	// (merge keeps the highest maxWrote versions)
+	return markGroup{ID: p.GetId(), Key: p.GetKey(), Wrote: orNil(p.GetWrote()), Expires: p.GetExpiresUnixNs(), Events: stringList(p.GetEvents())}
+}
+
+func pbMarkedRequest(r *markedRequest) (*pb.ApplyMarkedRequest, error) {
+	return &pb.ApplyMarkedRequest{Header: pbHeader(&r.header), Durability: pb.Durability(r.Durability), TtlNs: int64(r.TTL),
+		Ops: encodeEach(r.Ops, func(o *contract.MarkedOp) *pb.MarkedOp {
+			return &pb.MarkedOp{Op: pbOp(&o.Op), Marks: bytesList(o.Marks)}
+		})}, nil
+}
+
+func (d *decoder) markedRequest(p *pb.ApplyMarkedRequest) markedRequest {
+	return markedRequest{header: goHeader(p.GetHeader()), Durability: contract.Durability(u8(d, p.GetDurability(), "durability")),
+		TTL: time.Duration(p.GetTtlNs()), Ops: decodeEach(p.GetOps(), func(o *pb.MarkedOp) contract.MarkedOp {
+			return contract.MarkedOp{Op: d.op(o.GetOp()), Marks: stringList(o.GetMarks())}
+		})}
+}
+
+// A seen list is never nil on the wire side: an op answered with no
+// marks was applied.
+func pbMarkedResponse(r *markedResponse) *pb.ApplyMarkedResponse {
+	return &pb.ApplyMarkedResponse{Err: pbError(r.Err), Seen: encodeEach(r.Seen, func(s *[]string) *pb.Seen {
+		return &pb.Seen{Marks: bytesList(*s)}
+	})}
+}
+
+func (d *decoder) markedResponse(p *pb.ApplyMarkedResponse) markedResponse {
+	return markedResponse{Err: goError(p.GetErr()), Seen: decodeEach(p.GetSeen(), func(s *pb.Seen) []string { return stringList(s.GetMarks()) })}
 }

@@ -149,6 +149,7 @@ var utf8Fields = map[string]bool{
 	"readRequest.ID": true, "readRequest.IDs": true, "localRequest.Key": true, "localResponse.IDs": true,
 	"viewRequest.Nodes": true, "viewRequest.Down": true, "viewAnswer.Incarnation": true, "handoffMark.Incarnation": true,
 	"seriesQuery.ID": true, "State.ID": true, "Record.Claim": true, "Record.IDs": true,
+	"markGroup.ID":  true,
 	"digestItem.ID": true, "digestResponse.Want": true, "fetchRequest.IDs": true,
 	"PolicyRecord.Name": true, "PolicyRecord.Node": true, "Policy.Name": true,
 	"idemRecord.Origin": true, "idemRecord.Wrote": true, "replicateResponse.Stale": true,
@@ -547,6 +548,8 @@ func FuzzWireDecode(f *testing.F) {
 		globalResponse{Shares: []ratelimit.GlobalShare{{Key: "k", Window: 9, Share: 3, Next: 2}}},
 		leaseRequest{header: header{From: "n1", RingVersion: 3}},
 		leaseResponse{Granted: true, Nodes: 77, Wait: time.Second},
+		markedRequest{header: header{From: "n1", Hop: true}, TTL: time.Hour, Ops: []contract.MarkedOp{{Op: contract.Op{Type: contract.OpAdd, ID: "a", Delta: 1}, Marks: []string{"e1", "e2"}}}},
+		markedResponse{Seen: [][]string{nil, {"e1"}}},
 	}
 	for i, c := range wireCases {
 		m, err := c.encode(seeds[i])

@@ -74,9 +74,10 @@ type Applier struct {
 	opLim   contract.Limits
 	maxOps  int
 	m       *Metrics
-	atomic  engine.AtomicApplier // be's, when it has one
-	marks   engine.MarkApplier   // be's, when it has one: markers are its dedupe marks
-	rollups rollupOfer           // be's, when it has one
+	atomic  engine.AtomicApplier   // be's, when it has one
+	marks   engine.MarkApplier     // be's, when it has one: markers are its dedupe marks
+	cmark   contract.CounterMarker // be's, when its batches are not atomic (countermarked.go)
+	rollups rollupOfer             // be's, when it has one
 	et      atomic.Pointer[EventTime]
 	// newest is the newest event time (Unix ms) applied: the watermark.
 	newest atomic.Int64
@@ -160,12 +161,14 @@ const (
 // NewApplier returns an Applier over be with rules rs. m may be nil.
 func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) (*Applier, error) {
 	caps := be.Capabilities()
-	if caps.Batches != contract.BatchAtomic {
+	cmark, _ := be.(contract.CounterMarker)
+	if caps.Batches != contract.BatchAtomic && cmark == nil {
 		// A cluster (atomic per owner) was tried with each event one
 		// batch keyed by its id (commit c9c9b35): a counter came out one
 		// too high when ownership moved under load (docs/pipeline.md).
-		// The tiered store writes its idempotency record after the effect.
-		return nil, fmt.Errorf("consumer: exactly-once needs a backend with atomic batches; %s batches are %s", caps.Mode, caps.Batches)
+		// Such backends consume through dedupe marks beside each counter
+		// (countermarked.go).
+		return nil, fmt.Errorf("consumer: exactly-once needs a backend with atomic batches or dedupe marks beside each counter (contract.CounterMarker); %s batches are %s", caps.Mode, caps.Batches)
 	}
 	if m == nil {
 		m = NewMetrics(nil)
@@ -178,6 +181,9 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 		a.atomic, a.maxOps = aa, atomicBatchOps
 	}
 	a.marks, _ = be.(engine.MarkApplier)
+	if a.marks == nil && caps.Batches != contract.BatchAtomic {
+		a.cmark = cmark
+	}
 	a.rollups, _ = be.(rollupOfer)
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
@@ -400,6 +406,10 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 		a.m.RuleHits.WithLabelValues(h.rule.Name).Add(float64(h.n))
 	}
 	a.m.Events.WithLabelValues("filtered").Add(float64(filtered))
+	if a.cmark != nil {
+		a.m.Events.WithLabelValues("duplicate").Add(float64(duplicates))
+		return a.applyCounterMarked(ctx, rs, s.evs, dead)
+	}
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := s.evs[:0]
 	for _, p := range s.evs {

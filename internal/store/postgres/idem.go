@@ -94,3 +94,23 @@ func (s *Store) MarkSlot(ctx context.Context, slot int) (before bool, err error)
 	}
 	return tag.RowsAffected() == 0, nil
 }
+
+// IdemKeys returns which of keys hold a record that has not expired by
+// now (the tiered store's dedupe marks: one record per counter and event
+// id, written behind with the counter's delta).
+func (s *Store) IdemKeys(ctx context.Context, keys []string, now time.Time) (map[string]bool, error) {
+	s.statements.Add(1)
+	rows, err := s.pool.Query(ctx, `SELECT idem_key FROM idempotency_records WHERE idem_key = ANY($1::text[]) AND expires_at > $2`, keys, now.UTC())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: idempotency records: %w", err)
+	}
+	found, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("postgres: idempotency records: %w", err)
+	}
+	m := make(map[string]bool, len(found))
+	for _, k := range found {
+		m[k] = true
+	}
+	return m, nil
+}

@@ -418,6 +418,12 @@ type AddReply struct {
 // AddResult is Add that also reports the counter's kind and, for a
 // sharded counter, the shard the delta went to.
 func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64, o AddOptions) (AddReply, error) {
+	return s.addResult(ctx, id, kind, delta, o, nil, nil)
+}
+
+// addResult is AddResult, guarded by m when it is not nil (marked.go):
+// *mr says what the script did then.
+func (s *Store) addResult(ctx context.Context, id string, kind Kind, delta int64, o AddOptions, m *Marks, mr *MarkedReply) (AddReply, error) {
 	if err := checkID(id); err != nil {
 		return AddReply{}, err
 	}
@@ -450,9 +456,19 @@ func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64
 	}
 	var out AddReply
 	err := s.write(ctx, "add", id, func(ctx context.Context, mayCreate string) ([]any, error) {
-		return s.runAdd(ctx, id, string(kind), delta, s.nowMS(), mayCreate, shards,
-			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed, o.At/int64(time.Millisecond))
+		args := []any{string(kind), delta, s.nowMS(), mayCreate, shards,
+			rand.Uint32(), shard, w.Granularity.Milliseconds(), w.Span.Milliseconds(), fixed, o.At / int64(time.Millisecond)}
+		if m != nil {
+			return s.runMarked(ctx, markedAddScript, id, m, args...)
+		}
+		return s.runAdd(ctx, id, args...)
 	}, func(r []any) (err error) {
+		if m != nil {
+			var done bool
+			if *mr, done, err = markedReply(r); done || err != nil {
+				return err
+			}
+		}
 		out.Kind = Kind(str(r[1]))
 		v, err1 := toInt(r[2])
 		sh, err2 := toInt(r[3])
@@ -744,6 +760,11 @@ func (s *Store) HAdd(ctx context.Context, id string, deltas []counter.FieldDelta
 // the hash would have more than maxFields fields and the add makes new
 // ones (0: no limit). The check is part of the script that adds.
 func (s *Store) HAddMax(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64) ([]counter.Field, uint64, error) {
+	return s.hadd(ctx, id, deltas, maxFields, nil, nil)
+}
+
+// hadd is HAddMax, guarded by m when it is not nil (marked.go).
+func (s *Store) hadd(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64, m *Marks, mr *MarkedReply) ([]counter.Field, uint64, error) {
 	if err := checkID(id); err != nil {
 		return nil, 0, err
 	}
@@ -758,8 +779,17 @@ func (s *Store) HAddMax(ctx context.Context, id string, deltas []counter.FieldDe
 		for _, d := range deltas {
 			args = append(args, d.Name, d.Delta)
 		}
+		if m != nil {
+			return s.runMarked(ctx, markedHAddScript, id, m, args...)
+		}
 		return s.run(ctx, haddScript, id, args...)
 	}, func(r []any) error {
+		if m != nil {
+			done, err := false, error(nil)
+			if *mr, done, err = markedReply(r); done || err != nil {
+				return err
+			}
+		}
 		v, err := toInt(r[1])
 		ver = uint64(v)
 		out = make([]counter.Field, len(deltas))

@@ -3158,11 +3158,13 @@ func (x *Versions) GetVersions() []uint64 {
 }
 
 type ReplicateRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
-	States        []*State               `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
-	Sync          bool                   `protobuf:"varint,3,opt,name=sync,proto3" json:"sync,omitempty"` // merge durably before answering
-	Idem          []*IdemRecord          `protobuf:"bytes,4,rep,name=idem,proto3" json:"idem,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Header *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	States []*State               `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
+	Sync   bool                   `protobuf:"varint,3,opt,name=sync,proto3" json:"sync,omitempty"` // merge durably before answering
+	Idem   []*IdemRecord          `protobuf:"bytes,4,rep,name=idem,proto3" json:"idem,omitempty"`
+	// marks: dedupe marks of the states' ids (marks.go), merged with them.
+	Marks         []*MarkGroup `protobuf:"bytes,5,rep,name=marks,proto3" json:"marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3221,6 +3223,13 @@ func (x *ReplicateRequest) GetSync() bool {
 func (x *ReplicateRequest) GetIdem() []*IdemRecord {
 	if x != nil {
 		return x.Idem
+	}
+	return nil
+}
+
+func (x *ReplicateRequest) GetMarks() []*MarkGroup {
+	if x != nil {
+		return x.Marks
 	}
 	return nil
 }
@@ -3377,7 +3386,9 @@ type FetchResponse struct {
 	Err   *Error        `protobuf:"bytes,4,opt,name=err,proto3" json:"err,omitempty"`
 	// refused, with claims: per id 0 when the claim was accepted, else the
 	// epoch promised to another claimant, which a new claim must exceed.
-	Refused       []uint32 `protobuf:"varint,5,rep,packed,name=refused,proto3" json:"refused,omitempty"`
+	Refused []uint32 `protobuf:"varint,5,rep,packed,name=refused,proto3" json:"refused,omitempty"`
+	// marks: every dedupe mark the responder holds for the ids.
+	Marks         []*MarkGroup `protobuf:"bytes,6,rep,name=marks,proto3" json:"marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3443,6 +3454,13 @@ func (x *FetchResponse) GetErr() *Error {
 func (x *FetchResponse) GetRefused() []uint32 {
 	if x != nil {
 		return x.Refused
+	}
+	return nil
+}
+
+func (x *FetchResponse) GetMarks() []*MarkGroup {
+	if x != nil {
+		return x.Marks
 	}
 	return nil
 }
@@ -3683,6 +3701,7 @@ type DigestResponse struct {
 	States        []*State               `protobuf:"bytes,2,rep,name=states,proto3" json:"states,omitempty"`
 	Idem          []*IdemRecord          `protobuf:"bytes,3,rep,name=idem,proto3" json:"idem,omitempty"`
 	Err           *Error                 `protobuf:"bytes,4,opt,name=err,proto3" json:"err,omitempty"`
+	Marks         []*MarkGroup           `protobuf:"bytes,5,rep,name=marks,proto3" json:"marks,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3745,6 +3764,314 @@ func (x *DigestResponse) GetErr() *Error {
 	return nil
 }
 
+func (x *DigestResponse) GetMarks() []*MarkGroup {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+// MarkGroup is the dedupe marks one marked write created on one counter
+// (contract.CounterMarker): they live with the counter's state and move
+// with it (push, fence, handoff, anti-entropy).
+type MarkGroup struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// key is the version of the write that created the marks: with id, it
+	// names the group.
+	Key uint64 `protobuf:"varint,2,opt,name=key,proto3" json:"key,omitempty"`
+	// wrote: versions that contain the write (a mark counts only where the
+	// counter's state contains one of them).
+	Wrote         []uint64 `protobuf:"varint,3,rep,packed,name=wrote,proto3" json:"wrote,omitempty"`
+	ExpiresUnixNs int64    `protobuf:"varint,4,opt,name=expires_unix_ns,json=expiresUnixNs,proto3" json:"expires_unix_ns,omitempty"`
+	// events: the ids of the events whose effect the write carries.
+	Events        [][]byte `protobuf:"bytes,5,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkGroup) Reset() {
+	*x = MarkGroup{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkGroup) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkGroup) ProtoMessage() {}
+
+func (x *MarkGroup) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkGroup.ProtoReflect.Descriptor instead.
+func (*MarkGroup) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *MarkGroup) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *MarkGroup) GetKey() uint64 {
+	if x != nil {
+		return x.Key
+	}
+	return 0
+}
+
+func (x *MarkGroup) GetWrote() []uint64 {
+	if x != nil {
+		return x.Wrote
+	}
+	return nil
+}
+
+func (x *MarkGroup) GetExpiresUnixNs() int64 {
+	if x != nil {
+		return x.ExpiresUnixNs
+	}
+	return 0
+}
+
+func (x *MarkGroup) GetEvents() [][]byte {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type MarkedOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            *Op                    `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"`
+	Marks         [][]byte               `protobuf:"bytes,2,rep,name=marks,proto3" json:"marks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MarkedOp) Reset() {
+	*x = MarkedOp{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MarkedOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MarkedOp) ProtoMessage() {}
+
+func (x *MarkedOp) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MarkedOp.ProtoReflect.Descriptor instead.
+func (*MarkedOp) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *MarkedOp) GetOp() *Op {
+	if x != nil {
+		return x.Op
+	}
+	return nil
+}
+
+func (x *MarkedOp) GetMarks() [][]byte {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+type ApplyMarkedRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Header        *Header                `protobuf:"bytes,1,opt,name=header,proto3" json:"header,omitempty"`
+	Ops           []*MarkedOp            `protobuf:"bytes,2,rep,name=ops,proto3" json:"ops,omitempty"`
+	Durability    Durability             `protobuf:"varint,3,opt,name=durability,proto3,enum=counterd.cluster.v1.Durability" json:"durability,omitempty"`
+	TtlNs         int64                  `protobuf:"varint,4,opt,name=ttl_ns,json=ttlNs,proto3" json:"ttl_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMarkedRequest) Reset() {
+	*x = ApplyMarkedRequest{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMarkedRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMarkedRequest) ProtoMessage() {}
+
+func (x *ApplyMarkedRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMarkedRequest.ProtoReflect.Descriptor instead.
+func (*ApplyMarkedRequest) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+}
+
+func (x *ApplyMarkedRequest) GetHeader() *Header {
+	if x != nil {
+		return x.Header
+	}
+	return nil
+}
+
+func (x *ApplyMarkedRequest) GetOps() []*MarkedOp {
+	if x != nil {
+		return x.Ops
+	}
+	return nil
+}
+
+func (x *ApplyMarkedRequest) GetDurability() Durability {
+	if x != nil {
+		return x.Durability
+	}
+	return Durability_DURABILITY_DEFAULT
+}
+
+func (x *ApplyMarkedRequest) GetTtlNs() int64 {
+	if x != nil {
+		return x.TtlNs
+	}
+	return 0
+}
+
+// Seen is the marks of one op that already existed (empty: applied).
+type Seen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Marks         [][]byte               `protobuf:"bytes,1,rep,name=marks,proto3" json:"marks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Seen) Reset() {
+	*x = Seen{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Seen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Seen) ProtoMessage() {}
+
+func (x *Seen) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Seen.ProtoReflect.Descriptor instead.
+func (*Seen) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *Seen) GetMarks() [][]byte {
+	if x != nil {
+		return x.Marks
+	}
+	return nil
+}
+
+type ApplyMarkedResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seen          []*Seen                `protobuf:"bytes,1,rep,name=seen,proto3" json:"seen,omitempty"`
+	Err           *Error                 `protobuf:"bytes,2,opt,name=err,proto3" json:"err,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyMarkedResponse) Reset() {
+	*x = ApplyMarkedResponse{}
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyMarkedResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyMarkedResponse) ProtoMessage() {}
+
+func (x *ApplyMarkedResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyMarkedResponse.ProtoReflect.Descriptor instead.
+func (*ApplyMarkedResponse) Descriptor() ([]byte, []int) {
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ApplyMarkedResponse) GetSeen() []*Seen {
+	if x != nil {
+		return x.Seen
+	}
+	return nil
+}
+
+func (x *ApplyMarkedResponse) GetErr() *Error {
+	if x != nil {
+		return x.Err
+	}
+	return nil
+}
+
 type Limit struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Name      []byte                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -3760,7 +4087,7 @@ type Limit struct {
 
 func (x *Limit) Reset() {
 	*x = Limit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3772,7 +4099,7 @@ func (x *Limit) String() string {
 func (*Limit) ProtoMessage() {}
 
 func (x *Limit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[38]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3785,7 +4112,7 @@ func (x *Limit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Limit.ProtoReflect.Descriptor instead.
 func (*Limit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{38}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Limit) GetName() []byte {
@@ -3841,7 +4168,7 @@ type LogHit struct {
 
 func (x *LogHit) Reset() {
 	*x = LogHit{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3853,7 +4180,7 @@ func (x *LogHit) String() string {
 func (*LogHit) ProtoMessage() {}
 
 func (x *LogHit) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[39]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3866,7 +4193,7 @@ func (x *LogHit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogHit.ProtoReflect.Descriptor instead.
 func (*LogHit) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{39}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *LogHit) GetAtUnixNs() int64 {
@@ -3896,7 +4223,7 @@ type LimitEntry struct {
 
 func (x *LimitEntry) Reset() {
 	*x = LimitEntry{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3908,7 +4235,7 @@ func (x *LimitEntry) String() string {
 func (*LimitEntry) ProtoMessage() {}
 
 func (x *LimitEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[40]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3921,7 +4248,7 @@ func (x *LimitEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitEntry.ProtoReflect.Descriptor instead.
 func (*LimitEntry) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{40}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *LimitEntry) GetKey() []byte {
@@ -3964,7 +4291,7 @@ type LimitsRequest struct {
 
 func (x *LimitsRequest) Reset() {
 	*x = LimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3976,7 +4303,7 @@ func (x *LimitsRequest) String() string {
 func (*LimitsRequest) ProtoMessage() {}
 
 func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[41]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3989,7 +4316,7 @@ func (x *LimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsRequest.ProtoReflect.Descriptor instead.
 func (*LimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{41}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *LimitsRequest) GetHeader() *Header {
@@ -4023,7 +4350,7 @@ type LimitsResponse struct {
 
 func (x *LimitsResponse) Reset() {
 	*x = LimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4035,7 +4362,7 @@ func (x *LimitsResponse) String() string {
 func (*LimitsResponse) ProtoMessage() {}
 
 func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[42]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4048,7 +4375,7 @@ func (x *LimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LimitsResponse.ProtoReflect.Descriptor instead.
 func (*LimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{42}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *LimitsResponse) GetMerged() int64 {
@@ -4083,7 +4410,7 @@ type Policy struct {
 
 func (x *Policy) Reset() {
 	*x = Policy{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4095,7 +4422,7 @@ func (x *Policy) String() string {
 func (*Policy) ProtoMessage() {}
 
 func (x *Policy) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[43]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4108,7 +4435,7 @@ func (x *Policy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Policy.ProtoReflect.Descriptor instead.
 func (*Policy) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{43}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Policy) GetName() string {
@@ -4194,7 +4521,7 @@ type PolicyRecord struct {
 
 func (x *PolicyRecord) Reset() {
 	*x = PolicyRecord{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4533,7 @@ func (x *PolicyRecord) String() string {
 func (*PolicyRecord) ProtoMessage() {}
 
 func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[44]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4546,7 @@ func (x *PolicyRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PolicyRecord.ProtoReflect.Descriptor instead.
 func (*PolicyRecord) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{44}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *PolicyRecord) GetName() string {
@@ -4267,7 +4594,7 @@ type PoliciesRequest struct {
 
 func (x *PoliciesRequest) Reset() {
 	*x = PoliciesRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4279,7 +4606,7 @@ func (x *PoliciesRequest) String() string {
 func (*PoliciesRequest) ProtoMessage() {}
 
 func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[45]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4292,7 +4619,7 @@ func (x *PoliciesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesRequest.ProtoReflect.Descriptor instead.
 func (*PoliciesRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{45}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *PoliciesRequest) GetHeader() *Header {
@@ -4319,7 +4646,7 @@ type PoliciesResponse struct {
 
 func (x *PoliciesResponse) Reset() {
 	*x = PoliciesResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4331,7 +4658,7 @@ func (x *PoliciesResponse) String() string {
 func (*PoliciesResponse) ProtoMessage() {}
 
 func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[46]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4344,7 +4671,7 @@ func (x *PoliciesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoliciesResponse.ProtoReflect.Descriptor instead.
 func (*PoliciesResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{46}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoliciesResponse) GetRecords() []*PolicyRecord {
@@ -4375,7 +4702,7 @@ type GlobalReport struct {
 
 func (x *GlobalReport) Reset() {
 	*x = GlobalReport{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4387,7 +4714,7 @@ func (x *GlobalReport) String() string {
 func (*GlobalReport) ProtoMessage() {}
 
 func (x *GlobalReport) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[47]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4400,7 +4727,7 @@ func (x *GlobalReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalReport.ProtoReflect.Descriptor instead.
 func (*GlobalReport) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{47}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *GlobalReport) GetKey() []byte {
@@ -4452,7 +4779,7 @@ type GlobalShare struct {
 
 func (x *GlobalShare) Reset() {
 	*x = GlobalShare{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4464,7 +4791,7 @@ func (x *GlobalShare) String() string {
 func (*GlobalShare) ProtoMessage() {}
 
 func (x *GlobalShare) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[48]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4477,7 +4804,7 @@ func (x *GlobalShare) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalShare.ProtoReflect.Descriptor instead.
 func (*GlobalShare) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{48}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *GlobalShare) GetKey() []byte {
@@ -4525,7 +4852,7 @@ type GlobalLimitsRequest struct {
 
 func (x *GlobalLimitsRequest) Reset() {
 	*x = GlobalLimitsRequest{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4537,7 +4864,7 @@ func (x *GlobalLimitsRequest) String() string {
 func (*GlobalLimitsRequest) ProtoMessage() {}
 
 func (x *GlobalLimitsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[49]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4550,7 +4877,7 @@ func (x *GlobalLimitsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalLimitsRequest.ProtoReflect.Descriptor instead.
 func (*GlobalLimitsRequest) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{49}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *GlobalLimitsRequest) GetHeader() *Header {
@@ -4577,7 +4904,7 @@ type GlobalLimitsResponse struct {
 
 func (x *GlobalLimitsResponse) Reset() {
 	*x = GlobalLimitsResponse{}
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4589,7 +4916,7 @@ func (x *GlobalLimitsResponse) String() string {
 func (*GlobalLimitsResponse) ProtoMessage() {}
 
 func (x *GlobalLimitsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[50]
+	mi := &file_counterd_cluster_v1_peer_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4602,7 +4929,7 @@ func (x *GlobalLimitsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobalLimitsResponse.ProtoReflect.Descriptor instead.
 func (*GlobalLimitsResponse) Descriptor() ([]byte, []int) {
-	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{50}
+	return file_counterd_cluster_v1_peer_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *GlobalLimitsResponse) GetShares() []*GlobalShare {
@@ -4867,12 +5194,13 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x123\n" +
 	"\x05value\x18\x02 \x01(\v2\x1d.counterd.cluster.v1.VersionsR\x05value:\x028\x01\"&\n" +
 	"\bVersions\x12\x1a\n" +
-	"\bversions\x18\x01 \x03(\x04R\bversions\"\xc4\x01\n" +
+	"\bversions\x18\x01 \x03(\x04R\bversions\"\xfa\x01\n" +
 	"\x10ReplicateRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x12\x12\n" +
 	"\x04sync\x18\x03 \x01(\bR\x04sync\x123\n" +
-	"\x04idem\x18\x04 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\"q\n" +
+	"\x04idem\x18\x04 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x124\n" +
+	"\x05marks\x18\x05 \x03(\v2\x1e.counterd.cluster.v1.MarkGroupR\x05marks\"q\n" +
 	"\x11ReplicateResponse\x12\x18\n" +
 	"\achanged\x18\x01 \x01(\x03R\achanged\x12,\n" +
 	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x14\n" +
@@ -4882,13 +5210,14 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x03ids\x18\x02 \x03(\tR\x03ids\x12\x16\n" +
 	"\x06claims\x18\x03 \x03(\rR\x06claims\x12\x19\n" +
 	"\bidem_key\x18\x04 \x01(\fR\aidemKey\x12\x17\n" +
-	"\aidem_fp\x18\x05 \x01(\x06R\x06idemFp\"\xd6\x01\n" +
+	"\aidem_fp\x18\x05 \x01(\x06R\x06idemFp\"\x8c\x02\n" +
 	"\rFetchResponse\x122\n" +
 	"\x06states\x18\x01 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x12\x14\n" +
 	"\x05nodes\x18\x02 \x01(\x06R\x05nodes\x123\n" +
 	"\x04idem\x18\x03 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x12,\n" +
 	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x12\x18\n" +
-	"\arefused\x18\x05 \x03(\rR\arefused\"C\n" +
+	"\arefused\x18\x05 \x03(\rR\arefused\x124\n" +
+	"\x05marks\x18\x06 \x03(\v2\x1e.counterd.cluster.v1.MarkGroupR\x05marks\"C\n" +
 	"\fLeaseRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\"\x8c\x01\n" +
 	"\rLeaseResponse\x12\x18\n" +
@@ -4904,12 +5233,34 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x03sum\x18\x03 \x01(\x06R\x03sum\"{\n" +
 	"\rDigestRequest\x123\n" +
 	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x125\n" +
-	"\x05items\x18\x02 \x03(\v2\x1f.counterd.cluster.v1.DigestItemR\x05items\"\xbb\x01\n" +
+	"\x05items\x18\x02 \x03(\v2\x1f.counterd.cluster.v1.DigestItemR\x05items\"\xf1\x01\n" +
 	"\x0eDigestResponse\x12\x12\n" +
 	"\x04want\x18\x01 \x03(\tR\x04want\x122\n" +
 	"\x06states\x18\x02 \x03(\v2\x1a.counterd.cluster.v1.StateR\x06states\x123\n" +
 	"\x04idem\x18\x03 \x03(\v2\x1f.counterd.cluster.v1.IdemRecordR\x04idem\x12,\n" +
-	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\xb8\x01\n" +
+	"\x03err\x18\x04 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\x124\n" +
+	"\x05marks\x18\x05 \x03(\v2\x1e.counterd.cluster.v1.MarkGroupR\x05marks\"\x83\x01\n" +
+	"\tMarkGroup\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\x04R\x03key\x12\x14\n" +
+	"\x05wrote\x18\x03 \x03(\x04R\x05wrote\x12&\n" +
+	"\x0fexpires_unix_ns\x18\x04 \x01(\x03R\rexpiresUnixNs\x12\x16\n" +
+	"\x06events\x18\x05 \x03(\fR\x06events\"I\n" +
+	"\bMarkedOp\x12'\n" +
+	"\x02op\x18\x01 \x01(\v2\x17.counterd.cluster.v1.OpR\x02op\x12\x14\n" +
+	"\x05marks\x18\x02 \x03(\fR\x05marks\"\xd2\x01\n" +
+	"\x12ApplyMarkedRequest\x123\n" +
+	"\x06header\x18\x01 \x01(\v2\x1b.counterd.cluster.v1.HeaderR\x06header\x12/\n" +
+	"\x03ops\x18\x02 \x03(\v2\x1d.counterd.cluster.v1.MarkedOpR\x03ops\x12?\n" +
+	"\n" +
+	"durability\x18\x03 \x01(\x0e2\x1f.counterd.cluster.v1.DurabilityR\n" +
+	"durability\x12\x15\n" +
+	"\x06ttl_ns\x18\x04 \x01(\x03R\x05ttlNs\"\x1c\n" +
+	"\x04Seen\x12\x14\n" +
+	"\x05marks\x18\x01 \x03(\fR\x05marks\"r\n" +
+	"\x13ApplyMarkedResponse\x12-\n" +
+	"\x04seen\x18\x01 \x03(\v2\x19.counterd.cluster.v1.SeenR\x04seen\x12,\n" +
+	"\x03err\x18\x02 \x01(\v2\x1a.counterd.cluster.v1.ErrorR\x03err\"\xb8\x01\n" +
 	"\x05Limit\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\fR\x04name\x12<\n" +
 	"\talgorithm\x18\x02 \x01(\x0e2\x1e.counterd.cluster.v1.AlgorithmR\talgorithm\x12\x14\n" +
@@ -5060,7 +5411,7 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x12LOCAL_OP_SETROLLUP\x10\x06\x12\x19\n" +
 	"\x15LOCAL_OP_DELETEROLLUP\x10\a\x12\x13\n" +
 	"\x0fLOCAL_OP_SERIES\x10\b\x12\x17\n" +
-	"\x13LOCAL_OP_HANDED_OFF\x10\t2\xd3\x06\n" +
+	"\x13LOCAL_OP_HANDED_OFF\x10\t2\xb5\a\n" +
 	"\x04Peer\x12N\n" +
 	"\x05Apply\x12!.counterd.cluster.v1.ApplyRequest\x1a\".counterd.cluster.v1.ApplyResponse\x12K\n" +
 	"\x04Read\x12 .counterd.cluster.v1.ReadRequest\x1a!.counterd.cluster.v1.ReadResponse\x12N\n" +
@@ -5071,7 +5422,8 @@ const file_counterd_cluster_v1_peer_proto_rawDesc = "" +
 	"\x06Limits\x12\".counterd.cluster.v1.LimitsRequest\x1a#.counterd.cluster.v1.LimitsResponse\x12W\n" +
 	"\bPolicies\x12$.counterd.cluster.v1.PoliciesRequest\x1a%.counterd.cluster.v1.PoliciesResponse\x12c\n" +
 	"\fGlobalLimits\x12(.counterd.cluster.v1.GlobalLimitsRequest\x1a).counterd.cluster.v1.GlobalLimitsResponse\x12N\n" +
-	"\x05Lease\x12!.counterd.cluster.v1.LeaseRequest\x1a\".counterd.cluster.v1.LeaseResponseB@Z>github.com/counterd/counterd/api/counterd/cluster/v1;clusterv1b\x06proto3"
+	"\x05Lease\x12!.counterd.cluster.v1.LeaseRequest\x1a\".counterd.cluster.v1.LeaseResponse\x12`\n" +
+	"\vApplyMarked\x12'.counterd.cluster.v1.ApplyMarkedRequest\x1a(.counterd.cluster.v1.ApplyMarkedResponseB@Z>github.com/counterd/counterd/api/counterd/cluster/v1;clusterv1b\x06proto3"
 
 var (
 	file_counterd_cluster_v1_peer_proto_rawDescOnce sync.Once
@@ -5086,7 +5438,7 @@ func file_counterd_cluster_v1_peer_proto_rawDescGZIP() []byte {
 }
 
 var file_counterd_cluster_v1_peer_proto_enumTypes = make([]protoimpl.EnumInfo, 9)
-var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 52)
+var file_counterd_cluster_v1_peer_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(Kind)(0),                     // 0: counterd.cluster.v1.Kind
 	(Durability)(0),               // 1: counterd.cluster.v1.Durability
@@ -5135,21 +5487,26 @@ var file_counterd_cluster_v1_peer_proto_goTypes = []any{
 	(*DigestItem)(nil),            // 44: counterd.cluster.v1.DigestItem
 	(*DigestRequest)(nil),         // 45: counterd.cluster.v1.DigestRequest
 	(*DigestResponse)(nil),        // 46: counterd.cluster.v1.DigestResponse
-	(*Limit)(nil),                 // 47: counterd.cluster.v1.Limit
-	(*LogHit)(nil),                // 48: counterd.cluster.v1.LogHit
-	(*LimitEntry)(nil),            // 49: counterd.cluster.v1.LimitEntry
-	(*LimitsRequest)(nil),         // 50: counterd.cluster.v1.LimitsRequest
-	(*LimitsResponse)(nil),        // 51: counterd.cluster.v1.LimitsResponse
-	(*Policy)(nil),                // 52: counterd.cluster.v1.Policy
-	(*PolicyRecord)(nil),          // 53: counterd.cluster.v1.PolicyRecord
-	(*PoliciesRequest)(nil),       // 54: counterd.cluster.v1.PoliciesRequest
-	(*PoliciesResponse)(nil),      // 55: counterd.cluster.v1.PoliciesResponse
-	(*GlobalReport)(nil),          // 56: counterd.cluster.v1.GlobalReport
-	(*GlobalShare)(nil),           // 57: counterd.cluster.v1.GlobalShare
-	(*GlobalLimitsRequest)(nil),   // 58: counterd.cluster.v1.GlobalLimitsRequest
-	(*GlobalLimitsResponse)(nil),  // 59: counterd.cluster.v1.GlobalLimitsResponse
-	nil,                           // 60: counterd.cluster.v1.IdemRecord.WroteEntry
-	(*timestamppb.Timestamp)(nil), // 61: google.protobuf.Timestamp
+	(*MarkGroup)(nil),             // 47: counterd.cluster.v1.MarkGroup
+	(*MarkedOp)(nil),              // 48: counterd.cluster.v1.MarkedOp
+	(*ApplyMarkedRequest)(nil),    // 49: counterd.cluster.v1.ApplyMarkedRequest
+	(*Seen)(nil),                  // 50: counterd.cluster.v1.Seen
+	(*ApplyMarkedResponse)(nil),   // 51: counterd.cluster.v1.ApplyMarkedResponse
+	(*Limit)(nil),                 // 52: counterd.cluster.v1.Limit
+	(*LogHit)(nil),                // 53: counterd.cluster.v1.LogHit
+	(*LimitEntry)(nil),            // 54: counterd.cluster.v1.LimitEntry
+	(*LimitsRequest)(nil),         // 55: counterd.cluster.v1.LimitsRequest
+	(*LimitsResponse)(nil),        // 56: counterd.cluster.v1.LimitsResponse
+	(*Policy)(nil),                // 57: counterd.cluster.v1.Policy
+	(*PolicyRecord)(nil),          // 58: counterd.cluster.v1.PolicyRecord
+	(*PoliciesRequest)(nil),       // 59: counterd.cluster.v1.PoliciesRequest
+	(*PoliciesResponse)(nil),      // 60: counterd.cluster.v1.PoliciesResponse
+	(*GlobalReport)(nil),          // 61: counterd.cluster.v1.GlobalReport
+	(*GlobalShare)(nil),           // 62: counterd.cluster.v1.GlobalShare
+	(*GlobalLimitsRequest)(nil),   // 63: counterd.cluster.v1.GlobalLimitsRequest
+	(*GlobalLimitsResponse)(nil),  // 64: counterd.cluster.v1.GlobalLimitsResponse
+	nil,                           // 65: counterd.cluster.v1.IdemRecord.WroteEntry
+	(*timestamppb.Timestamp)(nil), // 66: google.protobuf.Timestamp
 }
 var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	6,   // 0: counterd.cluster.v1.Error.code:type_name -> counterd.cluster.v1.ErrorCode
@@ -5169,12 +5526,12 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	9,   // 14: counterd.cluster.v1.ReadRequest.header:type_name -> counterd.cluster.v1.Header
 	7,   // 15: counterd.cluster.v1.ReadRequest.op:type_name -> counterd.cluster.v1.ReadOp
 	4,   // 16: counterd.cluster.v1.ReadRequest.g:type_name -> counterd.cluster.v1.Granularity
-	61,  // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
-	61,  // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
-	61,  // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
+	66,  // 17: counterd.cluster.v1.ReadRequest.from:type_name -> google.protobuf.Timestamp
+	66,  // 18: counterd.cluster.v1.ReadRequest.to:type_name -> google.protobuf.Timestamp
+	66,  // 19: counterd.cluster.v1.Bucket.start:type_name -> google.protobuf.Timestamp
 	0,   // 20: counterd.cluster.v1.View.kind:type_name -> counterd.cluster.v1.Kind
-	61,  // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
-	61,  // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
+	66,  // 21: counterd.cluster.v1.View.updated_at:type_name -> google.protobuf.Timestamp
+	66,  // 22: counterd.cluster.v1.View.expires_at:type_name -> google.protobuf.Timestamp
 	20,  // 23: counterd.cluster.v1.View.shard_slots:type_name -> counterd.cluster.v1.ShardedSlot
 	21,  // 24: counterd.cluster.v1.View.replicas:type_name -> counterd.cluster.v1.PNSlot
 	13,  // 25: counterd.cluster.v1.View.fields:type_name -> counterd.cluster.v1.Field
@@ -5182,19 +5539,19 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	22,  // 27: counterd.cluster.v1.View.buckets:type_name -> counterd.cluster.v1.Bucket
 	4,   // 28: counterd.cluster.v1.Series.granularity:type_name -> counterd.cluster.v1.Granularity
 	4,   // 29: counterd.cluster.v1.Series.source:type_name -> counterd.cluster.v1.Granularity
-	61,  // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
-	61,  // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
+	66,  // 30: counterd.cluster.v1.Series.from:type_name -> google.protobuf.Timestamp
+	66,  // 31: counterd.cluster.v1.Series.to:type_name -> google.protobuf.Timestamp
 	4,   // 32: counterd.cluster.v1.Estimate.unit:type_name -> counterd.cluster.v1.Granularity
-	61,  // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
-	61,  // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
+	66,  // 33: counterd.cluster.v1.Estimate.from:type_name -> google.protobuf.Timestamp
+	66,  // 34: counterd.cluster.v1.Estimate.to:type_name -> google.protobuf.Timestamp
 	23,  // 35: counterd.cluster.v1.ReadResponse.view:type_name -> counterd.cluster.v1.View
 	24,  // 36: counterd.cluster.v1.ReadResponse.series:type_name -> counterd.cluster.v1.Series
 	25,  // 37: counterd.cluster.v1.ReadResponse.estimate:type_name -> counterd.cluster.v1.Estimate
 	10,  // 38: counterd.cluster.v1.ReadResponse.err:type_name -> counterd.cluster.v1.Error
 	0,   // 39: counterd.cluster.v1.ReadResponse.kind:type_name -> counterd.cluster.v1.Kind
 	4,   // 40: counterd.cluster.v1.SeriesQuery.g:type_name -> counterd.cluster.v1.Granularity
-	61,  // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
-	61,  // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
+	66,  // 41: counterd.cluster.v1.SeriesQuery.from:type_name -> google.protobuf.Timestamp
+	66,  // 42: counterd.cluster.v1.SeriesQuery.to:type_name -> google.protobuf.Timestamp
 	9,   // 43: counterd.cluster.v1.LocalRequest.header:type_name -> counterd.cluster.v1.Header
 	8,   // 44: counterd.cluster.v1.LocalRequest.op:type_name -> counterd.cluster.v1.LocalOp
 	27,  // 45: counterd.cluster.v1.LocalRequest.spec:type_name -> counterd.cluster.v1.RollupSpec
@@ -5210,66 +5567,77 @@ var file_counterd_cluster_v1_peer_proto_depIdxs = []int32{
 	0,   // 55: counterd.cluster.v1.State.kind:type_name -> counterd.cluster.v1.Kind
 	16,  // 56: counterd.cluster.v1.IdemRecord.results:type_name -> counterd.cluster.v1.Result
 	15,  // 57: counterd.cluster.v1.IdemRecord.undo:type_name -> counterd.cluster.v1.Op
-	60,  // 58: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
+	65,  // 58: counterd.cluster.v1.IdemRecord.wrote:type_name -> counterd.cluster.v1.IdemRecord.WroteEntry
 	9,   // 59: counterd.cluster.v1.ReplicateRequest.header:type_name -> counterd.cluster.v1.Header
 	35,  // 60: counterd.cluster.v1.ReplicateRequest.states:type_name -> counterd.cluster.v1.State
 	36,  // 61: counterd.cluster.v1.ReplicateRequest.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 62: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 63: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
-	35,  // 64: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
-	36,  // 65: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 66: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 67: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
-	10,  // 68: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
-	9,   // 69: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
-	44,  // 70: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
-	35,  // 71: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
-	36,  // 72: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
-	10,  // 73: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
-	5,   // 74: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	47,  // 75: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
-	48,  // 76: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
-	9,   // 77: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	49,  // 78: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
-	10,  // 79: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	5,   // 80: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
-	52,  // 81: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
-	9,   // 82: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
-	53,  // 83: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
-	53,  // 84: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
-	10,  // 85: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
-	47,  // 86: counterd.cluster.v1.GlobalReport.limit:type_name -> counterd.cluster.v1.Limit
-	47,  // 87: counterd.cluster.v1.GlobalShare.limit:type_name -> counterd.cluster.v1.Limit
-	9,   // 88: counterd.cluster.v1.GlobalLimitsRequest.header:type_name -> counterd.cluster.v1.Header
-	56,  // 89: counterd.cluster.v1.GlobalLimitsRequest.reports:type_name -> counterd.cluster.v1.GlobalReport
-	57,  // 90: counterd.cluster.v1.GlobalLimitsResponse.shares:type_name -> counterd.cluster.v1.GlobalShare
-	10,  // 91: counterd.cluster.v1.GlobalLimitsResponse.err:type_name -> counterd.cluster.v1.Error
-	37,  // 92: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
-	17,  // 93: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
-	19,  // 94: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
-	32,  // 95: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
-	38,  // 96: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
-	40,  // 97: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
-	45,  // 98: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
-	50,  // 99: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
-	54,  // 100: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
-	58,  // 101: counterd.cluster.v1.Peer.GlobalLimits:input_type -> counterd.cluster.v1.GlobalLimitsRequest
-	42,  // 102: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
-	18,  // 103: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
-	26,  // 104: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
-	34,  // 105: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
-	39,  // 106: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
-	41,  // 107: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
-	46,  // 108: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
-	51,  // 109: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
-	55,  // 110: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
-	59,  // 111: counterd.cluster.v1.Peer.GlobalLimits:output_type -> counterd.cluster.v1.GlobalLimitsResponse
-	43,  // 112: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
-	103, // [103:113] is the sub-list for method output_type
-	93,  // [93:103] is the sub-list for method input_type
-	93,  // [93:93] is the sub-list for extension type_name
-	93,  // [93:93] is the sub-list for extension extendee
-	0,   // [0:93] is the sub-list for field type_name
+	47,  // 62: counterd.cluster.v1.ReplicateRequest.marks:type_name -> counterd.cluster.v1.MarkGroup
+	10,  // 63: counterd.cluster.v1.ReplicateResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 64: counterd.cluster.v1.FetchRequest.header:type_name -> counterd.cluster.v1.Header
+	35,  // 65: counterd.cluster.v1.FetchResponse.states:type_name -> counterd.cluster.v1.State
+	36,  // 66: counterd.cluster.v1.FetchResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 67: counterd.cluster.v1.FetchResponse.err:type_name -> counterd.cluster.v1.Error
+	47,  // 68: counterd.cluster.v1.FetchResponse.marks:type_name -> counterd.cluster.v1.MarkGroup
+	9,   // 69: counterd.cluster.v1.LeaseRequest.header:type_name -> counterd.cluster.v1.Header
+	10,  // 70: counterd.cluster.v1.LeaseResponse.err:type_name -> counterd.cluster.v1.Error
+	9,   // 71: counterd.cluster.v1.DigestRequest.header:type_name -> counterd.cluster.v1.Header
+	44,  // 72: counterd.cluster.v1.DigestRequest.items:type_name -> counterd.cluster.v1.DigestItem
+	35,  // 73: counterd.cluster.v1.DigestResponse.states:type_name -> counterd.cluster.v1.State
+	36,  // 74: counterd.cluster.v1.DigestResponse.idem:type_name -> counterd.cluster.v1.IdemRecord
+	10,  // 75: counterd.cluster.v1.DigestResponse.err:type_name -> counterd.cluster.v1.Error
+	47,  // 76: counterd.cluster.v1.DigestResponse.marks:type_name -> counterd.cluster.v1.MarkGroup
+	15,  // 77: counterd.cluster.v1.MarkedOp.op:type_name -> counterd.cluster.v1.Op
+	9,   // 78: counterd.cluster.v1.ApplyMarkedRequest.header:type_name -> counterd.cluster.v1.Header
+	48,  // 79: counterd.cluster.v1.ApplyMarkedRequest.ops:type_name -> counterd.cluster.v1.MarkedOp
+	1,   // 80: counterd.cluster.v1.ApplyMarkedRequest.durability:type_name -> counterd.cluster.v1.Durability
+	50,  // 81: counterd.cluster.v1.ApplyMarkedResponse.seen:type_name -> counterd.cluster.v1.Seen
+	10,  // 82: counterd.cluster.v1.ApplyMarkedResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 83: counterd.cluster.v1.Limit.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	52,  // 84: counterd.cluster.v1.LimitEntry.limit:type_name -> counterd.cluster.v1.Limit
+	53,  // 85: counterd.cluster.v1.LimitEntry.log:type_name -> counterd.cluster.v1.LogHit
+	9,   // 86: counterd.cluster.v1.LimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	54,  // 87: counterd.cluster.v1.LimitsRequest.entries:type_name -> counterd.cluster.v1.LimitEntry
+	10,  // 88: counterd.cluster.v1.LimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	5,   // 89: counterd.cluster.v1.Policy.algorithm:type_name -> counterd.cluster.v1.Algorithm
+	57,  // 90: counterd.cluster.v1.PolicyRecord.policy:type_name -> counterd.cluster.v1.Policy
+	9,   // 91: counterd.cluster.v1.PoliciesRequest.header:type_name -> counterd.cluster.v1.Header
+	58,  // 92: counterd.cluster.v1.PoliciesRequest.records:type_name -> counterd.cluster.v1.PolicyRecord
+	58,  // 93: counterd.cluster.v1.PoliciesResponse.records:type_name -> counterd.cluster.v1.PolicyRecord
+	10,  // 94: counterd.cluster.v1.PoliciesResponse.err:type_name -> counterd.cluster.v1.Error
+	52,  // 95: counterd.cluster.v1.GlobalReport.limit:type_name -> counterd.cluster.v1.Limit
+	52,  // 96: counterd.cluster.v1.GlobalShare.limit:type_name -> counterd.cluster.v1.Limit
+	9,   // 97: counterd.cluster.v1.GlobalLimitsRequest.header:type_name -> counterd.cluster.v1.Header
+	61,  // 98: counterd.cluster.v1.GlobalLimitsRequest.reports:type_name -> counterd.cluster.v1.GlobalReport
+	62,  // 99: counterd.cluster.v1.GlobalLimitsResponse.shares:type_name -> counterd.cluster.v1.GlobalShare
+	10,  // 100: counterd.cluster.v1.GlobalLimitsResponse.err:type_name -> counterd.cluster.v1.Error
+	37,  // 101: counterd.cluster.v1.IdemRecord.WroteEntry.value:type_name -> counterd.cluster.v1.Versions
+	17,  // 102: counterd.cluster.v1.Peer.Apply:input_type -> counterd.cluster.v1.ApplyRequest
+	19,  // 103: counterd.cluster.v1.Peer.Read:input_type -> counterd.cluster.v1.ReadRequest
+	32,  // 104: counterd.cluster.v1.Peer.Local:input_type -> counterd.cluster.v1.LocalRequest
+	38,  // 105: counterd.cluster.v1.Peer.Replicate:input_type -> counterd.cluster.v1.ReplicateRequest
+	40,  // 106: counterd.cluster.v1.Peer.Fetch:input_type -> counterd.cluster.v1.FetchRequest
+	45,  // 107: counterd.cluster.v1.Peer.Digest:input_type -> counterd.cluster.v1.DigestRequest
+	55,  // 108: counterd.cluster.v1.Peer.Limits:input_type -> counterd.cluster.v1.LimitsRequest
+	59,  // 109: counterd.cluster.v1.Peer.Policies:input_type -> counterd.cluster.v1.PoliciesRequest
+	63,  // 110: counterd.cluster.v1.Peer.GlobalLimits:input_type -> counterd.cluster.v1.GlobalLimitsRequest
+	42,  // 111: counterd.cluster.v1.Peer.Lease:input_type -> counterd.cluster.v1.LeaseRequest
+	49,  // 112: counterd.cluster.v1.Peer.ApplyMarked:input_type -> counterd.cluster.v1.ApplyMarkedRequest
+	18,  // 113: counterd.cluster.v1.Peer.Apply:output_type -> counterd.cluster.v1.ApplyResponse
+	26,  // 114: counterd.cluster.v1.Peer.Read:output_type -> counterd.cluster.v1.ReadResponse
+	34,  // 115: counterd.cluster.v1.Peer.Local:output_type -> counterd.cluster.v1.LocalResponse
+	39,  // 116: counterd.cluster.v1.Peer.Replicate:output_type -> counterd.cluster.v1.ReplicateResponse
+	41,  // 117: counterd.cluster.v1.Peer.Fetch:output_type -> counterd.cluster.v1.FetchResponse
+	46,  // 118: counterd.cluster.v1.Peer.Digest:output_type -> counterd.cluster.v1.DigestResponse
+	56,  // 119: counterd.cluster.v1.Peer.Limits:output_type -> counterd.cluster.v1.LimitsResponse
+	60,  // 120: counterd.cluster.v1.Peer.Policies:output_type -> counterd.cluster.v1.PoliciesResponse
+	64,  // 121: counterd.cluster.v1.Peer.GlobalLimits:output_type -> counterd.cluster.v1.GlobalLimitsResponse
+	43,  // 122: counterd.cluster.v1.Peer.Lease:output_type -> counterd.cluster.v1.LeaseResponse
+	51,  // 123: counterd.cluster.v1.Peer.ApplyMarked:output_type -> counterd.cluster.v1.ApplyMarkedResponse
+	113, // [113:124] is the sub-list for method output_type
+	102, // [102:113] is the sub-list for method input_type
+	102, // [102:102] is the sub-list for extension type_name
+	102, // [102:102] is the sub-list for extension extendee
+	0,   // [0:102] is the sub-list for field type_name
 }
 
 func init() { file_counterd_cluster_v1_peer_proto_init() }
@@ -5283,7 +5651,7 @@ func file_counterd_cluster_v1_peer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_counterd_cluster_v1_peer_proto_rawDesc), len(file_counterd_cluster_v1_peer_proto_rawDesc)),
 			NumEnums:      9,
-			NumMessages:   52,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

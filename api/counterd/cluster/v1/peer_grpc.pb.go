@@ -42,6 +42,7 @@ const (
 	Peer_Policies_FullMethodName     = "/counterd.cluster.v1.Peer/Policies"
 	Peer_GlobalLimits_FullMethodName = "/counterd.cluster.v1.Peer/GlobalLimits"
 	Peer_Lease_FullMethodName        = "/counterd.cluster.v1.Peer/Lease"
+	Peer_ApplyMarked_FullMethodName  = "/counterd.cluster.v1.Peer/ApplyMarked"
 )
 
 // PeerClient is the client API for Peer service.
@@ -75,6 +76,10 @@ type PeerClient interface {
 	// nodes that are off its ring may still run (a new owner waits that long
 	// before it serves their ids).
 	Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.CallOption) (*LeaseResponse, error)
+	// ApplyMarked applies ops guarded by dedupe marks on the owner of their
+	// ids (contract.CounterMarker): each op with its marks, atomically,
+	// unless one of its marks exists; it answers the marks that exist.
+	ApplyMarked(ctx context.Context, in *ApplyMarkedRequest, opts ...grpc.CallOption) (*ApplyMarkedResponse, error)
 }
 
 type peerClient struct {
@@ -185,6 +190,16 @@ func (c *peerClient) Lease(ctx context.Context, in *LeaseRequest, opts ...grpc.C
 	return out, nil
 }
 
+func (c *peerClient) ApplyMarked(ctx context.Context, in *ApplyMarkedRequest, opts ...grpc.CallOption) (*ApplyMarkedResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ApplyMarkedResponse)
+	err := c.cc.Invoke(ctx, Peer_ApplyMarked_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PeerServer is the server API for Peer service.
 // All implementations must embed UnimplementedPeerServer
 // for forward compatibility.
@@ -216,6 +231,10 @@ type PeerServer interface {
 	// nodes that are off its ring may still run (a new owner waits that long
 	// before it serves their ids).
 	Lease(context.Context, *LeaseRequest) (*LeaseResponse, error)
+	// ApplyMarked applies ops guarded by dedupe marks on the owner of their
+	// ids (contract.CounterMarker): each op with its marks, atomically,
+	// unless one of its marks exists; it answers the marks that exist.
+	ApplyMarked(context.Context, *ApplyMarkedRequest) (*ApplyMarkedResponse, error)
 	mustEmbedUnimplementedPeerServer()
 }
 
@@ -255,6 +274,9 @@ func (UnimplementedPeerServer) GlobalLimits(context.Context, *GlobalLimitsReques
 }
 func (UnimplementedPeerServer) Lease(context.Context, *LeaseRequest) (*LeaseResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedPeerServer) ApplyMarked(context.Context, *ApplyMarkedRequest) (*ApplyMarkedResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ApplyMarked not implemented")
 }
 func (UnimplementedPeerServer) mustEmbedUnimplementedPeerServer() {}
 func (UnimplementedPeerServer) testEmbeddedByValue()              {}
@@ -457,6 +479,24 @@ func _Peer_Lease_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Peer_ApplyMarked_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ApplyMarkedRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(PeerServer).ApplyMarked(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Peer_ApplyMarked_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(PeerServer).ApplyMarked(ctx, req.(*ApplyMarkedRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Peer_ServiceDesc is the grpc.ServiceDesc for Peer service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -503,6 +543,10 @@ var Peer_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Lease",
 			Handler:    _Peer_Lease_Handler,
+		},
+		{
+			MethodName: "ApplyMarked",
+			Handler:    _Peer_ApplyMarked_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
