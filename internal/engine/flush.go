@@ -268,6 +268,7 @@ func (e *Engine) flushOnce() error {
 	}
 	e.rollupsCommitted(rfs, gen)
 	e.marks.committed(mrec)
+	e.marks.recycle(marks)
 	e.idem.markFlushed(recs)
 	f.flushes.Add(1)
 	f.lastFlush.Store(time.Now().UnixNano())

@@ -64,12 +64,14 @@ type markRec struct {
 
 // markSet is the engine's dedupe marks.
 type markSet struct {
-	applyMu sync.Mutex // serializes ApplyMarked: a mark is checked and created as one step
-	hs      []markHash // ApplyMarked's hashes of its marks (under applyMu)
+	applyMu sync.Mutex   // serializes ApplyMarked: a mark is checked and created as one step
+	hs      []markHash   // ApplyMarked's hashes of its marks (under applyMu)
+	multi   multiScratch // ApplyMarked's working space (under applyMu)
 
 	mu      sync.RWMutex
 	m       markTable   // mark hash -> expiry (unix ns)
 	pending []markEntry // created since the last flush took them
+	spare   []markEntry // a flushed pending, empty, for the next (recycle)
 	recs    []markRec   // on disk, oldest first
 	seq     uint64      // of the newest record
 }
@@ -137,7 +139,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 			*rp = make([]contract.Result, len(ops))
 		}
 		res := (*rp)[:len(ops)]
-		err = e.applyMulti(ops, res, true)
+		err = e.applyMultiIn(ops, res, true, &s.multi)
 		clear(res)
 		atomicResults.Put(rp)
 	}
@@ -167,9 +169,20 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 func (s *markSet) take() []markEntry {
 	s.mu.Lock()
 	p := s.pending
-	s.pending = nil
+	s.pending, s.spare = s.spare, nil
 	s.mu.Unlock()
 	return p
+}
+
+// recycle gives back the slice of marks take returned, once flushed, to
+// hold the next flush's.
+func (s *markSet) recycle(p []markEntry) {
+	clear(p)
+	s.mu.Lock()
+	if s.spare == nil {
+		s.spare = p[:0]
+	}
+	s.mu.Unlock()
 }
 
 // requeue puts back marks whose flush failed.
