@@ -264,8 +264,10 @@ func (e *Engine) flushOnce() error {
 		e.idem.requeueStored(stored)
 		e.marks.requeue(marks)
 		e.rollupsFailed(rfs)
+		e.roll.sk.failed()
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}
+	e.roll.sk.committed()
 	e.rollupsCommitted(rfs, gen)
 	e.marks.committed(mrec)
 	e.marks.recycle(marks)
