@@ -57,9 +57,12 @@ type rollups struct {
 // sketchCache keeps the encodings of the sketches recent flushes wrote, by
 // key, so that a late update of a closed unit (an event time in the last
 // hour, say) merges into the stored sketch without reading it back from
-// Pebble each flush. An entry is exactly what a committed flush wrote:
-// added after the commit, and the whole cache is dropped whenever stored
-// sketches change another way (a rollup reset, a purge) or a flush fails.
+// Pebble each flush, nor look again for the blocks around it that are not
+// stored. An entry is exactly what a committed flush wrote, or nil for a
+// key a flush found absent (only a flush, which records what it writes,
+// can store it): added after the commit, and the whole cache is dropped
+// whenever stored sketches change another way (a rollup reset, a purge)
+// or a flush fails.
 type sketchCache struct {
 	mu    sync.Mutex
 	m     map[string][]byte
@@ -106,7 +109,16 @@ func (c *sketchCache) wrote(key, val []byte) {
 	c.next[string(key)] = val
 }
 
-// committed adds what the flush wrote, now on disk.
+// absent records that key is not stored: nothing but a flush, which
+// records what it writes, or a reset can store it.
+func (c *sketchCache) absent(key []byte) {
+	if _, ok := c.next[string(key)]; !ok {
+		c.wrote(key, nil)
+	}
+}
+
+// committed adds what the flush wrote, now on disk, and the keys it found
+// absent (a nil encoding).
 func (c *sketchCache) committed() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -121,17 +133,17 @@ func (c *sketchCache) committed() {
 		}
 	}
 	for k, v := range c.next {
-		if c.bytes+len(v) > sketchCacheMax {
+		if c.bytes+len(v)+len(k) > sketchCacheMax {
 			c.m, c.bytes = nil, 0
 		}
 		if c.m == nil {
 			c.m = map[string][]byte{}
 		}
 		if old, ok := c.m[k]; ok {
-			c.bytes -= len(old)
+			c.bytes -= len(old) + len(k)
 		}
 		c.m[k] = v
-		c.bytes += len(v)
+		c.bytes += len(v) + len(k)
 	}
 }
 
@@ -579,9 +591,16 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 					return nil, nil
 				}
 				if v, ok := e.roll.sk.get(key); ok {
+					if v == nil {
+						return nil, nil // known not stored
+					}
 					return decodeSketch(v)
 				}
-				return readSketch(e.db, key)
+				h, err := readSketch(e.db, key)
+				if err == nil && h == nil {
+					e.roll.sk.absent(key)
+				}
+				return h, err
 			}
 			var ws []rollup.SketchWrite
 			var err error
