@@ -22,7 +22,10 @@
 # the impressions pipeline (views, unique viewers, hourly likes, a
 # per-user window), and, in the same run, a bare consumer (poll and ack,
 # nothing applied) reads the same stream; printed: events/s, CPU µs per
-# event of both and the ratio.
+# event of both and the ratio, per run and their medians over the runs.
+# (The consumer alone, without the stream, for profiles:
+# go test -run '^$' -bench BenchmarkApplyCost -benchtime=1000000x
+# -cpuprofile cpu.out ./internal/pipeline/.)
 #
 # Defaults: 1000 (1,000,000 events: a sustained rate; runs of 100,000
 # events last about a second and mostly measure the start, and stop before
@@ -44,7 +47,12 @@ go test -run '^$' -bench 'BenchmarkConsumeCost$' -benchtime="${N}000x" -count="$
 echo "load after:  $(uptime)"
 awk '/^BenchmarkPipeline/ { name=$1; sub(/-[0-9]+$/, "", name); for (i=3; i<NF; i++) if ($(i+1) == "events/s") { s[name] = s[name] " " $i } }
      END { for (n in s) print n ":" s[n] " events/s" }' /tmp/bench-pipeline.$$.out | sort
-awk '/^BenchmarkConsumeCost/ { for (i=3; i<NF; i++) v[$(i+1)] = $i
+awk 'function median(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j > 1 && a[j-1] > a[j]; j--) { t = a[j]; a[j] = a[j-1]; a[j-1] = t }
+                                        return n % 2 ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2 }
+     /^BenchmarkConsumeCost/ { for (i=3; i<NF; i++) v[$(i+1)] = $i
        printf "consume, 4 rules, one node: %s events/s, %s CPU us/event; bare consumer: %s events/s, %s CPU us/event; ratio %sx\n",
-         v["events/s"], v["cpu-us/event"], v["bare-events/s"], v["bare-cpu-us/event"], v["cpu-x-bare"] }' /tmp/bench-pipeline.$$.out
+         v["events/s"], v["cpu-us/event"], v["bare-events/s"], v["bare-cpu-us/event"], v["cpu-x-bare"]
+       n++; es[n] = v["events/s"]; cpu[n] = v["cpu-us/event"]; bes[n] = v["bare-events/s"]; bcpu[n] = v["bare-cpu-us/event"]; x[n] = v["cpu-x-bare"] }
+     END { if (n > 1) printf "consume, median of %d runs: %.0f events/s, %.3f CPU us/event; bare consumer: %.0f events/s, %.3f CPU us/event; ratio %.1fx\n",
+             n, median(es, n), median(cpu, n), median(bes, n), median(bcpu, n), median(x, n) }' /tmp/bench-pipeline.$$.out
 rm -f /tmp/bench-pipeline.$$.out

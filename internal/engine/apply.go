@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -282,18 +283,51 @@ func (e *Engine) applySingle(op *contract.Op, res *contract.Result) error {
 // applyMulti applies ops atomically under the locks of every id involved.
 // In a batch the error of a failing op is a *BatchError naming it.
 func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool) error {
-	ids := make([]string, 0, len(ops))
-	pos := make([]int, len(ops)) // index in ids of ops[i].ID
+	return e.applyMultiIn(ops, res, batch, nil)
+}
+
+// multiScratch is the working space of applyMulti, kept by a caller that
+// applies batch after batch (ApplyMarked, under its lock) so that their
+// slices are reused rather than allocated each batch.
+type multiScratch struct {
+	ids    []string
+	pos    []int
+	refs   []ref
+	keys   []uint64
+	locked []*entry
+	saved  []savedEntry
+	seen   map[*entry]struct{}
+}
+
+// done drops the scratch's references to entries and states.
+func (sc *multiScratch) done() {
+	clear(sc.ids)
+	clear(sc.refs)
+	clear(sc.locked)
+	clear(sc.saved)
+	clear(sc.seen)
+}
+
+// applyMultiIn is applyMulti with the working space of sc (nil: new).
+func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bool, sc *multiScratch) error {
+	if sc == nil {
+		sc = &multiScratch{}
+	} else {
+		defer sc.done()
+	}
+	ids := sc.ids[:0]
+	pos := slices.Grow(sc.pos[:0], len(ops))[:len(ops)] // index in ids of ops[i].ID
 	for i := range ops {
 		pos[i] = len(ids)
 		ids = append(ids, ops[i].ID)
 		ids = append(ids, ops[i].Sources...)
 	}
+	sc.ids, sc.pos = ids, pos
 	create := false
 	for i := range ops {
 		create = create || creates(&ops[i])
 	}
-	refs, locked, err := e.acquireAll(ids, create)
+	refs, locked, err := e.acquireAllIn(ids, create, sc)
 	if err != nil {
 		return err
 	}
@@ -301,10 +335,15 @@ func (e *Engine) applyMulti(ops []contract.Op, res []contract.Result, batch bool
 	// Undo log: a copy of every entry involved, restored if an op fails;
 	// an entry named by several ops (a consumer batch names a counter
 	// once per bucket of its events' times) is copied once.
-	saved := make([]savedEntry, len(refs))
+	saved := slices.Grow(sc.saved[:0], len(refs))[:len(refs)]
+	clear(saved)
+	sc.saved = saved
 	var seen map[*entry]struct{}
 	if len(locked) < len(refs) {
-		seen = make(map[*entry]struct{}, len(locked))
+		if sc.seen == nil {
+			sc.seen = make(map[*entry]struct{}, len(locked))
+		}
+		seen = sc.seen
 	}
 	for i := range refs {
 		if en := refs[i].e; en != nil {

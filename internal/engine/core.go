@@ -268,10 +268,20 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 // entries in a global order. It returns one ref per id (zero ref for a
 // missing id when !create) and the distinct locked refs, for unlockAll.
 func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) {
-	refs := make([]ref, len(ids))
+	return e.acquireAllIn(ids, create, nil)
+}
+
+// acquireAllIn is acquireAll with the slices of sc (nil: new ones).
+func (e *Engine) acquireAllIn(ids []string, create bool, sc *multiScratch) ([]ref, []*entry, error) {
+	if sc == nil {
+		sc = &multiScratch{}
+	}
+	refs := slices.Grow(sc.refs[:0], len(ids))[:len(ids)]
+	sc.refs = refs
 	// keys sorts the refs found by lock order: order() in the high 32 bits,
 	// the index in refs in the low (a plain integer sort, no closure).
-	keys := make([]uint64, 0, len(ids))
+	keys := slices.Grow(sc.keys[:0], len(ids))
+	defer func() { sc.keys = keys }()
 	for {
 		keys = keys[:0]
 		for i, id := range ids {
@@ -286,7 +296,8 @@ func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) 
 			}
 		}
 		slices.Sort(keys)
-		locked := make([]*entry, 0, len(keys))
+		locked := slices.Grow(sc.locked[:0], len(keys))
+		sc.locked = locked
 		valid := true
 		var prev *ref
 		for _, k := range keys {
@@ -305,6 +316,7 @@ func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) 
 			}
 			locked = append(locked, r.e)
 		}
+		sc.locked = locked
 		if valid {
 			return refs, locked, nil
 		}

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -264,10 +265,13 @@ func (e *Engine) flushOnce() error {
 		e.idem.requeueStored(stored)
 		e.marks.requeue(marks)
 		e.rollupsFailed(rfs)
+		e.roll.sk.failed()
 		return e.failCycle(c, fmt.Errorf("engine: flush: %w", err))
 	}
+	e.roll.sk.committed()
 	e.rollupsCommitted(rfs, gen)
 	e.marks.committed(mrec)
+	e.marks.recycle(marks)
 	e.idem.markFlushed(recs)
 	f.flushes.Add(1)
 	f.lastFlush.Store(time.Now().UnixNano())
@@ -303,6 +307,18 @@ type sortedKV struct {
 type kvEnt struct {
 	k, v, end int // key at buf[k:v], value at buf[v:end]
 	del       bool
+	// p0, p1: the key's first 16 bytes, zero-padded, big endian: keys
+	// whose prefixes differ are in the order of their prefixes (a
+	// comparison of two integers), others compare in full.
+	p0, p1 uint64
+}
+
+// keyPrefix returns the first 16 bytes of k, zero-padded, as two
+// big-endian integers.
+func keyPrefix(k []byte) (uint64, uint64) {
+	var p [16]byte
+	copy(p[:], k)
+	return binary.BigEndian.Uint64(p[:8]), binary.BigEndian.Uint64(p[8:])
 }
 
 func (s *sortedKV) reset() {
@@ -314,6 +330,7 @@ func (s *sortedKV) reset() {
 
 func (s *sortedKV) add(k, v []byte, del bool) {
 	e := kvEnt{k: len(s.buf), del: del}
+	e.p0, e.p1 = keyPrefix(k)
 	s.buf = append(s.buf, k...)
 	e.v = len(s.buf)
 	s.buf = append(s.buf, v...)
@@ -325,6 +342,12 @@ func (s *sortedKV) Len() int      { return len(s.ents) }
 func (s *sortedKV) Swap(i, j int) { s.ents[i], s.ents[j] = s.ents[j], s.ents[i] }
 func (s *sortedKV) Less(i, j int) bool {
 	x, y := &s.ents[i], &s.ents[j]
+	if x.p0 != y.p0 {
+		return x.p0 < y.p0
+	}
+	if x.p1 != y.p1 {
+		return x.p1 < y.p1
+	}
 	return bytes.Compare(s.buf[x.k:x.v], s.buf[y.k:y.v]) < 0
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -53,23 +54,26 @@ type markEntry struct {
 	exp int64 // unix ns
 }
 
-// markRec is a flushed record: its key's sequence number, its marks' ids
-// and the latest expiry among them.
+// markRec is a flushed record: its key's sequence number, the hashes of
+// its marks and the latest expiry among them.
 type markRec struct {
 	seq    uint64
 	maxExp int64
-	ids    []string
+	ids    []markHash
 }
 
 // markSet is the engine's dedupe marks.
 type markSet struct {
-	applyMu sync.Mutex // serializes ApplyMarked: a mark is checked and created as one step
+	applyMu sync.Mutex   // serializes ApplyMarked: a mark is checked and created as one step
+	hs      []markHash   // ApplyMarked's hashes of its marks (under applyMu)
+	multi   multiScratch // ApplyMarked's working space (under applyMu)
 
 	mu      sync.RWMutex
-	m       map[string]int64 // mark -> expiry (unix ns)
-	pending []markEntry      // created since the last flush took them
-	recs    []markRec        // on disk, oldest first
-	seq     uint64           // of the newest record
+	m       markTable   // mark hash -> expiry (unix ns)
+	pending []markEntry // created since the last flush took them
+	spare   []markEntry // a flushed pending, empty, for the next (recycle)
+	recs    []markRec   // on disk, oldest first
+	seq     uint64      // of the newest record
 }
 
 func markKey(seq uint64) []byte {
@@ -79,8 +83,9 @@ func markKey(seq uint64) []byte {
 // Marked reports whether mark exists and has not expired.
 func (e *Engine) Marked(mark string) bool {
 	s := &e.marks
+	h := hashMark(mark)
 	s.mu.RLock()
-	exp, ok := s.m[mark]
+	exp, ok := s.m.get(h)
 	s.mu.RUnlock()
 	return ok && exp > e.nowNano()
 }
@@ -113,9 +118,14 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 	s.applyMu.Lock()
 	defer s.applyMu.Unlock()
 	now := e.nowNano()
+	hs := s.hs[:0]
+	for _, m := range marks {
+		hs = append(hs, hashMark(m))
+	}
+	s.hs = hs
 	s.mu.RLock()
 	for k, m := range marks {
-		if exp, ok := s.m[m]; ok && exp > now {
+		if exp, ok := s.m.get(hs[k]); ok && exp > now {
 			s.mu.RUnlock()
 			return &contract.BatchError{Index: len(ops) + k, Err: fmt.Errorf("%w: mark %q exists", contract.ErrVersionConflict, m)}
 		}
@@ -129,18 +139,15 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 			*rp = make([]contract.Result, len(ops))
 		}
 		res := (*rp)[:len(ops)]
-		err = e.applyMulti(ops, res, true)
+		err = e.applyMultiIn(ops, res, true, &s.multi)
 		clear(res)
 		atomicResults.Put(rp)
 	}
 	if err == nil && len(marks) > 0 {
 		exp := now + int64(ttl)
 		s.mu.Lock()
-		if s.m == nil {
-			s.m = make(map[string]int64, len(marks))
-		}
-		for _, m := range marks {
-			s.m[m] = exp
+		for k, m := range marks {
+			s.m.put(hs[k], exp)
 			s.pending = append(s.pending, markEntry{m, exp})
 		}
 		s.mu.Unlock()
@@ -162,9 +169,20 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 func (s *markSet) take() []markEntry {
 	s.mu.Lock()
 	p := s.pending
-	s.pending = nil
+	s.pending, s.spare = s.spare, nil
 	s.mu.Unlock()
 	return p
+}
+
+// recycle gives back the slice of marks take returned, once flushed, to
+// hold the next flush's.
+func (s *markSet) recycle(p []markEntry) {
+	clear(p)
+	s.mu.Lock()
+	if s.spare == nil {
+		s.spare = p[:0]
+	}
+	s.mu.Unlock()
 }
 
 // requeue puts back marks whose flush failed.
@@ -179,7 +197,7 @@ func (s *markSet) requeue(p []markEntry) {
 
 // write adds the record of p to b and returns it (not yet committed).
 func (s *markSet) write(b *pebble.Batch, p []markEntry) (markRec, error) {
-	r := markRec{ids: make([]string, len(p))}
+	r := markRec{ids: make([]markHash, len(p))}
 	if len(p) == 0 {
 		return r, nil
 	}
@@ -198,7 +216,7 @@ func (s *markSet) write(b *pebble.Batch, p []markEntry) (markRec, error) {
 		v = binary.AppendVarint(v, m.exp-base)
 		v = binary.AppendUvarint(v, uint64(len(m.id)))
 		v = append(v, m.id...)
-		r.ids[i] = m.id
+		r.ids[i] = hashMark(m.id)
 		r.maxExp = max(r.maxExp, m.exp)
 	}
 	return r, b.Set(markKey(r.seq), v, nil)
@@ -247,7 +265,7 @@ func (e *Engine) loadMarks() error {
 	}
 	defer it.Close()
 	now := e.nowNano()
-	s.m = map[string]int64{}
+	s.m = markTable{}
 	for it.First(); it.Valid(); it.Next() {
 		k := it.Key()
 		if len(k) != 9 {
@@ -256,9 +274,10 @@ func (e *Engine) loadMarks() error {
 		r := markRec{seq: binary.BigEndian.Uint64(k[1:])}
 		err := decodeMarks(it.Value(), func(id string, exp int64) {
 			r.maxExp = max(r.maxExp, exp)
-			if exp > now && exp > s.m[id] {
-				s.m[id] = exp
-				r.ids = append(r.ids, id)
+			h := hashMark(id)
+			if old, _ := s.m.get(h); exp > now && exp > old {
+				s.m.put(h, exp)
+				r.ids = append(r.ids, h)
 			}
 		})
 		if err != nil {
@@ -284,8 +303,8 @@ func (e *Engine) expireMarks() error {
 			continue
 		}
 		for _, id := range r.ids {
-			if exp, ok := s.m[id]; ok && exp <= now {
-				delete(s.m, id) // (a later record may hold it again, unexpired: kept)
+			if exp, ok := s.m.get(id); ok && exp <= now {
+				s.m.del(id) // (a later record may hold it again, unexpired: kept)
 			}
 		}
 		gone = append(gone, r.seq)
@@ -314,7 +333,7 @@ func (e *Engine) MarkCount() int {
 	s := &e.marks
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return len(s.m)
+	return s.m.n
 }
 
 func (l local) ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error {
@@ -325,3 +344,117 @@ func (l local) Marked(mark string) bool { return l.e.Marked(mark) }
 
 // markExpireInterval is how often the janitor forgets expired marks.
 const markExpireInterval = 10 * time.Second
+
+// markHash is a mark's 128-bit hash (two maphash sums with seeds of this
+// process): the in-memory set keeps hashes, not the marks' strings, so it
+// holds no pointers for the GC to scan and compares without reading
+// strings. The records on disk keep the marks themselves, hashed again
+// when they are loaded. Two marks collide with probability about 2^-128
+// per pair; the seeds are random per process, so no input can aim at a
+// collision.
+type markHash struct{ a, b uint64 }
+
+var markSeedA, markSeedB = maphash.MakeSeed(), maphash.MakeSeed()
+
+func hashMark(m string) markHash {
+	return markHash{maphash.String(markSeedA, m), maphash.String(markSeedB, m) | 1} // b != 0: a slot's hash is never zero
+}
+
+// markTable is a set of mark hashes with their expiries: open addressing
+// with linear probing and backward-shift deletion (no tombstones), at most
+// half full. The zero value is empty.
+type markTable struct {
+	slots []markSlot // len a power of two, or none
+	n     int
+}
+
+// markSlot is a mark's hash and expiry; b == 0: empty.
+type markSlot struct {
+	h   markHash
+	exp int64
+}
+
+func (t *markTable) get(h markHash) (int64, bool) {
+	if len(t.slots) == 0 {
+		return 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := h.a & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.h == h {
+			return s.exp, true
+		}
+		if s.h.b == 0 {
+			return 0, false
+		}
+	}
+}
+
+// put sets h's expiry, adding h if it is new.
+func (t *markTable) put(h markHash, exp int64) {
+	if 2*(t.n+1) > len(t.slots) {
+		t.grow()
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := h.a & mask; ; i = (i + 1) & mask {
+		s := &t.slots[i]
+		if s.h == h {
+			s.exp = exp
+			return
+		}
+		if s.h.b == 0 {
+			*s = markSlot{h, exp}
+			t.n++
+			return
+		}
+	}
+}
+
+// del removes h if present.
+func (t *markTable) del(h markHash) {
+	if len(t.slots) == 0 {
+		return
+	}
+	mask := uint64(len(t.slots) - 1)
+	i := h.a & mask
+	for ; ; i = (i + 1) & mask {
+		if t.slots[i].h == h {
+			break
+		}
+		if t.slots[i].h.b == 0 {
+			return
+		}
+	}
+	// Backward shift: move up each later slot of the run whose home is
+	// not between the hole and it (cyclically).
+	for j := (i + 1) & mask; t.slots[j].h.b != 0; j = (j + 1) & mask {
+		home := t.slots[j].h.a & mask
+		if (j-home)&mask >= (j-i)&mask {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = markSlot{}
+	t.n--
+	if len(t.slots) > 1024 && 8*t.n < len(t.slots) {
+		t.resize(len(t.slots) / 2)
+	}
+}
+
+func (t *markTable) grow() { t.resize(max(2*len(t.slots), 64)) }
+
+func (t *markTable) resize(n int) {
+	old := t.slots
+	t.slots = make([]markSlot, n)
+	mask := uint64(n - 1)
+	for _, s := range old {
+		if s.h.b == 0 {
+			continue
+		}
+		i := s.h.a & mask
+		for t.slots[i].h.b != 0 {
+			i = (i + 1) & mask
+		}
+		t.slots[i] = s
+	}
+}

@@ -51,6 +51,106 @@ type rollups struct {
 	dynamic map[string]*rollup.Spec                 // set at runtime and stored; guarded by mu
 	table   atomic.Pointer[map[string]*rollup.Spec] // effective specs (Config.Rollups overlaid by dynamic); nil: none
 	gen     uint64                                  // flush generation; flusher only
+	sk      sketchCache
+}
+
+// sketchCache keeps the encodings of the sketches recent flushes wrote, by
+// key, so that a late update of a closed unit (an event time in the last
+// hour, say) merges into the stored sketch without reading it back from
+// Pebble each flush, nor look again for the blocks around it that are not
+// stored. An entry is exactly what a committed flush wrote, or nil for a
+// key a flush found absent (only a flush, which records what it writes,
+// can store it): added after the commit, and the whole cache is dropped
+// whenever stored sketches change another way (a rollup reset, a purge)
+// or a flush fails.
+type sketchCache struct {
+	mu    sync.Mutex
+	m     map[string][]byte
+	bytes int
+	epoch uint64            // counts clears
+	next  map[string][]byte // written by the flush being built (flusher only)
+	reset bool              // the flush being built resets a counter's rollups
+	start uint64            // the epoch when the flush being built began
+}
+
+// sketchCacheMax bounds the cache (bytes of encodings); past it the
+// cache starts again empty.
+const sketchCacheMax = 32 << 20
+
+func (c *sketchCache) get(key []byte) ([]byte, bool) {
+	c.mu.Lock()
+	v, ok := c.m[string(key)]
+	c.mu.Unlock()
+	return v, ok
+}
+
+// clear drops every entry (the stored sketches may differ).
+func (c *sketchCache) clear() {
+	c.mu.Lock()
+	c.m, c.bytes = nil, 0
+	c.epoch++
+	c.mu.Unlock()
+}
+
+// begin starts a flush's list of written sketches.
+func (c *sketchCache) begin() {
+	clear(c.next)
+	c.reset = false
+	c.mu.Lock()
+	c.start = c.epoch
+	c.mu.Unlock()
+}
+
+// wrote records that the flush being built sets key to val.
+func (c *sketchCache) wrote(key, val []byte) {
+	if c.next == nil {
+		c.next = map[string][]byte{}
+	}
+	c.next[string(key)] = val
+}
+
+// absent records that key is not stored: nothing but a flush, which
+// records what it writes, or a reset can store it.
+func (c *sketchCache) absent(key []byte) {
+	if _, ok := c.next[string(key)]; !ok {
+		c.wrote(key, nil)
+	}
+}
+
+// committed adds what the flush wrote, now on disk, and the keys it found
+// absent (a nil encoding).
+func (c *sketchCache) committed() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer clear(c.next)
+	if c.reset || c.epoch != c.start {
+		// A reset in this flush, or a purge while it was built: what
+		// is stored besides this flush's writes may have changed.
+		c.m, c.bytes = nil, 0
+		c.epoch++
+		if c.epoch != c.start+1 {
+			return
+		}
+	}
+	for k, v := range c.next {
+		if c.bytes+len(v)+len(k) > sketchCacheMax {
+			c.m, c.bytes = nil, 0
+		}
+		if c.m == nil {
+			c.m = map[string][]byte{}
+		}
+		if old, ok := c.m[k]; ok {
+			c.bytes -= len(old) + len(k)
+		}
+		c.m[k] = v
+		c.bytes += len(v) + len(k)
+	}
+}
+
+// failed forgets everything after a flush whose outcome is unknown.
+func (c *sketchCache) failed() {
+	clear(c.next)
+	c.clear()
 }
 
 // errNoRollups is in the message of the ErrNotFound of a counter without
@@ -429,9 +529,11 @@ func (e *Engine) takeRollupLocked(en *entry, id []byte, no int, i uint32, idRef 
 func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 	var written map[string]*counter.HLL // sketch keys set in this batch
 	var chunks map[string][]int64       // chunk keys set in this batch
+	e.roll.sk.begin()
 	for k := range rfs {
 		rf := &rfs[k]
 		if rf.reset {
+			e.roll.sk.reset = true
 			for _, p := range []byte{prefixRollupChunk, prefixRollupSketch} {
 				lo, hi := rollupRange(p, rf.id)
 				if err := b.DeleteRange(lo, hi, nil); err != nil {
@@ -488,7 +590,17 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 				if rf.reset {
 					return nil, nil
 				}
-				return readSketch(e.db, key)
+				if v, ok := e.roll.sk.get(key); ok {
+					if v == nil {
+						return nil, nil // known not stored
+					}
+					return decodeSketch(v)
+				}
+				h, err := readSketch(e.db, key)
+				if err == nil && h == nil {
+					e.roll.sk.absent(key)
+				}
+				return h, err
 			}
 			var ws []rollup.SketchWrite
 			var err error
@@ -512,6 +624,7 @@ func (e *Engine) writeRollups(b *pebble.Batch, rfs []rollFlush) error {
 				if err := b.Set(key, val, nil); err != nil {
 					return err
 				}
+				e.roll.sk.wrote(key, val)
 				if written == nil {
 					written = map[string]*counter.HLL{}
 				}
@@ -630,6 +743,10 @@ func readSketch(db *pebble.DB, key []byte) (*counter.HLL, error) {
 		return nil, err
 	}
 	defer closer.Close()
+	return decodeSketch(v)
+}
+
+func decodeSketch(v []byte) (*counter.HLL, error) {
 	h := new(counter.HLL)
 	if err := h.UnmarshalBinary(v); err != nil {
 		return nil, fmt.Errorf("%w: sketch: %v", ErrCorrupt, err)
@@ -811,6 +928,10 @@ func (e *Engine) purgeRollups() error {
 	if len(items) == 0 {
 		return nil
 	}
+	// Stored sketches are deleted: the cache of written ones goes, now
+	// and once the deletions are in.
+	e.roll.sk.clear()
+	defer e.roll.sk.clear()
 	b := e.db.NewBatch()
 	defer b.Close()
 	iter, err := e.db.NewIter(nil)

@@ -85,6 +85,9 @@ type Applier struct {
 	early  atomic.Int64 // events dead-lettered as too_early
 
 	scratch sync.Pool // of *scratch
+	// kept is a scratch kept out of the pool, which drops its contents
+	// at every GC: a poll's segments reuse the same big slices.
+	kept atomic.Pointer[scratch]
 
 	tracer *tracing.Tracer // SetTracer; nil: no spans (tracing.go)
 }
@@ -231,8 +234,15 @@ func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record
 // engine batches.
 func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, error) {
 	rs := a.rules.Load()
-	s := a.scratch.Get().(*scratch)
-	defer a.scratch.Put(s)
+	s := a.kept.Swap(nil)
+	if s == nil {
+		s = a.scratch.Get().(*scratch)
+	}
+	defer func() {
+		if !a.kept.CompareAndSwap(nil, s) {
+			a.scratch.Put(s)
+		}
+	}()
 	dead := make([][]stream.DeadLetter, len(groups))
 	applied := false
 	var parts []part // the segment: up to segmentEvents records
