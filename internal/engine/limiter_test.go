@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"encoding/binary"
+	"errors"
 	"math"
 	"slices"
 	"sync"
@@ -275,5 +277,42 @@ func TestLimitersConcurrent(t *testing.T) {
 	}
 	if e.Len() != 1 {
 		t.Fatalf("Len %d, want the one counter", e.Len())
+	}
+}
+
+// TestLimiterNamespace: no counter path can name a limiter entry: its id
+// (0x00 and the fingerprint) is refused as a counter id by writes, reads
+// and merges, and the entry is left as it was.
+func TestLimiterNamespace(t *testing.T) {
+	e := openMem(t)
+	tab := e.Limiters()
+	var le LimEntry
+	if err := tab.LockLimiter(&le, 0x0123456789abcdef, 42, &[3]int64{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	want := LimState{S: [3]int64{7, 8, 9}, Exp: 1 << 60}
+	le.SetState(&want)
+	le.Unlock()
+	var b [limIDLen]byte
+	id := string([]byte(limID(&b, 0x0123456789abcdef, 42)))
+	if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("add to a limiter id: %v, want ErrInvalidID", err)
+	}
+	if _, err := e.Get(id); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("get of a limiter id: %v, want ErrInvalidID", err)
+	}
+	s := State{ID: id, Kind: contract.KindCounter, Version: 9, Data: binary.AppendVarint(nil, 5)}
+	if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("merge into a limiter id: %v, want ErrInvalidID", err)
+	}
+	if err := tab.LockLimiter(&le, 0x0123456789abcdef, 42, &[3]int64{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := le.State(); got != want {
+		t.Errorf("limiter state %+v after refused counter ops, want %+v", got, want)
+	}
+	le.Unlock()
+	if e.Len() != 0 || tab.LenLimiters() != 1 {
+		t.Errorf("Len %d, LenLimiters %d; want 0 and 1", e.Len(), tab.LenLimiters())
 	}
 }
