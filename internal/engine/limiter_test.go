@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/counterd/counterd/internal/contract"
@@ -35,10 +36,13 @@ func sameShardFPs(no, n int) []limFP {
 
 var limFresh = [3]int64{-7, 0, 0}
 
+// auxVals are what the model hangs from limiter entries.
+var auxVals [4]int
+
 // modelLim is what the model expects of one limiter entry.
 type modelLim struct {
 	st      LimState
-	aux     any
+	aux     unsafe.Pointer
 	changed bool
 }
 
@@ -90,7 +94,7 @@ func TestLimitersModel(t *testing.T) {
 				m.st = LimState{S: [3]int64{rapid.Int64().Draw(rt, "s0"), rapid.Int64().Draw(rt, "s1"), rapid.Int64().Draw(rt, "s2")}, Exp: rapid.Int64Range(0, 5).Draw(rt, "exp")}
 				le.SetState(&m.st)
 				if rapid.Bool().Draw(rt, "setaux") {
-					m.aux = rapid.IntRange(0, 3).Draw(rt, "aux")
+					m.aux = unsafe.Pointer(&auxVals[rapid.IntRange(0, 3).Draw(rt, "aux")])
 					le.SetAux(m.aux)
 				}
 				if rapid.Bool().Draw(rt, "mark") {
