@@ -93,7 +93,7 @@ type limWords struct {
 
 // limAux is the table of Aux values of a chunk, allocated for the first
 // limiter entry of the chunk that sets one.
-type limAux [slabChunk]any
+type limAux [slabChunk]unsafe.Pointer
 
 // Limiters is the limiter face of an index: an Engine's (Engine.Limiters),
 // or a standalone one (NewLimiters) for a Limiter without an engine.
@@ -295,8 +295,10 @@ func (le *LimEntry) SetState(s *LimState) {
 // SetExp stores when the state is fresh again.
 func (le *LimEntry) SetExp(exp int64) { le.en.updated = exp }
 
-// Aux returns the entry's Aux value (nil: none).
-func (le *LimEntry) Aux() any {
+// Aux returns the entry's Aux value (nil: none): a pointer the caller
+// owns, kept alive by the entry (8 bytes a slot, where an interface would
+// take 16).
+func (le *LimEntry) Aux() unsafe.Pointer {
 	if a := le.ls.aux.Load(); a != nil {
 		return a[le.en.index()]
 	}
@@ -305,7 +307,7 @@ func (le *LimEntry) Aux() any {
 
 // SetAux stores the entry's Aux value; it is dropped when the entry is
 // freed.
-func (le *LimEntry) SetAux(v any) {
+func (le *LimEntry) SetAux(v unsafe.Pointer) {
 	ls := le.ls
 	a := ls.aux.Load()
 	if a == nil {

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"encoding/binary"
+	"errors"
 	"math"
 	"slices"
 	"sync"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/cockroachdb/pebble/vfs"
 	"github.com/counterd/counterd/internal/contract"
@@ -33,10 +36,13 @@ func sameShardFPs(no, n int) []limFP {
 
 var limFresh = [3]int64{-7, 0, 0}
 
+// auxVals are what the model hangs from limiter entries.
+var auxVals [4]int
+
 // modelLim is what the model expects of one limiter entry.
 type modelLim struct {
 	st      LimState
-	aux     any
+	aux     unsafe.Pointer
 	changed bool
 }
 
@@ -88,7 +94,7 @@ func TestLimitersModel(t *testing.T) {
 				m.st = LimState{S: [3]int64{rapid.Int64().Draw(rt, "s0"), rapid.Int64().Draw(rt, "s1"), rapid.Int64().Draw(rt, "s2")}, Exp: rapid.Int64Range(0, 5).Draw(rt, "exp")}
 				le.SetState(&m.st)
 				if rapid.Bool().Draw(rt, "setaux") {
-					m.aux = rapid.IntRange(0, 3).Draw(rt, "aux")
+					m.aux = unsafe.Pointer(&auxVals[rapid.IntRange(0, 3).Draw(rt, "aux")])
 					le.SetAux(m.aux)
 				}
 				if rapid.Bool().Draw(rt, "mark") {
@@ -275,5 +281,42 @@ func TestLimitersConcurrent(t *testing.T) {
 	}
 	if e.Len() != 1 {
 		t.Fatalf("Len %d, want the one counter", e.Len())
+	}
+}
+
+// TestLimiterNamespace: no counter path can name a limiter entry: its id
+// (0x00 and the fingerprint) is refused as a counter id by writes, reads
+// and merges, and the entry is left as it was.
+func TestLimiterNamespace(t *testing.T) {
+	e := openMem(t)
+	tab := e.Limiters()
+	var le LimEntry
+	if err := tab.LockLimiter(&le, 0x0123456789abcdef, 42, &[3]int64{1, 2, 3}); err != nil {
+		t.Fatal(err)
+	}
+	want := LimState{S: [3]int64{7, 8, 9}, Exp: 1 << 60}
+	le.SetState(&want)
+	le.Unlock()
+	var b [limIDLen]byte
+	id := string([]byte(limID(&b, 0x0123456789abcdef, 42)))
+	if _, err := e.Add(bg, id, 1, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("add to a limiter id: %v, want ErrInvalidID", err)
+	}
+	if _, err := e.Get(id); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("get of a limiter id: %v, want ErrInvalidID", err)
+	}
+	s := State{ID: id, Kind: contract.KindCounter, Version: 9, Data: binary.AppendVarint(nil, 5)}
+	if _, err := e.Merge(bg, []State{s}, contract.WriteOptions{}); !errors.Is(err, contract.ErrInvalidID) {
+		t.Errorf("merge into a limiter id: %v, want ErrInvalidID", err)
+	}
+	if err := tab.LockLimiter(&le, 0x0123456789abcdef, 42, &[3]int64{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := le.State(); got != want {
+		t.Errorf("limiter state %+v after refused counter ops, want %+v", got, want)
+	}
+	le.Unlock()
+	if e.Len() != 0 || tab.LenLimiters() != 1 {
+		t.Errorf("Len %d, LenLimiters %d; want 0 and 1", e.Len(), tab.LenLimiters())
 	}
 }

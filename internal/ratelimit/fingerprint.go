@@ -3,6 +3,7 @@ package ratelimit
 import (
 	"hash/maphash"
 	"strings"
+	"unsafe"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/counterd/counterd/internal/engine"
@@ -25,8 +26,7 @@ type aux struct {
 
 // auxOf returns the locked entry's aux, nil if it has none.
 func auxOf(le *engine.LimEntry) *aux {
-	a, _ := le.Aux().(*aux)
-	return a
+	return (*aux)(le.Aux()) // the only Aux this package sets
 }
 
 // logOf returns the locked entry's hitLog, nil if it has none.
@@ -42,7 +42,7 @@ func newLog(le *engine.LimEntry) *hitLog {
 	a := auxOf(le)
 	if a == nil {
 		a = new(aux)
-		le.SetAux(a)
+		le.SetAux(unsafe.Pointer(a))
 	}
 	if a.log == nil {
 		a.log = new(hitLog)
@@ -60,7 +60,7 @@ func (l *Limiter) remember(le *engine.LimEntry, key string, lim *Limit) {
 	a := auxOf(le)
 	if a == nil {
 		a = new(aux)
-		le.SetAux(a)
+		le.SetAux(unsafe.Pointer(a))
 	}
 	if a.kr.key == "" {
 		a.kr = keyRef{key: strings.Clone(key), lim: *lim}
