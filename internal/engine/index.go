@@ -348,6 +348,9 @@ type shard struct {
 	exp expIndex // counters with a TTL by expiry (expiry.go)
 
 	nlim int // limiter entries (limiter.go), guarded by mu
+	// markers counts the ids in the index that are marker counters'
+	// (isMarkerCounter; written under mu, read without it).
+	markers atomic.Int64
 }
 
 func hashID(id string) uint64 { return xxhash.Sum64String(id) }
@@ -483,6 +486,9 @@ func (s *shard) insertLocked(id string, h uint64) (uint32, *entry, uint32, bool)
 	ref := s.appendIDLocked(id)
 	rp.Store(ref)
 	en.unlock()
+	if isMarkerCounter(id) {
+		s.markers.Add(1)
+	}
 	s.placeLocked(t, h, tagOf(h)<<24|(i+1))
 	s.used++
 	return i, en, ref, true
@@ -581,6 +587,9 @@ func (s *shard) removeLocked(i uint32, h uint64) {
 	a := s.ar.Load()
 	if b, ok := idOf(a, rp.Load()); ok {
 		s.garbage += 1 + len(b)
+		if isMarkerCounter(b) {
+			s.markers.Add(-1)
+		}
 	}
 	rp.Store(0)
 	en.reset()

@@ -55,6 +55,7 @@ func BenchmarkApplyCost(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
+	flushes0 := e.Stats().Flushes
 	cpu0, began := processCPU(), time.Now()
 	const poll = 64000
 	for i := 0; i < len(recs); i += poll {
@@ -63,6 +64,7 @@ func BenchmarkApplyCost(b *testing.B) {
 		}
 	}
 	el, cpu := time.Since(began), processCPU()-cpu0
+	flushes := e.Stats().Flushes - flushes0
 	b.StopTimer()
 	got, err := engine.Local(e).Aggregate(ctx, "views:")
 	if err != nil || got.Value != int64(impressions) {
@@ -71,4 +73,5 @@ func BenchmarkApplyCost(b *testing.B) {
 	b.ReportMetric(0, "ns/op")
 	b.ReportMetric(float64(b.N)/el.Seconds(), "events/s")
 	b.ReportMetric(float64(cpu)/float64(time.Microsecond)/float64(b.N), "cpu-us/event")
+	b.ReportMetric(float64(flushes), "flushes")
 }

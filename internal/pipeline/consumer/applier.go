@@ -48,7 +48,7 @@ import (
 )
 
 // MarkerPrefix starts the id of every event-id marker counter.
-const MarkerPrefix = "_events:"
+const MarkerPrefix = engine.MarkerCounterPrefix
 
 // MarkerID returns the marker counter of event id: MarkerPrefix + id, or
 // MarkerPrefix + "#" + a SHA-256 prefix when that would be too long.
@@ -78,7 +78,12 @@ type Applier struct {
 	marks   engine.MarkApplier     // be's, when it has one: markers are its dedupe marks
 	cmark   contract.CounterMarker // be's, when its batches are not atomic (countermarked.go)
 	rollups rollupOfer             // be's, when it has one
-	et      atomic.Pointer[EventTime]
+
+	// olds is be's, when it tells whether marker counters may exist (the
+	// engine): without any, an event needs no look-up of its own.
+	olds interface{ MayHaveMarkerCounters() bool }
+
+	et atomic.Pointer[EventTime]
 	// newest is the newest event time (Unix ms) applied: the watermark.
 	newest atomic.Int64
 	late   atomic.Int64 // events dead-lettered as too_late
@@ -188,6 +193,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 		a.cmark = cmark
 	}
 	a.rollups, _ = be.(rollupOfer)
+	a.olds, _ = be.(interface{ MayHaveMarkerCounters() bool })
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
@@ -422,9 +428,14 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	}
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := s.evs[:0]
+	olds := a.olds == nil || a.olds.MayHaveMarkerCounters()
 	for _, p := range s.evs {
 		if a.marks != nil && a.marks.Marked(p.marker) {
 			duplicates++
+			continue
+		}
+		if !olds {
+			live = append(live, p)
 			continue
 		}
 		// A marker counter: what applied the event before the engine
