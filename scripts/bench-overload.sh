@@ -31,6 +31,7 @@
 #   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
 #             (compares two admissions in one session; skipped without BASE_BIN)
 #   basedef : BASE_BIN with its own defaults
+#   baseloop: BASE_BIN with --http-event-loops 0 (compare with loop)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
 #
@@ -69,6 +70,7 @@ flags() {
     nopace) echo "--shed-rate-per-client 0" ;;
     base) echo "--http-admission" ;;
     basedef) echo "" ;;
+    baseloop) echo "--http-event-loops 0" ;;
     cap) echo "--http-max-conns $CAP" ;;
     pc*) echo "--max-conns-per-client ${1#pc}" ;;
     nogate) echo "--max-busy-conns-per-client -1" ;;
@@ -80,7 +82,7 @@ flags() {
 run() { # $1 = mode
   rm -rf "$tmp/data"
   local bin=$tmp/counterd
-  if [ "$1" = base ] || [ "$1" = basedef ]; then
+  if [ "$1" = base ] || [ "$1" = basedef ] || [ "$1" = baseloop ]; then
     [ -n "${BASE_BIN:-}" ] || return 0
     bin=$BASE_BIN
   fi

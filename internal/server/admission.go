@@ -126,14 +126,19 @@ func (l *admitListener) Accept() (net.Conn, error) {
 	}
 	if lc, ok := c.(*limitConn); ok {
 		ac.rx = newRxReader(lc.Conn)
+		ac.conns, ac.client = lc.l.clients, lc.client
 	}
 	return ac, nil
 }
 
 type admitConn struct {
 	net.Conn
-	a         *admission
-	key       shed.Key  // the peer's address as a client
+	a   *admission
+	key shed.Key // the peer's address as a client
+	// conns counts the connections of client, the peer's address
+	// (--max-conns-per-client); nil or the zero Addr: not counted.
+	conns     *shed.ConnCounter
+	client    netip.Addr
 	proxied   bool      // the peer is a --trusted-proxies address
 	rx        *rxReader // reads with the kernel's receive time; nil: unknown
 	state     admitState
@@ -248,6 +253,11 @@ func (c *admitConn) Read(p []byte) (int, error) {
 				// like a stale request of a client over its share of
 				// the queue.
 				v = c.a.fair.ShedStale()
+			} else if c.flooding() {
+				// Its client is over its part of the node: held to
+				// --max-queue-wait from its receive time, free slot
+				// or not (shed.Fair.AcquireBounded).
+				v = c.a.fair.AcquireBounded(&c.ticket, key, waited)
 			} else {
 				v = c.a.fair.Acquire(&c.ticket, key, waited)
 			}
@@ -301,6 +311,23 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		}
 		return n, err
 	}
+}
+
+// flooding reports whether the connection's client (its address) is
+// over its share: it holds more connections than its share of the queue
+// (--max-queue-per-client), so that it can have more requests in hand
+// than any client within its share; where its connections are not
+// counted (--max-conns-per-client -1), whether it has more requests in
+// hand than --max-busy-conns-per-client or connections waiting for a
+// turn. Its requests are then held to --max-queue-wait from their
+// receive time, refused past it rather than served late
+// (shed.Fair.AcquireBounded). A client with at most its share of
+// connections never is.
+func (c *admitConn) flooding() bool {
+	if c.conns != nil && c.client.IsValid() {
+		return c.conns.Conns(c.client) > c.a.fair.MaxClientQueue()
+	}
+	return c.gated && c.a.gate.Over(c.key)
 }
 
 // readGated reads the start of a request like readRequest, first

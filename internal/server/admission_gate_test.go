@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"net/http"
 	"net/netip"
 	"sync/atomic"
@@ -238,5 +239,57 @@ func TestAdmissionStaleAfterPause(t *testing.T) {
 	flood.send(post("/after-pause"))
 	if resp := flood.answer(); resp.StatusCode != 200 {
 		t.Fatalf("a request sent after the pause: %d", resp.StatusCode)
+	}
+}
+
+// TestAdmissionBoundsFlood: a request of a client holding more
+// connections than its share of the queue (--max-queue-per-client) that
+// waited --max-queue-wait in its socket is refused 503 as stale even
+// with every slot free (it would be admitted late), before the HTTP
+// server sees it; the same wait from a client within its share of
+// connections is admitted (the share rule's promise).
+func TestAdmissionBoundsFlood(t *testing.T) {
+	waitRxStamps(t)
+	const maxWait = 20 * time.Millisecond
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 8, MinLimit: 8, MaxClientQueue: 1, MaxWait: maxWait})
+	a := &admission{fair: fair}
+	conns := shed.NewConnCounter(10, nil)
+	flood, light := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+	for _, ip := range []netip.Addr{flood, flood, light} {
+		if _, ok := conns.TakeIP(ip); !ok {
+			t.Fatal("connection refused within the cap")
+		}
+	}
+	buf := make([]byte, 4096)
+	for _, tc := range []struct {
+		ip       netip.Addr
+		admitted bool
+	}{{flood, false}, {light, true}} {
+		client, server := tcpPair(t)
+		c := &admitConn{Conn: server, a: a, key: shed.ClientKey(tc.ip), rx: newRxReader(server), conns: conns, client: tc.ip}
+		req := post("/a")
+		if _, err := client.Write([]byte(req)); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(3 * maxWait) // it waits in its socket past the bound
+		stale := fair.ShedBy(shed.CauseStale)
+		server.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		n, err := c.Read(buf)
+		if tc.admitted {
+			if n != len(req) || err != nil || !c.ticket.Holding() {
+				t.Fatalf("client within its share: Read %d, %v, holding %v; want its request admitted", n, err, c.ticket.Holding())
+			}
+			c.Close()
+			continue
+		}
+		if n != 0 || err == nil || c.ticket.Holding() || fair.ShedBy(shed.CauseStale) != stale+1 {
+			t.Fatalf("flooding client: Read %d, %v, stale %d; want it refused as stale", n, err, fair.ShedBy(shed.CauseStale)-stale)
+		}
+		client.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(client), nil)
+		if err != nil || resp.StatusCode != 503 || resp.Header.Get("Retry-After") != "1" {
+			t.Fatalf("flooding client's answer: %v, %v; want 503 with Retry-After", resp, err)
+		}
+		c.Close()
 	}
 }

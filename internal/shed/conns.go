@@ -91,6 +91,17 @@ func (cc *ConnCounter) Give(client netip.Addr) {
 	cc.mu.Unlock()
 }
 
+// Conns returns how many connections client (as TakeIP returned it)
+// holds now; 0 for a nil ConnCounter or the zero Addr.
+func (cc *ConnCounter) Conns(client netip.Addr) int {
+	if cc == nil || !client.IsValid() {
+		return 0
+	}
+	cc.mu.Lock()
+	defer cc.mu.Unlock()
+	return cc.n[client]
+}
+
 // Clients returns how many client addresses hold connections now.
 func (cc *ConnCounter) Clients() int {
 	if cc == nil {

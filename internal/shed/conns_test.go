@@ -2,6 +2,7 @@ package shed
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 )
 
@@ -34,5 +35,31 @@ func TestAddrIP(t *testing.T) {
 	}
 	if _, ok := cc.Take(&net.UnixAddr{Name: "/tmp/s.sock", Net: "unix"}); !ok {
 		t.Fatal("a connection without an IP is not counted, never refused")
+	}
+}
+
+// TestConnCounterConns: Conns counts a client's connections taken and
+// not given back; nil counters and uncounted addresses hold none.
+func TestConnCounterConns(t *testing.T) {
+	cc := NewConnCounter(3, nil)
+	ip := netip.MustParseAddr("192.0.2.7")
+	var got []netip.Addr
+	for range 2 {
+		c, ok := cc.TakeIP(ip)
+		if !ok {
+			t.Fatal("refused within the cap")
+		}
+		got = append(got, c)
+	}
+	if n := cc.Conns(got[0]); n != 2 {
+		t.Fatalf("Conns = %d, want 2", n)
+	}
+	cc.Give(got[0])
+	if n := cc.Conns(got[1]); n != 1 {
+		t.Fatalf("Conns after one Give = %d, want 1", n)
+	}
+	var none *ConnCounter
+	if none.Conns(got[1]) != 0 || cc.Conns(netip.Addr{}) != 0 {
+		t.Fatal("a nil counter or the zero Addr counted connections")
 	}
 }

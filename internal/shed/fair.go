@@ -33,6 +33,9 @@ import (
 //     connections than MaxClientQueue (one request each), is never
 //     refused for time: its waits are bounded by its own concurrency,
 //     and a refusal would only make it retry.
+//   - A request its caller knows to be a flood's (AcquireBounded: the
+//     HTTP admission, for a client holding more connections than its
+//     share) is held to MaxWait whatever its client has queued.
 //
 // Limit adapts to latency (a gradient limiter): the time between
 // admission and release, averaged over a window, is compared with the
@@ -281,6 +284,7 @@ type fairWaiter struct {
 	deadline time.Time // shed if not admitted by then
 	client   *fairClient
 	done     bool // handed a slot or shed (under Fair.mu)
+	bounded  bool // AcquireBounded: shed at its deadline whatever its client has queued
 	ticket   *Ticket
 	timer    *time.Timer
 }
@@ -339,6 +343,32 @@ func (k Key) String() string {
 // queues, and is shed by the share rule (see Fair). An admitted request
 // must call Release(t) once.
 func (f *Fair) Acquire(t *Ticket, client Key, waited time.Duration) Verdict {
+	return f.acquire(t, client, waited, false)
+}
+
+// AcquireBounded is Acquire for a request whose client the caller knows
+// to be over its part of the node: it has more requests in hand (read
+// and not yet answered, on all its connections) than the node runs at
+// once, or its cap of them (the HTTP admission's Gate). Such a request
+// is held to MaxWait from its receive time whatever its client has
+// queued here, as a CoDel queue holds every packet to its target: one
+// that already waited MaxWait is shed (ShedOverload, CauseStale) even
+// when a slot is free, and one that waits in the queue until MaxWait is
+// shed then (CauseTimeout). Its client is flooding the node, so its
+// excess is refused before it runs instead of admitted late: each
+// request it gets admitted has waited at most MaxWait, and the refusal
+// costs what the late answer would have.
+func (f *Fair) AcquireBounded(t *Ticket, client Key, waited time.Duration) Verdict {
+	if waited >= f.cfg.MaxWait {
+		f.mu.Lock()
+		f.winWait = true
+		f.mu.Unlock()
+		return f.shedOne(ShedOverload, CauseStale)
+	}
+	return f.acquire(t, client, waited, true)
+}
+
+func (f *Fair) acquire(t *Ticket, client Key, waited time.Duration, bounded bool) Verdict {
 	f.mu.Lock()
 	now := f.now()
 	if f.queued == 0 && float64(f.running) < f.limit {
@@ -386,7 +416,7 @@ func (f *Fair) Acquire(t *Ticket, client Key, waited time.Duration) Verdict {
 		w = &fairWaiter{admit: make(chan Verdict, 1), timer: time.NewTimer(time.Hour)}
 		w.timer.Stop()
 	}
-	w.deadline, w.client, w.done, w.ticket = now.Add(budget), c, false, t
+	w.deadline, w.client, w.done, w.ticket, w.bounded = now.Add(budget), c, false, t, bounded
 	c.waiters = append(c.waiters, w)
 	if !c.inRing {
 		c.inRing = true
@@ -409,8 +439,9 @@ func (f *Fair) Acquire(t *Ticket, client Key, waited time.Duration) Verdict {
 	}
 	if timed {
 		f.mu.Lock()
-		if !w.done && len(w.client.waiters) > f.cfg.MaxClientQueue {
-			// Past MaxWait with its client over its share: shed.
+		if !w.done && (w.bounded || len(w.client.waiters) > f.cfg.MaxClientQueue) {
+			// Past MaxWait with its client over its share (or bounded,
+			// AcquireBounded): shed.
 			w.done, w.cause = true, CauseTimeout
 			f.dropWaiter(w)
 			w.admit <- ShedOverload
@@ -532,9 +563,9 @@ func (f *Fair) handOff(now time.Time) {
 		f.next++
 		f.maybeForget(c)
 		w.done = true
-		if now.After(w.deadline) && len(c.waiters) >= f.cfg.MaxClientQueue {
-			// Waited too long, its client over its share (counting w):
-			// its timer is about to fire.
+		if now.After(w.deadline) && (w.bounded || len(c.waiters) >= f.cfg.MaxClientQueue) {
+			// Waited too long, its client over its share (counting w)
+			// or bounded: its timer is about to fire.
 			w.cause = CauseTimeout
 			w.admit <- ShedOverload
 			continue

@@ -571,3 +571,49 @@ func BenchmarkIOWait(b *testing.B) {
 		}
 	})
 }
+
+// TestFairBounded: a request of a client its caller found over its part
+// of the node (AcquireBounded) is held to MaxWait from its receive time:
+// one that already waited MaxWait is shed as stale even with a slot free,
+// one that waits in the queue until MaxWait is shed then however few its
+// client has queued, and a fresh one is admitted with a slot free. A
+// plain Acquire of the same wait, within its client's share, is admitted
+// (free slot) or stays queued (the share rule).
+func TestFairBounded(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 8, MaxClientQueue: 4, MaxWait: 20 * time.Millisecond})
+	var tk Ticket
+	if v := f.AcquireBounded(&tk, clientA, time.Second); v != ShedOverload || f.ShedBy(CauseStale) != 1 || tk.Holding() {
+		t.Fatalf("bounded request that waited past MaxWait, slot free: %v (stale %d), want shed as stale", v, f.ShedBy(CauseStale))
+	}
+	if v := f.AcquireBounded(&tk, clientA, 0); v != Admitted {
+		t.Fatalf("fresh bounded request, slot free: %v, want admitted", v)
+	}
+	// The slot is taken: a bounded request queues, alone within its
+	// client's share, and is shed when its MaxWait is up.
+	if v := f.AcquireBounded(new(Ticket), clientA, 0); v != ShedOverload || f.ShedBy(CauseTimeout) != 1 {
+		t.Fatalf("bounded request queued past MaxWait: %v (timeouts %d), want shed as overload", v, f.ShedBy(CauseTimeout))
+	}
+	// The same wait through Acquire (within the share): it stays queued
+	// until the slot is released, then is admitted.
+	res := make(chan Verdict, 1)
+	go func() {
+		var w Ticket
+		v := f.Acquire(&w, clientB, time.Second)
+		res <- v
+		if v == Admitted {
+			f.Release(&w)
+		}
+	}()
+	waitQueued(t, f, 1)
+	time.Sleep(50 * time.Millisecond) // past MaxWait: still queued
+	if f.Queued() != 1 {
+		t.Fatalf("a stale request within its share left the queue (%d queued)", f.Queued())
+	}
+	f.Release(&tk)
+	if v := <-res; v != Admitted {
+		t.Fatalf("stale request within its share: %v, want admitted once the slot is free", v)
+	}
+	if f.Shed() != 2 {
+		t.Fatalf("shed %d, want 2", f.Shed())
+	}
+}

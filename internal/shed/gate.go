@@ -229,6 +229,19 @@ func (g *Gate) Cancel(w *GateWaiter) {
 	w.ch <- false
 }
 
+// Over reports whether client is over its requests in hand: it has more
+// than Max (taken while the gate did not park), or connections parked
+// waiting for a turn. A client with at most Max connections never is.
+func (g *Gate) Over(client Key) bool {
+	if g == nil {
+		return false
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	c := g.clients[client]
+	return c != nil && (c.held > g.max || c.n > 0)
+}
+
 // Held returns how many requests of client are in hand (tests, metrics).
 func (g *Gate) Held(client Key) int {
 	if g == nil {

@@ -247,3 +247,40 @@ func TestGateQueueModel(t *testing.T) {
 		}
 	})
 }
+
+// TestGateOver: a client is over its requests in hand with more than Max
+// of them (taken while the gate did not park) or with a connection
+// parked for a turn; at Max, none parked, it is not.
+func TestGateOver(t *testing.T) {
+	engaged := false
+	g := NewGate(2, func() bool { return engaged })
+	var w [4]GateWaiter
+	for i := range 2 {
+		g.Take(clientA, &w[i])
+	}
+	if g.Over(clientA) || g.Over(clientB) {
+		t.Fatal("a client at Max, nothing parked, is over")
+	}
+	g.Take(clientA, &w[2]) // not engaged: taken beyond Max
+	if !g.Over(clientA) {
+		t.Fatal("a client with more than Max in hand is not over")
+	}
+	g.Give(clientA)
+	engaged = true
+	parked := make(chan bool)
+	go func() { ok, _ := g.Take(clientA, &w[3]); parked <- ok }()
+	for g.Waiting() != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if !g.Over(clientA) {
+		t.Fatal("a client with a connection parked is not over")
+	}
+	g.Give(clientA)
+	if !<-parked {
+		t.Fatal("the parked connection was not handed the permit")
+	}
+	var none *Gate
+	if none.Over(clientA) {
+		t.Fatal("a nil gate found a client over")
+	}
+}

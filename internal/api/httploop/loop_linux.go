@@ -177,12 +177,6 @@ type loop struct {
 	wall time.Time // wall clock at the round's start
 	outq []*conn
 	oob  evloop.RxOOB
-	// behindUntil (nanotime): until then the loop counts as behind, and
-	// a request that waited Fair.MaxWait in its socket is shed. Set by a
-	// round that found as many ready connections as one wait reports, or
-	// that passed a client over for its budget: then the wait is the
-	// loop's backlog, not a stall of the machine.
-	behindUntil int64
 	// paused: connections left unread after a shed answer (Options.Pace)
 	// until their pauseEnd.
 	paused []*conn
@@ -272,9 +266,6 @@ func (l *loop) run() {
 			lastYield = evloop.Nanotime()
 		}
 		l.shares.NextRound()
-		if n == len(l.p.Events) {
-			l.behind()
-		}
 		if err != nil {
 			if err == syscall.EINTR {
 				continue
@@ -468,7 +459,6 @@ func (l *loop) serve(c *conn, events uint32) {
 	}
 	if l.shares.Over(c.share) {
 		c.turned = true
-		l.behind()
 		return // its client had its share of this round: read next round
 	}
 	if c.r == c.w {
@@ -538,9 +528,15 @@ func (l *loop) process(c *conn) bool {
 		}
 		// The share rule of admission (docs/security.md, Overload): a
 		// client with at most its share of the queue in connections, one
-		// request each, is never refused for time; a flood's excess is.
-		if o.Fair != nil && l.now < l.behindUntil && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
-			if waited := time.Duration(l.wall.UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
+		// request each, is never refused for time; a flood's excess is,
+		// as soon as it waited --max-queue-wait (as in a CoDel queue,
+		// the wait itself is the sign: no backlog of the loop need be
+		// seen first, and on a loaded machine a flood's request that
+		// sat that long would only be admitted late), by the clock now,
+		// not the round's start (a long round's last requests waited
+		// the round too).
+		if o.Fair != nil && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
+			if waited := time.Duration(time.Now().UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
 				v := o.Fair.ShedStale()
 				l.f.shed.Add(1)
 				if o.OnShed != nil {
@@ -594,11 +590,6 @@ func (l *loop) process(c *conn) bool {
 
 // connsOnLoop is the number of connections on the loop.
 func (l *loop) connsOnLoop() int { return int(l.nconns.Load()) }
-
-// behindHold is how long a sign of backlog keeps the loop behind.
-const behindHold = time.Second
-
-func (l *loop) behind() { l.behindUntil = l.now + int64(behindHold) }
 
 // startHandOver hands c over once its answers so far are written.
 func (l *loop) startHandOver(c *conn) bool {

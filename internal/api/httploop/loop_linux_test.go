@@ -417,7 +417,7 @@ func waitFor(t *testing.T, f func() bool) {
 	t.Fatal("condition not reached")
 }
 
-// TestShedAndPace: while the loop is behind, a request of a client with
+// TestShedAndPace: a request of a client with
 // more connections than its share of the queue that waited MaxWait in its
 // socket is answered the shed answer, and its connection is left unread
 // for the pause Pace gives (its next request waits in the socket, then is
@@ -450,7 +450,6 @@ func TestShedAndPace(t *testing.T) {
 	other.SetDeadline(time.Now().Add(10 * time.Second))
 	l := tf.front.loops[0]
 	waitFor(t, func() bool { return l.connsOnLoop() == 3 })
-	onLoop(t, l, func() { l.behindUntil = 1 << 62 })
 	req := "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
 	br := bufio.NewReader(flood[0])
 	io.WriteString(flood[0], req)
