@@ -29,13 +29,14 @@ import (
 	"github.com/counterd/counterd/internal/testutil/natstest"
 )
 
-// clusterPipelineSize is the events of a run: 50,000 (CI), or
-// COUNTERD_CLUSTER_PIPELINE_EVENTS (1000000 for the run by hand).
-func clusterPipelineSize(t *testing.T) int {
-	if s := os.Getenv("COUNTERD_CLUSTER_PIPELINE_EVENTS"); s != "" {
+// pipelineEvents is the events of a multi-node pipeline run: 50,000
+// (10,000 with -short), or the number in the environment variable env
+// (1000000 for the run by hand).
+func pipelineEvents(t *testing.T, env string) int {
+	if s := os.Getenv(env); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n <= 0 {
-			t.Fatalf("COUNTERD_CLUSTER_PIPELINE_EVENTS=%q", s)
+			t.Fatalf("%s=%q: want a positive number", env, s)
 		}
 		return n
 	}
@@ -52,7 +53,7 @@ func TestClusterPipelineKafkaExactlyOnce(t *testing.T) {
 	}
 	defer kc.Close()
 	args := []string{"--kafka", kc.ListenAddrs()[0], "--kafka-topic", "ev", "--kafka-dead-topic", "ev-dead", "--kafka-partitions", "8"}
-	runClusterPipeline(t, makeWorkload(clusterPipelineSize(t), 1000), args)
+	runClusterPipeline(t, makeWorkload(pipelineEvents(t, "COUNTERD_CLUSTER_PIPELINE_EVENTS"), 1000), args)
 }
 
 func TestClusterPipelineJetStreamExactlyOnce(t *testing.T) {
@@ -60,7 +61,7 @@ func TestClusterPipelineJetStreamExactlyOnce(t *testing.T) {
 	name := natstest.Name("C")
 	args := []string{"--nats", url, "--nats-stream", name, "--nats-subject", name + ".events",
 		"--nats-dead-subject", name + ".dead", "--nats-consumer", name, "--nats-ack-wait", "3s"}
-	runClusterPipeline(t, makeWorkload(clusterPipelineSize(t), 1000), args)
+	runClusterPipeline(t, makeWorkload(pipelineEvents(t, "COUNTERD_CLUSTER_PIPELINE_EVENTS"), 1000), args)
 }
 
 // runClusterPipeline sends w through a collector-only node to a 3-node

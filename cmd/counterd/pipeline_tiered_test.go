@@ -15,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,19 +25,6 @@ import (
 
 	"github.com/counterd/counterd/internal/testutil/natstest"
 )
-
-// tieredPipelineEvents is the events of a tiered run: 50,000, or
-// COUNTERD_TIERED_PIPELINE_EVENTS (a 1,000,000-event run by hand).
-func tieredPipelineEvents(t *testing.T) int {
-	if s := os.Getenv("COUNTERD_TIERED_PIPELINE_EVENTS"); s != "" {
-		n, err := strconv.Atoi(s)
-		if err != nil || n <= 0 {
-			t.Fatalf("COUNTERD_TIERED_PIPELINE_EVENTS=%q: want a positive number", s)
-		}
-		return n
-	}
-	return 50000
-}
 
 // runTieredPipeline sends w through a collector-only node to tiered
 // consumers: two at first; the first is killed at 25% of the views and
@@ -156,7 +142,7 @@ func TestPipelineTieredKafkaExactlyOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer kc.Close()
-	w := makeWorkload(tieredPipelineEvents(t), 1000)
+	w := makeWorkload(pipelineEvents(t, "COUNTERD_TIERED_PIPELINE_EVENTS"), 1000)
 	runTieredPipeline(t, w, []string{"--kafka", kc.ListenAddrs()[0], "--kafka-topic", "ev", "--kafka-dead-topic", "ev-dead", "--kafka-partitions", "6"})
 }
 
@@ -165,7 +151,7 @@ func TestPipelineTieredKafkaExactlyOnce(t *testing.T) {
 func TestPipelineTieredJetStreamExactlyOnce(t *testing.T) {
 	url := natstest.New(t)
 	name := natstest.Name("TT")
-	w := makeWorkload(tieredPipelineEvents(t), 1000)
+	w := makeWorkload(pipelineEvents(t, "COUNTERD_TIERED_PIPELINE_EVENTS"), 1000)
 	runTieredPipeline(t, w, []string{"--nats", url, "--nats-stream", name, "--nats-subject", name + ".events",
 		"--nats-dead-subject", name + ".dead", "--nats-consumer", name, "--nats-ack-wait", "5s"})
 }

@@ -3,8 +3,6 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -47,35 +45,7 @@ func TestApplyStoredCrashTogether(t *testing.T) {
 				fs.SetIgnoreSyncs(true) // power loss: nothing from here on is durable
 			}
 		}
-		e = reopenAfterPowerLoss(t, e, fs, cfg)
-		var v int64
-		if _, ok, err := e.Export("x"); err != nil {
-			t.Fatal(err)
-		} else if ok {
-			v = mustGet(t, e, "x").Value
-		}
-		seen := map[int64]bool{}
-		if err := e.StoredRecords(0, func(r StoredRecord) {
-			k, err := strconv.ParseInt(strings.TrimPrefix(r.Key, "rec-"), 10, 64)
-			if err != nil || string(r.Data) != r.Key {
-				t.Errorf("stored record %q = %q", r.Key, r.Data)
-			}
-			seen[k] = true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		e.Close()
-		for k := int64(1); k <= v; k++ {
-			if !seen[k] {
-				t.Fatalf("round %d: value %d on disk but record rec-%d missing", round, v, k)
-			}
-		}
-		if int64(len(seen)) != v {
-			t.Fatalf("round %d: %d records on disk for value %d", round, len(seen), v)
-		}
-		if v <= int64(50*(round+1)) {
-			t.Fatalf("round %d: value %d on disk, below the synced apply %d", round, v, 50*(round+1)+1)
-		}
+		reopenAndCheckRecords(t, e, fs, cfg, round)
 	}
 }
 

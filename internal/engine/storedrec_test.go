@@ -3,11 +3,14 @@ package engine
 import (
 	"errors"
 	"fmt"
-	"github.com/counterd/counterd/internal/contract"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/pebble/vfs"
+
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestStoredRecordsWithMergedStateCrashTogether: a stored record must reach
@@ -51,35 +54,7 @@ func TestStoredRecordsWithMergedStateCrashTogether(t *testing.T) {
 				fs.SetIgnoreSyncs(true) // power loss: nothing from here on is durable
 			}
 		}
-		e = reopenAfterPowerLoss(t, e, fs, cfg)
-		var v int64
-		if _, ok, err := e.Export("x"); err != nil {
-			t.Fatal(err)
-		} else if ok {
-			v = mustGet(t, e, "x").Value
-		}
-		seen := map[int64]bool{}
-		if err := e.StoredRecords(0, func(r StoredRecord) {
-			k, err := strconv.ParseInt(strings.TrimPrefix(r.Key, "rec-"), 10, 64)
-			if err != nil || string(r.Data) != r.Key {
-				t.Errorf("stored record %q = %q", r.Key, r.Data)
-			}
-			seen[k] = true
-		}); err != nil {
-			t.Fatal(err)
-		}
-		e.Close()
-		for k := int64(1); k <= v; k++ {
-			if !seen[k] {
-				t.Fatalf("round %d: slot value %d on disk but record rec-%d missing", round, v, k)
-			}
-		}
-		if int64(len(seen)) != v {
-			t.Fatalf("round %d: %d records on disk for slot value %d", round, len(seen), v)
-		}
-		if v <= int64(50*(round+1)) {
-			t.Fatalf("round %d: slot value %d on disk, below the synced merge %d", round, v, 50*(round+1)+1)
-		}
+		v := reopenAndCheckRecords(t, e, fs, cfg, round)
 		t.Logf("round %d: %d of %d merges on disk with their records", round, v, n)
 	}
 }
@@ -130,4 +105,42 @@ func TestStoredRecords(t *testing.T) {
 	if got, want := list(0), fmt.Sprintf("new=n@%d", now); got != want {
 		t.Fatalf("after the purge: %s, want %s", got, want)
 	}
+}
+
+// reopenAndCheckRecords reopens e after a power loss and checks that x's
+// value v on disk came with exactly the stored records rec-1..rec-v, and
+// that v is past the synced write of the round (its 50*(round+1)+1th).
+// It returns v.
+func reopenAndCheckRecords(t *testing.T, e *Engine, fs *vfs.MemFS, cfg Config, round int) int64 {
+	t.Helper()
+	e = reopenAfterPowerLoss(t, e, fs, cfg)
+	defer e.Close()
+	var v int64
+	if _, ok, err := e.Export("x"); err != nil {
+		t.Fatal(err)
+	} else if ok {
+		v = mustGet(t, e, "x").Value
+	}
+	seen := map[int64]bool{}
+	if err := e.StoredRecords(0, func(r StoredRecord) {
+		k, err := strconv.ParseInt(strings.TrimPrefix(r.Key, "rec-"), 10, 64)
+		if err != nil || string(r.Data) != r.Key {
+			t.Errorf("stored record %q = %q", r.Key, r.Data)
+		}
+		seen[k] = true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for k := int64(1); k <= v; k++ {
+		if !seen[k] {
+			t.Fatalf("round %d: value %d on disk but record rec-%d missing", round, v, k)
+		}
+	}
+	if int64(len(seen)) != v {
+		t.Fatalf("round %d: %d records on disk for value %d", round, len(seen), v)
+	}
+	if v <= int64(50*(round+1)) {
+		t.Fatalf("round %d: value %d on disk, below the synced write %d", round, v, 50*(round+1)+1)
+	}
+	return v
 }
