@@ -475,40 +475,39 @@ func (n *Node) loadMarks() {
 	}
 }
 
-// expireMarksLoop forgets expired marks, on disk too, until Close.
-func (n *Node) expireMarksLoop() {
-	t := time.NewTicker(markExpireInterval)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-			n.persist(n.dedupe.expire(n.markNow()))
-		}
-	}
-}
+// expireMarks forgets expired marks, on disk too (every
+// markExpireInterval).
+func (n *Node) expireMarks() { n.persist(n.dedupe.expire(n.markNow())) }
 
 // maxMarkBytes bounds the event ids of the marks in one message.
 const maxMarkBytes = 1 << 20
 
 // markChunks splits groups into runs of about maxMarkBytes of events.
 func markChunks(groups []markGroup) [][]markGroup {
-	var out [][]markGroup
-	start, size := 0, 0
-	for i, g := range groups {
+	return sizedChunks(groups, maxMarkBytes, func(g *markGroup) int {
 		n := 32
 		for _, e := range g.Events {
 			n += len(e) + 2
 		}
-		if i > start && size+n > maxMarkBytes {
-			out = append(out, groups[start:i])
-			start, size = i, 0
+		return n
+	})
+}
+
+// sizedChunks splits items into runs whose sizes add up to at most max
+// (an item bigger than max is a run alone).
+func sizedChunks[T any](items []T, max int, size func(*T) int) [][]T {
+	var out [][]T
+	start, sum := 0, 0
+	for i := range items {
+		n := size(&items[i])
+		if i > start && sum+n > max {
+			out = append(out, items[start:i])
+			start, sum = i, 0
 		}
-		size += n
+		sum += n
 	}
-	if start < len(groups) {
-		out = append(out, groups[start:])
+	if start < len(items) {
+		out = append(out, items[start:])
 	}
 	return out
 }

@@ -272,7 +272,7 @@ func (n *Node) Start(meta Meta) error {
 	n.log.Info("cluster member started", "gossip", m.Addr(), "join", n.cfg.Join, "grpc", meta.GRPC)
 	n.goLoop(n.joinLoop)
 	n.goLoop(n.pushLoop)
-	n.goLoop(n.expireMarksLoop)
+	n.goLoop(func() { n.every(markExpireInterval, n.expireMarks) })
 	n.goLoop(func() { n.tick(n.cfg.AntiEntropyInterval, "anti-entropy", n.antiEntropy) })
 	n.goLoop(n.handoffLoop)
 	n.goLoop(n.leaseLoop)

@@ -105,20 +105,7 @@ func (n *Node) SetRateLimit(rl RateLimit) {
 // of JSON: ~150 bytes per entry plus ~25 per sliding_log hit (a log holds
 // up to 65536, 1.6 MiB: alone in its call, still below gRPC's 4 MiB).
 func entryChunks(ents []ratelimit.Entry) [][]ratelimit.Entry {
-	var out [][]ratelimit.Entry
-	start, size := 0, 0
-	for i := range ents {
-		n := 150 + 25*len(ents[i].Log)
-		if i > start && size+n > maxBytesPerCall {
-			out = append(out, ents[start:i])
-			start, size = i, 0
-		}
-		size += n
-	}
-	if start < len(ents) {
-		out = append(out, ents[start:])
-	}
-	return out
+	return sizedChunks(ents, maxBytesPerCall, func(e *ratelimit.Entry) int { return 150 + 25*len(e.Log) })
 }
 
 type limitsRequest struct {
