@@ -259,6 +259,7 @@ func freePorts(tb testing.TB, n int) []string {
 // testCluster is a set of counterd processes joined into one cluster.
 type testCluster struct {
 	place placement
+	extra []string // more flags for every node (newClusterWith)
 	nodes []*cnode // n1, n2, ... in order of creation
 }
 
@@ -266,7 +267,13 @@ type testCluster struct {
 // address, and waits until each sees all of them alive.
 func newCluster(tb testing.TB, n int, place placement) *testCluster {
 	tb.Helper()
-	c := &testCluster{place: place}
+	return newClusterWith(tb, n, place, nil)
+}
+
+// newClusterWith is newCluster with extra flags for every node.
+func newClusterWith(tb testing.TB, n int, place placement, extra []string) *testCluster {
+	tb.Helper()
+	c := &testCluster{place: place, extra: extra}
 	for i := range n {
 		c.nodes = append(c.nodes, c.newNode(tb, i))
 	}
@@ -284,7 +291,9 @@ func newCluster(tb testing.TB, n int, place placement) *testCluster {
 
 func (c *testCluster) newNode(tb testing.TB, i int) *cnode {
 	host, ports, command := c.place(tb, i)
-	return newNode(tb, fmt.Sprintf("n%d", i+1), host, ports, command)
+	nd := newNode(tb, fmt.Sprintf("n%d", i+1), host, ports, command)
+	nd.extra = c.extra
+	return nd
 }
 
 // add starts one more node, joining its own and every other node's gossip

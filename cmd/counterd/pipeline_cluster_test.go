@@ -78,41 +78,10 @@ func runClusterPipeline(t *testing.T, w *workload, streamArgs []string) {
 	extra := append([]string{"--rules", rulesPath}, streamArgs...)
 	col := start(t, t.TempDir(), append([]string{"--events-no-consume", "--node-id", "collector"}, streamArgs...)...)
 
-	c := &testCluster{place: loopback}
-	for i := range 3 {
-		nd := c.newNode(t, i)
-		nd.extra = extra
-		c.nodes = append(c.nodes, nd)
-	}
-	var joins []string
-	for _, nd := range c.nodes {
-		joins = append(joins, nd.gossip)
-	}
-	for _, nd := range c.nodes {
-		nd.join = strings.Join(joins, ",")
-		nd.start(t)
-	}
-	waitAlive(t, c.nodes, 60*time.Second)
+	c := newClusterWith(t, 3, loopback, extra)
 
 	began := time.Now()
-	var sendErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for _, b := range w.batches {
-			resp, err := client.Post(col.addr+"/events", "application/x-ndjson", strings.NewReader(string(b)))
-			if err != nil {
-				sendErr.Store(&err)
-				return
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				err := fmt.Errorf("POST /events answered %d: %s", resp.StatusCode, body)
-				sendErr.Store(&err)
-				return
-			}
-		}
-	})
+	send := sendBatches(col.addr, w.batches)
 	var alive atomic.Pointer[[]*cnode]
 	setAlive := func(ns ...*cnode) { alive.Store(&ns) }
 	setAlive(c.nodes...)
@@ -145,8 +114,8 @@ func runClusterPipeline(t *testing.T, w *workload, streamArgs []string) {
 				t.Logf("%v: %d of %d views applied", time.Since(began).Round(time.Millisecond), got, w.total)
 				return
 			}
-			if err := sendErr.Load(); err != nil {
-				t.Fatal(*err)
+			if err := send.err(); err != nil {
+				t.Fatal(err)
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -158,18 +127,13 @@ func runClusterPipeline(t *testing.T, w *workload, streamArgs []string) {
 	setAlive(n1, n3)
 	t.Logf("%v: n2 killed", time.Since(began).Round(time.Millisecond))
 	waitFor(0.6)
-	n4 := c.newNode(t, 3)
-	n4.extra = extra
-	n4.join = strings.Join(append(joins, n4.gossip), ",")
-	c.nodes = append(c.nodes, n4)
-	n4.start(t)
+	n4 := c.add(t)
 	setAlive(n1, n3, n4)
 	waitAlive(t, []*cnode{n1, n3, n4}, 60*time.Second)
 	t.Logf("%v: n4 joined", time.Since(began).Round(time.Millisecond))
 
-	wg.Wait()
-	if err := sendErr.Load(); err != nil {
-		t.Fatal(*err)
+	if err := send.wait(); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%v: all %d batches collected", time.Since(began).Round(time.Millisecond), len(w.batches))
 	// n2's Kafka partitions move once the group's session timeout
@@ -240,4 +204,48 @@ func checkClusterCounts(t *testing.T, nodes []*cnode, w *workload) {
 			t.Errorf("viewers:%s = %v, exact %v", post, v.Value, exact)
 		}
 	}
+}
+
+// batchSender posts a workload's batches to a collector in the
+// background (sendBatches).
+type batchSender struct {
+	failed atomic.Pointer[error]
+	wg     sync.WaitGroup
+}
+
+// sendBatches posts batches to the collector at addr, one after the
+// other, and stops at the first failure or answer other than 202.
+func sendBatches(addr string, batches [][]byte) *batchSender {
+	s := &batchSender{}
+	s.wg.Go(func() {
+		for _, b := range batches {
+			resp, err := client.Post(addr+"/events", "application/x-ndjson", strings.NewReader(string(b)))
+			if err != nil {
+				s.failed.Store(&err)
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusAccepted {
+				err := fmt.Errorf("POST /events answered %d: %s", resp.StatusCode, body)
+				s.failed.Store(&err)
+				return
+			}
+		}
+	})
+	return s
+}
+
+// err is the first failure so far (nil: none).
+func (s *batchSender) err() error {
+	if e := s.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
+}
+
+// wait waits until every batch was sent and returns err.
+func (s *batchSender) wait() error {
+	s.wg.Wait()
+	return s.err()
 }

@@ -11,13 +11,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -44,24 +39,7 @@ func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 	nodes := []*proc{node("tiered-1"), node("tiered-2")}
 
 	began := time.Now()
-	var sendErr atomic.Pointer[error]
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for _, b := range w.batches {
-			resp, err := client.Post(col.addr+"/events", "application/x-ndjson", strings.NewReader(string(b)))
-			if err != nil {
-				sendErr.Store(&err)
-				return
-			}
-			body, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusAccepted {
-				err := fmt.Errorf("POST /events answered %d: %s", resp.StatusCode, body)
-				sendErr.Store(&err)
-				return
-			}
-		}
-	})
+	send := sendBatches(col.addr, w.batches)
 	// The views, read from the hot tier (GET: Redis, the tiered mode's
 	// truth for reads; GET /counters/.../aggregate sums PostgreSQL, see
 	// the end).
@@ -85,11 +63,11 @@ func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 	waitFor := func(frac float64) int64 {
 		want := int64(frac * float64(w.total))
 		deadline := time.Now().Add(scale * 120 * time.Second)
-		for applied() < want && time.Now().Before(deadline) && sendErr.Load() == nil {
+		for applied() < want && time.Now().Before(deadline) && send.err() == nil {
 			time.Sleep(5 * time.Millisecond)
 		}
-		if err := sendErr.Load(); err != nil {
-			t.Fatal(*err)
+		if err := send.err(); err != nil {
+			t.Fatal(err)
 		}
 		return applied()
 	}
@@ -100,9 +78,8 @@ func runTieredPipeline(t *testing.T, w *workload, streamArgs []string) {
 	got = waitFor(0.55)
 	nodes = append(nodes, node("tiered-3"))
 	t.Logf("%v: tiered-3 joined at %d of %d views", time.Since(began).Round(time.Millisecond), got, w.total)
-	wg.Wait()
-	if err := sendErr.Load(); err != nil {
-		t.Fatal(*err)
+	if err := send.wait(); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("%v: all %d batches collected", time.Since(began).Round(time.Millisecond), len(w.batches))
 	if err := poll(scale*180*time.Second, func() error {
