@@ -231,8 +231,12 @@ func (t *Limiters) insertAnd(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64
 		w.s1, w.s2 = fresh[1], fresh[2]
 		w.h1.Store(h1)
 		en.setFlags(flagLim)
-		en.unlock()
 		sh.nlim++
+		*le = LimEntry{en: en, w: w, ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		if !lock {
+			en.unlock()
+		}
+		return nil // a new entry: locked from its creation if lock is set
 	}
 	*le = LimEntry{en: en, w: &ls.w[i%slabChunk], ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
 	if lock && !le.Lock() {
