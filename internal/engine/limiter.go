@@ -111,8 +111,8 @@ func (e *Engine) Limiters() *Limiters { return &Limiters{shards: &e.shards} }
 // and Lock). Its methods are for the lock's holder.
 type LimEntry struct {
 	en    *entry
-	w     *limWords // en's words in its chunk's side table, once locked
-	ls    *limSide  // that side table
+	w     *limWords // en's words in its chunk's side table (set when resolved)
+	ls    *limSide  // that side table, which never moves while the chunk lives
 	h1    uint64
 	h2    uint32
 	order uint32
@@ -186,10 +186,11 @@ func (t *Limiters) probe(le *LimEntry, h1 uint64, h2 uint32) bool {
 			return false
 		}
 		c := (*cp)[i/slabChunk]
-		if ls := c.lim.Load(); ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
+		ls := c.lim.Load()
+		if ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
 			continue // a counter, or another limiter entry
 		}
-		*le = LimEntry{en: &c.e[i%slabChunk], h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		*le = LimEntry{en: &c.e[i%slabChunk], w: &ls.w[i%slabChunk], ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
 		if le.Lock() {
 			return true
 		}
@@ -218,25 +219,64 @@ func (t *Limiters) insertAnd(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64
 	sh := &t.shards[no]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	i, en, _, ok := sh.findLocked(id, h)
+	i, en, ls, ok := sh.findLimLocked(h1, h2)
 	if !ok {
 		if i, en, _, ok = sh.insertLocked(id, h); !ok {
 			return errShardFull
 		}
 		en.lock()
-		w := &limSideOf(en).w[i%slabChunk]
+		ls = limSideOf(en)
+		w := &ls.w[i%slabChunk]
 		en.value, en.updated, en.ver = fresh[0], math.MaxInt64, h2
 		w.s1, w.s2 = fresh[1], fresh[2]
 		w.h1.Store(h1)
 		en.setFlags(flagLim)
-		en.unlock()
 		sh.nlim++
+		*le = LimEntry{en: en, w: w, ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		if !lock {
+			en.unlock()
+		}
+		return nil // a new entry: locked from its creation if lock is set
 	}
-	*le = LimEntry{en: en, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+	*le = LimEntry{en: en, w: &ls.w[i%slabChunk], ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
 	if lock && !le.Lock() {
 		panic("engine: limiter entry changed under its shard's lock")
 	}
 	return nil
+}
+
+// findLimLocked finds the limiter entry of fingerprint (h1, h2) under the
+// shard's mutex (where no entry is created or freed, so the side table's
+// h1 and the entry's ver are stable): by the fingerprint, not the id's
+// bytes in the arena, which a limiter entry's lookup never needs to read.
+func (s *shard) findLimLocked(h1 uint64, h2 uint32) (uint32, *entry, *limSide, bool) {
+	t := s.tab.Load()
+	if t == nil {
+		return 0, nil, nil, false
+	}
+	cp := s.chunks.Load()
+	mask := uint64(len(t.slots) - 1)
+	tag := tagOf(h1)
+	for p, n := h1&mask, 0; n < len(t.slots); p, n = (p+1)&mask, n+1 {
+		v := atomic.LoadUint32(&t.slots[p])
+		if v == slotEmpty {
+			return 0, nil, nil, false
+		}
+		if v>>24 != tag || v&slotIndexMask == 0 {
+			continue
+		}
+		i := v&slotIndexMask - 1
+		c := (*cp)[i/slabChunk]
+		ls := c.lim.Load()
+		if ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
+			continue
+		}
+		en := &c.e[i%slabChunk]
+		if en.lk.Load()&flagLim != 0 && en.ver == h2 {
+			return i, en, ls, true
+		}
+	}
+	return 0, nil, nil, false
 }
 
 // limLock spins until it holds en's lock, yielding after a few tries
@@ -263,13 +303,8 @@ func (en *entry) limLock(guess uint32) {
 func (le *LimEntry) Lock() bool {
 	en := le.en
 	en.limLock(le.order&slotIndexMask%slabChunk<<idxShift | flagLim)
-	if en.lk.Load()&flagLim != 0 && en.ver == le.h2 {
-		ls := limSideOf(en)
-		w := &ls.w[le.order&slotIndexMask%slabChunk]
-		if w.h1.Load() == le.h1 {
-			le.ls, le.w = ls, w
-			return true
-		}
+	if en.lk.Load()&flagLim != 0 && en.ver == le.h2 && le.w.h1.Load() == le.h1 {
+		return true
 	}
 	en.unlock()
 	return false
