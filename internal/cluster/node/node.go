@@ -403,7 +403,7 @@ func (n *Node) setRing(nodes []string) {
 	for _, id := range s.Nodes() {
 		if id != n.self && !slices.Contains(old.Nodes(), id) {
 			n.peers.resetBackoff(id) // a (re)joined node: reconnect now (reconnect.go)
-			n.dedupe.forget(id)     // it may have restarted without what was pushed to it (marks.go)
+			n.dedupe.forget(id)      // it may have restarted without what was pushed to it (marks.go)
 		}
 	}
 	n.metrics.ringVersion.Set(float64(s.Version()))
