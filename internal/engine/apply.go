@@ -240,13 +240,20 @@ func (e *Engine) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.
 	if err := e.applyMulti(ops, res, true); err != nil {
 		return nil, err
 	}
-	e.ops.add(len(ops))
-	if e.durability(wo) == contract.Sync {
-		if err := e.waitDurable(ctx); err != nil {
-			return nil, err
-		}
+	if err := e.applied(ctx, len(ops), wo); err != nil {
+		return nil, err
 	}
 	return res, nil
+}
+
+// applied counts n ops a write applied and, when the write is sync, waits
+// until they are on disk.
+func (e *Engine) applied(ctx context.Context, n int, wo contract.WriteOptions) error {
+	e.ops.add(n)
+	if e.durability(wo) == contract.Sync {
+		return e.waitDurable(ctx)
+	}
+	return nil
 }
 
 // creates reports whether op may create its counter.

@@ -47,11 +47,8 @@ func (e *Engine) ApplyStored(ctx context.Context, ops []contract.Op, wo contract
 	if err != nil {
 		return nil, err
 	}
-	e.ops.add(len(ops))
-	if e.durability(wo) == contract.Sync {
-		if err := e.waitDurable(ctx); err != nil {
-			return nil, err
-		}
+	if err := e.applied(ctx, len(ops), wo); err != nil {
+		return nil, err
 	}
 	return res, nil
 }

@@ -53,11 +53,7 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract
 	if err != nil {
 		return err
 	}
-	e.ops.add(len(ops))
-	if e.durability(wo) == contract.Sync {
-		return e.waitDurable(ctx)
-	}
-	return nil
+	return e.applied(ctx, len(ops), wo)
 }
 
 // atomicResults recycles the results ApplyAtomic computes and drops (a

@@ -156,11 +156,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 	if err != nil {
 		return err
 	}
-	e.ops.add(len(ops))
-	if e.durability(wo) == contract.Sync {
-		return e.waitDurable(ctx)
-	}
-	return nil
+	return e.applied(ctx, len(ops), wo)
 }
 
 // take returns the marks created since the last flush. The flusher calls
