@@ -215,23 +215,36 @@ func (n *Node) applyOwned(ctx context.Context, ops []contract.Op, batch bool, wo
 	}
 	v := n.ring.Version() // under the gate when owned: the fence's version
 	for i := range res {
-		if res[i].Replayed || !res[i].Changed || isCRDT(res[i].Kind) {
+		if res[i].Replayed {
 			continue
 		}
-		floor := epochFloor(n.fence.epoch(v, ops[i].ID))
-		if res[i].Version >= floor {
-			continue
-		}
-		if _, _, err := n.store.RaiseVersion(ops[i].ID, floor); err != nil {
+		if err := n.liftToEpoch(v, ops[i].ID, &res[i]); err != nil {
 			return nil, err
 		}
-		// This write's version, raised as RaiseVersion raises the id's
-		// (or, deleted, its tombstone's): the id's version now may
-		// already count writes that came after this one, and two
-		// concurrent first writes of an epoch would report it both.
-		res[i].Version = floor | res[i].Version&(1<<epochBits-1)
 	}
 	return res, nil
+}
+
+// liftToEpoch raises the version of a write r of id that is not
+// CRDT-local to this node's epoch of id (the fence of ring version v), so
+// that it beats every state of a previous owner.
+func (n *Node) liftToEpoch(v uint64, id string, r *contract.Result) error {
+	if !r.Changed || isCRDT(r.Kind) {
+		return nil
+	}
+	floor := epochFloor(n.fence.epoch(v, id))
+	if r.Version >= floor {
+		return nil
+	}
+	if _, _, err := n.store.RaiseVersion(id, floor); err != nil {
+		return err
+	}
+	// This write's version, raised as RaiseVersion raises the id's (or,
+	// deleted, its tombstone's): the id's version now may already count
+	// writes that came after this one, and two concurrent first writes of
+	// an epoch would report it both.
+	r.Version = floor | r.Version&(1<<epochBits-1)
+	return nil
 }
 
 func (n *Node) applyStore(ctx context.Context, ops []contract.Op, batch bool, wo contract.WriteOptions) ([]contract.Result, error) {

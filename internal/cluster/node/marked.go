@@ -195,12 +195,8 @@ func (n *Node) applyMarkedLocal(ctx context.Context, ops []contract.MarkedOp, tt
 		plain[i] = ops[i].Op
 	}
 	ids := opIDs(plain)
-	owned := make(map[string]bool, len(ids)) // checkMajority: none is CRDT-local
-	for _, id := range ids {
-		owned[id] = false
-	}
 	for {
-		seen, applied, res, err := n.applyMarkedOnce(ctx, ops, plain, ids, owned, ttl)
+		seen, applied, res, err := n.applyMarkedOnce(ctx, ops, plain, ids, ttl)
 		if errors.Is(err, errMarkSettling) {
 			select {
 			case <-ctx.Done():
@@ -227,17 +223,20 @@ func (n *Node) applyMarkedLocal(ctx context.Context, ops []contract.MarkedOp, tt
 
 // applyMarkedOnce is one attempt of applyMarkedLocal as the owner: it
 // returns the seen marks, and the ops it applied with their results.
-func (n *Node) applyMarkedOnce(ctx context.Context, ops []contract.MarkedOp, plain []contract.Op, ids []string, owned map[string]bool, ttl time.Duration) (seen [][]string, applied []contract.Op, res []contract.Result, err error) {
-	if err := n.checkMajority(owned); err != nil {
-		return nil, nil, nil, err
+//
+// A marked op is never CRDT-local (it needs its owner's marks), so in a
+// minority it is refused like any owned write (checkMajority).
+func (n *Node) applyMarkedOnce(ctx context.Context, ops []contract.MarkedOp, plain []contract.Op, ids []string, ttl time.Duration) (seen [][]string, applied []contract.Op, res []contract.Result, err error) {
+	if n.minority.Load() {
+		return nil, nil, nil, errMinority
 	}
 	err = n.quotaApply(ctx, plain, func(check, done func() error) error {
 		return n.ownerDo(ctx, ids, nil, func() error {
 			if !n.inboundDone(n.ring.Snapshot()) {
 				return errMarkSettling
 			}
-			if err := n.checkMajority(owned); err != nil {
-				return err
+			if n.minority.Load() {
+				return errMinority
 			}
 			if check != nil {
 				if err := check(); err != nil {
@@ -310,13 +309,8 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 		for j := range res {
 			// Lift the version to this node's epoch, as applyOwned does,
 			// inside the flush that writes the effect.
-			if res[j].Changed && !isCRDT(res[j].Kind) {
-				if floor := epochFloor(n.fence.epoch(v, applied[j].ID)); res[j].Version < floor {
-					if _, _, err := n.store.RaiseVersion(applied[j].ID, floor); err != nil {
-						return nil, err
-					}
-					res[j].Version = floor | res[j].Version&(1<<epochBits-1)
-				}
+			if err := n.liftToEpoch(v, applied[j].ID, &res[j]); err != nil {
+				return nil, err
 			}
 			marks := ops[which[j]].Marks
 			if len(marks) == 0 {

@@ -80,8 +80,7 @@ func encodeRequest(req any) (in, out proto.Message, err error) {
 	case *globalRequest:
 		return pbGlobalRequest(r), new(pb.GlobalLimitsResponse), nil
 	case *markedRequest:
-		p, err := pbMarkedRequest(r)
-		return p, new(pb.ApplyMarkedResponse), err
+		return pbMarkedRequest(r), new(pb.ApplyMarkedResponse), nil
 	}
 	return nil, nil, fmt.Errorf("cluster: no peer message for %T", req)
 }
@@ -869,11 +868,11 @@ func (d *decoder) markGroup(p *pb.MarkGroup) markGroup {
 	return markGroup{ID: p.GetId(), Key: p.GetKey(), Wrote: orNil(p.GetWrote()), Expires: p.GetExpiresUnixNs(), Events: stringList(p.GetEvents())}
 }
 
-func pbMarkedRequest(r *markedRequest) (*pb.ApplyMarkedRequest, error) {
+func pbMarkedRequest(r *markedRequest) *pb.ApplyMarkedRequest {
 	return &pb.ApplyMarkedRequest{Header: pbHeader(&r.header), Durability: pb.Durability(r.Durability), TtlNs: int64(r.TTL),
 		Ops: encodeEach(r.Ops, func(o *contract.MarkedOp) *pb.MarkedOp {
 			return &pb.MarkedOp{Op: pbOp(&o.Op), Marks: bytesList(o.Marks)}
-		})}, nil
+		})}
 }
 
 func (d *decoder) markedRequest(p *pb.ApplyMarkedRequest) markedRequest {
