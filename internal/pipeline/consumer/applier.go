@@ -689,10 +689,7 @@ func ProgressID(source string, partition int32) string {
 // returns how many events it consumed (applied, duplicate or dead) and
 // whether it applied a batch.
 func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, c *chunk, evs []pending, dead [][]stream.DeadLetter) (int, bool, error) {
-	maxItems := a.opLim.MaxItems
-	if maxItems <= 0 {
-		maxItems = contract.MaxItems
-	}
+	maxItems := a.maxItems()
 	for attempt := 0; ; attempt++ {
 		c.reset(a.marks != nil)
 		n := 0
@@ -720,11 +717,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 		if a.marks != nil {
 			// The engine's dedupe marks: created with the batch, which
 			// fails if one exists.
-			ttl := rs.Dedupe
-			if ttl <= 0 {
-				ttl = contract.MaxTTL // a Set not from Load: a marker counter without a TTL stayed
-			}
-			err = a.marks.ApplyMarked(ctx, c.ops, c.marks, ttl, contract.WriteOptions{Durability: contract.Async})
+			err = a.marks.ApplyMarked(ctx, c.ops, c.marks, dedupeTTL(rs), contract.WriteOptions{Durability: contract.Async})
 		} else if a.atomic != nil {
 			// The markers make a retry safe without an idempotency record.
 			err = a.atomic.ApplyAtomic(ctx, c.ops, contract.WriteOptions{Durability: contract.Async})
@@ -743,13 +736,7 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 			for _, p := range c.events {
 				newest = max(newest, p.ts)
 			}
-			for {
-				cur := a.newest.Load()
-				if newest <= cur || a.newest.CompareAndSwap(cur, newest) {
-					break
-				}
-			}
-			a.m.Watermark.Set(float64(a.newest.Load()) / 1000)
+			a.advanceNewest(newest)
 			return n, true, nil
 		}
 		var be *contract.BatchError
@@ -813,4 +800,35 @@ func (a *Applier) Events(ctx context.Context, seq int64, encoded [][]byte) ([]st
 		recs[i] = stream.Record{Partition: 0, Offset: seq + int64(i), Value: b}
 	}
 	return a.Apply(ctx, "http", recs)
+}
+
+// maxItems is the most items an op may carry (the backend's limit, else
+// the contract's).
+func (a *Applier) maxItems() int {
+	if a.opLim.MaxItems > 0 {
+		return a.opLim.MaxItems
+	}
+	return contract.MaxItems
+}
+
+// dedupeTTL is how long the marks of rs's events live: its dedupe TTL, or
+// the longest TTL for a Set not from Load (a marker counter without a
+// TTL stayed).
+func dedupeTTL(rs *rules.Set) time.Duration {
+	if rs.Dedupe > 0 {
+		return rs.Dedupe
+	}
+	return contract.MaxTTL
+}
+
+// advanceNewest moves the watermark (the newest event time applied, Unix
+// ms) up to newest and publishes it.
+func (a *Applier) advanceNewest(newest int64) {
+	for {
+		cur := a.newest.Load()
+		if newest <= cur || a.newest.CompareAndSwap(cur, newest) {
+			break
+		}
+	}
+	a.m.Watermark.Set(float64(a.newest.Load()) / 1000)
 }

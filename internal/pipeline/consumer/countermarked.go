@@ -73,14 +73,7 @@ func (a *Applier) applyCounterMarked(ctx context.Context, rs *rules.Set, evs []p
 	if len(evs) == 0 {
 		return false, nil
 	}
-	maxItems := a.opLim.MaxItems
-	if maxItems <= 0 {
-		maxItems = contract.MaxItems
-	}
-	ttl := rs.Dedupe
-	if ttl <= 0 {
-		ttl = contract.MaxTTL
-	}
+	maxItems, ttl := a.maxItems(), dedupeTTL(rs)
 	// The contributions, event after event, and each event's marks.
 	var cs []contrib
 	for k := range evs {
@@ -175,13 +168,7 @@ func (a *Applier) applyCounterMarked(ctx context.Context, rs *rules.Set, evs []p
 	a.m.Events.WithLabelValues("duplicate").Add(float64(nDup))
 	a.m.Events.WithLabelValues("applied").Add(float64(nApplied))
 	a.m.Batches.Inc()
-	for {
-		cur := a.newest.Load()
-		if newest <= cur || a.newest.CompareAndSwap(cur, newest) {
-			break
-		}
-	}
-	a.m.Watermark.Set(float64(a.newest.Load()) / 1000)
+	a.advanceNewest(newest)
 	return applied, nil
 }
 
