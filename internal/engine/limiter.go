@@ -146,7 +146,7 @@ func (t *Limiters) ResolveLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]
 		le.Unlock()
 		return nil
 	}
-	return t.insert(le, h1, h2, fresh)
+	return t.insert(le, h1, h2, fresh, false)
 }
 
 // LockLimiter is ResolveLimiter and Lock, until the lock holds.
@@ -154,7 +154,7 @@ func (t *Limiters) LockLimiter(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int
 	if t.probe(le, h1, h2) {
 		return nil
 	}
-	return t.insertLocking(le, h1, h2, fresh)
+	return t.insert(le, h1, h2, fresh, true)
 }
 
 // probe looks the fingerprint up without the shard's lock and sets le to
@@ -190,7 +190,7 @@ func (t *Limiters) probe(le *LimEntry, h1 uint64, h2 uint32) bool {
 		if ls == nil || ls.w[i%slabChunk].h1.Load() != h1 {
 			continue // a counter, or another limiter entry
 		}
-		*le = LimEntry{en: &c.e[i%slabChunk], w: &ls.w[i%slabChunk], ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		*le = limEntry(&c.e[i%slabChunk], &ls.w[i%slabChunk], ls, h1, h2, no, i)
 		if le.Lock() {
 			return true
 		}
@@ -199,19 +199,10 @@ func (t *Limiters) probe(le *LimEntry, h1 uint64, h2 uint32) bool {
 }
 
 // insert finds the fingerprint's entry under the shard's lock, creating
-// it, and sets le to it, unlocked.
-func (t *Limiters) insert(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
-	return t.insertAnd(le, h1, h2, fresh, false)
-}
-
-// insertLocking is insert that returns the entry locked: it locks it
+// it, and sets le to it, unlocked, or with lock set, locked: it locks it
 // under the shard's lock (shard.mu, then the entry: the documented order),
 // where it cannot be freed, so it needs no second look.
-func (t *Limiters) insertLocking(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64) error {
-	return t.insertAnd(le, h1, h2, fresh, true)
-}
-
-func (t *Limiters) insertAnd(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64, lock bool) error {
+func (t *Limiters) insert(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64, lock bool) error {
 	var b [limIDLen]byte
 	id := limID(&b, h1, h2)
 	h := h1 // hashIDBytes of id
@@ -232,13 +223,13 @@ func (t *Limiters) insertAnd(le *LimEntry, h1 uint64, h2 uint32, fresh *[3]int64
 		w.h1.Store(h1)
 		en.setFlags(flagLim)
 		sh.nlim++
-		*le = LimEntry{en: en, w: w, ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+		*le = limEntry(en, w, ls, h1, h2, no, i)
 		if !lock {
 			en.unlock()
 		}
 		return nil // a new entry: locked from its creation if lock is set
 	}
-	*le = LimEntry{en: en, w: &ls.w[i%slabChunk], ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
+	*le = limEntry(en, &ls.w[i%slabChunk], ls, h1, h2, no, i)
 	if lock && !le.Lock() {
 		panic("engine: limiter entry changed under its shard's lock")
 	}
@@ -445,11 +436,17 @@ func (t *Limiters) RangeLimiters(changed bool, fn func(le *LimEntry)) {
 			if en.lk.Load()&want == want { // only the holder changes flags
 				ls := limSideOf(en)
 				w := &ls.w[i%slabChunk]
-				le := LimEntry{en: en, w: w, ls: ls, h1: w.h1.Load(), h2: en.ver, order: uint32(no)<<24 | uint32(i)}
+				le := limEntry(en, w, ls, w.h1.Load(), en.ver, no, uint32(i))
 				fn(&le)
 			}
 			en.unlock()
 		}
 		sh.mu.Unlock()
 	}
+}
+
+// limEntry is the LimEntry of entry en (index i in shard no) with its
+// side words w in ls and fingerprint (h1, h2).
+func limEntry(en *entry, w *limWords, ls *limSide, h1 uint64, h2 uint32, no int, i uint32) LimEntry {
+	return LimEntry{en: en, w: w, ls: ls, h1: h1, h2: h2, order: uint32(no)<<24 | i}
 }

@@ -37,13 +37,19 @@ func logOf(le *engine.LimEntry) *hitLog {
 	return nil
 }
 
-// newLog returns the locked entry's hitLog, creating it.
-func newLog(le *engine.LimEntry) *hitLog {
+// auxFor returns the locked entry's aux, creating it.
+func auxFor(le *engine.LimEntry) *aux {
 	a := auxOf(le)
 	if a == nil {
 		a = new(aux)
 		le.SetAux(unsafe.Pointer(a))
 	}
+	return a
+}
+
+// newLog returns the locked entry's hitLog, creating it.
+func newLog(le *engine.LimEntry) *hitLog {
+	a := auxFor(le)
 	if a.log == nil {
 		a.log = new(hitLog)
 	}
@@ -57,11 +63,7 @@ func (l *Limiter) remember(le *engine.LimEntry, key string, lim *Limit) {
 	if !l.keep {
 		return
 	}
-	a := auxOf(le)
-	if a == nil {
-		a = new(aux)
-		le.SetAux(unsafe.Pointer(a))
-	}
+	a := auxFor(le)
 	if a.kr.key == "" {
 		a.kr = keyRef{key: strings.Clone(key), lim: *lim}
 	}
