@@ -767,16 +767,22 @@ func (a *Applier) applyChunk(ctx context.Context, source string, rs *rules.Set, 
 				a.m.Events.WithLabelValues("duplicate").Inc() // a copy applied concurrently
 				continue
 			}
-			if errors.Is(be.Err, engine.ErrTooLate) {
-				a.late.Add(1)
-				a.m.EventTime.WithLabelValues(ReasonTooLate).Inc()
-			}
-			dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: applyReason(p, hit, op, be.Err)})
+			a.deadApply(dead, p, hit, op, be.Err)
 		}
 		if attempt > len(evs)+1 {
 			panic("consumer: a batch kept failing after every event it named was dropped")
 		}
 	}
+}
+
+// deadApply dead-letters event p whose hit-th op failed to apply with
+// err (applyReason), counting a too_late one.
+func (a *Applier) deadApply(dead [][]stream.DeadLetter, p *pending, hit int, op *contract.Op, err error) {
+	if errors.Is(err, engine.ErrTooLate) {
+		a.late.Add(1)
+		a.m.EventTime.WithLabelValues(ReasonTooLate).Inc()
+	}
+	dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: applyReason(p, hit, op, err)})
 }
 
 // applyReason is the dead-letter reason of event p whose hit-th op (its

@@ -11,7 +11,6 @@ import (
 	"strings"
 
 	"github.com/counterd/counterd/internal/contract"
-	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 )
@@ -235,9 +234,5 @@ func (a *Applier) failedMarked(evs []pending, cs []contrib, o *cmOp, err error, 
 	}
 	p := &evs[ev]
 	deadEv[ev] = true
-	if errors.Is(err, engine.ErrTooLate) {
-		a.late.Add(1)
-		a.m.EventTime.WithLabelValues(ReasonTooLate).Inc()
-	}
-	dead[p.g] = append(dead[p.g], stream.DeadLetter{Record: *p.rec, Reason: applyReason(p, int(cs[o.contrib[0]].hit), &o.op, err)})
+	a.deadApply(dead, p, int(cs[o.contrib[0]].hit), &o.op, err)
 }
