@@ -89,6 +89,18 @@ func (s *trackedStore) FlushAll(ctx context.Context, wo contract.WriteOptions) e
 	return s.tracked.FlushAll(ctx, wo)
 }
 
+// ApplyStored records the owner's ops that store records with their
+// effects (the pipeline's marked writes) as Apply does.
+func (s *trackedStore) ApplyStored(ctx context.Context, ops []contract.Op, wo contract.WriteOptions, then func([]contract.Result) ([]engine.StoredRecord, error)) ([]contract.Result, error) {
+	res, err := s.Store.ApplyStored(ctx, ops, wo, then)
+	if err == nil {
+		for i := range res {
+			s.ch.Note(&ops[i], &res[i])
+		}
+	}
+	return res, err
+}
+
 func (s *trackedStore) Merge(ctx context.Context, states []engine.State, wo contract.WriteOptions) (int, error) {
 	n, err := s.Store.Merge(ctx, states, wo)
 	if n > 0 {
