@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -29,7 +30,10 @@ type JetStreamConfig struct {
 	// restart for dead letters to be published once.
 	Duplicates time.Duration
 	// AckWait is how long a message fetched by a consumer that died waits
-	// before it is delivered again (default 30s).
+	// before it is delivered again (default 30s). A live consumer tells the
+	// server it is still working on the messages it holds every AckWait/3,
+	// so a batch that takes longer to apply (an overloaded node, an owner
+	// being handed off) is not delivered to another node meanwhile.
 	AckWait time.Duration
 }
 
@@ -71,6 +75,12 @@ type JetStream struct {
 	cons jetstream.Consumer
 	name string
 	idle time.Duration // current empty-poll backoff
+
+	// held are the messages polled and not yet acknowledged, by stream
+	// sequence; keepHeld marks them in progress until Close (stop).
+	mu   sync.Mutex
+	held map[uint64]jetstream.Msg
+	stop chan struct{}
 }
 
 // maxAsyncPending bounds unacknowledged asynchronous publishes.
@@ -91,7 +101,7 @@ func OpenJetStream(ctx context.Context, cfg JetStreamConfig) (*JetStream, error)
 		nc.Close()
 		return nil, fmt.Errorf("stream: nats: %w", err)
 	}
-	s := &JetStream{cfg: cfg, nc: nc, js: js, name: "nats:" + cfg.Stream}
+	s := &JetStream{cfg: cfg, nc: nc, js: js, name: "nats:" + cfg.Stream, held: map[uint64]jetstream.Msg{}, stop: make(chan struct{})}
 	if _, err := js.Stream(ctx, cfg.Stream); errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err = js.CreateStream(ctx, jetstream.StreamConfig{Name: cfg.Stream,
 			Subjects: []string{cfg.Subject, cfg.DeadSubject}, Duplicates: cfg.Duplicates, Storage: jetstream.FileStorage})
@@ -146,8 +156,34 @@ func (s *JetStream) Consume(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: nats: consumer %s: %v", ErrUnavailable, s.cfg.Consumer, err)
 	}
+	if s.cons == nil {
+		go s.keepHeld(max(s.cfg.AckWait/3, time.Millisecond))
+	}
 	s.cons = c
 	return nil
+}
+
+// keepHeld tells the server every period that the messages this
+// consumer holds are in progress, which restarts their ack wait.
+func (s *JetStream) keepHeld(period time.Duration) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		msgs := make([]jetstream.Msg, 0, len(s.held))
+		for _, m := range s.held {
+			msgs = append(msgs, m)
+		}
+		s.mu.Unlock()
+		for _, m := range msgs {
+			_ = m.InProgress() // a lost one only means a redelivery, which the consumer skips
+		}
+	}
 }
 
 // Name is "nats:" + the stream name.
@@ -177,10 +213,21 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 			if err != nil {
 				continue
 			}
+			seq := md.Sequence.Stream
+			if event.Framed(m.Data()) > 0 { // acknowledged with its first record
+				s.mu.Lock()
+				s.held[seq] = m
+				s.mu.Unlock()
+			}
 			event.EachFramed(m.Data(), func(i int, ev []byte) {
-				r := Record{Offset: int64(md.Sequence.Stream), Index: int32(i), Value: ev}
+				r := Record{Offset: int64(seq), Index: int32(i), Value: ev}
 				if i == 0 {
-					r.ack = func() { _ = m.Ack() }
+					r.ack = func() {
+						_ = m.Ack()
+						s.mu.Lock()
+						delete(s.held, seq)
+						s.mu.Unlock()
+					}
 				}
 				g = append(g, r)
 			})
@@ -276,6 +323,13 @@ func (s *JetStream) Ping(ctx context.Context) error {
 
 // Close drains nothing and disconnects.
 func (s *JetStream) Close() error {
+	s.mu.Lock()
+	select {
+	case <-s.stop:
+	default:
+		close(s.stop)
+	}
+	s.mu.Unlock()
 	s.nc.Close()
 	return nil
 }

@@ -169,3 +169,45 @@ func shortCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// TestJetStreamHeldPastAckWait: messages a live consumer holds past the
+// ack wait (a slow apply) are not delivered again meanwhile: the consumer
+// marks them in progress. Once acknowledged, they are gone. A real NATS
+// server.
+func TestJetStreamHeldPastAckWait(t *testing.T) {
+	url := natstest.New(t)
+	name := natstest.Name("H")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cfg := JetStreamConfig{URL: url, Stream: name, Subject: name + ".ev", DeadSubject: name + ".dead", Consumer: name, AckWait: 1500 * time.Millisecond}
+	js, err := OpenJetStream(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer js.Close()
+	e := event.Event{ID: "a", Type: "t", TS: 1}
+	if err := js.Append(ctx, event.Frame([][]byte{event.Encode(&e)}, MaxMessageBytes)); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Consume(ctx); err != nil {
+		t.Fatal(err)
+	}
+	groups, err := js.Poll(ctx)
+	if err != nil || len(groups) != 1 || len(groups[0]) != 1 {
+		t.Fatalf("polled %v, %v; want one event", groups, err)
+	}
+	time.Sleep(3 * cfg.AckWait) // the apply takes longer than the ack wait
+	if g, err := js.Poll(shortCtx(t)); err == nil && len(g) > 0 {
+		t.Fatalf("a message held past the ack wait was delivered again: %v", g)
+	}
+	if err := js.Commit(ctx, groups); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * cfg.AckWait)
+	if g, err := js.Poll(shortCtx(t)); err == nil && len(g) > 0 {
+		t.Fatalf("an acknowledged message was delivered again: %v", g)
+	}
+	if lag := js.Lag(ctx); lag[0] != 0 {
+		t.Fatalf("lag %v", lag)
+	}
+}
