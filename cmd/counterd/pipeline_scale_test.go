@@ -14,7 +14,9 @@ package main
 // 250 ms, count every event applied or found a duplicate and the views
 // hold every impression), the nodes' CPU (utime + stime from /proc) per
 // event in total and per node, the bare consumer's, and the total as a
-// multiple of the bare consumer's. A node's CPU includes what the cluster
+// multiple of the bare consumer's, and the ring changes the nodes logged
+// during the run (0 in a steady state; more when a node loaded beyond
+// its gossip timeouts was suspected dead and came back). A node's CPU includes what the cluster
 // adds: routing each coalesced op to its counter's owner (ApplyMarked),
 // the owner's dedupe marks, and the replication of every written counter
 // to a write quorum of its replicas.
@@ -153,6 +155,16 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 			waits = append(waits, nodeProfile(b, nd, fmt.Sprintf("cluster%d-%s", size, nd.id), profile))
 		}
 	}
+	// Ring changes during the run (a node suspected dead under load and
+	// back) mean handoffs and waits the steady state does not have.
+	ringChanges := func() int {
+		k := 0
+		for _, nd := range c.nodes {
+			k += strings.Count(nd.logs.tail(1<<30), `msg="cluster ring changed"`)
+		}
+		return k
+	}
+	rings0 := ringChanges()
 	cpu0, began := cpu(), time.Now()
 	prod, err := stream.OpenJetStream(ctx, scfg)
 	if err != nil {
@@ -199,6 +211,7 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 		time.Sleep(250 * time.Millisecond)
 	}
 	el, cpu1 := time.Since(began), cpu()
+	rings := ringChanges() - rings0
 	for _, w := range waits {
 		w()
 	}
@@ -227,6 +240,7 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 	b.ReportMetric(float64(n)/bareEl.Seconds(), "bare-events/s")
 	b.ReportMetric(us(bareCPU), "bare-cpu-us/event")
 	b.ReportMetric(float64(total)/float64(bareCPU), "cpu-x-bare")
+	b.ReportMetric(float64(rings), "ring-changes")
 }
 
 var handledRE = regexp.MustCompile(`(?m)^counterd_pipeline_events_total\{result="(?:applied|duplicate)"\} (\S+)$`)
