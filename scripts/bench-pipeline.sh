@@ -34,7 +34,9 @@
 # 100) thousand events with the same four rules, each op sent to its
 # counter's owner with its dedupe marks (ApplyMarked); printed: events/s,
 # the nodes' CPU µs per event in total and per node, a bare consumer's on
-# the same stream in the same run, and their medians over the runs.
+# the same stream in the same run, the ring changes during the run (not 0:
+# a node was suspected dead under load, not the steady state), and the
+# medians over the runs.
 # COUNTERD_BIN names the counterd binary (default: built from this tree),
 # so a base binary can be measured alternately with a new one.
 #
@@ -80,8 +82,8 @@ awk 'function median(a, n,   i, j, t) { for (i = 2; i <= n; i++) for (j = i; j >
      /^BenchmarkClusterConsumeCost\/nodes=.*events\/s/ { name = $1; sub(/-[0-9]+$/, "", name); sub(/.*nodes=/, "", name)
        delete v; for (i=3; i<NF; i++) v[$(i+1)] = $i
        per = ""; for (k = 1; ("n" k "-cpu-us/event") in v; k++) per = per sprintf(" n%d %s", k, v["n" k "-cpu-us/event"])
-       printf "cluster of %s: %s events/s, %s CPU us/event in all (per node:%s); bare consumer %s CPU us/event; ratio %sx\n",
-         name, v["events/s"], v["cpu-us/event"], per, v["bare-cpu-us/event"], v["cpu-x-bare"]
+       printf "cluster of %s: %s events/s, %s CPU us/event in all (per node:%s); bare consumer %s CPU us/event; ratio %sx; ring changes %s\n",
+         name, v["events/s"], v["cpu-us/event"], per, v["bare-cpu-us/event"], v["cpu-x-bare"], v["ring-changes"]
        c[name]++; k = c[name]; es[name, k] = v["events/s"]; cpu[name, k] = v["cpu-us/event"]; bcpu[name, k] = v["bare-cpu-us/event"] }
      END { for (name in c) { n = c[name]; if (n < 2) continue
              for (k = 1; k <= n; k++) { a1[k] = es[name, k]; a2[k] = cpu[name, k]; a3[k] = bcpu[name, k] }
