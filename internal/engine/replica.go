@@ -87,6 +87,27 @@ func (e *Engine) Export(id string) (s State, ok bool, err error) {
 	return s, err == nil, err
 }
 
+// VersionOf returns the version and kind of id's live state (ok false
+// when there is none): what Export would report, without encoding the
+// state's data (an owner checks a marked op's marks against it).
+func (e *Engine) VersionOf(id string) (version uint64, kind contract.Kind, ok bool, err error) {
+	if err := e.checkOpen(); err != nil {
+		return 0, contract.KindNone, false, err
+	}
+	if err := contract.ValidateID(id); err != nil {
+		return 0, contract.KindNone, false, err
+	}
+	r, ok, err := e.acquire(id, false)
+	if !ok || err != nil {
+		return 0, contract.KindNone, false, err
+	}
+	defer r.e.unlock()
+	if !e.liveLocked(&r, e.nowNano()) {
+		return 0, contract.KindNone, false, nil
+	}
+	return r.e.version(), r.e.kind(), true, nil
+}
+
 // exportLocked returns the state of the live entry en. Caller holds its lock.
 func exportLocked(id string, en *entry) (State, error) {
 	st := storedOf(en)

@@ -489,3 +489,35 @@ func TestIdemRecords(t *testing.T) {
 		t.Fatalf("records since %d: %+v", since, got)
 	}
 }
+
+// VersionOf reports what Export does (version and kind) for every kind,
+// nothing for a missing or expired counter.
+func TestVersionOfMatchesExport(t *testing.T) {
+	clk := newClock()
+	e := openNode(t, "a", t.TempDir(), clk)
+	ops := []contract.Op{
+		{Type: contract.OpSet, ID: "c", Value: 41, TTL: time.Hour},
+		{Type: contract.OpAdd, ID: "c", Delta: 1},
+		{Type: contract.OpAdd, ID: "p", Kind: contract.KindPN, Delta: 7},
+		{Type: contract.OpPFAdd, ID: "u", Items: [][]byte{[]byte("x"), []byte("y")}},
+		{Type: contract.OpAdd, ID: "w", Kind: contract.KindWindow, Delta: 9},
+		{Type: contract.OpHAdd, ID: "h", Fields: []counter.FieldDelta{{Name: "f", Delta: 2}}},
+	}
+	for _, op := range ops {
+		mustApply(t, e, op)
+	}
+	for _, id := range []string{"c", "p", "u", "w", "h"} {
+		s := mustExport(t, e, id)
+		v, kind, ok, err := e.VersionOf(id)
+		if err != nil || !ok || v != s.Version || kind != s.Kind || v == 0 {
+			t.Fatalf("VersionOf(%q) = %d %v %v %v, Export: version %d kind %v", id, v, kind, ok, err, s.Version, s.Kind)
+		}
+	}
+	if _, _, ok, err := e.VersionOf("missing"); ok || err != nil {
+		t.Fatalf("VersionOf of a missing counter: %v %v", ok, err)
+	}
+	clk.Advance(2 * time.Hour) // c's TTL passed
+	if _, _, ok, err := e.VersionOf("c"); ok || err != nil {
+		t.Fatalf("VersionOf of an expired counter: %v %v", ok, err)
+	}
+}

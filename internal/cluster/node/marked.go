@@ -273,14 +273,16 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 	var which []int
 	for i := range ops {
 		id := ops[i].Op.ID
-		st, ok, err := n.store.Export(id)
+		// The version and kind only: Export would encode the state.
+		version, kind, ok, err := n.store.VersionOf(id)
 		if err != nil {
 			return nil, nil, nil, err
 		}
-		var version uint64
 		crdt := false
-		if ok && !st.Deleted {
-			version, crdt = st.Version, isCRDT(st.Kind)
+		if ok {
+			crdt = isCRDT(kind)
+		} else {
+			version = 0
 		}
 		s := n.dedupe.seen(id, ops[i].Marks, version, crdt, now)
 		for _, m := range ops[i].Marks {

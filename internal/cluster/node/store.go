@@ -15,6 +15,9 @@ type Store interface {
 	// Export returns the replicable state of id (ok false when this node has
 	// never held it).
 	Export(id string) (s State, ok bool, err error)
+	// VersionOf returns the version and kind Export would report, without
+	// the state's data (ok false when this node holds no live state).
+	VersionOf(id string) (version uint64, kind contract.Kind, ok bool, err error)
 	// ExportAll calls fn for every state held locally.
 	ExportAll(ctx context.Context, fn func(State) error) error
 	// Merge joins states into the local ones (per-slot max for pn/sharded,

@@ -22,6 +22,10 @@ type engineStore struct {
 
 func (s engineStore) Export(id string) (State, bool, error) { return s.e.Export(id) }
 
+func (s engineStore) VersionOf(id string) (uint64, contract.Kind, bool, error) {
+	return s.e.VersionOf(id)
+}
+
 func (s engineStore) ExportAll(ctx context.Context, fn func(State) error) error {
 	return s.e.ExportAll(ctx, fn)
 }
