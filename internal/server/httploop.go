@@ -33,6 +33,7 @@ func (n *node) loopOptions(loops int, h http.Handler, hs *http.Server, adm *admi
 		MaxBody:           min(cfg.MaxBodyBytes, httpLoopMaxBody),
 		IdleTimeout:       cfg.HTTPIdleTimeout,
 		ReadHeaderTimeout: cfg.HTTPReadHeaderTimeout,
+		ReadBodyTimeout:   cfg.HTTPReadBodyTimeout,
 		WriteTimeout:      cfg.HTTPWriteTimeout,
 		TCPConn:           loopTCPConn,
 	}

@@ -198,6 +198,7 @@ type conn struct {
 	r, w     int   // unparsed input is in[r:w]
 	lastRead int64 // nanotime
 	startAt  int64 // nanotime the unparsed input started arriving
+	bodyAt   int64 // nanotime the head of a request whose body is still to come was parsed; 0: none
 	rxAt     int64 // Unix ns the last read's bytes were received
 
 	out        []byte
@@ -235,7 +236,7 @@ func (l *loop) run() {
 	defer close(l.done)
 	o := &l.f.opts
 	var sweep time.Duration
-	if t := min(nonZero(o.IdleTimeout), nonZero(o.ReadHeaderTimeout), nonZero(o.WriteTimeout)); t > 0 && t < time.Duration(1<<62) {
+	if t := min(nonZero(o.IdleTimeout), nonZero(o.ReadHeaderTimeout), nonZero(o.ReadBodyTimeout), nonZero(o.WriteTimeout)); t > 0 && t < time.Duration(1<<62) {
 		sweep = min(max(t/8, 10*time.Millisecond), time.Second)
 	}
 	l.now = evloop.Nanotime()
@@ -389,6 +390,8 @@ func (l *loop) sweepIdle() {
 			}
 		case c.r == c.w && o.IdleTimeout > 0 && time.Duration(l.now-c.lastRead) >= o.IdleTimeout:
 			l.closeConn(c)
+		case c.r < c.w && c.bodyAt != 0 && o.ReadBodyTimeout > 0 && time.Duration(l.now-c.bodyAt) >= o.ReadBodyTimeout:
+			l.closeConn(c) // its body trickles (as net/http's body deadline)
 		case c.r < c.w && o.ReadHeaderTimeout > 0 && time.Duration(l.now-c.startAt) >= o.ReadHeaderTimeout:
 			l.closeConn(c)
 		}
@@ -510,10 +513,15 @@ func (l *loop) process(c *conn) bool {
 	h := &l.h
 	served := 0
 	for c.r < c.w && !c.closeAfter {
+		h.headLen = 0 // parse sets it once the head is whole
 		st := parse(c.in[c.r:c.w], o.MaxBody, h)
 		if st == needMore {
+			if h.headLen > 0 && c.bodyAt == 0 {
+				c.bodyAt = l.now // the head is whole, the body is to come
+			}
 			break
 		}
+		c.bodyAt = 0
 		if st == handOver || !o.Serves(h.method, h.path) || mayWait(h) {
 			l.shares.Charge(c.share, served)
 			l.f.served.Add(int64(served))

@@ -478,3 +478,50 @@ func TestShedAndPace(t *testing.T) {
 		t.Fatalf("%d shed, want 2", tf.front.Shed())
 	}
 }
+
+// TestReadBodyTimeout: a connection that sends a whole head and then
+// trickles its body is closed once ReadBodyTimeout has passed since its
+// head (the HTTP server's body deadline), long before ReadHeaderTimeout;
+// a request whose body comes whole is served, and the connection's next
+// request is not cut by the earlier body's wait.
+func TestReadBodyTimeout(t *testing.T) {
+	tf := startFront(t, 1, func(o *Options) {
+		o.ReadHeaderTimeout = time.Minute
+		o.ReadBodyTimeout = time.Second
+	})
+	c, err := net.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "POST /counters/echo/increment HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+	c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	if n, err := c.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("trickling body: read %d, %v; want the connection closed (EOF)", n, err)
+	}
+	// A body that takes a while but less than the timeout in two parts,
+	// twice on one connection: both served.
+	c2, err := net.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	c2.SetDeadline(time.Now().Add(20 * time.Second))
+	br := bufio.NewReader(c2)
+	for i := 0; i < 2; i++ {
+		io.WriteString(c2, "POST /counters/echo/increment HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{")
+		time.Sleep(600 * time.Millisecond)
+		io.WriteString(c2, "}")
+		r, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatalf("request %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(r.Body)
+		if r.StatusCode != 200 || !bytes.Contains(b, []byte(`"body":"{}"`)) {
+			t.Fatalf("request %d: %d %s", i, r.StatusCode, b)
+		}
+	}
+	if tf.front.Served() != 2 {
+		t.Fatalf("loop answered %d, want 2", tf.front.Served())
+	}
+}

@@ -31,6 +31,11 @@ type Options struct {
 	// IdleTimeout closes a connection without a request for that long;
 	// ReadHeaderTimeout one whose request has not arrived whole by then.
 	IdleTimeout, ReadHeaderTimeout time.Duration
+	// ReadBodyTimeout closes a connection whose request's head has
+	// arrived but whose body has not arrived whole that long after
+	// (--http-read-body-timeout: a client trickling its body is cut as
+	// the HTTP server cuts it). 0: only ReadHeaderTimeout bounds it.
+	ReadBodyTimeout time.Duration
 	// WriteTimeout closes a connection whose answers the socket has not
 	// taken for that long (its client does not read them).
 	WriteTimeout time.Duration
