@@ -184,3 +184,28 @@ func TestScriptGateNoStarvation(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkGateWrites is an increment through the engine directly and
+// through GateWrites's backend (what the HTTP API's writes pay when no
+// script runs), from parallel goroutines.
+func BenchmarkGateWrites(b *testing.B) {
+	ts := start(b, resp.Options{})
+	direct := contract.Backend(engine.Local(ts.eng))
+	for _, bc := range []struct {
+		name string
+		be   contract.Backend
+	}{{"direct", direct}, {"gated", ts.srv.GateWrites(direct)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			ctx := context.Background()
+			b.RunParallel(func(pb *testing.PB) {
+				for i := 0; pb.Next(); i++ {
+					op := contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("k%d", i%64), Delta: 1}
+					if _, err := bc.be.Apply(ctx, op, contract.WriteOptions{}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
