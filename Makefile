@@ -123,7 +123,7 @@ check-generate: generate ## fail if the checked-in generated code differs from m
 	@git diff --exit-code -- api || { echo "check-generate: generated code is stale; run make generate and commit" >&2; exit 1; }
 	@test -z "$$(git ls-files --others --exclude-standard -- api)" || { echo "check-generate: untracked generated files in api/:" >&2; git ls-files --others --exclude-standard -- api >&2; exit 1; }
 
-deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk, protoc, chromium, nats-server)
+deps: ## install the system packages tests and benchmarks use (redis, postgresql, wrk, protoc, chromium, nats-server, python3-redis) and ioredis (npm)
 	./scripts/install-deps.sh
 
 clean: ## remove build output and the default data directory

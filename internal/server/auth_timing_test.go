@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/counterd/counterd/internal/api/httpapi"
+	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/auth"
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
@@ -29,13 +30,15 @@ func BenchmarkHTTPIncrement(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer eng.Close()
+	rs := resp.New(engine.Local(eng), resp.Options{}) // its script gate, as routes takes it
+	defer rs.Close()
 	for _, mode := range []string{"open", "auth"} {
 		b.Run(mode, func(b *testing.B) {
 			var store *auth.Store
 			if mode == "auth" {
 				store = auth.NewStore(tab)
 			}
-			h := withAuth(store, httpapi.New(guardBackend(store, engine.Local(eng)), httpapi.Options{Logger: slog.New(slog.DiscardHandler), Authorize: routeAuthorizer(store)}))
+			h := withAuth(store, httpapi.New(guardBackend(store, rs.GateWrites(engine.Local(eng))), httpapi.Options{Logger: slog.New(slog.DiscardHandler), Authorize: routeAuthorizer(store)}))
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {

@@ -23,9 +23,11 @@ import (
 // routes is the HTTP front end's router with every route but the mode's
 // (mode.register adds those): the counters API on "/", and beside it the
 // rate limits, the console, the command box (rs's POST /resp), /regions
-// and the event pipeline.
+// and the event pipeline. The API's writes take rs's script gate
+// (resp.Server.GateWrites): none lands inside a Lua script run by this
+// node's Redis-protocol front end.
 func (n *node) routes(rs *resp.Server, stats *nodestats.Sampler) *router {
-	api := httpapi.New(traceBackend(n.tp, guardBackend(n.auth, n.be)), httpapi.Options{
+	api := httpapi.New(traceBackend(n.tp, guardBackend(n.auth, rs.GateWrites(n.be))), httpapi.Options{
 		MaxBodyBytes:    n.cfg.MaxBodyBytes,
 		MaxBatch:        n.cfg.MaxBatch,
 		Registerer:      n.reg,

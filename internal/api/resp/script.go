@@ -24,10 +24,11 @@ import (
 // MULTI/EXEC's own mechanism (one engine batch) cannot serve scripts,
 // since a script's writes depend on the replies of its earlier commands
 // (the limiter's EXPIRE runs only when INCR answered 1), and the Backend
-// has no lock a front end could hold across several calls. The gate is
-// this front end's: HTTP and gRPC writes, and in a cluster or in tiered
-// mode the commands served by other nodes, are not held back by it
-// (docs/resp.md, "Scripting", says exactly what that leaves).
+// has no lock a front end could hold across several calls. The HTTP API's
+// writes take the gate's shared side too (GateWrites, scriptgate.go);
+// the event pipeline's writes, peer regions' merges, and in a cluster or
+// in tiered mode the commands served by other nodes, are not held back
+// by it (docs/resp.md, "Scripting", says exactly what that leaves).
 //
 // A script's commands go through the same command table as the client's,
 // on a scratch connection speaking RESP2, so their replies are the ones a
@@ -62,8 +63,17 @@ const (
 
 // scripting is a server's script cache, Lua VM and gate.
 type scripting struct {
-	s     *Server
-	gate  sync.RWMutex
+	s    *Server
+	gate sync.RWMutex
+	// order admits one exclusive holder of the gate at a time (a script
+	// or an exclusive EXEC), so that lock can wait for the gate with a
+	// blocking Lock: readers only are left to wait for, and writes
+	// arriving meanwhile wait, so a stream of them cannot starve scripts.
+	order sync.Mutex
+	// done is closed when the gate's current exclusive holder releases it
+	// (set under order, before the gate is taken): GateWrites's writes
+	// wait on it instead of polling.
+	done  atomic.Pointer[chan struct{}]
 	limit time.Duration
 	// holder is the connection whose EXEC holds the gate exclusively (a
 	// script inside it must not take it again).
@@ -193,7 +203,7 @@ func (sc *scripting) enter(c *client, cmd *command) (exclusive, ok bool) {
 func (sc *scripting) leave(exclusive bool) {
 	if exclusive {
 		sc.holder.Store(nil)
-		sc.gate.Unlock()
+		sc.unlock()
 		return
 	}
 	sc.gate.RUnlock()
@@ -218,16 +228,28 @@ func (sc *scripting) busy() bool {
 }
 
 // lock takes the gate exclusively for a script; false means c was
-// answered BUSY (another script is past the time limit).
+// answered BUSY (another script is past the time limit). unlock releases
+// it.
 func (sc *scripting) lock(c *client) bool {
-	for !sc.gate.TryLock() {
+	for !sc.order.TryLock() {
 		if sc.busy() {
 			c.writeError(errBusyScript)
 			return false
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
+	done := make(chan struct{})
+	sc.done.Store(&done)
+	// Only readers (data commands, gated writes: none waits for a script)
+	// can hold the gate now; Lock waits for them and holds new ones back.
+	sc.gate.Lock()
 	return true
+}
+
+func (sc *scripting) unlock() {
+	sc.gate.Unlock()
+	close(*sc.done.Load())
+	sc.order.Unlock()
 }
 
 // compile parses and compiles a script body.
@@ -329,7 +351,7 @@ func cmdEval(ro, bySHA bool) func(s *Server, c *client, args [][]byte) {
 			if !sc.lock(c) {
 				return
 			}
-			defer sc.gate.Unlock()
+			defer sc.unlock()
 		}
 		sc.run(c, proto, sha, keys, argv, ro, owner)
 		sc.scratch.flushHits() // the script's key reads count in INFO

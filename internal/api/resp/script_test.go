@@ -149,9 +149,9 @@ func sha1hex(s string) string {
 	return redis.NewScript(s).Hash()
 }
 
-// TestScriptGoRedis: go-redis's Script helper (what redis-py's
-// register_script and ioredis's defineCommand do: EVALSHA, then EVAL on
-// NOSCRIPT) runs the limiter.
+// TestScriptGoRedis: go-redis's Script helper (EVALSHA, then EVAL on
+// NOSCRIPT) runs the limiter. TestScriptIoredis and TestScriptRedisPy
+// (clientlibs_test.go) run ioredis's and redis-py's helpers.
 func TestScriptGoRedis(t *testing.T) {
 	ts := start(t, resp.Options{})
 	ctx := context.Background()
