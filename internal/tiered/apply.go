@@ -8,6 +8,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/store/postgres"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
 
@@ -271,7 +272,9 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	if op.At != 0 { // rollups by event time
 		at = time.Unix(0, op.At)
 	}
-	b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
+	if !b.journaled(markedOf(ctx), []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version) {
+		b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
+	}
 	return contract.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
 }
 
@@ -449,7 +452,14 @@ func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, e
 	if err != nil {
 		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
-	b.writeFields(op.ID, op.Fields)
+	now := b.opts.Now()
+	ds := make([]postgres.Delta, len(op.Fields))
+	for i, f := range op.Fields {
+		ds[i] = postgres.Delta{CounterID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now}
+	}
+	if !b.journaled(markedOf(ctx), ds, op.ID, ver) {
+		b.writeFields(op.ID, op.Fields)
+	}
 	return contract.Result{Kind: contract.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
 }
 
@@ -553,6 +563,9 @@ func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uin
 	if err := b.agg.Sync(ctx); err != nil {
 		return unavailable(err)
 	}
-	b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, b.opts.Now(), ver)
+	now := b.opts.Now()
+	if !b.journaled(markedOf(ctx), []postgres.Delta{{CounterID: id, Kind: string(redisstore.KindCounter), Shard: -1, Delta: value, At: now}}, id, ver) {
+		b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, now, ver)
+	}
 	return nil
 }

@@ -70,6 +70,17 @@ func BenchmarkTiered(b *testing.B) {
 			benchIncrements(b, be, ids, fmt.Sprintf("bench-%d-", time.Now().UnixNano()))
 		})
 	}
+	// Each increment a marked op with one dedupe mark of its own (the
+	// pipeline consumer's ApplyCounterMarked, one op per call: the
+	// journal's cost per op at its largest; the pipeline coalesces).
+	b.Run("tiered-async-marked", func(b *testing.B) {
+		rd.FlushAll(b)
+		be := open(b, contract.Async)
+		if err := tiered.PassMarkers(context.Background(), be); err != nil {
+			b.Fatal(err)
+		}
+		benchIncrements(b, be, ids, markedBench)
+	})
 	b.Run("naive-update", func(b *testing.B) {
 		be := open(b, contract.Async)
 		ctx := context.Background()
@@ -134,6 +145,9 @@ func BenchmarkTieredRedisCluster(b *testing.B) {
 // CPU time per increment (this process and its redis-servers), and checks
 // that PostgreSQL holds exactly b.N. A keyPrefix gives each increment an
 // idempotency key of its own.
+// markedBench as benchIncrements' keyPrefix: marked ops.
+const markedBench = "\x00marked"
+
 func benchIncrements(b *testing.B, be *tiered.Backend, ids []string, keyPrefix string) {
 	ctx := context.Background()
 	truncate(b, be)
@@ -147,6 +161,14 @@ func benchIncrements(b *testing.B, be *tiered.Backend, ids []string, keyPrefix s
 			n := next.Add(1)
 			op := contract.Op{Type: contract.OpAdd, ID: ids[n%uint64(len(ids))], Delta: 1}
 			var wo contract.WriteOptions
+			if keyPrefix == markedBench {
+				mo := []contract.MarkedOp{{Op: op, Marks: []string{strconv.FormatUint(n, 36)}}}
+				if _, err := be.ApplyCounterMarked(ctx, mo, time.Hour, wo); err != nil {
+					b.Error(err)
+					return
+				}
+				continue
+			}
 			if keyPrefix != "" {
 				wo.IdempotencyKey = keyPrefix + strconv.FormatUint(n, 36)
 			}

@@ -136,6 +136,14 @@ func (b *Backend) applyMarkedOp(ctx context.Context, mo *contract.MarkedOp, ttl 
 	for _, m := range mo.Marks {
 		mw.marks.Keys = append(mw.marks.Keys, cmarkKey(id, m))
 	}
+	// The script journals what it applies (journal.go).
+	info := &markedOpInfo{op: "add", id: id, delta: mo.Op.Delta, at: b.Now(), created: b.Now(), marks: mo.Marks}
+	if mo.Op.Type == contract.OpHAdd {
+		info.op, info.delta, info.fields = "hadd", 0, mo.Op.Fields
+	} else if mo.Op.At != 0 {
+		info.at = time.Unix(0, mo.Op.At)
+	}
+	b.journal(mw, info)
 	for attempt := 0; ; attempt++ {
 		mw.reply = redisstore.MarkedReply{}
 		// The delta and the marks' records commit in one PostgreSQL

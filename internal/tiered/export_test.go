@@ -29,3 +29,35 @@ func PassMarkers(ctx context.Context, b *Backend) error {
 	_, err := p.Exec(ctx)
 	return err
 }
+
+// NoTrim makes b leave the journal entries of committed batches (as a
+// crash between the commit and the trim would).
+func NoTrim(b *Backend, on bool) { b.noTrim.Store(on) }
+
+// Journal returns every slot's journal: key -> write id -> entry.
+func Journal(ctx context.Context, b *Backend) (map[string]map[string]string, error) {
+	out := map[string]map[string]string{}
+	for s := range slots {
+		k := journalPrefix + "{" + slotTag(s) + "}"
+		m, err := b.rs.Client().HGetAll(ctx, k).Result()
+		if err != nil {
+			return nil, err
+		}
+		if len(m) > 0 {
+			out[k] = m
+		}
+	}
+	return out, nil
+}
+
+// RestoreJournal writes entries (as Journal returned them) back.
+func RestoreJournal(ctx context.Context, b *Backend, j map[string]map[string]string) error {
+	p := b.rs.Client().Pipeline()
+	for k, m := range j {
+		for w, v := range m {
+			p.HSet(ctx, k, w, v)
+		}
+	}
+	_, err := p.Exec(ctx)
+	return err
+}

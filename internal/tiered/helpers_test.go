@@ -105,6 +105,7 @@ var tieredCases = []struct {
 	{"QuotasConcurrentCreates", testQuotasConcurrentCreates},
 	{"QuotaRecountClosesCrashWindow", testQuotaRecountClosesCrashWindow},
 	{"QuotaHashFieldsAcrossNodes", testQuotaHashFieldsAcrossNodes},
+	{"JournalReplaysAfterCrash", testJournalReplaysAfterCrash},
 }
 
 // TestTiered runs tieredCases on a private single Redis per case and on

@@ -71,6 +71,15 @@ type Options struct {
 	QuotaSweepInterval   time.Duration
 	QuotaRecountInterval time.Duration
 
+	// JournalLease is how long this process's write-behind journal lease
+	// lasts in Redis without renewal (default 15 s; renewed every third of
+	// it): another process replays the journal entries of an instance
+	// whose lease is gone. JournalRecoverInterval is how often a process
+	// looks for them (default 10 s; also at Open). See journal.go and
+	// docs/redis-tier.md, "Crash window".
+	JournalLease           time.Duration
+	JournalRecoverInterval time.Duration
+
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -101,6 +110,12 @@ func (o *Options) defaults() {
 	}
 	if o.QuotaRecountInterval == 0 {
 		o.QuotaRecountInterval = 10 * time.Minute
+	}
+	if o.JournalLease <= 0 {
+		o.JournalLease = DefaultJournalLease
+	}
+	if o.JournalRecoverInterval <= 0 {
+		o.JournalRecoverInterval = DefaultJournalRecoverInterval
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -138,6 +153,13 @@ type Backend struct {
 	idemLookups   atomic.Uint64  // won claims checked in PostgreSQL (idem.go)
 	idemSettles   atomic.Uint64  // of them, looked again after the settle time
 
+	// The write-behind journal (journal.go).
+	inst           string        // this process's instance id
+	wseq           atomic.Uint64 // write ids' sequence
+	journalDone    chan struct{} // closed when journalLoop returns
+	journalReplays atomic.Uint64 // journaled writes replayed here
+	noTrim         atomic.Bool   // tests: leave committed entries
+
 	stop      chan struct{}
 	done      chan struct{}
 	closeOnce sync.Once
@@ -158,7 +180,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		return nil, fmt.Errorf("tiered: %w: %w", ErrUnavailable, err)
 	}
 	b := &Backend{opts: opts, limits: limitsFor(opts.MaxBatch), pg: pg, stop: make(chan struct{}), done: make(chan struct{}), uqDone: make(chan struct{}),
-		sweepDone: make(chan struct{}), recountDone: make(chan struct{})}
+		sweepDone: make(chan struct{}), recountDone: make(chan struct{}), journalDone: make(chan struct{}), inst: newInstance(opts.NodeID)}
 	ro := opts.Redis
 	ro.Loader = b.load
 	ro.BeforeCreate = b.beforeCreate
@@ -184,7 +206,12 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		NodeID:        opts.NodeID,
 		OnError:       b.flushFailed,
 		OnFlush:       b.flushed,
+		OnCommit:      b.trimJournal,
 	})
+	if err := b.renewLease(ctx); err != nil {
+		b.opts.Logger.Warn("tiered: write-behind journal lease", "err", err)
+	}
+	go b.journalLoop()
 	go b.snapshots()
 	go b.uniquesLoop()
 	go b.sweepLoop()
@@ -245,9 +272,13 @@ func (b *Backend) Close() error {
 		<-b.uqDone
 		<-b.sweepDone
 		<-b.recountDone
+		<-b.journalDone
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		err := errors.Join(b.flushUniques(ctx), b.agg.Close(ctx))
+		if err == nil {
+			err = b.endLease(ctx)
+		}
 		b.pg.Close()
 		b.closeErr = errors.Join(err, b.rs.Close())
 	})

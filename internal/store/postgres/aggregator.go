@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,6 +27,10 @@ type AggregatorOptions struct {
 	OnError func(error)
 	// OnFlush is called (from the flush loop) after a flush succeeded.
 	OnFlush func()
+	// OnCommit, if set, is called with every batch once it is committed
+	// (by Flush, before it returns): the tiered mode trims the journal
+	// entries of the batch's journaled writes.
+	OnCommit func(Batch)
 	// MaxHoldWait bounds how long a flush waits for holders (Hold)
 	// before it cuts a batch anyway (default 100 ms): a holder slower
 	// than that (its store not answering) may see its later changes go
@@ -65,6 +70,7 @@ type Aggregator struct {
 	dirty   map[string]bool       // ids with anything in pending/sketch/expiry/deletes
 	flying  map[string]bool       // ids in the in-flight batch
 	idem    map[string]IdemRecord // idempotency records, by key
+	journal []JournalWrite        // journaled writes (AddJournal)
 	// idemFlying are the records of the in-flight batch.
 	idemFlying map[string]IdemRecord
 	cur        *cycle
@@ -179,6 +185,23 @@ func (a *Aggregator) Delete(id string) {
 	a.mu.Unlock()
 }
 
+// AddJournal records a journaled write (JournalWrite: its deltas apply
+// once however often it is handed over, here and by replays). Its deltas
+// are not summed with others' in memory; a Delete of one of its counters
+// drops its deltas and versions but keeps the write (and its id).
+func (a *Aggregator) AddJournal(w JournalWrite) {
+	a.adds.Add(1)
+	a.mu.Lock()
+	a.journal = append(a.journal, w)
+	for _, d := range w.Deltas {
+		a.dirty[d.CounterID] = true
+	}
+	for _, v := range w.Versions {
+		a.dirty[v.ID] = true
+	}
+	a.mu.Unlock()
+}
+
 // SetExpiry records the time id expires (zero: never), written to
 // counters.expires_at after the batch's deltas; latest wins.
 func (a *Aggregator) SetExpiry(id string, at time.Time) {
@@ -203,6 +226,11 @@ func (a *Aggregator) dropLocked(id string) {
 	delete(a.floats, id)
 	delete(a.expiry, id)
 	delete(a.version, id)
+	for i := range a.journal {
+		w := &a.journal[i]
+		w.Deltas = slices.DeleteFunc(w.Deltas, func(d Delta) bool { return d.CounterID == id })
+		w.Versions = slices.DeleteFunc(w.Versions, func(v Version) bool { return v.ID == id })
+	}
 }
 
 // Hold keeps the current cycle open until the returned func is called
@@ -340,6 +368,7 @@ func (a *Aggregator) reset() {
 	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
 	a.version = map[string]uint64{}
 	a.idem = map[string]IdemRecord{}
+	a.journal = nil
 	a.cur = &cycle{done: make(chan struct{})}
 }
 
@@ -423,14 +452,15 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	var floats map[string]floatValue
 	var versions map[string]uint64
 	var idem map[string]IdemRecord
+	var journal []JournalWrite
 	var cyc *cycle
 	a.holds.cut(func() { // no holder between its first change and its last (Hold)
 		a.mu.Lock()
 		pending, sketches, deletes, expiry, dirty, cyc = a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
-		floats, versions, idem = a.floats, a.version, a.idem
+		floats, versions, idem, journal = a.floats, a.version, a.idem, a.journal
 		a.reset()
 	}) // a.mu still held
-	if len(dirty) == 0 && len(idem) == 0 {
+	if len(dirty) == 0 && len(idem) == 0 && len(journal) == 0 {
 		// Nothing to write: whoever waits on this cycle is done.
 		a.mu.Unlock()
 		close(cyc.done)
@@ -440,7 +470,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	a.idemFlying = idem
 	a.mu.Unlock()
 
-	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches))}
+	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches)), Journal: journal}
 	for id := range deletes {
 		b.Deletes = append(b.Deletes, id)
 	}
@@ -485,6 +515,9 @@ func (a *Aggregator) applyInflight(ctx context.Context) error {
 	a.flying, a.idemFlying = nil, nil
 	a.mu.Unlock()
 	close(in.cyc.done)
+	if a.opts.OnCommit != nil {
+		a.opts.OnCommit(in.b)
+	}
 	return nil
 }
 

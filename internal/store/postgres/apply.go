@@ -68,6 +68,9 @@ type Batch struct {
 	// Idem are the idempotency records of the requests whose deltas the
 	// batch holds, committed with them (a key's first record wins).
 	Idem []IdemRecord
+	// Journal are journaled writes (journal.go): each applies with the
+	// batch's deltas unless its id was applied before.
+	Journal []JournalWrite
 }
 
 // Version is the hot tier's version of a counter.
@@ -83,7 +86,21 @@ type Expiry struct {
 }
 
 func (b Batch) empty() bool {
-	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0 && len(b.Idem) == 0
+	return len(b.Deltas) == 0 && len(b.Deletes) == 0 && len(b.Expiries) == 0 && len(b.Versions) == 0 && len(b.Idem) == 0 && len(b.Journal) == 0
+}
+
+// withJournal returns b's deltas, versions and records with those of ws.
+func (b *Batch) withJournal(ws []JournalWrite) (ds []Delta, vs []Version, rs []IdemRecord) {
+	if len(ws) == 0 {
+		return b.Deltas, b.Versions, b.Idem
+	}
+	ds, vs, rs = slices.Clip(b.Deltas), slices.Clip(b.Versions), slices.Clip(b.Idem)
+	for _, w := range ws {
+		ds = append(ds, w.Deltas...)
+		vs = append(vs, w.Versions...)
+		rs = append(rs, w.Idem...)
+	}
+	return ds, vs, rs
 }
 
 // The keys of Apply's per-table sums. Each orders by counter_id first, so
@@ -142,7 +159,10 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		return false, errors.New("postgres: batch without ID")
 	}
 	now := time.Now().UTC()
-	sum, err := sumDeltas(b.Deltas, now)
+	// The journaled writes' deltas are summed in too; the few a replay
+	// already applied are taken out in the transaction (claimJournal).
+	deltas, versions, idem := b.withJournal(b.Journal)
+	sum, err := sumDeltas(deltas, now)
 	if err != nil {
 		return false, err
 	}
@@ -153,15 +173,8 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 			return false, err
 		}
 	}
-	auditIDs := []string{}
-	auditDeltas := []int64{}
+	auditIDs, auditDeltas := s.auditOf(sum)
 	if s.audit != nil {
-		for k, v := range sum.plain {
-			if s.audited(k.id) {
-				auditIDs = append(auditIDs, k.id)
-				auditDeltas = append(auditDeltas, v)
-			}
-		}
 		if len(auditIDs) > 0 {
 			if err := s.ensurePartition(ctx, "counter_audit_log", monthStart(now)); err != nil {
 				return false, err
@@ -202,6 +215,21 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		s.statements.Add(1) // rollback
 		return false, nil
 	}
+	if len(b.Journal) > 0 {
+		s.statements.Add(1)
+		fresh, err := claimJournal(ctx, tx, b.ID, now, b.Journal)
+		if err != nil {
+			return false, err
+		}
+		if len(fresh) < len(b.Journal) { // some applied before: not again
+			s.journalDuplicates.Add(uint64(len(b.Journal) - len(fresh)))
+			deltas, versions, idem = b.withJournal(fresh)
+			if sum, err = sumDeltas(deltas, now); err != nil {
+				return false, err
+			}
+			auditIDs, auditDeltas = s.auditOf(sum)
+		}
+	}
 
 	// Each statement locks its rows in counter_id order (sorted inputs,
 	// fixed statement order), so concurrent batches that only write cannot
@@ -221,10 +249,10 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	if err = applyExpiries(exec, b.Expiries); err != nil {
 		return false, err
 	}
-	if err = applyVersions(exec, b.Versions); err != nil {
+	if err = applyVersions(exec, versions); err != nil {
 		return false, err
 	}
-	if err = applyIdem(exec, b.ID, b.Idem); err != nil {
+	if err = applyIdem(exec, b.ID, idem); err != nil {
 		return false, err
 	}
 	if len(auditIDs) > 0 {
@@ -236,9 +264,14 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		}
 	}
 	// Last: the region change sequence's row stays locked until commit.
-	if ids := b.changedIDs(); len(ids) > 0 {
+	if ids := b.changedIDs(deltas, versions); len(ids) > 0 {
 		s.statements.Add(2)
 		if err = noteRegionChanges(ctx, tx, ids, deleted); err != nil {
+			return false, err
+		}
+	}
+	if hook := s.opts.BeforeCommit; hook != nil {
+		if err = hook(b.ID); err != nil {
 			return false, err
 		}
 	}
@@ -248,13 +281,29 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	}
 	applied = true
 	s.batches.Add(1)
-	s.deltas.Add(uint64(len(b.Deltas)))
+	s.deltas.Add(uint64(len(deltas)))
 	if hook := s.opts.AfterCommit; hook != nil {
 		if herr := hook(b.ID); herr != nil {
 			return false, herr
 		}
 	}
 	return true, nil
+}
+
+// auditOf lists the plain counters' summed deltas that go to the audit
+// log.
+func (s *Store) auditOf(sum *sums) (ids []string, deltas []int64) {
+	ids, deltas = []string{}, []int64{}
+	if s.audit == nil {
+		return ids, deltas
+	}
+	for k, v := range sum.plain {
+		if s.audited(k.id) {
+			ids = append(ids, k.id)
+			deltas = append(deltas, v)
+		}
+	}
+	return ids, deltas
 }
 
 // sums are a batch's deltas summed per row of each table they change.
@@ -468,15 +517,15 @@ func applyDeletes(ctx context.Context, tx pgx.Tx, exec execFunc, ids []string) (
 }
 
 // changedIDs lists the counters the batch changes (with repeats).
-func (b *Batch) changedIDs() []string {
+func (b *Batch) changedIDs(deltas []Delta, versions []Version) []string {
 	ids := slices.Clone(b.Deletes)
-	for _, d := range b.Deltas {
+	for _, d := range deltas {
 		ids = append(ids, d.CounterID)
 	}
 	for _, e := range b.Expiries {
 		ids = append(ids, e.ID)
 	}
-	for _, v := range b.Versions {
+	for _, v := range versions {
 		ids = append(ids, v.ID)
 	}
 	return ids

@@ -79,6 +79,10 @@ type Options struct {
 	// before Apply returns; an error is returned from Apply as if the
 	// acknowledgement had been lost. A fault-injection hook for tests.
 	AfterCommit func(batchID string) error
+	// BeforeCommit, if set, runs before a batch's transaction commits; an
+	// error rolls it back and is returned from Apply (as a crash before
+	// the commit would leave it). A fault-injection hook for tests.
+	BeforeCommit func(batchID string) error
 }
 
 // Store is a handle on the PostgreSQL tier. It is safe for concurrent use.
@@ -92,6 +96,8 @@ type Store struct {
 	deltas     atomic.Uint64
 	batches    atomic.Uint64
 	duplicates atomic.Uint64
+	// journaled writes skipped because already applied
+	journalDuplicates atomic.Uint64
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -104,6 +110,9 @@ type Stats struct {
 	Deltas     uint64 // Delta entries in applied batches
 	Batches    uint64 // batches applied
 	Duplicates uint64 // batches skipped because already applied
+	// JournalDuplicates are journaled writes skipped because already
+	// applied (journal.go).
+	JournalDuplicates uint64
 }
 
 // Stats returns the store's counters.
@@ -113,6 +122,8 @@ func (s *Store) Stats() Stats {
 		Deltas:     s.deltas.Load(),
 		Batches:    s.batches.Load(),
 		Duplicates: s.duplicates.Load(),
+
+		JournalDuplicates: s.journalDuplicates.Load(),
 	}
 }
 
@@ -257,6 +268,7 @@ func (s *Store) maintain() {
 		}()
 		_ = s.EnsurePartitions(ctx, time.Now(), s.opts.PartitionsAhead)
 		_, _ = s.PurgeIdem(ctx, time.Now())
+		_, _ = s.PurgeJournal(ctx, time.Now())
 		if s.opts.Retention != (RetentionPolicy{}) {
 			_ = s.Retain(ctx, s.opts.Retention)
 		}

@@ -29,6 +29,11 @@ type Marks struct {
 	Slot string
 	Now  int64
 	TTL  time.Duration // of the mark keys
+	// Journal, when not "", is a hash in the counter's slot where a write
+	// that ran records its write-behind work (the tiered mode's journal):
+	// field WriteID, value Entry + "\n" + the write's reply (its items
+	// after 'OK', as text, space-separated), in the same script.
+	Journal, WriteID, Entry string
 }
 
 // MarkedReply is what a marked write did when it did not write.
@@ -44,17 +49,19 @@ func (r MarkedReply) Written() bool { return len(r.Seen) == 0 && !r.Check }
 // markedScript wraps a write script src (KEYS[1], KEYS[2] as every
 // script's; it returns {'OK', ...} when it wrote): KEYS[3] is the slot
 // marker, KEYS[4...] the mark keys; the last two ARGV are the time to
-// compare the marker with (” : do not) and the marks' TTL in ms, hidden
-// from src, which sees its own ARGV.
+// compare the marker with (” : do not), the marks' TTL in ms, the
+// journal's write id (” : none; KEYS[4] is then unused) and entry,
+// hidden from src, which sees its own ARGV; KEYS[4] is the journal, the
+// mark keys KEYS[5...].
 func markedScript(src string) *script {
 	return newScript(`
-local MN, MT = ARGV[#ARGV - 1], ARGV[#ARGV]
+local MN, MT, JW, JE = ARGV[#ARGV - 3], ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local A = {}
-for i = 1, #ARGV - 2 do A[i] = ARGV[i] end
+for i = 1, #ARGV - 4 do A[i] = ARGV[i] end
 local ARGV = A
 local seen = {'SEEN'}
-for i = 4, #KEYS do
-  if redis.call('EXISTS', KEYS[i]) == 1 then seen[#seen + 1] = i - 4 end
+for i = 5, #KEYS do
+  if redis.call('EXISTS', KEYS[i]) == 1 then seen[#seen + 1] = i - 5 end
 end
 if #seen > 1 then return seen end
 if MN ~= '' then
@@ -68,7 +75,12 @@ local function body()
 end
 local r = body()
 if type(r) == 'table' and r[1] == 'OK' then
-  for i = 4, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', MT) end
+  for i = 5, #KEYS do redis.call('SET', KEYS[i], '1', 'PX', MT) end
+  if JW ~= '' then
+    local p = {}
+    for i = 2, #r do p[#p + 1] = tostring(r[i]) end
+    redis.call('HSET', KEYS[4], JW, JE .. '\n' .. table.concat(p, ' '))
+  end
 end
 return r
 `)
@@ -82,12 +94,17 @@ var (
 // runMarked runs sc (a markedScript) for id under m.
 func (s *Store) runMarked(ctx context.Context, sc *script, id string, m *Marks, args ...any) ([]any, error) {
 	keys := append(keys(id), m.Slot)
+	if m.WriteID != "" {
+		keys = append(keys, m.Journal)
+	} else {
+		keys = append(keys, m.Slot) // unused
+	}
 	keys = append(keys, m.Keys...)
 	now := ""
 	if m.Now != 0 {
 		now = strconv.FormatInt(m.Now, 10)
 	}
-	args = append(args, now, max(m.TTL.Milliseconds(), 1))
+	args = append(args, now, max(m.TTL.Milliseconds(), 1), m.WriteID, m.Entry)
 	v, err := s.eval(ctx, sc, keys, args...).Slice()
 	if err != nil {
 		return nil, err

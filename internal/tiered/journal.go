@@ -1,0 +1,336 @@
+package tiered
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/store/postgres"
+	redisstore "github.com/counterd/counterd/internal/store/redis"
+)
+
+// The write-behind journal: what closes the crash window of the marked
+// pipeline writes (countermarks.go). The script that applies a marked op
+// in Redis also records it, in the same script, in a journal of
+// write-behind work: a hash in the counter's Redis Cluster slot
+// (journalKey: one per slot, shared by the nodes), field the write's id
+// (this process's instance id, "-", a sequence number), value the op
+// (JSON: counter, delta or field deltas, time, marks, mark TTL) and the
+// script's reply (kind, version, shard). The op goes to the write-behind
+// as a postgres.JournalWrite: PostgreSQL applies its deltas in the
+// transaction that records its id in journal_writes, and not at all when
+// the id is there, so handing it over again never applies it twice. Once
+// the batch holding it committed, its journal entry is deleted
+// (trimJournal).
+//
+// A process SIGKILLed between the script and that commit leaves its
+// entries in the journal. Each process holds a lease in Redis
+// (leasePrefix+instance, renewed every JournalLease/3); every
+// JournalRecoverInterval, and at start, a process reads every slot's
+// journal and replays, in one PostgreSQL batch, the entries whose
+// instance holds no lease (it stopped, or its Redis lease ran out), then
+// deletes them. Replays by several processes at once, or of an entry
+// whose owner did commit, apply once (journal_writes). Entries of live
+// instances are left to them: a replay orders a write before the rest of
+// its owner's batch, which is wrong only around a delete of the counter.
+const (
+	journalPrefix = "counterd:wbj:"
+	leasePrefix   = "counterd:wbj-lease:"
+	// DefaultJournalLease and DefaultJournalRecoverInterval are the
+	// Options' defaults.
+	DefaultJournalLease           = 15 * time.Second
+	DefaultJournalRecoverInterval = 10 * time.Second
+	// journalScan is how many slots' journals one round trip sizes.
+	journalScan = 1024
+	// journalReplayBatch bounds the writes of one replay batch.
+	journalReplayBatch = 2000
+)
+
+// journalKey is the journal of the Redis Cluster slot of the key k.
+func journalKey(k string) string { return journalPrefix + "{" + slotTag(keySlot(k)) + "}" }
+
+func newInstance(node string) string {
+	var rnd [6]byte
+	_, _ = rand.Read(rnd[:])
+	inst := hex.EncodeToString(rnd[:])
+	if node != "" {
+		// '-' separates the instance from the sequence in write ids.
+		inst = strings.ReplaceAll(node, "-", "_") + "_" + inst
+	}
+	return inst
+}
+
+// journalEntry is a journaled op, as its journal entry holds it (before
+// the script's reply).
+type journalEntry struct {
+	Op      string      `json:"o"` // "add" or "hadd"
+	ID      string      `json:"id"`
+	Delta   int64       `json:"d,omitempty"`
+	Fields  []fieldPair `json:"f,omitempty"`
+	At      int64       `json:"at"` // unix ns: the time series' minute
+	Marks   []string    `json:"m"`
+	TTL     int64       `json:"ttl"` // of the marks, ns
+	Created int64       `json:"c"`   // unix ns
+}
+
+type fieldPair struct {
+	Name  string `json:"n"`
+	Delta int64  `json:"d"`
+}
+
+// journal prepares mw's journal entry for op (applyMarkedOp).
+func (b *Backend) journal(mw *markedWrite, op *markedOpInfo) {
+	e := journalEntry{Op: op.op, ID: op.id, Delta: op.delta, At: op.at.UnixNano(), Marks: op.marks,
+		TTL: int64(mw.marks.TTL), Created: op.created.UnixNano()}
+	for _, f := range op.fields {
+		e.Fields = append(e.Fields, fieldPair{f.Name, f.Delta})
+	}
+	raw, _ := json.Marshal(e) // no value that fails
+	mw.marks.Journal = journalKey(redisstore.ValueKey(op.id))
+	mw.marks.WriteID = b.inst + "-" + strconv.FormatUint(b.wseq.Add(1), 10)
+	mw.marks.Entry = string(raw)
+}
+
+type markedOpInfo struct {
+	op, id  string
+	delta   int64
+	fields  []counter.FieldDelta
+	at      time.Time
+	created time.Time
+	marks   []string
+}
+
+// journaled hands a marked write that its script journaled to the
+// write-behind as one postgres.JournalWrite, and reports whether it did
+// (else the caller hands the deltas over as usual).
+func (b *Backend) journaled(mw *markedWrite, ds []postgres.Delta, id string, ver uint64) bool {
+	if mw == nil || mw.marks.WriteID == "" {
+		return false
+	}
+	w := postgres.JournalWrite{ID: mw.marks.WriteID, Ref: mw.marks.Journal, Deltas: ds}
+	if ver > 0 {
+		w.Versions = []postgres.Version{{ID: id, Version: ver}}
+	}
+	b.agg.AddJournal(w)
+	return true
+}
+
+// trimJournal deletes the journal entries of the batch's journaled
+// writes (the aggregator's OnCommit): they are in PostgreSQL. A delete
+// that fails leaves entries replayed (as applied already) once this
+// instance is gone.
+func (b *Backend) trimJournal(batch postgres.Batch) {
+	if len(batch.Journal) == 0 || b.noTrim.Load() {
+		return
+	}
+	byKey := map[string][]string{}
+	for _, w := range batch.Journal {
+		byKey[w.Ref] = append(byKey[w.Ref], w.ID)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := b.trimEntries(ctx, byKey); err != nil {
+		b.opts.Logger.Warn("tiered: trimming the write-behind journal", "err", err)
+	}
+}
+
+func (b *Backend) trimEntries(ctx context.Context, byKey map[string][]string) error {
+	p := b.rs.Client().Pipeline()
+	for k, ids := range byKey {
+		p.HDel(ctx, k, ids...)
+	}
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// journalLoop holds this instance's lease and replays the journals of
+// instances without one, at start and every JournalRecoverInterval,
+// until Close.
+func (b *Backend) journalLoop() {
+	defer close(b.journalDone)
+	renew := time.NewTicker(b.opts.JournalLease / 3)
+	defer renew.Stop()
+	recover := time.NewTicker(b.opts.JournalRecoverInterval)
+	defer recover.Stop()
+	run := func(what string, fn func(context.Context) error) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := fn(ctx); err != nil {
+			b.opts.Logger.Warn("tiered: write-behind journal: "+what, "err", err)
+		}
+	}
+	recoverOnce := func(ctx context.Context) error { _, err := b.RecoverJournals(ctx); return err }
+	run("recovery", recoverOnce)
+	for {
+		select {
+		case <-b.stop:
+			return
+		case <-renew.C:
+			run("lease", b.renewLease)
+		case <-recover.C:
+			run("recovery", recoverOnce)
+		}
+	}
+}
+
+func (b *Backend) renewLease(ctx context.Context) error {
+	return b.rs.Client().Set(ctx, leasePrefix+b.inst, "1", b.opts.JournalLease).Err()
+}
+
+// endLease drops this instance's lease at Close, after the last flush:
+// what is left in the journal (a trim failed) is replayed elsewhere.
+func (b *Backend) endLease(ctx context.Context) error {
+	return b.rs.Client().Del(ctx, leasePrefix+b.inst).Err()
+}
+
+// RecoverJournals replays to PostgreSQL the journal entries of every
+// instance that holds no lease (not this one's), then deletes them; it
+// returns how many it replayed (some may have been applied already, and
+// are not again).
+func (b *Backend) RecoverJournals(ctx context.Context) (int, error) {
+	alive := map[string]bool{b.inst: true}
+	var ws []postgres.JournalWrite
+	var bad []error
+	replayed := 0
+	flush := func() error {
+		if len(ws) == 0 {
+			return nil
+		}
+		if err := b.replay(ctx, ws); err != nil {
+			return err
+		}
+		replayed += len(ws)
+		ws = ws[:0]
+		return nil
+	}
+	for first := 0; first < slots; first += journalScan {
+		p := b.rs.Client().Pipeline()
+		lens := make([]interface{ Val() int64 }, 0, journalScan)
+		for s := first; s < min(first+journalScan, slots); s++ {
+			lens = append(lens, p.HLen(ctx, journalPrefix+"{"+slotTag(s)+"}"))
+		}
+		if _, err := p.Exec(ctx); err != nil {
+			return replayed, unavailable(err)
+		}
+		for i, n := range lens {
+			if n.Val() == 0 {
+				continue
+			}
+			key := journalPrefix + "{" + slotTag(first+i) + "}"
+			entries, err := b.rs.Client().HGetAll(ctx, key).Result()
+			if err != nil {
+				return replayed, unavailable(err)
+			}
+			for wid, v := range entries {
+				inst, _, ok := strings.Cut(wid, "-")
+				if !ok {
+					continue
+				}
+				live, known := alive[inst]
+				if !known {
+					n, err := b.rs.Client().Exists(ctx, leasePrefix+inst).Result()
+					if err != nil {
+						return replayed, unavailable(err)
+					}
+					live = n > 0
+					alive[inst] = live
+				}
+				if live {
+					continue
+				}
+				w, err := parseJournal(wid, key, v)
+				if err != nil {
+					bad = append(bad, err)
+					continue
+				}
+				ws = append(ws, w)
+				if len(ws) >= journalReplayBatch {
+					if err := flush(); err != nil {
+						return replayed, err
+					}
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return replayed, err
+	}
+	return replayed, errors.Join(bad...)
+}
+
+// replay commits ws in one batch of its own, then deletes their entries.
+func (b *Backend) replay(ctx context.Context, ws []postgres.JournalWrite) error {
+	id := fmt.Sprintf("%s-replay-%d", b.inst, b.wseq.Add(1))
+	if _, err := b.pg.Apply(ctx, postgres.Batch{ID: id, Journal: ws}); err != nil {
+		return unavailable(err)
+	}
+	b.journalReplays.Add(uint64(len(ws)))
+	byKey := map[string][]string{}
+	for _, w := range ws {
+		byKey[w.Ref] = append(byKey[w.Ref], w.ID)
+	}
+	return unavailable(b.trimEntries(ctx, byKey))
+}
+
+// parseJournal reads the journal entry v of write wid in journal key.
+func parseJournal(wid, key, v string) (postgres.JournalWrite, error) {
+	w := postgres.JournalWrite{ID: wid, Ref: key}
+	head, reply, _ := strings.Cut(v, "\n")
+	var e journalEntry
+	if err := json.Unmarshal([]byte(head), &e); err != nil {
+		return w, fmt.Errorf("tiered: journal entry %s: %w", wid, err)
+	}
+	r := strings.Fields(reply)
+	at := time.Unix(0, e.At)
+	var ver uint64
+	switch e.Op {
+	case "add":
+		if len(r) < 3 {
+			return w, fmt.Errorf("tiered: journal entry %s: reply %q", wid, reply)
+		}
+		ver = uintOf(r[1])
+		shard, _ := strconv.Atoi(r[2])
+		d := postgres.Delta{CounterID: e.ID, Kind: r[0], Shard: shard, Delta: e.Delta, At: at}
+		if len(r) > 4 && r[4] == "float" { // a float became a counter (fromFloat)
+			v, err := strconv.ParseFloat(r[3], 64)
+			if err != nil {
+				return w, fmt.Errorf("tiered: journal entry %s: value %q", wid, r[3])
+			}
+			d = postgres.Delta{CounterID: e.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: int64(v), At: at}
+		}
+		w.Deltas = []postgres.Delta{d}
+	case "hadd":
+		if len(r) > 0 {
+			ver = uintOf(r[0])
+		}
+		for _, f := range e.Fields {
+			w.Deltas = append(w.Deltas, postgres.Delta{CounterID: e.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: at})
+		}
+	default:
+		return w, fmt.Errorf("tiered: journal entry %s: op %q", wid, e.Op)
+	}
+	if ver > 0 {
+		w.Versions = []postgres.Version{{ID: e.ID, Version: ver}}
+	}
+	created := time.Unix(0, e.Created)
+	for _, m := range e.Marks {
+		w.Idem = append(w.Idem, postgres.IdemRecord{Key: cmarkRecord(e.ID, m), Record: []byte{1}, Created: created, Expires: created.Add(time.Duration(e.TTL))})
+	}
+	return w, nil
+}
+
+// uintOf reads a number Lua wrote (an integer, or a float's text).
+func uintOf(s string) uint64 {
+	if n, err := strconv.ParseUint(s, 10, 64); err == nil {
+		return n
+	}
+	f, _ := strconv.ParseFloat(s, 64)
+	return uint64(max(f, 0))
+}

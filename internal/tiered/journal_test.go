@@ -1,0 +1,186 @@
+package tiered_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/tiered"
+)
+
+// markedRound applies events from..to-1 once each, marked (event k adds
+// 1 to v:<k%7> and to field f<k%3> of h:<k%7>), asynchronously, one op
+// per counter.
+func markedRound(t *testing.T, b *tiered.Backend, from, to int) {
+	t.Helper()
+	var ops []contract.MarkedOp
+	for c := range 7 {
+		add := contract.MarkedOp{Op: contract.Op{Type: contract.OpAdd, ID: fmt.Sprintf("v:%d", c), Kind: contract.KindCounter}}
+		hadd := contract.MarkedOp{Op: contract.Op{Type: contract.OpHAdd, ID: fmt.Sprintf("h:%d", c)}}
+		fields := map[string]int64{}
+		for k := from; k < to; k++ {
+			if k%7 != c {
+				continue
+			}
+			add.Op.Delta++
+			add.Marks = append(add.Marks, fmt.Sprintf("e%d", k))
+			hadd.Marks = append(hadd.Marks, fmt.Sprintf("e%d", k))
+			fields[fmt.Sprintf("f%d", k%3)]++
+		}
+		for f, d := range fields {
+			hadd.Op.Fields = append(hadd.Op.Fields, counter.FieldDelta{Name: f, Delta: d})
+		}
+		if len(add.Marks) > 0 {
+			ops = append(ops, add, hadd)
+		}
+	}
+	seen, err := b.ApplyCounterMarked(context.Background(), ops, time.Hour, contract.WriteOptions{Durability: contract.Async})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range seen {
+		if len(s) > 0 {
+			t.Fatalf("op %d: marks %v seen", i, s)
+		}
+	}
+}
+
+// pgMatchesTruth checks every counter of markedRound's events 0..n-1 in
+// PostgreSQL (and in Redis through b).
+func pgMatchesTruth(t *testing.T, b *tiered.Backend, n int) {
+	t.Helper()
+	ctx := context.Background()
+	for c := range 7 {
+		want := int64(0)
+		fields := map[string]int64{}
+		for k := range n {
+			if k%7 == c {
+				want++
+				fields[fmt.Sprintf("f%d", k%3)]++
+			}
+		}
+		id := fmt.Sprintf("v:%d", c)
+		if v := view(t, b, id); v.Value != want {
+			t.Errorf("%s = %d in Redis, want %d", id, v.Value, want)
+		}
+		rec, ok, err := b.Postgres().Load(ctx, id)
+		if err != nil || !ok || rec.Value != want {
+			t.Errorf("%s = %d in PostgreSQL (%v, %v), want %d", id, rec.Value, ok, err, want)
+		}
+		hid := fmt.Sprintf("h:%d", c)
+		hrec, ok, err := b.Postgres().Load(ctx, hid)
+		if err != nil || !ok {
+			t.Errorf("%s not in PostgreSQL (%v)", hid, err)
+			continue
+		}
+		for f, w := range fields {
+			if hrec.Fields[f] != w {
+				t.Errorf("%s %s = %d in PostgreSQL, want %d", hid, f, hrec.Fields[f], w)
+			}
+		}
+	}
+}
+
+func journalLen(t *testing.T, b *tiered.Backend) int {
+	t.Helper()
+	j, err := tiered.Journal(context.Background(), b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, m := range j {
+		n += len(m)
+	}
+	return n
+}
+
+// testJournalReplaysAfterCrash: a node whose marked writes ran in Redis
+// dies before they commit in PostgreSQL (its commits fail from then on,
+// and it never trims), another node replays its journal once its lease
+// is gone: PostgreSQL holds exactly what Redis does. Writes whose batch
+// had committed but whose journal entries were left (a crash between
+// the commit and the trim) are not applied again, nor is anything when
+// the whole journal is replayed a second time.
+func testJournalReplaysAfterCrash(t *testing.T, s setup) {
+	ctx := context.Background()
+	var fail atomic.Bool
+	tweak := func(o *tiered.Options) {
+		o.FlushInterval = time.Hour // commits only when the test flushes
+		o.JournalLease = 300 * time.Millisecond
+		o.JournalRecoverInterval = time.Hour
+		o.Postgres.BeforeCommit = func(string) error {
+			if fail.Load() {
+				return fmt.Errorf("killed before the commit")
+			}
+			return nil
+		}
+	}
+	e := s.env(t, tweak)
+	b := e.b
+	markedRound(t, b, 0, 100)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := journalLen(t, b); n != 0 {
+		t.Fatalf("%d journal entries left after a commit", n)
+	}
+	// Committed, entries left.
+	tiered.NoTrim(b, true)
+	markedRound(t, b, 100, 250)
+	if err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Applied in Redis, never committed.
+	fail.Store(true)
+	markedRound(t, b, 250, 400)
+	if err := b.Flush(ctx); err == nil {
+		t.Fatal("flush committed")
+	}
+	markedRound(t, b, 400, 500) // not even tried
+	saved, err := tiered.Journal(ctx, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := journalLen(t, b); n == 0 {
+		t.Fatal("no journal entries")
+	}
+	_ = b.Close() // its last flush fails too: the process is gone
+	fail.Store(false)
+
+	// Another node replays them (at its start, if the lease already ran
+	// out, or below).
+	b2 := e.open(t, func(o *tiered.Options) { tweak(o); o.NodeID = "t2" })
+	// The dead node's lease runs out within JournalLease.
+	deadline := time.Now().Add(30 * time.Second)
+	for journalLen(t, b2) > 0 && time.Now().Before(deadline) {
+		if _, err := b2.RecoverJournals(ctx); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := journalLen(t, b2); n != 0 {
+		t.Fatalf("%d journal entries left after recovery", n)
+	}
+	pgMatchesTruth(t, b2, 500)
+	dup0 := b2.Postgres().Stats().JournalDuplicates
+	if dup0 == 0 {
+		t.Error("the committed writes' entries were not recognised as applied")
+	}
+
+	// The whole journal replayed again applies nothing.
+	if err := tiered.RestoreJournal(ctx, b2, saved); err != nil {
+		t.Fatal(err)
+	}
+	n, err := b2.RecoverJournals(ctx)
+	if err != nil || n == 0 {
+		t.Fatalf("replayed %d (%v)", n, err)
+	}
+	if got := b2.Postgres().Stats().JournalDuplicates - dup0; got != uint64(n) {
+		t.Errorf("%d of %d replayed writes recognised as applied", got, n)
+	}
+	pgMatchesTruth(t, b2, 500)
+}
