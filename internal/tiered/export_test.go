@@ -61,3 +61,7 @@ func RestoreJournal(ctx context.Context, b *Backend, j map[string]map[string]str
 	_, err := p.Exec(ctx)
 	return err
 }
+
+// RecoverDead runs one recovery round of b's journal loop (a full sweep
+// when sweep is set).
+func RecoverDead(ctx context.Context, b *Backend, sweep bool) error { return b.recoverDead(ctx, sweep) }

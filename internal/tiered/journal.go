@@ -43,6 +43,12 @@ import (
 const (
 	journalPrefix = "counterd:wbj:"
 	leasePrefix   = "counterd:wbj-lease:"
+	// instancesKey is the set of instances that may have journal entries
+	// (added at start and with every lease renewal): a recovery round
+	// reads every slot's journal only when one of them holds no lease,
+	// and at start and every journalSweepRounds rounds in any case.
+	instancesKey       = "counterd:wbj-instances"
+	journalSweepRounds = 60
 	// DefaultJournalLease and DefaultJournalRecoverInterval are the
 	// Options' defaults.
 	DefaultJournalLease           = 15 * time.Second
@@ -166,7 +172,12 @@ func (b *Backend) journalLoop() {
 			b.opts.Logger.Warn("tiered: write-behind journal: "+what, "err", err)
 		}
 	}
-	recoverOnce := func(ctx context.Context) error { _, err := b.RecoverJournals(ctx); return err }
+	round := 0
+	recoverOnce := func(ctx context.Context) error {
+		err := b.recoverDead(ctx, round%journalSweepRounds == 0)
+		round++
+		return err
+	}
 	run("recovery", recoverOnce)
 	for {
 		select {
@@ -180,8 +191,52 @@ func (b *Backend) journalLoop() {
 	}
 }
 
+// renewLease renews this instance's lease and (re)registers it in
+// instancesKey, so a recovery that dropped it while it was paused finds
+// it again.
 func (b *Backend) renewLease(ctx context.Context) error {
-	return b.rs.Client().Set(ctx, leasePrefix+b.inst, "1", b.opts.JournalLease).Err()
+	p := b.rs.Client().Pipeline()
+	p.Set(ctx, leasePrefix+b.inst, "1", b.opts.JournalLease)
+	p.SAdd(ctx, instancesKey, b.inst)
+	_, err := p.Exec(ctx)
+	return err
+}
+
+// recoverDead runs RecoverJournals when a registered instance holds no
+// lease, or when sweep is set (entries of an instance that never
+// registered: its registration failed), then forgets the instances it
+// found dead: their entries are replayed.
+func (b *Backend) recoverDead(ctx context.Context, sweep bool) error {
+	insts, err := b.rs.Client().SMembers(ctx, instancesKey).Result()
+	if err != nil {
+		return unavailable(err)
+	}
+	p := b.rs.Client().Pipeline()
+	leases := make([]interface{ Val() int64 }, len(insts))
+	for i, inst := range insts {
+		leases[i] = p.Exists(ctx, leasePrefix+inst)
+	}
+	if len(insts) > 0 {
+		if _, err := p.Exec(ctx); err != nil {
+			return unavailable(err)
+		}
+	}
+	var dead []any
+	for i, inst := range insts {
+		if inst != b.inst && leases[i].Val() == 0 {
+			dead = append(dead, inst)
+		}
+	}
+	if len(dead) == 0 && !sweep {
+		return nil
+	}
+	if _, err := b.RecoverJournals(ctx); err != nil {
+		return err
+	}
+	if len(dead) > 0 {
+		return unavailable(b.rs.Client().SRem(ctx, instancesKey, dead...).Err())
+	}
+	return nil
 }
 
 // endLease drops this instance's lease at Close, after the last flush:

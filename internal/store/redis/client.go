@@ -31,6 +31,8 @@ type Client interface {
 	PFCount(ctx context.Context, keys ...string) *redis.IntCmd
 	HGet(ctx context.Context, key, field string) *redis.StringCmd
 	HGetAll(ctx context.Context, key string) *redis.MapStringStringCmd
+	SMembers(ctx context.Context, key string) *redis.StringSliceCmd
+	SRem(ctx context.Context, key string, members ...any) *redis.IntCmd
 	ZAdd(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd
 	ZAddXX(ctx context.Context, key string, members ...redis.Z) *redis.IntCmd
 	ZRem(ctx context.Context, key string, members ...any) *redis.IntCmd
