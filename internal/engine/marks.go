@@ -51,7 +51,8 @@ const maxMarkLen = 1024
 
 type markEntry struct {
 	id  string
-	exp int64 // unix ns
+	exp int64    // unix ns
+	h   markHash // hashMark(id), computed once by ApplyMarked (the flush's record keeps it)
 }
 
 // markRec is a flushed record: its key's sequence number, the hashes of
@@ -139,6 +140,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 			*rp = make([]contract.Result, len(ops))
 		}
 		res := (*rp)[:len(ops)]
+		s.multi.noValues = true // the results are dropped
 		err = e.applyMultiIn(ops, res, true, &s.multi)
 		clear(res)
 		atomicResults.Put(rp)
@@ -148,7 +150,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 		s.mu.Lock()
 		for k, m := range marks {
 			s.m.put(hs[k], exp)
-			s.pending = append(s.pending, markEntry{m, exp})
+			s.pending = append(s.pending, markEntry{m, exp, hs[k]})
 		}
 		s.mu.Unlock()
 	}
@@ -212,7 +214,7 @@ func (s *markSet) write(b *pebble.Batch, p []markEntry) (markRec, error) {
 		v = binary.AppendVarint(v, m.exp-base)
 		v = binary.AppendUvarint(v, uint64(len(m.id)))
 		v = append(v, m.id...)
-		r.ids[i] = hashMark(m.id)
+		r.ids[i] = m.h
 		r.maxExp = max(r.maxExp, m.exp)
 	}
 	return r, b.Set(markKey(r.seq), v, nil)

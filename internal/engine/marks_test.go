@@ -259,7 +259,7 @@ func TestMarkRecordRoundTrip(t *testing.T) {
 		base := rapid.Int64Range(0, math.MaxInt64/2).Draw(rt, "base")
 		var p []markEntry
 		for _, id := range ids {
-			p = append(p, markEntry{id, base + rapid.Int64Range(-1e15, 1e15).Draw(rt, "d")})
+			p = append(p, markEntry{id, base + rapid.Int64Range(-1e15, 1e15).Draw(rt, "d"), hashMark(id)})
 		}
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 		if err != nil {
@@ -278,7 +278,7 @@ func TestMarkRecordRoundTrip(t *testing.T) {
 			rt.Fatal(err)
 		}
 		var got []markEntry
-		if err := decodeMarks(v, func(id string, exp int64) { got = append(got, markEntry{id, exp}) }); err != nil {
+		if err := decodeMarks(v, func(id string, exp int64) { got = append(got, markEntry{id, exp, hashMark(id)}) }); err != nil {
 			rt.Fatal(err)
 		}
 		closer.Close()

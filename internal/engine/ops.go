@@ -37,7 +37,7 @@ func additiveValue(en *entry, now int64) int64 {
 	return en.value
 }
 
-func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
+func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result, values bool) error {
 	en := r.e
 	k := op.Kind
 	if k == contract.KindFloat {
@@ -90,7 +90,9 @@ func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *co
 		}
 	}
 	e.changedLocked(r, now, res)
-	res.Value = additiveValue(en, now)
+	if values {
+		res.Value = additiveValue(en, now)
+	}
 	return nil
 }
 
