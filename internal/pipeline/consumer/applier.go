@@ -325,8 +325,12 @@ type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
 	seen  map[string]struct{}
-	hits  []ruleHits // rule hits, for the metric
-	c     chunk
+	// markers and found: the marker of each of evs and whether it is
+	// marked (engine.MarkApplier.MarkedAll).
+	markers []string
+	found   []bool
+	hits    []ruleHits // rule hits, for the metric
+	c       chunk
 }
 
 // ruleHits counts the hits of one rule.
@@ -351,6 +355,8 @@ func (s *scratch) clear() {
 	clear(s.arena)
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
 	clear(s.seen)
+	clear(s.markers)
+	s.markers = s.markers[:0]
 	clear(s.hits) // no hold on the rules of a reload
 	s.hits = s.hits[:0]
 	s.c.reset(false)
@@ -429,8 +435,15 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := s.evs[:0]
 	olds := a.olds == nil || a.olds.MayHaveMarkerCounters()
-	for _, p := range s.evs {
-		if a.marks != nil && a.marks.Marked(p.marker) {
+	if a.marks != nil {
+		s.markers, s.found = s.markers[:0], slices.Grow(s.found[:0], len(s.evs))[:len(s.evs)]
+		for i := range s.evs {
+			s.markers = append(s.markers, s.evs[i].marker)
+		}
+		a.marks.MarkedAll(s.markers, s.found)
+	}
+	for i, p := range s.evs {
+		if a.marks != nil && s.found[i] {
 			duplicates++
 			continue
 		}
