@@ -661,3 +661,121 @@ func (h *HLL) UnmarshalBinary(data []byte) error {
 	*h = out
 	return nil
 }
+
+// hashBlock is how many hashes AddHashes merges into a sparse sketch at
+// once (its working space is on the stack).
+const hashBlock = 64
+
+// AddHashes is AddHash of each of xs, and reports whether a register
+// changed; the registers end as after the AddHash calls in any order. A
+// sparse sketch takes the hashes in blocks, each merged with its entries
+// in one pass (the block's entries sorted), rather than a scan of its
+// entries (and a splice) per hash.
+func (h *HLL) AddHashes(xs []uint64) bool {
+	h.init()
+	changed := false
+	for len(xs) > 0 {
+		if h.dense || len(xs) == 1 {
+			for _, x := range xs {
+				if h.AddHash(x) {
+					changed = true
+				}
+			}
+			return changed
+		}
+		n := min(len(xs), hashBlock)
+		if h.mergeSparse(xs[:n]) {
+			changed = true
+		}
+		xs = xs[n:]
+	}
+	return changed
+}
+
+// mergeSparse adds the hashes xs (at most hashBlock) to the sparse h and
+// reports whether a register changed: a first pass over the entries up to
+// the block's highest index finds whether any register rises (most blocks
+// of a sketch that has seen its items change nothing, and stop there);
+// only then a second builds the merged entries.
+func (h *HLL) mergeSparse(xs []uint64) bool {
+	var ebuf [hashBlock]uint32
+	add := ebuf[:0]
+	for _, x := range xs {
+		i, r := position(x, h.p)
+		add = append(add, i<<rankBits|uint32(r))
+	}
+	slices.Sort(add) // by index, then rank
+	// Keep the highest rank of each index: the last of its run.
+	w := 0
+	for k := range add {
+		if k+1 < len(add) && add[k+1]>>rankBits == add[k]>>rankBits {
+			continue
+		}
+		add[w] = add[k]
+		w++
+	}
+	add = add[:w]
+	const rankMask = 1<<rankBits - 1
+	b := h.regs
+	rises := false
+	prev, pos := uint32(0), 0
+	for _, e := range add {
+		ai := e >> rankBits
+		for pos < len(b) {
+			v, next := sparseNext(b, pos)
+			if oi := prev + v>>rankBits; oi >= ai {
+				break
+			} else {
+				prev, pos = oi, next
+			}
+		}
+		if pos == len(b) {
+			rises = true // a new register after the last
+			break
+		}
+		v, _ := sparseNext(b, pos)
+		if prev+v>>rankBits != ai || uint8(e&rankMask) > uint8(v&rankMask) {
+			rises = true // a new register, or a higher rank
+			break
+		}
+	}
+	if !rises {
+		return false
+	}
+	out := make([]byte, 0, len(b)+4*len(add))
+	n := uint32(0)
+	last := uint32(0) // the index of the last entry written
+	prev, pos = 0, 0
+	k := 0
+	for pos < len(b) || k < len(add) {
+		var oi uint32
+		var or uint8
+		var next int
+		hasOld := pos < len(b)
+		if hasOld {
+			var v uint32
+			v, next = sparseNext(b, pos)
+			oi, or = prev+v>>rankBits, uint8(v&rankMask)
+		}
+		i, r := oi, or
+		switch {
+		case k < len(add) && (!hasOld || add[k]>>rankBits < oi):
+			i, r = add[k]>>rankBits, uint8(add[k]&rankMask) // a new register
+			k++
+		case k < len(add) && add[k]>>rankBits == oi:
+			r = max(r, uint8(add[k]&rankMask))
+			k++
+			prev, pos = oi, next
+		default:
+			prev, pos = oi, next
+		}
+		out = appendEntry(out, i-last, r)
+		last = i
+		n++
+	}
+	h.regs, h.n = out, n
+	if h.sparseFull() {
+		h.toDense()
+	}
+	return true
+}

@@ -282,7 +282,7 @@ func (e *Engine) applySingle(op *contract.Op, res *contract.Result) error {
 		en.unlock()
 		return err
 	}
-	err = e.applyLocked(&r, op, nil, e.nowNano(), res)
+	err = e.applyLocked(&r, op, nil, e.nowNano(), res, true)
 	en.unlock()
 	return err
 }
@@ -304,6 +304,9 @@ type multiScratch struct {
 	locked []*entry
 	saved  []savedEntry
 	seen   map[*entry]struct{}
+	// noValues: the caller discards the results' values (ApplyMarked),
+	// so an add to a window does not sum the window for its result.
+	noValues bool
 }
 
 // done drops the scratch's references to entries and states.
@@ -376,7 +379,7 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 			res[i] = contract.Result{ID: ops[i].ID}
 			continue
 		}
-		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i]); err != nil {
+		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i], !sc.noValues); err != nil {
 			for j := range refs {
 				if saved[j].taken {
 					e.restore(&refs[j], saved[j])
@@ -572,15 +575,16 @@ func (e *Engine) create(r *ref, k contract.Kind, op *contract.Op) error {
 
 // applyLocked applies op to r (and, for PFMERGE, reads srcs) with the
 // function of op's type (ops.go). On error the entry is unchanged. Caller
-// holds every involved lock.
-func (e *Engine) applyLocked(r *ref, op *contract.Op, srcs []ref, now int64, res *contract.Result) error {
+// holds every involved lock. values false: the caller does not read
+// res.Value (an add leaves it 0).
+func (e *Engine) applyLocked(r *ref, op *contract.Op, srcs []ref, now int64, res *contract.Result, values bool) error {
 	live := e.liveLocked(r, now)
 	*res = contract.Result{ID: op.ID}
 	// A switch, not a table of funcs: an indirect call would move r, op
 	// and res to the heap on every write.
 	switch op.Type {
 	case contract.OpAdd:
-		return e.applyAdd(r, op, now, live, res)
+		return e.applyAdd(r, op, now, live, res, values)
 	case contract.OpSet:
 		return e.applySet(r, op, now, live, res)
 	case contract.OpDelete:

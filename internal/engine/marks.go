@@ -44,6 +44,10 @@ type MarkApplier interface {
 	ApplyMarked(ctx context.Context, ops []contract.Op, marks []string, ttl time.Duration, wo contract.WriteOptions) error
 	// Marked reports whether mark exists and has not expired.
 	Marked(mark string) bool
+	// MarkedAll sets found[k] to Marked(marks[k]) for each k (len(found)
+	// >= len(marks)): the marks of a consumer's segment at once, whose
+	// look-ups in a big set are cache misses that then overlap.
+	MarkedAll(marks []string, found []bool)
 }
 
 // maxMarkLen bounds a mark.
@@ -51,7 +55,8 @@ const maxMarkLen = 1024
 
 type markEntry struct {
 	id  string
-	exp int64 // unix ns
+	exp int64    // unix ns
+	h   markHash // hashMark(id), computed once by ApplyMarked (the flush's record keeps it)
 }
 
 // markRec is a flushed record: its key's sequence number, the hashes of
@@ -88,6 +93,29 @@ func (e *Engine) Marked(mark string) bool {
 	exp, ok := s.m.get(h)
 	s.mu.RUnlock()
 	return ok && exp > e.nowNano()
+}
+
+// MarkedAll: see MarkApplier. The marks go in blocks: hashed, then
+// looked up in a loop of independent probes under one read lock (a lock
+// per mark, an atomic write each, would keep the probes' cache misses
+// from overlapping).
+func (e *Engine) MarkedAll(marks []string, found []bool) {
+	s := &e.marks
+	now := e.nowNano()
+	var hs [64]markHash
+	for len(marks) > 0 {
+		n := min(len(marks), len(hs))
+		for k := range n {
+			hs[k] = hashMark(marks[k])
+		}
+		s.mu.RLock()
+		for k := range n {
+			exp, ok := s.m.get(hs[k])
+			found[k] = ok && exp > now
+		}
+		s.mu.RUnlock()
+		marks, found = marks[n:], found[n:]
+	}
 }
 
 // ApplyMarked: see MarkApplier.
@@ -139,6 +167,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 			*rp = make([]contract.Result, len(ops))
 		}
 		res := (*rp)[:len(ops)]
+		s.multi.noValues = true // the results are dropped
 		err = e.applyMultiIn(ops, res, true, &s.multi)
 		clear(res)
 		atomicResults.Put(rp)
@@ -148,7 +177,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 		s.mu.Lock()
 		for k, m := range marks {
 			s.m.put(hs[k], exp)
-			s.pending = append(s.pending, markEntry{m, exp})
+			s.pending = append(s.pending, markEntry{m, exp, hs[k]})
 		}
 		s.mu.Unlock()
 	}
@@ -212,7 +241,7 @@ func (s *markSet) write(b *pebble.Batch, p []markEntry) (markRec, error) {
 		v = binary.AppendVarint(v, m.exp-base)
 		v = binary.AppendUvarint(v, uint64(len(m.id)))
 		v = append(v, m.id...)
-		r.ids[i] = hashMark(m.id)
+		r.ids[i] = m.h
 		r.maxExp = max(r.maxExp, m.exp)
 	}
 	return r, b.Set(markKey(r.seq), v, nil)
@@ -337,6 +366,8 @@ func (l local) ApplyMarked(ctx context.Context, ops []contract.Op, marks []strin
 }
 
 func (l local) Marked(mark string) bool { return l.e.Marked(mark) }
+
+func (l local) MarkedAll(marks []string, found []bool) { l.e.MarkedAll(marks, found) }
 
 // markExpireInterval is how often the janitor forgets expired marks.
 const markExpireInterval = 10 * time.Second

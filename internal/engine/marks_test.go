@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -259,7 +260,7 @@ func TestMarkRecordRoundTrip(t *testing.T) {
 		base := rapid.Int64Range(0, math.MaxInt64/2).Draw(rt, "base")
 		var p []markEntry
 		for _, id := range ids {
-			p = append(p, markEntry{id, base + rapid.Int64Range(-1e15, 1e15).Draw(rt, "d")})
+			p = append(p, markEntry{id, base + rapid.Int64Range(-1e15, 1e15).Draw(rt, "d"), hashMark(id)})
 		}
 		db, err := pebble.Open("", &pebble.Options{FS: vfs.NewMem()})
 		if err != nil {
@@ -278,7 +279,7 @@ func TestMarkRecordRoundTrip(t *testing.T) {
 			rt.Fatal(err)
 		}
 		var got []markEntry
-		if err := decodeMarks(v, func(id string, exp int64) { got = append(got, markEntry{id, exp}) }); err != nil {
+		if err := decodeMarks(v, func(id string, exp int64) { got = append(got, markEntry{id, exp, hashMark(id)}) }); err != nil {
 			rt.Fatal(err)
 		}
 		closer.Close()
@@ -349,6 +350,55 @@ func TestMarkTableModel(t *testing.T) {
 		}
 		if tab.n != 0 {
 			rt.Fatalf("%d marks after deleting all", tab.n)
+		}
+	})
+}
+
+// TestMarkedAllIsMarked: MarkedAll answers, for every mark of a list
+// longer than its blocks, what Marked answers: marks applied, marks
+// expired since, marks never applied.
+func TestMarkedAllIsMarked(t *testing.T) {
+	var now atomic.Int64
+	now.Store(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	cfg := DefaultConfig()
+	cfg.Dir, cfg.FS = "/data", vfs.NewMem()
+	cfg.Clock = func() time.Time { return time.Unix(0, now.Load()) }
+	e, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(0, 300).Draw(rt, "n")
+		var marks, short, long []string
+		for i := range n {
+			m := fmt.Sprintf("m%d-%d", now.Load(), i)
+			marks = append(marks, m)
+			switch rapid.IntRange(0, 2).Draw(rt, "state") {
+			case 0:
+				short = append(short, m)
+			case 1:
+				long = append(long, m)
+			}
+		}
+		add := []contract.Op{{Type: contract.OpAdd, ID: "n", Delta: 1}}
+		if len(short) > 0 {
+			if err := e.ApplyMarked(bg, add, short, time.Minute, contract.WriteOptions{}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		if len(long) > 0 {
+			if err := e.ApplyMarked(bg, add, long, time.Hour, contract.WriteOptions{}); err != nil {
+				rt.Fatal(err)
+			}
+		}
+		now.Add(int64(2 * time.Minute)) // the short ones expired
+		found := make([]bool, len(marks))
+		Local(e).(MarkApplier).MarkedAll(marks, found)
+		for i, m := range marks {
+			if want := e.Marked(m); found[i] != want || want != slices.Contains(long, m) {
+				rt.Fatalf("mark %d %q: MarkedAll %v, Marked %v, applied with an hour's ttl %v", i, m, found[i], want, slices.Contains(long, m))
+			}
 		}
 	})
 }

@@ -37,7 +37,7 @@ func additiveValue(en *entry, now int64) int64 {
 	return en.value
 }
 
-func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result) error {
+func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *contract.Result, values bool) error {
 	en := r.e
 	k := op.Kind
 	if k == contract.KindFloat {
@@ -90,7 +90,9 @@ func (e *Engine) applyAdd(r *ref, op *contract.Op, now int64, live bool, res *co
 		}
 	}
 	e.changedLocked(r, now, res)
-	res.Value = additiveValue(en, now)
+	if values {
+		res.Value = additiveValue(en, now)
+	}
 	return nil
 }
 
@@ -280,24 +282,31 @@ func (e *Engine) applyPFAdd(r *ref, op *contract.Op, now int64, live bool, res *
 	}
 	h := en.ext().state.(*counter.HLL)
 	rollChanged := false
-	if roll := en.ext().roll; roll == nil {
-		for _, it := range op.Items {
-			if h.Add(it) {
-				res.Changed = true
-			}
+	roll := en.ext().roll
+	// The items' hashes (what h.Add hashes) go in blocks to the sketch
+	// and to the rollup's, each of which takes a block at once
+	// (counter.HLL.AddHashes: one merge into a sparse sketch).
+	var xs [64]uint64
+	for items := op.Items; len(items) > 0; {
+		n := min(len(items), len(xs))
+		for k, it := range items[:n] {
+			xs[k] = xxhash.Sum64(it)
 		}
-	} else {
-		for _, it := range op.Items {
-			x := xxhash.Sum64(it) // what h.Add hashes
-			if h.AddHash(x) {
-				res.Changed = true
+		items = items[n:]
+		if h.AddHashes(xs[:n]) {
+			res.Changed = true
+		}
+		switch {
+		case roll == nil:
+		case op.At != 0:
+			if roll.AddHashesAt(op.At, now, xs[:n]) {
+				rollChanged = true
 			}
-			if op.At != 0 {
-				if roll.AddHashAt(op.At, now, x) {
+		default:
+			for _, x := range xs[:n] {
+				if roll.AddHash(now, x) {
 					rollChanged = true
 				}
-			} else if roll.AddHash(now, x) {
-				rollChanged = true
 			}
 		}
 	}

@@ -322,6 +322,42 @@ func (s *State) AddHashAt(t, now int64, x uint64) bool {
 	return changed
 }
 
+// AddHashesAt is AddHashAt(t, now, x) for each of xs: every hash goes to
+// the same sketch of each unit (t's), which takes them at once
+// (counter.HLL.AddHashes).
+func (s *State) AddHashesAt(t, now int64, xs []uint64) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	changed := false
+	for _, k := range &s.sketches {
+		if k == nil {
+			continue
+		}
+		if u := k.unit.Bucket(t); k.started && u < k.idx {
+			if k.unit.Start(u+1) <= now-int64(s.spec.SketchRetention(k.unit)) {
+				continue
+			}
+			it := s.lateItem(k.unit, u, true)
+			if it.h == nil {
+				// As in AddHashAt.
+				it.h, it.hasPrev, it.prev = s.spec.newSketch(), k.hasClosed, k.lastClosed
+				if !k.hasClosed || u > k.lastClosed {
+					k.hasClosed, k.lastClosed = true, u
+				}
+			}
+			if it.h.AddHashes(xs) {
+				changed = true
+			}
+			continue
+		}
+		if s.roll(k, t).AddHashes(xs) {
+			changed = true
+		}
+	}
+	return changed
+}
+
 // ResolveLate tells s the absolute values flush generation gen wrote for
 // its late chunks, in the order TakeFlush returned them (Flush.Chunks with
 // Add set): each such item becomes a closed chunk of those values, so

@@ -71,7 +71,7 @@ type Applier struct {
 	be      contract.Backend
 	rules   atomic.Pointer[rules.Set]
 	limits  event.Limits
-	opLim   contract.Limits
+	opLim   contract.Limits // the backend's, zero fields defaulted (once, not per op)
 	maxOps  int
 	m       *Metrics
 	atomic  engine.AtomicApplier   // be's, when it has one
@@ -181,7 +181,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	a := &Applier{be: be, limits: l, opLim: caps.Limits, maxOps: caps.Limits.MaxBatch, m: m}
+	a := &Applier{be: be, limits: l, opLim: caps.Limits.WithDefaults(), maxOps: caps.Limits.MaxBatch, m: m}
 	if a.maxOps <= 0 {
 		a.maxOps = contract.DefaultLimits().MaxBatch
 	}
@@ -197,7 +197,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
-		return &scratch{seen: map[string]struct{}{}, c: chunk{byKey: map[opKey]int{}}}
+		return &scratch{seen: map[string]struct{}{}}
 	}
 	return a, nil
 }
@@ -325,8 +325,12 @@ type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
 	seen  map[string]struct{}
-	hits  []ruleHits // rule hits, for the metric
-	c     chunk
+	// markers and found: the marker of each of evs and whether it is
+	// marked (engine.MarkApplier.MarkedAll).
+	markers []string
+	found   []bool
+	hits    []ruleHits // rule hits, for the metric
+	c       chunk
 }
 
 // ruleHits counts the hits of one rule.
@@ -351,6 +355,8 @@ func (s *scratch) clear() {
 	clear(s.arena)
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
 	clear(s.seen)
+	clear(s.markers)
+	s.markers = s.markers[:0]
 	clear(s.hits) // no hold on the rules of a reload
 	s.hits = s.hits[:0]
 	s.c.reset(false)
@@ -429,8 +435,15 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	// Skip what an earlier delivery (or an earlier copy) applied.
 	live := s.evs[:0]
 	olds := a.olds == nil || a.olds.MayHaveMarkerCounters()
-	for _, p := range s.evs {
-		if a.marks != nil && a.marks.Marked(p.marker) {
+	if a.marks != nil {
+		s.markers, s.found = s.markers[:0], slices.Grow(s.found[:0], len(s.evs))[:len(s.evs)]
+		for i := range s.evs {
+			s.markers = append(s.markers, s.evs[i].marker)
+		}
+		a.marks.MarkedAll(s.markers, s.found)
+	}
+	for i, p := range s.evs {
+		if a.marks != nil && s.found[i] {
 			duplicates++
 			continue
 		}
@@ -467,7 +480,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 // an event the engine would refuse is dead-lettered alone.
 func (a *Applier) validate(hits []rules.Hit) error {
 	for i := range hits {
-		if err := hits[i].Op.Validate(a.opLim); err != nil {
+		if err := hits[i].Op.ValidateDefaulted(&a.opLim); err != nil {
 			return fmt.Errorf("rule %q: %w", hits[i].Rule.Name, err)
 		}
 	}
@@ -568,7 +581,7 @@ func (a *Applier) grain(t contract.OpType, id string) int64 {
 // storage is reused from one batch to the next.
 type chunk struct {
 	ops    []contract.Op
-	byKey  map[opKey]int
+	byKey  opTable // the op each key's next op merges into
 	events []*pending
 	// opOf lists, event after event of events, the index in ops of each
 	// of its hits and then of its marker (len(hits)+1 entries an event;
@@ -584,7 +597,7 @@ func (c *chunk) reset(useMark bool) {
 	clear(c.ops) // drop the references to the last batch's ids and items
 	clear(c.marks)
 	c.ops, c.events, c.opOf, c.marks = c.ops[:0], c.events[:0], c.opOf[:0], c.marks[:0]
-	clear(c.byKey)
+	c.byKey.reset()
 	c.useMark = useMark
 }
 
@@ -604,12 +617,12 @@ func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
 	}
 	for i := range p.hits {
 		op := &p.hits[i].Op
-		k := opKey{op.Type, op.ID, op.Window, op.At}
-		j, ok := c.byKey[k]
-		if !ok || !merge(&c.ops[j], op, maxItems) {
+		h := opHash(op)
+		j := c.byKey.find(c.ops, op, h)
+		if j < 0 || !merge(&c.ops[j], op, maxItems) {
 			j = len(c.ops)
-			c.byKey[k] = j
 			c.ops = append(c.ops, *op)
+			c.byKey.put(c.ops, h, j)
 			o := &c.ops[j]
 			// The hit's items stay its own: clipped, a merge's append
 			// copies them first. A merge adds to fields in place: copied.
@@ -811,10 +824,7 @@ func (a *Applier) Events(ctx context.Context, seq int64, encoded [][]byte) ([]st
 // maxItems is the most items an op may carry (the backend's limit, else
 // the contract's).
 func (a *Applier) maxItems() int {
-	if a.opLim.MaxItems > 0 {
-		return a.opLim.MaxItems
-	}
-	return contract.MaxItems
+	return a.opLim.MaxItems // defaulted: the backend's, else the contract's
 }
 
 // dedupeTTL is how long the marks of rs's events live: its dedupe TTL, or
