@@ -387,6 +387,9 @@ func (n *Node) refresh() {
 // under the old ring to finish, and schedules a handoff.
 func (n *Node) setRing(nodes []string) {
 	old := n.ring.Snapshot()
+	// Before the ring is installed: a view part that reads the new ring
+	// must not find a mark of a previous life of it (readview.go).
+	n.marks.keepOnly(nodeSetHash(nodes))
 	n.gate.Lock()
 	changed := n.ring.Set(nodes)
 	s := n.ring.Snapshot()
