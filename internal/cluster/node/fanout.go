@@ -9,6 +9,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/cluster/ring"
+
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
@@ -288,8 +290,13 @@ func (n *Node) scanAnswered(ctx context.Context, cursor uint64, match string, co
 // eachAnswered calls fn for every local id matching match that answers
 // accepts. With fence, each page of ids is fenced first (pulled from the
 // other replicas once per ring version, as an owner's first read does), so
-// values are as fresh as Get's: a sync write acknowledged by a quorum that
-// did not include this node is counted after a failover.
+// a sync write acknowledged by a quorum that did not include this node is
+// counted after a failover; and the ids that may lack an acknowledged
+// write here are pulled from the other replicas again at every read
+// (pullAnswered): pn and sharded counters (a sync add acknowledged by a
+// quorum without this node, before its push arrives) and the ids this
+// node answers for in place of an unreachable owner (a sync write the
+// owner acknowledged with the other replica after the fence).
 func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(id string) error) error {
 	var cursor uint64
 	for {
@@ -299,6 +306,9 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 		}
 		if fence {
 			if _, err := n.fence.ensure(ctx, n, ids, false); err != nil {
+				return err
+			}
+			if err := n.pullAnswered(ctx, ids); err != nil {
 				return err
 			}
 		}
@@ -349,4 +359,99 @@ func escapeGlob(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// pullAnswered pulls (pullReplicas) the ids of ids, which this node
+// answers for in a read view, that may lack an acknowledged sync write
+// here: pn and sharded counters (applied wherever they are received), and
+// ids this node does not own (it stands in for an unreachable owner,
+// which may have acknowledged writes with another replica since this
+// node's fence).
+func (n *Node) pullAnswered(ctx context.Context, ids []string) error {
+	s := n.ring.Snapshot()
+	var pull []string
+	for _, id := range ids {
+		if s.Owner(id) != n.self {
+			pull = append(pull, id)
+		} else if v, err := n.store.Get(ctx, id); err == nil && v.Exists && isCRDT(v.Kind) {
+			pull = append(pull, id)
+		}
+	}
+	return n.pullReplicas(ctx, s, pull)
+}
+
+// pullReplicas merges the other replicas' states of ids into this node,
+// and returns once, for every id, enough replicas answered to complete a
+// write quorum with this node: any write quorum of the id's replicas (a
+// sync write is acknowledged once one holds it, which need not include
+// this node) meets the replicas read. Unlike the takeover fence it
+// claims nothing, runs at every read, and does not wait for the slowest
+// replica.
+func (n *Node) pullReplicas(ctx context.Context, s *ring.Snapshot, ids []string) error {
+	if len(ids) == 0 || s.Len() <= 1 {
+		return nil
+	}
+	want := nodesHash(s)
+	need := map[string]int{}
+	ask := map[string][]string{}
+	for _, id := range ids {
+		reps := s.Replicas(id, 0)
+		k := quorum(len(reps))
+		if slices.Contains(reps, n.self) {
+			k--
+		}
+		if k <= 0 {
+			continue
+		}
+		need[id] = k
+		for _, r := range reps {
+			if r != n.self {
+				ask[r] = append(ask[r], id)
+			}
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	type answer struct {
+		ids []string
+		err error
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the slower peers' calls: their answers are not needed
+	ch := make(chan answer, len(ask))
+	for peer, pids := range ask {
+		go func() {
+			a := fetchAnswer{sameRing: true, refused: map[string]uint32{}}
+			for chunk := range slices.Chunk(pids, maxIDsPerFetch) {
+				if err := n.fetchMerge(pctx, peer, chunk, nil, want, &a); err != nil {
+					ch <- answer{err: err}
+					return
+				}
+			}
+			ch <- answer{ids: pids}
+		}()
+	}
+	var last error
+	for range ask {
+		var a answer
+		select {
+		case a = <-ch:
+		case <-ctx.Done():
+			return &UnavailableError{Op: "read view pull", Err: ctx.Err()}
+		}
+		if a.err != nil {
+			last = a.err
+			continue
+		}
+		for _, id := range a.ids {
+			if need[id]--; need[id] <= 0 {
+				delete(need, id)
+			}
+		}
+		if len(need) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: read view: %d ids lack a replica quorum (e.g. %q): %v", contract.ErrUnavailable, len(need), firstKey(need), last)
 }
