@@ -381,10 +381,10 @@ func (n *Node) pullAnswered(ctx context.Context, ids []string) error {
 }
 
 // pullReplicas merges the other replicas' states of ids into this node,
-// and returns once, for every id, enough replicas answered to complete a
-// write quorum with this node: any write quorum of the id's replicas (a
-// sync write is acknowledged once one holds it, which need not include
-// this node) meets the replicas read. Unlike the takeover fence it
+// and returns once, for every id, enough replicas answered that every
+// write quorum of the id's replicas (a sync write is acknowledged once
+// one holds it, which need not include this node) meets the replicas
+// read, this one included. Unlike the takeover fence it
 // claims nothing, runs at every read, and does not wait for the slowest
 // replica.
 func (n *Node) pullReplicas(ctx context.Context, s *ring.Snapshot, ids []string) error {
@@ -395,10 +395,13 @@ func (n *Node) pullReplicas(ctx context.Context, s *ring.Snapshot, ids []string)
 	need := map[string]int{}
 	ask := map[string][]string{}
 	for _, id := range ids {
+		// Replicas read (this one and k others) plus a write quorum must
+		// exceed the replicas: R=3 reads one other, R=2 none (every
+		// write quorum holds both).
 		reps := s.Replicas(id, 0)
-		k := quorum(len(reps))
-		if slices.Contains(reps, n.self) {
-			k--
+		k := len(reps) - quorum(len(reps))
+		if !slices.Contains(reps, n.self) {
+			k++
 		}
 		if k <= 0 {
 			continue
