@@ -287,17 +287,12 @@ func (n *Node) scanAnswered(ctx context.Context, cursor uint64, match string, co
 	return slices.DeleteFunc(ids, func(id string) bool { return !answers(id) }), next, nil
 }
 
-// eachAnswered calls fn for every local id matching match that answers
-// accepts. With fence, each page of ids is fenced first (pulled from the
+// eachAnswered calls fn for each page of the local ids matching match that
+// answers accepts. With fence, each page is fenced first (pulled from the
 // other replicas once per ring version, as an owner's first read does), so
 // a sync write acknowledged by a quorum that did not include this node is
-// counted after a failover; and the ids that may lack an acknowledged
-// write here are pulled from the other replicas again at every read
-// (pullAnswered): pn and sharded counters (a sync add acknowledged by a
-// quorum without this node, before its push arrives) and the ids this
-// node answers for in place of an unreachable owner (a sync write the
-// owner acknowledged with the other replica after the fence).
-func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(id string) error) error {
+// counted after a failover.
+func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(ids []string) error) error {
 	var cursor uint64
 	for {
 		ids, next, err := n.scanAnswered(ctx, cursor, match, 1000, answers)
@@ -308,14 +303,9 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 			if _, err := n.fence.ensure(ctx, n, ids, false); err != nil {
 				return err
 			}
-			if err := n.pullAnswered(ctx, ids); err != nil {
-				return err
-			}
 		}
-		for _, id := range ids {
-			if err := fn(id); err != nil {
-				return err
-			}
+		if err := fn(ids); err != nil {
+			return err
 		}
 		if next == 0 {
 			return nil
@@ -327,17 +317,56 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 	}
 }
 
+// aggregateAnswered sums the additive counters among the ids answers
+// accepts. The ids that may lack an acknowledged sync write here are
+// pulled from the other replicas at every read (pullReplicas) before they
+// are counted: pn and sharded counters (an add is applied where it is
+// received and acknowledged by a write quorum that need not include this
+// node, before its push arrives), and the ids this node answers for in
+// place of an unreachable owner (which may have acknowledged writes with
+// another replica since this node's fence).
 func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (contract.Aggregate, error) {
 	a := contract.Aggregate{Prefix: prefix}
-	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(id string) error {
-		v, err := n.store.Get(ctx, id)
-		if err != nil || !v.Exists || !v.Kind.Additive() {
-			return err
+	count := func(v contract.View) error {
+		if !v.Exists || !v.Kind.Additive() {
+			return nil
 		}
+		var err error
 		if a.Value, err = counter.AddInt64(a.Value, v.Value); err != nil {
 			return fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 		}
 		a.Count++
+		return nil
+	}
+	var pull []string
+	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(ids []string) error {
+		s := n.ring.Snapshot()
+		pull = pull[:0]
+		for _, id := range ids {
+			v, err := n.store.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if v.Exists && v.Kind.Additive() && (isCRDT(v.Kind) || s.Owner(id) != n.self) {
+				pull = append(pull, id)
+				continue
+			}
+			if err := count(v); err != nil {
+				return err
+			}
+		}
+		if err := n.pullReplicas(ctx, s, pull); err != nil {
+			return err
+		}
+		for _, id := range pull {
+			v, err := n.store.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := count(v); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return a, err
@@ -345,7 +374,7 @@ func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers fun
 
 func (n *Node) countAnswered(ctx context.Context, answers func(string) bool) (int, error) {
 	c := 0
-	err := n.eachAnswered(ctx, "", answers, false, func(string) error { c++; return nil })
+	err := n.eachAnswered(ctx, "", answers, false, func(ids []string) error { c += len(ids); return nil })
 	return c, err
 }
 
@@ -359,25 +388,6 @@ func escapeGlob(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
-}
-
-// pullAnswered pulls (pullReplicas) the ids of ids, which this node
-// answers for in a read view, that may lack an acknowledged sync write
-// here: pn and sharded counters (applied wherever they are received), and
-// ids this node does not own (it stands in for an unreachable owner,
-// which may have acknowledged writes with another replica since this
-// node's fence).
-func (n *Node) pullAnswered(ctx context.Context, ids []string) error {
-	s := n.ring.Snapshot()
-	var pull []string
-	for _, id := range ids {
-		if s.Owner(id) != n.self {
-			pull = append(pull, id)
-		} else if v, err := n.store.Get(ctx, id); err == nil && v.Exists && isCRDT(v.Kind) {
-			pull = append(pull, id)
-		}
-	}
-	return n.pullReplicas(ctx, s, pull)
 }
 
 // pullReplicas merges the other replicas' states of ids into this node,
