@@ -9,6 +9,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/counterd/counterd/internal/cluster/ring"
+
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
@@ -285,12 +287,12 @@ func (n *Node) scanAnswered(ctx context.Context, cursor uint64, match string, co
 	return slices.DeleteFunc(ids, func(id string) bool { return !answers(id) }), next, nil
 }
 
-// eachAnswered calls fn for every local id matching match that answers
-// accepts. With fence, each page of ids is fenced first (pulled from the
+// eachAnswered calls fn for each page of the local ids matching match that
+// answers accepts. With fence, each page is fenced first (pulled from the
 // other replicas once per ring version, as an owner's first read does), so
-// values are as fresh as Get's: a sync write acknowledged by a quorum that
-// did not include this node is counted after a failover.
-func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(id string) error) error {
+// a sync write acknowledged by a quorum that did not include this node is
+// counted after a failover.
+func (n *Node) eachAnswered(ctx context.Context, match string, answers func(string) bool, fence bool, fn func(ids []string) error) error {
 	var cursor uint64
 	for {
 		ids, next, err := n.scanAnswered(ctx, cursor, match, 1000, answers)
@@ -302,10 +304,8 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 				return err
 			}
 		}
-		for _, id := range ids {
-			if err := fn(id); err != nil {
-				return err
-			}
+		if err := fn(ids); err != nil {
+			return err
 		}
 		if next == 0 {
 			return nil
@@ -317,17 +317,56 @@ func (n *Node) eachAnswered(ctx context.Context, match string, answers func(stri
 	}
 }
 
+// aggregateAnswered sums the additive counters among the ids answers
+// accepts. The ids that may lack an acknowledged sync write here are
+// pulled from the other replicas at every read (pullReplicas) before they
+// are counted: pn and sharded counters (an add is applied where it is
+// received and acknowledged by a write quorum that need not include this
+// node, before its push arrives), and the ids this node answers for in
+// place of an unreachable owner (which may have acknowledged writes with
+// another replica since this node's fence).
 func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers func(string) bool) (contract.Aggregate, error) {
 	a := contract.Aggregate{Prefix: prefix}
-	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(id string) error {
-		v, err := n.store.Get(ctx, id)
-		if err != nil || !v.Exists || !v.Kind.Additive() {
-			return err
+	count := func(v contract.View) error {
+		if !v.Exists || !v.Kind.Additive() {
+			return nil
 		}
+		var err error
 		if a.Value, err = counter.AddInt64(a.Value, v.Value); err != nil {
 			return fmt.Errorf("%w: sum of %q*", contract.ErrOverflow, prefix)
 		}
 		a.Count++
+		return nil
+	}
+	var pull []string
+	err := n.eachAnswered(ctx, escapeGlob(prefix)+"*", answers, true, func(ids []string) error {
+		s := n.ring.Snapshot()
+		pull = pull[:0]
+		for _, id := range ids {
+			v, err := n.store.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if v.Exists && v.Kind.Additive() && (isCRDT(v.Kind) || s.Owner(id) != n.self) {
+				pull = append(pull, id)
+				continue
+			}
+			if err := count(v); err != nil {
+				return err
+			}
+		}
+		if err := n.pullReplicas(ctx, s, pull); err != nil {
+			return err
+		}
+		for _, id := range pull {
+			v, err := n.store.Get(ctx, id)
+			if err != nil {
+				return err
+			}
+			if err := count(v); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	return a, err
@@ -335,7 +374,7 @@ func (n *Node) aggregateAnswered(ctx context.Context, prefix string, answers fun
 
 func (n *Node) countAnswered(ctx context.Context, answers func(string) bool) (int, error) {
 	c := 0
-	err := n.eachAnswered(ctx, "", answers, false, func(string) error { c++; return nil })
+	err := n.eachAnswered(ctx, "", answers, false, func(ids []string) error { c += len(ids); return nil })
 	return c, err
 }
 
@@ -349,4 +388,83 @@ func escapeGlob(s string) string {
 		b.WriteRune(r)
 	}
 	return b.String()
+}
+
+// pullReplicas merges the other replicas' states of ids into this node,
+// and returns once, for every id, enough replicas answered that every
+// write quorum of the id's replicas (a sync write is acknowledged once
+// one holds it, which need not include this node) meets the replicas
+// read, this one included. Unlike the takeover fence it
+// claims nothing, runs at every read, and does not wait for the slowest
+// replica.
+func (n *Node) pullReplicas(ctx context.Context, s *ring.Snapshot, ids []string) error {
+	if len(ids) == 0 || s.Len() <= 1 {
+		return nil
+	}
+	want := nodesHash(s)
+	need := map[string]int{}
+	ask := map[string][]string{}
+	for _, id := range ids {
+		// Replicas read (this one and k others) plus a write quorum must
+		// exceed the replicas: R=3 reads one other, R=2 none (every
+		// write quorum holds both).
+		reps := s.Replicas(id, 0)
+		k := len(reps) - quorum(len(reps))
+		if !slices.Contains(reps, n.self) {
+			k++
+		}
+		if k <= 0 {
+			continue
+		}
+		need[id] = k
+		for _, r := range reps {
+			if r != n.self {
+				ask[r] = append(ask[r], id)
+			}
+		}
+	}
+	if len(need) == 0 {
+		return nil
+	}
+	type answer struct {
+		ids []string
+		err error
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the slower peers' calls: their answers are not needed
+	ch := make(chan answer, len(ask))
+	for peer, pids := range ask {
+		go func() {
+			a := fetchAnswer{sameRing: true, refused: map[string]uint32{}}
+			for chunk := range slices.Chunk(pids, maxIDsPerFetch) {
+				if err := n.fetchMerge(pctx, peer, chunk, nil, want, &a); err != nil {
+					ch <- answer{err: err}
+					return
+				}
+			}
+			ch <- answer{ids: pids}
+		}()
+	}
+	var last error
+	for range ask {
+		var a answer
+		select {
+		case a = <-ch:
+		case <-ctx.Done():
+			return &UnavailableError{Op: "read view pull", Err: ctx.Err()}
+		}
+		if a.err != nil {
+			last = a.err
+			continue
+		}
+		for _, id := range a.ids {
+			if need[id]--; need[id] <= 0 {
+				delete(need, id)
+			}
+		}
+		if len(need) == 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: read view: %d ids lack a replica quorum (e.g. %q): %v", contract.ErrUnavailable, len(need), firstKey(need), last)
 }

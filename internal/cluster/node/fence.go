@@ -154,6 +154,14 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 // nodesHash fingerprints a ring's node set.
 func nodesHash(s *ring.Snapshot) uint64 { return xxhash.Sum64String(strings.Join(s.Nodes(), "\x00")) }
 
+// nodeSetHash is nodesHash of the ring that ring.Set(nodes) installs
+// (sorted, without duplicates or empty ids).
+func nodeSetHash(nodes []string) uint64 {
+	set := slices.DeleteFunc(slices.Clone(nodes), func(id string) bool { return id == "" })
+	slices.Sort(set)
+	return xxhash.Sum64String(strings.Join(slices.Compact(set), "\x00"))
+}
+
 // pullQuorum fetches ids from the other replicas in s and merges them. It
 // succeeds when, for every id, enough replicas agreeing on the ring have
 // answered (and, with claim, promised the epoch this node claims for the

@@ -17,4 +17,7 @@ var knobs struct {
 	// node's part of a read view (a part that timed out: a non-nil
 	// *UnavailableError with Node set puts node in the down set).
 	viewCall atomic.Pointer[func(coordinator, node string) error]
+	// beforeSetRing runs before node self installs the node set nodes
+	// (from membership); it may block.
+	beforeSetRing atomic.Pointer[func(self string, nodes []string)]
 }

@@ -166,7 +166,7 @@ type Node struct {
 	gate sync.RWMutex
 
 	members atomic.Pointer[membership.Membership]
-	joined  atomic.Bool // a peer other than self has been seen
+	joined  atomic.Bool // a peer other than self has been seen, and installed in the ring
 	// minority is set while this node sees at most half of the members it
 	// knows (alive + dead; left ones do not count): it is on the small side
 	// of a partition, or most of the cluster is down.
@@ -352,7 +352,7 @@ func (n *Node) refresh() {
 		return
 	}
 	var alive []string
-	dead := 0
+	dead, other := 0, false
 	members := m.Members()
 	n.leaseMembers(members)
 	for _, mem := range members {
@@ -364,7 +364,7 @@ func (n *Node) refresh() {
 		}
 		if mem.ID != n.self {
 			n.peers.set(mem.ID, parseMeta(mem.Meta))
-			n.joined.Store(true)
+			other = true
 		}
 		if mem.ID != n.self || !n.leaving.Load() {
 			alive = append(alive, mem.ID)
@@ -378,6 +378,13 @@ func (n *Node) refresh() {
 		n.minority.Store(true)
 	}
 	n.setRing(alive)
+	if other {
+		// Only once the ring holds the peer: until then this node's ring
+		// is its own alone, and a read view at it would answer for every
+		// id from this node's store (a restarted node: without what the
+		// others took while it was down).
+		n.joined.Store(true)
+	}
 	if !minority {
 		n.minority.Store(false)
 	}
@@ -386,7 +393,13 @@ func (n *Node) refresh() {
 // setRing installs a new node set, waiting for owner operations admitted
 // under the old ring to finish, and schedules a handoff.
 func (n *Node) setRing(nodes []string) {
+	if h := knobs.beforeSetRing.Load(); h != nil {
+		(*h)(n.self, nodes)
+	}
 	old := n.ring.Snapshot()
+	// Before the ring is installed: a view part that reads the new ring
+	// must not find a mark of a previous life of it (readview.go).
+	n.marks.keepOnly(nodeSetHash(nodes))
 	n.gate.Lock()
 	changed := n.ring.Set(nodes)
 	s := n.ring.Snapshot()

@@ -80,6 +80,22 @@ func (im *inboundMarks) record(from string, m handoffMark) {
 	im.by[from] = m
 }
 
+// keepOnly drops every mark that is not for the node set hashing to h (the
+// ring this node just installed). A mark holds only for the life of the
+// ring it was sent in: a member that was dropped from this node's ring
+// (killed) and rejoins after a restart has a handoff to make again, into a
+// ring whose node set hashes the same as the one it marked in its previous
+// life, and the old mark must not stand for it.
+func (im *inboundMarks) keepOnly(h uint64) {
+	im.mu.Lock()
+	defer im.mu.Unlock()
+	for p, m := range im.by {
+		if m.Nodes != h {
+			delete(im.by, p)
+		}
+	}
+}
+
 // missing returns the members of s but self that have not marked their
 // handoff into s's node set.
 func (im *inboundMarks) missing(s *ring.Snapshot, self string) []string {
