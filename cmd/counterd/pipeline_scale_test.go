@@ -43,57 +43,8 @@ import (
 
 	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/testutil/natstest"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
-
-// consumeCostRules: views per post (add), unique viewers per post (pfadd,
-// daily uniques), likes per post with hourly rollups, and a per-user
-// window of the last hour by minute; the rules of internal/pipeline
-// BenchmarkConsumeCost.
-const consumeCostRules = `dedupe: 24h
-rules:
-  - name: views
-    filter: event.type == "impression"
-    counter: '"views:" + event.post'
-    add: "1"
-  - name: viewers
-    filter: event.type == "impression"
-    counter: '"viewers:" + event.post'
-    pfadd: event.user
-    rollup: {key: viewers, unique_days: 400d}
-  - name: likes
-    filter: event.type == "like"
-    counter: '"likes:" + event.post'
-    add: "1"
-    rollup: {key: likes, hour: 30d}
-  - name: user-recent
-    counter: '"recent:" + event.user'
-    window: {granularity: 1m, span: 1h, by: "1"}
-`
-
-// consumeCostEvents returns n events in stream messages of 1000: 1000
-// posts, 50,000 users, one in ten a like, times spread over the last 50
-// minutes (internal/pipeline costEvents); and how many are impressions.
-func consumeCostEvents(n int) (msgs [][]byte, impressions int) {
-	now := time.Now().UnixMilli()
-	var m []byte
-	for i := range n {
-		typ := "impression"
-		if i%10 == 9 {
-			typ = "like"
-		} else {
-			impressions++
-		}
-		ts := now - int64((i*7919)%3000)*1000
-		m = fmt.Appendf(m, `{"id":"c%d","type":%q,"ts":%d,"post":"p%d","user":"u%d","country":"c%d"}`, i, typ, ts, i%1000, (i*31)%50000, i%5)
-		if (i+1)%1000 == 0 || i == n-1 {
-			msgs = append(msgs, m)
-			m = nil
-		} else {
-			m = append(m, '\n')
-		}
-	}
-	return msgs, impressions
-}
 
 func BenchmarkClusterConsumeCost(b *testing.B) {
 	events := os.Getenv("COUNTERD_BENCH_CLUSTER_CONSUME")
@@ -129,7 +80,7 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 	name := natstest.Name("S")
 	scfg := stream.JetStreamConfig{URL: url, Stream: name, Subject: name + ".events", DeadSubject: name + ".dead", Consumer: name}
 	rulesPath := filepath.Join(b.TempDir(), "rules.yaml")
-	if err := os.WriteFile(rulesPath, []byte(consumeCostRules), 0o644); err != nil {
+	if err := os.WriteFile(rulesPath, []byte(pipelinetest.CostRules), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	extra := []string{"--rules", rulesPath, "--nats", url, "--nats-stream", name, "--nats-subject", scfg.Subject,
@@ -138,7 +89,7 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 	if profile != "" {
 		extra = append(extra, "--pprof", "--admin", "127.0.0.2:0")
 	}
-	msgs, impressions := consumeCostEvents(n)
+	msgs, impressions := pipelinetest.CostEvents(n)
 	c := newClusterWith(b, size, loopback, extra)
 	time.Sleep(time.Second) // the ring settles: no handoff in the measurement
 

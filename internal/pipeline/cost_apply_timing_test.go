@@ -16,6 +16,7 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/consumer"
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/stream"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
 
 // BenchmarkApplyCost is BenchmarkConsumeCost without the stream: the same
@@ -25,7 +26,7 @@ import (
 // process: the flusher, Pebble and the GC too).
 func BenchmarkApplyCost(b *testing.B) {
 	ctx := context.Background()
-	msgs, impressions := costEvents(b.N)
+	msgs, impressions := pipelinetest.CostEvents(b.N)
 	var recs []stream.Record
 	for i, m := range msgs {
 		for j, ev := range bytes.Split(m, []byte{'\n'}) {
@@ -42,7 +43,7 @@ func BenchmarkApplyCost(b *testing.B) {
 	}
 	defer e.Close()
 	path := filepath.Join(b.TempDir(), "rules.yaml")
-	if err := os.WriteFile(path, []byte(costRules), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(pipelinetest.CostRules), 0o644); err != nil {
 		b.Fatal(err)
 	}
 	p := &Pipeline{cfg: Config{Rules: path}, be: engine.Local(e), log: log}

@@ -11,7 +11,6 @@ package pipeline
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -28,56 +27,8 @@ import (
 	"github.com/counterd/counterd/internal/pipeline/event"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/testutil/natstest"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
-
-// costRules: views per post (add), unique viewers per post (pfadd, daily
-// uniques), likes per post with hourly rollups, and a per-user window of
-// the last hour by minute.
-const costRules = `dedupe: 24h
-rules:
-  - name: views
-    filter: event.type == "impression"
-    counter: '"views:" + event.post'
-    add: "1"
-  - name: viewers
-    filter: event.type == "impression"
-    counter: '"viewers:" + event.post'
-    pfadd: event.user
-    rollup: {key: viewers, unique_days: 400d}
-  - name: likes
-    filter: event.type == "like"
-    counter: '"likes:" + event.post'
-    add: "1"
-    rollup: {key: likes, hour: 30d}
-  - name: user-recent
-    counter: '"recent:" + event.user'
-    window: {granularity: 1m, span: 1h, by: "1"}
-`
-
-// costEvents returns n events in stream messages of 1000: 1000 posts,
-// 50,000 users, one in ten a like, times spread over the last 50
-// minutes; and how many are impressions.
-func costEvents(n int) (msgs [][]byte, impressions int) {
-	now := time.Now().UnixMilli()
-	var m []byte
-	for i := range n {
-		typ := "impression"
-		if i%10 == 9 {
-			typ = "like"
-		} else {
-			impressions++
-		}
-		ts := now - int64((i*7919)%3000)*1000
-		m = fmt.Appendf(m, `{"id":"c%d","type":%q,"ts":%d,"post":"p%d","user":"u%d","country":"c%d"}`, i, typ, ts, i%1000, (i*31)%50000, i%5)
-		if (i+1)%1000 == 0 || i == n-1 {
-			msgs = append(msgs, m)
-			m = nil
-		} else {
-			m = append(m, '\n')
-		}
-	}
-	return msgs, impressions
-}
 
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -120,7 +71,7 @@ func BenchmarkConsumeCost(b *testing.B) {
 	scfg := stream.JetStreamConfig{URL: url, Stream: name, Subject: name + ".events", DeadSubject: name + ".dead", Consumer: name}
 	ctx := context.Background()
 	n := b.N
-	msgs, impressions := costEvents(n)
+	msgs, impressions := pipelinetest.CostEvents(n)
 	prod, err := stream.OpenJetStream(ctx, scfg)
 	if err != nil {
 		b.Fatal(err)
@@ -159,7 +110,7 @@ func BenchmarkConsumeCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			path := filepath.Join(b.TempDir(), "rules.yaml")
-			if err := os.WriteFile(path, []byte(costRules), 0o644); err != nil {
+			if err := os.WriteFile(path, []byte(pipelinetest.CostRules), 0o644); err != nil {
 				b.Fatal(err)
 			}
 			p := &Pipeline{cfg: Config{Rules: path}, be: engine.Local(e), log: log}
