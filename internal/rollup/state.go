@@ -290,6 +290,22 @@ func (s *State) lateItem(g Granularity, idx int64, sketch bool) *closedItem {
 // adds to a late sketch of t's unit that the flush merges into the stored
 // one (dropped when that unit has ended its retention ago at now).
 func (s *State) AddHashAt(t, now int64, x uint64) bool {
+	return s.sketchesAt(t, now, func(h *counter.HLL) bool { return h.AddHash(x) })
+}
+
+// AddHashesAt is AddHashAt(t, now, x) for each of xs: every hash goes to
+// the same sketch of each unit (t's), which takes them at once
+// (counter.HLL.AddHashes).
+func (s *State) AddHashesAt(t, now int64, xs []uint64) bool {
+	if len(xs) == 0 {
+		return false
+	}
+	return s.sketchesAt(t, now, func(h *counter.HLL) bool { return h.AddHashes(xs) })
+}
+
+// sketchesAt calls add with the sketch of each unit that an event at t
+// goes to (AddHashAt), and reports whether one changed.
+func (s *State) sketchesAt(t, now int64, add func(h *counter.HLL) bool) bool {
 	changed := false
 	for _, k := range &s.sketches {
 		if k == nil {
@@ -310,48 +326,12 @@ func (s *State) AddHashAt(t, now int64, x uint64) bool {
 					k.hasClosed, k.lastClosed = true, u
 				}
 			}
-			if it.h.AddHash(x) {
+			if add(it.h) {
 				changed = true
 			}
 			continue
 		}
-		if s.roll(k, t).AddHash(x) {
-			changed = true
-		}
-	}
-	return changed
-}
-
-// AddHashesAt is AddHashAt(t, now, x) for each of xs: every hash goes to
-// the same sketch of each unit (t's), which takes them at once
-// (counter.HLL.AddHashes).
-func (s *State) AddHashesAt(t, now int64, xs []uint64) bool {
-	if len(xs) == 0 {
-		return false
-	}
-	changed := false
-	for _, k := range &s.sketches {
-		if k == nil {
-			continue
-		}
-		if u := k.unit.Bucket(t); k.started && u < k.idx {
-			if k.unit.Start(u+1) <= now-int64(s.spec.SketchRetention(k.unit)) {
-				continue
-			}
-			it := s.lateItem(k.unit, u, true)
-			if it.h == nil {
-				// As in AddHashAt.
-				it.h, it.hasPrev, it.prev = s.spec.newSketch(), k.hasClosed, k.lastClosed
-				if !k.hasClosed || u > k.lastClosed {
-					k.hasClosed, k.lastClosed = true, u
-				}
-			}
-			if it.h.AddHashes(xs) {
-				changed = true
-			}
-			continue
-		}
-		if s.roll(k, t).AddHashes(xs) {
+		if add(s.roll(k, t)) {
 			changed = true
 		}
 	}
