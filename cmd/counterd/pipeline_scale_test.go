@@ -254,32 +254,5 @@ func bareConsume(b *testing.B, cfg stream.JetStreamConfig, durable string, n int
 // nodeProfile fetches a CPU profile of nd (started with --pprof --admin)
 // into dir/name.pprof in the background; wait waits for it.
 func nodeProfile(b *testing.B, nd *cnode, name, dir string) (wait func()) {
-	var m []string
-	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); {
-		m = adminRE.FindStringSubmatch(nd.logs.tail(1000))
-		if m == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	if m == nil {
-		b.Fatalf("%s: no admin listener in the log", nd.id)
-	}
-	secs := os.Getenv("COUNTERD_BENCH_PROFILE_SECONDS")
-	if secs == "" {
-		secs = "5"
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		hc := &http.Client{Timeout: 5 * time.Minute}
-		resp, err := hc.Get("http://" + m[1] + "/debug/pprof/profile?seconds=" + secs)
-		if err != nil {
-			b.Logf("%s: profile: %v", name, err)
-			return
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		os.WriteFile(filepath.Join(dir, name+".pprof"), body, 0o644)
-	}()
-	return func() { <-done }
+	return fetchProfile(b, func() string { return nd.logs.tail(1000) }, name, dir)
 }

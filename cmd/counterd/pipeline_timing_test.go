@@ -137,10 +137,18 @@ func startProfile(b *testing.B, p *proc, name string) (wait func()) {
 	if dir == "" {
 		return func() {}
 	}
-	m := adminRE.FindStringSubmatch(p.logs())
+	return fetchProfile(b, p.logs, name, dir)
+}
+
+// fetchProfile fetches, in the background, a CPU profile of
+// COUNTERD_BENCH_PROFILE_SECONDS (default 5) from the admin listener that
+// logs names (a process started with --pprof --admin) into
+// dir/name.pprof; wait waits for it.
+func fetchProfile(b *testing.B, logs func() string, name, dir string) (wait func()) {
+	m := adminRE.FindStringSubmatch(logs())
 	for deadline := time.Now().Add(10 * time.Second); m == nil && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond) // logged after "http listening"
-		m = adminRE.FindStringSubmatch(p.logs())
+		m = adminRE.FindStringSubmatch(logs())
 	}
 	if m == nil {
 		b.Fatalf("%s: no admin listener in the log", name)
