@@ -117,16 +117,9 @@ func benchClusterConsume(b *testing.B, url string, size, n int) {
 	}
 	rings0 := ringChanges()
 	cpu0, began := cpu(), time.Now()
-	prod, err := stream.OpenJetStream(ctx, scfg)
-	if err != nil {
+	if err := pipelinetest.Publish(ctx, scfg, msgs); err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < len(msgs); i += 64 {
-		if err := prod.Append(ctx, msgs[i:min(i+64, len(msgs))]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	prod.Close()
 	b.Logf("%v: %d events appended", time.Since(began).Round(time.Millisecond), n)
 	logged := time.Now()
 	// Done when the nodes' metrics count every event applied or found a

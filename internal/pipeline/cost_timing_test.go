@@ -72,16 +72,9 @@ func BenchmarkConsumeCost(b *testing.B) {
 	ctx := context.Background()
 	n := b.N
 	msgs, impressions := pipelinetest.CostEvents(n)
-	prod, err := stream.OpenJetStream(ctx, scfg)
-	if err != nil {
+	if err := pipelinetest.Publish(ctx, scfg, msgs); err != nil {
 		b.Fatal(err)
 	}
-	for i := 0; i < len(msgs); i += 64 {
-		if err := prod.Append(ctx, msgs[i:min(i+64, len(msgs))]); err != nil {
-			b.Fatal(err)
-		}
-	}
-	prod.Close()
 	msgs = nil
 
 	// consume runs the loop over a consumer until it committed n records.

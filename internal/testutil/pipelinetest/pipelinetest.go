@@ -3,8 +3,11 @@
 package pipelinetest
 
 import (
+	"context"
 	"fmt"
 	"time"
+
+	"github.com/counterd/counterd/internal/pipeline/stream"
 )
 
 // ImpressionRules is the rules file of the end-to-end pipeline tests and
@@ -77,4 +80,20 @@ func CostEvents(n int) (msgs [][]byte, impressions int) {
 		}
 	}
 	return msgs, impressions
+}
+
+// Publish appends msgs to the JetStream stream of cfg, 64 messages per
+// Append.
+func Publish(ctx context.Context, cfg stream.JetStreamConfig, msgs [][]byte) error {
+	prod, err := stream.OpenJetStream(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer prod.Close()
+	for i := 0; i < len(msgs); i += 64 {
+		if err := prod.Append(ctx, msgs[i:min(i+64, len(msgs))]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
