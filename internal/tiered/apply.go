@@ -272,7 +272,7 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	if op.At != 0 { // rollups by event time
 		at = time.Unix(0, op.At)
 	}
-	if !b.journaled(markedOf(ctx), []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version) {
+	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version) {
 		b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
 	}
 	return contract.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
@@ -452,12 +452,7 @@ func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, e
 	if err != nil {
 		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
-	now := b.opts.Now()
-	ds := make([]postgres.Delta, len(op.Fields))
-	for i, f := range op.Fields {
-		ds[i] = postgres.Delta{CounterID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now}
-	}
-	if !b.journaled(markedOf(ctx), ds, op.ID, ver) {
+	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, b.fieldDeltas(op), op.ID, ver) {
 		b.writeFields(op.ID, op.Fields)
 	}
 	return contract.Result{Kind: contract.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
@@ -564,8 +559,18 @@ func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uin
 		return unavailable(err)
 	}
 	now := b.opts.Now()
-	if !b.journaled(markedOf(ctx), []postgres.Delta{{CounterID: id, Kind: string(redisstore.KindCounter), Shard: -1, Delta: value, At: now}}, id, ver) {
+	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: id, Kind: string(redisstore.KindCounter), Shard: -1, Delta: value, At: now}}, id, ver) {
 		b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, now, ver)
 	}
 	return nil
+}
+
+// fieldDeltas is a hash add's write-behind deltas, at now.
+func (b *Backend) fieldDeltas(op *contract.Op) []postgres.Delta {
+	now := b.opts.Now()
+	ds := make([]postgres.Delta, len(op.Fields))
+	for i, f := range op.Fields {
+		ds[i] = postgres.Delta{CounterID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now}
+	}
+	return ds
 }
