@@ -1,6 +1,7 @@
 package backendtest
 
 import (
+	"fmt"
 	"slices"
 	"time"
 
@@ -72,6 +73,46 @@ func eventTimeCases() []tcase {
 			}
 			if v := e.get(id); v.Value != 11 {
 				e.t.Errorf("counter = %d, want 11", v.Value)
+			}
+		}},
+		{"uniques_past_day", func(e *env) {
+			// A PFADD of many items at once (the pipeline's coalesced
+			// op) counts as the same items added one at a time, both into
+			// a past day's sketch (event time) and into today's.
+			ns := setSpec(e, "etu")
+			many, one := ns+":many", ns+":one"
+			yesterday := e.b.Now().Add(-24 * time.Hour).UnixNano()
+			items := make([]string, 300)
+			for i := range items {
+				items[i] = fmt.Sprintf("u%d", i)
+			}
+			op := pfadd(many, items...)
+			op.At = yesterday
+			e.apply(op)
+			for _, it := range items {
+				op := pfadd(one, it)
+				op.At = yesterday
+				e.apply(op)
+			}
+			e.apply(pfadd(many, "t1", "t2", "u0"))
+			for _, it := range []string{"t1", "t2", "u0"} {
+				e.apply(pfadd(one, it))
+			}
+			for _, n := range []int{1, 2} {
+				a, errA := e.b.Uniques(e.ctx, many, rollup.Day, n)
+				b, errB := e.b.Uniques(e.ctx, one, rollup.Day, n)
+				if errA != nil || errB != nil || a.Value != b.Value {
+					e.t.Errorf("uniques of the last %d days: %+v, %v at once; %+v, %v one at a time; want equal", n, a, errA, b, errB)
+				}
+			}
+			if today, err := e.b.Uniques(e.ctx, many, rollup.Day, 1); err != nil || today.Value != 3 {
+				e.t.Errorf("uniques today = %+v, %v; want 3", today, err)
+			}
+			if two, err := e.b.Uniques(e.ctx, many, rollup.Day, 2); err != nil || two.Value < 298 || two.Value > 306 {
+				e.t.Errorf("uniques of the last 2 days = %+v, %v; want about 302", two, err)
+			}
+			if a, b := e.get(many), e.get(one); a.Value != b.Value {
+				e.t.Errorf("pfcount %d at once, %d one at a time; want equal", a.Value, b.Value)
 			}
 		}},
 		{"invalid_time", func(e *env) {

@@ -396,7 +396,7 @@ func (b *Backend) pfadd(ctx context.Context, op *contract.Op) (contract.Result, 
 		return contract.Result{}, err
 	}
 	res := contract.Result{Kind: contract.KindHLL, Version: ver, Changed: changed}
-	if err := b.addUniques(ctx, op.ID, op.Items); err != nil {
+	if err := b.addUniques(ctx, op.ID, op.Items, op.At); err != nil {
 		return contract.Result{}, err
 	}
 	if changed {

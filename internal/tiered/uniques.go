@@ -145,11 +145,12 @@ func (b *Backend) sketchSpec(ctx context.Context, id string) (spec rollup.Spec, 
 	return spec, true, nil
 }
 
-// addUniques adds items to the open hour and day sketches of id (and the
-// blocks holding them) when id's spec keeps uniques. PFADD calls it
+// addUniques adds items to the hour and day sketches of id (and the
+// blocks holding them) of the event time at (unix ns; 0: now) when id's
+// spec keeps uniques; a unit past its retention is skipped. PFADD calls it
 // whether or not the counter's own sketch changed: an item seen on an
 // earlier day is new to today's sketch.
-func (b *Backend) addUniques(ctx context.Context, id string, items [][]byte) error {
+func (b *Backend) addUniques(ctx context.Context, id string, items [][]byte, at int64) error {
 	spec, ok, err := b.sketchSpec(ctx, id)
 	if err != nil || !ok || len(items) == 0 {
 		return err
@@ -169,13 +170,20 @@ func (b *Backend) addUniques(ctx context.Context, id string, items [][]byte) err
 		}
 	}
 	now := b.opts.Now().UnixNano()
+	if at == 0 {
+		at = now
+	}
 	var keys []string
 	var pend []pendingSketch
 	for _, su := range sketchUnits {
-		if spec.SketchRetention(su.g) <= 0 {
+		ret := spec.SketchRetention(su.g)
+		if ret <= 0 {
 			continue
 		}
-		idx := su.g.Bucket(now)
+		idx := su.g.Bucket(at)
+		if su.g.Start(idx+1) <= now-int64(ret) {
+			continue // the event's unit ended its retention ago (as the engine drops it)
+		}
 		for l := 0; l <= rollup.Levels(su.g); l++ {
 			keys = append(keys, redisstore.SketchKey(id, spec.Precision, su.letter, l, idx>>l))
 		}
