@@ -10,7 +10,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
-
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
 	"github.com/counterd/counterd/internal/rollup"
