@@ -187,6 +187,7 @@ type clusterDoc struct {
 	RingVersion       uint64          `json:"ring_version"`
 	VNodes            int             `json:"vnodes"`
 	ReplicationFactor int             `json:"replication_factor"`
+	HashTags          bool            `json:"hash_tags"` // the ring places ids by hash tag
 	Members           []clusterMember `json:"members"`
 }
 
@@ -324,7 +325,7 @@ func (cs *clusterState) install(d *clusterDoc) {
 	slices.SortFunc(v.members, byID)
 	slices.SortFunc(v.routable, byID)
 	r := ring.New(ring.Config{VirtualNodes: d.VNodes, ReplicationFactor: d.ReplicationFactor})
-	r.Set(alive)
+	r.SetTags(alive, d.HashTags)
 	v.ring = r.Snapshot()
 	cs.view.Store(v)
 }

@@ -103,6 +103,7 @@ type clusterView struct {
 	RingVersion       uint64   `json:"ring_version"`
 	VNodes            int      `json:"vnodes"`
 	ReplicationFactor int      `json:"replication_factor"`
+	HashTags          bool     `json:"hash_tags"`
 	Members           []member `json:"members"`
 }
 

@@ -33,7 +33,7 @@ func ringOf(v clusterView) *ring.Ring {
 	for _, m := range v.Members {
 		all = append(all, m.ID)
 	}
-	r.Set(all)
+	r.SetTags(all, v.HashTags)
 	return r
 }
 

@@ -324,7 +324,7 @@ func TestStaleRingRetriesOnce(t *testing.T) {
 	if _, err := c.node("n3").n.Get(ctx, id); err != nil {
 		t.Fatal(err)
 	}
-	n1.setRing([]string{"n1", "n2"}) // as if n1 had not seen n3 yet
+	n1.setRing([]string{"n1", "n2"}, true) // as if n1 had not seen n3 yet
 	res, err := n1.Apply(ctx, add(id, 1), contract.WriteOptions{})
 	if err != nil || res.Value != 1 {
 		t.Fatalf("apply through a stale ring: %+v, %v", res, err)

@@ -151,15 +151,27 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 	}
 }
 
-// nodesHash fingerprints a ring's node set.
-func nodesHash(s *ring.Snapshot) uint64 { return xxhash.Sum64String(strings.Join(s.Nodes(), "\x00")) }
+// nodesHash fingerprints a ring's node set and placement: two nodes agree
+// on a ring when their fingerprints are equal. A ring placing by whole ids
+// has the fingerprint of a version before hash tags (its node set's alone),
+// so such nodes and the ones of that version agree; one placing by tag
+// another.
+func nodesHash(s *ring.Snapshot) uint64 { return ringHash(s.Nodes(), s.Tags()) }
 
-// nodeSetHash is nodesHash of the ring that ring.Set(nodes) installs
-// (sorted, without duplicates or empty ids).
-func nodeSetHash(nodes []string) uint64 {
+// nodeSetHash is nodesHash of the ring that ring.SetTags(nodes, tags)
+// installs (sorted, without duplicates or empty ids).
+func nodeSetHash(nodes []string, tags bool) uint64 {
 	set := slices.DeleteFunc(slices.Clone(nodes), func(id string) bool { return id == "" })
 	slices.Sort(set)
-	return xxhash.Sum64String(strings.Join(slices.Compact(set), "\x00"))
+	return ringHash(slices.Compact(set), tags)
+}
+
+func ringHash(sorted []string, tags bool) uint64 {
+	h := xxhash.Sum64String(strings.Join(sorted, "\x00"))
+	if tags {
+		h ^= 0x9e3779b97f4a7c15 // any constant: a different fingerprint for the same node set
+	}
+	return h
 }
 
 // pullQuorum fetches ids from the other replicas in s and merges them. It

@@ -86,6 +86,12 @@ type Config struct {
 	// package's tracing interceptors). Default: none.
 	PeerDialOptions []grpc.DialOption
 
+	// NoHashTags keeps this node from announcing placement by hash tag
+	// (capHashTags), as a node of a version before it: the whole cluster
+	// then places every id by its whole name. Tests use it to play a
+	// cluster of mixed versions.
+	NoHashTags bool
+
 	// Membership tunes gossip timing (tests use fast timings); its NodeID,
 	// BindAddr, Join, Meta, Logger and OnEvent are set by the node.
 	Membership membership.Config
@@ -251,6 +257,9 @@ func (n *Node) Ring() *ring.Snapshot { return n.ring.Snapshot() }
 // does not wait for the --join peers: those that are not up yet are retried
 // in the background every RejoinInterval, also later to heal partitions.
 func (n *Node) Start(meta Meta) error {
+	if !n.cfg.NoHashTags && !meta.has(capHashTags) {
+		meta.Caps = append(slices.Clone(meta.Caps), capHashTags)
+	}
 	b, err := json.Marshal(meta)
 	if err != nil {
 		return err
@@ -352,7 +361,7 @@ func (n *Node) refresh() {
 		return
 	}
 	var alive []string
-	dead, other := 0, false
+	dead, other, tags := 0, false, true
 	members := m.Members()
 	n.leaseMembers(members)
 	for _, mem := range members {
@@ -368,6 +377,7 @@ func (n *Node) refresh() {
 		}
 		if mem.ID != n.self || !n.leaving.Load() {
 			alive = append(alive, mem.ID)
+			tags = tags && parseMeta(mem.Meta).has(capHashTags)
 		}
 	}
 	// The flag turns on before the ring shrinks and off after it grows:
@@ -377,7 +387,7 @@ func (n *Node) refresh() {
 	if minority {
 		n.minority.Store(true)
 	}
-	n.setRing(alive)
+	n.setRing(alive, tags)
 	if other {
 		// Only once the ring holds the peer: until then this node's ring
 		// is its own alone, and a read view at it would answer for every
@@ -390,18 +400,19 @@ func (n *Node) refresh() {
 	}
 }
 
-// setRing installs a new node set, waiting for owner operations admitted
-// under the old ring to finish, and schedules a handoff.
-func (n *Node) setRing(nodes []string) {
+// setRing installs a new node set and placement (by hash tag when tags:
+// every member supports it), waiting for owner operations admitted under
+// the old ring to finish, and schedules a handoff.
+func (n *Node) setRing(nodes []string, tags bool) {
 	if h := knobs.beforeSetRing.Load(); h != nil {
 		(*h)(n.self, nodes)
 	}
 	old := n.ring.Snapshot()
 	// Before the ring is installed: a view part that reads the new ring
 	// must not find a mark of a previous life of it (readview.go).
-	n.marks.keepOnly(nodeSetHash(nodes))
+	n.marks.keepOnly(nodeSetHash(nodes, tags))
 	n.gate.Lock()
-	changed := n.ring.Set(nodes)
+	changed := n.ring.SetTags(nodes, tags)
 	s := n.ring.Snapshot()
 	if changed {
 		n.passed.mu.Lock()
@@ -420,7 +431,7 @@ func (n *Node) setRing(nodes []string) {
 		}
 	}
 	n.metrics.ringVersion.Set(float64(s.Version()))
-	n.log.Info("cluster ring changed", "version", s.Version(), "nodes", s.Nodes())
+	n.log.Info("cluster ring changed", "version", s.Version(), "nodes", s.Nodes(), "hash_tags", s.Tags())
 	select {
 	case n.handoff <- struct{}{}:
 	default:
@@ -460,7 +471,7 @@ func (n *Node) Drain(ctx context.Context) error {
 	// (nobody decides them elsewhere yet); again after it stops, for what
 	// it decided meanwhile.
 	next := ring.New(ring.Config{VirtualNodes: n.cfg.VirtualNodes, ReplicationFactor: n.cfg.ReplicationFactor})
-	next.Set(slices.DeleteFunc(old.Nodes(), func(id string) bool { return id == n.self }))
+	next.SetTags(slices.DeleteFunc(old.Nodes(), func(id string) bool { return id == n.self }), old.Tags())
 	limErr := n.handOffLimits(ctx, old, next.Snapshot())
 	n.refresh() // leaving: without this node
 	// Writes admitted before must finish replicating before the others

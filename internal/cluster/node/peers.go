@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -25,7 +26,17 @@ type Meta struct {
 	HTTP string `json:"http"`
 	RESP string `json:"resp,omitempty"`
 	GRPC string `json:"grpc"`
+	// Caps are the placement features the member supports (capHashTags);
+	// a node of a version before them sends none.
+	Caps []string `json:"caps,omitempty"`
 }
+
+// capHashTags is the capability of placing ids by their Redis hash tag
+// (ring.TagHash). The ring places by tag only while every member on it
+// has it (refresh).
+const capHashTags = "hashtags"
+
+func (m Meta) has(c string) bool { return slices.Contains(m.Caps, c) }
 
 func parseMeta(b []byte) Meta {
 	var m Meta

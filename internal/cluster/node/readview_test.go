@@ -540,10 +540,15 @@ func TestReadViewIgnoresMarksOfARejoinedNodesPreviousLife(t *testing.T) {
 // hash of the ring it installs.
 func TestNodeSetHashIsTheRingsHash(t *testing.T) {
 	for _, nodes := range [][]string{{"n1"}, {"n3", "n1", "n2"}, {"b", "", "a", "b"}} {
-		r := ring.New(ring.Config{VirtualNodes: 8, ReplicationFactor: 3})
-		r.Set(nodes)
-		if got, want := nodeSetHash(nodes), nodesHash(r.Snapshot()); got != want {
-			t.Errorf("nodeSetHash(%q) = %x, ring's hash %x", nodes, got, want)
+		for _, tags := range []bool{false, true} {
+			r := ring.New(ring.Config{VirtualNodes: 8, ReplicationFactor: 3})
+			r.SetTags(nodes, tags)
+			if got, want := nodeSetHash(nodes, tags), nodesHash(r.Snapshot()); got != want {
+				t.Errorf("nodeSetHash(%q, %v) = %x, ring's hash %x", nodes, tags, got, want)
+			}
+		}
+		if nodeSetHash(nodes, false) == nodeSetHash(nodes, true) {
+			t.Errorf("%q: a ring placing by tag has the fingerprint of one placing by whole id", nodes)
 		}
 	}
 }

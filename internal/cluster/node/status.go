@@ -14,12 +14,13 @@ import (
 
 // Status is the JSON of GET /cluster. Clients rebuild the ring with
 // ring.New(ring.Config{VirtualNodes: VNodes, ReplicationFactor:
-// ReplicationFactor}) and Set(the alive member ids).
+// ReplicationFactor}) and SetTags(the alive member ids, HashTags).
 type Status struct {
 	Self              string         `json:"self"`
 	RingVersion       uint64         `json:"ring_version"`
 	VNodes            int            `json:"vnodes"`
 	ReplicationFactor int            `json:"replication_factor"`
+	HashTags          bool           `json:"hash_tags"` // the ring places ids by their hash tag (ring.TagHash)
 	Members           []MemberStatus `json:"members"`
 	Forgotten         []string       `json:"forgotten,omitempty"` // retired node ids (forget.go)
 }
@@ -40,7 +41,7 @@ type MemberStatus struct {
 func (n *Node) Status() Status {
 	s := n.ring.Snapshot()
 	cfg := n.ring.Config()
-	st := Status{Self: n.self, RingVersion: s.Version(), VNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor}
+	st := Status{Self: n.self, RingVersion: s.Version(), VNodes: cfg.VirtualNodes, ReplicationFactor: cfg.ReplicationFactor, HashTags: s.Tags()}
 	own := s.Ownership()
 	share := func(id string) float64 { return math.Round(own[id]*1000) / 1000 }
 	m := n.members.Load()

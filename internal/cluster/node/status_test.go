@@ -59,9 +59,12 @@ func TestClusterEndpoint(t *testing.T) {
 		t.Fatalf("ownership sums to %v", sum)
 	}
 	// A client rebuilding the ring from the answer places ids like the node.
+	if !st.HashTags {
+		t.Fatal("hash_tags false: every member supports placement by tag")
+	}
 	r := ring.New(ring.Config{VirtualNodes: st.VNodes, ReplicationFactor: st.ReplicationFactor})
-	r.Set([]string{"n1", "n2", "n3"})
-	for _, id := range []string{"a", "b", "page_views:article_123"} {
+	r.SetTags([]string{"n1", "n2", "n3"}, st.HashTags)
+	for _, id := range []string{"a", "b", "page_views:article_123", "{user:1}:a", "{user:1}:b"} {
 		if r.Owner(id) != n1.Ring().Owner(id) {
 			t.Fatalf("owner of %q differs", id)
 		}

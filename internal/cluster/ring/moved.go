@@ -28,8 +28,11 @@ func (r Range) String() string {
 
 // Moved returns the arcs of the ring whose owner differs between old and new,
 // in ring order, with adjacent arcs of the same From/To merged. It is the
-// handoff plan: every id whose Hash falls in a returned range must move from
-// From to To. Either snapshot may be empty; nil snapshots count as empty.
+// handoff plan: every id whose position (Snapshot.Pos) falls in a returned
+// range must move from From to To. Either snapshot may be empty; nil
+// snapshots count as empty. The ranges are positions, so they describe the
+// moves only when both snapshots place ids alike (Tags equal): a change of
+// placement also moves ids with a hash tag, which Diff finds.
 //
 // Cost: O((p_old + p_new) log) where p is the number of ring points.
 func Moved(old, new *Snapshot) []Range {
@@ -89,17 +92,17 @@ type Move struct {
 }
 
 // Diff returns the ids among ids whose owner differs between old and new
-// (nil snapshots count as empty), in the order given.
+// (nil snapshots count as empty), in the order given. Each snapshot places
+// ids its own way (Tags).
 func Diff(old, new *Snapshot, ids []string) []Move {
 	var out []Move
 	for _, id := range ids {
-		h := Hash(id)
 		var from, to string
 		if old != nil {
-			from = old.OwnerOfHash(h)
+			from = old.Owner(id)
 		}
 		if new != nil {
-			to = new.OwnerOfHash(h)
+			to = new.Owner(id)
 		}
 		if from != to {
 			out = append(out, Move{ID: id, From: from, To: to})

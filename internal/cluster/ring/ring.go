@@ -6,6 +6,11 @@
 // virtual node at or after that position, wrapping at 2^64. Its replicas are
 // the owner followed by the next distinct nodes clockwise.
 //
+// A ring set to place by hash tag (SetTags) hashes an id holding a Redis
+// Cluster hash tag (HashTag: the text between its first '{' and the next
+// '}', when not empty) by that tag alone, so ids sharing a tag have the same
+// owner and replicas; ids without a tag hash as above.
+//
 // A Ring is safe for concurrent use. Membership changes (Add, Remove) are
 // serialised by a mutex and publish a new immutable Snapshot through an atomic
 // pointer, so lookups (Owner, Replicas) take no lock and do not allocate
@@ -81,8 +86,34 @@ func (c Config) Validate() error {
 // ErrEmptyNode is returned by Add for an empty node name.
 var ErrEmptyNode = errors.New("ring: empty node name")
 
-// Hash is the ring position of a counter id.
+// Hash is the ring position of a counter id on a ring that does not place
+// by hash tag (the whole id hashed).
 func Hash(id string) uint64 { return xxhash.Sum64String(id) }
+
+// HashTag returns id's hash tag as Redis Cluster finds it: the text between
+// the first '{' and the first '}' after it, when that text is not empty.
+// ok is false when id has no such tag (no '{', no '}' after it, or "{}"
+// first), and then the whole id is hashed.
+func HashTag(id string) (tag string, ok bool) {
+	i := strings.IndexByte(id, '{')
+	if i < 0 {
+		return "", false
+	}
+	j := strings.IndexByte(id[i+1:], '}')
+	if j <= 0 {
+		return "", false
+	}
+	return id[i+1 : i+1+j], true
+}
+
+// TagHash is the ring position of id on a ring that places by hash tag:
+// Hash of its tag when it has one, else Hash(id).
+func TagHash(id string) uint64 {
+	if tag, ok := HashTag(id); ok {
+		return xxhash.Sum64String(tag)
+	}
+	return xxhash.Sum64String(id)
+}
 
 // VNodeHash is the ring position of virtual node i of node.
 func VNodeHash(node string, i int) uint64 {
@@ -103,6 +134,7 @@ type point struct {
 type Snapshot struct {
 	version uint64
 	rf      int
+	tags    bool     // ids are placed by hash tag (TagHash), else by Hash
 	nodes   []string // sorted, distinct
 	points  []point  // sorted by (hash, node name)
 }
@@ -110,6 +142,18 @@ type Snapshot struct {
 // Version is the ring version this snapshot was taken at. It starts at 0 for
 // an empty ring and increases by one on every change.
 func (s *Snapshot) Version() uint64 { return s.version }
+
+// Tags reports whether this snapshot places ids by hash tag (TagHash).
+func (s *Snapshot) Tags() bool { return s.tags }
+
+// Pos is the ring position of id in this snapshot: TagHash(id) when it
+// places by hash tag, else Hash(id).
+func (s *Snapshot) Pos(id string) uint64 {
+	if s.tags {
+		return TagHash(id)
+	}
+	return Hash(id)
+}
 
 // Len is the number of nodes.
 func (s *Snapshot) Len() int { return len(s.nodes) }
@@ -136,7 +180,7 @@ func (s *Snapshot) search(h uint64) int {
 }
 
 // Owner returns the node owning id, or "" if the ring is empty.
-func (s *Snapshot) Owner(id string) string { return s.OwnerOfHash(Hash(id)) }
+func (s *Snapshot) Owner(id string) string { return s.OwnerOfHash(s.Pos(id)) }
 
 // OwnerOfHash returns the node owning ring position h, or "" if the ring is
 // empty.
@@ -165,7 +209,7 @@ func (s *Snapshot) AppendReplicas(dst []string, id string, r int) []string {
 		return dst
 	}
 	start := len(dst)
-	i := s.search(Hash(id))
+	i := s.search(s.Pos(id))
 	for n := 0; n < len(s.points) && len(dst)-start < r; n++ {
 		node := s.nodes[s.points[i].node]
 		if !slices.Contains(dst[start:], node) {
@@ -178,8 +222,8 @@ func (s *Snapshot) AppendReplicas(dst []string, id string, r int) []string {
 	return dst
 }
 
-func build(version uint64, rf, vnodes int, nodes []string) *Snapshot {
-	s := &Snapshot{version: version, rf: rf, nodes: nodes}
+func build(version uint64, rf, vnodes int, nodes []string, tags bool) *Snapshot {
+	s := &Snapshot{version: version, rf: rf, nodes: nodes, tags: tags}
 	s.points = make([]point, 0, len(nodes)*vnodes)
 	for ni, n := range nodes {
 		for v := 0; v < vnodes; v++ {
@@ -215,7 +259,7 @@ func New(cfg Config) *Ring {
 		panic(err)
 	}
 	r := &Ring{cfg: cfg.WithDefaults()}
-	r.snap.Store(build(0, r.cfg.ReplicationFactor, r.cfg.VirtualNodes, nil))
+	r.snap.Store(build(0, r.cfg.ReplicationFactor, r.cfg.VirtualNodes, nil, false))
 	return r
 }
 
@@ -231,7 +275,7 @@ func (r *Ring) Add(node string) bool {
 	if node == "" {
 		panic(ErrEmptyNode)
 	}
-	return r.update(func(nodes []string) ([]string, bool) {
+	return r.update(nil, func(nodes []string) ([]string, bool) {
 		i, ok := slices.BinarySearch(nodes, node)
 		if ok {
 			return nodes, false
@@ -242,7 +286,7 @@ func (r *Ring) Add(node string) bool {
 
 // Remove takes node off the ring. It reports whether the ring changed.
 func (r *Ring) Remove(node string) bool {
-	return r.update(func(nodes []string) ([]string, bool) {
+	return r.update(nil, func(nodes []string) ([]string, bool) {
 		i, ok := slices.BinarySearch(nodes, node)
 		if !ok {
 			return nodes, false
@@ -253,8 +297,16 @@ func (r *Ring) Remove(node string) bool {
 
 // Set replaces the node set (for example with the alive members reported by
 // membership). Duplicates and empty names are ignored. It reports whether the
-// ring changed; Version increases by one per call that changes it.
-func (r *Ring) Set(nodes []string) bool {
+// ring changed; Version increases by one per call that changes it. The
+// placement (by hash tag or not) stays as it is.
+func (r *Ring) Set(nodes []string) bool { return r.set(nodes, nil) }
+
+// SetTags is Set also choosing the placement: by hash tag (TagHash) when
+// tags is true, by the whole id (Hash) otherwise. A change of placement
+// alone is a change of the ring (a new Version).
+func (r *Ring) SetTags(nodes []string, tags bool) bool { return r.set(nodes, &tags) }
+
+func (r *Ring) set(nodes []string, tags *bool) bool {
 	next := make([]string, 0, len(nodes))
 	for _, n := range nodes {
 		if n != "" {
@@ -263,7 +315,7 @@ func (r *Ring) Set(nodes []string) bool {
 	}
 	slices.Sort(next)
 	next = slices.Compact(next)
-	return r.update(func(cur []string) ([]string, bool) {
+	return r.update(tags, func(cur []string) ([]string, bool) {
 		if slices.Equal(cur, next) {
 			return cur, false
 		}
@@ -271,15 +323,21 @@ func (r *Ring) Set(nodes []string) bool {
 	})
 }
 
-func (r *Ring) update(f func([]string) ([]string, bool)) bool {
+// update applies f to the node set and, when tags is not nil, sets the
+// placement to *tags.
+func (r *Ring) update(tags *bool, f func([]string) ([]string, bool)) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	cur := r.snap.Load()
 	next, changed := f(cur.nodes)
+	t := cur.tags
+	if tags != nil && *tags != t {
+		t, changed = *tags, true
+	}
 	if !changed {
 		return false
 	}
-	r.snap.Store(build(cur.version+1, r.cfg.ReplicationFactor, r.cfg.VirtualNodes, next))
+	r.snap.Store(build(cur.version+1, r.cfg.ReplicationFactor, r.cfg.VirtualNodes, next, t))
 	return true
 }
 
@@ -293,12 +351,16 @@ func (r *Ring) Owner(id string) string { return r.Snapshot().Owner(id) }
 // clockwise; see Snapshot.Replicas.
 func (r *Ring) Replicas(id string, n int) []string { return r.Snapshot().Replicas(id, n) }
 
-// Version increases by one on every change of the node set.
+// Version increases by one on every change of the node set or placement.
 func (r *Ring) Version() uint64 { return r.Snapshot().Version() }
 
 // String describes the ring for logs.
 func (s *Snapshot) String() string {
-	return fmt.Sprintf("ring v%d [%s] (%d points)", s.version, strings.Join(s.nodes, ","), len(s.points))
+	tags := ""
+	if s.tags {
+		tags = ", by hash tag"
+	}
+	return fmt.Sprintf("ring v%d [%s] (%d points%s)", s.version, strings.Join(s.nodes, ","), len(s.points), tags)
 }
 
 // Ownership returns the share of the hash space each node owns, in [0, 1]
