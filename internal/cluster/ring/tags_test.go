@@ -194,3 +194,23 @@ func TestSetTagsVersion(t *testing.T) {
 		t.Fatal("no tagged id moved (six ids of one tag on three nodes)")
 	}
 }
+
+// BenchmarkOwnerTags is BenchmarkOwner on a ring placing by hash tag, half
+// of the ids holding one.
+func BenchmarkOwnerTags(b *testing.B) {
+	r := ringOf(nodeNames(10)...)
+	r.SetTags(r.Nodes(), true)
+	ids := make([]string, 1000)
+	for i := range ids {
+		ids[i] = testIDs[i]
+		if i%2 == 0 {
+			ids[i] = fmt.Sprintf("{user:%d}:page_views", i)
+		}
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		_ = r.Owner(ids[i%len(ids)])
+		i++
+	}
+}
