@@ -159,7 +159,7 @@ func TestTraceAcrossTwoNodes(t *testing.T) {
 		}
 	}
 	rg := ring.New(ring.Config{VirtualNodes: st.VNodes, ReplicationFactor: st.ReplicationFactor})
-	rg.Set(ids)
+	rg.SetTags(ids, st.HashTags)
 	const counter = "traced:hits"
 	owner := rg.Owner(counter)
 	var via string
