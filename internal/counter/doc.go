@@ -27,7 +27,9 @@
 // validated spec), rejects malformed or impossible input (bad lengths,
 // unsorted or duplicate keys, out-of-range values, non-minimal varints,
 // trailing bytes) with an error wrapping ErrCorrupt, and leaves the receiver
-// unchanged on error.
+// unchanged on error. A Window also has a delta encoding (format byte 0x42,
+// window_delta.go): the buckets written since its caller stored it whole,
+// which ApplyDelta puts back over the decoded whole encoding.
 //
 // None of the types is safe for concurrent use: the caller serialises
 // access. Their read methods (Value, Count, Sum, Get, ...) never modify the

@@ -118,6 +118,10 @@ type Window struct {
 	// used has bit i set when slot i was written (windows of up to 64
 	// buckets), so that encoding a window reads only those slots.
 	used uint64
+	// since has bit i set when slot i was written after MarkBase (windows
+	// of up to 64 buckets): the slots AppendDelta encodes.
+	since uint64
+	based bool // MarkBase was called, DropBase not since
 }
 
 type wslot struct{ num, count int64 }
@@ -253,6 +257,7 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		}
 		w.ring[i] = wslot{num: b, count: delta}
 		w.used |= 1 << (uint64(i) & 63)
+		w.since |= 1 << (uint64(i) & 63)
 		w.started, w.head, w.total = true, b, total
 		return true, nil
 	case b < w.lo(w.head):
@@ -280,6 +285,7 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		}
 		*sl = wslot{num: b, count: v}
 		w.used |= 1 << (uint64(i) & 63)
+		w.since |= 1 << (uint64(i) & 63)
 		w.total = total
 		return true, nil
 	}
@@ -336,6 +342,7 @@ func (w *Window) Clone() *Window {
 	c := *w
 	c.ring = slices.Clone(w.ring)
 	c.undo = nil
+	c.based, c.since = false, 0 // a base is stored for w, not for its copy
 	return &c
 }
 
@@ -594,6 +601,9 @@ func (w *Window) Touch() int64 {
 	}
 	s := w.head
 	m := w.used
+	if w.DeltaOK() {
+		m = w.since // what AppendDelta reads
+	}
 	if w.n > 64 {
 		return s + w.ring[0].num
 	}

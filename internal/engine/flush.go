@@ -195,10 +195,18 @@ func (e *Engine) flushOnce() error {
 			taken = append(taken, reapItem{no, i, idRef})
 			key := append(buf[:0], prefixCounter)
 			key = append(key, id...)
-			if en.kind() == contract.KindNone {
+			w := windowOf(en)
+			switch {
+			case en.kind() == contract.KindNone:
+				kv.add(key, nil, true)
+				key[0] = prefixWindowDelta // (a window's, if it was one)
 				kv.add(key, nil, true)
 				reap = append(reap, reapItem{no, i, idRef})
-			} else {
+			case w != nil && w.DeltaOK():
+				key[0] = prefixWindowDelta
+				vbuf = w.AppendDelta(appendHeader(vbuf[:0], en))
+				kv.add(key, vbuf, false)
+			default:
 				val, err := encodeEntry(vbuf[:0], en)
 				if err != nil {
 					en.unlock()
@@ -206,10 +214,18 @@ func (e *Engine) flushOnce() error {
 					e.gate.Unlock()
 					b.Close()
 					e.rollupsFailed(rfs)
+					e.dropBases(taken)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				kv.add(key, val, false)
 				vbuf = val
+				if w != nil {
+					// The whole window: the base of its next deltas,
+					// which replace the last base's.
+					w.MarkBase()
+					key[0] = prefixWindowDelta
+					kv.add(key, nil, true)
+				}
 			}
 			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
 				rfs = append(rfs, rf)
@@ -265,6 +281,8 @@ func (e *Engine) flushOnce() error {
 	b.Close()
 	f.taken = taken[:0]
 	if err != nil {
+		// The windows written whole are not bases of the next deltas.
+		e.dropBases(taken)
 		if refused {
 			// Nothing reached Pebble: what was taken is dirty again.
 			e.remarkDirty(taken)
@@ -435,6 +453,31 @@ func (e *Engine) remarkDirty(items []reapItem) {
 	}
 }
 
+// dropBases forgets the stored bases of the windows among items (a flush
+// that wrote them whole failed): each is written whole again next time.
+func (e *Engine) dropBases(items []reapItem) {
+	for _, it := range items {
+		sh := &e.shards[it.shard]
+		sh.mu.Lock()
+		en := sh.entryAt(it.idx)
+		en.lock()
+		if w := windowOf(en); w != nil && sh.refOf(it.idx) == it.idRef {
+			w.DropBase()
+		}
+		en.unlock()
+		sh.mu.Unlock()
+	}
+}
+
+// windowOf returns en's window, or nil. Caller holds en's lock.
+func windowOf(en *entry) *counter.Window {
+	if x := en.ext(); x != nil {
+		w, _ := x.state.(*counter.Window)
+		return w
+	}
+	return nil
+}
+
 // markAllDirty puts every entry on the dirty set, so the next flush writes
 // the whole state (after a failed flush, when we no longer know what reached
 // disk).
@@ -445,6 +488,9 @@ func (e *Engine) markAllDirty() {
 		for i := 0; i < sh.nslab; i++ {
 			en := sh.entryAt(uint32(i))
 			en.lock()
+			if w := windowOf(en); w != nil {
+				w.DropBase() // written whole next time
+			}
 			if sh.refOf(uint32(i)) != 0 && en.flags()&(flagDirty|flagLim) == 0 { // limiter entries are never flushed
 				en.setFlags(flagDirty)
 				sh.markDirty(uint32(i))

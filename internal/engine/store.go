@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -16,12 +17,15 @@ import (
 // On-disk layout in Pebble:
 //
 //	'c' + id  -> entry (format byte, kind, version, updated, expires, value or state)
+//	'w' + id  -> a window's delta over its 'c' entry (the same header, then
+//	             counter.Window.AppendDelta); see applyWindowDelta
 //	'i' + key -> idempotency record
 //	'h', 's', 'u', 'R' -> rollups (see rollup.go)
 const (
-	prefixCounter byte = 'c'
-	prefixIdem    byte = 'i'
-	entryFormat   byte = 1
+	prefixCounter     byte = 'c'
+	prefixWindowDelta byte = 'w'
+	prefixIdem        byte = 'i'
+	entryFormat       byte = 1
 )
 
 // ErrCorrupt marks a stored value that cannot be decoded.
@@ -118,6 +122,17 @@ func encodeEntry(buf []byte, en *entry) ([]byte, error) {
 }
 
 func encodeStored(buf []byte, en *stored) ([]byte, error) {
+	return appendData(appendStoredHeader(buf, en), en)
+}
+
+// appendHeader appends the header of en's durable form (all but the
+// value or state). Caller holds en's lock.
+func appendHeader(buf []byte, en *entry) []byte {
+	s := storedOf(en)
+	return appendStoredHeader(buf, &s)
+}
+
+func appendStoredHeader(buf []byte, en *stored) []byte {
 	buf = append(buf, entryFormat, byte(en.kind))
 	buf = binary.AppendUvarint(buf, en.version)
 	buf = binary.AppendVarint(buf, en.updated)
@@ -125,8 +140,7 @@ func encodeStored(buf []byte, en *stored) ([]byte, error) {
 	if en.ext != nil {
 		exp = en.ext.expires
 	}
-	buf = binary.AppendVarint(buf, exp)
-	return appendData(buf, en)
+	return binary.AppendVarint(buf, exp)
 }
 
 // appendData appends the encoding of en's value or state (the Data of a
@@ -155,28 +169,37 @@ func appendData(buf []byte, en *stored) ([]byte, error) {
 	return append(buf, b...), nil
 }
 
-// decodeEntry fills en (kind, version, updated, value, ext) from b.
-func decodeEntry(b []byte, en *stored) error {
+// decodeHeader decodes what appendStoredHeader wrote and returns the rest
+// of b.
+func decodeHeader(b []byte) (k contract.Kind, ver uint64, upd, exp int64, rest []byte, err error) {
 	if len(b) < 2 || b[0] != entryFormat {
-		return fmt.Errorf("%w: bad header", ErrCorrupt)
+		return 0, 0, 0, 0, nil, fmt.Errorf("%w: bad header", ErrCorrupt)
 	}
-	k := contract.Kind(b[1])
+	k = contract.Kind(b[1])
 	b = b[2:]
 	ver, n := binary.Uvarint(b)
 	if n <= 0 {
-		return fmt.Errorf("%w: version", ErrCorrupt)
+		return 0, 0, 0, 0, nil, fmt.Errorf("%w: version", ErrCorrupt)
 	}
 	b = b[n:]
-	upd, n := binary.Varint(b)
+	upd, n = binary.Varint(b)
 	if n <= 0 {
-		return fmt.Errorf("%w: updated", ErrCorrupt)
+		return 0, 0, 0, 0, nil, fmt.Errorf("%w: updated", ErrCorrupt)
 	}
 	b = b[n:]
-	exp, n := binary.Varint(b)
+	exp, n = binary.Varint(b)
 	if n <= 0 {
-		return fmt.Errorf("%w: expires", ErrCorrupt)
+		return 0, 0, 0, 0, nil, fmt.Errorf("%w: expires", ErrCorrupt)
 	}
-	b = b[n:]
+	return k, ver, upd, exp, b[n:], nil
+}
+
+// decodeEntry fills en (kind, version, updated, value, ext) from b.
+func decodeEntry(b []byte, en *stored) error {
+	k, ver, upd, exp, b, err := decodeHeader(b)
+	if err != nil {
+		return err
+	}
 	v, st, err := decodeData(k, b)
 	if err != nil {
 		return err
@@ -253,6 +276,13 @@ func (e *Engine) load() error {
 		return fmt.Errorf("engine: load: %w", err)
 	}
 	defer it.Close()
+	// The windows' deltas, in the same id order.
+	wit, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixWindowDelta}, UpperBound: []byte{prefixWindowDelta + 1}})
+	if err != nil {
+		return fmt.Errorf("engine: load: %w", err)
+	}
+	defer wit.Close()
+	wit.First()
 	for it.First(); it.Valid(); it.Next() {
 		id := string(it.Key()[1:])
 		h := hashID(id)
@@ -268,6 +298,16 @@ func (e *Engine) load() error {
 				continue
 			}
 			return fmt.Errorf("engine: load %q: %w", id, err)
+		}
+		if d.kind == contract.KindWindow {
+			for wit.Valid() && bytes.Compare(wit.Key()[1:], it.Key()[1:]) < 0 {
+				wit.Next()
+			}
+			if wit.Valid() && bytes.Equal(wit.Key()[1:], it.Key()[1:]) {
+				if err := applyWindowDelta(&d, wit.Value()); err != nil {
+					return fmt.Errorf("engine: load %q: %w", id, err)
+				}
+			}
 		}
 		i, en, _, ok := sh.insertLocked(id, h)
 		if !ok {
@@ -292,7 +332,33 @@ func (e *Engine) load() error {
 	if err := it.Error(); err != nil {
 		return err
 	}
+	if err := wit.Error(); err != nil {
+		return err
+	}
 	return e.loadRollupHeads()
+}
+
+// applyWindowDelta applies a window's delta record v (written by the flush
+// while the window's 'c' entry is its base: every flush that writes the
+// whole window deletes the delta in the same batch) to d, the window
+// decoded from that entry: d takes the delta's header and its window the
+// buckets written since the base. Only a window entry's delta is read:
+// one left behind by a window that became another kind between two
+// flushes belongs to no window entry, since a flush that writes a window
+// whole deletes its delta.
+func applyWindowDelta(d *stored, v []byte) error {
+	k, ver, upd, exp, rest, err := decodeHeader(v)
+	if err != nil {
+		return fmt.Errorf("window delta: %w", err)
+	}
+	if k != contract.KindWindow {
+		return fmt.Errorf("%w: window delta of kind %d", ErrCorrupt, k)
+	}
+	if err := d.ext.state.(*counter.Window).ApplyDelta(rest); err != nil {
+		return fmt.Errorf("window delta: %w", err)
+	}
+	d.version, d.updated, d.ext.expires = ver, upd, exp
+	return nil
 }
 
 // pebbleLogger sends Pebble's log lines to slog.
