@@ -291,24 +291,7 @@ func Start(cfg Config) (*Membership, error) {
 		done:    make(chan struct{}),
 	}
 
-	mc := memberlist.DefaultLANConfig()
-	mc.Name = cfg.NodeID
-	host, port, _ := splitHostPort(cfg.BindAddr)
-	mc.BindAddr, mc.BindPort = host, port
-	mc.AdvertisePort = port
-	if cfg.AdvertiseAddr != "" {
-		mc.AdvertiseAddr, mc.AdvertisePort, _ = splitHostPort(cfg.AdvertiseAddr)
-	}
-	mc.ProbeInterval = cfg.ProbeInterval
-	mc.ProbeTimeout = cfg.ProbeTimeout
-	mc.GossipInterval = cfg.GossipInterval
-	mc.PushPullInterval = cfg.PushPullInterval
-	mc.SuspicionMult = cfg.SuspicionMult
-	mc.TCPTimeout = cfg.TCPTimeout
-	mc.GossipToTheDeadTime = cfg.DeadRetention
-	mc.DeadNodeReclaimTime = cfg.DeadRetention
-	mc.SecretKey = slices.Clone(cfg.SecretKey)
-	mc.Logger = log.New(&slogWriter{l: cfg.Logger.With("component", "memberlist")}, "", 0)
+	mc := memberlistConfig(cfg)
 	mc.Delegate = (*delegate)(m)
 	mc.Events = (*events)(m)
 
@@ -626,4 +609,37 @@ func (w *slogWriter) Write(p []byte) (int, error) {
 	}
 	w.l.Log(context.Background(), level, line)
 	return len(p), nil
+}
+
+// memberlistConfig is the memberlist configuration of cfg (cfg with its
+// defaults), without the delegates.
+//
+// Compression is off: the gossip of a cluster is pings, acks and a few
+// membership changes of tens of bytes each, which LZW does not shrink,
+// and memberlist compressed every one of them with a fresh LZW writer
+// (a 64 KiB table each): with the fast timing (a probe every 150 ms,
+// gossip every 50 ms) that was most of an idle node's CPU and garbage.
+// Peers still read compressed messages (memberlist decodes them whatever
+// its own setting), so nodes of either setting share a cluster.
+func memberlistConfig(cfg Config) *memberlist.Config {
+	mc := memberlist.DefaultLANConfig()
+	mc.EnableCompression = false
+	mc.Name = cfg.NodeID
+	host, port, _ := splitHostPort(cfg.BindAddr)
+	mc.BindAddr, mc.BindPort = host, port
+	mc.AdvertisePort = port
+	if cfg.AdvertiseAddr != "" {
+		mc.AdvertiseAddr, mc.AdvertisePort, _ = splitHostPort(cfg.AdvertiseAddr)
+	}
+	mc.ProbeInterval = cfg.ProbeInterval
+	mc.ProbeTimeout = cfg.ProbeTimeout
+	mc.GossipInterval = cfg.GossipInterval
+	mc.PushPullInterval = cfg.PushPullInterval
+	mc.SuspicionMult = cfg.SuspicionMult
+	mc.TCPTimeout = cfg.TCPTimeout
+	mc.GossipToTheDeadTime = cfg.DeadRetention
+	mc.DeadNodeReclaimTime = cfg.DeadRetention
+	mc.SecretKey = slices.Clone(cfg.SecretKey)
+	mc.Logger = log.New(&slogWriter{l: cfg.Logger.With("component", "memberlist")}, "", 0)
+	return mc
 }

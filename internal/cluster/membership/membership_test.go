@@ -130,6 +130,25 @@ func TestConfigValidate(t *testing.T) {
 	}
 }
 
+// TestMemberlistConfigNoCompression: gossip goes out uncompressed (LZW
+// of tens-of-byte pings cost most of an idle node's CPU), with cfg's
+// addresses and timing.
+func TestMemberlistConfigNoCompression(t *testing.T) {
+	cfg := fastConfig(t, "n1").withDefaults()
+	cfg.BindAddr, cfg.AdvertiseAddr = "127.0.0.1:7001", "10.0.0.1:7002"
+	mc := memberlistConfig(cfg)
+	if mc.EnableCompression {
+		t.Error("memberlist compression is on")
+	}
+	if mc.Name != "n1" || mc.BindAddr != "127.0.0.1" || mc.BindPort != 7001 || mc.AdvertiseAddr != "10.0.0.1" || mc.AdvertisePort != 7002 {
+		t.Errorf("addresses: name %q bind %s:%d advertise %s:%d", mc.Name, mc.BindAddr, mc.BindPort, mc.AdvertiseAddr, mc.AdvertisePort)
+	}
+	if mc.ProbeInterval != cfg.ProbeInterval || mc.ProbeTimeout != cfg.ProbeTimeout || mc.GossipInterval != cfg.GossipInterval ||
+		mc.PushPullInterval != cfg.PushPullInterval || mc.SuspicionMult != cfg.SuspicionMult || mc.TCPTimeout != cfg.TCPTimeout {
+		t.Errorf("timing not copied: %+v", mc)
+	}
+}
+
 func TestJoinFailure(t *testing.T) {
 	// Nobody listens on port 1 of loopback.
 	cfg := fastConfig(t, "n1", "127.0.0.1:1")
