@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -546,7 +547,7 @@ func (b *Backend) handPlain(ds []postgres.JournalDelta) {
 // genFields are the journal fields of a generation's write w, by
 // journal key.
 func genFields(inst string, w postgres.JournalWrite, byKey map[string][]string) {
-	for _, d := range w.Deltas {
+	for _, d := range slices.Concat(w.Deltas, w.Trim) {
 		j := redisstore.Journal{
 			Head: jgenID(inst, w.Gen) + "|" + strconv.FormatInt(d.At.Unix()/60, 10) + "|",
 			Tail: strconv.Itoa(len(d.CounterID)) + ":" + d.CounterID,

@@ -79,6 +79,7 @@ type Aggregator struct {
 	// jpending are the journaled deltas of the cycle (AddJournaled):
 	// applied as one JournalWrite named by the cycle's generation.
 	jpending map[aggKeyMem]int64
+	jdropped []aggKeyMem // of jpending, dropped by a Delete (JournalWrite.Trim)
 	gens     uint64
 	gen      atomic.Uint64 // the current cycle's generation (Gen)
 	// idemFlying are the records of the in-flight batch.
@@ -235,6 +236,7 @@ func (a *Aggregator) dropLocked(id string) {
 	for k := range a.jpending {
 		if k.id == id {
 			delete(a.jpending, k)
+			a.jdropped = append(a.jdropped, k)
 		}
 	}
 	delete(a.sketch, id)
@@ -384,7 +386,7 @@ func (a *Aggregator) reset() {
 	a.version = map[string]uint64{}
 	a.idem = map[string]IdemRecord{}
 	a.journal = nil
-	a.jpending = map[aggKeyMem]int64{}
+	a.jpending, a.jdropped = map[aggKeyMem]int64{}, nil
 	a.gens++
 	a.cur = &cycle{done: make(chan struct{}), gen: a.gens}
 	a.gen.Store(a.gens)
@@ -515,11 +517,12 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	var idem map[string]IdemRecord
 	var journal []JournalWrite
 	var jpending map[aggKeyMem]int64
+	var jdropped []aggKeyMem
 	var cyc *cycle
 	a.holds.cut(func() { // no holder between its first change and its last (Hold)
 		a.mu.Lock()
 		pending, sketches, deletes, expiry, dirty, cyc = a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
-		floats, versions, idem, journal, jpending = a.floats, a.version, a.idem, a.journal, a.jpending
+		floats, versions, idem, journal, jpending, jdropped = a.floats, a.version, a.idem, a.journal, a.jpending, a.jdropped
 		a.reset()
 	}) // a.mu still held
 	if len(dirty) == 0 && len(idem) == 0 && len(journal) == 0 {
@@ -557,11 +560,14 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	for _, r := range idem {
 		b.Idem = append(b.Idem, r)
 	}
-	if len(jpending) > 0 && a.opts.JournalID != nil {
+	if (len(jpending) > 0 || len(jdropped) > 0) && a.opts.JournalID != nil {
 		w := JournalWrite{ID: a.opts.JournalID(cyc.gen), Gen: cyc.gen, Deltas: make([]Delta, 0, len(jpending))}
 		for k, d := range jpending {
 			w.Deltas = append(w.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
 				At: time.Unix(k.minute*60, 0).UTC()})
+		}
+		for _, k := range jdropped {
+			w.Trim = append(w.Trim, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, At: time.Unix(k.minute*60, 0).UTC()})
 		}
 		b.Journal = append(b.Journal, w)
 	}

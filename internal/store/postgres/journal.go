@@ -26,7 +26,11 @@ type JournalWrite struct {
 	// Gen is not 0 for the coalesced journal's write of one generation
 	// (AggregatorOptions.JournalID): its Deltas are the generation's
 	// sums.
-	Gen      uint64
+	Gen uint64
+	// Trim are deltas of the generation dropped before its commit (a
+	// delete of their counter): not applied, their journal fields are
+	// deleted with the others' (the caller's).
+	Trim     []Delta
 	Deltas   []Delta
 	Versions []Version
 	Idem     []IdemRecord
