@@ -252,27 +252,39 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	}
 	var r redisstore.AddReply
 	var err error
-	if mw := markedOf(ctx); mw != nil { // countermarks.go
+	at := b.opts.Now()
+	if op.At != 0 { // rollups by event time
+		at = time.Unix(0, op.At)
+	}
+	var gen uint64
+	var j *redisstore.Journal
+	jd, release := false, func() {}
+	mw := markedOf(ctx)
+	if mw != nil { // countermarks.go
 		if r, mw.reply, err = b.rs.AddMarked(ctx, op.ID, storeKinds[op.Kind], op.Delta, o, mw.marks); err == nil && !mw.reply.Written() {
 			return contract.Result{}, nil
 		}
-	} else {
-		r, err = b.rs.AddResult(ctx, op.ID, storeKinds[op.Kind], op.Delta, o)
+	} else { // the coalesced journal (journal.go)
+		var jctx context.Context
+		jctx, gen, release = b.jbegin(ctx)
+		defer release()
+		j = b.journalOf(op.ID, gen, at)
+		r, jd, err = b.rs.AddJournaled(jctx, op.ID, storeKinds[op.Kind], op.Delta, o, j)
 	}
 	if err != nil {
 		return contract.Result{}, err
 	}
 	if r.FromFloat {
+		release()
 		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version); err != nil {
 			return contract.Result{}, err
 		}
 		return contract.Result{Kind: contract.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
 	}
-	at := b.opts.Now()
-	if op.At != 0 { // rollups by event time
-		at = time.Unix(0, op.At)
-	}
-	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version) {
+	switch {
+	case jd:
+		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at, Version: r.Version}})
+	case mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version):
 		b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
 	}
 	return contract.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
@@ -283,21 +295,29 @@ func (b *Backend) set(ctx context.Context, op *contract.Op) (contract.Result, er
 	if err != nil || skip {
 		return contract.Result{Kind: contract.KindCounter}, err
 	}
-	ver, prev, fromFloat, err := b.rs.SetPrevKind(ctx, op.ID, op.Value, expected, ttl)
+	jctx, gen, release := b.jbegin(ctx) // the coalesced journal (journal.go)
+	defer release()
+	now := b.opts.Now()
+	j := b.journalOf(op.ID, gen, now)
+	ver, prev, fromFloat, jd, err := b.rs.SetPrevKindJournaled(jctx, op.ID, op.Value, expected, ttl, j)
 	if errors.Is(err, redisstore.ErrVersionConflict) && op.SetMode != contract.SetAlways && !op.CheckVersion {
 		return contract.Result{Kind: contract.KindCounter}, nil // NX/XX lost a race: not applied
 	}
 	if err != nil {
 		return contract.Result{}, err
 	}
-	if fromFloat {
+	// Wrapping subtraction: the aggregated delta brings PostgreSQL to
+	// the same value (see docs/postgres.md for the int64-edge caveat).
+	switch {
+	case fromFloat:
+		release()
 		if err := b.fromFloat(ctx, op.ID, op.Value, ver); err != nil {
 			return contract.Result{}, err
 		}
-	} else {
-		// Wrapping subtraction: the aggregated delta brings PostgreSQL to
-		// the same value (see docs/postgres.md for the int64-edge caveat).
-		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, b.opts.Now())
+	case jd:
+		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: op.Value - prev, At: now}})
+	default:
+		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, now)
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
 	if err := b.expiring(ctx, op.ID, ttl); err != nil {
@@ -442,17 +462,32 @@ func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, e
 	var fields []counter.Field
 	var ver uint64
 	var err error
-	if mw := markedOf(ctx); mw != nil { // countermarks.go
+	var gen uint64
+	var j *redisstore.Journal
+	jd := false
+	now := b.opts.Now()
+	mw := markedOf(ctx)
+	if mw != nil { // countermarks.go
 		if fields, ver, mw.reply, err = b.rs.HAddMarked(ctx, op.ID, op.Fields, b.maxFields(op.ID), mw.marks); err == nil && !mw.reply.Written() {
 			return contract.Result{}, nil
 		}
-	} else {
-		fields, ver, err = b.rs.HAddMax(ctx, op.ID, op.Fields, b.maxFields(op.ID))
+	} else { // the coalesced journal (journal.go)
+		jctx, g, release := b.jbegin(ctx)
+		defer release()
+		gen, j = g, b.journalOf(op.ID, g, now)
+		fields, ver, jd, err = b.rs.HAddJournaled(jctx, op.ID, op.Fields, b.maxFields(op.ID), j)
 	}
 	if err != nil {
 		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
-	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, b.fieldDeltas(op), op.ID, ver) {
+	switch {
+	case jd:
+		ds := make([]postgres.JournalDelta, len(op.Fields))
+		for i, f := range op.Fields {
+			ds[i] = postgres.JournalDelta{ID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now, Version: ver}
+		}
+		b.handJournaled(ctx, gen, j, ds)
+	case mw == nil || !b.journaled(mw, b.fieldDeltas(op), op.ID, ver):
 		b.writeFields(op.ID, op.Fields)
 	}
 	return contract.Result{Kind: contract.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil

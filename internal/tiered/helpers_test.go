@@ -106,6 +106,7 @@ var tieredCases = []struct {
 	{"QuotaRecountClosesCrashWindow", testQuotaRecountClosesCrashWindow},
 	{"QuotaHashFieldsAcrossNodes", testQuotaHashFieldsAcrossNodes},
 	{"JournalReplaysAfterCrash", testJournalReplaysAfterCrash},
+	{"JournalPlainReplaysAfterCrash", testJournalPlainReplaysAfterCrash},
 }
 
 // TestTiered runs tieredCases on a private single Redis per case and on

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -138,6 +139,10 @@ func (b *Backend) trimJournal(batch postgres.Batch) {
 	}
 	byKey := map[string][]string{}
 	for _, w := range batch.Journal {
+		if w.Gen != 0 {
+			genFields(b.inst, w, byKey)
+			continue
+		}
 		byKey[w.Ref] = append(byKey[w.Ref], w.ID)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -258,13 +263,24 @@ func (b *Backend) RecoverJournals(ctx context.Context) (int, error) {
 		if len(ws) == 0 {
 			return nil
 		}
-		if err := b.replay(ctx, ws); err != nil {
+		byKey := map[string][]string{}
+		for _, w := range ws {
+			byKey[w.Ref] = append(byKey[w.Ref], w.ID)
+		}
+		if err := b.replay(ctx, ws, byKey); err != nil {
 			return err
 		}
 		replayed += len(ws)
 		ws = ws[:0]
 		return nil
 	}
+	// The coalesced journal's fields, by generation (jgenID), and their
+	// fields by journal key: a generation replays whole, in one batch.
+	type genWrite struct {
+		w     postgres.JournalWrite
+		byKey map[string][]string
+	}
+	gens := map[string]*genWrite{}
 	for first := 0; first < slots; first += journalScan {
 		p := b.rs.Client().Pipeline()
 		lens := make([]interface{ Val() int64 }, 0, journalScan)
@@ -300,6 +316,22 @@ func (b *Backend) RecoverJournals(ctx context.Context) (int, error) {
 				if live {
 					continue
 				}
+				if rest := wid[len(inst)+1:]; strings.HasPrefix(rest, "g") {
+					gen, d, err := parseGenField(rest, v)
+					if err != nil {
+						bad = append(bad, err)
+						continue
+					}
+					id := jgenID(inst, gen)
+					g := gens[id]
+					if g == nil {
+						g = &genWrite{w: postgres.JournalWrite{ID: id, Gen: gen}, byKey: map[string][]string{}}
+						gens[id] = g
+					}
+					g.w.Deltas = append(g.w.Deltas, d)
+					g.byKey[key] = append(g.byKey[key], wid)
+					continue
+				}
 				w, err := parseJournal(wid, key, v)
 				if err != nil {
 					bad = append(bad, err)
@@ -317,20 +349,46 @@ func (b *Backend) RecoverJournals(ctx context.Context) (int, error) {
 	if err := flush(); err != nil {
 		return replayed, err
 	}
+	// Generations, several per batch up to journalReplayBatch deltas.
+	var gws []postgres.JournalWrite
+	byKey, n := map[string][]string{}, 0
+	flushGens := func() error {
+		if len(gws) == 0 {
+			return nil
+		}
+		if err := b.replay(ctx, gws, byKey); err != nil {
+			return err
+		}
+		replayed += len(gws)
+		gws, byKey, n = nil, map[string][]string{}, 0
+		return nil
+	}
+	for _, g := range gens {
+		gws = append(gws, g.w)
+		for k, fs := range g.byKey {
+			byKey[k] = append(byKey[k], fs...)
+			n += len(fs)
+		}
+		if n >= journalReplayBatch {
+			if err := flushGens(); err != nil {
+				return replayed, err
+			}
+		}
+	}
+	if err := flushGens(); err != nil {
+		return replayed, err
+	}
 	return replayed, errors.Join(bad...)
 }
 
-// replay commits ws in one batch of its own, then deletes their entries.
-func (b *Backend) replay(ctx context.Context, ws []postgres.JournalWrite) error {
+// replay commits ws in one batch of its own, then deletes their
+// entries (byKey: the fields by journal key).
+func (b *Backend) replay(ctx context.Context, ws []postgres.JournalWrite, byKey map[string][]string) error {
 	id := fmt.Sprintf("%s-replay-%d", b.inst, b.wseq.Add(1))
 	if _, err := b.pg.Apply(ctx, postgres.Batch{ID: id, Journal: ws}); err != nil {
 		return unavailable(err)
 	}
 	b.journalReplays.Add(uint64(len(ws)))
-	byKey := map[string][]string{}
-	for _, w := range ws {
-		byKey[w.Ref] = append(byKey[w.Ref], w.ID)
-	}
 	return unavailable(b.trimEntries(ctx, byKey))
 }
 
@@ -388,4 +446,138 @@ func uintOf(s string) uint64 {
 	}
 	f, _ := strconv.ParseFloat(s, 64)
 	return uint64(max(f, 0))
+}
+
+// The coalesced journal: every other tiered write that changes a counter
+// in PostgreSQL by a delta (plain adds, sets, hash adds, the same under
+// an idempotency key) adds its delta, in the script that applies it, to
+// a field of the counter's slot journal named by this instance, the
+// write-behind generation (the aggregator's cycle) it goes into, the
+// delta's minute and the counter (redisstore.Journal): all writes of one
+// generation to one counter sum into one field. The generation's deltas
+// commit as one postgres.JournalWrite whose id is jgenID(inst, gen) (one
+// journal_writes row per flush), after which its fields are deleted; a
+// replay of a dead instance's fields applies each generation in one
+// batch under the same id, so once in all.
+
+// jgenID is the JournalWrite id of instance inst's generation gen.
+func jgenID(inst string, gen uint64) string { return inst + "-g" + strconv.FormatUint(gen, 10) }
+
+// jbegin starts a journaled write: it holds the write-behind's cycle
+// (unless ctx is already in a hold: a keyed request's, a marked op's),
+// so that the delta goes into the generation it is journaled under, and
+// returns that generation, the ctx to write with (a read-through inside
+// lets go of the hold, letGo) and the release.
+func (b *Backend) jbegin(ctx context.Context) (context.Context, uint64, func()) {
+	if _, ok := ctx.Value(holdKey{}).(*hold); ok {
+		return ctx, b.agg.Gen(), func() {}
+	}
+	h := &hold{release: b.agg.Hold()}
+	return context.WithValue(ctx, holdKey{}, h), b.agg.Gen(), h.letGo
+}
+
+// journalOf is where a write to id of generation gen at time at
+// journals its delta.
+func (b *Backend) journalOf(id string, gen uint64, at time.Time) *redisstore.Journal {
+	minute := at.Unix() / 60
+	h := b.jhead.Load()
+	if h == nil || h.gen != gen || h.minute != minute {
+		h = &jhead{gen: gen, minute: minute, head: jgenID(b.inst, gen) + "|" + strconv.FormatInt(minute, 10) + "|"}
+		b.jhead.Store(h)
+	}
+	return &redisstore.Journal{Key: journalKey(redisstore.ValueKey(id)), Head: h.head, Tail: strconv.Itoa(len(id)) + ":" + id}
+}
+
+// jhead is the last journal head made (journalOf): most writes share it.
+type jhead struct {
+	gen    uint64
+	minute int64
+	head   string
+}
+
+// handJournaled hands ds, journaled under generation gen in j, to the
+// write-behind. When gen was cut meanwhile (a hold let go, or held
+// longer than the aggregator waits), the deltas are moved in the journal
+// to the current generation first; if that fails they are handed over
+// unjournaled (a crash before the next commit then loses them in
+// PostgreSQL).
+func (b *Backend) handJournaled(ctx context.Context, gen uint64, j *redisstore.Journal, ds []postgres.JournalDelta) {
+	for {
+		if b.agg.AddJournaled(gen, ds...) {
+			return
+		}
+		release := b.agg.Hold()
+		g2 := b.agg.Gen()
+		nj := b.journalOf(ds[0].ID, g2, ds[0].At)
+		ms := make([]redisstore.JournalMove, len(ds))
+		for i, d := range ds {
+			ms[i] = redisstore.JournalMove{From: j.Field(d.Kind, d.Shard, d.Field), To: nj.Field(d.Kind, d.Shard, d.Field), Delta: d.Delta}
+		}
+		ok, err := b.rs.MoveJournal(ctx, j.Key, ms)
+		if err != nil || !ok {
+			b.opts.Logger.Warn("tiered: write-behind journal: moving a write to the current generation", "id", ds[0].ID, "err", err)
+			b.handPlain(ds)
+			release()
+			return
+		}
+		b.journalMoves.Add(1)
+		gen, j = g2, nj
+		ok = b.agg.AddJournaled(gen, ds...)
+		release()
+		if ok {
+			return
+		}
+	}
+}
+
+// handPlain hands ds to the write-behind unjournaled.
+func (b *Backend) handPlain(ds []postgres.JournalDelta) {
+	for _, d := range ds {
+		if d.Kind == postgres.KindHash {
+			b.agg.AddField(d.ID, d.Field, d.Delta, d.At)
+			if d.Version > 0 {
+				b.agg.SetVersion(d.ID, d.Version)
+			}
+			continue
+		}
+		b.agg.AddVersion(d.ID, d.Kind, d.Shard, d.Delta, d.At, d.Version)
+	}
+}
+
+// genFields are the journal fields of a generation's write w, by
+// journal key.
+func genFields(inst string, w postgres.JournalWrite, byKey map[string][]string) {
+	for _, d := range slices.Concat(w.Deltas, w.Trim) {
+		j := redisstore.Journal{
+			Head: jgenID(inst, w.Gen) + "|" + strconv.FormatInt(d.At.Unix()/60, 10) + "|",
+			Tail: strconv.Itoa(len(d.CounterID)) + ":" + d.CounterID,
+		}
+		k := journalKey(redisstore.ValueKey(d.CounterID))
+		byKey[k] = append(byKey[k], j.Field(d.Kind, d.Shard, d.Field))
+	}
+}
+
+// parseGenField reads a coalesced journal field (after "<inst>-") and
+// its value: the generation and the delta.
+func parseGenField(rest, v string) (gen uint64, d postgres.Delta, err error) {
+	bad := func() (uint64, postgres.Delta, error) {
+		return 0, postgres.Delta{}, fmt.Errorf("tiered: journal field %q", rest)
+	}
+	rest, ok := strings.CutPrefix(rest, "g")
+	parts := strings.SplitN(rest, "|", 5)
+	if !ok || len(parts) != 5 {
+		return bad()
+	}
+	gen, err1 := strconv.ParseUint(parts[0], 10, 64)
+	minute, err2 := strconv.ParseInt(parts[1], 10, 64)
+	shard, err3 := strconv.Atoi(parts[3])
+	n, tail, ok := strings.Cut(parts[4], ":")
+	idLen, err4 := strconv.Atoi(n)
+	delta, err5 := strconv.ParseInt(v, 10, 64)
+	if errors.Join(err1, err2, err3, err4, err5) != nil || !ok || idLen > len(tail) || idLen < 1 {
+		return bad()
+	}
+	d = postgres.Delta{CounterID: tail[:idLen], Kind: parts[2], Shard: shard, Field: tail[idLen:], Delta: delta,
+		At: time.Unix(minute*60, 0).UTC()}
+	return gen, d, nil
 }

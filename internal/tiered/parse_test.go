@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"math/rand/v2"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"testing/quick"
 	"time"
@@ -129,4 +131,40 @@ func TestValidateRejectsBeforeWriting(t *testing.T) {
 	if _, ok := inverse(contract.Op{Type: contract.OpAdd, Delta: -1 << 63}); ok {
 		t.Error("MinInt64 add has no inverse")
 	}
+}
+
+// FuzzGenField: a coalesced journal field, as a write's script names it
+// (journalOf, redisstore.Journal.Field) and as the trim names it
+// (genFields), reads back (parseGenField) as the generation and delta it
+// was written for, whatever the id, kind and hash field hold.
+func FuzzGenField(f *testing.F) {
+	f.Add("v:1", "counter", -1, "", uint64(3), int64(29000000), int64(5))
+	f.Add("a|b|c", "hash", -1, "f|1:x", uint64(1), int64(0), int64(-9223372036854775808))
+	f.Add("x", "sharded", 7, "", uint64(18446744073709551615), int64(1), int64(9223372036854775807))
+	f.Fuzz(func(t *testing.T, id, kind string, shard int, field string, gen uint64, minute, delta int64) {
+		if id == "" || strings.Contains(kind, "|") || minute < 0 || minute > 1<<40 {
+			return
+		}
+		b := &Backend{inst: "n_abc123"}
+		at := time.Unix(minute*60, 0).UTC()
+		j := b.journalOf(id, gen, at)
+		name := j.Field(kind, shard, field)
+		m := map[string][]string{}
+		genFields(b.inst, postgres.JournalWrite{Gen: gen, Deltas: []postgres.Delta{{CounterID: id, Kind: kind, Shard: shard, Field: field, At: at}}}, m)
+		if fs := m[j.Key]; len(fs) != 1 || fs[0] != name {
+			t.Fatalf("trim names %v, the script %q", m, name)
+		}
+		inst, rest, ok := strings.Cut(name, "-")
+		if !ok || inst != b.inst {
+			t.Fatalf("instance of %q: %q", name, inst)
+		}
+		g, d, err := parseGenField(rest, strconv.FormatInt(delta, 10))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := postgres.Delta{CounterID: id, Kind: kind, Shard: shard, Field: field, Delta: delta, At: at}
+		if g != gen || d.CounterID != want.CounterID || d.Kind != want.Kind || d.Shard != want.Shard || d.Field != want.Field || d.Delta != want.Delta || !d.At.Equal(want.At) {
+			t.Fatalf("read %d %+v, wrote %d %+v", g, d, gen, want)
+		}
+	})
 }

@@ -158,7 +158,9 @@ type Backend struct {
 	wseq           atomic.Uint64 // write ids' sequence
 	journalDone    chan struct{} // closed when journalLoop returns
 	journalReplays atomic.Uint64 // journaled writes replayed here
-	noTrim         atomic.Bool   // tests: leave committed entries
+	journalMoves   atomic.Uint64 // coalesced writes moved to a later generation
+	jhead          atomic.Pointer[jhead]
+	noTrim         atomic.Bool // tests: leave committed entries
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -207,6 +209,7 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 		OnError:       b.flushFailed,
 		OnFlush:       b.flushed,
 		OnCommit:      b.trimJournal,
+		JournalID:     func(gen uint64) string { return jgenID(b.inst, gen) },
 	})
 	if err := b.renewLease(ctx); err != nil {
 		b.opts.Logger.Warn("tiered: write-behind journal lease", "err", err)

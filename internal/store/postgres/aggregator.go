@@ -37,6 +37,10 @@ type AggregatorOptions struct {
 	// into the next batch, and the holders and flushes behind it wait no
 	// longer than that.
 	MaxHoldWait time.Duration
+	// JournalID, if set, names the JournalWrite that carries a cycle's
+	// journaled deltas (AddJournaled), by the cycle's generation: the
+	// tiered mode's coalesced journal.
+	JournalID func(gen uint64) string
 }
 
 type aggKeyMem struct {
@@ -49,6 +53,7 @@ type aggKeyMem struct {
 // batch it becomes; done is closed once that batch is committed.
 type cycle struct {
 	done chan struct{}
+	gen  uint64 // Gen
 }
 
 // Aggregator accumulates deltas in memory (local aggregation: N increments
@@ -71,6 +76,12 @@ type Aggregator struct {
 	flying  map[string]bool       // ids in the in-flight batch
 	idem    map[string]IdemRecord // idempotency records, by key
 	journal []JournalWrite        // journaled writes (AddJournal)
+	// jpending are the journaled deltas of the cycle (AddJournaled):
+	// applied as one JournalWrite named by the cycle's generation.
+	jpending map[aggKeyMem]int64
+	jdropped []aggKeyMem // of jpending, dropped by a Delete (JournalWrite.Trim)
+	gens     uint64
+	gen      atomic.Uint64 // the current cycle's generation (Gen)
 	// idemFlying are the records of the in-flight batch.
 	idemFlying map[string]IdemRecord
 	cur        *cycle
@@ -222,6 +233,12 @@ func (a *Aggregator) dropLocked(id string) {
 			delete(a.pending, k)
 		}
 	}
+	for k := range a.jpending {
+		if k.id == id {
+			delete(a.jpending, k)
+			a.jdropped = append(a.jdropped, k)
+		}
+	}
 	delete(a.sketch, id)
 	delete(a.floats, id)
 	delete(a.expiry, id)
@@ -369,7 +386,53 @@ func (a *Aggregator) reset() {
 	a.version = map[string]uint64{}
 	a.idem = map[string]IdemRecord{}
 	a.journal = nil
-	a.cur = &cycle{done: make(chan struct{})}
+	a.jpending, a.jdropped = map[aggKeyMem]int64{}, nil
+	a.gens++
+	a.cur = &cycle{done: make(chan struct{}), gen: a.gens}
+	a.gen.Store(a.gens)
+}
+
+// Gen returns the generation of the current cycle: a new one starts
+// with every flush. A writer journaling its delta under a generation
+// holds the cycle (Hold) from Gen until AddJournaled.
+func (a *Aggregator) Gen() uint64 { return a.gen.Load() }
+
+// JournalDelta is a journaled delta (AddJournaled): Field is a hash
+// counter's field (Kind KindHash, Shard -1).
+type JournalDelta struct {
+	ID, Kind, Field string
+	Shard           int
+	Delta           int64
+	At              time.Time
+	Version         uint64
+}
+
+// AddJournaled records ds, journaled under generation gen, if gen is
+// still the current cycle's, and reports whether it did (else the
+// caller journals it again under the current generation). The cycle's
+// journaled deltas are summed per counter, kind, shard, field and minute
+// and applied as one JournalWrite (AggregatorOptions.JournalID), so a
+// replay of the generation's journal applies them once however often
+// it runs; the version is recorded as SetVersion does.
+func (a *Aggregator) AddJournaled(gen uint64, ds ...JournalDelta) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cur.gen != gen || a.opts.JournalID == nil {
+		return false
+	}
+	a.adds.Add(1)
+	for _, d := range ds {
+		k := aggKeyMem{id: d.ID, kind: d.Kind, field: d.Field, shard: d.Shard, minute: d.At.Unix() / 60}
+		if k.kind == "" {
+			k.kind = KindCounter
+		}
+		a.jpending[k] += d.Delta
+		a.dirty[k.id] = true
+		if d.Version > a.version[k.id] {
+			a.version[k.id] = d.Version
+		}
+	}
+	return true
 }
 
 func (a *Aggregator) add(k aggKeyMem, delta int64, at time.Time, version uint64) *cycle {
@@ -453,11 +516,13 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	var versions map[string]uint64
 	var idem map[string]IdemRecord
 	var journal []JournalWrite
+	var jpending map[aggKeyMem]int64
+	var jdropped []aggKeyMem
 	var cyc *cycle
 	a.holds.cut(func() { // no holder between its first change and its last (Hold)
 		a.mu.Lock()
 		pending, sketches, deletes, expiry, dirty, cyc = a.pending, a.sketch, a.deletes, a.expiry, a.dirty, a.cur
-		floats, versions, idem, journal = a.floats, a.version, a.idem, a.journal
+		floats, versions, idem, journal, jpending, jdropped = a.floats, a.version, a.idem, a.journal, a.jpending, a.jdropped
 		a.reset()
 	}) // a.mu still held
 	if len(dirty) == 0 && len(idem) == 0 && len(journal) == 0 {
@@ -494,6 +559,17 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	}
 	for _, r := range idem {
 		b.Idem = append(b.Idem, r)
+	}
+	if (len(jpending) > 0 || len(jdropped) > 0) && a.opts.JournalID != nil {
+		w := JournalWrite{ID: a.opts.JournalID(cyc.gen), Gen: cyc.gen, Deltas: make([]Delta, 0, len(jpending))}
+		for k, d := range jpending {
+			w.Deltas = append(w.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
+				At: time.Unix(k.minute*60, 0).UTC()})
+		}
+		for _, k := range jdropped {
+			w.Trim = append(w.Trim, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, At: time.Unix(k.minute*60, 0).UTC()})
+		}
+		b.Journal = append(b.Journal, w)
 	}
 	a.inflight = &inflightBatch{b: b, cyc: cyc}
 	return a.applyInflight(ctx)

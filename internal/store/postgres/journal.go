@@ -21,8 +21,16 @@ const JournalRetention = 7 * 24 * time.Hour
 // (by its owner's batch and by a replay of its journal entry) applies
 // once.
 type JournalWrite struct {
-	ID       string
-	Ref      string // the caller's (where its journal entry is); not stored
+	ID  string
+	Ref string // the caller's (where its journal entry is); not stored
+	// Gen is not 0 for the coalesced journal's write of one generation
+	// (AggregatorOptions.JournalID): its Deltas are the generation's
+	// sums.
+	Gen uint64
+	// Trim are deltas of the generation dropped before its commit (a
+	// delete of their counter): not applied, their journal fields are
+	// deleted with the others' (the caller's).
+	Trim     []Delta
 	Deltas   []Delta
 	Versions []Version
 	Idem     []IdemRecord

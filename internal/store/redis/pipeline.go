@@ -9,6 +9,7 @@ import (
 
 // pipeReq is one add script waiting for a pipelined round trip.
 type pipeReq struct {
+	sc   *script
 	keys []string
 	args []any
 	done chan pipeResp
@@ -38,10 +39,16 @@ func (s *Store) startPipeline() {
 // missing from Redis' cache (NOSCRIPT after SCRIPT FLUSH or a restart)
 // is run again alone, which loads it.
 func (s *Store) runAdd(ctx context.Context, id string, args ...any) ([]any, error) {
+	return s.runAddScript(ctx, addScript, keys(id), args...)
+}
+
+// runAddScript runs sc (the add script or a variant of it) with keys
+// as runAdd does.
+func (s *Store) runAddScript(ctx context.Context, sc *script, keys []string, args ...any) ([]any, error) {
 	if s.pipe == nil {
-		return s.run(ctx, addScript, id, args...)
+		return s.runKeys(ctx, sc, keys, args...)
 	}
-	req := &pipeReq{keys: keys(id), args: args, done: make(chan pipeResp, 1)}
+	req := &pipeReq{sc: sc, keys: keys, args: args, done: make(chan pipeResp, 1)}
 	select {
 	case s.pipe <- req:
 	case <-s.stopped:
@@ -51,7 +58,7 @@ func (s *Store) runAdd(ctx context.Context, id string, args ...any) ([]any, erro
 	}
 	res := <-req.done // awaited even if ctx ends: see Store.write
 	if res.err != nil && strings.HasPrefix(res.err.Error(), "NOSCRIPT") {
-		return s.run(ctx, addScript, id, args...)
+		return s.runKeys(ctx, sc, keys, args...)
 	}
 	if res.err == nil && len(res.reply) == 0 {
 		res.err = errEmptyReply
@@ -89,7 +96,7 @@ func (s *Store) sendBatch(batch []*pipeReq) {
 	p := s.rdb.Pipeline()
 	cmds := make([]*redis.Cmd, len(batch))
 	for i, r := range batch {
-		cmds[i] = evalCmd(ctx, "evalsha", addScript.Hash(), r.keys, r.args)
+		cmds[i] = evalCmd(ctx, "evalsha", r.sc.Hash(), r.keys, r.args)
 		_ = p.Process(ctx, onceCmd{cmds[i]})
 	}
 	_, _ = p.Exec(ctx) // errors are per command

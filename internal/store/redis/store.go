@@ -424,6 +424,12 @@ func (s *Store) AddResult(ctx context.Context, id string, kind Kind, delta int64
 // addResult is AddResult, guarded by m when it is not nil (marked.go):
 // *mr says what the script did then.
 func (s *Store) addResult(ctx context.Context, id string, kind Kind, delta int64, o AddOptions, m *Marks, mr *MarkedReply) (AddReply, error) {
+	return s.addResultJ(ctx, id, kind, delta, o, m, mr, nil, nil)
+}
+
+// addResultJ is addResult, journaled in j when it is not nil (journal.go):
+// *jd says whether it was.
+func (s *Store) addResultJ(ctx context.Context, id string, kind Kind, delta int64, o AddOptions, m *Marks, mr *MarkedReply, j *Journal, jd *bool) (AddReply, error) {
 	if err := checkID(id); err != nil {
 		return AddReply{}, err
 	}
@@ -461,6 +467,9 @@ func (s *Store) addResult(ctx context.Context, id string, kind Kind, delta int64
 		if m != nil {
 			return s.runMarked(ctx, markedAddScript, id, m, args...)
 		}
+		if j != nil {
+			return s.runAddScript(ctx, journaledAddScript, journaledKeys(id, j), append(args, j.Head, j.Tail)...)
+		}
 		return s.runAdd(ctx, id, args...)
 	}, func(r []any) (err error) {
 		if m != nil {
@@ -468,6 +477,9 @@ func (s *Store) addResult(ctx context.Context, id string, kind Kind, delta int64
 			if *mr, done, err = markedReply(r); done || err != nil {
 				return err
 			}
+		}
+		if j != nil {
+			*jd = journaled(r)
 		}
 		out.Kind = Kind(str(r[1]))
 		v, err1 := toInt(r[2])
@@ -765,6 +777,12 @@ func (s *Store) HAddMax(ctx context.Context, id string, deltas []counter.FieldDe
 
 // hadd is HAddMax, guarded by m when it is not nil (marked.go).
 func (s *Store) hadd(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64, m *Marks, mr *MarkedReply) ([]counter.Field, uint64, error) {
+	return s.haddJ(ctx, id, deltas, maxFields, m, mr, nil, nil)
+}
+
+// haddJ is hadd, journaled in j when it is not nil (journal.go): *jd
+// says whether it was.
+func (s *Store) haddJ(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64, m *Marks, mr *MarkedReply, j *Journal, jd *bool) ([]counter.Field, uint64, error) {
 	if err := checkID(id); err != nil {
 		return nil, 0, err
 	}
@@ -782,6 +800,9 @@ func (s *Store) hadd(ctx context.Context, id string, deltas []counter.FieldDelta
 		if m != nil {
 			return s.runMarked(ctx, markedHAddScript, id, m, args...)
 		}
+		if j != nil {
+			return s.runJournaled(ctx, journaledHAddScript, id, j, args...)
+		}
 		return s.run(ctx, haddScript, id, args...)
 	}, func(r []any) error {
 		if m != nil {
@@ -789,6 +810,9 @@ func (s *Store) hadd(ctx context.Context, id string, deltas []counter.FieldDelta
 			if *mr, done, err = markedReply(r); done || err != nil {
 				return err
 			}
+		}
+		if j != nil {
+			*jd = journaled(r)
 		}
 		v, err := toInt(r[1])
 		ver = uint64(v)
@@ -984,7 +1008,12 @@ func (s *Store) simple(ctx context.Context, op, id string, sc *script, args ...a
 
 // run runs a script that replies with a table.
 func (s *Store) run(ctx context.Context, sc *script, id string, args ...any) ([]any, error) {
-	v, err := s.eval(ctx, sc, keys(id), args...).Slice()
+	return s.runKeys(ctx, sc, keys(id), args...)
+}
+
+// runKeys runs sc with keys.
+func (s *Store) runKeys(ctx context.Context, sc *script, keys []string, args ...any) ([]any, error) {
+	v, err := s.eval(ctx, sc, keys, args...).Slice()
 	if err != nil {
 		return nil, err
 	}
