@@ -11,21 +11,41 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/engine"
 )
 
 // antiEntropy sends each peer a digest (version and data hash) of the states
 // this node shares with it; the peer answers with its states that differ
 // (merged here) and the ids it lacks or holds differently (pushed to it).
+// The digests of states not written since the last round come from the
+// digest cache (digestcache.go).
 func (n *Node) antiEntropy(ctx context.Context) error {
 	s := n.ring.Snapshot()
 	if s.Len() < 2 {
 		return nil
 	}
+	full := n.digests.nextRound()
+	since := n.digests.begin()
 	digests := map[string][]digestItem{}
 	var reps []string
-	err := n.store.ExportAll(ctx, func(st State) error {
-		reps = s.AppendReplicas(reps[:0], st.ID, 0)
-		it := digestOf(st)
+	err := n.store.EachMeta(ctx, func(id string, m engine.StateMeta) error {
+		reps = s.AppendReplicas(reps[:0], id, 0)
+		if !slices.ContainsFunc(reps, func(p string) bool { return p != n.self }) {
+			return nil
+		}
+		var it digestItem
+		var ok bool
+		if !full {
+			it, ok = n.digests.get(id, m)
+		}
+		if !ok {
+			st, held, err := n.export(id)
+			if err != nil || !held {
+				return err
+			}
+			it = digestOf(st)
+			n.digests.put(st.Meta(), it, since)
+		}
 		for _, p := range reps {
 			if p != n.self {
 				digests[p] = append(digests[p], it)
@@ -33,9 +53,11 @@ func (n *Node) antiEntropy(ctx context.Context) error {
 		}
 		return nil
 	})
+	n.digests.end()
 	if err != nil {
 		return err
 	}
+	defer n.digests.prune()
 	var errs []error
 	for peer, items := range digests {
 		for chunk := range slices.Chunk(items, maxStatesPerCall) {
@@ -89,8 +111,14 @@ func (n *Node) exchangeDigest(ctx context.Context, peer string, items []digestIt
 
 func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestResponse {
 	resp := &digestResponse{}
+	since := n.digests.begin()
+	defer n.digests.end()
 	for _, it := range req.Items {
-		st, ok, err := n.export(it.ID)
+		m, ok, err := n.store.MetaOf(it.ID)
+		var mine digestItem
+		if err == nil && ok {
+			mine, ok, err = n.digestFor(it.ID, m, since)
+		}
 		if err != nil {
 			return &digestResponse{Err: toWire(err)}
 		}
@@ -98,9 +126,15 @@ func (n *Node) serveDigest(_ context.Context, req *digestRequest) *digestRespons
 			resp.Want = append(resp.Want, it.ID)
 			continue
 		}
-		if digestOf(st) != it {
+		if mine != it {
+			st, ok, err := n.export(it.ID)
+			if err != nil {
+				return &digestResponse{Err: toWire(err)}
+			}
 			resp.Want = append(resp.Want, it.ID)
-			resp.States = append(resp.States, st)
+			if ok {
+				resp.States = append(resp.States, st)
+			}
 		}
 	}
 	resp.Idem = n.idem.forIDs(stateIDs(resp.States), time.Now().Add(-idemPushWindow))

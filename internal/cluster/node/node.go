@@ -186,9 +186,10 @@ type Node struct {
 	promises promises // ownership epochs promised to claimants (epoch.go)
 	lease    leases   // owner leases (lease.go)
 	dirty    dirtySet
-	idem     idemCache // idempotency records shipped by other owners
-	stripes  stripes   // keyed applies vs exports (idem.go)
-	dedupe   markStore // dedupe marks of the counters held here (marks.go)
+	digests  digestCache // anti-entropy digests by state (digestcache.go)
+	idem     idemCache   // idempotency records shipped by other owners
+	stripes  stripes     // keyed applies vs exports (idem.go)
+	dedupe   markStore   // dedupe marks of the counters held here (marks.go)
 	// markLocks serializes marked applies per id: a mark is checked and
 	// created as one step (marked.go).
 	markLocks stripes
@@ -239,6 +240,8 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.promises.init()
 	n.lease.init()
 	n.dirty.init()
+	n.digests.init()
+	n.store = invalidatingStore{Store: store, c: &n.digests}
 	n.idem.init()
 	n.ring.Set([]string{n.self})
 	n.initialRing = n.ring.Snapshot()

@@ -117,7 +117,7 @@ func (n *Node) UseQuotas(c *quota.Config) error { return n.setQuotas(c, false) }
 func (n *Node) setQuotas(c *quota.Config, recount bool) error {
 	n.quota.reload.Lock()
 	defer n.quota.reload.Unlock()
-	qs, ok := n.store.(quotaStore)
+	qs, ok := n.store.(invalidatingStore).Store.(quotaStore)
 	if !ok {
 		return fmt.Errorf("cluster: the store does not support quotas")
 	}

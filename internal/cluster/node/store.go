@@ -20,6 +20,12 @@ type Store interface {
 	VersionOf(id string) (version uint64, kind contract.Kind, ok bool, err error)
 	// ExportAll calls fn for every state held locally.
 	ExportAll(ctx context.Context, fn func(State) error) error
+	// MetaOf returns the Meta Export would report of id (ok false when
+	// this node holds no live state), without the state's data.
+	MetaOf(id string) (m engine.StateMeta, ok bool, err error)
+	// EachMeta calls fn with the id and Meta of every state ExportAll
+	// would export, without their data.
+	EachMeta(ctx context.Context, fn func(id string, m engine.StateMeta) error) error
 	// Merge joins states into the local ones (per-slot max for pn/sharded,
 	// register max for hll, higher version wins otherwise); durable per wo.
 	Merge(ctx context.Context, states []State, wo contract.WriteOptions) (changed int, err error)

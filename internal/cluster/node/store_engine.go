@@ -30,6 +30,12 @@ func (s engineStore) ExportAll(ctx context.Context, fn func(State) error) error 
 	return s.e.ExportAll(ctx, fn)
 }
 
+func (s engineStore) MetaOf(id string) (engine.StateMeta, bool, error) { return s.e.StateMetaOf(id) }
+
+func (s engineStore) EachMeta(ctx context.Context, fn func(string, engine.StateMeta) error) error {
+	return s.e.EachStateMeta(ctx, fn)
+}
+
 func (s engineStore) Merge(ctx context.Context, states []State, wo contract.WriteOptions) (int, error) {
 	return s.e.Merge(ctx, states, wo)
 }
