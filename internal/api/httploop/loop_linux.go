@@ -40,6 +40,13 @@ import (
 // loopClientBudget is the most requests one client is read for in a round.
 const loopClientBudget = 128
 
+// loopFloodBudget is the most requests a flooding client (one holding
+// more connections than its share of the queue, Options.Fair) is read
+// for in a round; its other connections with input then wait their turn
+// unpolled (see loop.turns), so that they do not fill every epoll_wait
+// and the loop reaches other clients' connections within a round or two.
+const loopFloodBudget = 32
+
 // loopEvents is the most ready connections one epoll_wait reports. An
 // HTTP request costs ten times a RESP INCR: a round of 128 keeps the
 // answers of its first connections from waiting more than a few
@@ -183,8 +190,11 @@ type loop struct {
 	paused []*conn
 	// waiting: connections whose request waits for a slot (conn.pend).
 	waiting, waitSwap []*conn
-	wake              func() // the Fair's wake of a pending request
-	h                 head
+	// turns: connections of flooding clients over their budget of a
+	// round, unpolled until their turn (conn.waitTurn), by client.
+	turns map[shed.Key][]*conn
+	wake  func() // the Fair's wake of a pending request
+	h     head
 }
 
 type conn struct {
@@ -226,6 +236,8 @@ type conn struct {
 	pend    *shed.Pending
 	decided bool
 	verdict shed.Verdict
+	// waitTurn: not polled until its client's turn (loop.turns).
+	waitTurn bool
 }
 
 // obs is an admitted request whose answer is in out.
@@ -268,6 +280,7 @@ func (l *loop) run() {
 			}
 			l.flushQueued()
 		}
+		l.giveTurns()
 		if d := l.nextDeadline(); d >= 0 {
 			ms := int((d + time.Millisecond - 1) / time.Millisecond)
 			if wait < 0 || ms < wait {
@@ -411,9 +424,9 @@ func (l *loop) sweepIdle() {
 	o := &l.f.opts
 	for _, c := range l.conns {
 		switch {
-		case c.pend != nil:
-			// waits for a slot: bounded by the Fair (MaxWait, or its
-			// client's turn)
+		case c.pend != nil, c.waitTurn:
+			// waits for a slot (bounded by the Fair: MaxWait, or its
+			// client's turn) or for its client's turn (giveTurns)
 		case c.wantWrite:
 			if o.WriteTimeout > 0 && time.Duration(l.now-c.blockedAt) >= o.WriteTimeout {
 				l.closeConn(c) // its client does not read its answers
@@ -463,7 +476,7 @@ func (c *conn) interest() uint32 {
 	switch {
 	case c.wantWrite:
 		return syscall.EPOLLOUT
-	case c.pend != nil || c.pauseEnd != 0:
+	case c.pend != nil || c.pauseEnd != 0 || c.waitTurn:
 		return 0
 	}
 	return syscall.EPOLLIN | syscall.EPOLLRDHUP
@@ -500,6 +513,32 @@ func (l *loop) runWaiting() bool {
 	}
 	l.waitSwap = list[:0]
 	return ran
+}
+
+// giveTurns polls again, for each flooding client, up to its budget of
+// its connections waiting their turn, oldest first.
+func (l *loop) giveTurns() {
+	for k, q := range l.turns {
+		n := 0
+		for len(q) > 0 && n < loopFloodBudget {
+			c := q[0]
+			q[0] = nil
+			q = q[1:]
+			if l.conns[c.fd] != c || !c.waitTurn {
+				continue // closed or handed over meanwhile
+			}
+			c.waitTurn = false
+			if !c.wantWrite {
+				l.p.Mod(c.fd, c.interest())
+			}
+			n++
+		}
+		if len(q) == 0 {
+			delete(l.turns, k)
+		} else {
+			l.turns[k] = q
+		}
+	}
 }
 
 // nextDeadline is how long until the earliest wait for a slot reaches
@@ -572,6 +611,23 @@ func (l *loop) serve(c *conn, events uint32) {
 	if l.shares.Over(c.share) {
 		c.turned = true
 		return // its client had its share of this round: read next round
+	}
+	if c.waitTurn {
+		return // an event reported before it was parked
+	}
+	if o := &l.f.opts; o.Fair != nil && l.shares.Used(c.share) >= loopFloodBudget && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 && l.flooding(c) {
+		// A flooding client had its budget of this round: this
+		// connection waits for its turn unpolled (its bytes wait in the
+		// socket, their wait counting against --max-queue-wait).
+		c.turned, c.waitTurn = true, true
+		if !c.wantWrite {
+			l.p.Mod(c.fd, 0)
+		}
+		if l.turns == nil {
+			l.turns = make(map[shed.Key][]*conn)
+		}
+		l.turns[c.key] = append(l.turns[c.key], c)
+		return
 	}
 	if c.r == c.w {
 		c.r, c.w = 0, 0

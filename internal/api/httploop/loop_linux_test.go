@@ -613,3 +613,61 @@ func TestAdmissionQueue(t *testing.T) {
 	}
 	waitFor(t, func() bool { return fair.Running() == 0 && fair.Queued() == 0 })
 }
+
+// TestFloodWaitsItsTurn: a flooding client (more connections than its
+// share of the queue) is read for at most loopFloodBudget requests a
+// round; its other connections with input wait unpolled for their turn,
+// so that they do not fill every epoll_wait: another client's request,
+// arriving behind 256 of the flood's, is answered after at most a few
+// budgets of them, and every flood request is answered in the end.
+func TestFloodWaitsItsTurn(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 4096, MinLimit: 4096, MaxQueue: 4096, MaxClientQueue: 4, MaxWait: time.Minute})
+	tf := startFront(t, 1, func(o *Options) {
+		o.Fair = fair
+		o.ShedAnswer = func(shed.Verdict, bool) []byte {
+			return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+		}
+	})
+	const conns = 256
+	var flood []net.Conn
+	for i := 0; i < conns; i++ {
+		c, err := net.Dial("tcp", tf.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		flood = append(flood, c)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	other, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	defer other.Close()
+	l := tf.front.loops[0]
+	waitFor(t, func() bool { return l.connsOnLoop() == conns+1 })
+	var before int64
+	onLoop(t, l, func() {
+		for _, c := range flood {
+			io.WriteString(c, "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		io.WriteString(other, "GET /counters/nocontent HTTP/1.1\r\nHost: x\r\n\r\n")
+		time.Sleep(50 * time.Millisecond) // loopback delivery
+		before = tf.calls.Load()
+	})
+	other.SetDeadline(time.Now().Add(10 * time.Second))
+	if r, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil || r.StatusCode != http.StatusNoContent {
+		t.Fatalf("the other client: %v %v", r, err)
+	}
+	// The first pass over the ready list takes ceil(257/loopEvents)
+	// waits, each reading one budget of the flood.
+	if n := tf.mark.Load() - before - 1; n > 4*loopFloodBudget {
+		t.Fatalf("the other client waited for %d requests of the flood (budget %d a round)", n, loopFloodBudget)
+	}
+	for i, c := range flood {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if r, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("flood request %d: %v %v", i, r, err)
+		}
+	}
+}
