@@ -613,7 +613,12 @@ func (l *loop) serve(c *conn, events uint32) {
 		return // its client had its share of this round: read next round
 	}
 	if c.waitTurn {
-		return // an event reported before it was parked
+		// Unpolled for input until its turn; a hang-up is still
+		// reported (level-triggered, it would be at every wait).
+		if events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+			l.closeConn(c)
+		}
+		return
 	}
 	if o := &l.f.opts; o.Fair != nil && l.shares.Used(c.share) >= loopFloodBudget && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 && l.flooding(c) {
 		// A flooding client had its budget of this round: this
