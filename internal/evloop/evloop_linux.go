@@ -301,6 +301,14 @@ func (s *Shares) Over(sh *Share) bool {
 	return sh != nil && sh.round == s.round && sh.used >= s.Budget
 }
 
+// Used is how many requests sh's client was charged this round.
+func (s *Shares) Used(sh *Share) int {
+	if sh == nil || sh.round != s.round {
+		return 0
+	}
+	return sh.used
+}
+
 // Charge counts n requests against sh's client this round.
 func (s *Shares) Charge(sh *Share, n int) {
 	if sh == nil {

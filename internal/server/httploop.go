@@ -59,6 +59,7 @@ func (n *node) loopOptions(loops int, h http.Handler, hs *http.Server, adm *admi
 	}
 	if adm != nil {
 		o.Fair, o.OnShed = adm.fair, adm.onShed
+		o.ClientConns = loopClientConns
 		if adm.pace != nil {
 			o.Pace = adm.pace.Pause
 		}
@@ -94,6 +95,16 @@ func (n *node) loopOptions(loops int, h http.Handler, hs *http.Server, adm *admi
 		}
 	}
 	return o
+}
+
+// loopClientConns is the number of HTTP connections of the client
+// address of c (--max-conns-per-client's count), -1 where they are not
+// counted.
+func loopClientConns(c net.Conn) int {
+	if lc, ok := c.(*limitConn); ok && lc.l.clients != nil && lc.client.IsValid() {
+		return lc.l.clients.Conns(lc.client)
+	}
+	return -1
 }
 
 // loopTCPConn is the TCP connection inside one the HTTP listener

@@ -287,6 +287,19 @@ type fairWaiter struct {
 	bounded  bool // AcquireBounded: shed at its deadline whatever its client has queued
 	ticket   *Ticket
 	timer    *time.Timer
+	// wake, for a waiter of AcquireAsync, is called under mu once its
+	// outcome is sent on admit.
+	wake func()
+}
+
+// decide sends w its outcome (under mu) and wakes an asynchronous
+// waiter's caller.
+func (w *fairWaiter) decide(v Verdict) {
+	wake := w.wake // w may be recycled once v is received
+	w.admit <- v
+	if wake != nil {
+		wake()
+	}
 }
 
 // NewFair returns a Fair with cfg's bounds, starting at MinLimit slots
@@ -369,63 +382,11 @@ func (f *Fair) AcquireBounded(t *Ticket, client Key, waited time.Duration) Verdi
 }
 
 func (f *Fair) acquire(t *Ticket, client Key, waited time.Duration, bounded bool) Verdict {
-	f.mu.Lock()
-	now := f.now()
-	if f.queued == 0 && float64(f.running) < f.limit {
-		f.running++
-		f.admit(t, now)
-		f.mu.Unlock()
-		return Admitted
-	}
-	f.winWait = true
-	c := f.clients[client]
-	mine := 0
-	if c != nil {
-		mine = len(c.waiters)
-	}
-	others := f.queued - mine
-	budget := f.cfg.MaxWait - waited
-	switch {
-	case budget <= 0 && mine >= f.cfg.MaxClientQueue:
-		f.mu.Unlock()
-		return f.shedOne(ShedOverload, CauseStale)
-	case mine >= f.cfg.MaxClientQueue && others > 0:
-		f.mu.Unlock()
-		return f.shedOne(ShedClient, CauseClient)
-	case f.queued >= f.cfg.MaxQueue:
-		if !f.pushOut(mine) {
-			// At or over its equal part of the full queue while others
-			// wait: its own excess; else the node is full.
-			n := len(f.ring)
-			if c == nil {
-				n++
-			}
-			f.mu.Unlock()
-			if others > 0 && mine*n >= f.cfg.MaxQueue {
-				return f.shedOne(ShedClient, CauseClient)
-			}
-			return f.shedOne(ShedOverload, CauseQueueFull)
-		}
-	}
-	if c == nil {
-		c = &fairClient{key: client}
-		f.clients[client] = c
-	}
-	w, _ := f.pool.Get().(*fairWaiter)
+	v, w, budget := f.enqueue(t, client, waited, bounded, nil)
 	if w == nil {
-		w = &fairWaiter{admit: make(chan Verdict, 1), timer: time.NewTimer(time.Hour)}
-		w.timer.Stop()
+		return v
 	}
-	w.deadline, w.client, w.done, w.ticket, w.bounded = now.Add(budget), c, false, t, bounded
-	c.waiters = append(c.waiters, w)
-	if !c.inRing {
-		c.inRing = true
-		f.ring = append(f.ring, c)
-	}
-	f.queued++
-	f.mu.Unlock()
-
-	v, timed := Admitted, false
+	timed := false
 	if budget > 0 {
 		w.timer.Reset(budget)
 		select {
@@ -439,25 +400,180 @@ func (f *Fair) acquire(t *Ticket, client Key, waited time.Duration, bounded bool
 	}
 	if timed {
 		f.mu.Lock()
-		if !w.done && (w.bounded || len(w.client.waiters) > f.cfg.MaxClientQueue) {
-			// Past MaxWait with its client over its share (or bounded,
-			// AcquireBounded): shed.
-			w.done, w.cause = true, CauseTimeout
-			f.dropWaiter(w)
-			w.admit <- ShedOverload
-		}
+		f.expire(w)
 		f.mu.Unlock()
 		// Shed just now, or a slot or a shed was handed to it meanwhile,
 		// or (within its share) it waits on for its turn.
 		v = <-w.admit
 	}
+	return f.finish(w, v)
+}
+
+// expire sheds w, past its deadline, when its client is over its share
+// or it is bounded (AcquireBounded). Under mu.
+func (f *Fair) expire(w *fairWaiter) {
+	if !w.done && (w.bounded || len(w.client.waiters) > f.cfg.MaxClientQueue) {
+		w.done, w.cause = true, CauseTimeout
+		f.dropWaiter(w)
+		w.admit <- ShedOverload
+	}
+}
+
+// finish recycles w, whose outcome v was received, and counts a shed.
+func (f *Fair) finish(w *fairWaiter, v Verdict) Verdict {
 	cause := w.cause
-	w.client, w.ticket = nil, nil
+	w.client, w.ticket, w.wake = nil, nil, nil
 	f.pool.Put(w)
 	if v != Admitted {
 		return f.shedOne(v, cause)
 	}
 	return Admitted
+}
+
+// enqueue admits t at once, sheds it, or queues it: then the waiter is
+// returned with its budget (what is left of MaxWait). wake is the
+// waiter's (nil: a blocking caller).
+func (f *Fair) enqueue(t *Ticket, client Key, waited time.Duration, bounded bool, wake func()) (Verdict, *fairWaiter, time.Duration) {
+	f.mu.Lock()
+	now := f.now()
+	if f.queued == 0 && float64(f.running) < f.limit {
+		f.running++
+		f.admit(t, now)
+		f.mu.Unlock()
+		return Admitted, nil, 0
+	}
+	f.winWait = true
+	c := f.clients[client]
+	mine := 0
+	if c != nil {
+		mine = len(c.waiters)
+	}
+	others := f.queued - mine
+	budget := f.cfg.MaxWait - waited
+	switch {
+	case budget <= 0 && mine >= f.cfg.MaxClientQueue:
+		f.mu.Unlock()
+		return f.shedOne(ShedOverload, CauseStale), nil, 0
+	case mine >= f.cfg.MaxClientQueue && others > 0:
+		f.mu.Unlock()
+		return f.shedOne(ShedClient, CauseClient), nil, 0
+	case f.queued >= f.cfg.MaxQueue:
+		if !f.pushOut(mine) {
+			// At or over its equal part of the full queue while others
+			// wait: its own excess; else the node is full.
+			n := len(f.ring)
+			if c == nil {
+				n++
+			}
+			f.mu.Unlock()
+			if others > 0 && mine*n >= f.cfg.MaxQueue {
+				return f.shedOne(ShedClient, CauseClient), nil, 0
+			}
+			return f.shedOne(ShedOverload, CauseQueueFull), nil, 0
+		}
+	}
+	if c == nil {
+		c = &fairClient{key: client}
+		f.clients[client] = c
+	}
+	w, _ := f.pool.Get().(*fairWaiter)
+	if w == nil {
+		w = &fairWaiter{admit: make(chan Verdict, 1), timer: time.NewTimer(time.Hour)}
+		w.timer.Stop()
+	}
+	w.deadline, w.client, w.done, w.ticket, w.bounded, w.wake = now.Add(budget), c, false, t, bounded, wake
+	c.waiters = append(c.waiters, w)
+	if !c.inRing {
+		c.inRing = true
+		f.ring = append(f.ring, c)
+	}
+	f.queued++
+	f.mu.Unlock()
+	return Admitted, w, budget
+}
+
+// Pending is a request AcquireAsync queued: its caller, which must not
+// block, polls it (Poll) when woken, and cancels it (Cancel) if it gives
+// the request up.
+type Pending struct {
+	f *Fair
+	w *fairWaiter
+}
+
+// AcquireAsync is Acquire (bounded: AcquireBounded) for a caller that
+// must not block, an event loop: a request admitted or shed at once gets
+// its verdict, and one that must wait for a slot is queued as Acquire
+// queues it (the same share rule, round-robin between clients, pushed
+// out of a full queue by another client's request, shed by the same
+// causes) and returned as a Pending (the verdict is then meaningless).
+// wake is called, from any goroutine and under the Fair's lock (it must
+// not block nor call the Fair), once the Pending's outcome is decided by
+// another request's Release or arrival; its deadline (MaxWait from its
+// receive time) is applied by Poll.
+func (f *Fair) AcquireAsync(t *Ticket, client Key, waited time.Duration, bounded bool, wake func()) (Verdict, *Pending) {
+	if bounded && waited >= f.cfg.MaxWait {
+		f.mu.Lock()
+		f.winWait = true
+		f.mu.Unlock()
+		return f.shedOne(ShedOverload, CauseStale), nil
+	}
+	v, w, _ := f.enqueue(t, client, waited, bounded, wake)
+	if w == nil {
+		return v, nil
+	}
+	return Admitted, &Pending{f: f, w: w}
+}
+
+// Poll reports the outcome of a pending request, once decided: Admitted
+// (its ticket holds a slot, to Release), or the verdict it was shed with
+// (counted). Past its deadline, a request of a client over its share (or
+// bounded) is shed then (CauseTimeout), as Acquire's would be; one within
+// its share waits on. After a decided Poll the Pending is done with.
+func (p *Pending) Poll() (Verdict, bool) {
+	f, w := p.f, p.w
+	select {
+	case v := <-w.admit:
+		return f.finish(w, v), true
+	default:
+	}
+	f.mu.Lock()
+	if !w.done && !f.now().Before(w.deadline) {
+		f.expire(w)
+	}
+	f.mu.Unlock()
+	select {
+	case v := <-w.admit:
+		return f.finish(w, v), true
+	default:
+		return Admitted, false
+	}
+}
+
+// Deadline is when a pending request's wait reaches MaxWait.
+func (p *Pending) Deadline() time.Time { return p.w.deadline }
+
+// Cancel gives up a pending request (its connection closed): it leaves
+// the queue, or the slot handed to it meanwhile is released. Nothing is
+// counted as shed.
+func (p *Pending) Cancel() {
+	f, w := p.f, p.w
+	f.mu.Lock()
+	if !w.done {
+		w.done = true
+		f.dropWaiter(w)
+		w.client, w.ticket, w.wake = nil, nil, nil
+		f.mu.Unlock()
+		f.pool.Put(w)
+		return
+	}
+	f.mu.Unlock()
+	t := w.ticket
+	v := <-w.admit
+	w.client, w.ticket, w.wake = nil, nil, nil
+	f.pool.Put(w)
+	if v == Admitted && t != nil {
+		f.Release(t)
+	}
 }
 
 // pushOut makes room in a full queue for a request of a client with mine
@@ -481,7 +597,7 @@ func (f *Fair) pushOut(mine int) bool {
 	f.queued--
 	f.maybeForget(long)
 	w.done, w.cause = true, CauseClient
-	w.admit <- ShedClient
+	w.decide(ShedClient)
 	return true
 }
 
@@ -567,11 +683,11 @@ func (f *Fair) handOff(now time.Time) {
 			// Waited too long, its client over its share (counting w)
 			// or bounded: its timer is about to fire.
 			w.cause = CauseTimeout
-			w.admit <- ShedOverload
+			w.decide(ShedOverload)
 			continue
 		}
 		f.admit(w.ticket, now)
-		w.admit <- Admitted // the slot passes to w: running is unchanged
+		w.decide(Admitted) // the slot passes to w: running is unchanged
 		return
 	}
 	f.running--

@@ -617,3 +617,66 @@ func TestFairBounded(t *testing.T) {
 		t.Fatalf("shed %d, want 2", f.Shed())
 	}
 }
+
+// TestFairAcquireAsync: a caller that must not block (an event loop)
+// queues like Acquire: with the only slot busy its request is pending,
+// round-robin with blocking callers, woken when a Release hands it the
+// slot; a pending request of a bounded client is shed at its deadline
+// (CauseTimeout), a full queue sheds at once, and Cancel gives back a slot
+// handed over meanwhile.
+func TestFairAcquireAsync(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 2, MaxClientQueue: 1, MaxWait: time.Minute})
+	clock := time.Unix(1000, 0)
+	f.now = func() time.Time { return clock }
+	var first, a, b, c Ticket
+	if v, p := f.AcquireAsync(&first, clientA, 0, false, nil); v != Admitted || p != nil {
+		t.Fatalf("free slot: %v, pending %v", v, p != nil)
+	}
+	var woken atomic.Int32
+	wake := func() { woken.Add(1) }
+	_, pa := f.AcquireAsync(&a, clientA, 0, false, wake)
+	_, pb := f.AcquireAsync(&b, clientB, 0, true, wake)
+	if pa == nil || pb == nil || f.Queued() != 2 {
+		t.Fatalf("busy slot: pending %v %v, %d queued", pa != nil, pb != nil, f.Queued())
+	}
+	if _, ok := pa.Poll(); ok {
+		t.Fatal("decided before any release")
+	}
+	// The queue is full (2): a third client's request is shed at once.
+	clientC := ClientKey(netip.MustParseAddr("10.0.0.3"))
+	if v, p := f.AcquireAsync(&c, clientC, 0, false, wake); p != nil || v == Admitted {
+		t.Fatalf("full queue: %v, pending %v", v, p != nil)
+	}
+	f.Release(&first)
+	if woken.Load() != 1 {
+		t.Fatalf("woken %d times, want 1", woken.Load())
+	}
+	if v, ok := pa.Poll(); !ok || v != Admitted || !a.Holding() {
+		t.Fatalf("after release: %v %v, holding %v", v, ok, a.Holding())
+	}
+	// B (bounded) is past its deadline: shed at its next Poll.
+	clock = clock.Add(time.Minute)
+	before := f.ShedBy(CauseTimeout)
+	if v, ok := pb.Poll(); !ok || v != ShedOverload || f.ShedBy(CauseTimeout) != before+1 {
+		t.Fatalf("bounded past its deadline: %v %v, timeouts %d", v, ok, f.ShedBy(CauseTimeout)-before)
+	}
+	// Cancel of a request handed the slot meanwhile releases it.
+	_, pc := f.AcquireAsync(&c, clientC, 0, false, wake)
+	f.Release(&a)
+	pc.Cancel()
+	if f.Running() != 0 || f.Queued() != 0 {
+		t.Fatalf("after cancel: %d running, %d queued", f.Running(), f.Queued())
+	}
+	// Cancel of one still queued takes it out.
+	var d Ticket
+	f.AcquireAsync(&first, clientA, 0, false, nil)
+	_, pd := f.AcquireAsync(&d, clientB, 0, false, wake)
+	pd.Cancel()
+	if f.Queued() != 0 {
+		t.Fatalf("%d queued after cancel", f.Queued())
+	}
+	f.Release(&first)
+	if f.Running() != 0 {
+		t.Fatalf("%d running", f.Running())
+	}
+}

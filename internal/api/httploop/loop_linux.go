@@ -40,6 +40,13 @@ import (
 // loopClientBudget is the most requests one client is read for in a round.
 const loopClientBudget = 128
 
+// loopFloodBudget is the most requests a flooding client (one holding
+// more connections than its share of the queue, Options.Fair) is read
+// for in a round; its other connections with input then wait their turn
+// unpolled (see loop.turns), so that they do not fill every epoll_wait
+// and the loop reaches other clients' connections within a round or two.
+const loopFloodBudget = 32
+
 // loopEvents is the most ready connections one epoll_wait reports. An
 // HTTP request costs ten times a RESP INCR: a round of 128 keeps the
 // answers of its first connections from waiting more than a few
@@ -64,6 +71,7 @@ func New(ln net.Listener, opts Options) (*Front, error) {
 			return nil, fmt.Errorf("httploop: %w", err)
 		}
 		l := &loop{f: f, p: p, conns: make(map[int]*conn), shares: evloop.NewShares(loopClientBudget), done: make(chan struct{})}
+		l.wake = p.Wake
 		f.loops = append(f.loops, l)
 		go l.run()
 	}
@@ -180,7 +188,13 @@ type loop struct {
 	// paused: connections left unread after a shed answer (Options.Pace)
 	// until their pauseEnd.
 	paused []*conn
-	h      head
+	// waiting: connections whose request waits for a slot (conn.pend).
+	waiting, waitSwap []*conn
+	// turns: connections of flooding clients over their budget of a
+	// round, unpolled until their turn (conn.waitTurn), by client.
+	turns map[shed.Key][]*conn
+	wake  func() // the Fair's wake of a pending request
+	h     head
 }
 
 type conn struct {
@@ -213,6 +227,17 @@ type conn struct {
 	pauseEnd   int64 // nanotime; 0: not paused
 	obs        []obs
 	x          exchange
+	// ticket holds the connection's admission slot (Options.Fair) from
+	// its request's parse until its answers are written; pend: its
+	// request waits for one (the connection is not read meanwhile);
+	// decided: that wait ended with verdict, to apply when it is parsed
+	// again.
+	ticket  shed.Ticket
+	pend    *shed.Pending
+	decided bool
+	verdict shed.Verdict
+	// waitTurn: not polled until its client's turn (loop.turns).
+	waitTurn bool
 }
 
 // obs is an admitted request whose answer is in out.
@@ -255,6 +280,13 @@ func (l *loop) run() {
 			}
 			l.flushQueued()
 		}
+		l.giveTurns()
+		if d := l.nextDeadline(); d >= 0 {
+			ms := int((d + time.Millisecond - 1) / time.Millisecond)
+			if wait < 0 || ms < wait {
+				wait = ms
+			}
+		}
 		n, err := l.p.Wait(wait)
 		l.now = evloop.Nanotime()
 		l.wall = time.Now()
@@ -288,6 +320,9 @@ func (l *loop) run() {
 			}
 		}
 		l.flushQueued()
+		for l.runWaiting() { // requests handed a slot (by this round's answers, among others)
+			l.flushQueued()
+		}
 		if l.stopping {
 			l.closeAll()
 			return
@@ -366,6 +401,11 @@ func (l *loop) woke() {
 		if o.ConnContext != nil {
 			ctx = o.ConnContext(ctx, c.orig)
 		}
+		if o.Fair != nil {
+			// Its admitted requests carry their slot, as on the HTTP
+			// server: the handler limit does not take another.
+			ctx = shed.WithTicket(ctx, &c.ticket)
+		}
 		c.x.ctx, c.x.remote = ctx, c.remote
 		l.conns[c.fd] = c
 		l.nconns.Add(1)
@@ -384,6 +424,9 @@ func (l *loop) sweepIdle() {
 	o := &l.f.opts
 	for _, c := range l.conns {
 		switch {
+		case c.pend != nil, c.waitTurn:
+			// waits for a slot (bounded by the Fair: MaxWait, or its
+			// client's turn) or for its client's turn (giveTurns)
 		case c.wantWrite:
 			if o.WriteTimeout > 0 && time.Duration(l.now-c.blockedAt) >= o.WriteTimeout {
 				l.closeConn(c) // its client does not read its answers
@@ -410,7 +453,111 @@ func (l *loop) closeConn(c *conn) {
 	l.shares.Leave(c.key, c.share)
 	c.share = nil
 	c.queued = false
+	l.dropAdmission(c)
 	c.orig.Close() // releases what its wrappers count
+}
+
+// dropAdmission gives up c's wait for a slot and releases its slot.
+func (l *loop) dropAdmission(c *conn) {
+	if c.pend != nil {
+		c.pend.Cancel()
+		c.pend = nil
+	}
+	c.decided = false
+	if c.ticket.Holding() {
+		l.f.opts.Fair.Release(&c.ticket)
+	}
+}
+
+// interest is what c's socket is polled for: output while its answers
+// wait for room, nothing while it is paused or its request waits for a
+// slot (its next requests wait in the socket), else input.
+func (c *conn) interest() uint32 {
+	switch {
+	case c.wantWrite:
+		return syscall.EPOLLOUT
+	case c.pend != nil || c.pauseEnd != 0 || c.waitTurn:
+		return 0
+	}
+	return syscall.EPOLLIN | syscall.EPOLLRDHUP
+}
+
+// runWaiting runs the requests whose wait for a slot ended (admitted, or
+// shed: answered so) and reports whether any did.
+func (l *loop) runWaiting() bool {
+	if len(l.waiting) == 0 {
+		return false
+	}
+	list := l.waiting
+	l.waiting, l.waitSwap = l.waitSwap[:0], nil
+	ran := false
+	for i, c := range list {
+		list[i] = nil
+		if l.conns[c.fd] != c || c.pend == nil {
+			continue // closed meanwhile
+		}
+		v, ok := c.pend.Poll()
+		if !ok {
+			l.waiting = append(l.waiting, c)
+			continue
+		}
+		c.pend = nil
+		if v != shed.Admitted {
+			c.decided, c.verdict = true, v
+		}
+		if !c.wantWrite {
+			l.p.Mod(c.fd, c.interest())
+		}
+		l.process(c)
+		ran = true
+	}
+	l.waitSwap = list[:0]
+	return ran
+}
+
+// giveTurns polls again, for each flooding client, up to its budget of
+// its connections waiting their turn, oldest first.
+func (l *loop) giveTurns() {
+	for k, q := range l.turns {
+		n := 0
+		for len(q) > 0 && n < loopFloodBudget {
+			c := q[0]
+			q[0] = nil
+			q = q[1:]
+			if l.conns[c.fd] != c || !c.waitTurn {
+				continue // closed or handed over meanwhile
+			}
+			c.waitTurn = false
+			if !c.wantWrite {
+				l.p.Mod(c.fd, c.interest())
+			}
+			n++
+		}
+		if len(q) == 0 {
+			delete(l.turns, k)
+		} else {
+			l.turns[k] = q
+		}
+	}
+}
+
+// nextDeadline is how long until the earliest wait for a slot reaches
+// its deadline (-1: none ahead), when runWaiting must poll it.
+func (l *loop) nextDeadline() time.Duration {
+	next := time.Duration(-1)
+	if len(l.waiting) == 0 {
+		return next
+	}
+	now := time.Now()
+	for _, c := range l.waiting {
+		if c.pend == nil {
+			continue
+		}
+		if d := c.pend.Deadline().Sub(now); d > 0 && (next < 0 || d < next) {
+			next = d
+		}
+	}
+	return next
 }
 
 // handOver gives c to the HTTP server with its unparsed input.
@@ -421,6 +568,7 @@ func (l *loop) handOver(c *conn) {
 	l.shares.Leave(c.key, c.share)
 	c.share = nil
 	c.queued = false
+	l.dropAdmission(c)
 	file := os.NewFile(uintptr(c.fd), "")
 	nc, err := net.FileConn(file) // a duplicate on Go's network poller
 	file.Close()
@@ -457,12 +605,34 @@ func (l *loop) serve(c *conn, events uint32) {
 	if events&(syscall.EPOLLIN|syscall.EPOLLRDHUP|syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
 		return
 	}
-	if c.pauseEnd != 0 && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
-		return // paused (resume)
+	if (c.pauseEnd != 0 || c.pend != nil) && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 {
+		return // paused (resume), or waiting for a slot (runWaiting)
 	}
 	if l.shares.Over(c.share) {
 		c.turned = true
 		return // its client had its share of this round: read next round
+	}
+	if c.waitTurn {
+		// Unpolled for input until its turn; a hang-up is still
+		// reported (level-triggered, it would be at every wait).
+		if events&(syscall.EPOLLERR|syscall.EPOLLHUP) != 0 {
+			l.closeConn(c)
+		}
+		return
+	}
+	if o := &l.f.opts; o.Fair != nil && l.shares.Used(c.share) >= loopFloodBudget && events&(syscall.EPOLLERR|syscall.EPOLLHUP) == 0 && l.flooding(c) {
+		// A flooding client had its budget of this round: this
+		// connection waits for its turn unpolled (its bytes wait in the
+		// socket, their wait counting against --max-queue-wait).
+		c.turned, c.waitTurn = true, true
+		if !c.wantWrite {
+			l.p.Mod(c.fd, 0)
+		}
+		if l.turns == nil {
+			l.turns = make(map[shed.Key][]*conn)
+		}
+		l.turns[c.key] = append(l.turns[c.key], c)
+		return
 	}
 	if c.r == c.w {
 		c.r, c.w = 0, 0
@@ -510,6 +680,9 @@ func (l *loop) serve(c *conn, events uint32) {
 // is still on the loop.
 func (l *loop) process(c *conn) bool {
 	o := &l.f.opts
+	if c.pend != nil {
+		return true // its request waits for a slot (runWaiting)
+	}
 	h := &l.h
 	served := 0
 	for c.r < c.w && !c.closeAfter {
@@ -534,18 +707,33 @@ func (l *loop) process(c *conn) bool {
 				c.key, c.share = k, l.shares.Join(k)
 			}
 		}
-		// The share rule of admission (docs/security.md, Overload): a
-		// client with at most its share of the queue in connections, one
-		// request each, is never refused for time; a flood's excess is,
-		// as soon as it waited --max-queue-wait (as in a CoDel queue,
-		// the wait itself is the sign: no backlog of the loop need be
-		// seen first, and on a loaded machine a flood's request that
-		// sat that long would only be admitted late), by the clock now,
-		// not the round's start (a long round's last requests waited
-		// the round too).
-		if o.Fair != nil && c.share.Conns() > o.Fair.MaxClientQueue() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
-			if waited := time.Duration(time.Now().UnixNano() - c.rxAt); waited >= o.Fair.MaxWait() {
-				v := o.Fair.ShedStale()
+		// Admission (docs/security.md, Overload), as the HTTP server's:
+		// the connection takes a slot of the Fair for its request (held
+		// until its answers are written; its pipelined requests of the
+		// round run under it), waiting in the Fair's queue while the loop
+		// serves others when none is free. A client holding more
+		// connections than its share of the queue is a flood: its
+		// request is held to --max-queue-wait from the kernel's receive
+		// time, by the clock now, not the round's start (a long round's
+		// last requests waited the round too), and refused past it.
+		if o.Fair != nil && !c.ticket.Holding() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
+			v := shed.Admitted
+			if c.decided {
+				v, c.decided = c.verdict, false
+			} else {
+				waited := time.Duration(time.Now().UnixNano() - c.rxAt)
+				var p *shed.Pending
+				v, p = o.Fair.AcquireAsync(&c.ticket, c.key, waited, l.flooding(c), l.wake)
+				if p != nil {
+					c.pend = p
+					l.waiting = append(l.waiting, c)
+					if !c.wantWrite {
+						l.p.Mod(c.fd, 0) // not read while it waits
+					}
+					break
+				}
+			}
+			if v != shed.Admitted {
 				l.f.shed.Add(1)
 				if o.OnShed != nil {
 					o.OnShed(v)
@@ -594,6 +782,20 @@ func (l *loop) process(c *conn) bool {
 		return false
 	}
 	return true
+}
+
+// flooding reports whether c's client holds more connections than its
+// share of the queue (Options.ClientConns, else on this loop).
+func (l *loop) flooding(c *conn) bool {
+	o := &l.f.opts
+	n := -1
+	if o.ClientConns != nil {
+		n = o.ClientConns(c.orig)
+	}
+	if n < 0 {
+		n = c.share.Conns()
+	}
+	return n > o.Fair.MaxClientQueue()
 }
 
 // connsOnLoop is the number of connections on the loop.
@@ -648,6 +850,9 @@ func (l *loop) flush(c *conn) bool {
 		c.out = c.out[:0]
 	}
 	c.outOff = 0
+	if c.ticket.Holding() {
+		l.f.opts.Fair.Release(&c.ticket) // its answers are written
+	}
 	if lat := l.f.opts.Latency; lat != nil && len(c.obs) > 0 {
 		now := time.Now().UnixNano()
 		for _, ob := range c.obs {
@@ -657,7 +862,7 @@ func (l *loop) flush(c *conn) bool {
 	}
 	if c.wantWrite {
 		c.wantWrite = false
-		l.p.Mod(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
+		l.p.Mod(c.fd, c.interest())
 	}
 	switch {
 	case c.closeAfter:

@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -523,5 +524,150 @@ func TestReadBodyTimeout(t *testing.T) {
 	}
 	if tf.front.Served() != 2 {
 		t.Fatalf("loop answered %d, want 2", tf.front.Served())
+	}
+}
+
+// TestAdmissionQueue: requests on a loop take the Fair's slots as the
+// HTTP server's do. With the only slot held elsewhere (a request on the
+// HTTP server), a loop request waits in the Fair's queue, unanswered,
+// and is served once that slot is released; a flood of one client on
+// more connections than the queue holds is refused beyond it (the
+// Fair's causes counted) while another client's request is served; and
+// every slot is given back.
+func TestAdmissionQueue(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 2, MaxClientQueue: 1, MaxWait: time.Minute})
+	shedAnswer := []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
+	var onShed atomic.Int64
+	tf := startFront(t, 1, func(o *Options) {
+		o.Fair = fair
+		o.ShedAnswer = func(shed.Verdict, bool) []byte { return shedAnswer }
+		o.OnShed = func(shed.Verdict) { onShed.Add(1) }
+	})
+	l := tf.front.loops[0]
+	dial := func(ip net.IP) net.Conn {
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}
+		c, err := d.Dial("tcp", tf.addr)
+		if err != nil {
+			t.Skipf("%v not usable: %v", ip, err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		return c
+	}
+	req := "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+
+	// The only slot is held by a request elsewhere.
+	var elsewhere shed.Ticket
+	if fair.Acquire(&elsewhere, shed.ClientKey(netip.MustParseAddr("10.9.9.9")), 0) != shed.Admitted {
+		t.Fatal("slot not taken")
+	}
+	one := dial(net.IPv4(127, 0, 0, 2))
+	waitFor(t, func() bool { return l.connsOnLoop() == 1 })
+	io.WriteString(one, req)
+	waitFor(t, func() bool { return fair.Queued() == 1 })
+	if tf.calls.Load() != 0 {
+		t.Fatal("request run without a slot")
+	}
+	fair.Release(&elsewhere)
+	if r, err := http.ReadResponse(bufio.NewReader(one), nil); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("queued request after the release: %v %v", r, err)
+	}
+	waitFor(t, func() bool { return fair.Running() == 0 })
+
+	// A flood on 6 connections, one request each, and another client's
+	// request, all read in one round: one runs, two queue (the other
+	// client's among them, pushing out the flood's), the rest are shed.
+	var flood []net.Conn
+	for i := 0; i < 6; i++ {
+		flood = append(flood, dial(net.IPv4(127, 0, 0, 1)))
+	}
+	other := dial(net.IPv4(127, 0, 0, 3))
+	waitFor(t, func() bool { return l.connsOnLoop() == 8 })
+	onLoop(t, l, func() {
+		for _, c := range flood {
+			io.WriteString(c, req)
+		}
+		io.WriteString(other, req)
+		time.Sleep(50 * time.Millisecond) // loopback delivery
+	})
+	if r, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("the other client: %v %v", r, err)
+	}
+	ok, refused := 0, 0
+	for _, c := range flood {
+		r, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch r.StatusCode {
+		case http.StatusOK:
+			ok++
+		case http.StatusServiceUnavailable:
+			refused++
+		default:
+			t.Fatalf("flood: %d", r.StatusCode)
+		}
+	}
+	if ok == 0 || refused < 3 || int64(refused) != onShed.Load() || fair.Shed() != uint64(refused) {
+		t.Fatalf("flood: %d served, %d refused; %d counted, the Fair shed %d", ok, refused, onShed.Load(), fair.Shed())
+	}
+	waitFor(t, func() bool { return fair.Running() == 0 && fair.Queued() == 0 })
+}
+
+// TestFloodWaitsItsTurn: a flooding client (more connections than its
+// share of the queue) is read for at most loopFloodBudget requests a
+// round; its other connections with input wait unpolled for their turn,
+// so that they do not fill every epoll_wait: another client's request,
+// arriving behind 256 of the flood's, is answered after at most a few
+// budgets of them, and every flood request is answered in the end.
+func TestFloodWaitsItsTurn(t *testing.T) {
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 4096, MinLimit: 4096, MaxQueue: 4096, MaxClientQueue: 4, MaxWait: time.Minute})
+	tf := startFront(t, 1, func(o *Options) {
+		o.Fair = fair
+		o.ShedAnswer = func(shed.Verdict, bool) []byte {
+			return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n")
+		}
+	})
+	const conns = 256
+	var flood []net.Conn
+	for i := 0; i < conns; i++ {
+		c, err := net.Dial("tcp", tf.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		flood = append(flood, c)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	other, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	defer other.Close()
+	l := tf.front.loops[0]
+	waitFor(t, func() bool { return l.connsOnLoop() == conns+1 })
+	var before int64
+	onLoop(t, l, func() {
+		for _, c := range flood {
+			io.WriteString(c, "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n")
+		}
+		io.WriteString(other, "GET /counters/nocontent HTTP/1.1\r\nHost: x\r\n\r\n")
+		time.Sleep(50 * time.Millisecond) // loopback delivery
+		before = tf.calls.Load()
+	})
+	other.SetDeadline(time.Now().Add(10 * time.Second))
+	if r, err := http.ReadResponse(bufio.NewReader(other), nil); err != nil || r.StatusCode != http.StatusNoContent {
+		t.Fatalf("the other client: %v %v", r, err)
+	}
+	// The first pass over the ready list takes ceil(257/loopEvents)
+	// waits, each reading one budget of the flood.
+	if n := tf.mark.Load() - before - 1; n > 4*loopFloodBudget {
+		t.Fatalf("the other client waited for %d requests of the flood (budget %d a round)", n, loopFloodBudget)
+	}
+	for i, c := range flood {
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if r, err := http.ReadResponse(bufio.NewReader(c), nil); err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("flood request %d: %v %v", i, r, err)
+		}
 	}
 }

@@ -51,10 +51,21 @@ type Options struct {
 	Proxied func(peer netip.Addr) bool
 	// OnShed is called for every request shed on a loop.
 	OnShed func(shed.Verdict)
-	// Fair, when set, sheds a request that waited MaxWait or longer in
-	// its socket (shed.Fair.ShedStale), answering ShedAnswer.
+	// Fair, when set, admits the requests a loop runs, as the HTTP
+	// server's admission does (docs/security.md, Overload): a connection
+	// takes a slot for its request when the loop parses it and holds it
+	// until its answer is written (its pipelined requests of the round run
+	// under it); a request that finds no slot free waits in the Fair's
+	// queue (shed.Fair.AcquireAsync) while the loop serves others, its
+	// connection unread, and one the Fair sheds is answered ShedAnswer.
 	Fair       *shed.Fair
 	ShedAnswer func(v shed.Verdict, closeAfter bool) []byte
+	// ClientConns, when set, is the number of connections of the client
+	// address of an accepted connection, node-wide (-1: not counted): a
+	// client over its share of the queue (Fair's MaxClientQueue) is a
+	// flood, its requests held to MaxWait (shed.Fair.AcquireBounded).
+	// Nil or -1: its connections on the loop are counted instead.
+	ClientConns func(c net.Conn) int
 	// Pace, when set, says how long a connection whose request was just
 	// shed is left unread (shed.Pacer.Pause): a client refused too often
 	// waits in its sockets instead of making the loop refuse at once.
