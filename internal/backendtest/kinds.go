@@ -396,6 +396,23 @@ func opCases() []tcase {
 			r = e.apply(contract.Op{Type: contract.OpPFMerge, ID: ids[2], Sources: ids[:1]})
 			e.wantResult("pfmerge into an existing hll", r, contract.KindHLL, 4, true)
 		}},
+		{"ids sharing a hash tag are one owner's in multi-key ops", func(e *env) {
+			// Redis Cluster's rule, on every backend: ids with the same
+			// {tag} (the first '{' to the next '}', not empty) live
+			// together, so PFCOUNT and PFMERGE over them are accepted
+			// (a cluster places them by the tag; docs/cluster.md).
+			for i := 0; i < 4; i++ {
+				tag := fmt.Sprintf("{%stag%d}", e.p, i)
+				a, b, dst := tag+":a", tag+":b", "pre"+tag+":dst"
+				e.apply(pfadd(a, "x", "y"))
+				e.apply(pfadd(b, "y", "z"))
+				if n, _, err := e.b.PFCount(e.ctx, a, b); err != nil || n != 3 {
+					e.t.Fatalf("PFCount %q %q = %d, %v; want 3", a, b, n, err)
+				}
+				r := e.apply(contract.Op{Type: contract.OpPFMerge, ID: dst, Sources: []string{a, b}})
+				e.wantResult("pfmerge of one tag", r, contract.KindHLL, 3, true)
+			}
+		}},
 		{"cross-owner multi-key", func(e *env) {
 			if e.caps.MultiKeyAnyOwner {
 				a, b := e.id("a"), e.id("b")
