@@ -542,45 +542,16 @@ func (w *Window) UnmarshalBinary(data []byte) error {
 			return d.errorf("head bucket %d outside the representable range", out.head)
 		}
 		out.started = true
-		n, err := d.count("buckets", 2)
-		if err != nil {
-			return err
-		}
-		width := uint64(out.head - out.lo(out.head)) // head - first bucket of its window
-		if uint64(n) > width+1 {
-			return d.errorf("%d buckets in a window of %d", n, width+1)
-		}
-		if n > 0 {
-			out.ring = make([]wslot, out.n)
-		}
-		prev := uint64(0)
-		for k := range n {
-			dist, err := d.uvarint()
-			if err != nil {
-				return err
-			}
-			if dist > width {
-				return d.errorf("bucket %d before the head is outside its window", dist)
-			}
-			if k > 0 && dist >= prev {
-				return d.errorf("buckets are not oldest first")
-			}
-			prev = dist
-			count, err := d.varint()
-			if err != nil {
-				return err
-			}
-			if count == 0 {
-				return d.errorf("bucket with a zero count")
-			}
-			x := out.head - int64(dist)
-			if x < out.minB {
-				return d.errorf("bucket %d outside the representable range", x)
+		if _, err := out.decodeBuckets(d, out.head, false, func(x, count int64) {
+			if out.ring == nil {
+				out.ring = make([]wslot, out.n)
 			}
 			i := out.slotIndex(x)
 			out.ring[i] = wslot{num: x, count: count}
 			out.used |= 1 << (uint64(i) & 63)
 			out.total = out.total.addInt64(count)
+		}); err != nil {
+			return err
 		}
 	}
 	if err := d.end(); err != nil {

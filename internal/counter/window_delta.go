@@ -101,37 +101,12 @@ func (w *Window) ApplyDelta(data []byte) error {
 	if w.started && head < w.head {
 		return d.errorf("head bucket %d before the base's %d", head, w.head)
 	}
-	n, err := d.count("buckets", 2)
+	var set []wslot
+	n, err := w.decodeBuckets(d, head, true, func(x, count int64) {
+		set = append(set, wslot{num: x, count: count})
+	})
 	if err != nil {
 		return err
-	}
-	width := uint64(head - w.lo(head))
-	if uint64(n) > width+1 {
-		return d.errorf("%d buckets in a window of %d", n, width+1)
-	}
-	set := make([]wslot, 0, n)
-	prev := uint64(0)
-	for k := range n {
-		dist, err := d.uvarint()
-		if err != nil {
-			return err
-		}
-		if dist > width {
-			return d.errorf("bucket %d before the head is outside its window", dist)
-		}
-		if k > 0 && dist >= prev {
-			return d.errorf("buckets are not oldest first")
-		}
-		prev = dist
-		count, err := d.varint()
-		if err != nil {
-			return err
-		}
-		x := head - int64(dist)
-		if x < w.minB {
-			return d.errorf("bucket %d outside the representable range", x)
-		}
-		set = append(set, wslot{num: x, count: count})
 	}
 	if err := d.end(); err != nil {
 		return err
@@ -148,4 +123,47 @@ func (w *Window) ApplyDelta(data []byte) error {
 	w.total = w.sumRange(w.lo(head), head)
 	w.based, w.since = false, 0
 	return nil
+}
+
+// decodeBuckets reads the bucket list that follows a head bucket in a
+// window's encoding and in its delta: the number of buckets, then each
+// bucket's distance before head (oldest first) and its count. Each is
+// checked against the window of head (zero counts only where zeroOK: a
+// delta may clear a bucket) and handed to put; it returns their number.
+func (w *Window) decodeBuckets(d *decoder, head int64, zeroOK bool, put func(x, count int64)) (int, error) {
+	n, err := d.count("buckets", 2)
+	if err != nil {
+		return 0, err
+	}
+	width := uint64(head - w.lo(head)) // head - first bucket of its window
+	if uint64(n) > width+1 {
+		return 0, d.errorf("%d buckets in a window of %d", n, width+1)
+	}
+	prev := uint64(0)
+	for k := range n {
+		dist, err := d.uvarint()
+		if err != nil {
+			return 0, err
+		}
+		if dist > width {
+			return 0, d.errorf("bucket %d before the head is outside its window", dist)
+		}
+		if k > 0 && dist >= prev {
+			return 0, d.errorf("buckets are not oldest first")
+		}
+		prev = dist
+		count, err := d.varint()
+		if err != nil {
+			return 0, err
+		}
+		if count == 0 && !zeroOK {
+			return 0, d.errorf("bucket with a zero count")
+		}
+		x := head - int64(dist)
+		if x < w.minB {
+			return 0, d.errorf("bucket %d outside the representable range", x)
+		}
+		put(x, count)
+	}
+	return n, nil
 }
