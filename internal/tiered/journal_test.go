@@ -108,17 +108,7 @@ func journalLen(t *testing.T, b *tiered.Backend) int {
 func testJournalReplaysAfterCrash(t *testing.T, s setup) {
 	ctx := context.Background()
 	var fail atomic.Bool
-	tweak := func(o *tiered.Options) {
-		o.FlushInterval = time.Hour // commits only when the test flushes
-		o.JournalLease = 300 * time.Millisecond
-		o.JournalRecoverInterval = time.Hour
-		o.Postgres.BeforeCommit = func(string) error {
-			if fail.Load() {
-				return fmt.Errorf("killed before the commit")
-			}
-			return nil
-		}
-	}
+	tweak := crashableOptions(&fail)
 	e := s.env(t, tweak)
 	b := e.b
 	markedRound(t, b, 0, 100)
@@ -148,42 +138,7 @@ func testJournalReplaysAfterCrash(t *testing.T, s setup) {
 	if n := journalLen(t, b); n == 0 {
 		t.Fatal("no journal entries")
 	}
-	_ = b.Close() // its last flush fails too: the process is gone
-	fail.Store(false)
-
-	// Another node replays them (at its start, if the lease already ran
-	// out, or below).
-	b2 := e.open(t, func(o *tiered.Options) { tweak(o); o.NodeID = "t2" })
-	// The dead node's lease runs out within JournalLease; a recovery
-	// round (no sweep) then finds it among the registered instances.
-	deadline := time.Now().Add(30 * time.Second)
-	for journalLen(t, b2) > 0 && time.Now().Before(deadline) {
-		if err := tiered.RecoverDead(ctx, b2, false); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := journalLen(t, b2); n != 0 {
-		t.Fatalf("%d journal entries left after recovery", n)
-	}
-	pgMatchesTruth(t, b2, 500)
-	dup0 := b2.Postgres().Stats().JournalDuplicates
-	if dup0 == 0 {
-		t.Error("the committed writes' entries were not recognised as applied")
-	}
-
-	// The whole journal replayed again applies nothing.
-	if err := tiered.RestoreJournal(ctx, b2, saved); err != nil {
-		t.Fatal(err)
-	}
-	n, err := b2.RecoverJournals(ctx)
-	if err != nil || n == 0 {
-		t.Fatalf("replayed %d (%v)", n, err)
-	}
-	if got := b2.Postgres().Stats().JournalDuplicates - dup0; got != uint64(n) {
-		t.Errorf("%d of %d replayed writes recognised as applied", got, n)
-	}
-	pgMatchesTruth(t, b2, 500)
+	replayOnAnotherNode(t, e, b, tweak, &fail, saved, "entries", func(b2 *tiered.Backend) { pgMatchesTruth(t, b2, 500) })
 }
 
 // plainRound applies events from..to-1, each with plain (unmarked) async
@@ -266,17 +221,7 @@ func plainMatchesTruth(t *testing.T, b *tiered.Backend, n int) {
 func testJournalPlainReplaysAfterCrash(t *testing.T, s setup) {
 	ctx := context.Background()
 	var fail atomic.Bool
-	tweak := func(o *tiered.Options) {
-		o.FlushInterval = time.Hour // commits only when the test flushes
-		o.JournalLease = 300 * time.Millisecond
-		o.JournalRecoverInterval = time.Hour
-		o.Postgres.BeforeCommit = func(string) error {
-			if fail.Load() {
-				return fmt.Errorf("killed before the commit")
-			}
-			return nil
-		}
-	}
+	tweak := crashableOptions(&fail)
 	e := s.env(t, tweak)
 	b := e.b
 	plainRound(t, b, 0, 40)
@@ -313,10 +258,40 @@ func testJournalPlainReplaysAfterCrash(t *testing.T, s setup) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = b.Close() // its last flush fails too: the process is gone
-	fail.Store(false)
+	replayOnAnotherNode(t, e, b, tweak, &fail, saved, "generations", func(b2 *tiered.Backend) { plainMatchesTruth(t, b2, 200) })
+}
 
+// crashableOptions are the options of the journal's crash tests: commits
+// only when the test flushes, refused while fail is set (the node is
+// "killed" between Redis and PostgreSQL), short leases, no recovery
+// rounds but the test's.
+func crashableOptions(fail *atomic.Bool) func(*tiered.Options) {
+	return func(o *tiered.Options) {
+		o.FlushInterval = time.Hour
+		o.JournalLease = 300 * time.Millisecond
+		o.JournalRecoverInterval = time.Hour
+		o.Postgres.BeforeCommit = func(string) error {
+			if fail.Load() {
+				return fmt.Errorf("killed before the commit")
+			}
+			return nil
+		}
+	}
+}
+
+// replayOnAnotherNode closes b (its last flush fails too: the process is
+// gone), lets another node replay its journal once its lease ran out and
+// checks PostgreSQL with match; then replays the whole journal saved
+// before the crash again, which must apply nothing (each of what, entries
+// or generations, recognised as applied), and checks again.
+func replayOnAnotherNode(t *testing.T, e *env, b *tiered.Backend, tweak func(*tiered.Options), fail *atomic.Bool, saved map[string]map[string]string, what string, match func(*tiered.Backend)) {
+	t.Helper()
+	ctx := context.Background()
+	_ = b.Close()
+	fail.Store(false)
 	b2 := e.open(t, func(o *tiered.Options) { tweak(o); o.NodeID = "t2" })
+	// The dead node's lease runs out within JournalLease; a recovery
+	// round (no sweep) then finds it among the registered instances.
 	deadline := time.Now().Add(30 * time.Second)
 	for journalLen(t, b2) > 0 && time.Now().Before(deadline) {
 		if err := tiered.RecoverDead(ctx, b2, false); err != nil {
@@ -325,15 +300,13 @@ func testJournalPlainReplaysAfterCrash(t *testing.T, s setup) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	if n := journalLen(t, b2); n != 0 {
-		t.Fatalf("%d journal fields left after recovery", n)
+		t.Fatalf("%d journal %s left after recovery", n, what)
 	}
-	plainMatchesTruth(t, b2, 200)
+	match(b2)
 	dup0 := b2.Postgres().Stats().JournalDuplicates
 	if dup0 == 0 {
-		t.Error("the committed generation's fields were not recognised as applied")
+		t.Errorf("the committed %s were not recognised as applied", what)
 	}
-
-	// The whole journal replayed again applies nothing.
 	if err := tiered.RestoreJournal(ctx, b2, saved); err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +315,7 @@ func testJournalPlainReplaysAfterCrash(t *testing.T, s setup) {
 		t.Fatalf("replayed %d (%v)", n, err)
 	}
 	if got := b2.Postgres().Stats().JournalDuplicates - dup0; got != uint64(n) {
-		t.Errorf("%d of %d replayed generations recognised as applied", got, n)
+		t.Errorf("%d of %d replayed %s recognised as applied", got, n, what)
 	}
-	plainMatchesTruth(t, b2, 200)
+	match(b2)
 }
