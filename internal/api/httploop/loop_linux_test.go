@@ -342,25 +342,9 @@ func TestShutdownDrains(t *testing.T) {
 func TestFairBetweenClients(t *testing.T) {
 	tf := startFront(t, 1, nil)
 	const conns, depth = 40, 50
-	var flood []net.Conn
 	req := "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
 	batch := strings.Repeat(req, depth)
-	for i := 0; i < conns; i++ {
-		c, err := net.Dial("tcp", tf.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		flood = append(flood, c)
-	}
-	// The other client: another loopback address.
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	other, err := d.Dial("tcp", tf.addr)
-	if err != nil {
-		t.Skipf("127.0.0.2 not usable: %v", err)
-	}
-	defer other.Close()
-	waitFor(t, func() bool { return tf.front.loops[0].connsOnLoop() == conns+1 })
+	flood, other := floodAndOther(t, tf, conns)
 	// Hold the loop while every byte arrives, so that one round sees it all.
 	var before int64
 	onLoop(t, tf.front.loops[0], func() {
@@ -629,23 +613,8 @@ func TestFloodWaitsItsTurn(t *testing.T) {
 		}
 	})
 	const conns = 256
-	var flood []net.Conn
-	for i := 0; i < conns; i++ {
-		c, err := net.Dial("tcp", tf.addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		flood = append(flood, c)
-	}
-	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-	other, err := d.Dial("tcp", tf.addr)
-	if err != nil {
-		t.Skipf("127.0.0.2 not usable: %v", err)
-	}
-	defer other.Close()
+	flood, other := floodAndOther(t, tf, conns)
 	l := tf.front.loops[0]
-	waitFor(t, func() bool { return l.connsOnLoop() == conns+1 })
 	var before int64
 	onLoop(t, l, func() {
 		for _, c := range flood {
@@ -670,4 +639,28 @@ func TestFloodWaitsItsTurn(t *testing.T) {
 			t.Fatalf("flood request %d: %v %v", i, r, err)
 		}
 	}
+}
+
+// floodAndOther connects n flood connections from 127.0.0.1 and one of
+// another client from 127.0.0.2 (skipping the test when that address is
+// not usable) to tf's single loop, and waits until the loop holds them
+// all; they are closed when the test ends.
+func floodAndOther(t *testing.T, tf *testFront, n int) (flood []net.Conn, other net.Conn) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		c, err := net.Dial("tcp", tf.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		flood = append(flood, c)
+	}
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	other, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	t.Cleanup(func() { other.Close() })
+	waitFor(t, func() bool { return tf.front.loops[0].connsOnLoop() == n+1 })
+	return flood, other
 }
