@@ -207,18 +207,7 @@ func TestMarksExpire(t *testing.T) {
 	if err := e.Close(); err != nil {
 		t.Fatal(err)
 	}
-	records := func(e *Engine) int {
-		it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixMarks}, UpperBound: []byte{prefixMarks + 1}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer it.Close()
-		n := 0
-		for it.First(); it.Valid(); it.Next() {
-			n++
-		}
-		return n
-	}
+	records := func(e *Engine) int { return countKeys(t, e, prefixMarks) }
 	now.Add(int64(45 * time.Minute)) // a and b expired, c not
 	e, err = Open(cfg)
 	if err != nil {

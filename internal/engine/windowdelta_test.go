@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cockroachdb/pebble"
 	"pgregory.net/rapid"
 
 	"github.com/counterd/counterd/internal/contract"
@@ -72,7 +71,7 @@ func TestWindowDeltaPowerLoss(t *testing.T) {
 				continue
 			}
 			want := export()
-			deltas += countDeltas(t, e)
+			deltas += countKeys(t, e, prefixWindowDelta)
 			e = reopenAfterPowerLoss(t, e, fs, cfg)
 			if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
 				rt.Fatalf("after a power loss:\n got %v\nwant %v", got, want)
@@ -90,21 +89,6 @@ func TestWindowDeltaPowerLoss(t *testing.T) {
 	if deltas == 0 {
 		t.Fatal("no window delta was on disk at a power loss")
 	}
-}
-
-// countDeltas returns how many window deltas e's Pebble holds.
-func countDeltas(t *testing.T, e *Engine) int {
-	t.Helper()
-	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixWindowDelta}, UpperBound: []byte{prefixWindowDelta + 1}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer it.Close()
-	n := 0
-	for it.First(); it.Valid(); it.Next() {
-		n++
-	}
-	return n
 }
 
 // TestWindowDeltaFailedFlush: a flush that wrote a window whole and
@@ -134,7 +118,7 @@ func TestWindowDeltaFailedFlush(t *testing.T) {
 	}
 	add(syncW, 7, 6, 5, 4) // the base
 	add(syncW, 3)          // a delta
-	if n := countDeltas(t, e); n != 1 {
+	if n := countKeys(t, e, prefixWindowDelta); n != 1 {
 		t.Fatalf("%d deltas on disk, want 1", n)
 	}
 	// In memory only; then the flushes of the disk checks (the window
