@@ -446,31 +446,7 @@ func (w *Window) AppendBinary(b []byte) ([]byte, error) {
 	n := 0
 	first := w.slotIndex(lh)
 	if w.n <= 64 {
-		// The written slots only, from lh's on: first..n-1, then 0..first-1.
-		for _, part := range [2]struct{ from, to, x0 int64 }{{first, w.n, lh - first}, {0, first, lh + w.n - first}} {
-			m := w.used >> uint64(part.from)
-			if part.to < 64 {
-				m &= 1<<uint64(part.to-part.from) - 1
-			}
-			for m != 0 {
-				i := part.from + int64(bits.TrailingZeros64(m))
-				m &= m - 1
-				x := part.x0 + i // the bucket slot i holds if it is in the window
-				if x > w.head {
-					break
-				}
-				if sl := &w.ring[i]; sl.num == x && sl.count != 0 {
-					// The distance is below 64: one byte. So is the
-					// zigzag count of a bucket of -64..63 hits.
-					if z := uint64(sl.count<<1) ^ uint64(sl.count>>63); z < 0x80 {
-						b = append(b, byte(w.head-x), byte(z))
-					} else {
-						b = binary.AppendUvarint(append(b, byte(w.head-x)), z)
-					}
-					n++
-				}
-			}
-		}
+		b, n = w.appendMasked(b, w.used, false)
 	} else {
 		i := first
 		for x := lh; x <= w.head; x++ {
@@ -584,4 +560,41 @@ func (w *Window) Touch() int64 {
 		s += w.ring[i].num
 	}
 	return s
+}
+
+// appendMasked appends, oldest first, the buckets of the head's window
+// held by the slots set in mask (a window of at most 64 slots; mask is
+// used, or since for a delta): each as its distance before the head (one
+// byte) and its count (varint), zero counts only when zeros. It returns b
+// and how many buckets it appended.
+func (w *Window) appendMasked(b []byte, mask uint64, zeros bool) ([]byte, int) {
+	lh := w.lo(w.head)
+	first := w.slotIndex(lh)
+	n := 0
+	// The slots from lh's on: first..n-1, then 0..first-1.
+	for _, part := range [2]struct{ from, to, x0 int64 }{{first, w.n, lh - first}, {0, first, lh + w.n - first}} {
+		m := mask >> uint64(part.from)
+		if part.to < 64 {
+			m &= 1<<uint64(part.to-part.from) - 1
+		}
+		for m != 0 {
+			i := part.from + int64(bits.TrailingZeros64(m))
+			m &= m - 1
+			x := part.x0 + i // the bucket slot i holds if it is in the window
+			if x > w.head {
+				break
+			}
+			if sl := &w.ring[i]; sl.num == x && (zeros || sl.count != 0) {
+				// The distance is below 64: one byte. So is the zigzag
+				// count of a bucket of -64..63 hits.
+				if z := uint64(sl.count<<1) ^ uint64(sl.count>>63); z < 0x80 {
+					b = append(b, byte(w.head-x), byte(z))
+				} else {
+					b = binary.AppendUvarint(append(b, byte(w.head-x)), z)
+				}
+				n++
+			}
+		}
+	}
+	return b, n
 }

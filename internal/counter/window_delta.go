@@ -48,32 +48,9 @@ func (w *Window) AppendDelta(b []byte) []byte {
 	if w.ring == nil || w.n > 64 {
 		return append(b, 0)
 	}
-	lh := w.lo(w.head)
 	at := len(b)
 	b = append(b, 0) // the count: at most 64 buckets, one byte
-	n := 0
-	first := w.slotIndex(lh)
-	// The slots written since the base, from lh's on: first..n-1, then
-	// 0..first-1 (as AppendBinary walks the written ones).
-	for _, part := range [2]struct{ from, to, x0 int64 }{{first, w.n, lh - first}, {0, first, lh + w.n - first}} {
-		m := w.since >> uint64(part.from)
-		if part.to < 64 {
-			m &= 1<<uint64(part.to-part.from) - 1
-		}
-		for m != 0 {
-			i := part.from + int64(bits.TrailingZeros64(m))
-			m &= m - 1
-			x := part.x0 + i
-			if x > w.head {
-				break
-			}
-			if sl := &w.ring[i]; sl.num == x {
-				b = append(b, byte(w.head-x)) // below 64: one byte
-				b = binary.AppendVarint(b, sl.count)
-				n++
-			}
-		}
-	}
+	b, n := w.appendMasked(b, w.since, true)
 	b[at] = byte(n)
 	return b
 }
