@@ -5,7 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -123,8 +123,8 @@ func (l *PolicyLog) LoadPolicies(ctx context.Context) ([]Policy, error) {
 		}
 	}
 	l.mu.Unlock()
-	slices.SortFunc(live, func(a, b PolicyRecord) int {
-		return cmp.Or(cmp.Compare(a.Order, b.Order), cmp.Compare(a.Name, b.Name))
+	sort.Slice(live, func(i, j int) bool {
+		return cmp.Or(cmp.Compare(live[i].Order, live[j].Order), cmp.Compare(live[i].Name, live[j].Name)) < 0
 	})
 	ps := make([]Policy, len(live))
 	for i, r := range live {

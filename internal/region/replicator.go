@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -910,7 +911,7 @@ func (r *Replicator) peerStatus(p *peerLink, now time.Time) peerState {
 		}
 		ps.Senders = append(ps.Senders, ss)
 	}
-	slices.SortFunc(ps.Senders, func(a, b SenderStatus) int { return strings.Compare(a.Node, b.Node) })
+	sort.Slice(ps.Senders, func(i, j int) bool { return ps.Senders[i].Node < ps.Senders[j].Node })
 	return peerState{PeerStatus: ps, contact: contact, asOf: asOf}
 }
 

@@ -28,6 +28,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -345,15 +346,7 @@ func (m *Membership) Members() []Member {
 		mem.Meta = slices.Clone(mem.Meta)
 		out = append(out, mem)
 	}
-	slices.SortFunc(out, func(a, b Member) int {
-		switch {
-		case a.ID < b.ID:
-			return -1
-		case a.ID > b.ID:
-			return 1
-		}
-		return 0
-	})
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
 }
 

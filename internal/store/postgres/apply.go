@@ -579,7 +579,8 @@ func upsertSorted[K comparable, V any](exec execFunc, what, sql string, m map[K]
 	if len(m) == 0 {
 		return nil
 	}
-	keys := slices.SortedFunc(maps.Keys(m), compare)
+	keys := slices.Collect(maps.Keys(m))
+	sort.Slice(keys, func(i, j int) bool { return compare(keys[i], keys[j]) < 0 })
 	if _, err := exec(sql, args(keys)...); err != nil {
 		return fmt.Errorf("postgres: apply %s: %w", what, err)
 	}

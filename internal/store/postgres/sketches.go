@@ -4,7 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"slices"
+	"sort"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -90,7 +90,7 @@ func (s *Store) MergeSketches(ctx context.Context, add map[SketchID][]byte, merg
 	for k := range add {
 		ids = append(ids, k)
 	}
-	slices.SortFunc(ids, compareSketchIDs)
+	sort.Slice(ids, func(i, j int) bool { return compareSketchIDs(ids[i], ids[j]) < 0 })
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		s.statements.Add(2) // BEGIN, COMMIT
 		// Lock what exists, update it, and insert what does not; a row
