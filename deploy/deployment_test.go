@@ -389,14 +389,15 @@ const maxReleaseBytes = 40_000_000
 // link: test, browser, plotting and documentation tools, which only tests,
 // scripts/benchreport and go generate use, and Envoy's go-control-plane
 // (with cncf/xds and protoc-gen-validate), whose client the rate limit
-// service's tests call it with (docs/deploy.md, "Building").
+// service's tests call it with, and goose, which the PostgreSQL store's
+// tests compare its migrations with (docs/deploy.md, "Building").
 var forbiddenModules = []string{
 	"github.com/chromedp/", "gonum.org/", "codeberg.org/go-fonts/", "codeberg.org/go-latex/",
 	"codeberg.org/go-pdf/", "git.sr.ht/~sbinet/", "github.com/ajstarks/svgo", "github.com/golang/freetype",
 	"golang.org/x/image", "github.com/getkin/kin-openapi", "github.com/campoy/embedmd",
 	"go.uber.org/goleak", "pgregory.net/rapid", "github.com/stretchr/testify",
 	"github.com/twmb/franz-go/pkg/kfake",
-	"github.com/envoyproxy/", "github.com/cncf/xds/",
+	"github.com/envoyproxy/", "github.com/cncf/xds/", "github.com/pressly/goose/",
 }
 
 // TestReleaseBinary checks the binary COUNTERD_RELEASE_BIN (make

@@ -15,9 +15,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
-	"github.com/pressly/goose/v3"
-	"github.com/pressly/goose/v3/lock"
 )
 
 //go:embed migrations/*.sql
@@ -209,28 +206,15 @@ func (o Options) withDefaults() Options {
 	return o
 }
 
-// Migrate applies pending migrations (embedded migrations/*.sql) with goose,
-// under a PostgreSQL advisory lock so that several nodes may start at once.
-// It uses goose's Provider API rather than the package-level
-// SetBaseFS/UpContext, whose global state would race between stores.
+// Migrate applies pending migrations (embedded migrations/*.sql, goose's
+// format and version table; see migrate), under goose's PostgreSQL advisory
+// lock so that several nodes may start at once.
 func (s *Store) Migrate(ctx context.Context) error {
 	sub, err := fs.Sub(migrationFS, "migrations")
 	if err != nil {
 		return err
 	}
-	db := stdlib.OpenDBFromPool(s.pool)
-	defer db.Close()
-	// Retry the advisory lock every second (goose default: every 5 s).
-	locker, err := lock.NewPostgresSessionLocker(lock.WithLockTimeout(1, 300))
-	if err != nil {
-		return err
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, sub,
-		goose.WithSessionLocker(locker), goose.WithDisableGlobalRegistry(true))
-	if err != nil {
-		return fmt.Errorf("postgres: migrations: %w", err)
-	}
-	if _, err := p.Up(ctx); err != nil {
+	if err := migrate(ctx, s.pool, sub); err != nil {
 		return fmt.Errorf("postgres: migrate: %w", err)
 	}
 	return nil
