@@ -32,7 +32,15 @@ type program struct {
 	// str is fast for an expression of strings (a literal, an attribute,
 	// a concatenation of those) without boxing each into a ref.Val.
 	str fastString // nil: use fast
+	// app is str appending to a buffer instead of making a string: a
+	// counter id or an item is built without a copy of each attribute
+	// it reads or of the concatenation (Rule.op).
+	app fastAppend // nil: use str
 }
+
+// fastAppend appends the value of a string expression to buf; ok false
+// declines (buf then holds anything).
+type fastAppend func(in *Input, buf []byte) ([]byte, bool)
 
 // fastString evaluates a string expression; ok false declines.
 type fastString func(in *Input) (s string, ok bool)
@@ -40,7 +48,41 @@ type fastString func(in *Input) (s string, ok bool)
 // newProgram returns the program of a checked expression.
 func newProgram(src string, a *cel.Ast, p cel.Program) *program {
 	e := a.NativeRep().Expr()
-	return &program{src: src, cel: p, fast: fastNode(e), str: fastStr(e)}
+	return &program{src: src, cel: p, fast: fastNode(e), str: fastStr(e), app: fastApp(e)}
+}
+
+// fastApp is fastStr appending: the same subset, the same values.
+func fastApp(e ast.Expr) fastAppend {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		if s, ok := e.AsLiteral().(types.String); ok {
+			return func(_ *Input, buf []byte) ([]byte, bool) { return append(buf, s...), true }
+		}
+	case ast.SelectKind:
+		s := e.AsSelect()
+		if s.IsTestOnly() || s.Operand().Kind() != ast.IdentKind || s.Operand().AsIdent() != "event" {
+			return nil
+		}
+		key := s.FieldName()
+		return func(in *Input, buf []byte) ([]byte, bool) { return in.appendString(buf, key) }
+	case ast.CallKind:
+		c := e.AsCall()
+		if c.FunctionName() != operators.Add || c.IsMemberFunction() || len(c.Args()) != 2 {
+			return nil
+		}
+		l, r := fastApp(c.Args()[0]), fastApp(c.Args()[1])
+		if l == nil || r == nil {
+			return nil
+		}
+		return func(in *Input, buf []byte) ([]byte, bool) {
+			buf, ok := l(in, buf)
+			if !ok {
+				return buf, false
+			}
+			return r(in, buf)
+		}
+	}
+	return nil
 }
 
 // fastStr returns the string fast path of e: a string literal, an
