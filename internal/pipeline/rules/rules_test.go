@@ -9,6 +9,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 	"pgregory.net/rapid"
 )
 
@@ -338,24 +339,12 @@ func TestCounterIDsAppended(t *testing.T) {
 	}
 }
 
-// TestEvalAllocs: the consume-cost rules (pipelinetest.CostRules' shape)
-// on an event, with the consumer's reused Input and hits, allocate only
+// TestEvalAllocs: the consume-cost rules (pipelinetest.CostRules) on an
+// impression, with the consumer's reused Input and hits, allocate only
 // the three counter ids and the pfadd item: no string of an attribute
 // first, no concatenation in between.
 func TestEvalAllocs(t *testing.T) {
-	s, err := Load("rules.yaml", []byte(`rules:
-  - name: views
-    filter: event.type == "impression"
-    counter: '"views:" + event.post'
-    add: "1"
-  - name: viewers
-    filter: event.type == "impression"
-    counter: '"viewers:" + event.post'
-    pfadd: event.user
-  - name: user-recent
-    counter: '"recent:" + event.user'
-    window: {granularity: 1m, span: 1h, by: "1"}
-`))
+	s, err := Load("rules.yaml", []byte(pipelinetest.CostRules))
 	if err != nil {
 		t.Fatal(err)
 	}
