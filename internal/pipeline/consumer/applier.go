@@ -331,6 +331,11 @@ type scratch struct {
 	found   []bool
 	hits    []ruleHits // rule hits, for the metric
 	c       chunk
+	// ev and in: each record is decoded into ev and the rules see it
+	// through in, whose interned counter ids last from one segment to
+	// the next (rules.Input).
+	ev event.Event
+	in *rules.Input
 }
 
 // ruleHits counts the hits of one rule.
@@ -366,8 +371,11 @@ func (s *scratch) clear() {
 // reports whether it applied an engine batch. Dead letters of group g go
 // to dead[g].
 func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set, s *scratch, parts []part, dead [][]stream.DeadLetter) (bool, error) {
-	var ev event.Event // decoded into again for every record
-	in := rules.NewInput(&ev)
+	ev := &s.ev // decoded into again for every record
+	if s.in == nil {
+		s.in = rules.NewInput(ev)
+	}
+	in := s.in
 	var filtered, duplicates int
 	et := a.et.Load()
 	now := et.Now()
@@ -376,7 +384,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	for _, pt := range parts {
 		recs := pt.recs
 		for i := range recs {
-			if err := event.DecodeInto(&ev, recs[i].Value, a.limits); err != nil {
+			if err := event.DecodeInto(ev, recs[i].Value, a.limits); err != nil {
 				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
 				continue
 			}
@@ -388,7 +396,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 					ReasonTooEarly, ev.Time().Format(time.RFC3339Nano), et.MaxSkew, now.UTC().Format(time.RFC3339Nano))})
 				continue
 			}
-			in.Reset(&ev)
+			in.Reset(ev)
 			from := len(s.arena)
 			var err error
 			s.arena, err = rs.Eval(in, s.arena)
@@ -527,7 +535,9 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				op.At = 0 // no rollup: the time counts for nothing
 			}
 		}
-		hits[n] = hits[i]
+		if n != i {
+			hits[n] = hits[i]
+		}
 		n++
 	}
 	if n == 0 && lateRule != "" {

@@ -100,6 +100,16 @@ func (a *Attr) Text() (string, bool) {
 	return unquote(a.Value, plainString(a.Value)), true
 }
 
+// PlainText returns the attribute's value when it is a JSON string of
+// printable ASCII without escapes: its bytes between the quotes, which
+// are its text (Text) without a copy; ok false for any other value.
+func (a *Attr) PlainText() ([]byte, bool) {
+	if len(a.Value) == 0 || a.Value[0] != '"' || !plainString(a.Value) {
+		return nil, false
+	}
+	return a.Value[1 : len(a.Value)-1], true
+}
+
 // Attrs returns the attributes, in the order sent, each name once.
 func (e *Event) Attrs() []Attr { return e.attrs }
 

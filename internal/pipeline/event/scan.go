@@ -237,6 +237,10 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 	if attrs == nil {
 		attrs = make([]Attr, 0, 8)
 	}
+	// The type of the event e held: a stream's events have a few types,
+	// so the next one usually has the same and takes this string instead
+	// of a copy of its own.
+	prevType := e.Type
 	*e = Event{}
 	s := scanner{b: raw, depth: 1}
 	i := s.ws(0)
@@ -299,7 +303,13 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 	if e.ID, err = textField("id", idQ, idPlain); err != nil {
 		return err
 	}
-	if e.Type, err = textField("type", typeQ, typePlain); err != nil {
+	if typePlain && prevType != "" && string(typeQ[1:len(typeQ)-1]) == prevType {
+		// The same bytes, so the same text (textField without the copy).
+		if err := ValidateText(prevType); err != nil {
+			return fmt.Errorf("%w: %q %v", ErrInvalid, "type", err)
+		}
+		e.Type = prevType
+	} else if e.Type, err = textField("type", typeQ, typePlain); err != nil {
 		return err
 	}
 	if e.TS, err = tsField(tsV); err != nil {

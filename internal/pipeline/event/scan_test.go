@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"unsafe"
 )
 
 // refDecode is the reference: the event decoded with encoding/json (the
@@ -80,6 +81,23 @@ func checkEquivalent(t *testing.T, raw []byte, l Limits) {
 	}
 }
 
+// checkReuse: decoding raw into an Event that held prev (DecodeInto, as
+// the consumer reuses one) gives what decoding raw afresh gives: the same
+// fields or the same error.
+func checkReuse(t *testing.T, prev, raw []byte, l Limits) {
+	t.Helper()
+	var e Event
+	_ = DecodeInto(&e, prev, l)
+	err := DecodeInto(&e, raw, l)
+	want, werr := Decode(raw, l)
+	switch {
+	case (err == nil) != (werr == nil) || err != nil && err.Error() != werr.Error():
+		t.Fatalf("%q after %q: error %v, afresh %v", raw, prev, err, werr)
+	case err == nil && (e.ID != want.ID || e.Type != want.Type || e.TS != want.TS || string(Encode(&e)) != string(Encode(&want))):
+		t.Fatalf("%q after %q: %s, afresh %s", raw, prev, Encode(&e), Encode(&want))
+	}
+}
+
 func sameValue(a, b any) bool {
 	if fa, ok := a.(float64); ok {
 		fb, ok := b.(float64)
@@ -126,6 +144,29 @@ func TestDecodeEquivalence(t *testing.T) {
 		`{"id":"a","type":"t","ts":1,"d":` + strings.Repeat("[", 10000) + strings.Repeat("]", 10000) + `}`,
 	} {
 		checkEquivalent(t, []byte(in), l)
+		for _, prev := range []string{`{"id":"p","type":"t","ts":2}`, `{"id":"p","type":"t\u0000","ts":2}`, `{"id":"p","type":"tt","ts":2}`, in} {
+			checkReuse(t, []byte(prev), []byte(in), l)
+		}
+	}
+}
+
+// TestDecodeReusesType: an event of the type the reused Event held takes
+// that string, unless it was not valid text (set by hand).
+func TestDecodeReusesType(t *testing.T) {
+	e, err := Decode([]byte(`{"id":"a","type":"impression","ts":1}`), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	typ := e.Type
+	if err := DecodeInto(&e, []byte(`{"id":"b","type":"impression","ts":2}`), Limits{}); err != nil || e.ID != "b" {
+		t.Fatal(e, err)
+	}
+	if unsafe.StringData(e.Type) != unsafe.StringData(typ) {
+		t.Error("the type was copied again")
+	}
+	e.Type = "a\x7f"
+	if err := DecodeInto(&e, []byte("{\"id\":\"c\",\"type\":\"a\x7f\",\"ts\":3}"), Limits{}); !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "control") {
+		t.Fatalf("err = %v, want a control character refused", err)
 	}
 }
 
@@ -139,6 +180,18 @@ func FuzzDecodeEquivalence(f *testing.F) {
 	f.Add([]byte("{\"id\":\"a\xff\",\"type\":\"t\\u0000\",\"ts\":-0}"))
 	f.Fuzz(func(t *testing.T, raw []byte) {
 		checkEquivalent(t, raw, Limits{MaxEventBytes: 4096, MaxAttrs: 4})
+	})
+}
+
+// FuzzDecodeReuse: decoding into an Event reused from an earlier event
+// (the consumer's way) is decoding afresh.
+func FuzzDecodeReuse(f *testing.F) {
+	f.Add([]byte(`{"id":"a","type":"t","ts":1}`), []byte(`{"id":"b","type":"t","ts":2,"x":1}`))
+	f.Add([]byte(`{"id":"a","type":"t","ts":1}`), []byte(`{"id":"b","type":"t\u007f","ts":2}`))
+	f.Add([]byte(`{"id":"a","type":"tt","ts":1}`), []byte(`{"id":"b","type":"t","ts":2}`))
+	f.Add([]byte(`{"id":"a","type":"t","ts":1,"x":1}`), []byte(`{"id":"b","type":1,"ts":2}`))
+	f.Fuzz(func(t *testing.T, prev, raw []byte) {
+		checkReuse(t, prev, raw, Limits{MaxEventBytes: 4096, MaxAttrs: 4})
 	})
 }
 

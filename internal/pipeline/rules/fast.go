@@ -32,7 +32,15 @@ type program struct {
 	// str is fast for an expression of strings (a literal, an attribute,
 	// a concatenation of those) without boxing each into a ref.Val.
 	str fastString // nil: use fast
+	// app is str appending to a buffer instead of making a string: a
+	// counter id or an item is built without a copy of each attribute
+	// it reads or of the concatenation (Rule.op).
+	app fastAppend // nil: use str
 }
+
+// fastAppend appends the value of a string expression to buf; ok false
+// declines (buf then holds anything).
+type fastAppend func(in *Input, buf []byte) ([]byte, bool)
 
 // fastString evaluates a string expression; ok false declines.
 type fastString func(in *Input) (s string, ok bool)
@@ -40,47 +48,97 @@ type fastString func(in *Input) (s string, ok bool)
 // newProgram returns the program of a checked expression.
 func newProgram(src string, a *cel.Ast, p cel.Program) *program {
 	e := a.NativeRep().Expr()
-	return &program{src: src, cel: p, fast: fastNode(e), str: fastStr(e)}
+	return &program{src: src, cel: p, fast: fastNode(e), str: fastStr(e), app: fastApp(e)}
+}
+
+// strNode is a node of the string subset (fastStr, fastApp): a string
+// literal, an attribute of event, or a concatenation of two such nodes.
+type strNode struct {
+	kind int // strLit, strAttr or strConcat
+	lit  string
+	key  string   // the attribute
+	l, r ast.Expr // the concatenation's operands (themselves to check)
+}
+
+const (
+	strLit = iota + 1
+	strAttr
+	strConcat
+)
+
+// stringNode classifies e; ok false when it is not in the subset.
+func stringNode(e ast.Expr) (strNode, bool) {
+	switch e.Kind() {
+	case ast.LiteralKind:
+		if s, ok := e.AsLiteral().(types.String); ok {
+			return strNode{kind: strLit, lit: string(s)}, true
+		}
+	case ast.SelectKind:
+		s := e.AsSelect()
+		if !s.IsTestOnly() && s.Operand().Kind() == ast.IdentKind && s.Operand().AsIdent() == "event" {
+			return strNode{kind: strAttr, key: s.FieldName()}, true
+		}
+	case ast.CallKind:
+		c := e.AsCall()
+		if c.FunctionName() == operators.Add && !c.IsMemberFunction() && len(c.Args()) == 2 {
+			return strNode{kind: strConcat, l: c.Args()[0], r: c.Args()[1]}, true
+		}
+	}
+	return strNode{}, false
 }
 
 // fastStr returns the string fast path of e: a string literal, an
 // attribute (declining when it is not a string) or a concatenation of
 // those; nil for anything else.
 func fastStr(e ast.Expr) fastString {
-	switch e.Kind() {
-	case ast.LiteralKind:
-		if s, ok := e.AsLiteral().(types.String); ok {
-			return func(*Input) (string, bool) { return string(s), true }
-		}
-	case ast.SelectKind:
-		s := e.AsSelect()
-		if s.IsTestOnly() || s.Operand().Kind() != ast.IdentKind || s.Operand().AsIdent() != "event" {
-			return nil
-		}
-		key := s.FieldName()
+	n, ok := stringNode(e)
+	switch {
+	case !ok:
+		return nil
+	case n.kind == strLit:
+		return func(*Input) (string, bool) { return n.lit, true }
+	case n.kind == strAttr:
 		return func(in *Input) (string, bool) {
-			s, found, ok := in.findString(key)
+			s, found, ok := in.findString(n.key)
 			return s, found && ok
 		}
-	case ast.CallKind:
-		c := e.AsCall()
-		if c.FunctionName() != operators.Add || c.IsMemberFunction() || len(c.Args()) != 2 {
-			return nil
-		}
-		l, r := fastStr(c.Args()[0]), fastStr(c.Args()[1])
-		if l == nil || r == nil {
-			return nil
-		}
-		return func(in *Input) (string, bool) {
-			a, ok := l(in)
-			if !ok {
-				return "", false
-			}
-			b, ok := r(in)
-			return a + b, ok
-		}
 	}
-	return nil
+	l, r := fastStr(n.l), fastStr(n.r)
+	if l == nil || r == nil {
+		return nil
+	}
+	return func(in *Input) (string, bool) {
+		a, ok := l(in)
+		if !ok {
+			return "", false
+		}
+		b, ok := r(in)
+		return a + b, ok
+	}
+}
+
+// fastApp is fastStr appending: the same subset, the same values.
+func fastApp(e ast.Expr) fastAppend {
+	n, ok := stringNode(e)
+	switch {
+	case !ok:
+		return nil
+	case n.kind == strLit:
+		return func(_ *Input, buf []byte) ([]byte, bool) { return append(buf, n.lit...), true }
+	case n.kind == strAttr:
+		return func(in *Input, buf []byte) ([]byte, bool) { return in.appendString(buf, n.key) }
+	}
+	l, r := fastApp(n.l), fastApp(n.r)
+	if l == nil || r == nil {
+		return nil
+	}
+	return func(in *Input, buf []byte) ([]byte, bool) {
+		buf, ok := l(in, buf)
+		if !ok {
+			return buf, false
+		}
+		return r(in, buf)
+	}
 }
 
 func fastNode(e ast.Expr) fastExpr {

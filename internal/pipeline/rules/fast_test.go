@@ -61,7 +61,7 @@ func genExpr(t *rapid.T, depth int) string {
 // genEvent draws an event whose attributes are of every JSON type, or
 // missing.
 func genEvent(t *rapid.T) string {
-	vals := []string{`"p"`, `"impression"`, `""`, `"e1"`, `"\u00e9t\u00e9"`, `1`, `0`, `3`, `-7`, `2.5`, `1e3`, `true`, `false`, `null`, `[1,"x"]`, `{"k":1}`}
+	vals := []string{`"p"`, `"impression"`, `""`, `"e1"`, `"\u00e9t\u00e9"`, `"a\"b"`, "\"a\x7f\"", `1`, `0`, `3`, `-7`, `2.5`, `1e3`, `true`, `false`, `null`, `[1,"x"]`, `{"k":1}`}
 	var b strings.Builder
 	fmt.Fprintf(&b, `{"id":%s,"type":%s,"ts":%d`,
 		rapid.SampledFrom([]string{`"e1"`, `"p"`}).Draw(t, "id"),
@@ -114,6 +114,18 @@ func TestFastMatchesCEL(t *testing.T) {
 			gs, gserr := evalString(withFast, NewInput(&e))
 			if ws != gs || (wserr != nil) != (gserr != nil) || wserr != nil && wserr.Error() != gserr.Error() {
 				t.Fatalf("%s on %s: evalString CEL %q, %v; fast path %q, %v", src, js, ws, wserr, gs, gserr)
+			}
+			// The appending fast path: CEL's string where it answers, on
+			// a fresh Input and on one whose attributes str decoded.
+			if withFast.app != nil {
+				in := NewInput(&e)
+				for round := range 2 {
+					b, ok := withFast.app(in, []byte("x"))
+					if ok && (wserr != nil || string(b) != "x"+ws) {
+						t.Fatalf("%s on %s (round %d): append path %q, CEL %q, %v", src, js, round, b, ws, wserr)
+					}
+					_, _ = evalString(withFast, in)
+				}
 			}
 			switch {
 			case (werr != nil) != (gerr != nil):

@@ -28,6 +28,9 @@ type Input struct {
 	strs  []string
 	kinds []uint8
 	full  traits.Mapper
+
+	// buf is where counter ids are built (fastAppend); it outlives Reset.
+	buf []byte
 }
 
 const (
@@ -95,6 +98,31 @@ func (in *Input) findString(key string) (s string, found, str bool) {
 		return "", true, false
 	}
 	return "", false, false
+}
+
+// appendString is findString appending the value to buf: the bytes of a
+// plain string attribute (event.Attr.PlainText) go in without a copy of
+// their own; found and a string, or ok false.
+func (in *Input) appendString(buf []byte, key string) ([]byte, bool) {
+	switch key {
+	case "id", "type", "ts":
+	default:
+		attrs := in.e.Attrs()
+		for i := range attrs {
+			a := &attrs[i]
+			if string(a.Name) != key {
+				continue
+			}
+			if in.kinds[i] == strUnknown && in.vals[i] == nil {
+				if b, ok := a.PlainText(); ok {
+					return append(buf, b...), true
+				}
+			}
+			break
+		}
+	}
+	s, found, ok := in.findString(key)
+	return append(buf, s...), found && ok
 }
 
 // ResolveName implements interpreter.Activation: the one variable, event.

@@ -467,53 +467,97 @@ func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
 				continue
 			}
 		}
-		op, err := r.op(act)
-		if err != nil {
+		// The op is made in its place in hits: an Op is 248 bytes.
+		hits = append(hits, Hit{Rule: r})
+		if err := r.op(act, &hits[len(hits)-1].Op); err != nil {
+			clear(hits[start:])
 			return hits[:start], fmt.Errorf("%w: rule %q %v", ErrEval, r.Name, err)
 		}
-		hits = append(hits, Hit{Rule: r, Op: op})
 	}
 	return hits, nil
 }
 
-func (r *Rule) op(act *Input) (contract.Op, error) {
-	id, err := evalString(r.id, act)
+// op sets *op (zero) to the op r asks of the event of act.
+func (r *Rule) op(act *Input, op *contract.Op) error {
+	id, err := r.counterID(act)
 	if err != nil {
-		return contract.Op{}, fmt.Errorf("counter: %v", err)
+		return fmt.Errorf("counter: %v", err)
 	}
-	if err := contract.ValidateID(id); err != nil {
-		return contract.Op{}, fmt.Errorf("counter: %v", err)
-	}
-	op := contract.Op{Type: r.Op, ID: id}
+	op.Type, op.ID = r.Op, id
 	switch r.Op {
 	case contract.OpAdd:
 		if op.Delta, err = evalInt(r.by, act); err != nil {
-			return op, fmt.Errorf("add: %v", err)
+			return fmt.Errorf("add: %v", err)
 		}
 		if r.Window.Span > 0 {
 			op.Kind, op.Window = contract.KindWindow, r.Window
 		}
 	case contract.OpPFAdd:
+		if op.Items = appendItem(r.item, act); op.Items != nil {
+			break
+		}
 		item, err := evalString(r.item, act)
 		if err != nil {
-			return op, fmt.Errorf("pfadd: %v", err)
+			return fmt.Errorf("pfadd: %v", err)
 		}
 		op.Items = oneItem(item)
 	case contract.OpHAdd:
 		field, err := evalString(r.field, act)
 		if err != nil {
-			return op, fmt.Errorf("hadd field: %v", err)
+			return fmt.Errorf("hadd field: %v", err)
 		}
 		if len(field) > contract.MaxFieldLen {
-			return op, fmt.Errorf("hadd field longer than %d bytes", contract.MaxFieldLen)
+			return fmt.Errorf("hadd field longer than %d bytes", contract.MaxFieldLen)
 		}
 		d, err := evalInt(r.by, act)
 		if err != nil {
-			return op, fmt.Errorf("hadd by: %v", err)
+			return fmt.Errorf("hadd by: %v", err)
 		}
 		op.Fields = []counter.FieldDelta{{Name: field, Delta: d}}
 	}
-	return op, nil
+	return nil
+}
+
+// counterID evaluates the rule's counter id and checks it
+// (contract.ValidateID). An id of the append subset (fastAppend) is built
+// in act's buffer and copied once, without a string of each attribute it
+// reads or of each concatenation first.
+func (r *Rule) counterID(act *Input) (string, error) {
+	var id string
+	if r.id.app != nil {
+		b, ok := r.id.app(act, act.buf[:0])
+		act.buf = b[:0]
+		if ok {
+			id = string(b)
+		}
+	}
+	if id == "" {
+		var err error
+		if id, err = evalString(r.id, act); err != nil {
+			return "", err
+		}
+	}
+	if err := contract.ValidateID(id); err != nil {
+		return "", err
+	}
+	return id, nil
+}
+
+// appendItem is oneItem of the value of p when p is in the append
+// subset and the item is short: built in place, without a string of the
+// attribute first; nil otherwise.
+func appendItem(p *program, act *Input) [][]byte {
+	if p.app == nil {
+		return nil
+	}
+	it := new(smallItem)
+	b, ok := p.app(act, it.buf[:0])
+	if !ok {
+		return nil
+	}
+	// A longer item outgrew it.buf into an array of its own.
+	it.items[0] = b[:len(b):len(b)]
+	return it.items[:]
 }
 
 // smallItem is the one item of a pfadd op and its slice header in one

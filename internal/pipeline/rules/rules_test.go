@@ -9,6 +9,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/pipeline/event"
+	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 	"pgregory.net/rapid"
 )
 
@@ -287,4 +288,79 @@ func TestOneItem(t *testing.T) {
 			t.Fatalf("oneItem(%q) = %q (caps %d, %d)", s, items, cap(items), cap(items[0]))
 		}
 	})
+}
+
+// TestCounterIDsAppended: counter ids and pfadd items built by the
+// append path (fastAppend) are those of the expressions: from plain and
+// escaped attributes, short and long items, and an invalid id or a
+// declined value refused with the error of evaluating afresh.
+func TestCounterIDsAppended(t *testing.T) {
+	s, err := Load("rules.yaml", []byte(`rules:
+  - name: views
+    counter: '"views:" + event.post'
+    add: "1"
+  - name: viewers
+    counter: '"viewers:" + event.post'
+    pfadd: event.user
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e event.Event
+	in := NewInput(&e)
+	eval := func(js string) ([]Hit, error) {
+		t.Helper()
+		if err := event.DecodeInto(&e, []byte(js), event.Limits{}); err != nil {
+			t.Fatal(err)
+		}
+		in.Reset(&e)
+		return s.Eval(in, nil)
+	}
+	for _, c := range []struct{ js, id, item string }{
+		{`{"id":"a","type":"t","ts":1,"post":"p1","user":"u1"}`, "views:p1", "u1"},
+		{`{"id":"b","type":"t","ts":1,"user":"u2","post":"p\u0031"}`, "views:p1", "u2"},
+		{`{"id":"c","type":"t","ts":1,"post":"p2","user":"a very long user name, longer than 24 bytes"}`, "views:p2", "a very long user name, longer than 24 bytes"},
+		{`{"id":"d","type":"t","ts":1,"post":"\u00e9","user":"\u00e9"}`, "views:\u00e9", "\u00e9"},
+	} {
+		hits, err := eval(c.js)
+		if err != nil || len(hits) != 2 || hits[0].Op.ID != c.id || hits[1].Op.ID != "viewers:"+c.id[6:] || string(hits[1].Op.Items[0]) != c.item {
+			t.Fatalf("%s: %v %v", c.js, hits, err)
+		}
+	}
+	for _, post := range []string{"\"p\x7f\"", `"p\u0001"`, `1`, `null`} {
+		js := `{"id":"d","type":"t","ts":1,"post":` + post + `,"user":"u"}`
+		_, err := eval(js)
+		var fresh event.Event
+		_ = event.DecodeInto(&fresh, []byte(js), event.Limits{})
+		_, want := s.Eval(NewInput(&fresh), nil)
+		if err == nil || want == nil || err.Error() != want.Error() {
+			t.Errorf("post %s: error %v, afresh %v", post, err, want)
+		}
+	}
+}
+
+// TestEvalAllocs: the consume-cost rules (pipelinetest.CostRules) on an
+// impression, with the consumer's reused Input and hits, allocate only
+// the three counter ids and the pfadd item: no string of an attribute
+// first, no concatenation in between.
+func TestEvalAllocs(t *testing.T) {
+	s, err := Load("rules.yaml", []byte(pipelinetest.CostRules))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e event.Event
+	if err := event.DecodeInto(&e, []byte(`{"id":"c1","type":"impression","ts":1,"post":"p1","user":"u31","country":"c1"}`), event.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	in := NewInput(&e)
+	hits := make([]Hit, 0, 8)
+	allocs := testing.AllocsPerRun(100, func() {
+		in.Reset(&e)
+		if hits, err = s.Eval(in, hits[:0]); err != nil || len(hits) != 3 {
+			t.Fatal(hits, err)
+		}
+	})
+	if allocs > 4 {
+		t.Errorf("%v allocations an event, want at most 4", allocs)
+	}
 }
