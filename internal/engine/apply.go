@@ -303,7 +303,6 @@ type multiScratch struct {
 	keys   []uint64
 	locked []*entry
 	saved  []savedEntry
-	seen   map[*entry]struct{}
 	// noValues: the caller discards the results' values (ApplyMarked),
 	// so an add to a window does not sum the window for its result.
 	noValues bool
@@ -315,7 +314,6 @@ func (sc *multiScratch) done() {
 	clear(sc.refs)
 	clear(sc.locked)
 	clear(sc.saved)
-	clear(sc.seen)
 }
 
 // applyMultiIn is applyMulti with the working space of sc (nil: new).
@@ -344,25 +342,16 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	defer unlockAll(locked)
 	// Undo log: a copy of every entry involved, restored if an op fails;
 	// an entry named by several ops (a consumer batch names a counter
-	// once per bucket of its events' times) is copied once.
+	// once per bucket of its events' times) is copied once: acquireAllIn
+	// left sc.keys in lock order, where the refs to one entry are a run.
 	saved := slices.Grow(sc.saved[:0], len(refs))[:len(refs)]
 	clear(saved)
 	sc.saved = saved
-	var seen map[*entry]struct{}
-	if len(locked) < len(refs) {
-		if sc.seen == nil {
-			sc.seen = make(map[*entry]struct{}, len(locked))
-		}
-		seen = sc.seen
-	}
-	for i := range refs {
-		if en := refs[i].e; en != nil {
-			if seen != nil {
-				if _, dup := seen[en]; dup {
-					continue
-				}
-				seen[en] = struct{}{}
-			}
+	var prev *entry
+	for _, k := range sc.keys {
+		i := uint32(k)
+		if en := refs[i].e; en != prev {
+			prev = en
 			saved[i] = save(en)
 			saved[i].taken = true
 		}
