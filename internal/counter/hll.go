@@ -67,8 +67,56 @@ func ValidatePrecision(p uint8) error {
 type HLL struct {
 	p     uint8
 	dense bool
-	n     uint32  // sparse: number of entries (non-zero registers)
-	regs  []uint8 // dense: m registers; sparse: the entries (see sparseNext)
+	n     uint32 // sparse: number of entries (non-zero registers)
+	// shared: regs is also an HLLUndo's copy of the sketch (BeginUndo),
+	// so it is copied before it is written in place (own).
+	shared bool
+	regs   []uint8 // dense: m registers; sparse: the entries (see sparseNext)
+}
+
+// HLLUndo can put a sketch back as it was when BeginUndo was called,
+// without copying its registers up front: the sketch keeps them until it
+// would write them in place, and then writes a copy (copy on write), so
+// that a sketch the batch does not change, or changes by building new
+// entries (AddHashes on a sparse sketch), costs no copy. The engine's
+// atomic batches use it to undo a failed batch. Reusable.
+type HLLUndo struct {
+	h   *HLL
+	old HLL
+}
+
+// BeginUndo makes u able to put h back as it is now, until u.Rollback
+// or u.End. The caller serialises access to h, as for any write.
+func (h *HLL) BeginUndo(u *HLLUndo) {
+	h.shared = true
+	*u = HLLUndo{h: h, old: *h}
+}
+
+// Rollback puts the sketch back as it was at BeginUndo.
+func (u *HLLUndo) Rollback() {
+	if u.h != nil {
+		*u.h = u.old
+		u.h.shared = false
+	}
+	*u = HLLUndo{}
+}
+
+// End forgets the copy; the sketch keeps its writes.
+func (u *HLLUndo) End() {
+	if u.h != nil {
+		// (A sketch that wrote no copy still shares its registers with
+		// u.old, which is dropped: they are its own again.)
+		u.h.shared = false
+	}
+	*u = HLLUndo{}
+}
+
+// own makes h.regs h's alone before a write in place (see HLLUndo).
+func (h *HLL) own() {
+	if h.shared {
+		h.regs = slices.Clone(h.regs)
+		h.shared = false
+	}
 }
 
 const rankBits = 6 // ranks are at most 65-MinPrecision = 61 < 64
@@ -144,12 +192,12 @@ func appendEntry(b []byte, delta uint32, r uint8) []byte {
 func (h *HLL) splice(from, to int, enc []byte) {
 	b := h.regs
 	n := len(b) - (to - from) + len(enc)
-	if n > cap(b) {
+	if n > cap(b) || h.shared { // (shared: write a copy, see HLLUndo)
 		nb := slices.Grow([]byte(nil), n)[:n]
 		copy(nb, b[:from])
 		copy(nb[from:], enc)
 		copy(nb[from+len(enc):], b[to:])
-		h.regs = nb
+		h.regs, h.shared = nb, false
 		return
 	}
 	tail := b[to:]
@@ -180,7 +228,7 @@ func (h *HLL) setSparse(e []uint32) {
 		b = appendEntry(b, i-prev, uint8(x&(1<<rankBits-1)))
 		prev = i
 	}
-	h.regs, h.n, h.dense = b, uint32(len(e)), false
+	h.regs, h.n, h.dense, h.shared = b, uint32(len(e)), false, false
 	if h.sparseFull() {
 		h.toDense()
 	}
@@ -221,6 +269,7 @@ func (h *HLL) AddHash(x uint64) bool {
 func (h *HLL) set(i uint32, r uint8) bool {
 	if h.dense {
 		if r > h.regs[i] {
+			h.own()
 			h.regs[i] = r
 			return true
 		}
@@ -238,7 +287,8 @@ func (h *HLL) set(i uint32, r uint8) bool {
 			}
 			// Same length: the delta is unchanged and r fits in rankBits
 			// (a zero delta gives a 1-byte entry either way).
-			binary.PutUvarint(b[pos:next], uint64(v&^(1<<rankBits-1)|uint32(r)))
+			h.own()
+			binary.PutUvarint(h.regs[pos:next], uint64(v&^(1<<rankBits-1)|uint32(r)))
 			return true
 		}
 		if idx > i {
@@ -267,7 +317,7 @@ func (h *HLL) inserted() bool {
 func (h *HLL) toDense() {
 	regs := make([]uint8, 1<<h.p)
 	h.each(func(i uint32, r uint8) { regs[i] = r })
-	h.regs, h.n, h.dense = regs, 0, true
+	h.regs, h.n, h.dense, h.shared = regs, 0, true, false
 }
 
 // each calls fn for every non-zero register, in index order.
@@ -452,7 +502,7 @@ func (h *HLL) fold(p uint8) {
 				regs[j] = max(regs[j], s)
 			}
 		}
-		h.p, h.regs = p, regs
+		h.p, h.regs, h.shared = p, regs, false
 		return
 	}
 	out := make([]uint32, 0, h.n)
@@ -506,6 +556,7 @@ func (h *HLL) Merge(o *HLL) error {
 	if !h.dense {
 		h.toDense()
 	}
+	h.own()
 	if op == p && o.dense {
 		for i, r := range o.regs {
 			h.regs[i] = max(h.regs[i], r)
@@ -773,7 +824,7 @@ func (h *HLL) mergeSparse(xs []uint64) bool {
 		last = i
 		n++
 	}
-	h.regs, h.n = out, n
+	h.regs, h.n, h.shared = out, n, false
 	if h.sparseFull() {
 		h.toDense()
 	}

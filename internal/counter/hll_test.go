@@ -493,3 +493,86 @@ func FuzzHLLUnmarshal(f *testing.F) {
 		}
 	})
 }
+
+// TestHLLUndo: after random adds (one at a time, in blocks, merges; sparse
+// and dense), BeginUndo, more adds and Rollback, the sketch encodes as it
+// did at BeginUndo; with End the adds stay; a clone taken during the undo
+// is not changed by either; an undo is reusable.
+func TestHLLUndo(t *testing.T) {
+	var u HLLUndo
+	// Sparse sketches of every size up to 200 entries, with the slack a
+	// block merge leaves, then one-at-a-time adds that insert entries in
+	// place: the copy a write makes has its own capacity.
+	for n := range 200 {
+		h, _ := NewHLL(14)
+		h.AddHashes(hashes(uint64(n), n))
+		want, _ := h.MarshalBinary()
+		h.BeginUndo(&u)
+		for _, x := range hashes(uint64(1000+n), 50) {
+			h.AddHash(x)
+		}
+		u.Rollback()
+		if got, _ := h.MarshalBinary(); !bytes.Equal(got, want) {
+			t.Fatalf("%d entries: after Rollback:\n%x\nwant %x", n, got, want)
+		}
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		h, err := NewHLL(rapid.SampledFrom([]uint8{4, 10, 14}).Draw(t, "p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		add := func(label string) {
+			switch rapid.SampledFrom([]int{0, 0, 0, 1, 2}).Draw(t, label) { // mostly one at a time: writes in place
+			case 0:
+				h.AddHash(rapid.Uint64().Draw(t, label+"-hash"))
+			case 1:
+				h.AddHashes(rapid.SliceOfN(rapid.Uint64(), 1, 200).Draw(t, label+"-hashes"))
+			case 2:
+				o, _ := NewHLL(h.Precision())
+				o.AddHashes(rapid.SliceOfN(rapid.Uint64(), 1, 3000).Draw(t, label+"-merged"))
+				if err := h.Merge(o); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for range rapid.IntRange(0, 20).Draw(t, "before") {
+			add("before")
+		}
+		want, _ := h.MarshalBinary()
+		h.BeginUndo(&u)
+		c := h.Clone()
+		for range rapid.IntRange(1, 60).Draw(t, "during") {
+			add("during")
+		}
+		during, _ := h.MarshalBinary()
+		if rapid.Bool().Draw(t, "keep") {
+			u.End()
+			if got, _ := h.MarshalBinary(); !bytes.Equal(got, during) {
+				t.Fatal("End changed the sketch")
+			}
+		} else {
+			u.Rollback()
+			if got, _ := h.MarshalBinary(); !bytes.Equal(got, want) {
+				t.Fatalf("after Rollback:\n%x\nwant %x", got, want)
+			}
+		}
+		if got, _ := c.MarshalBinary(); !bytes.Equal(got, want) {
+			t.Fatal("the clone changed")
+		}
+		// Writes after the undo ended are the sketch's alone.
+		add("after")
+	})
+}
+
+// hashes returns n well-spread hashes from seed (splitmix64).
+func hashes(seed uint64, n int) []uint64 {
+	xs := make([]uint64, n)
+	for i := range xs {
+		seed += 0x9e3779b97f4a7c15
+		x := seed
+		x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+		x = (x ^ x>>27) * 0x94d049bb133111eb
+		xs[i] = x ^ x>>31
+	}
+	return xs
+}

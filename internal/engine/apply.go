@@ -303,7 +303,6 @@ type multiScratch struct {
 	keys   []uint64
 	locked []*entry
 	saved  []savedEntry
-	seen   map[*entry]struct{}
 	// noValues: the caller discards the results' values (ApplyMarked),
 	// so an add to a window does not sum the window for its result.
 	noValues bool
@@ -315,7 +314,6 @@ func (sc *multiScratch) done() {
 	clear(sc.refs)
 	clear(sc.locked)
 	clear(sc.saved)
-	clear(sc.seen)
 }
 
 // applyMultiIn is applyMulti with the working space of sc (nil: new).
@@ -344,25 +342,16 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	defer unlockAll(locked)
 	// Undo log: a copy of every entry involved, restored if an op fails;
 	// an entry named by several ops (a consumer batch names a counter
-	// once per bucket of its events' times) is copied once.
+	// once per bucket of its events' times) is copied once: acquireAllIn
+	// left sc.keys in lock order, where the refs to one entry are a run.
 	saved := slices.Grow(sc.saved[:0], len(refs))[:len(refs)]
 	clear(saved)
 	sc.saved = saved
-	var seen map[*entry]struct{}
-	if len(locked) < len(refs) {
-		if sc.seen == nil {
-			sc.seen = make(map[*entry]struct{}, len(locked))
-		}
-		seen = sc.seen
-	}
-	for i := range refs {
-		if en := refs[i].e; en != nil {
-			if seen != nil {
-				if _, dup := seen[en]; dup {
-					continue
-				}
-				seen[en] = struct{}{}
-			}
+	var prev *entry
+	for _, k := range sc.keys {
+		i := uint32(k)
+		if en := refs[i].e; en != prev {
+			prev = en
 			saved[i] = save(en)
 			saved[i].taken = true
 		}
@@ -407,6 +396,8 @@ type savedEntry struct {
 	state          any
 	roll           *rollup.State
 	wundo          *counter.WindowUndo // state is the window itself, recording
+	hundo          *counter.HLLUndo    // state is the sketch itself, recording
+	rundo          *rollup.Undo        // roll is the entry's own, recording
 	taken          bool                // the copy of its entry (the first ref to it)
 }
 
@@ -414,14 +405,19 @@ func save(en *entry) savedEntry {
 	s := savedEntry{value: en.value, updated: en.updated, version: en.version(), kind: en.kind(), flags: en.flags() & rollFlags}
 	if en.ext() != nil {
 		s.hasExt, s.exp = true, en.ext().expires
-		if w, ok := en.ext().state.(*counter.Window); ok {
-			s.state, s.wundo = w, windowUndos.Get().(*counter.WindowUndo)
-			w.BeginUndo(s.wundo)
-		} else {
-			s.state = cloneState(en.ext().state)
+		switch st := en.ext().state.(type) {
+		case *counter.Window:
+			s.state, s.wundo = st, windowUndos.Get().(*counter.WindowUndo)
+			st.BeginUndo(s.wundo)
+		case *counter.HLL:
+			s.state, s.hundo = st, hllUndos.Get().(*counter.HLLUndo)
+			st.BeginUndo(s.hundo)
+		default:
+			s.state = cloneState(st)
 		}
-		if en.ext().roll != nil {
-			s.roll = en.ext().roll.Clone()
+		if r := en.ext().roll; r != nil {
+			s.roll, s.rundo = r, rollUndos.Get().(*rollup.Undo)
+			r.BeginUndo(s.rundo)
 		}
 	}
 	return s
@@ -440,6 +436,12 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	if s.wundo != nil {
 		s.wundo.Rollback() // the window is as it was, put back below
 	}
+	if s.hundo != nil {
+		s.hundo.Rollback() // the sketch is as it was, put back below
+	}
+	if s.rundo != nil {
+		s.rundo.Rollback() // the rollups are as they were, put back below
+	}
 	if s.hasExt {
 		en.setExt(&ext{expires: s.exp, state: s.state, roll: s.roll})
 	}
@@ -451,16 +453,30 @@ func (e *Engine) restore(r *ref, s savedEntry) {
 	e.expires.Add(b2i(isTTL) - b2i(wasTTL))
 }
 
-// windowUndos recycles the undo records of windows.
-var windowUndos = sync.Pool{New: func() any { return new(counter.WindowUndo) }}
+// windowUndos, hllUndos and rollUndos recycle the undo records of
+// windows, sketches and rollups.
+var (
+	windowUndos = sync.Pool{New: func() any { return new(counter.WindowUndo) }}
+	hllUndos    = sync.Pool{New: func() any { return new(counter.HLLUndo) }}
+	rollUndos   = sync.Pool{New: func() any { return new(rollup.Undo) }}
+)
 
-// endUndo ends the recording of the windows of a batch (a no-op for one
-// rolled back) and recycles the records. Caller holds the entries' locks.
+// endUndo ends the recording of the windows, sketches and rollups of a
+// batch (a no-op for one rolled back) and recycles the records. Caller
+// holds the entries' locks.
 func endUndo(saved []savedEntry) {
 	for i := range saved {
 		if u := saved[i].wundo; u != nil {
 			u.End()
 			windowUndos.Put(u)
+		}
+		if u := saved[i].hundo; u != nil {
+			u.End()
+			hllUndos.Put(u)
+		}
+		if u := saved[i].rundo; u != nil {
+			u.End()
+			rollUndos.Put(u)
 		}
 	}
 }

@@ -417,3 +417,113 @@ func (s *State) Clone() *State {
 
 // Closed reports how many closed chunks and sketches wait to be stored.
 func (s *State) Closed() int { return len(s.closed) }
+
+// Undo can put a State back as it was when BeginUndo was called, for the
+// engine's atomic batches (a later op of the batch fails): it copies the
+// State's small parts (the open chunks' buckets, the list of closed items
+// and the buckets of its late chunks) into buffers it reuses, and records
+// the sketches with counter.HLLUndo (copied only if written in place),
+// instead of a deep copy of the State. Reusable.
+type Undo struct {
+	s        *State
+	old      State
+	counts   [numGranularities]openChunk
+	vals     []int64 // the open chunks' buckets, then the late chunks'
+	sketches [2]openSketch
+	closed   []closedItem
+	hs       []counter.HLLUndo // the open and the late sketches
+}
+
+// BeginUndo makes u able to put s back as it is now, until u.Rollback or
+// u.End. The caller serialises access to s, as for any write.
+func (s *State) BeginUndo(u *Undo) {
+	u.s, u.old = s, *s
+	u.vals, u.closed = u.vals[:0], append(u.closed[:0], s.closed...)
+	n := 0
+	for i, c := range &s.counts {
+		if c != nil {
+			u.counts[i] = *c
+			u.vals = append(u.vals, c.vals...)
+		}
+	}
+	for i, k := range &s.sketches {
+		if k != nil {
+			u.sketches[i] = *k
+			if k.h != nil {
+				n++
+			}
+		}
+	}
+	for i := range s.closed {
+		if it := &s.closed[i]; it.late && it.gen == 0 { // changed in place
+			u.vals = append(u.vals, it.vals...)
+			if it.h != nil {
+				n++
+			}
+		}
+	}
+	if cap(u.hs) < n {
+		u.hs = make([]counter.HLLUndo, n)
+	}
+	u.hs = u.hs[:n]
+	n = 0
+	for _, k := range &s.sketches {
+		if k != nil && k.h != nil {
+			k.h.BeginUndo(&u.hs[n])
+			n++
+		}
+	}
+	for i := range s.closed {
+		if it := &s.closed[i]; it.late && it.gen == 0 && it.h != nil {
+			it.h.BeginUndo(&u.hs[n])
+			n++
+		}
+	}
+}
+
+// Rollback puts the State back as it was at BeginUndo.
+func (u *Undo) Rollback() {
+	s := u.s
+	if s == nil {
+		return
+	}
+	for i := len(u.hs) - 1; i >= 0; i-- {
+		u.hs[i].Rollback()
+	}
+	*s = u.old
+	vals := u.vals
+	for i, c := range &s.counts {
+		if c != nil {
+			*c = u.counts[i]
+			vals = vals[copy(c.vals, vals):]
+			// grow reslices into the capacity, which it takes as zeros.
+			clear(c.vals[len(c.vals):cap(c.vals)])
+		}
+	}
+	for i, k := range &s.sketches {
+		if k != nil {
+			*k = u.sketches[i]
+		}
+	}
+	copy(s.closed, u.closed) // the items as they were (a late one's vals and h fields)
+	for i := range s.closed {
+		if it := &s.closed[i]; it.late && it.gen == 0 {
+			vals = vals[copy(it.vals, vals):]
+		}
+	}
+	u.forget()
+}
+
+// End forgets the copies; the State keeps its writes.
+func (u *Undo) End() {
+	for i := range u.hs {
+		u.hs[i].End()
+	}
+	u.forget()
+}
+
+func (u *Undo) forget() {
+	clear(u.closed)
+	u.s, u.old, u.counts, u.sketches = nil, State{}, [numGranularities]openChunk{}, [2]openSketch{}
+	u.vals, u.closed, u.hs = u.vals[:0], u.closed[:0], u.hs[:0]
+}

@@ -3,6 +3,7 @@ package rollup
 import (
 	"errors"
 	"math"
+	"reflect"
 	"testing"
 	"time"
 
@@ -318,6 +319,79 @@ func FuzzUnmarshalHead(f *testing.F) {
 			if vals, err := DecodeChunk(g, 600000, data, nil); err == nil && len(vals) > 60 {
 				t.Fatalf("%d values in a chunk", len(vals))
 			}
+		}
+	})
+}
+
+// TestStateUndo: a count State and a sketch State take random adds at
+// event times (in the open bucket, late ones, ones that close chunks and
+// units) and flushes; then BeginUndo, more adds and Rollback put the State
+// back as it was (what a clone taken before shows), and the same adds
+// afterwards leave it as they leave that clone; with End the adds stay.
+func TestStateUndo(t *testing.T) {
+	var u Undo
+	rapid.Check(t, func(rt *rapid.T) {
+		sketches := rapid.Bool().Draw(rt, "sketches")
+		spec := &Spec{Minute: 2 * time.Hour, Hour: 30 * 24 * time.Hour, UniqueHours: 48 * time.Hour, UniqueDays: 30 * 24 * time.Hour, Precision: 10}
+		s := NewState(spec, sketches)
+		st := newMemStore()
+		now := ns(t0)
+		gen := uint64(0)
+		type step struct {
+			t, delta int64
+			xs       []uint64
+			flush    bool
+		}
+		draw := func(label string) step {
+			now += rapid.Int64Range(0, int64(5*time.Minute)).Draw(rt, label+"-advance")
+			return step{
+				t:     now - rapid.SampledFrom([]int64{0, 0, int64(time.Minute), int64(3 * time.Hour)}).Draw(rt, label+"-age-max")*rapid.Int64Range(0, 1000).Draw(rt, label+"-age")/1000,
+				delta: rapid.Int64Range(-3, 10).Draw(rt, label+"-delta"),
+				xs:    rapid.SliceOfN(rapid.Uint64(), 1, 40).Draw(rt, label+"-hashes"),
+				flush: rapid.IntRange(0, 4).Draw(rt, label+"-flush") == 0,
+			}
+		}
+		apply := func(s *State, x step, flushes bool) {
+			if x.flush && flushes {
+				gen++
+				st.flush(rt, s, gen)
+				return
+			}
+			if sketches {
+				s.AddHashesAt(x.t, now, x.xs)
+			} else {
+				s.AddAt(x.t, now, x.delta)
+			}
+		}
+		for range rapid.IntRange(0, 30).Draw(rt, "before") {
+			apply(s, draw("before"), true)
+		}
+		want := s.Clone()
+		s.BeginUndo(&u)
+		nowBefore := now
+		for range rapid.IntRange(1, 20).Draw(rt, "during") {
+			apply(s, draw("during"), false) // (a batch holds the entry's lock: no flush)
+		}
+		if rapid.Bool().Draw(rt, "keep") {
+			during := s.Clone()
+			u.End()
+			if !reflect.DeepEqual(s.Clone(), during) {
+				rt.Fatal("End changed the state")
+			}
+			return
+		}
+		u.Rollback()
+		if got := s.Clone(); !reflect.DeepEqual(got, want) {
+			rt.Fatalf("after Rollback:\n%+v\nwant %+v", got, want)
+		}
+		now = nowBefore
+		for range rapid.IntRange(1, 20).Draw(rt, "after") {
+			x := draw("after")
+			apply(s, x, false)
+			apply(want, x, false)
+		}
+		if got := s.Clone(); !reflect.DeepEqual(got, want.Clone()) {
+			rt.Fatalf("adds after Rollback:\n%+v\nwant %+v", got, want)
 		}
 	})
 }
