@@ -593,3 +593,70 @@ func TestMarkedOldOwnerWriteLostIsAppliedAgain(t *testing.T) {
 		})
 	}
 }
+
+// TestMarkedSeenAfterWritelessClaims: under ring churn, nodes claim an
+// id and lose it again before they write (a marked op waits for the
+// inbound handoffs first), and each such claim adds its epoch's floor to
+// the groups its state holds. A group keeps maxWrote versions, the
+// highest: after enough such claims the version that matched the
+// owner's state (here the write's own) is gone. The owner that claims
+// the id back must still report the group's events seen while its state
+// is not yet lifted to its new epoch (the first op after the claim is
+// typically the retry of the batch that failed while ownership moved).
+func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
+	c := newClusterNoAntiEntropy(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	const id = "mw:x"
+	owner := c.node("n1").n.Ring().Owner(id)
+	on := c.node(owner).n
+	op := []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e1"}}}
+	if _, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	v1, _, ok, err := on.store.VersionOf(id)
+	if err != nil || !ok {
+		t.Fatalf("version: %v %v", ok, err)
+	}
+	var others []*testNode
+	for _, tn := range c.running() {
+		if tn.id != owner {
+			others = append(others, tn)
+		}
+	}
+	// Three claims by another node that wrote nothing: the replicas
+	// promised it epoch 1000, and its copy of the group (back to the
+	// owner with a fence's answer or a handoff) has the floors of 998,
+	// 999 and 1000.
+	for _, tn := range others {
+		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
+		if resp.Err != nil || resp.Refused[0] != 0 {
+			t.Fatalf("claim on %s: %+v", tn.id, resp)
+		}
+	}
+	g := markGroup{ID: id, Key: v1, Wrote: []uint64{epochFloor(998), epochFloor(999), epochFloor(1000)}, Expires: on.markNow() + int64(time.Hour), Events: []string{"e1"}}
+	if r := on.serveReplicate(ctx, &replicateRequest{header: header{From: others[0].id}, Marks: []markGroup{g}, Sync: true}); r.Err != nil {
+		t.Fatalf("marks to the owner: %+v", r)
+	}
+	// The owner fences again (as after a ring change, or a failed
+	// replication), claims epoch 1001 from the state at v1 and adds its
+	// floor: the group's versions are now 998..1001, none of v1's epoch.
+	on.fence.forget([]string{id})
+	seen, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+	if err != nil || !slices.Equal(seen[0], []string{"e1"}) {
+		t.Fatalf("redelivered after the claims: seen %v, %v; want [e1] (applied twice)", seen, err)
+	}
+	// The next write lifts the state to the owner's epoch: still seen.
+	if _, err := on.ApplyCounterMarked(ctx, []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e2"}}}, time.Hour, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	seen, err = on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+	if err != nil || !slices.Equal(seen[0], []string{"e1"}) {
+		t.Fatalf("redelivered after a write of the new epoch: seen %v, %v; want [e1]", seen, err)
+	}
+	for _, tn := range c.running() {
+		eventually(t, 5*time.Second, "value 2 on "+tn.id, func() bool {
+			v, err := tn.n.Get(ctx, id)
+			return err == nil && v.Value == 2
+		})
+	}
+}

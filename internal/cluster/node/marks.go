@@ -199,6 +199,18 @@ type claimBase struct {
 	base  uint64 // the id's version after the fence merged (0: none)
 }
 
+// holds reports whether the state at version holds a write whose group
+// has the versions ws because it still holds the state this node's claim
+// started from, which the claim found the write in (the claim's floor is
+// in ws): the owner's state before its first write of the epoch lifts it.
+// contains alone misses that when the group's versions no longer have one
+// of the state's epoch: a group keeps the maxWrote highest, and under
+// ring churn nodes claim an id and lose it again before they write (a
+// marked op waits for the inbound handoffs), each adding its floor.
+func (b claimBase) holds(version uint64, ws []uint64) bool {
+	return b.epoch > 0 && b.base > 0 && slices.Contains(ws, epochFloor(b.epoch)) && contains(version, []uint64{b.base})
+}
+
 // markStore holds this node's dedupe marks, by counter id. Safe for
 // concurrent use.
 type markStore struct {
@@ -272,7 +284,8 @@ func (s *markStore) merge(groups []markGroup, now int64) []engine.StoredRecord {
 
 // seen returns the events of events that have an unexpired mark on id
 // whose write the state at version holds (any mark when crdt: per-node
-// slots have no epochs).
+// slots have no epochs): by the group's versions, or by this node's claim
+// of id (claimBase.holds).
 func (s *markStore) seen(id string, events []string, version uint64, crdt bool, now int64) []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -280,11 +293,12 @@ func (s *markStore) seen(id string, events []string, version uint64, crdt bool, 
 	if im == nil {
 		return nil
 	}
+	b := s.bases[id]
 	var out []string
 	for _, e := range events {
 		for _, k := range im.events[e] {
 			g := im.groups[k]
-			if g != nil && g.g.Expires > now && (crdt || contains(version, g.g.Wrote)) {
+			if g != nil && g.g.Expires > now && (crdt || contains(version, g.g.Wrote) || b.holds(version, g.g.Wrote)) {
 				out = append(out, e)
 				break
 			}
