@@ -142,7 +142,7 @@ func (f *Front) attach(c net.Conn) bool {
 	_ = evloop.EnableRxTime(fd) // refused: latencies count from the read
 	f.next++                    // only the accepting goroutine
 	l := f.loops[f.next%len(f.loops)]
-	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr}
+	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr, fresh: true}
 	ip := shed.AddrIP(raddr)
 	cn.peer = shed.ClientKey(ip)
 	if f.opts.Proxied != nil && ip.IsValid() {
@@ -238,6 +238,11 @@ type conn struct {
 	verdict shed.Verdict
 	// waitTurn: not polled until its client's turn (loop.turns).
 	waitTurn bool
+	// resumed: Unix ns its last pause ended, if no request was admitted
+	// since (0: none); input received before it was sent in the pause.
+	resumed int64
+	// fresh: no request of the connection was admitted or shed yet.
+	fresh bool
 }
 
 // obs is an admitted request whose answer is in out.
@@ -715,13 +720,16 @@ func (l *loop) process(c *conn) bool {
 		// connections than its share of the queue is a flood: its
 		// request is held to --max-queue-wait from the kernel's receive
 		// time, by the clock now, not the round's start (a long round's
-		// last requests waited the round too), and refused past it.
+		// last requests waited the round too), and refused past it. So
+		// is one of any client that waited --max-queue-wait while held
+		// back (heldBack), as on the HTTP server (shed.Fair.Stale).
 		if o.Fair != nil && !c.ticket.Holding() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
 			v := shed.Admitted
 			if c.decided {
 				v, c.decided = c.verdict, false
+			} else if waited := time.Duration(time.Now().UnixNano() - c.rxAt); o.Fair.Stale(waited, l.heldBack(c, waited)) {
+				v = o.Fair.ShedStale()
 			} else {
-				waited := time.Duration(time.Now().UnixNano() - c.rxAt)
 				var p *shed.Pending
 				v, p = o.Fair.AcquireAsync(&c.ticket, c.key, waited, l.flooding(c), l.wake)
 				if p != nil {
@@ -733,6 +741,7 @@ func (l *loop) process(c *conn) bool {
 					break
 				}
 			}
+			c.fresh = false
 			if v != shed.Admitted {
 				l.f.shed.Add(1)
 				if o.OnShed != nil {
@@ -753,6 +762,7 @@ func (l *loop) process(c *conn) bool {
 				continue
 			}
 		}
+		c.resumed = 0
 		var closeAfter, panicked bool
 		c.out, closeAfter, panicked = c.x.run(o.Handler, h, buf, c.out, l.drain, l.wall)
 		served++
@@ -782,6 +792,23 @@ func (l *loop) process(c *conn) bool {
 		return false
 	}
 	return true
+}
+
+// heldBack reports whether c's request, which waited that long in its
+// socket, was held back there (shed.Fair.Stale): its connection was
+// passed over for its client's budget of a round or waited for its
+// client's turn (turned), it was sent during its connection's pause
+// after a shed answer (Options.Pace), or it is its connection's first
+// and, past --max-queue-wait, the node had no free slot at some time
+// since it was received: a new connection read late behind an
+// overload's requests (such as the first requests of a flood's
+// connections, whose client is not yet known to flood while they are
+// still being accepted). Later requests of a connection that waited as
+// long only because the node was busy are not held back: a client
+// within its share is not refused for time.
+func (l *loop) heldBack(c *conn, waited time.Duration) bool {
+	return c.turned || c.rxAt < c.resumed || c.fresh &&
+		waited >= l.f.opts.Fair.MaxWait() && l.f.opts.Fair.BusySince(time.Unix(0, c.rxAt))
 }
 
 // flooding reports whether c's client holds more connections than its
@@ -899,6 +926,7 @@ func (l *loop) resume() time.Duration {
 			continue
 		}
 		c.pauseEnd = 0
+		c.resumed = time.Now().UnixNano()
 		l.p.Mod(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
 		if c.r < c.w { // input read before the pause
 			l.process(c)
