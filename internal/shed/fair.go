@@ -79,9 +79,6 @@ type Fair struct {
 	causes   [numCauses]atomic.Uint64 // shed requests by Cause
 	pool     sync.Pool                // *fairWaiter
 	now      func() time.Time
-	// busyAt is when a request last found no free slot (it queued or
-	// was shed), in Unix nanoseconds: BusySince.
-	busyAt atomic.Int64
 	// OnShed, when set before use, is called for every shed request
 	// with the reason (ShedOverload or ShedClient).
 	OnShed func(Verdict)
@@ -446,7 +443,6 @@ func (f *Fair) enqueue(t *Ticket, client Key, waited time.Duration, bounded bool
 		return Admitted, nil, 0
 	}
 	f.winWait = true
-	f.busyAt.Store(now.UnixNano())
 	c := f.clients[client]
 	mine := 0
 	if c != nil {
@@ -732,30 +728,14 @@ func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) 
 // could ask for a slot is refused for it (ShedStale) instead: it waited
 // MaxWait or more while held back (held) by what a flood or an overload
 // causes, not by its own client's concurrency: for its client's turn (a
-// Gate, or an HTTP event loop's round budget), through the pause its
-// client was given for being refused too often (Pacer), or, on an HTTP
-// event loop, while the node was busy (BusySince). Its wait was spent
+// Gate, or an HTTP event loop's round budget), or through the pause its
+// client was given for being refused too often (Pacer). Its wait was spent
 // behind others' requests; admitted, it would run late and set the
 // latency of everything admitted. A request that waited as long without
 // being held back (a starved process on a busy machine) asks for a slot
 // as any other (Acquire).
 func (f *Fair) Stale(waited time.Duration, held bool) bool {
 	return held && waited >= f.cfg.MaxWait
-}
-
-// BusySince reports whether the node has had no free slot for a request
-// at some time since t: a request waits in the queue now, every slot is
-// taken, or one found none (it queued or was shed) at or after t. An HTTP
-// event loop asks it for a request received at t that waited MaxWait
-// before the loop read it: its wait was then spent behind an overload's
-// requests (Stale).
-func (f *Fair) BusySince(t time.Time) bool {
-	if f.busyAt.Load() >= t.UnixNano() {
-		return true
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.queued > 0 || float64(f.running) >= f.limit
 }
 
 // MaxClientQueue returns a client's share of the queue.
@@ -765,7 +745,6 @@ func (f *Fair) MaxClientQueue() int { return f.cfg.MaxClientQueue }
 func (f *Fair) MaxWait() time.Duration { return f.cfg.MaxWait }
 
 func (f *Fair) shedOne(v Verdict, c Cause) Verdict {
-	f.busyAt.Store(f.now().UnixNano())
 	f.shed.Add(1)
 	f.causes[c].Add(1)
 	if f.OnShed != nil {

@@ -681,37 +681,10 @@ func TestFairAcquireAsync(t *testing.T) {
 	}
 }
 
-// TestFairBusySince: BusySince(t) holds while every slot is taken or a
-// request waits, and afterwards for a t at or before the last request
-// that found no free slot (queued or shed), not for a later t; Stale
-// refuses only a request held back that waited MaxWait.
-func TestFairBusySince(t *testing.T) {
-	now := time.Unix(1_000_000, 0)
-	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 1, MaxClientQueue: 1, MaxWait: time.Second})
-	f.now = func() time.Time { return now }
-	if f.BusySince(now.Add(-time.Hour)) {
-		t.Fatal("busy before any request")
-	}
-	var a, b Ticket
-	if f.Acquire(&a, clientA, 0) != Admitted || !f.BusySince(now) {
-		t.Fatal("not busy with its only slot taken")
-	}
-	now = now.Add(time.Second)
-	if v, p := f.AcquireAsync(&b, clientB, 0, false, func() {}); v != Admitted || p == nil {
-		t.Fatal("not queued")
-	} else {
-		p.Cancel()
-	}
-	f.Release(&a)
-	now = now.Add(time.Second)
-	if !f.BusySince(now.Add(-time.Second)) || f.BusySince(now.Add(-time.Second+1)) {
-		t.Fatal("BusySince: the last request without a free slot")
-	}
-	now = now.Add(time.Second)
-	f.ShedStale()
-	if !f.BusySince(now) || f.BusySince(now.Add(1)) {
-		t.Fatal("BusySince: a shed request")
-	}
+// TestFairStale: Stale refuses only a request held back that waited
+// MaxWait.
+func TestFairStale(t *testing.T) {
+	f := NewFair(FairConfig{MaxWait: time.Second})
 	if f.Stale(time.Hour, false) || f.Stale(time.Second-1, true) || !f.Stale(time.Second, true) {
 		t.Fatal("Stale")
 	}

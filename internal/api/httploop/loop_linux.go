@@ -142,7 +142,7 @@ func (f *Front) attach(c net.Conn) bool {
 	_ = evloop.EnableRxTime(fd) // refused: latencies count from the read
 	f.next++                    // only the accepting goroutine
 	l := f.loops[f.next%len(f.loops)]
-	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr, fresh: true}
+	cn := &conn{fd: fd, orig: c, remote: raddr.String(), laddr: laddr}
 	ip := shed.AddrIP(raddr)
 	cn.peer = shed.ClientKey(ip)
 	if f.opts.Proxied != nil && ip.IsValid() {
@@ -241,8 +241,6 @@ type conn struct {
 	// resumed: Unix ns its last pause ended, if no request was admitted
 	// since (0: none); input received before it was sent in the pause.
 	resumed int64
-	// fresh: no request of the connection was admitted or shed yet.
-	fresh bool
 }
 
 // obs is an admitted request whose answer is in out.
@@ -727,7 +725,7 @@ func (l *loop) process(c *conn) bool {
 			v := shed.Admitted
 			if c.decided {
 				v, c.decided = c.verdict, false
-			} else if waited := time.Duration(time.Now().UnixNano() - c.rxAt); o.Fair.Stale(waited, l.heldBack(c, waited)) {
+			} else if waited := time.Duration(time.Now().UnixNano() - c.rxAt); o.Fair.Stale(waited, l.heldBack(c)) {
 				v = o.Fair.ShedStale()
 			} else {
 				var p *shed.Pending
@@ -741,7 +739,6 @@ func (l *loop) process(c *conn) bool {
 					break
 				}
 			}
-			c.fresh = false
 			if v != shed.Admitted {
 				l.f.shed.Add(1)
 				if o.OnShed != nil {
@@ -798,17 +795,11 @@ func (l *loop) process(c *conn) bool {
 // socket, was held back there (shed.Fair.Stale): its connection was
 // passed over for its client's budget of a round or waited for its
 // client's turn (turned), it was sent during its connection's pause
-// after a shed answer (Options.Pace), or it is its connection's first
-// and, past --max-queue-wait, the node had no free slot at some time
-// since it was received: a new connection read late behind an
-// overload's requests (such as the first requests of a flood's
-// connections, whose client is not yet known to flood while they are
-// still being accepted). Later requests of a connection that waited as
-// long only because the node was busy are not held back: a client
-// within its share is not refused for time.
-func (l *loop) heldBack(c *conn, waited time.Duration) bool {
-	return c.turned || c.rxAt < c.resumed || c.fresh &&
-		waited >= l.f.opts.Fair.MaxWait() && l.f.opts.Fair.BusySince(time.Unix(0, c.rxAt))
+// after a shed answer (Options.Pace). A request that waited as long only
+// because the node was busy is not held back: a client within its share
+// is not refused for time.
+func (l *loop) heldBack(c *conn) bool {
+	return c.turned || c.rxAt < c.resumed
 }
 
 // flooding reports whether c's client holds more connections than its

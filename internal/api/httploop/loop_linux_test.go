@@ -665,69 +665,63 @@ func floodAndOther(t *testing.T, tf *testFront, n int) (flood []net.Conn, other 
 	return flood, other
 }
 
-// TestStaleWhenBusy: the first request of a new connection that waited
-// MaxWait in its socket before the loop read it (here: the loop held,
-// as behind a flood's connections) is refused as stale, without
-// queueing, when the node had no free slot meanwhile, though its client
-// is no flood (one connection); the same request with a slot free all
-// along is served (its wait was the process's, not an overload's), and
-// so is a later request of a connection that waited as long (within its
-// client's share, it is not refused for time: it queues).
-func TestStaleWhenBusy(t *testing.T) {
+// TestStaleAfterPause: a request sent during its connection's pause
+// after a shed answer (Options.Pace), read once the pause ends having
+// waited MaxWait, is refused as stale though its client is no flood (one
+// connection) and a slot is free by then, as on the HTTP server
+// (shed.Fair.Stale); the connection's next request, sent after the
+// pause, is served.
+func TestStaleAfterPause(t *testing.T) {
 	const maxWait = 50 * time.Millisecond
-	fair := shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 4, MaxClientQueue: 2, MaxWait: maxWait})
 	var latency atomic.Int64
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 1, MaxClientQueue: 1, MaxWait: maxWait})
 	tf := startFront(t, 1, func(o *Options) {
 		o.Fair = fair
 		o.ShedAnswer = func(shed.Verdict, bool) []byte {
 			return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
 		}
+		o.Pace = func(shed.Key) time.Duration { return 4 * maxWait }
 		o.Latency = func(d time.Duration, _ bool) { latency.Store(int64(d)) }
 	})
 	l := tf.front.loops[0]
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	waitFor(t, func() bool { return l.connsOnLoop() == 1 })
+	// The only slot held and the queue full (another client waits):
+	// the request is refused (queue full) and its connection paused.
+	var elsewhere, queued shed.Ticket
+	fair.Acquire(&elsewhere, shed.ClientKey(netip.MustParseAddr("10.9.9.9")), 0)
+	_, p := fair.AcquireAsync(&queued, shed.ClientKey(netip.MustParseAddr("10.9.9.8")), 0, false, func() {})
+	if p == nil {
+		t.Fatal("not queued")
+	}
 	const req = "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
-	// late sends req on c (a new connection when nil, left with the
-	// loop's connections to add) while the loop is held for 2 x maxWait.
-	late := func(c net.Conn) net.Conn {
-		onLoop(t, l, func() {
-			if c == nil {
-				var err error
-				d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
-				if c, err = d.Dial("tcp", tf.addr); err != nil {
-					t.Skipf("127.0.0.2 not usable: %v", err)
-				}
-				t.Cleanup(func() { c.Close() })
-				c.SetDeadline(time.Now().Add(5 * time.Second))
-				// accepted, its receive times on: its bytes get one
-				waitFor(t, func() bool { l.mu.Lock(); defer l.mu.Unlock(); return len(l.adds) == 1 })
-			}
-			io.WriteString(c, req)
-			time.Sleep(2 * maxWait)
-		})
-		return c
+	br := bufio.NewReader(c)
+	io.WriteString(c, req)
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with the queue full: %v %v", r, err)
 	}
-	first := late(nil)
-	br := bufio.NewReader(first)
+	io.WriteString(c, req) // during the pause
+	p.Cancel()
+	fair.Release(&elsewhere) // a slot free long before the pause ends
+	r, err := http.ReadResponse(br, nil)
+	if err == nil && r.StatusCode == http.StatusOK && time.Duration(latency.Load()) < maxWait {
+		t.Skipf("no receive time from the kernel for the request sent during the pause (latency %v)", time.Duration(latency.Load()))
+	}
+	if err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a request sent during the pause: %v %v (want 503)", r, err)
+	}
+	if n := fair.ShedBy(shed.CauseStale); n != 1 {
+		t.Fatalf("%d shed as stale, want 1", n)
+	}
+	time.Sleep(5 * maxWait) // its second pause ends
+	io.WriteString(c, req)
 	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusOK {
-		t.Fatalf("a late first request with a slot free all along: %v %v", r, err)
-	}
-	if d := time.Duration(latency.Load()); d < 2*maxWait {
-		t.Skipf("no receive time from the kernel: the late request's latency is %v", d)
-	}
-	var elsewhere shed.Ticket // the only slot, held by a request elsewhere
-	if fair.Acquire(&elsewhere, shed.ClientKey(netip.MustParseAddr("10.9.9.9")), 0) != shed.Admitted {
-		t.Fatal("slot not taken")
-	}
-	if r, err := http.ReadResponse(bufio.NewReader(late(nil)), nil); err != nil || r.StatusCode != http.StatusServiceUnavailable {
-		t.Fatalf("a late first request while no slot was free: %v %v (want 503 at once; queued: %d)", r, err, fair.Queued())
-	}
-	if n := fair.ShedBy(shed.CauseStale); n != 1 || tf.calls.Load() != 1 {
-		t.Fatalf("%d shed as stale, %d run; want 1 and 1", n, tf.calls.Load())
-	}
-	late(first) // its second request queues for the slot
-	waitFor(t, func() bool { return fair.Queued() == 1 })
-	fair.Release(&elsewhere)
-	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusOK {
-		t.Fatalf("a late second request: %v %v", r, err)
+		t.Fatalf("a request after the pause: %v %v", r, err)
 	}
 }
