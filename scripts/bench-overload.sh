@@ -19,19 +19,24 @@
 # Modes, in one session, order alternating every round (MODES to choose):
 #   before  : no shedding at all (--max-inflight -1 --http-max-conns -1)
 #   handler : only the limit inside the HTTP handler (--http-admission=false)
-#   loop    : the defaults plus HTTP event loops (--http-event-loops 0)
-#   after   : the defaults (HTTP admission per client before the HTTP server,
-#             --max-conns-per-client a quarter of --http-max-conns)
+#   after   : the defaults (HTTP event loops for the hot routes, admission per
+#             client, --max-conns-per-client a quarter of --http-max-conns)
+#   loop    : the same, the loops asked for (--http-event-loops 0)
+#   nethttp : the defaults on net/http only (--http-event-loops -1: HTTP
+#             admission per client before the HTTP server)
 #   nocap   : the defaults without the per-client connection cap (--max-conns-per-client -1)
 #   nopace  : the defaults, refused connections never paused (--shed-rate-per-client 0)
 #   cap     : defaults plus --http-max-conns CAP (default 1024)
 #   pcN     : defaults plus --max-conns-per-client N (e.g. pc256)
 #   nogate  : the defaults without turns per client (--max-busy-conns-per-client -1)
 #   busyN   : defaults plus --max-busy-conns-per-client N (e.g. busy16)
+#             (the loops take no turns at that gate: nogate and busyN act on the
+#             requests handed to net/http only)
 #   base    : BASE_BIN (another counterd binary, e.g. an older commit) with --http-admission
 #             (compares two admissions in one session; skipped without BASE_BIN)
 #   basedef : BASE_BIN with its own defaults
 #   baseloop: BASE_BIN with --http-event-loops 0 (compare with loop)
+#   basenet : BASE_BIN with --http-event-loops -1 (compare with nethttp)
 #
 #   scripts/bench-overload.sh [ROUNDS] [SECONDS]
 #
@@ -66,11 +71,13 @@ flags() {
     handler) echo "--http-admission=false" ;;
     after) echo "" ;;
     loop) echo "--http-event-loops 0" ;;
+    nethttp) echo "--http-event-loops -1" ;;
     nocap) echo "--max-conns-per-client -1" ;;
     nopace) echo "--shed-rate-per-client 0" ;;
     base) echo "--http-admission" ;;
     basedef) echo "" ;;
     baseloop) echo "--http-event-loops 0" ;;
+    basenet) echo "--http-event-loops -1" ;;
     cap) echo "--http-max-conns $CAP" ;;
     pc*) echo "--max-conns-per-client ${1#pc}" ;;
     nogate) echo "--max-busy-conns-per-client -1" ;;
@@ -82,7 +89,7 @@ flags() {
 run() { # $1 = mode
   rm -rf "$tmp/data"
   local bin=$tmp/counterd
-  if [ "$1" = base ] || [ "$1" = basedef ] || [ "$1" = baseloop ]; then
+  if [ "$1" = base ] || [ "$1" = basedef ] || [ "$1" = baseloop ] || [ "$1" = basenet ]; then
     [ -n "${BASE_BIN:-}" ] || return 0
     bin=$BASE_BIN
   fi

@@ -23,8 +23,8 @@
 #                   github.com/gubernator-io/gubernator/v2/cmd/gubernator@v2.13.0`
 #                   into ~/.cache/counterd-bench/gubernator-v2.13.0 (once)
 #   COUNTERD        counterd binary (default: built with make build's flags)
-#   COUNTERD_ARGS   more counterd flags (default "--http-event-loops 0": the
-#                   HTTP event loops; "--http-event-loops -1" for net/http)
+#   COUNTERD_ARGS   more counterd flags (default none: the HTTP event loops,
+#                   counterd's default; "--http-event-loops -1" for net/http)
 #
 # Both check one key, account:12345, one hit at a time under a token bucket
 # of 1e9 per minute (nothing is denied: this measures the check path).
@@ -35,7 +35,7 @@
 set -euo pipefail
 
 CONNS=${CONNS:-50}
-COUNTERD_ARGS=${COUNTERD_ARGS---http-event-loops 0}
+COUNTERD_ARGS=${COUNTERD_ARGS-}
 DURATION=${DURATION:-10s}
 ROUNDS=${ROUNDS:-3}
 TESTS="http grpc resp"

@@ -245,7 +245,7 @@ func (c *admitConn) Read(p []byte) (int, error) {
 		if !f.neverShed && c.a.fair != nil && f.total <= len(buf) {
 			key := c.requestKey(&f)
 			var v shed.Verdict
-			if (parked || inPause) && waited >= c.a.fair.MaxWait() {
+			if c.a.fair.Stale(waited, parked || inPause) {
 				// It waited for its client's turn (the client over
 				// its busy connections), or through the pause its
 				// client was given for being refused too often, past

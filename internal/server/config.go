@@ -105,7 +105,7 @@ type Config struct {
 	RESPQueryBufferTotal  int           // --resp-query-buffer-total: all connections' big query buffers together (default 256 MiB)
 	RESPMaxArgs           int           // --resp-max-args: most arguments of one command (default 32768)
 	RESPEventLoops        int           // --resp-event-loops: -1 a goroutine per connection, 0 auto, N loops (default 0)
-	HTTPEventLoops        int           // --http-event-loops: -1 none (net/http only; the default), 0 auto, N loops
+	HTTPEventLoops        int           // --http-event-loops: -1 none (net/http only), 0 auto (the default), N loops
 	LuaTimeLimit          time.Duration // --lua-time-limit: after it a running RESP script answers other clients BUSY and may be stopped by SCRIPT KILL (default 5s)
 	RESPCoalesce          time.Duration // --resp-coalesce: an event loop's nap under concurrent unpipelined load, 0 none (default 20µs)
 	MaxInflight           int           // --max-inflight: requests running at once, 0 = 64 x GOMAXPROCS, -1 no shedding (default 0)
@@ -142,7 +142,6 @@ func DefaultConfig() Config {
 		RESP:                    "127.0.0.1:6380",
 		GRPC:                    "127.0.0.1:9090",
 		Durability:              "async",
-		HTTPEventLoops:          -1,
 		MinFreeDisk:             "auto",
 		MemoryLimit:             "auto",
 		NodeID:                  host,
@@ -361,7 +360,7 @@ func (c *Config) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.RESPQueryBufferTotal, "resp-query-buffer-total", envInt("resp-query-buffer-total", c.RESPQueryBufferTotal), "bytes of query buffers above 64 KiB held by all Redis-protocol connections together")
 	fs.IntVar(&c.RESPMaxArgs, "resp-max-args", envInt("resp-max-args", c.RESPMaxArgs), "most arguments of one Redis-protocol command")
 	fs.IntVar(&c.RESPEventLoops, "resp-event-loops", envInt("resp-event-loops", c.RESPEventLoops), "Redis-protocol event loops (epoll, Linux; plain TCP): 0 auto (one per two cores with the embedded engine and --durability async, else none), -1 none (a goroutine per connection), N that many")
-	fs.IntVar(&c.HTTPEventLoops, "http-event-loops", envInt("http-event-loops", c.HTTPEventLoops), "HTTP/1.1 event loops (epoll, Linux; plain TCP) for the hot routes (rate-limit checks, counter increments and reads; other requests go to the HTTP server): -1 none (the default: every request through the HTTP server and its admission), 0 auto (one per two cores with the embedded engine and --durability async, else none), N that many")
+	fs.IntVar(&c.HTTPEventLoops, "http-event-loops", envInt("http-event-loops", c.HTTPEventLoops), "HTTP/1.1 event loops (epoll, Linux; plain TCP) for the hot routes (rate-limit checks, counter increments and reads; other requests go to the HTTP server): 0 auto (the default: one per two cores with the embedded engine and --durability async, else none), N that many, -1 none (every request through the HTTP server and its admission)")
 	dur(&c.LuaTimeLimit, "lua-time-limit", "Redis's lua-time-limit: once a Redis-protocol script (EVAL) has run this long, other clients' commands are answered BUSY (HTTP writes waiting for it 503) and SCRIPT KILL may stop it if it has not written")
 	dur(&c.RESPCoalesce, "resp-coalesce", "while 32 or more Redis-protocol connections are active and not pipelining, an event loop naps this long after a round, then serves what came meanwhile together: senders do not pay for waking it; adds up to the nap plus the kernel's timer slack to those requests' latency (0: never nap; at most 1ms)")
 	fs.IntVar(&c.MaxInflight, "max-inflight", envInt("max-inflight", c.MaxInflight), "requests served at once before shedding (0: 64 x GOMAXPROCS; -1: never shed)")

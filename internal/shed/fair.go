@@ -720,9 +720,23 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 }
 
 // ShedStale counts a request refused without a slot for having waited
-// MaxWait before it could ask for one (for a turn of its client at a
-// Gate, the client over its share there) and returns ShedOverload.
+// MaxWait before it could ask for one (see Stale) and returns
+// ShedOverload.
 func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) }
+
+// Stale reports whether a request that waited (in its socket) before it
+// could ask for a slot is refused for it (ShedStale) instead: it waited
+// MaxWait or more while held back (held) by what a flood or an overload
+// causes, not by its own client's concurrency: for its client's turn (a
+// Gate, or an HTTP event loop's round budget), or through the pause its
+// client was given for being refused too often (Pacer). Its wait was spent
+// behind others' requests; admitted, it would run late and set the
+// latency of everything admitted. A request that waited as long without
+// being held back (a starved process on a busy machine) asks for a slot
+// as any other (Acquire).
+func (f *Fair) Stale(waited time.Duration, held bool) bool {
+	return held && waited >= f.cfg.MaxWait
+}
 
 // MaxClientQueue returns a client's share of the queue.
 func (f *Fair) MaxClientQueue() int { return f.cfg.MaxClientQueue }

@@ -680,3 +680,12 @@ func TestFairAcquireAsync(t *testing.T) {
 		t.Fatalf("%d running", f.Running())
 	}
 }
+
+// TestFairStale: Stale refuses only a request held back that waited
+// MaxWait.
+func TestFairStale(t *testing.T) {
+	f := NewFair(FairConfig{MaxWait: time.Second})
+	if f.Stale(time.Hour, false) || f.Stale(time.Second-1, true) || !f.Stale(time.Second, true) {
+		t.Fatal("Stale")
+	}
+}

@@ -238,6 +238,9 @@ type conn struct {
 	verdict shed.Verdict
 	// waitTurn: not polled until its client's turn (loop.turns).
 	waitTurn bool
+	// resumed: Unix ns its last pause ended, if no request was admitted
+	// since (0: none); input received before it was sent in the pause.
+	resumed int64
 }
 
 // obs is an admitted request whose answer is in out.
@@ -715,13 +718,16 @@ func (l *loop) process(c *conn) bool {
 		// connections than its share of the queue is a flood: its
 		// request is held to --max-queue-wait from the kernel's receive
 		// time, by the clock now, not the round's start (a long round's
-		// last requests waited the round too), and refused past it.
+		// last requests waited the round too), and refused past it. So
+		// is one of any client that waited --max-queue-wait while held
+		// back (heldBack), as on the HTTP server (shed.Fair.Stale).
 		if o.Fair != nil && !c.ticket.Holding() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
 			v := shed.Admitted
 			if c.decided {
 				v, c.decided = c.verdict, false
+			} else if waited := time.Duration(time.Now().UnixNano() - c.rxAt); o.Fair.Stale(waited, l.heldBack(c)) {
+				v = o.Fair.ShedStale()
 			} else {
-				waited := time.Duration(time.Now().UnixNano() - c.rxAt)
 				var p *shed.Pending
 				v, p = o.Fair.AcquireAsync(&c.ticket, c.key, waited, l.flooding(c), l.wake)
 				if p != nil {
@@ -753,6 +759,7 @@ func (l *loop) process(c *conn) bool {
 				continue
 			}
 		}
+		c.resumed = 0
 		var closeAfter, panicked bool
 		c.out, closeAfter, panicked = c.x.run(o.Handler, h, buf, c.out, l.drain, l.wall)
 		served++
@@ -782,6 +789,17 @@ func (l *loop) process(c *conn) bool {
 		return false
 	}
 	return true
+}
+
+// heldBack reports whether c's request, which waited that long in its
+// socket, was held back there (shed.Fair.Stale): its connection was
+// passed over for its client's budget of a round or waited for its
+// client's turn (turned), it was sent during its connection's pause
+// after a shed answer (Options.Pace). A request that waited as long only
+// because the node was busy is not held back: a client within its share
+// is not refused for time.
+func (l *loop) heldBack(c *conn) bool {
+	return c.turned || c.rxAt < c.resumed
 }
 
 // flooding reports whether c's client holds more connections than its
@@ -899,6 +917,7 @@ func (l *loop) resume() time.Duration {
 			continue
 		}
 		c.pauseEnd = 0
+		c.resumed = time.Now().UnixNano()
 		l.p.Mod(c.fd, syscall.EPOLLIN|syscall.EPOLLRDHUP)
 		if c.r < c.w { // input read before the pause
 			l.process(c)

@@ -664,3 +664,64 @@ func floodAndOther(t *testing.T, tf *testFront, n int) (flood []net.Conn, other 
 	waitFor(t, func() bool { return tf.front.loops[0].connsOnLoop() == n+1 })
 	return flood, other
 }
+
+// TestStaleAfterPause: a request sent during its connection's pause
+// after a shed answer (Options.Pace), read once the pause ends having
+// waited MaxWait, is refused as stale though its client is no flood (one
+// connection) and a slot is free by then, as on the HTTP server
+// (shed.Fair.Stale); the connection's next request, sent after the
+// pause, is served.
+func TestStaleAfterPause(t *testing.T) {
+	const maxWait = 50 * time.Millisecond
+	var latency atomic.Int64
+	fair := shed.NewFair(shed.FairConfig{MaxLimit: 1, MinLimit: 1, MaxQueue: 1, MaxClientQueue: 1, MaxWait: maxWait})
+	tf := startFront(t, 1, func(o *Options) {
+		o.Fair = fair
+		o.ShedAnswer = func(shed.Verdict, bool) []byte {
+			return []byte("HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nRetry-After: 1\r\n\r\n")
+		}
+		o.Pace = func(shed.Key) time.Duration { return 4 * maxWait }
+		o.Latency = func(d time.Duration, _ bool) { latency.Store(int64(d)) }
+	})
+	l := tf.front.loops[0]
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2)}}
+	c, err := d.Dial("tcp", tf.addr)
+	if err != nil {
+		t.Skipf("127.0.0.2 not usable: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	waitFor(t, func() bool { return l.connsOnLoop() == 1 })
+	// The only slot held and the queue full (another client waits):
+	// the request is refused (queue full) and its connection paused.
+	var elsewhere, queued shed.Ticket
+	fair.Acquire(&elsewhere, shed.ClientKey(netip.MustParseAddr("10.9.9.9")), 0)
+	_, p := fair.AcquireAsync(&queued, shed.ClientKey(netip.MustParseAddr("10.9.9.8")), 0, false, func() {})
+	if p == nil {
+		t.Fatal("not queued")
+	}
+	const req = "GET /counters/nothing HTTP/1.1\r\nHost: x\r\n\r\n"
+	br := bufio.NewReader(c)
+	io.WriteString(c, req)
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("with the queue full: %v %v", r, err)
+	}
+	io.WriteString(c, req) // during the pause
+	p.Cancel()
+	fair.Release(&elsewhere) // a slot free long before the pause ends
+	r, err := http.ReadResponse(br, nil)
+	if err == nil && r.StatusCode == http.StatusOK && time.Duration(latency.Load()) < maxWait {
+		t.Skipf("no receive time from the kernel for the request sent during the pause (latency %v)", time.Duration(latency.Load()))
+	}
+	if err != nil || r.StatusCode != http.StatusServiceUnavailable {
+		t.Fatalf("a request sent during the pause: %v %v (want 503)", r, err)
+	}
+	if n := fair.ShedBy(shed.CauseStale); n != 1 {
+		t.Fatalf("%d shed as stale, want 1", n)
+	}
+	time.Sleep(5 * maxWait) // its second pause ends
+	io.WriteString(c, req)
+	if r, err := http.ReadResponse(br, nil); err != nil || r.StatusCode != http.StatusOK {
+		t.Fatalf("a request after the pause: %v %v", r, err)
+	}
+}
