@@ -513,19 +513,8 @@ func TestMarkedOldOwnerFencedByEpoch(t *testing.T) {
 	if _, err := on.ApplyCounterMarked(ctx, []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e1"}}}, time.Hour, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	var others []*testNode
-	for _, tn := range c.running() {
-		if tn.id != owner {
-			others = append(others, tn)
-		}
-	}
 	// Another node claims the id at a much higher epoch on both replicas.
-	for _, tn := range others {
-		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
-		if resp.Err != nil || resp.Refused[0] != 0 {
-			t.Fatalf("claim on %s: %+v", tn.id, resp)
-		}
-	}
+	claimElsewhere(t, c, owner, id, 1000)
 	op := []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e2"}}}
 	_, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
 	if !errors.Is(err, contract.ErrUnavailable) {
@@ -561,19 +550,10 @@ func TestMarkedOldOwnerWriteLostIsAppliedAgain(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("export: %v %v", ok, err)
 	}
-	var others []*testNode
-	for _, tn := range c.running() {
-		if tn.id != owner {
-			others = append(others, tn)
-		}
-	}
+	others := claimElsewhere(t, c, owner, id, 1000)
 	newer := st
 	newer.Version = epochFloor(1000) | 5 // the new owner's state: value 1, e2 not in it
 	for _, tn := range others {
-		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
-		if resp.Err != nil || resp.Refused[0] != 0 {
-			t.Fatalf("claim on %s: %+v", tn.id, resp)
-		}
 		if r := tn.n.serveReplicate(ctx, &replicateRequest{header: header{From: others[0].id}, States: []State{newer}, Sync: true}); r.Err != nil || len(r.Stale) > 0 {
 			t.Fatalf("newer state on %s: %+v", tn.id, r)
 		}
@@ -617,22 +597,11 @@ func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("version: %v %v", ok, err)
 	}
-	var others []*testNode
-	for _, tn := range c.running() {
-		if tn.id != owner {
-			others = append(others, tn)
-		}
-	}
 	// Three claims by another node that wrote nothing: the replicas
 	// promised it epoch 1000, and its copy of the group (back to the
 	// owner with a fence's answer or a handoff) has the floors of 998,
 	// 999 and 1000.
-	for _, tn := range others {
-		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{1000}})
-		if resp.Err != nil || resp.Refused[0] != 0 {
-			t.Fatalf("claim on %s: %+v", tn.id, resp)
-		}
-	}
+	others := claimElsewhere(t, c, owner, id, 1000)
 	g := markGroup{ID: id, Key: v1, Wrote: []uint64{epochFloor(998), epochFloor(999), epochFloor(1000)}, Expires: on.markNow() + int64(time.Hour), Events: []string{"e1"}}
 	if r := on.serveReplicate(ctx, &replicateRequest{header: header{From: others[0].id}, Marks: []markGroup{g}, Sync: true}); r.Err != nil {
 		t.Fatalf("marks to the owner: %+v", r)
@@ -659,4 +628,24 @@ func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 			return err == nil && v.Value == 2
 		})
 	}
+}
+
+// claimElsewhere has the first node other than owner claim id at epoch
+// on every node but owner (the replicas' answer to its fence), and
+// returns those nodes, the claimant first.
+func claimElsewhere(t *testing.T, c *testCluster, owner, id string, epoch uint32) []*testNode {
+	t.Helper()
+	var others []*testNode
+	for _, tn := range c.running() {
+		if tn.id != owner {
+			others = append(others, tn)
+		}
+	}
+	for _, tn := range others {
+		resp := tn.n.serveFetch(context.Background(), &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{epoch}})
+		if resp.Err != nil || resp.Refused[0] != 0 {
+			t.Fatalf("claim on %s: %+v", tn.id, resp)
+		}
+	}
+	return others
 }
