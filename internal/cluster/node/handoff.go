@@ -41,7 +41,7 @@ func (n *Node) handoffLoop() {
 		if h := knobs.beforeHandoff.Load(); h != nil {
 			(*h)(n.self, cur)
 		}
-		if err := n.handOff(n.ctx, olds, cur); err != nil {
+		if _, err := n.handOff(n.ctx, olds, cur, nil); err != nil {
 			n.log.Warn("cluster: handoff incomplete, retrying", "err", err)
 			fails++
 			// The first retry comes soon: a rejoined node's connection is
@@ -79,11 +79,18 @@ func (n *Node) dropPassedRings(cur *ring.Snapshot) {
 // ones wait RejoinInterval.
 const firstHandoffRetry = 200 * time.Millisecond
 
-func (n *Node) retryHandoffLater(soon bool) {
-	d := n.cfg.RejoinInterval
+// handoffRetryDelay is how long a failed handoff waits before its next
+// attempt: firstHandoffRetry when soon (the first retry), else
+// RejoinInterval. The background loop and a drain share it.
+func (n *Node) handoffRetryDelay(soon bool) time.Duration {
 	if soon {
-		d = min(d, firstHandoffRetry)
+		return min(n.cfg.RejoinInterval, firstHandoffRetry)
 	}
+	return n.cfg.RejoinInterval
+}
+
+func (n *Node) retryHandoffLater(soon bool) {
+	d := n.handoffRetryDelay(soon)
 	n.goLoop(func() {
 		select {
 		case <-n.ctx.Done():
@@ -107,10 +114,13 @@ func isCRDT(k contract.Kind) bool { return k == contract.KindPN || k == contract
 // olds (all of them when this node was not a replica in all of olds, or is
 // not one any more), durably; a state of a versioned kind this node no
 // longer replicates is then dropped, only if every new replica
-// acknowledged it and it did not change meanwhile.
-func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Snapshot) error {
+// acknowledged it and it did not change meanwhile. When only is not nil,
+// states go only to the peers in it (a retry of those that failed). It
+// returns the peers that did not acknowledge (nil when nothing was pushed
+// because the export failed).
+func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Snapshot, only map[string]bool) (map[string]bool, error) {
 	if n.retired() != nil {
-		return nil // forgotten: peers refuse its stale state anyway
+		return nil, nil // forgotten: peers refuse its stale state anyway
 	}
 	start := time.Now()
 	// Rate-limit state first: it is in memory, small, and the new owners
@@ -126,6 +136,9 @@ func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Sna
 	var plan handoffPlan
 	err := n.store.ExportAll(ctx, func(st State) error {
 		targets, isReplica := plan.targets(n.self, olds, cur, st.ID)
+		if only != nil {
+			targets = slices.DeleteFunc(targets, func(p string) bool { return !only[p] })
+		}
 		for _, p := range targets {
 			byPeer[p] = append(byPeer[p], st)
 		}
@@ -135,7 +148,7 @@ func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Sna
 		return nil
 	})
 	if err != nil {
-		return errors.Join(limErr, err)
+		return nil, errors.Join(limErr, err)
 	}
 	failed := n.pushAll(ctx, byPeer, true)
 	sent, bytes := 0, 0
@@ -155,9 +168,36 @@ func (n *Node) handOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Sna
 	}
 	if len(failed) > 0 {
 		n.metrics.handoff.WithLabelValues("failed").Add(float64(len(failed)))
-		return errors.Join(limErr, errors.New("cluster: handoff: some peers did not acknowledge"))
+		return failed, errors.Join(limErr, errors.New("cluster: handoff: some peers did not acknowledge"))
 	}
-	return limErr
+	return failed, limErr
+}
+
+// drainHandOff hands off into cur (handOff) for a drain: it retries the
+// peers that did not acknowledge, with the background loop's delays, until
+// every one did or ctx ends, and then returns the last attempt's error.
+func (n *Node) drainHandOff(ctx context.Context, olds []*ring.Snapshot, cur *ring.Snapshot) error {
+	var only map[string]bool // nil: every peer
+	for attempt := 1; ; attempt++ {
+		failed, err := n.handOff(ctx, olds, cur, only)
+		if err == nil {
+			if attempt > 1 {
+				n.log.Info("cluster: drain handoff complete", "attempts", attempt)
+			}
+			return nil
+		}
+		if attempt == 1 {
+			n.log.Warn("cluster: drain handoff incomplete, retrying until the drain's deadline", "err", err, "failed_peers", len(failed))
+		}
+		if failed != nil { // the export worked: only the failed peers again
+			only = failed
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(n.handoffRetryDelay(attempt == 1)):
+		}
+	}
 }
 
 // handoffPlan decides where a handoff sends a state; its buffers are reused
@@ -198,7 +238,14 @@ func (n *Node) pushAll(ctx context.Context, byPeer map[string][]State, durable b
 	failed := map[string]bool{}
 	for peer, states := range byPeer {
 		wg.Go(func() {
-			if _, err := n.pushStatesMarks(ctx, peer, states, durable, durable); err != nil {
+			var err error
+			if h := knobs.handoffPush.Load(); h != nil && durable {
+				err = (*h)(ctx, n.self, peer)
+			}
+			if err == nil {
+				_, err = n.pushStatesMarks(ctx, peer, states, durable, durable)
+			}
+			if err != nil {
 				n.log.Debug("cluster: push", "to", peer, "err", err)
 				mu.Lock()
 				failed[peer] = true

@@ -292,3 +292,81 @@ func TestHandoffTargetsPassedRings(t *testing.T) {
 		}
 	})
 }
+
+// drainMarker marks the context of the drain in TestDrainRetriesUnacknowledgedHandoff.
+type drainMarker struct{}
+
+// TestDrainRetriesUnacknowledgedHandoff: with one replica per id, a
+// draining node is the only holder of its ids. Each peer refuses the first
+// two handoff pushes of the drain (and every push of the background
+// handoff loop, which would otherwise hand the ids off behind the drain's
+// back), so the drain's first attempt fails. Drain still succeeds, by
+// retrying the peers that did not acknowledge, and every id ends on its new
+// owner at its value.
+func TestDrainRetriesUnacknowledgedHandoff(t *testing.T) {
+	if testing.Short() {
+		t.Skip("multi-node membership changes")
+	}
+	c := &testCluster{t: t, nodes: map[string]*testNode{}, tune: func(cfg *Config) { cfg.ReplicationFactor = 1 }}
+	startTestCluster(c, "n1", "n2", "n3", "n4")
+	ctx := context.Background()
+	n4 := c.node("n4")
+	want := map[string]int64{}
+	for i := 0; len(want) < 30; i++ {
+		if id := fmt.Sprintf("drain:%d", i); n4.n.Ring().Owner(id) == "n4" {
+			want[id] = int64(i + 1)
+			if _, err := n4.n.Apply(ctx, add(id, want[id]), syncWO); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const refused = 2 // drain pushes each peer refuses
+	var mu sync.Mutex
+	drainPushes := map[string]int{}
+	refuse := func(ctx context.Context, self, peer string) error {
+		if self != "n4" {
+			return nil
+		}
+		if ctx.Value(drainMarker{}) == nil {
+			return fmt.Errorf("test: %s refuses the background handoff", peer)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if drainPushes[peer]++; drainPushes[peer] <= refused {
+			return fmt.Errorf("test: %s refuses drain push %d", peer, drainPushes[peer])
+		}
+		return nil
+	}
+	knobs.handoffPush.Store(&refuse)
+	t.Cleanup(func() { knobs.handoffPush.Store(nil) })
+
+	tn := c.remove("n4")
+	tn.shutdown(func() {
+		dctx, cancel := context.WithTimeout(context.WithValue(ctx, drainMarker{}, true), 30*time.Second)
+		defer cancel()
+		if err := tn.n.Drain(dctx); err != nil {
+			t.Errorf("drain n4: %v", err)
+		}
+	})
+	mu.Lock()
+	for peer, k := range drainPushes {
+		if k <= refused {
+			t.Errorf("the drain pushed to %s %d times, want more than the %d it refused", peer, k, refused)
+		}
+	}
+	if len(drainPushes) == 0 {
+		t.Error("the drain pushed nothing")
+	}
+	mu.Unlock()
+	c.waitRing("n1", "n2", "n3")
+	for id, w := range want {
+		owner := c.node(c.node("n1").n.Ring().Owner(id))
+		if _, ok, err := owner.eng.Export(id); err != nil || !ok {
+			t.Errorf("%s is not on its new owner %s: %v", id, owner.id, err)
+			continue
+		}
+		if v, err := owner.n.Get(ctx, id); err != nil || v.Value != w {
+			t.Errorf("%s on %s: %d, %v", id, owner.id, v.Value, err)
+		}
+	}
+}

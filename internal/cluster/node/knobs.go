@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"sync/atomic"
 
 	"github.com/counterd/counterd/internal/cluster/ring"
@@ -20,4 +21,8 @@ var knobs struct {
 	// beforeSetRing runs before node self installs the node set nodes
 	// (from membership); it may block.
 	beforeSetRing atomic.Pointer[func(self string, nodes []string)]
+	// handoffPush, when it returns an error, fails node self's handoff
+	// push to peer (under ctx, the handoff's) as if peer had not
+	// acknowledged it.
+	handoffPush atomic.Pointer[func(ctx context.Context, self, peer string) error]
 }

@@ -460,7 +460,8 @@ func (n *Node) Close() error {
 // Drain leaves the cluster gracefully. The node first takes itself off its
 // own ring (new requests are forwarded; ops admitted before finish), then
 // flushes pending replication to the new replica sets, leaves the gossip,
-// and hands every id it holds to its new replicas. Requests for ids it
+// and hands every id it holds to its new replicas, retrying the peers that
+// did not acknowledge until ctx ends. Requests for ids it
 // owned answer a retryable ErrWrongOwner until the others have seen it
 // leave. Call Close afterwards.
 func (n *Node) Drain(ctx context.Context) error {
@@ -487,7 +488,7 @@ func (n *Node) Drain(ctx context.Context) error {
 		leaveTimeout = min(leaveTimeout, time.Until(d)/2)
 	}
 	errs = append(errs, m.Leave(leaveTimeout))
-	errs = append(errs, n.handOff(ctx, []*ring.Snapshot{old}, n.ring.Snapshot()))
+	errs = append(errs, n.drainHandOff(ctx, []*ring.Snapshot{old}, n.ring.Snapshot()))
 	err := errors.Join(errs...)
 	n.log.Info("cluster drained", "took", time.Since(start).Round(time.Millisecond), "err", err)
 	return err
