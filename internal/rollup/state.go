@@ -438,8 +438,7 @@ type Undo struct {
 // u.End. The caller serialises access to s, as for any write.
 func (s *State) BeginUndo(u *Undo) {
 	u.s, u.old = s, *s
-	u.vals, u.closed = u.vals[:0], append(u.closed[:0], s.closed...)
-	n := 0
+	u.vals, u.closed, u.hs = u.vals[:0], append(u.closed[:0], s.closed...), u.hs[:0]
 	for i, c := range &s.counts {
 		if c != nil {
 			u.counts[i] = *c
@@ -449,35 +448,23 @@ func (s *State) BeginUndo(u *Undo) {
 	for i, k := range &s.sketches {
 		if k != nil {
 			u.sketches[i] = *k
-			if k.h != nil {
-				n++
-			}
+			u.beginSketch(k.h)
 		}
 	}
 	for i := range s.closed {
 		if it := &s.closed[i]; it.late && it.gen == 0 { // changed in place
 			u.vals = append(u.vals, it.vals...)
-			if it.h != nil {
-				n++
-			}
+			u.beginSketch(it.h)
 		}
 	}
-	if cap(u.hs) < n {
-		u.hs = make([]counter.HLLUndo, n)
-	}
-	u.hs = u.hs[:n]
-	n = 0
-	for _, k := range &s.sketches {
-		if k != nil && k.h != nil {
-			k.h.BeginUndo(&u.hs[n])
-			n++
-		}
-	}
-	for i := range s.closed {
-		if it := &s.closed[i]; it.late && it.gen == 0 && it.h != nil {
-			it.h.BeginUndo(&u.hs[n])
-			n++
-		}
+}
+
+// beginSketch records h (nil: none) in u.hs. (An HLLUndo holds no
+// pointer into u.hs, so u.hs may grow.)
+func (u *Undo) beginSketch(h *counter.HLL) {
+	if h != nil {
+		u.hs = append(u.hs, counter.HLLUndo{})
+		h.BeginUndo(&u.hs[len(u.hs)-1])
 	}
 }
 
