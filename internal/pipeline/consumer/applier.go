@@ -332,8 +332,8 @@ type scratch struct {
 	hits    []ruleHits // rule hits, for the metric
 	c       chunk
 	// ev and in: each record is decoded into ev and the rules see it
-	// through in, whose interned counter ids last from one segment to
-	// the next (rules.Input).
+	// through in; both, and the buffer in builds counter ids in
+	// (rules.Input), are reused from one segment to the next.
 	ev event.Event
 	in *rules.Input
 }

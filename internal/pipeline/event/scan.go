@@ -300,16 +300,10 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 		return fmt.Errorf("%w: data after the JSON object", ErrInvalid)
 	}
 	var err error
-	if e.ID, err = textField("id", idQ, idPlain); err != nil {
+	if e.ID, err = textField("id", idQ, idPlain, ""); err != nil {
 		return err
 	}
-	if typePlain && prevType != "" && string(typeQ[1:len(typeQ)-1]) == prevType {
-		// The same bytes, so the same text (textField without the copy).
-		if err := ValidateText(prevType); err != nil {
-			return fmt.Errorf("%w: %q %v", ErrInvalid, "type", err)
-		}
-		e.Type = prevType
-	} else if e.Type, err = textField("type", typeQ, typePlain); err != nil {
+	if e.Type, err = textField("type", typeQ, typePlain, prevType); err != nil {
 		return err
 	}
 	if e.TS, err = tsField(tsV); err != nil {
@@ -345,14 +339,20 @@ func setAttr(attrs []Attr, name, val []byte) []Attr {
 	return append(attrs, Attr{Name: name, Value: val})
 }
 
-func textField(name string, q []byte, plain bool) (string, error) {
+// textField is the text of the JSON string q (plain: without escapes),
+// checked (ValidateText); prev when q holds its bytes (a stream's events
+// share a few types: the string of the one before is reused).
+func textField(name string, q []byte, plain bool, prev string) (string, error) {
 	if q == nil {
 		return "", fmt.Errorf("%w: no %q", ErrInvalid, name)
 	}
 	if q[0] != '"' {
 		return "", fmt.Errorf("%w: %q is not a string", ErrInvalid, name)
 	}
-	s := unquote(q, plain)
+	s := prev // the same bytes, so the same text: no copy
+	if !plain || prev == "" || string(q[1:len(q)-1]) != prev {
+		s = unquote(q, plain)
+	}
 	if err := ValidateText(s); err != nil {
 		return "", fmt.Errorf("%w: %q %v", ErrInvalid, name, err)
 	}
