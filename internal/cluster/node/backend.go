@@ -218,7 +218,7 @@ func (n *Node) applyOwned(ctx context.Context, ops []contract.Op, batch bool, wo
 		if res[i].Replayed {
 			continue
 		}
-		if err := n.liftToEpoch(v, ops[i].ID, &res[i]); err != nil {
+		if err := n.liftToEpoch(v, ops[i].ID, &res[i], n.persist); err != nil {
 			return nil, err
 		}
 	}
@@ -227,15 +227,19 @@ func (n *Node) applyOwned(ctx context.Context, ops []contract.Op, batch bool, wo
 
 // liftToEpoch raises the version of a write r of id that is not
 // CRDT-local to this node's epoch of id (the fence of ring version v), so
-// that it beats every state of a previous owner.
-func (n *Node) liftToEpoch(v uint64, id string, r *contract.Result) error {
+// that it beats every state of a previous owner. At the epoch's first
+// write, the dedupe marks of id move to the epoch (markStore.lifted):
+// store gets their changes before the state is raised.
+func (n *Node) liftToEpoch(v uint64, id string, r *contract.Result, store func([]engine.StoredRecord)) error {
 	if !r.Changed || isCRDT(r.Kind) {
 		return nil
 	}
-	floor := epochFloor(n.fence.epoch(v, id))
+	e := n.fence.epoch(v, id)
+	floor := epochFloor(e)
 	if r.Version >= floor {
 		return nil
 	}
+	store(n.dedupe.lifted(id, e, n.markNow()))
 	if _, _, err := n.store.RaiseVersion(id, floor); err != nil {
 		return err
 	}

@@ -60,20 +60,28 @@ func (f *fencer) start(todo []string) (mine []string, wait chan struct{}, end fu
 }
 
 // pending returns the ids of ids not yet fenced at ring version v (with a
-// claim when claim).
-func (f *fencer) pending(v uint64, ids []string, claim bool) []string {
+// claim when claim). It returns stale, and nothing else, when a fence of
+// a newer version than v began: the caller's snapshot of the ring is old
+// (taken before a change that another operation already fenced), and
+// going back to v would throw away the epochs claimed at the newer one,
+// so the owner's writes there would no longer be lifted to its epoch
+// (liftToEpoch) and a write of a previous owner's epoch could share its
+// version with them (marks of one would then count as the other's).
+func (f *fencer) pending(v uint64, ids []string, claim bool) (out []string, stale bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if v < f.version {
+		return nil, true
+	}
 	if f.version != v {
 		f.version, f.done = v, map[string]uint32{}
 	}
-	var out []string
 	for _, id := range ids {
 		if e, ok := f.done[id]; !ok || claim && e == 0 {
 			out = append(out, id)
 		}
 	}
-	return out
+	return out, false
 }
 
 func (f *fencer) markDone(v uint64, ids []string, epochs map[string]uint32) {
@@ -120,7 +128,10 @@ func (f *fencer) ensure(ctx context.Context, n *Node, ids []string, claim bool) 
 		if s.Len() <= 1 || len(ids) == 0 {
 			return s.Version(), nil
 		}
-		todo := f.pending(s.Version(), ids, claim)
+		todo, stale := f.pending(s.Version(), ids, claim)
+		if stale {
+			continue // the ring moved on: fence at its new version
+		}
 		if len(todo) == 0 {
 			return s.Version(), nil
 		}

@@ -308,10 +308,13 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 	exp := now + int64(ttl)
 	res, err = n.store.ApplyStored(ctx, applied, contract.WriteOptions{Durability: contract.Sync}, func(res []contract.Result) ([]engine.StoredRecord, error) {
 		groups := make([]markGroup, 0, len(res))
+		var lifted []engine.StoredRecord
+		keep := func(s []engine.StoredRecord) { lifted = append(lifted, s...) }
 		for j := range res {
 			// Lift the version to this node's epoch, as applyOwned does,
-			// inside the flush that writes the effect.
-			if err := n.liftToEpoch(v, applied[j].ID, &res[j]); err != nil {
+			// inside the flush that writes the effect (with the marks the
+			// lift moves to the epoch).
+			if err := n.liftToEpoch(v, applied[j].ID, &res[j], keep); err != nil {
 				return nil, err
 			}
 			marks := ops[which[j]].Marks
@@ -326,7 +329,7 @@ func (n *Node) applyMarkedOwned(ctx context.Context, ops []contract.MarkedOp, id
 			}
 			groups = append(groups, g)
 		}
-		return n.dedupe.merge(groups, now), nil
+		return append(lifted, n.dedupe.merge(groups, now)...), nil
 	})
 	if err != nil {
 		var be *contract.BatchError

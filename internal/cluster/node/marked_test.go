@@ -576,13 +576,14 @@ func TestMarkedOldOwnerWriteLostIsAppliedAgain(t *testing.T) {
 
 // TestMarkedSeenAfterWritelessClaims: under ring churn, nodes claim an
 // id and lose it again before they write (a marked op waits for the
-// inbound handoffs first), and each such claim adds its epoch's floor to
-// the groups its state holds. A group keeps maxWrote versions, the
-// highest: after enough such claims the version that matched the
-// owner's state (here the write's own) is gone. The owner that claims
-// the id back must still report the group's events seen while its state
-// is not yet lifted to its new epoch (the first op after the claim is
-// typically the retry of the batch that failed while ownership moved).
+// inbound handoffs first). A group keeps maxWrote versions, the highest:
+// if each such claim added its epoch's floor to the groups its state
+// holds, four of them would push out the version that matches the
+// owner's state (here the write's own), and the owner that claims the id
+// back would apply the group's events again. The owner must still report
+// them seen, before its first write of its new epoch (the first op after
+// the claim is typically the retry of the batch that failed while
+// ownership moved) and after it.
 func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 	c := newClusterNoAntiEntropy(t, "n1", "n2", "n3")
 	ctx := context.Background()
@@ -593,22 +594,24 @@ func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 	if _, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	v1, _, ok, err := on.store.VersionOf(id)
-	if err != nil || !ok {
-		t.Fatalf("version: %v %v", ok, err)
+	var others []*testNode
+	for _, tn := range c.running() {
+		if tn.id != owner {
+			others = append(others, tn)
+			eventually(t, 5*time.Second, "the group on "+tn.id, func() bool {
+				_, m := tn.n.dedupe.count()
+				return m == 1
+			})
+		}
 	}
-	// Three claims by another node that wrote nothing: the replicas
-	// promised it epoch 1000, and its copy of the group (back to the
-	// owner with a fence's answer or a handoff) has the floors of 998,
-	// 999 and 1000.
-	others := claimElsewhere(t, c, owner, id, 1000)
-	g := markGroup{ID: id, Key: v1, Wrote: []uint64{epochFloor(998), epochFloor(999), epochFloor(1000)}, Expires: on.markNow() + int64(time.Hour), Events: []string{"e1"}}
-	if r := on.serveReplicate(ctx, &replicateRequest{header: header{From: others[0].id}, Marks: []markGroup{g}, Sync: true}); r.Err != nil {
-		t.Fatalf("marks to the owner: %+v", r)
+	// Four claims by the other nodes in turn, none of which writes; each
+	// claimant's fence merges the others' copies of the group.
+	for i := range 4 {
+		claimBy(t, c, others[i%len(others)], owner, id, uint32(1000+i))
 	}
 	// The owner fences again (as after a ring change, or a failed
-	// replication), claims epoch 1001 from the state at v1 and adds its
-	// floor: the group's versions are now 998..1001, none of v1's epoch.
+	// replication): its fence merges their copies and claims above 1003,
+	// from the state of the first write.
 	on.fence.forget([]string{id})
 	seen, err := on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
 	if err != nil || !slices.Equal(seen[0], []string{"e1"}) {
@@ -618,9 +621,12 @@ func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 	if _, err := on.ApplyCounterMarked(ctx, []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{"e2"}}}, time.Hour, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	seen, err = on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
-	if err != nil || !slices.Equal(seen[0], []string{"e1"}) {
-		t.Fatalf("redelivered after a write of the new epoch: seen %v, %v; want [e1]", seen, err)
+	for _, ev := range []string{"e1", "e2"} {
+		op := []contract.MarkedOp{{Op: addOp(id, 1), Marks: []string{ev}}}
+		seen, err = on.ApplyCounterMarked(ctx, op, time.Hour, contract.WriteOptions{})
+		if err != nil || !slices.Equal(seen[0], []string{ev}) {
+			t.Fatalf("%s redelivered after a write of the new epoch: seen %v, %v; want [%s]", ev, seen, err, ev)
+		}
 	}
 	for _, tn := range c.running() {
 		eventually(t, 5*time.Second, "value 2 on "+tn.id, func() bool {
@@ -631,8 +637,7 @@ func TestMarkedSeenAfterWritelessClaims(t *testing.T) {
 }
 
 // claimElsewhere has the first node other than owner claim id at epoch
-// on every node but owner (the replicas' answer to its fence), and
-// returns those nodes, the claimant first.
+// (claimBy), and returns the nodes other than owner, the claimant first.
 func claimElsewhere(t *testing.T, c *testCluster, owner, id string, epoch uint32) []*testNode {
 	t.Helper()
 	var others []*testNode
@@ -641,11 +646,30 @@ func claimElsewhere(t *testing.T, c *testCluster, owner, id string, epoch uint32
 			others = append(others, tn)
 		}
 	}
-	for _, tn := range others {
-		resp := tn.n.serveFetch(context.Background(), &fetchRequest{header: header{From: others[0].id}, IDs: []string{id}, Claims: []uint32{epoch}})
+	claimBy(t, c, others[0], owner, id, epoch)
+	return others
+}
+
+// claimBy is claimant's fence of id at epoch without owner (which has not
+// seen the ring that moved id): every node but owner promises the epoch
+// and answers with its copy of the id, which the claimant merges before
+// it claims the epoch from the state it then holds.
+func claimBy(t *testing.T, c *testCluster, claimant *testNode, owner, id string, epoch uint32) {
+	t.Helper()
+	ctx := context.Background()
+	for _, tn := range c.running() {
+		if tn.id == owner {
+			continue
+		}
+		resp := tn.n.serveFetch(ctx, &fetchRequest{header: header{From: claimant.id}, IDs: []string{id}, Claims: []uint32{epoch}})
 		if resp.Err != nil || resp.Refused[0] != 0 {
 			t.Fatalf("claim on %s: %+v", tn.id, resp)
 		}
+		if tn != claimant {
+			if _, err := claimant.n.mergeWithRecords(ctx, resp.States, resp.Idem, resp.Marks, contract.WriteOptions{Durability: contract.Sync}); err != nil {
+				t.Fatalf("%s merging the answer of %s: %v", claimant.id, tn.id, err)
+			}
+		}
 	}
-	return others
+	claimant.n.claimMarks([]string{id}, map[string]uint32{id: epoch})
 }

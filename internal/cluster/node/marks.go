@@ -33,12 +33,21 @@ import (
 // must not make the retry of its events be skipped. As for idempotency
 // records (idem.go), a group carries versions that contain its write
 // (Wrote): the write's own, and the floor of each epoch whose owner's
-// fence found the write in the state it started from. Unlike records,
-// groups are kept whether or not they are contained when they arrive
-// (they are checked when looked up), and the claimant of an epoch
-// remembers the state its fence started from (claimBase), so a group
-// that reaches it after its fence (an inbound handoff still running)
-// still moves to its epoch.
+// fence found the write in the state it started from and which that
+// owner wrote in. Unlike records, groups are kept whether or not they are
+// contained when they arrive (they are checked when looked up), and the
+// claimant of an epoch remembers the state its fence started from
+// (claimBase), so a group that reaches it after its fence (an inbound
+// handoff still running) still moves to its epoch.
+//
+// An epoch's floor is added when its owner first writes the id (the
+// write that lifts the state to the epoch, liftToEpoch), not when it
+// claims: until then the state's version is still the one the fence
+// found, which the group's versions match. Under ring churn nodes claim
+// an id and lose it again before they write (a marked op waits for the
+// inbound handoffs), and a group keeps only the maxWrote highest
+// versions: floors added by such claims would push out the one that
+// matches the state, and the group's events would be applied again.
 
 // markGroup is the marks one marked write created on one counter.
 type markGroup struct {
@@ -195,18 +204,15 @@ func (im *idMarks) compact() {
 
 // claimBase is the state an owner's fence started an epoch from.
 type claimBase struct {
-	epoch uint32
-	base  uint64 // the id's version after the fence merged (0: none)
+	epoch  uint32
+	base   uint64 // the id's version after the fence merged (0: none)
+	lifted bool   // the owner wrote in the epoch: the groups base holds have its floor
 }
 
 // holds reports whether the state at version holds a write whose group
 // has the versions ws because it still holds the state this node's claim
 // started from, which the claim found the write in (the claim's floor is
-// in ws): the owner's state before its first write of the epoch lifts it.
-// contains alone misses that when the group's versions no longer have one
-// of the state's epoch: a group keeps the maxWrote highest, and under
-// ring churn nodes claim an id and lose it again before they write (a
-// marked op waits for the inbound handoffs), each adding its floor.
+// in ws, which only this node adds, at its first write of the epoch).
 func (b claimBase) holds(version uint64, ws []uint64) bool {
 	return b.epoch > 0 && b.base > 0 && slices.Contains(ws, epochFloor(b.epoch)) && contains(version, []uint64{b.base})
 }
@@ -231,10 +237,11 @@ func (s *markStore) initLocked() {
 	}
 }
 
-// rebaseLocked adds the epoch of id's claim to g's versions when the
-// state that claim started from contains g's write.
+// rebaseLocked adds the epoch of id's claim to g's versions when this node
+// wrote in that epoch and the state the claim started from contains g's
+// write.
 func (s *markStore) rebaseLocked(g *markGroup) {
-	if b, ok := s.bases[g.ID]; ok && b.epoch > 0 && contains(b.base, g.Wrote) {
+	if b, ok := s.bases[g.ID]; ok && b.lifted && b.epoch > 0 && contains(b.base, g.Wrote) {
 		g.Wrote = addWrote(g.Wrote, epochFloor(b.epoch))
 	}
 }
@@ -308,13 +315,29 @@ func (s *markStore) seen(id string, events []string, version uint64, crdt bool, 
 }
 
 // claimed records that this node's fence claimed epoch for id starting
-// from the state at base, and moves the groups of id whose write that
-// state holds to the epoch. It returns what changed for the disk.
-func (s *markStore) claimed(id string, epoch uint32, base uint64, now int64) []engine.StoredRecord {
+// from the state at base. The groups of id move to the epoch at its first
+// write (lifted).
+func (s *markStore) claimed(id string, epoch uint32, base uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.initLocked()
-	s.bases[id] = claimBase{epoch, base}
+	s.bases[id] = claimBase{epoch: epoch, base: base}
+}
+
+// lifted runs at this node's first write of id in epoch, its claim's (the
+// write that lifts the state to the epoch): it moves the groups of id
+// whose write the state the claim started from holds to the epoch, as it
+// does the groups that arrive later, and returns what changed for the
+// disk (to be stored no later than the lifted state).
+func (s *markStore) lifted(id string, epoch uint32, now int64) []engine.StoredRecord {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	b, ok := s.bases[id]
+	if !ok || b.epoch != epoch || b.lifted {
+		return nil
+	}
+	b.lifted = true
+	s.bases[id] = b
 	im := s.byID[id]
 	if im == nil {
 		return nil
@@ -527,11 +550,10 @@ func sizedChunks[T any](items []T, max int, size func(*T) int) [][]T {
 }
 
 // claimMarks runs when this node's fence claimed epochs[id] for ids: the
-// marks of each id whose write the fenced state holds move to the epoch,
-// and marks that arrive later are checked against that state too.
+// marks of each id whose write the fenced state holds move to the epoch at
+// its first write there (markStore.lifted), and marks that arrive later
+// are checked against that state too.
 func (n *Node) claimMarks(ids []string, epochs map[string]uint32) {
-	now := n.markNow()
-	var stored []engine.StoredRecord
 	for _, id := range ids {
 		e := epochs[id]
 		if e == 0 {
@@ -541,9 +563,8 @@ func (n *Node) claimMarks(ids []string, epochs map[string]uint32) {
 		if st, ok, err := n.store.Export(id); err == nil && ok && !st.Deleted {
 			base = st.Version
 		}
-		stored = append(stored, n.dedupe.claimed(id, e, base, now)...)
+		n.dedupe.claimed(id, e, base)
 	}
-	n.persist(stored)
 }
 
 // markNow is the clock marks expire by: the store's, which also stamps
