@@ -1,8 +1,14 @@
 package node
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"slices"
+	"sync/atomic"
 	"testing"
+
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // TestFencerStaleRingKeepsNewerClaims: an operation that took its ring
@@ -37,5 +43,53 @@ func TestFencerStaleRingKeepsNewerClaims(t *testing.T) {
 	f.markDone(4, []string{"b"}, map[string]uint32{"b": 9})
 	if e := f.epoch(5, "b"); e != 0 {
 		t.Fatalf("epoch of b at v5 after a v4 fence ended: %d, want 0", e)
+	}
+}
+
+// TestOwnerOpRingFlapsAfterFence: an owner's ring changes after each of
+// its operation's fences and comes back to the same nodes (membership
+// flapping under load: a node suspected, then refuted). The operation
+// must not run under a ring it did not fence: its write would find no
+// epoch (the fencer's is the older ring's), would not be lifted to the
+// epoch the replicas promised it, and would keep a previous epoch's
+// versions. It is refused (unavailable) or, retried, written at the
+// promised epoch.
+func TestOwnerOpRingFlapsAfterFence(t *testing.T) {
+	c := newTestCluster(t, "n1", "n2", "n3")
+	ctx := context.Background()
+	n1 := c.node("n1").n
+	var id string
+	for i := 0; id == ""; i++ {
+		if cand := fmt.Sprintf("flap:%d", i); n1.Ring().Owner(cand) == "n1" {
+			id = cand
+		}
+	}
+	var flaps atomic.Int32
+	flap := func(self string, _ uint64) {
+		if self != "n1" || flaps.Add(1) > 4 { // every try of one operation
+			return
+		}
+		s := n1.ring.Snapshot()
+		n1.setRing(s.Nodes(), !s.Tags())
+		n1.setRing(s.Nodes(), s.Tags())
+	}
+	knobs.afterFence.Store(&flap)
+	t.Cleanup(func() { knobs.afterFence.Store(nil) })
+	res, err := n1.Apply(ctx, add(id, 1), syncWO)
+	if flaps.Load() < 4 {
+		t.Fatalf("the ring flapped after %d fences, want 4", flaps.Load())
+	}
+	promised := c.node("n2").n.promises.get(id)
+	if err != nil {
+		if !errors.Is(err, contract.ErrUnavailable) {
+			t.Fatalf("write while the ring flaps: %v, want unavailable", err)
+		}
+		if res, err = n1.Apply(ctx, add(id, 1), syncWO); err != nil {
+			t.Fatal(err)
+		}
+		promised = c.node("n2").n.promises.get(id)
+	}
+	if promised.Node != "n1" || epochOf(res.Version) != promised.Epoch {
+		t.Fatalf("write at version %#x (epoch %d), replicas promised epoch %d to %s", res.Version, epochOf(res.Version), promised.Epoch, promised.Node)
 	}
 }

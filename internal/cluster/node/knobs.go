@@ -25,4 +25,8 @@ var knobs struct {
 	// push to peer (under ctx, the handoff's) as if peer had not
 	// acknowledged it.
 	handoffPush atomic.Pointer[func(ctx context.Context, self, peer string) error]
+	// afterFence runs in node self's owner operation after its fence (and
+	// lease guard) of ring version v, before it takes the gate to check
+	// that the ring is still v; it may change the ring.
+	afterFence atomic.Pointer[func(self string, v uint64)]
 }

@@ -96,10 +96,19 @@ func (n *Node) ownerDo(ctx context.Context, ids []string, exempt func(string) bo
 		if err != nil {
 			return err
 		}
+		if h := knobs.afterFence.Load(); h != nil {
+			(*h)(n.self, v)
+		}
 		n.gate.RLock()
-		if n.ring.Version() != v && try < 3 {
+		if n.ring.Version() != v {
+			// The ring changed while fencing: fence again. Never run fn
+			// under a ring not fenced: its writes would find no epoch
+			// (liftToEpoch) and keep a previous owner's versions.
 			n.gate.RUnlock()
-			continue // the ring changed while fencing: fence again
+			if try < 3 {
+				continue
+			}
+			return errRingChanged
 		}
 		err = n.checkOwner(owned)
 		if err == nil {
