@@ -671,5 +671,6 @@ func claimBy(t *testing.T, c *testCluster, claimant *testNode, owner, id string,
 			}
 		}
 	}
+	claimant.n.recheckRecords([]string{id}, map[string]uint32{id: epoch})
 	claimant.n.claimMarks([]string{id}, map[string]uint32{id: epoch})
 }
