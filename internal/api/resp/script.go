@@ -30,7 +30,10 @@ import (
 // writes take the gate's shared side too (GateWrites, scriptgate.go);
 // the event pipeline's writes, peer regions' merges, and in a cluster or
 // in tiered mode the commands served by other nodes, are not held back
-// by it (docs/resp.md, "Scripting", says exactly what that leaves).
+// by it (docs/resp.md, "Scripting", says exactly what that leaves). In
+// tiered mode a script also locks the keys it touches in the shared
+// Redis (Options.KeyLocker: see run and call), which holds back every
+// other writer of those keys, on every node.
 //
 // A script's commands go through the same command table as the client's,
 // on a scratch connection speaking RESP2, so their replies are the ones a
