@@ -142,7 +142,7 @@ func testScriptLockOfCrashedHolder(t *testing.T, su setup) {
 	e := su.env(t, nil)
 	ctx := context.Background()
 	apply(t, e.b, add("held", contract.KindNone, 1))
-	lease := 600 * time.Millisecond
+	lease := 2 * time.Second
 	rc := e.b.Redis().Client()
 	if err := rc.Set(ctx, redisstore.LockKey("held"), "crashed-node:token", lease).Err(); err != nil {
 		t.Fatal(err)
