@@ -142,6 +142,7 @@ func Run(t *testing.T, setup func(t *testing.T) Setup) {
 		{name: "idempotency", cases: idemCases()},
 		{name: "batches", cases: batchCases()},
 		{name: "marks", cases: markCases()},
+		{name: "keylocks", cases: keyLockCases()},
 		{name: "aggregates", cases: aggregateCases()},
 		{name: "rollups", cases: rollupCases()},
 		{name: "eventtime", cases: eventTimeCases()},

@@ -13,6 +13,7 @@ import (
 	"github.com/counterd/counterd/internal/api/ratelimitapi"
 	"github.com/counterd/counterd/internal/api/resp"
 	"github.com/counterd/counterd/internal/buildinfo"
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/nodestats"
 	"github.com/counterd/counterd/internal/region"
 	"github.com/counterd/counterd/internal/shed"
@@ -134,6 +135,9 @@ func (n *node) respServer(fair *shed.Fair, sm *shedMetrics) *resp.Server {
 	}
 	if n.tr.ring != nil {
 		opts.KeyOwner = n.tr.ring.KeyOwner
+	}
+	if kl, ok := n.mode.backend().(contract.KeyLocker); ok { // tiered: scripts lock their keys against every node
+		opts.KeyLocker = kl
 	}
 	return resp.New(traceBackend(n.tp, n.be), opts)
 }

@@ -42,6 +42,7 @@ func openTiered(ctx context.Context, cfg Config, quotas *quota.Config, tp *traci
 		MaxBatch:             cfg.MaxBatch,
 		SnapshotInterval:     cfg.SnapshotInterval,
 		AuditNamespaces:      splitList(cfg.AuditNamespaces),
+		LockWait:             2 * cfg.LuaTimeLimit, // a script's locks last --lua-time-limit unless renewed
 		Logger:               log,
 		Redis:                redisTracing(tp),
 		Postgres:             postgresTracing(tp),

@@ -99,6 +99,8 @@ var tieredCases = []struct {
 	{"HTTPEveryKind", testHTTPEveryKind},
 	{"RESPEveryKind", testRESPEveryKind},
 	{"RESPScripts", testRESPScripts},
+	{"ScriptLocksTwoNodes", testScriptLocksTwoNodes},
+	{"ScriptLockOfCrashedHolder", testScriptLockOfCrashedHolder},
 	{"UniquesTiered", testUniquesTiered},
 	{"UniquesDeletedWithCounter", testUniquesDeletedWithCounter},
 	{"QuotasTwoNodesAlternate", testQuotasTwoNodesAlternate},

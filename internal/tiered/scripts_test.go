@@ -3,14 +3,11 @@ package tiered_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
-
-	"github.com/counterd/counterd/internal/api/resp"
 )
 
 // testRESPScripts runs Lua scripts and the read-then-write idioms over the
@@ -19,16 +16,8 @@ import (
 // RESP clients back), and GETSET, SET ... GET, GETDEL, EXPIREAT.
 func testRESPScripts(t *testing.T, su setup) {
 	e := su.env(t, nil)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	rs := resp.New(e.b, resp.Options{})
-	go func() { _ = rs.Serve(ln) }()
-	defer rs.Close()
 	const clients, runs = 8, 25
-	c := redis.NewClient(&redis.Options{Addr: ln.Addr().String(), Protocol: 2, DisableIdentity: true, PoolSize: clients})
-	defer c.Close()
+	c := serveRESP(t, e.b, clients)
 	ctx := context.Background()
 	lim := redis.NewScript(`local c = redis.call('INCR', KEYS[1]) if c == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return c`)
 	seen := make(map[int64]int)

@@ -80,6 +80,12 @@ type Options struct {
 	JournalLease           time.Duration
 	JournalRecoverInterval time.Duration
 
+	// LockWait bounds how long a write waits for a counter locked by a
+	// Lua script of any node (locks.go) when its request has no earlier
+	// deadline; then it fails with ErrLocked (default
+	// redisstore.DefaultLockWait; counterd sets twice --lua-time-limit).
+	LockWait time.Duration
+
 	Logger *slog.Logger
 	// Now is the clock (default time.Now).
 	Now func() time.Time
@@ -189,6 +195,9 @@ func Open(ctx context.Context, opts Options) (*Backend, error) {
 	ro.Now = opts.Now
 	if opts.CacheTTL > 0 {
 		ro.CacheTTL = opts.CacheTTL
+	}
+	if opts.LockWait > 0 {
+		ro.LockWait = opts.LockWait
 	}
 	// Writes wait for Redis' reply (see redisstore.Store.write): give a
 	// loaded machine time before an increment's outcome becomes unknown.
@@ -398,6 +407,8 @@ var errMap = []struct{ from, to error }{
 	{redisstore.ErrNotFloat, contract.ErrNotFloat},
 	{redisstore.ErrFloatRange, contract.ErrFloatRange},
 	{redisstore.ErrNotInteger, contract.ErrNotInteger},
+	{redisstore.ErrLocked, ErrLocked},
+	{redisstore.ErrLockLost, ErrLockLost},
 	{redisstore.ErrUnavailable, ErrUnavailable},
 	{redisstore.ErrClosed, ErrUnavailable},
 	{context.DeadlineExceeded, ErrUnavailable},

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/yuin/gopher-lua/parse"
 
 	"github.com/counterd/counterd/internal/auth"
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Lua scripting: EVAL, EVALSHA, EVAL_RO, EVALSHA_RO and SCRIPT.
@@ -28,7 +30,10 @@ import (
 // writes take the gate's shared side too (GateWrites, scriptgate.go);
 // the event pipeline's writes, peer regions' merges, and in a cluster or
 // in tiered mode the commands served by other nodes, are not held back
-// by it (docs/resp.md, "Scripting", says exactly what that leaves).
+// by it (docs/resp.md, "Scripting", says exactly what that leaves). In
+// tiered mode a script also locks the keys it touches in the shared
+// Redis (Options.KeyLocker: see run and call), which holds back every
+// other writer of those keys, on every node.
 //
 // A script's commands go through the same command table as the client's,
 // on a scratch connection speaking RESP2, so their replies are the ones a
@@ -93,6 +98,10 @@ type scripting struct {
 	sha     string
 	owner   string // cluster: the owner of the declared keys ("" this node)
 	line    int    // the line of the last redis.call that raised
+	// locker locks a script's keys against the writers of other nodes
+	// (the tiered mode; nil otherwise); locks are the running script's.
+	locker contract.KeyLocker
+	locks  contract.KeyLocks
 
 	start  atomic.Int64 // nanotime when the running script started; 0: none
 	killMu sync.Mutex   // orders SCRIPT KILL against the script's first write
@@ -367,8 +376,27 @@ func ownerOf(f func(string) (bool, string), key string) string {
 	return addr
 }
 
+// sortedIDs returns the distinct keys as ids, sorted: the order two
+// scripts lock their keys in, so that neither waits for the other.
+func sortedIDs(keys [][]byte) []string {
+	ids := make([]string, 0, len(keys))
+	for _, k := range keys {
+		ids = append(ids, string(k))
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids)
+}
+
+// lockWait bounds the wait for a key another node's script holds:
+// twice the lease (--lua-time-limit), so the lock of a node that died
+// holding it has expired by then.
+func (sc *scripting) lockWait() time.Duration { return 2 * sc.limit }
+
 // run executes a compiled script for c and writes its reply. The caller
-// holds the gate exclusively.
+// holds the gate exclusively. With a KeyLocker (tiered mode) the
+// declared keys are locked, in sorted order, before the script starts,
+// and every other key when a command of the script first names it
+// (call); all are released when it ends.
 func (sc *scripting) run(c *client, proto *lua.FunctionProto, sha string, keys, argv [][]byte, ro bool, owner string) {
 	L := sc.L
 	// The VM's context is the server's (a plain cancel context: deriving
@@ -405,6 +433,18 @@ func (sc *scripting) run(c *client, proto *lua.FunctionProto, sha string, keys, 
 		L.RemoveContext()
 		L.SetTop(0)
 	}()
+	if sc.locker != nil {
+		locks := sc.locker.NewKeyLocks(sc.limit)
+		sc.locks, x.ctx = locks, locks.Context(c.ctx)
+		defer func() {
+			sc.locks = nil
+			locks.Unlock()
+		}()
+		if err := locks.Lock(ctx, sortedIDs(keys), sc.lockWait()); err != nil {
+			c.writeError(engineError(err))
+			return
+		}
+	}
 	L.Push(L.NewFunctionFromProto(proto))
 	if err := L.PCall(0, 1, nil); err != nil {
 		c.writeError(sc.errorText(err))
@@ -527,6 +567,13 @@ func (sc *scripting) call(L *lua.LState, raise bool) int {
 		for _, k := range commandKeys(cmd, args) {
 			if ownerOf(s.opts.KeyOwner, str(k)) != sc.owner {
 				return fail("ERR Script attempted to access a non local key in a cluster node script")
+			}
+		}
+	}
+	if sc.locks != nil {
+		if ks := commandKeys(cmd, args); len(ks) > 0 {
+			if err := sc.locks.Lock(L.Context(), sortedIDs(ks), sc.lockWait()); err != nil {
+				return fail(engineError(err))
 			}
 		}
 	}

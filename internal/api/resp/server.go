@@ -195,6 +195,12 @@ type Options struct {
 	// the owner's address: a script's keys must have one owner (else
 	// CROSSSLOT), and every key it calls that owner.
 	KeyOwner func(key string) (self bool, addr string)
+	// KeyLocker, when set (the tiered mode: other nodes write the same
+	// store), locks a script's keys against every writer of every node
+	// while it runs: its declared keys before it starts, in sorted order,
+	// and any other key when a command of the script first names it.
+	// Default: the backend's, if it implements contract.KeyLocker.
+	KeyLocker contract.KeyLocker
 
 	// Version is counterd's version, reported as counterd_version by INFO
 	// and HELLO. Default "dev".
@@ -307,6 +313,9 @@ func New(eng contract.Backend, opts Options) *Server {
 	s.slow.maxLen.Store(DefaultSlowlogMaxLen)
 	s.runID, s.replID = randomHex40(), randomHex40()
 	s.lua = newScripting(s, opts.LuaTimeLimit)
+	if s.lua.locker = opts.KeyLocker; s.lua.locker == nil {
+		s.lua.locker, _ = eng.(contract.KeyLocker)
+	}
 	if opts.Auth != nil {
 		s.cmds["auth"].fn = cmdAuthTokens
 	}

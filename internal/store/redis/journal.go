@@ -62,7 +62,7 @@ for i = 1, #ARGV - 2 do A[i] = ARGV[i] end
 local ARGV = A
 `
 	}
-	return newScript(luaNeg + `
+	return writeScript(luaNeg + `
 local J, JH, JT = KEYS[3], ARGV[#ARGV - 1], ARGV[#ARGV]
 ` + args + `-- jincr adds the deltas {{field, delta}, ...} to the journal, all or none.
 local function jincr(ds)
@@ -94,15 +94,15 @@ return r
 
 var (
 	// A counter (not a float turned counter: its value is absolute).
-	journaledAddScript = journaledScript(addScript.src, false, `
+	journaledAddScript = journaledScript(addScript.body, false, `
 if r[2] == 'counter' and r[6] == 'float' then return false end
 return jincr({{JH .. r[2] .. '|' .. tostring(r[4]) .. '|' .. JT, A[2]}})`)
-	journaledHAddScript = journaledScript(haddScript.src, true, `
+	journaledHAddScript = journaledScript(haddScript.body, true, `
 local ds = {}
 for i = 4, #A, 2 do ds[#ds + 1] = {JH .. 'hash|-1|' .. JT .. A[i], A[i + 1]} end
 return jincr(ds)`)
 	// A set adds value - previous (not over a float: absolute then).
-	journaledSetScript = journaledScript(setScript.src, false, `
+	journaledSetScript = journaledScript(setScript.body, false, `
 if r[4] == 'float' then return false end
 local n = jneg(r[3])
 if not n then return false end

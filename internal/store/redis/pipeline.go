@@ -48,7 +48,8 @@ func (s *Store) runAddScript(ctx context.Context, sc *script, keys []string, arg
 	if s.pipe == nil {
 		return s.runKeys(ctx, sc, keys, args...)
 	}
-	req := &pipeReq{sc: sc, keys: keys, args: args, done: make(chan pipeResp, 1)}
+	psc, pargs := s.forLocks(ctx, sc, keys, args)
+	req := &pipeReq{sc: psc, keys: keys, args: pargs, done: make(chan pipeResp, 1)}
 	select {
 	case s.pipe <- req:
 	case <-s.stopped:

@@ -93,7 +93,7 @@ end
 // older bucket than the window's is TOOLATE, a later time counts now). Reply {'OK', kind, version, shard, values...}: shard is the shard
 // added to (-1 unless sharded); values are the value for a counter, every
 // shard for sharded, the in-window bucket values for window.
-var addScript = newScript(luaPrelude + `
+var addScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss, created = kindcheck(ARGV[1], ARGV[4])
 if err and ARGV[1] == 'counter' and redis.call('HGET', meta, 'kind') == 'float' then kind, err = 'float', nil end
 if miss then return {'MISS'} end
@@ -157,7 +157,7 @@ return redis.error_reply('WRONGKIND counter is a ' .. kind .. ', which Add does 
 // a float counter or a counter (which becomes a float, as a Redis string
 // holding an integer does). Reply {'OK', version, new text, previous
 // integer value (a converted counter's, else 0), '1' if converted}.
-var addFloatScript = newScript(luaPrelude + `
+var addFloatScript = writeScript(luaPrelude + luaLockCheck + `
 local mk = redis.call('HGET', meta, 'kind')
 if not mk and ARGV[3] ~= '1' then return {'MISS'} end
 if mk and mk ~= 'float' and mk ~= 'counter' then
@@ -242,7 +242,7 @@ return 1
 // now_ms, maycreate. A float counter is replaced (Redis SET over a
 // string). Reply {'OK', version, previous value ('0' for a float), 'float'
 // if it replaced a float else ”}.
-var setScript = newScript(luaPrelude + `
+var setScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('counter', ARGV[6])
 local was = ''
 if err and redis.call('HGET', meta, 'kind') == 'float' then err, was = nil, 'float' end
@@ -271,7 +271,7 @@ return {'OK', cur + 1, old, was}
 // ... All deltas apply
 // or none: on an error the ones already applied are undone (a script is
 // not rolled back by Redis). Reply {'OK', version, new values in order}.
-var haddScript = newScript(luaPrelude + `
+var haddScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -312,7 +312,7 @@ return res
 // created, then for each pair the value it replaced: ” when the field was
 // absent, false when nx skipped it}; version is unchanged when nothing was
 // set.
-var hsetScript = newScript(luaPrelude + `
+var hsetScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -340,7 +340,7 @@ return res
 `)
 
 // pfaddScript: ARGV now_ms, maycreate, items... Reply {'OK', changed, version}.
-var pfaddScript = newScript(luaPrelude + `
+var pfaddScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -363,7 +363,7 @@ return {'OK', changed, ver}
 
 // deleteScript: ARGV now_ms. Removes every key of the counter. Reply 1 if
 // it existed.
-var deleteScript = newScript(luaPrelude + `
+var deleteScript = writeScript(luaPrelude + luaLockCheck + `
 local m = redis.call('HMGET', meta, 'kind', 'shards', 'gran', 'span', 'fixed')
 if not m[1] then return redis.call('DEL', base) end
 redis.call('DEL', base, meta)
@@ -381,7 +381,7 @@ return 1
 // keep their own TTLs. Reply -1 if the counter does not exist, else its
 // version: raised like any write's, except by removing a TTL it did not
 // have (as the engine does).
-var expireScript = newScript(luaPrelude + `
+var expireScript = writeScript(luaPrelude + luaLockCheck + `
 local m = redis.call('HMGET', meta, 'kind', 'shards', 'exp', 'version')
 if not m[1] then return -1 end
 if ARGV[1] == '0' and not m[3] then return tonumber(m[4] or '0') end
@@ -403,7 +403,7 @@ return bump(m[1], ARGV[2], nil, false)
 // hdelScript: ARGV now_ms, maycreate, names... Removes the fields; never
 // creates the counter. Reply {'OK', version, name1, old1, ...} with the
 // removed fields and their values (version 0 when nothing was removed).
-var hdelScript = newScript(luaPrelude + `
+var hdelScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('hash', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -424,7 +424,7 @@ return res
 // missing ones count as empty). ARGV now_ms, maycreate. Merges them into
 // KEYS[1]. Reply {'OK', version, estimate}. The sources are in other slots:
 // single Redis only; pfmergeRawScript is the Cluster form.
-var pfmergeScript = newScript(luaPrelude + `
+var pfmergeScript = writeScript(luaPrelude + luaLockCheck + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end
@@ -462,7 +462,7 @@ end
 // sources (missing sources are left out). Merges them into KEYS[1] through
 // the scratch key KEYS[1]..':tmp:pfmerge', atomically for the destination.
 // Reply {'OK', version, estimate}.
-var pfmergeRawScript = newScript(luaPrelude + rawPrelude + `
+var pfmergeRawScript = writeScript(luaPrelude + luaLockCheck + rawPrelude + `
 local kind, err, miss = kindcheck('hll', ARGV[2])
 if miss then return {'MISS'} end
 if err then return err end

@@ -31,6 +31,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/counterd/counterd/internal/counter"
@@ -130,6 +131,11 @@ type Options struct {
 	// Hooks are added to the client (the server's tracing.RedisHook);
 	// default none.
 	Hooks []redis.Hook
+
+	// LockWait bounds how long a write waits for a counter's script lock
+	// held by another holder (locks.go) when its context has no earlier
+	// deadline; then it fails with ErrLocked. Default DefaultLockWait.
+	LockWait time.Duration
 }
 
 func (o *Options) defaults() {
@@ -145,6 +151,7 @@ func (o *Options) defaults() {
 	def(&o.MinRetryBackoff, 8*time.Millisecond)
 	def(&o.MaxRetryBackoff, 256*time.Millisecond)
 	def(&o.CacheTTL, 60*time.Second)
+	def(&o.LockWait, DefaultLockWait)
 	if o.MaxRetries == 0 {
 		o.MaxRetries = 3
 	} else if o.MaxRetries < 0 {
@@ -214,6 +221,8 @@ type Store struct {
 
 	pipe    chan *pipeReq // Add requests for the pipeliners (Options.Pipeline)
 	stopped chan struct{} // closed by Close
+
+	lockUsers atomic.Int64 // Locks not yet unlocked (locks.go)
 }
 
 // Open connects to the Redis at url, checks it answers, and loads the
@@ -695,6 +704,7 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 // change applied in Redis that it then fails to hand to a write-behind
 // tier. Only a Redis that does not answer leaves the outcome unknown.
 func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.Context, mayCreate string) ([]any, error), parse func([]any) error) error {
+	orig := ctx // its deadline bounds a wait for a script lock (doWrite)
 	ctx = context.WithoutCancel(ctx)
 	start := time.Now()
 	mayCreate := "1"
@@ -702,7 +712,7 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 		mayCreate = "0"
 	}
 	var r []any
-	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
+	err := s.doWrite(orig, ctx, op, func(ctx context.Context) (err error) {
 		r, err = run(ctx, mayCreate)
 		return err
 	})
@@ -712,7 +722,7 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 			err = s.opts.BeforeCreate(ctx, id)
 		}
 		if err == nil {
-			err = s.do(ctx, op, true, func(ctx context.Context) (err error) {
+			err = s.doWrite(orig, ctx, op, func(ctx context.Context) (err error) {
 				r, err = run(ctx, "1")
 				return err
 			})
@@ -979,8 +989,7 @@ func (s *Store) ExpireVersion(ctx context.Context, id string, ttl time.Duration)
 	}
 	start := time.Now()
 	var n int64
-	ctx = context.WithoutCancel(ctx) // see write
-	err = s.do(ctx, "expire", true, func(ctx context.Context) (err error) {
+	err = s.doWrite(ctx, context.WithoutCancel(ctx), "expire", func(ctx context.Context) (err error) { // see write
 		n, err = s.eval(ctx, expireScript, keys(id), ms, s.nowMS()).Int64()
 		return err
 	})
@@ -997,8 +1006,7 @@ func (s *Store) simple(ctx context.Context, op, id string, sc *script, args ...a
 	}
 	start := time.Now()
 	var n int64
-	ctx = context.WithoutCancel(ctx) // see write
-	err := s.do(ctx, op, true, func(ctx context.Context) (err error) {
+	err := s.doWrite(ctx, context.WithoutCancel(ctx), op, func(ctx context.Context) (err error) { // see write
 		n, err = s.eval(ctx, sc, keys(id), args...).Int64()
 		return err
 	})
@@ -1088,6 +1096,8 @@ var replyWords = map[string]error{
 	"FLOATRANGE":      ErrFloatRange,
 	"NOTINTEGER":      ErrNotInteger,
 	"FIELDLIMIT":      ErrFieldLimit,
+	"LOCKED":          ErrLocked,
+	"LOCKLOST":        ErrLockLost,
 	"LOADING":         ErrUnavailable, "MASTERDOWN": ErrUnavailable, "CLUSTERDOWN": ErrUnavailable,
 	"TRYAGAIN": ErrUnavailable, "BUSY": ErrUnavailable, "READONLY": ErrUnavailable,
 }

@@ -43,6 +43,7 @@ var storeCases = []struct {
 	{"SketchRegisters", testSketchRegisters},
 	{"ReadThrough", testReadThrough},
 	{"FillDoesNotOverwrite", testFillDoesNotOverwrite},
+	{"ScriptLocks", testScriptLocks},
 }
 
 // TestStore runs storeCases on a single Redis (a private server per case)
