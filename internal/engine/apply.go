@@ -301,11 +301,15 @@ type multiScratch struct {
 	pos    []int
 	refs   []ref
 	keys   []uint64
+	keyBuf []uint64 // acquireAllIn's spare for sorting keys
 	locked []*entry
 	saved  []savedEntry
-	// noValues: the caller discards the results' values (ApplyMarked),
-	// so an add to a window does not sum the window for its result.
-	noValues bool
+	// undos keeps the undo records of windows, sketches and rollups
+	// from one batch to the next (a consumer's batch records thousands).
+	undos undoRecs
+	// sink takes every op's result when the caller drops them
+	// (applyMultiIn with res nil).
+	sink contract.Result
 }
 
 // done drops the scratch's references to entries and states.
@@ -314,14 +318,19 @@ func (sc *multiScratch) done() {
 	clear(sc.refs)
 	clear(sc.locked)
 	clear(sc.saved)
+	sc.sink = contract.Result{}
 }
 
 // applyMultiIn is applyMulti with the working space of sc (nil: new).
+// res nil (with sc): the caller drops the results (ApplyMarked), so they
+// are not kept, and an add to a window does not sum the window for its.
 func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bool, sc *multiScratch) error {
+	var undos *undoRecs // nil: the pools
 	if sc == nil {
 		sc = &multiScratch{}
 	} else {
 		defer sc.done()
+		undos = &sc.undos
 	}
 	ids := sc.ids[:0]
 	pos := slices.Grow(sc.pos[:0], len(ops))[:len(ops)] // index in ids of ops[i].ID
@@ -352,11 +361,11 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 		i := uint32(k)
 		if en := refs[i].e; en != prev {
 			prev = en
-			saved[i] = save(en)
+			saved[i] = save(en, undos)
 			saved[i].taken = true
 		}
 	}
-	defer endUndo(saved) // before the unlock (deferred calls run last first)
+	defer endUndo(saved, undos) // before the unlock (deferred calls run last first)
 	now := e.nowNano()
 	for i := range ops {
 		r := &refs[pos[i]]
@@ -364,11 +373,15 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 		if n := len(ops[i].Sources); n > 0 {
 			srcs = refs[pos[i]+1 : pos[i]+1+n]
 		}
+		out := &sc.sink
+		if res != nil {
+			out = &res[i]
+		}
 		if r.e == nil { // missing and not created: delete/expire/hdel of nothing
-			res[i] = contract.Result{ID: ops[i].ID}
+			*out = contract.Result{ID: ops[i].ID}
 			continue
 		}
-		if err := e.applyLocked(r, &ops[i], srcs, now, &res[i], !sc.noValues); err != nil {
+		if err := e.applyLocked(r, &ops[i], srcs, now, out, res != nil); err != nil {
 			for j := range refs {
 				if saved[j].taken {
 					e.restore(&refs[j], saved[j])
@@ -401,22 +414,22 @@ type savedEntry struct {
 	taken          bool                // the copy of its entry (the first ref to it)
 }
 
-func save(en *entry) savedEntry {
+func save(en *entry, undos *undoRecs) savedEntry {
 	s := savedEntry{value: en.value, updated: en.updated, version: en.version(), kind: en.kind(), flags: en.flags() & rollFlags}
 	if en.ext() != nil {
 		s.hasExt, s.exp = true, en.ext().expires
 		switch st := en.ext().state.(type) {
 		case *counter.Window:
-			s.state, s.wundo = st, windowUndos.Get().(*counter.WindowUndo)
+			s.state, s.wundo = st, takeUndo(undos.window(), &windowUndos)
 			st.BeginUndo(s.wundo)
 		case *counter.HLL:
-			s.state, s.hundo = st, hllUndos.Get().(*counter.HLLUndo)
+			s.state, s.hundo = st, takeUndo(undos.hll(), &hllUndos)
 			st.BeginUndo(s.hundo)
 		default:
 			s.state = cloneState(st)
 		}
 		if r := en.ext().roll; r != nil {
-			s.roll, s.rundo = r, rollUndos.Get().(*rollup.Undo)
+			s.roll, s.rundo = r, takeUndo(undos.roll(), &rollUndos)
 			r.BeginUndo(s.rundo)
 		}
 	}
@@ -461,23 +474,73 @@ var (
 	rollUndos   = sync.Pool{New: func() any { return new(rollup.Undo) }}
 )
 
+// undoRecs are spare undo records a multiScratch keeps. A nil
+// *undoRecs has none: records come from and go back to the pools.
+type undoRecs struct {
+	w []*counter.WindowUndo
+	h []*counter.HLLUndo
+	r []*rollup.Undo
+}
+
+func (u *undoRecs) window() *[]*counter.WindowUndo {
+	if u == nil {
+		return nil
+	}
+	return &u.w
+}
+
+func (u *undoRecs) hll() *[]*counter.HLLUndo {
+	if u == nil {
+		return nil
+	}
+	return &u.h
+}
+
+func (u *undoRecs) roll() *[]*rollup.Undo {
+	if u == nil {
+		return nil
+	}
+	return &u.r
+}
+
+// takeUndo returns a spare record of free (nil: none), else one of pool.
+func takeUndo[T any](free *[]*T, pool *sync.Pool) *T {
+	if free != nil {
+		if n := len(*free); n > 0 {
+			u := (*free)[n-1]
+			(*free)[n-1] = nil
+			*free = (*free)[:n-1]
+			return u
+		}
+	}
+	return pool.Get().(*T)
+}
+
+// endUndoRec ends the recording of u (End, a no-op for one rolled back)
+// and gives it back to free (nil: to pool).
+func endUndoRec[T any, P interface {
+	*T
+	End()
+}](u P, free *[]*T, pool *sync.Pool) {
+	if u == nil {
+		return
+	}
+	u.End()
+	if free != nil {
+		*free = append(*free, (*T)(u))
+	} else {
+		pool.Put((*T)(u))
+	}
+}
+
 // endUndo ends the recording of the windows, sketches and rollups of a
-// batch (a no-op for one rolled back) and recycles the records. Caller
-// holds the entries' locks.
-func endUndo(saved []savedEntry) {
+// batch (a no-op for one rolled back) and recycles the records, into
+// undos (nil: the pools). Caller holds the entries' locks.
+func endUndo(saved []savedEntry, undos *undoRecs) {
 	for i := range saved {
-		if u := saved[i].wundo; u != nil {
-			u.End()
-			windowUndos.Put(u)
-		}
-		if u := saved[i].hundo; u != nil {
-			u.End()
-			hllUndos.Put(u)
-		}
-		if u := saved[i].rundo; u != nil {
-			u.End()
-			rollUndos.Put(u)
-		}
+		endUndoRec(saved[i].wundo, undos.window(), &windowUndos)
+		endUndoRec(saved[i].hundo, undos.hll(), &hllUndos)
+		endUndoRec(saved[i].rundo, undos.roll(), &rollUndos)
 	}
 }
 

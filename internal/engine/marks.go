@@ -162,15 +162,7 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 	var err error
 	e.gate.RLock() // the flusher's snapshot sees the batch and its marks, or neither
 	if len(ops) > 0 {
-		rp := atomicResults.Get().(*[]contract.Result)
-		if cap(*rp) < len(ops) {
-			*rp = make([]contract.Result, len(ops))
-		}
-		res := (*rp)[:len(ops)]
-		s.multi.noValues = true // the results are dropped
-		err = e.applyMultiIn(ops, res, true, &s.multi)
-		clear(res)
-		atomicResults.Put(rp)
+		err = e.applyMultiIn(ops, nil, true, &s.multi) // the results are dropped
 	}
 	if err == nil && len(marks) > 0 {
 		exp := now + int64(ttl)

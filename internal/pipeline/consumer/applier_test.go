@@ -326,3 +326,47 @@ func TestKindConflictDeadLettersOnlyTheEventsInvolved(t *testing.T) {
 		}
 	}
 }
+
+// TestApplyScratchReleased: after ApplyGroups of a poll of several
+// segments, the scratch the applier keeps for the next poll holds no
+// reference to the poll's records, ids or items (its slices are zero up
+// to their capacities), though segments reuse them without zeroing; and
+// a second poll over the reused scratch counts exactly.
+func TestApplyScratchReleased(t *testing.T) {
+	a, e := newApplier(t, 1000)
+	recs, views, _ := records(3*segmentEvents + 100)
+	ctx := context.Background()
+	half := len(recs) / 2
+	for _, poll := range [][]stream.Record{recs[:half], recs[half:]} {
+		if _, err := a.ApplyGroups(ctx, "test", [][]stream.Record{poll}); err != nil {
+			t.Fatal(err)
+		}
+		s := a.kept.Load()
+		if s == nil {
+			t.Fatal("no scratch kept")
+		}
+		if cap(s.arena) == 0 || cap(s.evs) == 0 || cap(s.c.ops) == 0 || cap(s.c.marks) == 0 {
+			t.Fatalf("scratch not used: arena %d evs %d ops %d marks %d", cap(s.arena), cap(s.evs), cap(s.c.ops), cap(s.c.marks))
+		}
+		zero := func(name string, n int, isZero func(i int) bool) {
+			for i := range n {
+				if !isZero(i) {
+					t.Fatalf("%s[%d] of %d not zero after the poll", name, i, n)
+				}
+			}
+		}
+		zero("arena", cap(s.arena), func(i int) bool {
+			h := s.arena[:cap(s.arena)][i]
+			return h.Rule == nil && h.Op.ID == "" && h.Op.Items == nil
+		})
+		zero("evs", cap(s.evs), func(i int) bool { p := s.evs[:cap(s.evs)][i]; return p.rec == nil && p.hits == nil && p.marker == "" })
+		zero("markers", cap(s.markers), func(i int) bool { return s.markers[:cap(s.markers)][i] == "" })
+		zero("ops", cap(s.c.ops), func(i int) bool {
+			o := s.c.ops[:cap(s.c.ops)][i]
+			return o.ID == "" && o.Items == nil && o.Fields == nil
+		})
+		zero("marks", cap(s.c.marks), func(i int) bool { return s.c.marks[:cap(s.c.marks)][i] == "" })
+		zero("events", cap(s.c.events), func(i int) bool { return s.c.events[:cap(s.c.events)][i] == nil })
+	}
+	checkViews(t, e, views)
+}

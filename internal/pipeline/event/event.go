@@ -381,6 +381,9 @@ func ValidateText(s string) error {
 	if s == "" || len(s) > MaxFieldLen {
 		return fmt.Errorf("must be 1..%d bytes", MaxFieldLen)
 	}
+	if printableASCII(s) {
+		return nil // the usual id or type: no UTF-8 to decode
+	}
 	if !utf8.ValidString(s) {
 		return errors.New("is not UTF-8")
 	}
@@ -390,6 +393,17 @@ func ValidateText(s string) error {
 		}
 	}
 	return nil
+}
+
+// printableASCII reports whether s is bytes 0x20..0x7e only (text
+// ValidateText accepts without decoding it).
+func printableASCII(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f {
+			return false
+		}
+	}
+	return true
 }
 
 // Timestamps must lie in years 1970..9999, where Unix milliseconds and

@@ -7,6 +7,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
+	"unicode/utf8"
+
+	"pgregory.net/rapid"
 )
 
 func TestParseBatch(t *testing.T) {
@@ -237,4 +241,25 @@ not json`), l)
 	if _, err := CheckBatchPartial([]byte(`[{"id":"a"},{"type":"t"}]`), l); !errors.As(err, &ee) || ee.Index != 0 {
 		t.Fatalf("every event bad: %v, want the first event's error", err)
 	}
+}
+
+// TestValidateTextFastPath: ValidateText, with its shortcut for printable
+// ASCII, accepts exactly the 1..MaxFieldLen-byte UTF-8 strings without a
+// C0 or C1 control character or DEL, on strings mostly of printable ASCII
+// with a few bytes of anything (controls, high bytes, broken UTF-8).
+func TestValidateTextFastPath(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		b := rapid.SliceOfN(rapid.OneOf(rapid.ByteRange(0x20, 0x7e), rapid.Byte(),
+			rapid.SampledFrom([]byte{0, 0x1f, 0x7f, 0x80, 0x9f, 0xa0, 0xc2, 0xe2, 0xff})), 0, MaxFieldLen+2).Draw(t, "b")
+		if rapid.Bool().Draw(t, "utf8") {
+			b = append(b, string(rapid.Rune().Draw(t, "r"))...)
+		}
+		s := string(b)
+		want := s != "" && len(s) <= MaxFieldLen && utf8.ValidString(s) && strings.IndexFunc(s, func(r rune) bool {
+			return unicode.IsControl(r) // Cc: U+0000..U+001F, U+007F..U+009F
+		}) < 0
+		if got := ValidateText(s) == nil; got != want {
+			t.Fatalf("ValidateText(%q) accepts: %v, want %v", s, got, want)
+		}
+	})
 }
