@@ -34,6 +34,13 @@ type flusher struct {
 	touched int64
 	kv      sortedKV // the counters a flush writes (flusher only)
 
+	// The shards' window delta records (deltarec.go; flusher only): as on
+	// disk, and as the flush builds them; the shards whose record the
+	// flush rewrites; scratch marks of a shard's dirty slab indexes.
+	wrec, wnext [numShards]deltaRec
+	recShards   []int
+	seen        []uint64
+
 	flushes   atomic.Uint64
 	failures  atomic.Uint64 // failed flushes
 	lastFlush atomic.Int64  // unix ns
@@ -186,6 +193,8 @@ func (e *Engine) flushOnce() error {
 		sh.mu.Lock()
 		a := sh.ar.Load()
 		f.touched += touchWindows(sh, list)
+		rec := &f.wnext[no]
+		rec.reset()
 		for _, i := range list {
 			en, rp := sh.at(i)
 			en.lock()
@@ -203,9 +212,9 @@ func (e *Engine) flushOnce() error {
 				kv.add(key, nil, true)
 				reap = append(reap, reapItem{no, i, idRef})
 			case w != nil && w.DeltaOK():
-				key[0] = prefixWindowDelta
+				// Into the shard's record (deltarec.go).
 				vbuf = w.AppendDelta(appendHeader(vbuf[:0], en))
-				kv.add(key, vbuf, false)
+				rec.add(i, idRef, id, vbuf, 0)
 			default:
 				val, err := encodeEntry(vbuf[:0], en)
 				if err != nil {
@@ -215,6 +224,7 @@ func (e *Engine) flushOnce() error {
 					b.Close()
 					e.rollupsFailed(rfs)
 					e.dropBases(taken)
+					f.recordsWritten(false, true)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				kv.add(key, val, false)
@@ -236,12 +246,15 @@ func (e *Engine) flushOnce() error {
 					b.Close()
 					e.markAllDirty()
 					e.rollupsFailed(rfs)
+					f.recordsWritten(false, true)
 					return e.failCycle(c, fmt.Errorf("engine: encode rollups of %q: %w", id, err))
 				}
 			}
 			en.unlock()
 			buf = key
 		}
+		f.growSeen(sh.nslab)
+		buf = f.carryDeltas(sh, no, list, kv, buf)
 		sh.mu.Unlock()
 	}
 	recs := e.idem.takePending()
@@ -280,6 +293,7 @@ func (e *Engine) flushOnce() error {
 	}
 	b.Close()
 	f.taken = taken[:0]
+	f.recordsWritten(err == nil, refused)
 	if err != nil {
 		// The windows written whole are not bases of the next deltas.
 		e.dropBases(taken)

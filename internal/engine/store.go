@@ -17,6 +17,8 @@ import (
 // On-disk layout in Pebble:
 //
 //	'c' + id  -> entry (format byte, kind, version, updated, expires, value or state)
+//	'W' + shard -> the window deltas of one shard (deltarec.go), each read
+//	             before the window's 'w' key
 //	'w' + id  -> a window's delta over its 'c' entry (the same header, then
 //	             counter.Window.AppendDelta); see applyWindowDelta
 //	'i' + key -> idempotency record
@@ -283,6 +285,10 @@ func (e *Engine) load() error {
 	}
 	defer wit.Close()
 	wit.First()
+	recs, err := e.loadDeltaRecs()
+	if err != nil {
+		return err
+	}
 	for it.First(); it.Valid(); it.Next() {
 		id := string(it.Key()[1:])
 		h := hashID(id)
@@ -299,11 +305,18 @@ func (e *Engine) load() error {
 			}
 			return fmt.Errorf("engine: load %q: %w", id, err)
 		}
+		var m *recMember // the window's delta in its shard's record
 		if d.kind == contract.KindWindow {
-			for wit.Valid() && bytes.Compare(wit.Key()[1:], it.Key()[1:]) < 0 {
+			if k, ok := recs[id]; ok {
+				m = &e.fl.wrec[no].mem[k]
+				if err := applyWindowDelta(&d, e.fl.wrec[no].valOf(m)); err != nil {
+					return fmt.Errorf("engine: load %q: %w", id, err)
+				}
+			}
+			for m == nil && wit.Valid() && bytes.Compare(wit.Key()[1:], it.Key()[1:]) < 0 {
 				wit.Next()
 			}
-			if wit.Valid() && bytes.Equal(wit.Key()[1:], it.Key()[1:]) {
+			if m == nil && wit.Valid() && bytes.Equal(wit.Key()[1:], it.Key()[1:]) {
 				if err := applyWindowDelta(&d, wit.Value()); err != nil {
 					return fmt.Errorf("engine: load %q: %w", id, err)
 				}
@@ -323,6 +336,9 @@ func (e *Engine) load() error {
 			_ = s.SetReplica(e.cfg.NodeID)
 			en.value = s.Value()
 		}
+		if m != nil {
+			m.idx, m.idRef, m.live = i, sh.refOf(i), true
+		}
 		e.keys.Add(1)
 		if en.ext() != nil && en.ext().expires != 0 {
 			e.expires.Add(1)
@@ -336,6 +352,38 @@ func (e *Engine) load() error {
 		return err
 	}
 	return e.loadRollupHeads()
+}
+
+// loadDeltaRecs reads the shards' window delta records (deltarec.go) into
+// the flusher's and returns where each window's delta is in its shard's.
+func (e *Engine) loadDeltaRecs() (map[string]int, error) {
+	it, err := e.db.NewIter(&pebble.IterOptions{LowerBound: []byte{prefixDeltaRec}, UpperBound: []byte{prefixDeltaRec + 1}})
+	if err != nil {
+		return nil, fmt.Errorf("engine: load: %w", err)
+	}
+	defer it.Close()
+	recs := map[string]int{}
+	for it.First(); it.Valid(); it.Next() {
+		if len(it.Key()) != 2 {
+			return nil, fmt.Errorf("engine: load: %w: window delta record key %q", ErrCorrupt, it.Key())
+		}
+		no := int(it.Key()[1])
+		r := &e.fl.wrec[no]
+		if err := r.parse(it.Value()); err != nil {
+			return nil, fmt.Errorf("engine: load: shard %d: %w", no, err)
+		}
+		for k := range r.mem {
+			id := string(r.idOf(&r.mem[k]))
+			if shardOf(hashID(id)) != no {
+				return nil, fmt.Errorf("engine: load: %w: window delta of %q in the record of shard %d", ErrCorrupt, id, no)
+			}
+			if _, dup := recs[id]; dup {
+				return nil, fmt.Errorf("engine: load: %w: two window deltas of %q", ErrCorrupt, id)
+			}
+			recs[id] = k
+		}
+	}
+	return recs, it.Error()
 }
 
 // applyWindowDelta applies a window's delta record v (written by the flush

@@ -71,7 +71,7 @@ func TestWindowDeltaPowerLoss(t *testing.T) {
 				continue
 			}
 			want := export()
-			deltas += countKeys(t, e, prefixWindowDelta)
+			deltas += countWindowDeltas(t, e)
 			e = reopenAfterPowerLoss(t, e, fs, cfg)
 			if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
 				rt.Fatalf("after a power loss:\n got %v\nwant %v", got, want)
@@ -118,7 +118,7 @@ func TestWindowDeltaFailedFlush(t *testing.T) {
 	}
 	add(syncW, 7, 6, 5, 4) // the base
 	add(syncW, 3)          // a delta
-	if n := countKeys(t, e, prefixWindowDelta); n != 1 {
+	if n := countWindowDeltas(t, e); n != 1 {
 		t.Fatalf("%d deltas on disk, want 1", n)
 	}
 	// In memory only; then the flushes of the disk checks (the window
