@@ -724,6 +724,14 @@ func (f *Fair) sample(now time.Time, rtt time.Duration) {
 // ShedOverload.
 func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) }
 
+// Free reports whether a slot is free with nobody queued: a request
+// asking for one now would be admitted at once.
+func (f *Fair) Free() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queued == 0 && float64(f.running) < f.limit
+}
+
 // Stale reports whether a request that waited (in its socket) before it
 // could ask for a slot is refused for it (ShedStale) instead: it waited
 // MaxWait or more while held back (held) by what a flood or an overload

@@ -689,3 +689,34 @@ func TestFairStale(t *testing.T) {
 		t.Fatal("Stale")
 	}
 }
+
+// TestFairFree: Free reports a slot free with nobody queued, as the
+// slots are taken, handed on to a queued request and given back.
+func TestFairFree(t *testing.T) {
+	f := NewFair(FairConfig{MaxLimit: 1, MinLimit: 1, MaxWait: time.Second})
+	a, b := ClientKey(netip.MustParseAddr("10.0.0.1")), ClientKey(netip.MustParseAddr("10.0.0.2"))
+	check := func(what string, want bool) {
+		t.Helper()
+		if got := f.Free(); got != want {
+			t.Fatalf("%s: Free() = %v, want %v", what, got, want)
+		}
+	}
+	check("idle", true)
+	var t1, t2 Ticket
+	if f.Acquire(&t1, a, 0) != Admitted {
+		t.Fatal("not admitted")
+	}
+	check("the only slot taken", false)
+	_, p := f.AcquireAsync(&t2, b, 0, false, func() {})
+	if p == nil {
+		t.Fatal("not queued")
+	}
+	check("one queued", false)
+	f.Release(&t1) // handed to the queued request
+	check("the slot handed on", false)
+	if v, ok := p.Poll(); !ok || v != Admitted {
+		t.Fatalf("queued request: %v %v", v, ok)
+	}
+	f.Release(&t2)
+	check("given back", true)
+}

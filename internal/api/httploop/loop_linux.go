@@ -722,11 +722,26 @@ func (l *loop) process(c *conn) bool {
 		// is one of any client that waited --max-queue-wait while held
 		// back (heldBack), as on the HTTP server (shed.Fair.Stale).
 		if o.Fair != nil && !c.ticket.Holding() && (o.NeverShed == nil || !o.NeverShed(h.method, h.path)) {
-			v := shed.Admitted
+			v, pace := shed.Admitted, true
 			if c.decided {
 				v, c.decided = c.verdict, false
 			} else if waited := time.Duration(time.Now().UnixNano() - c.rxAt); o.Fair.Stale(waited, l.heldBack(c)) {
 				v = o.Fair.ShedStale()
+				// Sent during its connection's pause and refused for
+				// it while a slot is free with nobody queued: refused
+				// for the pause alone, which the loop gave it, not for
+				// the node's load. Its connection is not paused again:
+				// its next request, sent after this answer, is fresh
+				// and asks for the slot. Paused again, that request
+				// would be sent during the new pause and refused as
+				// stale in turn, and so on: once its client's pacer
+				// debt is at the bound (every pause longer than
+				// --max-queue-wait), a flood's connections carried
+				// only such refusals and it was admitted next to
+				// nothing while the slots stood free. With no slot
+				// free it is paced as any refusal (its client's excess
+				// costs one refusal a pause).
+				pace = c.rxAt >= c.resumed || !o.Fair.Free()
 			} else {
 				var p *shed.Pending
 				v, p = o.Fair.AcquireAsync(&c.ticket, c.key, waited, l.flooding(c), l.wake)
@@ -750,7 +765,7 @@ func (l *loop) process(c *conn) bool {
 				if h.close {
 					c.closeAfter = true
 				}
-				if o.Pace != nil {
+				if o.Pace != nil && pace {
 					if d := o.Pace(c.key); d > 0 {
 						c.pauseFor = d
 						break // the rest of its input waits for the pause's end
