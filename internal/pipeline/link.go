@@ -10,6 +10,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/counterd/counterd/internal/ctxwait"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 )
 
@@ -201,7 +202,7 @@ func (l *link) watch(ctx context.Context) {
 		if !ok {
 			wait = probeDown
 		}
-		if !sleep(ctx, wait) {
+		if ctxwait.Sleep(ctx, wait) != nil {
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, min(probeTimeout, l.timeout))
@@ -214,16 +215,5 @@ func (l *link) watch(ctx context.Context) {
 			err = fmt.Errorf("%w: %v", stream.ErrUnavailable, err)
 		}
 		l.report(err)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

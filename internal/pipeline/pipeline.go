@@ -24,6 +24,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/ctxwait"
 	"github.com/counterd/counterd/internal/pipeline/collector"
 	"github.com/counterd/counterd/internal/pipeline/consumer"
 	"github.com/counterd/counterd/internal/pipeline/event"
@@ -277,7 +278,7 @@ func (p *Pipeline) connect(ctx, rctx context.Context, timeout time.Duration) err
 func (p *Pipeline) reconnect(ctx context.Context) {
 	wait := retryFirst
 	for attempt := 2; ; attempt++ {
-		if !sleep(ctx, wait) {
+		if ctxwait.Sleep(ctx, wait) != nil {
 			return
 		}
 		err := p.connect(ctx, ctx, connectTimeout)

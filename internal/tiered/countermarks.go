@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/ctxwait"
 	"github.com/counterd/counterd/internal/store/postgres"
 	redisstore "github.com/counterd/counterd/internal/store/redis"
 )
@@ -225,7 +226,7 @@ func (b *Backend) durableMarks(ctx context.Context, id, vk string, marks []strin
 	if set == 0 || wait <= 0 {
 		return nil, nil
 	}
-	if err := sleep(ctx, wait); err != nil {
+	if err := ctxwait.Sleep(ctx, wait); err != nil {
 		return nil, unavailable(err)
 	}
 	b.idemSettles.Add(1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/counterd/counterd/internal/contract"
+	"github.com/counterd/counterd/internal/ctxwait"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/idem"
 	"github.com/counterd/counterd/internal/store/postgres"
@@ -244,7 +245,7 @@ func (b *Backend) lookupDurable(ctx context.Context, key, k, mark string, force 
 	if set == 0 || wait <= 0 {
 		return nil, false, nil
 	}
-	if err := sleep(ctx, wait); err != nil {
+	if err := ctxwait.Sleep(ctx, wait); err != nil {
 		return nil, false, unavailable(err)
 	}
 	b.idemSettles.Add(1)
@@ -312,7 +313,7 @@ func (s *redisIdem) Wait(ctx context.Context, held *engine.IdemRecord) error {
 	if time.Since(s.start) > s.b.opts.SyncTimeout {
 		return unavailable(errIdemBusy)
 	}
-	if err := sleep(ctx, idemPoll); err != nil {
+	if err := ctxwait.Sleep(ctx, idemPoll); err != nil {
 		return unavailable(err)
 	}
 	return nil
@@ -441,15 +442,4 @@ func (b *Backend) settleLater(k string, until time.Time, fix func(context.Contex
 		}
 	}
 	b.opts.Logger.Warn("tiered: an idempotency claim stays until its lease ends", "key", k[len(idemPrefix):])
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/counterd/counterd/internal/ctxwait"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 )
 
@@ -30,7 +31,7 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 			} else {
 				log.Debug("pipeline: poll", "stream", c.Name(), "err", err)
 			}
-			if !sleep(ctx, time.Second) {
+			if ctxwait.Sleep(ctx, time.Second) != nil {
 				return nil
 			}
 			continue
@@ -86,20 +87,9 @@ func retry(ctx context.Context, log *slog.Logger, what string, fn func() error) 
 			return false
 		}
 		log.Warn("pipeline: "+what+" failed, retrying", "err", err, "in", wait)
-		if !sleep(ctx, wait) {
+		if ctxwait.Sleep(ctx, wait) != nil {
 			return false
 		}
 		wait = min(2*wait, 5*time.Second)
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/counterd/counterd/internal/ctxwait"
 )
 
 // Script locks (the tiered mode's Lua scripts: tiered's locks.go, and
@@ -294,15 +296,11 @@ func (b *lockBackoff) wait(ctx context.Context, deadline time.Time) error {
 	}
 	d := min(b.next/2+rand.N(b.next), left)
 	b.next = min(2*b.next, 16*time.Millisecond)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		b.waited += d
-		return nil
+	if err := ctxwait.Sleep(ctx, d); err != nil {
+		return err
 	}
+	b.waited += d
+	return nil
 }
 
 var errLockWait = errors.New("waited for the lock")
