@@ -67,17 +67,6 @@ func TestWindowDeltaRecordPowerLoss(t *testing.T) {
 		cfg.FlushInterval = time.Hour // only the synced writes reach disk
 		e := mustOpen(t, cfg)
 		defer func() { e.Close() }()
-		export := func() map[string]State {
-			m := map[string]State{}
-			for _, id := range ids {
-				if s, ok, err := e.Export(id); err != nil {
-					rt.Fatal(err)
-				} else if ok {
-					m[id] = s
-				}
-			}
-			return m
-		}
 		now := time.Now()
 		for range rapid.IntRange(1, 60).Draw(rt, "steps") {
 			var ops []contract.Op
@@ -106,7 +95,6 @@ func TestWindowDeltaRecordPowerLoss(t *testing.T) {
 			if rapid.IntRange(0, 5).Draw(rt, "crash") != 0 {
 				continue
 			}
-			want := export()
 			keys, recs := diskDeltas(t, e)
 			inRec += len(recs)
 			inKey += len(keys)
@@ -115,19 +103,9 @@ func TestWindowDeltaRecordPowerLoss(t *testing.T) {
 					both++
 				}
 			}
-			e = reopenAfterPowerLoss(t, e, fs, cfg)
-			if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
-				rt.Fatalf("after a power loss:\n got %v\nwant %v", got, want)
-			}
+			keptAcross(rt, &e, ids, "a power loss", powerLoss(t, fs, cfg))
 		}
-		want := export()
-		if err := e.Close(); err != nil {
-			rt.Fatal(err)
-		}
-		e = mustOpen(t, cfg)
-		if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
-			rt.Fatalf("after a clean close:\n got %v\nwant %v", got, want)
-		}
+		keptAcross(rt, &e, ids, "a clean close", cleanClose(t, rt, cfg))
 	})
 	t.Logf("at the power losses: %d window deltas in records, %d in 'w' keys, %d in both", inRec, inKey, both)
 	if inRec == 0 || inKey == 0 || both == 0 {

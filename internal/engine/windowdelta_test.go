@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/vfs"
 	"pgregory.net/rapid"
 
 	"github.com/counterd/counterd/internal/contract"
@@ -31,17 +32,6 @@ func TestWindowDeltaPowerLoss(t *testing.T) {
 		ids := []string{"w:a", "w:b", "w:c"}
 		spec := counter.WindowSpec{Granularity: time.Second, Span: 8 * time.Second}
 		sync := contract.WriteOptions{Durability: contract.Sync}
-		export := func() map[string]State {
-			m := map[string]State{}
-			for _, id := range ids {
-				if s, ok, err := e.Export(id); err != nil {
-					rt.Fatal(err)
-				} else if ok {
-					m[id] = s
-				}
-			}
-			return m
-		}
 		for range rapid.IntRange(1, 30).Draw(rt, "steps") {
 			id := rapid.SampledFrom(ids).Draw(rt, "id")
 			now := time.Now()
@@ -70,21 +60,10 @@ func TestWindowDeltaPowerLoss(t *testing.T) {
 			if !rapid.Bool().Draw(rt, "crash") {
 				continue
 			}
-			want := export()
 			deltas += countWindowDeltas(t, e)
-			e = reopenAfterPowerLoss(t, e, fs, cfg)
-			if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
-				rt.Fatalf("after a power loss:\n got %v\nwant %v", got, want)
-			}
+			keptAcross(rt, &e, ids, "a power loss", powerLoss(t, fs, cfg))
 		}
-		want := export()
-		if err := e.Close(); err != nil {
-			rt.Fatal(err)
-		}
-		e = mustOpen(t, cfg)
-		if got := export(); fmt.Sprint(got) != fmt.Sprint(want) {
-			rt.Fatalf("after a clean close:\n got %v\nwant %v", got, want)
-		}
+		keptAcross(rt, &e, ids, "a clean close", cleanClose(t, rt, cfg))
 	})
 	if deltas == 0 {
 		t.Fatal("no window delta was on disk at a power loss")
@@ -143,4 +122,43 @@ func TestWindowDeltaFailedFlush(t *testing.T) {
 	if v := mustGet(t, e, "w").Value; v != 9 {
 		t.Fatalf("w = %d, want 9", v)
 	}
+}
+
+// exportIDs returns the states of ids that *e holds, read through e at
+// call time (the tests reopen it).
+func exportIDs(rt *rapid.T, e **Engine, ids []string) map[string]State {
+	m := map[string]State{}
+	for _, id := range ids {
+		if s, ok, err := (*e).Export(id); err != nil {
+			rt.Fatal(err)
+		} else if ok {
+			m[id] = s
+		}
+	}
+	return m
+}
+
+// keptAcross reopens *e after reopen (a power loss or a clean close) and
+// fails unless it reads the states it read before.
+func keptAcross(rt *rapid.T, e **Engine, ids []string, what string, reopen func(*Engine) *Engine) {
+	want := exportIDs(rt, e, ids)
+	*e = reopen(*e)
+	if got := exportIDs(rt, e, ids); fmt.Sprint(got) != fmt.Sprint(want) {
+		rt.Fatalf("after %s:\n got %v\nwant %v", what, got, want)
+	}
+}
+
+// cleanClose closes e and opens its directory again.
+func cleanClose(t *testing.T, rt *rapid.T, cfg Config) func(*Engine) *Engine {
+	return func(e *Engine) *Engine {
+		if err := e.Close(); err != nil {
+			rt.Fatal(err)
+		}
+		return mustOpen(t, cfg)
+	}
+}
+
+// powerLoss loses what e had not synced and opens its directory again.
+func powerLoss(t *testing.T, fs *vfs.MemFS, cfg Config) func(*Engine) *Engine {
+	return func(e *Engine) *Engine { return reopenAfterPowerLoss(t, e, fs, cfg) }
 }
