@@ -74,7 +74,7 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			return nil, err
 		}
 		ip := shed.AddrIP(c.RemoteAddr())
-		if l.n.Add(1) <= l.max {
+		if takeBelow(&l.n, l.max) {
 			client, ok := l.clients.TakeIP(ip)
 			if ok {
 				return &limitConn{Conn: c, l: l, client: client}, nil
@@ -85,10 +85,9 @@ func (l *limitListener) Accept() (net.Conn, error) {
 				l.refuse(c, ip, func() { l.held.Give(h); l.n.Add(-1) })
 				continue
 			}
+			l.n.Add(-1)
 		}
-		l.n.Add(-1)
-		if l.rejecting.Add(1) > l.maxRejecting {
-			l.rejecting.Add(-1)
+		if !takeBelow(&l.rejecting, l.maxRejecting) {
 			if l.onReject != nil {
 				l.onReject()
 			}
@@ -221,4 +220,19 @@ func isWildcard(addr string) bool {
 	host = strings.Trim(host, "[]")
 	ip := net.ParseIP(host)
 	return host == "" || ip != nil && ip.IsUnspecified()
+}
+
+// takeBelow adds one to a unless it is at max already: the count never
+// passes max, even for a moment (an add then a take-back would show it
+// over to its readers: the gauges and the tests).
+func takeBelow(a *atomic.Int64, max int64) bool {
+	for {
+		v := a.Load()
+		if v >= max {
+			return false
+		}
+		if a.CompareAndSwap(v, v+1) {
+			return true
+		}
+	}
 }
