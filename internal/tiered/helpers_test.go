@@ -101,6 +101,8 @@ var tieredCases = []struct {
 	{"RESPScripts", testRESPScripts},
 	{"ScriptLocksTwoNodes", testScriptLocksTwoNodes},
 	{"ScriptLockOfCrashedHolder", testScriptLockOfCrashedHolder},
+	{"ReadWriteLocksTwoNodes", testReadWriteLocksTwoNodes},
+	{"ReadWriteCommandsLock", testReadWriteCommandsLock},
 	{"UniquesTiered", testUniquesTiered},
 	{"UniquesDeletedWithCounter", testUniquesDeletedWithCounter},
 	{"QuotasTwoNodesAlternate", testQuotasTwoNodesAlternate},

@@ -70,8 +70,11 @@ type client struct {
 	// connSlot: the client address counted in Options.ClientConns.
 	connSlot netip.Addr
 	ctx      context.Context
-	proto    int  // 2 or 3
-	closing  bool // QUIT or a panic: stop after flushing the replies
+	// locks: the key locks (Options.KeyLocker) this connection's running
+	// command, script or EXEC holds, which ctx carries then (holdKeys).
+	locks   contract.KeyLocks
+	proto   int  // 2 or 3
+	closing bool // QUIT or a panic: stop after flushing the replies
 
 	tstart      int64     // metrics: nanotime when the current command started
 	deadlineSet time.Time // when the read deadline was last moved (fill)

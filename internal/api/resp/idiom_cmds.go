@@ -18,7 +18,8 @@ import (
 // and front end. GETDEL and MSETNX have no such engine op (a delete or a
 // multi-key create conditional on a read): they run under the script
 // gate's exclusive side, so no other Redis-protocol client's command
-// interleaves (gateExclusive), as a script.
+// interleaves (gateExclusive), as a script. In tiered mode all of them
+// also lock their keys against the writers of every node (keylocks.go).
 
 func idiomCommands() []*command {
 	const (

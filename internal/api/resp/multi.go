@@ -28,7 +28,9 @@ import (
 // (transaction aborted) if any watched key was written, created, deleted or
 // expired since. The check runs just before EXEC applies the transaction
 // and is not atomic with it: a write by another client in the
-// microseconds between the check and the apply is not detected.
+// microseconds between the check and the apply is not detected, except
+// in tiered mode, where the transaction locks its keys before the check
+// (Options.KeyLocker, keylocks.go) and every writer waits for the locks.
 
 type watch struct {
 	id      string
@@ -90,8 +92,8 @@ func cmdUnwatch(s *Server, c *client, args [][]byte) {
 }
 
 // watchedChanged reports whether a watched key changed since WATCH.
-func (s *Server) watchedChanged(c *client) bool {
-	for _, w := range c.watched {
+func (s *Server) watchedChanged(c *client, watched []watch) bool {
+	for _, w := range watched {
 		v, err := s.eng.Get(c.ctx, w.id)
 		if err != nil {
 			continue // an invalid id cannot exist, so it cannot change
@@ -108,9 +110,7 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 		c.writeError("ERR EXEC without MULTI")
 		return
 	}
-	queue := c.queue
-	aborted := c.multiErr
-	changed := len(c.watched) > 0 && s.watchedChanged(c)
+	queue, watched, aborted := c.queue, c.watched, c.multiErr
 	c.multi, c.multiErr, c.watched = false, false, nil
 	defer func() {
 		clear(queue)
@@ -120,16 +120,43 @@ func cmdExec(s *Server, c *client, args [][]byte) {
 		c.writeError("EXECABORT Transaction discarded because of previous errors.")
 		return
 	}
-	if changed {
-		c.writeNullArray()
-		return
+	// With a KeyLocker (tiered mode) the transaction's keys, watched and
+	// named, are locked against every node's writers: before the WATCH
+	// check, so that no write lands between it and the commands; without
+	// WATCH only when the commands run one by one, the single engine
+	// batch being atomic by itself. lock false: c was answered the error.
+	var release func()
+	defer func() {
+		if release != nil {
+			release()
+		}
+	}()
+	lock := func() bool {
+		if release != nil || s.lua.locker == nil {
+			return true
+		}
+		var err error
+		if release, err = s.lua.holdKeys(c, c.ctx, execKeys(watched, queue)); err != nil {
+			c.writeError(engineError(err))
+			return false
+		}
+		return true
+	}
+	if len(watched) > 0 {
+		if !lock() {
+			return
+		}
+		if s.watchedChanged(c, watched) {
+			c.writeNullArray()
+			return
+		}
 	}
 	if len(queue) == 0 {
 		c.writeArray(0)
 		return
 	}
 	denied := s.execDenials(c, queue)
-	if denied == nil && s.execBatch(c, queue) {
+	if denied == nil && s.execBatch(c, queue) || !lock() {
 		return
 	}
 	c.writeArray(len(queue))

@@ -2,7 +2,6 @@ package resp
 
 import (
 	"context"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -376,27 +375,12 @@ func ownerOf(f func(string) (bool, string), key string) string {
 	return addr
 }
 
-// sortedIDs returns the distinct keys as ids, sorted: the order two
-// scripts lock their keys in, so that neither waits for the other.
-func sortedIDs(keys [][]byte) []string {
-	ids := make([]string, 0, len(keys))
-	for _, k := range keys {
-		ids = append(ids, string(k))
-	}
-	slices.Sort(ids)
-	return slices.Compact(ids)
-}
-
-// lockWait bounds the wait for a key another node's script holds:
-// twice the lease (--lua-time-limit), so the lock of a node that died
-// holding it has expired by then.
-func (sc *scripting) lockWait() time.Duration { return 2 * sc.limit }
-
 // run executes a compiled script for c and writes its reply. The caller
 // holds the gate exclusively. With a KeyLocker (tiered mode) the
-// declared keys are locked, in sorted order, before the script starts,
-// and every other key when a command of the script first names it
-// (call); all are released when it ends.
+// declared keys are locked, in sorted order, before the script starts
+// (holdKeys), and every other key when a command of the script first
+// names it (call); all are released when it ends (or, in an EXEC, when
+// the EXEC does).
 func (sc *scripting) run(c *client, proto *lua.FunctionProto, sha string, keys, argv [][]byte, ro bool, owner string) {
 	L := sc.L
 	// The VM's context is the server's (a plain cancel context: deriving
@@ -434,13 +418,14 @@ func (sc *scripting) run(c *client, proto *lua.FunctionProto, sha string, keys, 
 		L.SetTop(0)
 	}()
 	if sc.locker != nil {
-		locks := sc.locker.NewKeyLocks(sc.limit)
-		sc.locks, x.ctx = locks, locks.Context(c.ctx)
+		// c's locks: its own, or those of the EXEC this script runs in.
+		release, err := sc.holdKeys(c, ctx, keys)
+		sc.locks, x.ctx = c.locks, c.ctx
 		defer func() {
 			sc.locks = nil
-			locks.Unlock()
+			release()
 		}()
-		if err := locks.Lock(ctx, sortedIDs(keys), sc.lockWait()); err != nil {
+		if err != nil {
 			c.writeError(engineError(err))
 			return
 		}

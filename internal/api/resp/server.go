@@ -663,6 +663,11 @@ func (s *Server) dispatch(c *client, args [][]byte) {
 			return
 		}
 		defer s.lua.leave(exclusive)
+		if release, ok := s.lockCommandKeys(c, cmd, args); !ok {
+			return
+		} else if release != nil {
+			defer release()
+		}
 	}
 	if s.opts.Tracer != nil {
 		s.runTraced(c, cmd, args)
