@@ -242,6 +242,10 @@ func engineKind(k redisstore.Kind) contract.Kind {
 	return contract.KindNone
 }
 
+// afterAddScript, when set (tests only), runs after an add's Redis script
+// and before its delta is handed to the write-behind.
+var afterAddScript func(id string)
+
 func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, error) {
 	if op.Kind == contract.KindFloat {
 		return b.addFloat(ctx, op)
@@ -273,6 +277,9 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	}
 	if err != nil {
 		return contract.Result{}, err
+	}
+	if afterAddScript != nil { // tests: between the Redis script and the hand-over
+		afterAddScript(op.ID)
 	}
 	if r.FromFloat {
 		release()

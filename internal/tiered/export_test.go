@@ -65,3 +65,10 @@ func RestoreJournal(ctx context.Context, b *Backend, j map[string]map[string]str
 // RecoverDead runs one recovery round of b's journal loop (a full sweep
 // when sweep is set).
 func RecoverDead(ctx context.Context, b *Backend, sweep bool) error { return b.recoverDead(ctx, sweep) }
+
+// AfterAddScript makes f run after every add's Redis script, before its
+// delta is handed to the write-behind, until the returned func runs.
+func AfterAddScript(f func(id string)) (restore func()) {
+	afterAddScript = f
+	return func() { afterAddScript = nil }
+}
