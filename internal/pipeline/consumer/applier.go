@@ -197,7 +197,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
-		return &scratch{seen: map[string]struct{}{}}
+		return &scratch{}
 	}
 	return a, nil
 }
@@ -325,7 +325,7 @@ const segmentEvents = 8192
 type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
-	seen  map[string]struct{}
+	seen  markerSet   // the markers of evs
 	// markers and found: the marker of each of evs and whether it is
 	// marked (engine.MarkApplier.MarkedAll).
 	markers []string
@@ -363,7 +363,7 @@ func (s *scratch) hit(r *rules.Rule) {
 // the references once the poll is applied.
 func (s *scratch) truncate() {
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
-	clear(s.seen)
+	s.seen.reset()
 	s.markers = s.markers[:0]
 	clear(s.hits) // no hold on the rules of a reload
 	s.hits = s.hits[:0]
@@ -436,12 +436,11 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				continue
 			}
 			mk := MarkerID(ev.ID)
-			if _, ok := s.seen[mk]; ok {
+			if !s.seen.add(mk) {
 				duplicates++
 				s.arena = s.arena[:from]
 				continue
 			}
-			s.seen[mk] = struct{}{}
 			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits, ts: ev.TS})
 		}
 	}
