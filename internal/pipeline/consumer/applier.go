@@ -497,10 +497,11 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 }
 
 // validate checks the ops of hits against the backend's limits, so that
-// an event the engine would refuse is dead-lettered alone.
+// an event the engine would refuse is dead-lettered alone. The rules
+// checked each op's counter id (contract.ValidateID) as they built it.
 func (a *Applier) validate(hits []rules.Hit) error {
 	for i := range hits {
-		if err := hits[i].Op.ValidateDefaulted(&a.opLim); err != nil {
+		if err := hits[i].Op.ValidateDefaultedValidID(&a.opLim); err != nil {
 			return fmt.Errorf("rule %q: %w", hits[i].Rule.Name, err)
 		}
 	}
