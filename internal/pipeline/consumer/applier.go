@@ -53,9 +53,27 @@ const MarkerPrefix = engine.MarkerCounterPrefix
 // MarkerID returns the marker counter of event id: MarkerPrefix + id, or
 // MarkerPrefix + "#" + a SHA-256 prefix when that would be too long.
 func MarkerID(id string) string {
-	if len(MarkerPrefix)+len(id) <= contract.MaxIDLen && id != "" && id[0] != '#' {
+	if plainMarker(id) {
 		return MarkerPrefix + id
 	}
+	return hashedMarker(id)
+}
+
+// plainMarker reports whether the marker of event id is MarkerPrefix + id.
+func plainMarker(id string) bool {
+	return len(MarkerPrefix)+len(id) <= contract.MaxIDLen && id != "" && id[0] != '#'
+}
+
+// markerOf is MarkerID(id) given prefixed, MarkerPrefix + id
+// (event.DecodeIntoPrefixed): no copy of it when it is the marker.
+func markerOf(id, prefixed string) string {
+	if plainMarker(id) {
+		return prefixed
+	}
+	return hashedMarker(id)
+}
+
+func hashedMarker(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return MarkerPrefix + "#" + hex.EncodeToString(sum[:16])
 }
@@ -397,7 +415,8 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	for _, pt := range parts {
 		recs := pt.recs
 		for i := range recs {
-			if err := event.DecodeInto(ev, recs[i].Value, a.limits); err != nil {
+			prefixed, err := event.DecodeIntoPrefixed(ev, recs[i].Value, a.limits, MarkerPrefix)
+			if err != nil {
 				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
 				continue
 			}
@@ -411,7 +430,6 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			}
 			in.Reset(ev)
 			from := len(s.arena)
-			var err error
 			s.arena, err = rs.Eval(in, s.arena)
 			hits := s.arena[from:len(s.arena):len(s.arena)]
 			if err == nil {
@@ -435,7 +453,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				filtered++
 				continue
 			}
-			mk := MarkerID(ev.ID)
+			mk := markerOf(ev.ID, prefixed)
 			if !s.seen.add(mk) {
 				duplicates++
 				s.arena = s.arena[:from]
