@@ -101,12 +101,28 @@ func (op *Op) PlainAdd() bool {
 }
 
 func (op *Op) ValidateDefaulted(l *Limits) error {
-	if op.PlainAdd() {
-		// The hottest op, a plain add: only its id needs checking.
-		return l.ValidateID(op.ID)
-	}
 	if err := l.ValidateID(op.ID); err != nil {
 		return err
+	}
+	return op.validateDefaultedRest(l)
+}
+
+// ValidateDefaultedValidID is ValidateDefaulted of an op whose id passed
+// ValidateID already (the event pipeline's rules check each counter id
+// they build): of the id, only the backend's own restriction (l) is
+// checked again.
+func (op *Op) ValidateDefaultedValidID(l *Limits) error {
+	if err := l.backendID(op.ID); err != nil {
+		return err
+	}
+	return op.validateDefaultedRest(l)
+}
+
+// validateDefaultedRest is ValidateDefaulted but for the op's id.
+func (op *Op) validateDefaultedRest(l *Limits) error {
+	if op.PlainAdd() {
+		// The hottest op, a plain add: only its id needs checking.
+		return nil
 	}
 	if op.TTL < 0 && op.Type != OpExpire { // OpExpire: negative deletes, like Redis
 		return fmt.Errorf("%w: negative ttl", ErrInvalidArgument)
@@ -269,7 +285,13 @@ func (l Limits) ValidateID(id string) error {
 	if err := ValidateID(id); err != nil {
 		return err
 	}
-	if l.RedisHashTags && id[0] == '}' {
+	return l.backendID(id)
+}
+
+// backendID checks what l restricts of a valid id (ValidateID) beyond
+// ValidateID.
+func (l *Limits) backendID(id string) error {
+	if l.RedisHashTags && id != "" && id[0] == '}' {
 		return fmt.Errorf("%w: ids starting with '}' are not supported on this backend (Redis hash tag)", ErrInvalidID)
 	}
 	return nil

@@ -53,9 +53,27 @@ const MarkerPrefix = engine.MarkerCounterPrefix
 // MarkerID returns the marker counter of event id: MarkerPrefix + id, or
 // MarkerPrefix + "#" + a SHA-256 prefix when that would be too long.
 func MarkerID(id string) string {
-	if len(MarkerPrefix)+len(id) <= contract.MaxIDLen && id != "" && id[0] != '#' {
+	if plainMarker(id) {
 		return MarkerPrefix + id
 	}
+	return hashedMarker(id)
+}
+
+// plainMarker reports whether the marker of event id is MarkerPrefix + id.
+func plainMarker(id string) bool {
+	return len(MarkerPrefix)+len(id) <= contract.MaxIDLen && id != "" && id[0] != '#'
+}
+
+// markerOf is MarkerID(id) given prefixed, MarkerPrefix + id
+// (event.DecodeIntoPrefixed): no copy of it when it is the marker.
+func markerOf(id, prefixed string) string {
+	if plainMarker(id) {
+		return prefixed
+	}
+	return hashedMarker(id)
+}
+
+func hashedMarker(id string) string {
 	sum := sha256.Sum256([]byte(id))
 	return MarkerPrefix + "#" + hex.EncodeToString(sum[:16])
 }
@@ -197,7 +215,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
 	a.scratch.New = func() any {
-		return &scratch{seen: map[string]struct{}{}}
+		return &scratch{}
 	}
 	return a, nil
 }
@@ -325,7 +343,7 @@ const segmentEvents = 8192
 type scratch struct {
 	evs   []pending
 	arena []rules.Hit // the hits of every event, each event's a slice of it
-	seen  map[string]struct{}
+	seen  markerSet   // the markers of evs
 	// markers and found: the marker of each of evs and whether it is
 	// marked (engine.MarkApplier.MarkedAll).
 	markers []string
@@ -363,7 +381,7 @@ func (s *scratch) hit(r *rules.Rule) {
 // the references once the poll is applied.
 func (s *scratch) truncate() {
 	s.evs, s.arena = s.evs[:0], s.arena[:0]
-	clear(s.seen)
+	s.seen.reset()
 	s.markers = s.markers[:0]
 	clear(s.hits) // no hold on the rules of a reload
 	s.hits = s.hits[:0]
@@ -397,7 +415,8 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 	for _, pt := range parts {
 		recs := pt.recs
 		for i := range recs {
-			if err := event.DecodeInto(ev, recs[i].Value, a.limits); err != nil {
+			prefixed, err := event.DecodeIntoPrefixed(ev, recs[i].Value, a.limits, MarkerPrefix)
+			if err != nil {
 				dead[pt.g] = append(dead[pt.g], stream.DeadLetter{Record: recs[i], Reason: err.Error()})
 				continue
 			}
@@ -411,7 +430,6 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			}
 			in.Reset(ev)
 			from := len(s.arena)
-			var err error
 			s.arena, err = rs.Eval(in, s.arena)
 			hits := s.arena[from:len(s.arena):len(s.arena)]
 			if err == nil {
@@ -435,13 +453,12 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 				filtered++
 				continue
 			}
-			mk := MarkerID(ev.ID)
-			if _, ok := s.seen[mk]; ok {
+			mk := markerOf(ev.ID, prefixed)
+			if !s.seen.add(mk) {
 				duplicates++
 				s.arena = s.arena[:from]
 				continue
 			}
-			s.seen[mk] = struct{}{}
 			s.evs = append(s.evs, pending{rec: &recs[i], g: pt.g, marker: mk, hits: hits, ts: ev.TS})
 		}
 	}
@@ -498,10 +515,11 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 }
 
 // validate checks the ops of hits against the backend's limits, so that
-// an event the engine would refuse is dead-lettered alone.
+// an event the engine would refuse is dead-lettered alone. The rules
+// checked each op's counter id (contract.ValidateID) as they built it.
 func (a *Applier) validate(hits []rules.Hit) error {
 	for i := range hits {
-		if err := hits[i].Op.ValidateDefaulted(&a.opLim); err != nil {
+		if err := hits[i].Op.ValidateDefaultedValidID(&a.opLim); err != nil {
 			return fmt.Errorf("rule %q: %w", hits[i].Rule.Name, err)
 		}
 	}

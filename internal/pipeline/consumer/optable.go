@@ -94,18 +94,22 @@ func (t *opTable) put(ops []contract.Op, h uint64, j int) {
 	}
 }
 
-func (t *opTable) grow() {
-	old := t.slots
-	t.slots = make([]opSlot, max(2*len(old), 1024))
-	mask := uint64(len(t.slots) - 1)
+func (t *opTable) grow() { t.slots = growSlots(t.slots) }
+
+// growSlots returns a table twice as big as old (at least 1024 slots)
+// holding old's slots (opTable, markerSet).
+func growSlots(old []opSlot) []opSlot {
+	slots := make([]opSlot, max(2*len(old), 1024))
+	mask := uint64(len(slots) - 1)
 	for _, s := range old {
 		if s.j == 0 {
 			continue
 		}
 		i := s.h & mask
-		for t.slots[i].j != 0 {
+		for slots[i].j != 0 {
 			i = (i + 1) & mask
 		}
-		t.slots[i] = s
+		slots[i] = s
 	}
+	return slots
 }

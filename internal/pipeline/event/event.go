@@ -376,6 +376,13 @@ func DecodeInto(e *Event, data []byte, l Limits) error {
 	return decodeInto(data, l.withDefaults(), e)
 }
 
+// DecodeIntoPrefixed is DecodeInto that also returns prefix + e.ID, built
+// in one allocation with e.ID (its suffix): the consumer's marker of the
+// event without a copy of the id of its own.
+func DecodeIntoPrefixed(e *Event, data []byte, l Limits, prefix string) (string, error) {
+	return decodePrefixed(data, l.withDefaults(), e, prefix)
+}
+
 // ValidateText checks an id or type: 1..255 bytes of printable UTF-8.
 func ValidateText(s string) error {
 	if s == "" || len(s) > MaxFieldLen {

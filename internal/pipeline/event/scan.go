@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The decoder: one pass over an event's bytes that checks the JSON
@@ -230,8 +231,15 @@ func unquoteBytes(q []byte, plain bool) []byte {
 // The checks and their order are those of decoding with encoding/json:
 // size, syntax, id, type, ts, then the number of attributes.
 func decodeInto(raw []byte, l Limits, e *Event) error {
+	_, err := decodePrefixed(raw, l, e, "")
+	return err
+}
+
+// decodePrefixed is decodeInto that also returns prefix + e.ID, in one
+// allocation with e.ID when prefix is not empty (e.ID is its suffix).
+func decodePrefixed(raw []byte, l Limits, e *Event, prefix string) (string, error) {
 	if len(raw) > l.MaxEventBytes {
-		return fmt.Errorf("%w: event of %d bytes, at most %d", ErrTooLarge, len(raw), l.MaxEventBytes)
+		return "", fmt.Errorf("%w: event of %d bytes, at most %d", ErrTooLarge, len(raw), l.MaxEventBytes)
 	}
 	attrs := e.attrs[:0]
 	if attrs == nil {
@@ -245,7 +253,7 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 	s := scanner{b: raw, depth: 1}
 	i := s.ws(0)
 	if i >= len(raw) || raw[i] != '{' {
-		return fmt.Errorf("%w: not a JSON object", ErrInvalid)
+		return "", fmt.Errorf("%w: not a JSON object", ErrInvalid)
 	}
 	var idQ, typeQ, tsV []byte
 	var idPlain, typePlain bool
@@ -257,16 +265,16 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 		for {
 			kEnd, kPlain := s.str(i)
 			if kEnd < 0 {
-				return fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
+				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			key := raw[i:kEnd]
 			if i = s.ws(kEnd); i >= len(raw) || raw[i] != ':' {
-				return fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
+				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			vStart := s.ws(i + 1)
 			vEnd := s.value(vStart)
 			if vEnd < 0 {
-				return fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
+				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			val := raw[vStart:vEnd]
 			name := unquoteBytes(key, kPlain)
@@ -284,36 +292,37 @@ func decodeInto(raw []byte, l Limits, e *Event) error {
 				}
 			}
 			if i = s.ws(vEnd); i >= len(raw) {
-				return fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
+				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			if raw[i] == '}' {
 				i++
 				break
 			}
 			if raw[i] != ',' {
-				return fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
+				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			i = s.ws(i + 1)
 		}
 	}
 	if s.ws(i) != len(raw) {
-		return fmt.Errorf("%w: data after the JSON object", ErrInvalid)
+		return "", fmt.Errorf("%w: data after the JSON object", ErrInvalid)
 	}
-	var err error
-	if e.ID, err = textField("id", idQ, idPlain, ""); err != nil {
-		return err
+	full, id, err := idField(idQ, idPlain, prefix)
+	if err != nil {
+		return "", err
 	}
+	e.ID = id
 	if e.Type, err = textField("type", typeQ, typePlain, prevType); err != nil {
-		return err
+		return "", err
 	}
 	if e.TS, err = tsField(tsV); err != nil {
-		return err
+		return "", err
 	}
 	if tooMany {
-		return fmt.Errorf("%w: more than %d attributes", ErrTooLarge, l.MaxAttrs)
+		return "", fmt.Errorf("%w: more than %d attributes", ErrTooLarge, l.MaxAttrs)
 	}
 	e.attrs = attrs
-	return nil
+	return full, nil
 }
 
 // plainString reports whether the scanned string literal q has no escape
@@ -353,10 +362,35 @@ func textField(name string, q []byte, plain bool, prev string) (string, error) {
 	if !plain || prev == "" || string(q[1:len(q)-1]) != prev {
 		s = unquote(q, plain)
 	}
+	return s, checkText(name, s)
+}
+
+func checkText(name, s string) error {
 	if err := ValidateText(s); err != nil {
-		return "", fmt.Errorf("%w: %q %v", ErrInvalid, name, err)
+		return fmt.Errorf("%w: %q %v", ErrInvalid, name, err)
 	}
-	return s, nil
+	return nil
+}
+
+// idField is textField of the id q, returning prefix + the id too: a
+// plain id is copied once, after prefix, and the id is the copy's suffix.
+func idField(q []byte, plain bool, prefix string) (full, id string, err error) {
+	if prefix == "" || !plain || q == nil || q[0] != '"' {
+		if id, err = textField("id", q, plain, ""); err != nil {
+			return "", "", err
+		}
+		return prefix + id, id, nil
+	}
+	var b strings.Builder
+	b.Grow(len(prefix) + len(q) - 2)
+	b.WriteString(prefix)
+	b.Write(q[1 : len(q)-1])
+	full = b.String()
+	id = full[len(prefix):]
+	if err := checkText("id", id); err != nil {
+		return "", "", err
+	}
+	return full, id, nil
 }
 
 func tsField(v []byte) (int64, error) {

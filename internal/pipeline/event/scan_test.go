@@ -96,6 +96,39 @@ func checkReuse(t *testing.T, prev, raw []byte, l Limits) {
 	case err == nil && (e.ID != want.ID || e.Type != want.Type || e.TS != want.TS || string(Encode(&e)) != string(Encode(&want))):
 		t.Fatalf("%q after %q: %s, afresh %s", raw, prev, Encode(&e), Encode(&want))
 	}
+	// DecodeIntoPrefixed: the same, and the prefixed id.
+	var p Event
+	_, _ = DecodeIntoPrefixed(&p, prev, l, "_events:")
+	full, perr := DecodeIntoPrefixed(&p, raw, l, "_events:")
+	switch {
+	case (perr == nil) != (werr == nil) || perr != nil && perr.Error() != werr.Error():
+		t.Fatalf("%q after %q: DecodeIntoPrefixed error %v, afresh %v", raw, prev, perr, werr)
+	case perr == nil && (full != "_events:"+want.ID || string(Encode(&p)) != string(Encode(&want))):
+		t.Fatalf("%q after %q: DecodeIntoPrefixed %q %s, afresh %s", raw, prev, full, Encode(&p), Encode(&want))
+	}
+}
+
+// TestDecodePrefixedOneCopy: the prefixed id of an event costs no
+// allocation beyond decoding the event (the id is its suffix), for the
+// consumer's marker of each event.
+func TestDecodePrefixedOneCopy(t *testing.T) {
+	raw := []byte(`{"id":"0123456789abcdef0123","type":"impression","ts":1,"post":"p1"}`)
+	var e Event
+	if err := DecodeInto(&e, raw, Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	plain := testing.AllocsPerRun(100, func() { _ = DecodeInto(&e, raw, Limits{}) })
+	var full string
+	prefixed := testing.AllocsPerRun(100, func() { full, _ = DecodeIntoPrefixed(&e, raw, Limits{}, "_events:") })
+	if prefixed != plain {
+		t.Errorf("DecodeIntoPrefixed: %v allocations, DecodeInto %v", prefixed, plain)
+	}
+	if full != "_events:0123456789abcdef0123" || e.ID != "0123456789abcdef0123" {
+		t.Fatalf("prefixed %q, id %q", full, e.ID)
+	}
+	if unsafe.StringData(e.ID) != unsafe.StringData(full[len("_events:"):]) {
+		t.Error("the id is not the prefixed id's suffix")
+	}
 }
 
 func sameValue(a, b any) bool {
