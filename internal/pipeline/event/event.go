@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/counterd/counterd/internal/contract"
 )
 
 // Sentinel errors; every error this package returns wraps one of them.
@@ -57,7 +59,7 @@ func (l Limits) withDefaults() Limits {
 }
 
 // MaxFieldLen is the longest id or type, in bytes.
-const MaxFieldLen = 255
+const MaxFieldLen = contract.MaxIDLen
 
 // Event is one decoded event. Its attributes stay raw JSON, slices of
 // the bytes it was decoded from (which must not change while the event is
@@ -388,8 +390,11 @@ func ValidateText(s string) error {
 	if s == "" || len(s) > MaxFieldLen {
 		return fmt.Errorf("must be 1..%d bytes", MaxFieldLen)
 	}
-	if printableASCII(s) {
-		return nil // the usual id or type: no UTF-8 to decode
+	if contract.ValidateID(s) == nil {
+		// The same rule as a counter id's (and the same length limit),
+		// checked eight ASCII bytes at a time; only its error text
+		// differs, so a failing text is checked again below for it.
+		return nil
 	}
 	if !utf8.ValidString(s) {
 		return errors.New("is not UTF-8")
@@ -400,17 +405,6 @@ func ValidateText(s string) error {
 		}
 	}
 	return nil
-}
-
-// printableASCII reports whether s is bytes 0x20..0x7e only (text
-// ValidateText accepts without decoding it).
-func printableASCII(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 // Timestamps must lie in years 1970..9999, where Unix milliseconds and
