@@ -7,7 +7,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -100,7 +99,6 @@ type Locks struct {
 	keys  []string        // their lock keys
 	timer *time.Timer     // renewal; nil before the first lock
 	done  bool            // Unlock was called
-	lost  atomic.Bool     // a renewal found a lock gone
 }
 
 // NewLocks returns a holder with no lock yet, whose token starts with
@@ -202,7 +200,8 @@ func (l *Locks) take(ctx context.Context, id string, deadline time.Time) error {
 }
 
 // renew extends the lease of every lock held, then plans the next
-// renewal; a lock found gone is noted (Lost), not taken again.
+// renewal. A lock found gone is not taken again: the holder's next write
+// of that counter fails with ErrLockLost (its owned script checks).
 func (l *Locks) renew() {
 	l.mu.Lock()
 	if l.done {
@@ -212,23 +211,14 @@ func (l *Locks) renew() {
 	keys := append([]string(nil), l.keys...)
 	l.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), l.lease/3)
-	ns, err := l.s.evalEach(ctx, renewLockScript, keys, l.token, l.lease.Milliseconds())
+	_, _ = l.s.evalEach(ctx, renewLockScript, keys, l.token, l.lease.Milliseconds())
 	cancel()
-	for _, n := range ns {
-		if err == nil && n == 0 {
-			l.lost.Store(true)
-		}
-	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.done {
 		l.timer.Reset(l.lease / 3)
 	}
 }
-
-// Lost reports whether a renewal found one of l's locks gone (its lease
-// had run out, or its key was flushed).
-func (l *Locks) Lost() bool { return l.lost.Load() }
 
 // Unlock releases every lock l holds (each only if l's token still
 // holds it). l holds nothing afterwards and must not be used again.
