@@ -436,7 +436,7 @@ func (f *Fair) finish(w *fairWaiter, v Verdict) Verdict {
 func (f *Fair) enqueue(t *Ticket, client Key, waited time.Duration, bounded bool, wake func()) (Verdict, *fairWaiter, time.Duration) {
 	f.mu.Lock()
 	now := f.now()
-	if f.queued == 0 && float64(f.running) < f.limit {
+	if f.freeLocked() {
 		f.running++
 		f.admit(t, now)
 		f.mu.Unlock()
@@ -729,8 +729,12 @@ func (f *Fair) ShedStale() Verdict { return f.shedOne(ShedOverload, CauseStale) 
 func (f *Fair) Free() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.queued == 0 && float64(f.running) < f.limit
+	return f.freeLocked()
 }
+
+// freeLocked is Free with f.mu held: the condition on which enqueue
+// admits at once.
+func (f *Fair) freeLocked() bool { return f.queued == 0 && float64(f.running) < f.limit }
 
 // Stale reports whether a request that waited (in its socket) before it
 // could ask for a slot is refused for it (ShedStale) instead: it waited
