@@ -194,3 +194,45 @@ func FuzzDeltaRec(f *testing.F) {
 		}
 	})
 }
+
+// TestDeltaRecUnknownAfterFailedCommit: a flush whose commit failed (not
+// refused: what reached the disk is unknown) may have written its shard
+// records, so the next rewrite of such a shard deletes the record even
+// when it and the last known one are both empty (its windows written
+// whole after the failure); left on disk, the record's deltas would be
+// applied at load over those newer entries. A refused flush wrote
+// nothing: no deletion then.
+func TestDeltaRecUnknownAfterFailedCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name               string
+		committed, refused bool
+		wantDelete         bool
+	}{
+		{"commit failed", false, false, true},
+		{"refused", false, true, false},
+		{"committed empty", true, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := &flusher{}
+			// The failed flush's record of shard 3 held one window's delta.
+			if !tc.committed {
+				f.wnext[3].add(1, 1, []byte("w:a"), []byte{1, 2}, 0)
+			}
+			f.recShards = []int{3}
+			f.recordsWritten(tc.committed, tc.refused)
+			// The next flush writes no delta of shard 3.
+			f.wnext[3].reset()
+			var kv sortedKV
+			key := f.carryDeltas(&shard{}, 3, nil, &kv, nil)
+			deleted := false
+			for _, en := range kv.ents {
+				if en.del && bytes.Equal(kv.buf[en.k:en.v], key) {
+					deleted = true
+				}
+			}
+			if deleted != tc.wantDelete || len(kv.ents) > 1 {
+				t.Fatalf("record of shard 3 deleted: %v (%d writes), want %v", deleted, len(kv.ents), tc.wantDelete)
+			}
+		})
+	}
+}
