@@ -6,6 +6,7 @@ import (
 	"math"
 	"testing"
 	"time"
+	"unsafe"
 
 	"pgregory.net/rapid"
 )
@@ -16,15 +17,15 @@ import (
 // (windows are on disk and sent to peers).
 func marshalTwoPass(w *Window) []byte {
 	var flags byte
-	if w.spec.Fixed {
+	if w.Spec().Fixed {
 		flags |= windowFixed
 	}
 	if w.started {
 		flags |= windowStarted
 	}
 	b := []byte{formatWindow, flags}
-	b = binary.AppendUvarint(b, uint64(w.spec.Granularity))
-	b = binary.AppendUvarint(b, uint64(w.spec.Span))
+	b = binary.AppendUvarint(b, uint64(w.Spec().Granularity))
+	b = binary.AppendUvarint(b, uint64(w.Spec().Span))
 	if !w.started {
 		return b
 	}
@@ -56,8 +57,8 @@ func marshalTwoPass(w *Window) []byte {
 // more varint bytes; windows of up to 64 buckets read only the slots
 // written), exactly as the two-pass encoder did, after any prefix, also
 // decoded windows and clones after further adds.
-// (Touch, which the engine's flush calls before encoding, is called on
-// the windows here too: it must change nothing.)
+// (Touch and TouchAll, which the engine's flush calls before encoding,
+// are called on the windows here too: they must change nothing.)
 func TestWindowAppendBinary(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		n := rapid.SampledFrom([]int{1, 2, 7, 60, 63, 64, 65, 127, 128, 129, 200, MaxWindowBuckets}).Draw(t, "buckets")
@@ -80,7 +81,7 @@ func TestWindowAppendBinary(t *testing.T) {
 		if err := d.UnmarshalBinary(want); err != nil {
 			t.Fatal(err)
 		}
-		d.Touch()
+		TouchAll([]*Window{d, w})
 		for range rapid.IntRange(0, n).Draw(t, "more") {
 			ts := time.Unix(base+rapid.Int64Range(0, int64(3*n)).Draw(t, "more-step"), 0)
 			delta := rapid.Int64Range(-3, 3).Draw(t, "more-delta")
@@ -159,4 +160,28 @@ func TestWindowUndo(t *testing.T) {
 			t.Fatalf("%d slots recorded after Rollback", len(u.slots))
 		}
 	})
+}
+
+// TestWindowLayout: a Window is 128 bytes (a size class whose objects
+// start on a cache line) and what a flush reads of it (Touch, DeltaOK,
+// AppendDelta) is in its first 64 bytes, one cache line.
+func TestWindowLayout(t *testing.T) {
+	var w Window
+	if s := unsafe.Sizeof(w); s != 128 {
+		t.Errorf("a Window is %d bytes, want 128", s)
+	}
+	for name, end := range map[string]uintptr{
+		"ring":    unsafe.Offsetof(w.ring) + unsafe.Sizeof(w.ring),
+		"head":    unsafe.Offsetof(w.head) + unsafe.Sizeof(w.head),
+		"since":   unsafe.Offsetof(w.since) + unsafe.Sizeof(w.since),
+		"used":    unsafe.Offsetof(w.used) + unsafe.Sizeof(w.used),
+		"n":       unsafe.Offsetof(w.n) + unsafe.Sizeof(w.n),
+		"started": unsafe.Offsetof(w.started) + unsafe.Sizeof(w.started),
+		"based":   unsafe.Offsetof(w.based) + unsafe.Sizeof(w.based),
+		"fixed":   unsafe.Offsetof(w.fixed) + unsafe.Sizeof(w.fixed),
+	} {
+		if end > 64 {
+			t.Errorf("Window.%s ends at byte %d, past the first cache line", name, end)
+		}
+	}
 }

@@ -336,26 +336,69 @@ func (e *Engine) failCycle(c *cycle, err error) error {
 	return err
 }
 
-// touchWindows reads the windows among the entries list of sh before the
-// flush encodes them (counter.Window.Touch): one shard's dirty windows
-// (a few hundred at most, while a consumer keeps tens of thousands of
-// per-user windows dirty) fit in the cache, and loaded in a loop of
-// independent reads their cache misses overlap, where encoding each in
-// turn waits for each of its misses in turn. Caller holds sh.mu.
+// touchWindows reads what the flush reads of the entries list of sh
+// (their lock words, ids and windows: counter.Window.Touch) before it
+// encodes them, touchGroup entries at a time, one step of each entry
+// after the other: the step's loads (the entries, then their ext, then
+// their windows, then the windows' slots) do not wait on each other, so
+// the cache misses of the group overlap, where encoding each entry in
+// turn waits for each of its misses in turn (a consumer keeps tens of
+// thousands of per-user windows dirty; one shard's, a few hundred, fit
+// in the cache). The group's entries are locked together with tryLock
+// (never waiting while holding the others'; an entry it cannot lock is
+// left for the encoding to read), since each lock's atomic swap holds
+// back the loads after it. Caller holds sh.mu.
 func touchWindows(sh *shard, list []uint32) int64 {
 	var s int64
-	for _, i := range list {
-		en, _ := sh.at(i)
-		en.lock()
-		if x := en.ext(); x != nil {
-			if w, ok := x.state.(*counter.Window); ok {
-				s += w.Touch()
+	a := sh.ar.Load()
+	var ens [touchGroup]*entry
+	var refs [touchGroup]uint32
+	var xs [touchGroup]*ext
+	var ws [touchGroup]*counter.Window
+	for len(list) > 0 {
+		grp := list[:min(len(list), touchGroup)]
+		list = list[len(grp):]
+		for k, i := range grp {
+			en, rp := sh.at(i)
+			ens[k], refs[k] = en, rp.Load()
+			s += int64(en.lk.Load())
+		}
+		for k := range grp {
+			if id, ok := idOf(a, refs[k]); ok {
+				s += int64(len(id))
 			}
 		}
-		en.unlock()
+		n := 0
+		for _, en := range ens[:len(grp)] {
+			if en.tryLock() {
+				ens[n] = en
+				n++
+			}
+		}
+		for k, en := range ens[:n] {
+			xs[k] = en.ext()
+		}
+		nw := 0
+		for k := range n {
+			if x := xs[k]; x != nil {
+				if w, ok := x.state.(*counter.Window); ok {
+					ws[nw] = w
+					nw++
+				}
+			}
+		}
+		s += counter.TouchAll(ws[:nw])
+		for _, en := range ens[:n] {
+			en.unlock()
+		}
 	}
 	return s
 }
+
+// touchGroup is how many entries touchWindows reads at a time: enough
+// misses in flight to keep the memory busy, few enough for the
+// processor to have the loads of all of them under way at once.
+const touchGroup = 16
 
 // sortedKV collects a flush's counter keys and values to add them to its
 // batch in key order: Pebble inserts a batch's keys into its memtable

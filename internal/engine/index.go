@@ -180,6 +180,15 @@ func (en *entry) lockAs(guess uint32) (contended bool) {
 	return false
 }
 
+// tryLock takes en's lock if it is free and en is not hot (lock would
+// fold it), without waiting: for a caller that holds other entries'
+// locks, which must not wait for one (a holder of that one may be
+// waiting for one of its).
+func (en *entry) tryLock() bool {
+	w := en.lk.Load()
+	return w&(lockBit|flagHot) == 0 && en.lk.CompareAndSwap(w, w|lockBit)
+}
+
 // hotGuess is the unlocked word of a plain counter at slab index i that
 // changed since the last flush: what a hot counter's word almost always is.
 func hotGuess(i uint32) uint32 {
