@@ -33,6 +33,9 @@ type flusher struct {
 	// dropped as dead code).
 	touched int64
 	kv      sortedKV // the counters a flush writes (flusher only)
+	// batchSize is the room a flush's batch starts with: the last
+	// flush's size and an eighth (flusher only).
+	batchSize int
 
 	// The shards' window delta records (deltarec.go; flusher only): as on
 	// disk, and as the flush builds them; the shards whose record the
@@ -173,7 +176,9 @@ func (e *Engine) flushOnce() error {
 	e.disk.check()
 	taken := f.taken[:0]
 
-	b := e.db.NewBatch()
+	// Sized as the last flush's: Pebble keeps no batch buffer above 1 MiB,
+	// and one grown from empty copies itself at each doubling.
+	b := e.db.NewBatchWithSize(f.batchSize)
 	var reap []reapItem
 	var buf, vbuf []byte // key and value scratch: Batch.Set copies them
 	kv := &f.kv
@@ -291,6 +296,7 @@ func (e *Engine) flushOnce() error {
 			}
 		}
 	}
+	f.batchSize = min(b.Len()+b.Len()/8, maxBatchHint)
 	b.Close()
 	f.taken = taken[:0]
 	f.recordsWritten(err == nil, refused)
@@ -394,6 +400,10 @@ func touchWindows(sh *shard, list []uint32) int64 {
 	}
 	return s
 }
+
+// maxBatchHint bounds the room a flush's batch starts with (one that
+// wrote everything is not the measure of the next).
+const maxBatchHint = 16 << 20
 
 // touchGroup is how many entries touchWindows reads at a time: enough
 // misses in flight to keep the memory busy, few enough for the
