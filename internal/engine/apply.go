@@ -402,8 +402,8 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	}
 	if withUndo < len(refs) {
 		if i, err := e.applyPass(ops, refs, pos, res, false, now, sc); err != nil {
-			// A bug of checkRun: the batch is half applied, with no
-			// record to undo it; a crash keeps it off the disk.
+			// A bug of checkRun: the batch is half applied and has no
+			// record to undo it.
 			panic(fmt.Sprintf("engine: op %d of a batch failed after its check passed: %v", i, err))
 		}
 	}
