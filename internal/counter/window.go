@@ -241,18 +241,7 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 	switch {
 	case !w.started || b > w.head:
 		// A new head: buckets before lo(b) leave the window.
-		var kept i128
-		if w.started {
-			newLo, oldLo := w.lo(b), w.lo(w.head)
-			switch {
-			case newLo > w.head:
-				// Everything left the window.
-			case newLo-oldLo <= w.head-newLo:
-				kept = w.total.sub(w.sumRange(oldLo, newLo-1))
-			default:
-				kept = w.sumRange(newLo, w.head)
-			}
-		}
+		kept := w.keptAt(b)
 		total := kept.addInt64(delta)
 		if !sumMoveOK(kept, total) {
 			return false, fmt.Errorf("%w: window sum", ErrOverflow)
@@ -298,6 +287,111 @@ func (w *Window) TryAdd(t time.Time, delta int64) (bool, error) {
 		w.total = total
 		return true, nil
 	}
+}
+
+// keptAt returns the sum of the buckets that stay in the window when b
+// becomes its head (b > head, or the window not started).
+func (w *Window) keptAt(b int64) i128 {
+	var kept i128
+	if w.started {
+		newLo, oldLo := w.lo(b), w.lo(w.head)
+		switch {
+		case newLo > w.head:
+			// Everything left the window.
+		case newLo-oldLo <= w.head-newLo:
+			kept = w.total.sub(w.sumRange(oldLo, newLo-1))
+		default:
+			kept = w.sumRange(newLo, w.head)
+		}
+	}
+	return kept
+}
+
+// AddCheck predicts, without writing, whether a sequence of TryAdds to
+// one window records each hit without an error: what lets the engine
+// apply an atomic batch without recording its undo. Lateness is checked
+// exactly (the head the adds move); overflow exactly for the first add
+// (the computations of TryAdd), and for the later ones against a bound:
+// a slot's count is its count now or a delta, plus the deltas added to
+// it since, and the sum is the sum of the slots in the window, so none
+// passes the sum of every slot's |count| now (or |sum|, if larger) plus
+// the |delta|s added since; when that fits an int64, no add overflows.
+// A false answer may be wrong (the caller then applies with an undo), a
+// true one may not.
+type AddCheck struct {
+	w       *Window
+	started bool
+	head    int64  // the newest bucket after the adds checked
+	n       int    // adds checked (that write)
+	abs     uint64 // sum of their |delta|, saturated
+	bound   uint64 // set at the second add, saturated
+}
+
+// CheckAdds starts c on w as it is now. Nothing may write w before the
+// adds c checks.
+func (w *Window) CheckAdds(c *AddCheck) {
+	*c = AddCheck{w: w, started: w.started, head: w.head}
+}
+
+// Add reports whether TryAdd(t, delta), after the adds c checked, returns
+// (true, nil), or with drop, whether Add(t, delta) returns nil (a hit
+// older than the window is then dropped, not an error).
+func (c *AddCheck) Add(t time.Time, delta int64, drop bool) bool {
+	w := c.w
+	b, ok := w.bucketOf(t)
+	if !ok {
+		return false
+	}
+	newHead := !c.started || b > c.head
+	if !newHead && b < w.lo(c.head) {
+		return drop // nothing written
+	}
+	c.abs = addSat(c.abs, absU64(delta))
+	if newHead {
+		c.started, c.head = true, b
+	}
+	if c.n++; c.n == 1 {
+		if newHead {
+			kept := w.keptAt(b)
+			return sumMoveOK(kept, kept.addInt64(delta))
+		}
+		cur := int64(0)
+		if w.ring != nil {
+			if sl := w.ring[w.slotIndex(b)]; sl.num == b {
+				cur = sl.count
+			}
+		}
+		_, err := AddInt64(cur, delta)
+		return err == nil && sumMoveOK(w.total, w.total.addInt64(delta))
+	}
+	if c.n == 2 {
+		c.bound = math.MaxUint64
+		if w.total.fits() {
+			c.bound = absU64(int64(w.total.lo))
+		}
+		var s uint64
+		for _, sl := range w.ring {
+			s = addSat(s, absU64(sl.count))
+		}
+		c.bound = max(c.bound, s)
+	}
+	return addSat(c.bound, c.abs) <= math.MaxInt64
+}
+
+// absU64 is |x| (MinInt64's too).
+func absU64(x int64) uint64 {
+	if x < 0 {
+		return uint64(-x) // -MinInt64 wraps to MinInt64: 1<<63 as a uint64
+	}
+	return uint64(x)
+}
+
+// addSat is a+b, saturated to MaxUint64.
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
 }
 
 // visible returns the buckets [a, b] of the window of now that the ring

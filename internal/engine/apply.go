@@ -304,6 +304,8 @@ type multiScratch struct {
 	keyBuf []uint64 // acquireAllIn's spare for sorting keys
 	locked []*entry
 	saved  []savedEntry
+	undo   []bool // per ref: its entry has an undo record (applyMultiIn)
+	wcheck counter.AddCheck
 	// undos keeps the undo records of windows, sketches and rollups
 	// from one batch to the next (a consumer's batch records thousands).
 	undos undoRecs
@@ -319,6 +321,7 @@ func (sc *multiScratch) done() {
 	clear(sc.locked)
 	clear(sc.saved)
 	sc.sink = contract.Result{}
+	sc.wcheck = counter.AddCheck{}
 }
 
 // applyMultiIn is applyMulti with the working space of sc (nil: new).
@@ -334,44 +337,93 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	}
 	ids := sc.ids[:0]
 	pos := slices.Grow(sc.pos[:0], len(ops))[:len(ops)] // index in ids of ops[i].ID
+	create, own := false, true
 	for i := range ops {
 		pos[i] = len(ids)
 		ids = append(ids, ops[i].ID)
 		ids = append(ids, ops[i].Sources...)
+		create = create || creates(&ops[i])
+		own = own && len(ops[i].Sources) == 0
 	}
 	sc.ids, sc.pos = ids, pos
-	create := false
-	for i := range ops {
-		create = create || creates(&ops[i])
-	}
 	refs, locked, err := e.acquireAllIn(ids, create, sc)
 	if err != nil {
 		return err
 	}
 	defer unlockAll(locked)
-	// Undo log: a copy of every entry involved, restored if an op fails;
-	// an entry named by several ops (a consumer batch names a counter
-	// once per bucket of its events' times) is copied once: acquireAllIn
-	// left sc.keys in lock order, where the refs to one entry are a run.
+	now := e.nowNano()
+	// Undo log: a copy of every entry an op may fail on, restored if one
+	// does. acquireAllIn left sc.keys in lock order, where the refs to
+	// one entry are a run: an entry named by several ops (a consumer
+	// batch names a counter once per bucket of its events' times) is
+	// checked and copied once. An entry whose ops checkRun proves to
+	// succeed (most of a consumer's batch: adds to live counters and
+	// windows, pfadds to live sketches) needs no copy: its ops are
+	// applied after every other op succeeded (below).
 	saved := slices.Grow(sc.saved[:0], len(refs))[:len(refs)]
 	clear(saved)
 	sc.saved = saved
-	var prev *entry
-	for _, k := range sc.keys {
-		i := uint32(k)
-		if en := refs[i].e; en != prev {
-			prev = en
+	undo := slices.Grow(sc.undo[:0], len(refs))[:len(refs)]
+	clear(undo)
+	sc.undo = undo
+	withUndo := 0 // refs with a record
+	keys := sc.keys
+	for s := 0; s < len(keys); {
+		i := uint32(keys[s])
+		en, t := refs[i].e, s+1
+		for t < len(keys) && refs[uint32(keys[t])].e == en {
+			t++
+		}
+		// (An op that reads other entries, PFMERGE's sources, is applied
+		// in batch order with every entry copied.)
+		if !own || e.noCheck || !e.checkRun(&refs[i], ops, keys[s:t], now, &sc.wcheck) {
 			saved[i] = save(en, undos)
 			saved[i].taken = true
+			for _, k := range keys[s:t] {
+				undo[uint32(k)] = true
+			}
+			withUndo += t - s
 		}
+		s = t
 	}
 	defer endUndo(saved, undos) // before the unlock (deferred calls run last first)
-	now := e.nowNano()
+	// The ops on entries with an undo record first, in batch order, then
+	// the others: an op's outcome depends on its own entry alone, which
+	// its ops reach in batch order either way, so the first op to fail is
+	// the one that fails in batch order, and it fails before anything
+	// without an undo record has changed.
+	if withUndo > 0 {
+		if i, err := e.applyPass(ops, refs, pos, res, true, now, sc); err != nil {
+			if !batch {
+				return err
+			}
+			return &contract.BatchError{Index: i, Err: err}
+		}
+	}
+	if withUndo < len(refs) {
+		if i, err := e.applyPass(ops, refs, pos, res, false, now, sc); err != nil {
+			// A bug of checkRun: the batch is half applied and has no
+			// record to undo it.
+			panic(fmt.Sprintf("engine: op %d of a batch failed after its check passed: %v", i, err))
+		}
+	}
+	return nil
+}
+
+// applyPass applies the ops of applyMultiIn whose entry has an undo
+// record (withUndo) or those whose entry has none; if one fails it
+// restores every entry with a record and returns the op's index and
+// error.
+func (e *Engine) applyPass(ops []contract.Op, refs []ref, pos []int, res []contract.Result, withUndo bool, now int64, sc *multiScratch) (int, error) {
 	for i := range ops {
-		r := &refs[pos[i]]
+		p := pos[i]
+		if sc.undo[p] != withUndo {
+			continue
+		}
+		r := &refs[p]
 		var srcs []ref
 		if n := len(ops[i].Sources); n > 0 {
-			srcs = refs[pos[i]+1 : pos[i]+1+n]
+			srcs = refs[p+1 : p+1+n]
 		}
 		out := &sc.sink
 		if res != nil {
@@ -383,17 +435,73 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 		}
 		if err := e.applyLocked(r, &ops[i], srcs, now, out, res != nil); err != nil {
 			for j := range refs {
-				if saved[j].taken {
-					e.restore(&refs[j], saved[j])
+				if sc.saved[j].taken {
+					e.restore(&refs[j], sc.saved[j])
 				}
 			}
-			if !batch {
-				return err
-			}
-			return &contract.BatchError{Index: i, Err: err}
+			return i, err
 		}
 	}
-	return nil
+	return 0, nil
+}
+
+// checkRun reports whether the ops named by keys (indices into ops in
+// their low 32 bits, in batch order), all on the locked entry r and none
+// reading another entry, certainly succeed when applied in that order at
+// now, so that r needs no undo record. It covers what a consumer's batch
+// does to counters that exist (adds to counters and windows, pfadds to
+// sketches) by the conditions under which applyAdd and applyPFAdd fail;
+// anything else (a counter created or expired, another op or kind) is
+// refused, as is an add it cannot prove (counter.AddCheck). It changes
+// nothing.
+func (e *Engine) checkRun(r *ref, ops []contract.Op, keys []uint64, now int64, wc *counter.AddCheck) bool {
+	en := r.e
+	k := en.kind()
+	x := en.ext()
+	if k == contract.KindNone || (x != nil && x.expires != 0 && x.expires <= now) {
+		return false // created, or expired by its first op (liveLocked)
+	}
+	var roll *rollup.State
+	if x != nil {
+		roll = x.roll
+	}
+	v := en.value
+	var spec counter.WindowSpec
+	switch k {
+	case contract.KindCounter, contract.KindHLL:
+	case contract.KindWindow:
+		w := x.state.(*counter.Window)
+		w.CheckAdds(wc)
+		spec = w.Spec()
+	default:
+		return false
+	}
+	for _, key := range keys {
+		op := &ops[uint32(key)]
+		if op.At != 0 && roll != nil && !roll.Keeps(op.At, now) {
+			return false
+		}
+		switch {
+		case op.Type == contract.OpPFAdd && k == contract.KindHLL:
+		case op.Type != contract.OpAdd || k == contract.KindHLL || (op.Kind != contract.KindNone && op.Kind != k):
+			return false
+		case k == contract.KindCounter:
+			var ok bool
+			if v, ok = addInt64(v, op.Delta); !ok {
+				return false
+			}
+		case op.At == 0: // a window's add at now (addLocked)
+			if !wc.Add(time.Unix(0, now), op.Delta, true) {
+				return false
+			}
+		default: // a window's add at event time
+			at := min(op.At, now)
+			if windowLate(spec, at, now) || !wc.Add(time.Unix(0, at), op.Delta, false) {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // savedEntry is an undo record: an entry's fields and a deep copy of its
@@ -727,8 +835,7 @@ func (e *Engine) addLocked(r *ref, op *contract.Op, now int64) error {
 		// would then refuse buckets the window of now still holds).
 		at := min(op.At, now)
 		spec := w.Spec()
-		g := int64(spec.Granularity)
-		if floorDiv(at, g) <= floorDiv(now, g)-int64(spec.Buckets()) {
+		if windowLate(spec, at, now) {
 			return tooLate(op.ID, op.At, "the window "+spec.Span.String())
 		}
 		ok, err := w.TryAdd(time.Unix(0, at), op.Delta)
@@ -740,6 +847,13 @@ func (e *Engine) addLocked(r *ref, op *contract.Op, now int64) error {
 		}
 	}
 	return nil
+}
+
+// windowLate reports whether the bucket of time at (at most now) is
+// older than the window of now of a window of spec.
+func windowLate(spec counter.WindowSpec, at, now int64) bool {
+	g := int64(spec.Granularity)
+	return floorDiv(at, g) <= floorDiv(now, g)-int64(spec.Buckets())
 }
 
 // floorDiv is a/b rounded toward minus infinity (b > 0).

@@ -59,6 +59,9 @@ type Engine struct {
 	clk    *coarse.Clock // the clock when cfg.Clock is nil
 	closed atomic.Bool
 	noHot  bool // no hot counters (hot.go): tests compare with it
+	// noCheck: every entry of an atomic batch gets an undo record
+	// (applyMultiIn, checkRun): tests compare with it.
+	noCheck bool
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
 	// that record an idempotency result hold it shared, the flusher holds it
