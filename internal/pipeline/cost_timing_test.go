@@ -78,6 +78,7 @@ func BenchmarkConsumeCost(b *testing.B) {
 	msgs = nil
 
 	// consume runs the loop over a consumer until it committed n records.
+	var flushes uint64 // the pipeline's engine flushes while it consumed
 	consume := func(durable string, apply bool) (time.Duration, time.Duration) {
 		cfg := scfg
 		cfg.Consumer = durable
@@ -115,7 +116,11 @@ func BenchmarkConsumeCost(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			run = func() { consumer.Run(rctx, a, c, log) }
+			flushes0 := e.Stats().Flushes
+			run = func() {
+				consumer.Run(rctx, a, c, log)
+				flushes = e.Stats().Flushes - flushes0
+			}
 			defer func() {
 				// Every impression counted once.
 				got, err := engine.Local(e).Aggregate(ctx, "views:")
@@ -162,4 +167,5 @@ func BenchmarkConsumeCost(b *testing.B) {
 	b.ReportMetric(float64(n)/bareEl.Seconds(), "bare-events/s")
 	b.ReportMetric(us(bareCPU), "bare-cpu-us/event")
 	b.ReportMetric(float64(cpu)/float64(bareCPU), "cpu-x-bare")
+	b.ReportMetric(float64(flushes), "flushes")
 }

@@ -55,6 +55,12 @@ type Config struct {
 	// docs/pipeline.md, "Event time".
 	AllowedLateness time.Duration
 	MaxSkew         time.Duration
+	// CommitInterval is how long the consumer applies polls before it
+	// waits for their durability and commits them to the stream
+	// (--events-commit-interval; zero: consumer.DefaultCommitInterval;
+	// a poll that drains the stream commits at once). See
+	// docs/pipeline.md, "Commit interval".
+	CommitInterval time.Duration
 	// DeadLetterFile keeps the dead letters of the embedded mode (no
 	// stream) across restarts; counterd uses events-dead.ndjson in its
 	// data directory. Empty: they are only answered and logged.
@@ -121,6 +127,9 @@ func Open(ctx context.Context, cfg Config, be contract.Backend, reg prometheus.R
 		}
 		p.applier.SetEventTime(consumer.EventTime{AllowedLateness: cfg.AllowedLateness, MaxSkew: cfg.MaxSkew})
 		p.applier.SetTracer(cfg.Tracer)
+		if cfg.CommitInterval > 0 {
+			p.applier.SetCommitInterval(cfg.CommitInterval)
+		}
 	}
 	var sink collector.Sink
 	rctx, cancel := context.WithCancel(context.Background())

@@ -26,7 +26,7 @@ var flagGroups = []struct {
 	{"Event pipeline", []string{"kafka", "kafka-topic", "kafka-dead-topic", "kafka-group", "kafka-partitions",
 		"nats", "nats-stream", "nats-subject", "nats-dead-subject", "nats-consumer", "nats-ack-wait",
 		"rules", "events-no-consume", "events-max-body", "events-timeout", "events-fail-fast",
-		"events-allowed-lateness", "events-max-skew"}},
+		"events-allowed-lateness", "events-max-skew", "events-commit-interval"}},
 	{"Limits", []string{"max-body", "max-batch", "quotas", "ratelimit-policies", "http-max-conns", "resp-max-conns",
 		"resp-max-bulk", "resp-max-command", "resp-query-buffer-total", "resp-max-args",
 		"max-inflight", "max-queue", "max-queue-wait", "max-queue-per-client", "http-admission",

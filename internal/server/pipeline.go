@@ -45,6 +45,7 @@ type EventsConfig struct {
 	FailFast        bool          // --events-fail-fast: exit at start when the stream is unreachable instead of retrying (default false)
 	AllowedLateness time.Duration // --events-allowed-lateness: events older than now minus it skip window rules (default 1h)
 	MaxSkew         time.Duration // --events-max-skew: event times (events' ts, increments' ts/AT) further ahead of the clock are refused (default 5m)
+	CommitInterval  time.Duration // --events-commit-interval: longest the consumer applies polls before one durability wait and one stream commit (default 1s)
 }
 
 func defaultEventsConfig() EventsConfig {
@@ -52,7 +53,8 @@ func defaultEventsConfig() EventsConfig {
 		NATSStream: "COUNTERD_EVENTS", NATSSubject: "counterd.events", NATSDeadSubject: "counterd.events.dead", NATSConsumer: "counterd",
 		NATSAckWait: 30 * time.Second,
 		MaxBody:     16 << 20, Timeout: pipeline.DefaultEventsTimeout,
-		AllowedLateness: consumer.DefaultAllowedLateness, MaxSkew: engine.DefaultMaxSkew}
+		AllowedLateness: consumer.DefaultAllowedLateness, MaxSkew: engine.DefaultMaxSkew,
+		CommitInterval: consumer.DefaultCommitInterval}
 }
 
 func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
@@ -75,6 +77,7 @@ func (c *Config) bindEventsFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&e.Timeout, "events-timeout", envParse(c, "events-timeout", e.Timeout, time.ParseDuration), "with --kafka or --nats: longest wait for the stream to acknowledge a batch before POST /events answers 503 stream_unavailable")
 	fs.DurationVar(&e.AllowedLateness, "events-allowed-lateness", envParse(c, "events-allowed-lateness", e.AllowedLateness, time.ParseDuration), "events whose ts is older than now minus this skip window rules (an event left with no rule is dead-lettered too_late); rollups take any ts inside their retention")
 	fs.DurationVar(&e.MaxSkew, "events-max-skew", envParse(c, "events-max-skew", e.MaxSkew, time.ParseDuration), "event times further ahead of the clock are refused: events (dead-lettered too_early), and the ts of HTTP increments and the AT of RESP COUNTERD.INCRBY/PFADD (invalid argument)")
+	fs.DurationVar(&e.CommitInterval, "events-commit-interval", envParse(c, "events-commit-interval", e.CommitInterval, time.ParseDuration), "longest the consumer applies polls of a busy stream before it waits once for their durability and commits them all (a poll that drains the stream commits at once); each commit costs an engine flush")
 	fs.BoolVar(&e.FailFast, "events-fail-fast", envParse(c, "events-fail-fast", e.FailFast, parseBool), "with --kafka or --nats: exit at start when the stream is unreachable instead of serving everything else and retrying")
 }
 
@@ -92,7 +95,7 @@ func (e *EventsConfig) pipeline(nodeID string) pipeline.Config {
 			DeadSubject: e.NATSDeadSubject, Consumer: e.NATSConsumer, AckWait: e.NATSAckWait},
 		Rules: e.Rules, NoConsume: e.NoConsume, MaxBodyBytes: e.MaxBody,
 		EventsTimeout: e.Timeout, FailFast: e.FailFast,
-		AllowedLateness: e.AllowedLateness, MaxSkew: e.MaxSkew,
+		AllowedLateness: e.AllowedLateness, MaxSkew: e.MaxSkew, CommitInterval: e.CommitInterval,
 	}
 }
 
@@ -103,8 +106,8 @@ func (e *EventsConfig) validate() error {
 	if e.Timeout <= 0 {
 		return errors.New("server: --events-timeout must be positive")
 	}
-	if e.AllowedLateness <= 0 || e.MaxSkew <= 0 {
-		return errors.New("server: --events-allowed-lateness and --events-max-skew must be positive")
+	if e.AllowedLateness <= 0 || e.MaxSkew <= 0 || e.CommitInterval <= 0 {
+		return errors.New("server: --events-allowed-lateness, --events-max-skew and --events-commit-interval must be positive")
 	}
 	pc := e.pipeline("")
 	return pc.Validate()

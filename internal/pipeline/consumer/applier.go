@@ -19,9 +19,11 @@
 // write at the end of Apply waits for all of them: on disk before the
 // stream's offsets are committed.
 //
-// A Loop polls a stream.Consumer, applies, publishes dead letters and
-// commits. Killed at any point, the records after the last commit are
-// delivered again and skipped by their markers.
+// Run polls a stream.Consumer, applies, publishes dead letters and
+// commits; it applies several polls before one wait for durability and
+// one commit of them all (the commit interval, loop.go). Killed at any
+// point, the records after the last commit are delivered again and
+// skipped by their markers.
 package consumer
 
 import (
@@ -113,6 +115,8 @@ type Applier struct {
 	kept atomic.Pointer[scratch]
 
 	tracer *tracing.Tracer // SetTracer; nil: no spans (tracing.go)
+
+	commitEvery time.Duration // SetCommitInterval (loop.go)
 }
 
 // Event-time defaults (docs/pipeline.md, "Event time").
@@ -199,7 +203,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 	if m == nil {
 		m = NewMetrics(nil)
 	}
-	a := &Applier{be: be, limits: l, opLim: caps.Limits.WithDefaults(), maxOps: caps.Limits.MaxBatch, m: m}
+	a := &Applier{be: be, limits: l, opLim: caps.Limits.WithDefaults(), maxOps: caps.Limits.MaxBatch, m: m, commitEvery: DefaultCommitInterval}
 	if a.maxOps <= 0 {
 		a.maxOps = contract.DefaultLimits().MaxBatch
 	}
@@ -257,6 +261,23 @@ func (a *Applier) Apply(ctx context.Context, source string, recs []stream.Record
 // are the dead letters of groups[i]. Events of different groups share
 // engine batches.
 func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, error) {
+	dead, applied, err := a.applyAsync(ctx, source, groups)
+	if err != nil {
+		return nil, err
+	}
+	if applied {
+		if err := a.waitDurable(ctx, source, groups); err != nil {
+			return nil, err
+		}
+	}
+	return dead, nil
+}
+
+// applyAsync is ApplyGroups without the wait for durability: the batches
+// go in with async durability, each atomic on disk (ApplyMarked,
+// ApplyAtomic, or with its idempotency record), and applied reports
+// whether there was any, which waitDurable then makes durable.
+func (a *Applier) applyAsync(ctx context.Context, source string, groups [][]stream.Record) (dead [][]stream.DeadLetter, applied bool, err error) {
 	rs := a.rules.Load()
 	s := a.kept.Swap(nil)
 	if s == nil {
@@ -268,8 +289,7 @@ func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]str
 			a.scratch.Put(s)
 		}
 	}()
-	dead := make([][]stream.DeadLetter, len(groups))
-	applied := false
+	dead = make([][]stream.DeadLetter, len(groups))
 	var parts []part // the segment: up to segmentEvents records
 	n := 0
 	apply := func() error {
@@ -286,30 +306,14 @@ func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]str
 			n, recs = n+take, recs[take:]
 			if n == segmentEvents {
 				if err := apply(); err != nil {
-					return nil, err
+					return nil, false, err
 				}
 			}
 		}
 	}
 	if n > 0 {
 		if err := apply(); err != nil {
-			return nil, err
-		}
-	}
-	if applied {
-		// The batches went in with async durability, each atomic on disk
-		// (ApplyAtomic, or with its idempotency record); one synced write
-		// of the progress counters waits for all of them (engine group
-		// commit).
-		var ops []contract.Op
-		for _, g := range groups {
-			if len(g) > 0 {
-				last := g[len(g)-1]
-				ops = append(ops, contract.Op{Type: contract.OpSet, ID: ProgressID(source, last.Partition), Value: last.Offset})
-			}
-		}
-		if _, err := a.be.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: contract.Sync}); err != nil {
-			return nil, fmt.Errorf("consumer: wait for durability: %w", err)
+			return nil, false, err
 		}
 	}
 	total := 0
@@ -325,7 +329,32 @@ func (a *Applier) ApplyGroups(ctx context.Context, source string, groups [][]str
 	if total > 0 {
 		a.m.Events.WithLabelValues("dead").Add(float64(total))
 	}
-	return dead, nil
+	return dead, applied, nil
+}
+
+// waitDurable waits until every batch applied so far is durable: one
+// synced write of the progress counters (the last offset of each
+// partition in groups, the records of one or more polls) waits for them
+// all (engine group commit).
+func (a *Applier) waitDurable(ctx context.Context, source string, groups [][]stream.Record) error {
+	var ops []contract.Op
+	for _, g := range groups {
+		if len(g) == 0 {
+			continue
+		}
+		last := g[len(g)-1]
+		id := ProgressID(source, last.Partition)
+		if i := slices.IndexFunc(ops, func(o contract.Op) bool { return o.ID == id }); i >= 0 {
+			ops[i].Value = last.Offset // a later poll's
+			continue
+		}
+		ops = append(ops, contract.Op{Type: contract.OpSet, ID: id, Value: last.Offset})
+	}
+	a.m.DurableWaits.Inc()
+	if _, err := a.be.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: contract.Sync}); err != nil {
+		return fmt.Errorf("consumer: wait for durability: %w", err)
+	}
+	return nil
 }
 
 // part is records of group g of an ApplyGroups call.

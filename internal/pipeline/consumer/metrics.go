@@ -14,7 +14,12 @@ type Metrics struct {
 	RuleHits *prometheus.CounterVec // by rule name
 	Dead     prometheus.Counter     // dead letters published
 	Batches  prometheus.Counter     // engine batches applied
-	Lag      *prometheus.GaugeVec   // records not yet consumed, by partition
+	// DurableWaits counts the waits for the durability of applied
+	// batches (one synced write each); Commits the stream commits of
+	// the consumer loop, each of one or more polls (Run).
+	DurableWaits prometheus.Counter
+	Commits      prometheus.Counter
+	Lag          *prometheus.GaugeVec // records not yet consumed, by partition
 	// Collected counts events the collector accepted, by front end.
 	Collected *prometheus.CounterVec
 	// Rejected counts events of partial batches the collector refused
@@ -38,6 +43,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "Events sent to the dead-letter stream."}),
 		Batches: prometheus.NewCounter(prometheus.CounterOpts{Name: "counterd_pipeline_batches_total",
 			Help: "Engine batches applied by the consumer."}),
+		DurableWaits: prometheus.NewCounter(prometheus.CounterOpts{Name: "counterd_pipeline_durable_waits_total",
+			Help: "Waits of the consumer for the durability of the batches it applied (one synced write each)."}),
+		Commits: prometheus.NewCounter(prometheus.CounterOpts{Name: "counterd_pipeline_commits_total",
+			Help: "Stream commits of the consumer, each of the polls applied since the last one (--events-commit-interval)."}),
 		Lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "counterd_pipeline_consumer_lag",
 			Help: "Records not yet consumed, by partition (JetStream: partition 0, the consumer's pending count)."}, []string{"partition"}),
 		Collected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "counterd_pipeline_collected_total",
@@ -50,7 +59,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help: "The newest event time (ts) this node's consumer applied, Unix seconds: its event-time progress."}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.Lag, m.Collected, m.Rejected, m.EventTime, m.Watermark)
+		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.DurableWaits, m.Commits, m.Lag, m.Collected, m.Rejected, m.EventTime, m.Watermark)
 	}
 	return m
 }

@@ -32,13 +32,13 @@ func (a *Applier) traceBatch(ctx context.Context, source string, groups [][]stre
 	return ctx, span.End
 }
 
-// applyTraced is ApplyGroups inside a span when tracing is on.
-func (a *Applier) applyTraced(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, error) {
+// applyTraced is applyAsync inside a span when tracing is on.
+func (a *Applier) applyTraced(ctx context.Context, source string, groups [][]stream.Record) ([][]stream.DeadLetter, bool, error) {
 	if a.tracer == nil {
-		return a.ApplyGroups(ctx, source, groups)
+		return a.applyAsync(ctx, source, groups)
 	}
 	ctx, span := a.tracer.Start(ctx, "pipeline.apply", tracing.KindInternal)
-	dead, err := a.ApplyGroups(ctx, source, groups)
+	dead, applied, err := a.applyAsync(ctx, source, groups)
 	if span.Recording() {
 		n := 0
 		for _, d := range dead {
@@ -48,5 +48,5 @@ func (a *Applier) applyTraced(ctx context.Context, source string, groups [][]str
 	}
 	span.SetError(err)
 	span.End()
-	return dead, err
+	return dead, applied, err
 }

@@ -151,7 +151,7 @@ func (s *JetStream) Consume(ctx context.Context) error {
 	c, err := s.js.CreateOrUpdateConsumer(ctx, s.cfg.Stream, jetstream.ConsumerConfig{
 		Durable: s.cfg.Consumer, FilterSubject: s.cfg.Subject,
 		AckPolicy: jetstream.AckExplicitPolicy, DeliverPolicy: jetstream.DeliverAllPolicy,
-		AckWait: s.cfg.AckWait, MaxAckPending: 4 * jsPoll,
+		AckWait: s.cfg.AckWait, MaxAckPending: MaxAckPending,
 	})
 	if err != nil {
 		return fmt.Errorf("%w: nats: consumer %s: %v", ErrUnavailable, s.cfg.Consumer, err)
@@ -189,9 +189,15 @@ func (s *JetStream) keepHeld(period time.Duration) {
 // Name is "nats:" + the stream name.
 func (s *JetStream) Name() string { return s.name }
 
-// jsPoll is the most messages one Poll asks for (each holds up to a
-// collector batch).
-const jsPoll = 64
+// jsPoll is the most messages one Poll asks for.
+const jsPoll = PollMessages
+
+// MaxAckPending is the durable consumer's limit of messages fetched and
+// not yet acknowledged, shared by every node consuming it: room for
+// several nodes each holding the polls of a commit interval
+// (consumer.MaxUncommittedMessages) before the server holds back
+// deliveries.
+const MaxAckPending = 16 * jsPoll
 
 // Poll pulls the next messages (one group, partition 0, in stream
 // sequence order), waiting with a growing pause while there are none.

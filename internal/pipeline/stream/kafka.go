@@ -171,6 +171,9 @@ type KafkaConsumer struct {
 	// is revoked, since another member may have added to it. Guarded by mu.
 	deadHigh map[int32]Record
 	lag      map[int32]int64 // from the last fetch; guarded by mu
+	// holding: Poll returned records that Commit has not committed yet
+	// (a rebalance waits for them); guarded by mu.
+	holding bool
 }
 
 // NewKafkaConsumer joins cfg.Group on cfg.Topic. Call Close.
@@ -214,24 +217,24 @@ func NewKafkaConsumer(cfg KafkaConfig) (*KafkaConsumer, error) {
 // Name is "kafka:" + the events topic.
 func (c *KafkaConsumer) Name() string { return c.name }
 
-// MaxPoll is the most stream records one Poll returns (each holds up to a
-// collector batch).
-const MaxPoll = 64
-
-// Poll fetches the next records. Rebalances wait until Commit.
+// Poll fetches the next records (at most PollMessages stream records).
+// Rebalances wait until Commit: while records it returned are not
+// committed, a rebalance stays held back even across further polls, so
+// that a partition is not handed to another member under records this
+// one applied and has yet to commit. Records a fetch returned are
+// returned even when ctx is done meanwhile: the client has moved past
+// them, so dropping them would let a later commit skip them.
 func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 	for {
-		fs := c.cl.PollRecords(ctx, MaxPoll)
-		if err := ctx.Err(); err != nil {
-			c.cl.AllowRebalance()
-			return nil, err
-		}
+		fs := c.cl.PollRecords(ctx, PollMessages)
 		if fs.IsClientClosed() {
 			return nil, fmt.Errorf("%w: kafka: client closed", ErrUnavailable)
 		}
 		var ferr error
 		fs.EachError(func(t string, p int32, err error) {
-			ferr = fmt.Errorf("%w: kafka: fetch %s/%d: %v", ErrUnavailable, t, p, err)
+			if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+				ferr = fmt.Errorf("%w: kafka: fetch %s/%d: %v", ErrUnavailable, t, p, err)
+			}
 		})
 		var out [][]Record
 		c.mu.Lock()
@@ -252,11 +255,20 @@ func (c *KafkaConsumer) Poll(ctx context.Context) ([][]Record, error) {
 			c.lag[p.Partition] = p.HighWatermark - (g[len(g)-1].Offset + 1)
 			out = append(out, g)
 		})
+		if len(out) > 0 {
+			c.holding = true
+		}
+		holding := c.holding
 		c.mu.Unlock()
 		if len(out) > 0 {
 			return out, nil
 		}
-		c.cl.AllowRebalance()
+		if !holding {
+			c.cl.AllowRebalance()
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		if ferr != nil {
 			return nil, ferr
 		}
@@ -362,10 +374,17 @@ func (c *KafkaConsumer) deadHighWater(ctx context.Context, p int32) (Record, err
 	return h, nil
 }
 
-// Commit commits the offsets after every group, then lets a pending
-// rebalance go ahead.
+// Commit commits, for each partition, the offset after its last record
+// in groups (of one or more polls), then lets a pending rebalance go
+// ahead. Groups holds every record polled since the last Commit: Run
+// commits all it polled.
 func (c *KafkaConsumer) Commit(ctx context.Context, groups [][]Record) error {
-	defer c.cl.AllowRebalance()
+	defer func() {
+		c.mu.Lock()
+		c.holding = false
+		c.mu.Unlock()
+		c.cl.AllowRebalance()
+	}()
 	var recs []*kgo.Record
 	for _, g := range groups {
 		if len(g) == 0 {

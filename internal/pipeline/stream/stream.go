@@ -38,6 +38,25 @@ func (r *Record) before(o *Record) bool {
 	return r.Offset < o.Offset || (r.Offset == o.Offset && r.Index < o.Index)
 }
 
+// PollMessages is the most stream messages one Consumer.Poll returns
+// (Kafka records, JetStream messages; each holds up to a collector batch).
+// A poll with fewer found the stream drained.
+const PollMessages = 64
+
+// Messages returns how many stream messages the records of groups come
+// from (the records of a message are adjacent in its group).
+func Messages(groups [][]Record) int {
+	n := 0
+	for _, g := range groups {
+		for i := range g {
+			if i == 0 || g[i].Offset != g[i-1].Offset {
+				n++
+			}
+		}
+	}
+	return n
+}
+
 // MaxMessageBytes bounds a stream message the collector writes (Kafka's
 // and NATS's default limits are 1 MiB).
 const MaxMessageBytes = 512 << 10
@@ -112,7 +131,8 @@ type Consumer interface {
 	// order) and returns once the stream acknowledged them. A record
 	// dead-lettered again after a crash is not published twice.
 	DeadLetter(ctx context.Context, dls []DeadLetter) error
-	// Commit marks every polled record as done.
+	// Commit marks every record of groups as done: the groups of one or
+	// more polls (of any partitions, each partition's in poll order).
 	Commit(ctx context.Context, groups [][]Record) error
 	// Lag returns the records not yet consumed, by partition.
 	Lag(ctx context.Context) map[int32]int64

@@ -211,3 +211,97 @@ func TestJetStreamHeldPastAckWait(t *testing.T) {
 		t.Fatalf("lag %v", lag)
 	}
 }
+
+// TestKafkaRebalanceWaitsForCommitAcrossPolls: records a member polled
+// and has not committed keep a rebalance waiting even through a later
+// poll that finds nothing (consumer.Run polls on before it commits), so
+// a member that joins meanwhile is not handed a partition under them;
+// the groups of those several polls, committed in one Commit, commit
+// each partition's last offset, so after it the new member reads nothing
+// again. A poll returns at most PollMessages records.
+func TestKafkaRebalanceWaitsForCommitAcrossPolls(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	cfg := KafkaConfig{Brokers: kc.ListenAddrs(), Topic: "ev", DeadTopic: "ev-dead", Partitions: 2, Group: "g"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if err := EnsureKafkaTopics(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	pr, err := kgo.NewClient(kgo.SeedBrokers(cfg.Brokers...), kgo.DefaultProduceTopic("ev"), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var recs []*kgo.Record
+	for p := range int32(2) {
+		for i := range 100 {
+			recs = append(recs, &kgo.Record{Partition: p, Value: []byte(fmt.Sprintf(`{"id":"%d-%d"}`, p, i))})
+		}
+	}
+	if err := pr.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	pr.Close()
+	first, err := NewKafkaConsumer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	var held [][]Record
+	polls := 0
+	for n := 0; n < len(recs); polls++ {
+		groups, err := first.Poll(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := Messages(groups); m > PollMessages {
+			t.Fatalf("a poll returned %d messages, more than %d", m, PollMessages)
+		}
+		for _, g := range groups {
+			n += len(g)
+		}
+		held = append(held, groups...)
+	}
+	if polls < 3 {
+		t.Fatalf("%d records in %d polls, want several", len(recs), polls)
+	}
+	// A member joins while first holds them; first polls on, finding
+	// nothing, for longer than a rebalance takes.
+	second, err := NewKafkaConsumer(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	got := make(chan int, 1)
+	go func() {
+		n := 0
+		for {
+			pctx, c := context.WithTimeout(ctx, 8*time.Second)
+			groups, err := second.Poll(pctx)
+			c()
+			if err != nil {
+				got <- n
+				return
+			}
+			for _, g := range groups {
+				n += len(g)
+			}
+		}
+	}()
+	for range 8 {
+		pctx, c := context.WithTimeout(ctx, time.Second)
+		if groups, err := first.Poll(pctx); err == nil {
+			t.Fatalf("first polled %d more groups, want none", len(groups))
+		}
+		c()
+	}
+	if err := first.Commit(ctx, held); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n != 0 {
+		t.Fatalf("the member that joined read %d records the first one held uncommitted", n)
+	}
+}
