@@ -263,6 +263,7 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	var gen uint64
 	var j *redisstore.Journal
 	jd, release := false, func() {}
+	ctx, life := withLife(ctx)
 	mw := markedOf(ctx)
 	if mw != nil { // countermarks.go
 		if r, mw.reply, err = b.rs.AddMarked(ctx, op.ID, storeKinds[op.Kind], op.Delta, o, mw.marks); err == nil && !mw.reply.Written() {
@@ -283,16 +284,16 @@ func (b *Backend) add(ctx context.Context, op *contract.Op) (contract.Result, er
 	}
 	if r.FromFloat {
 		release()
-		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version); err != nil {
+		if err := b.fromFloat(ctx, op.ID, r.Value, r.Version, *life); err != nil {
 			return contract.Result{}, err
 		}
 		return contract.Result{Kind: contract.KindCounter, Value: r.Value, Version: r.Version, Changed: true}, nil
 	}
 	switch {
 	case jd:
-		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at, Version: r.Version}})
-	case mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at}}, op.ID, r.Version):
-		b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version)
+		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at, Version: r.Version, Life: *life}})
+	case mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: op.ID, Kind: string(r.Kind), Shard: r.Shard, Delta: op.Delta, At: at, Life: *life}}, op.ID, r.Version):
+		b.agg.AddVersion(op.ID, string(r.Kind), r.Shard, op.Delta, at, r.Version, *life)
 	}
 	return contract.Result{Kind: engineKind(r.Kind), Value: r.Value, Version: r.Version, Changed: true}, nil
 }
@@ -304,6 +305,7 @@ func (b *Backend) set(ctx context.Context, op *contract.Op) (contract.Result, er
 	}
 	jctx, gen, release := b.jbegin(ctx) // the coalesced journal (journal.go)
 	defer release()
+	jctx, life := withLife(jctx)
 	now := b.opts.Now()
 	j := b.journalOf(op.ID, gen, now)
 	ver, prev, fromFloat, jd, err := b.rs.SetPrevKindJournaled(jctx, op.ID, op.Value, expected, ttl, j)
@@ -318,13 +320,13 @@ func (b *Backend) set(ctx context.Context, op *contract.Op) (contract.Result, er
 	switch {
 	case fromFloat:
 		release()
-		if err := b.fromFloat(ctx, op.ID, op.Value, ver); err != nil {
+		if err := b.fromFloat(ctx, op.ID, op.Value, ver, *life); err != nil {
 			return contract.Result{}, err
 		}
 	case jd:
-		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: op.Value - prev, At: now}})
+		b.handJournaled(ctx, gen, j, []postgres.JournalDelta{{ID: op.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: op.Value - prev, At: now, Life: *life}})
 	default:
-		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, now)
+		b.agg.AddVersion(op.ID, string(redisstore.KindCounter), -1, op.Value-prev, now, 0, *life)
 	}
 	b.agg.SetExpiry(op.ID, b.expiryAt(ttl))
 	if err := b.expiring(ctx, op.ID, ttl); err != nil {
@@ -377,7 +379,7 @@ func (b *Backend) del(ctx context.Context, op *contract.Op) (contract.Result, er
 	if err != nil {
 		return contract.Result{}, err
 	}
-	existed, err := b.rs.Delete(ctx, op.ID)
+	existed, life, err := b.rs.DeleteLife(ctx, op.ID)
 	if err != nil {
 		return contract.Result{}, err
 	}
@@ -389,7 +391,7 @@ func (b *Backend) del(ctx context.Context, op *contract.Op) (contract.Result, er
 			return contract.Result{}, err
 		}
 	}
-	b.agg.Delete(op.ID)
+	b.agg.DeleteLife(op.ID, life)
 	if rec.Kind == redisstore.KindHLL {
 		if err := b.deleteUniques(ctx, op.ID); err != nil {
 			return contract.Result{}, err
@@ -418,6 +420,7 @@ func (b *Backend) expire(ctx context.Context, op *contract.Op) (contract.Result,
 }
 
 func (b *Backend) pfadd(ctx context.Context, op *contract.Op) (contract.Result, error) {
+	ctx, life := withLife(ctx)
 	changed, ver, err := b.rs.PFAddVersion(ctx, op.ID, op.Items...)
 	if err != nil {
 		return contract.Result{}, err
@@ -427,7 +430,7 @@ func (b *Backend) pfadd(ctx context.Context, op *contract.Op) (contract.Result, 
 		return contract.Result{}, err
 	}
 	if changed {
-		if err := b.writeSketch(ctx, op.ID); err != nil {
+		if err := b.writeSketch(ctx, op.ID, *life); err != nil {
 			return contract.Result{}, err
 		}
 	}
@@ -441,25 +444,26 @@ func (b *Backend) pfadd(ctx context.Context, op *contract.Op) (contract.Result, 
 	return res, nil
 }
 
-// writeSketch hands id's current Redis HLL to the write-behind (PostgreSQL
-// keeps the latest full sketch).
-func (b *Backend) writeSketch(ctx context.Context, id string) error {
+// writeSketch hands id's current Redis HLL, of its life, to the
+// write-behind (PostgreSQL keeps the latest full sketch).
+func (b *Backend) writeSketch(ctx context.Context, id string, life uint64) error {
 	raw, err := b.rs.RawHLL(ctx, id)
 	if err != nil {
 		return err
 	}
 	if raw != nil {
-		b.agg.SetSketch(id, raw)
+		b.agg.SetSketchLife(id, raw, life)
 	}
 	return nil
 }
 
 func (b *Backend) pfmerge(ctx context.Context, op *contract.Op) (contract.Result, error) {
+	ctx, life := withLife(ctx)
 	est, ver, err := b.rs.PFMerge(ctx, op.ID, op.Sources)
 	if err != nil {
 		return contract.Result{}, err
 	}
-	if err := b.writeSketch(ctx, op.ID); err != nil {
+	if err := b.writeSketch(ctx, op.ID, *life); err != nil {
 		return contract.Result{}, err
 	}
 	return contract.Result{Kind: contract.KindHLL, Value: est, Version: ver, Changed: true}, nil
@@ -473,6 +477,7 @@ func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, e
 	var j *redisstore.Journal
 	jd := false
 	now := b.opts.Now()
+	ctx, life := withLife(ctx)
 	mw := markedOf(ctx)
 	if mw != nil { // countermarks.go
 		if fields, ver, mw.reply, err = b.rs.HAddMarked(ctx, op.ID, op.Fields, b.maxFields(op.ID), mw.marks); err == nil && !mw.reply.Written() {
@@ -491,11 +496,11 @@ func (b *Backend) hadd(ctx context.Context, op *contract.Op) (contract.Result, e
 	case jd:
 		ds := make([]postgres.JournalDelta, len(op.Fields))
 		for i, f := range op.Fields {
-			ds[i] = postgres.JournalDelta{ID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now, Version: ver}
+			ds[i] = postgres.JournalDelta{ID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now, Version: ver, Life: *life}
 		}
 		b.handJournaled(ctx, gen, j, ds)
-	case mw == nil || !b.journaled(mw, b.fieldDeltas(op), op.ID, ver):
-		b.writeFields(op.ID, op.Fields)
+	case mw == nil || !b.journaled(mw, b.fieldDeltas(op, *life), op.ID, ver):
+		b.writeFields(op.ID, op.Fields, *life)
 	}
 	return contract.Result{Kind: contract.KindHash, Version: ver, Changed: true, Fields: uniqueFields(fields)}, nil
 }
@@ -505,11 +510,12 @@ func (b *Backend) hset(ctx context.Context, op *contract.Op) (contract.Result, e
 	for i, f := range op.Fields {
 		fs[i] = counter.Field{Name: f.Name, Value: f.Delta}
 	}
+	ctx, life := withLife(ctx)
 	created, ver, deltas, err := b.rs.HSetMax(ctx, op.ID, fs, op.SetMode == contract.SetIfAbsent, b.maxFields(op.ID))
 	if err != nil {
 		return contract.Result{}, b.fieldLimitErr(op.ID, err)
 	}
-	b.writeFields(op.ID, deltas)
+	b.writeFields(op.ID, deltas, *life)
 	changed := len(deltas) > 0
 	return contract.Result{Kind: contract.KindHash, Value: int64(created), Version: ver, Changed: changed}, nil
 }
@@ -531,15 +537,17 @@ func uniqueFields(fs []counter.Field) []counter.Field {
 	return out
 }
 
-// writeFields hands hash field deltas to the write-behind.
-func (b *Backend) writeFields(id string, fs []counter.FieldDelta) {
+// writeFields hands hash field deltas of the counter's life to the
+// write-behind.
+func (b *Backend) writeFields(id string, fs []counter.FieldDelta, life uint64) {
 	now := b.opts.Now()
 	for _, f := range fs {
-		b.agg.AddField(id, f.Name, f.Delta, now)
+		b.agg.AddFieldLife(id, f.Name, f.Delta, now, life)
 	}
 }
 
 func (b *Backend) hdel(ctx context.Context, op *contract.Op) (contract.Result, error) {
+	ctx, life := withLife(ctx)
 	removed, ver, err := b.rs.HDel(ctx, op.ID, op.Names)
 	if err != nil {
 		return contract.Result{}, err
@@ -548,7 +556,7 @@ func (b *Backend) hdel(ctx context.Context, op *contract.Op) (contract.Result, e
 	for i, f := range removed {
 		undo[i] = counter.FieldDelta{Name: f.Name, Delta: -f.Value}
 	}
-	b.writeFields(op.ID, undo)
+	b.writeFields(op.ID, undo, *life)
 	if len(removed) > 0 {
 		if err := b.dropEmptyHash(ctx, op.ID, ver); err != nil {
 			return contract.Result{}, err
@@ -566,11 +574,11 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 	if err != nil || !found || rec.Kind != redisstore.KindHash || rec.Version != ver || len(rec.Fields) > 0 {
 		return err
 	}
-	existed, err := b.rs.Delete(ctx, id)
+	existed, life, err := b.rs.DeleteLife(ctx, id)
 	if err != nil {
 		return err
 	}
-	b.agg.Delete(id)
+	b.agg.DeleteLife(id, life)
 	if existed {
 		return b.deleted(ctx, id)
 	}
@@ -580,39 +588,49 @@ func (b *Backend) dropEmptyHash(ctx context.Context, id string, ver uint64) erro
 // addFloat runs Redis's own INCRBYFLOAT (so the arithmetic and the text are
 // Redis's by construction) and hands the new text to the write-behind.
 func (b *Backend) addFloat(ctx context.Context, op *contract.Op) (contract.Result, error) {
+	ctx, life := withLife(ctx)
 	text, ver, prev, converted, err := b.rs.AddFloat(ctx, op.ID, op.Float)
 	if err != nil {
 		return contract.Result{}, err
 	}
 	if converted && prev != 0 {
 		// PostgreSQL keeps a float's value column at 0.
-		b.agg.Add(op.ID, string(redisstore.KindCounter), -1, -prev, b.opts.Now())
+		b.agg.AddVersion(op.ID, string(redisstore.KindCounter), -1, -prev, b.opts.Now(), 0, *life)
 	}
-	b.agg.SetFloat(op.ID, text, ver)
+	b.agg.SetFloat(op.ID, text, ver, *life)
 	return contract.Result{Kind: contract.KindFloat, Float: text, Version: ver, Changed: true}, nil
 }
 
 // fromFloat hands the write-behind a float that became a counter: first
 // everything pending (so the float's own row change commits before), then
 // the counter's absolute value (PostgreSQL holds 0 for a float).
-func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver uint64) error {
+func (b *Backend) fromFloat(ctx context.Context, id string, value int64, ver, life uint64) error {
 	letGo(ctx) // a keyed request's hold would keep Sync waiting for itself
 	if err := b.agg.Sync(ctx); err != nil {
 		return unavailable(err)
 	}
 	now := b.opts.Now()
-	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: id, Kind: string(redisstore.KindCounter), Shard: -1, Delta: value, At: now}}, id, ver) {
-		b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, now, ver)
+	if mw := markedOf(ctx); mw == nil || !b.journaled(mw, []postgres.Delta{{CounterID: id, Kind: string(redisstore.KindCounter), Shard: -1, Delta: value, At: now, Life: life}}, id, ver) {
+		b.agg.AddVersion(id, string(redisstore.KindCounter), -1, value, now, ver, life)
 	}
 	return nil
 }
 
-// fieldDeltas is a hash add's write-behind deltas, at now.
-func (b *Backend) fieldDeltas(op *contract.Op) []postgres.Delta {
+// fieldDeltas is a hash add's write-behind deltas, at now, of the
+// counter's life.
+func (b *Backend) fieldDeltas(op *contract.Op, life uint64) []postgres.Delta {
 	now := b.opts.Now()
 	ds := make([]postgres.Delta, len(op.Fields))
 	for i, f := range op.Fields {
-		ds[i] = postgres.Delta{CounterID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now}
+		ds[i] = postgres.Delta{CounterID: op.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: now, Life: life}
 	}
 	return ds
+}
+
+// withLife returns ctx whose store write reports, in *life, the life of
+// the counter it wrote (docs/redis-tier.md, "Deletes and lives"), which
+// its write-behind changes carry.
+func withLife(ctx context.Context) (context.Context, *uint64) {
+	life := new(uint64)
+	return redisstore.WithLife(ctx, life), life
 }

@@ -1,12 +1,6 @@
-//go:build knownbug
-
-// These tests show a known bug of the tiered mode, not yet fixed: a delete
-// is not ordered against the deltas around it in PostgreSQL, so a deleted
-// counter can come back (docs/redis-tier.md, "A delete is not ordered ...").
-// They fail today; they are kept out of the test run by the knownbug build
-// tag until the fix lands (then the tag goes):
-//
-//	go test -tags knownbug -count=1 -run 'TestDelete' ./internal/tiered/
+// These tests show that a delete is ordered against the deltas around it
+// in PostgreSQL by the counter's lives, so a deleted counter does not come
+// back (docs/redis-tier.md, "Deletes and lives").
 
 package tiered_test
 

@@ -534,13 +534,13 @@ func (b *Backend) handJournaled(ctx context.Context, gen uint64, j *redisstore.J
 func (b *Backend) handPlain(ds []postgres.JournalDelta) {
 	for _, d := range ds {
 		if d.Kind == postgres.KindHash {
-			b.agg.AddField(d.ID, d.Field, d.Delta, d.At)
+			b.agg.AddFieldLife(d.ID, d.Field, d.Delta, d.At, d.Life)
 			if d.Version > 0 {
 				b.agg.SetVersion(d.ID, d.Version)
 			}
 			continue
 		}
-		b.agg.AddVersion(d.ID, d.Kind, d.Shard, d.Delta, d.At, d.Version)
+		b.agg.AddVersion(d.ID, d.Kind, d.Shard, d.Delta, d.At, d.Version, d.Life)
 	}
 }
 

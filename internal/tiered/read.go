@@ -29,7 +29,13 @@ func (b *Backend) load(ctx context.Context, id string) (redisstore.Record, bool,
 		return redisstore.Record{}, false, unavailable(err)
 	}
 	if !ok {
-		return redisstore.Record{}, false, nil
+		// Deleted there: a tombstone keeps the life going (a create
+		// starts the next life, which PostgreSQL applies).
+		life, err := b.pg.DeadLife(ctx, id)
+		if err != nil {
+			return redisstore.Record{}, false, unavailable(err)
+		}
+		return redisstore.Record{Life: life}, false, nil
 	}
 	return fromPG(rec, b.opts.Now())
 }
@@ -38,7 +44,7 @@ func (b *Backend) load(ctx context.Context, id string) (redisstore.Record, bool,
 // are not restored (their buckets lived in Redis only): found is false
 // and the next add starts a fresh window.
 func fromPG(rec postgres.Record, now time.Time) (redisstore.Record, bool, error) {
-	out := redisstore.Record{Kind: redisstore.Kind(rec.Kind), Value: rec.Value, UpdatedAt: rec.UpdatedAt}
+	out := redisstore.Record{Kind: redisstore.Kind(rec.Kind), Value: rec.Value, UpdatedAt: rec.UpdatedAt, Life: rec.Life}
 	if rec.Version > 0 {
 		out.Version = uint64(rec.Version)
 	}

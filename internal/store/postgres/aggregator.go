@@ -46,7 +46,8 @@ type AggregatorOptions struct {
 type aggKeyMem struct {
 	id, kind, field string
 	shard           int
-	minute          int64 // unix minute of the delta's time
+	minute          int64  // unix minute of the delta's time
+	life            uint64 // Delta.Life
 }
 
 // cycle is one flush: every delta added while it is current goes into the
@@ -67,9 +68,9 @@ type Aggregator struct {
 
 	mu      sync.Mutex
 	pending map[aggKeyMem]int64
-	sketch  map[string][]byte
+	sketch  map[string]sketchValue
 	floats  map[string]floatValue // latest float value per id (higher version wins)
-	deletes map[string]bool
+	deletes map[string]uint64     // deleted ids: the highest life deleted (0: unknown)
 	expiry  map[string]time.Time  // zero: remove the TTL
 	version map[string]uint64     // latest version seen per id (max wins)
 	dirty   map[string]bool       // ids with anything in pending/sketch/expiry/deletes
@@ -142,30 +143,43 @@ func (a *Aggregator) Add(id, kind string, shard int, delta int64, at time.Time) 
 	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at, 0)
 }
 
-// AddVersion is Add and SetVersion under one lock (the tiered hot path).
-func (a *Aggregator) AddVersion(id, kind string, shard int, delta int64, at time.Time, version uint64) {
-	a.add(aggKeyMem{id: id, kind: kind, shard: shard}, delta, at, version)
+// AddVersion is Add and SetVersion under one lock (the tiered hot path),
+// of the counter's life (Delta.Life; 0: none known).
+func (a *Aggregator) AddVersion(id, kind string, shard int, delta int64, at time.Time, version, life uint64) {
+	a.add(aggKeyMem{id: id, kind: kind, shard: shard, life: life}, delta, at, version)
 }
 
 // AddField records delta for one field of a hash counter.
 func (a *Aggregator) AddField(id, field string, delta int64, at time.Time) {
-	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1}, delta, at, 0)
+	a.AddFieldLife(id, field, delta, at, 0)
 }
 
-// floatValue is a float counter's text at a version.
+// AddFieldLife is AddField of the counter's life (Delta.Life).
+func (a *Aggregator) AddFieldLife(id, field string, delta int64, at time.Time, life uint64) {
+	a.add(aggKeyMem{id: id, kind: KindHash, field: field, shard: -1, life: life}, delta, at, 0)
+}
+
+// floatValue is a float counter's text at a version of a life.
 type floatValue struct {
-	text    string
-	version uint64
+	text          string
+	version, life uint64
 }
 
-// SetFloat records the value of the float counter id at version (the
-// higher version wins, so writers handing values over out of order leave
-// the newest), and raises id's version like SetVersion.
-func (a *Aggregator) SetFloat(id, text string, version uint64) {
+// sketchValue is an hll counter's sketch of a life.
+type sketchValue struct {
+	sketch []byte
+	life   uint64
+}
+
+// SetFloat records the value of the float counter id at version, of its
+// life (the higher life, then version wins, so writers handing values
+// over out of order leave the newest), and raises id's version like
+// SetVersion.
+func (a *Aggregator) SetFloat(id, text string, version, life uint64) {
 	a.adds.Add(1)
 	a.mu.Lock()
-	if f, ok := a.floats[id]; !ok || version >= f.version {
-		a.floats[id] = floatValue{text, version}
+	if f, ok := a.floats[id]; !ok || life > f.life || life == f.life && version >= f.version {
+		a.floats[id] = floatValue{text, version, life}
 	}
 	if version > a.version[id] {
 		a.version[id] = version
@@ -175,10 +189,16 @@ func (a *Aggregator) SetFloat(id, text string, version uint64) {
 }
 
 // SetSketch records the current full HLL sketch of id (latest wins).
-func (a *Aggregator) SetSketch(id string, sketch []byte) {
+func (a *Aggregator) SetSketch(id string, sketch []byte) { a.SetSketchLife(id, sketch, 0) }
+
+// SetSketchLife is SetSketch of the counter's life (Delta.Life): a
+// sketch of an older life than the one recorded is dropped.
+func (a *Aggregator) SetSketchLife(id string, sketch []byte, life uint64) {
 	a.adds.Add(1)
 	a.mu.Lock()
-	a.sketch[id] = append([]byte(nil), sketch...)
+	if sk, ok := a.sketch[id]; !ok || life >= sk.life {
+		a.sketch[id] = sketchValue{append([]byte(nil), sketch...), life}
+	}
 	a.dirty[id] = true
 	a.mu.Unlock()
 }
@@ -187,11 +207,19 @@ func (a *Aggregator) SetSketch(id string, sketch []byte) {
 // dropped, and the batch deletes the counter (its shards, fields and
 // sketch) before applying the deltas added after. Time-series buckets
 // already written are kept.
-func (a *Aggregator) Delete(id string) {
+func (a *Aggregator) Delete(id string) { a.DeleteLife(id, 0) }
+
+// DeleteLife is Delete of the counter's life (Batch.DeadLives): what is
+// pending of that life or an older one (or of none known) is dropped,
+// what is of a later life (handed over before the delete's call) is kept,
+// and PostgreSQL applies the delete by life (lives.go).
+func (a *Aggregator) DeleteLife(id string, life uint64) {
 	a.adds.Add(1)
 	a.mu.Lock()
-	a.dropLocked(id)
-	a.deletes[id] = true
+	a.dropLocked(id, life)
+	if l, ok := a.deletes[id]; !ok || life > l {
+		a.deletes[id] = life
+	}
 	a.dirty[id] = true
 	a.mu.Unlock()
 }
@@ -223,29 +251,35 @@ func (a *Aggregator) SetExpiry(id string, at time.Time) {
 	a.mu.Unlock()
 }
 
-// dropLocked forgets what is pending for id. Caller holds a.mu.
-func (a *Aggregator) dropLocked(id string) {
+// dropLocked forgets what is pending for id of lives up to life (every
+// life when life is 0), and of no known life. Caller holds a.mu.
+func (a *Aggregator) dropLocked(id string, life uint64) {
 	if !a.dirty[id] {
 		return
 	}
+	dead := func(l uint64) bool { return life == 0 || l <= life }
 	for k := range a.pending {
-		if k.id == id {
+		if k.id == id && dead(k.life) {
 			delete(a.pending, k)
 		}
 	}
 	for k := range a.jpending {
-		if k.id == id {
+		if k.id == id && dead(k.life) {
 			delete(a.jpending, k)
 			a.jdropped = append(a.jdropped, k)
 		}
 	}
-	delete(a.sketch, id)
-	delete(a.floats, id)
+	if sk, ok := a.sketch[id]; ok && dead(sk.life) {
+		delete(a.sketch, id)
+	}
+	if f, ok := a.floats[id]; ok && dead(f.life) {
+		delete(a.floats, id)
+	}
 	delete(a.expiry, id)
 	delete(a.version, id)
 	for i := range a.journal {
 		w := &a.journal[i]
-		w.Deltas = slices.DeleteFunc(w.Deltas, func(d Delta) bool { return d.CounterID == id })
+		w.Deltas = slices.DeleteFunc(w.Deltas, func(d Delta) bool { return d.CounterID == id && dead(d.Life) })
 		w.Versions = slices.DeleteFunc(w.Versions, func(v Version) bool { return v.ID == id })
 	}
 }
@@ -381,8 +415,8 @@ func (a *Aggregator) Sync(ctx context.Context) error {
 
 // reset starts an empty current cycle. Caller holds a.mu (or owns a).
 func (a *Aggregator) reset() {
-	a.pending, a.sketch, a.floats = map[aggKeyMem]int64{}, map[string][]byte{}, map[string]floatValue{}
-	a.deletes, a.expiry, a.dirty = map[string]bool{}, map[string]time.Time{}, map[string]bool{}
+	a.pending, a.sketch, a.floats = map[aggKeyMem]int64{}, map[string]sketchValue{}, map[string]floatValue{}
+	a.deletes, a.expiry, a.dirty = map[string]uint64{}, map[string]time.Time{}, map[string]bool{}
 	a.version = map[string]uint64{}
 	a.idem = map[string]IdemRecord{}
 	a.journal = nil
@@ -405,6 +439,7 @@ type JournalDelta struct {
 	Delta           int64
 	At              time.Time
 	Version         uint64
+	Life            uint64 // Delta.Life
 }
 
 // AddJournaled records ds, journaled under generation gen, if gen is
@@ -422,7 +457,7 @@ func (a *Aggregator) AddJournaled(gen uint64, ds ...JournalDelta) bool {
 	}
 	a.adds.Add(1)
 	for _, d := range ds {
-		k := aggKeyMem{id: d.ID, kind: d.Kind, field: d.Field, shard: d.Shard, minute: d.At.Unix() / 60}
+		k := aggKeyMem{id: d.ID, kind: d.Kind, field: d.Field, shard: d.Shard, minute: d.At.Unix() / 60, life: d.Life}
 		if k.kind == "" {
 			k.kind = KindCounter
 		}
@@ -509,8 +544,9 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		return err
 	}
 	var pending map[aggKeyMem]int64
-	var sketches map[string][]byte
-	var deletes, dirty map[string]bool
+	var sketches map[string]sketchValue
+	var deletes map[string]uint64
+	var dirty map[string]bool
 	var expiry map[string]time.Time
 	var floats map[string]floatValue
 	var versions map[string]uint64
@@ -536,8 +572,14 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 	a.mu.Unlock()
 
 	b := Batch{ID: fmt.Sprintf("%s-%d", a.prefix, a.seq.Add(1)), Deltas: make([]Delta, 0, len(pending)+len(sketches)), Journal: journal}
-	for id := range deletes {
+	for id, life := range deletes {
 		b.Deletes = append(b.Deletes, id)
+		if life > 0 {
+			if b.DeadLives == nil {
+				b.DeadLives = map[string]uint64{}
+			}
+			b.DeadLives[id] = life
+		}
 	}
 	for id, at := range expiry {
 		b.Expiries = append(b.Expiries, Expiry{ID: id, At: at})
@@ -549,13 +591,13 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		// A zero net delta is still written: it creates the counter (an
 		// add of 0 creates one) and marks it updated.
 		b.Deltas = append(b.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
-			At: time.Unix(k.minute*60, 0).UTC()})
+			At: time.Unix(k.minute*60, 0).UTC(), Life: k.life})
 	}
 	for id, sk := range sketches {
-		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindHLL, Shard: -1, Sketch: sk})
+		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindHLL, Shard: -1, Sketch: sk.sketch, Life: sk.life})
 	}
 	for id, f := range floats {
-		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindFloat, Shard: -1, Float: f.text})
+		b.Deltas = append(b.Deltas, Delta{CounterID: id, Kind: KindFloat, Shard: -1, Float: f.text, Life: f.life})
 	}
 	for _, r := range idem {
 		b.Idem = append(b.Idem, r)
@@ -564,7 +606,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 		w := JournalWrite{ID: a.opts.JournalID(cyc.gen), Gen: cyc.gen, Deltas: make([]Delta, 0, len(jpending))}
 		for k, d := range jpending {
 			w.Deltas = append(w.Deltas, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, Delta: d,
-				At: time.Unix(k.minute*60, 0).UTC()})
+				At: time.Unix(k.minute*60, 0).UTC(), Life: k.life})
 		}
 		for _, k := range jdropped {
 			w.Trim = append(w.Trim, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, At: time.Unix(k.minute*60, 0).UTC()})

@@ -47,6 +47,9 @@ type Delta struct {
 	// At is when the change happened (minute bucket of the time series and
 	// the roll-ups); zero means now.
 	At time.Time
+	// Life is the counter's life the change was made in (lives.go); 0:
+	// none known, applied to the row whatever its life.
+	Life uint64
 }
 
 // Batch is a unit of write-behind: all of its deltas are applied in one
@@ -60,6 +63,9 @@ type Batch struct {
 	// Deletes are counters removed (with their shards, fields and
 	// sketch) before the deltas apply.
 	Deletes []string
+	// DeadLives are the lives the Deletes ended (lives.go); a delete
+	// missing here removes the row whatever its life.
+	DeadLives map[string]uint64
 	// Expiries set counters.expires_at after the deltas apply.
 	Expiries []Expiry
 	// Versions raise counters.version to at least the given version after
@@ -236,14 +242,33 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 	// deadlock. Deletes are one pass and writes another: two batches each
 	// deleting what the other writes can deadlock, and the aborted one is
 	// re-applied under its id at the next flush (docs/postgres.md).
-	if len(b.Deletes) > 0 {
+	wipe := b.Deletes
+	var lives map[string]int64
+	if len(b.DeadLives) > 0 || hasLives(deltas) {
+		s.statements.Add(2) // applyLives' SELECTs
+		var keep []Delta
+		if keep, wipe, lives, err = applyLives(ctx, tx, exec, &b, deltas, now); err != nil {
+			return false, err
+		}
+		if len(keep) < len(deltas) { // deltas of deleted lives: not applied
+			deltas = keep
+			if sum, err = sumDeltas(deltas, now); err != nil {
+				return false, err
+			}
+			auditIDs, auditDeltas = s.auditOf(sum)
+		}
+	}
+	if len(wipe) > 0 {
 		s.statements.Add(1) // applyDeletes' DELETE … RETURNING
 	}
-	deleted, err := applyDeletes(ctx, tx, exec, b.Deletes)
+	deleted, err := applyDeletes(ctx, tx, exec, wipe)
 	if err != nil {
 		return false, err
 	}
 	if err = sum.upsert(exec, now); err != nil {
+		return false, err
+	}
+	if err = setLives(exec, lives); err != nil {
 		return false, err
 	}
 	if err = applyExpiries(exec, b.Expiries); err != nil {
@@ -288,6 +313,16 @@ func (s *Store) Apply(ctx context.Context, b Batch) (applied bool, err error) {
 		}
 	}
 	return true, nil
+}
+
+// hasLives reports whether a delta of ds carries a life.
+func hasLives(ds []Delta) bool {
+	for _, d := range ds {
+		if d.Life > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // auditOf lists the plain counters' summed deltas that go to the audit

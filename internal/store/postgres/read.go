@@ -21,6 +21,7 @@ type Record struct {
 	Sketch    []byte           // hll: the stored sketch
 	Float     string           // float: the value's decimal text
 	ExpiresAt time.Time        // zero: no expiry
+	Life      uint64           // the counter's life (lives.go; Load only)
 }
 
 // Load reads one counter (read-through). ok is false if it does not exist.
@@ -29,8 +30,10 @@ func (s *Store) Load(ctx context.Context, id string) (rec Record, ok bool, err e
 	var exp *time.Time
 	s.statements.Add(1)
 	var fl *string
-	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count, expires_at, float_value FROM counters WHERE counter_id = $1`, id).
-		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount, &exp, &fl)
+	var life int64
+	err = s.pool.QueryRow(ctx, `SELECT counter_type, value, version, updated_at, shard_count, expires_at, float_value, life FROM counters WHERE counter_id = $1`, id).
+		Scan(&rec.Kind, &rec.Value, &rec.Version, &rec.UpdatedAt, &shardCount, &exp, &fl, &life)
+	rec.Life = uint64(max(life, 0))
 	if fl != nil {
 		rec.Float = *fl
 	}

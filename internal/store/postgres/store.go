@@ -253,6 +253,7 @@ func (s *Store) maintain() {
 		_ = s.EnsurePartitions(ctx, time.Now(), s.opts.PartitionsAhead)
 		_, _ = s.PurgeIdem(ctx, time.Now())
 		_, _ = s.PurgeJournal(ctx, time.Now())
+		_, _ = s.PurgeDeaths(ctx, time.Now())
 		if s.opts.Retention != (RetentionPolicy{}) {
 			_ = s.Retain(ctx, s.opts.Retention)
 		}

@@ -28,14 +28,46 @@ func newScript(src string) *script { return &script{Script: redis.NewScript(src)
 // its owned variant takes the token as its last ARGV, hidden from body,
 // and writes only while that token holds the lock.
 func writeScript(body string) *script {
-	sc := newScript("local LT = false\n" + body)
+	sc := newScript("local LT = false\n" + withLife(body))
 	sc.body = body
 	sc.owned = newScript(`local LT = ARGV[#ARGV]
 local LA = {}
 for i = 1, #ARGV - 1 do LA[i] = ARGV[i] end
 local ARGV = LA
-` + body)
+` + withLife(body))
 	return sc
+}
+
+// withLife runs a write script's body and, when it wrote (a reply
+// starting 'OK' or 'OKJ'), appends the counter's life to that head
+// ('OK:<life>', read back by Store.write): the meta field life, or, for
+// a counter the write created (or a meta from before lives), the life
+// after its tombstone's (1 without one), which it records, dropping the
+// tombstone. A MISS over a tombstone is {'MISS', 'DEAD'}: the counter
+// is not read through (docs/redis-tier.md, "Deletes and lives").
+func withLife(body string) string {
+	return `local function W()
+` + body + `
+end
+local r = W()
+if type(r) == 'table' and (r[1] == 'OK' or r[1] == 'OKJ') then
+  local l = redis.call('HGET', KEYS[2], 'life')
+  if not l then
+    local dk = KEYS[1] .. ':dead'
+    local d = redis.call('GET', dk)
+    l = '1'
+    if d then l = string.format('%.0f', tonumber(d) + 1) end
+    if redis.call('EXISTS', KEYS[2]) == 1 then
+      redis.call('HSET', KEYS[2], 'life', l)
+      if d then redis.call('DEL', dk) end
+    end
+  end
+  r[1] = r[1] .. ':' .. l
+elseif type(r) == 'table' and r[1] == 'MISS' and redis.call('EXISTS', KEYS[1] .. ':dead') == 1 then
+  r[2] = 'DEAD'
+end
+return r
+`
 }
 
 // onceCmd is a command go-redis must not send again after a network

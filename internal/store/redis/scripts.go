@@ -19,6 +19,8 @@ package redisstore
 const luaPrelude = `
 local base, meta = KEYS[1], KEYS[2]
 local function fmt(n) return string.format('%.0f', n) end
+-- a tombstone: the counter was deleted (its value holds the life deleted)
+local function dead() return redis.call('EXISTS', base .. ':dead') == 1 end
 local function kindcheck(want, maycreate)
   local mk = redis.call('HGET', meta, 'kind')
   if not mk then
@@ -185,7 +187,10 @@ return {'OK', ver, r, prev, conv}
 var getScript = newScript(luaPrelude + `
 local m = redis.call('HMGET', meta, 'kind', 'version', 'updated_at', 'shards', 'gran', 'span', 'fixed')
 local kind = m[1]
-if not kind then return {'MISS'} end
+if not kind then
+  if dead() then return {'DEAD'} end
+  return {'MISS'}
+end
 local res = {'OK', kind, m[2] or '0', m[3] or '0', ttlof(ARGV[1])}
 if kind == 'counter' or kind == 'pn' or kind == 'float' then
   res[#res + 1] = redis.call('GET', base) or '0'
@@ -211,28 +216,32 @@ return res
 // fillScript caches a record loaded from the next tier, only if the counter
 // is still absent (no meta): a counter created or incremented since the
 // miss is never overwritten. ARGV kind, version, updated_at_ms, ttl_ms,
-// exp (absolute ms of a user TTL, 0 = none), payload (value | shard values
-// | field/value pairs | raw HLL).
+// exp (absolute ms of a user TTL, 0 = none), life, payload (value | shard
+// values | field/value pairs | raw HLL). A tombstone of the same life or a
+// later one wins: the record was loaded before that delete reached the
+// next tier.
 // Reply 1 if written, 0 if the counter was already there.
 var fillScript = newScript(luaPrelude + `
 if redis.call('EXISTS', meta) == 1 then return 0 end
+local d = redis.call('GET', base .. ':dead')
+if d and tonumber(d) >= tonumber(ARGV[6]) then return 0 end
 local kind, ttl = ARGV[1], ARGV[4]
 if kind == 'counter' or kind == 'pn' or kind == 'hll' or kind == 'float' then
-  redis.call('SET', base, ARGV[6], 'PX', ttl)
+  redis.call('SET', base, ARGV[7], 'PX', ttl)
 elseif kind == 'sharded' then
-  local n = #ARGV - 5
-  for i = 0, n - 1 do redis.call('SET', base .. ':shard:' .. i, ARGV[6 + i], 'PX', ttl) end
+  local n = #ARGV - 6
+  for i = 0, n - 1 do redis.call('SET', base .. ':shard:' .. i, ARGV[7 + i], 'PX', ttl) end
   redis.call('HSET', meta, 'shards', n)
 elseif kind == 'hash' then
   redis.call('DEL', base)
-  if #ARGV > 5 then
-    redis.call('HSET', base, unpack(ARGV, 6))
+  if #ARGV > 6 then
+    redis.call('HSET', base, unpack(ARGV, 7))
     redis.call('PEXPIRE', base, ttl)
   end
 else
   return redis.error_reply('INVALID cannot cache a ' .. kind)
 end
-redis.call('HSET', meta, 'kind', kind, 'version', ARGV[2], 'updated_at', ARGV[3])
+redis.call('HSET', meta, 'kind', kind, 'version', ARGV[2], 'updated_at', ARGV[3], 'life', ARGV[6])
 if ARGV[5] ~= '0' then redis.call('HSET', meta, 'exp', ARGV[5]) end
 redis.call('PEXPIRE', meta, ttl)
 return 1
@@ -361,12 +370,15 @@ end
 return {'OK', changed, ver}
 `)
 
-// deleteScript: ARGV now_ms. Removes every key of the counter. Reply 1 if
-// it existed.
+// deleteScript: ARGV now_ms, tombstone TTL ms. Removes every key of the
+// counter and leaves its tombstone (counter:{id}:dead, the life deleted,
+// with the TTL). Reply {1, life} if it existed, else {0, 0}.
 var deleteScript = writeScript(luaPrelude + luaLockCheck + `
-local m = redis.call('HMGET', meta, 'kind', 'shards', 'gran', 'span', 'fixed')
-if not m[1] then return redis.call('DEL', base) end
+local m = redis.call('HMGET', meta, 'kind', 'shards', 'gran', 'span', 'fixed', 'life')
+if not m[1] then return {redis.call('DEL', base), 0} end
+local life = m[6] or '1'
 redis.call('DEL', base, meta)
+redis.call('SET', base .. ':dead', life, 'PX', ARGV[2])
 if m[1] == 'sharded' then
   for i = 0, tonumber(m[2]) - 1 do redis.call('DEL', base .. ':shard:' .. i) end
 elseif m[1] == 'window' then
@@ -374,6 +386,15 @@ elseif m[1] == 'window' then
   local first, cur = wrange(tonumber(ARGV[1]), g, span, m[5])
   for b = first - span, cur + g, g do redis.call('DEL', base .. ':w:' .. fmt(b)) end
 end
+return {1, tonumber(life)}
+`)
+
+// tombstoneScript: ARGV life, ttl_ms. Leaves the tombstone of a counter
+// the next tier holds as deleted at that life, unless the counter or a
+// tombstone is there. Reply 1 if written.
+var tombstoneScript = newScript(luaPrelude + `
+if redis.call('EXISTS', meta) == 1 or dead() then return 0 end
+redis.call('SET', base .. ':dead', ARGV[1], 'PX', ARGV[2])
 return 1
 `)
 
@@ -487,4 +508,4 @@ return n
 `)
 
 var allScripts = []*script{addScript, addFloatScript, getScript, fillScript, setScript, haddScript, hsetScript, pfaddScript, deleteScript, expireScript, hdelScript, pfmergeScript,
-	pfmergeRawScript, pfcountRawScript, sketchAddScript, sketchFillScript}
+	tombstoneScript, pfmergeRawScript, pfcountRawScript, sketchAddScript, sketchFillScript}

@@ -109,6 +109,11 @@ type Options struct {
 	Loader func(ctx context.Context, id string) (Record, bool, error)
 	// CacheTTL is the time to live of a loaded record; default 60s.
 	CacheTTL time.Duration
+	// TombstoneTTL is how long a deleted counter's tombstone stays
+	// (counter:{id}:dead: reads answer missing, no read-through, and a
+	// write creates the next life); default 1 h. It must outlast the
+	// time the delete takes to reach the Loader's tier.
+	TombstoneTTL time.Duration
 	// BeforeCreate, when set with a Loader, is called by a write after
 	// the Loader found nothing, right before the script that may create
 	// the counter; an error fails the write with nothing changed. (A
@@ -151,6 +156,7 @@ func (o *Options) defaults() {
 	def(&o.MinRetryBackoff, 8*time.Millisecond)
 	def(&o.MaxRetryBackoff, 256*time.Millisecond)
 	def(&o.CacheTTL, 60*time.Second)
+	def(&o.TombstoneTTL, time.Hour)
 	def(&o.LockWait, DefaultLockWait)
 	if o.MaxRetries == 0 {
 		o.MaxRetries = 3
@@ -197,6 +203,11 @@ type Record struct {
 	Buckets []counter.Bucket   // window: non-empty buckets inside the window, oldest first
 	HLL     []byte             // hll, only in a Loader's record: a raw Redis HLL string
 	Float   string             // float: the value's decimal text
+	// Life is the counter's life (docs/redis-tier.md, "Deletes and
+	// lives"): set by a Loader. A Loader that finds no counter returns in
+	// it the life the next tier recorded as deleted (0: none), so a
+	// tombstone keeps the life going.
+	Life uint64
 }
 
 // AddOptions qualify Add.
@@ -541,8 +552,8 @@ func (s *Store) Get(ctx context.Context, id string) (Record, bool, error) {
 }
 
 func (s *Store) get(ctx context.Context, id string) (Record, bool, error) {
-	rec, found, err := s.getCached(ctx, id)
-	if err != nil || found || s.opts.Loader == nil {
+	rec, found, dead, err := s.getCached(ctx, id)
+	if err != nil || found || dead || s.opts.Loader == nil {
 		return rec, found, err
 	}
 	loaded, ok, err := s.load(ctx, id)
@@ -550,28 +561,34 @@ func (s *Store) get(ctx context.Context, id string) (Record, bool, error) {
 		return Record{}, false, err
 	}
 	if loaded.cacheable() {
-		// Read back what Redis holds: a write may have landed since the fill.
-		if rec, found, err = s.getCached(ctx, id); err != nil || found {
+		// Read back what Redis holds: a write may have landed since the
+		// fill, or a delete (its tombstone refuses the fill).
+		if rec, found, dead, err = s.getCached(ctx, id); err != nil || found || dead {
 			return rec, found, err
 		}
 	}
 	return loaded, true, nil
 }
 
-func (s *Store) getCached(ctx context.Context, id string) (Record, bool, error) {
+// getCached reads id from Redis; dead reports a tombstone (deleted: not
+// to be read through).
+func (s *Store) getCached(ctx context.Context, id string) (rec Record, found, dead bool, err error) {
 	var r []any
-	err := s.do(ctx, "get", false, func(ctx context.Context) (err error) {
+	err = s.do(ctx, "get", false, func(ctx context.Context) (err error) {
 		r, err = s.run(ctx, getScript, id, s.nowMS())
 		return err
 	})
 	if err != nil {
-		return Record{}, false, err
+		return Record{}, false, false, err
 	}
-	if str(r[0]) == "MISS" {
-		return Record{}, false, nil
+	switch str(r[0]) {
+	case "MISS":
+		return Record{}, false, false, nil
+	case "DEAD":
+		return Record{}, false, true, nil
 	}
-	rec, err := parseRecord(r)
-	return rec, err == nil, err
+	rec, err = parseRecord(r)
+	return rec, err == nil, false, err
 }
 
 func parseRecord(r []any) (Record, error) {
@@ -661,6 +678,12 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 	if err != nil {
 		return Record{}, false, fmt.Errorf("redisstore: load %q: %w", id, err)
 	}
+	if !ok && rec.Life > 0 { // deleted in the Loader's tier: keep its life
+		err = s.do(ctx, "tombstone", false, func(ctx context.Context) error {
+			return s.eval(ctx, tombstoneScript, keys(id), rec.Life, s.opts.TombstoneTTL.Milliseconds()).Err()
+		})
+		return Record{}, false, err
+	}
 	if !ok || !rec.cacheable() {
 		return rec, ok, nil
 	}
@@ -669,7 +692,7 @@ func (s *Store) load(ctx context.Context, id string) (Record, bool, error) {
 		exp = s.nowMS() + max(rec.TTL.Milliseconds(), 1)
 		ttl = min(ttl, rec.TTL)
 	}
-	args := []any{string(rec.Kind), rec.Version, rec.UpdatedAt.UnixMilli(), max(ttl.Milliseconds(), 1), exp}
+	args := []any{string(rec.Kind), rec.Version, rec.UpdatedAt.UnixMilli(), max(ttl.Milliseconds(), 1), exp, max(rec.Life, 1)}
 	switch rec.Kind {
 	case KindCounter, KindPN:
 		args = append(args, rec.Value)
@@ -716,9 +739,13 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 		r, err = run(ctx, mayCreate)
 		return err
 	})
+	life := stripLife(r)
 	if err == nil && str(r[0]) == "MISS" {
 		var found bool
-		if _, found, err = s.load(ctx, id); err == nil && !found && s.opts.BeforeCreate != nil {
+		if len(r) < 2 || str(r[1]) != "DEAD" { // a tombstone: deleted, not read through
+			_, found, err = s.load(ctx, id)
+		}
+		if err == nil && !found && s.opts.BeforeCreate != nil {
 			err = s.opts.BeforeCreate(ctx, id)
 		}
 		if err == nil {
@@ -726,10 +753,14 @@ func (s *Store) write(ctx context.Context, op, id string, run func(ctx context.C
 				r, err = run(ctx, "1")
 				return err
 			})
+			life = stripLife(r)
 		}
 	}
 	if err == nil {
 		err = parse(r)
+	}
+	if p, ok := ctx.Value(lifeKey{}).(*uint64); ok && err == nil {
+		*p = life
 	}
 	s.observe(op, start, err)
 	return err
@@ -963,7 +994,64 @@ func (s *Store) PFCount(ctx context.Context, ids ...string) (int64, error) {
 // Delete removes a counter from Redis (not from a Loader's tier) and
 // reports whether it existed.
 func (s *Store) Delete(ctx context.Context, id string) (bool, error) {
-	return s.simple(ctx, "delete", id, deleteScript, s.nowMS())
+	existed, _, err := s.DeleteLife(ctx, id)
+	return existed, err
+}
+
+// DeleteLife is Delete that also returns the life it ended (0 when the
+// counter did not exist). It leaves the counter's tombstone for
+// TombstoneTTL: reads answer missing without reading through, and the
+// next write creates the counter's next life.
+func (s *Store) DeleteLife(ctx context.Context, id string) (existed bool, life uint64, err error) {
+	if err := checkID(id); err != nil {
+		return false, 0, err
+	}
+	start := time.Now()
+	var r []any
+	err = s.doWrite(ctx, context.WithoutCancel(ctx), "delete", func(ctx context.Context) (err error) { // see write
+		r, err = s.runKeys(ctx, deleteScript, keys(id), s.nowMS(), s.opts.TombstoneTTL.Milliseconds())
+		return err
+	})
+	s.observe("delete", start, err)
+	if err != nil {
+		return false, 0, err
+	}
+	n, err1 := toInt(r[0])
+	var l int64
+	if len(r) > 1 {
+		l, err = toInt(r[1])
+	}
+	return n == 1, uint64(max(l, 0)), errors.Join(err1, err)
+}
+
+// lifeKey carries WithLife's destination.
+type lifeKey struct{}
+
+// WithLife returns ctx whose write (Add, Set, HAdd, ... : one through
+// the store's write path) stores in *life the counter's life it wrote in
+// (docs/redis-tier.md, "Deletes and lives").
+func WithLife(ctx context.Context, life *uint64) context.Context {
+	return context.WithValue(ctx, lifeKey{}, life)
+}
+
+// stripLife reads the life a write script appended to its reply's head
+// ('OK:<life>', 'OKJ:<life>': writeScript) and restores the head. It
+// returns 0 for any other reply.
+func stripLife(r []any) uint64 {
+	if len(r) == 0 {
+		return 0
+	}
+	head, ok := r[0].(string)
+	if !ok {
+		return 0
+	}
+	h, l, ok := strings.Cut(head, ":")
+	if !ok || (h != "OK" && h != "OKJ") {
+		return 0
+	}
+	r[0] = h
+	n, _ := strconv.ParseUint(l, 10, 64)
+	return n
 }
 
 // Expire sets a counter's time to live; ttl == 0 removes it. It reports
@@ -998,20 +1086,6 @@ func (s *Store) ExpireVersion(ctx context.Context, id string, ttl time.Duration)
 		return false, 0, err
 	}
 	return true, uint64(n), nil
-}
-
-func (s *Store) simple(ctx context.Context, op, id string, sc *script, args ...any) (bool, error) {
-	if err := checkID(id); err != nil {
-		return false, err
-	}
-	start := time.Now()
-	var n int64
-	err := s.doWrite(ctx, context.WithoutCancel(ctx), op, func(ctx context.Context) (err error) { // see write
-		n, err = s.eval(ctx, sc, keys(id), args...).Int64()
-		return err
-	})
-	s.observe(op, start, err)
-	return n == 1, err
 }
 
 // run runs a script that replies with a table.

@@ -189,8 +189,12 @@ func testSharded(t *testing.T, tg *target) {
 	if ok, _ := s.Delete(ctx, "sh"); !ok {
 		t.Fatal("Delete")
 	}
-	if n := tg.dbsize(t); n != 0 {
-		t.Fatalf("keys left after Delete: %d", n)
+	// What is left is the tombstone (docs/redis-tier.md, "Deletes and lives").
+	if n := tg.dbsize(t); n != 1 {
+		t.Fatalf("keys left after Delete: %d, want 1 (the tombstone)", n)
+	}
+	if n, err := tg.rdb.Exists(ctx, redisstore.ValueKey("sh")+":dead").Result(); err != nil || n != 1 {
+		t.Fatalf("tombstone after Delete: %d, %v", n, err)
 	}
 }
 

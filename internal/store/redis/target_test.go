@@ -42,6 +42,7 @@ var storeCases = []struct {
 	{"PipelinedAdds", testPipelinedAdds},
 	{"SketchRegisters", testSketchRegisters},
 	{"ReadThrough", testReadThrough},
+	{"Tombstones", testTombstones},
 	{"FillDoesNotOverwrite", testFillDoesNotOverwrite},
 	{"ScriptLocks", testScriptLocks},
 }

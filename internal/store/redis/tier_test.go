@@ -25,7 +25,7 @@ func (b *backing) load(_ context.Context, id string) (redisstore.Record, bool, e
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	r, ok := b.recs[id]
-	return r, ok, nil
+	return r, ok && r.Kind != "", nil // no kind: deleted at r.Life
 }
 
 func newBacking() *backing {
@@ -77,8 +77,12 @@ func testReadThrough(t *testing.T, tg *target) {
 	if v, _, err := s.Add(ctx, "s", redisstore.KindSharded, 4, redisstore.AddOptions{}); err != nil || v != 10 {
 		t.Fatalf("Add on cached sharded = %d, %v", v, err)
 	}
-	// Versioned Set of an uncached counter checks the loaded version.
-	s.Delete(ctx, "c")
+	// Versioned Set of an uncached counter checks the loaded version
+	// (evicted: a Delete would leave a tombstone, which is not read
+	// through).
+	if err := tg.rdb.Del(ctx, redisstore.ValueKey("c"), redisstore.MetaKey("c")).Err(); err != nil {
+		t.Fatal(err)
+	}
 	zero := uint64(0)
 	if _, err := s.Set(ctx, "c", 1, &zero, 0); !errors.Is(err, redisstore.ErrVersionConflict) {
 		t.Fatalf("Set expecting absent, loader has v7: %v", err)
@@ -222,4 +226,69 @@ func BenchmarkAdd(b *testing.B) {
 		}
 	})
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "ops/s")
+}
+
+// testTombstones: a delete leaves a tombstone that reads answer as missing
+// without reading through (the next tier may still hold the value), a
+// write creates the counter's next life over it, and a counter the next
+// tier reports deleted at a life continues from it.
+func testTombstones(t *testing.T, tg *target) {
+	b := newBacking()
+	s := open(t, tg.url, redisstore.Options{Loader: b.load})
+	ctx := context.Background()
+	lifeOf := func(write func(ctx context.Context) error) uint64 {
+		t.Helper()
+		var l uint64
+		if err := write(redisstore.WithLife(ctx, &l)); err != nil {
+			t.Fatal(err)
+		}
+		return l
+	}
+	add := func(id string, d int64) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			_, _, err := s.Add(ctx, id, redisstore.KindAuto, d, redisstore.AddOptions{})
+			return err
+		}
+	}
+	if l := lifeOf(add("c", 1)); l != 1 { // loaded: no life recorded, the first
+		t.Fatalf("life of a loaded counter = %d, want 1", l)
+	}
+	existed, life, err := s.DeleteLife(ctx, "c")
+	if err != nil || !existed || life != 1 {
+		t.Fatalf("DeleteLife = %v, %d, %v; want true, 1", existed, life, err)
+	}
+	calls := b.calls.Load()
+	if _, found, err := s.Get(ctx, "c"); err != nil || found {
+		t.Fatalf("Get after delete = %v, %v; want missing", found, err)
+	}
+	if l := lifeOf(add("c", 5)); l != 2 {
+		t.Fatalf("life after a delete = %d, want 2", l)
+	}
+	if rec := get(t, s, "c"); rec.Value != 5 {
+		t.Fatalf("c after delete and add 5 = %d, want 5 (not the loader's 41)", rec.Value)
+	}
+	if n := b.calls.Load() - calls; n != 0 {
+		t.Fatalf("loader calls after the delete = %d, want 0", n)
+	}
+	// A Delete of a deleted counter: nothing existed, the tombstone stays.
+	if _, _, err := s.DeleteLife(ctx, "c"); err != nil {
+		t.Fatal(err)
+	}
+	if existed, _, err := s.DeleteLife(ctx, "c"); err != nil || existed {
+		t.Fatalf("second delete = %v, %v", existed, err)
+	}
+	// The loader's record of a deleted counter: its life continues.
+	b.mu.Lock()
+	b.recs["gone"] = redisstore.Record{Life: 4}
+	b.recs["old"] = redisstore.Record{Kind: redisstore.KindCounter, Value: 10, Version: 3, Life: 3}
+	b.mu.Unlock()
+	if _, found, err := s.Get(ctx, "gone"); err != nil || found {
+		t.Fatalf("Get gone = %v, %v", found, err)
+	}
+	if l := lifeOf(add("gone", 1)); l != 5 {
+		t.Fatalf("life of a counter deleted at life 4 = %d, want 5", l)
+	}
+	if l := lifeOf(add("old", 1)); l != 3 {
+		t.Fatalf("life of a loaded counter of life 3 = %d, want 3", l)
+	}
 }
