@@ -31,19 +31,20 @@ func (e *Engine) ApplyStored(ctx context.Context, ops []contract.Op, wo contract
 		}
 	}
 	res := make([]contract.Result, len(ops))
-	e.gate.RLock() // the flusher's snapshot sees the batch, its raises and its records, or none
-	err := e.applyMulti(ops, res, true)
-	if err == nil && then != nil {
-		var recs []StoredRecord
-		recs, err = then(res)
+	// The flusher's snapshot sees the batch, its raises and its records, or none.
+	err := e.underGate(func() error {
+		if err := e.applyMulti(ops, res, true); err != nil || then == nil {
+			return err
+		}
+		recs, err := then(res)
 		if err == nil {
 			err = checkStored(recs)
 		}
 		if err == nil {
 			e.addStoredLocked(recs)
 		}
-	}
-	e.gate.RUnlock()
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}

@@ -45,9 +45,8 @@ func (e *Engine) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract
 		*rp = make([]contract.Result, len(ops))
 	}
 	res := (*rp)[:len(ops)]
-	e.gate.RLock() // the flusher's snapshot sees all of the batch or none
-	err := e.applyMulti(ops, res, true)
-	e.gate.RUnlock()
+	// The flusher's snapshot sees all of the batch or none.
+	err := e.underGate(func() error { return e.applyMulti(ops, res, true) })
 	clear(res) // drop the ids and fields they point to
 	atomicResults.Put(rp)
 	if err != nil {
@@ -70,4 +69,14 @@ func (l local) RollupOf(id string) (rollup.Spec, bool) { return l.e.RollupOf(id)
 
 func (l local) ApplyAtomic(ctx context.Context, ops []contract.Op, wo contract.WriteOptions) error {
 	return l.e.ApplyAtomic(ctx, ops, wo)
+}
+
+// underGate runs fn holding the flusher's gate for reading, so that a
+// flush's snapshot sees all of what fn changes or none of it. The gate is
+// released even if fn panics (applyMultiIn does on a batch it can no
+// longer undo): a recovered panic must not stop the flusher for good.
+func (e *Engine) underGate(fn func() error) error {
+	e.gate.RLock()
+	defer e.gate.RUnlock()
+	return fn()
 }

@@ -159,21 +159,23 @@ func (e *Engine) ApplyMarked(ctx context.Context, ops []contract.Op, marks []str
 		}
 	}
 	s.mu.RUnlock()
-	var err error
-	e.gate.RLock() // the flusher's snapshot sees the batch and its marks, or neither
-	if len(ops) > 0 {
-		err = e.applyMultiIn(ops, nil, true, &s.multi) // the results are dropped
-	}
-	if err == nil && len(marks) > 0 {
-		exp := now + int64(ttl)
-		s.mu.Lock()
-		for k, m := range marks {
-			s.m.put(hs[k], exp)
-			s.pending = append(s.pending, markEntry{m, exp, hs[k]})
+	err := e.underGate(func() error { // the flusher's snapshot sees the batch and its marks, or neither
+		if len(ops) > 0 {
+			if err := e.applyMultiIn(ops, nil, true, &s.multi); err != nil { // the results are dropped
+				return err
+			}
 		}
-		s.mu.Unlock()
-	}
-	e.gate.RUnlock()
+		if len(marks) > 0 {
+			exp := now + int64(ttl)
+			s.mu.Lock()
+			for k, m := range marks {
+				s.m.put(hs[k], exp)
+				s.pending = append(s.pending, markEntry{m, exp, hs[k]})
+			}
+			s.mu.Unlock()
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
