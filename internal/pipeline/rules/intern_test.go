@@ -42,6 +42,40 @@ func TestIDCacheMatchesMap(t *testing.T) {
 	})
 }
 
+// TestIDCacheSampling: a cache whose look-ups of a sample found fewer
+// than one id in idMinHit goes idSkip ids without look-ups and then
+// samples again; one that found more keeps looking up.
+func TestIDCacheSampling(t *testing.T) {
+	for _, every := range []int{1, 2, idMinHit, idMinHit + 1, idSample + 1} {
+		var c idCache
+		for round := range 2 {
+			hits := 0
+			for i := range idSample {
+				if !c.use() {
+					t.Fatalf("one found in %d, round %d: look-up %d of a sample refused", every, round, i)
+				}
+				c.count(i%every == 0)
+				if i%every == 0 {
+					hits++
+				}
+			}
+			skipped := 0
+			for !c.use() {
+				skipped++
+			}
+			c.count(false) // the look-up use allowed: the next sample's first
+			want := 0
+			if hits*idMinHit < idSample {
+				want = idSkip
+			}
+			if skipped != want {
+				t.Fatalf("one found in %d, round %d (%d found): %d ids without look-ups, want %d", every, round, hits, skipped, want)
+			}
+			c.looks, c.hits = 0, 0
+		}
+	}
+}
+
 // TestInputReuseMatchesFresh: the consumer's way of evaluating, one
 // Input reset for event after event (its caches of counter ids and its
 // slab of items kept), gives every event the hits and errors a fresh

@@ -531,7 +531,8 @@ func (r *Rule) op(act *Input, h *Hit) error {
 // the append subset (fastAppend) is built in act's buffer without a
 // string of each attribute it reads or of each concatenation first, and
 // is then looked up among the ids the rule built lately (idCache): a
-// string and a check only for an id not there.
+// string and a check only for an id not there (or when the rule's ids are
+// seldom found there: idCache.use).
 func (r *Rule) counterID(act *Input) (string, uint64, error) {
 	if r.id.app != nil {
 		b, ok := r.id.app(act, act.buf[:0])
@@ -539,14 +540,21 @@ func (r *Rule) counterID(act *Input) (string, uint64, error) {
 		if ok && len(b) > 0 {
 			h := maphash.Bytes(idSeed, b)
 			c := act.idCache(r)
-			if id, found := c.find(b, h); found {
-				return id, h, nil
+			cached := c.use()
+			if cached {
+				id, found := c.find(b, h)
+				c.count(found)
+				if found {
+					return id, h, nil
+				}
 			}
 			id := string(b)
 			if err := contract.ValidateID(id); err != nil {
 				return "", 0, err
 			}
-			c.add(id, h)
+			if cached {
+				c.add(id, h)
+			}
 			return id, h, nil
 		}
 	}

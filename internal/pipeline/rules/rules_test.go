@@ -359,12 +359,12 @@ func TestEvalAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	in := NewInput(&evs[0])
 	hits := make([]Hit, 0, 8)
 	for _, c := range []struct {
 		fresh bool // every event names new counters
 		most  float64
 	}{{true, 3.1}, {false, 0.1}} {
+		in := NewInput(&evs[0])
 		n := 0
 		allocs := testing.AllocsPerRun(runs, func() {
 			in.Reset(&evs[n])
