@@ -350,7 +350,6 @@ type scratch struct {
 	found   []bool
 	hits    []ruleHits // rule hits, for the metric
 	c       chunk
-	grains  grainCache // the rollup grains of the poll's counter ids
 	// ev and in: each record is decoded into ev and the rules see it
 	// through in; both, and the buffer in builds counter ids in
 	// (rules.Input), are reused from one segment to the next.
@@ -397,7 +396,6 @@ func (s *scratch) release() {
 	clear(s.arena[:cap(s.arena)])
 	clear(s.markers[:cap(s.markers)])
 	s.c.release()
-	s.grains.reset()
 }
 
 // applySegment applies the records of parts (at most segmentEvents) and
@@ -439,7 +437,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			}
 			if err == nil {
 				var n int
-				n, err = a.eventTime(hits, ev.TS, now.UnixNano(), lateNs, et, &s.grains)
+				n, err = a.eventTime(hits, ev.TS, now.UnixNano(), lateNs, et)
 				hits = hits[:n]
 				s.arena = s.arena[:from+n]
 			}
@@ -535,7 +533,7 @@ func (a *Applier) validate(hits []rules.Hit) error {
 // to the front: a window op of an event older than lateNs (now minus the
 // allowed lateness) is dropped and counted, and an event left with no
 // op at all is too_late (an error).
-func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *EventTime, grains *grainCache) (int, error) {
+func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *EventTime) (int, error) {
 	if ts > math.MaxInt64/int64(time.Millisecond) {
 		return 0, fmt.Errorf("%s: event time %s is after 2200", ReasonTooEarly, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano))
 	}
@@ -562,7 +560,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				continue
 			}
 		case op.Type == contract.OpAdd || op.Type == contract.OpPFAdd:
-			if g := a.cachedGrain(grains, op, hits[i].IDHash); g > 0 {
+			if g := a.grain(op.Type, op.ID); g > 0 {
 				op.At = at - ((at%g)+g)%g
 			} else {
 				op.At = 0 // no rollup: the time counts for nothing
