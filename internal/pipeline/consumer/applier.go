@@ -694,7 +694,7 @@ func (c *chunk) add(p *pending, maxOps int, maxItems int) bool {
 	}
 	for i := range p.hits {
 		op := &p.hits[i].Op
-		h := opHash(op)
+		h := opHash(op, p.hits[i].IDHash)
 		j := c.byKey.find(c.ops, op, h)
 		if j < 0 || !merge(&c.ops[j], op, maxItems) {
 			j = len(c.ops)

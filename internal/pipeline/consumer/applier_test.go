@@ -50,6 +50,24 @@ func newApplier(t testing.TB, maxBatch int) (*Applier, *engine.Engine) {
 	return a, e
 }
 
+// loadWithRollups loads the rules file src and attaches its rules'
+// rollup specs to e, as the pipeline does.
+func loadWithRollups(tb testing.TB, e *engine.Engine, src string) *rules.Set {
+	tb.Helper()
+	rs, err := rules.Load("rules.yaml", []byte(src))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, r := range rs.Rules {
+		if r.RollupKey != "" {
+			if err := e.SetRollup(r.RollupKey, r.Rollup); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return rs
+}
+
 // records returns n events of 3 posts as records at offsets 0..n-1; every
 // 7th repeats the id of the one before; every 50th has no post (its
 // counter template fails), every 13th is a click (filtered out).

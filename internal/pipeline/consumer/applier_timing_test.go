@@ -9,7 +9,6 @@ import (
 
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
-	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/testutil/pipelinetest"
 )
@@ -46,17 +45,7 @@ func BenchmarkApplyDisk(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer e.Close()
-	rs, err := rules.Load("rules.yaml", []byte(benchRules))
-	if err != nil {
-		b.Fatal(err)
-	}
-	for _, r := range rs.Rules {
-		if r.RollupKey != "" {
-			if err := e.SetRollup(r.RollupKey, r.Rollup); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	rs := loadWithRollups(b, e, benchRules)
 	a, err := NewApplier(engine.Local(e), rs, event.Limits{}, nil)
 	if err != nil {
 		b.Fatal(err)

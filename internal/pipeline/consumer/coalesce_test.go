@@ -9,7 +9,6 @@ import (
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/event"
-	"github.com/counterd/counterd/internal/pipeline/rules"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 	"github.com/counterd/counterd/internal/rollup"
 )
@@ -65,17 +64,7 @@ func TestCoalescePerRollupBucket(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	rs, err := rules.Load("rules.yaml", []byte(coalesceRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs.Rules {
-		if r.RollupKey != "" {
-			if err := e.SetRollup(r.RollupKey, r.Rollup); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	rs := loadWithRollups(t, e, coalesceRules)
 	be := &opCounter{Backend: engine.Local(e), e: e, ops: map[string]int{}}
 	a, err := NewApplier(be, rs, event.Limits{}, nil)
 	if err != nil {

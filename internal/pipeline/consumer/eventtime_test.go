@@ -53,17 +53,7 @@ func eventTimeApplier(t *testing.T, clk *testClock) (*Applier, *engine.Engine) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
-	rs, err := rules.Load("rules.yaml", []byte(eventTimeRules))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs.Rules {
-		if r.RollupKey != "" {
-			if err := e.SetRollup(r.RollupKey, r.Rollup); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	rs := loadWithRollups(t, e, eventTimeRules)
 	a, err := NewApplier(engine.Local(e), rs, event.Limits{}, nil)
 	if err != nil {
 		t.Fatal(err)

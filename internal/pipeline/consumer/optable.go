@@ -1,10 +1,6 @@
 package consumer
 
-import (
-	"hash/maphash"
-
-	"github.com/counterd/counterd/internal/contract"
-)
+import "github.com/counterd/counterd/internal/contract"
 
 // opTable finds the op of a chunk that an op of the same key (type, id,
 // window spec and event-time bucket: opKey) merges into. It replaces a
@@ -25,11 +21,10 @@ type opSlot struct {
 	j int32
 }
 
-var opSeed = maphash.MakeSeed()
-
-// opHash hashes op's key (opKey's fields).
-func opHash(op *contract.Op) uint64 {
-	h := maphash.String(opSeed, op.ID)
+// opHash hashes op's key (opKey's fields) given idh, the hash of its id
+// (rules.Hit.IDHash: the rules hashed it as they built it).
+func opHash(op *contract.Op, idh uint64) uint64 {
+	h := idh
 	// Mix the other fields in (multiply-xorshift): a collision only costs
 	// a comparison of the fields.
 	for _, x := range [...]uint64{uint64(op.Type), uint64(op.At), uint64(op.Window.Granularity), uint64(op.Window.Span), b2u(op.Window.Fixed)} {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
+	"github.com/counterd/counterd/internal/pipeline/rules"
 )
 
 // TestOpTableMatchesMap: the chunk's table of ops finds, after any
@@ -37,7 +38,7 @@ func TestOpTableMatchesMap(t *testing.T) {
 			if !ok {
 				w = -1
 			}
-			if got := tab.find(ops, &op, opHash(&op)); got != w {
+			if got := tab.find(ops, &op, opHash(&op, rules.HashID(op.ID))); got != w {
 				t.Fatalf("find %+v: %d, want %d", k, got, w)
 			}
 		}
@@ -51,7 +52,7 @@ func TestOpTableMatchesMap(t *testing.T) {
 			default:
 				op := genOp("op")
 				ops = append(ops, op)
-				tab.put(ops, opHash(&op), len(ops)-1)
+				tab.put(ops, opHash(&op, rules.HashID(op.ID)), len(ops)-1)
 				want[opKey{op.Type, op.ID, op.Window, op.At}] = len(ops) - 1
 			}
 			_ = step

@@ -41,6 +41,15 @@ func (s *scanner) ws(i int) int {
 	return i
 }
 
+// plainByte[c] is whether byte c stands for itself in a plain string
+// (printable ASCII but the quote and the backslash).
+var plainByte = func() (t [256]bool) {
+	for c := 0x20; c < 0x80; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // str reads the string starting at the quote at i; plain reports that it
 // holds no escape and only ASCII, so its bytes are its value.
 func (s *scanner) str(i int) (end int, plain bool) {
@@ -48,8 +57,14 @@ func (s *scanner) str(i int) (end int, plain bool) {
 	if i >= len(b) || b[i] != '"' {
 		return -1, false
 	}
+	// The common case, a plain string, one table look-up a byte.
+	for i++; i < len(b) && plainByte[b[i]]; i++ {
+	}
+	if i < len(b) && b[i] == '"' {
+		return i + 1, true
+	}
 	plain = true
-	for i++; i < len(b); {
+	for i < len(b) {
 		c := b[i]
 		switch {
 		case c == '"':
@@ -272,7 +287,13 @@ func decodePrefixed(raw []byte, l Limits, e *Event, prefix string) (string, erro
 				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
 			vStart := s.ws(i + 1)
-			vEnd := s.value(vStart)
+			var vEnd int
+			vPlain := false // a string without escapes, of ASCII
+			if vStart < len(raw) && raw[vStart] == '"' {
+				vEnd, vPlain = s.str(vStart)
+			} else {
+				vEnd = s.value(vStart)
+			}
 			if vEnd < 0 {
 				return "", fmt.Errorf("%w: %v", ErrInvalid, errSyntax)
 			}
@@ -280,9 +301,9 @@ func decodePrefixed(raw []byte, l Limits, e *Event, prefix string) (string, erro
 			name := unquoteBytes(key, kPlain)
 			switch string(name) {
 			case "id":
-				idQ, idPlain = val, val[0] == '"' && plainString(val)
+				idQ, idPlain = val, vPlain
 			case "type":
-				typeQ, typePlain = val, val[0] == '"' && plainString(val)
+				typeQ, typePlain = val, vPlain
 			case "ts":
 				tsV = val
 			default:

@@ -27,10 +27,19 @@ type Input struct {
 	// of them are known (strUnknown, strText, strOther).
 	strs  []string
 	kinds []uint8
+	// dirty: vals, strs or kinds hold something, up to their capacities,
+	// that Reset must clear (an event whose rules read no attribute but
+	// through appendString leaves them clear: not cleared again).
+	dirty bool
 	full  traits.Mapper
 
-	// buf is where counter ids are built (fastAppend); it outlives Reset.
+	// buf is where counter ids are built (fastAppend) and ids the ids
+	// each rule built lately, by Rule.idx (Rule.counterID: at most
+	// idCacheSlots a rule); both outlive Reset.
 	buf []byte
+	ids []*idCache
+	// items is the rest of the slab pfadd items are made in (appendItem).
+	items []smallItem
 }
 
 const (
@@ -48,18 +57,21 @@ var (
 func (in *Input) Reset(e *event.Event) {
 	in.e = e
 	in.id, in.typ, in.full = nil, nil, nil
+	if in.dirty {
+		clear(in.vals[:cap(in.vals)])
+		clear(in.kinds[:cap(in.kinds)])
+		clear(in.strs[:cap(in.strs)])
+		in.dirty = false
+	}
 	n := len(e.Attrs())
 	if cap(in.vals) < n {
 		in.vals = make([]ref.Val, n)
 	}
 	in.vals = in.vals[:n]
-	clear(in.vals)
 	if cap(in.kinds) < n {
 		in.kinds, in.strs = make([]uint8, n), make([]string, n)
 	}
 	in.kinds, in.strs = in.kinds[:n], in.strs[:n]
-	clear(in.kinds)
-	clear(in.strs)
 }
 
 // findString is Find for the string fast path: the value of key when it
@@ -90,6 +102,7 @@ func (in *Input) findString(key string) (s string, found, str bool) {
 			s, ok := v.(types.String)
 			return string(s), true, ok
 		}
+		in.dirty = true
 		if t, ok := a.Text(); ok {
 			in.kinds[i], in.strs[i] = strText, t
 			return t, true, true
@@ -163,6 +176,7 @@ func (in *Input) Find(key ref.Val) (ref.Val, bool) {
 			continue
 		}
 		if in.vals[i] == nil {
+			in.dirty = true
 			if in.kinds[i] == strText {
 				in.vals[i] = types.String(in.strs[i])
 			} else if s, ok := a.Text(); ok {

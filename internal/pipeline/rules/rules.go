@@ -23,6 +23,7 @@ package rules
 import (
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"math"
 	"strconv"
 	"strings"
@@ -74,6 +75,8 @@ type Rule struct {
 	Rollup    rollup.Spec
 
 	filter, id, by, item, field *program // nil: absent
+
+	idx int // its place in its Set (Input.idCache)
 }
 
 // Set is a loaded rules file.
@@ -171,6 +174,7 @@ func Load(name string, data []byte) (*Set, error) {
 			errs = append(errs, fmt.Sprintf("%s:%d: rule name %q used twice", name, n.Line, r.Name))
 		}
 		names[r.Name] = true
+		r.idx = len(set.Rules)
 		set.Rules = append(set.Rules, r)
 	}
 	errs = append(errs, kindConflicts(name, set.Rules)...)
@@ -442,6 +446,9 @@ func (r *Rule) parseRollup(n *yaml.Node, m map[string]string) error {
 type Hit struct {
 	Rule *Rule
 	Op   contract.Op
+	// IDHash is HashID(Op.ID), which Eval had at hand: a caller keying
+	// a table by counter id need not hash the id again.
+	IDHash uint64
 }
 
 // NewInput returns e's Input.
@@ -469,7 +476,7 @@ func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
 		}
 		// The op is made in its place in hits: an Op is 248 bytes.
 		hits = append(hits, Hit{Rule: r})
-		if err := r.op(act, &hits[len(hits)-1].Op); err != nil {
+		if err := r.op(act, &hits[len(hits)-1]); err != nil {
 			clear(hits[start:])
 			return hits[:start], fmt.Errorf("%w: rule %q %v", ErrEval, r.Name, err)
 		}
@@ -477,13 +484,14 @@ func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
 	return hits, nil
 }
 
-// op sets *op (zero) to the op r asks of the event of act.
-func (r *Rule) op(act *Input, op *contract.Op) error {
-	id, err := r.counterID(act)
+// op sets h.Op (zero) to the op r asks of the event of act, and h.IDHash.
+func (r *Rule) op(act *Input, h *Hit) error {
+	op := &h.Op
+	id, idh, err := r.counterID(act)
 	if err != nil {
 		return fmt.Errorf("counter: %v", err)
 	}
-	op.Type, op.ID = r.Op, id
+	op.Type, op.ID, h.IDHash = r.Op, id, idh
 	switch r.Op {
 	case contract.OpAdd:
 		if op.Delta, err = evalInt(r.by, act); err != nil {
@@ -518,29 +526,46 @@ func (r *Rule) op(act *Input, op *contract.Op) error {
 	return nil
 }
 
-// counterID evaluates the rule's counter id and checks it
-// (contract.ValidateID). An id of the append subset (fastAppend) is built
-// in act's buffer and copied once, without a string of each attribute it
-// reads or of each concatenation first.
-func (r *Rule) counterID(act *Input) (string, error) {
-	var id string
+// counterID evaluates the rule's counter id, checks it
+// (contract.ValidateID) and returns it with its hash (HashID). An id of
+// the append subset (fastAppend) is built in act's buffer without a
+// string of each attribute it reads or of each concatenation first, and
+// is then looked up among the ids the rule built lately (idCache): a
+// string and a check only for an id not there (or when the rule's ids are
+// seldom found there: idCache.use).
+func (r *Rule) counterID(act *Input) (string, uint64, error) {
 	if r.id.app != nil {
 		b, ok := r.id.app(act, act.buf[:0])
 		act.buf = b[:0]
-		if ok {
-			id = string(b)
+		if ok && len(b) > 0 {
+			h := maphash.Bytes(idSeed, b)
+			c := act.idCache(r)
+			cached := c.use()
+			if cached {
+				id, found := c.find(b, h)
+				c.count(found)
+				if found {
+					return id, h, nil
+				}
+			}
+			id := string(b)
+			if err := contract.ValidateID(id); err != nil {
+				return "", 0, err
+			}
+			if cached {
+				c.add(id, h)
+			}
+			return id, h, nil
 		}
 	}
-	if id == "" {
-		var err error
-		if id, err = evalString(r.id, act); err != nil {
-			return "", err
-		}
+	id, err := evalString(r.id, act)
+	if err != nil {
+		return "", 0, err
 	}
 	if err := contract.ValidateID(id); err != nil {
-		return "", err
+		return "", 0, err
 	}
-	return id, nil
+	return id, HashID(id), nil
 }
 
 // appendItem is oneItem of the value of p when p is in the append
@@ -550,15 +575,24 @@ func appendItem(p *program, act *Input) [][]byte {
 	if p.app == nil {
 		return nil
 	}
-	it := new(smallItem)
+	if len(act.items) == 0 {
+		act.items = make([]smallItem, itemSlab)
+	}
+	it := &act.items[0] // taken only if the item is made
 	b, ok := p.app(act, it.buf[:0])
 	if !ok {
 		return nil
 	}
+	act.items = act.items[1:]
 	// A longer item outgrew it.buf into an array of its own.
 	it.items[0] = b[:len(b):len(b)]
 	return it.items[:]
 }
+
+// itemSlab is how many smallItems appendItem allocates at once (a slab
+// of a few kilobytes, never reused: the GC frees it when the last op
+// holding one of its items is gone).
+const itemSlab = 128
 
 // smallItem is the one item of a pfadd op and its slice header in one
 // allocation, when the item is short (a user id, say).
