@@ -196,12 +196,58 @@ func TestTieredRedisCluster(t *testing.T) {
 	})
 }
 
+// TestTieredTwoNodes runs the suite on two tiered nodes sharing one
+// private Redis and one database, each call going to the next node in
+// turn, as clients behind a load balancer do: what one node writes,
+// deletes or flushes, the other must see (a delete is ordered against the
+// other node's read-through and write-behind by the counter's lives,
+// docs/redis-tier.md "Deletes and lives"). Its hot tier is lost by a
+// restart of that Redis.
+func TestTieredTwoNodes(t *testing.T) {
+	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
+		rd := redistest.New(t)
+		dsn := pgtest.DSN(t)
+		a := tieredSetupOn(t, rd.URL, dsn, "a", nil)
+		b := tieredSetupOn(t, rd.URL, dsn, "b", a.Clock)
+		s := a
+		s.Backend = backendtest.RoundRobin(a.Backend, b.Backend)
+		// Exact across nodes: the data path (Redis scripts, lives,
+		// write-behind). Not: what each node keeps for itself.
+		config := "rollup specs are each node's configuration"
+		s.SkipGroups = map[string]string{
+			"errors":     config,
+			"rollups":    config,
+			"eventtime":  config,
+			"quotas":     "quotas are each node's configuration",
+			"aggregates": "listings and aggregates read PostgreSQL and the node's own unflushed writes: another node's writes show after its flush (docs/redis-tier.md)",
+			"ratelimit":  "its listing after a FLUSHALL sees the other node's writes flushed after it (docs/redis-tier.md, Not done yet)",
+		}
+		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
+			if rd.External() {
+				rd.FlushAll(t)
+			} else {
+				rd.Restart(t)
+			}
+			return s.Backend
+		}
+		return s
+	})
+}
+
 // tieredSetup opens the tiered backend on redisURL and a fresh database.
 // Redis and PostgreSQL expire by the wall clock. Rate limits are decided
 // in Redis (redisrl) at the suite's clock.
 func tieredSetup(t *testing.T, redisURL string) backendtest.Setup {
-	clk := backendtest.NewClock(backendtest.Start())
-	o := tiered.Options{RedisURL: redisURL, PostgresDSN: pgtest.DSN(t), FlushInterval: 50 * time.Millisecond, NodeID: "t", Now: clk.Now}
+	return tieredSetupOn(t, redisURL, pgtest.DSN(t), "t", nil)
+}
+
+// tieredSetupOn opens a tiered node named node on redisURL and the
+// database dsn, at clk (a new clock when nil).
+func tieredSetupOn(t *testing.T, redisURL, dsn, node string, clk *backendtest.Clock) backendtest.Setup {
+	if clk == nil {
+		clk = backendtest.NewClock(backendtest.Start())
+	}
+	o := tiered.Options{RedisURL: redisURL, PostgresDSN: dsn, FlushInterval: 50 * time.Millisecond, NodeID: node, Now: clk.Now}
 	o.Postgres.MaintenanceInterval = -1
 	b, err := tiered.Open(context.Background(), o)
 	if err != nil {
