@@ -124,9 +124,16 @@ func TestWindowDeltaFailedFlush(t *testing.T) {
 	}
 }
 
+// fataler is what the reopening helpers need of a test: a *testing.T or
+// a *rapid.T.
+type fataler interface {
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+}
+
 // exportIDs returns the states of ids that *e holds, read through e at
 // call time (the tests reopen it).
-func exportIDs(rt *rapid.T, e **Engine, ids []string) map[string]State {
+func exportIDs(rt fataler, e **Engine, ids []string) map[string]State {
 	m := map[string]State{}
 	for _, id := range ids {
 		if s, ok, err := (*e).Export(id); err != nil {
@@ -140,7 +147,7 @@ func exportIDs(rt *rapid.T, e **Engine, ids []string) map[string]State {
 
 // keptAcross reopens *e after reopen (a power loss or a clean close) and
 // fails unless it reads the states it read before.
-func keptAcross(rt *rapid.T, e **Engine, ids []string, what string, reopen func(*Engine) *Engine) {
+func keptAcross(rt fataler, e **Engine, ids []string, what string, reopen func(*Engine) *Engine) {
 	want := exportIDs(rt, e, ids)
 	*e = reopen(*e)
 	if got := exportIDs(rt, e, ids); fmt.Sprint(got) != fmt.Sprint(want) {
