@@ -32,7 +32,8 @@ type Marks struct {
 	// Journal, when not "", is a hash in the counter's slot where a write
 	// that ran records its write-behind work (the tiered mode's journal):
 	// field WriteID, value Entry + "\n" + the write's reply (its items
-	// after 'OK', as text, space-separated), in the same script.
+	// after 'OK', as text, space-separated) + "\n" + the counter's life
+	// the write is in, in the same script.
 	Journal, WriteID, Entry string
 }
 
@@ -54,7 +55,7 @@ func (r MarkedReply) Written() bool { return len(r.Seen) == 0 && !r.Check }
 // hidden from src, which sees its own ARGV; KEYS[4] is the journal, the
 // mark keys KEYS[5...].
 func markedScript(src string) *script {
-	return writeScript(`
+	return writeScript(luaLifeOf + `
 local MN, MT, JW, JE = ARGV[#ARGV - 3], ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local A = {}
 for i = 1, #ARGV - 4 do A[i] = ARGV[i] end
@@ -79,7 +80,7 @@ if type(r) == 'table' and r[1] == 'OK' then
   if JW ~= '' then
     local p = {}
     for i = 2, #r do p[#p + 1] = tostring(r[i]) end
-    redis.call('HSET', KEYS[4], JW, JE .. '\n' .. table.concat(p, ' '))
+    redis.call('HSET', KEYS[4], JW, JE .. '\n' .. table.concat(p, ' ') .. '\n' .. lifeof())
   end
 end
 return r
