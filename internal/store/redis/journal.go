@@ -36,19 +36,6 @@ func (j *Journal) Field(kind string, shard int, life uint64, field string) strin
 	return fmt.Sprintf("%s%s|%d|L%d|%s%s", j.Head, kind, shard, life, j.Tail, field)
 }
 
-// luaLifeOf is a Lua function returning, after a write script's body
-// wrote, the life the write is in: what withLife then reports (the meta's
-// life, else the one after the tombstone's, else 1).
-const luaLifeOf = `
-local function lifeof()
-  local l = redis.call('HGET', KEYS[2], 'life')
-  if l then return l end
-  local d = redis.call('GET', KEYS[1] .. ':dead')
-  if d then return string.format('%.0f', tonumber(d) + 1) end
-  return '1'
-end
-`
-
 // luaNeg is a Lua function negating an integer's text (nil for the
 // smallest int64, which has no negation).
 const luaNeg = `
@@ -65,8 +52,9 @@ end
 // ARGV; it returns {'OK', ...} when it wrote): KEYS[3] is the journal,
 // the last two ARGV its Head and Tail, hidden from src when hide is set
 // (a src that reads #ARGV; copying costs). When src wrote,
-// act (Lua using J, JH, JT, A: src's ARGV, and r: its reply; it returns
-// true when it journaled the write) runs, and a journaled reply starts
+// act (Lua using J, JH, JT, A: src's ARGV, r: its reply, and lifeof():
+// the life the write is in, withLife's; it returns true when it
+// journaled the write) runs, and a journaled reply starts
 // with 'OKJ' instead of 'OK'. act adds with jincr, which never fails the
 // script: a journal field that would overflow int64 is left as it was
 // and the write is reported not journaled.
@@ -79,7 +67,7 @@ for i = 1, #ARGV - 2 do A[i] = ARGV[i] end
 local ARGV = A
 `
 	}
-	return writeScript(luaNeg + luaLifeOf + `
+	return writeScript(luaNeg + `
 local J, JH, JT = KEYS[3], ARGV[#ARGV - 1], ARGV[#ARGV]
 ` + args + `-- jincr adds the deltas {{field, delta}, ...} to the journal, all or none.
 local function jincr(ds)

@@ -55,7 +55,7 @@ func (r MarkedReply) Written() bool { return len(r.Seen) == 0 && !r.Check }
 // hidden from src, which sees its own ARGV; KEYS[4] is the journal, the
 // mark keys KEYS[5...].
 func markedScript(src string) *script {
-	return writeScript(luaLifeOf + `
+	return writeScript(`
 local MN, MT, JW, JE = ARGV[#ARGV - 3], ARGV[#ARGV - 2], ARGV[#ARGV - 1], ARGV[#ARGV]
 local A = {}
 for i = 1, #ARGV - 4 do A[i] = ARGV[i] end
