@@ -220,7 +220,6 @@ func TestTieredTwoNodes(t *testing.T) {
 			"eventtime":  config,
 			"quotas":     "quotas are each node's configuration",
 			"aggregates": "listings and aggregates read PostgreSQL and the node's own unflushed writes: another node's writes show after its flush (docs/redis-tier.md)",
-			"ratelimit":  "its listing after a FLUSHALL sees the other node's writes flushed after it (docs/redis-tier.md, Not done yet)",
 		}
 		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
 			if rd.External() {

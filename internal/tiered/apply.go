@@ -201,6 +201,7 @@ func (b *Backend) apply(ctx context.Context, op *contract.Op) (contract.Result, 
 		o.ResolveExpireAt(b.opts.Now())
 		op = &o
 	}
+	ctx = context.WithValue(ctx, writingKey{}, true)
 	var c *creation
 	if creates(op.Type) {
 		if ref, ok := b.quotaRefOf(op.ID); ok {
@@ -634,3 +635,10 @@ func withLife(ctx context.Context) (context.Context, *uint64) {
 	life := new(uint64)
 	return redisstore.WithLife(ctx, life), life
 }
+
+// writingKey marks the ctx of a write (apply): its read-through of a
+// counter PostgreSQL lacks leaves a tombstone at least at the flush
+// epoch's floor (load).
+type writingKey struct{}
+
+func writing(ctx context.Context) bool { return ctx.Value(writingKey{}) != nil }

@@ -72,3 +72,6 @@ func AfterAddScript(f func(id string)) (restore func()) {
 	afterAddScript = f
 	return func() { afterAddScript = nil }
 }
+
+// JournalReplays is how many journaled writes b replayed.
+func JournalReplays(b *Backend) uint64 { return b.journalReplays.Load() }

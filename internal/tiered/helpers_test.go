@@ -111,6 +111,8 @@ var tieredCases = []struct {
 	{"QuotaHashFieldsAcrossNodes", testQuotaHashFieldsAcrossNodes},
 	{"JournalReplaysAfterCrash", testJournalReplaysAfterCrash},
 	{"JournalPlainReplaysAfterCrash", testJournalPlainReplaysAfterCrash},
+	{"JournalReplayKeepsLives", testJournalReplayKeepsLives},
+	{"JournalReplayAfterFlushAll", testJournalReplayAfterFlushAll},
 }
 
 // TestTiered runs tieredCases on a private single Redis per case and on

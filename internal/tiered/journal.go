@@ -396,6 +396,10 @@ func (b *Backend) replay(ctx context.Context, ws []postgres.JournalWrite, byKey 
 func parseJournal(wid, key, v string) (postgres.JournalWrite, error) {
 	w := postgres.JournalWrite{ID: wid, Ref: key}
 	head, reply, _ := strings.Cut(v, "\n")
+	// The life the write was in, on a third line (none in an entry written
+	// before lives were journaled: 0, applied whatever the row's life).
+	reply, lives, _ := strings.Cut(reply, "\n")
+	life, _ := strconv.ParseUint(strings.TrimSpace(lives), 10, 64)
 	var e journalEntry
 	if err := json.Unmarshal([]byte(head), &e); err != nil {
 		return w, fmt.Errorf("tiered: journal entry %s: %w", wid, err)
@@ -410,13 +414,13 @@ func parseJournal(wid, key, v string) (postgres.JournalWrite, error) {
 		}
 		ver = uintOf(r[1])
 		shard, _ := strconv.Atoi(r[2])
-		d := postgres.Delta{CounterID: e.ID, Kind: r[0], Shard: shard, Delta: e.Delta, At: at}
+		d := postgres.Delta{CounterID: e.ID, Kind: r[0], Shard: shard, Delta: e.Delta, At: at, Life: life}
 		if len(r) > 4 && r[4] == "float" { // a float became a counter (fromFloat)
 			v, err := strconv.ParseFloat(r[3], 64)
 			if err != nil {
 				return w, fmt.Errorf("tiered: journal entry %s: value %q", wid, r[3])
 			}
-			d = postgres.Delta{CounterID: e.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: int64(v), At: at}
+			d = postgres.Delta{CounterID: e.ID, Kind: string(redisstore.KindCounter), Shard: -1, Delta: int64(v), At: at, Life: life}
 		}
 		w.Deltas = []postgres.Delta{d}
 	case "hadd":
@@ -424,7 +428,7 @@ func parseJournal(wid, key, v string) (postgres.JournalWrite, error) {
 			ver = uintOf(r[0])
 		}
 		for _, f := range e.Fields {
-			w.Deltas = append(w.Deltas, postgres.Delta{CounterID: e.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: at})
+			w.Deltas = append(w.Deltas, postgres.Delta{CounterID: e.ID, Kind: postgres.KindHash, Shard: -1, Field: f.Name, Delta: f.Delta, At: at, Life: life})
 		}
 	default:
 		return w, fmt.Errorf("tiered: journal entry %s: op %q", wid, e.Op)
@@ -453,8 +457,9 @@ func uintOf(s string) uint64 {
 // an idempotency key) adds its delta, in the script that applies it, to
 // a field of the counter's slot journal named by this instance, the
 // write-behind generation (the aggregator's cycle) it goes into, the
-// delta's minute and the counter (redisstore.Journal): all writes of one
-// generation to one counter sum into one field. The generation's deltas
+// delta's minute, the counter and its life (redisstore.Journal): all
+// writes of one generation to one life of a counter sum into one field,
+// replayed with that life. The generation's deltas
 // commit as one postgres.JournalWrite whose id is jgenID(inst, gen) (one
 // journal_writes row per flush), after which its fields are deleted; a
 // replay of a dead instance's fields applies each generation in one
@@ -511,7 +516,7 @@ func (b *Backend) handJournaled(ctx context.Context, gen uint64, j *redisstore.J
 		nj := b.journalOf(ds[0].ID, g2, ds[0].At)
 		ms := make([]redisstore.JournalMove, len(ds))
 		for i, d := range ds {
-			ms[i] = redisstore.JournalMove{From: j.Field(d.Kind, d.Shard, d.Field), To: nj.Field(d.Kind, d.Shard, d.Field), Delta: d.Delta}
+			ms[i] = redisstore.JournalMove{From: j.Field(d.Kind, d.Shard, d.Life, d.Field), To: nj.Field(d.Kind, d.Shard, d.Life, d.Field), Delta: d.Delta}
 		}
 		ok, err := b.rs.MoveJournal(ctx, j.Key, ms)
 		if err != nil || !ok {
@@ -553,12 +558,14 @@ func genFields(inst string, w postgres.JournalWrite, byKey map[string][]string) 
 			Tail: strconv.Itoa(len(d.CounterID)) + ":" + d.CounterID,
 		}
 		k := journalKey(redisstore.ValueKey(d.CounterID))
-		byKey[k] = append(byKey[k], j.Field(d.Kind, d.Shard, d.Field))
+		byKey[k] = append(byKey[k], j.Field(d.Kind, d.Shard, d.Life, d.Field))
 	}
 }
 
 // parseGenField reads a coalesced journal field (after "<inst>-") and
-// its value: the generation and the delta.
+// its value: the generation and the delta, of the life the field names
+// (0 in a field written before lives were journaled: applied to the row
+// whatever its life).
 func parseGenField(rest, v string) (gen uint64, d postgres.Delta, err error) {
 	bad := func() (uint64, postgres.Delta, error) {
 		return 0, postgres.Delta{}, fmt.Errorf("tiered: journal field %q", rest)
@@ -571,13 +578,23 @@ func parseGenField(rest, v string) (gen uint64, d postgres.Delta, err error) {
 	gen, err1 := strconv.ParseUint(parts[0], 10, 64)
 	minute, err2 := strconv.ParseInt(parts[1], 10, 64)
 	shard, err3 := strconv.Atoi(parts[3])
-	n, tail, ok := strings.Cut(parts[4], ":")
+	var life uint64
+	var err6 error
+	tail := parts[4]
+	if l, ok := strings.CutPrefix(tail, "L"); ok { // the life (an id's length starts with a digit)
+		var ls string
+		if ls, tail, ok = strings.Cut(l, "|"); !ok {
+			return bad()
+		}
+		life, err6 = strconv.ParseUint(ls, 10, 64)
+	}
+	n, tail, ok := strings.Cut(tail, ":")
 	idLen, err4 := strconv.Atoi(n)
 	delta, err5 := strconv.ParseInt(v, 10, 64)
-	if errors.Join(err1, err2, err3, err4, err5) != nil || !ok || idLen > len(tail) || idLen < 1 {
+	if errors.Join(err1, err2, err3, err4, err5, err6) != nil || !ok || idLen > len(tail) || idLen < 1 {
 		return bad()
 	}
 	d = postgres.Delta{CounterID: tail[:idLen], Kind: parts[2], Shard: shard, Field: tail[idLen:], Delta: delta,
-		At: time.Unix(minute*60, 0).UTC()}
+		At: time.Unix(minute*60, 0).UTC(), Life: life}
 	return gen, d, nil
 }

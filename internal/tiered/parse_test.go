@@ -2,6 +2,7 @@ package tiered
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"sort"
 	"strconv"
@@ -135,36 +136,45 @@ func TestValidateRejectsBeforeWriting(t *testing.T) {
 
 // FuzzGenField: a coalesced journal field, as a write's script names it
 // (journalOf, redisstore.Journal.Field) and as the trim names it
-// (genFields), reads back (parseGenField) as the generation and delta it
-// was written for, whatever the id, kind and hash field hold.
+// (genFields), reads back (parseGenField) as the generation, delta and
+// life it was written for, whatever the id, kind and hash field hold; a
+// field written before lives were journaled (no life) reads back with
+// life 0.
 func FuzzGenField(f *testing.F) {
-	f.Add("v:1", "counter", -1, "", uint64(3), int64(29000000), int64(5))
-	f.Add("a|b|c", "hash", -1, "f|1:x", uint64(1), int64(0), int64(-9223372036854775808))
-	f.Add("x", "sharded", 7, "", uint64(18446744073709551615), int64(1), int64(9223372036854775807))
-	f.Fuzz(func(t *testing.T, id, kind string, shard int, field string, gen uint64, minute, delta int64) {
+	f.Add("v:1", "counter", -1, "", uint64(3), int64(29000000), int64(5), uint64(1))
+	f.Add("a|b|c", "hash", -1, "f|1:x", uint64(1), int64(0), int64(-9223372036854775808), uint64(1<<32+1))
+	f.Add("x", "sharded", 7, "", uint64(18446744073709551615), int64(1), int64(9223372036854775807), uint64(0))
+	f.Add("L1|2:x", "counter", 0, "L3|", uint64(2), int64(2), int64(1), uint64(7))
+	f.Fuzz(func(t *testing.T, id, kind string, shard int, field string, gen uint64, minute, delta int64, life uint64) {
 		if id == "" || strings.Contains(kind, "|") || minute < 0 || minute > 1<<40 {
 			return
 		}
 		b := &Backend{inst: "n_abc123"}
 		at := time.Unix(minute*60, 0).UTC()
 		j := b.journalOf(id, gen, at)
-		name := j.Field(kind, shard, field)
+		name := j.Field(kind, shard, life, field)
 		m := map[string][]string{}
-		genFields(b.inst, postgres.JournalWrite{Gen: gen, Deltas: []postgres.Delta{{CounterID: id, Kind: kind, Shard: shard, Field: field, At: at}}}, m)
+		genFields(b.inst, postgres.JournalWrite{Gen: gen, Deltas: []postgres.Delta{{CounterID: id, Kind: kind, Shard: shard, Field: field, At: at, Life: life}}}, m)
 		if fs := m[j.Key]; len(fs) != 1 || fs[0] != name {
 			t.Fatalf("trim names %v, the script %q", m, name)
 		}
-		inst, rest, ok := strings.Cut(name, "-")
-		if !ok || inst != b.inst {
-			t.Fatalf("instance of %q: %q", name, inst)
-		}
-		g, d, err := parseGenField(rest, strconv.FormatInt(delta, 10))
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := postgres.Delta{CounterID: id, Kind: kind, Shard: shard, Field: field, Delta: delta, At: at}
-		if g != gen || d.CounterID != want.CounterID || d.Kind != want.Kind || d.Shard != want.Shard || d.Field != want.Field || d.Delta != want.Delta || !d.At.Equal(want.At) {
-			t.Fatalf("read %d %+v, wrote %d %+v", g, d, gen, want)
+		old := fmt.Sprintf("%s%s|%d|%s%s", j.Head, kind, shard, j.Tail, field) // before lives
+		for _, c := range []struct {
+			name string
+			life uint64
+		}{{name, life}, {old, 0}} {
+			inst, rest, ok := strings.Cut(c.name, "-")
+			if !ok || inst != b.inst {
+				t.Fatalf("instance of %q: %q", c.name, inst)
+			}
+			g, d, err := parseGenField(rest, strconv.FormatInt(delta, 10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := postgres.Delta{CounterID: id, Kind: kind, Shard: shard, Field: field, Delta: delta, At: at, Life: c.life}
+			if g != gen || d.CounterID != want.CounterID || d.Kind != want.Kind || d.Shard != want.Shard || d.Field != want.Field || d.Delta != want.Delta || !d.At.Equal(want.At) || d.Life != want.Life {
+				t.Fatalf("%q: read %d %+v, wrote %d %+v", c.name, g, d, gen, want)
+			}
 		}
 	})
 }

@@ -30,12 +30,20 @@ func (b *Backend) load(ctx context.Context, id string) (redisstore.Record, bool,
 	}
 	if !ok {
 		// Deleted there: a tombstone keeps the life going (a create
-		// starts the next life, which PostgreSQL applies).
-		life, err := b.pg.DeadLife(ctx, id)
+		// starts the next life, which PostgreSQL applies). It is at
+		// least at the flush epoch's floor, so the life a create starts
+		// is one PostgreSQL applies after a FLUSHALL
+		// (postgres.LifeFloor): for a write (about to create it) and
+		// for a counter deleted before; a read of an id never deleted
+		// leaves none.
+		dead, floor, err := b.pg.Lives(ctx, id)
 		if err != nil {
 			return redisstore.Record{}, false, unavailable(err)
 		}
-		return redisstore.Record{Life: life}, false, nil
+		if dead > 0 || writing(ctx) {
+			dead = max(dead, floor)
+		}
+		return redisstore.Record{Life: dead}, false, nil
 	}
 	return fromPG(rec, b.opts.Now())
 }
@@ -67,7 +75,11 @@ func fromPG(rec postgres.Record, now time.Time) (redisstore.Record, bool, error)
 	case redisstore.KindFloat:
 		out.Float = rec.Float
 	case redisstore.KindWindow:
-		return redisstore.Record{}, false, nil
+		// Not restored: the next add starts a fresh window, in the
+		// life after the row's (a tombstone of it), which PostgreSQL
+		// applies in place of the row (a create of life 1 would be
+		// below the row's life, or the flush epoch's floor).
+		return redisstore.Record{Life: rec.Life}, false, nil
 	default:
 		return redisstore.Record{}, false, fmt.Errorf("%w: counter %q has unknown kind %q in PostgreSQL", ErrUnavailable, rec.ID, rec.Kind)
 	}
@@ -277,7 +289,9 @@ func (b *Backend) Len(ctx context.Context) (int, error) {
 
 // FlushAll deletes every counter: pending deltas are flushed, PostgreSQL's
 // counters, time series, aggregates and unique-count sketches truncated
-// (and this node's pending sketches dropped), then the counter keys
+// (and this node's pending sketches dropped) in a transaction that starts
+// a new flush epoch (postgres.LifeFloor: the changes of lives made before
+// it that other nodes hand over later are dropped), then the counter keys
 // removed from Redis. Snapshots, the audit log and idempotency records
 // stay. Writes racing with it may survive.
 func (b *Backend) FlushAll(ctx context.Context, _ contract.WriteOptions) error {

@@ -609,7 +609,7 @@ func (a *Aggregator) Flush(ctx context.Context) error {
 				At: time.Unix(k.minute*60, 0).UTC(), Life: k.life})
 		}
 		for _, k := range jdropped {
-			w.Trim = append(w.Trim, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, At: time.Unix(k.minute*60, 0).UTC()})
+			w.Trim = append(w.Trim, Delta{CounterID: k.id, Kind: k.kind, Shard: k.shard, Field: k.field, At: time.Unix(k.minute*60, 0).UTC(), Life: k.life})
 		}
 		b.Journal = append(b.Journal, w)
 	}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -21,9 +20,25 @@ import (
 // (a higher life first removes the row: its life was deleted); a delete
 // of life L records L and removes the row only when the row's life is at
 // most L. So whichever node's batch commits first, PostgreSQL ends as
-// Redis did. Life 0 is a change of no known life (written before lives
-// existed, or replayed from a journal entry): it applies to the row as
-// before.
+// Redis did. Life 0 is a change of no known life (written, or journaled,
+// before lives existed): it applies to the row as before.
+
+// The flush epoch (migration 00012) orders a FLUSHALL against the
+// changes made before it that reach PostgreSQL after it (another node's
+// write-behind, a journal replay): Truncate raises counter_flush_epoch's
+// epoch, and every life of the epoch E is above LifeFloor(E). A counter
+// created after the FLUSHALL starts its life past the floor (the tiered
+// mode's loader hands Redis a tombstone of Lives' floor before a create),
+// and applyLives counts every life up to the floor as deleted, so a
+// change of a life made before the FLUSHALL is dropped whichever node
+// hands it over, whenever. Within one epoch a counter has fewer than
+// 2^32 lives; lives stay below 2^53 (Lua's exact integers) for 2^21
+// FLUSHALLs.
+const lifeEpochShift = 32
+
+// LifeFloor is the highest life deleted by the FLUSHALL that started the
+// flush epoch epoch (0 for epoch 0: none).
+func LifeFloor(epoch uint64) uint64 { return epoch << lifeEpochShift }
 
 // DeathRetention is how long counter_deaths keeps a delete's life: a
 // delta of a deleted life arrives long before (a flush, a journal
@@ -62,13 +77,32 @@ func applyLives(ctx context.Context, tx pgx.Tx, exec execFunc, b *Batch, deltas 
 	if _, err := pgx.ForEachRow(rows, []any{&id, &l}, func() error { rowLife[id] = l; return nil }); err != nil {
 		return nil, nil, nil, fmt.Errorf("postgres: lives: %w", err)
 	}
+	// The deaths, and the flush epoch's floor: read after the rows are
+	// locked (the SELECT above holds a lock on counters that Truncate's
+	// conflicts with), so either a FLUSHALL committed before this read
+	// and its floor is seen, or it waits for this batch to commit and
+	// then truncates what the batch wrote.
 	dead := map[string]int64{}
-	rows, err = tx.Query(ctx, `SELECT counter_id, dead_life FROM counter_deaths WHERE counter_id = ANY($1::text[])`, ids)
+	rows, err = tx.Query(ctx, `SELECT d.counter_id, d.dead_life, e.epoch FROM counter_flush_epoch e
+		LEFT JOIN counter_deaths d ON d.counter_id = ANY($1::text[])`, ids)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("postgres: deaths: %w", err)
 	}
-	if _, err := pgx.ForEachRow(rows, []any{&id, &l}, func() error { dead[id] = l; return nil }); err != nil {
+	var did *string
+	var dl *int64
+	var epoch int64
+	if _, err := pgx.ForEachRow(rows, []any{&did, &dl, &epoch}, func() error {
+		if did != nil && dl != nil {
+			dead[*did] = *dl
+		}
+		return nil
+	}); err != nil {
 		return nil, nil, nil, fmt.Errorf("postgres: deaths: %w", err)
+	}
+	if floor := int64(min(LifeFloor(uint64(max(epoch, 0))), 1<<63-1)); floor > 0 {
+		for _, id := range ids {
+			dead[id] = max(dead[id], floor)
+		}
 	}
 
 	// Deletes: a delete of an older life than the row's is of a life
@@ -138,16 +172,33 @@ func setLives(exec execFunc, lives map[string]int64) error {
 // DeadLife returns the highest life of id deleted (0: none recorded): a
 // counter created again starts the life after it.
 func (s *Store) DeadLife(ctx context.Context, id string) (uint64, error) {
+	dead, _, err := s.Lives(ctx, id)
+	return dead, err
+}
+
+// Lives returns the highest life of id deleted (0: none recorded) and the
+// life floor of the current flush epoch (LifeFloor; 0 before any
+// FLUSHALL), in one query: a counter created now starts its life past
+// both.
+func (s *Store) Lives(ctx context.Context, id string) (dead, floor uint64, err error) {
 	s.statements.Add(1)
-	var l int64
-	err := s.pool.QueryRow(ctx, `SELECT dead_life FROM counter_deaths WHERE counter_id = $1`, id).Scan(&l)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return 0, nil
-	}
+	var l, e int64
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE((SELECT dead_life FROM counter_deaths WHERE counter_id = $1), 0),
+		(SELECT epoch FROM counter_flush_epoch)`, id).Scan(&l, &e)
 	if err != nil {
-		return 0, fmt.Errorf("postgres: dead life %q: %w", id, err)
+		return 0, 0, fmt.Errorf("postgres: dead life %q: %w", id, err)
 	}
-	return uint64(l), nil
+	return uint64(max(l, 0)), LifeFloor(uint64(max(e, 0))), nil
+}
+
+// FlushEpoch returns the current flush epoch (0 before any FLUSHALL).
+func (s *Store) FlushEpoch(ctx context.Context) (uint64, error) {
+	s.statements.Add(1)
+	var e int64
+	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM counter_flush_epoch`).Scan(&e); err != nil {
+		return 0, fmt.Errorf("postgres: flush epoch: %w", err)
+	}
+	return uint64(max(e, 0)), nil
 }
 
 // PurgeDeaths deletes the deletes' lives older than DeathRetention.

@@ -116,11 +116,12 @@ func (s *Store) PrefixIDs(ctx context.Context, prefix, kind string) ([]string, e
 }
 
 // Truncate deletes every counter with its shards, fields, sketch, time
-// series and aggregates (FLUSHALL). Snapshots, the audit log and applied
-// batch ids are kept.
+// series and aggregates (FLUSHALL), and starts a new flush epoch (lives.go):
+// changes of the lives made before, handed over later by any node, are
+// dropped. Snapshots, the audit log and applied batch ids are kept.
 func (s *Store) Truncate(ctx context.Context) error {
 	// Every counter is recorded as deleted for the region export first.
-	s.statements.Add(4)
+	s.statements.Add(5)
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("postgres: truncate: %w", err)
@@ -133,6 +134,11 @@ func (s *Store) Truncate(ctx context.Context) error {
 	}
 	if err := noteAllRegionChanges(ctx, tx, "true", true); err != nil {
 		return err
+	}
+	// A new flush epoch: every life made before is deleted (lives.go),
+	// so changes of them that other nodes hand over later are dropped.
+	if _, err := tx.Exec(ctx, `UPDATE counter_flush_epoch SET epoch = epoch + 1, flushed_at = now()`); err != nil {
+		return fmt.Errorf("postgres: truncate: flush epoch: %w", err)
 	}
 	if _, err := tx.Exec(ctx, `TRUNCATE counters, counter_shards, counter_fields, counter_hll, counter_timeseries, counter_aggregates, counter_uniques`); err != nil {
 		return fmt.Errorf("postgres: truncate: %w", err)

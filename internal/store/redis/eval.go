@@ -44,23 +44,32 @@ local ARGV = LA
 // a counter the write created (or a meta from before lives), the life
 // after its tombstone's (1 without one), which it records, dropping the
 // tombstone. A MISS over a tombstone is {'MISS', 'DEAD'}: the counter
-// is not read through (docs/redis-tier.md, "Deletes and lives").
+// is not read through (docs/redis-tier.md, "Deletes and lives"). The
+// body may call lifeof() once it wrote (the journal's scripts name the
+// life in their entries): the same life, read once.
 func withLife(body string) string {
-	return `local function W()
+	return `local LF, LN, LD
+local function lifeof()
+  if not LF then
+    LF = redis.call('HGET', KEYS[2], 'life')
+    if not LF then
+      LN = true
+      LD = redis.call('GET', KEYS[1] .. ':dead')
+      LF = '1'
+      if LD then LF = string.format('%.0f', tonumber(LD) + 1) end
+    end
+  end
+  return LF
+end
+local function W()
 ` + body + `
 end
 local r = W()
 if type(r) == 'table' and (r[1] == 'OK' or r[1] == 'OKJ') then
-  local l = redis.call('HGET', KEYS[2], 'life')
-  if not l then
-    local dk = KEYS[1] .. ':dead'
-    local d = redis.call('GET', dk)
-    l = '1'
-    if d then l = string.format('%.0f', tonumber(d) + 1) end
-    if redis.call('EXISTS', KEYS[2]) == 1 then
-      redis.call('HSET', KEYS[2], 'life', l)
-      if d then redis.call('DEL', dk) end
-    end
+  local l = lifeof()
+  if LN and redis.call('EXISTS', KEYS[2]) == 1 then
+    redis.call('HSET', KEYS[2], 'life', l)
+    if LD then redis.call('DEL', KEYS[1] .. ':dead') end
   end
   r[1] = r[1] .. ':' .. l
 elseif type(r) == 'table' and r[1] == 'MISS' and redis.call('EXISTS', KEYS[1] .. ':dead') == 1 then

@@ -12,13 +12,17 @@ import (
 // The coalesced write-behind journal (the tiered mode's, see tiered's
 // journal.go): a write script that ran also adds its write-behind delta,
 // in the same script, to a field of a journal hash in the counter's slot.
-// The field is Head + kind + "|" + shard + "|" + Tail [+ hash field name]:
-// the caller's Head names its write-behind generation and the delta's
-// minute, Tail the counter; the kind and shard are the script's (an add
-// of kind auto, a sharded add's random shard). Every write of one
-// generation to one counter (kind, shard, minute, field) sums into one
-// field (HINCRBY), so the journal costs one hash field per counter and
-// generation, not one entry per write.
+// The field is Head + kind + "|" + shard + "|L" + life + "|" + Tail [+ hash
+// field name]: the caller's Head names its write-behind generation and
+// the delta's minute, Tail the counter; the kind, shard and life are the
+// script's (an add of kind auto, a sharded add's random shard, the
+// counter's life the write is in: docs/redis-tier.md, "Deletes and
+// lives"). Every write of one generation to one life of a counter (kind,
+// shard, minute, field) sums into one field (HINCRBY), so the journal
+// costs one hash field per counter and generation, not one entry per
+// write, and the lives of a counter deleted and created again within a
+// generation stay apart (a replay applies each with its life; the trim of
+// a deleted life's field leaves the next life's).
 
 // Journal says where a write journals its delta.
 type Journal struct {
@@ -26,10 +30,10 @@ type Journal struct {
 	Head, Tail string
 }
 
-// Field is the journal field of a delta of the given kind and shard
-// (field: a hash counter's field name, "" otherwise).
-func (j *Journal) Field(kind string, shard int, field string) string {
-	return fmt.Sprintf("%s%s|%d|%s%s", j.Head, kind, shard, j.Tail, field)
+// Field is the journal field of a delta of the given kind, shard and
+// life (field: a hash counter's field name, "" otherwise).
+func (j *Journal) Field(kind string, shard int, life uint64, field string) string {
+	return fmt.Sprintf("%s%s|%d|L%d|%s%s", j.Head, kind, shard, life, j.Tail, field)
 }
 
 // luaNeg is a Lua function negating an integer's text (nil for the
@@ -48,8 +52,9 @@ end
 // ARGV; it returns {'OK', ...} when it wrote): KEYS[3] is the journal,
 // the last two ARGV its Head and Tail, hidden from src when hide is set
 // (a src that reads #ARGV; copying costs). When src wrote,
-// act (Lua using J, JH, JT, A: src's ARGV, and r: its reply; it returns
-// true when it journaled the write) runs, and a journaled reply starts
+// act (Lua using J, JH, JT, A: src's ARGV, r: its reply, and lifeof():
+// the life the write is in, withLife's; it returns true when it
+// journaled the write) runs, and a journaled reply starts
 // with 'OKJ' instead of 'OK'. act adds with jincr, which never fails the
 // script: a journal field that would overflow int64 is left as it was
 // and the write is reported not journaled.
@@ -96,17 +101,17 @@ var (
 	// A counter (not a float turned counter: its value is absolute).
 	journaledAddScript = journaledScript(addScript.body, false, `
 if r[2] == 'counter' and r[6] == 'float' then return false end
-return jincr({{JH .. r[2] .. '|' .. tostring(r[4]) .. '|' .. JT, A[2]}})`)
+return jincr({{JH .. r[2] .. '|' .. tostring(r[4]) .. '|L' .. lifeof() .. '|' .. JT, A[2]}})`)
 	journaledHAddScript = journaledScript(haddScript.body, true, `
-local ds = {}
-for i = 4, #A, 2 do ds[#ds + 1] = {JH .. 'hash|-1|' .. JT .. A[i], A[i + 1]} end
+local ds, f = {}, JH .. 'hash|-1|L' .. lifeof() .. '|' .. JT
+for i = 4, #A, 2 do ds[#ds + 1] = {f .. A[i], A[i + 1]} end
 return jincr(ds)`)
 	// A set adds value - previous (not over a float: absolute then).
 	journaledSetScript = journaledScript(setScript.body, false, `
 if r[4] == 'float' then return false end
 local n = jneg(r[3])
 if not n then return false end
-local f = JH .. 'counter|-1|' .. JT
+local f = JH .. 'counter|-1|L' .. lifeof() .. '|' .. JT
 return jincr({{f, A[1]}, {f, n}})`)
 	// journalMoveScript moves deltas between journal fields: KEYS[1] the
 	// journal, ARGV from, to, delta, ... (all or none). Reply 1, or 0
@@ -150,7 +155,7 @@ func journaled(r []any) bool {
 }
 
 // AddJournaled is AddResult that also adds the delta to the journal j in
-// the same script (j.Field(reply's kind, reply's shard, "")); journaled
+// the same script (j.Field(reply's kind, reply's shard, life, "")); journaled
 // is false when it did not (a float turned counter, a journal field at
 // the int64 edge).
 func (s *Store) AddJournaled(ctx context.Context, id string, kind Kind, delta int64, o AddOptions, j *Journal) (r AddReply, journaled bool, err error) {
@@ -162,7 +167,7 @@ func (s *Store) AddJournaled(ctx context.Context, id string, kind Kind, delta in
 }
 
 // HAddJournaled is HAddMax that also adds every field's delta to the
-// journal j (j.Field("hash", -1, name)) in the same script.
+// journal j (j.Field("hash", -1, life, name)) in the same script.
 func (s *Store) HAddJournaled(ctx context.Context, id string, deltas []counter.FieldDelta, maxFields int64, j *Journal) ([]counter.Field, uint64, bool, error) {
 	if j == nil {
 		return nil, 0, false, fmt.Errorf("%w: no journal", ErrInvalidArgument)
@@ -173,7 +178,7 @@ func (s *Store) HAddJournaled(ctx context.Context, id string, deltas []counter.F
 }
 
 // SetPrevKindJournaled is SetPrevKind that also adds value - prev to the
-// journal j (j.Field("counter", -1, "")) in the same script, unless it
+// journal j (j.Field("counter", -1, life, "")) in the same script, unless it
 // replaced a float.
 func (s *Store) SetPrevKindJournaled(ctx context.Context, id string, value int64, expected *uint64, ttl time.Duration, j *Journal) (ver uint64, prev int64, fromFloat, jd bool, err error) {
 	if err := checkID(id); err != nil {

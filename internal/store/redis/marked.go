@@ -32,7 +32,8 @@ type Marks struct {
 	// Journal, when not "", is a hash in the counter's slot where a write
 	// that ran records its write-behind work (the tiered mode's journal):
 	// field WriteID, value Entry + "\n" + the write's reply (its items
-	// after 'OK', as text, space-separated), in the same script.
+	// after 'OK', as text, space-separated) + "\n" + the counter's life
+	// the write is in, in the same script.
 	Journal, WriteID, Entry string
 }
 
@@ -79,7 +80,7 @@ if type(r) == 'table' and r[1] == 'OK' then
   if JW ~= '' then
     local p = {}
     for i = 2, #r do p[#p + 1] = tostring(r[i]) end
-    redis.call('HSET', KEYS[4], JW, JE .. '\n' .. table.concat(p, ' '))
+    redis.call('HSET', KEYS[4], JW, JE .. '\n' .. table.concat(p, ' ') .. '\n' .. lifeof())
   end
 end
 return r
