@@ -782,3 +782,50 @@ func claimBy(t *testing.T, c *testCluster, claimant *testNode, owner, id string,
 	claimant.n.recheckRecords([]string{id}, map[string]uint32{id: epoch})
 	claimant.n.claimMarks([]string{id}, map[string]uint32{id: epoch})
 }
+
+// exportCounting counts the states its store exports.
+type exportCounting struct {
+	Store
+	n atomic.Int64
+}
+
+func (s *exportCounting) Export(id string) (State, bool, error) {
+	s.n.Add(1)
+	return s.Store.Export(id)
+}
+
+// TestMarkedAloneExportsNothing: a cluster of one applies marked ops
+// (always replicated at once, sync) without exporting their states: no
+// replica to push them to. Then, with a second member, the states go to
+// it again.
+func TestMarkedAloneExportsNothing(t *testing.T) {
+	var n1 *exportCounting // the first store wrapped: n1's
+	c := startTestCluster(&testCluster{t: t, nodes: map[string]*testNode{}, wrapStore: func(s Store) Store {
+		w := &exportCounting{Store: s}
+		if n1 == nil {
+			n1 = w
+		}
+		return w
+	}}, "n1")
+	ctx := context.Background()
+	var ops []contract.MarkedOp
+	for i := range 20 {
+		ops = append(ops, contract.MarkedOp{Op: addOp(fmt.Sprintf("al:%d", i), 1), Marks: []string{"e1"}})
+	}
+	if _, err := c.node("n1").n.ApplyCounterMarked(ctx, ops, time.Minute, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := n1.n.Load(); n != 0 {
+		t.Errorf("a cluster of one exported %d states for its marked writes", n)
+	}
+	c.start("n2", "")
+	c.waitRing("n1", "n2")
+	ops = ops[:1]
+	ops[0].Marks = []string{"e2"}
+	if _, err := c.node("n1").n.ApplyCounterMarked(ctx, ops, time.Minute, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.node("n2").eng.Get("al:0"); err != nil || v.Value != 2 {
+		t.Errorf("n2: al:0 = %d, %v; want 2 (replicated once n2 is a member)", v.Value, err)
+	}
+}
