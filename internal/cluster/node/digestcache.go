@@ -32,6 +32,10 @@ type digestCache struct {
 	gen      uint64 // invalidations so far
 	round    uint64 // anti-entropy rounds so far
 	inflight int    // computations between begin and end
+	// settled is when the last round began (unix ns, the store's clock;
+	// at first the node's creation): a state updated after it is still
+	// being replicated (settling).
+	settled int64
 }
 
 type digestEntry struct {
@@ -40,7 +44,7 @@ type digestEntry struct {
 	stamp    uint64 // invalidated: the generation; else the round it was last used in
 }
 
-func (c *digestCache) init() { c.m = map[uint64]digestEntry{} }
+func (c *digestCache) init(now int64) { c.m, c.settled = map[uint64]digestEntry{}, now }
 
 // metaKey hashes a state's Meta (never 0: 0 marks an invalidated entry).
 func metaKey(m engine.StateMeta) uint64 {
@@ -107,13 +111,23 @@ func (c *digestCache) invalidate(ids []string) {
 	}
 }
 
-// nextRound starts an anti-entropy round; it reports whether the round
-// recomputes every digest.
-func (c *digestCache) nextRound() (full bool) {
+// nextRound starts an anti-entropy round at now; it reports whether the
+// round recomputes every digest, and when the previous round began (the
+// round leaves out the states updated since: settling).
+func (c *digestCache) nextRound(now int64) (full bool, prev int64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.round++
-	return c.round%digestRebuildRounds == 0
+	prev, c.settled = c.settled, now
+	return c.round%digestRebuildRounds == 0, prev
+}
+
+// lastRound is when the last round began: a receiver of digests leaves
+// out the states updated since (settling).
+func (c *digestCache) lastRound() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.settled
 }
 
 // prune ends a round: it forgets the digests no round used since the one

@@ -104,8 +104,8 @@ func (n *Node) claimLocal(id string, above uint32) uint32 {
 	unlock := n.promises.lockIDs([]string{id})
 	defer unlock()
 	floor := uint32(0)
-	if st, ok, err := n.export(id); err == nil && ok {
-		floor = epochOf(st.Version)
+	if v, ok, err := n.versionOf(id); err == nil && ok {
+		floor = epochOf(v)
 	}
 	cur := n.promises.get(id)
 	if cur.Node == n.self && cur.Epoch > max(above, floor) {

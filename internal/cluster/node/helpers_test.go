@@ -47,6 +47,8 @@ type testCluster struct {
 	// advertise, when set, is the gRPC address node id gossips for its
 	// listener at addr (a proxy in front of it: blackhole_test.go).
 	advertise func(id, addr string) string
+	// clock, when set, is every engine's clock (digestcache_test.go).
+	clock func() time.Time
 }
 
 type testNode struct {
@@ -97,6 +99,9 @@ func (c *testCluster) start(id, dir string) *testNode {
 	}
 	ecfg := engine.DefaultConfig()
 	ecfg.Dir, ecfg.NodeID, ecfg.Logger = dir, id, testLogger(id)
+	if c.clock != nil {
+		ecfg.Clock = c.clock
+	}
 	eng, err := engine.Open(ecfg)
 	if err != nil {
 		t.Fatal(err)

@@ -578,6 +578,16 @@ func (n *Node) export(id string) (State, bool, error) {
 	return n.store.Export(id)
 }
 
+// versionOf is the version export would show (ok false: no state), under
+// the same lock, without encoding the state.
+func (n *Node) versionOf(id string) (uint64, bool, error) {
+	mu := &n.stripes[stripeOf(id)]
+	mu.Lock()
+	defer mu.Unlock()
+	v, _, ok, err := n.store.VersionOf(id)
+	return v, ok, err
+}
+
 // idemAnnounceFor bounds how long a node that (re)started keeps offering
 // the records it found on disk to members that have not taken them.
 const idemAnnounceFor = time.Minute

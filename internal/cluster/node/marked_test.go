@@ -362,6 +362,15 @@ func TestMarkGroupMergeProperties(t *testing.T) {
 		if aa := mergeGroup(a, a); !equalGroup(aa, a) {
 			t.Fatalf("not idempotent: %+v vs %+v", aa, a)
 		}
+		// The store's shortcut for a copy it holds (no merge).
+		for _, p := range [][2]markGroup{{a, b}, {b, a}, {a, a}, {mergeGroup(a, b), b}} {
+			if h, eq := holdsGroup(&p[0], &p[1]), equalGroup(mergeGroup(p[0], p[1]), p[0]); h && !eq {
+				t.Fatalf("holdsGroup(%+v, %+v) but the merge differs", p[0], p[1])
+			}
+		}
+		if !holdsGroup(&a, &a) {
+			t.Fatalf("a group does not hold itself: %+v", a)
+		}
 		m := mergeGroup(a, b)
 		for _, e := range slices.Concat(a.Events, b.Events) {
 			if !slices.Contains(m.Events, e) {
@@ -384,6 +393,105 @@ func TestMarkGroupMergeProperties(t *testing.T) {
 		g2, _ := s2.forIDs([]string{"x"}, "", 0)
 		if len(g1) != 1 || len(g2) != 1 || !equalGroup(g1[0], g2[0]) {
 			t.Fatalf("stores differ by merge order: %+v vs %+v", g1, g2)
+		}
+	})
+}
+
+// TestMarkStoreLazyIndex: the event index a store builds at its first
+// lookup of an id (a replica never looks up) answers as one kept up to
+// date from the first merge, through merges and expiries in any order.
+func TestMarkStoreLazyIndex(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var early, late markStore // early: looked up before every step
+		events := []string{"a", "b", "c", "d", "e", "f"}
+		steps := rapid.IntRange(1, 12).Draw(t, "steps")
+		now := int64(10)
+		for i := range steps {
+			if rapid.Bool().Draw(t, fmt.Sprint("expire", i)) {
+				now += rapid.Int64Range(0, 5).Draw(t, fmt.Sprint("advance", i))
+				early.expire(now)
+				late.expire(now)
+				continue
+			}
+			g := markGroup{
+				ID:      "x",
+				Key:     rapid.Uint64Range(1, 4).Draw(t, fmt.Sprint("key", i)),
+				Wrote:   []uint64{rapid.Uint64Range(1, 4).Draw(t, fmt.Sprint("wrote", i))},
+				Expires: now + rapid.Int64Range(1, 10).Draw(t, fmt.Sprint("exp", i)),
+				Events:  rapid.SliceOfNDistinct(rapid.SampledFrom(events), 1, 3, rapid.ID[string]).Draw(t, fmt.Sprint("events", i)),
+			}
+			early.seen("x", events, 0, true, now)
+			early.merge([]markGroup{g}, now)
+			late.merge([]markGroup{g}, now)
+		}
+		got, want := late.seen("x", events, 0, true, now), early.seen("x", events, 0, true, now)
+		if !slices.Equal(got, want) {
+			t.Fatalf("seen with an index built at the end %v, kept from the start %v", got, want)
+		}
+	})
+}
+
+// TestMarkStoreExpiresDueBuckets: a sweep that visits only the due
+// expiry buckets forgets exactly the groups that expired, through merges
+// that move a group's expiry later, drops of ids and sweeps at any time.
+func TestMarkStoreExpiresDueBuckets(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		var s markStore
+		want := map[string]map[uint64]int64{} // id -> key -> expiry
+		sec := int64(time.Second)
+		now := int64(1_000_000) * sec
+		ids := []string{"x", "y", "z"}
+		for i := range rapid.IntRange(1, 40).Draw(t, "steps") {
+			switch rapid.IntRange(0, 5).Draw(t, fmt.Sprint("action", i)) {
+			case 0: // a sweep, some time later
+				now += rapid.Int64Range(0, 40).Draw(t, fmt.Sprint("advance", i)) * sec
+				deleted := map[string]bool{}
+				for _, r := range s.expire(now) {
+					deleted[r.Key] = true
+				}
+				for id, m := range want {
+					for k, exp := range m {
+						if exp <= now {
+							g := markGroup{ID: id, Key: k}
+							if !deleted[g.storedKey()] {
+								t.Fatalf("group %s/%d (expiry %d) not deleted at %d", id, k, exp, now)
+							}
+							delete(m, k)
+						}
+					}
+				}
+			case 1: // a handoff drops an id
+				id := rapid.SampledFrom(ids).Draw(t, fmt.Sprint("drop", i))
+				s.dropID(id)
+				delete(want, id)
+			default: // a new group or a copy with a later expiry
+				id := rapid.SampledFrom(ids).Draw(t, fmt.Sprint("id", i))
+				k := rapid.Uint64Range(1, 4).Draw(t, fmt.Sprint("key", i))
+				exp := now + rapid.Int64Range(1, 60).Draw(t, fmt.Sprint("ttl", i))*sec
+				s.merge([]markGroup{{ID: id, Key: k, Wrote: []uint64{k}, Expires: exp, Events: []string{fmt.Sprint("e", i)}}}, now)
+				if want[id] == nil {
+					want[id] = map[uint64]int64{}
+				}
+				want[id][k] = max(want[id][k], exp)
+			}
+			held := map[string]map[uint64]int64{}
+			gs, _ := s.forIDs(ids, "", 0)
+			for _, g := range gs {
+				if held[g.ID] == nil {
+					held[g.ID] = map[uint64]int64{}
+				}
+				held[g.ID][g.Key] = g.Expires
+			}
+			for _, id := range ids {
+				if len(held[id]) != len(want[id]) {
+					t.Fatalf("%s: the store holds %v, want %v", id, held[id], want[id])
+				}
+				for k, exp := range want[id] {
+					if held[id][k] != exp {
+						t.Fatalf("%s: the store holds %v, want %v", id, held[id], want[id])
+					}
+				}
+			}
 		}
 	})
 }
@@ -673,4 +781,51 @@ func claimBy(t *testing.T, c *testCluster, claimant *testNode, owner, id string,
 	}
 	claimant.n.recheckRecords([]string{id}, map[string]uint32{id: epoch})
 	claimant.n.claimMarks([]string{id}, map[string]uint32{id: epoch})
+}
+
+// exportCounting counts the states its store exports.
+type exportCounting struct {
+	Store
+	n atomic.Int64
+}
+
+func (s *exportCounting) Export(id string) (State, bool, error) {
+	s.n.Add(1)
+	return s.Store.Export(id)
+}
+
+// TestMarkedAloneExportsNothing: a cluster of one applies marked ops
+// (always replicated at once, sync) without exporting their states: no
+// replica to push them to. Then, with a second member, the states go to
+// it again.
+func TestMarkedAloneExportsNothing(t *testing.T) {
+	var n1 *exportCounting // the first store wrapped: n1's
+	c := startTestCluster(&testCluster{t: t, nodes: map[string]*testNode{}, wrapStore: func(s Store) Store {
+		w := &exportCounting{Store: s}
+		if n1 == nil {
+			n1 = w
+		}
+		return w
+	}}, "n1")
+	ctx := context.Background()
+	var ops []contract.MarkedOp
+	for i := range 20 {
+		ops = append(ops, contract.MarkedOp{Op: addOp(fmt.Sprintf("al:%d", i), 1), Marks: []string{"e1"}})
+	}
+	if _, err := c.node("n1").n.ApplyCounterMarked(ctx, ops, time.Minute, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if n := n1.n.Load(); n != 0 {
+		t.Errorf("a cluster of one exported %d states for its marked writes", n)
+	}
+	c.start("n2", "")
+	c.waitRing("n1", "n2")
+	ops = ops[:1]
+	ops[0].Marks = []string{"e2"}
+	if _, err := c.node("n1").n.ApplyCounterMarked(ctx, ops, time.Minute, contract.WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.node("n2").eng.Get("al:0"); err != nil || v.Value != 2 {
+		t.Errorf("n2: al:0 = %d, %v; want 2 (replicated once n2 is a member)", v.Value, err)
+	}
 }

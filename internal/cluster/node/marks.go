@@ -1,7 +1,6 @@
 package node
 
 import (
-	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -72,6 +71,25 @@ func mergeGroup(a, b markGroup) markGroup {
 	out.Wrote = slices.Compact(out.Wrote)
 	out.Wrote = out.Wrote[max(0, len(out.Wrote)-maxWrote):]
 	return out
+}
+
+// holdsGroup reports whether a (sorted and distinct, as the store keeps
+// groups) holds all of b: mergeGroup(a, b) would be a.
+func holdsGroup(a, b *markGroup) bool {
+	if b.Expires > a.Expires {
+		return false
+	}
+	for _, w := range b.Wrote {
+		if _, ok := slices.BinarySearch(a.Wrote, w); !ok {
+			return false
+		}
+	}
+	for _, e := range b.Events {
+		if _, ok := slices.BinarySearch(a.Events, e); !ok {
+			return false
+		}
+	}
+	return true
 }
 
 func equalGroup(a, b markGroup) bool {
@@ -171,7 +189,11 @@ type markEntry struct {
 
 type idMarks struct {
 	groups map[uint64]*markEntry // by Key
-	events map[string][]uint64   // event -> keys of the groups that hold it
+	// events maps an event to the keys of the groups that hold it, built
+	// by the first lookup (seen) and kept from then on (nil before): a
+	// replica that never owns the id never looks its marks up, and does
+	// not pay for an index per event of every group pushed to it.
+	events map[string][]uint64
 	// log has a (seq, key) per change of a group, in seq order: a push
 	// finds what changed since its peer's last delivery without a pass
 	// over every group. An entry whose group changed again since (or
@@ -185,6 +207,16 @@ type logEntry struct{ seq, key uint64 }
 func (im *idMarks) note(seq, key uint64) {
 	im.log = append(im.log, logEntry{seq, key})
 	im.compact()
+}
+
+// index adds g's events to the index (caller holds the lock; events is
+// not nil).
+func (im *idMarks) index(g *markGroup) {
+	for _, e := range g.Events {
+		if !slices.Contains(im.events[e], g.Key) {
+			im.events[e] = append(im.events[e], g.Key)
+		}
+	}
 }
 
 // compact drops the log's stale entries when they are most of it.
@@ -227,6 +259,31 @@ type markStore struct {
 	// sent has, per peer and id, the seq of the last group a push to
 	// that peer delivered.
 	sent map[string]map[string]uint64
+	// due has, per expiry bucket (Expires / markExpireBucket), the groups
+	// that expire in it, and from the first bucket expire has not
+	// emptied: a sweep visits the groups whose bucket is due, not every
+	// group (with a dedupe of 24 h, most are not). An entry whose group
+	// went or expires later (in its own entry's bucket) is skipped.
+	due  map[int64][]dueGroup
+	from int64
+}
+
+type dueGroup struct {
+	id  string
+	key uint64
+}
+
+// markExpireBucket is the width of an expiry bucket (unix ns).
+const markExpireBucket = int64(markExpireInterval)
+
+// dueLocked enters group key of id in the bucket of its expiry exp.
+func (s *markStore) dueLocked(id string, key uint64, exp int64) {
+	b := exp / markExpireBucket
+	if s.due == nil {
+		s.due, s.from = map[int64][]dueGroup{}, b
+	}
+	s.due[b] = append(s.due[b], dueGroup{id, key})
+	s.from = min(s.from, b)
 }
 
 func (s *markStore) initLocked() {
@@ -259,30 +316,39 @@ func (s *markStore) merge(groups []markGroup, now int64) []engine.StoredRecord {
 		if g.Expires <= now || g.ID == "" {
 			continue
 		}
+		s.rebaseLocked(&g)
+		im := s.byID[g.ID]
+		var cur *markEntry
+		if im != nil {
+			cur = im.groups[g.Key]
+		}
+		if cur != nil && holdsGroup(&cur.g, &g) {
+			// A copy held already (pushes that crossed, a repair): no
+			// merge to allocate.
+			continue
+		}
 		g.Events = slices.Clone(g.Events)
 		slices.Sort(g.Events)
 		g.Events = slices.Compact(g.Events)
-		s.rebaseLocked(&g)
-		im := s.byID[g.ID]
 		if im == nil {
-			im = &idMarks{groups: map[uint64]*markEntry{}, events: map[string][]uint64{}}
+			im = &idMarks{groups: map[uint64]*markEntry{}}
 			s.byID[g.ID] = im
 		}
-		cur, ok := im.groups[g.Key]
-		if ok {
+		if cur != nil {
 			m := mergeGroup(cur.g, g)
 			if equalGroup(m, cur.g) {
 				continue
 			}
 			g = m
 		}
+		if cur == nil || cur.g.Expires/markExpireBucket != g.Expires/markExpireBucket {
+			s.dueLocked(g.ID, g.Key, g.Expires)
+		}
 		s.seq++
 		im.groups[g.Key] = &markEntry{g: g, seq: s.seq}
 		im.note(s.seq, g.Key)
-		for _, e := range g.Events {
-			if !slices.Contains(im.events[e], g.Key) {
-				im.events[e] = append(im.events[e], g.Key)
-			}
+		if im.events != nil {
+			im.index(&g)
 		}
 		stored = append(stored, g.stored(now))
 	}
@@ -299,6 +365,12 @@ func (s *markStore) seen(id string, events []string, version uint64, crdt bool, 
 	im := s.byID[id]
 	if im == nil {
 		return nil
+	}
+	if im.events == nil {
+		im.events = map[string][]uint64{}
+		for _, e := range im.groups {
+			im.index(&e.g)
+		}
 	}
 	b := s.bases[id]
 	var out []string
@@ -356,8 +428,9 @@ func (s *markStore) lifted(id string, epoch uint32, now int64) []engine.StoredRe
 	return stored
 }
 
-// forIDs returns the unexpired groups of ids; with peer set, only those
-// changed since the last push to peer delivered (see delivered).
+// forIDs returns the unexpired groups of ids (in the order of ids, each
+// id's in the order they last changed); with peer set, only those changed
+// since the last push to peer delivered (see delivered).
 func (s *markStore) forIDs(ids []string, peer string, now int64) (groups []markGroup, upTo map[string]uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -383,7 +456,6 @@ func (s *markStore) forIDs(ids []string, peer string, now int64) (groups []markG
 			upTo[id] = max(upTo[id], e.seq)
 		}
 	}
-	slices.SortFunc(groups, func(a, b markGroup) int { return cmp.Or(cmp.Compare(a.ID, b.ID), cmp.Compare(a.Key, b.Key)) })
 	return groups, upTo
 }
 
@@ -435,29 +507,47 @@ func (s *markStore) dropID(id string) []engine.StoredRecord {
 	return out
 }
 
-// expire forgets the groups that expired and returns their deletions.
+// expire forgets the groups that expired and returns their deletions. It
+// visits the groups of the due buckets only.
 func (s *markStore) expire(now int64) []engine.StoredRecord {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []engine.StoredRecord
-	for id, im := range s.byID {
-		for k, e := range im.groups {
+	last := now / markExpireBucket
+	touched := map[string]*idMarks{}
+	for b := s.from; b <= last && len(s.due) > 0; b++ {
+		var keep []dueGroup // the bucket's groups not expired yet (the last bucket)
+		for _, d := range s.due[b] {
+			im := s.byID[d.id]
+			var e *markEntry
+			if im != nil {
+				e = im.groups[d.key]
+			}
+			if e == nil || e.g.Expires/markExpireBucket != b {
+				continue // gone, or due in a later bucket
+			}
 			if e.g.Expires > now {
+				keep = append(keep, d)
 				continue
 			}
 			out = append(out, deletedGroup(&e.g))
-			delete(im.groups, k)
-			for _, ev := range e.g.Events {
-				ks := slices.DeleteFunc(im.events[ev], func(x uint64) bool { return x == k })
-				if len(ks) == 0 {
-					delete(im.events, ev)
-				} else {
-					im.events[ev] = ks
-				}
-			}
+			im.drop(d.key, &e.g)
+			touched[d.id] = im
 		}
+		if len(keep) > 0 {
+			s.due[b] = keep
+		} else {
+			delete(s.due, b)
+		}
+	}
+	if len(s.due) > 0 {
+		s.from = max(s.from, last)
+	} else {
+		s.due = nil // the next entry sets from
+	}
+	for id, im := range touched {
 		im.compact()
-		if len(im.groups) == 0 {
+		if len(im.groups) == 0 && s.byID[id] == im {
 			delete(s.byID, id)
 			for _, m := range s.sent {
 				delete(m, id)
@@ -465,6 +555,22 @@ func (s *markStore) expire(now int64) []engine.StoredRecord {
 		}
 	}
 	return out
+}
+
+// drop removes group k (g) and its events from the index.
+func (im *idMarks) drop(k uint64, g *markGroup) {
+	delete(im.groups, k)
+	if im.events == nil {
+		return
+	}
+	for _, ev := range g.Events {
+		ks := slices.DeleteFunc(im.events[ev], func(x uint64) bool { return x == k })
+		if len(ks) == 0 {
+			delete(im.events, ev)
+		} else {
+			im.events[ev] = ks
+		}
+	}
 }
 
 // count is how many groups and marks the store holds.
@@ -560,8 +666,8 @@ func (n *Node) claimMarks(ids []string, epochs map[string]uint32) {
 			continue
 		}
 		var base uint64
-		if st, ok, err := n.store.Export(id); err == nil && ok && !st.Deleted {
-			base = st.Version
+		if v, _, ok, err := n.store.VersionOf(id); err == nil && ok {
+			base = v // the version Export shows, without the encoding
 		}
 		n.dedupe.claimed(id, e, base)
 	}

@@ -240,7 +240,7 @@ func New(cfg Config, store Store) (*Node, error) {
 	n.promises.init()
 	n.lease.init()
 	n.dirty.init()
-	n.digests.init()
+	n.digests.init(store.Now().UnixNano())
 	n.store = invalidatingStore{Store: store, c: &n.digests}
 	n.idem.init()
 	n.ring.Set([]string{n.self})

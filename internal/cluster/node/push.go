@@ -133,11 +133,15 @@ func (n *Node) flushDirty(ctx context.Context) error {
 	if len(items) == 0 {
 		return nil
 	}
-	changes := make([]change, 0, len(items))
-	for id, it := range items {
-		changes = append(changes, change{id: id, tomb: it.tomb})
+	s := n.ring.Snapshot()
+	var plan pushPlan
+	if !n.alone(s) { // else no replica to push to: no export
+		changes := make([]change, 0, len(items))
+		for id, it := range items {
+			changes = append(changes, change{id: id, tomb: it.tomb})
+		}
+		plan = n.planPush(s, n.exportChanges(changes))
 	}
-	plan := n.planPush(n.ring.Snapshot(), n.exportChanges(changes))
 	failed := n.pushAll(ctx, plan.byPeer, false)
 	retry := map[string]dirtyItem{}
 	for peer := range failed {

@@ -78,6 +78,12 @@ type change struct {
 // replica). Peers that fail are retried by the push loop.
 func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool) error {
 	s := n.ring.Snapshot()
+	if n.alone(s) && !n.minority.Load() {
+		// No replica to push to (a cluster of one): no export. The flag
+		// is read after the ring: a ring of one left by a shrink has it
+		// set (refresh), and its writes go to the check below.
+		return nil
+	}
 	states := n.exportChanges(changes)
 	// The minority flag is set before the ring shrinks (refresh): a write
 	// applied under a larger ring must not count this smaller one's
@@ -131,6 +137,12 @@ func (n *Node) replicateNow(ctx context.Context, changes []change, durable bool)
 		}
 	}
 	return &UnavailableError{Op: "replicate", Err: fmt.Errorf("write quorum not reached for %d ids (e.g. %q)", len(missing), firstKey(missing))}
+}
+
+// alone reports whether s is a ring of this node only: no id has a
+// replica to push to.
+func (n *Node) alone(s *ring.Snapshot) bool {
+	return s.Len() == 0 || s.Len() == 1 && s.Owner("") == n.self
 }
 
 func firstKey(m map[string]int) string {
