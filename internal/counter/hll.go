@@ -74,6 +74,18 @@ type HLL struct {
 	regs   []uint8 // dense: m registers; sparse: the entries (see sparseNext)
 }
 
+// Peek reads the sketch's fields and the first and last lines of its
+// registers (a sparse sketch's entries, which an add scans) and returns
+// a sum of them. It changes nothing: a caller about to add to many
+// sketches peeks at them all first, so that their cache misses overlap
+// rather than come one after another.
+func (h *HLL) Peek() int64 {
+	if len(h.regs) == 0 {
+		return int64(h.n)
+	}
+	return int64(h.regs[0]) + int64(h.regs[len(h.regs)-1])
+}
+
 // HLLUndo can put a sketch back as it was when BeginUndo was called,
 // without copying its registers up front: the sketch keeps them until it
 // would write them in place, and then writes a copy (copy on write), so

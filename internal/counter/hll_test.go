@@ -576,3 +576,20 @@ func hashes(seed uint64, n int) []uint64 {
 	}
 	return xs
 }
+
+// TestHLLPeek: Peek changes nothing, on empty, sparse and dense sketches.
+func TestHLLPeek(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		h, err := NewHLL(rapid.SampledFrom([]uint8{4, 10, 14}).Draw(t, "p"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.AddHashes(rapid.SliceOfN(rapid.Uint64(), 0, 3000).Draw(t, "hashes"))
+		before, _ := h.MarshalBinary()
+		dense, n := h.dense, h.n
+		h.Peek()
+		if after, _ := h.MarshalBinary(); !bytes.Equal(after, before) || h.dense != dense || h.n != n {
+			t.Fatalf("Peek changed the sketch")
+		}
+	})
+}

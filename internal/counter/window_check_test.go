@@ -65,3 +65,35 @@ func TestWindowAddCheck(t *testing.T) {
 		t.Fatalf("later adds: %d checked, %d predicted to succeed: the cases do not cover both answers", later, laterOK)
 	}
 }
+
+// TestWindowPeek: Peek at any time (negative, far past or future) stays
+// in the ring, changes nothing (the encoding, the delta's slots, the sum)
+// and returns the bucket number of the slot an add at that time would
+// write (the head for a window without a ring).
+func TestWindowPeek(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 8).Draw(rt, "buckets")
+		w, err := NewWindow(WindowSpec{Granularity: time.Second, Span: time.Duration(n) * time.Second, Fixed: rapid.Bool().Draw(rt, "fixed")})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for range rapid.IntRange(0, 10).Draw(rt, "adds") {
+			_, _ = w.TryAdd(time.Unix(rapid.Int64Range(0, int64(3*n)).Draw(rt, "at"), 0), 1)
+		}
+		before, _ := w.MarshalBinary()
+		since, used, head := w.since, w.used, w.head
+		at := rapid.OneOf(rapid.Int64(), rapid.Int64Range(-int64(3*n)*1e9, int64(3*n)*1e9)).Draw(rt, "peek")
+		got := w.Peek(at)
+		want := head
+		if w.ring != nil {
+			want = w.ring[w.slotIndex(at/w.g)].num
+		}
+		if got != want {
+			rt.Fatalf("Peek(%d) = %d, want %d", at, got, want)
+		}
+		after, _ := w.MarshalBinary()
+		if string(before) != string(after) || w.since != since || w.used != used || w.head != head {
+			rt.Fatalf("Peek changed the window")
+		}
+	})
+}

@@ -306,6 +306,7 @@ type multiScratch struct {
 	saved  []savedEntry
 	undo   []bool // per ref: its entry has an undo record (applyMultiIn)
 	wcheck counter.AddCheck
+	peeked int64 // a sum of what the peeks read (peek.go), kept so that they read
 	// undos keeps the undo records of windows, sketches and rollups
 	// from one batch to the next (a consumer's batch records thousands).
 	undos undoRecs
@@ -368,7 +369,13 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	sc.undo = undo
 	withUndo := 0 // refs with a record
 	keys := sc.keys
+	check := own && !e.noCheck
+	ahead := 0 // the entries of keys before it were peeked at (peek.go)
 	for s := 0; s < len(keys); {
+		if check && !e.noPeek && s >= ahead {
+			ahead = min(s+peekBlock, len(keys))
+			sc.peeked += peekAhead(refs, ops, keys[s:ahead], now)
+		}
 		i := uint32(keys[s])
 		en, t := refs[i].e, s+1
 		for t < len(keys) && refs[uint32(keys[t])].e == en {
@@ -376,7 +383,7 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 		}
 		// (An op that reads other entries, PFMERGE's sources, is applied
 		// in batch order with every entry copied.)
-		if !own || e.noCheck || !e.checkRun(&refs[i], ops, keys[s:t], now, &sc.wcheck) {
+		if !check || !e.checkRun(&refs[i], ops, keys[s:t], now, &sc.wcheck) {
 			saved[i] = save(en, undos)
 			saved[i].taken = true
 			for _, k := range keys[s:t] {
@@ -393,7 +400,7 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 	// the one that fails in batch order, and it fails before anything
 	// without an undo record has changed.
 	if withUndo > 0 {
-		if i, err := e.applyPass(ops, refs, pos, res, true, now, sc); err != nil {
+		if i, err := e.applyPass(ops, refs, pos, res, true, now, sc, false); err != nil {
 			if !batch {
 				return err
 			}
@@ -401,7 +408,7 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 		}
 	}
 	if withUndo < len(refs) {
-		if i, err := e.applyPass(ops, refs, pos, res, false, now, sc); err != nil {
+		if i, err := e.applyPass(ops, refs, pos, res, false, now, sc, check && !e.noPeek); err != nil {
 			// A bug of checkRun: the batch is half applied and has no
 			// record to undo it.
 			panic(fmt.Sprintf("engine: op %d of a batch failed after its check passed: %v", i, err))
@@ -413,9 +420,14 @@ func (e *Engine) applyMultiIn(ops []contract.Op, res []contract.Result, batch bo
 // applyPass applies the ops of applyMultiIn whose entry has an undo
 // record (withUndo) or those whose entry has none; if one fails it
 // restores every entry with a record and returns the op's index and
-// error.
-func (e *Engine) applyPass(ops []contract.Op, refs []ref, pos []int, res []contract.Result, withUndo bool, now int64, sc *multiScratch) (int, error) {
+// error. peek (ops that read no other entry, without withUndo): the
+// entries are peeked at ahead (peekChecked).
+func (e *Engine) applyPass(ops []contract.Op, refs []ref, pos []int, res []contract.Result, withUndo bool, now int64, sc *multiScratch, peek bool) (int, error) {
+	ahead := 0 // with peek: the ops before it were peeked at (peek.go)
 	for i := range ops {
+		if peek && i >= ahead {
+			ahead = peekChecked(refs, ops, i, now, sc)
+		}
 		p := pos[i]
 		if sc.undo[p] != withUndo {
 			continue

@@ -62,6 +62,8 @@ type Engine struct {
 	// noCheck: every entry of an atomic batch gets an undo record
 	// (applyMultiIn, checkRun): tests compare with it.
 	noCheck bool
+	// noPeek: no peeks (peek.go): tests compare with it.
+	noPeek bool
 
 	// gate orders idempotent writes against the flusher's snapshot: writes
 	// that record an idempotency result hold it shared, the flusher holds it
@@ -285,10 +287,16 @@ func (e *Engine) acquireAllIn(ids []string, create bool, sc *multiScratch) ([]re
 	// the index in refs in the low (a plain integer sort, no closure).
 	keys := slices.Grow(sc.keys[:0], len(ids))
 	defer func() { sc.keys = keys }()
+	var hs [peekBlock]uint64 // the hashes of ids[at:ahead] (peekIDs)
 	for {
 		keys = keys[:0]
+		at, ahead := 0, 0
 		for i, id := range ids {
-			r, ok, err := e.lookup(id, hashID(id), create)
+			if i >= ahead {
+				at, ahead = i, min(i+peekBlock, len(ids))
+				sc.peeked += e.peekIDs(ids[at:ahead], &hs)
+			}
+			r, ok, err := e.lookup(id, hs[i-at], create)
 			if err != nil {
 				return nil, nil, err
 			}
