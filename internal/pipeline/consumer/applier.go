@@ -732,8 +732,18 @@ func merge(dst, src *contract.Op, maxItems int) bool {
 		}
 		dst.Delta = sum
 	case contract.OpPFAdd:
-		if len(dst.Items)+len(src.Items) > maxItems {
+		n := len(dst.Items) + len(src.Items)
+		if n > maxItems {
 			return false
+		}
+		if n > cap(dst.Items) {
+			// Grown to 8 at once: an op starts with its first hit's
+			// items, clipped (chunk.add), and one that merged once
+			// usually merges again (a post's viewers): appends grew
+			// it 1, 2, 4, 8, a copy each.
+			items := make([][]byte, len(dst.Items), min(max(2*n, 8), maxItems))
+			copy(items, dst.Items)
+			dst.Items = items
 		}
 		dst.Items = append(dst.Items, src.Items...)
 	case contract.OpHAdd:
