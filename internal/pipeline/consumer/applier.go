@@ -289,6 +289,7 @@ func (a *Applier) applyAsync(ctx context.Context, source string, groups [][]stre
 			a.scratch.Put(s)
 		}
 	}()
+	s.gen++
 	dead = make([][]stream.DeadLetter, len(groups))
 	var parts []part // the segment: up to segmentEvents records
 	n := 0
@@ -379,6 +380,9 @@ type scratch struct {
 	found   []bool
 	hits    []ruleHits // rule hits, for the metric
 	c       chunk
+	// gen numbers the polls s applied (from 1): the grains kept in the
+	// hits' Aux words are the poll's (hitGrain).
+	gen uint64
 	// ev and in: each record is decoded into ev and the rules see it
 	// through in; both, and the buffer in builds counter ids in
 	// (rules.Input), are reused from one segment to the next.
@@ -466,7 +470,7 @@ func (a *Applier) applySegment(ctx context.Context, source string, rs *rules.Set
 			}
 			if err == nil {
 				var n int
-				n, err = a.eventTime(hits, ev.TS, now.UnixNano(), lateNs, et)
+				n, err = a.eventTime(hits, ev.TS, now.UnixNano(), lateNs, et, s.gen)
 				hits = hits[:n]
 				s.arena = s.arena[:from+n]
 			}
@@ -561,8 +565,8 @@ func (a *Applier) validate(hits []rules.Hit) error {
 // counter and bucket still coalesce. It returns how many hits stay, moved
 // to the front: a window op of an event older than lateNs (now minus the
 // allowed lateness) is dropped and counted, and an event left with no
-// op at all is too_late (an error).
-func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *EventTime) (int, error) {
+// op at all is too_late (an error). gen is the poll's (hitGrain).
+func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *EventTime, gen uint64) (int, error) {
 	if ts > math.MaxInt64/int64(time.Millisecond) {
 		return 0, fmt.Errorf("%s: event time %s is after 2200", ReasonTooEarly, time.UnixMilli(ts).UTC().Format(time.RFC3339Nano))
 	}
@@ -589,7 +593,7 @@ func (a *Applier) eventTime(hits []rules.Hit, ts, nowNs, lateNs int64, et *Event
 				continue
 			}
 		case op.Type == contract.OpAdd || op.Type == contract.OpPFAdd:
-			if g := a.grain(op.Type, op.ID); g > 0 {
+			if g := a.hitGrain(&hits[i], gen); g > 0 {
 				op.At = at - ((at%g)+g)%g
 			} else {
 				op.At = 0 // no rollup: the time counts for nothing
@@ -732,8 +736,18 @@ func merge(dst, src *contract.Op, maxItems int) bool {
 		}
 		dst.Delta = sum
 	case contract.OpPFAdd:
-		if len(dst.Items)+len(src.Items) > maxItems {
+		n := len(dst.Items) + len(src.Items)
+		if n > maxItems {
 			return false
+		}
+		if n > cap(dst.Items) {
+			// Grown to 8 at once: an op starts with its first hit's
+			// items, clipped (chunk.add), and one that merged once
+			// usually merges again (a post's viewers): appends grew
+			// it 1, 2, 4, 8, a copy each.
+			items := make([][]byte, len(dst.Items), min(max(2*n, 8), maxItems))
+			copy(items, dst.Items)
+			dst.Items = items
 		}
 		dst.Items = append(dst.Items, src.Items...)
 	case contract.OpHAdd:

@@ -126,3 +126,75 @@ func TestCoalescePerRollupBucket(t *testing.T) {
 		t.Errorf("daily:p uniques of today = %+v (%v), want 10", est, err)
 	}
 }
+
+// TestGrainFollowsRollupBetweenPolls: the grain of a counter is kept for
+// the rest of a poll (hitGrain), never beyond it: a counter whose
+// rollups keep hours only gets one op for events in three minutes of one
+// hour; after its rollup is changed to keep minutes too, the next poll's
+// events in three minutes make three ops (one a minute bucket), and the
+// minute buckets hold them; a counter without rollups, then with one,
+// likewise. The times of a poll's events are looked up for a counter
+// named in every poll, through the rules' cache of counter ids.
+func TestGrainFollowsRollupBetweenPolls(t *testing.T) {
+	clk := &testClock{t: time.Date(2026, 11, 20, 12, 30, 0, 0, time.UTC)}
+	cfg := engine.DefaultConfig()
+	cfg.InMemory = true
+	cfg.Clock = clk.Now
+	e, err := engine.Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { e.Close() })
+	rs := loadWithRollups(t, e, coalesceRules)
+	be := &opCounter{Backend: engine.Local(e), e: e, ops: map[string]int{}}
+	a, err := NewApplier(be, rs, event.Limits{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetEventTime(EventTime{Now: clk.Now})
+	hour := clk.Now().Truncate(time.Hour).Add(-time.Hour) // 11:00
+	off := 0
+	poll := func(name string) {
+		t.Helper()
+		clear(be.ops)
+		var recs []stream.Record
+		for m := range 3 { // 11:10, 11:20, 11:30
+			ts := hour.Add(time.Duration(10*(m+1)) * time.Minute)
+			js := fmt.Sprintf(`{"id":"g%d","type":"view","ts":%d,"post":"p","user":"u"}`, off, ts.UnixMilli())
+			recs = append(recs, stream.Record{Offset: int64(off), Value: []byte(js)})
+			off++
+		}
+		if _, err := a.Apply(context.Background(), "test", recs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	minutes := rollup.Spec{Minute: 48 * time.Hour, Hour: 48 * time.Hour}
+	poll("hours")
+	if be.ops["hourly:p"] != 1 || be.ops["plain:p"] != 1 {
+		t.Fatalf("hourly:p %d ops, plain:p %d, want 1 and 1", be.ops["hourly:p"], be.ops["plain:p"])
+	}
+	for _, key := range []string{"hourly", "plain"} {
+		if err := e.SetRollup(key, minutes); err != nil {
+			t.Fatal(err)
+		}
+	}
+	poll("minutes")
+	for _, id := range []string{"hourly:p", "plain:p"} {
+		if be.ops[id] != 3 {
+			t.Errorf("%s after its rollup kept minutes: %d ops, want 3 (one a minute)", id, be.ops[id])
+		}
+		s, err := e.Series(id, rollup.Minute, hour, hour.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range s.Values {
+			want := int64(0)
+			if m := s.Start(i).Sub(hour); m == 10*time.Minute || m == 20*time.Minute || m == 30*time.Minute {
+				want = 1
+			}
+			if x != want {
+				t.Errorf("%s at %s = %d, want %d", id, s.Start(i).Format("15:04"), x, want)
+			}
+		}
+	}
+}

@@ -21,8 +21,8 @@ func (t *markerSet) add(mk string) bool {
 	if 2*(len(t.keys)+1) > len(t.slots) {
 		t.grow()
 	}
-	h := maphash.String(markerSeed, mk)
-	mask := uint64(len(t.slots) - 1)
+	h := fold(maphash.String(markerSeed, mk))
+	mask := uint32(len(t.slots) - 1)
 	for i := h & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.j == 0 {

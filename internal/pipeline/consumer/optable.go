@@ -15,11 +15,19 @@ type opTable struct {
 	n     int
 }
 
-// opSlot: the hash of an op's key and its index in the ops + 1 (0: empty).
+// opSlot: the hash of an op's key, folded to 32 bits (fold), and its
+// index in the ops + 1 (0: empty). Eight bytes, so that a table of a
+// batch's ops (tens of thousands of slots) takes half the cache lines it
+// took with the whole hash: a probe of a table that big misses the cache
+// more often than not, and most of find's time was that miss.
 type opSlot struct {
-	h uint64
+	h uint32
 	j int32
 }
+
+// fold is the hash a slot keeps of a 64-bit hash h; a table's slot for
+// it is fold(h) & mask.
+func fold(h uint64) uint32 { return uint32(h ^ h>>32) }
 
 // opHash hashes op's key (opKey's fields) given idh, the hash of its id
 // (rules.Hit.IDHash: the rules hashed it as they built it).
@@ -56,13 +64,14 @@ func (t *opTable) find(ops []contract.Op, op *contract.Op, h uint64) int {
 	if len(t.slots) == 0 {
 		return -1
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	mask := uint32(len(t.slots) - 1)
+	f := fold(h)
+	for i := f & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.j == 0 {
 			return -1
 		}
-		if s.h == h && sameKey(&ops[s.j-1], op) {
+		if s.h == f && sameKey(&ops[s.j-1], op) {
 			return int(s.j - 1)
 		}
 	}
@@ -74,15 +83,16 @@ func (t *opTable) put(ops []contract.Op, h uint64, j int) {
 	if 2*(t.n+1) > len(t.slots) {
 		t.grow()
 	}
-	mask := uint64(len(t.slots) - 1)
-	for i := h & mask; ; i = (i + 1) & mask {
+	mask := uint32(len(t.slots) - 1)
+	f := fold(h)
+	for i := f & mask; ; i = (i + 1) & mask {
 		s := &t.slots[i]
 		if s.j == 0 {
-			*s = opSlot{h, int32(j + 1)}
+			*s = opSlot{f, int32(j + 1)}
 			t.n++
 			return
 		}
-		if s.h == h && sameKey(&ops[s.j-1], &ops[j]) {
+		if s.h == f && sameKey(&ops[s.j-1], &ops[j]) {
 			s.j = int32(j + 1)
 			return
 		}
@@ -95,7 +105,7 @@ func (t *opTable) grow() { t.slots = growSlots(t.slots) }
 // holding old's slots (opTable, markerSet).
 func growSlots(old []opSlot) []opSlot {
 	slots := make([]opSlot, max(2*len(old), 1024))
-	mask := uint64(len(slots) - 1)
+	mask := uint32(len(slots) - 1)
 	for _, s := range old {
 		if s.j == 0 {
 			continue

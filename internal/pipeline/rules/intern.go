@@ -10,18 +10,22 @@ var idSeed = maphash.MakeSeed()
 // them again. It is stable for the life of the process only.
 func HashID(id string) uint64 { return maphash.String(idSeed, id) }
 
-// idCacheSlots is the size of an idCache: a power of two.
+// idCacheSlots is the size of an idCache (two a set): a power of two.
 const idCacheSlots = 4096
 
 // idCache is the counter ids one rule built lately (Rule.counterID), by
 // hash: the events of a stream name the same counters again and again (a
 // post's views), and an id found here is the string built and checked
 // (contract.ValidateID) the first time, without a new string or a check
-// of its own. Direct-mapped: an id has one slot, which the last id built
-// there holds, so ids seen once (a user's window, in a stream of many
-// users) cost a slot each and evict rather than grow it; a probe compares
-// the hash and then the bytes themselves, so a collision costs a
-// comparison, never a wrong id. It holds only valid ids, so it is never
+// of its own. Two-way set-associative: an id has a set of two slots (one
+// cache line of memory), which the two ids built there last hold, the
+// one found or added last first, so ids seen once (a user's window, in a
+// stream of many users) cost a slot each and evict rather than grow it,
+// and a thousand ids that come back (posts) seldom evict one another
+// (direct-mapped, a fifth of them did, each then a new string, a check
+// and a look-up of its rollup grain by the consumer: Hit.Aux); a probe
+// compares the hash and then the bytes themselves, so a collision costs
+// a comparison, never a wrong id. It holds only valid ids, so it is never
 // emptied: an id stays valid, and it keeps at most idCacheSlots strings.
 // Each rule has its own, so that ids of one rule do not evict another's;
 // a rule whose ids are seldom found again (one per user, in a stream of
@@ -43,10 +47,12 @@ const (
 	idSkip   = 15 * idSample
 )
 
-// idSlot is an id and its hash; the zero slot holds none.
+// idSlot is an id and its hash, and the word the caller keeps with the
+// id (Hit.Aux); the zero slot holds none.
 type idSlot struct {
-	h  uint64
-	id string
+	h   uint64
+	id  string
+	aux uint64
 }
 
 // use reports whether to look the next id up in c (and keep it there).
@@ -72,17 +78,35 @@ func (c *idCache) count(found bool) {
 	}
 }
 
-// find returns the id whose bytes are b (hash h), if c holds it.
-func (c *idCache) find(b []byte, h uint64) (string, bool) {
-	s := &c.slots[h&(idCacheSlots-1)]
-	if s.h == h && s.id == string(b) {
-		return s.id, true
-	}
-	return "", false
+// set returns the first of the two slots of hash h.
+func (c *idCache) set(h uint64) *[2]idSlot {
+	i := int(h&(idCacheSlots/2-1)) * 2
+	return (*[2]idSlot)(c.slots[i : i+2])
 }
 
-// add keeps id (hash h) in its slot.
-func (c *idCache) add(id string, h uint64) { c.slots[h&(idCacheSlots-1)] = idSlot{h, id} }
+// find returns the id whose bytes are b (hash h), if c holds it, and its
+// aux word (Hit.Aux), which stays the id's while c keeps the id.
+func (c *idCache) find(b []byte, h uint64) (string, *uint64, bool) {
+	set := c.set(h)
+	if s := &set[0]; s.h == h && s.id == string(b) {
+		return s.id, &s.aux, true
+	}
+	if s := &set[1]; s.h == h && s.id == string(b) {
+		set[0], set[1] = set[1], set[0] // the one found last first
+		return set[0].id, &set[0].aux, true
+	}
+	return "", nil, false
+}
+
+// add keeps id (hash h) first in its set, with a zero aux word, which it
+// returns; the set's other id goes (the one found or added before the
+// first).
+func (c *idCache) add(id string, h uint64) *uint64 {
+	set := c.set(h)
+	set[1] = set[0]
+	set[0] = idSlot{h: h, id: id}
+	return &set[0].aux
+}
 
 // idCache returns the cache of rule r's counter ids.
 func (in *Input) idCache(r *Rule) *idCache {

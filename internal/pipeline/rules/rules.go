@@ -449,6 +449,15 @@ type Hit struct {
 	// IDHash is HashID(Op.ID), which Eval had at hand: a caller keying
 	// a table by counter id need not hash the id again.
 	IDHash uint64
+	// Aux, when not nil, is a word the caller may keep with Op.ID (a
+	// property of the counter it looked up, say) for as long as the rule's
+	// cache of the ids it built (the Input's) holds the id: the next hits
+	// of the rule with that id get the same word, and a word the caller
+	// never set (or that the id's slot lost to another id) is zero. Valid
+	// until the next Eval on the same Input; the word is the Input's, so
+	// whatever the caller keeps in it must tell the rule's op too (a
+	// reloaded rules file may give another rule the same cache).
+	Aux *uint64
 }
 
 // NewInput returns e's Input.
@@ -487,11 +496,11 @@ func (s *Set) Eval(in *Input, hits []Hit) ([]Hit, error) {
 // op sets h.Op (zero) to the op r asks of the event of act, and h.IDHash.
 func (r *Rule) op(act *Input, h *Hit) error {
 	op := &h.Op
-	id, idh, err := r.counterID(act)
+	id, idh, aux, err := r.counterID(act)
 	if err != nil {
 		return fmt.Errorf("counter: %v", err)
 	}
-	op.Type, op.ID, h.IDHash = r.Op, id, idh
+	op.Type, op.ID, h.IDHash, h.Aux = r.Op, id, idh, aux
 	switch r.Op {
 	case contract.OpAdd:
 		if op.Delta, err = evalInt(r.by, act); err != nil {
@@ -532,8 +541,9 @@ func (r *Rule) op(act *Input, h *Hit) error {
 // string of each attribute it reads or of each concatenation first, and
 // is then looked up among the ids the rule built lately (idCache): a
 // string and a check only for an id not there (or when the rule's ids are
-// seldom found there: idCache.use).
-func (r *Rule) counterID(act *Input) (string, uint64, error) {
+// seldom found there: idCache.use). aux is the id's word in the cache
+// (Hit.Aux), nil when the id is not kept there.
+func (r *Rule) counterID(act *Input) (id string, h uint64, aux *uint64, err error) {
 	if r.id.app != nil {
 		b, ok := r.id.app(act, act.buf[:0])
 		act.buf = b[:0]
@@ -542,30 +552,29 @@ func (r *Rule) counterID(act *Input) (string, uint64, error) {
 			c := act.idCache(r)
 			cached := c.use()
 			if cached {
-				id, found := c.find(b, h)
+				id, aux, found := c.find(b, h)
 				c.count(found)
 				if found {
-					return id, h, nil
+					return id, h, aux, nil
 				}
 			}
 			id := string(b)
 			if err := contract.ValidateID(id); err != nil {
-				return "", 0, err
+				return "", 0, nil, err
 			}
 			if cached {
-				c.add(id, h)
+				return id, h, c.add(id, h), nil
 			}
-			return id, h, nil
+			return id, h, nil, nil
 		}
 	}
-	id, err := evalString(r.id, act)
-	if err != nil {
-		return "", 0, err
+	if id, err = evalString(r.id, act); err != nil {
+		return "", 0, nil, err
 	}
 	if err := contract.ValidateID(id); err != nil {
-		return "", 0, err
+		return "", 0, nil, err
 	}
-	return id, HashID(id), nil
+	return id, HashID(id), nil, nil
 }
 
 // appendItem is oneItem of the value of p when p is in the append

@@ -220,11 +220,11 @@ func (s *JetStream) Poll(ctx context.Context) ([][]Record, error) {
 				continue
 			}
 			seq := md.Sequence.Stream
-			if event.Framed(m.Data()) > 0 { // acknowledged with its first record
-				s.mu.Lock()
-				s.held[seq] = m
-				s.mu.Unlock()
-			}
+			// Acknowledged with its first record (a message holds at
+			// least one: Framed counts an empty one as one).
+			s.mu.Lock()
+			s.held[seq] = m
+			s.mu.Unlock()
 			event.EachFramed(m.Data(), func(i int, ev []byte) {
 				r := Record{Offset: int64(seq), Index: int32(i), Value: ev}
 				if i == 0 {
