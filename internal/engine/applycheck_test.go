@@ -34,19 +34,7 @@ func TestApplyBatchCheckedModel(t *testing.T) {
 	var failed, applied atomic.Int64
 	rapid.Check(t, func(rt *rapid.T) {
 		var clock atomic.Int64
-		clock.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-		open := func(noCheck bool) *Engine {
-			e := openMem(t, func(c *Config) { c.Clock = func() time.Time { return time.Unix(0, clock.Load()) } })
-			e.noCheck = noCheck
-			if err := e.SetRollup("likes", rollup.Spec{Hour: 3 * time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.SetRollup("viewers", rollup.Spec{UniqueHours: 3 * time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-			return e
-		}
-		ea, eb := open(false), open(true)
+		ea, eb := modelPair(t, &clock, func(e *Engine) { e.noCheck = true })
 		defer ea.Close()
 		defer eb.Close()
 		spec := counter.WindowSpec{Granularity: time.Minute, Span: 10 * time.Minute}
@@ -129,6 +117,27 @@ func TestApplyBatchCheckedModel(t *testing.T) {
 	if failed.Load() == 0 || applied.Load() == 0 {
 		t.Fatalf("%d batches failed, %d applied: the cases do not cover both", failed.Load(), applied.Load())
 	}
+}
+
+// modelPair opens two in-memory engines on one clock (set to a fixed
+// start), with rollups of "likes" (hourly) and "viewers" (hourly uniques):
+// the engine under test and a reference engine that slow applies to
+// (forced onto the path under comparison). The caller closes both.
+func modelPair(t *testing.T, clock *atomic.Int64, slow func(*Engine)) (e, ref *Engine) {
+	clock.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
+	open := func() *Engine {
+		e := openMem(t, func(c *Config) { c.Clock = func() time.Time { return time.Unix(0, clock.Load()) } })
+		if err := e.SetRollup("likes", rollup.Spec{Hour: 3 * time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		if err := e.SetRollup("viewers", rollup.Spec{UniqueHours: 3 * time.Hour}); err != nil {
+			t.Fatal(err)
+		}
+		return e
+	}
+	e, ref = open(), open()
+	slow(ref)
+	return e, ref
 }
 
 // checkSnapshot is what a client can see of checkIDs on e: each one's

@@ -31,19 +31,7 @@ func TestApplyBatchPeekModel(t *testing.T) {
 	}
 	rapid.Check(t, func(rt *rapid.T) {
 		var clock atomic.Int64
-		clock.Store(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC).UnixNano())
-		open := func(noPeek bool) *Engine {
-			e := openMem(t, func(c *Config) { c.Clock = func() time.Time { return time.Unix(0, clock.Load()) } })
-			e.noPeek = noPeek
-			if err := e.SetRollup("likes", rollup.Spec{Hour: 3 * time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-			if err := e.SetRollup("viewers", rollup.Spec{UniqueHours: 3 * time.Hour}); err != nil {
-				t.Fatal(err)
-			}
-			return e
-		}
-		ea, eb := open(false), open(true)
+		ea, eb := modelPair(t, &clock, func(e *Engine) { e.noPeek = true })
 		defer ea.Close()
 		defer eb.Close()
 		spec := counter.WindowSpec{Granularity: time.Minute, Span: 10 * time.Minute}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/counter"
@@ -105,16 +104,7 @@ func testJournalReplayAfterFlushAll(t *testing.T, s setup) {
 	if err := b2.FlushAll(ctx, contract.WriteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for journalLen(t, b2) > 0 && time.Now().Before(deadline) {
-		if err := tiered.RecoverDead(ctx, b2, false); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := journalLen(t, b2); n != 0 {
-		t.Fatalf("%d journal fields left after recovery", n)
-	}
+	recoverJournal(t, b2, "fields")
 	if tiered.JournalReplays(b2) == 0 {
 		t.Fatal("nothing replayed")
 	}

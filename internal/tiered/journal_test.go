@@ -279,6 +279,24 @@ func crashableOptions(fail *atomic.Bool) func(*tiered.Options) {
 	}
 }
 
+// recoverJournal runs b's recovery rounds (no sweep) until the journal is
+// empty: a dead node's lease runs out within JournalLease, and a round
+// then finds it among the registered instances. what names the journal's
+// fields in the failure.
+func recoverJournal(t *testing.T, b *tiered.Backend, what string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for journalLen(t, b) > 0 && time.Now().Before(deadline) {
+		if err := tiered.RecoverDead(context.Background(), b, false); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := journalLen(t, b); n != 0 {
+		t.Fatalf("%d journal %s left after recovery", n, what)
+	}
+}
+
 // replayOnAnotherNode closes b (its last flush fails too: the process is
 // gone), lets another node replay its journal once its lease ran out and
 // checks PostgreSQL with match; then replays the whole journal saved
@@ -290,18 +308,7 @@ func replayOnAnotherNode(t *testing.T, e *env, b *tiered.Backend, tweak func(*ti
 	_ = b.Close()
 	fail.Store(false)
 	b2 := e.open(t, func(o *tiered.Options) { tweak(o); o.NodeID = "t2" })
-	// The dead node's lease runs out within JournalLease; a recovery
-	// round (no sweep) then finds it among the registered instances.
-	deadline := time.Now().Add(30 * time.Second)
-	for journalLen(t, b2) > 0 && time.Now().Before(deadline) {
-		if err := tiered.RecoverDead(ctx, b2, false); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if n := journalLen(t, b2); n != 0 {
-		t.Fatalf("%d journal %s left after recovery", n, what)
-	}
+	recoverJournal(t, b2, what)
 	match(b2)
 	dup0 := b2.Postgres().Stats().JournalDuplicates
 	if dup0 == 0 {
