@@ -56,14 +56,7 @@ func (o *opCounter) RollupOf(id string) (rollup.Spec, bool) { return o.e.RollupO
 // defaults: minute buckets unless "0"); every rollup bucket is exact.
 func TestCoalescePerRollupBucket(t *testing.T) {
 	clk := &testClock{t: time.Date(2026, 11, 20, 12, 30, 0, 0, time.UTC)}
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.Clock = clk.Now
-	e, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := clockEngine(t, clk)
 	rs := loadWithRollups(t, e, coalesceRules)
 	be := &opCounter{Backend: engine.Local(e), e: e, ops: map[string]int{}}
 	a, err := NewApplier(be, rs, event.Limits{}, nil)
@@ -137,14 +130,7 @@ func TestCoalescePerRollupBucket(t *testing.T) {
 // named in every poll, through the rules' cache of counter ids.
 func TestGrainFollowsRollupBetweenPolls(t *testing.T) {
 	clk := &testClock{t: time.Date(2026, 11, 20, 12, 30, 0, 0, time.UTC)}
-	cfg := engine.DefaultConfig()
-	cfg.InMemory = true
-	cfg.Clock = clk.Now
-	e, err := engine.Open(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { e.Close() })
+	e := clockEngine(t, clk)
 	rs := loadWithRollups(t, e, coalesceRules)
 	be := &opCounter{Backend: engine.Local(e), e: e, ops: map[string]int{}}
 	a, err := NewApplier(be, rs, event.Limits{}, nil)

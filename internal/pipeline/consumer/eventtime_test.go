@@ -41,9 +41,9 @@ type testClock struct {
 func (c *testClock) Now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *testClock) Set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
-// eventTimeApplier is an applier over an engine whose clock, and the
-// applier's, is clk, with the event-time rules and their rollups.
-func eventTimeApplier(t *testing.T, clk *testClock) (*Applier, *engine.Engine) {
+// clockEngine is an in-memory engine whose clock is clk, closed at the
+// test's end.
+func clockEngine(t *testing.T, clk *testClock) *engine.Engine {
 	t.Helper()
 	cfg := engine.DefaultConfig()
 	cfg.InMemory = true
@@ -53,6 +53,14 @@ func eventTimeApplier(t *testing.T, clk *testClock) (*Applier, *engine.Engine) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.Close() })
+	return e
+}
+
+// eventTimeApplier is an applier over an engine whose clock, and the
+// applier's, is clk, with the event-time rules and their rollups.
+func eventTimeApplier(t *testing.T, clk *testClock) (*Applier, *engine.Engine) {
+	t.Helper()
+	e := clockEngine(t, clk)
 	rs := loadWithRollups(t, e, eventTimeRules)
 	a, err := NewApplier(engine.Local(e), rs, event.Limits{}, nil)
 	if err != nil {
