@@ -43,6 +43,13 @@ type flusher struct {
 	wrec, wnext [numShards]deltaRec
 	recShards   []int
 	seen        []uint64
+	// The windows that may have a 'w' key on disk (deltarec.go; flusher
+	// only, and the load): by shard, a bit per slab index; the ids of 'w'
+	// keys no loaded window matched; the slab indexes whose 'w' key the
+	// flush deletes, their bits cleared once it committed.
+	wkeys    [numShards][]uint64
+	wOrphans map[string]bool
+	wDeleted []reapItem
 
 	// due is when the timer starts the next flush (unix ns): FlushInterval
 	// after the end of the last one (NextFlush).
@@ -296,6 +303,7 @@ func (e *Engine) flushOnce() error {
 				kv.add(key, nil, true)
 				key[0] = prefixWindowDelta // (a window's, if it was one)
 				kv.add(key, nil, true)
+				f.wDeleted = append(f.wDeleted, reapItem{no, i, idRef})
 				reap = append(reap, reapItem{no, i, idRef})
 			case w != nil && w.DeltaOK():
 				// Into the shard's record (deltarec.go).
@@ -311,16 +319,21 @@ func (e *Engine) flushOnce() error {
 					e.rollupsFailed(rfs)
 					e.dropBases(taken)
 					f.recordsWritten(false, true)
+					f.wKeysDeleted(false)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				kv.add(key, val, false)
 				vbuf = val
 				if w != nil {
 					// The whole window: the base of its next deltas,
-					// which replace the last base's.
+					// which replace the last base's (and its 'w' key,
+					// if it may have one).
 					w.MarkBase()
-					key[0] = prefixWindowDelta
-					kv.add(key, nil, true)
+					if f.mayHaveWKey(no, i, id) {
+						key[0] = prefixWindowDelta
+						kv.add(key, nil, true)
+						f.wDeleted = append(f.wDeleted, reapItem{no, i, idRef})
+					}
 				}
 			}
 			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
@@ -333,6 +346,7 @@ func (e *Engine) flushOnce() error {
 					e.markAllDirty()
 					e.rollupsFailed(rfs)
 					f.recordsWritten(false, true)
+					f.wKeysDeleted(false)
 					return e.failCycle(c, fmt.Errorf("engine: encode rollups of %q: %w", id, err))
 				}
 			}
@@ -381,6 +395,7 @@ func (e *Engine) flushOnce() error {
 	b.Close()
 	f.taken = taken[:0]
 	f.recordsWritten(err == nil, refused)
+	f.wKeysDeleted(err == nil)
 	if err != nil {
 		// The windows written whole are not bases of the next deltas.
 		e.dropBases(taken)
