@@ -23,6 +23,8 @@ func (l local) ApplyBatch(ctx context.Context, ops []contract.Op, wo contract.Wr
 	return l.e.ApplyBatch(ctx, ops, wo)
 }
 
+func (l local) NextFlush() FlushWait { return l.e.NextFlush() }
+
 func (l local) Get(_ context.Context, id string) (contract.View, error) { return l.e.Get(id) }
 
 func (l local) HGet(_ context.Context, id, field string) (int64, bool, error) {

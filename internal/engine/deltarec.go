@@ -25,7 +25,8 @@ import (
 // shard's record takes precedence over its 'w' key: a 'w' key left behind
 // by a window that went back into its record is stale. Whatever removes a
 // window from its record writes its state elsewhere in the same batch:
-// whole under 'c' (which deletes the 'w' key), as a 'w' key, or deletes it.
+// whole under 'c' (which deletes the 'w' key, if the window may have one:
+// flusher.mayHaveWKey), as a 'w' key, or deletes it.
 //
 // Value: format byte deltaRecFormat, then per window the uvarint length
 // of its id, the id, the uvarint length of its delta value, the value.
@@ -139,6 +140,7 @@ func (f *flusher) carryDeltas(sh *shard, no int, list []uint32, kv *sortedKV, ke
 		if m.age+1 >= deltaRecAge {
 			key = append(append(key[:0], prefixWindowDelta), old.idOf(m)...)
 			kv.add(key, old.valOf(m), false)
+			f.setWKey(no, m.idx)
 			continue
 		}
 		rec.add(m.idx, m.idRef, old.idOf(m), old.valOf(m), m.age+1)
@@ -155,6 +157,51 @@ func (f *flusher) carryDeltas(sh *shard, no int, list []uint32, kv *sortedKV, ke
 	}
 	f.recShards = append(f.recShards, no)
 	return key
+}
+
+// setWKey records that the window at slab index i of shard no may have
+// a 'w' key on disk: a flush that writes it whole deletes the key.
+func (f *flusher) setWKey(no int, i uint32) {
+	b := &f.wkeys[no]
+	if w := int(i/64) + 1; len(*b) < w {
+		*b = append(*b, make([]uint64, w-len(*b))...)
+	}
+	(*b)[i/64] |= 1 << (i % 64)
+}
+
+// orphanWKey records a 'w' key of id that no loaded window matched (its
+// counter is not a window, or was not loaded): a window of that id written
+// whole deletes it.
+func (f *flusher) orphanWKey(id []byte) {
+	if f.wOrphans == nil {
+		f.wOrphans = map[string]bool{}
+	}
+	f.wOrphans[string(id)] = true
+}
+
+// mayHaveWKey reports whether the window id at slab index i of shard no
+// may have a 'w' key on disk: one a flush moved its delta to (and no
+// committed flush deleted since), one read at load, or an orphan 'w' key
+// of its id. A window written whole without one needs no delete of it.
+func (f *flusher) mayHaveWKey(no int, i uint32, id []byte) bool {
+	if b := f.wkeys[no]; int(i/64) < len(b) && b[i/64]&(1<<(i%64)) != 0 {
+		return true
+	}
+	return len(f.wOrphans) > 0 && f.wOrphans[string(id)]
+}
+
+// wKeysDeleted ends a flush for the 'w' keys it deleted: committed, the
+// windows have none (an orphan key of the id stays recorded: a needless
+// delete at worst); else they may still have them.
+func (f *flusher) wKeysDeleted(committed bool) {
+	if committed {
+		for _, it := range f.wDeleted {
+			if b := f.wkeys[it.shard]; int(it.idx/64) < len(b) {
+				b[it.idx/64] &^= 1 << (it.idx % 64)
+			}
+		}
+	}
+	f.wDeleted = f.wDeleted[:0]
 }
 
 // growSeen makes f.seen cover n slab indexes.

@@ -43,6 +43,17 @@ type flusher struct {
 	wrec, wnext [numShards]deltaRec
 	recShards   []int
 	seen        []uint64
+	// The windows that may have a 'w' key on disk (deltarec.go; flusher
+	// only, and the load): by shard, a bit per slab index; the ids of 'w'
+	// keys no loaded window matched; the slab indexes whose 'w' key the
+	// flush deletes, their bits cleared once it committed.
+	wkeys    [numShards][]uint64
+	wOrphans map[string]bool
+	wDeleted []reapItem
+
+	// due is when the timer starts the next flush (unix ns): FlushInterval
+	// after the end of the last one (NextFlush).
+	due atomic.Int64
 
 	flushes   atomic.Uint64
 	failures  atomic.Uint64 // failed flushes
@@ -60,12 +71,9 @@ func (f *flusher) init() {
 	f.kick = make(chan struct{}, 1)
 }
 
-// waitDurable blocks until every change applied before the call is on disk.
-// The wait is on I/O, not CPU: the request's admission slot is given to
-// the next request meanwhile (shed.IOWait).
-func (e *Engine) waitDurable(ctx context.Context) error {
-	defer shed.IOWait(ctx).Resume()
-	f := &e.fl
+// next returns the flush that will cover every change applied before the
+// call: the cycle the next flush swaps out.
+func (f *flusher) next() *cycle {
 	f.mu.Lock()
 	c := f.cur
 	if c == nil {
@@ -73,6 +81,84 @@ func (e *Engine) waitDurable(ctx context.Context) error {
 		f.cur = c
 	}
 	f.mu.Unlock()
+	return c
+}
+
+// FlushWaiter is implemented by the embedded engine's backend (Local).
+type FlushWaiter interface {
+	// NextFlush is Engine.NextFlush.
+	NextFlush() FlushWait
+}
+
+// FlushWait is one of the engine's flushes (Engine.NextFlush).
+type FlushWait struct {
+	c   *cycle
+	due time.Time
+}
+
+// NextFlush returns the engine's next flush, which makes every change
+// applied before the call durable. Unlike a sync write's wait, it does
+// not start that flush: it is the periodic one (FlushInterval after the
+// end of the last flush, FlushWait.Due) unless a sync writer, a full
+// dirty set or Close starts it sooner. Changes waited for this way cost
+// no flush of their own, where each sync wait costs one: a flush writes
+// every counter changed since the last, whatever their number of writes
+// (tens of thousands of per-user windows for an event consumer).
+//
+// Done is closed once that flush ended: Err is then nil if it committed
+// (the changes are on disk), else its error (a full disk, a failed write:
+// the changes stay in memory, and a sync write tells when they are
+// durable), or contract.ErrClosed when the engine had closed.
+func (e *Engine) NextFlush() FlushWait {
+	c := e.fl.next()
+	select {
+	case <-e.done:
+		select {
+		case <-c.done:
+		default:
+			// Made after Close's final flush: none will come.
+			c = &cycle{done: make(chan struct{}), err: contract.ErrClosed}
+			close(c.done)
+		}
+	default:
+	}
+	due := time.Now().Add(e.cfg.FlushInterval) // (before the flusher first set it)
+	if d := e.fl.due.Load(); d != 0 {
+		due = time.Unix(0, d)
+	}
+	return FlushWait{c: c, due: due}
+}
+
+// Done is closed when the flush ended.
+func (w FlushWait) Done() <-chan struct{} { return w.c.done }
+
+// Err is the flush's error once Done is closed: nil when the changes
+// applied before NextFlush are on disk.
+func (w FlushWait) Err() error {
+	select {
+	case <-w.c.done:
+		return w.c.err
+	default:
+		return errFlushPending
+	}
+}
+
+// Due is when the periodic flush was to start as NextFlush returned
+// (a sync writer may start it sooner; it ends later by its duration).
+func (w FlushWait) Due() time.Time { return w.due }
+
+// Same reports whether w and o are the same flush.
+func (w FlushWait) Same(o FlushWait) bool { return w.c == o.c }
+
+var errFlushPending = errors.New("engine: the flush has not ended")
+
+// waitDurable blocks until every change applied before the call is on disk.
+// The wait is on I/O, not CPU: the request's admission slot is given to
+// the next request meanwhile (shed.IOWait).
+func (e *Engine) waitDurable(ctx context.Context) error {
+	defer shed.IOWait(ctx).Resume()
+	f := &e.fl
+	c := f.next()
 	select {
 	case f.kick <- struct{}{}:
 	default:
@@ -133,6 +219,7 @@ func (e *Engine) flushLoop() {
 	// before the next).
 	t := time.NewTimer(e.cfg.FlushInterval)
 	defer t.Stop()
+	e.fl.due.Store(time.Now().Add(e.cfg.FlushInterval).UnixNano())
 	every := e.cfg.DiskCheckInterval
 	if every <= 0 {
 		every = time.Second
@@ -158,6 +245,7 @@ func (e *Engine) flushLoop() {
 			e.cfg.Logger.Error("flush failed", "err", err)
 		}
 		t.Reset(e.cfg.FlushInterval) // (Go 1.23 timers: no stale tick after Reset)
+		e.fl.due.Store(time.Now().Add(e.cfg.FlushInterval).UnixNano())
 	}
 }
 
@@ -215,6 +303,7 @@ func (e *Engine) flushOnce() error {
 				kv.add(key, nil, true)
 				key[0] = prefixWindowDelta // (a window's, if it was one)
 				kv.add(key, nil, true)
+				f.wDeleted = append(f.wDeleted, reapItem{no, i, idRef})
 				reap = append(reap, reapItem{no, i, idRef})
 			case w != nil && w.DeltaOK():
 				// Into the shard's record (deltarec.go).
@@ -230,16 +319,21 @@ func (e *Engine) flushOnce() error {
 					e.rollupsFailed(rfs)
 					e.dropBases(taken)
 					f.recordsWritten(false, true)
+					f.wKeysDeleted(false)
 					return e.failCycle(c, fmt.Errorf("engine: encode %q: %w", id, err))
 				}
 				kv.add(key, val, false)
 				vbuf = val
 				if w != nil {
 					// The whole window: the base of its next deltas,
-					// which replace the last base's.
+					// which replace the last base's (and its 'w' key,
+					// if it may have one).
 					w.MarkBase()
-					key[0] = prefixWindowDelta
-					kv.add(key, nil, true)
+					if f.mayHaveWKey(no, i, id) {
+						key[0] = prefixWindowDelta
+						kv.add(key, nil, true)
+						f.wDeleted = append(f.wDeleted, reapItem{no, i, idRef})
+					}
 				}
 			}
 			if rf, ok, err := e.takeRollupLocked(en, id, no, i, idRef, gen); ok {
@@ -252,6 +346,7 @@ func (e *Engine) flushOnce() error {
 					e.markAllDirty()
 					e.rollupsFailed(rfs)
 					f.recordsWritten(false, true)
+					f.wKeysDeleted(false)
 					return e.failCycle(c, fmt.Errorf("engine: encode rollups of %q: %w", id, err))
 				}
 			}
@@ -300,6 +395,7 @@ func (e *Engine) flushOnce() error {
 	b.Close()
 	f.taken = taken[:0]
 	f.recordsWritten(err == nil, refused)
+	f.wKeysDeleted(err == nil)
 	if err != nil {
 		// The windows written whole are not bases of the next deltas.
 		e.dropBases(taken)

@@ -306,6 +306,7 @@ func (e *Engine) load() error {
 			return fmt.Errorf("engine: load %q: %w", id, err)
 		}
 		var m *recMember // the window's delta in its shard's record
+		hasW := false    // the window has a 'w' key (read unless m is set)
 		if d.kind == contract.KindWindow {
 			if k, ok := recs[id]; ok {
 				m = &e.fl.wrec[no].mem[k]
@@ -313,13 +314,18 @@ func (e *Engine) load() error {
 					return fmt.Errorf("engine: load %q: %w", id, err)
 				}
 			}
-			for m == nil && wit.Valid() && bytes.Compare(wit.Key()[1:], it.Key()[1:]) < 0 {
+			for wit.Valid() && bytes.Compare(wit.Key()[1:], it.Key()[1:]) < 0 {
+				e.fl.orphanWKey(wit.Key()[1:])
 				wit.Next()
 			}
-			if m == nil && wit.Valid() && bytes.Equal(wit.Key()[1:], it.Key()[1:]) {
-				if err := applyWindowDelta(&d, wit.Value()); err != nil {
-					return fmt.Errorf("engine: load %q: %w", id, err)
+			if wit.Valid() && bytes.Equal(wit.Key()[1:], it.Key()[1:]) {
+				hasW = true
+				if m == nil {
+					if err := applyWindowDelta(&d, wit.Value()); err != nil {
+						return fmt.Errorf("engine: load %q: %w", id, err)
+					}
 				}
+				wit.Next()
 			}
 		}
 		i, en, _, ok := sh.insertLocked(id, h)
@@ -339,6 +345,9 @@ func (e *Engine) load() error {
 		if m != nil {
 			m.idx, m.idRef, m.live = i, sh.refOf(i), true
 		}
+		if hasW {
+			e.fl.setWKey(no, i)
+		}
 		e.keys.Add(1)
 		if en.ext() != nil && en.ext().expires != 0 {
 			e.expires.Add(1)
@@ -347,6 +356,9 @@ func (e *Engine) load() error {
 	}
 	if err := it.Error(); err != nil {
 		return err
+	}
+	for ; wit.Valid(); wit.Next() {
+		e.fl.orphanWKey(wit.Key()[1:])
 	}
 	if err := wit.Error(); err != nil {
 		return err

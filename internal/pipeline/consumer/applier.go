@@ -116,7 +116,8 @@ type Applier struct {
 
 	tracer *tracing.Tracer // SetTracer; nil: no spans (tracing.go)
 
-	commitEvery time.Duration // SetCommitInterval (loop.go)
+	commitEvery time.Duration      // SetCommitInterval (loop.go)
+	flushes     engine.FlushWaiter // be's, when it has them (loop.go)
 }
 
 // Event-time defaults (docs/pipeline.md, "Event time").
@@ -215,6 +216,7 @@ func NewApplier(be contract.Backend, rs *rules.Set, l event.Limits, m *Metrics) 
 		a.cmark = cmark
 	}
 	a.rollups, _ = be.(rollupOfer)
+	a.flushes, _ = be.(engine.FlushWaiter)
 	a.olds, _ = be.(interface{ MayHaveMarkerCounters() bool })
 	a.rules.Store(rs)
 	a.SetEventTime(EventTime{})
@@ -338,6 +340,15 @@ func (a *Applier) applyAsync(ctx context.Context, source string, groups [][]stre
 // partition in groups, the records of one or more polls) waits for them
 // all (engine group commit).
 func (a *Applier) waitDurable(ctx context.Context, source string, groups [][]stream.Record) error {
+	a.m.DurableWaits.Inc()
+	if err := a.writeProgress(ctx, source, groups, contract.Sync); err != nil {
+		return fmt.Errorf("consumer: wait for durability: %w", err)
+	}
+	return nil
+}
+
+// writeProgress writes the progress counters of groups with durability d.
+func (a *Applier) writeProgress(ctx context.Context, source string, groups [][]stream.Record, d contract.Durability) error {
 	var ops []contract.Op
 	for _, g := range groups {
 		if len(g) == 0 {
@@ -351,11 +362,11 @@ func (a *Applier) waitDurable(ctx context.Context, source string, groups [][]str
 		}
 		ops = append(ops, contract.Op{Type: contract.OpSet, ID: id, Value: last.Offset})
 	}
-	a.m.DurableWaits.Inc()
-	if _, err := a.be.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: contract.Sync}); err != nil {
-		return fmt.Errorf("consumer: wait for durability: %w", err)
+	if len(ops) == 0 && d != contract.Sync {
+		return nil
 	}
-	return nil
+	_, err := a.be.ApplyBatch(ctx, ops, contract.WriteOptions{Durability: d})
+	return err
 }
 
 // part is records of group g of an ApplyGroups call.

@@ -7,7 +7,9 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/counterd/counterd/internal/contract"
 	"github.com/counterd/counterd/internal/ctxwait"
+	"github.com/counterd/counterd/internal/engine"
 	"github.com/counterd/counterd/internal/pipeline/stream"
 )
 
@@ -44,6 +46,11 @@ type uncommitted struct {
 	msgs    int
 	bytes   int
 	applied bool // an engine batch went in: wait for durability
+	// fw, when set, is the engine flush that makes every batch applied
+	// in these polls durable (handToFlush): no wait of their own.
+	fw engine.FlushWait
+	// flushing: fw is set.
+	flushing bool
 }
 
 // add adds a poll's groups, returned at polled, and returns how many
@@ -66,6 +73,43 @@ func (u *uncommitted) add(groups [][]stream.Record, dead [][]stream.DeadLetter, 
 	return msgs
 }
 
+// merge appends v's polls to u's and empties v; u waits for durability
+// with a sync write.
+func (u *uncommitted) merge(v *uncommitted) {
+	if len(u.groups) == 0 {
+		u.since = v.since
+	}
+	u.groups = append(u.groups, v.groups...)
+	u.dead = append(u.dead, v.dead...)
+	u.ends = append(u.ends, v.ends...)
+	u.msgs += v.msgs
+	u.bytes += v.bytes
+	u.applied = u.applied || v.applied
+	u.flushing = false
+	v.reset()
+}
+
+// reset empties u, keeping its slices.
+func (u *uncommitted) reset() {
+	clear(u.groups) // no hold on the records
+	clear(u.dead)
+	clear(u.ends)
+	*u = uncommitted{groups: u.groups[:0], dead: u.dead[:0], ends: u.ends[:0]}
+}
+
+// flushed reports whether u waits for an engine flush that has ended.
+func (u *uncommitted) flushed() bool {
+	if !u.flushing {
+		return false
+	}
+	select {
+	case <-u.fw.Done():
+		return true
+	default:
+		return false
+	}
+}
+
 // Run polls c, applies each poll with a, and every commit interval
 // (SetCommitInterval) waits once for the durability of what it applied,
 // publishes the dead letters and commits all the polls since the last
@@ -77,26 +121,49 @@ func (u *uncommitted) add(groups [][]stream.Record, dead [][]stream.DeadLetter, 
 // dead-lettered; on an error the same records are retried with backoff,
 // never skipped. When ctx ends, what was applied is committed (within
 // finalCommitTimeout) and Run returns nil.
+//
+// On the embedded engine (engine.FlushWaiter) and a stream that commits
+// some of its polls at a time (stream.PollCommitter), the polls do not
+// wait for a flush of their own when the engine's periodic one comes
+// within the interval: each is handed to the engine's next flush
+// (Engine.NextFlush) and Run goes on applying; the polls a flush made
+// durable are committed when it ends (handToFlush, commitFlushed).
 func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) error {
 	lagAt := time.Time{}
 	var failingSince time.Time // first failed poll of an outage; zero while polls work
-	var u uncommitted
+	// w: older polls than u's, handed to an engine flush that has started
+	// (flushing); committed when it ends, before u's.
+	var u, w uncommitted
+	fws := a.flushWaits(c)
 	defer func() {
-		if len(u.groups) > 0 {
+		if len(w.groups)+len(u.groups) > 0 {
 			// Applied but not committed: commit it if it can be made
 			// durable shortly, else its records are delivered again.
 			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), finalCommitTimeout)
 			defer cancel()
-			a.commitPolls(fctx, c, &u, log, true)
+			w.merge(&u)
+			a.commitPolls(fctx, c, &w, log, true)
 		}
 	}()
 	for {
+		if !a.commitFlushed(ctx, c, &w, &u, log) {
+			return nil
+		}
 		began := time.Now()
 		pctx, cancel := ctx, context.CancelFunc(func() {})
-		if len(u.groups) > 0 {
+		if old := oldest(&w, &u); old != nil {
 			// Poll at most until the interval of the oldest uncommitted
-			// poll ends, then commit.
-			pctx, cancel = context.WithDeadline(ctx, u.since.Add(a.commitEvery))
+			// poll ends, or its flush does, then commit.
+			pctx, cancel = context.WithDeadline(ctx, a.deadline(&w, &u))
+			if old.flushing {
+				go func(done, polled <-chan struct{}) {
+					select {
+					case <-done:
+						cancel()
+					case <-polled:
+					}
+				}(old.fw.Done(), pctx.Done())
+			}
 		}
 		groups, err := c.Poll(pctx)
 		polled := time.Now()
@@ -105,10 +172,14 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 		if ctx.Err() != nil {
 			return nil
 		}
-		if err != nil && len(u.groups) > 0 {
+		if err != nil && len(w.groups)+len(u.groups) > 0 {
+			if due && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) && oldest(&w, &u).flushed() {
+				continue // committed at the top of the loop
+			}
 			// The interval ended on a quiet stream, or the poll failed:
 			// commit what was applied first.
-			if !a.commitPolls(ctx, c, &u, log, false) {
+			w.merge(&u)
+			if !a.commitPolls(ctx, c, &w, log, false) {
 				return nil
 			}
 			if due && (errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled)) {
@@ -142,16 +213,28 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 		}) {
 			return nil // (this poll is not in u: never committed)
 		}
+		if fws != nil && applied {
+			if !a.handToFlush(ctx, fws, c, groups, &w, &u, log) {
+				return nil
+			}
+		}
 		msgs := u.add(groups, dead, endBatch, applied, polled)
+		if !a.commitFlushed(ctx, c, &w, &u, log) {
+			return nil
+		}
 		// Commit now if one more poll like this one would take the
 		// oldest past the interval: so the records wait at most about
 		// the interval, and with the interval at the engine's flush
 		// period the commit's flush comes before the periodic one, which
 		// then has nothing to add (its timer restarts at every flush).
+		// Polls waiting for an engine flush are committed when it ends,
+		// with a sync write only if it has not come a commit interval
+		// after it was due.
 		now := time.Now()
-		if a.commitEvery <= 0 || now.Sub(u.since)+now.Sub(began) >= a.commitEvery || msgs < stream.PollMessages ||
-			u.msgs >= MaxUncommittedMessages || u.bytes >= maxUncommittedBytes {
-			if !a.commitPolls(ctx, c, &u, log, false) {
+		if a.commitEvery <= 0 || a.overdue(&w, now, began) || a.overdue(&u, now, began) || msgs < stream.PollMessages ||
+			w.msgs+u.msgs >= MaxUncommittedMessages || w.bytes+u.bytes >= maxUncommittedBytes {
+			w.merge(&u)
+			if !a.commitPolls(ctx, c, &w, log, false) {
 				return nil
 			}
 		}
@@ -162,6 +245,122 @@ func Run(ctx context.Context, a *Applier, c stream.Consumer, log *slog.Logger) e
 			}
 		}
 	}
+}
+
+// oldest returns w if it holds polls, else u if it does, else nil.
+func oldest(w, u *uncommitted) *uncommitted {
+	switch {
+	case len(w.groups) > 0:
+		return w
+	case len(u.groups) > 0:
+		return u
+	}
+	return nil
+}
+
+// flushWaits returns a's engine flushes when Run may wait for them
+// instead of a sync write: the backend is the embedded engine, the
+// stream commits some polls at a time, and there is a commit interval.
+func (a *Applier) flushWaits(c stream.Consumer) engine.FlushWaiter {
+	if _, ok := c.(stream.PollCommitter); !ok || a.flushes == nil || a.commitEvery <= 0 {
+		return nil
+	}
+	return a.flushes
+}
+
+// deadline is when Run commits w's and u's polls (one of them holds
+// some) with a sync write: the commit interval after the oldest poll;
+// for polls waiting for an engine flush, the interval after the flush
+// was due (it ends its duration after it starts, and started within the
+// interval of the polls' hand-over).
+func (a *Applier) deadline(w, u *uncommitted) time.Time {
+	var t time.Time
+	for _, v := range []*uncommitted{w, u} {
+		if len(v.groups) == 0 {
+			continue
+		}
+		if dt := a.deadlineOf(v); t.IsZero() || dt.Before(t) {
+			t = dt
+		}
+	}
+	return t
+}
+
+func (a *Applier) deadlineOf(v *uncommitted) time.Time {
+	if v.flushing {
+		return v.fw.Due().Add(a.commitEvery)
+	}
+	return v.since.Add(a.commitEvery)
+}
+
+// overdue reports whether v's polls are to be committed with a sync write
+// now, after a poll that began at began: v's deadline has passed, or one
+// more poll like that one would take v past it when v does not wait for
+// an engine flush.
+func (a *Applier) overdue(v *uncommitted, now, began time.Time) bool {
+	if len(v.groups) == 0 {
+		return false
+	}
+	if v.flushing {
+		return !now.Before(a.deadlineOf(v))
+	}
+	return !now.Add(now.Sub(began)).Before(a.deadlineOf(v))
+}
+
+// handToFlush hands the poll of groups, just applied, to the engine's next
+// flush, before Run adds it to u: it writes the poll's progress counters
+// (async) and takes the flush, which covers the poll and every one before
+// it. When u's polls wait for an older flush, that one has started: they
+// move to w (whose own flush has ended: committed first). u's polls go on
+// waiting for a flush (u.flushing) only while the next one comes within
+// the commit interval and nothing failed; else they are committed with a
+// sync write, as without flush waits. False when ctx ended.
+func (a *Applier) handToFlush(ctx context.Context, fws engine.FlushWaiter, c stream.Consumer, groups [][]stream.Record, w, u *uncommitted, log *slog.Logger) bool {
+	err := a.writeProgress(ctx, c.Name(), groups, contract.Async)
+	fw := fws.NextFlush()
+	if u.flushing && !u.fw.Same(fw) {
+		if len(w.groups) > 0 {
+			// w's flush ended before u's started.
+			if !a.commitFlushed(ctx, c, w, nil, log) {
+				return false
+			}
+			if len(w.groups) > 0 {
+				w.merge(u) // (its flush failed: a sync write for both)
+				return true
+			}
+		}
+		*w, *u = *u, *w
+		u.reset()
+	}
+	if len(u.groups) > 0 && !u.flushing && u.applied {
+		return true // a sync write for u's polls, so for this one too
+	}
+	u.flushing = err == nil && time.Until(fw.Due()) <= a.commitEvery
+	u.fw = fw
+	return true
+}
+
+// commitFlushed commits w's polls if the flush they wait for ended, then
+// u's if w holds none (u may be nil). A failed flush leaves the polls to
+// a sync write, retried. False when ctx ended first.
+func (a *Applier) commitFlushed(ctx context.Context, c stream.Consumer, w, u *uncommitted, log *slog.Logger) bool {
+	for _, v := range []*uncommitted{w, u} {
+		if v == nil || len(v.groups) == 0 {
+			continue
+		}
+		if !v.flushed() {
+			return true
+		}
+		if v.fw.Err() == nil {
+			a.m.DurableWaits.Inc()
+			v.applied = false // durable
+		}
+		v.flushing = false
+		if !a.commitPolls(ctx, c, v, log, false) {
+			return false
+		}
+	}
+	return true
 }
 
 // commitPolls waits for the durability of u's polls, publishes their dead
@@ -206,10 +405,7 @@ func (a *Applier) commitPolls(ctx context.Context, c stream.Consumer, u *uncommi
 	for _, end := range u.ends {
 		end()
 	}
-	clear(u.groups) // no hold on the records
-	clear(u.dead)
-	clear(u.ends)
-	*u = uncommitted{groups: u.groups[:0], dead: u.dead[:0], ends: u.ends[:0]}
+	u.reset()
 	return true
 }
 

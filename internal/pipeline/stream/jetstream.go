@@ -298,6 +298,9 @@ func (s *JetStream) Commit(_ context.Context, groups [][]Record) error {
 	return nil
 }
 
+// CommitsOldestPolls: Commit acknowledges each message (PollCommitter).
+func (s *JetStream) CommitsOldestPolls() {}
+
 // Lag returns the durable consumer's pending messages as partition 0.
 func (s *JetStream) Lag(ctx context.Context) map[int32]int64 {
 	if s.cons == nil {

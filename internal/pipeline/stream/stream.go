@@ -138,3 +138,15 @@ type Consumer interface {
 	Lag(ctx context.Context) map[int32]int64
 	Close() error
 }
+
+// PollCommitter is a Consumer whose Commit may be given the oldest of
+// the polls since the last Commit, the newer ones committed by a later
+// Commit: the consumer then commits the polls an engine flush made
+// durable while it applies the next ones (consumer.Run). JetStream's is
+// (it acknowledges each message); Kafka's is not, since its Commit lets
+// a held rebalance go ahead, which must not move a partition under
+// records polled and not committed.
+type PollCommitter interface {
+	Consumer
+	CommitsOldestPolls()
+}
