@@ -60,18 +60,7 @@ func (p *phasedStream) Commit(_ context.Context, groups [][]stream.Record) error
 	if p.onCommit != nil {
 		p.onCommit()
 	}
-	n := 0
-	for _, g := range groups {
-		n += len(g)
-		if len(g) > 0 {
-			part := g[0].Partition
-			if prev, ok := p.last[part]; ok && g[0].Offset <= prev {
-				p.t.Errorf("partition %d: commit of offset %d after %d", part, g[0].Offset, prev)
-			}
-			p.last[part] = g[len(g)-1].Offset
-		}
-	}
-	p.commits = append(p.commits, n)
+	p.commits = append(p.commits, commitOrdered(p.t, p.last, groups))
 	p.mu.Unlock()
 	p.commit <- struct{}{}
 	return nil

@@ -94,6 +94,24 @@ func (f *fakeStream) DeadLetter(_ context.Context, dls []stream.DeadLetter) erro
 	return nil
 }
 
+// commitOrdered fails t unless each partition's commit comes after its
+// last one (last: the last offset committed per partition, updated), and
+// returns the number of records committed.
+func commitOrdered(t *testing.T, last map[int32]int64, groups [][]stream.Record) int {
+	n := 0
+	for _, g := range groups {
+		n += len(g)
+		if len(g) > 0 {
+			p := g[0].Partition
+			if prev, ok := last[p]; ok && g[0].Offset <= prev {
+				t.Errorf("partition %d: commit of offset %d after %d", p, g[0].Offset, prev)
+			}
+			last[p] = g[len(g)-1].Offset
+		}
+	}
+	return n
+}
+
 func (f *fakeStream) Commit(_ context.Context, groups [][]stream.Record) error {
 	f.d.mu.Lock()
 	pending := f.d.pending
@@ -102,18 +120,7 @@ func (f *fakeStream) Commit(_ context.Context, groups [][]stream.Record) error {
 		f.t.Errorf("commit with %d batches applied since the last synced write", pending)
 	}
 	f.mu.Lock()
-	n := 0
-	for _, g := range groups {
-		n += len(g)
-		if len(g) > 0 {
-			p := g[0].Partition
-			if prev, ok := f.last[p]; ok && g[0].Offset <= prev {
-				f.t.Errorf("partition %d: commit of offset %d after %d", p, g[0].Offset, prev)
-			}
-			f.last[p] = g[len(g)-1].Offset
-		}
-	}
-	f.commits = append(f.commits, n)
+	f.commits = append(f.commits, commitOrdered(f.t, f.last, groups))
 	f.mu.Unlock()
 	f.commit <- struct{}{}
 	return nil
