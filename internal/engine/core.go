@@ -269,14 +269,10 @@ func (e *Engine) acquire(id string, create bool) (r ref, ok bool, err error) {
 	}
 }
 
-// acquireAll resolves ids (creating them when create) and locks their
-// entries in a global order. It returns one ref per id (zero ref for a
-// missing id when !create) and the distinct locked refs, for unlockAll.
-func (e *Engine) acquireAll(ids []string, create bool) ([]ref, []*entry, error) {
-	return e.acquireAllIn(ids, create, nil)
-}
-
-// acquireAllIn is acquireAll with the slices of sc (nil: new ones).
+// acquireAllIn resolves ids (creating them when create) and locks their
+// entries in a global order, with the slices of sc (nil: new ones). It
+// returns one ref per id (zero ref for a missing id when !create) and the
+// distinct locked refs, for unlockAll.
 func (e *Engine) acquireAllIn(ids []string, create bool, sc *multiScratch) ([]ref, []*entry, error) {
 	if sc == nil {
 		sc = &multiScratch{}

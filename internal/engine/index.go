@@ -272,13 +272,6 @@ func (en *entry) setVersion(v uint64) {
 	}
 }
 
-// incVersion adds one to the version.
-func (en *entry) incVersion() {
-	if en.ver++; en.ver == 0 {
-		en.carry()
-	}
-}
-
 // carry moves the version's high half up when its low half wrapped.
 //
 //go:noinline

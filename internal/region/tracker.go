@@ -170,13 +170,6 @@ func (t *tracker) lag(peer string) (n int, oldest int64) {
 	return n, oldest
 }
 
-// head is the last sequence number given out.
-func (t *tracker) head() uint64 {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.seq
-}
-
 // trackedBackend records every successful mutation of the wrapped backend
 // in the tracker before answering, so an acknowledged write is always
 // shipped.

@@ -143,13 +143,6 @@ func (c *digestCache) prune() {
 	}
 }
 
-// len is the number of entries (tests).
-func (c *digestCache) len() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return len(c.m)
-}
-
 // digestRebuildRounds: every this many anti-entropy rounds, every digest
 // is recomputed from the state (a backstop for a write the cache missed).
 const digestRebuildRounds = 12

@@ -1,11 +1,8 @@
 package node
 
 import (
-	"context"
 	"sync"
 	"time"
-
-	"github.com/counterd/counterd/internal/contract"
 )
 
 // The engine keeps no tombstone: a deleted counter is simply gone. A copy
@@ -83,14 +80,4 @@ func (t *tombs) filter(states []State) []State {
 		out = append(out, *s)
 	}
 	return out
-}
-
-// merge merges states received from a peer into the store, without stale
-// copies of counters deleted here since they were sent.
-func (n *Node) merge(ctx context.Context, states []State, wo contract.WriteOptions) (int, error) {
-	states = n.tombs.filter(states)
-	if len(states) == 0 {
-		return 0, nil
-	}
-	return n.store.Merge(ctx, states, wo)
 }

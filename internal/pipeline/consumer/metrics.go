@@ -2,8 +2,6 @@ package consumer
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/counterd/counterd/internal/pipeline/rules"
 )
 
 // Metrics are the pipeline's Prometheus metrics. Safe for concurrent use.
@@ -62,10 +60,4 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		reg.MustRegister(m.Events, m.RuleHits, m.Dead, m.Batches, m.DurableWaits, m.Commits, m.Lag, m.Collected, m.Rejected, m.EventTime, m.Watermark)
 	}
 	return m
-}
-
-func (m *Metrics) ruleHits(hits []rules.Hit) {
-	for i := range hits {
-		m.RuleHits.WithLabelValues(hits[i].Rule.Name).Inc()
-	}
 }

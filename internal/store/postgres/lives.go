@@ -169,13 +169,6 @@ func setLives(exec execFunc, lives map[string]int64) error {
 	})
 }
 
-// DeadLife returns the highest life of id deleted (0: none recorded): a
-// counter created again starts the life after it.
-func (s *Store) DeadLife(ctx context.Context, id string) (uint64, error) {
-	dead, _, err := s.Lives(ctx, id)
-	return dead, err
-}
-
 // Lives returns the highest life of id deleted (0: none recorded) and the
 // life floor of the current flush epoch (LifeFloor; 0 before any
 // FLUSHALL), in one query: a counter created now starts its life past
@@ -189,16 +182,6 @@ func (s *Store) Lives(ctx context.Context, id string) (dead, floor uint64, err e
 		return 0, 0, fmt.Errorf("postgres: dead life %q: %w", id, err)
 	}
 	return uint64(max(l, 0)), LifeFloor(uint64(max(e, 0))), nil
-}
-
-// FlushEpoch returns the current flush epoch (0 before any FLUSHALL).
-func (s *Store) FlushEpoch(ctx context.Context) (uint64, error) {
-	s.statements.Add(1)
-	var e int64
-	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM counter_flush_epoch`).Scan(&e); err != nil {
-		return 0, fmt.Errorf("postgres: flush epoch: %w", err)
-	}
-	return uint64(max(e, 0)), nil
 }
 
 // PurgeDeaths deletes the deletes' lives older than DeathRetention.

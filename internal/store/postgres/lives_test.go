@@ -41,8 +41,8 @@ func TestApplyLives(t *testing.T) {
 	if v, ok, _ := state("a"); ok {
 		t.Fatalf("a = %d after its delete and a late delta of the deleted life, want missing", v)
 	}
-	if l, err := s.DeadLife(ctx, "a"); err != nil || l != 1 {
-		t.Fatalf("DeadLife(a) = %d, %v; want 1", l, err)
+	if l, _, err := s.Lives(ctx, "a"); err != nil || l != 1 {
+		t.Fatalf("Lives(a) = %d, %v; want a dead life of 1", l, err)
 	}
 	// The next life applies from scratch.
 	apply(Batch{Deltas: []Delta{add("a", 3, 2)}})
@@ -79,7 +79,7 @@ func TestApplyLives(t *testing.T) {
 	if n, err := s.PurgeDeaths(ctx, time.Now().Add(DeathRetention+time.Minute)); err != nil || n < 3 {
 		t.Fatalf("PurgeDeaths = %d, %v; want at least 3", n, err)
 	}
-	if l, err := s.DeadLife(ctx, "a"); err != nil || l != 0 {
-		t.Fatalf("DeadLife(a) after the purge = %d, %v; want 0", l, err)
+	if l, _, err := s.Lives(ctx, "a"); err != nil || l != 0 {
+		t.Fatalf("Lives(a) after the purge = %d, %v; want a dead life of 0", l, err)
 	}
 }
