@@ -170,16 +170,22 @@ func TestTiered(t *testing.T) {
 	backendtest.Run(t, func(t *testing.T) backendtest.Setup {
 		rd := redistest.New(t)
 		s := tieredSetup(t, rd.URL)
-		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
-			if rd.External() {
-				rd.FlushAll(t)
-			} else {
-				rd.Restart(t)
-			}
-			return s.Backend
-		}
+		s.LoseHotTier = loseRedis(rd, &s)
 		return s
 	})
+}
+
+// loseRedis loses the hot tier of s, a setup over rd: a restart of rd,
+// which comes back empty, or a FLUSHALL when rd is an external server.
+func loseRedis(rd *redistest.Server, s *backendtest.Setup) func(testing.TB, string) contract.Backend {
+	return func(t testing.TB, _ string) contract.Backend {
+		if rd.External() {
+			rd.FlushAll(t)
+		} else {
+			rd.Restart(t)
+		}
+		return s.Backend
+	}
 }
 
 // TestTieredRedisCluster runs the suite on tiered over a Redis Cluster of
@@ -221,14 +227,7 @@ func TestTieredTwoNodes(t *testing.T) {
 			"quotas":     "quotas are each node's configuration",
 			"aggregates": "listings and aggregates read PostgreSQL and the node's own unflushed writes: another node's writes show after its flush (docs/redis-tier.md)",
 		}
-		s.LoseHotTier = func(t testing.TB, _ string) contract.Backend {
-			if rd.External() {
-				rd.FlushAll(t)
-			} else {
-				rd.Restart(t)
-			}
-			return s.Backend
-		}
+		s.LoseHotTier = loseRedis(rd, &s)
 		return s
 	})
 }

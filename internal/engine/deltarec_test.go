@@ -63,10 +63,7 @@ func TestWindowDeltaRecordPowerLoss(t *testing.T) {
 	ids := append(sameShardIDs(7, 6), "w:other") // (w:other: another shard)
 	spec := counter.WindowSpec{Granularity: time.Second, Span: 64 * time.Second}
 	rapid.Check(t, func(rt *rapid.T) {
-		fs := strictMemDir(t, "/data")
-		cfg := DefaultConfig()
-		cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-		cfg.FlushInterval = time.Hour // only the synced writes reach disk
+		fs, cfg := syncedOnlyConfig(t)
 		e := mustOpen(t, cfg)
 		defer func() { e.Close() }()
 		now := time.Now()
@@ -120,10 +117,7 @@ func TestWindowDeltaRecordPowerLoss(t *testing.T) {
 // goes back into the record and the 'w' key is stale. Across a power loss
 // then, the record's delta is read, not the stale key's.
 func TestWindowDeltaRecordStaleKey(t *testing.T) {
-	fs := strictMemDir(t, "/data")
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-	cfg.FlushInterval = time.Hour // only the synced writes reach disk
+	fs, cfg := syncedOnlyConfig(t)
 	e := mustOpen(t, cfg)
 	defer func() { e.Close() }()
 	ids := sameShardIDs(7, 2)
@@ -167,10 +161,7 @@ func TestWindowDeltaRecordStaleKey(t *testing.T) {
 // window deltas are 'w' keys only, opens with them; the next flushes move
 // the window into its shard's record.
 func TestWindowDeltaOldKey(t *testing.T) {
-	fs := strictMemDir(t, "/data")
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-	cfg.FlushInterval = time.Hour
+	fs, cfg := syncedOnlyConfig(t)
 	t0 := time.Unix(1_700_000_000, 0)
 	cfg.Clock = func() time.Time { return t0 }
 	e := mustOpen(t, cfg)

@@ -477,10 +477,7 @@ func TestAddValidatesPastTheHint(t *testing.T) {
 // still counts its adds.
 func TestHotCounterSyncAddsSurviveCrash(t *testing.T) {
 	for round := range 3 {
-		fs := strictMemDir(t, "/data")
-		cfg := DefaultConfig()
-		cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-		cfg.FlushInterval = time.Hour // only sync writers flush
+		fs, cfg := syncedOnlyConfig(t)
 		e, err := Open(cfg)
 		if err != nil {
 			t.Fatal(err)

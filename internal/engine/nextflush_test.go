@@ -63,10 +63,7 @@ func TestNextFlushStartsNoFlush(t *testing.T) {
 		}
 	})
 	t.Run("next flush", func(t *testing.T) {
-		fs := strictMemDir(t, "/data")
-		cfg := DefaultConfig()
-		cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-		cfg.FlushInterval = time.Hour // only the sync write below flushes
+		fs, cfg := syncedOnlyConfig(t)
 		e := mustOpen(t, cfg)
 		f0 := e.Stats().Flushes
 		var waits []FlushWait

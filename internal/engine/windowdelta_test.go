@@ -23,10 +23,7 @@ import (
 func TestWindowDeltaPowerLoss(t *testing.T) {
 	deltas := 0
 	rapid.Check(t, func(rt *rapid.T) {
-		fs := strictMemDir(t, "/data")
-		cfg := DefaultConfig()
-		cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-		cfg.FlushInterval = time.Hour // only the synced writes reach disk
+		fs, cfg := syncedOnlyConfig(t)
 		e := mustOpen(t, cfg)
 		defer func() { e.Close() }()
 		ids := []string{"w:a", "w:b", "w:c"}
@@ -122,6 +119,17 @@ func TestWindowDeltaFailedFlush(t *testing.T) {
 	if v := mustGet(t, e, "w").Value; v != 9 {
 		t.Fatalf("w = %d, want 9", v)
 	}
+}
+
+// syncedOnlyConfig is an engine config on a strict in-memory /data (a
+// power loss keeps only what was synced) whose only flushes are the
+// synced writes' (FlushInterval an hour).
+func syncedOnlyConfig(t testing.TB) (*vfs.MemFS, Config) {
+	fs := strictMemDir(t, "/data")
+	cfg := DefaultConfig()
+	cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
+	cfg.FlushInterval = time.Hour
+	return fs, cfg
 }
 
 // fataler is what the reopening helpers need of a test: a *testing.T or

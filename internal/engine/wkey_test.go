@@ -30,10 +30,7 @@ func wDeletes(e *Engine) int {
 // is gone after the whole write and the window reads the same after a
 // power loss.
 func TestWindowWholeWKeyDelete(t *testing.T) {
-	fs := strictMemDir(t, "/data")
-	cfg := DefaultConfig()
-	cfg.Dir, cfg.FS, cfg.NodeID = "/data", fs, "n1"
-	cfg.FlushInterval = time.Hour // only the synced writes reach disk
+	fs, cfg := syncedOnlyConfig(t)
 	e := mustOpen(t, cfg)
 	defer func() { e.Close() }()
 	spec := counter.WindowSpec{Granularity: time.Second, Span: 64 * time.Second}
